@@ -1,0 +1,205 @@
+//! The boundary between the engine and whatever produces the next message:
+//! a real model over HTTP, a builtin policy, or a script in a test.
+//!
+//! The engine only ever sees a [`ChatModel`]; it never knows whether a network
+//! is involved. That is what keeps `mtswarm-core` pure and lets the builtin
+//! policies exercise exactly the same loop as a real LLM.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+/// Who said a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One tool call as the model produced it. `arguments` is the raw JSON text
+/// the model wrote: it may be malformed, and the engine (not the model client)
+/// decides what to do about that.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A chat message in the OpenAI-compatible shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    #[serde(default)]
+    pub content: String,
+    /// Tool calls requested by an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For `Role::Tool`: the id of the call this message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::plain(Role::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::plain(Role::User, content)
+    }
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+            tool_calls,
+            tool_call_id: None,
+        }
+    }
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Tool,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call_id.into()),
+        }
+    }
+    fn plain(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A tool as advertised to the model (OpenAI "function" tool).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: serde_json::Value,
+}
+
+/// How the model may use tools on this turn.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    None,
+    Required,
+    /// Force one named tool.
+    Tool(String),
+}
+
+/// Everything a model needs for one turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<Message>,
+    #[serde(default)]
+    pub tools: Vec<ToolSpec>,
+    #[serde(default)]
+    pub tool_choice: ToolChoice,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+}
+
+/// Token usage reported by the model for one turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// Why the model stopped producing output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    ToolCalls,
+    Length,
+    ContentFilter,
+    Other(String),
+}
+
+/// One item of a streamed model turn. Tool calls arrive already assembled
+/// (clients stitch together the per-chunk deltas of the wire protocol).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ModelEvent {
+    /// Reasoning text ("thinking") that is not part of the answer.
+    ThinkingDelta {
+        text: String,
+    },
+    /// A piece of the visible answer text.
+    TextDelta {
+        text: String,
+    },
+    /// A complete tool call.
+    ToolCall {
+        call: ToolCall,
+    },
+    Usage {
+        usage: Usage,
+    },
+    Finish {
+        reason: FinishReason,
+    },
+}
+
+/// Errors a model can report. The engine's recovery logic keys off the
+/// variant, so clients must classify carefully (e.g. a 400 whose body says the
+/// context length was exceeded is `PromptTooLong`, not `BadRequest`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum ModelError {
+    #[error("prompt too long for the model's context window: {0}")]
+    PromptTooLong(String),
+    #[error("rate limited by the model endpoint (gave up after retries): {0}")]
+    RateLimited(String),
+    #[error("model endpoint rejected the credentials: {0}")]
+    Auth(String),
+    #[error("model endpoint rejected the request: {0}")]
+    BadRequest(String),
+    #[error("model endpoint unavailable: {0}")]
+    Unavailable(String),
+    #[error("model call timed out after {0} ms")]
+    Timeout(u64),
+    #[error("malformed model stream: {0}")]
+    Protocol(String),
+    #[error("model error: {0}")]
+    Other(String),
+}
+
+/// A streamed model turn.
+pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, ModelError>> + Send>>;
+
+/// Anything that can take a turn in a conversation.
+#[async_trait::async_trait]
+pub trait ChatModel: Send + Sync {
+    /// The model identifier reported in traces (`gen_ai.request.model`).
+    fn model_name(&self) -> &str;
+
+    /// Start one turn. Errors that happen before the first event are returned
+    /// here; errors mid-stream arrive as `Err` items of the stream.
+    async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError>;
+
+    /// Start one turn from a request the caller keeps (the engine extends
+    /// one request in place from turn to turn instead of rebuilding it).
+    /// The default copies it into [`ChatModel::stream`]; clients that only
+    /// read the request (to serialize it) should override this to skip the
+    /// copy.
+    async fn stream_shared(
+        &self,
+        request: std::sync::Arc<ChatRequest>,
+    ) -> Result<ModelStream, ModelError> {
+        self.stream(std::sync::Arc::unwrap_or_clone(request)).await
+    }
+}

@@ -1,0 +1,155 @@
+//! Which calls need a human: the risk of each tool (a default table of the
+//! project's tools, per-tool overrides, and the tool's own declaration as the
+//! fallback) and how much of that risk the job auto-approves.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::tool::Risk;
+
+/// How much risk is approved without asking.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoApprove {
+    /// Every call needs a decision.
+    Never,
+    /// Low-risk calls run; medium and high ask.
+    #[default]
+    LowOnly,
+    /// Only high-risk calls ask.
+    UpToMedium,
+    /// Nothing asks.
+    All,
+}
+
+impl AutoApprove {
+    pub fn approves(self, risk: Risk) -> bool {
+        match self {
+            Self::Never => false,
+            Self::LowOnly => risk == Risk::Low,
+            Self::UpToMedium => risk <= Risk::Medium,
+            Self::All => true,
+        }
+    }
+}
+
+/// A human's (or the timeout's) decision on one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Approve,
+    Deny {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+/// What the permission check concluded for one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "permission", rename_all = "snake_case")]
+pub enum Permission {
+    Allow,
+    /// Pause for a human decision.
+    Ask,
+    Deny {
+        reason: String,
+    },
+}
+
+/// The risk table and the auto-approval mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RiskPolicy {
+    /// Risk by tool name; tools not listed use [`crate::Tool::risk`].
+    pub defaults: HashMap<String, Risk>,
+    /// Per-job overrides, consulted first.
+    pub overrides: HashMap<String, Risk>,
+    pub auto_approve: AutoApprove,
+}
+
+impl Default for RiskPolicy {
+    /// The project's tool table (DESIGN.md) with low-risk auto-approval.
+    fn default() -> Self {
+        let table: [(&str, Risk); 21] = [
+            ("list_fleet", Risk::Low),
+            ("job_status", Risk::Low),
+            ("spawn_agent", Risk::Medium),
+            ("assign_task", Risk::Low),
+            ("collect_result", Risk::Low),
+            ("cancel_agent", Risk::Medium),
+            ("read_file", Risk::Low),
+            ("list_files", Risk::Low),
+            ("grep", Risk::Low),
+            ("analyze_kernel", Risk::Low),
+            ("estimate", Risk::Low),
+            ("query_results", Risk::Low),
+            ("write_file", Risk::Medium),
+            ("apply_patch", Risk::Medium),
+            ("compile", Risk::Low),
+            ("run", Risk::Medium),
+            ("validate", Risk::Medium),
+            ("benchmark", Risk::Medium),
+            ("profile", Risk::Medium),
+            ("shell", Risk::High),
+            ("reset_slice", Risk::High),
+        ];
+        Self {
+            defaults: table
+                .into_iter()
+                .map(|(name, risk)| (name.to_owned(), risk))
+                .collect(),
+            overrides: HashMap::new(),
+            auto_approve: AutoApprove::default(),
+        }
+    }
+}
+
+impl RiskPolicy {
+    /// The risk of calling `tool`, given what the tool declares.
+    pub fn risk_of(&self, tool: &str, declared: Risk) -> Risk {
+        self.overrides
+            .get(tool)
+            .or_else(|| self.defaults.get(tool))
+            .copied()
+            .unwrap_or(declared)
+    }
+
+    pub fn with_override(mut self, tool: impl Into<String>, risk: Risk) -> Self {
+        self.overrides.insert(tool.into(), risk);
+        self
+    }
+
+    pub fn with_auto_approve(mut self, mode: AutoApprove) -> Self {
+        self.auto_approve = mode;
+        self
+    }
+
+    /// The policy's own verdict (middlewares may still change it).
+    pub fn permission(&self, risk: Risk) -> Permission {
+        if self.auto_approve.approves(risk) {
+            Permission::Allow
+        } else {
+            Permission::Ask
+        }
+    }
+}
+
+/// How long a paused loop waits for decisions, and what happens then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalConfig {
+    pub timeout: Duration,
+    /// Applied to every undecided call when the timeout passes.
+    pub on_timeout: ApprovalDecision,
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(600),
+            on_timeout: ApprovalDecision::Deny {
+                reason: Some("approval timed out".to_owned()),
+            },
+        }
+    }
+}

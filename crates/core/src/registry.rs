@@ -1,0 +1,239 @@
+//! The tools a session may call: registration (with the argument schema
+//! compiled once), the allowlist, and tool groups that are switched on at run
+//! time. It also turns a raw call into validated arguments, or into the
+//! reason the model gets back when that fails.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::model::ToolSpec;
+use crate::tool::Tool;
+
+/// Why a tool could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("tool '{0}' is registered twice")]
+    Duplicate(String),
+    #[error("tool '{tool}' has an invalid input schema: {message}")]
+    InvalidSchema { tool: String, message: String },
+}
+
+/// A registered tool with its compiled argument validator.
+pub struct RegisteredTool {
+    pub tool: Arc<dyn Tool>,
+    pub spec: ToolSpec,
+    /// `None`: always available; `Some(g)`: only while group `g` is active.
+    pub group: Option<String>,
+    validator: jsonschema::Validator,
+}
+
+/// Why a call could not be turned into arguments the tool accepts. Each kind
+/// feeds its own [`crate::RiskTracker`] counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallRejection {
+    UnknownTool(String),
+    NotAllowed(String),
+    /// The arguments are not JSON (a protocol error of the model).
+    Protocol(String),
+    Normalize(String),
+    Schema(String),
+}
+
+impl CallRejection {
+    /// The text the model sees as the call's result.
+    pub fn observation(&self) -> String {
+        match self {
+            Self::UnknownTool(m)
+            | Self::NotAllowed(m)
+            | Self::Protocol(m)
+            | Self::Normalize(m)
+            | Self::Schema(m) => format!("error: {m}"),
+        }
+    }
+}
+
+/// The tool table of a session.
+#[derive(Default)]
+pub struct ToolRegistry {
+    tools: HashMap<String, RegisteredTool>,
+    /// Registration order, so the model sees tools in a stable order.
+    order: Vec<String>,
+    allowlist: Option<HashSet<String>>,
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register a tool that is always available.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        self.insert(tool, None)
+    }
+
+    /// Register a tool that is available only while `group` is active.
+    pub fn register_in_group(
+        &mut self,
+        group: impl Into<String>,
+        tool: Arc<dyn Tool>,
+    ) -> Result<(), RegistryError> {
+        self.insert(tool, Some(group.into()))
+    }
+
+    /// Builder form of [`ToolRegistry::register`].
+    pub fn with(mut self, tool: Arc<dyn Tool>) -> Result<Self, RegistryError> {
+        self.register(tool)?;
+        Ok(self)
+    }
+
+    /// Only these tool names may be called (others are refused with
+    /// `tool_not_allowed` and are not advertised). `None` allows all.
+    pub fn set_allowlist(&mut self, allow: Option<impl IntoIterator<Item = impl Into<String>>>) {
+        self.allowlist = allow.map(|names| names.into_iter().map(Into::into).collect());
+    }
+
+    fn insert(&mut self, tool: Arc<dyn Tool>, group: Option<String>) -> Result<(), RegistryError> {
+        let name = tool.name().to_owned();
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::Duplicate(name));
+        }
+        let schema = tool.input_schema();
+        let validator =
+            jsonschema::validator_for(&schema).map_err(|e| RegistryError::InvalidSchema {
+                tool: name.clone(),
+                message: e.to_string(),
+            })?;
+        let spec = ToolSpec {
+            name: name.clone(),
+            description: tool.description().to_owned(),
+            parameters: schema,
+        };
+        self.order.push(name.clone());
+        self.tools.insert(
+            name,
+            RegisteredTool {
+                tool,
+                spec,
+                group,
+                validator,
+            },
+        );
+        Ok(())
+    }
+
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.tools.get(name)
+    }
+
+    /// Names of all registered tools, in registration order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.order.iter().map(String::as_str)
+    }
+
+    /// The tool the model may call now, or why not.
+    pub fn available(
+        &self,
+        name: &str,
+        active_groups: &[String],
+    ) -> Result<&RegisteredTool, CallRejection> {
+        let Some(entry) = self.tools.get(name) else {
+            let known: Vec<&str> = self.visible_names(active_groups).collect();
+            return Err(CallRejection::UnknownTool(format!(
+                "unknown tool '{name}'; available tools: {}",
+                known.join(", ")
+            )));
+        };
+        if let Some(allow) = &self.allowlist
+            && !allow.contains(name)
+        {
+            return Err(CallRejection::NotAllowed(format!(
+                "tool '{name}' is not allowed in this session"
+            )));
+        }
+        if let Some(group) = &entry.group
+            && !active_groups.iter().any(|g| g == group)
+        {
+            return Err(CallRejection::NotAllowed(format!(
+                "tool '{name}' belongs to group '{group}', which is not active"
+            )));
+        }
+        Ok(entry)
+    }
+
+    fn visible_names<'a>(&'a self, active_groups: &'a [String]) -> impl Iterator<Item = &'a str> {
+        self.order
+            .iter()
+            .filter(move |name| self.available_quiet(name, active_groups))
+            .map(String::as_str)
+    }
+
+    fn available_quiet(&self, name: &str, active_groups: &[String]) -> bool {
+        let Some(entry) = self.tools.get(name) else {
+            return false;
+        };
+        let allowed = self.allowlist.as_ref().is_none_or(|a| a.contains(name));
+        let in_group = entry
+            .group
+            .as_ref()
+            .is_none_or(|g| active_groups.iter().any(|a| a == g));
+        allowed && in_group
+    }
+
+    /// The tools advertised to the model right now.
+    pub fn specs(&self, active_groups: &[String]) -> Vec<ToolSpec> {
+        self.visible_names(active_groups)
+            .filter_map(|name| self.tools.get(name).map(|t| t.spec.clone()))
+            .collect()
+    }
+
+    /// Parse, normalize and validate the raw arguments of a call to `entry`.
+    pub fn prepare_arguments(
+        entry: &RegisteredTool,
+        parsed: serde_json::Value,
+    ) -> Result<serde_json::Value, CallRejection> {
+        let name = entry.spec.name.as_str();
+        let normalized = entry.tool.normalize(parsed).map_err(|message| {
+            CallRejection::Normalize(format!(
+                "arguments of '{name}' could not be normalized: {message}"
+            ))
+        })?;
+        if entry.validator.is_valid(&normalized) {
+            return Ok(normalized);
+        }
+        let problems: Vec<String> = entry
+            .validator
+            .iter_errors(&normalized)
+            .take(8)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(normalized)
+        } else {
+            Err(CallRejection::Schema(format!(
+                "arguments of '{name}' do not match its schema: {}",
+                problems.join("; ")
+            )))
+        }
+    }
+}
+
+/// Parse a call's raw argument text. An empty string means "no arguments",
+/// which several model servers send for argument-less tools.
+pub fn parse_arguments(raw: &str) -> Result<serde_json::Value, CallRejection> {
+    if raw.trim().is_empty() {
+        return Ok(serde_json::Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_str(raw).map_err(|e| {
+        CallRejection::Protocol(format!(
+            "protocol error: the tool call arguments are not valid JSON ({e}); \
+             send the arguments as one JSON object"
+        ))
+    })
+}

@@ -1,0 +1,180 @@
+//! What a tool is, as far as the engine is concerned.
+//!
+//! Tools live in other crates (`mtswarm-tools` for workers, `mtswarm-leader`
+//! for the leader); the engine routes, approves, schedules and observes them
+//! only through this trait. The flags (`risk`, `read_only`, `concurrency_safe`,
+//! `needs_hardware`) are what the scheduler and the risk policy key off, so a
+//! tool must report them truthfully.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How dangerous a call is; decides whether it needs approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    Low,
+    Medium,
+    High,
+}
+
+/// A side effect of a successful call that the engine must know about,
+/// declared by the tool rather than inferred from its name. The engine folds
+/// these into the working state and the completion gate's evidence ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "effect", rename_all = "snake_case")]
+pub enum Effect {
+    /// Code or data the answer depends on changed (write_file, apply_patch):
+    /// every piece of verification evidence taken before it is void.
+    Mutation { target: String },
+    /// Verification happened (validate, benchmark). Counts for the completion
+    /// gate only if taken after the latest mutation and `passed`.
+    Evidence {
+        kind: String,
+        passed: bool,
+        #[serde(default)]
+        summary: serde_json::Value,
+    },
+    /// Set one field of the working state (e.g. `source_file`,
+    /// `current_candidates`). `append` pushes onto an array field instead
+    /// (e.g. `compile_results`, `benchmark_results`).
+    State {
+        key: String,
+        value: serde_json::Value,
+        #[serde(default)]
+        append: bool,
+    },
+}
+
+/// The result of a successful call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// What the model sees (may be truncated by the engine for the model view;
+    /// the full text stays in the event stream and history).
+    pub content: String,
+    /// Optional structured form of the result, for events and policies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effects: Vec<Effect>,
+}
+
+impl ToolOutput {
+    pub fn text(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            ..Self::default()
+        }
+    }
+    pub fn with_data(mut self, data: serde_json::Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+    pub fn with_effect(mut self, effect: Effect) -> Self {
+        self.effects.push(effect);
+        self
+    }
+}
+
+/// Why a call failed. Every variant becomes an error observation for the
+/// model; none of them stops the loop.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum ToolError {
+    /// The arguments were well-formed JSON matching the schema but made no
+    /// sense (e.g. a path outside the workspace).
+    #[error("invalid arguments: {0}")]
+    InvalidArgs(String),
+    /// The tool ran and failed (compile error, capacity exceeded, ...).
+    #[error("{0}")]
+    Failed(String),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// A progress report from inside a long call (TOOL_STATE_UPDATE events).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolProgress {
+    pub message: String,
+    /// 0..1 when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fraction: Option<f64>,
+}
+
+/// Per-call context handed to a tool.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub session_id: String,
+    pub call_id: String,
+    pub step: u32,
+    progress: Option<tokio::sync::mpsc::UnboundedSender<(String, ToolProgress)>>,
+}
+
+impl ToolContext {
+    pub fn new(session_id: impl Into<String>, call_id: impl Into<String>, step: u32) -> Self {
+        Self {
+            session_id: session_id.into(),
+            call_id: call_id.into(),
+            step,
+            progress: None,
+        }
+    }
+
+    /// Route progress reports to the engine (it turns them into events).
+    pub fn with_progress(
+        mut self,
+        sink: tokio::sync::mpsc::UnboundedSender<(String, ToolProgress)>,
+    ) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
+    /// Report progress; a no-op when nobody listens.
+    pub fn progress(&self, message: impl Into<String>, fraction: Option<f64>) {
+        if let Some(sink) = &self.progress {
+            let _ = sink.send((
+                self.call_id.clone(),
+                ToolProgress {
+                    message: message.into(),
+                    fraction,
+                },
+            ));
+        }
+    }
+}
+
+/// A tool the engine can route, approve, schedule and call.
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// JSON Schema of the arguments object (generate it with schemars).
+    fn input_schema(&self) -> serde_json::Value;
+    fn risk(&self) -> Risk;
+    /// Changes nothing outside the tool's own process.
+    fn read_only(&self) -> bool;
+    /// May run at the same time as other concurrency-safe calls of a step.
+    fn concurrency_safe(&self) -> bool;
+    /// Touches the hardware slice: the engine takes the resource lock named by
+    /// [`Tool::resource`] around the call (one holder at a time per resource).
+    fn needs_hardware(&self) -> bool {
+        false
+    }
+    /// The resource a hardware call locks (e.g. the slice id).
+    fn resource(&self) -> Option<String> {
+        None
+    }
+    /// Repair what models commonly get wrong before schema validation
+    /// (numbers as strings, a single item where a list is expected, ...).
+    /// Returns a clear message when the arguments cannot be repaired.
+    fn normalize(&self, args: serde_json::Value) -> Result<serde_json::Value, String> {
+        Ok(args)
+    }
+    async fn call(
+        &self,
+        args: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError>;
+}

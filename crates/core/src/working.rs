@@ -1,0 +1,227 @@
+//! What the session has done so far, folded from the [`Effect`]s that
+//! successful tool calls declare: the working state the model is reminded of
+//! every turn, and the evidence ledger the completion gate judges.
+//!
+//! Tools declare their effects instead of the engine guessing from tool
+//! names, so a new tool needs no engine change to count as an edit or as
+//! verification.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::tool::Effect;
+
+/// The session's shared memory of what has happened (written, compiled,
+/// benchmarked, ...). Known fields are typed; anything else goes to `extra`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkingState {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimization_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compile_results: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub benchmark_results: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_candidates: Option<serde_json::Value>,
+    /// Free keys set by tools.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+fn as_text(value: serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s,
+        other => other.to_string(),
+    }
+}
+
+impl WorkingState {
+    /// Apply one `Effect::State`. `append` pushes onto list fields (and turns
+    /// a free key into a list); on the text fields it simply sets the value.
+    pub fn set(&mut self, key: &str, value: serde_json::Value, append: bool) {
+        match key {
+            "source_file" => self.source_file = Some(as_text(value)),
+            "optimization_mode" => self.optimization_mode = Some(as_text(value)),
+            "compile_results" => set_list(&mut self.compile_results, value, append),
+            "benchmark_results" => set_list(&mut self.benchmark_results, value, append),
+            "current_candidates" => self.current_candidates = Some(value),
+            _ => {
+                if append {
+                    match self.extra.get_mut(key) {
+                        Some(serde_json::Value::Array(items)) => items.push(value),
+                        Some(existing) => {
+                            let old = existing.take();
+                            *existing = serde_json::Value::Array(vec![old, value]);
+                        }
+                        None => {
+                            self.extra
+                                .insert(key.to_owned(), serde_json::Value::Array(vec![value]));
+                        }
+                    }
+                } else {
+                    self.extra.insert(key.to_owned(), value);
+                }
+            }
+        }
+    }
+
+    /// True when nothing has been recorded yet.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+fn set_list(list: &mut Vec<serde_json::Value>, value: serde_json::Value, append: bool) {
+    if append {
+        list.push(value);
+    } else {
+        match value {
+            serde_json::Value::Array(items) => *list = items,
+            other => *list = vec![other],
+        }
+    }
+}
+
+/// One piece of verification evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceRecord {
+    pub kind: String,
+    pub passed: bool,
+    pub step: u32,
+    /// Position in the effect order of the run (mutations share it).
+    pub seq: u64,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub summary: serde_json::Value,
+}
+
+/// The latest change to what the answer depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MutationRecord {
+    pub target: String,
+    pub step: u32,
+    pub seq: u64,
+}
+
+/// Evidence and mutations in the order they happened.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceLedger {
+    pub records: Vec<EvidenceRecord>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_mutation: Option<MutationRecord>,
+    pub next_seq: u64,
+}
+
+impl EvidenceLedger {
+    /// Record an Evidence or Mutation effect (others are ignored here).
+    pub fn record(&mut self, effect: &Effect, step: u32) {
+        let seq = self.next_seq;
+        match effect {
+            Effect::Mutation { target } => {
+                self.last_mutation = Some(MutationRecord {
+                    target: target.clone(),
+                    step,
+                    seq,
+                });
+            }
+            Effect::Evidence {
+                kind,
+                passed,
+                summary,
+            } => self.records.push(EvidenceRecord {
+                kind: kind.clone(),
+                passed: *passed,
+                step,
+                seq,
+                summary: summary.clone(),
+            }),
+            Effect::State { .. } => return,
+        }
+        self.next_seq += 1;
+    }
+
+    /// Passed evidence of `kind` taken after the latest mutation.
+    pub fn has_valid(&self, kind: &str) -> bool {
+        self.records
+            .iter()
+            .any(|r| r.kind == kind && r.passed && self.after_last_mutation(r))
+    }
+
+    /// Passed evidence of `kind` that a later mutation voided.
+    pub fn has_voided(&self, kind: &str) -> bool {
+        self.records
+            .iter()
+            .any(|r| r.kind == kind && r.passed && !self.after_last_mutation(r))
+    }
+
+    fn after_last_mutation(&self, record: &EvidenceRecord) -> bool {
+        self.last_mutation
+            .as_ref()
+            .is_none_or(|m| record.seq > m.seq)
+    }
+}
+
+/// Fold one effect into the working state and the ledger.
+pub(crate) fn apply_effect(
+    working: &mut WorkingState,
+    ledger: &mut EvidenceLedger,
+    effect: &Effect,
+    step: u32,
+) {
+    match effect {
+        Effect::State { key, value, append } => working.set(key, value.clone(), *append),
+        other => ledger.record(other, step),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn state_effects_set_and_append() {
+        let mut state = WorkingState::default();
+        state.set("benchmark_results", json!({"ms": 2}), true);
+        state.set("benchmark_results", json!({"ms": 1}), true);
+        state.set("optimization_mode", json!("vectorize"), false);
+        state.set("notes", json!("a"), true);
+        state.set("notes", json!("b"), true);
+        state.set("best", json!(1), false);
+        state.set("best", json!(2), true);
+        assert_eq!(
+            state.benchmark_results,
+            vec![json!({"ms": 2}), json!({"ms": 1})]
+        );
+        assert_eq!(state.optimization_mode.as_deref(), Some("vectorize"));
+        assert_eq!(state.extra["notes"], json!(["a", "b"]));
+        assert_eq!(state.extra["best"], json!([1, 2]));
+        state.set("compile_results", json!([{"ok": true}]), false);
+        assert_eq!(state.compile_results, vec![json!({"ok": true})]);
+    }
+
+    #[test]
+    fn evidence_counts_only_after_the_latest_mutation() {
+        let mut ledger = EvidenceLedger::default();
+        let validate = Effect::Evidence {
+            kind: "validate".into(),
+            passed: true,
+            summary: serde_json::Value::Null,
+        };
+        ledger.record(&validate, 1);
+        assert!(ledger.has_valid("validate"));
+        ledger.record(
+            &Effect::Mutation {
+                target: "k.c".into(),
+            },
+            2,
+        );
+        assert!(!ledger.has_valid("validate"));
+        assert!(ledger.has_voided("validate"));
+        ledger.record(&validate, 3);
+        assert!(ledger.has_valid("validate"));
+        assert!(!ledger.has_valid("benchmark"));
+    }
+}

@@ -1,0 +1,209 @@
+//! Test tools and engine setup shared by the integration tests.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
+use mtswarm_core::*;
+use serde_json::{Value, json};
+
+type Behaviour = Arc<
+    dyn Fn(
+            Value,
+            ToolContext,
+        ) -> Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A tool whose flags and behaviour are set by the test.
+pub struct FnTool {
+    pub name: String,
+    pub risk: Risk,
+    pub concurrency_safe: bool,
+    pub resource: Option<String>,
+    pub schema: Value,
+    pub normalize_error: Option<String>,
+    behaviour: Behaviour,
+}
+
+impl FnTool {
+    pub fn new<F, Fut>(name: &str, behaviour: F) -> Self
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+    {
+        Self {
+            name: name.to_owned(),
+            risk: Risk::Low,
+            concurrency_safe: false,
+            resource: None,
+            schema: json!({"type": "object"}),
+            normalize_error: None,
+            behaviour: Arc::new(move |args, ctx| Box::pin(behaviour(args, ctx))),
+        }
+    }
+    /// A tool answering with a fixed text.
+    pub fn echo(name: &str, reply: &str) -> Self {
+        let reply = reply.to_owned();
+        Self::new(name, move |_, _| {
+            let reply = reply.clone();
+            async move { Ok(ToolOutput::text(reply)) }
+        })
+    }
+    /// A tool answering with fixed effects.
+    pub fn with_effects(name: &str, effects: Vec<Effect>) -> Self {
+        Self::new(name, move |_, _| {
+            let effects = effects.clone();
+            async move {
+                let mut out = ToolOutput::text("done");
+                out.effects = effects;
+                Ok(out)
+            }
+        })
+    }
+    pub fn risk(mut self, risk: Risk) -> Self {
+        self.risk = risk;
+        self
+    }
+    pub fn concurrent(mut self) -> Self {
+        self.concurrency_safe = true;
+        self
+    }
+    pub fn hardware(mut self, resource: &str) -> Self {
+        self.resource = Some(resource.to_owned());
+        self
+    }
+    pub fn schema(mut self, schema: Value) -> Self {
+        self.schema = schema;
+        self
+    }
+    pub fn failing_normalize(mut self, message: &str) -> Self {
+        self.normalize_error = Some(message.to_owned());
+        self
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for FnTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        "test tool"
+    }
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+    fn risk(&self) -> Risk {
+        self.risk
+    }
+    fn read_only(&self) -> bool {
+        self.concurrency_safe
+    }
+    fn concurrency_safe(&self) -> bool {
+        self.concurrency_safe
+    }
+    fn needs_hardware(&self) -> bool {
+        self.resource.is_some()
+    }
+    fn resource(&self) -> Option<String> {
+        self.resource.clone()
+    }
+    fn normalize(&self, args: Value) -> Result<Value, String> {
+        match &self.normalize_error {
+            Some(message) => Err(message.clone()),
+            None => Ok(args),
+        }
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        (self.behaviour)(args, ctx.clone()).await
+    }
+}
+
+pub fn registry(tools: Vec<FnTool>) -> ToolRegistry {
+    let mut registry = ToolRegistry::new();
+    for tool in tools {
+        registry.register(Arc::new(tool)).expect("valid test tool");
+    }
+    registry
+}
+
+pub fn engine(
+    config: EngineConfig,
+    turns: Vec<ScriptedTurn>,
+    registry: ToolRegistry,
+    policy: RiskPolicy,
+) -> (Engine, Arc<ScriptedModel>) {
+    let model = Arc::new(ScriptedModel::new(turns));
+    let engine = Engine::new(
+        config,
+        model.clone(),
+        registry,
+        policy,
+        Arc::new(LocalResourceLock::default()),
+    )
+    .with_clock(Arc::new(ManualClock::new(1_700_000_000_000)));
+    (engine, model)
+}
+
+pub fn auto_all() -> RiskPolicy {
+    RiskPolicy::default().with_auto_approve(AutoApprove::All)
+}
+
+/// Drive a run to its end, failing the test instead of hanging.
+pub async fn run(stream: RunStream) -> (Vec<Event>, Outcome) {
+    tokio::time::timeout(Duration::from_secs(10), stream.collect_all())
+        .await
+        .expect("the run finished within 10 s")
+}
+
+pub fn final_text(outcome: &Outcome) -> &str {
+    match outcome {
+        Outcome::Final { text, .. } => text,
+        other => panic!("expected a final answer, got {other:?}"),
+    }
+}
+
+pub fn stop_reason(outcome: &Outcome) -> StopReason {
+    match outcome {
+        Outcome::Stopped { reason, .. } => *reason,
+        other => panic!("expected a stop, got {other:?}"),
+    }
+}
+
+pub fn tool_results(events: &[Event]) -> Vec<(String, bool, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolResult {
+                call_id,
+                ok,
+                content,
+                ..
+            } => Some((call_id.clone(), *ok, content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn call(id: &str, name: &str, args: &str) -> ToolCall {
+    ToolCall {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        arguments: args.to_owned(),
+    }
+}
+
+/// The content of the tool message answering `call_id` in the history.
+pub fn observation<'a>(state: &'a LoopState, call_id: &str) -> &'a str {
+    state
+        .history()
+        .iter()
+        .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(call_id))
+        .map(|m| m.content.as_str())
+        .unwrap_or_else(|| panic!("no tool message for {call_id}"))
+}

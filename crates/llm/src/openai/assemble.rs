@@ -1,0 +1,297 @@
+//! Turns the `data:` payloads of a chat-completions stream into
+//! [`ModelEvent`]s.
+//!
+//! The wire protocol sends tool calls in fragments keyed by `index` (id and
+//! name first, then the JSON arguments in pieces), while the engine wants each
+//! call whole. This module owns that stitching, kept free of I/O so it can be
+//! tested chunk by chunk.
+
+use std::collections::BTreeMap;
+
+use mtswarm_core::model::{FinishReason, ModelError, ModelEvent, ToolCall, Usage};
+
+use super::wire::{Chunk, ToolCallDelta, mentions_context_overflow, message_in, truncate};
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembly state for one streamed turn.
+#[derive(Debug, Default)]
+pub(crate) struct TurnAssembler {
+    calls: BTreeMap<u32, PartialCall>,
+    last_call_index: Option<u32>,
+    finish: Option<FinishReason>,
+    chunks_seen: u64,
+    emitted_any_call: bool,
+}
+
+impl TurnAssembler {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Handles one `data:` payload other than `[DONE]`.
+    pub(crate) fn on_data(&mut self, data: &str) -> Result<Vec<ModelEvent>, ModelError> {
+        self.chunks_seen += 1;
+        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+            ModelError::Protocol(format!(
+                "stream chunk {} is not valid chat-completion JSON ({e}): {}",
+                self.chunks_seen,
+                truncate(data, 300)
+            ))
+        })?;
+
+        if let Some(error) = &chunk.error {
+            return Err(stream_error(error));
+        }
+
+        let mut events = Vec::new();
+        // Only one choice is ever requested (no `n`), so others are ignored.
+        for choice in chunk.choices.iter().filter(|c| c.index == 0) {
+            if let Some(delta) = &choice.delta {
+                for thinking in [&delta.reasoning_content, &delta.reasoning]
+                    .into_iter()
+                    .flatten()
+                {
+                    if !thinking.is_empty() {
+                        events.push(ModelEvent::ThinkingDelta {
+                            text: thinking.clone(),
+                        });
+                    }
+                }
+                if let Some(text) = &delta.content
+                    && !text.is_empty()
+                {
+                    events.push(ModelEvent::TextDelta { text: text.clone() });
+                }
+                for call in delta.tool_calls.iter().flatten() {
+                    self.absorb_call_delta(call);
+                }
+            }
+            if let Some(reason) = &choice.finish_reason {
+                self.finish = Some(parse_finish_reason(reason));
+                self.flush_calls(&mut events)?;
+            }
+        }
+        if let Some(usage) = &chunk.usage {
+            events.push(ModelEvent::Usage {
+                usage: Usage {
+                    input_tokens: usage.prompt_tokens,
+                    output_tokens: usage.completion_tokens,
+                },
+            });
+        }
+        Ok(events)
+    }
+
+    /// Handles the end of the stream: `saw_done` tells whether the server
+    /// sent `data: [DONE]` (otherwise the body simply ended).
+    pub(crate) fn on_end(&mut self, saw_done: bool) -> Result<Vec<ModelEvent>, ModelError> {
+        if !saw_done && self.finish.is_none() {
+            return Err(ModelError::Protocol(format!(
+                "stream ended after {} chunk(s) without a finish_reason or [DONE]; the response was cut off mid-turn",
+                self.chunks_seen
+            )));
+        }
+        let mut events = Vec::new();
+        self.flush_calls(&mut events)?;
+        let reason = match self.finish.take() {
+            Some(reason) => reason,
+            None if self.emitted_any_call => FinishReason::ToolCalls,
+            None => FinishReason::Stop,
+        };
+        events.push(ModelEvent::Finish { reason });
+        Ok(events)
+    }
+
+    fn absorb_call_delta(&mut self, delta: &ToolCallDelta) {
+        let index = match delta.index {
+            Some(index) => index,
+            // Without an index, a new id starts a new call and anything else
+            // continues the latest one.
+            None => match (self.last_call_index, &delta.id) {
+                (Some(last), Some(id)) if self.calls.get(&last).is_some_and(|c| c.id != *id) => {
+                    self.calls.keys().next_back().map_or(0, |k| k + 1)
+                }
+                (Some(last), _) => last,
+                (None, _) => 0,
+            },
+        };
+        self.last_call_index = Some(index);
+        let partial = self.calls.entry(index).or_default();
+        if let Some(id) = &delta.id
+            && partial.id.is_empty()
+        {
+            partial.id = id.clone();
+        }
+        if let Some(function) = &delta.function {
+            if let Some(name) = &function.name
+                && *name != partial.name
+            {
+                partial.name.push_str(name);
+            }
+            if let Some(arguments) = &function.arguments {
+                partial.arguments.push_str(arguments);
+            }
+        }
+    }
+
+    fn flush_calls(&mut self, events: &mut Vec<ModelEvent>) -> Result<(), ModelError> {
+        for (index, partial) in std::mem::take(&mut self.calls) {
+            if partial.name.is_empty() {
+                return Err(ModelError::Protocol(format!(
+                    "tool call at index {index} (id {:?}) ended without a function name",
+                    partial.id
+                )));
+            }
+            let id = if partial.id.is_empty() {
+                format!("call_{}", uuid::Uuid::new_v4().simple())
+            } else {
+                partial.id
+            };
+            events.push(ModelEvent::ToolCall {
+                call: ToolCall {
+                    id,
+                    name: partial.name,
+                    arguments: partial.arguments,
+                },
+            });
+            self.emitted_any_call = true;
+        }
+        self.last_call_index = None;
+        Ok(())
+    }
+}
+
+fn parse_finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "stop" | "eos" | "end_turn" => FinishReason::Stop,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "length" | "max_tokens" => FinishReason::Length,
+        "content_filter" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+/// Classifies an error object the server put inside the stream.
+pub(crate) fn stream_error(error: &serde_json::Value) -> ModelError {
+    let message = message_in(error).unwrap_or_else(|| truncate(&error.to_string(), 2000));
+    if mentions_context_overflow(&message) {
+        ModelError::PromptTooLong(message)
+    } else if message.to_ascii_lowercase().contains("rate limit") {
+        ModelError::RateLimited(message)
+    } else {
+        ModelError::Other(format!(
+            "the endpoint reported an error mid-stream: {message}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(assembler: &mut TurnAssembler, chunks: &[&str]) -> Vec<ModelEvent> {
+        let mut events = Vec::new();
+        for chunk in chunks {
+            events.extend(assembler.on_data(chunk).unwrap());
+        }
+        events
+    }
+
+    #[test]
+    fn tool_calls_without_index_are_split_by_id() {
+        let mut assembler = TurnAssembler::new();
+        let mut events = feed(
+            &mut assembler,
+            &[
+                r#"{"choices":[{"delta":{"tool_calls":[{"id":"a","function":{"name":"f","arguments":"{\"x\""}}]}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":":1}"}}]}}]}"#,
+                r#"{"choices":[{"delta":{"tool_calls":[{"id":"b","function":{"name":"g","arguments":"{}"}}]}}]}"#,
+            ],
+        );
+        events.extend(assembler.on_end(true).unwrap());
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::ToolCall {
+                    call: ToolCall {
+                        id: "a".into(),
+                        name: "f".into(),
+                        arguments: "{\"x\":1}".into()
+                    }
+                },
+                ModelEvent::ToolCall {
+                    call: ToolCall {
+                        id: "b".into(),
+                        name: "g".into(),
+                        arguments: "{}".into()
+                    }
+                },
+                ModelEvent::Finish {
+                    reason: FinishReason::ToolCalls
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_nameless_tool_call_is_a_protocol_error() {
+        let mut assembler = TurnAssembler::new();
+        feed(
+            &mut assembler,
+            &[r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a"}]}}]}"#],
+        );
+        let err = assembler.on_end(true).unwrap_err();
+        assert!(
+            matches!(&err, ModelError::Protocol(m) if m.contains("without a function name")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_stream_cut_before_finish_is_a_protocol_error() {
+        let mut assembler = TurnAssembler::new();
+        feed(
+            &mut assembler,
+            &[r#"{"choices":[{"delta":{"content":"hal"}}]}"#],
+        );
+        let err = assembler.on_end(false).unwrap_err();
+        assert!(
+            matches!(&err, ModelError::Protocol(m) if m.contains("cut off")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn in_stream_context_error_is_prompt_too_long() {
+        let mut assembler = TurnAssembler::new();
+        let err = assembler
+            .on_data(r#"{"error":{"message":"maximum context length is 8192 tokens"}}"#)
+            .unwrap_err();
+        assert!(matches!(err, ModelError::PromptTooLong(_)), "{err}");
+    }
+
+    #[test]
+    fn reasoning_fields_become_thinking() {
+        let mut assembler = TurnAssembler::new();
+        let events = feed(
+            &mut assembler,
+            &[
+                r#"{"choices":[{"delta":{"reasoning_content":"hmm"}}]}"#,
+                r#"{"choices":[{"delta":{"reasoning":"so"}}]}"#,
+            ],
+        );
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::ThinkingDelta { text: "hmm".into() },
+                ModelEvent::ThinkingDelta { text: "so".into() },
+            ]
+        );
+    }
+}
