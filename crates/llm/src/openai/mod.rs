@@ -265,7 +265,22 @@ impl ChatModel for OpenAiClient {
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
-        let body = request_body(&self.config.model, &request)?;
+        self.start_turn(&request).await
+    }
+
+    /// The request is only serialized, so the engine's shared request is
+    /// borrowed rather than copied.
+    async fn stream_shared(
+        &self,
+        request: std::sync::Arc<ChatRequest>,
+    ) -> Result<ModelStream, ModelError> {
+        self.start_turn(&request).await
+    }
+}
+
+impl OpenAiClient {
+    async fn start_turn(&self, request: &ChatRequest) -> Result<ModelStream, ModelError> {
+        let body = request_body(&self.config.model, request)?;
         let bytes = serde_json::to_vec(&body)
             .map_err(|e| ModelError::Other(format!("cannot encode the request body: {e}")))?;
         tracing::debug!(

@@ -1,0 +1,382 @@
+//! A typed view of one JetStream KV bucket: values are protobuf messages,
+//! every read returns the revision, and conditional writes (create, update at
+//! a revision) report conflicts as [`BusError::CasConflict`] /
+//! [`BusError::AlreadyExists`] so callers can re-read and retry. Buckets with
+//! per-key TTLs (leases, worker membership) also get TTL writes.
+
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::kv::{self, Operation};
+use async_nats::jetstream::message::PublishMessage;
+use futures::{Stream, StreamExt as _, TryStreamExt as _};
+
+use crate::codec::{self, BusMessage};
+use crate::subjects;
+use crate::{Bus, BusError};
+
+/// A value with the KV revision it was read or written at (the CAS token).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned<T> {
+    pub value: T,
+    pub revision: u64,
+}
+
+/// One change seen by a watch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KvChange<T> {
+    /// A value was written.
+    Put { key: String, value: Versioned<T> },
+    /// The key was deleted by a client.
+    Deleted { key: String, revision: u64 },
+    /// The key was purged or its TTL lapsed (server-placed marker).
+    Expired { key: String, revision: u64 },
+}
+
+impl<T> KvChange<T> {
+    pub fn key(&self) -> &str {
+        match self {
+            KvChange::Put { key, .. }
+            | KvChange::Deleted { key, .. }
+            | KvChange::Expired { key, .. } => key,
+        }
+    }
+}
+
+/// Boxed stream of typed KV changes.
+pub type KvWatch<T> = Pin<Box<dyn Stream<Item = Result<KvChange<T>, BusError>> + Send>>;
+
+/// Typed access to one bucket. Cheap to clone.
+#[derive(Debug)]
+pub struct TypedKv<T> {
+    store: kv::Store,
+    bucket: String,
+    per_key_ttl: bool,
+    bus: Bus,
+    _value: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for TypedKv<T> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            bucket: self.bucket.clone(),
+            per_key_ttl: self.per_key_ttl,
+            bus: self.bus.clone(),
+            _value: PhantomData,
+        }
+    }
+}
+
+fn kv_error(
+    op: &'static str,
+    bucket: &str,
+    key: &str,
+    source: impl Into<crate::error::NatsSource>,
+) -> BusError {
+    BusError::Kv {
+        op,
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        source: source.into(),
+    }
+}
+
+impl<T: BusMessage> TypedKv<T> {
+    /// Opens an existing bucket (created by [`Bus::ensure_topology`]).
+    pub async fn open(bus: &Bus, bucket: &str) -> Result<Self, BusError> {
+        let store = bus
+            .jetstream()
+            .get_key_value(bucket)
+            .await
+            .map_err(|e| kv_error("open", bucket, "", e))?;
+        let per_key_ttl = store.stream.cached_info().config.allow_message_ttl;
+        Ok(Self {
+            store,
+            bucket: bucket.to_string(),
+            per_key_ttl,
+            bus: bus.clone(),
+            _value: PhantomData,
+        })
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// True when keys can carry their own TTL (server ≥ 2.11 and a bucket
+    /// created with limit markers).
+    pub fn per_key_ttl(&self) -> bool {
+        self.per_key_ttl
+    }
+
+    fn check_key(&self, key: &str) -> Result<(), BusError> {
+        subjects::validate_id("KV key", key)
+    }
+
+    fn subject(&self, key: &str) -> String {
+        format!("$KV.{}.{}", self.bucket, key)
+    }
+
+    fn decode(&self, key: &str, payload: &[u8]) -> Result<T, BusError> {
+        codec::decode::<T>(&self.subject(key), None, payload)
+    }
+
+    /// Latest value of `key`, or `None` when absent, deleted or expired.
+    pub async fn get(&self, key: &str) -> Result<Option<Versioned<T>>, BusError> {
+        self.check_key(key)?;
+        let entry = self
+            .store
+            .entry(key)
+            .await
+            .map_err(|e| kv_error("get", &self.bucket, key, e))?;
+        match entry {
+            Some(entry) if entry.operation == Operation::Put => Ok(Some(Versioned {
+                value: self.decode(key, &entry.value)?,
+                revision: entry.revision,
+            })),
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes `value` unconditionally; returns the new revision.
+    pub async fn put(&self, key: &str, value: &T) -> Result<u64, BusError> {
+        self.check_key(key)?;
+        self.store
+            .put(key, codec::encode(value))
+            .await
+            .map_err(|e| kv_error("put", &self.bucket, key, e))
+    }
+
+    /// Writes `value` only if `key` has no live value.
+    pub async fn create(&self, key: &str, value: &T) -> Result<u64, BusError> {
+        self.check_key(key)?;
+        self.store
+            .create(key, codec::encode(value))
+            .await
+            .map_err(|e| match e.kind() {
+                kv::CreateErrorKind::AlreadyExists => BusError::AlreadyExists {
+                    bucket: self.bucket.clone(),
+                    key: key.to_string(),
+                },
+                _ => kv_error("create", &self.bucket, key, e),
+            })
+    }
+
+    /// Writes `value` only if the key's latest revision is `expected_revision`.
+    pub async fn update(
+        &self,
+        key: &str,
+        value: &T,
+        expected_revision: u64,
+    ) -> Result<u64, BusError> {
+        self.check_key(key)?;
+        self.store
+            .update(key, codec::encode(value), expected_revision)
+            .await
+            .map_err(|e| match e.kind() {
+                kv::UpdateErrorKind::WrongLastRevision => BusError::CasConflict {
+                    bucket: self.bucket.clone(),
+                    key: key.to_string(),
+                    expected_revision,
+                },
+                _ => kv_error("update", &self.bucket, key, e),
+            })
+    }
+
+    /// Deletes `key` (a delete marker; watchers see [`KvChange::Deleted`]).
+    /// With `expected_revision`, only if the key is still at that revision.
+    pub async fn delete(&self, key: &str, expected_revision: Option<u64>) -> Result<(), BusError> {
+        self.check_key(key)?;
+        self.store
+            .delete_expect_revision(key, expected_revision)
+            .await
+            .map_err(|e| match e.kind() {
+                kv::UpdateErrorKind::WrongLastRevision => BusError::CasConflict {
+                    bucket: self.bucket.clone(),
+                    key: key.to_string(),
+                    expected_revision: expected_revision.unwrap_or(0),
+                },
+                _ => kv_error("delete", &self.bucket, key, e),
+            })
+    }
+
+    /// Keys with a live value.
+    pub async fn keys(&self) -> Result<Vec<String>, BusError> {
+        let keys = self
+            .store
+            .keys()
+            .await
+            .map_err(|e| kv_error("keys", &self.bucket, ">", e))?;
+        keys.try_collect()
+            .await
+            .map_err(|e| kv_error("keys", &self.bucket, ">", e))
+    }
+
+    /// Every live value with its key. One read per key: for buckets with many
+    /// keys prefer [`TypedKv::watch_with_current`] and keep a cache.
+    pub async fn list(&self) -> Result<Vec<(String, Versioned<T>)>, BusError> {
+        let mut values = Vec::new();
+        for key in self.keys().await? {
+            // A key may vanish between listing and reading it.
+            if let Some(value) = self.get(&key).await? {
+                values.push((key, value));
+            }
+        }
+        Ok(values)
+    }
+
+    /// Changes from now on.
+    pub async fn watch(&self) -> Result<KvWatch<T>, BusError> {
+        let watch = self
+            .store
+            .watch_all()
+            .await
+            .map_err(|e| kv_error("watch", &self.bucket, ">", e))?;
+        Ok(self.typed_watch(watch))
+    }
+
+    /// The current value of every key first (as `Put`), then changes.
+    pub async fn watch_with_current(&self) -> Result<KvWatch<T>, BusError> {
+        let watch = self
+            .store
+            .watch_with_history(">")
+            .await
+            .map_err(|e| kv_error("watch", &self.bucket, ">", e))?;
+        Ok(self.typed_watch(watch))
+    }
+
+    fn typed_watch(&self, watch: kv::Watch) -> KvWatch<T> {
+        let this = self.clone();
+        Box::pin(watch.map(move |entry| {
+            let entry = entry.map_err(|e| kv_error("watch", &this.bucket, ">", e))?;
+            Ok(match entry.operation {
+                Operation::Put => KvChange::Put {
+                    value: Versioned {
+                        value: this.decode(&entry.key, &entry.value)?,
+                        revision: entry.revision,
+                    },
+                    key: entry.key,
+                },
+                Operation::Delete => KvChange::Deleted {
+                    key: entry.key,
+                    revision: entry.revision,
+                },
+                Operation::Purge => KvChange::Expired {
+                    key: entry.key,
+                    revision: entry.revision,
+                },
+            })
+        }))
+    }
+
+    /// Writes with a per-key TTL and an expected last revision (0 = the key
+    /// must have no message at all). Without per-key TTL support the TTL is
+    /// left to the bucket's max age.
+    async fn publish_conditional(
+        &self,
+        key: &str,
+        value: &T,
+        expected_revision: u64,
+        ttl: Duration,
+    ) -> Result<u64, BusError> {
+        let mut publish = PublishMessage::build()
+            .payload(codec::encode(value))
+            .expected_last_subject_sequence(expected_revision);
+        if self.per_key_ttl {
+            publish = publish.ttl(ttl);
+        }
+        let ack = self
+            .bus
+            .jetstream()
+            .send_publish(self.subject(key), publish)
+            .await
+            .map_err(|e| kv_error("write", &self.bucket, key, e))?
+            .await;
+        match ack {
+            Ok(ack) => Ok(ack.sequence),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                Err(BusError::CasConflict {
+                    bucket: self.bucket.clone(),
+                    key: key.to_string(),
+                    expected_revision,
+                })
+            }
+            Err(e) => Err(kv_error("write", &self.bucket, key, e)),
+        }
+    }
+
+    /// Creates `key` with a TTL; fails with [`BusError::AlreadyExists`] when
+    /// it has a live value. A deleted or lapsed key can be created again.
+    pub async fn create_with_ttl(
+        &self,
+        key: &str,
+        value: &T,
+        ttl: Duration,
+    ) -> Result<u64, BusError> {
+        self.check_key(key)?;
+        check_ttl(ttl)?;
+        match self.publish_conditional(key, value, 0, ttl).await {
+            Err(BusError::CasConflict { .. }) => {}
+            other => return other,
+        }
+        // The key has history: allowed only if its last entry is a delete or
+        // expiry marker.
+        let entry = self
+            .store
+            .entry(key)
+            .await
+            .map_err(|e| kv_error("create", &self.bucket, key, e))?;
+        match entry {
+            Some(entry) if entry.operation != Operation::Put => {
+                self.publish_conditional(key, value, entry.revision, ttl)
+                    .await
+            }
+            Some(_) => Err(BusError::AlreadyExists {
+                bucket: self.bucket.clone(),
+                key: key.to_string(),
+            }),
+            // The marker itself expired in between: try as a fresh key once more.
+            None => self.publish_conditional(key, value, 0, ttl).await,
+        }
+    }
+
+    /// Replaces `key`'s value at `expected_revision` and restarts its TTL.
+    pub async fn update_with_ttl(
+        &self,
+        key: &str,
+        value: &T,
+        expected_revision: u64,
+        ttl: Duration,
+    ) -> Result<u64, BusError> {
+        self.check_key(key)?;
+        check_ttl(ttl)?;
+        self.publish_conditional(key, value, expected_revision, ttl)
+            .await
+    }
+}
+
+/// Per-key TTLs have whole-second granularity and must be at least 1 s.
+fn check_ttl(ttl: Duration) -> Result<(), BusError> {
+    if ttl < Duration::from_secs(1) {
+        return Err(BusError::InvalidConfig(format!(
+            "TTL {ttl:?} is below the 1 s minimum of per-key TTLs"
+        )));
+    }
+    Ok(())
+}
+
+impl<T: BusMessage> TypedKv<T> {
+    /// Last sequence of the bucket's stream (every write raises it).
+    pub(crate) async fn last_sequence(&self) -> Result<u64, BusError> {
+        let info = self
+            .store
+            .stream
+            .get_info()
+            .await
+            .map_err(|e| kv_error("info", &self.bucket, "", e))?;
+        Ok(info.state.last_sequence)
+    }
+}

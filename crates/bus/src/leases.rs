@@ -1,0 +1,380 @@
+//! Slice leases: a worker daemon owns a slice only while it keeps renewing a
+//! KV key with a TTL. A daemon that dies stops renewing, the key lapses, the
+//! server leaves an expiry marker that watchers see, and the leader
+//! reassigns the slice's work. Every write is conditional on the revision the
+//! holder last saw, so a holder that lost its lease finds out on its next
+//! renewal instead of overwriting the new holder.
+
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use futures::{Stream, StreamExt as _};
+use mtswarm_proto::v1::SliceLease;
+
+use crate::kv::{KvChange, TypedKv, Versioned};
+use crate::subjects;
+use crate::{Bus, BusError};
+
+/// What a worker asks for when it takes a slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRequest {
+    pub slice_id: String,
+    pub worker_id: String,
+    /// Session to run on the slice; empty when the slice is owned but idle.
+    pub session_id: String,
+    pub job_id: String,
+    /// Lapse time without renewal; whole seconds, at least 1 s. Renew well
+    /// within it (e.g. every third of it).
+    pub ttl: Duration,
+}
+
+/// A change of a slice's lease.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseEvent {
+    /// Acquired or renewed.
+    Held(Versioned<SliceLease>),
+    /// Given up by its holder.
+    Released { slice_id: String },
+    /// Not renewed within its TTL: the slice is free and its session lost.
+    Lapsed { slice_id: String },
+}
+
+/// Stream of lease changes.
+pub type LeaseWatch = Pin<Box<dyn Stream<Item = Result<LeaseEvent, BusError>> + Send>>;
+
+/// The leases bucket.
+#[derive(Debug, Clone)]
+pub struct Leases {
+    kv: TypedKv<SliceLease>,
+}
+
+fn timestamp(at: SystemTime) -> prost_types::Timestamp {
+    prost_types::Timestamp::from(at)
+}
+
+fn ttl_seconds(ttl: Duration) -> u32 {
+    u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX)
+}
+
+impl Leases {
+    pub async fn open(bus: &Bus) -> Result<Self, BusError> {
+        Ok(Self {
+            kv: TypedKv::open(bus, subjects::LEASES_BUCKET).await?,
+        })
+    }
+
+    /// The underlying typed bucket.
+    pub fn kv(&self) -> &TypedKv<SliceLease> {
+        &self.kv
+    }
+
+    /// Takes the slice if nobody holds it. Fails with [`BusError::LeaseHeld`]
+    /// (naming the holder) when another live lease exists. The new lease's
+    /// `epoch` is larger than that of any earlier lease in the bucket, so it
+    /// can fence work done under an older lease.
+    pub async fn acquire(&self, request: &LeaseRequest) -> Result<Versioned<SliceLease>, BusError> {
+        subjects::validate_id("slice id", &request.slice_id)?;
+        subjects::validate_id("worker id", &request.worker_id)?;
+        let now = SystemTime::now();
+        let lease = SliceLease {
+            slice_id: request.slice_id.clone(),
+            worker_id: request.worker_id.clone(),
+            session_id: request.session_id.clone(),
+            job_id: request.job_id.clone(),
+            ttl_seconds: ttl_seconds(request.ttl),
+            expires_at: Some(timestamp(now + request.ttl)),
+            acquired_at: Some(timestamp(now)),
+            renewed_at: Some(timestamp(now)),
+            epoch: self.next_epoch().await?,
+        };
+        match self
+            .kv
+            .create_with_ttl(&request.slice_id, &lease, request.ttl)
+            .await
+        {
+            Ok(revision) => Ok(Versioned {
+                value: lease,
+                revision,
+            }),
+            Err(BusError::AlreadyExists { .. }) | Err(BusError::CasConflict { .. }) => {
+                Err(self.held_error(&request.slice_id).await)
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Takes over a live lease that names `request.worker_id` as holder (a
+    /// restarted daemon reclaiming its own slice without waiting for the
+    /// lapse). Fails with [`BusError::LeaseHeld`] when another worker holds it;
+    /// acquires normally when the slice is free.
+    pub async fn reclaim(&self, request: &LeaseRequest) -> Result<Versioned<SliceLease>, BusError> {
+        match self.kv.get(&request.slice_id).await? {
+            None => self.acquire(request).await,
+            Some(current) if current.value.worker_id == request.worker_id => {
+                let now = SystemTime::now();
+                let mut lease = current.value.clone();
+                lease.session_id = request.session_id.clone();
+                lease.job_id = request.job_id.clone();
+                lease.ttl_seconds = ttl_seconds(request.ttl);
+                lease.expires_at = Some(timestamp(now + request.ttl));
+                lease.acquired_at = Some(timestamp(now));
+                lease.renewed_at = Some(timestamp(now));
+                lease.epoch = self.next_epoch().await?;
+                let revision = self
+                    .kv
+                    .update_with_ttl(&request.slice_id, &lease, current.revision, request.ttl)
+                    .await
+                    .map_err(|e| self.lost_if_conflict(e, &request.slice_id, "reclaimed"))?;
+                Ok(Versioned {
+                    value: lease,
+                    revision,
+                })
+            }
+            Some(current) => Err(BusError::LeaseHeld {
+                slice_id: request.slice_id.clone(),
+                holder_worker_id: current.value.worker_id,
+                holder_session_id: current.value.session_id,
+            }),
+        }
+    }
+
+    /// Extends the lease by its TTL. [`BusError::LeaseLost`] when it lapsed or
+    /// was taken over since `held` was written: stop using the slice.
+    pub async fn renew(
+        &self,
+        held: &Versioned<SliceLease>,
+    ) -> Result<Versioned<SliceLease>, BusError> {
+        self.renew_with(held, |_| {}).await
+    }
+
+    /// Renews and changes the lease's session/job fields in one write.
+    pub async fn renew_with(
+        &self,
+        held: &Versioned<SliceLease>,
+        change: impl FnOnce(&mut SliceLease),
+    ) -> Result<Versioned<SliceLease>, BusError> {
+        let mut lease = held.value.clone();
+        change(&mut lease);
+        // The identity of a lease is not changeable through a renewal.
+        lease.slice_id = held.value.slice_id.clone();
+        lease.worker_id = held.value.worker_id.clone();
+        lease.epoch = held.value.epoch;
+        let ttl = Duration::from_secs(u64::from(lease.ttl_seconds.max(1)));
+        let now = SystemTime::now();
+        lease.renewed_at = Some(timestamp(now));
+        lease.expires_at = Some(timestamp(now + ttl));
+        let revision = self
+            .kv
+            .update_with_ttl(&lease.slice_id, &lease, held.revision, ttl)
+            .await
+            .map_err(|e| self.lost_if_conflict(e, &held.value.slice_id, "renewed"))?;
+        Ok(Versioned {
+            value: lease,
+            revision,
+        })
+    }
+
+    /// Gives the slice up. [`BusError::LeaseLost`] when the lease had already
+    /// lapsed or changed hands (then there is nothing to release).
+    pub async fn release(&self, held: &Versioned<SliceLease>) -> Result<(), BusError> {
+        self.kv
+            .delete(&held.value.slice_id, Some(held.revision))
+            .await
+            .map_err(|e| self.lost_if_conflict(e, &held.value.slice_id, "released"))
+    }
+
+    /// The live lease on a slice, if any.
+    pub async fn get(&self, slice_id: &str) -> Result<Option<Versioned<SliceLease>>, BusError> {
+        self.kv.get(slice_id).await
+    }
+
+    /// All live leases.
+    pub async fn list(&self) -> Result<Vec<Versioned<SliceLease>>, BusError> {
+        Ok(self
+            .kv
+            .list()
+            .await?
+            .into_iter()
+            .map(|(_, lease)| lease)
+            .collect())
+    }
+
+    /// Lease changes from now on; a [`LeaseEvent::Lapsed`] frees the slice.
+    pub async fn watch(&self) -> Result<LeaseWatch, BusError> {
+        Ok(Self::lease_events(self.kv.watch().await?))
+    }
+
+    /// Current leases (as `Held`) and then changes.
+    pub async fn watch_with_current(&self) -> Result<LeaseWatch, BusError> {
+        Ok(Self::lease_events(self.kv.watch_with_current().await?))
+    }
+
+    fn lease_events(watch: crate::kv::KvWatch<SliceLease>) -> LeaseWatch {
+        Box::pin(watch.map(|change| {
+            Ok(match change? {
+                KvChange::Put { value, .. } => LeaseEvent::Held(value),
+                KvChange::Deleted { key, .. } => LeaseEvent::Released { slice_id: key },
+                KvChange::Expired { key, .. } => LeaseEvent::Lapsed { slice_id: key },
+            })
+        }))
+    }
+
+    /// A number larger than every revision written to the bucket so far.
+    async fn next_epoch(&self) -> Result<u64, BusError> {
+        Ok(self.kv.last_sequence().await? + 1)
+    }
+
+    async fn held_error(&self, slice_id: &str) -> BusError {
+        match self.kv.get(slice_id).await {
+            Ok(Some(current)) => BusError::LeaseHeld {
+                slice_id: slice_id.to_string(),
+                holder_worker_id: current.value.worker_id,
+                holder_session_id: current.value.session_id,
+            },
+            // Released between the failed create and this read: still a lost race.
+            Ok(None) => BusError::LeaseHeld {
+                slice_id: slice_id.to_string(),
+                holder_worker_id: String::new(),
+                holder_session_id: String::new(),
+            },
+            Err(error) => error,
+        }
+    }
+
+    fn lost_if_conflict(&self, error: BusError, slice_id: &str, action: &'static str) -> BusError {
+        match error {
+            BusError::CasConflict { .. } => BusError::LeaseLost {
+                slice_id: slice_id.to_string(),
+                action,
+            },
+            other => other,
+        }
+    }
+}
+
+/// What a [`LeaseKeeper`] currently knows about its lease.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeptLease {
+    /// Renewed; the value is the latest write.
+    Held(Versioned<SliceLease>),
+    /// Renewal found the lease lapsed or taken over: stop using the slice.
+    Lost { slice_id: String, reason: String },
+    /// Released by [`LeaseKeeper::release`].
+    Released,
+}
+
+/// Renews a lease in the background every `renew_every` until released or
+/// lost. Renewal errors that are not a loss (e.g. NATS briefly unreachable)
+/// are retried on the next tick; the lease lapses by itself if they persist
+/// beyond its TTL, and the next renewal then reports it lost.
+#[derive(Debug)]
+pub struct LeaseKeeper {
+    state: tokio::sync::watch::Receiver<KeptLease>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    leases: Leases,
+}
+
+impl Leases {
+    /// Starts renewing `held` every `renew_every` (pick at most a third of
+    /// the TTL). Must be called inside a tokio runtime.
+    pub fn keep(&self, held: Versioned<SliceLease>, renew_every: Duration) -> LeaseKeeper {
+        let (state_tx, state_rx) = tokio::sync::watch::channel(KeptLease::Held(held.clone()));
+        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let leases = self.clone();
+        let task = tokio::spawn(async move {
+            let mut current = held;
+            let mut ticker = tokio::time::interval(renew_every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.tick().await;
+            loop {
+                tokio::select! {
+                    _ = &mut stop_rx => return,
+                    _ = ticker.tick() => {}
+                }
+                match leases.renew(&current).await {
+                    Ok(renewed) => {
+                        current = renewed.clone();
+                        state_tx.send_replace(KeptLease::Held(renewed));
+                    }
+                    Err(error @ BusError::LeaseLost { .. }) => {
+                        tracing::warn!(slice_id = %current.value.slice_id, %error, "slice lease lost");
+                        state_tx.send_replace(KeptLease::Lost {
+                            slice_id: current.value.slice_id.clone(),
+                            reason: error.to_string(),
+                        });
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(slice_id = %current.value.slice_id, %error, "slice lease renewal failed; retrying");
+                    }
+                }
+            }
+        });
+        LeaseKeeper {
+            state: state_rx,
+            stop: Some(stop_tx),
+            task,
+            leases: self.clone(),
+        }
+    }
+}
+
+impl LeaseKeeper {
+    /// The latest known state.
+    pub fn state(&self) -> KeptLease {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver of state changes (e.g. to cancel the session on loss).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<KeptLease> {
+        self.state.clone()
+    }
+
+    /// Resolves when the lease is lost (never, while it is kept).
+    pub async fn lost(&self) -> KeptLease {
+        let mut state = self.state.clone();
+        match state
+            .wait_for(|s| matches!(s, KeptLease::Lost { .. }))
+            .await
+        {
+            Ok(lost) => lost.clone(),
+            // The renewal task ended without a loss (released).
+            Err(_) => self.state(),
+        }
+    }
+
+    /// Stops renewing and releases the lease. [`BusError::LeaseLost`] when
+    /// it was already lost.
+    pub async fn release(mut self) -> Result<(), BusError> {
+        self.stop_renewing().await;
+        match self.state() {
+            KeptLease::Held(held) => self.leases.release(&held).await,
+            KeptLease::Lost { slice_id, .. } => Err(BusError::LeaseLost {
+                slice_id,
+                action: "released",
+            }),
+            KeptLease::Released => Ok(()),
+        }
+    }
+
+    /// Stops renewing without releasing: the lease lapses after its TTL
+    /// (what a crash looks like to the rest of the system).
+    pub async fn abandon(mut self) {
+        self.stop_renewing().await;
+    }
+
+    async fn stop_renewing(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        // A renewal in flight finishes first so the state is final.
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for LeaseKeeper {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,439 @@
+//! Typed stores over the KV buckets that hold the system's state: job
+//! records (leader), session checkpoints (workers), approval records (both),
+//! quarantined slices and worker membership. Each wraps [`TypedKv`] with the
+//! operations and invariants of its record type; `kv()` gives the raw typed
+//! bucket for anything else.
+
+use std::time::{Duration, SystemTime};
+
+use mtswarm_proto::v1::{
+    ApprovalDecision, ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalVerdict, JobRecord,
+    SessionCheckpoint, SliceQuarantine, WorkerRecord,
+};
+
+use crate::kv::{KvWatch, TypedKv, Versioned};
+use crate::subjects;
+use crate::{Bus, BusError};
+
+/// Read-modify-write attempts before a contended update gives up.
+const MAX_CAS_RETRIES: usize = 16;
+
+/// Job records (bucket `mtswarm_jobs`, key = job id).
+#[derive(Debug, Clone)]
+pub struct Jobs {
+    kv: TypedKv<JobRecord>,
+}
+
+impl Jobs {
+    pub async fn open(bus: &Bus) -> Result<Self, BusError> {
+        Ok(Self {
+            kv: TypedKv::open(bus, subjects::JOBS_BUCKET).await?,
+        })
+    }
+
+    pub fn kv(&self) -> &TypedKv<JobRecord> {
+        &self.kv
+    }
+
+    /// Stores a new job; [`BusError::AlreadyExists`] when the id is taken.
+    pub async fn create(&self, job: &JobRecord) -> Result<Versioned<JobRecord>, BusError> {
+        let revision = self.kv.create(&job.job_id, job).await?;
+        Ok(Versioned {
+            value: job.clone(),
+            revision,
+        })
+    }
+
+    pub async fn get(&self, job_id: &str) -> Result<Option<Versioned<JobRecord>>, BusError> {
+        self.kv.get(job_id).await
+    }
+
+    /// Writes `job` if its stored revision is still `expected_revision`.
+    pub async fn update(&self, job: &JobRecord, expected_revision: u64) -> Result<u64, BusError> {
+        self.kv.update(&job.job_id, job, expected_revision).await
+    }
+
+    /// Applies `change` to the latest record and writes it (with `updated_at`
+    /// set to now), re-reading and re-applying on concurrent updates.
+    /// [`BusError::NotFound`] when absent.
+    pub async fn modify(
+        &self,
+        job_id: &str,
+        mut change: impl FnMut(&mut JobRecord),
+    ) -> Result<Versioned<JobRecord>, BusError> {
+        for _ in 0..MAX_CAS_RETRIES {
+            let Some(current) = self.kv.get(job_id).await? else {
+                return Err(BusError::NotFound {
+                    bucket: self.kv.bucket().to_string(),
+                    key: job_id.to_string(),
+                });
+            };
+            let mut job = current.value;
+            change(&mut job);
+            job.job_id = job_id.to_string();
+            job.updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+            match self.kv.update(job_id, &job, current.revision).await {
+                Ok(revision) => {
+                    return Ok(Versioned {
+                        value: job,
+                        revision,
+                    });
+                }
+                Err(BusError::CasConflict { .. }) => continue,
+                Err(other) => return Err(other),
+            }
+        }
+        Err(BusError::CasConflict {
+            bucket: self.kv.bucket().to_string(),
+            key: job_id.to_string(),
+            expected_revision: 0,
+        })
+    }
+
+    /// All job records (one read per job).
+    pub async fn list(&self) -> Result<Vec<Versioned<JobRecord>>, BusError> {
+        Ok(self
+            .kv
+            .list()
+            .await?
+            .into_iter()
+            .map(|(_, job)| job)
+            .collect())
+    }
+
+    /// Job changes from now on.
+    pub async fn watch(&self) -> Result<KvWatch<JobRecord>, BusError> {
+        self.kv.watch().await
+    }
+}
+
+/// Latest checkpoint per session (bucket `mtswarm_checkpoints`, key = session id).
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    kv: TypedKv<SessionCheckpoint>,
+}
+
+impl Checkpoints {
+    pub async fn open(bus: &Bus) -> Result<Self, BusError> {
+        Ok(Self {
+            kv: TypedKv::open(bus, subjects::CHECKPOINTS_BUCKET).await?,
+        })
+    }
+
+    pub fn kv(&self) -> &TypedKv<SessionCheckpoint> {
+        &self.kv
+    }
+
+    /// Stores `checkpoint` as the session's latest, unless the stored one
+    /// belongs to a later attempt ([`BusError::StaleAttempt`]): a worker still
+    /// running a task that was reassigned cannot overwrite the new attempt's
+    /// progress.
+    /// `updated_at` is set to now when the caller left it empty.
+    pub async fn put(&self, checkpoint: &SessionCheckpoint) -> Result<u64, BusError> {
+        let mut checkpoint = std::borrow::Cow::Borrowed(checkpoint);
+        if checkpoint.updated_at.is_none() {
+            checkpoint.to_mut().updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+        }
+        let checkpoint = checkpoint.as_ref();
+        let session_id = &checkpoint.session_id;
+        for _ in 0..MAX_CAS_RETRIES {
+            let result = match self.kv.get(session_id).await? {
+                None => self.kv.create(session_id, checkpoint).await,
+                Some(current) if current.value.attempt > checkpoint.attempt => {
+                    return Err(BusError::StaleAttempt {
+                        session_id: session_id.clone(),
+                        stored_attempt: current.value.attempt,
+                        attempt: checkpoint.attempt,
+                    });
+                }
+                Some(current) => {
+                    self.kv
+                        .update(session_id, checkpoint, current.revision)
+                        .await
+                }
+            };
+            match result {
+                Err(BusError::CasConflict { .. }) | Err(BusError::AlreadyExists { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(BusError::CasConflict {
+            bucket: self.kv.bucket().to_string(),
+            key: session_id.clone(),
+            expected_revision: 0,
+        })
+    }
+
+    /// The session's latest checkpoint.
+    pub async fn get(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<Versioned<SessionCheckpoint>>, BusError> {
+        self.kv.get(session_id).await
+    }
+
+    /// Removes a finished session's checkpoint.
+    pub async fn delete(&self, session_id: &str) -> Result<(), BusError> {
+        self.kv.delete(session_id, None).await
+    }
+}
+
+/// Approval records (bucket `mtswarm_approvals`, key = approval id).
+#[derive(Debug, Clone)]
+pub struct Approvals {
+    kv: TypedKv<ApprovalRecord>,
+}
+
+fn state_name(state: ApprovalState) -> String {
+    state.as_str_name().to_string()
+}
+
+impl Approvals {
+    pub async fn open(bus: &Bus) -> Result<Self, BusError> {
+        Ok(Self {
+            kv: TypedKv::open(bus, subjects::APPROVALS_BUCKET).await?,
+        })
+    }
+
+    pub fn kv(&self) -> &TypedKv<ApprovalRecord> {
+        &self.kv
+    }
+
+    /// Records a new pending request; [`BusError::AlreadyExists`] for a
+    /// duplicate approval id (e.g. a resumed session re-asking).
+    pub async fn create(
+        &self,
+        request: &ApprovalRequest,
+    ) -> Result<Versioned<ApprovalRecord>, BusError> {
+        let record = ApprovalRecord {
+            request: Some(request.clone()),
+            state: ApprovalState::Pending as i32,
+            decision: None,
+        };
+        let revision = self.kv.create(&request.approval_id, &record).await?;
+        Ok(Versioned {
+            value: record,
+            revision,
+        })
+    }
+
+    pub async fn get(
+        &self,
+        approval_id: &str,
+    ) -> Result<Option<Versioned<ApprovalRecord>>, BusError> {
+        self.kv.get(approval_id).await
+    }
+
+    /// Records, optionally of one job and/or in the given states (empty = all).
+    pub async fn list(
+        &self,
+        job_id: Option<&str>,
+        states: &[ApprovalState],
+    ) -> Result<Vec<Versioned<ApprovalRecord>>, BusError> {
+        Ok(self
+            .kv
+            .list()
+            .await?
+            .into_iter()
+            .map(|(_, record)| record)
+            .filter(|record| {
+                let job_matches = job_id.is_none_or(|job_id| {
+                    record.value.request.as_ref().map(|r| r.job_id.as_str()) == Some(job_id)
+                });
+                let state_matches = states.is_empty() || states.contains(&record.value.state());
+                job_matches && state_matches
+            })
+            .collect())
+    }
+
+    /// Decides a pending approval: reads it, then writes the decision
+    /// conditionally on that read. [`BusError::AlreadyDecided`] when it was
+    /// decided before; [`BusError::CasConflict`] when another decision landed
+    /// between the read and the write (the caller re-reads to see which won).
+    pub async fn decide(
+        &self,
+        decision: &ApprovalDecision,
+    ) -> Result<Versioned<ApprovalRecord>, BusError> {
+        let Some(current) = self.kv.get(&decision.approval_id).await? else {
+            return Err(BusError::NotFound {
+                bucket: self.kv.bucket().to_string(),
+                key: decision.approval_id.clone(),
+            });
+        };
+        self.decide_at(decision, &current).await
+    }
+
+    /// Writes `decision` onto `current` if the record is still at
+    /// `current.revision` and pending.
+    pub async fn decide_at(
+        &self,
+        decision: &ApprovalDecision,
+        current: &Versioned<ApprovalRecord>,
+    ) -> Result<Versioned<ApprovalRecord>, BusError> {
+        let state = match decision.verdict() {
+            ApprovalVerdict::Approve => ApprovalState::Approved,
+            ApprovalVerdict::Deny => ApprovalState::Denied,
+            ApprovalVerdict::Unspecified => {
+                return Err(BusError::InvalidDecision {
+                    approval_id: decision.approval_id.clone(),
+                    reason: "verdict must be APPROVE or DENY",
+                });
+            }
+        };
+        if current.value.state() != ApprovalState::Pending {
+            return Err(BusError::AlreadyDecided {
+                approval_id: decision.approval_id.clone(),
+                state: state_name(current.value.state()),
+            });
+        }
+        let mut decision = decision.clone();
+        if decision.decided_at.is_none() {
+            decision.decided_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+        }
+        let record = ApprovalRecord {
+            request: current.value.request.clone(),
+            state: state as i32,
+            decision: Some(decision.clone()),
+        };
+        let revision = self
+            .kv
+            .update(&decision.approval_id, &record, current.revision)
+            .await?;
+        Ok(Versioned {
+            value: record,
+            revision,
+        })
+    }
+
+    /// Approval changes from now on.
+    pub async fn watch(&self) -> Result<KvWatch<ApprovalRecord>, BusError> {
+        self.kv.watch().await
+    }
+}
+
+/// Quarantined slices (bucket `mtswarm_quarantine`, key = slice id).
+#[derive(Debug, Clone)]
+pub struct Quarantine {
+    kv: TypedKv<SliceQuarantine>,
+}
+
+impl Quarantine {
+    pub async fn open(bus: &Bus) -> Result<Self, BusError> {
+        Ok(Self {
+            kv: TypedKv::open(bus, subjects::QUARANTINE_BUCKET).await?,
+        })
+    }
+
+    pub fn kv(&self) -> &TypedKv<SliceQuarantine> {
+        &self.kv
+    }
+
+    /// Takes a slice out of service (overwrites an earlier quarantine record).
+    pub async fn put(&self, quarantine: &SliceQuarantine) -> Result<u64, BusError> {
+        self.kv.put(&quarantine.slice_id, quarantine).await
+    }
+
+    pub async fn get(
+        &self,
+        slice_id: &str,
+    ) -> Result<Option<Versioned<SliceQuarantine>>, BusError> {
+        self.kv.get(slice_id).await
+    }
+
+    /// Returns a slice to service.
+    pub async fn lift(&self, slice_id: &str) -> Result<(), BusError> {
+        self.kv.delete(slice_id, None).await
+    }
+
+    pub async fn list(&self) -> Result<Vec<Versioned<SliceQuarantine>>, BusError> {
+        Ok(self.kv.list().await?.into_iter().map(|(_, q)| q).collect())
+    }
+}
+
+/// Worker daemon membership (bucket `mtswarm_workers`, key = worker id, per-key TTL).
+#[derive(Debug, Clone)]
+pub struct Workers {
+    kv: TypedKv<WorkerRecord>,
+}
+
+impl Workers {
+    pub async fn open(bus: &Bus) -> Result<Self, BusError> {
+        Ok(Self {
+            kv: TypedKv::open(bus, subjects::WORKERS_BUCKET).await?,
+        })
+    }
+
+    pub fn kv(&self) -> &TypedKv<WorkerRecord> {
+        &self.kv
+    }
+
+    /// Registers a daemon with a TTL; a record left by an earlier run of the
+    /// same worker id is replaced.
+    pub async fn register(
+        &self,
+        record: &WorkerRecord,
+        ttl: Duration,
+    ) -> Result<Versioned<WorkerRecord>, BusError> {
+        for _ in 0..MAX_CAS_RETRIES {
+            let result = match self.kv.get(&record.worker_id).await? {
+                None => {
+                    self.kv
+                        .create_with_ttl(&record.worker_id, record, ttl)
+                        .await
+                }
+                Some(current) => {
+                    self.kv
+                        .update_with_ttl(&record.worker_id, record, current.revision, ttl)
+                        .await
+                }
+            };
+            match result {
+                Ok(revision) => {
+                    return Ok(Versioned {
+                        value: record.clone(),
+                        revision,
+                    });
+                }
+                Err(BusError::CasConflict { .. }) | Err(BusError::AlreadyExists { .. }) => continue,
+                Err(other) => return Err(other),
+            }
+        }
+        Err(BusError::CasConflict {
+            bucket: self.kv.bucket().to_string(),
+            key: record.worker_id.clone(),
+            expected_revision: 0,
+        })
+    }
+
+    /// Refreshes the record's TTL (and content). [`BusError::CasConflict`]
+    /// when it was replaced or lapsed since `held`.
+    pub async fn heartbeat(
+        &self,
+        held: &Versioned<WorkerRecord>,
+        record: &WorkerRecord,
+        ttl: Duration,
+    ) -> Result<Versioned<WorkerRecord>, BusError> {
+        let revision = self
+            .kv
+            .update_with_ttl(&held.value.worker_id, record, held.revision, ttl)
+            .await?;
+        Ok(Versioned {
+            value: record.clone(),
+            revision,
+        })
+    }
+
+    /// Removes the daemon from the fleet.
+    pub async fn deregister(&self, worker_id: &str) -> Result<(), BusError> {
+        self.kv.delete(worker_id, None).await
+    }
+
+    pub async fn list(&self) -> Result<Vec<Versioned<WorkerRecord>>, BusError> {
+        Ok(self.kv.list().await?.into_iter().map(|(_, w)| w).collect())
+    }
+
+    /// Membership changes from now on (`Expired` = the daemon stopped heartbeating).
+    pub async fn watch(&self) -> Result<KvWatch<WorkerRecord>, BusError> {
+        self.kv.watch().await
+    }
+}

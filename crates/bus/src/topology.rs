@@ -1,0 +1,203 @@
+//! The JetStream streams and KV buckets mtswarm needs, created idempotently
+//! at start by every process (create-or-update: the same call on a running
+//! system changes nothing). Names come from [`crate::subjects`].
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+
+use crate::subjects;
+use crate::{Bus, BusError};
+
+/// Sizes, ages and TTLs of the streams and buckets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopologyConfig {
+    /// Replicas of every stream and bucket (1 for a single server, 3 in a cluster).
+    pub replicas: usize,
+    /// Window in which a re-publish with the same `Nats-Msg-Id` is dropped
+    /// (tasks and results).
+    pub duplicate_window: Duration,
+    /// How long unconsumed tasks and results are kept.
+    pub task_max_age: Duration,
+    pub result_max_age: Duration,
+    /// Replay window and size limit of the events stream (oldest dropped first).
+    pub event_max_age: Duration,
+    pub event_max_bytes: i64,
+    /// Lifetime of the delete marker a lapsed lease or worker record leaves,
+    /// so watchers see the lapse (server ≥ 2.11 per-key TTL).
+    pub lease_marker_ttl: Duration,
+    /// Bucket-wide max age for leases and worker records, used only when the
+    /// server lacks per-key TTLs (then this is the effective lease TTL).
+    pub fallback_lease_ttl: Duration,
+    /// History kept per key in the jobs and approvals buckets.
+    pub record_history: i64,
+    /// File storage (survives server restarts) or memory (tests, benchmarks).
+    pub storage: stream::StorageType,
+}
+
+impl Default for TopologyConfig {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            duplicate_window: Duration::from_secs(10 * 60),
+            task_max_age: Duration::from_secs(7 * 24 * 3600),
+            result_max_age: Duration::from_secs(7 * 24 * 3600),
+            event_max_age: Duration::from_secs(24 * 3600),
+            event_max_bytes: 1 << 30,
+            lease_marker_ttl: Duration::from_secs(60),
+            fallback_lease_ttl: Duration::from_secs(15),
+            record_history: 5,
+            storage: stream::StorageType::File,
+        }
+    }
+}
+
+/// What [`Bus::ensure_topology`] found about the server's capabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopologyInfo {
+    /// True when lease/worker buckets use per-key TTLs; false when they fall
+    /// back to a bucket-wide max age.
+    pub per_key_ttl: bool,
+}
+
+fn topology_error(what: &str, source: impl Into<crate::error::NatsSource>) -> BusError {
+    BusError::Topology {
+        what: what.to_string(),
+        source: source.into(),
+    }
+}
+
+impl Bus {
+    /// Creates or updates every stream and bucket. Safe to call from every
+    /// process at every start, concurrently.
+    pub async fn ensure_topology(&self, config: &TopologyConfig) -> Result<TopologyInfo, BusError> {
+        let js = self.jetstream();
+        let streams = [
+            stream::Config {
+                name: subjects::TASKS_STREAM.to_string(),
+                description: Some("mtswarm task assignments (work queue)".to_string()),
+                subjects: vec![subjects::ALL_TASKS.to_string()],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: config.storage,
+                num_replicas: config.replicas,
+                duplicate_window: config.duplicate_window,
+                max_age: config.task_max_age,
+                discard: stream::DiscardPolicy::New,
+                ..Default::default()
+            },
+            stream::Config {
+                name: subjects::RESULTS_STREAM.to_string(),
+                description: Some("mtswarm task results".to_string()),
+                subjects: vec![subjects::ALL_RESULTS.to_string()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: config.storage,
+                num_replicas: config.replicas,
+                duplicate_window: config.duplicate_window,
+                max_age: config.result_max_age,
+                discard: stream::DiscardPolicy::New,
+                ..Default::default()
+            },
+            stream::Config {
+                name: subjects::EVENTS_STREAM.to_string(),
+                description: Some("mtswarm agent events (replay window)".to_string()),
+                subjects: vec![subjects::ALL_EVENTS.to_string()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: config.storage,
+                num_replicas: config.replicas,
+                max_age: config.event_max_age,
+                max_bytes: config.event_max_bytes,
+                discard: stream::DiscardPolicy::Old,
+                ..Default::default()
+            },
+        ];
+        for stream_config in streams {
+            let name = stream_config.name.clone();
+            js.create_or_update_stream(stream_config)
+                .await
+                .map_err(|e| topology_error(&format!("stream {name}"), e))?;
+        }
+
+        let per_key_ttl = self
+            .ensure_ttl_bucket(subjects::LEASES_BUCKET, "slice leases", config)
+            .await?;
+        self.ensure_ttl_bucket(subjects::WORKERS_BUCKET, "worker membership", config)
+            .await?;
+
+        let plain_buckets = [
+            (subjects::JOBS_BUCKET, "job records", config.record_history),
+            (
+                subjects::CHECKPOINTS_BUCKET,
+                "latest session checkpoints",
+                1,
+            ),
+            (
+                subjects::APPROVALS_BUCKET,
+                "approval records",
+                config.record_history,
+            ),
+            (
+                subjects::QUARANTINE_BUCKET,
+                "quarantined slices",
+                config.record_history,
+            ),
+        ];
+        for (bucket, description, history) in plain_buckets {
+            js.create_or_update_key_value(kv::Config {
+                bucket: bucket.to_string(),
+                description: description.to_string(),
+                history,
+                storage: config.storage,
+                num_replicas: config.replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| topology_error(&format!("KV bucket {bucket}"), e))?;
+        }
+        Ok(TopologyInfo { per_key_ttl })
+    }
+
+    /// A bucket whose keys expire unless refreshed. Returns whether per-key
+    /// TTLs are in use.
+    async fn ensure_ttl_bucket(
+        &self,
+        bucket: &str,
+        description: &str,
+        config: &TopologyConfig,
+    ) -> Result<bool, BusError> {
+        let js = self.jetstream();
+        let with_markers = kv::Config {
+            bucket: bucket.to_string(),
+            description: description.to_string(),
+            history: 1,
+            storage: config.storage,
+            num_replicas: config.replicas,
+            limit_markers: Some(config.lease_marker_ttl),
+            ..Default::default()
+        };
+        match js.create_or_update_key_value(with_markers).await {
+            Ok(_) => Ok(true),
+            Err(error)
+                if error.kind()
+                    == jetstream::context::CreateKeyValueErrorKind::LimitMarkersNotSupported =>
+            {
+                tracing::warn!(
+                    bucket,
+                    "server lacks per-key TTLs (needs nats-server >= 2.11); using bucket max age"
+                );
+                js.create_or_update_key_value(kv::Config {
+                    bucket: bucket.to_string(),
+                    description: description.to_string(),
+                    history: 1,
+                    storage: config.storage,
+                    num_replicas: config.replicas,
+                    max_age: config.fallback_lease_ttl,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| topology_error(&format!("KV bucket {bucket}"), e))?;
+                Ok(false)
+            }
+            Err(error) => Err(topology_error(&format!("KV bucket {bucket}"), error)),
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Host cost of evaluating one tuning candidate on the emulator: build the
+//! dgemm kernel directory at its tune.toml defaults and run it once on two
+//! cores (what a worker pays per candidate), and the run alone.
+
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use mtswarm_hw::emulator::EmulatorBoard;
+use mtswarm_hw::tune::TuneSpace;
+use mtswarm_hw::{BackendKind, Board, BuildRequest, ChipSpec, RunRequest, Slice};
+
+fn candidate(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let kernel_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels/dgemm");
+    let space = TuneSpace::load(&kernel_dir).expect("tune.toml");
+    let defines = space.defines(&space.default_config());
+    let cache = tempfile::tempdir().expect("cache dir");
+    let out = tempfile::tempdir().expect("out dir");
+    let slice = Slice {
+        board: "bench".into(),
+        cluster: Some(0),
+        cores: 2,
+        backend: BackendKind::Emulator,
+    };
+    let board = EmulatorBoard::new(slice, ChipSpec::default())
+        .expect("board")
+        .with_cache_dir(cache.path());
+    let build = BuildRequest {
+        kernel_dir,
+        defines,
+        out_dir: out.path().to_path_buf(),
+    };
+    let run = RunRequest {
+        cores: 2,
+        runs: 1,
+        timeout: Duration::from_secs(120),
+        args: Vec::new(),
+    };
+    let artifact = runtime.block_on(board.build(&build)).expect("builds");
+
+    let mut group = c.benchmark_group("dgemm_candidate");
+    group.sample_size(10);
+    group.bench_function("build_and_run", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let artifact = board.build(&build).await.expect("builds");
+            board.run(&artifact, &run).await.expect("runs")
+        })
+    });
+    group.bench_function("run", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { board.run(&artifact, &run).await.expect("runs") })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, candidate);
+criterion_main!(benches);

@@ -1,0 +1,177 @@
+//! The one interface every hardware backend implements, and the vocabulary
+//! (slices, builds, runs) shared by the backends, the measurement code and
+//! the worker's tools.
+//!
+//! A backend does two things: *build* a kernel directory into something it
+//! can launch (host CPU work, never takes the slice lock) and *run* it once on
+//! its slice (hardware work: callers hold the slice lock). Repetition,
+//! statistics and validation policy live in `measure`, not in backends.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::HwError;
+
+/// Which kind of backend drives a slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// The MT-3000 emulator that ships with the project (the default).
+    Emulator,
+    /// The real MT-3000 toolchain and boards, through command templates.
+    Sdk,
+    /// Plain C on the local CPU, real timing.
+    Host,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Emulator => "emulator",
+            Self::Sdk => "sdk",
+            Self::Host => "host",
+        })
+    }
+}
+
+/// A piece of hardware one worker agent owns: a whole board, or one DSP
+/// cluster of a board with a number of cores.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Slice {
+    pub board: String,
+    /// `None` = the whole board (all clusters).
+    #[serde(default)]
+    pub cluster: Option<u32>,
+    pub cores: u32,
+    pub backend: BackendKind,
+}
+
+impl Slice {
+    /// Stable identifier, also the key of the slice's lease and lock:
+    /// `board0/c1` for a cluster slice, `board0` for a whole board.
+    pub fn id(&self) -> String {
+        match self.cluster {
+            Some(c) => format!("{}/c{c}", self.board),
+            None => self.board.clone(),
+        }
+    }
+}
+
+impl fmt::Display for Slice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({} cores, {})", self.id(), self.cores, self.backend)
+    }
+}
+
+/// What to build: a kernel directory (see `examples/kernels/`) with
+/// preprocessor parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildRequest {
+    pub kernel_dir: PathBuf,
+    /// `-D NAME=VALUE` parameters (tuning knobs, problem sizes).
+    #[serde(default)]
+    pub defines: BTreeMap<String, String>,
+    /// Where build outputs go; created if missing.
+    pub out_dir: PathBuf,
+}
+
+/// A built kernel, ready to run on a slice of the backend that built it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Artifact {
+    pub backend: BackendKind,
+    /// Directory with the launchable files.
+    pub dir: PathBuf,
+    /// The program to launch (host harness binary).
+    pub program: PathBuf,
+    /// sha256 over the kernel sources and the defines: identifies "the code
+    /// that was measured" in every result.
+    pub kernel_hash: String,
+    /// Compiler identity and flags, e.g. `gcc 12.2.0 -O2 (emulator)`.
+    pub toolchain: String,
+    /// Compiler output (warnings), kept for the model to read.
+    #[serde(default)]
+    pub log: String,
+    #[serde(default)]
+    pub defines: BTreeMap<String, String>,
+}
+
+/// How to launch an artifact once. One launch executes the kernel `runs`
+/// times inside the same process (the harness's `--runs N`), validating
+/// every execution, so repeated measurements do not pay process start-up and
+/// a kernel that is right once and wrong later is caught.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// DSP cores to use (<= the slice's cores).
+    pub cores: u32,
+    /// Kernel executions in this launch (>= 1).
+    pub runs: u32,
+    /// Counted from the moment the process starts, not from when it queued.
+    pub timeout: Duration,
+    /// Extra arguments for the harness.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+/// Event counters of one run (modeled on the emulator, zero where a backend
+/// cannot observe them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counters {
+    pub flops: u64,
+    pub dma_bytes: u64,
+    pub stall_cycles: u64,
+}
+
+/// One kernel execution inside a launch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunSample {
+    pub valid: bool,
+    pub error: Option<String>,
+    pub modeled_cycles: Option<u64>,
+    pub seconds: f64,
+    pub max_abs_err: Option<f64>,
+    pub counters: Counters,
+}
+
+/// The outcome of one launch. A launch whose output was wrong is `valid:
+/// false`, with the reason in `error`; one that could not start at all is an
+/// `Err(HwError)` instead. The top-level figures describe the last execution;
+/// `samples` holds every execution in order.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunOutcome {
+    pub valid: bool,
+    pub error: Option<String>,
+    /// Emulator only: the slowest core's modeled cycles.
+    pub modeled_cycles: Option<u64>,
+    /// Kernel time: modeled on the emulator, measured elsewhere.
+    pub seconds: f64,
+    pub gflops: f64,
+    /// Fraction (0..1) of the modeled peak of the cores used.
+    pub peak_fraction: f64,
+    pub counters: Counters,
+    /// Largest absolute deviation from the reference, when the harness says.
+    pub max_abs_err: Option<f64>,
+    /// Wall time of the whole process.
+    pub wall_seconds: f64,
+    /// Last lines of the program's output, for diagnosis.
+    #[serde(default)]
+    pub output_tail: String,
+    #[serde(default)]
+    pub samples: Vec<RunSample>,
+}
+
+/// A hardware backend bound to one slice.
+#[async_trait::async_trait]
+pub trait Board: Send + Sync {
+    fn slice(&self) -> &Slice;
+    fn backend(&self) -> BackendKind {
+        self.slice().backend
+    }
+    /// Compile and link on the host CPU. Never touches the slice.
+    async fn build(&self, request: &BuildRequest) -> Result<Artifact, HwError>;
+    /// Launch once on the slice. Callers hold the slice lock.
+    async fn run(&self, artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError>;
+}

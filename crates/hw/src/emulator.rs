@@ -1,0 +1,959 @@
+//! The `emulator` backend: MT-3000 kernels compiled with the host C compiler
+//! against the emulator's hthreads headers and runtime (shipped inside this
+//! crate), run as a confined process, and measured in modeled cycles.
+//!
+//! The C sources under `crates/hw/emu/` are embedded with `include_str!` and
+//! written to a cache directory keyed by their hash on first use, so an
+//! installed binary needs nothing from the source tree. The chip spec reaches
+//! the C runtime as a `key=value;...` string: baked into each build and passed
+//! again in `$MTSWARM_SPEC` at run time, so a TOML change changes the model.
+//!
+//! The harness protocol (stdout lines, see `examples/kernels/README.md`):
+//! `MTSWARM_EMU {json}` per `hthread_group_wait` (from the runtime),
+//! `MTSWARM_RESULT {json}` per kernel execution (from the harness) and
+//! `MTSWARM_ERROR {json}` when the runtime stops the program (capacity
+//! exceeded, API misuse).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::HwError;
+use crate::board::{
+    Artifact, BackendKind, Board, BuildRequest, Counters, RunOutcome, RunRequest, RunSample, Slice,
+};
+use crate::sdk::{ProcessLimits, kernel_hash, run_confined};
+use crate::spec::ChipSpec;
+
+/// The emulator's C sources, relative path -> content.
+const RUNTIME_SOURCES: &[(&str, &str)] = &[
+    (
+        "include/hthread_host.h",
+        include_str!("../emu/include/hthread_host.h"),
+    ),
+    (
+        "include/hthread_device.h",
+        include_str!("../emu/include/hthread_device.h"),
+    ),
+    (
+        "include/compiler/m3000.h",
+        include_str!("../emu/include/compiler/m3000.h"),
+    ),
+    (
+        "include/mtswarm_harness.h",
+        include_str!("../emu/include/mtswarm_harness.h"),
+    ),
+    (
+        "runtime/emu_runtime.c",
+        include_str!("../emu/runtime/emu_runtime.c"),
+    ),
+];
+
+/// Flags shared by every compile. `-fno-ivopts` only shortens the host
+/// compile of the 1024-bit vector code; it changes no modeled cost.
+const OPT_FLAGS: &[&str] = &[
+    "-O2",
+    "-fno-ivopts",
+    "-Wall",
+    "-Wno-psabi",
+    "-Wno-unused-parameter",
+];
+/// Basic-block hook for the scalar part of the cycle model (device code only).
+const KERNEL_INSTRUMENTATION: &str = "-fsanitize-coverage=trace-pc";
+/// Most output kept from a compiler or a harness.
+const MAX_OUTPUT_BYTES: usize = 4 << 20;
+/// Characters of output kept in errors and `output_tail`.
+const TAIL_CHARS: usize = 4000;
+
+/// Which flavour of the shared build/run machinery to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    /// Instrumented kernel, cycle model, modeled time.
+    Emulated,
+    /// Plain native build, wall-clock time.
+    Native,
+}
+
+impl Flavor {
+    fn backend(self) -> BackendKind {
+        match self {
+            Self::Emulated => BackendKind::Emulator,
+            Self::Native => BackendKind::Host,
+        }
+    }
+    fn runtime_object(self) -> &'static str {
+        match self {
+            Self::Emulated => "runtime-emu.o",
+            Self::Native => "runtime-host.o",
+        }
+    }
+}
+
+/// Limits of a launched harness. CPU seconds are derived from the run's
+/// timeout when not set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunLimits {
+    pub address_space_bytes: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self {
+            // Each core thread reserves a stack and a malloc arena.
+            address_space_bytes: Some(16 << 30),
+            cpu_seconds: None,
+        }
+    }
+}
+
+/// Shared state of the emulator and host backends.
+#[derive(Debug, Clone)]
+pub(crate) struct Toolchain {
+    pub(crate) slice: Slice,
+    pub(crate) spec: ChipSpec,
+    pub(crate) cache_dir: PathBuf,
+    pub(crate) compiler: String,
+    pub(crate) limits: RunLimits,
+}
+
+/// The default cache directory: `$MTSWARM_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/mtswarm`, else `~/.cache/mtswarm`, else the temp dir.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("MTSWARM_CACHE_DIR") {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(dir).join("mtswarm");
+    }
+    if let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home).join(".cache").join("mtswarm");
+    }
+    std::env::temp_dir().join("mtswarm-cache")
+}
+
+/// The chip spec in the runtime's `key=value;...` form.
+pub fn spec_string(spec: &ChipSpec) -> String {
+    let m = &spec.model;
+    let pairs: [(&str, f64); 21] = [
+        ("clusters", f64::from(spec.clusters)),
+        ("cores_per_cluster", f64::from(spec.cores_per_cluster)),
+        ("vector_lanes", f64::from(spec.vector_lanes)),
+        ("fma_per_lane", f64::from(spec.fma_per_lane)),
+        ("scalar_issue_slots", f64::from(spec.scalar_issue_slots)),
+        ("vector_issue_slots", f64::from(spec.vector_issue_slots)),
+        ("clock_hz", spec.clock_hz),
+        ("sm_bytes", spec.sm_bytes as f64),
+        ("sm_max_buffers", f64::from(spec.sm_max_buffers)),
+        ("am_bytes", spec.am_bytes as f64),
+        ("am_max_buffers", f64::from(spec.am_max_buffers)),
+        ("gsm_bytes", spec.gsm_bytes as f64),
+        ("ddr_bytes_per_cluster", spec.ddr_bytes_per_cluster as f64),
+        ("ddr_bandwidth", spec.ddr_bandwidth),
+        ("dma_startup_cycles", spec.dma_startup_cycles as f64),
+        ("latency.get_clk", f64::from(spec.latency.get_clk)),
+        ("latency.vlddw", f64::from(spec.latency.vlddw)),
+        ("model.vector_mem_slots", f64::from(m.vector_mem_slots)),
+        ("model.scalar_block_cycles", m.scalar_block_cycles),
+        ("model.barrier_cycles", m.barrier_cycles as f64),
+        ("model.gsm_bandwidth", m.gsm_bandwidth),
+    ];
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v:e}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn runtime_hash() -> &'static str {
+    static HASH: OnceLock<String> = OnceLock::new();
+    HASH.get_or_init(|| {
+        let mut hasher = Sha256::new();
+        for (path, content) in RUNTIME_SOURCES {
+            hasher.update(path.as_bytes());
+            hasher.update([0]);
+            hasher.update((content.len() as u64).to_le_bytes());
+            hasher.update(content.as_bytes());
+        }
+        hex::encode(hasher.finalize())
+    })
+}
+
+fn tail(text: &str, max_chars: usize) -> String {
+    let count = text.chars().count();
+    if count <= max_chars {
+        text.to_owned()
+    } else {
+        text.chars().skip(count - max_chars).collect()
+    }
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> HwError {
+    HwError::Io(format!("{what} {}: {e}", path.display()))
+}
+
+/// Write the embedded sources into `<cache>/emu-<hash>/` unless already
+/// there; returns that directory. Concurrent callers race safely: each
+/// writes a private copy and renames it into place.
+pub fn materialize_runtime(cache_dir: &Path) -> Result<PathBuf, HwError> {
+    let dir = cache_dir.join(format!("emu-{}", &runtime_hash()[..16]));
+    if dir.join(".complete").exists() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(cache_dir).map_err(|e| io_err("creating", cache_dir, e))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".emu-staging-")
+        .tempdir_in(cache_dir)
+        .map_err(|e| io_err("creating a staging dir in", cache_dir, e))?;
+    for (rel, content) in RUNTIME_SOURCES {
+        let path = staging.path().join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_err("creating", parent, e))?;
+        }
+        std::fs::write(&path, content).map_err(|e| io_err("writing", &path, e))?;
+    }
+    std::fs::write(staging.path().join(".complete"), runtime_hash())
+        .map_err(|e| io_err("writing", staging.path(), e))?;
+    let staged = staging.keep();
+    if std::fs::rename(&staged, &dir).is_err() {
+        // Another process won the race; its copy is identical.
+        let _ = std::fs::remove_dir_all(&staged);
+        if !dir.join(".complete").exists() {
+            return Err(HwError::Io(format!(
+                "cannot install the emulator runtime into {}",
+                dir.display()
+            )));
+        }
+    }
+    Ok(dir)
+}
+
+/// `gcc -dumpfullversion`, cached per compiler.
+async fn compiler_version(compiler: &str) -> String {
+    static VERSIONS: OnceLock<std::sync::Mutex<BTreeMap<String, String>>> = OnceLock::new();
+    let cache = VERSIONS.get_or_init(Default::default);
+    if let Some(v) = cache.lock().ok().and_then(|m| m.get(compiler).cloned()) {
+        return v;
+    }
+    let version = match tokio::process::Command::new(compiler)
+        .arg("-dumpfullversion")
+        .output()
+        .await
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        _ => "unknown".to_owned(),
+    };
+    if let Ok(mut m) = cache.lock() {
+        m.insert(compiler.to_owned(), version.clone());
+    }
+    version
+}
+
+fn check_defines(defines: &BTreeMap<String, String>) -> Result<(), HwError> {
+    for (name, value) in defines {
+        let mut chars = name.chars();
+        let starts_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !starts_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(HwError::Config(format!(
+                "define name `{name}` is not a C identifier"
+            )));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(HwError::Config(format!(
+                "define `{name}` has a control character in its value"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Run one compiler command; its diagnostics become the error on failure.
+async fn compile_step(argv: Vec<String>, cwd: &Path, what: &str) -> Result<String, HwError> {
+    let limits = ProcessLimits::default();
+    let out = run_confined(
+        &argv,
+        cwd,
+        &BTreeMap::new(),
+        Duration::from_secs(120),
+        &limits,
+        MAX_OUTPUT_BYTES,
+    )
+    .await
+    .map_err(|e| match e {
+        HwError::Timeout(t) => HwError::Compile(format!("{what}: compiler timed out after {t:?}")),
+        other => other,
+    })?;
+    if out.status.success() {
+        Ok(out.stderr)
+    } else {
+        let mut msg = tail(out.stderr.trim(), TAIL_CHARS);
+        if msg.is_empty() {
+            msg = format!("compiler exited with {}", out.status);
+        }
+        Err(HwError::Compile(format!("{what}: {msg}")))
+    }
+}
+
+impl Toolchain {
+    /// Compile the runtime for `flavor` once per cache directory.
+    async fn runtime_object(&self, runtime_dir: &Path, flavor: Flavor) -> Result<PathBuf, HwError> {
+        let object = runtime_dir.join(flavor.runtime_object());
+        if object.exists() {
+            return Ok(object);
+        }
+        let staging = runtime_dir.join(format!(
+            ".{}.{}.tmp",
+            flavor.runtime_object(),
+            uuid::Uuid::new_v4()
+        ));
+        let mut argv = vec![self.compiler.clone()];
+        argv.extend(OPT_FLAGS.iter().map(|s| (*s).to_owned()));
+        if flavor == Flavor::Native {
+            argv.push("-DMTSWARM_HOST_BACKEND".into());
+        }
+        argv.extend([
+            "-pthread".into(),
+            "-I".into(),
+            runtime_dir.join("include").display().to_string(),
+            "-c".into(),
+            runtime_dir
+                .join("runtime/emu_runtime.c")
+                .display()
+                .to_string(),
+            "-o".into(),
+            staging.display().to_string(),
+        ]);
+        compile_step(argv, runtime_dir, "emulator runtime").await?;
+        std::fs::rename(&staging, &object).map_err(|e| io_err("installing", &object, e))?;
+        Ok(object)
+    }
+
+    pub(crate) async fn build(
+        &self,
+        request: &BuildRequest,
+        flavor: Flavor,
+    ) -> Result<Artifact, HwError> {
+        check_defines(&request.defines)?;
+        let kernel_dir = &request.kernel_dir;
+        for file in ["kernel.c", "host.c"] {
+            if !kernel_dir.join(file).is_file() {
+                return Err(HwError::Kernel(format!(
+                    "{}: missing {file}",
+                    kernel_dir.display()
+                )));
+            }
+        }
+        let kernel_dir = kernel_dir
+            .canonicalize()
+            .map_err(|e| HwError::Kernel(format!("{}: {e}", kernel_dir.display())))?;
+        let out_dir = &request.out_dir;
+        std::fs::create_dir_all(out_dir).map_err(|e| io_err("creating", out_dir, e))?;
+        let out_dir = out_dir
+            .canonicalize()
+            .map_err(|e| io_err("resolving", out_dir, e))?;
+        let runtime_dir = materialize_runtime(&self.cache_dir)?;
+        let runtime_object = self.runtime_object(&runtime_dir, flavor).await?;
+
+        let spec_c = out_dir.join("mtswarm_spec.c");
+        std::fs::write(
+            &spec_c,
+            format!(
+                "/* generated by mtswarm: the chip spec this harness was built for */\nconst char mtswarm_spec_default[] = \"{}\";\n",
+                spec_string(&self.spec)
+            ),
+        )
+        .map_err(|e| io_err("writing", &spec_c, e))?;
+
+        let include = runtime_dir.join("include").display().to_string();
+        let defines: Vec<String> = request
+            .defines
+            .iter()
+            .map(|(k, v)| format!("-D{k}={v}"))
+            .collect();
+        let compile = |source: PathBuf, object: &str, instrument: bool| {
+            let mut argv = vec![self.compiler.clone()];
+            argv.extend(OPT_FLAGS.iter().map(|s| (*s).to_owned()));
+            if flavor == Flavor::Native {
+                argv.push("-DMTSWARM_HOST_BACKEND".into());
+            }
+            if instrument {
+                argv.push(KERNEL_INSTRUMENTATION.into());
+            }
+            argv.extend(["-pthread".into(), "-I".into(), include.clone()]);
+            argv.extend(defines.iter().cloned());
+            argv.extend([
+                "-c".into(),
+                source.display().to_string(),
+                "-o".into(),
+                out_dir.join(object).display().to_string(),
+            ]);
+            argv
+        };
+        let instrument = flavor == Flavor::Emulated;
+        // On x86-64 the kernel goes through assembly so that each basic block
+        // can be charged by its instruction count (see `charge_basic_blocks`).
+        let via_assembly = instrument && cfg!(target_arch = "x86_64");
+        let mut kernel_argv = compile(
+            kernel_dir.join("kernel.c"),
+            if via_assembly { "kernel.s" } else { "kernel.o" },
+            instrument,
+        );
+        if instrument {
+            // Auto-vectorised scalar code would hide scalar work in packed
+            // host instructions; MT-3000 vector work goes through intrinsics.
+            kernel_argv.insert(1, "-fno-tree-vectorize".into());
+            // Device stacks live in SM: frames are checked after compiling.
+            kernel_argv.insert(1, "-fstack-usage".into());
+        }
+        if via_assembly && let Some(c) = kernel_argv.iter_mut().find(|a| a.as_str() == "-c") {
+            *c = "-S".into();
+        }
+        let host_argv = compile(kernel_dir.join("host.c"), "host.o", false);
+        let mut spec_argv = vec![self.compiler.clone(), "-c".into()];
+        spec_argv.extend([
+            spec_c.display().to_string(),
+            "-o".into(),
+            out_dir.join("mtswarm_spec.o").display().to_string(),
+        ]);
+        let (kernel_log, host_log, spec_log) = tokio::join!(
+            compile_step(kernel_argv, &out_dir, "kernel.c"),
+            compile_step(host_argv, &out_dir, "host.c"),
+            compile_step(spec_argv, &out_dir, "mtswarm_spec.c"),
+        );
+        let mut log = kernel_log?;
+        log.push_str(&host_log?);
+        log.push_str(&spec_log?);
+        if instrument {
+            check_stack_frames(&out_dir.join("kernel.su"), &self.spec)?;
+        }
+        if via_assembly {
+            let asm_path = out_dir.join("kernel.s");
+            let asm =
+                std::fs::read_to_string(&asm_path).map_err(|e| io_err("reading", &asm_path, e))?;
+            let charged = charge_basic_blocks(&asm, &self.spec);
+            let charged_path = out_dir.join("kernel.emu.s");
+            std::fs::write(&charged_path, charged)
+                .map_err(|e| io_err("writing", &charged_path, e))?;
+            let argv = vec![
+                self.compiler.clone(),
+                "-c".into(),
+                charged_path.display().to_string(),
+                "-o".into(),
+                out_dir.join("kernel.o").display().to_string(),
+            ];
+            log.push_str(&compile_step(argv, &out_dir, "kernel.emu.s").await?);
+        }
+
+        let program = out_dir.join("harness");
+        let mut link = vec![self.compiler.clone(), "-rdynamic".into(), "-pthread".into()];
+        link.extend(
+            ["kernel.o", "host.o", "mtswarm_spec.o"]
+                .iter()
+                .map(|o| out_dir.join(o).display().to_string()),
+        );
+        link.extend([
+            runtime_object.display().to_string(),
+            "-o".into(),
+            program.display().to_string(),
+            "-ldl".into(),
+            "-lm".into(),
+        ]);
+        log.push_str(&compile_step(link, &out_dir, "link").await?);
+
+        let version = compiler_version(&self.compiler).await;
+        let flags = match flavor {
+            Flavor::Emulated => format!("-O2 -fno-tree-vectorize {KERNEL_INSTRUMENTATION}"),
+            Flavor::Native => "-O2".to_owned(),
+        };
+        Ok(Artifact {
+            backend: flavor.backend(),
+            dir: out_dir.clone(),
+            program,
+            kernel_hash: kernel_hash(&kernel_dir, &request.defines)?,
+            toolchain: format!(
+                "{} {version} {flags} ({} runtime {})",
+                self.compiler,
+                flavor.backend(),
+                &runtime_hash()[..12]
+            ),
+            log: tail(&log, TAIL_CHARS),
+            defines: request.defines.clone(),
+        })
+    }
+
+    pub(crate) async fn run(
+        &self,
+        artifact: &Artifact,
+        request: &RunRequest,
+        flavor: Flavor,
+    ) -> Result<RunOutcome, HwError> {
+        if artifact.backend != flavor.backend() {
+            return Err(HwError::Config(format!(
+                "artifact was built for the {} backend, this slice is {}",
+                artifact.backend,
+                flavor.backend()
+            )));
+        }
+        if request.cores == 0 || request.cores > self.slice.cores {
+            return Err(HwError::Config(format!(
+                "{} cores requested, slice {} has {}",
+                request.cores,
+                self.slice.id(),
+                self.slice.cores
+            )));
+        }
+        if request.runs == 0 {
+            return Err(HwError::Config("runs must be at least 1".into()));
+        }
+        let mut argv = vec![
+            artifact.program.display().to_string(),
+            "--runs".into(),
+            request.runs.to_string(),
+        ];
+        argv.extend(request.args.iter().cloned());
+        let mut env = BTreeMap::new();
+        env.insert("MTSWARM_CORES".to_owned(), request.cores.to_string());
+        env.insert(
+            "MTSWARM_CLUSTER".to_owned(),
+            self.slice.cluster.unwrap_or(0).to_string(),
+        );
+        env.insert("MTSWARM_SPEC".to_owned(), spec_string(&self.spec));
+        let host_threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let limits = ProcessLimits {
+            cpu_seconds: Some(
+                self.limits
+                    .cpu_seconds
+                    .unwrap_or(request.timeout.as_secs().saturating_add(1) * host_threads + 1),
+            ),
+            address_space_bytes: self.limits.address_space_bytes,
+            ..ProcessLimits::default()
+        };
+        let out = run_confined(
+            &argv,
+            &artifact.dir,
+            &env,
+            request.timeout,
+            &limits,
+            MAX_OUTPUT_BYTES,
+        )
+        .await?;
+        let mut outcome = parse_output(&out.stdout, &self.spec, flavor)?;
+        outcome.wall_seconds = out.wall.as_secs_f64();
+        outcome.output_tail = tail(&format!("{}{}", out.stdout, out.stderr), TAIL_CHARS);
+        if !out.status.success() && outcome.error.is_none() {
+            outcome.valid = false;
+            outcome.error = Some(format!(
+                "harness failed ({}): {}",
+                out.status,
+                tail(out.stderr.trim(), 500)
+            ));
+        }
+        if outcome.samples.len() != request.runs as usize && outcome.error.is_none() {
+            outcome.valid = false;
+            outcome.error = Some(format!(
+                "harness reported {} of {} executions",
+                outcome.samples.len(),
+                request.runs
+            ));
+        }
+        Ok(outcome)
+    }
+}
+
+/// The scalar-cost pass of the emulator build (x86-64 assembly of an
+/// instrumented kernel): every `call __sanitizer_cov_trace_pc` that
+/// `-fsanitize-coverage=trace-pc` put at the start of a basic block becomes
+/// one inline `addq` of the block's cost, in thousandths of a cycle, to the
+/// core's scalar counter: the larger of `model.scalar_block_cycles` and the
+/// block's scalar instructions over `scalar_issue_slots`. Not counted: packed
+/// SSE/AVX instructions (the host's rendering of the 1024-bit vector unit,
+/// charged per intrinsic instead) and the intrinsics' own bookkeeping (lines
+/// tagged `#mtswarm`). The call clobbered the flags and caller-saved
+/// registers, so an `addq` in its place is safe.
+pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
+    let lines: Vec<&str> = asm.lines().collect();
+    let slots = f64::from(spec.scalar_issue_slots.max(1));
+    let mut out = String::with_capacity(asm.len() + asm.len() / 8);
+    for (i, line) in lines.iter().enumerate() {
+        if !is_trace_pc_call(line) {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let mut instructions = 0u32;
+        for next in &lines[i + 1..] {
+            let text = next.trim();
+            if is_trace_pc_call(next) || is_label(next) {
+                break;
+            }
+            if let Some(mnemonic) = scalar_instruction(text) {
+                instructions += 1;
+                if mnemonic.starts_with('j') || mnemonic.starts_with("ret") {
+                    break;
+                }
+            }
+        }
+        let cycles = (f64::from(instructions) / slots).max(spec.model.scalar_block_cycles);
+        let milli = (cycles * 1000.0).round().max(0.0) as u64;
+        out.push_str(&format!(
+            "\taddq\t${milli}, %fs:mtswarm_issue@tpoff #mtswarm block of {instructions} instructions\n"
+        ));
+    }
+    out
+}
+
+/// A device function's stack frame lives in the core's SM; one larger than
+/// SM cannot run on the chip (`gcc -fstack-usage` output, one function per
+/// line: `file:line:col:name<TAB>bytes<TAB>qualifiers`).
+fn check_stack_frames(su_path: &Path, spec: &ChipSpec) -> Result<(), HwError> {
+    let Ok(text) = std::fs::read_to_string(su_path) else {
+        // No report (another compiler): nothing to check.
+        return Ok(());
+    };
+    for line in text.lines() {
+        let mut fields = line.split('\t');
+        let (Some(location), Some(bytes)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Ok(bytes) = bytes.trim().parse::<u64>() else {
+            continue;
+        };
+        if bytes > spec.sm_bytes {
+            let function = location.rsplit(':').next().unwrap_or(location);
+            return Err(HwError::Capacity(format!(
+                "kernel.c: {function} needs a {bytes}-byte stack frame; the stack lives in SM \
+                 ({} bytes per core, SM capacity exceeded)",
+                spec.sm_bytes
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn is_trace_pc_call(line: &str) -> bool {
+    let mut parts = line.split_whitespace();
+    parts.next() == Some("call")
+        && parts
+            .next()
+            .is_some_and(|t| t == "__sanitizer_cov_trace_pc" || t == "__sanitizer_cov_trace_pc@PLT")
+}
+
+fn is_label(line: &str) -> bool {
+    let text = line.trim_end();
+    !text.starts_with(char::is_whitespace) && text.ends_with(':')
+}
+
+/// The mnemonic of an instruction line that counts as scalar work, if any.
+fn scalar_instruction(text: &str) -> Option<&str> {
+    if text.is_empty() || text.starts_with('.') || text.starts_with('#') || text.ends_with(':') {
+        return None;
+    }
+    if text.contains("#mtswarm") {
+        return None;
+    }
+    let mnemonic = text.split_whitespace().next()?;
+    let packed = mnemonic.ends_with("pd")
+        || mnemonic.ends_with("ps")
+        || mnemonic.contains("movdq")
+        || mnemonic == "movddup"
+        || mnemonic == "vmovddup"
+        || ((mnemonic.starts_with('p')
+            || mnemonic.starts_with("vp")
+            || mnemonic.starts_with("vbroadcast"))
+            && (text.contains("%xmm") || text.contains("%ymm") || text.contains("%zmm")));
+    (!packed).then_some(mnemonic)
+}
+
+#[derive(Debug, Deserialize)]
+struct EmuLine {
+    threads: u32,
+    #[serde(default)]
+    kernel_cycles: f64,
+    #[serde(default)]
+    flops: f64,
+    #[serde(default)]
+    dma_bytes: f64,
+    #[serde(default)]
+    stall_cycles: f64,
+    #[serde(default)]
+    wall_seconds: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResultLine {
+    valid: bool,
+    #[serde(default)]
+    max_abs_err: Option<f64>,
+    #[serde(default)]
+    flops: Option<f64>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorLine {
+    kind: String,
+    message: String,
+}
+
+/// One execution's figures before they become a [`RunSample`].
+#[derive(Debug, Default)]
+struct Pending {
+    cycles: f64,
+    wall: f64,
+    threads: u32,
+    counters: Counters,
+}
+
+fn to_u64(x: f64) -> u64 {
+    if x.is_finite() && x > 0.0 {
+        x.round() as u64
+    } else {
+        0
+    }
+}
+
+/// Turn the harness's stdout into a [`RunOutcome`]. A runtime error of kind
+/// `capacity` is an `Err(HwError::Capacity)` (the configuration cannot run on
+/// the chip); `launch` is `HwError::Launch`; others make the outcome invalid.
+pub(crate) fn parse_output(
+    stdout: &str,
+    spec: &ChipSpec,
+    flavor: Flavor,
+) -> Result<RunOutcome, HwError> {
+    let mut outcome = RunOutcome::default();
+    let mut pending = Pending::default();
+    let mut last_rate = (0.0, 0.0); // gflops, peak fraction of the last sample
+    for line in stdout.lines() {
+        let line = line.trim();
+        if let Some(json) = line.strip_prefix("MTSWARM_EMU ") {
+            let emu: EmuLine = serde_json::from_str(json)
+                .map_err(|e| HwError::Launch(format!("bad MTSWARM_EMU line ({e}): {json}")))?;
+            pending.cycles += emu.kernel_cycles;
+            pending.wall += emu.wall_seconds;
+            pending.threads = pending.threads.max(emu.threads);
+            pending.counters.flops += to_u64(emu.flops);
+            pending.counters.dma_bytes += to_u64(emu.dma_bytes);
+            pending.counters.stall_cycles += to_u64(emu.stall_cycles);
+        } else if let Some(json) = line.strip_prefix("MTSWARM_RESULT ") {
+            let (valid, max_abs_err, flops, error) = match serde_json::from_str::<ResultLine>(json)
+            {
+                Ok(r) => (r.valid, r.max_abs_err, r.flops.unwrap_or(0.0), r.error),
+                Err(e) => (
+                    false,
+                    None,
+                    0.0,
+                    Some(format!("unparseable MTSWARM_RESULT line ({e})")),
+                ),
+            };
+            let done = std::mem::take(&mut pending);
+            let (modeled_cycles, seconds) = match flavor {
+                Flavor::Emulated => (Some(to_u64(done.cycles)), done.cycles / spec.clock_hz),
+                Flavor::Native => (None, done.wall),
+            };
+            let valid = valid && error.is_none() && done.threads > 0;
+            let error = if valid {
+                None
+            } else if done.threads == 0 {
+                Some("the harness reported a result without running the kernel".to_owned())
+            } else {
+                Some(error.unwrap_or_else(|| "output differs from the reference".to_owned()))
+            };
+            last_rate = if seconds > 0.0 {
+                let rate = flops / seconds;
+                let peak = match flavor {
+                    Flavor::Emulated => rate / spec.peak_flops(done.threads),
+                    Flavor::Native => 0.0,
+                };
+                (rate / 1e9, peak)
+            } else {
+                (0.0, 0.0)
+            };
+            outcome.samples.push(RunSample {
+                valid,
+                error,
+                modeled_cycles,
+                seconds,
+                max_abs_err,
+                counters: done.counters,
+            });
+        } else if let Some(json) = line.strip_prefix("MTSWARM_ERROR ") {
+            let err: ErrorLine = serde_json::from_str(json)
+                .map_err(|e| HwError::Launch(format!("bad MTSWARM_ERROR line ({e}): {json}")))?;
+            match err.kind.as_str() {
+                "capacity" => return Err(HwError::Capacity(err.message)),
+                "launch" => return Err(HwError::Launch(err.message)),
+                "config" => return Err(HwError::Config(err.message)),
+                _ => {
+                    outcome.valid = false;
+                    outcome.error = Some(err.message);
+                }
+            }
+        }
+    }
+    if let Some(last) = outcome.samples.last() {
+        outcome.modeled_cycles = last.modeled_cycles;
+        outcome.seconds = last.seconds;
+        outcome.counters = last.counters;
+        outcome.max_abs_err = last.max_abs_err;
+        outcome.gflops = last_rate.0;
+        outcome.peak_fraction = last_rate.1;
+    }
+    if outcome.error.is_none() {
+        outcome.valid = !outcome.samples.is_empty() && outcome.samples.iter().all(|s| s.valid);
+        outcome.error = outcome
+            .samples
+            .iter()
+            .find_map(|s| s.error.clone())
+            .or_else(|| {
+                outcome
+                    .samples
+                    .is_empty()
+                    .then(|| "no MTSWARM_RESULT line".to_owned())
+            });
+    }
+    Ok(outcome)
+}
+
+/// The MT-3000 emulator on one slice (backend `emulator`).
+#[derive(Debug, Clone)]
+pub struct EmulatorBoard {
+    toolchain: Toolchain,
+}
+
+impl EmulatorBoard {
+    /// A board for `slice` modeled with `spec`; uses `gcc` and
+    /// [`default_cache_dir`]. Rejects slices the chip cannot have.
+    pub fn new(slice: Slice, spec: ChipSpec) -> Result<Self, HwError> {
+        spec.validate()?;
+        if slice.cores == 0 || slice.cores > spec.cores_per_cluster {
+            return Err(HwError::Config(format!(
+                "slice {} has {} cores; a cluster has 1..={} (cores_per_cluster)",
+                slice.id(),
+                slice.cores,
+                spec.cores_per_cluster
+            )));
+        }
+        if let Some(c) = slice.cluster
+            && c >= spec.clusters
+        {
+            return Err(HwError::Config(format!(
+                "slice {}: cluster {c} does not exist (clusters 0..{})",
+                slice.id(),
+                spec.clusters
+            )));
+        }
+        Ok(Self {
+            toolchain: Toolchain {
+                slice: Slice {
+                    backend: BackendKind::Emulator,
+                    ..slice
+                },
+                spec,
+                cache_dir: default_cache_dir(),
+                compiler: "gcc".to_owned(),
+                limits: RunLimits::default(),
+            },
+        })
+    }
+
+    /// Where the runtime sources and objects are cached.
+    pub fn with_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.toolchain.cache_dir = dir.into();
+        self
+    }
+
+    /// The C compiler to use (default `gcc`).
+    pub fn with_compiler(mut self, compiler: impl Into<String>) -> Self {
+        self.toolchain.compiler = compiler.into();
+        self
+    }
+
+    pub fn with_limits(mut self, limits: RunLimits) -> Self {
+        self.toolchain.limits = limits;
+        self
+    }
+
+    pub fn spec(&self) -> &ChipSpec {
+        &self.toolchain.spec
+    }
+}
+
+#[async_trait::async_trait]
+impl Board for EmulatorBoard {
+    fn slice(&self) -> &Slice {
+        &self.toolchain.slice
+    }
+
+    async fn build(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
+        self.toolchain.build(request, Flavor::Emulated).await
+    }
+
+    async fn run(&self, artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
+        self.toolchain
+            .run(artifact, request, Flavor::Emulated)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_string_carries_every_number_the_runtime_needs() {
+        let spec = ChipSpec {
+            am_bytes: 12345,
+            ..ChipSpec::default()
+        };
+        let s = spec_string(&spec);
+        assert!(s.contains("am_bytes=1.2345e4"), "{s}");
+        assert_eq!(s.split(';').count(), 21);
+    }
+
+    #[test]
+    fn parse_pairs_runtime_lines_with_results() {
+        let spec = ChipSpec::default();
+        let out = "MTSWARM_EMU {\"kernel\":\"k\",\"threads\":2,\"kernel_cycles\":1200,\"flops\":64,\"dma_bytes\":8,\"stall_cycles\":3,\"wall_seconds\":0.1}\n\
+                   MTSWARM_RESULT {\"valid\":true,\"max_abs_err\":0.0,\"flops\":192000,\"error\":null}\n";
+        let o = parse_output(out, &spec, Flavor::Emulated).expect("parses");
+        assert!(o.valid);
+        assert_eq!(o.modeled_cycles, Some(1200));
+        assert!((o.seconds - 1e-6).abs() < 1e-15);
+        // 192000 flops in 1 us = 192 GFLOPS; 2 cores peak 2 * 96 * 1.2e9.
+        assert!((o.gflops - 192.0).abs() < 1e-9);
+        assert!((o.peak_fraction - 192e9 / spec.peak_flops(2)).abs() < 1e-12);
+        assert_eq!(o.counters.dma_bytes, 8);
+    }
+
+    #[test]
+    fn blocks_are_charged_by_their_scalar_instructions() {
+        let spec = ChipSpec::default();
+        let asm = "f:\n\tcall\t__sanitizer_cov_trace_pc@PLT\n\tmovsd\t(%rax), %xmm0\n\tmulsd\t(%rdx), %xmm0\n\
+                   \tmovupd\t(%rsi), %xmm1\n\tmulpd\t%xmm1, %xmm2\n\taddq $1, %fs:mtswarm_issue@tpoff+8 #mtswarm\n\
+                   \taddq\t$8, %rax\n\tcmpq\t%rax, %rbx\n\tjne\t.L3\n\tmovq\t%rax, %rcx\n\
+                   .L3:\n\tcall\t__sanitizer_cov_trace_pc@PLT\n\tret\n";
+        let out = charge_basic_blocks(asm, &spec);
+        assert!(!out.contains("__sanitizer_cov_trace_pc"), "{out}");
+        // movsd, mulsd, addq, cmpq, jne = 5 scalar instructions = 1 cycle at 5 slots.
+        assert!(
+            out.contains("$1000, %fs:mtswarm_issue@tpoff #mtswarm block of 5 "),
+            "{out}"
+        );
+        // A lone `ret` still costs the minimum block cost.
+        assert!(out.contains("block of 1 instructions"), "{out}");
+    }
+
+    #[test]
+    fn capacity_error_line_becomes_capacity_error() {
+        let out = "MTSWARM_ERROR {\"kind\":\"capacity\",\"message\":\"AM capacity exceeded\"}\n";
+        let err = parse_output(out, &ChipSpec::default(), Flavor::Emulated).unwrap_err();
+        assert_eq!(err, HwError::Capacity("AM capacity exceeded".into()));
+    }
+}

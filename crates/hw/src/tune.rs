@@ -1,0 +1,532 @@
+//! A kernel's tuning space, read from its `tune.toml`: the parameters a tuner
+//! may set (as `-D` defines), the constraints that rule configurations out
+//! (expressions over parameters, problem sizes and chip-spec numbers, e.g.
+//! what fits in AM), the problem sizes, the tolerance and the baseline
+//! variant. The format is documented in `examples/kernels/README.md`.
+//!
+//! ```toml
+//! kernel = "dgemm"
+//! tolerance = 1e-9
+//! baseline = { VARIANT = "naive" }
+//! constraints = ["BUF * (MB + KB) * NB * 8 <= am_bytes"]
+//!
+//! [sizes]
+//! M = 512
+//!
+//! [[param]]
+//! name = "MB"
+//! values = [32, 64, 128]
+//! default = 64
+//!
+//! [[param]]
+//! name = "BUF"
+//! range = { min = 1, max = 2 }   # step defaults to 1
+//! default = 2
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use evalexpr::{ContextWithMutableVariables, HashMapContext, Value as ExprValue};
+use serde::{Deserialize, Serialize};
+
+use crate::HwError;
+use crate::spec::ChipSpec;
+
+/// Configurations enumerated at most (the cartesian product before the
+/// constraints); a larger space is a mistake in the file.
+pub const MAX_CARTESIAN: usize = 1_000_000;
+
+/// Errors reading or using a tuning space. Messages name the file's problem.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TuneError {
+    #[error("tune.toml: {0}")]
+    Parse(String),
+    #[error("tune.toml: {0}")]
+    Invalid(String),
+    #[error("configuration violates `{constraint}`")]
+    Violated { constraint: String },
+    #[error("constraint `{constraint}`: {reason}")]
+    Expression { constraint: String, reason: String },
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl From<TuneError> for HwError {
+    fn from(e: TuneError) -> Self {
+        HwError::Config(e.to_string())
+    }
+}
+
+/// One value of a parameter or size: a number or a word (`naive`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Int(i) => write!(f, "{i}"),
+            Self::Float(x) => write!(f, "{x:e}"),
+            Self::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+impl ParamValue {
+    fn to_expr(&self) -> ExprValue {
+        match self {
+            Self::Int(i) => ExprValue::Int(*i),
+            Self::Float(x) => ExprValue::Float(*x),
+            Self::Str(s) => ExprValue::String(s.clone()),
+        }
+    }
+}
+
+/// A tunable parameter and the values it may take.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Param {
+    pub name: String,
+    pub values: Vec<ParamValue>,
+    pub default: ParamValue,
+    pub description: Option<String>,
+}
+
+/// A configuration: parameter name -> value.
+pub type Config = BTreeMap<String, ParamValue>;
+
+/// A parsed `tune.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TuneSpace {
+    pub kernel: String,
+    pub params: Vec<Param>,
+    /// Boolean expressions every configuration must satisfy.
+    pub constraints: Vec<String>,
+    /// Problem sizes, passed as `-D` defines and visible to constraints.
+    pub sizes: BTreeMap<String, ParamValue>,
+    /// Largest accepted absolute error (passed as `-D TOLERANCE=`).
+    pub tolerance: f64,
+    /// Parameter overrides that select the baseline (naive) variant.
+    pub baseline: Config,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpace {
+    kernel: String,
+    #[serde(default)]
+    tolerance: Option<f64>,
+    #[serde(default)]
+    baseline: BTreeMap<String, ParamValue>,
+    #[serde(default)]
+    constraints: Vec<String>,
+    #[serde(default)]
+    sizes: BTreeMap<String, ParamValue>,
+    #[serde(default, rename = "param")]
+    params: Vec<RawParam>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParam {
+    name: String,
+    #[serde(default)]
+    values: Option<Vec<ParamValue>>,
+    #[serde(default)]
+    range: Option<RawRange>,
+    default: ParamValue,
+    #[serde(default)]
+    description: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRange {
+    min: i64,
+    max: i64,
+    #[serde(default = "one")]
+    step: i64,
+}
+
+fn one() -> i64 {
+    1
+}
+
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Spec numbers constraints may use, by name.
+fn spec_variables(spec: &ChipSpec) -> Vec<(&'static str, ExprValue)> {
+    let int = |v: u64| ExprValue::Int(i64::try_from(v).unwrap_or(i64::MAX));
+    vec![
+        ("am_bytes", int(spec.am_bytes)),
+        ("sm_bytes", int(spec.sm_bytes)),
+        ("gsm_bytes", int(spec.gsm_bytes)),
+        ("am_max_buffers", int(u64::from(spec.am_max_buffers))),
+        ("sm_max_buffers", int(u64::from(spec.sm_max_buffers))),
+        ("cores_per_cluster", int(u64::from(spec.cores_per_cluster))),
+        ("vector_lanes", int(u64::from(spec.vector_lanes))),
+        ("fma_per_lane", int(u64::from(spec.fma_per_lane))),
+        ("vector_registers", int(u64::from(spec.vector_registers))),
+        ("clusters", int(u64::from(spec.clusters))),
+    ]
+}
+
+impl TuneSpace {
+    /// Read `<dir>/tune.toml` (or the file itself when `path` is a file).
+    pub fn load(path: &Path) -> Result<Self, TuneError> {
+        let file = if path.is_dir() {
+            path.join("tune.toml")
+        } else {
+            path.to_path_buf()
+        };
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| TuneError::Parse(format!("{}: {e}", file.display())))?;
+        Self::from_toml_str(&text)
+    }
+
+    pub fn from_toml_str(text: &str) -> Result<Self, TuneError> {
+        let raw: RawSpace = toml::from_str(text).map_err(|e| TuneError::Parse(e.to_string()))?;
+        if raw.kernel.trim().is_empty() {
+            return Err(TuneError::Invalid("`kernel` is empty".into()));
+        }
+        let mut params = Vec::with_capacity(raw.params.len());
+        for p in raw.params {
+            if !is_identifier(&p.name) {
+                return Err(TuneError::Invalid(format!(
+                    "parameter name `{}` is not a C identifier",
+                    p.name
+                )));
+            }
+            if params.iter().any(|q: &Param| q.name == p.name) || raw.sizes.contains_key(&p.name) {
+                return Err(TuneError::Invalid(format!(
+                    "`{}` is declared twice",
+                    p.name
+                )));
+            }
+            let values = match (p.values, p.range) {
+                (Some(v), None) => v,
+                (None, Some(r)) => {
+                    if r.step <= 0 || r.min > r.max {
+                        return Err(TuneError::Invalid(format!(
+                            "parameter `{}`: range needs min <= max and step > 0",
+                            p.name
+                        )));
+                    }
+                    let count = (r.max - r.min) / r.step + 1;
+                    if count > MAX_CARTESIAN as i64 {
+                        return Err(TuneError::Invalid(format!(
+                            "parameter `{}`: range has {count} values",
+                            p.name
+                        )));
+                    }
+                    (0..count)
+                        .map(|i| ParamValue::Int(r.min + i * r.step))
+                        .collect()
+                }
+                _ => {
+                    return Err(TuneError::Invalid(format!(
+                        "parameter `{}` needs exactly one of `values` or `range`",
+                        p.name
+                    )));
+                }
+            };
+            if values.is_empty() {
+                return Err(TuneError::Invalid(format!(
+                    "parameter `{}` has no values",
+                    p.name
+                )));
+            }
+            if !values.contains(&p.default) {
+                return Err(TuneError::Invalid(format!(
+                    "parameter `{}`: default {} is not among its values",
+                    p.name, p.default
+                )));
+            }
+            params.push(Param {
+                name: p.name,
+                values,
+                default: p.default,
+                description: p.description,
+            });
+        }
+        for name in raw.sizes.keys() {
+            if !is_identifier(name) {
+                return Err(TuneError::Invalid(format!(
+                    "size name `{name}` is not a C identifier"
+                )));
+            }
+        }
+        for name in raw.baseline.keys() {
+            if !is_identifier(name) {
+                return Err(TuneError::Invalid(format!(
+                    "baseline define `{name}` is not a C identifier"
+                )));
+            }
+        }
+        let tolerance = raw.tolerance.unwrap_or(0.0);
+        if !(tolerance.is_finite() && tolerance >= 0.0) {
+            return Err(TuneError::Invalid(format!(
+                "tolerance must be a non-negative number, got {tolerance}"
+            )));
+        }
+        let space = Self {
+            kernel: raw.kernel,
+            params,
+            constraints: raw.constraints,
+            sizes: raw.sizes,
+            tolerance,
+            baseline: raw.baseline,
+        };
+        // Catch malformed expressions now rather than at enumeration time.
+        for c in &space.constraints {
+            evalexpr::build_operator_tree(c).map_err(|e| TuneError::Expression {
+                constraint: c.clone(),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(space)
+    }
+
+    /// Every parameter at its default.
+    pub fn default_config(&self) -> Config {
+        self.params
+            .iter()
+            .map(|p| (p.name.clone(), p.default.clone()))
+            .collect()
+    }
+
+    /// The default configuration with the baseline overrides applied.
+    pub fn baseline_config(&self) -> Config {
+        let mut config = self.default_config();
+        config.extend(self.baseline.clone());
+        config
+    }
+
+    /// Number of configurations before constraints.
+    pub fn cartesian_size(&self) -> usize {
+        self.params
+            .iter()
+            .map(|p| p.values.len())
+            .try_fold(1usize, |acc, n| acc.checked_mul(n))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// Is `config` inside the space and does it satisfy every constraint?
+    /// The error names the first violated constraint.
+    pub fn check(&self, config: &Config, spec: &ChipSpec) -> Result<(), TuneError> {
+        for (name, value) in config {
+            if self.baseline.get(name) == Some(value) {
+                continue;
+            }
+            match self.params.iter().find(|p| &p.name == name) {
+                Some(p) if p.values.contains(value) => {}
+                Some(p) => {
+                    return Err(TuneError::Config(format!(
+                        "{name} = {value} is not one of its values ({})",
+                        p.values
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                None => {
+                    return Err(TuneError::Config(format!(
+                        "{name} is not a parameter of {}",
+                        self.kernel
+                    )));
+                }
+            }
+        }
+        self.satisfies(config, spec)
+    }
+
+    fn context(&self, config: &Config, spec: &ChipSpec) -> Result<HashMapContext, TuneError> {
+        let mut ctx = HashMapContext::new();
+        let set = |ctx: &mut HashMapContext, name: &str, value: ExprValue| {
+            ctx.set_value(name.to_owned(), value)
+                .map_err(|e| TuneError::Config(format!("{name}: {e}")))
+        };
+        for (name, value) in spec_variables(spec) {
+            set(&mut ctx, name, value)?;
+        }
+        for (name, value) in &self.sizes {
+            set(&mut ctx, name, value.to_expr())?;
+        }
+        for p in &self.params {
+            let value = config.get(&p.name).unwrap_or(&p.default);
+            set(&mut ctx, &p.name, value.to_expr())?;
+        }
+        Ok(ctx)
+    }
+
+    fn satisfies(&self, config: &Config, spec: &ChipSpec) -> Result<(), TuneError> {
+        let ctx = self.context(config, spec)?;
+        for c in &self.constraints {
+            match evalexpr::eval_boolean_with_context(c, &ctx) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(TuneError::Violated {
+                        constraint: c.clone(),
+                    });
+                }
+                Err(e) => {
+                    return Err(TuneError::Expression {
+                        constraint: c.clone(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// All configurations that satisfy the constraints, in a stable order
+    /// (the first parameter varies slowest). An expression that cannot be
+    /// evaluated is an error, not a silently excluded configuration.
+    pub fn configurations(&self, spec: &ChipSpec) -> Result<Vec<Config>, TuneError> {
+        let total = self.cartesian_size();
+        if total > MAX_CARTESIAN {
+            return Err(TuneError::Invalid(format!(
+                "the space has {total} configurations before constraints (at most {MAX_CARTESIAN})"
+            )));
+        }
+        let mut valid = Vec::new();
+        let mut index = vec![0usize; self.params.len()];
+        for _ in 0..total {
+            let config: Config = self
+                .params
+                .iter()
+                .zip(&index)
+                .map(|(p, &i)| (p.name.clone(), p.values[i].clone()))
+                .collect();
+            match self.satisfies(&config, spec) {
+                Ok(()) => valid.push(config),
+                Err(TuneError::Violated { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            for pos in (0..index.len()).rev() {
+                index[pos] += 1;
+                if index[pos] < self.params[pos].values.len() {
+                    break;
+                }
+                index[pos] = 0;
+            }
+        }
+        Ok(valid)
+    }
+
+    /// The `-D` defines of a build: sizes, `TOLERANCE`, then the
+    /// configuration (parameters missing from it take their defaults).
+    pub fn defines(&self, config: &Config) -> BTreeMap<String, String> {
+        let mut defines: BTreeMap<String, String> = self
+            .sizes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
+        defines.insert("TOLERANCE".into(), format!("{:e}", self.tolerance));
+        for p in &self.params {
+            let value = config.get(&p.name).unwrap_or(&p.default);
+            defines.insert(p.name.clone(), value.to_string());
+        }
+        for (k, v) in config {
+            defines.entry(k.clone()).or_insert_with(|| v.to_string());
+        }
+        defines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPACE: &str = r#"
+kernel = "k"
+tolerance = 1e-9
+baseline = { VARIANT = "naive" }
+constraints = ["A * B * 8 <= am_bytes", "VARIANT == \"fast\" || A == 1"]
+[sizes]
+N = 64
+[[param]]
+name = "A"
+values = [1, 2, 4]
+default = 2
+[[param]]
+name = "B"
+range = { min = 1, max = 3 }
+default = 1
+[[param]]
+name = "VARIANT"
+values = ["fast"]
+default = "fast"
+"#;
+
+    #[test]
+    fn enumerates_only_configurations_inside_the_constraints() {
+        let space = TuneSpace::from_toml_str(SPACE).expect("parses");
+        let mut spec = ChipSpec::default();
+        assert_eq!(space.cartesian_size(), 9);
+        assert_eq!(space.configurations(&spec).expect("ok").len(), 9);
+        spec.am_bytes = 8 * 4; // A * B <= 4
+        let configs = space.configurations(&spec).expect("ok");
+        assert_eq!(configs.len(), 6, "{configs:?}");
+        let bad: Config = [
+            ("A".to_owned(), ParamValue::Int(4)),
+            ("B".into(), ParamValue::Int(3)),
+        ]
+        .into_iter()
+        .collect();
+        assert!(matches!(
+            space.check(&bad, &spec),
+            Err(TuneError::Violated { constraint }) if constraint.contains("am_bytes")
+        ));
+    }
+
+    #[test]
+    fn defines_include_sizes_tolerance_and_baseline() {
+        let space = TuneSpace::from_toml_str(SPACE).expect("parses");
+        let d = space.defines(&space.baseline_config());
+        assert_eq!(d.get("N").map(String::as_str), Some("64"));
+        assert_eq!(d.get("VARIANT").map(String::as_str), Some("naive"));
+        assert_eq!(d.get("A").map(String::as_str), Some("2"));
+        assert!(d.contains_key("TOLERANCE"));
+    }
+
+    #[test]
+    fn bad_files_get_errors_that_name_the_problem() {
+        let cases = [
+            (
+                "kernel = \"k\"\n[[param]]\nname = \"A\"\nvalues = [1]\ndefault = 2\n",
+                "default 2",
+            ),
+            (
+                "kernel = \"k\"\n[[param]]\nname = \"1A\"\nvalues = [1]\ndefault = 1\n",
+                "C identifier",
+            ),
+            (
+                "kernel = \"k\"\n[[param]]\nname = \"A\"\ndefault = 1\n",
+                "exactly one",
+            ),
+            (
+                "kernel = \"k\"\nconstraints = [\"(A <= 1\"]\n",
+                "constraint",
+            ),
+            ("kernel = \"k\"\nbogus = 1\n", "bogus"),
+        ];
+        for (text, needle) in cases {
+            let err = TuneSpace::from_toml_str(text).expect_err(text).to_string();
+            assert!(err.contains(needle), "{err} should mention {needle}");
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Measurement policy over a scripted board: validation before timing,
+//! re-validation of timed executions, repeat counts, statistics, flags.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use mtswarm_hw::board::RunSample;
+use mtswarm_hw::measure::{MeasureConfig, Stats, measure};
+use mtswarm_hw::{
+    Artifact, BackendKind, Board, BuildRequest, ChipSpec, Counters, HwError, RunOutcome,
+    RunRequest, Slice,
+};
+
+/// Answers each execution with `correct(n)` (n counts every execution the
+/// board ever ran, from 0) and a fixed time; records launches.
+struct ScriptedBoard {
+    slice: Slice,
+    correct: fn(u64) -> bool,
+    seconds: f64,
+    flops: u64,
+    executions: Mutex<u64>,
+    launches: Mutex<Vec<u32>>,
+}
+
+impl ScriptedBoard {
+    fn new(backend: BackendKind, correct: fn(u64) -> bool) -> Self {
+        Self {
+            slice: Slice {
+                board: "fake0".into(),
+                cluster: Some(0),
+                cores: 24,
+                backend,
+            },
+            correct,
+            seconds: 0.001,
+            flops: 1_000_000,
+            executions: Mutex::new(0),
+            launches: Mutex::new(Vec::new()),
+        }
+    }
+    fn launches(&self) -> Vec<u32> {
+        self.launches.lock().expect("launches").clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Board for ScriptedBoard {
+    fn slice(&self) -> &Slice {
+        &self.slice
+    }
+    async fn build(&self, _request: &BuildRequest) -> Result<Artifact, HwError> {
+        Err(HwError::Compile("not used".into()))
+    }
+    async fn run(&self, _artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
+        self.launches.lock().expect("launches").push(request.runs);
+        let mut samples = Vec::new();
+        for _ in 0..request.runs {
+            let n = {
+                let mut e = self.executions.lock().expect("executions");
+                *e += 1;
+                *e - 1
+            };
+            let valid = (self.correct)(n);
+            samples.push(RunSample {
+                valid,
+                error: (!valid).then(|| format!("max_abs_err 3.0 at execution {n}")),
+                modeled_cycles: None,
+                seconds: self.seconds * (1.0 + (n % 3) as f64 * 0.1),
+                max_abs_err: Some(if valid { 0.0 } else { 3.0 }),
+                counters: Counters {
+                    flops: self.flops,
+                    ..Counters::default()
+                },
+            });
+        }
+        let valid = samples.iter().all(|s| s.valid);
+        Ok(RunOutcome {
+            valid,
+            error: (!valid).then(|| "wrong output".to_string()),
+            samples,
+            ..RunOutcome::default()
+        })
+    }
+}
+
+fn artifact(backend: BackendKind) -> Artifact {
+    Artifact {
+        backend,
+        dir: PathBuf::from("/nonexistent"),
+        program: PathBuf::from("/nonexistent/host"),
+        kernel_hash: "abc123".into(),
+        toolchain: "fake-cc 1.0".into(),
+        log: String::new(),
+        defines: BTreeMap::from([("N".to_string(), "64".to_string())]),
+    }
+}
+
+fn config() -> MeasureConfig {
+    MeasureConfig {
+        cores: 8,
+        warmup: 2,
+        min_repeats: 10,
+        min_seconds: 0.0,
+        runs_per_launch: 5,
+        launch_timeout: Duration::from_secs(5),
+        ..MeasureConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn wrong_answer_gets_no_timing_at_all() {
+    let board = ScriptedBoard::new(BackendKind::Host, |_| false);
+    let m = measure(
+        &board,
+        &artifact(BackendKind::Host),
+        &ChipSpec::default(),
+        &config(),
+    )
+    .await
+    .expect("measure");
+    assert!(!m.valid);
+    assert!(m.failed_validation);
+    assert!(m.stats.is_none() && m.gflops.is_none());
+    assert!(m.samples.is_empty());
+    assert!(
+        m.error
+            .as_deref()
+            .unwrap_or("")
+            .contains("validation failed"),
+        "{:?}",
+        m.error
+    );
+    // Only the single validation execution ran.
+    assert_eq!(board.launches(), [1]);
+}
+
+#[tokio::test]
+async fn kernel_wrong_on_a_later_timed_run_is_invalid() {
+    // Right for validation (0), warm-up (1, 2) and the first timed runs,
+    // wrong from execution 6 on.
+    let board = ScriptedBoard::new(BackendKind::Host, |n| n < 6);
+    let m = measure(
+        &board,
+        &artifact(BackendKind::Host),
+        &ChipSpec::default(),
+        &config(),
+    )
+    .await
+    .expect("measure");
+    assert!(!m.valid);
+    assert!(!m.failed_validation);
+    assert!(
+        m.stats.is_none() && m.gflops.is_none(),
+        "no figure for a wrong kernel"
+    );
+    let err = m.error.clone().unwrap_or_default();
+    assert!(err.starts_with("timed execution 4"), "{err}");
+    assert!(!m.trustworthy());
+}
+
+#[tokio::test]
+async fn deterministic_backend_still_times_two_executions() {
+    // Right for validation and warm-up, wrong on the second timed execution.
+    let board = ScriptedBoard::new(BackendKind::Emulator, |n| n != 4);
+    let cfg = MeasureConfig {
+        runs_per_launch: 1,
+        min_repeats_deterministic: 1,
+        ..config()
+    };
+    let m = measure(
+        &board,
+        &artifact(BackendKind::Emulator),
+        &ChipSpec::default(),
+        &cfg,
+    )
+    .await
+    .expect("measure");
+    assert!(m.deterministic);
+    assert!(!m.valid, "the second timed execution was wrong");
+    assert_eq!(board.launches(), [1, 2, 2]);
+    assert_eq!(
+        m.error
+            .as_deref()
+            .map(|e| e.starts_with("timed execution 2")),
+        Some(true),
+        "{:?}",
+        m.error
+    );
+}
+
+#[tokio::test]
+async fn valid_kernel_gets_robust_statistics_and_tags() {
+    let board = ScriptedBoard::new(BackendKind::Host, |_| true);
+    let m = measure(
+        &board,
+        &artifact(BackendKind::Host),
+        &ChipSpec::default(),
+        &config(),
+    )
+    .await
+    .expect("measure");
+    assert!(m.valid && m.flags.is_empty(), "{m:?}");
+    assert!(m.trustworthy());
+    let stats = m.stats.clone().expect("stats");
+    assert_eq!(stats.count, 10);
+    assert_eq!(m.samples.len(), 10);
+    // validation 1 + warm-up 2 + two timed launches of 5.
+    assert_eq!(board.launches(), [1, 2, 5, 5]);
+    assert!(stats.min <= stats.median && stats.median <= stats.max);
+    let expected_median = Stats::of(&m.samples.iter().map(|s| s.seconds).collect::<Vec<_>>())
+        .expect("stats")
+        .median;
+    assert_eq!(stats.median, expected_median);
+    let gflops = m.gflops.expect("gflops");
+    assert!((gflops - 1e6 / stats.median / 1e9).abs() < 1e-9);
+    assert_eq!(m.slice, "fake0/c0");
+    assert_eq!(m.backend, BackendKind::Host);
+    assert_eq!(m.kernel_hash, "abc123");
+    assert_eq!(m.toolchain, "fake-cc 1.0");
+    assert_eq!(m.cores, 8);
+    let json = serde_json::to_value(&m).expect("serializes");
+    assert_eq!(json["kernel_hash"], "abc123");
+}
+
+#[tokio::test]
+async fn min_duration_adds_repeats_on_real_timing() {
+    let board = ScriptedBoard::new(BackendKind::Host, |_| true);
+    let cfg = MeasureConfig {
+        min_repeats: 2,
+        min_seconds: 0.02,
+        runs_per_launch: 4,
+        max_repeats: 1000,
+        ..config()
+    };
+    let m = measure(
+        &board,
+        &artifact(BackendKind::Host),
+        &ChipSpec::default(),
+        &cfg,
+    )
+    .await
+    .expect("measure");
+    let total: f64 = m.samples.iter().map(|s| s.seconds).sum();
+    assert!(
+        total >= 0.02,
+        "kept repeating until the minimum time: {total}"
+    );
+    assert!(m.samples.len() >= 16);
+    // Capped by max_repeats.
+    let capped = MeasureConfig {
+        max_repeats: 6,
+        min_seconds: 100.0,
+        ..cfg
+    };
+    let board = ScriptedBoard::new(BackendKind::Host, |_| true);
+    let m = measure(
+        &board,
+        &artifact(BackendKind::Host),
+        &ChipSpec::default(),
+        &capped,
+    )
+    .await
+    .expect("measure");
+    assert_eq!(m.samples.len(), 6);
+}
+
+#[tokio::test]
+async fn implausible_figures_are_flagged() {
+    let mut board = ScriptedBoard::new(BackendKind::Host, |_| true);
+    // 1e15 flop in 1 ms on 8 cores is far beyond the modeled peak.
+    board.flops = 1_000_000_000_000_000;
+    let m = measure(
+        &board,
+        &artifact(BackendKind::Host),
+        &ChipSpec::default(),
+        &config(),
+    )
+    .await
+    .expect("measure");
+    assert!(m.valid);
+    assert!(
+        m.flags
+            .iter()
+            .any(|f| f.contains("exceeds the modeled peak")),
+        "{:?}",
+        m.flags
+    );
+    assert!(!m.trustworthy());
+
+    let board = ScriptedBoard::new(BackendKind::Host, |_| true);
+    let cfg = MeasureConfig {
+        baseline_seconds: Some(10.0),
+        max_plausible_speedup: 50.0,
+        ..config()
+    };
+    let m = measure(
+        &board,
+        &artifact(BackendKind::Host),
+        &ChipSpec::default(),
+        &cfg,
+    )
+    .await
+    .expect("measure");
+    assert!(m.speedup_over_baseline.expect("speedup") > 50.0);
+    assert!(
+        m.flags.iter().any(|f| f.contains("over the baseline")),
+        "{:?}",
+        m.flags
+    );
+}
+
+#[test]
+fn stats_drop_min_and_max_for_the_trimmed_mean() {
+    let s = Stats::of(&[5.0, 1.0, 2.0, 3.0, 100.0]).expect("stats");
+    assert_eq!(s.median, 3.0);
+    assert_eq!(s.trimmed_mean, (2.0 + 3.0 + 5.0) / 3.0);
+    assert_eq!((s.min, s.max, s.count), (1.0, 100.0, 5));
+    let s = Stats::of(&[2.0, 4.0]).expect("stats");
+    assert_eq!(s.median, 3.0);
+    assert_eq!(s.trimmed_mean, 3.0);
+    assert!(Stats::of(&[]).is_none());
+    assert!(Stats::of(&[1.0, f64::NAN]).is_none());
+}

@@ -1,0 +1,209 @@
+//! Spans set up by this crate reach a real OTLP/gRPC collector (an in-process
+//! `TraceService` server on 127.0.0.1:0), with parent/child links intact
+//! across a real gRPC hop whose trace context travels in request metadata.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use mtswarm_telemetry::grpc::{TraceContextInterceptor, server_span};
+use mtswarm_telemetry::{TelemetryConfig, init, init_scoped, propagation};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+/// Collector that forwards every export request to the test.
+struct Collector {
+    exports: mpsc::Sender<ExportTraceServiceRequest>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: Request<ExportTraceServiceRequest>,
+    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        self.exports
+            .send(request.into_inner())
+            .await
+            .map_err(|_| Status::unavailable("test stopped listening"))?;
+        Ok(Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+async fn start_collector() -> (SocketAddr, mpsc::Receiver<ExportTraceServiceRequest>) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind collector");
+    let addr = listener.local_addr().expect("collector addr");
+    let (tx, rx) = mpsc::channel(1024);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(Collector { exports: tx }))
+            .serve_with_incoming(TcpIncoming::from(listener)),
+    );
+    (addr, rx)
+}
+
+/// An exported span together with its resource's `service.name`.
+#[derive(Debug, Clone)]
+struct Received {
+    service_name: String,
+    span: Span,
+}
+
+/// Reads exports until every name in `wanted` was seen, or fails after a timeout.
+async fn collect_spans(
+    exports: &mut mpsc::Receiver<ExportTraceServiceRequest>,
+    wanted: &[&str],
+) -> Vec<Received> {
+    let mut received = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !wanted
+        .iter()
+        .all(|name| received.iter().any(|r: &Received| r.span.name == *name))
+    {
+        let request = tokio::time::timeout_at(deadline, exports.recv())
+            .await
+            .unwrap_or_else(|_| panic!("spans {wanted:?} not exported in time; got {received:?}"))
+            .expect("collector alive");
+        for resource_spans in request.resource_spans {
+            let service_name = resource_spans
+                .resource
+                .iter()
+                .flat_map(|r| r.attributes.iter())
+                .find(|kv| kv.key == "service.name")
+                .and_then(|kv| kv.value.as_ref()?.value.clone())
+                .map(|value| match value {
+                    Value::StringValue(s) => s,
+                    other => format!("{other:?}"),
+                })
+                .unwrap_or_default();
+            for scope_spans in resource_spans.scope_spans {
+                for span in scope_spans.spans {
+                    received.push(Received {
+                        service_name: service_name.clone(),
+                        span,
+                    });
+                }
+            }
+        }
+    }
+    received
+}
+
+fn find<'a>(received: &'a [Received], name: &str) -> &'a Received {
+    received
+        .iter()
+        .find(|r| r.span.name == name)
+        .unwrap_or_else(|| panic!("no span named {name}"))
+}
+
+/// The only test in this binary that installs the global subscriber.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_exports_spans_linked_across_a_grpc_hop() {
+    let (collector_addr, mut exports) = start_collector().await;
+    let mut config = TelemetryConfig::new("telemetry-grpc-test");
+    config.otlp_endpoint = Some(format!("http://{collector_addr}"));
+    config.log_filter = Some("info".into());
+    let mut guard = init(config).expect("init telemetry");
+    assert!(guard.is_exporting());
+
+    // A real gRPC server (tonic-health) whose request spans come from `server_span`.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind grpc");
+    let grpc_addr = listener.local_addr().expect("grpc addr");
+    let (_reporter, health_service) = tonic_health::server::health_reporter();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .trace_fn(server_span)
+            .add_service(health_service)
+            .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
+                stop_rx.await.ok();
+            }),
+    );
+
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{grpc_addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut client = tonic_health::pb::health_client::HealthClient::with_interceptor(
+        channel,
+        TraceContextInterceptor,
+    );
+    let client_span = tracing::info_span!("client.check");
+    let client_trace_id = propagation::trace_id(&client_span).expect("client span has a trace");
+    client
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .instrument(client_span.clone())
+        .await
+        .expect("health check");
+    drop(client_span);
+    stop_tx.send(()).expect("server running");
+    server
+        .await
+        .expect("server task")
+        .expect("server shut down cleanly");
+
+    guard.shutdown().expect("flush and shutdown");
+
+    let server_name = "/grpc.health.v1.Health/Check";
+    let received = collect_spans(&mut exports, &["client.check", server_name]).await;
+    let client = find(&received, "client.check");
+    let server = find(&received, server_name);
+    assert_eq!(client.service_name, "telemetry-grpc-test");
+    assert_eq!(client.span.trace_id, client_trace_id.to_bytes().to_vec());
+    assert_eq!(
+        server.span.trace_id, client.span.trace_id,
+        "one trace across the hop"
+    );
+    assert_eq!(
+        server.span.parent_span_id, client.span.span_id,
+        "server span is the child of the client span"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_setup_exports_local_and_propagated_children() {
+    let (collector_addr, mut exports) = start_collector().await;
+    let mut config = TelemetryConfig::new("telemetry-scoped-test");
+    config.otlp_endpoint = Some(format!("http://{collector_addr}"));
+    config.log_filter = Some("debug".into());
+    let mut telemetry = init_scoped(config).expect("scoped telemetry");
+
+    let mut carrier = std::collections::HashMap::new();
+    {
+        let parent = tracing::info_span!("job");
+        let _entered = parent.enter();
+        let child = tracing::debug_span!("step");
+        child.in_scope(|| propagation::inject_current(&mut carrier));
+    }
+    let remote = tracing::info_span!(parent: None, "remote.consume");
+    assert!(propagation::set_parent_from(&remote, &carrier).expect("set parent"));
+    drop(remote);
+    telemetry.shutdown().expect("flush");
+
+    let received = collect_spans(&mut exports, &["job", "step", "remote.consume"]).await;
+    let job = find(&received, "job");
+    let step = find(&received, "step");
+    let remote = find(&received, "remote.consume");
+    assert_eq!(job.service_name, "telemetry-scoped-test");
+    assert!(job.span.parent_span_id.is_empty(), "job is a root span");
+    assert_eq!(step.span.parent_span_id, job.span.span_id);
+    assert_eq!(remote.span.parent_span_id, step.span.span_id);
+    assert_eq!(remote.span.trace_id, job.span.trace_id);
+}

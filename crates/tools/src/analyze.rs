@@ -1,0 +1,854 @@
+//! analyze_kernel: a static look at a kernel's device code, so the model (or
+//! the builtin policy) can reason about it before spending board time:
+//! loop nests, vector intrinsics, DMA and barrier calls, and the on-chip
+//! memory it allocates per level (AM via `vector_malloc`, SM via
+//! `scalar_malloc`, GSM via `__gsm__` arrays), evaluated from the `-D`
+//! values and the file's own `#define`s where the sizes are constant
+//! expressions, and compared with the chip spec's capacities.
+//!
+//! This is a lexical analysis (comments and strings stripped, braces
+//! tracked), not a C parser: an allocation inside `for (i = 0; i < N; i++)`
+//! loops counts once per iteration when `N` is evaluable, and sizes or
+//! counts that depend on run-time values are reported as unknown.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_hw::ChipSpec;
+use regex::Regex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::env::{ToolEnv, parse_args};
+use crate::files::tool_basics;
+use crate::normalize::Shape;
+
+/// Arguments of analyze_kernel.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnalyzeArgs {
+    /// Device source relative to the workspace (default `kernel.c`).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// `-D` values to evaluate sizes with (override the file's defaults).
+    #[serde(default)]
+    pub defines: Option<BTreeMap<String, String>>,
+}
+
+const ANALYZE_SHAPE: Shape = Shape {
+    integers: &[],
+    numbers: &[],
+    bools: &[],
+    lists: &[],
+    maps: &["defines"],
+    aliases: &[("file", "path"), ("kernel", "path"), ("params", "defines")],
+};
+
+/// One loop found in the source.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoopInfo {
+    pub line: usize,
+    pub kind: String,
+    /// 1 = outermost.
+    pub depth: u32,
+    /// `for (i = 0; i < N; i++)` with an evaluable `N`.
+    pub trip_count: Option<u64>,
+    /// The `for`/`while` header between the parentheses.
+    #[serde(skip)]
+    header: String,
+    /// Byte range of the loop body in the stripped source.
+    #[serde(skip)]
+    body: (usize, usize),
+}
+
+/// One on-chip allocation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Allocation {
+    pub line: usize,
+    pub level: String,
+    pub expr: String,
+    /// Size of one allocation.
+    pub bytes: Option<u64>,
+    /// How many times it runs: the product of the trip counts of the loops
+    /// around it (`None` when one of them is not a counted loop).
+    pub count: Option<u64>,
+    /// `bytes * count`, when both are known.
+    pub total_bytes: Option<u64>,
+}
+
+/// Footprint of one memory level.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LevelFootprint {
+    pub level: String,
+    /// Allocations, counting those in counted loops once per iteration.
+    pub buffers: u64,
+    pub known_bytes: u64,
+    pub unknown_sizes: usize,
+    pub capacity_bytes: u64,
+    pub max_buffers: Option<u32>,
+    pub over_capacity: bool,
+    pub too_many_buffers: bool,
+}
+
+/// The result of the analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelAnalysis {
+    pub kernels: Vec<String>,
+    pub loops: Vec<LoopInfo>,
+    pub max_loop_depth: u32,
+    pub intrinsics: BTreeMap<String, usize>,
+    pub dma_calls: BTreeMap<String, usize>,
+    pub barriers: BTreeMap<String, usize>,
+    pub allocations: Vec<Allocation>,
+    pub footprint: Vec<LevelFootprint>,
+    pub uses_vectors: bool,
+    pub async_dma: bool,
+}
+
+/// Patterns compiled once per process (compiling them costs far more than
+/// scanning a kernel). `None` only if a pattern were invalid.
+type LazyRegex = LazyLock<Option<Regex>>;
+
+fn lazy(pattern: &'static str) -> Option<Regex> {
+    Regex::new(pattern).ok()
+}
+
+static DEFINE_RE: LazyRegex =
+    LazyLock::new(|| lazy(r"(?m)^\s*#\s*define\s+([A-Za-z_]\w*)[ \t]+(.+?)\s*$"));
+static KERNEL_RE: LazyRegex = LazyLock::new(|| lazy(r"__global__\s+[\w\s\*]*?\b(\w+)\s*\("));
+static INTRINSIC_RE: LazyRegex = LazyLock::new(|| lazy(r"\b(vec_\w+)\s*\("));
+static DMA_RE: LazyRegex = LazyLock::new(|| {
+    lazy(
+        r"\b(dma_\w+|vector_load(?:_async)?|vector_store(?:_async)?|scalar_load(?:_async)?|scalar_store(?:_async)?)\s*\(",
+    )
+});
+static BARRIER_RE: LazyRegex =
+    LazyLock::new(|| lazy(r"\b(group_barrier|core_barrier|hthread_barrier_\w+|barrier\w*)\s*\("));
+static MALLOC_RE: LazyRegex = LazyLock::new(|| lazy(r"\b(vector_malloc|scalar_malloc)\s*\("));
+static GSM_RE: LazyRegex = LazyLock::new(|| {
+    lazy(r"__gsm__\s+([A-Za-z_][\w\s]*?)\s+\**\s*([A-Za-z_]\w*)\s*((?:\[[^\]]*\]\s*)+)")
+});
+
+fn pattern(re: &'static LazyRegex) -> Option<&'static Regex> {
+    re.as_ref()
+}
+
+/// Replace comments and string/char literals by spaces, keeping newlines so
+/// line numbers stay right.
+fn strip_comments(source: &str) -> String {
+    let bytes: Vec<char> = source.chars().collect();
+    let mut out = String::with_capacity(source.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let next = bytes.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < bytes.len() && bytes[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            out.push_str("  ");
+            i += 2;
+            while i < bytes.len() && !(bytes[i] == '*' && bytes.get(i + 1) == Some(&'/')) {
+                out.push(if bytes[i] == '\n' { '\n' } else { ' ' });
+                i += 1;
+            }
+            out.push_str("  ");
+            i += 2;
+        } else if c == '"' || c == '\'' {
+            out.push(c);
+            i += 1;
+            while i < bytes.len() && bytes[i] != c && bytes[i] != '\n' {
+                if bytes[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                if i < bytes.len() {
+                    out.push(' ');
+                    i += 1;
+                }
+            }
+            if i < bytes.len() {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Index just past the parenthesized group starting at `open` (a `(`).
+fn skip_parens(chars: &[char], open: usize) -> usize {
+    let mut depth = 0i32;
+    let mut i = open;
+    while i < chars.len() {
+        match chars[i] {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    chars.len()
+}
+
+fn skip_space(chars: &[char], mut i: usize) -> usize {
+    while i < chars.len() && chars[i].is_whitespace() {
+        i += 1;
+    }
+    i
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Find loops and their nesting depth by tracking braces and brace-less
+/// loop bodies.
+/// End (exclusive, in chars) of the statement or block starting at `i`.
+fn statement_end(chars: &[char], i: usize) -> usize {
+    let i = skip_space(chars, i);
+    if chars.get(i) == Some(&'{') {
+        let mut depth = 0i32;
+        for (j, c) in chars.iter().enumerate().skip(i) {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return j + 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        return chars.len();
+    }
+    let mut parens = 0i32;
+    let mut braces = 0i32;
+    for (j, c) in chars.iter().enumerate().skip(i) {
+        match c {
+            '(' => parens += 1,
+            ')' => parens -= 1,
+            '{' => braces += 1,
+            '}' => {
+                braces -= 1;
+                if braces < 0 {
+                    return j;
+                }
+                if braces == 0 && parens == 0 {
+                    return j + 1;
+                }
+            }
+            ';' if parens == 0 && braces == 0 => return j + 1,
+            _ => {}
+        }
+    }
+    chars.len()
+}
+
+/// Trip count of `init; cond; step` when it is `v = 0; v < N; v++` (or
+/// `<=`, `++v`, `v += 1`) with `N` evaluable.
+fn trip_count(header: &str, evaluator: &mut Evaluator<'_>) -> Option<u64> {
+    let parts: Vec<&str> = header.split(';').map(str::trim).collect();
+    let [init, cond, step] = parts.as_slice() else {
+        return None;
+    };
+    let (lhs, start) = init.rsplit_once('=')?;
+    let var = lhs.split_whitespace().last()?.trim_start_matches('*');
+    if evaluator.eval(start.trim())? != 0 {
+        return None;
+    }
+    let step = step.replace(' ', "");
+    if step != format!("{var}++") && step != format!("++{var}") && step != format!("{var}+=1") {
+        return None;
+    }
+    if let Some(bound) = cond.strip_prefix(var).map(str::trim_start) {
+        if let Some(e) = bound.strip_prefix("<=") {
+            return evaluator.eval(e.trim())?.checked_add(1);
+        }
+        if let Some(e) = bound.strip_prefix('<') {
+            return evaluator.eval(e.trim());
+        }
+    }
+    None
+}
+
+fn find_loops(code: &str) -> Vec<LoopInfo> {
+    let chars: Vec<char> = code.chars().collect();
+    // Byte offsets for line numbers.
+    let offsets: Vec<usize> = code.char_indices().map(|(b, _)| b).collect();
+    let mut loops = Vec::new();
+    // Loops opened by each brace on the stack.
+    let mut brace_loops: Vec<u32> = Vec::new();
+    let mut pending: u32 = 0;
+    let mut paren_depth = 0i32;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let word_start = i == 0 || !is_ident(chars[i - 1]);
+        if word_start && c.is_ascii_alphabetic() {
+            let mut j = i;
+            while j < chars.len() && is_ident(chars[j]) {
+                j += 1;
+            }
+            let word: String = chars[i..j].iter().collect();
+            if word == "for" || word == "while" || word == "do" {
+                let active: u32 = brace_loops.iter().sum::<u32>() + pending;
+                let after = skip_space(&chars, j);
+                if word == "do" {
+                    loops.push(LoopInfo {
+                        line: line_of(code, offsets[i]),
+                        kind: word,
+                        depth: active + 1,
+                        trip_count: None,
+                        header: String::new(),
+                        body: (after, statement_end(&chars, after)),
+                    });
+                    pending += 1;
+                    i = after;
+                    continue;
+                }
+                if chars.get(after) == Some(&'(') {
+                    let end = skip_parens(&chars, after);
+                    let next = skip_space(&chars, end);
+                    // `while (...);` closes a do-while: not a new loop.
+                    if word == "while" && chars.get(next) == Some(&';') {
+                        i = next + 1;
+                        continue;
+                    }
+                    loops.push(LoopInfo {
+                        line: line_of(code, offsets[i]),
+                        kind: word,
+                        depth: active + 1,
+                        trip_count: None,
+                        header: chars[after + 1..end.saturating_sub(1).max(after + 1)]
+                            .iter()
+                            .collect(),
+                        body: (end, statement_end(&chars, end)),
+                    });
+                    pending += 1;
+                    i = end;
+                    continue;
+                }
+            }
+            i = j;
+            continue;
+        }
+        match c {
+            '(' => paren_depth += 1,
+            ')' => paren_depth -= 1,
+            '{' => {
+                brace_loops.push(pending);
+                pending = 0;
+            }
+            '}' => {
+                brace_loops.pop();
+                pending = 0;
+            }
+            ';' if paren_depth <= 0 => pending = 0,
+            _ => {}
+        }
+        i += 1;
+    }
+    let byte = |ci: usize| offsets.get(ci).copied().unwrap_or(code.len());
+    for l in &mut loops {
+        l.body = (byte(l.body.0), byte(l.body.1));
+    }
+    loops
+}
+
+/// `#define NAME VALUE` lines of the file (object-like macros only).
+fn file_defines(code: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    if let Some(re) = pattern(&DEFINE_RE) {
+        for cap in re.captures_iter(code) {
+            out.entry(cap[1].to_string())
+                .or_insert_with(|| cap[2].to_string());
+        }
+    }
+    out
+}
+
+fn sizeof_type(name: &str) -> Option<u64> {
+    let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
+    Some(match name.as_str() {
+        "char" | "int8_t" | "uint8_t" | "unsigned char" | "signed char" => 1,
+        "short" | "int16_t" | "uint16_t" | "unsigned short" => 2,
+        "int" | "float" | "int32_t" | "uint32_t" | "unsigned" | "unsigned int" => 4,
+        "double" | "long" | "long long" | "int64_t" | "uint64_t" | "size_t" | "unsigned long"
+        | "unsigned long long" => 8,
+        "lvector double" | "lvector long" | "lvector float" | "lvector int" => 128,
+        n if n.ends_with('*') => 8,
+        _ => return None,
+    })
+}
+
+/// A small evaluator for integer constant expressions with macros.
+struct Evaluator<'a> {
+    macros: &'a BTreeMap<String, String>,
+    depth: u32,
+}
+
+impl Evaluator<'_> {
+    fn eval(&mut self, expr: &str) -> Option<u64> {
+        if self.depth > 16 {
+            return None;
+        }
+        let tokens = tokenize(expr)?;
+        let mut pos = 0;
+        let value = self.sum(&tokens, &mut pos)?;
+        (pos == tokens.len()).then_some(value)
+    }
+
+    fn sum(&mut self, t: &[Tok], pos: &mut usize) -> Option<u64> {
+        let mut v = self.product(t, pos)?;
+        while let Some(Tok::Op(op @ ('+' | '-'))) = t.get(*pos) {
+            *pos += 1;
+            let r = self.product(t, pos)?;
+            v = if *op == '+' {
+                v.checked_add(r)?
+            } else {
+                v.checked_sub(r)?
+            };
+        }
+        Some(v)
+    }
+
+    fn product(&mut self, t: &[Tok], pos: &mut usize) -> Option<u64> {
+        let mut v = self.atom(t, pos)?;
+        while let Some(Tok::Op(op @ ('*' | '/' | '%'))) = t.get(*pos) {
+            *pos += 1;
+            let r = self.atom(t, pos)?;
+            v = match op {
+                '*' => v.checked_mul(r)?,
+                '/' => v.checked_div(r)?,
+                _ => v.checked_rem(r)?,
+            };
+        }
+        Some(v)
+    }
+
+    fn atom(&mut self, t: &[Tok], pos: &mut usize) -> Option<u64> {
+        match t.get(*pos)?.clone() {
+            Tok::Num(n) => {
+                *pos += 1;
+                Some(n)
+            }
+            Tok::Op('(') => {
+                // A cast `(type)` is skipped; otherwise a parenthesized sum.
+                if let Some(close) = t[*pos..].iter().position(|x| *x == Tok::Op(')')) {
+                    let inner = &t[*pos + 1..*pos + close];
+                    if !inner.is_empty()
+                        && inner
+                            .iter()
+                            .all(|x| matches!(x, Tok::Ident(_) | Tok::Op('*')))
+                    {
+                        let as_type: Vec<String> = inner
+                            .iter()
+                            .map(|x| match x {
+                                Tok::Ident(s) => s.clone(),
+                                _ => "*".into(),
+                            })
+                            .collect();
+                        if sizeof_type(&as_type.join(" ")).is_some() {
+                            *pos += close + 1;
+                            return self.atom(t, pos);
+                        }
+                    }
+                }
+                *pos += 1;
+                let v = self.sum(t, pos)?;
+                if t.get(*pos) != Some(&Tok::Op(')')) {
+                    return None;
+                }
+                *pos += 1;
+                Some(v)
+            }
+            Tok::Ident(name) if name == "sizeof" => {
+                *pos += 1;
+                if t.get(*pos) != Some(&Tok::Op('(')) {
+                    return None;
+                }
+                let close = t[*pos..].iter().position(|x| *x == Tok::Op(')'))?;
+                let inner: Vec<String> = t[*pos + 1..*pos + close]
+                    .iter()
+                    .map(|x| match x {
+                        Tok::Ident(s) => s.clone(),
+                        Tok::Op(c) => c.to_string(),
+                        Tok::Num(n) => n.to_string(),
+                    })
+                    .collect();
+                *pos += close + 1;
+                sizeof_type(&inner.join(" "))
+            }
+            Tok::Ident(name) => {
+                *pos += 1;
+                let body = self.macros.get(&name)?.clone();
+                self.depth += 1;
+                let v = self.eval(&body);
+                self.depth -= 1;
+                v
+            }
+            Tok::Op(_) => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Num(u64),
+    Ident(String),
+    Op(char),
+}
+
+fn tokenize(expr: &str) -> Option<Vec<Tok>> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit() {
+            let mut j = i;
+            while j < chars.len() && (chars[j].is_ascii_alphanumeric()) {
+                j += 1;
+            }
+            let text: String = chars[i..j].iter().collect();
+            let digits = text.trim_end_matches(['u', 'U', 'l', 'L']);
+            let n = if let Some(hex) = digits
+                .strip_prefix("0x")
+                .or_else(|| digits.strip_prefix("0X"))
+            {
+                u64::from_str_radix(hex, 16).ok()?
+            } else {
+                digits.parse().ok()?
+            };
+            out.push(Tok::Num(n));
+            i = j;
+        } else if is_ident(c) {
+            let mut j = i;
+            while j < chars.len() && is_ident(chars[j]) {
+                j += 1;
+            }
+            out.push(Tok::Ident(chars[i..j].iter().collect()));
+            i = j;
+        } else if "+-*/%()".contains(c) {
+            out.push(Tok::Op(c));
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// The argument text of a call starting at byte `open` (a `(`).
+fn call_argument(code: &str, open: usize) -> String {
+    let rest = &code[open..];
+    let mut depth = 0;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return rest[1..i].trim().to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+    rest.trim_start_matches('(').trim().to_owned()
+}
+
+fn count_calls(code: &str, re: &Regex) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for cap in re.captures_iter(code) {
+        *out.entry(cap[1].to_string()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// Analyze device source `source` with `defines` overriding its `#define`s.
+pub fn analyze_source(
+    source: &str,
+    defines: &BTreeMap<String, String>,
+    spec: &ChipSpec,
+) -> KernelAnalysis {
+    let code = strip_comments(source);
+    let mut macros = file_defines(&code);
+    for (k, v) in defines {
+        macros.insert(k.clone(), v.clone());
+    }
+    let mut loops = find_loops(&code);
+    {
+        let mut evaluator = Evaluator {
+            macros: &macros,
+            depth: 0,
+        };
+        for l in &mut loops {
+            if l.kind == "for" {
+                l.trip_count = trip_count(&l.header, &mut evaluator);
+            }
+        }
+    }
+    let max_loop_depth = loops.iter().map(|l| l.depth).max().unwrap_or(0);
+
+    let kernels = pattern(&KERNEL_RE)
+        .map(|r| r.captures_iter(&code).map(|c| c[1].to_string()).collect())
+        .unwrap_or_default();
+    let intrinsics = pattern(&INTRINSIC_RE)
+        .map(|r| count_calls(&code, r))
+        .unwrap_or_default();
+    let dma_calls = pattern(&DMA_RE)
+        .map(|r| count_calls(&code, r))
+        .unwrap_or_default();
+    let barriers = pattern(&BARRIER_RE)
+        .map(|r| count_calls(&code, r))
+        .unwrap_or_default();
+    let uses_vectors = code.contains("lvector") || !intrinsics.is_empty();
+    let async_dma = dma_calls
+        .keys()
+        .any(|k| k.ends_with("_async") || k == "dma_p2p" || k == "dma_broadcast" || k == "dma_sg")
+        && dma_calls.contains_key("dma_wait");
+
+    let mut evaluator = Evaluator {
+        macros: &macros,
+        depth: 0,
+    };
+    let mut allocations = Vec::new();
+    if let Some(r) = pattern(&MALLOC_RE) {
+        for m in r.captures_iter(&code) {
+            let whole = m.get(0).map(|g| (g.start(), g.end())).unwrap_or_default();
+            let expr = call_argument(&code, whole.1 - 1);
+            let level = if &m[1] == "vector_malloc" { "AM" } else { "SM" };
+            let count = loops
+                .iter()
+                .filter(|l| l.body.0 <= whole.0 && whole.0 < l.body.1)
+                .try_fold(1u64, |acc, l| l.trip_count.and_then(|t| acc.checked_mul(t)));
+            let bytes = evaluator.eval(&expr);
+            allocations.push(Allocation {
+                line: line_of(&code, whole.0),
+                level: level.into(),
+                total_bytes: bytes.zip(count).and_then(|(b, c)| b.checked_mul(c)),
+                bytes,
+                count,
+                expr,
+            });
+        }
+    }
+    if let Some(r) = pattern(&GSM_RE) {
+        for m in r.captures_iter(&code) {
+            let start = m.get(0).map(|g| g.start()).unwrap_or_default();
+            let elem = sizeof_type(m[1].trim());
+            let dims: Vec<String> = m[3]
+                .split(']')
+                .filter_map(|d| d.trim().strip_prefix('[').map(|s| s.trim().to_owned()))
+                .collect();
+            let mut bytes = elem;
+            for d in &dims {
+                bytes = match (bytes, evaluator.eval(d)) {
+                    (Some(b), Some(n)) => b.checked_mul(n),
+                    _ => None,
+                };
+            }
+            allocations.push(Allocation {
+                line: line_of(&code, start),
+                level: "GSM".into(),
+                expr: format!("{} {}[{}]", m[1].trim(), &m[2], dims.join("]["),),
+                bytes,
+                count: Some(1),
+                total_bytes: bytes,
+            });
+        }
+    }
+
+    let footprint = [
+        ("AM", spec.am_bytes, Some(spec.am_max_buffers)),
+        ("SM", spec.sm_bytes, Some(spec.sm_max_buffers)),
+        ("GSM", spec.gsm_bytes, None),
+    ]
+    .iter()
+    .map(|(level, capacity, max_buffers)| {
+        let mine: Vec<&Allocation> = allocations.iter().filter(|a| a.level == *level).collect();
+        let known: u64 = mine.iter().filter_map(|a| a.total_bytes).sum();
+        let buffers: u64 = mine.iter().map(|a| a.count.unwrap_or(1)).sum();
+        LevelFootprint {
+            level: (*level).into(),
+            buffers,
+            known_bytes: known,
+            unknown_sizes: mine.iter().filter(|a| a.total_bytes.is_none()).count(),
+            capacity_bytes: *capacity,
+            max_buffers: *max_buffers,
+            over_capacity: known > *capacity,
+            too_many_buffers: max_buffers.is_some_and(|m| buffers > u64::from(m)),
+        }
+    })
+    .collect();
+
+    KernelAnalysis {
+        kernels,
+        loops,
+        max_loop_depth,
+        intrinsics,
+        dma_calls,
+        barriers,
+        allocations,
+        footprint,
+        uses_vectors,
+        async_dma,
+    }
+}
+
+fn summarize(path: &str, a: &KernelAnalysis) -> String {
+    let mut s = format!("{path}: kernels {:?}\n", a.kernels);
+    s.push_str(&format!(
+        "loops: {} (max nesting {})",
+        a.loops.len(),
+        a.max_loop_depth
+    ));
+    for l in &a.loops {
+        s.push_str(&format!(
+            "\n  line {}: {} depth {}",
+            l.line, l.kind, l.depth
+        ));
+    }
+    let list = |m: &BTreeMap<String, usize>| {
+        if m.is_empty() {
+            "none".to_owned()
+        } else {
+            m.iter()
+                .map(|(k, v)| format!("{k} x{v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    s.push_str(&format!("\nvector intrinsics: {}", list(&a.intrinsics)));
+    s.push_str(&format!(
+        "\nDMA: {}{}",
+        list(&a.dma_calls),
+        if a.async_dma {
+            " (asynchronous, waited)"
+        } else {
+            ""
+        }
+    ));
+    s.push_str(&format!("\nbarriers: {}", list(&a.barriers)));
+    for f in &a.footprint {
+        if f.buffers == 0 {
+            continue;
+        }
+        s.push_str(&format!(
+            "\n{}: {} buffers, {} of {} bytes{}{}{}",
+            f.level,
+            f.buffers,
+            f.known_bytes,
+            f.capacity_bytes,
+            if f.unknown_sizes > 0 {
+                format!(" (+{} sizes not evaluable)", f.unknown_sizes)
+            } else {
+                String::new()
+            },
+            if f.over_capacity {
+                " OVER CAPACITY"
+            } else {
+                ""
+            },
+            if f.too_many_buffers {
+                " TOO MANY BUFFERS"
+            } else {
+                ""
+            },
+        ));
+    }
+    if !a.uses_vectors {
+        s.push_str("\nno vector code: scalar only");
+    }
+    s
+}
+
+/// Static analysis of a kernel source file.
+pub struct AnalyzeKernel(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for AnalyzeKernel {
+    tool_basics!(
+        "analyze_kernel",
+        "Static analysis of device code: loop nests, vector intrinsics, DMA and barrier calls, and AM/SM/GSM footprint (evaluated with the given -D values) against the chip's capacities.",
+        AnalyzeArgs,
+        Risk::Low,
+        true,
+        true,
+        ANALYZE_SHAPE
+    );
+
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: AnalyzeArgs = parse_args(args)?;
+        let shown = args.path.clone().unwrap_or_else(|| "kernel.c".into());
+        let path = self
+            .0
+            .workspace
+            .resolve(&shown)
+            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let source = std::fs::read_to_string(&path)
+            .map_err(|e| ToolError::InvalidArgs(format!("cannot read `{shown}`: {e}")))?;
+        let analysis = analyze_source(&source, &args.defines.unwrap_or_default(), &self.0.spec);
+        let data = serde_json::to_value(&analysis).unwrap_or(Value::Null);
+        Ok(ToolOutput::text(summarize(&shown, &analysis))
+            .with_data(json!({"path": shown, "analysis": data})))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loops_nest_with_and_without_braces() {
+        let code = "void f() {\n for (i=0;i<n;i++) {\n  for (j=0;j<m;j++)\n   for (k=0;k<4;k++) x++;\n }\n while (a) { do { b(); } while (c); }\n}\n";
+        let loops = find_loops(code);
+        let depths: Vec<(usize, u32)> = loops.iter().map(|l| (l.line, l.depth)).collect();
+        assert_eq!(depths, [(2, 1), (3, 2), (4, 3), (6, 1), (6, 2)]);
+    }
+
+    #[test]
+    fn expressions_evaluate_with_macros_and_sizeof() {
+        let macros = BTreeMap::from([
+            ("N".to_string(), "(64*2)".to_string()),
+            ("M".to_string(), "N/4".to_string()),
+        ]);
+        let mut e = Evaluator {
+            macros: &macros,
+            depth: 0,
+        };
+        assert_eq!(e.eval("N * M * sizeof(double)"), Some(128 * 32 * 8));
+        assert_eq!(e.eval("(size_t)N*sizeof(lvector double)"), Some(128 * 128));
+        assert_eq!(e.eval("n * 8"), None);
+        let cyclic = BTreeMap::from([("A".to_string(), "A+1".to_string())]);
+        assert_eq!(
+            Evaluator {
+                macros: &cyclic,
+                depth: 0
+            }
+            .eval("A"),
+            None
+        );
+    }
+}

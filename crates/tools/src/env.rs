@@ -1,0 +1,168 @@
+//! What the tools of one session share: the workspace, the board of the
+//! session's slice, the chip spec, the slice lock (for its statistics), and
+//! the session's memory of compiled artifacts and benchmarked candidates.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use mtswarm_core::ToolError;
+use mtswarm_hw::lock::HwLock;
+use mtswarm_hw::measure::{MeasureConfig, Measurement};
+use mtswarm_hw::{Artifact, Board, ChipSpec};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::workspace::Workspace;
+
+/// A compiled artifact the session can run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuiltArtifact {
+    /// `b1`, `b2`, ...: what the model passes to run/validate/benchmark.
+    pub id: String,
+    pub kernel_dir: String,
+    pub artifact: Artifact,
+    /// The source generation at build time (see [`SessionState::source_generation`]).
+    pub generation: u64,
+}
+
+/// One benchmarked candidate, as shown in the working state.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    pub artifact: String,
+    pub kernel_hash: String,
+    pub defines: BTreeMap<String, String>,
+    pub cores: u32,
+    pub median_seconds: f64,
+    pub gflops: Option<f64>,
+    pub peak_fraction: Option<f64>,
+}
+
+/// The session's memory between tool calls.
+#[derive(Debug, Default)]
+pub struct SessionState {
+    next_build: u64,
+    pub artifacts: BTreeMap<String, BuiltArtifact>,
+    pub latest: Option<String>,
+    /// Bumped by every edit of a source file (`.c`, `.h`, `.toml`): an
+    /// artifact built before the latest edit no longer is "the current code".
+    pub source_generation: u64,
+    /// Trustworthy measurements, fastest first.
+    pub candidates: Vec<Candidate>,
+    /// Median of the first valid benchmark: the session's baseline.
+    pub baseline_seconds: Option<f64>,
+}
+
+impl SessionState {
+    pub(crate) fn next_build_id(&mut self) -> String {
+        self.next_build += 1;
+        format!("b{}", self.next_build)
+    }
+
+    /// The artifact named `id`, or the latest; refuses stale ones.
+    pub(crate) fn artifact(&self, id: Option<&str>) -> Result<BuiltArtifact, ToolError> {
+        let id = match id.map(str::trim).filter(|s| !s.is_empty()) {
+            Some(id) => id.to_owned(),
+            None => self.latest.clone().ok_or_else(|| {
+                ToolError::InvalidArgs("nothing compiled yet: call compile first".into())
+            })?,
+        };
+        let built = self.artifacts.get(&id).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.artifacts.keys().map(String::as_str).collect();
+            ToolError::InvalidArgs(format!(
+                "unknown artifact `{id}` (compiled so far: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ))
+        })?;
+        if built.generation < self.source_generation {
+            return Err(ToolError::InvalidArgs(format!(
+                "artifact `{id}` was compiled before the latest source edit; compile again"
+            )));
+        }
+        Ok(built)
+    }
+
+    /// Record a trustworthy measurement; returns the candidates, fastest first.
+    pub(crate) fn add_candidate(&mut self, artifact: &str, m: &Measurement) -> Vec<Candidate> {
+        if let Some(stats) = &m.stats {
+            if self.baseline_seconds.is_none() {
+                self.baseline_seconds = Some(stats.median);
+            }
+            self.candidates
+                .retain(|c| !(c.kernel_hash == m.kernel_hash && c.cores == m.cores));
+            self.candidates.push(Candidate {
+                artifact: artifact.to_owned(),
+                kernel_hash: m.kernel_hash.clone(),
+                defines: m.defines.clone(),
+                cores: m.cores,
+                median_seconds: stats.median,
+                gflops: m.gflops,
+                peak_fraction: m.peak_fraction,
+            });
+            self.candidates
+                .sort_by(|a, b| a.median_seconds.total_cmp(&b.median_seconds));
+        }
+        self.candidates.clone()
+    }
+}
+
+/// Everything one session's tools share.
+pub struct ToolEnv {
+    pub workspace: Workspace,
+    pub board: Arc<dyn Board>,
+    pub spec: ChipSpec,
+    pub lock: HwLock,
+    pub measure_defaults: MeasureConfig,
+    session: Mutex<SessionState>,
+    /// Compiles hold it shared; a benchmark with real host timing holds it
+    /// exclusively, so nothing of this session compiles while it is timed.
+    pub(crate) compile_gate: tokio::sync::RwLock<()>,
+}
+
+impl ToolEnv {
+    pub(crate) fn new(
+        workspace: Workspace,
+        board: Arc<dyn Board>,
+        spec: ChipSpec,
+        lock: HwLock,
+        measure_defaults: MeasureConfig,
+    ) -> Self {
+        Self {
+            workspace,
+            board,
+            spec,
+            lock,
+            measure_defaults,
+            session: Mutex::new(SessionState::default()),
+            compile_gate: tokio::sync::RwLock::new(()),
+        }
+    }
+
+    pub fn session(&self) -> MutexGuard<'_, SessionState> {
+        self.session.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn slice_id(&self) -> String {
+        self.board.slice().id()
+    }
+}
+
+/// The JSON schema of an argument struct.
+pub(crate) fn schema_of<T: JsonSchema>() -> Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
+}
+
+/// Deserialize arguments, naming the problem for the model.
+pub(crate) fn parse_args<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|e| ToolError::InvalidArgs(e.to_string()))
+}
+
+/// A source file whose edit invalidates earlier builds.
+pub(crate) fn is_source(path: &str) -> bool {
+    [".c", ".h", ".toml"].iter().any(|ext| path.ends_with(ext))
+}

@@ -1,0 +1,181 @@
+//! estimate: the roofline bound of a kernel on the session's slice, from the
+//! chip spec alone. Lets a tuner order candidates and know when to stop
+//! (a kernel at 90 % of its bound has little left), and tells whether the
+//! kernel is compute- or memory-bound, which is what the optimization should
+//! go after (recorded as the working state's `optimization_mode`).
+
+use std::sync::Arc;
+
+use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_hw::ChipSpec;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::env::{ToolEnv, parse_args};
+use crate::files::tool_basics;
+use crate::normalize::Shape;
+
+/// Arguments of estimate.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateArgs {
+    /// Floating-point operations of one execution (e.g. 2*M*N*K for GEMM).
+    pub flops: f64,
+    /// Bytes moved between DDR and the chip in one execution.
+    pub bytes: f64,
+    /// DSP cores (default: all cores of the slice).
+    #[serde(default)]
+    pub cores: Option<u32>,
+    /// A measured time to compare with the bound, seconds.
+    #[serde(default)]
+    pub measured_seconds: Option<f64>,
+}
+
+const ESTIMATE_SHAPE: Shape = Shape {
+    integers: &["cores"],
+    numbers: &["flops", "bytes", "measured_seconds"],
+    bools: &[],
+    lists: &[],
+    maps: &[],
+    aliases: &[
+        ("flop", "flops"),
+        ("bytes_moved", "bytes"),
+        ("seconds", "measured_seconds"),
+    ],
+};
+
+/// A roofline bound.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Roofline {
+    pub cores: u32,
+    pub peak_gflops: f64,
+    pub bandwidth_gbs: f64,
+    /// flops per byte.
+    pub arithmetic_intensity: f64,
+    /// Intensity above which the kernel is compute-bound.
+    pub ridge_point: f64,
+    pub compute_seconds: f64,
+    pub memory_seconds: f64,
+    pub bound_seconds: f64,
+    pub bound_gflops: f64,
+    /// `compute-bound` or `memory-bound`.
+    pub bound_by: String,
+    pub fraction_of_bound: Option<f64>,
+}
+
+/// The roofline bound of `flops`/`bytes` on `cores` cores. A cluster slice
+/// gets its cluster's share of the DDR bandwidth; more cores than one
+/// cluster has span clusters and get their shares.
+pub fn roofline(
+    spec: &ChipSpec,
+    flops: f64,
+    bytes: f64,
+    cores: u32,
+    measured: Option<f64>,
+) -> Roofline {
+    let peak = spec.peak_flops(cores);
+    let clusters_used = cores
+        .div_ceil(spec.cores_per_cluster.max(1))
+        .clamp(1, spec.clusters.max(1));
+    let bandwidth = spec.cluster_bandwidth() * f64::from(clusters_used);
+    let compute_seconds = flops / peak;
+    let memory_seconds = bytes / bandwidth;
+    let bound_seconds = compute_seconds.max(memory_seconds);
+    let bound_by = if compute_seconds >= memory_seconds {
+        "compute-bound"
+    } else {
+        "memory-bound"
+    };
+    Roofline {
+        cores,
+        peak_gflops: peak / 1e9,
+        bandwidth_gbs: bandwidth / 1e9,
+        arithmetic_intensity: if bytes > 0.0 {
+            flops / bytes
+        } else {
+            f64::INFINITY
+        },
+        ridge_point: peak / bandwidth,
+        compute_seconds,
+        memory_seconds,
+        bound_seconds,
+        bound_gflops: if bound_seconds > 0.0 {
+            flops / bound_seconds / 1e9
+        } else {
+            0.0
+        },
+        bound_by: bound_by.into(),
+        fraction_of_bound: measured.filter(|m| *m > 0.0).map(|m| bound_seconds / m),
+    }
+}
+
+/// Roofline estimate from the chip spec.
+pub struct Estimate(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for Estimate {
+    tool_basics!(
+        "estimate",
+        "Roofline bound of a kernel on this slice from the MT-3000 spec: give flops and DDR bytes per execution; returns the bound in seconds and GFLOPS and whether it is compute- or memory-bound.",
+        EstimateArgs,
+        Risk::Low,
+        true,
+        true,
+        ESTIMATE_SHAPE
+    );
+
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: EstimateArgs = parse_args(args)?;
+        if !(args.flops.is_finite() && args.flops > 0.0) {
+            return Err(ToolError::InvalidArgs(format!(
+                "flops must be positive, got {}",
+                args.flops
+            )));
+        }
+        if !(args.bytes.is_finite() && args.bytes >= 0.0) {
+            return Err(ToolError::InvalidArgs(format!(
+                "bytes must be >= 0, got {}",
+                args.bytes
+            )));
+        }
+        let slice_cores = self.0.board.slice().cores;
+        let cores = args.cores.unwrap_or(slice_cores);
+        if cores == 0 || cores > slice_cores {
+            return Err(ToolError::InvalidArgs(format!(
+                "cores must be in 1..={slice_cores} (the slice's cores), got {cores}"
+            )));
+        }
+        let r = roofline(
+            &self.0.spec,
+            args.flops,
+            args.bytes,
+            cores,
+            args.measured_seconds,
+        );
+        let mut text = format!(
+            "{} on {} cores: bound {:.3e} s = {:.1} GFLOPS (peak {:.1} GFLOPS, {:.1} GB/s; intensity {:.2} flop/B vs ridge {:.2})",
+            r.bound_by,
+            r.cores,
+            r.bound_seconds,
+            r.bound_gflops,
+            r.peak_gflops,
+            r.bandwidth_gbs,
+            r.arithmetic_intensity,
+            r.ridge_point
+        );
+        if let Some(f) = r.fraction_of_bound {
+            text.push_str(&format!(
+                "; measured time reaches {:.1}% of the bound",
+                f * 100.0
+            ));
+        }
+        Ok(ToolOutput::text(text)
+            .with_data(serde_json::to_value(&r).unwrap_or(Value::Null))
+            .with_effect(Effect::State {
+                key: "optimization_mode".into(),
+                value: json!(r.bound_by),
+                append: false,
+            }))
+    }
+}

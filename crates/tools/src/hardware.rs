@@ -1,0 +1,687 @@
+//! The tools that build and launch kernels: compile (host CPU work, runs
+//! concurrently, never takes the slice), run / validate / benchmark
+//! (hardware: they report `needs_hardware` with the slice id as their
+//! resource, so the engine holds the slice lock around each call) and
+//! board_info.
+//!
+//! Their effects keep the engine's working state current: compile appends
+//! `compile_results`; validate and benchmark emit evidence for the completion
+//! gate; benchmark appends `benchmark_results` and updates
+//! `current_candidates` and `best`. Artifacts built before the latest source
+//! edit are refused, so evidence always belongs to the current code. On the
+//! `host` backend, whose timing shares the CPU with the compiler, a
+//! benchmark waits for the session's compiles and holds new ones back
+//! while it measures.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_hw::measure::{MeasureConfig, Measurement, measure};
+use mtswarm_hw::{BackendKind, BuildRequest, HwError, RunOutcome, RunRequest};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::env::{BuiltArtifact, ToolEnv, parse_args};
+use crate::files::tool_basics;
+use crate::normalize::Shape;
+
+/// Longest time-out a call may ask for.
+const MAX_TIMEOUT_SECONDS: f64 = 3600.0;
+const DEFAULT_TIMEOUT_SECONDS: f64 = 120.0;
+/// Candidates kept in the working state.
+const CANDIDATES_SHOWN: usize = 5;
+
+fn timeout_of(seconds: Option<f64>) -> Result<Duration, ToolError> {
+    let s = seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+    if !(s.is_finite() && s > 0.0 && s <= MAX_TIMEOUT_SECONDS) {
+        return Err(ToolError::InvalidArgs(format!(
+            "timeout_seconds must be in (0, {MAX_TIMEOUT_SECONDS}], got {s}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn cores_of(env: &ToolEnv, cores: Option<u32>) -> Result<u32, ToolError> {
+    let slice_cores = env.board.slice().cores;
+    let cores = cores.unwrap_or(slice_cores);
+    if cores == 0 || cores > slice_cores {
+        return Err(ToolError::InvalidArgs(format!(
+            "cores must be in 1..={slice_cores} (the slice's cores), got {cores}"
+        )));
+    }
+    Ok(cores)
+}
+
+/// A launch error that is the kernel's fault (it ran and misbehaved) rather
+/// than the system's: reported as a failed check, not a tool failure.
+fn kernel_fault(e: &HwError) -> bool {
+    matches!(e, HwError::Capacity(_) | HwError::Timeout(_))
+}
+
+fn hw_error(e: HwError) -> ToolError {
+    match e {
+        HwError::Config(m) | HwError::Kernel(m) => ToolError::InvalidArgs(m),
+        other => ToolError::Failed(other.to_string()),
+    }
+}
+
+fn outcome_text(o: &RunOutcome) -> String {
+    let mut s = format!(
+        "{}: {:.4e} s, {:.2} GFLOPS ({:.1}% of peak)",
+        if o.valid { "valid" } else { "INVALID" },
+        o.seconds,
+        o.gflops,
+        o.peak_fraction * 100.0
+    );
+    if let Some(c) = o.modeled_cycles {
+        s.push_str(&format!(", {c} modeled cycles"));
+    }
+    if let Some(e) = o.max_abs_err {
+        s.push_str(&format!(", max_abs_err {e:.3e}"));
+    }
+    if o.samples.len() > 1 {
+        s.push_str(&format!(", {} executions", o.samples.len()));
+    }
+    if let Some(err) = &o.error {
+        s.push_str(&format!("\nerror: {err}"));
+    }
+    if !o.valid && !o.output_tail.trim().is_empty() {
+        let tail: String = {
+            let chars: Vec<char> = o.output_tail.chars().collect();
+            chars[chars.len().saturating_sub(1500)..].iter().collect()
+        };
+        s.push_str(&format!("\noutput tail:\n{tail}"));
+    }
+    s
+}
+
+// ------------------------------------------------------------------ compile
+
+/// Arguments of compile.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompileArgs {
+    /// Kernel directory relative to the workspace, holding kernel.c and
+    /// host.c (default: the workspace root).
+    #[serde(default)]
+    pub kernel_dir: Option<String>,
+    /// `-D` parameters: tuning knobs and problem sizes, NAME -> VALUE.
+    #[serde(default)]
+    pub defines: Option<BTreeMap<String, String>>,
+}
+
+const COMPILE_SHAPE: Shape = Shape {
+    integers: &[],
+    numbers: &[],
+    bools: &[],
+    lists: &[],
+    maps: &["defines"],
+    aliases: &[
+        ("dir", "kernel_dir"),
+        ("path", "kernel_dir"),
+        ("params", "defines"),
+        ("knobs", "defines"),
+    ],
+};
+
+/// Build a kernel directory for the session's backend.
+pub struct Compile(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for Compile {
+    tool_basics!(
+        "compile",
+        "Compile the kernel directory (kernel.c + host.c) with the given -D defines for this slice's backend. Returns an artifact id for run/validate/benchmark. Runs on the host CPU.",
+        CompileArgs,
+        Risk::Low,
+        true,
+        true,
+        COMPILE_SHAPE
+    );
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: CompileArgs = parse_args(args)?;
+        let shown = args.kernel_dir.clone().unwrap_or_else(|| ".".into());
+        let kernel_dir = self
+            .0
+            .workspace
+            .resolve(&shown)
+            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        if !kernel_dir.is_dir() {
+            return Err(ToolError::InvalidArgs(format!(
+                "kernel_dir `{shown}` is not a directory"
+            )));
+        }
+        let defines = args.defines.unwrap_or_default();
+        let (id, generation) = {
+            let mut session = self.0.session();
+            (session.next_build_id(), session.source_generation)
+        };
+        let out_dir = self.0.workspace.root().join(".build").join(&id);
+        ctx.progress(format!("compiling {shown} as {id}"), None);
+        let _compiling = self.0.compile_gate.read().await;
+        let artifact = self
+            .0
+            .board
+            .build(&BuildRequest {
+                kernel_dir: kernel_dir.clone(),
+                defines: defines.clone(),
+                out_dir,
+            })
+            .await
+            .map_err(|e| match e {
+                HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
+                other => hw_error(other),
+            })?;
+        let kernel_dir_rel = self.0.workspace.relative(&kernel_dir);
+        let summary = json!({
+            "artifact": id,
+            "ok": true,
+            "kernel_dir": kernel_dir_rel,
+            "defines": defines,
+            "kernel_hash": artifact.kernel_hash,
+            "toolchain": artifact.toolchain,
+        });
+        let mut text = format!(
+            "compiled {kernel_dir_rel} as artifact {id} (kernel {}, {})",
+            artifact.kernel_hash.chars().take(12).collect::<String>(),
+            artifact.toolchain
+        );
+        if !artifact.log.trim().is_empty() {
+            let log: String = artifact.log.chars().take(3000).collect();
+            text.push_str(&format!("\ncompiler output:\n{log}"));
+        }
+        {
+            let mut session = self.0.session();
+            session.artifacts.insert(
+                id.clone(),
+                BuiltArtifact {
+                    id: id.clone(),
+                    kernel_dir: kernel_dir_rel,
+                    artifact,
+                    generation,
+                },
+            );
+            session.latest = Some(id);
+        }
+        Ok(ToolOutput::text(text)
+            .with_data(summary.clone())
+            .with_effect(Effect::State {
+                key: "compile_results".into(),
+                value: summary,
+                append: true,
+            }))
+    }
+}
+
+// ---------------------------------------------------------------------- run
+
+/// Arguments of run and validate.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunArgs {
+    /// Artifact id from compile (default: the latest).
+    #[serde(default)]
+    pub artifact: Option<String>,
+    /// DSP cores (default: all cores of the slice).
+    #[serde(default)]
+    pub cores: Option<u32>,
+    /// Kernel executions in this launch (default 1 for run, 2 for validate).
+    #[serde(default)]
+    pub runs: Option<u32>,
+    /// Kill the launch after this many seconds (default 120).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+    /// Extra harness arguments.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+}
+
+const RUN_SHAPE: Shape = Shape {
+    integers: &["cores", "runs"],
+    numbers: &["timeout_seconds"],
+    bools: &[],
+    lists: &["args"],
+    maps: &[],
+    aliases: &[
+        ("artifact_id", "artifact"),
+        ("build", "artifact"),
+        ("timeout", "timeout_seconds"),
+        ("repeats", "runs"),
+    ],
+};
+
+async fn launch(
+    env: &ToolEnv,
+    args: RunArgs,
+    default_runs: u32,
+) -> Result<(BuiltArtifact, RunRequest, Result<RunOutcome, HwError>), ToolError> {
+    let built = env.session().artifact(args.artifact.as_deref())?;
+    let runs = args.runs.unwrap_or(default_runs);
+    if runs == 0 || runs > 1000 {
+        return Err(ToolError::InvalidArgs(format!(
+            "runs must be in 1..=1000, got {runs}"
+        )));
+    }
+    let request = RunRequest {
+        cores: cores_of(env, args.cores)?,
+        runs,
+        timeout: timeout_of(args.timeout_seconds)?,
+        args: args.args.unwrap_or_default(),
+    };
+    let outcome = env.board.run(&built.artifact, &request).await;
+    Ok((built, request, outcome))
+}
+
+/// Launch an artifact once on the slice.
+pub struct Run(pub(crate) Arc<ToolEnv>);
+
+macro_rules! hardware_flags {
+    () => {
+        fn needs_hardware(&self) -> bool {
+            true
+        }
+        fn resource(&self) -> Option<String> {
+            Some(self.0.slice_id())
+        }
+    };
+}
+
+#[async_trait::async_trait]
+impl Tool for Run {
+    tool_basics!(
+        "run",
+        "Launch a compiled artifact on this slice (holds the slice) and report validity, time, GFLOPS and output. Use validate or benchmark for evidence.",
+        RunArgs,
+        Risk::Medium,
+        false,
+        true,
+        RUN_SHAPE
+    );
+    hardware_flags!();
+
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: RunArgs = parse_args(args)?;
+        let (built, request, outcome) = launch(&self.0, args, 1).await?;
+        let outcome = outcome.map_err(hw_error)?;
+        let text = format!(
+            "artifact {} on {} cores: {}",
+            built.id,
+            request.cores,
+            outcome_text(&outcome)
+        );
+        Ok(ToolOutput::text(text).with_data(json!({
+            "artifact": built.id,
+            "cores": request.cores,
+            "runs": request.runs,
+            "outcome": outcome,
+        })))
+    }
+}
+
+// ----------------------------------------------------------------- validate
+
+/// Check an artifact's output against the reference.
+pub struct Validate(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for Validate {
+    tool_basics!(
+        "validate",
+        "Run a compiled artifact on this slice and check every execution's output against the reference (default 2 executions). Records validation evidence.",
+        RunArgs,
+        Risk::Medium,
+        false,
+        true,
+        RUN_SHAPE
+    );
+    hardware_flags!();
+
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: RunArgs = parse_args(args)?;
+        let (built, request, outcome) = launch(&self.0, args, 2).await?;
+        let (passed, error, detail) = match outcome {
+            Ok(o) => (o.valid, o.error.clone(), outcome_text(&o)),
+            Err(e) if kernel_fault(&e) => (false, Some(e.to_string()), format!("INVALID: {e}")),
+            Err(e) => return Err(hw_error(e)),
+        };
+        let summary = json!({
+            "artifact": built.id,
+            "kernel_hash": built.artifact.kernel_hash,
+            "defines": built.artifact.defines,
+            "cores": request.cores,
+            "runs": request.runs,
+            "valid": passed,
+            "error": error,
+        });
+        let verdict = if passed { "PASSED" } else { "FAILED" };
+        Ok(ToolOutput::text(format!(
+            "validation {verdict} for artifact {} on {} cores ({} executions): {detail}",
+            built.id, request.cores, request.runs
+        ))
+        .with_data(summary.clone())
+        .with_effect(Effect::Evidence {
+            kind: "validate".into(),
+            passed,
+            summary,
+        }))
+    }
+}
+
+// ---------------------------------------------------------------- benchmark
+
+/// Arguments of benchmark.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchmarkArgs {
+    /// Artifact id from compile (default: the latest).
+    #[serde(default)]
+    pub artifact: Option<String>,
+    /// DSP cores (default: all cores of the slice).
+    #[serde(default)]
+    pub cores: Option<u32>,
+    /// Untimed, validated executions before timing.
+    #[serde(default)]
+    pub warmup: Option<u32>,
+    /// Minimum timed executions.
+    #[serde(default)]
+    pub repeats: Option<u32>,
+    /// Minimum total timed kernel seconds (real-timing backends).
+    #[serde(default)]
+    pub min_seconds: Option<f64>,
+    /// Reference time for the plausibility check (default: the session's
+    /// first valid benchmark).
+    #[serde(default)]
+    pub baseline_seconds: Option<f64>,
+    /// Per-launch time-out (default 120).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+const BENCHMARK_SHAPE: Shape = Shape {
+    integers: &["cores", "warmup", "repeats"],
+    numbers: &["min_seconds", "baseline_seconds", "timeout_seconds"],
+    bools: &[],
+    lists: &[],
+    maps: &[],
+    aliases: &[
+        ("artifact_id", "artifact"),
+        ("build", "artifact"),
+        ("runs", "repeats"),
+        ("timeout", "timeout_seconds"),
+    ],
+};
+
+fn measurement_summary(artifact: &str, m: &Measurement) -> Value {
+    json!({
+        "artifact": artifact,
+        "kernel_hash": m.kernel_hash,
+        "defines": m.defines,
+        "slice": m.slice,
+        "backend": m.backend,
+        "toolchain": m.toolchain,
+        "cores": m.cores,
+        "valid": m.valid,
+        "error": m.error,
+        "median_seconds": m.stats.as_ref().map(|s| s.median),
+        "trimmed_mean_seconds": m.stats.as_ref().map(|s| s.trimmed_mean),
+        "count": m.stats.as_ref().map(|s| s.count),
+        "gflops": m.gflops,
+        "peak_fraction": m.peak_fraction,
+        "speedup_over_baseline": m.speedup_over_baseline,
+        "flags": m.flags,
+    })
+}
+
+/// Measure an artifact: validate, warm up, time, re-check.
+pub struct Benchmark(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for Benchmark {
+    tool_basics!(
+        "benchmark",
+        "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. Records benchmark evidence and updates the candidates.",
+        BenchmarkArgs,
+        Risk::Medium,
+        false,
+        true,
+        BENCHMARK_SHAPE
+    );
+    hardware_flags!();
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: BenchmarkArgs = parse_args(args)?;
+        let (built, baseline) = {
+            let session = self.0.session();
+            (
+                session.artifact(args.artifact.as_deref())?,
+                session.baseline_seconds,
+            )
+        };
+        let mut config: MeasureConfig = self.0.measure_defaults.clone();
+        config.cores = cores_of(&self.0, args.cores)?;
+        if let Some(w) = args.warmup {
+            config.warmup = w.min(1000);
+        }
+        if let Some(r) = args.repeats {
+            if r == 0 || r > 10_000 {
+                return Err(ToolError::InvalidArgs(format!(
+                    "repeats must be in 1..=10000, got {r}"
+                )));
+            }
+            config.min_repeats = r;
+            config.min_repeats_deterministic = r;
+            config.max_repeats = config.max_repeats.max(r);
+        }
+        if let Some(s) = args.min_seconds {
+            if !(s.is_finite() && (0.0..=600.0).contains(&s)) {
+                return Err(ToolError::InvalidArgs(format!(
+                    "min_seconds must be in 0..=600, got {s}"
+                )));
+            }
+            config.min_seconds = s;
+        }
+        if args.timeout_seconds.is_some() {
+            config.launch_timeout = timeout_of(args.timeout_seconds)?;
+        }
+        config.baseline_seconds = args
+            .baseline_seconds
+            .or(config.baseline_seconds)
+            .or(baseline);
+        ctx.progress(format!("benchmarking artifact {}", built.id), None);
+        // Host timing shares the CPU with the compiler: never time while
+        // this session compiles.
+        let _no_compiles = if self.0.board.backend() == BackendKind::Host {
+            Some(self.0.compile_gate.write().await)
+        } else {
+            None
+        };
+        let measured = measure(
+            self.0.board.as_ref(),
+            &built.artifact,
+            &self.0.spec,
+            &config,
+        )
+        .await;
+        let m = match measured {
+            Ok(m) => m,
+            Err(e) if kernel_fault(&e) => {
+                let summary = json!({
+                    "artifact": built.id, "kernel_hash": built.artifact.kernel_hash,
+                    "defines": built.artifact.defines, "valid": false, "error": e.to_string(),
+                });
+                return Ok(ToolOutput::text(format!(
+                    "benchmark FAILED for artifact {}: {e}",
+                    built.id
+                ))
+                .with_data(summary.clone())
+                .with_effect(Effect::Evidence {
+                    kind: "benchmark".into(),
+                    passed: false,
+                    summary: summary.clone(),
+                })
+                .with_effect(Effect::State {
+                    key: "benchmark_results".into(),
+                    value: summary,
+                    append: true,
+                }));
+            }
+            Err(e) => return Err(hw_error(e)),
+        };
+        let summary = measurement_summary(&built.id, &m);
+        let passed = m.trustworthy();
+        let text = match (&m.stats, passed) {
+            (Some(s), _) => {
+                let mut t = format!(
+                    "artifact {} on {} cores: median {:.4e} s, trimmed mean {:.4e} s over {} runs (min {:.4e}, max {:.4e})",
+                    built.id, m.cores, s.median, s.trimmed_mean, s.count, s.min, s.max
+                );
+                if let Some(g) = m.gflops {
+                    t.push_str(&format!(", {g:.2} GFLOPS"));
+                }
+                if let Some(p) = m.peak_fraction {
+                    t.push_str(&format!(" ({:.1}% of peak)", p * 100.0));
+                }
+                if let Some(x) = m.speedup_over_baseline {
+                    t.push_str(&format!(", {x:.2}x over baseline"));
+                }
+                for f in &m.flags {
+                    t.push_str(&format!("\nFLAG: {f}"));
+                }
+                t
+            }
+            (None, _) => format!(
+                "benchmark FAILED for artifact {}: {} (no timing reported for a wrong result)",
+                built.id,
+                m.error.clone().unwrap_or_else(|| "invalid".into())
+            ),
+        };
+        let mut out = ToolOutput::text(text)
+            .with_data(json!({"summary": summary, "measurement": m}))
+            .with_effect(Effect::Evidence {
+                kind: "benchmark".into(),
+                passed,
+                summary: summary.clone(),
+            })
+            .with_effect(Effect::State {
+                key: "benchmark_results".into(),
+                value: summary,
+                append: true,
+            });
+        if passed {
+            let candidates = self.0.session().add_candidate(&built.id, &m);
+            let shown: Vec<_> = candidates.iter().take(CANDIDATES_SHOWN).collect();
+            out = out.with_effect(Effect::State {
+                key: "current_candidates".into(),
+                value: serde_json::to_value(&shown).unwrap_or(Value::Null),
+                append: false,
+            });
+            if let Some(best) = candidates.first() {
+                out = out.with_effect(Effect::State {
+                    key: "best".into(),
+                    value: serde_json::to_value(best).unwrap_or(Value::Null),
+                    append: false,
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+// --------------------------------------------------------------- board_info
+
+/// Arguments of board_info (none).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BoardInfoArgs {}
+
+const NO_SHAPE: Shape = Shape {
+    integers: &[],
+    numbers: &[],
+    bools: &[],
+    lists: &[],
+    maps: &[],
+    aliases: &[],
+};
+
+/// The slice, its chip and its lock statistics.
+pub struct BoardInfo(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for BoardInfo {
+    tool_basics!(
+        "board_info",
+        "Describe this session's slice: backend, cores, chip spec (peak, memory sizes, bandwidth), slice lock statistics, compiled artifacts and best candidates.",
+        BoardInfoArgs,
+        Risk::Low,
+        true,
+        true,
+        NO_SHAPE
+    );
+
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let _args: BoardInfoArgs = parse_args(args)?;
+        let slice = self.0.board.slice().clone();
+        let spec = &self.0.spec;
+        let lock = self.0.lock.stats(&slice.id());
+        let (artifacts, candidates): (Vec<String>, Vec<Value>) = {
+            let session = self.0.session();
+            (
+                session.artifacts.keys().cloned().collect(),
+                session
+                    .candidates
+                    .iter()
+                    .take(CANDIDATES_SHOWN)
+                    .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
+                    .collect(),
+            )
+        };
+        let peak = spec.peak_flops(slice.cores);
+        let mut text = format!(
+            "slice {} ({} backend, {} cores): {} at {:.2} GHz, peak {:.1} GFLOPS for these cores; per core AM {} KiB (max {} buffers), SM {} KiB (max {} buffers); GSM {} KiB per cluster; DDR bandwidth {:.1} GB/s per cluster",
+            slice.id(),
+            slice.backend,
+            slice.cores,
+            spec.name,
+            spec.clock_hz / 1e9,
+            peak / 1e9,
+            spec.am_bytes / 1024,
+            spec.am_max_buffers,
+            spec.sm_bytes / 1024,
+            spec.sm_max_buffers,
+            spec.gsm_bytes / 1024,
+            spec.cluster_bandwidth() / 1e9,
+        );
+        match &lock {
+            Some(s) => text.push_str(&format!(
+                "\nslice lock: {} acquisitions, busy {:.3} s ({:.1}% utilization), mean wait {:.3} s, {} waiting",
+                s.acquisitions,
+                s.busy.as_secs_f64(),
+                s.utilization() * 100.0,
+                s.mean_wait().as_secs_f64(),
+                s.waiting
+            )),
+            None => text.push_str("\nslice lock: not used yet"),
+        }
+        text.push_str(&format!(
+            "\nartifacts: {}",
+            if artifacts.is_empty() {
+                "none".into()
+            } else {
+                artifacts.join(", ")
+            }
+        ));
+        Ok(ToolOutput::text(text).with_data(json!({
+            "slice": slice,
+            "slice_id": slice.id(),
+            "spec": spec,
+            "peak_gflops": peak / 1e9,
+            "lock": lock,
+            "artifacts": artifacts,
+            "candidates": candidates,
+        })))
+    }
+}

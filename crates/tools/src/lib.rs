@@ -1,0 +1,156 @@
+//! mtswarm-tools: the worker agent's tools, over one hardware slice and one
+//! per-session workspace directory.
+//!
+//! | tool | risk | read-only | concurrent | hardware |
+//! |---|---|---|---|---|
+//! | read_file, list_files, grep | low | yes | yes | no |
+//! | analyze_kernel, estimate, board_info | low | yes | yes | no |
+//! | compile | low | yes | yes | no (host CPU) |
+//! | write_file, apply_patch | medium | no | no | no |
+//! | run, validate, benchmark | medium | no | yes | slice lock |
+//!
+//! The hardware tools name the slice id as their [`Tool::resource`], so the
+//! engine serializes them per slice with the lock from [`HwResourceLock`]
+//! while the read-only tools of the same step run alongside. [`ToolSet`]
+//! builds the whole set for one session.
+
+pub mod analyze;
+pub mod env;
+pub mod estimate;
+pub mod files;
+pub mod hardware;
+pub mod lock;
+mod normalize;
+pub mod workspace;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mtswarm_core::{RegistryError, Tool, ToolRegistry};
+use mtswarm_hw::lock::HwLock;
+use mtswarm_hw::measure::MeasureConfig;
+use mtswarm_hw::{Board, ChipSpec};
+
+pub use env::{BuiltArtifact, Candidate, SessionState, ToolEnv};
+pub use lock::HwResourceLock;
+pub use workspace::{PathError, Workspace};
+
+/// Why a tool set could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolsError {
+    #[error(transparent)]
+    Workspace(#[from] PathError),
+    #[error("chip spec: {0}")]
+    Spec(String),
+}
+
+/// Every worker tool of one session.
+pub struct ToolSet {
+    env: Arc<ToolEnv>,
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+/// Configures a [`ToolSet`].
+pub struct ToolSetBuilder {
+    workspace: PathBuf,
+    board: Arc<dyn Board>,
+    spec: Option<ChipSpec>,
+    lock: Option<HwLock>,
+    measure: Option<MeasureConfig>,
+}
+
+impl ToolSetBuilder {
+    /// The chip model (default: the built-in MT-3000 spec).
+    pub fn spec(mut self, spec: ChipSpec) -> Self {
+        self.spec = Some(spec);
+        self
+    }
+
+    /// The daemon-wide slice lock (its statistics show in board_info; give
+    /// the engine [`ToolSet::resource_lock`] so both use the same locks).
+    pub fn lock(mut self, lock: HwLock) -> Self {
+        self.lock = Some(lock);
+        self
+    }
+
+    /// Defaults for benchmark (warm-up, repeats, time-outs, plausibility).
+    pub fn measure_defaults(mut self, config: MeasureConfig) -> Self {
+        self.measure = Some(config);
+        self
+    }
+
+    pub fn build(self) -> Result<ToolSet, ToolsError> {
+        let workspace = Workspace::new(&self.workspace)?;
+        let spec = self.spec.unwrap_or_default();
+        spec.validate()
+            .map_err(|e| ToolsError::Spec(e.to_string()))?;
+        let env = Arc::new(ToolEnv::new(
+            workspace,
+            self.board,
+            spec,
+            self.lock.unwrap_or_default(),
+            self.measure.unwrap_or_default(),
+        ));
+        let tools: Vec<Arc<dyn Tool>> = vec![
+            Arc::new(files::ReadFile(env.clone())),
+            Arc::new(files::ListFiles(env.clone())),
+            Arc::new(files::Grep(env.clone())),
+            Arc::new(files::WriteFile(env.clone())),
+            Arc::new(files::ApplyPatch(env.clone())),
+            Arc::new(analyze::AnalyzeKernel(env.clone())),
+            Arc::new(estimate::Estimate(env.clone())),
+            Arc::new(hardware::Compile(env.clone())),
+            Arc::new(hardware::Run(env.clone())),
+            Arc::new(hardware::Validate(env.clone())),
+            Arc::new(hardware::Benchmark(env.clone())),
+            Arc::new(hardware::BoardInfo(env.clone())),
+        ];
+        Ok(ToolSet { env, tools })
+    }
+}
+
+impl ToolSet {
+    /// Start building the tools of a session working in `workspace` (created
+    /// if missing) on `board`'s slice.
+    pub fn builder(workspace: impl Into<PathBuf>, board: Arc<dyn Board>) -> ToolSetBuilder {
+        ToolSetBuilder {
+            workspace: workspace.into(),
+            board,
+            spec: None,
+            lock: None,
+            measure: None,
+        }
+    }
+
+    /// All tools, ready to register with the engine.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools.clone()
+    }
+
+    /// Register every tool with an engine registry.
+    pub fn register_all(&self, registry: &mut ToolRegistry) -> Result<(), RegistryError> {
+        for tool in &self.tools {
+            registry.register(tool.clone())?;
+        }
+        Ok(())
+    }
+
+    /// One tool by name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.iter().find(|t| t.name() == name).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.tools.iter().map(|t| t.name().to_owned()).collect()
+    }
+
+    /// The lock to hand the engine for this session's hardware calls.
+    pub fn resource_lock(&self) -> HwResourceLock {
+        HwResourceLock::new(self.env.lock.clone())
+    }
+
+    /// State shared by the tools (workspace, board, spec, session memory).
+    pub fn env(&self) -> &Arc<ToolEnv> {
+        &self.env
+    }
+}

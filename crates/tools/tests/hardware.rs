@@ -1,0 +1,310 @@
+//! compile / run / validate / benchmark / board_info: happy paths on the
+//! shipped emulator with the vecadd example, bad inputs, stale artifacts,
+//! and wrong-answer kernels that must never get a benchmark figure.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use common::{
+    GOOD_KERNEL, ScriptedBoard, call, copy_dir, examples_dir, invalid_args, toolset, workspace_with,
+};
+use mtswarm_core::{Effect, ToolError, ToolOutput};
+use mtswarm_hw::emulator::EmulatorBoard;
+use mtswarm_hw::measure::MeasureConfig;
+use mtswarm_hw::{BackendKind, ChipSpec, Slice};
+use mtswarm_tools::ToolSet;
+use serde_json::{Value, json};
+
+fn emulator_tools() -> (tempfile::TempDir, ToolSet) {
+    let ws = tempfile::tempdir().expect("workspace");
+    copy_dir(&examples_dir().join("vecadd"), &ws.path().join("vecadd"));
+    let slice = Slice {
+        board: "emu0".into(),
+        cluster: Some(0),
+        cores: 4,
+        backend: BackendKind::Emulator,
+    };
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("emu-cache");
+    let board = EmulatorBoard::new(slice, ChipSpec::default())
+        .expect("emulator board")
+        .with_cache_dir(cache);
+    let tools = ToolSet::builder(ws.path(), Arc::new(board))
+        .measure_defaults(MeasureConfig {
+            warmup: 1,
+            min_repeats: 3,
+            runs_per_launch: 3,
+            ..MeasureConfig::default()
+        })
+        .build()
+        .expect("tools");
+    (ws, tools)
+}
+
+fn evidence(out: &ToolOutput, kind: &str) -> Option<bool> {
+    out.effects.iter().find_map(|e| match e {
+        Effect::Evidence {
+            kind: k, passed, ..
+        } if k == kind => Some(*passed),
+        _ => None,
+    })
+}
+
+fn state<'a>(out: &'a ToolOutput, key: &str) -> Option<&'a Value> {
+    out.effects.iter().find_map(|e| match e {
+        Effect::State { key: k, value, .. } if k == key => Some(value),
+        _ => None,
+    })
+}
+
+const SMALL: &str = "N=16384,CHUNK=512";
+
+#[tokio::test]
+async fn emulator_compile_run_validate_benchmark_happy_path() {
+    let (_ws, tools) = emulator_tools();
+    let out = call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": SMALL}),
+    )
+    .await
+    .expect("compile");
+    let compiled = state(&out, "compile_results").expect("compile_results effect");
+    assert_eq!(compiled["artifact"], "b1");
+    assert_eq!(compiled["defines"], json!({"N": "16384", "CHUNK": "512"}));
+
+    let out = call(&tools, "run", json!({"cores": "2"}))
+        .await
+        .expect("run");
+    let outcome = &out.data.as_ref().expect("data")["outcome"];
+    assert_eq!(outcome["valid"], true, "{}", out.content);
+    assert!(
+        outcome["modeled_cycles"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        out.content
+    );
+
+    let out = call(&tools, "validate", json!({"artifact": "b1"}))
+        .await
+        .expect("validate");
+    assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
+
+    let out = call(&tools, "benchmark", json!({"artifact": "b1", "cores": 4}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
+    let summary = state(&out, "benchmark_results").expect("benchmark_results");
+    assert_eq!(summary["valid"], true);
+    assert_eq!(summary["backend"], "emulator");
+    assert_eq!(summary["slice"], "emu0/c0");
+    assert!(summary["median_seconds"].as_f64().unwrap_or(0.0) > 0.0);
+    assert!(
+        summary["kernel_hash"]
+            .as_str()
+            .is_some_and(|h| h.len() == 64)
+    );
+    let candidates = state(&out, "current_candidates").expect("candidates");
+    assert_eq!(candidates[0]["artifact"], "b1");
+    assert!(state(&out, "best").is_some());
+
+    let out = call(&tools, "board_info", json!({}))
+        .await
+        .expect("board_info");
+    assert!(
+        out.content
+            .contains("slice emu0/c0 (emulator backend, 4 cores)"),
+        "{}",
+        out.content
+    );
+    assert_eq!(out.data.expect("data")["artifacts"], json!(["b1"]));
+}
+
+#[tokio::test]
+async fn emulator_fault_after_first_run_gets_no_benchmark_figure() {
+    let (_ws, tools) = emulator_tools();
+    call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": format!("{SMALL},FAULT_AFTER=1")}),
+    )
+    .await
+    .expect("compile");
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(false), "{}", out.content);
+    let summary = state(&out, "benchmark_results").expect("results");
+    assert_eq!(summary["valid"], false);
+    assert!(
+        summary["median_seconds"].is_null() && summary["gflops"].is_null(),
+        "{summary}"
+    );
+    assert!(state(&out, "current_candidates").is_none());
+    assert!(out.content.contains("no timing"), "{}", out.content);
+    // It was right at first: validation passed, a later execution failed.
+    let m = &out.data.expect("data")["measurement"];
+    assert_eq!(m["failed_validation"], false, "{m}");
+    assert!(
+        m["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("exceeds tolerance"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn wrong_answer_fails_validation_before_any_timing() {
+    let ws = workspace_with(&GOOD_KERNEL.replace("* 2.0", "* 2.0 /* WRONG */"));
+    let board = Arc::new(ScriptedBoard::new(BackendKind::Host));
+    let tools = toolset(ws.path(), board.clone());
+    call(&tools, "compile", json!({})).await.expect("compile");
+    let out = call(&tools, "validate", json!({})).await.expect("validate");
+    assert_eq!(evidence(&out, "validate"), Some(false));
+    let before = board.launches.load(Ordering::SeqCst);
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(false));
+    // Only the validation launch ran: nothing was timed.
+    assert_eq!(board.launches.load(Ordering::SeqCst) - before, 1);
+    let m = &out.data.expect("data")["measurement"];
+    assert_eq!(m["failed_validation"], true);
+    assert!(m["stats"].is_null() && m["samples"].as_array().is_some_and(Vec::is_empty));
+}
+
+#[tokio::test]
+async fn kernel_wrong_on_later_runs_is_caught_by_benchmark() {
+    let ws = workspace_with(&GOOD_KERNEL.replace("* 2.0", "* 2.0 /* WRONG_LATER */"));
+    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    call(&tools, "compile", json!({})).await.expect("compile");
+    // Without warm-up the first timed execution must catch it.
+    let out = call(&tools, "benchmark", json!({"warmup": "0"}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(false), "{}", out.content);
+    let m = &out.data.expect("data")["measurement"];
+    assert_eq!(m["failed_validation"], false);
+    assert!(m["stats"].is_null() && m["gflops"].is_null());
+    assert!(
+        m["error"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("timed execution 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn hardware_tools_reject_bad_input() {
+    let ws = workspace_with(GOOD_KERNEL);
+    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    let msg = invalid_args(call(&tools, "run", json!({})).await);
+    assert!(msg.contains("compile first"), "{msg}");
+    let msg = invalid_args(call(&tools, "validate", json!({})).await);
+    assert!(msg.contains("compile first"), "{msg}");
+    let msg = invalid_args(call(&tools, "benchmark", json!({})).await);
+    assert!(msg.contains("compile first"), "{msg}");
+    let msg = invalid_args(call(&tools, "compile", json!({"kernel_dir": "nope"})).await);
+    assert!(msg.contains("not a directory"), "{msg}");
+    let msg = invalid_args(call(&tools, "compile", json!({"kernel_dir": "../.."})).await);
+    assert!(msg.contains("`..`"), "{msg}");
+
+    call(&tools, "compile", json!({"defines": ["-DN=64"]}))
+        .await
+        .expect("compile");
+    let msg = invalid_args(call(&tools, "run", json!({"cores": 99})).await);
+    assert!(msg.contains("1..=8"), "{msg}");
+    let msg = invalid_args(call(&tools, "run", json!({"artifact": "b7"})).await);
+    assert!(
+        msg.contains("unknown artifact `b7`") && msg.contains("b1"),
+        "{msg}"
+    );
+    let msg = invalid_args(call(&tools, "validate", json!({"timeout_seconds": -1})).await);
+    assert!(msg.contains("timeout_seconds"), "{msg}");
+    let msg = invalid_args(call(&tools, "benchmark", json!({"repeats": 0})).await);
+    assert!(msg.contains("repeats"), "{msg}");
+    let msg = invalid_args(call(&tools, "board_info", json!({"verbose": true})).await);
+    assert!(msg.contains("verbose"), "{msg}");
+
+    // A compile error is a failed call with the compiler's message.
+    std::fs::write(ws.path().join("kernel.c"), "SYNTAX_ERROR").expect("write");
+    match call(&tools, "compile", json!({})).await {
+        Err(ToolError::Failed(msg)) => assert!(msg.contains("expected ';'"), "{msg}"),
+        other => panic!("expected a compile failure, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn artifacts_built_before_an_edit_are_refused() {
+    let ws = workspace_with(GOOD_KERNEL);
+    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    call(&tools, "compile", json!({})).await.expect("compile");
+    call(&tools, "validate", json!({}))
+        .await
+        .expect("validate before the edit");
+    call(
+        &tools,
+        "write_file",
+        json!({"path": "kernel.c", "content": GOOD_KERNEL.replace("2.0", "4.0")}),
+    )
+    .await
+    .expect("edit");
+    let msg = invalid_args(call(&tools, "benchmark", json!({})).await);
+    assert!(msg.contains("before the latest source edit"), "{msg}");
+    // Editing a note does not make the build stale.
+    call(&tools, "compile", json!({})).await.expect("recompile");
+    call(
+        &tools,
+        "write_file",
+        json!({"path": "notes.md", "content": "x"}),
+    )
+    .await
+    .expect("note");
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
+}
+
+#[tokio::test]
+async fn hardware_tools_declare_the_slice_as_their_resource() {
+    let ws = workspace_with(GOOD_KERNEL);
+    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    for name in ["run", "validate", "benchmark"] {
+        let tool = tools.get(name).expect("tool");
+        assert!(
+            tool.needs_hardware() && tool.concurrency_safe() && !tool.read_only(),
+            "{name}"
+        );
+        assert_eq!(tool.resource().as_deref(), Some("fake0/c1"), "{name}");
+        assert_eq!(tool.risk(), mtswarm_core::Risk::Medium, "{name}");
+    }
+    for name in [
+        "compile",
+        "read_file",
+        "list_files",
+        "grep",
+        "analyze_kernel",
+        "estimate",
+        "board_info",
+    ] {
+        let tool = tools.get(name).expect("tool");
+        assert!(!tool.needs_hardware() && tool.concurrency_safe(), "{name}");
+        assert_eq!(tool.risk(), mtswarm_core::Risk::Low, "{name}");
+        assert!(
+            tool.input_schema()["properties"].is_object() || name == "board_info",
+            "{name}"
+        );
+    }
+    assert_eq!(tools.names().len(), 12);
+    let mut registry = mtswarm_core::ToolRegistry::new();
+    tools.register_all(&mut registry).expect("register");
+    assert_eq!(registry.names().count(), 12);
+    assert!(
+        tools.register_all(&mut registry).is_err(),
+        "names are unique"
+    );
+}

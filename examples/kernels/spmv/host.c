@@ -1,0 +1,80 @@
+/* spmv harness: a deterministic banded random CSR matrix, y = A x checked on
+ * every execution against a plain-C reference. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <hthread_host.h>
+#include <mtswarm_harness.h>
+
+#ifndef NROWS
+#define NROWS 16384
+#endif
+#ifndef TOLERANCE
+#define TOLERANCE 1e-12
+#endif
+
+static uint32_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*s >> 33);
+}
+
+int main(int argc, char **argv) {
+    int runs = mtswarm_parse_runs(argc, argv);
+    int cluster = mtswarm_cluster();
+    if (hthread_dev_open(cluster) != 0 || hthread_dat_load(cluster, "kernel.dat") != 0) return 1;
+    int cores = mtswarm_cores(cluster);
+    uint64_t seed = 42;
+    uint32_t *row_ptr = hthread_malloc(cluster, (NROWS + 1) * sizeof(uint32_t), HT_MEM_RO);
+    uint32_t max_nnz = (uint32_t)NROWS * 24;
+    uint32_t *col = hthread_malloc(cluster, max_nnz * sizeof(uint32_t), HT_MEM_RO);
+    double *val = hthread_malloc(cluster, max_nnz * sizeof(double), HT_MEM_RO);
+    double *x = hthread_malloc(cluster, NROWS * sizeof(double), HT_MEM_RO);
+    double *y = hthread_malloc(cluster, NROWS * sizeof(double), HT_MEM_WO);
+    double *ref = malloc(NROWS * sizeof(double));
+    if (!row_ptr || !col || !val || !x || !y || !ref) return 1;
+    uint32_t nnz = 0;
+    for (uint32_t r = 0; r < NROWS; r++) {
+        row_ptr[r] = nnz;
+        uint32_t count = 8 + lcg(&seed) % 17;
+        for (uint32_t i = 0; i < count; i++) {
+            int64_t c = (int64_t)r + (int64_t)(lcg(&seed) % 513) - 256;
+            col[nnz] = (uint32_t)((c % NROWS + NROWS) % NROWS);
+            val[nnz] = (double)(lcg(&seed) % 2001) / 1000.0 - 1.0;
+            nnz++;
+        }
+    }
+    row_ptr[NROWS] = nnz;
+    for (uint32_t i = 0; i < NROWS; i++) x[i] = (double)(i % 101) / 50.0 - 1.0;
+    for (uint32_t r = 0; r < NROWS; r++) {
+        double s = 0.0;
+        for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) s += val[k] * x[col[k]];
+        ref[r] = s;
+    }
+    int barrier = hthread_barrier_create(cluster);
+    double flops = 2.0 * nnz;
+    int failed = 0;
+    for (int run = 0; run < runs; run++) {
+        for (uint32_t i = 0; i < NROWS; i++) y[i] = NAN;
+        uint64_t args[6] = {(uint64_t)barrier, (uint64_t)row_ptr, (uint64_t)col,
+                            (uint64_t)val,     (uint64_t)x,       (uint64_t)y};
+        int g = hthread_group_create(cluster, cores, "spmv_kernel", 1, 5, args);
+        if (g < 0) return 1;
+        mtswarm_exec_and_wait(g);
+        hthread_group_destroy(g);
+        double max_err = 0.0;
+        for (uint32_t i = 0; i < NROWS; i++) {
+            double err = fabs(y[i] - ref[i]);
+            if (!(err <= max_err)) max_err = err;
+        }
+        int valid = max_err <= TOLERANCE;
+        char msg[128];
+        snprintf(msg, sizeof msg, "max_abs_err %.3e exceeds tolerance %.1e", max_err, (double)TOLERANCE);
+        mtswarm_report(valid, max_err, flops, valid ? NULL : msg);
+        failed |= !valid;
+    }
+    hthread_dat_unload(cluster);
+    hthread_dev_close(cluster);
+    return failed ? 1 : 0;
+}
