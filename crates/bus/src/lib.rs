@@ -24,6 +24,7 @@ pub mod error;
 mod kv;
 mod leases;
 mod messaging;
+pub mod results;
 mod stores;
 pub mod subjects;
 pub mod testing;
@@ -47,6 +48,7 @@ pub use messaging::{
     TaskConsumerConfig,
 };
 pub use mtswarm_proto::v1;
+pub use results::{ResultQuery, ResultRecord, ResultsStore};
 pub use stores::{Approvals, Checkpoints, Jobs, Quarantine, Workers};
 pub use topology::{TopologyConfig, TopologyInfo};
 

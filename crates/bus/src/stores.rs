@@ -125,9 +125,11 @@ impl Checkpoints {
     }
 
     /// Stores `checkpoint` as the session's latest, unless the stored one
-    /// belongs to a later attempt ([`BusError::StaleAttempt`]): a worker still
-    /// running a task that was reassigned cannot overwrite the new attempt's
-    /// progress.
+    /// belongs to a later attempt of the same task ([`BusError::StaleAttempt`]):
+    /// a worker still running a task that was reassigned cannot overwrite the
+    /// new attempt's progress. Attempts of different tasks are not comparable
+    /// (every task starts at attempt 1), so a session's next task always
+    /// replaces the previous one's checkpoint.
     /// `updated_at` is set to now when the caller left it empty.
     pub async fn put(&self, checkpoint: &SessionCheckpoint) -> Result<u64, BusError> {
         let mut checkpoint = std::borrow::Cow::Borrowed(checkpoint);
@@ -139,7 +141,10 @@ impl Checkpoints {
         for _ in 0..MAX_CAS_RETRIES {
             let result = match self.kv.get(session_id).await? {
                 None => self.kv.create(session_id, checkpoint).await,
-                Some(current) if current.value.attempt > checkpoint.attempt => {
+                Some(current)
+                    if current.value.task_id == checkpoint.task_id
+                        && current.value.attempt > checkpoint.attempt =>
+                {
                     return Err(BusError::StaleAttempt {
                         session_id: session_id.clone(),
                         stored_attempt: current.value.attempt,

@@ -8,6 +8,7 @@
 //! | `mtswarm.task.<worker_id>.<slice_id>` | JetStream subject, stream `MTSWARM_TASKS` | leader | worker daemon (durable pull consumer `tasks-<worker_id>[-<slice_id>]`) | `TaskAssignment` | work-queue retention; `Nats-Msg-Id` = `<task_id>.<attempt>` dedupes within the duplicate window |
 //! | `mtswarm.result.<job_id>` | JetStream subject, stream `MTSWARM_RESULTS` | worker | leader (durable pull consumer `results-<name>`) | `TaskResult` | limits retention; `Nats-Msg-Id` = `<task_id>.<attempt>` |
 //! | `mtswarm.event.<job_id>.<agent_id>` | core NATS, captured by stream `MTSWARM_EVENTS` | worker, leader | leader (`WatchJob`), replay from the stream | `AgentEvent` | limits: max age, max bytes, discard old |
+//! | `mtswarm.measurement.<job_id>.<kernel>.<hash16>.<slice>` | JetStream subject, stream `MTSWARM_MEASUREMENTS` | worker | results store queries (ordered consumers) | `ResultRecord` (JSON) | limits retention, size-capped, `Nats-Msg-Id` = record id; see [`crate::results`] |
 //! | `mtswarm.approval.request.<job_id>` | core NATS | worker | leader | `ApprovalRequest` | notification; the record lives in KV `mtswarm_approvals` |
 //! | `mtswarm.approval.decision.<session_id>` | core NATS | leader | worker running the session | `ApprovalDecision` | notification; the record lives in KV `mtswarm_approvals` |
 //! | `mtswarm_leases` (`$KV.mtswarm_leases.<slice_id>`) | KV bucket | worker | leader, workers | `SliceLease` | per-key TTL (`Nats-TTL`), renewed by heartbeat with CAS; lapse = delete marker |
@@ -33,6 +34,8 @@ pub const TASKS_STREAM: &str = "MTSWARM_TASKS";
 pub const RESULTS_STREAM: &str = "MTSWARM_RESULTS";
 /// Stream capturing agent events for replay (`WatchJob` with `from_sequence`).
 pub const EVENTS_STREAM: &str = "MTSWARM_EVENTS";
+/// Stream holding every measured candidate (the results store, [`crate::results`]).
+pub const MEASUREMENTS_STREAM: &str = "MTSWARM_MEASUREMENTS";
 
 /// KV bucket: slice leases (key = slice id).
 pub const LEASES_BUCKET: &str = "mtswarm_leases";
@@ -53,6 +56,9 @@ pub const ALL_TASKS: &str = "mtswarm.task.>";
 pub const ALL_RESULTS: &str = "mtswarm.result.>";
 /// Wildcard covering every event subject.
 pub const ALL_EVENTS: &str = "mtswarm.event.>";
+/// Wildcard covering every stored measurement
+/// (`mtswarm.measurement.<job_id>.<kernel>.<hash16>.<slice>`).
+pub const ALL_MEASUREMENTS: &str = "mtswarm.measurement.>";
 /// Wildcard covering every approval request.
 pub const ALL_APPROVAL_REQUESTS: &str = "mtswarm.approval.request.>";
 

@@ -109,6 +109,7 @@ impl Bus {
                 discard: stream::DiscardPolicy::Old,
                 ..Default::default()
             },
+            crate::results::measurements_stream_config(config),
         ];
         for stream_config in streams {
             let name = stream_config.name.clone();

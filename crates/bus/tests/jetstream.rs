@@ -506,6 +506,23 @@ async fn checkpoints_round_trip_and_fence_stale_attempts() {
         .expect("get")
         .expect("present");
     assert_eq!((stored.value.attempt, stored.value.step), (2, 3));
+
+    // The session's next task starts again at attempt 1: attempts of
+    // different tasks are not comparable, so it replaces the checkpoint.
+    let mut next_task = second.clone();
+    next_task.task_id = "t2".into();
+    next_task.attempt = 1;
+    next_task.step = 1;
+    checkpoints.put(&next_task).await.expect("next task");
+    let stored = checkpoints
+        .get("sess1")
+        .await
+        .expect("get")
+        .expect("present");
+    assert_eq!(
+        (stored.value.task_id.as_str(), stored.value.attempt),
+        ("t2", 1)
+    );
     checkpoints.delete("sess1").await.expect("delete");
     assert!(checkpoints.get("sess1").await.expect("get").is_none());
 }

@@ -3,11 +3,17 @@
 //! (a kernel at 90 % of its bound has little left), and tells whether the
 //! kernel is compute- or memory-bound, which is what the optimization should
 //! go after (recorded as the working state's `optimization_mode`).
+//!
+//! The work and traffic come from the caller (`flops`, `bytes`) or, for a
+//! kernel whose `tune.toml` has a `[model]` table, from `kernel_dir` and the
+//! build's `defines`: that lets a tuner rank every configuration of a space
+//! by its bound without knowing the kernel's formulas.
 
 use std::sync::Arc;
 
 use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
 use mtswarm_hw::ChipSpec;
+use mtswarm_hw::tune::TuneSpace;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -20,10 +26,21 @@ use crate::normalize::Shape;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EstimateArgs {
-    /// Floating-point operations of one execution (e.g. 2*M*N*K for GEMM).
-    pub flops: f64,
-    /// Bytes moved between DDR and the chip in one execution.
-    pub bytes: f64,
+    /// Floating-point operations of one execution (e.g. 2*M*N*K for GEMM);
+    /// default: from the kernel's tune.toml `[model]`.
+    #[serde(default)]
+    pub flops: Option<f64>,
+    /// Bytes moved between DDR and the chip in one execution; default: from
+    /// the kernel's tune.toml `[model]`.
+    #[serde(default)]
+    pub bytes: Option<f64>,
+    /// Kernel directory (relative to the workspace) whose tune.toml
+    /// `[model]` gives flops and bytes for `defines`.
+    #[serde(default)]
+    pub kernel_dir: Option<String>,
+    /// `-D` values of the configuration to estimate (with `kernel_dir`).
+    #[serde(default)]
+    pub defines: Option<std::collections::BTreeMap<String, String>>,
     /// DSP cores (default: all cores of the slice).
     #[serde(default)]
     pub cores: Option<u32>,
@@ -37,8 +54,10 @@ const ESTIMATE_SHAPE: Shape = Shape {
     numbers: &["flops", "bytes", "measured_seconds"],
     bools: &[],
     lists: &[],
-    maps: &[],
+    maps: &["defines"],
     aliases: &[
+        ("dir", "kernel_dir"),
+        ("params", "defines"),
         ("flop", "flops"),
         ("bytes_moved", "bytes"),
         ("seconds", "measured_seconds"),
@@ -113,6 +132,31 @@ pub fn roofline(
 /// Roofline estimate from the chip spec.
 pub struct Estimate(pub(crate) Arc<ToolEnv>);
 
+impl Estimate {
+    /// Flops and bytes of `defines` from `<kernel_dir>/tune.toml`'s `[model]`.
+    fn model_figures(
+        &self,
+        kernel_dir: &str,
+        defines: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> Result<(f64, f64), ToolError> {
+        let dir = self
+            .0
+            .workspace
+            .resolve(kernel_dir)
+            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let space = TuneSpace::load(&dir).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let empty = std::collections::BTreeMap::new();
+        space
+            .model_figures(defines.unwrap_or(&empty), &self.0.spec)
+            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?
+            .ok_or_else(|| {
+                ToolError::InvalidArgs(format!(
+                    "{kernel_dir}/tune.toml has no [model] table: give flops and bytes"
+                ))
+            })
+    }
+}
+
 #[async_trait::async_trait]
 impl Tool for Estimate {
     tool_basics!(
@@ -127,16 +171,28 @@ impl Tool for Estimate {
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: EstimateArgs = parse_args(args)?;
-        if !(args.flops.is_finite() && args.flops > 0.0) {
+        let modeled = match (&args.kernel_dir, args.flops.zip(args.bytes)) {
+            (Some(dir), None) => Some(self.model_figures(dir, args.defines.as_ref())?),
+            _ => None,
+        };
+        let (flops, bytes) = match (modeled, args.flops, args.bytes) {
+            (Some((f, b)), flops, bytes) => (flops.unwrap_or(f), bytes.unwrap_or(b)),
+            (None, Some(f), Some(b)) => (f, b),
+            (None, _, _) => {
+                return Err(ToolError::InvalidArgs(
+                    "give flops and bytes, or kernel_dir (whose tune.toml has a [model] table) and defines"
+                        .to_owned(),
+                ));
+            }
+        };
+        if !(flops.is_finite() && flops > 0.0) {
             return Err(ToolError::InvalidArgs(format!(
-                "flops must be positive, got {}",
-                args.flops
+                "flops must be positive, got {flops}"
             )));
         }
-        if !(args.bytes.is_finite() && args.bytes >= 0.0) {
+        if !(bytes.is_finite() && bytes >= 0.0) {
             return Err(ToolError::InvalidArgs(format!(
-                "bytes must be >= 0, got {}",
-                args.bytes
+                "bytes must be >= 0, got {bytes}"
             )));
         }
         let slice_cores = self.0.board.slice().cores;
@@ -148,8 +204,8 @@ impl Tool for Estimate {
         }
         let r = roofline(
             &self.0.spec,
-            args.flops,
-            args.bytes,
+            flops,
+            bytes,
             cores,
             args.measured_seconds,
         );

@@ -21,6 +21,7 @@ pub mod files;
 pub mod hardware;
 pub mod lock;
 mod normalize;
+pub mod results;
 pub mod workspace;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ use mtswarm_hw::{Board, ChipSpec};
 
 pub use env::{BuiltArtifact, Candidate, SessionState, ToolEnv};
 pub use lock::HwResourceLock;
+pub use results::{InMemoryResults, PastResult, QueryResultsTool, ResultsQuery, ResultsSource};
 pub use workspace::{PathError, Workspace};
 
 /// Why a tool set could not be built.

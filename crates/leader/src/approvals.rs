@@ -1,0 +1,149 @@
+//! The approval broker: every approval request of every agent (workers and
+//! the leader's own loop) becomes an `ApprovalRecord` in the approvals KV
+//! (ListApprovals reads it) and an entry of its job's journal (WatchJob);
+//! decisions are written by CAS and published to the waiting session.
+
+use std::time::SystemTime;
+
+use futures::StreamExt as _;
+use mtswarm_bus::{Approvals, Bus, BusError, Versioned, v1};
+
+use crate::journal::Journal;
+
+/// Why a decision was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("approval {0} not found")]
+    NotFound(String),
+    #[error("approval {approval_id} is already decided ({state})")]
+    AlreadyDecided { approval_id: String, state: String },
+    #[error("{0}")]
+    Bus(BusError),
+}
+
+/// Records and journals approval requests published on the bus until
+/// `shutdown` fires. A request whose record already exists (the worker
+/// stores it before announcing it) is journaled only.
+pub(crate) async fn relay_requests(
+    bus: Bus,
+    approvals: Approvals,
+    journal: Journal,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut requests = match bus.subscribe_approval_requests(None).await {
+        Ok(requests) => requests,
+        Err(error) => {
+            tracing::error!(%error, "cannot subscribe to approval requests");
+            return;
+        }
+    };
+    loop {
+        let item = tokio::select! {
+            item = requests.next() => item,
+            _ = shutdown.changed() => break,
+        };
+        let Some(item) = item else { break };
+        let request = match item {
+            Ok(received) => received.message,
+            Err(error) => {
+                tracing::warn!(%error, "undecodable approval request dropped");
+                continue;
+            }
+        };
+        match approvals.create(&request).await {
+            Ok(_) | Err(BusError::AlreadyExists { .. }) => {}
+            Err(error) => {
+                tracing::warn!(%error, approval_id = %request.approval_id, "approval request not stored");
+            }
+        }
+        let job_id = request.job_id.clone();
+        if let Err(error) = journal
+            .append(&job_id, v1::job_event::Event::ApprovalRequested(request))
+            .await
+        {
+            tracing::warn!(%error, %job_id, "approval request not journaled");
+        }
+    }
+}
+
+/// Decides a pending approval: CAS-writes the decision, publishes it to the
+/// session and journals it.
+pub(crate) async fn decide(
+    bus: &Bus,
+    approvals: &Approvals,
+    journal: &Journal,
+    request: &v1::DecideApprovalRequest,
+) -> Result<Versioned<v1::ApprovalRecord>, DecideError> {
+    mtswarm_bus::subjects::validate_id("approval id", &request.approval_id)
+        .map_err(|e| DecideError::Invalid(e.to_string()))?;
+    let verdict = request.verdict();
+    if verdict == v1::ApprovalVerdict::Unspecified {
+        return Err(DecideError::Invalid(
+            "verdict must be APPROVE or DENY (got APPROVAL_VERDICT_UNSPECIFIED)".into(),
+        ));
+    }
+    let current = approvals
+        .get(&request.approval_id)
+        .await
+        .map_err(DecideError::Bus)?
+        .ok_or_else(|| DecideError::NotFound(request.approval_id.clone()))?;
+    let pending = current.value.request.clone().unwrap_or_default();
+    let decision = v1::ApprovalDecision {
+        approval_id: request.approval_id.clone(),
+        job_id: pending.job_id.clone(),
+        session_id: pending.session_id.clone(),
+        call_id: pending.call_id.clone(),
+        verdict: verdict as i32,
+        reason: request.reason.clone(),
+        decided_by: if request.decided_by.is_empty() {
+            "anonymous".to_string()
+        } else {
+            request.decided_by.clone()
+        },
+        decided_at: Some(prost_types::Timestamp::from(SystemTime::now())),
+        timed_out: false,
+    };
+    let decided = match approvals.decide_at(&decision, &current).await {
+        Ok(decided) => decided,
+        Err(BusError::AlreadyDecided { approval_id, state }) => {
+            return Err(DecideError::AlreadyDecided { approval_id, state });
+        }
+        Err(BusError::CasConflict { .. }) => {
+            // Another decision landed between the read and the write.
+            let state = approvals
+                .get(&request.approval_id)
+                .await
+                .ok()
+                .flatten()
+                .map(|r| r.value.state().as_str_name().to_string())
+                .unwrap_or_else(|| "changed concurrently".into());
+            return Err(DecideError::AlreadyDecided {
+                approval_id: request.approval_id.clone(),
+                state,
+            });
+        }
+        Err(BusError::InvalidDecision { reason, .. }) => {
+            return Err(DecideError::Invalid(reason.to_string()));
+        }
+        Err(error) => return Err(DecideError::Bus(error)),
+    };
+    if !decision.session_id.is_empty()
+        && let Err(error) = bus.publish_approval_decision(&decision).await
+    {
+        // The record holds the decision; a session can also read it from KV.
+        tracing::warn!(%error, approval_id = %decision.approval_id, "decision not published");
+    }
+    if !decision.job_id.is_empty()
+        && let Err(error) = journal
+            .append(
+                &decision.job_id,
+                v1::job_event::Event::ApprovalDecided(decision.clone()),
+            )
+            .await
+    {
+        tracing::warn!(%error, "approval decision not journaled");
+    }
+    Ok(decided)
+}

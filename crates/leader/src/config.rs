@@ -1,0 +1,171 @@
+//! How a leader daemon is configured: where NATS is, where to listen, where
+//! kernels live, the limits SubmitJob enforces, and which model drives each
+//! job's leader loop (a factory, so tests can inject a scripted model and
+//! deployments an OpenAI-compatible endpoint).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mtswarm_bus::{BusConfig, TopologyConfig, v1};
+use mtswarm_core::{AutoApprove, ChatModel};
+use mtswarm_llm::{OpenAiClient, OpenAiConfig};
+
+use crate::policy::BuiltinLeaderPolicy;
+
+/// Builds the model that drives one job's leader loop. Gets the job's spec;
+/// an `Err` fails the job with that message.
+pub type ModelFactory =
+    Arc<dyn Fn(&v1::JobSpec) -> Result<Arc<dyn ChatModel>, String> + Send + Sync>;
+
+/// Bounds SubmitJob enforces (each violation is an INVALID_ARGUMENT naming it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmitLimits {
+    /// Longest goal text, in bytes.
+    pub max_goal_bytes: usize,
+    /// Largest single `@path` attachment, in bytes.
+    pub max_attachment_bytes: u64,
+    /// Largest sum of all attachments of one job, in bytes.
+    pub max_total_attachment_bytes: u64,
+    /// Most `@path` references in one goal.
+    pub max_attachments: usize,
+    pub max_steps: u32,
+    pub max_wall_time_seconds: u64,
+    pub max_device_seconds: f64,
+    pub max_agents: u32,
+}
+
+impl Default for SubmitLimits {
+    fn default() -> Self {
+        Self {
+            max_goal_bytes: 64 * 1024,
+            max_attachment_bytes: 256 * 1024,
+            max_total_attachment_bytes: 1024 * 1024,
+            max_attachments: 16,
+            max_steps: 10_000,
+            max_wall_time_seconds: 7 * 24 * 3600,
+            max_device_seconds: 7.0 * 24.0 * 3600.0,
+            max_agents: 1024,
+        }
+    }
+}
+
+/// Everything [`crate::LeaderDaemon::start`] needs.
+#[derive(Clone)]
+pub struct LeaderConfig {
+    /// NATS connection settings.
+    pub bus: BusConfig,
+    /// Streams and buckets created at start (idempotent).
+    pub topology: TopologyConfig,
+    /// gRPC listen address; port 0 picks a free port (see [`crate::LeaderHandle::grpc_addr`]).
+    pub grpc_addr: SocketAddr,
+    /// Largest gRPC message accepted or sent, in bytes.
+    pub grpc_max_message_bytes: usize,
+    /// Directory that `JobSpec.kernel_dir` is relative to.
+    pub kernel_root: PathBuf,
+    /// Durable name of the leader's result consumer (`results-<name>`).
+    pub result_consumer_name: String,
+    pub limits: SubmitLimits,
+    /// Model of each job's leader loop; `None` = [`LeaderConfig::default_model_factory`]
+    /// with [`LeaderConfig::llm`].
+    pub model_factory: Option<ModelFactory>,
+    /// OpenAI-compatible endpoint for the leader loop; `None` = builtin policy
+    /// (unless the job names a model in `JobSpec.model`).
+    pub llm: Option<OpenAiConfig>,
+    /// Which risks the leader loop runs without asking (spawn_agent and
+    /// cancel_agent are medium).
+    pub auto_approve: AutoApprove,
+    /// Default `collect_result` timeout and the upper bound a model may ask for.
+    pub default_collect_timeout: Duration,
+    pub max_collect_timeout: Duration,
+    /// Deadline given to tasks when the job sets no wall time.
+    pub default_task_deadline: Duration,
+    /// Timeout of each call to a worker daemon's gRPC service.
+    pub worker_call_timeout: Duration,
+    /// Leader loop step limit when the job sets none.
+    pub default_max_steps: u32,
+}
+
+impl LeaderConfig {
+    /// A configuration with defaults for everything but NATS and the kernel root.
+    pub fn new(nats_url: impl Into<String>, kernel_root: impl Into<PathBuf>) -> Self {
+        Self {
+            bus: BusConfig::new(nats_url).with_name("mtswarm-leader"),
+            topology: TopologyConfig::default(),
+            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            grpc_max_message_bytes: 16 * 1024 * 1024,
+            kernel_root: kernel_root.into(),
+            result_consumer_name: "leader".to_string(),
+            limits: SubmitLimits::default(),
+            model_factory: None,
+            llm: None,
+            auto_approve: AutoApprove::UpToMedium,
+            default_collect_timeout: Duration::from_secs(600),
+            max_collect_timeout: Duration::from_secs(6 * 3600),
+            default_task_deadline: Duration::from_secs(3600),
+            worker_call_timeout: Duration::from_secs(15),
+            default_max_steps: 60,
+        }
+    }
+
+    /// Inject the model of every job's leader loop (tests: `ScriptedModel`).
+    pub fn with_model_factory(mut self, factory: ModelFactory) -> Self {
+        self.model_factory = Some(factory);
+        self
+    }
+
+    /// The factory in effect: the injected one, or the default.
+    pub fn effective_model_factory(&self) -> ModelFactory {
+        match &self.model_factory {
+            Some(factory) => factory.clone(),
+            None => Self::default_model_factory(self.llm.clone()),
+        }
+    }
+
+    /// `llm` when configured; else an OpenAI-compatible client when the job
+    /// names a model (`JobSpec.model.model`, with its base URL or the
+    /// `MTSWARM_LLM_URL` environment); else [`BuiltinLeaderPolicy`].
+    pub fn default_model_factory(llm: Option<OpenAiConfig>) -> ModelFactory {
+        Arc::new(move |spec: &v1::JobSpec| {
+            if let Some(config) = &llm {
+                let client = OpenAiClient::new(config.clone())
+                    .map_err(|e| format!("leader model configuration: {e}"))?;
+                return Ok(Arc::new(client) as Arc<dyn ChatModel>);
+            }
+            if let Some(settings) = spec.model.as_ref().filter(|m| !m.model.is_empty()) {
+                // The job's URL and model over the daemon's environment (which
+                // also supplies the API key: it never travels in a JobSpec).
+                let config = OpenAiConfig::from_lookup(|name| match name {
+                    mtswarm_llm::openai::ENV_MODEL => Some(settings.model.clone()),
+                    mtswarm_llm::openai::ENV_URL if !settings.base_url.is_empty() => {
+                        Some(settings.base_url.clone())
+                    }
+                    other => std::env::var(other).ok(),
+                })
+                .map_err(|e| {
+                    format!(
+                        "job names model {:?} but its endpoint is not usable (set JobSpec.model.base_url or MTSWARM_LLM_URL): {e}",
+                        settings.model
+                    )
+                })?;
+                let client = OpenAiClient::new(config)
+                    .map_err(|e| format!("leader model configuration: {e}"))?;
+                return Ok(Arc::new(client) as Arc<dyn ChatModel>);
+            }
+            Ok(Arc::new(BuiltinLeaderPolicy::new()) as Arc<dyn ChatModel>)
+        })
+    }
+}
+
+impl std::fmt::Debug for LeaderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderConfig")
+            .field("bus", &self.bus.servers)
+            .field("grpc_addr", &self.grpc_addr)
+            .field("kernel_root", &self.kernel_root)
+            .field("model_factory", &self.model_factory.is_some())
+            .field("llm", &self.llm.as_ref().map(|c| (&c.base_url, &c.model)))
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,228 @@
+//! Starting and stopping the leader: connect to NATS, ensure the topology
+//! and the job journal, start the background consumers (results, agent
+//! events, approval requests), and serve `Control` with health and
+//! reflection on the configured address.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mtswarm_bus::{Approvals, Bus, Jobs, Leases, Quarantine, Workers, v1};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::transport::server::TcpIncoming;
+
+use crate::config::LeaderConfig;
+use crate::error::LeaderError;
+use crate::journal::{self, Journal};
+use crate::results::{ResultTable, consume_results};
+use crate::service::ControlService;
+use crate::shared::Shared;
+
+/// How long shutdown waits for open gRPC calls to finish.
+const SERVER_STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// The leader daemon.
+pub struct LeaderDaemon;
+
+/// A running leader.
+pub struct LeaderHandle {
+    grpc_addr: SocketAddr,
+    shared: Arc<Shared>,
+    health: tonic_health::server::HealthReporter,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for LeaderHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderHandle")
+            .field("grpc_addr", &self.grpc_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaderDaemon {
+    /// Starts the leader; returns once the gRPC server accepts connections
+    /// and health reports SERVING.
+    pub async fn start(config: LeaderConfig) -> Result<LeaderHandle, LeaderError> {
+        let kernel_root = config.kernel_root.canonicalize().map_err(|e| {
+            LeaderError::InvalidConfig(format!(
+                "kernel root {} is not usable: {e}",
+                config.kernel_root.display()
+            ))
+        })?;
+        if !kernel_root.is_dir() {
+            return Err(LeaderError::InvalidConfig(format!(
+                "kernel root {} is not a directory",
+                kernel_root.display()
+            )));
+        }
+        if config.grpc_max_message_bytes < 64 * 1024 {
+            return Err(LeaderError::InvalidConfig(
+                "grpc_max_message_bytes must be at least 64 KiB".into(),
+            ));
+        }
+        let bus = Bus::connect(config.bus.clone()).await?;
+        bus.wait_connected(config.bus.connect_timeout.max(Duration::from_secs(5)))
+            .await?;
+        bus.ensure_topology(&config.topology).await?;
+        let journal = Journal::ensure(&bus, &config.topology)
+            .await
+            .map_err(LeaderError::JobEvents)?;
+        let (jobs, approvals, workers, leases, quarantine) = tokio::try_join!(
+            Jobs::open(&bus),
+            Approvals::open(&bus),
+            Workers::open(&bus),
+            Leases::open(&bus),
+            Quarantine::open(&bus),
+        )?;
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            model_factory: config.effective_model_factory(),
+            kernel_root,
+            bus: bus.clone(),
+            jobs,
+            approvals,
+            workers,
+            leases,
+            quarantine,
+            journal,
+            results: Arc::new(ResultTable::default()),
+            runners: Default::default(),
+            claimed_slices: Default::default(),
+            shutdown: shutdown_rx.clone(),
+            config,
+        });
+
+        let background = vec![
+            tokio::spawn(consume_results(
+                bus.clone(),
+                shared.config.result_consumer_name.clone(),
+                shared.results.clone(),
+                shared.jobs.clone(),
+                shared.journal.clone(),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(journal::relay_agent_events(
+                bus.clone(),
+                shared.journal.clone(),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(crate::approvals::relay_requests(
+                bus.clone(),
+                shared.approvals.clone(),
+                shared.journal.clone(),
+                shutdown_rx.clone(),
+            )),
+        ];
+        // The relays subscribe asynchronously; make sure the server has the
+        // subscriptions before the daemon reports ready.
+        bus.flush().await?;
+
+        let listener = tokio::net::TcpListener::bind(shared.config.grpc_addr)
+            .await
+            .map_err(|source| LeaderError::Bind {
+                addr: shared.config.grpc_addr,
+                source,
+            })?;
+        let grpc_addr = listener.local_addr().map_err(|source| LeaderError::Bind {
+            addr: shared.config.grpc_addr,
+            source,
+        })?;
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<v1::control_server::ControlServer<ControlService>>()
+            .await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(mtswarm_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| LeaderError::Reflection(e.to_string()))?;
+        let max = shared.config.grpc_max_message_bytes;
+        let control = v1::control_server::ControlServer::new(ControlService {
+            shared: shared.clone(),
+        })
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+        let mut server_shutdown = shutdown_rx.clone();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health_service)
+                .add_service(reflection)
+                .add_service(control)
+                .serve_with_incoming_shutdown(TcpIncoming::from(listener), async move {
+                    let _ = server_shutdown.wait_for(|stop| *stop).await;
+                }),
+        );
+        tracing::info!("listening on {grpc_addr}");
+        Ok(LeaderHandle {
+            grpc_addr,
+            shared,
+            health,
+            shutdown: shutdown_tx,
+            server,
+            background,
+        })
+    }
+}
+
+impl LeaderHandle {
+    /// The bound gRPC address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// `http://<addr>`, for clients.
+    pub fn grpc_url(&self) -> String {
+        format!("http://{}", self.grpc_addr)
+    }
+
+    /// The daemon's NATS connection.
+    pub fn bus(&self) -> &Bus {
+        &self.shared.bus
+    }
+
+    /// Ids of the jobs whose runners are in this process.
+    pub fn running_jobs(&self) -> Vec<String> {
+        self.shared
+            .runners
+            .iter()
+            .map(|r| r.key().clone())
+            .collect()
+    }
+
+    /// Graceful stop: health NOT_SERVING, stop accepting calls, stop the job
+    /// runners (their jobs stay RUNNING in KV with their last checkpoint,
+    /// for a leader that resumes them) and the consumers, drain NATS.
+    pub async fn shutdown(self) -> Result<(), LeaderError> {
+        self.health
+            .set_not_serving::<v1::control_server::ControlServer<ControlService>>()
+            .await;
+        self.shutdown.send_replace(true);
+        for runner in self.shared.runners.iter() {
+            runner.abort();
+        }
+        let mut server = self.server;
+        let served = match tokio::time::timeout(SERVER_STOP_WAIT, &mut server).await {
+            Ok(served) => served,
+            Err(_) => {
+                tracing::warn!("gRPC server did not stop in time; aborting open calls");
+                server.abort();
+                Ok(Ok(()))
+            }
+        };
+        for task in self.background {
+            let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+        }
+        if let Err(error) = self.shared.bus.drain().await {
+            tracing::warn!(%error, "NATS drain failed");
+        }
+        match served {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(LeaderError::Server(error.to_string())),
+            Err(error) => Err(LeaderError::Server(error.to_string())),
+        }
+    }
+}

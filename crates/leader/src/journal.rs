@@ -1,0 +1,211 @@
+//! A job's event stream, as `WatchJob` serves it: every agent event of the
+//! job's agents (the leader's own loop included), state changes, approval
+//! requests and decisions, and accepted task results, in one order.
+//!
+//! The journal is a JetStream stream of its own (`MTSWARM_JOB_EVENTS`,
+//! subjects `mtswarm.jobevent.<job_id>`, protobuf `JobEvent`), written only
+//! by the leader: agent events published by workers on `mtswarm.event.>` are
+//! relayed into it by one subscription, so a watcher reads a single ordered
+//! source that survives leader restarts. A `JobEvent`'s `sequence` is its
+//! stream sequence (increasing within a job, not dense): `from_sequence`
+//! maps directly onto a JetStream start sequence.
+
+use std::pin::Pin;
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::stream;
+use futures::{Stream, StreamExt as _};
+use mtswarm_bus::{Bus, TopologyConfig, subjects, v1};
+use prost::Message as _;
+
+/// Stream holding every job's events.
+pub const JOB_EVENTS_STREAM: &str = "MTSWARM_JOB_EVENTS";
+/// Wildcard of the journal subjects.
+pub const ALL_JOB_EVENTS: &str = "mtswarm.jobevent.>";
+/// Content type of journal messages.
+const CONTENT_TYPE: &str = "application/x-protobuf; proto=mtswarm.v1.JobEvent";
+
+/// `mtswarm.jobevent.<job_id>`.
+pub fn job_events_subject(job_id: &str) -> Result<String, mtswarm_bus::BusError> {
+    subjects::validate_id("job id", job_id)?;
+    Ok(format!("mtswarm.jobevent.{job_id}"))
+}
+
+/// Boxed stream of journal entries (sequence filled in).
+pub type JobEventStream = Pin<Box<dyn Stream<Item = Result<v1::JobEvent, String>> + Send>>;
+
+/// Writer and reader of the job event journal.
+#[derive(Clone, Debug)]
+pub struct Journal {
+    bus: Bus,
+}
+
+fn now() -> prost_types::Timestamp {
+    prost_types::Timestamp::from(SystemTime::now())
+}
+
+impl Journal {
+    /// Creates or updates the journal stream (same limits as the events stream).
+    pub async fn ensure(bus: &Bus, topology: &TopologyConfig) -> Result<Self, String> {
+        bus.jetstream()
+            .create_or_update_stream(stream::Config {
+                name: JOB_EVENTS_STREAM.to_string(),
+                description: Some("mtswarm job event journal (WatchJob)".to_string()),
+                subjects: vec![ALL_JOB_EVENTS.to_string()],
+                retention: stream::RetentionPolicy::Limits,
+                storage: topology.storage,
+                num_replicas: topology.replicas,
+                max_age: topology.event_max_age,
+                max_bytes: topology.event_max_bytes,
+                discard: stream::DiscardPolicy::Old,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("cannot create stream {JOB_EVENTS_STREAM}: {e}"))?;
+        Ok(Self { bus: bus.clone() })
+    }
+
+    fn message(job_id: &str, event: v1::job_event::Event) -> v1::JobEvent {
+        v1::JobEvent {
+            job_id: job_id.to_string(),
+            sequence: 0,
+            timestamp: Some(now()),
+            event: Some(event),
+        }
+    }
+
+    fn headers() -> async_nats::HeaderMap {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Content-Type", CONTENT_TYPE);
+        mtswarm_bus::trace::inject_current(&mut headers);
+        headers
+    }
+
+    /// Appends an event without waiting for the stream (progress events).
+    pub async fn append(&self, job_id: &str, event: v1::job_event::Event) -> Result<(), String> {
+        let subject = job_events_subject(job_id).map_err(|e| e.to_string())?;
+        let payload = Self::message(job_id, event).encode_to_vec();
+        self.bus
+            .client()
+            .publish_with_headers(subject.clone(), Self::headers(), payload.into())
+            .await
+            .map_err(|e| format!("publish to {subject}: {e}"))
+    }
+
+    /// Appends an event and waits until the stream stored it (state changes).
+    pub async fn append_confirmed(
+        &self,
+        job_id: &str,
+        event: v1::job_event::Event,
+    ) -> Result<u64, String> {
+        let subject = job_events_subject(job_id).map_err(|e| e.to_string())?;
+        let payload = Self::message(job_id, event).encode_to_vec();
+        let ack = self
+            .bus
+            .jetstream()
+            .publish_with_headers(subject.clone(), Self::headers(), payload.into())
+            .await
+            .map_err(|e| format!("publish to {subject}: {e}"))?
+            .await
+            .map_err(|e| format!("publish to {subject} not acknowledged: {e}"))?;
+        Ok(ack.sequence)
+    }
+
+    /// The job's events from `from_sequence` (0 = oldest retained), then live.
+    pub async fn watch(&self, job_id: &str, from_sequence: u64) -> Result<JobEventStream, String> {
+        let filter_subject = job_events_subject(job_id).map_err(|e| e.to_string())?;
+        let stream = self
+            .bus
+            .jetstream()
+            .get_stream_no_info(JOB_EVENTS_STREAM)
+            .await
+            .map_err(|e| format!("open stream {JOB_EVENTS_STREAM}: {e}"))?;
+        let deliver_policy = if from_sequence == 0 {
+            DeliverPolicy::All
+        } else {
+            DeliverPolicy::ByStartSequence {
+                start_sequence: from_sequence,
+            }
+        };
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject,
+                deliver_policy,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| format!("ordered consumer on {JOB_EVENTS_STREAM}: {e}"))?;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| format!("ordered consumer on {JOB_EVENTS_STREAM}: {e}"))?;
+        Ok(Box::pin(messages.map(|item| {
+            let message = item.map_err(|e| format!("reading {JOB_EVENTS_STREAM}: {e}"))?;
+            let sequence = message
+                .info()
+                .map(|info| info.stream_sequence)
+                .map_err(|e| format!("journal message metadata: {e}"))?;
+            let mut event = v1::JobEvent::decode(message.payload.as_ref())
+                .map_err(|e| format!("journal entry {sequence} is not a JobEvent: {e}"))?;
+            event.sequence = sequence;
+            Ok(event)
+        })))
+    }
+}
+
+/// Relays every worker agent event published on `mtswarm.event.>` into its
+/// job's journal until `shutdown` fires (the leader's own events are
+/// journaled by the job runner). One subscription for all jobs: the cost
+/// per event does not depend on how many jobs exist.
+pub(crate) async fn relay_agent_events(
+    bus: Bus,
+    journal: Journal,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut subscriber = match bus
+        .client()
+        .subscribe(subjects::ALL_EVENTS.to_string())
+        .await
+    {
+        Ok(subscriber) => subscriber,
+        Err(error) => {
+            tracing::error!(%error, "cannot subscribe to agent events; WatchJob will miss them");
+            return;
+        }
+    };
+    loop {
+        let message = tokio::select! {
+            message = subscriber.next() => message,
+            _ = shutdown.changed() => break,
+        };
+        let Some(message) = message else { break };
+        let subject = message.subject.to_string();
+        let event = match mtswarm_bus::codec::decode::<v1::AgentEvent>(
+            &subject,
+            message.headers.as_ref(),
+            &message.payload,
+        ) {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(%subject, %error, "undecodable agent event dropped");
+                continue;
+            }
+        };
+        if event.agent_id == crate::runner::LEADER_AGENT_ID {
+            // The job runner journals its own loop's events itself.
+            continue;
+        }
+        let job_id = event.job_id.clone();
+        if let Err(error) = journal
+            .append(&job_id, v1::job_event::Event::AgentEvent(event))
+            .await
+        {
+            tracing::warn!(%subject, %error, "agent event not journaled");
+        }
+    }
+}
+
+/// How long `WatchJob` waits in silence before re-checking whether the job
+/// is final (its final state change normally ends the stream first).
+pub(crate) const WATCH_IDLE_CHECK: Duration = Duration::from_secs(2);

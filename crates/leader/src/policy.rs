@@ -1,0 +1,552 @@
+//! The builtin leader policy: the model that drives a job's leader loop when
+//! no LLM is configured. It is an ordinary [`ChatModel`]: each turn it reads
+//! the conversation (the job in the first user message, its own earlier
+//! tool calls and their results) and answers with the next tool calls or the
+//! final answer, so the engine, the tools and the events are exercised
+//! exactly as with a real model.
+//!
+//! Plan:
+//! 1. `list_fleet` and `read_file("tune.toml")` together;
+//! 2. `spawn_agent` once per free matching slice (at most `num_agents` when
+//!    the job sets it), named `tuner-1`, `tuner-2`, ... on explicit slices;
+//! 3. split the tune.toml configurations (constraints applied with the
+//!    MT-3000 spec) round-robin among the agents and `assign_task` each its
+//!    part as `{"candidates": [{...-D map...}, ...]}`;
+//! 4. `collect_result` of all tasks, mode `all`, with the job's timeout;
+//! 5. answer with the best result: a summary line and a ```` ```json ````
+//!    block `{"best": {"params", "gflops", "peak_fraction", "agent",
+//!    "slice", "task_id"}, "results": [...]}`, or `{"best": null, "error"}`.
+//!
+//! The job parameters come from the `job_spec: {...}` line the job runner
+//! puts at the end of the task message ([`JOB_SPEC_PREFIX`]).
+
+use std::collections::HashMap;
+
+use futures::stream;
+use mtswarm_core::model::{FinishReason, ModelEvent};
+use mtswarm_core::{ChatModel, ChatRequest, Message, ModelError, ModelStream, Role, ToolCall};
+use mtswarm_hw::{ChipSpec, TuneSpace};
+use serde_json::{Value, json};
+
+/// Prefix of the machine-readable job line in the leader's task message.
+pub const JOB_SPEC_PREFIX: &str = "job_spec: ";
+
+/// Name of the tuning-space file in a kernel directory.
+const TUNE_FILE: &str = "tune.toml";
+
+/// Job parameters the policy needs.
+#[derive(Debug, Clone, PartialEq)]
+struct JobLine {
+    num_agents: usize,
+    collect_timeout_seconds: u64,
+}
+
+impl JobLine {
+    fn from_messages(messages: &[Message]) -> Self {
+        let line = messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .and_then(|m| {
+                m.content
+                    .lines()
+                    .rev()
+                    .find_map(|l| l.trim().strip_prefix(JOB_SPEC_PREFIX.trim_end()))
+            })
+            .and_then(|json| serde_json::from_str::<Value>(json.trim()).ok())
+            .unwrap_or(Value::Null);
+        Self {
+            num_agents: line["num_agents"].as_u64().unwrap_or(0) as usize,
+            collect_timeout_seconds: line["collect_timeout_seconds"].as_u64().unwrap_or(600),
+        }
+    }
+}
+
+/// The builtin leader policy (see the module docs).
+#[derive(Debug, Clone)]
+pub struct BuiltinLeaderPolicy {
+    spec: ChipSpec,
+}
+
+impl Default for BuiltinLeaderPolicy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BuiltinLeaderPolicy {
+    /// With the default MT-3000 spec for tune.toml constraints.
+    pub fn new() -> Self {
+        Self {
+            spec: ChipSpec::default(),
+        }
+    }
+
+    /// With another chip spec for tune.toml constraints.
+    pub fn with_spec(spec: ChipSpec) -> Self {
+        Self { spec }
+    }
+
+    /// The next turn for this conversation.
+    pub fn decide(&self, messages: &[Message]) -> Turn {
+        let job = JobLine::from_messages(messages);
+        let history = History::new(messages);
+        let Some(last) = history.last_calls() else {
+            return Turn::Calls(vec![
+                call("fleet", "list_fleet", json!({})),
+                call("tune", "read_file", json!({"path": TUNE_FILE})),
+            ]);
+        };
+        let names: Vec<&str> = last.iter().map(|c| c.name.as_str()).collect();
+        if names.contains(&"collect_result") {
+            return Turn::Final(final_answer(&history, last));
+        }
+        if names.contains(&"assign_task") {
+            return collect(&history, last, &job);
+        }
+        if names.contains(&"spawn_agent") {
+            return self.assign(&history, last);
+        }
+        if names.contains(&"list_fleet") {
+            return spawn(&history, last, &job);
+        }
+        Turn::Final(failure(&format!(
+            "unexpected state: the last calls were {names:?}"
+        )))
+    }
+}
+
+/// What the policy does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Turn {
+    Calls(Vec<ToolCall>),
+    Final(String),
+}
+
+fn call(id: &str, name: &str, args: Value) -> ToolCall {
+    ToolCall {
+        id: id.to_string(),
+        name: name.to_string(),
+        arguments: args.to_string(),
+    }
+}
+
+/// The calls made so far and their results, by call id.
+struct History<'a> {
+    messages: &'a [Message],
+    results: HashMap<&'a str, &'a str>,
+}
+
+impl<'a> History<'a> {
+    fn new(messages: &'a [Message]) -> Self {
+        let results = messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .filter_map(|m| m.tool_call_id.as_deref().map(|id| (id, m.content.as_str())))
+            .collect();
+        Self { messages, results }
+    }
+
+    fn last_calls(&self) -> Option<&'a [ToolCall]> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant && !m.tool_calls.is_empty())
+            .map(|m| m.tool_calls.as_slice())
+    }
+
+    fn all_calls(&self) -> impl Iterator<Item = &'a ToolCall> {
+        self.messages.iter().flat_map(|m| m.tool_calls.iter())
+    }
+
+    fn result(&self, call: &ToolCall) -> Option<&'a str> {
+        self.results.get(call.id.as_str()).copied()
+    }
+
+    /// The JSON result of a call, or the error text it got.
+    fn json_result(&self, call: &ToolCall) -> Result<Value, String> {
+        let content = self
+            .result(call)
+            .ok_or_else(|| format!("no result for {}", call.name))?;
+        serde_json::from_str(content).map_err(|_| content.to_string())
+    }
+}
+
+fn failure(error: &str) -> String {
+    format!(
+        "The job could not be completed: {error}\n\n```json\n{}\n```",
+        json!({"best": null, "error": error})
+    )
+}
+
+fn spawn(history: &History<'_>, last: &[ToolCall], job: &JobLine) -> Turn {
+    let Some(fleet_call) = last.iter().find(|c| c.name == "list_fleet") else {
+        return Turn::Final(failure("list_fleet was not called"));
+    };
+    let fleet = match history.json_result(fleet_call) {
+        Ok(fleet) => fleet,
+        Err(error) => return Turn::Final(failure(&format!("cannot read the fleet: {error}"))),
+    };
+    let free: Vec<String> = fleet["slices"]
+        .as_array()
+        .map(|slices| {
+            slices
+                .iter()
+                .filter(|s| s["state"] == "free")
+                .filter_map(|s| s["slice_id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    if free.is_empty() {
+        return Turn::Final(failure(&format!(
+            "no free slice matches the selector {}",
+            fleet["selector"]
+        )));
+    }
+    let count = if job.num_agents > 0 {
+        job.num_agents.min(free.len())
+    } else {
+        free.len()
+    };
+    Turn::Calls(
+        free.iter()
+            .take(count)
+            .enumerate()
+            .map(|(i, slice)| {
+                call(
+                    &format!("spawn-{}", i + 1),
+                    "spawn_agent",
+                    json!({
+                        "name": format!("tuner-{}", i + 1),
+                        "slice_id": slice,
+                        "role": "tuner",
+                        "instructions": "Tune the kernel over the candidate configurations you are given.",
+                    }),
+                )
+            })
+            .collect(),
+    )
+}
+
+impl BuiltinLeaderPolicy {
+    fn assign(&self, history: &History<'_>, last: &[ToolCall]) -> Turn {
+        let mut agents = Vec::new();
+        let mut refusals = Vec::new();
+        for spawn in last.iter().filter(|c| c.name == "spawn_agent") {
+            match history.json_result(spawn) {
+                Ok(value) => match value["agent"].as_str() {
+                    Some(agent) => agents.push(agent.to_string()),
+                    None => refusals.push(value.to_string()),
+                },
+                Err(error) => refusals.push(error),
+            }
+        }
+        if agents.is_empty() {
+            return Turn::Final(failure(&format!(
+                "no agent could be spawned: {}",
+                refusals.join("; ")
+            )));
+        }
+        let space = history
+            .all_calls()
+            .find(|c| c.name == "read_file")
+            .and_then(|c| history.result(c))
+            .ok_or_else(|| "tune.toml was not read".to_string())
+            .and_then(|text| TuneSpace::from_toml_str(text).map_err(|e| e.to_string()))
+            .and_then(|space| space.configurations(&self.spec).map_err(|e| e.to_string()));
+        let configurations = match space {
+            Ok(configurations) if !configurations.is_empty() => configurations,
+            Ok(_) => {
+                return Turn::Final(failure(
+                    "tune.toml allows no configuration under its constraints",
+                ));
+            }
+            Err(error) => return Turn::Final(failure(&format!("no tuning space: {error}"))),
+        };
+        let mut parts: Vec<Vec<Value>> = vec![Vec::new(); agents.len()];
+        for (i, configuration) in configurations.iter().enumerate() {
+            parts[i % agents.len()].push(json!(configuration));
+        }
+        Turn::Calls(
+            agents
+                .iter()
+                .zip(parts)
+                .filter(|(_, part)| !part.is_empty())
+                .enumerate()
+                .map(|(i, (agent, part))| {
+                    call(
+                        &format!("assign-{}", i + 1),
+                        "assign_task",
+                        json!({
+                            "agent": agent,
+                            "instructions": "Compile, validate and benchmark each candidate configuration; answer with the best one.",
+                            "parameters": {"candidates": part},
+                        }),
+                    )
+                })
+                .collect(),
+        )
+    }
+}
+
+fn collect(history: &History<'_>, last: &[ToolCall], job: &JobLine) -> Turn {
+    let tasks: Vec<String> = last
+        .iter()
+        .filter(|c| c.name == "assign_task")
+        .filter_map(|c| history.json_result(c).ok())
+        .filter_map(|v| v["task_id"].as_str().map(str::to_string))
+        .collect();
+    if tasks.is_empty() {
+        return Turn::Final(failure("no task could be assigned"));
+    }
+    Turn::Calls(vec![call(
+        "collect",
+        "collect_result",
+        json!({"tasks": tasks, "mode": "all", "timeout_seconds": job.collect_timeout_seconds}),
+    )])
+}
+
+/// A number under one of `keys`, in `value` or its `best` object.
+fn metric(value: &Value, keys: &[&str]) -> Option<f64> {
+    [value, &value["best"]]
+        .into_iter()
+        .flat_map(|v| keys.iter().map(move |k| &v[*k]))
+        .find_map(Value::as_f64)
+}
+
+fn params_of(value: &Value) -> Value {
+    [&value["best"], value]
+        .into_iter()
+        .flat_map(|v| {
+            ["defines", "params", "config", "parameters"]
+                .into_iter()
+                .map(move |k| &v[k])
+        })
+        .find(|v| v.is_object())
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn final_answer(history: &History<'_>, last: &[ToolCall]) -> String {
+    let Some(collect_call) = last.iter().find(|c| c.name == "collect_result") else {
+        return failure("collect_result was not called");
+    };
+    let collected = match history.json_result(collect_call) {
+        Ok(value) => value,
+        Err(error) => return failure(&format!("results could not be collected: {error}")),
+    };
+    let mut best: Option<Value> = None;
+    let mut best_key = f64::NEG_INFINITY;
+    let mut summaries = Vec::new();
+    for result in collected["results"].as_array().into_iter().flatten() {
+        let body = &result["result"];
+        let gflops = metric(body, &["gflops"]);
+        let peak_fraction = metric(body, &["peak_fraction"])
+            .or_else(|| metric(body, &["peak_percent"]).map(|p| p / 100.0));
+        summaries.push(json!({
+            "task_id": result["task_id"], "agent": result["agent"], "slice": result["slice_id"],
+            "status": result["status"], "gflops": gflops, "peak_fraction": peak_fraction,
+            "summary": result["summary"], "error": result["error"],
+        }));
+        if result["status"] != "ok" || body["best"].is_null() && gflops.is_none() {
+            continue;
+        }
+        // Rank by GFLOP/s; a result without one ranks by its peak fraction
+        // below every result that has one.
+        let key = gflops.unwrap_or(f64::MIN / 2.0 + peak_fraction.unwrap_or(0.0));
+        if best.is_none() || key > best_key {
+            best_key = key;
+            best = Some(json!({
+                "params": params_of(body), "gflops": gflops, "peak_fraction": peak_fraction,
+                "agent": result["agent"], "slice": result["slice_id"], "task_id": result["task_id"],
+            }));
+        }
+    }
+    let pending = collected["pending"].as_array().map_or(0, Vec::len);
+    match best {
+        Some(best) => {
+            let figure = match best["gflops"].as_f64() {
+                Some(g) => format!("{g:.2} GFLOP/s"),
+                None => "no GFLOP/s figure".to_string(),
+            };
+            let peak = best["peak_fraction"]
+                .as_f64()
+                .map(|p| format!(" ({:.1}% of peak)", p * 100.0))
+                .unwrap_or_default();
+            format!(
+                "Best configuration {} at {figure}{peak} by agent {} on slice {} ({} result(s), {pending} pending).\n\n```json\n{}\n```",
+                best["params"],
+                best["agent"].as_str().unwrap_or("?"),
+                best["slice"].as_str().unwrap_or("?"),
+                summaries.len(),
+                json!({"best": best, "results": summaries, "pending": pending})
+            )
+        }
+        None => {
+            let error = if summaries.is_empty() {
+                format!("no task finished in time ({pending} pending)")
+            } else {
+                format!(
+                    "no task produced a result ({} failed, {pending} pending)",
+                    summaries.len()
+                )
+            };
+            format!(
+                "The job could not be completed: {error}\n\n```json\n{}\n```",
+                json!({"best": null, "error": error, "results": summaries})
+            )
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for BuiltinLeaderPolicy {
+    fn model_name(&self) -> &str {
+        "builtin-leader"
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
+        Ok(turn_stream(self.decide(&request.messages)))
+    }
+
+    async fn stream_shared(
+        &self,
+        request: std::sync::Arc<ChatRequest>,
+    ) -> Result<ModelStream, ModelError> {
+        Ok(turn_stream(self.decide(&request.messages)))
+    }
+}
+
+fn turn_stream(turn: Turn) -> ModelStream {
+    let items: Vec<Result<ModelEvent, ModelError>> = match turn {
+        Turn::Calls(calls) => calls
+            .into_iter()
+            .map(|call| Ok(ModelEvent::ToolCall { call }))
+            .chain([Ok(ModelEvent::Finish {
+                reason: FinishReason::ToolCalls,
+            })])
+            .collect(),
+        Turn::Final(text) => vec![
+            Ok(ModelEvent::TextDelta { text }),
+            Ok(ModelEvent::Finish {
+                reason: FinishReason::Stop,
+            }),
+        ],
+    };
+    Box::pin(stream::iter(items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPACE: &str = r#"
+kernel = "k"
+[[param]]
+name = "A"
+values = [1, 2, 3]
+default = 1
+"#;
+
+    fn names(turn: &Turn) -> Vec<String> {
+        match turn {
+            Turn::Calls(calls) => calls.iter().map(|c| c.name.clone()).collect(),
+            Turn::Final(text) => vec![format!("final: {text}")],
+        }
+    }
+
+    fn answer(messages: &mut Vec<Message>, turn: &Turn, results: &[&str]) {
+        let Turn::Calls(calls) = turn else {
+            panic!("expected calls")
+        };
+        messages.push(Message::assistant("", calls.clone()));
+        for (call, result) in calls.iter().zip(results) {
+            messages.push(Message::tool(call.id.clone(), *result));
+        }
+    }
+
+    #[test]
+    fn plans_fleet_spawn_split_assign_collect_and_reports_the_best() {
+        let policy = BuiltinLeaderPolicy::new();
+        let mut messages = vec![
+            Message::system("leader"),
+            Message::user(format!(
+                "Tune it.\n\n{JOB_SPEC_PREFIX}{}",
+                json!({"num_agents": 0, "collect_timeout_seconds": 30})
+            )),
+        ];
+        let first = policy.decide(&messages);
+        assert_eq!(names(&first), vec!["list_fleet", "read_file"]);
+        let fleet = json!({"selector": "", "slices": [
+            {"slice_id": "b0-c0", "state": "free"}, {"slice_id": "b0-c1", "state": "leased"},
+            {"slice_id": "b0-c2", "state": "free"}]});
+        answer(&mut messages, &first, &[&fleet.to_string(), SPACE]);
+        let spawn = policy.decide(&messages);
+        assert_eq!(names(&spawn), vec!["spawn_agent", "spawn_agent"]);
+        let s1 = json!({"agent": "tuner-1", "slice_id": "b0-c0"}).to_string();
+        let s2 = json!({"agent": "tuner-2", "slice_id": "b0-c2"}).to_string();
+        answer(&mut messages, &spawn, &[&s1, &s2]);
+        let assign = policy.decide(&messages);
+        let Turn::Calls(calls) = &assign else {
+            panic!("expected assign calls")
+        };
+        let parts: Vec<Value> = calls
+            .iter()
+            .map(|c| serde_json::from_str::<Value>(&c.arguments).expect("json")["parameters"]["candidates"].clone())
+            .collect();
+        assert_eq!(parts, vec![json!([{"A": 1}, {"A": 3}]), json!([{"A": 2}])]);
+        let t1 = json!({"task_id": "t1"}).to_string();
+        let t2 = json!({"task_id": "t2"}).to_string();
+        answer(&mut messages, &assign, &[&t1, &t2]);
+        let collect = policy.decide(&messages);
+        let Turn::Calls(calls) = &collect else {
+            panic!("expected collect")
+        };
+        let args: Value = serde_json::from_str(&calls[0].arguments).expect("json");
+        assert_eq!(
+            args,
+            json!({"tasks": ["t1", "t2"], "mode": "all", "timeout_seconds": 30})
+        );
+        let collected = json!({"results": [
+            {"task_id": "t1", "agent": "tuner-1", "slice_id": "b0-c0", "status": "ok",
+             "result": {"best": {"defines": {"A": "1"}, "gflops": 3.0, "peak_percent": 10.0}}},
+            {"task_id": "t2", "agent": "tuner-2", "slice_id": "b0-c2", "status": "ok",
+             "result": {"best": {"defines": {"A": "2"}, "gflops": 5.0, "peak_percent": 20.0}}}],
+            "pending": [], "timed_out": false});
+        answer(&mut messages, &collect, &[&collected.to_string()]);
+        let Turn::Final(text) = policy.decide(&messages) else {
+            panic!("expected the answer")
+        };
+        let block = crate::runner::last_json_block(&text).expect("json block");
+        assert_eq!(block["best"]["agent"], "tuner-2");
+        assert_eq!(block["best"]["params"], json!({"A": "2"}));
+        assert_eq!(block["best"]["gflops"], json!(5.0));
+        assert_eq!(block["best"]["peak_fraction"], json!(0.2));
+    }
+
+    #[test]
+    fn no_free_slice_ends_with_an_error_answer() {
+        let policy = BuiltinLeaderPolicy::new();
+        let mut messages = vec![Message::user("Tune.")];
+        let first = policy.decide(&messages);
+        answer(
+            &mut messages,
+            &first,
+            &[
+                &json!({"selector": "cores>=99", "slices": []}).to_string(),
+                SPACE,
+            ],
+        );
+        let Turn::Final(text) = policy.decide(&messages) else {
+            panic!("expected a final answer")
+        };
+        let block = crate::runner::last_json_block(&text).expect("json block");
+        assert!(block["best"].is_null());
+        assert!(
+            block["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("no free slice"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,440 @@
+//! The `Control` gRPC service (control.proto): the job manager's front door.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::{Stream, StreamExt as _};
+use mtswarm_bus::{BusError, subjects, v1};
+use sha2::{Digest as _, Sha256};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+
+use crate::approvals::{DecideError, decide};
+use crate::fleet::{parse_selector, read_fleet};
+use crate::journal::WATCH_IDLE_CHECK;
+use crate::runner::{self, is_final};
+use crate::shared::Shared;
+use crate::tools::JobContext;
+use crate::validate::validate_submit;
+
+/// Server cap and default of `ListJobs.page_size`.
+const MAX_PAGE_SIZE: usize = 500;
+const DEFAULT_PAGE_SIZE: usize = 100;
+/// Events buffered per WatchJob stream before the reader is waited for.
+const WATCH_BUFFER: usize = 256;
+/// How long CancelJob waits for the runner to record the cancellation.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+pub(crate) struct ControlService {
+    pub shared: Arc<Shared>,
+}
+
+fn bus_status(error: BusError) -> Status {
+    match error {
+        BusError::InvalidId { .. } => Status::invalid_argument(error.to_string()),
+        BusError::NotFound { .. } => Status::not_found(error.to_string()),
+        other => Status::unavailable(other.to_string()),
+    }
+}
+
+fn check_job_id(job_id: &str) -> Result<(), Status> {
+    subjects::validate_id("job id", job_id).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// Job id for a submission: derived from the idempotency key (so a retry
+/// maps to the same KV key and the create is the atomic check), else fresh.
+fn job_id_for(idempotency_key: &str) -> Result<String, Status> {
+    if idempotency_key.is_empty() {
+        return Ok(uuid::Uuid::now_v7().simple().to_string());
+    }
+    if idempotency_key.len() > 256 {
+        return Err(Status::invalid_argument(
+            "idempotency_key is too long (at most 256 bytes)",
+        ));
+    }
+    let digest = Sha256::digest(idempotency_key.as_bytes());
+    Ok(format!("idem-{}", &hex::encode(digest)[..32]))
+}
+
+fn timestamp_key(t: &Option<prost_types::Timestamp>) -> (i64, i32) {
+    t.as_ref().map(|t| (t.seconds, t.nanos)).unwrap_or_default()
+}
+
+impl ControlService {
+    async fn submit(
+        &self,
+        request: v1::SubmitJobRequest,
+        span: tracing::Span,
+    ) -> Result<Response<v1::SubmitJobResponse>, Status> {
+        let shared = &self.shared;
+        let validated = validate_submit(
+            request.spec.as_ref(),
+            &shared.kernel_root,
+            &shared.config.limits,
+        )
+        .map_err(Status::invalid_argument)?;
+        let job_id = job_id_for(&request.idempotency_key)?;
+        span.record("job.id", job_id.as_str());
+        let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
+            .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
+            .unwrap_or_default();
+        let now = prost_types::Timestamp::from(SystemTime::now());
+        let record = v1::JobRecord {
+            job_id: job_id.clone(),
+            spec: Some(validated.spec.clone()),
+            state: v1::JobState::Queued as i32,
+            submitted_by: "anonymous".to_string(),
+            created_at: Some(now),
+            updated_at: Some(now),
+            traceparent,
+            ..Default::default()
+        };
+        match shared.jobs.create(&record).await {
+            Ok(_) => {}
+            Err(BusError::AlreadyExists { .. }) if !request.idempotency_key.is_empty() => {
+                tracing::info!(%job_id, "submission retried with the same idempotency key");
+                return Ok(Response::new(v1::SubmitJobResponse { job_id }));
+            }
+            Err(error) => return Err(bus_status(error)),
+        }
+        let queued = v1::job_event::Event::StateChange(v1::JobStateChange {
+            previous: v1::JobState::Unspecified as i32,
+            current: v1::JobState::Queued as i32,
+            reason: "submitted".to_string(),
+        });
+        if let Err(error) = shared.journal.append_confirmed(&job_id, queued).await {
+            tracing::warn!(%error, %job_id, "submission not journaled");
+        }
+        let budgets = validated.spec.budgets.unwrap_or_default();
+        let deadline = SystemTime::now()
+            + if budgets.wall_time_seconds > 0 {
+                Duration::from_secs(budgets.wall_time_seconds)
+            } else {
+                shared.config.default_task_deadline
+            };
+        let context = Arc::new(JobContext {
+            job_id: job_id.clone(),
+            spec: validated.spec,
+            kernel_dir: validated.kernel_dir,
+            shared: shared.clone(),
+            results: shared.results.job(&job_id),
+            agents: Default::default(),
+            deadline,
+        });
+        let job_span = tracing::info_span!(parent: &span, "leader.job", job.id = %job_id);
+        runner::start(shared.clone(), context, validated.attachments, job_span);
+        tracing::info!(%job_id, "job submitted");
+        Ok(Response::new(v1::SubmitJobResponse { job_id }))
+    }
+
+    async fn read_job(&self, job_id: &str) -> Result<v1::JobRecord, Status> {
+        check_job_id(job_id)?;
+        self.shared
+            .jobs
+            .get(job_id)
+            .await
+            .map_err(bus_status)?
+            .map(|v| v.value)
+            .ok_or_else(|| Status::not_found(format!("job {job_id} not found")))
+    }
+}
+
+/// Resolves once the daemon shuts down (or the signal is gone).
+async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::JobEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl v1::control_server::Control for ControlService {
+    async fn submit_job(
+        &self,
+        request: Request<v1::SubmitJobRequest>,
+    ) -> Result<Response<v1::SubmitJobResponse>, Status> {
+        let span = tracing::info_span!(
+            "SubmitJob",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            job.id = tracing::field::Empty,
+        );
+        if let Err(error) =
+            mtswarm_telemetry::grpc::set_parent_from_metadata(&span, request.metadata())
+        {
+            tracing::debug!(%error, "SubmitJob trace context not applied");
+        }
+        self.submit(request.into_inner(), span.clone())
+            .instrument(span)
+            .await
+    }
+
+    async fn get_job(
+        &self,
+        request: Request<v1::GetJobRequest>,
+    ) -> Result<Response<v1::GetJobResponse>, Status> {
+        let job = self.read_job(&request.get_ref().job_id).await?;
+        Ok(Response::new(v1::GetJobResponse { job: Some(job) }))
+    }
+
+    async fn list_jobs(
+        &self,
+        request: Request<v1::ListJobsRequest>,
+    ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        let request = request.into_inner();
+        let offset: usize = if request.page_token.is_empty() {
+            0
+        } else {
+            request
+                .page_token
+                .parse()
+                .map_err(|_| Status::invalid_argument("page_token is not one this server issued"))?
+        };
+        let page_size = match request.page_size as usize {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        };
+        let mut jobs: Vec<v1::JobRecord> = self
+            .shared
+            .jobs
+            .list()
+            .await
+            .map_err(bus_status)?
+            .into_iter()
+            .map(|v| v.value)
+            .filter(|job| request.states.is_empty() || request.states.contains(&job.state))
+            .collect();
+        // Newest first; the id breaks ties so pages are stable.
+        jobs.sort_by(|a, b| {
+            timestamp_key(&b.created_at)
+                .cmp(&timestamp_key(&a.created_at))
+                .then_with(|| a.job_id.cmp(&b.job_id))
+        });
+        let total = jobs.len();
+        let page: Vec<v1::JobRecord> = jobs.into_iter().skip(offset).take(page_size).collect();
+        let next = offset + page.len();
+        Ok(Response::new(v1::ListJobsResponse {
+            jobs: page,
+            next_page_token: if next < total {
+                next.to_string()
+            } else {
+                String::new()
+            },
+        }))
+    }
+
+    type WatchJobStream = WatchStream;
+
+    async fn watch_job(
+        &self,
+        request: Request<v1::WatchJobRequest>,
+    ) -> Result<Response<Self::WatchJobStream>, Status> {
+        let request = request.into_inner();
+        let job_id = request.job_id.clone();
+        self.read_job(&job_id).await?;
+        let mut events = self
+            .shared
+            .journal
+            .watch(&job_id, request.from_sequence)
+            .await
+            .map_err(Status::unavailable)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
+        let shared = self.shared.clone();
+        let mut shutdown = self.shared.shutdown.clone();
+        tokio::spawn(async move {
+            let mut last_sequence = 0;
+            loop {
+                let next = tokio::select! {
+                    next = tokio::time::timeout(WATCH_IDLE_CHECK, events.next()) => next,
+                    () = stopped(&mut shutdown) => {
+                        let _ = tx
+                            .send(Err(Status::unavailable(
+                                "the leader is shutting down; watch again with from_sequence = last sequence + 1",
+                            )))
+                            .await;
+                        return;
+                    }
+                };
+                match next {
+                    Ok(Some(Ok(event))) => {
+                        last_sequence = event.sequence;
+                        let ends = matches!(
+                            &event.event,
+                            Some(v1::job_event::Event::StateChange(change)) if is_final(change.current())
+                        );
+                        if tx.send(Ok(event)).await.is_err() || ends {
+                            return;
+                        }
+                    }
+                    Ok(Some(Err(error))) => {
+                        let _ = tx.send(Err(Status::unavailable(error))).await;
+                        return;
+                    }
+                    Ok(None) => {
+                        let _ = tx
+                            .send(Err(Status::unavailable("job event stream ended")))
+                            .await;
+                        return;
+                    }
+                    Err(_) => {
+                        if tx.is_closed() {
+                            return;
+                        }
+                        // Silence: the job may have ended before `from_sequence`
+                        // or its final entry aged out of the journal.
+                        let record = match shared.jobs.get(&job_id).await {
+                            Ok(Some(record)) => record.value,
+                            _ => continue,
+                        };
+                        if is_final(record.state()) {
+                            let _ = tx
+                                .send(Ok(v1::JobEvent {
+                                    job_id: job_id.clone(),
+                                    sequence: last_sequence,
+                                    timestamp: record.finished_at,
+                                    event: Some(v1::job_event::Event::StateChange(
+                                        v1::JobStateChange {
+                                            previous: v1::JobState::Unspecified as i32,
+                                            current: record.state,
+                                            reason: "final state (from the job record)".into(),
+                                        },
+                                    )),
+                                }))
+                                .await;
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn cancel_job(
+        &self,
+        request: Request<v1::CancelJobRequest>,
+    ) -> Result<Response<v1::CancelJobResponse>, Status> {
+        let request = request.into_inner();
+        let record = self.read_job(&request.job_id).await?;
+        if is_final(record.state()) {
+            return Ok(Response::new(v1::CancelJobResponse {
+                state: record.state,
+            }));
+        }
+        let reason = if request.reason.is_empty() {
+            "cancelled by request".to_string()
+        } else {
+            request.reason.clone()
+        };
+        let done = self.shared.runners.get(&request.job_id).map(|runner| {
+            runner.cancel(&reason);
+            runner.done()
+        });
+        match done {
+            Some(mut done) => {
+                let _ = tokio::time::timeout(CANCEL_WAIT, done.wait_for(|d| *d)).await;
+            }
+            None => {
+                // No runner in this process (e.g. queued before a restart).
+                runner::transition(
+                    &self.shared,
+                    &request.job_id,
+                    v1::JobState::Cancelled,
+                    &format!("cancelled: {reason}"),
+                    |r| {
+                        r.finished_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+                        r.error = reason.clone();
+                    },
+                )
+                .await;
+            }
+        }
+        let record = self.read_job(&request.job_id).await?;
+        Ok(Response::new(v1::CancelJobResponse {
+            state: record.state,
+        }))
+    }
+
+    async fn list_fleet(
+        &self,
+        request: Request<v1::ListFleetRequest>,
+    ) -> Result<Response<v1::ListFleetResponse>, Status> {
+        let selector = parse_selector(&request.get_ref().slice_selector)
+            .map_err(|e| Status::invalid_argument(format!("bad slice_selector: {e}")))?;
+        let shared = &self.shared;
+        let view = read_fleet(
+            &shared.workers,
+            &shared.leases,
+            &shared.quarantine,
+            selector.as_ref(),
+        )
+        .await
+        .map_err(bus_status)?;
+        Ok(Response::new(v1::ListFleetResponse {
+            slices: view.slices,
+            workers: view.workers,
+        }))
+    }
+
+    async fn list_approvals(
+        &self,
+        request: Request<v1::ListApprovalsRequest>,
+    ) -> Result<Response<v1::ListApprovalsResponse>, Status> {
+        let request = request.into_inner();
+        let job_id = (!request.job_id.is_empty()).then_some(request.job_id.as_str());
+        if let Some(job_id) = job_id {
+            check_job_id(job_id)?;
+        }
+        let states = request
+            .states
+            .iter()
+            .map(|s| {
+                v1::ApprovalState::try_from(*s)
+                    .map_err(|_| Status::invalid_argument(format!("unknown approval state {s}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut approvals: Vec<v1::ApprovalRecord> = self
+            .shared
+            .approvals
+            .list(job_id, &states)
+            .await
+            .map_err(bus_status)?
+            .into_iter()
+            .map(|v| v.value)
+            .collect();
+        approvals.sort_by_key(|a| {
+            a.request
+                .as_ref()
+                .map(|r| (timestamp_key(&r.requested_at), r.approval_id.clone()))
+        });
+        Ok(Response::new(v1::ListApprovalsResponse { approvals }))
+    }
+
+    async fn decide_approval(
+        &self,
+        request: Request<v1::DecideApprovalRequest>,
+    ) -> Result<Response<v1::DecideApprovalResponse>, Status> {
+        let shared = &self.shared;
+        match decide(
+            &shared.bus,
+            &shared.approvals,
+            &shared.journal,
+            request.get_ref(),
+        )
+        .await
+        {
+            Ok(record) => Ok(Response::new(v1::DecideApprovalResponse {
+                approval: Some(record.value),
+            })),
+            Err(error @ DecideError::Invalid(_)) => {
+                Err(Status::invalid_argument(error.to_string()))
+            }
+            Err(error @ DecideError::NotFound(_)) => Err(Status::not_found(error.to_string())),
+            Err(error @ DecideError::AlreadyDecided { .. }) => {
+                Err(Status::failed_precondition(error.to_string()))
+            }
+            Err(DecideError::Bus(error)) => Err(bus_status(error)),
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! The default leader (no model configured: the builtin policy) against two
+//! fake worker daemons: it spawns one agent per free slice, splits the
+//! tune.toml space between them, collects both results and answers with
+//! the faster one.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use mtswarm_bus::v1;
+use mtswarm_leader::LeaderDaemon;
+use serde_json::{Value, json};
+
+fn by_worker(task: &v1::TaskAssignment) -> f64 {
+    if task.worker_id == "fw2" { 20.0 } else { 10.0 }
+}
+
+#[tokio::test]
+async fn builtin_policy_splits_the_space_and_reports_the_best() {
+    let env = Env::start().await;
+    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
+    let mut second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
+    let (answer1, mut tasks1) = answer_tasks(&env.bus, "fw1", by_worker);
+    let (answer2, mut tasks2) = answer_tasks(&env.bus, "fw2", by_worker);
+    let leader = LeaderDaemon::start(env.config()).await.expect("leader");
+    let mut control = control(&leader).await;
+    let mut job = spec("Tune k1 on the emulator.");
+    job.slice_selector = "backend=emulator".into();
+    let job_id = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(job),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+
+    let (task1, _) = within("fw1's task", tasks1.recv()).await.expect("task");
+    let (task2, _) = within("fw2's task", tasks2.recv()).await.expect("task");
+    let candidates = |task: &v1::TaskAssignment| -> Vec<Value> {
+        let parameters: Value = serde_json::from_str(&task.parameters_json).expect("json");
+        parameters["candidates"]
+            .as_array()
+            .cloned()
+            .expect("candidates list")
+    };
+    let mut all: Vec<Value> = candidates(&task1);
+    all.extend(candidates(&task2));
+    let all: BTreeSet<String> = all.iter().map(Value::to_string).collect();
+    let expected: BTreeSet<String> = [json!({"A": 1}), json!({"A": 2}), json!({"A": 3})]
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    assert_eq!(all, expected, "the space is split without loss or overlap");
+    assert!(!candidates(&task1).is_empty() && !candidates(&task2).is_empty());
+
+    let record = control
+        .get_job(v1::GetJobRequest { job_id })
+        .await
+        .expect("get_job")
+        .into_inner()
+        .job
+        .expect("job");
+    let result: Value = serde_json::from_str(&record.result_json).expect("result json");
+    assert_eq!(result["best"]["gflops"], json!(20.0));
+    assert_eq!(result["best"]["slice"], json!("fb2-c0"));
+    assert_eq!(result["best"]["peak_fraction"], json!(0.125));
+    assert_eq!(result["best"]["params"], candidates(&task2)[0]);
+    assert_eq!(record.agent_ids.len(), 2);
+    assert_eq!((record.tasks_total, record.tasks_done), (2, 2));
+    for worker in [&mut first, &mut second] {
+        let Some(WorkerCall::Spawn(spawn)) = within("a spawn", worker.calls.recv()).await else {
+            panic!("expected a spawn");
+        };
+        assert_eq!(spawn.role, "tuner");
+    }
+    answer1.abort();
+    answer2.abort();
+    leader.shutdown().await.expect("shutdown");
+}

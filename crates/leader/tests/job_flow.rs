@@ -1,0 +1,283 @@
+//! A whole job against a fake worker daemon: a scripted leader model calls
+//! list_fleet, spawn_agent, assign_task and collect_result; the fake worker
+//! (a real Worker gRPC server in the workers KV plus a task consumer on the
+//! bus) publishes agent events and results, including a result of an
+//! attempt that is not current and a second copy of the accepted result.
+//! WatchJob streams it all up to the final state.
+
+mod common;
+
+use std::sync::Arc;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use common::*;
+use futures::StreamExt as _;
+use mtswarm_bus::{TaskConsumerConfig, subjects, v1};
+use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
+use prost::Message as _;
+use serde_json::{Value, json};
+
+fn result_for(task: &v1::TaskAssignment, attempt: u32, gflops: f64) -> v1::TaskResult {
+    v1::TaskResult {
+        task_id: task.task_id.clone(),
+        attempt,
+        job_id: task.job_id.clone(),
+        agent_id: task.agent_id.clone(),
+        session_id: task.session_id.clone(),
+        worker_id: task.worker_id.clone(),
+        slice_id: task.slice_id.clone(),
+        status: v1::TaskStatus::Ok as i32,
+        summary: format!("attempt {attempt}"),
+        result_json: json!({"best": {"defines": {"A": "1"}, "gflops": gflops}}).to_string(),
+        usage: Some(v1::Usage {
+            steps: 3,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn agent_event(task: &v1::TaskAssignment, sequence: u64) -> v1::AgentEvent {
+    v1::AgentEvent {
+        job_id: task.job_id.clone(),
+        agent_id: task.agent_id.clone(),
+        session_id: task.session_id.clone(),
+        sequence,
+        step: 0,
+        kind: v1::AgentEventKind::Log as i32,
+        payload_json: json!({"n": sequence}).to_string(),
+        timestamp: None,
+    }
+}
+
+#[tokio::test]
+async fn scripted_leader_runs_a_job_on_a_fake_worker() {
+    let env = Env::start().await;
+    let mut worker = FakeWorker::start(&env.bus, "fw1", "fb0").await;
+    let script = ScriptedModel::new([
+        ScriptedTurn::call("c1", "list_fleet", "{}"),
+        ScriptedTurn::call(
+            "c2",
+            "spawn_agent",
+            r#"{"name":"a1","selector":"board=fb0","role":"tuner","instructions":"tune"}"#,
+        ),
+        ScriptedTurn::call(
+            "c3",
+            "assign_task",
+            r#"{"agent":"a1","instructions":"try these","parameters":{"candidates":[{"A":1}]}}"#,
+        ),
+        ScriptedTurn::call(
+            "c4",
+            "collect_result",
+            r#"{"agents":["a1"],"mode":"all","timeout_seconds":30}"#,
+        ),
+        ScriptedTurn::text(
+            "Best A=1.\n```json\n{\"best\":{\"params\":{\"A\":1},\"gflops\":1.5}}\n```",
+        ),
+    ]);
+    // The answer waits until the test has seen the late duplicate handled.
+    let model = Arc::new(GatedModel::new(script, 4));
+    let leader = env.leader(model.clone()).await;
+    let mut control = control(&leader).await;
+    let tasks = env
+        .bus
+        .task_consumer("fw1", TaskConsumerConfig::default())
+        .await
+        .expect("task consumer");
+    let mut task_stream = tasks.messages().await.expect("task stream");
+
+    let job_id = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec("Tune k1.")),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+
+    let Some(WorkerCall::Spawn(spawn)) = within("SpawnSession", worker.calls.recv()).await else {
+        panic!("expected a SpawnSession call first");
+    };
+    assert_eq!(spawn.job_id, job_id);
+    assert_eq!(spawn.agent_id, "a1");
+    assert_eq!(spawn.slice_id, "fb0-c0");
+    assert_eq!(spawn.kernel_dir, "k1");
+
+    let delivery = within("the task", task_stream.next())
+        .await
+        .expect("a task")
+        .expect("a decodable task");
+    let task = delivery.message().clone();
+    assert_eq!(task.job_id, job_id);
+    assert_eq!(task.agent_id, "a1");
+    assert_eq!(task.session_id, spawn.session_id);
+    assert_eq!(task.attempt, 1);
+    assert_eq!(task.slice_id, "fb0-c0");
+    assert_eq!(
+        serde_json::from_str::<Value>(&task.parameters_json).expect("json"),
+        json!({"candidates": [{"A": 1}]})
+    );
+
+    env.bus
+        .publish_event(&agent_event(&task, 1))
+        .await
+        .expect("event 1");
+    env.bus
+        .publish_event(&agent_event(&task, 2))
+        .await
+        .expect("event 2");
+    // Not the current attempt: fenced off.
+    env.bus
+        .publish_result(&result_for(&task, 2, 99.0))
+        .await
+        .expect("attempt-2 result");
+    env.bus
+        .publish_result(&result_for(&task, 1, 1.5))
+        .await
+        .expect("result");
+    // A second copy under another message id, so the stream keeps it and
+    // the leader's own deduplication has to drop it.
+    let copy = result_for(&task, 1, 7.0);
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        "Content-Type",
+        "application/x-protobuf; proto=mtswarm.v1.TaskResult",
+    );
+    headers.insert("Nats-Msg-Id", "copy-of-the-result");
+    let copy_ack = env
+        .bus
+        .jetstream()
+        .publish_with_headers(
+            subjects::result(&job_id).expect("subject"),
+            headers,
+            copy.encode_to_vec().into(),
+        )
+        .await
+        .expect("publish copy")
+        .await
+        .expect("copy stored");
+    delivery.ack().await.expect("task ack");
+
+    // Wait until the leader's consumer has acknowledged the copy.
+    let stream = env
+        .bus
+        .jetstream()
+        .get_stream(subjects::RESULTS_STREAM)
+        .await
+        .expect("results stream");
+    eventually("the leader to handle every result", || {
+        let stream = stream.clone();
+        async move {
+            let mut consumer: PullConsumer = stream
+                .get_consumer(&subjects::result_consumer_name("leader").expect("name"))
+                .await
+                .ok()?;
+            let info = consumer.info().await.ok()?;
+            (info.ack_floor.stream_sequence >= copy_ack.sequence).then_some(())
+        }
+    })
+    .await;
+    model.open();
+
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    let states: Vec<v1::JobState> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::StateChange(c)) => Some(c.current()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            v1::JobState::Queued,
+            v1::JobState::Running,
+            v1::JobState::Succeeded
+        ]
+    );
+    let sequences: Vec<u64> = events.iter().map(|e| e.sequence).collect();
+    assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
+    let results: Vec<&v1::TaskResult> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::TaskResult(r)) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 1, "one accepted result: {results:?}");
+    assert_eq!(results[0].attempt, 1);
+    let worker_sequences: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::AgentEvent(a)) if a.agent_id == "a1" => Some(a.sequence),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(worker_sequences, vec![1, 2], "worker events in order");
+    let leader_tools: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::AgentEvent(a))
+                if a.agent_id == "leader" && a.kind() == v1::AgentEventKind::ToolResult =>
+            {
+                let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
+                Some(payload["name"].as_str()?.to_string())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        leader_tools,
+        vec!["list_fleet", "spawn_agent", "assign_task", "collect_result"]
+    );
+    let collected = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Some(v1::job_event::Event::AgentEvent(a)) if a.agent_id == "leader" => {
+                let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
+                (payload["name"] == "collect_result" && payload["type"] == "tool_result")
+                    .then(|| serde_json::from_str::<Value>(payload["content"].as_str()?).ok())
+                    .flatten()
+            }
+            _ => None,
+        })
+        .expect("collect_result output");
+    assert_eq!(collected["results"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        collected["results"][0]["result"]["best"]["gflops"],
+        json!(1.5)
+    );
+    assert_eq!(collected["timed_out"], json!(false));
+
+    let job = control
+        .get_job(v1::GetJobRequest {
+            job_id: job_id.clone(),
+        })
+        .await
+        .expect("get_job")
+        .into_inner()
+        .job
+        .expect("job");
+    assert_eq!(job.state(), v1::JobState::Succeeded);
+    assert_eq!(job.agent_ids, vec!["a1".to_string()]);
+    assert_eq!((job.tasks_total, job.tasks_done), (1, 1));
+    assert_eq!(
+        serde_json::from_str::<Value>(&job.result_json).expect("result json")["best"]["gflops"],
+        json!(1.5)
+    );
+    // The job's end releases its agents.
+    let Some(WorkerCall::Cancel(cancel)) = within("CancelSession", worker.calls.recv()).await
+    else {
+        panic!("expected the agent's session to be cancelled at the end");
+    };
+    assert_eq!(cancel.session_id, spawn.session_id);
+
+    // Replay from the middle gives the tail, ending with the final state.
+    let middle = events[events.len() / 2].sequence;
+    let tail = watch_to_end(&mut control, &job_id, middle).await;
+    assert_eq!(tail.first().map(|e| e.sequence), Some(middle));
+    assert_eq!(final_state(&tail), Some(v1::JobState::Succeeded));
+    leader.shutdown().await.expect("shutdown");
+}

@@ -1,0 +1,248 @@
+//! SubmitJob over real gRPC: invalid requests are refused with
+//! INVALID_ARGUMENT naming the problem and store nothing; a valid one is
+//! stored once per idempotency key, its `@path` references reach the
+//! leader's model; the server has health and reflection.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use mtswarm_bus::{Jobs, v1};
+use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
+use tokio_stream::StreamExt as _;
+
+fn budgets(f: impl FnOnce(&mut v1::Budgets)) -> Option<v1::Budgets> {
+    let mut budgets = v1::Budgets::default();
+    f(&mut budgets);
+    Some(budgets)
+}
+
+#[tokio::test]
+async fn invalid_submissions_name_the_problem_and_store_nothing() {
+    let env = Env::start().await;
+    let leader = env.leader(Arc::new(ScriptedModel::new([]))).await;
+    let mut control = control(&leader).await;
+
+    let mut cases: Vec<(&str, Option<v1::JobSpec>, &str)> = vec![
+        ("missing spec", None, "spec is missing"),
+        ("empty goal", Some(spec("   ")), "goal is empty"),
+        (
+            "oversize goal",
+            Some(spec(&"x".repeat(70 * 1024))),
+            "goal is too large",
+        ),
+    ];
+    let mut unknown_kernel = spec("tune");
+    unknown_kernel.kernel_dir = "no-such-kernel".into();
+    cases.push((
+        "unknown kernel",
+        Some(unknown_kernel),
+        "unknown kernel directory",
+    ));
+    let mut escaping_kernel = spec("tune");
+    escaping_kernel.kernel_dir = "../k1".into();
+    cases.push((
+        "escaping kernel dir",
+        Some(escaping_kernel),
+        "must not contain `..`",
+    ));
+    let mut bad_selector = spec("tune");
+    bad_selector.slice_selector = "colour=red".into();
+    cases.push(("bad selector", Some(bad_selector), "slice_selector"));
+    let mut bad_operator = spec("tune");
+    bad_operator.slice_selector = "backend>=emulator".into();
+    cases.push((
+        "bad selector operator",
+        Some(bad_operator),
+        "slice_selector",
+    ));
+    cases.push((
+        "oversize attachment",
+        Some(spec("look at @big.bin")),
+        "attachment @big.bin is too large",
+    ));
+    cases.push((
+        "missing attachment",
+        Some(spec("look at @missing.c")),
+        "attachment @missing.c",
+    ));
+    let mut negative_device = spec("tune");
+    negative_device.budgets = budgets(|b| b.device_seconds = -1.0);
+    cases.push((
+        "negative device seconds",
+        Some(negative_device),
+        "bad budgets: device_seconds",
+    ));
+    let mut too_many_steps = spec("tune");
+    too_many_steps.budgets = budgets(|b| b.max_steps = 1_000_000);
+    cases.push((
+        "too many steps",
+        Some(too_many_steps),
+        "bad budgets: max_steps",
+    ));
+    let mut long_wall = spec("tune");
+    long_wall.budgets = budgets(|b| b.wall_time_seconds = 365 * 24 * 3600);
+    cases.push((
+        "wall time",
+        Some(long_wall),
+        "bad budgets: wall_time_seconds",
+    ));
+
+    for (name, spec, expected) in cases {
+        let status = control
+            .submit_job(v1::SubmitJobRequest {
+                spec,
+                idempotency_key: String::new(),
+            })
+            .await
+            .expect_err(name);
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{name}: {status:?}"
+        );
+        assert!(
+            status.message().contains(expected),
+            "{name}: message {:?} should contain {expected:?}",
+            status.message()
+        );
+    }
+    let jobs = Jobs::open(&env.bus).await.expect("jobs bucket");
+    assert!(
+        jobs.list().await.expect("list jobs").is_empty(),
+        "nothing stored"
+    );
+    leader.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn a_valid_job_is_stored_once_per_key_and_sees_its_attachments() {
+    let env = Env::start().await;
+    let model = Arc::new(ScriptedModel::new([ScriptedTurn::text(
+        "Nothing to tune.\n```json\n{\"best\": {\"params\": {}}}\n```",
+    )]));
+    let leader = env.leader(model.clone()).await;
+    let mut control = control(&leader).await;
+    let request = v1::SubmitJobRequest {
+        spec: Some(spec("Tune @kernel.c please.")),
+        idempotency_key: "client-retry-1".into(),
+    };
+    let first = control
+        .submit_job(request.clone())
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let second = control
+        .submit_job(request)
+        .await
+        .expect("retried submit")
+        .into_inner()
+        .job_id;
+    assert_eq!(first, second, "same idempotency key, same job");
+
+    let events = watch_to_end(&mut control, &first, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    let jobs = Jobs::open(&env.bus).await.expect("jobs bucket");
+    assert_eq!(jobs.list().await.expect("list").len(), 1, "one job stored");
+    let job = control
+        .get_job(v1::GetJobRequest {
+            job_id: first.clone(),
+        })
+        .await
+        .expect("get_job")
+        .into_inner()
+        .job
+        .expect("job");
+    assert_eq!(job.state(), v1::JobState::Succeeded);
+    assert_eq!(job.summary, "Nothing to tune.");
+    assert_eq!(job.result_json, r#"{"best":{"params":{}}}"#);
+    assert!(
+        !job.leader_state_json.is_empty(),
+        "leader loop checkpointed"
+    );
+
+    let requests = model.requests();
+    let task = requests[0]
+        .messages
+        .iter()
+        .find(|m| m.role == mtswarm_core::Role::User)
+        .expect("task message");
+    assert!(
+        task.content.contains("MARKER-42"),
+        "attachment in the task: {}",
+        task.content
+    );
+    assert!(
+        requests[0].messages[0].content.contains("spawn_agent"),
+        "system prompt lists tools"
+    );
+
+    let listed = control
+        .list_jobs(v1::ListJobsRequest {
+            states: vec![v1::JobState::Succeeded as i32],
+            ..Default::default()
+        })
+        .await
+        .expect("list_jobs")
+        .into_inner();
+    assert_eq!(listed.jobs.len(), 1);
+    let unknown = control
+        .get_job(v1::GetJobRequest {
+            job_id: "nope".into(),
+        })
+        .await
+        .expect_err("unknown job");
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    leader.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn reflection_lists_control_and_health_is_serving() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let env = Env::start().await;
+    let leader = env.leader(Arc::new(ScriptedModel::new([]))).await;
+    let channel = tonic::transport::Endpoint::from_shared(leader.grpc_url())
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut reflection =
+        tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(
+            channel.clone(),
+        );
+    let request = tonic_reflection::pb::v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::iter(vec![request]))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let response = within("reflection answer", responses.next())
+        .await
+        .expect("a response")
+        .expect("ok response");
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("expected a service list, got {response:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(names.iter().any(|n| n == "mtswarm.v1.Control"), "{names:?}");
+
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "mtswarm.v1.Control".into(),
+        })
+        .await
+        .expect("health check")
+        .into_inner()
+        .status();
+    assert_eq!(status, ServingStatus::Serving);
+    leader.shutdown().await.expect("shutdown");
+}

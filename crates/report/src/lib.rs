@@ -1,0 +1,446 @@
+//! mtswarm-report: what a tuning job achieved, for people and for scripts.
+//!
+//! A [`JobReport`] gathers a job's outcome (best parameters, GFLOPS, share of
+//! the modeled peak, the naive baseline and the speedup over it, how many
+//! candidates were evaluated, how busy each slice was) together with the time
+//! series behind it (every measurement, every interval a slice's hardware was
+//! busy). Build one from the results store's records with
+//! [`JobReport::from_records`], or fill the fields directly. Then:
+//!
+//! - [`JobReport::render_terminal`]: tables for a terminal (comfy-table);
+//! - [`JobReport::render_html`] / [`JobReport::write_html`]: one
+//!   self-contained XHTML file (no scripts, no network) with inline SVG plots
+//!   of the best-so-far GFLOPS over time and a per-slice timeline of hardware
+//!   use, the top candidates and the summary;
+//! - [`JobReport::summary`]: the [`ReportSummary`] serde struct that
+//!   `mtswarm demo --json` prints.
+//!
+//! [`record_from_measurement`] turns a typed hardware measurement into a
+//! results-store record (the bus crate cannot depend on the hardware crate).
+
+mod html;
+mod svg;
+mod terminal;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use mtswarm_bus::ResultRecord;
+use mtswarm_bus::results::{Provenance, RecordError};
+use mtswarm_hw::Measurement;
+use serde::{Deserialize, Serialize};
+
+/// Candidates listed in the top-candidates table when the caller does not say.
+pub const DEFAULT_TOP: usize = 10;
+
+/// Why a report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot write report {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A measured configuration worth showing (the best one, or a top one).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Candidate {
+    /// The `-D` parameters.
+    pub params: BTreeMap<String, String>,
+    pub gflops: f64,
+    /// Fraction (0..1) of the modeled peak of the cores used.
+    pub peak_fraction: Option<f64>,
+    pub median_seconds: Option<f64>,
+    pub slice: String,
+    pub agent: String,
+    pub kernel_hash: String,
+}
+
+/// The reference the speedup is measured against (the naive kernel).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Baseline {
+    pub gflops: f64,
+    pub params: BTreeMap<String, String>,
+    /// Where the figure comes from, e.g. "naive kernel".
+    pub description: String,
+}
+
+/// One measurement on the time axis.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MeasurementPoint {
+    /// Milliseconds since the Unix epoch.
+    pub timestamp_ms: u64,
+    pub slice: String,
+    pub agent: String,
+    /// Present for trustworthy measurements.
+    pub gflops: Option<f64>,
+    pub valid: bool,
+    pub params: BTreeMap<String, String>,
+}
+
+/// An interval during which a slice's hardware was busy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BusyInterval {
+    pub slice: String,
+    /// Milliseconds since the Unix epoch.
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub agent: String,
+    /// What ran, e.g. the candidate's parameters.
+    pub label: String,
+}
+
+/// Everything a report shows about one job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobReport {
+    pub job_id: String,
+    pub kernel: String,
+    pub goal: String,
+    /// Window of the job, milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    pub finished_at_ms: u64,
+    pub best: Option<Candidate>,
+    pub baseline: Option<Baseline>,
+    pub candidates_evaluated: u64,
+    pub valid_candidates: u64,
+    /// Slice id -> share (0..1) of the job's window its hardware was busy.
+    pub slice_utilization: BTreeMap<String, f64>,
+    /// Best first.
+    pub top: Vec<Candidate>,
+    pub measurements: Vec<MeasurementPoint>,
+    pub busy: Vec<BusyInterval>,
+}
+
+/// The machine-readable outcome of a job (`mtswarm demo --json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportSummary {
+    pub job_id: String,
+    pub kernel: String,
+    /// `null` when no candidate produced a trustworthy figure.
+    pub best: Option<BestSummary>,
+    /// `null` when no baseline was measured.
+    pub baseline: Option<BaselineSummary>,
+    /// best.gflops / baseline.gflops.
+    pub speedup_over_naive: Option<f64>,
+    pub candidates_evaluated: u64,
+    pub valid_candidates: u64,
+    /// Slice id -> 0..1.
+    pub slice_utilization: BTreeMap<String, f64>,
+    pub wall_seconds: f64,
+    /// The HTML report, when one was written.
+    pub report_path: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BestSummary {
+    pub params: BTreeMap<String, String>,
+    pub gflops: f64,
+    pub peak_fraction: Option<f64>,
+    pub slice: String,
+    pub kernel_hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineSummary {
+    pub gflops: f64,
+    pub params: BTreeMap<String, String>,
+    pub description: String,
+}
+
+/// Turns a typed measurement into a results-store record.
+pub fn record_from_measurement(
+    measurement: &Measurement,
+    provenance: &Provenance,
+) -> Result<ResultRecord, RecordError> {
+    let value = serde_json::to_value(measurement)
+        .map_err(|source| RecordError::NotAMeasurement { source })?;
+    ResultRecord::from_measurement_json(&value, provenance)
+}
+
+fn candidate_of(record: &ResultRecord) -> Candidate {
+    Candidate {
+        params: record.params.clone(),
+        gflops: record.gflops.unwrap_or_default(),
+        peak_fraction: record.peak_fraction,
+        median_seconds: record.stats.as_ref().map(|s| s.median),
+        slice: record.slice_id.clone(),
+        agent: record.agent_id.clone(),
+        kernel_hash: record.kernel_hash.clone(),
+    }
+}
+
+/// Share of `[start_ms, end_ms)` covered by each slice's busy intervals
+/// (overlapping intervals of one slice count once), clamped to 0..1.
+pub fn slice_utilization(
+    busy: &[BusyInterval],
+    start_ms: u64,
+    end_ms: u64,
+) -> BTreeMap<String, f64> {
+    let mut per_slice: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for interval in busy {
+        let from = interval.start_ms.max(start_ms);
+        let to = interval.end_ms.min(end_ms);
+        per_slice
+            .entry(interval.slice.as_str())
+            .or_default()
+            .extend((to > from).then_some((from, to)));
+    }
+    let window = end_ms.saturating_sub(start_ms);
+    per_slice
+        .into_iter()
+        .map(|(slice, mut spans)| {
+            spans.sort_unstable();
+            let mut covered = 0u64;
+            let mut current: Option<(u64, u64)> = None;
+            for (from, to) in spans {
+                current = match current {
+                    Some((a, b)) if from <= b => Some((a, b.max(to))),
+                    Some((a, b)) => {
+                        covered += b - a;
+                        Some((from, to))
+                    }
+                    None => Some((from, to)),
+                };
+            }
+            if let Some((a, b)) = current {
+                covered += b - a;
+            }
+            let share = if window == 0 {
+                0.0
+            } else {
+                (covered as f64 / window as f64).clamp(0.0, 1.0)
+            };
+            (slice.to_string(), share)
+        })
+        .collect()
+}
+
+impl JobReport {
+    /// A report of one job from its results-store records (any order).
+    ///
+    /// - Busy intervals: each record's `wall_seconds` ending at its timestamp.
+    /// - Window: from the first busy start (or measurement) to the last one.
+    /// - Best and top: trustworthy records (valid, unflagged, with a figure),
+    ///   one entry per distinct (kernel hash, parameters), best figure kept.
+    /// - Baseline: `baseline` when given; otherwise the earliest trustworthy
+    ///   record without parameters (the naive kernel), and failing that the
+    ///   earliest trustworthy record ("first valid candidate").
+    /// - `slices`: every slice of the job, so idle ones show with 0.
+    pub fn from_records(
+        job_id: &str,
+        kernel: &str,
+        records: &[ResultRecord],
+        baseline: Option<Baseline>,
+        slices: &[String],
+    ) -> JobReport {
+        let mut records: Vec<&ResultRecord> = records.iter().collect();
+        records.sort_by_key(|r| r.timestamp_ms);
+
+        let measurements: Vec<MeasurementPoint> = records
+            .iter()
+            .map(|r| MeasurementPoint {
+                timestamp_ms: r.timestamp_ms,
+                slice: r.slice_id.clone(),
+                agent: r.agent_id.clone(),
+                gflops: r.trustworthy().then_some(r.gflops).flatten(),
+                valid: r.valid,
+                params: r.params.clone(),
+            })
+            .collect();
+        let busy: Vec<BusyInterval> = records
+            .iter()
+            .filter(|r| r.wall_seconds > 0.0)
+            .map(|r| {
+                let wall_ms = (r.wall_seconds * 1000.0).round() as u64;
+                BusyInterval {
+                    slice: r.slice_id.clone(),
+                    start_ms: r.timestamp_ms.saturating_sub(wall_ms),
+                    end_ms: r.timestamp_ms,
+                    agent: r.agent_id.clone(),
+                    label: params_label(&r.params),
+                }
+            })
+            .collect();
+        let started_at_ms = busy
+            .iter()
+            .map(|b| b.start_ms)
+            .chain(measurements.iter().map(|m| m.timestamp_ms))
+            .min()
+            .unwrap_or_default();
+        let finished_at_ms = busy
+            .iter()
+            .map(|b| b.end_ms)
+            .chain(measurements.iter().map(|m| m.timestamp_ms))
+            .max()
+            .unwrap_or_default();
+
+        let trustworthy: Vec<&ResultRecord> = records
+            .iter()
+            .copied()
+            .filter(|r| r.trustworthy())
+            .collect();
+        let mut distinct: BTreeMap<(String, Vec<(String, String)>), Candidate> = BTreeMap::new();
+        for r in &trustworthy {
+            let key = (
+                r.kernel_hash.clone(),
+                r.params
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            );
+            let candidate = candidate_of(r);
+            match distinct.get(&key) {
+                Some(kept) if kept.gflops >= candidate.gflops => {}
+                _ => {
+                    distinct.insert(key, candidate);
+                }
+            }
+        }
+        let mut top: Vec<Candidate> = distinct.into_values().collect();
+        top.sort_by(|a, b| b.gflops.total_cmp(&a.gflops));
+        top.truncate(DEFAULT_TOP);
+
+        let baseline = baseline.or_else(|| {
+            let naive = trustworthy.iter().find(|r| r.params.is_empty());
+            let (record, description) = match naive {
+                Some(r) => (r, "naive kernel (no parameters)"),
+                None => (trustworthy.first()?, "first valid candidate"),
+            };
+            Some(Baseline {
+                gflops: record.gflops.unwrap_or_default(),
+                params: record.params.clone(),
+                description: description.to_string(),
+            })
+        });
+
+        let mut slice_utilization = slice_utilization(&busy, started_at_ms, finished_at_ms);
+        for slice in slices
+            .iter()
+            .cloned()
+            .chain(records.iter().map(|r| r.slice_id.clone()))
+        {
+            slice_utilization.entry(slice).or_insert(0.0);
+        }
+
+        JobReport {
+            job_id: job_id.to_string(),
+            kernel: kernel.to_string(),
+            goal: String::new(),
+            started_at_ms,
+            finished_at_ms,
+            best: top.first().cloned(),
+            baseline,
+            candidates_evaluated: records.len() as u64,
+            valid_candidates: records.iter().filter(|r| r.valid).count() as u64,
+            slice_utilization,
+            top,
+            measurements,
+            busy,
+        }
+    }
+
+    /// best.gflops / baseline.gflops, when both exist and the baseline is positive.
+    pub fn speedup_over_naive(&self) -> Option<f64> {
+        let best = self.best.as_ref()?;
+        let baseline = self.baseline.as_ref()?;
+        (baseline.gflops > 0.0 && best.gflops.is_finite()).then(|| best.gflops / baseline.gflops)
+    }
+
+    /// Seconds between the start and the end of the job's window.
+    pub fn wall_seconds(&self) -> f64 {
+        self.finished_at_ms.saturating_sub(self.started_at_ms) as f64 / 1000.0
+    }
+
+    /// Every slice the report knows of: utilization keys and busy intervals.
+    pub fn slices(&self) -> Vec<String> {
+        let set: BTreeSet<&str> = self
+            .slice_utilization
+            .keys()
+            .map(String::as_str)
+            .chain(self.busy.iter().map(|b| b.slice.as_str()))
+            .collect();
+        set.into_iter().map(str::to_string).collect()
+    }
+
+    /// The JSON summary; `report_path` names the HTML report if one was written.
+    pub fn summary(&self, report_path: Option<&Path>) -> ReportSummary {
+        ReportSummary {
+            job_id: self.job_id.clone(),
+            kernel: self.kernel.clone(),
+            best: self.best.as_ref().map(|b| BestSummary {
+                params: b.params.clone(),
+                gflops: b.gflops,
+                peak_fraction: b.peak_fraction,
+                slice: b.slice.clone(),
+                kernel_hash: b.kernel_hash.clone(),
+            }),
+            baseline: self.baseline.as_ref().map(|b| BaselineSummary {
+                gflops: b.gflops,
+                params: b.params.clone(),
+                description: b.description.clone(),
+            }),
+            speedup_over_naive: self.speedup_over_naive(),
+            candidates_evaluated: self.candidates_evaluated,
+            valid_candidates: self.valid_candidates,
+            slice_utilization: self.slice_utilization.clone(),
+            wall_seconds: self.wall_seconds(),
+            report_path: report_path.map(|p| p.display().to_string()),
+        }
+    }
+
+    /// Tables for a terminal: the summary, slice utilization, top candidates.
+    pub fn render_terminal(&self) -> String {
+        terminal::render(self)
+    }
+
+    /// The self-contained HTML report (well-formed XHTML).
+    pub fn render_html(&self) -> String {
+        html::render(self)
+    }
+
+    /// Writes the HTML report to `path` (creating parent directories) and
+    /// returns the path.
+    pub fn write_html(&self, path: impl AsRef<Path>) -> Result<PathBuf, ReportError> {
+        let path = path.as_ref().to_path_buf();
+        let io_error = |source| ReportError::Io {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io_error)?;
+        }
+        std::fs::write(&path, self.render_html()).map_err(io_error)?;
+        Ok(path)
+    }
+}
+
+/// `A=1 B=2`, or `(defaults)` without parameters.
+pub fn params_label(params: &BTreeMap<String, String>) -> String {
+    if params.is_empty() {
+        return "(defaults)".to_string();
+    }
+    params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `2026-11-29T21:40:00Z`-style UTC time of a Unix-milliseconds instant.
+pub fn utc_time(ms: u64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
+}

@@ -1,0 +1,101 @@
+//! The report as terminal tables (comfy-table): what a person running
+//! `mtswarm` sees at the end of a job.
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{CellAlignment, Table};
+
+use crate::{JobReport, params_label};
+
+fn percent(fraction: Option<f64>) -> String {
+    fraction
+        .map(|f| format!("{:.1}%", f * 100.0))
+        .unwrap_or_else(|| "-".to_string())
+}
+
+fn table() -> Table {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table
+}
+
+pub(crate) fn render(report: &JobReport) -> String {
+    let mut summary = table();
+    summary.set_header(vec!["job", report.job_id.as_str()]);
+    let best = report.best.as_ref();
+    let rows: Vec<(&str, String)> = vec![
+        ("kernel", report.kernel.clone()),
+        (
+            "best GFLOPS",
+            best.map(|b| format!("{:.2}", b.gflops))
+                .unwrap_or_else(|| "no valid candidate".to_string()),
+        ),
+        ("% of peak", percent(best.and_then(|b| b.peak_fraction))),
+        (
+            "best params",
+            best.map(|b| params_label(&b.params))
+                .unwrap_or_else(|| "-".to_string()),
+        ),
+        (
+            "baseline GFLOPS",
+            report
+                .baseline
+                .as_ref()
+                .map(|b| format!("{:.2} ({})", b.gflops, b.description))
+                .unwrap_or_else(|| "-".to_string()),
+        ),
+        (
+            "speedup over naive",
+            report
+                .speedup_over_naive()
+                .map(|s| format!("{s:.2}x"))
+                .unwrap_or_else(|| "-".to_string()),
+        ),
+        (
+            "candidates",
+            format!(
+                "{} evaluated, {} valid",
+                report.candidates_evaluated, report.valid_candidates
+            ),
+        ),
+        ("wall time", format!("{:.1} s", report.wall_seconds())),
+    ];
+    for (name, value) in rows {
+        summary.add_row(vec![name.to_string(), value]);
+    }
+
+    let mut slices = table();
+    slices.set_header(vec!["slice", "utilization"]);
+    for (slice, share) in &report.slice_utilization {
+        slices.add_row(vec![slice.clone(), percent(Some(*share))]);
+    }
+
+    let mut top = table();
+    top.set_header(vec!["#", "GFLOPS", "% of peak", "params", "slice", "agent"]);
+    for (i, c) in report.top.iter().enumerate() {
+        top.add_row(vec![
+            (i + 1).to_string(),
+            format!("{:.2}", c.gflops),
+            percent(c.peak_fraction),
+            params_label(&c.params),
+            c.slice.clone(),
+            c.agent.clone(),
+        ]);
+    }
+    for column in [1, 2] {
+        if let Some(column) = top.column_mut(column) {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+
+    let mut out = summary.to_string();
+    if !report.slice_utilization.is_empty() {
+        out.push('\n');
+        out.push_str(&slices.to_string());
+    }
+    if !report.top.is_empty() {
+        out.push_str("\ntop candidates\n");
+        out.push_str(&top.to_string());
+    }
+    out.push('\n');
+    out
+}
