@@ -2,7 +2,9 @@
 //! may set (as `-D` defines), the constraints that rule configurations out
 //! (expressions over parameters, problem sizes and chip-spec numbers, e.g.
 //! what fits in AM), the problem sizes, the tolerance and the baseline
-//! variant. The format is documented in `examples/kernels/README.md`.
+//! variant, and optionally a performance model (`[model]`: flops and DDR
+//! bytes per configuration, for roofline ranking). The format is documented
+//! in `examples/kernels/README.md`.
 //!
 //! ```toml
 //! kernel = "dgemm"
@@ -113,6 +115,20 @@ pub struct TuneSpace {
     pub tolerance: f64,
     /// Parameter overrides that select the baseline (naive) variant.
     pub baseline: Config,
+    /// Work and DDR traffic of one execution per configuration, for
+    /// roofline estimates (the optional `[model]` table).
+    pub model: Option<PerfModel>,
+}
+
+/// Expressions (same syntax and variables as the constraints) giving the
+/// floating-point operations and the DDR bytes of one execution of a
+/// configuration, so a tuner can rank configurations by their roofline
+/// bound before running any of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerfModel {
+    pub flops: String,
+    pub bytes: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +145,8 @@ struct RawSpace {
     sizes: BTreeMap<String, ParamValue>,
     #[serde(default, rename = "param")]
     params: Vec<RawParam>,
+    #[serde(default)]
+    model: Option<PerfModel>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -287,9 +305,11 @@ impl TuneSpace {
             sizes: raw.sizes,
             tolerance,
             baseline: raw.baseline,
+            model: raw.model,
         };
         // Catch malformed expressions now rather than at enumeration time.
-        for c in &space.constraints {
+        let model_exprs = space.model.iter().flat_map(|m| [&m.flops, &m.bytes]);
+        for c in space.constraints.iter().chain(model_exprs) {
             evalexpr::build_operator_tree(c).map_err(|e| TuneError::Expression {
                 constraint: c.clone(),
                 reason: e.to_string(),
@@ -369,6 +389,49 @@ impl TuneSpace {
             set(&mut ctx, &p.name, value.to_expr())?;
         }
         Ok(ctx)
+    }
+
+    /// Flops and DDR bytes of one execution of the build with these `-D`
+    /// defines, from the `[model]` table (`None` when the file has none).
+    /// Defines override sizes and parameters; numbers are read as numbers,
+    /// anything else as a word.
+    pub fn model_figures(
+        &self,
+        defines: &BTreeMap<String, String>,
+        spec: &ChipSpec,
+    ) -> Result<Option<(f64, f64)>, TuneError> {
+        let Some(model) = &self.model else {
+            return Ok(None);
+        };
+        let mut ctx = self.context(&Config::new(), spec)?;
+        for (name, text) in defines {
+            let value = if let Ok(i) = text.trim().parse::<i64>() {
+                ExprValue::Int(i)
+            } else if let Ok(x) = text.trim().parse::<f64>() {
+                ExprValue::Float(x)
+            } else {
+                ExprValue::String(text.clone())
+            };
+            ctx.set_value(name.clone(), value)
+                .map_err(|e| TuneError::Config(format!("{name}: {e}")))?;
+        }
+        let eval = |expr: &String| -> Result<f64, TuneError> {
+            let value = evalexpr::eval_number_with_context(expr, &ctx).map_err(|e| {
+                TuneError::Expression {
+                    constraint: expr.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
+            if value.is_finite() && value >= 0.0 {
+                Ok(value)
+            } else {
+                Err(TuneError::Expression {
+                    constraint: expr.clone(),
+                    reason: format!("evaluates to {value}, not a non-negative number"),
+                })
+            }
+        };
+        Ok(Some((eval(&model.flops)?, eval(&model.bytes)?)))
     }
 
     fn satisfies(&self, config: &Config, spec: &ChipSpec) -> Result<(), TuneError> {
@@ -501,6 +564,24 @@ default = "fast"
         assert_eq!(d.get("VARIANT").map(String::as_str), Some("naive"));
         assert_eq!(d.get("A").map(String::as_str), Some("2"));
         assert!(d.contains_key("TOLERANCE"));
+    }
+
+    #[test]
+    fn the_model_table_gives_flops_and_bytes_per_build() {
+        let text = format!("{SPACE}[model]\nflops = \"2 * N * A\"\nbytes = \"8 * N * (1 + B)\"\n");
+        let space = TuneSpace::from_toml_str(&text).expect("parses");
+        let spec = ChipSpec::default();
+        let defines: BTreeMap<String, String> = [("A", "4"), ("B", "3"), ("N", "10")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        let figures = space.model_figures(&defines, &spec).expect("evaluates");
+        assert_eq!(figures, Some((80.0, 320.0)));
+        // Without the table there is nothing to evaluate.
+        let plain = TuneSpace::from_toml_str(SPACE).expect("parses");
+        assert_eq!(plain.model_figures(&defines, &spec).expect("ok"), None);
+        let broken = format!("{SPACE}[model]\nflops = \"(N\"\nbytes = \"1\"\n");
+        assert!(TuneSpace::from_toml_str(&broken).is_err());
     }
 
     #[test]

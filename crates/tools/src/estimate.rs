@@ -161,7 +161,7 @@ impl Estimate {
 impl Tool for Estimate {
     tool_basics!(
         "estimate",
-        "Roofline bound of a kernel on this slice from the MT-3000 spec: give flops and DDR bytes per execution; returns the bound in seconds and GFLOPS and whether it is compute- or memory-bound.",
+        "Roofline bound of a kernel on this slice from the MT-3000 spec: give flops and DDR bytes per execution, or kernel_dir and the configuration's defines when its tune.toml has a [model] table; returns the bound in seconds and GFLOPS and whether it is compute- or memory-bound.",
         EstimateArgs,
         Risk::Low,
         true,
@@ -202,13 +202,7 @@ impl Tool for Estimate {
                 "cores must be in 1..={slice_cores} (the slice's cores), got {cores}"
             )));
         }
-        let r = roofline(
-            &self.0.spec,
-            flops,
-            bytes,
-            cores,
-            args.measured_seconds,
-        );
+        let r = roofline(&self.0.spec, flops, bytes, cores, args.measured_seconds);
         let mut text = format!(
             "{} on {} cores: bound {:.3e} s = {:.1} GFLOPS (peak {:.1} GFLOPS, {:.1} GB/s; intensity {:.2} flop/B vs ridge {:.2})",
             r.bound_by,

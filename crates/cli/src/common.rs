@@ -1,0 +1,211 @@
+//! Flags and plumbing shared by the subcommands: telemetry setup (one
+//! service name per process role), the connection to the leader's Control
+//! service (with trace context injected into every call), and how errors
+//! from the leader are worded for people.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use mtswarm_proto::v1::control_client::ControlClient;
+use mtswarm_telemetry::grpc::TraceContextInterceptor;
+use mtswarm_telemetry::{TelemetryConfig, TelemetryGuard};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+/// Default gRPC address of the leader (`mtswarm up` and `mtswarm leader`).
+pub const DEFAULT_LEADER: &str = "http://127.0.0.1:7700";
+
+/// Logging and tracing flags, on every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct TelemetryArgs {
+    /// OTLP/gRPC collector to export spans to (e.g. http://localhost:4317).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    pub otlp_endpoint: Option<String>,
+    /// Log filter (tracing env-filter syntax, e.g. `info,mtswarm_worker=debug`).
+    #[arg(long = "log", env = "MTSWARM_LOG", global = true)]
+    pub log_filter: Option<String>,
+    /// Logs as JSON lines (for log shippers).
+    #[arg(long, env = "MTSWARM_LOG_JSON", global = true)]
+    pub log_json: bool,
+}
+
+impl TelemetryArgs {
+    /// Installs logging/tracing for this process as `service_name`.
+    pub fn init(&self, service_name: &str) -> anyhow::Result<TelemetryGuard> {
+        let mut config = TelemetryConfig::new(service_name);
+        config.otlp_endpoint = self.otlp_endpoint.clone().filter(|e| !e.trim().is_empty());
+        config.log_filter = self.log_filter.clone().filter(|f| !f.trim().is_empty());
+        config.json_logs = self.log_json;
+        mtswarm_telemetry::init(config).context("setting up logging and tracing")
+    }
+
+    /// Like [`TelemetryArgs::init`] for client commands, whose stderr is for
+    /// people: only warnings unless a filter is given.
+    pub fn init_client(&self) -> anyhow::Result<TelemetryGuard> {
+        let mut args = self.clone();
+        if args.log_filter.is_none() {
+            args.log_filter = Some("warn".into());
+        }
+        args.init("mtswarm-cli")
+    }
+}
+
+/// Where the leader is, for client commands.
+#[derive(Debug, Clone, Args)]
+pub struct LeaderArgs {
+    /// gRPC address of the leader.
+    #[arg(long = "leader", env = "MTSWARM_LEADER", default_value = DEFAULT_LEADER)]
+    pub leader: String,
+    /// Seconds to wait for the connection to the leader.
+    #[arg(long, env = "MTSWARM_CONNECT_TIMEOUT", default_value_t = 5.0)]
+    pub connect_timeout: f64,
+}
+
+/// The Control client the commands use: every call carries the current
+/// span's trace context.
+pub type Control = ControlClient<InterceptedService<Channel, TraceContextInterceptor>>;
+
+/// The largest message the CLI accepts from the leader.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+impl LeaderArgs {
+    /// The leader address with a scheme (`host:port` becomes `http://host:port`).
+    pub fn url(&self) -> String {
+        with_scheme(&self.leader)
+    }
+
+    /// Connects to the leader, or explains how to start one.
+    pub async fn connect(&self) -> anyhow::Result<Control> {
+        let url = self.url();
+        if !self.connect_timeout.is_finite() || self.connect_timeout <= 0.0 {
+            anyhow::bail!("--connect-timeout must be a positive number of seconds");
+        }
+        let endpoint = Endpoint::from_shared(url.clone())
+            .with_context(|| format!("invalid leader address {:?}", self.leader))?
+            .connect_timeout(Duration::from_secs_f64(self.connect_timeout))
+            .tcp_nodelay(true);
+        let channel = endpoint.connect().await.map_err(|error| {
+            anyhow::anyhow!(
+                "cannot reach the leader at {url}: is `mtswarm up` running? ({})",
+                error_chain(&error)
+            )
+        })?;
+        Ok(
+            ControlClient::with_interceptor(channel, TraceContextInterceptor)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        )
+    }
+}
+
+/// `host:port` -> `http://host:port`; URLs with a scheme are kept.
+pub fn with_scheme(address: &str) -> String {
+    let trimmed = address.trim();
+    if trimmed.contains("://") {
+        trimmed.to_string()
+    } else {
+        format!("http://{trimmed}")
+    }
+}
+
+/// An error and its sources on one line.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        let inner_text = inner.to_string();
+        if !text.contains(&inner_text) {
+            text.push_str(": ");
+            text.push_str(&inner_text);
+        }
+        source = inner.source();
+    }
+    text
+}
+
+/// A failed call to the leader as a readable error: the status code's
+/// meaning and the leader's message.
+pub fn rpc_error(what: &str, leader: &str, status: tonic::Status) -> anyhow::Error {
+    let message = status.message();
+    match status.code() {
+        tonic::Code::Unavailable => anyhow::anyhow!(
+            "{what}: cannot reach the leader at {leader}: is `mtswarm up` running? ({message})"
+        ),
+        tonic::Code::InvalidArgument => anyhow::anyhow!("{what}: invalid request: {message}"),
+        tonic::Code::NotFound => anyhow::anyhow!("{what}: not found: {message}"),
+        tonic::Code::FailedPrecondition => anyhow::anyhow!("{what}: {message}"),
+        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => {
+            anyhow::anyhow!("{what}: not allowed: {message}")
+        }
+        tonic::Code::DeadlineExceeded => {
+            anyhow::anyhow!("{what}: the leader did not answer in time ({message})")
+        }
+        code => anyhow::anyhow!("{what}: {code:?}: {message}"),
+    }
+}
+
+/// Writes `contents` to `path` atomically (temporary file + rename), so a
+/// reader polling for the file never sees half of it.
+pub fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut temp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a temporary file next to {}", path.display()))?;
+    std::io::Write::write_all(&mut temp, contents.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    temp.persist(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Identity recorded as the decider of approvals: `$USER@host`, else `cli`.
+pub fn local_identity() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_default();
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    match (user.is_empty(), host.is_empty()) {
+        (false, false) => format!("{user}@{host}"),
+        (false, true) => user,
+        _ => "cli".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_without_a_scheme_get_http() {
+        assert_eq!(with_scheme("127.0.0.1:7700"), "http://127.0.0.1:7700");
+        assert_eq!(with_scheme("https://leader:443"), "https://leader:443");
+    }
+
+    #[test]
+    fn unavailable_mentions_mtswarm_up() {
+        let error = rpc_error(
+            "listing jobs",
+            "http://127.0.0.1:1",
+            tonic::Status::unavailable("connection refused"),
+        );
+        let text = error.to_string();
+        assert!(text.contains("is `mtswarm up` running?"), "{text}");
+        assert!(text.contains("http://127.0.0.1:1"), "{text}");
+    }
+
+    #[test]
+    fn ready_files_are_written_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ready.json");
+        write_atomically(&path, "{\"grpc\":\"http://x\"}").expect("write");
+        assert_eq!(
+            std::fs::read_to_string(&path).expect("read"),
+            "{\"grpc\":\"http://x\"}"
+        );
+    }
+}

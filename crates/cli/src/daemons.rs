@@ -1,0 +1,249 @@
+//! `mtswarm leader` and `mtswarm worker`: thin wrappers that turn flags (and
+//! their environment variables) into a `LeaderConfig` / `WorkerConfig`,
+//! start the daemon, announce where it listens (a `listening on` log line and
+//! the optional `--ready-file`), and shut it down gracefully on Ctrl-C or
+//! SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use mtswarm_leader::{LeaderConfig, LeaderDaemon};
+use mtswarm_llm::OpenAiConfig;
+use mtswarm_worker::{WorkerConfig, WorkerDaemon, WorkerModel};
+use serde_json::json;
+
+use crate::common::{TelemetryArgs, write_atomically};
+
+/// Default NATS URL of every process.
+pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
+
+#[derive(Debug, Clone, Args)]
+pub struct LlmArgs {
+    /// OpenAI-compatible endpoint (vLLM, Ollama, ...); absent = builtin policy.
+    #[arg(long, env = "MTSWARM_LLM_URL")]
+    pub llm_url: Option<String>,
+    /// Model name at that endpoint.
+    #[arg(long, env = "MTSWARM_LLM_MODEL")]
+    pub llm_model: Option<String>,
+    /// API key of the endpoint (prefer the environment variable: flags show in `ps`).
+    #[arg(long, env = "MTSWARM_LLM_API_KEY", hide_env_values = true)]
+    pub llm_api_key: Option<String>,
+}
+
+impl LlmArgs {
+    /// The endpoint settings when both URL and model are given; an error
+    /// when only one of them is.
+    fn endpoint(&self) -> anyhow::Result<Option<(String, String)>> {
+        let url = self.llm_url.clone().filter(|u| !u.trim().is_empty());
+        let model = self.llm_model.clone().filter(|m| !m.trim().is_empty());
+        match (url, model) {
+            (Some(url), Some(model)) => Ok(Some((url, model))),
+            (None, None) => Ok(None),
+            (Some(_), None) => {
+                anyhow::bail!("--llm-url is set but --llm-model (MTSWARM_LLM_MODEL) is not")
+            }
+            (None, Some(_)) => {
+                anyhow::bail!("--llm-model is set but --llm-url (MTSWARM_LLM_URL) is not")
+            }
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct LeaderCmd {
+    /// NATS server URL(s), comma-separated.
+    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
+    pub nats: Vec<String>,
+    /// NATS credentials file (.creds).
+    #[arg(long, env = "MTSWARM_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+    /// gRPC listen address (port 0 picks a free port).
+    #[arg(long, env = "MTSWARM_LEADER_LISTEN", default_value = "127.0.0.1:7700")]
+    pub listen: SocketAddr,
+    /// Directory that job kernel paths are relative to.
+    #[arg(long, env = "MTSWARM_KERNEL_ROOT", default_value = ".")]
+    pub kernel_root: PathBuf,
+    /// Write `{"grpc": URL}` here once serving.
+    #[arg(long, env = "MTSWARM_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkerCmd {
+    /// NATS server URL(s), comma-separated.
+    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
+    pub nats: Vec<String>,
+    /// NATS credentials file (.creds).
+    #[arg(long, env = "MTSWARM_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+    /// Fleet inventory (fleet.toml).
+    #[arg(long, env = "MTSWARM_FLEET")]
+    pub fleet: PathBuf,
+    /// The board of the fleet this daemon serves.
+    #[arg(long, env = "MTSWARM_BOARD")]
+    pub board: String,
+    /// Worker id (default `worker-<board>`).
+    #[arg(long, env = "MTSWARM_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// gRPC listen address (port 0 picks a free port).
+    #[arg(long, env = "MTSWARM_WORKER_LISTEN", default_value = "127.0.0.1:7701")]
+    pub listen: SocketAddr,
+    /// Endpoint the leader uses to reach this daemon (default: the bound address).
+    #[arg(long, env = "MTSWARM_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Directory that task kernel paths are relative to.
+    #[arg(long, env = "MTSWARM_KERNEL_ROOT", default_value = ".")]
+    pub kernel_root: PathBuf,
+    /// Where sessions get their workspaces (default: a directory under the system temp dir).
+    #[arg(long, env = "MTSWARM_WORKSPACE_ROOT")]
+    pub workspace_root: Option<PathBuf>,
+    /// Slice lease TTL in seconds.
+    #[arg(long, env = "MTSWARM_LEASE_TTL", default_value_t = 10)]
+    pub lease_ttl: u64,
+    /// Sessions this daemon runs at once.
+    #[arg(long, env = "MTSWARM_MAX_SESSIONS")]
+    pub max_sessions: Option<usize>,
+    /// Seconds a paused tool call waits for a decision before it is denied.
+    #[arg(long, env = "MTSWARM_APPROVAL_TIMEOUT")]
+    pub approval_timeout: Option<u64>,
+    /// Drive every session from this recorded model cassette (tests, demos).
+    #[arg(long, env = "MTSWARM_LLM_REPLAY")]
+    pub llm_replay: Option<PathBuf>,
+    /// Write `{"grpc": URL, "worker_id": ID}` here once serving.
+    #[arg(long, env = "MTSWARM_READY_FILE")]
+    pub ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+}
+
+/// Resolves when the process is asked to stop (Ctrl-C / SIGINT or SIGTERM).
+pub async fn stop_requested() -> &'static str {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(signal) => signal,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops this process");
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+fn bus_config(
+    nats: &[String],
+    creds: &Option<PathBuf>,
+    name: &str,
+) -> anyhow::Result<mtswarm_bus::BusConfig> {
+    let servers: Vec<String> = nats
+        .iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let Some(first) = servers.first() else {
+        anyhow::bail!("--nats (MTSWARM_NATS_URL) is empty");
+    };
+    let mut config = mtswarm_bus::BusConfig::new(first.clone()).with_name(name);
+    config.servers = servers;
+    config.credentials_file = creds.clone();
+    Ok(config)
+}
+
+pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
+    let mut guard = telemetry.init("mtswarm-leader")?;
+    if !cmd.kernel_root.is_dir() {
+        anyhow::bail!(
+            "--kernel-root {} is not a directory",
+            cmd.kernel_root.display()
+        );
+    }
+    let kernel_root = cmd
+        .kernel_root
+        .canonicalize()
+        .with_context(|| format!("resolving {}", cmd.kernel_root.display()))?;
+    let mut config = LeaderConfig::new(DEFAULT_NATS, kernel_root);
+    config.bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-leader")?;
+    config.grpc_addr = cmd.listen;
+    if let Some((url, model)) = cmd.llm.endpoint()? {
+        let mut llm = OpenAiConfig::new(url, model);
+        if let Some(key) = cmd.llm.llm_api_key.clone().filter(|k| !k.is_empty()) {
+            llm = llm.with_api_key(key);
+        }
+        config.llm = Some(llm);
+    }
+    let handle = LeaderDaemon::start(config)
+        .await
+        .context("starting the leader")?;
+    let url = format!("http://{}", handle.grpc_addr());
+    tracing::info!("listening on {}", handle.grpc_addr());
+    if let Some(path) = &cmd.ready_file {
+        write_atomically(path, &json!({ "grpc": url }).to_string())?;
+    }
+    let signal = stop_requested().await;
+    tracing::info!(signal, "shutting down the leader");
+    if let Err(error) = handle.shutdown().await {
+        tracing::warn!(%error, "leader shutdown was not clean");
+    }
+    if let Err(error) = guard.shutdown() {
+        eprintln!("mtswarm: flushing traces: {error}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
+    let mut guard = telemetry.init("mtswarm-worker")?;
+    // Sessions read the key from the environment when they build a client;
+    // a key given only as a flag would be silently unused.
+    if let Some(key) = cmd.llm.llm_api_key.as_ref().filter(|k| !k.is_empty())
+        && std::env::var("MTSWARM_LLM_API_KEY").ok().as_ref() != Some(key)
+    {
+        anyhow::bail!(
+            "the worker reads its LLM API key from the MTSWARM_LLM_API_KEY environment variable only; set it there instead of --llm-api-key"
+        );
+    }
+    let mut config = WorkerConfig::new(cmd.fleet.clone(), cmd.board.clone());
+    let bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-worker")?;
+    config.nats_urls = bus.servers;
+    config.nats_credentials = cmd.nats_creds.clone();
+    config.worker_id = cmd.worker_id.clone();
+    config.listen = cmd.listen;
+    config.advertise_endpoint = cmd.advertise.clone().filter(|a| !a.trim().is_empty());
+    config.kernel_root = cmd.kernel_root.clone();
+    if let Some(root) = &cmd.workspace_root {
+        config.workspace_root = root.clone();
+    }
+    config.lease_ttl = Duration::from_secs(cmd.lease_ttl);
+    if let Some(max) = cmd.max_sessions {
+        config.max_sessions = max;
+    }
+    if let Some(seconds) = cmd.approval_timeout {
+        config.approval_timeout = Duration::from_secs(seconds);
+    }
+    config.ready_file = cmd.ready_file.clone();
+    config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
+        (Some(path), _) => WorkerModel::Replay(path.clone()),
+        (None, Some((base_url, model))) => WorkerModel::OpenAi { base_url, model },
+        (None, None) => WorkerModel::Builtin,
+    };
+    let handle = WorkerDaemon::start(config)
+        .await
+        .context("starting the worker daemon")?;
+    tracing::info!(worker_id = %handle.worker_id(), "listening on {}", handle.grpc_addr());
+    let signal = stop_requested().await;
+    tracing::info!(signal, "shutting down the worker daemon");
+    if let Err(error) = handle.shutdown().await {
+        tracing::warn!(%error, "worker shutdown was not clean");
+    }
+    if let Err(error) = guard.shutdown() {
+        eprintln!("mtswarm: flushing traces: {error}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,205 @@
+//! The `mtswarm` command line. Thin: parses arguments (clap; every flag
+//! also reads an environment variable), wires the library crates together
+//! and prints. Each command family lives in its own module:
+//!
+//! - [`up`]: a whole local stack (nats-server, leader, one worker per board);
+//! - [`daemons`]: `leader` and `worker`, thin wrappers over the daemons;
+//! - [`client`]: `submit`, `jobs`, `fleet`, `approvals`, `approve`/`deny`,
+//!   `results` against the leader's Control service;
+//! - [`watch`]: live progress of a job, with interactive approvals;
+//! - `emu`: build and run one kernel on the emulator.
+//!
+//! The library form exists so that other binaries (the end-to-end tests'
+//! `mtswarm-node`) run exactly this command line: [`run`] is the whole of
+//! `main`.
+
+pub mod client;
+pub mod common;
+pub mod daemons;
+pub mod demo;
+pub mod emu;
+pub mod render;
+pub mod up;
+pub mod watch;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mtswarm_proto::v1::ApprovalVerdict;
+
+use crate::common::TelemetryArgs;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "mtswarm",
+    version,
+    about = "Tune MT-3000 kernels on a farm of boards",
+    long_about = "Tune MT-3000 kernels on a farm of boards with a leader agent and worker agents.\n\n\
+                  Start a local stack with `mtswarm up`, then `mtswarm submit GOAL --kernel DIR --watch`.\n\
+                  Client commands find the leader through --leader / MTSWARM_LEADER."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a local stack: nats-server, the leader and one worker per board.
+    Up(up::UpCmd),
+    /// Start a private local stack, tune a kernel end to end and report.
+    Demo(demo::DemoCmd),
+    /// Run the leader daemon (gRPC Control service, leader agents).
+    Leader(daemons::LeaderCmd),
+    /// Run a worker daemon for one board of a fleet.
+    Worker(daemons::WorkerCmd),
+    #[command(flatten)]
+    Client(ClientCommand),
+    /// The MT-3000 emulator that ships with mtswarm.
+    Emu(emu::EmuArgs),
+}
+
+/// The commands that talk to a running leader.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Submit a tuning job.
+    Submit(client::SubmitCmd),
+    /// Follow a job's progress; in a terminal, decide its approvals as they come.
+    Watch(watch::WatchCmd),
+    /// List jobs, or show one.
+    Jobs(client::JobsCmd),
+    /// List the fleet's slices and worker daemons.
+    Fleet(client::FleetCmd),
+    /// List approval requests (pending by default).
+    Approvals(client::ApprovalsCmd),
+    /// Approve a paused tool call.
+    Approve(client::DecideCmd),
+    /// Deny a paused tool call.
+    Deny(client::DecideCmd),
+    /// Print a job's task results.
+    Results(client::ResultsCmd),
+}
+
+/// Runs the command line of this process and returns its exit code:
+/// 0 success, 1 the job/run failed, 2 an error (printed on stderr).
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("mtswarm: cannot start the async runtime: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("mtswarm: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let telemetry = cli.telemetry;
+    match cli.command {
+        Command::Up(cmd) => up::up(cmd, &telemetry).await,
+        Command::Demo(cmd) => {
+            let _guard = telemetry.init_client()?;
+            demo::demo(cmd).await
+        }
+        Command::Leader(cmd) => daemons::leader(cmd, &telemetry).await,
+        Command::Worker(cmd) => daemons::worker(cmd, &telemetry).await,
+        Command::Emu(args) => emu::main(args).await,
+        Command::Client(command) => {
+            let mut guard = telemetry.init_client()?;
+            let result = match command {
+                ClientCommand::Submit(cmd) => client::submit(cmd).await,
+                ClientCommand::Watch(cmd) => watch::watch(cmd).await,
+                ClientCommand::Jobs(cmd) => client::jobs(cmd).await,
+                ClientCommand::Fleet(cmd) => client::fleet(cmd).await,
+                ClientCommand::Approvals(cmd) => client::approvals(cmd).await,
+                ClientCommand::Approve(cmd) => client::decide(cmd, ApprovalVerdict::Approve).await,
+                ClientCommand::Deny(cmd) => client::decide(cmd, ApprovalVerdict::Deny).await,
+                ClientCommand::Results(cmd) => client::results(cmd).await,
+            };
+            // Export the client's spans (the submit span starts the job's trace).
+            if let Err(error) = guard.shutdown() {
+                eprintln!("mtswarm: flushing traces: {error}");
+            }
+            result
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    /// Deployments configure processes through the environment, so every
+    /// flag of the system's commands has a variable (`emu` is a local tool).
+    #[test]
+    fn every_flag_also_reads_an_environment_variable() {
+        fn visit(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_positional() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_env().is_none() {
+                    missing.push(format!("{path} --{}", arg.get_long().unwrap_or(id)));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_name() == "emu" || sub.get_name() == "help" {
+                    continue;
+                }
+                visit(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        visit(&Cli::command(), "mtswarm", &mut missing);
+        assert!(missing.is_empty(), "flags without an env var: {missing:?}");
+    }
+
+    #[test]
+    fn client_commands_parse_with_their_flags() {
+        let cli = Cli::try_parse_from([
+            "mtswarm",
+            "submit",
+            "Make it fast, see @kernel.c",
+            "--kernel",
+            "dgemm",
+            "--selector",
+            "backend=emulator,cores>=8",
+            "--agents",
+            "3",
+            "--wall-time",
+            "600",
+            "--watch",
+            "--leader",
+            "127.0.0.1:7700",
+        ])
+        .expect("parses");
+        let super::Command::Client(super::ClientCommand::Submit(submit)) = cli.command else {
+            panic!("not a submit: {:?}", cli.command);
+        };
+        assert_eq!(submit.agents, 3);
+        assert!(submit.watch);
+        assert_eq!(submit.leader.url(), "http://127.0.0.1:7700");
+        assert!(Cli::try_parse_from(["mtswarm", "results", "job-1", "--format", "xml"]).is_err());
+        assert!(Cli::try_parse_from(["mtswarm", "results", "job-1", "--format", "csv"]).is_ok());
+    }
+}

@@ -1,0 +1,393 @@
+//! How protobuf records look to people and scripts: short lower-case enum
+//! names, RFC 3339 timestamps, embedded `*_json` fields parsed back into
+//! JSON (so `--json` output nests documents instead of quoting them), and
+//! one JSON object per record for `--json`.
+
+use mtswarm_proto::prost_types::Timestamp;
+use mtswarm_proto::v1;
+use serde_json::{Value, json};
+
+/// `JOB_STATE_RUNNING` -> `running`: the enum's proto name without the
+/// type prefix, lower-case.
+pub fn short_name(proto_name: &str, prefix: &str) -> String {
+    proto_name
+        .strip_prefix(prefix)
+        .unwrap_or(proto_name)
+        .to_ascii_lowercase()
+}
+
+pub fn job_state(state: v1::JobState) -> String {
+    short_name(state.as_str_name(), "JOB_STATE_")
+}
+
+pub fn slice_state(state: v1::SliceState) -> String {
+    short_name(state.as_str_name(), "SLICE_STATE_")
+}
+
+pub fn approval_state(state: v1::ApprovalState) -> String {
+    short_name(state.as_str_name(), "APPROVAL_STATE_")
+}
+
+pub fn verdict(verdict: v1::ApprovalVerdict) -> String {
+    short_name(verdict.as_str_name(), "APPROVAL_VERDICT_")
+}
+
+pub fn risk(risk: v1::RiskLevel) -> String {
+    short_name(risk.as_str_name(), "RISK_LEVEL_")
+}
+
+pub fn task_status(status: v1::TaskStatus) -> String {
+    short_name(status.as_str_name(), "TASK_STATUS_")
+}
+
+pub fn event_kind(kind: v1::AgentEventKind) -> String {
+    short_name(kind.as_str_name(), "AGENT_EVENT_KIND_")
+}
+
+/// Parses a `running`/`RUNNING`/`JOB_STATE_RUNNING` spelling.
+pub fn parse_job_state(text: &str) -> Option<v1::JobState> {
+    let upper = text.trim().to_ascii_uppercase();
+    let full = if upper.starts_with("JOB_STATE_") {
+        upper
+    } else {
+        format!("JOB_STATE_{upper}")
+    };
+    v1::JobState::from_str_name(&full).filter(|s| *s != v1::JobState::Unspecified)
+}
+
+/// RFC 3339 UTC (`2026-01-02T03:04:05.678Z`), or `None` for an absent stamp.
+pub fn timestamp(ts: Option<&Timestamp>) -> Option<String> {
+    let ts = ts?;
+    let days = ts.seconds.div_euclid(86_400);
+    let secs_of_day = ts.seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    let millis = ts.nanos.clamp(0, 999_999_999) / 1_000_000;
+    Some(format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        secs_of_day / 3600,
+        (secs_of_day % 3600) / 60,
+        secs_of_day % 60
+    ))
+}
+
+/// Days since 1970-01-01 to a (year, month, day) civil date (proleptic
+/// Gregorian), after Howard Hinnant's `civil_from_days`.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// An embedded JSON document field: parsed when valid, kept as a string when
+/// not (never dropped), `null` when empty.
+pub fn embedded_json(text: &str) -> Value {
+    if text.trim().is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+pub fn budgets(b: Option<&v1::Budgets>) -> Value {
+    match b {
+        None => Value::Null,
+        Some(b) => json!({
+            "max_steps": b.max_steps,
+            "max_tokens": b.max_tokens,
+            "device_seconds": b.device_seconds,
+            "wall_time_seconds": b.wall_time_seconds,
+        }),
+    }
+}
+
+pub fn usage(u: Option<&v1::Usage>) -> Value {
+    match u {
+        None => Value::Null,
+        Some(u) => json!({
+            "steps": u.steps,
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            "device_seconds": u.device_seconds,
+            "wall_seconds": u.wall_seconds,
+        }),
+    }
+}
+
+pub fn job(job: &v1::JobRecord) -> Value {
+    let spec = job.spec.clone().unwrap_or_default();
+    json!({
+        "job_id": job.job_id,
+        "state": job_state(job.state()),
+        "goal": spec.goal,
+        "kernel_dir": spec.kernel_dir,
+        "slice_selector": spec.slice_selector,
+        "num_agents": spec.num_agents,
+        "auto_approve": spec.auto_approve,
+        "budgets": budgets(spec.budgets.as_ref()),
+        "model": spec.model.as_ref().map(|m| json!({"base_url": m.base_url, "model": m.model})),
+        "submitted_by": job.submitted_by,
+        "created_at": timestamp(job.created_at.as_ref()),
+        "started_at": timestamp(job.started_at.as_ref()),
+        "finished_at": timestamp(job.finished_at.as_ref()),
+        "summary": job.summary,
+        "result": embedded_json(&job.result_json),
+        "error": job.error,
+        "agent_ids": job.agent_ids,
+        "tasks_total": job.tasks_total,
+        "tasks_done": job.tasks_done,
+        "usage": usage(job.usage.as_ref()),
+        "traceparent": job.traceparent,
+    })
+}
+
+pub fn slice_descriptor(s: Option<&v1::SliceDescriptor>) -> Value {
+    match s {
+        None => Value::Null,
+        Some(s) => json!({
+            "slice_id": s.slice_id,
+            "board": s.board,
+            "cluster": if s.cluster < 0 { Value::Null } else { json!(s.cluster) },
+            "cores": s.cores,
+            "backend": s.backend,
+        }),
+    }
+}
+
+pub fn fleet_slice(s: &v1::FleetSlice) -> Value {
+    let descriptor = s.slice.clone().unwrap_or_default();
+    json!({
+        "slice_id": descriptor.slice_id,
+        "board": descriptor.board,
+        "cluster": if descriptor.cluster < 0 { Value::Null } else { json!(descriptor.cluster) },
+        "cores": descriptor.cores,
+        "backend": descriptor.backend,
+        "worker_id": s.worker_id,
+        "state": slice_state(s.state()),
+        "lease": s.lease.as_ref().map(|l| json!({
+            "session_id": l.session_id,
+            "job_id": l.job_id,
+            "epoch": l.epoch,
+            "ttl_seconds": l.ttl_seconds,
+            "expires_at": timestamp(l.expires_at.as_ref()),
+        })),
+        "quarantine": s.quarantine.as_ref().map(|q| json!({
+            "reason": q.reason,
+            "consecutive_failures": q.consecutive_failures,
+            "since": timestamp(q.since.as_ref()),
+            "by": q.by,
+        })),
+        "lock_utilization": s.lock_utilization,
+    })
+}
+
+pub fn worker(w: &v1::WorkerRecord) -> Value {
+    json!({
+        "worker_id": w.worker_id,
+        "endpoint": w.endpoint,
+        "slices": w.slices.iter().map(|s| slice_descriptor(Some(s))).collect::<Vec<_>>(),
+        "draining": w.draining,
+        "active_sessions": w.active_sessions,
+        "started_at": timestamp(w.started_at.as_ref()),
+        "heartbeat_at": timestamp(w.heartbeat_at.as_ref()),
+        "version": w.version,
+    })
+}
+
+pub fn approval_request(r: &v1::ApprovalRequest) -> Value {
+    json!({
+        "approval_id": r.approval_id,
+        "job_id": r.job_id,
+        "agent_id": r.agent_id,
+        "session_id": r.session_id,
+        "call_id": r.call_id,
+        "tool": r.tool_name,
+        "arguments": embedded_json(&r.arguments_json),
+        "risk": risk(r.risk()),
+        "reason": r.reason,
+        "requested_at": timestamp(r.requested_at.as_ref()),
+        "timeout_seconds": r.timeout_seconds,
+        "default_verdict": verdict(r.default_verdict()),
+    })
+}
+
+pub fn approval_decision(d: &v1::ApprovalDecision) -> Value {
+    json!({
+        "approval_id": d.approval_id,
+        "job_id": d.job_id,
+        "session_id": d.session_id,
+        "verdict": verdict(d.verdict()),
+        "reason": d.reason,
+        "decided_by": d.decided_by,
+        "decided_at": timestamp(d.decided_at.as_ref()),
+        "timed_out": d.timed_out,
+    })
+}
+
+pub fn approval(record: &v1::ApprovalRecord) -> Value {
+    let mut value = record
+        .request
+        .as_ref()
+        .map(approval_request)
+        .unwrap_or_else(|| json!({}));
+    if let Value::Object(map) = &mut value {
+        map.insert("state".into(), json!(approval_state(record.state())));
+        map.insert(
+            "decision".into(),
+            record
+                .decision
+                .as_ref()
+                .map(approval_decision)
+                .unwrap_or(Value::Null),
+        );
+    }
+    value
+}
+
+pub fn task_result(r: &v1::TaskResult) -> Value {
+    json!({
+        "task_id": r.task_id,
+        "attempt": r.attempt,
+        "job_id": r.job_id,
+        "agent_id": r.agent_id,
+        "session_id": r.session_id,
+        "worker_id": r.worker_id,
+        "slice_id": r.slice_id,
+        "status": task_status(r.status()),
+        "summary": r.summary,
+        "result": embedded_json(&r.result_json),
+        "error": r.error,
+        "usage": usage(r.usage.as_ref()),
+        "finished_at": timestamp(r.finished_at.as_ref()),
+    })
+}
+
+pub fn agent_event(e: &v1::AgentEvent) -> Value {
+    json!({
+        "job_id": e.job_id,
+        "agent_id": e.agent_id,
+        "session_id": e.session_id,
+        "sequence": e.sequence,
+        "step": e.step,
+        "kind": event_kind(e.kind()),
+        "payload": embedded_json(&e.payload_json),
+        "timestamp": timestamp(e.timestamp.as_ref()),
+    })
+}
+
+/// One `WatchJob` event as a JSON line: `{"sequence":..,"type":..,..}`.
+pub fn job_event(e: &v1::JobEvent) -> Value {
+    use v1::job_event::Event;
+    let (kind, body) = match &e.event {
+        Some(Event::AgentEvent(a)) => ("agent_event", agent_event(a)),
+        Some(Event::StateChange(c)) => (
+            "state_change",
+            json!({
+                "previous": job_state(c.previous()),
+                "current": job_state(c.current()),
+                "reason": c.reason,
+            }),
+        ),
+        Some(Event::ApprovalRequested(r)) => ("approval_requested", approval_request(r)),
+        Some(Event::ApprovalDecided(d)) => ("approval_decided", approval_decision(d)),
+        Some(Event::TaskResult(r)) => ("task_result", task_result(r)),
+        None => ("unknown", Value::Null),
+    };
+    json!({
+        "job_id": e.job_id,
+        "sequence": e.sequence,
+        "timestamp": timestamp(e.timestamp.as_ref()),
+        "type": kind,
+        kind: body,
+    })
+}
+
+/// A compact one-line rendering of a JSON value for tables and prompts,
+/// cut to `max` characters.
+pub fn compact(value: &Value, max: usize) -> String {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    truncate(&text, max)
+}
+
+/// `text` cut to at most `max` characters, with an ellipsis when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    let single_line: String = text
+        .chars()
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    if single_line.chars().count() <= max {
+        return single_line;
+    }
+    let kept: String = single_line.chars().take(max.saturating_sub(1)).collect();
+    format!("{kept}…")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_render_as_rfc3339_utc() {
+        let ts = Timestamp {
+            seconds: 1_767_323_045,
+            nanos: 678_000_000,
+        };
+        assert_eq!(
+            timestamp(Some(&ts)).as_deref(),
+            Some("2026-01-02T03:04:05.678Z")
+        );
+        let epoch = Timestamp {
+            seconds: 0,
+            nanos: 0,
+        };
+        assert_eq!(
+            timestamp(Some(&epoch)).as_deref(),
+            Some("1970-01-01T00:00:00.000Z")
+        );
+        let leap_day = Timestamp {
+            seconds: 951_782_400,
+            nanos: 0,
+        };
+        assert_eq!(
+            timestamp(Some(&leap_day)).as_deref(),
+            Some("2000-02-29T00:00:00.000Z")
+        );
+        assert_eq!(timestamp(None), None);
+    }
+
+    #[test]
+    fn job_states_parse_in_every_spelling_and_render_short() {
+        assert_eq!(parse_job_state("running"), Some(v1::JobState::Running));
+        assert_eq!(parse_job_state("SUCCEEDED"), Some(v1::JobState::Succeeded));
+        assert_eq!(
+            parse_job_state("JOB_STATE_FAILED"),
+            Some(v1::JobState::Failed)
+        );
+        assert_eq!(parse_job_state("unspecified"), None);
+        assert_eq!(parse_job_state("bogus"), None);
+        assert_eq!(job_state(v1::JobState::Cancelled), "cancelled");
+    }
+
+    #[test]
+    fn embedded_json_keeps_invalid_text_and_maps_empty_to_null() {
+        assert_eq!(embedded_json(""), Value::Null);
+        assert_eq!(embedded_json("{\"a\":1}"), json!({"a": 1}));
+        assert_eq!(embedded_json("not json"), json!("not json"));
+    }
+
+    #[test]
+    fn truncate_cuts_on_characters_and_flattens_lines() {
+        assert_eq!(truncate("short", 10), "short");
+        assert_eq!(truncate("a\nb", 10), "a b");
+        assert_eq!(truncate("ééééééé", 4), "ééé…");
+    }
+}

@@ -1,0 +1,483 @@
+//! `mtswarm watch` (and `submit --watch`): follows a job's WatchJob stream.
+//!
+//! - On a terminal: one indicatif line for the job and one per agent (its
+//!   step, what it is doing, its tasks), redrawn as events arrive.
+//! - Otherwise: one plain line per event (`--json`: one JSON object per
+//!   event), for logs and scripts.
+//! - When stdin and stdout are both terminals, each approval request is
+//!   shown as it arrives (tool, arguments, risk, why) and the user approves
+//!   or denies it, one at a time; requests that someone else decided in the
+//!   meantime are skipped.
+//!
+//! The exit code tells how the job ended: 0 succeeded, 1 failed or cancelled.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+
+use clap::Args;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use mtswarm_proto::v1;
+use mtswarm_proto::v1::job_event::Event;
+use serde_json::Value;
+use tokio_stream::StreamExt as _;
+
+use crate::client::decide_approval;
+use crate::common::{Control, LeaderArgs, rpc_error};
+use crate::render;
+
+#[derive(Debug, Args)]
+pub struct WatchCmd {
+    pub job_id: String,
+    /// Resume from this event sequence (0 = from the start).
+    #[arg(long, env = "MTSWARM_FROM_SEQUENCE", default_value_t = 0)]
+    pub from: u64,
+    /// One JSON object per event on stdout.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    /// Never ask about approvals (leave them to `mtswarm approve`/`deny`).
+    #[arg(long, env = "MTSWARM_NO_PROMPT")]
+    pub no_prompt: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// How to watch.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchOptions {
+    pub from_sequence: u64,
+    pub json: bool,
+    /// Ask about approvals when stdin and stdout are terminals.
+    pub prompt: bool,
+}
+
+pub async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
+    let mut control = cmd.leader.connect().await?;
+    watch_job(
+        &mut control,
+        &cmd.leader.url(),
+        &cmd.job_id,
+        WatchOptions {
+            from_sequence: cmd.from,
+            json: cmd.json,
+            prompt: !cmd.no_prompt,
+        },
+    )
+    .await
+}
+
+/// What the view knows about one agent.
+#[derive(Debug, Default)]
+struct AgentView {
+    step: u32,
+    last_sequence: u64,
+    doing: String,
+    tasks_done: u32,
+    tasks_failed: u32,
+    bar: Option<ProgressBar>,
+}
+
+impl AgentView {
+    fn line(&self, agent: &str) -> String {
+        let tasks = if self.tasks_failed > 0 {
+            format!("{} done, {} failed", self.tasks_done, self.tasks_failed)
+        } else {
+            format!("{} done", self.tasks_done)
+        };
+        format!(
+            "{agent:<14} step {:>3}  [{tasks}]  {}",
+            self.step,
+            render::truncate(&self.doing, 90)
+        )
+    }
+}
+
+/// What one agent event says it is doing, in a few words.
+fn describe(event: &v1::AgentEvent) -> String {
+    let payload = render::embedded_json(&event.payload_json);
+    let field = |name: &str| -> String {
+        match payload.get(name) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        }
+    };
+    let tool = field("name");
+    match event.kind() {
+        v1::AgentEventKind::ToolCall => {
+            let args = payload
+                .get("arguments")
+                .map(|a| render::compact(a, 60))
+                .unwrap_or_default();
+            format!("-> {tool} {args}")
+        }
+        v1::AgentEventKind::ToolResult => match payload.get("ok").and_then(Value::as_bool) {
+            Some(true) => format!("<- {tool} ok"),
+            Some(false) => format!(
+                "<- {tool} failed: {}",
+                render::truncate(&field("content"), 80)
+            ),
+            None => format!("<- {tool}"),
+        },
+        v1::AgentEventKind::Thinking | v1::AgentEventKind::TextDelta => {
+            let text = field("text");
+            format!("{} {}", render::event_kind(event.kind()), text)
+        }
+        v1::AgentEventKind::ApprovalRequested => {
+            let tools: Vec<&str> = payload
+                .get("approvals")
+                .and_then(Value::as_array)
+                .map(|calls| {
+                    calls
+                        .iter()
+                        .filter_map(|c| c.get("tool").and_then(Value::as_str))
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("waiting for approval of {}", tools.join(", "))
+        }
+        v1::AgentEventKind::ApprovalDecided => format!("approval decided {}", field("verdict")),
+        v1::AgentEventKind::StateTransition => {
+            format!("{} -> {} ({})", field("from"), field("to"), field("reason"))
+        }
+        v1::AgentEventKind::Error => format!("error: {}", field("message")),
+        kind => {
+            let detail = render::compact(&payload, 60);
+            format!("{} {detail}", render::event_kind(kind))
+        }
+    }
+}
+
+/// Follows `job_id` until it is final. Returns 0 when it succeeded.
+pub async fn watch_job(
+    control: &mut Control,
+    leader: &str,
+    job_id: &str,
+    options: WatchOptions,
+) -> anyhow::Result<ExitCode> {
+    let interactive_view = !options.json && std::io::stdout().is_terminal();
+    let can_prompt =
+        options.prompt && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let multi = MultiProgress::with_draw_target(if interactive_view {
+        ProgressDrawTarget::stdout()
+    } else {
+        ProgressDrawTarget::hidden()
+    });
+    let style = ProgressStyle::with_template("{spinner} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    let job_bar = multi.add(ProgressBar::new_spinner().with_style(style.clone()));
+    job_bar.set_message(format!("job {job_id}: connecting"));
+
+    let mut stream = control
+        .watch_job(v1::WatchJobRequest {
+            job_id: job_id.to_string(),
+            from_sequence: options.from_sequence,
+        })
+        .await
+        .map_err(|status| rpc_error("watching the job", leader, status))?
+        .into_inner();
+
+    let mut agents: BTreeMap<String, AgentView> = BTreeMap::new();
+    let mut state = v1::JobState::Unspecified;
+    let mut tasks_done = 0u32;
+    while let Some(item) = stream.next().await {
+        let event = item.map_err(|status| rpc_error("watching the job", leader, status))?;
+        if options.json {
+            println!("{}", render::job_event(&event));
+        } else if !interactive_view {
+            println!("{}", plain_line(&event));
+        }
+        match &event.event {
+            Some(Event::AgentEvent(agent_event)) => {
+                let view = agents.entry(agent_event.agent_id.clone()).or_default();
+                view.step = view.step.max(agent_event.step);
+                view.last_sequence = agent_event.sequence;
+                view.doing = describe(agent_event);
+                if view.bar.is_none() {
+                    view.bar =
+                        Some(multi.add(ProgressBar::new_spinner().with_style(style.clone())));
+                }
+                if let Some(bar) = &view.bar {
+                    bar.set_message(view.line(&agent_event.agent_id));
+                    bar.tick();
+                }
+            }
+            Some(Event::StateChange(change)) => {
+                state = change.current();
+                job_bar.set_message(format!(
+                    "job {job_id}: {}  tasks done {tasks_done}",
+                    render::job_state(state)
+                ));
+            }
+            Some(Event::TaskResult(result)) => {
+                tasks_done += 1;
+                let view = agents.entry(result.agent_id.clone()).or_default();
+                if result.status() == v1::TaskStatus::Ok {
+                    view.tasks_done += 1;
+                } else {
+                    view.tasks_failed += 1;
+                }
+                view.doing = format!(
+                    "task {} {}: {}",
+                    result.task_id,
+                    render::task_status(result.status()),
+                    if result.error.is_empty() {
+                        &result.summary
+                    } else {
+                        &result.error
+                    }
+                );
+                if let Some(bar) = &view.bar {
+                    bar.set_message(view.line(&result.agent_id));
+                }
+                job_bar.set_message(format!(
+                    "job {job_id}: {}  tasks done {tasks_done}",
+                    render::job_state(state)
+                ));
+            }
+            Some(Event::ApprovalRequested(request)) => {
+                if can_prompt {
+                    ask_about(control, leader, request, &multi).await?;
+                }
+            }
+            Some(Event::ApprovalDecided(_)) | None => {}
+        }
+    }
+    job_bar.finish_and_clear();
+    for view in agents.values() {
+        if let Some(bar) = &view.bar {
+            bar.finish();
+        }
+    }
+    // The stream ended: the job is final. Show how it ended.
+    let job = control
+        .get_job(v1::GetJobRequest {
+            job_id: job_id.to_string(),
+        })
+        .await
+        .map_err(|status| rpc_error("getting the job", leader, status))?
+        .into_inner()
+        .job
+        .unwrap_or_default();
+    if options.json {
+        println!(
+            "{}",
+            serde_json::json!({ "type": "job", "job": render::job(&job) })
+        );
+    } else {
+        println!(
+            "job {job_id} {}{}",
+            render::job_state(job.state()),
+            if job.summary.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", job.summary)
+            }
+        );
+        if !job.error.is_empty() {
+            println!("error: {}", job.error);
+        }
+        if !job.result_json.is_empty() {
+            println!(
+                "result: {}",
+                render::compact(&render::embedded_json(&job.result_json), 500)
+            );
+        }
+    }
+    Ok(if job.state() == v1::JobState::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// One event as a line of text (non-terminal output).
+fn plain_line(event: &v1::JobEvent) -> String {
+    match &event.event {
+        Some(Event::AgentEvent(a)) => format!(
+            "[{}] {} #{} step {}: {}",
+            event.sequence,
+            a.agent_id,
+            a.sequence,
+            a.step,
+            describe(a)
+        ),
+        Some(Event::StateChange(c)) => format!(
+            "[{}] job {} -> {}{}",
+            event.sequence,
+            render::job_state(c.previous()),
+            render::job_state(c.current()),
+            if c.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", c.reason)
+            }
+        ),
+        Some(Event::ApprovalRequested(r)) => format!(
+            "[{}] approval {} requested by {}: {} {} (risk {}) - decide with `mtswarm approve {}` or `mtswarm deny {}`",
+            event.sequence,
+            r.approval_id,
+            r.agent_id,
+            r.tool_name,
+            render::truncate(&r.arguments_json, 120),
+            render::risk(r.risk()),
+            r.approval_id,
+            r.approval_id
+        ),
+        Some(Event::ApprovalDecided(d)) => format!(
+            "[{}] approval {} {} by {}{}",
+            event.sequence,
+            d.approval_id,
+            render::verdict(d.verdict()),
+            d.decided_by,
+            if d.reason.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", d.reason)
+            }
+        ),
+        Some(Event::TaskResult(r)) => format!(
+            "[{}] result of task {} (attempt {}) from {}: {} {}",
+            event.sequence,
+            r.task_id,
+            r.attempt,
+            r.agent_id,
+            render::task_status(r.status()),
+            render::truncate(
+                if r.error.is_empty() {
+                    &r.summary
+                } else {
+                    &r.error
+                },
+                120
+            )
+        ),
+        None => format!("[{}] (unknown event)", event.sequence),
+    }
+}
+
+/// Asks the user about one approval request, unless it is no longer pending.
+async fn ask_about(
+    control: &mut Control,
+    leader: &str,
+    request: &v1::ApprovalRequest,
+    multi: &MultiProgress,
+) -> anyhow::Result<()> {
+    let pending = control
+        .list_approvals(v1::ListApprovalsRequest {
+            job_id: request.job_id.clone(),
+            states: vec![v1::ApprovalState::Pending as i32],
+        })
+        .await
+        .map_err(|status| rpc_error("listing approvals", leader, status))?
+        .into_inner();
+    if !pending.approvals.iter().any(|r| {
+        r.request
+            .as_ref()
+            .is_some_and(|q| q.approval_id == request.approval_id)
+    }) {
+        return Ok(());
+    }
+    let arguments = render::embedded_json(&request.arguments_json);
+    let shown_arguments = serde_json::to_string_pretty(&arguments).unwrap_or_default();
+    let question = format!(
+        "\nApproval {} — agent {} wants to run `{}` (risk {})\n{}\narguments:\n{}\nApprove? [y]es / [n]o / [s]kip: ",
+        request.approval_id,
+        request.agent_id,
+        request.tool_name,
+        render::risk(request.risk()),
+        if request.reason.is_empty() {
+            String::new()
+        } else {
+            format!("why: {}", request.reason)
+        },
+        shown_arguments
+    );
+    let answer = loop {
+        let text = question.clone();
+        let line = tokio::task::spawn_blocking(move || {
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|_| line)
+        })
+        .await??;
+        match line.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => break Some(v1::ApprovalVerdict::Approve),
+            "n" | "no" => break Some(v1::ApprovalVerdict::Deny),
+            "s" | "skip" | "" => break None,
+            _ => continue,
+        }
+    };
+    let Some(verdict) = answer else {
+        multi.suspend(|| {
+            println!(
+                "skipped; decide later with `mtswarm approve {}` or `mtswarm deny {}`",
+                request.approval_id, request.approval_id
+            )
+        });
+        return Ok(());
+    };
+    let reason = if verdict == v1::ApprovalVerdict::Deny {
+        let line = tokio::task::spawn_blocking(|| {
+            print!("Reason (shown to the agent, optional): ");
+            let _ = std::io::stdout().flush();
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|_| line)
+        })
+        .await??;
+        line.trim().to_string()
+    } else {
+        String::new()
+    };
+    match decide_approval(control, leader, &request.approval_id, verdict, &reason).await {
+        Ok(_) => {}
+        // Someone else decided first (or it timed out): say so and go on.
+        Err(error) => multi.suspend(|| println!("{error:#}")),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: v1::AgentEventKind, payload: serde_json::Value) -> v1::AgentEvent {
+        v1::AgentEvent {
+            kind: kind as i32,
+            payload_json: payload.to_string(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn events_are_described_by_what_the_agent_does() {
+        let call = event(
+            v1::AgentEventKind::ToolCall,
+            serde_json::json!({"type": "tool_call", "name": "compile", "arguments": {"defines": {"CHUNK": 1024}}}),
+        );
+        assert!(
+            describe(&call).starts_with("-> compile {"),
+            "{}",
+            describe(&call)
+        );
+        let denied = event(
+            v1::AgentEventKind::ToolResult,
+            serde_json::json!({"type": "tool_result", "name": "benchmark", "ok": false, "content": "error: denied"}),
+        );
+        assert_eq!(describe(&denied), "<- benchmark failed: error: denied");
+        let approval = event(
+            v1::AgentEventKind::ApprovalRequested,
+            serde_json::json!({"type": "approval_required", "approvals": [{"tool": "validate", "call_id": "c0"}]}),
+        );
+        assert_eq!(describe(&approval), "waiting for approval of validate");
+        let transition = event(
+            v1::AgentEventKind::StateTransition,
+            serde_json::json!({"from": "reasoning", "to": "tool_routing", "reason": "MODEL_RETURNED_TOOL_CALLS"}),
+        );
+        assert_eq!(
+            describe(&transition),
+            "reasoning -> tool_routing (MODEL_RETURNED_TOOL_CALLS)"
+        );
+    }
+}

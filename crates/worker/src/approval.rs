@@ -1,0 +1,327 @@
+//! Approvals across processes. When a run pauses, every call waiting for a
+//! decision gets an `ApprovalRecord` (PENDING) in the approvals bucket and an
+//! `ApprovalRequest` on `mtswarm.approval.request.<job>`. The session then
+//! waits for decisions from two sources: the decision subject of the
+//! session (the leader publishes there after deciding) and a watch on the
+//! approvals bucket (a decision written while no notification reached this
+//! process). The stored record is authoritative: a decision that arrives
+//! only as a message is written to the record first (CAS), and if the
+//! record was decided otherwise, the record wins. Without a decision before
+//! the timeout (counted from the original request, so a resumed session
+//! does not restart the clock) the configured default verdict is written
+//! and applied.
+//!
+//! Approval ids are derived from session, task and call id, so a resumed
+//! session asking again for the same call finds the existing record.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use futures::StreamExt;
+use mtswarm_bus::{BusError, Delivery, KvChange, v1};
+use mtswarm_core::{ApprovalDecision, ApprovalRequest, Risk};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::config::DefaultVerdict;
+use crate::daemon::Shared;
+use crate::events::{EventPublisher, now_timestamp};
+use crate::session::{Decisions, StopMode, progress_interval};
+
+/// Why the wait ended without decisions.
+pub(crate) enum Interrupted {
+    Cancel(String),
+    Abandon,
+}
+
+/// The session and task a wait belongs to.
+pub(crate) struct ApprovalWait<'a> {
+    pub(crate) shared: &'a Shared,
+    pub(crate) session_id: &'a str,
+    pub(crate) agent_id: &'a str,
+    pub(crate) task: &'a v1::TaskAssignment,
+    pub(crate) events: &'a EventPublisher,
+    pub(crate) step: u32,
+}
+
+/// The approval id of one call of one task of one session.
+pub fn approval_id(session_id: &str, task_id: &str, call_id: &str) -> String {
+    let mut hash = Sha256::new();
+    for part in [session_id, task_id, call_id] {
+        hash.update(part.as_bytes());
+        hash.update([0u8]);
+    }
+    format!("ap-{}", &hex::encode(hash.finalize())[..32])
+}
+
+fn risk_level(risk: Risk) -> v1::RiskLevel {
+    match risk {
+        Risk::Low => v1::RiskLevel::Low,
+        Risk::Medium => v1::RiskLevel::Medium,
+        Risk::High => v1::RiskLevel::High,
+    }
+}
+
+fn to_core(decision: &v1::ApprovalDecision) -> ApprovalDecision {
+    match decision.verdict() {
+        v1::ApprovalVerdict::Approve => ApprovalDecision::Approve,
+        _ => ApprovalDecision::Deny {
+            reason: Some(if decision.reason.trim().is_empty() {
+                if decision.timed_out {
+                    "approval timed out".to_owned()
+                } else {
+                    format!(
+                        "denied by {}",
+                        non_empty(&decision.decided_by, "the reviewer")
+                    )
+                }
+            } else {
+                decision.reason.clone()
+            }),
+        },
+    }
+}
+
+fn non_empty<'a>(text: &'a str, fallback: &'a str) -> &'a str {
+    if text.trim().is_empty() {
+        fallback
+    } else {
+        text
+    }
+}
+
+/// One call waiting, with what is known about its decision.
+struct Pending {
+    request: v1::ApprovalRequest,
+    decision: Option<v1::ApprovalDecision>,
+}
+
+/// Store, announce and wait for the decisions of a paused run.
+pub(crate) async fn await_decisions<T>(
+    wait: &ApprovalWait<'_>,
+    approvals: &[ApprovalRequest],
+    stop: &mut watch::Receiver<StopMode>,
+    delivery: &Delivery<T>,
+) -> Result<Decisions, Interrupted> {
+    let shared = wait.shared;
+    // Listen before announcing, so no decision can slip in between.
+    let mut messages = match shared
+        .bus
+        .subscribe_approval_decisions(wait.session_id)
+        .await
+    {
+        Ok(stream) => Some(stream),
+        Err(error) => {
+            tracing::warn!(%error, "approval decision subscription failed; relying on the KV watch");
+            None
+        }
+    };
+    let mut records = match shared.approvals.watch().await {
+        Ok(stream) => Some(stream),
+        Err(error) => {
+            tracing::warn!(%error, "approvals watch failed; relying on decision messages");
+            None
+        }
+    };
+    let timeout = shared.config.approval_timeout;
+    let default_verdict = match shared.config.approval_default {
+        DefaultVerdict::Deny => v1::ApprovalVerdict::Deny,
+        DefaultVerdict::Approve => v1::ApprovalVerdict::Approve,
+    };
+    let mut pending: HashMap<String, Pending> = HashMap::new();
+    let mut earliest = SystemTime::now();
+    for call in approvals {
+        let request = v1::ApprovalRequest {
+            approval_id: approval_id(wait.session_id, &wait.task.task_id, &call.call_id),
+            job_id: wait.task.job_id.clone(),
+            agent_id: wait.agent_id.to_owned(),
+            session_id: wait.session_id.to_owned(),
+            call_id: call.call_id.clone(),
+            tool_name: call.tool.clone(),
+            arguments_json: call.arguments.to_string(),
+            risk: risk_level(call.risk) as i32,
+            reason: format!(
+                "{:?}-risk tool `{}` is not auto-approved for this session",
+                call.risk, call.tool
+            ),
+            requested_at: Some(now_timestamp()),
+            timeout_seconds: timeout.as_secs().max(1),
+            default_verdict: default_verdict as i32,
+        };
+        let (request, decision) = match shared.approvals.create(&request).await {
+            Ok(_) => (request, None),
+            Err(BusError::AlreadyExists { .. }) => {
+                match shared.approvals.get(&request.approval_id).await {
+                    Ok(Some(stored)) => {
+                        let decision = (stored.value.state() != v1::ApprovalState::Pending)
+                            .then(|| stored.value.decision.clone())
+                            .flatten();
+                        (stored.value.request.unwrap_or(request), decision)
+                    }
+                    Ok(None) => (request, None),
+                    Err(error) => {
+                        tracing::warn!(%error, "approval record unreadable");
+                        (request, None)
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, approval.id = %request.approval_id, "approval record not stored");
+                (request, None)
+            }
+        };
+        if let Some(at) = request
+            .requested_at
+            .and_then(|ts| SystemTime::try_from(ts).ok())
+            && at < earliest
+        {
+            earliest = at;
+        }
+        if decision.is_none()
+            && let Err(error) = shared.bus.publish_approval_request(&request).await
+        {
+            tracing::warn!(%error, "approval request not published");
+        }
+        pending.insert(request.approval_id.clone(), Pending { request, decision });
+    }
+    let left = timeout
+        .checked_sub(earliest.elapsed().unwrap_or_default())
+        .unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + left;
+    let mut progress = tokio::time::interval(progress_interval(shared));
+    progress.tick().await;
+
+    while pending.values().any(|p| p.decision.is_none()) {
+        tokio::select! {
+            message = next_or_pending(&mut messages) => {
+                match message {
+                    Some(Ok(received)) => {
+                        let decision = received.message;
+                        if pending.get(&decision.approval_id).is_some_and(|p| p.decision.is_none()) {
+                            let settled = settle(shared, decision).await;
+                            if let Some(p) = pending.get_mut(&settled.approval_id) {
+                                p.decision = Some(settled);
+                            }
+                        }
+                    }
+                    Some(Err(error)) => tracing::warn!(%error, "bad approval decision message"),
+                    None => messages = None,
+                }
+            }
+            change = next_or_pending(&mut records) => {
+                match change {
+                    Some(Ok(KvChange::Put { key, value })) => {
+                        if let Some(p) = pending.get_mut(&key)
+                            && p.decision.is_none()
+                            && value.value.state() != v1::ApprovalState::Pending
+                        {
+                            p.decision = value.value.decision.clone();
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(error)) => tracing::warn!(%error, "approvals watch error"),
+                    None => records = None,
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                for p in pending.values_mut().filter(|p| p.decision.is_none()) {
+                    let decision = v1::ApprovalDecision {
+                        approval_id: p.request.approval_id.clone(),
+                        job_id: p.request.job_id.clone(),
+                        session_id: p.request.session_id.clone(),
+                        call_id: p.request.call_id.clone(),
+                        verdict: default_verdict as i32,
+                        reason: "approval timed out".to_owned(),
+                        decided_by: "timeout".to_owned(),
+                        decided_at: Some(now_timestamp()),
+                        timed_out: true,
+                    };
+                    let settled = settle(shared, decision).await;
+                    if settled.timed_out
+                        && let Err(error) = shared.bus.publish_approval_decision(&settled).await
+                    {
+                        tracing::warn!(%error, "timeout decision not published");
+                    }
+                    p.decision = Some(settled);
+                }
+            }
+            _ = progress.tick() => {
+                if let Err(error) = delivery.in_progress().await {
+                    tracing::debug!(%error, "progress ack failed");
+                }
+            }
+            changed = stop.changed() => {
+                let mode = if changed.is_err() { StopMode::Abandon } else { stop.borrow().clone() };
+                match mode {
+                    StopMode::Abandon => return Err(Interrupted::Abandon),
+                    StopMode::Cancel(why) => return Err(Interrupted::Cancel(why)),
+                    StopMode::Run | StopMode::AfterTask => {}
+                }
+            }
+        }
+    }
+
+    let mut decisions = Decisions::new();
+    for p in pending.values() {
+        let Some(decision) = &p.decision else {
+            continue;
+        };
+        wait.events
+            .publish(
+                wait.step,
+                v1::AgentEventKind::ApprovalDecided,
+                json!({
+                    "type": "approval_decided",
+                    "task_id": wait.task.task_id,
+                    "approval_id": decision.approval_id,
+                    "call_id": p.request.call_id,
+                    "tool": p.request.tool_name,
+                    "verdict": decision.verdict().as_str_name(),
+                    "reason": decision.reason,
+                    "decided_by": decision.decided_by,
+                    "timed_out": decision.timed_out,
+                }),
+            )
+            .await;
+        decisions.insert(p.request.call_id.clone(), to_core(decision));
+    }
+    Ok(decisions)
+}
+
+/// Record `decision` on the stored request unless it was decided already;
+/// returns the decision that stands.
+async fn settle(shared: &Shared, decision: v1::ApprovalDecision) -> v1::ApprovalDecision {
+    for _ in 0..4 {
+        match shared.approvals.decide(&decision).await {
+            Ok(record) => return record.value.decision.unwrap_or(decision),
+            Err(BusError::AlreadyDecided { .. }) | Err(BusError::CasConflict { .. }) => {
+                match shared.approvals.get(&decision.approval_id).await {
+                    Ok(Some(stored)) if stored.value.state() != v1::ApprovalState::Pending => {
+                        return stored.value.decision.unwrap_or(decision);
+                    }
+                    Ok(_) => continue,
+                    Err(error) => {
+                        tracing::warn!(%error, "approval record unreadable; using the decision as sent");
+                        return decision;
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, approval.id = %decision.approval_id, "decision not recorded; applying it");
+                return decision;
+            }
+        }
+    }
+    decision
+}
+
+async fn next_or_pending<S, I>(stream: &mut Option<S>) -> Option<I>
+where
+    S: futures::Stream<Item = I> + Unpin,
+{
+    match stream {
+        Some(stream) => stream.next().await,
+        None => std::future::pending().await,
+    }
+}

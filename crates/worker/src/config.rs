@@ -1,0 +1,273 @@
+//! What a worker daemon is told at start: which board of which fleet it owns,
+//! where NATS is, where to listen, where kernels and workspaces live, and
+//! how its sessions choose a model. Every field is public with a default so
+//! the CLI can fill it from flags; [`WorkerConfig::validate`] names the first
+//! problem it finds.
+//!
+//! | flag (suggested) | field | default |
+//! |---|---|---|
+//! | `--nats URL` (repeatable) | `nats_urls` | `nats://127.0.0.1:4222` |
+//! | `--nats-creds FILE` | `nats_credentials` | none |
+//! | `--fleet FILE` | `fleet_file` | (required) |
+//! | `--board ID` | `board` | (required) |
+//! | `--worker-id ID` | `worker_id` | `worker-<board>` |
+//! | `--listen ADDR` | `listen` | `127.0.0.1:0` |
+//! | `--advertise URL` | `advertise_endpoint` | `http://<bound address>` |
+//! | `--kernel-root DIR` | `kernel_root` | `.` |
+//! | `--workspace-root DIR` | `workspace_root` | `$TMPDIR/mtswarm-workspaces` |
+//! | `--lease-ttl SECS` | `lease_ttl` | 10 s |
+//! | `--max-sessions N` | `max_sessions` | 64 |
+//! | `--approval-timeout SECS` | `approval_timeout` | 600 s |
+//! | `--approval-default approve\|deny` | `approval_default` | deny |
+//! | `--llm-url URL --model NAME` | `model = WorkerModel::OpenAi` | builtin policy |
+//! | `--llm-replay FILE` | `model = WorkerModel::Replay` | builtin policy |
+//! | `--ready-file FILE` | `ready_file` | none |
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mtswarm_core::ChatModel;
+use mtswarm_hw::measure::MeasureConfig;
+
+use crate::error::WorkerError;
+
+/// Builds the model of one session (tests inject scripted models this way).
+pub type ModelFactory = Arc<dyn Fn(&SessionModelContext) -> Arc<dyn ChatModel> + Send + Sync>;
+
+/// What a [`ModelFactory`] knows about the session it builds a model for.
+#[derive(Debug, Clone)]
+pub struct SessionModelContext {
+    pub session_id: String,
+    pub job_id: String,
+    pub agent_id: String,
+    pub role: String,
+}
+
+/// How sessions get their model when SpawnSession names none.
+#[derive(Clone, Default)]
+pub enum WorkerModel {
+    /// [`crate::policy::BuiltinWorkerPolicy`] (the default).
+    #[default]
+    Builtin,
+    /// An OpenAI-compatible endpoint for every session without its own
+    /// `ModelSettings` (API key from [`WorkerConfig::llm_api_key_env`]).
+    OpenAi { base_url: String, model: String },
+    /// Replay a recorded cassette (`--llm-replay FILE`), one fresh replay per
+    /// session, requests not compared. Overrides `ModelSettings`.
+    Replay(PathBuf),
+    /// A caller-supplied factory. Overrides `ModelSettings`.
+    Factory(ModelFactory),
+}
+
+impl fmt::Debug for WorkerModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Builtin => f.write_str("Builtin"),
+            Self::OpenAi { base_url, model } => f
+                .debug_struct("OpenAi")
+                .field("base_url", base_url)
+                .field("model", model)
+                .finish(),
+            Self::Replay(path) => f.debug_tuple("Replay").field(path).finish(),
+            Self::Factory(_) => f.write_str("Factory(..)"),
+        }
+    }
+}
+
+/// Verdict applied to an approval nobody decided within the timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DefaultVerdict {
+    #[default]
+    Deny,
+    Approve,
+}
+
+/// Everything a worker daemon needs. Start from [`WorkerConfig::new`].
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// NATS server URLs (`--nats`).
+    pub nats_urls: Vec<String>,
+    /// NATS credentials file (`--nats-creds`).
+    pub nats_credentials: Option<PathBuf>,
+    /// The fleet file (`--fleet`).
+    pub fleet_file: PathBuf,
+    /// The board of the fleet this daemon owns (`--board`).
+    pub board: String,
+    /// Worker id; default `worker-<board>`. `[A-Za-z0-9_-]{1,128}`.
+    pub worker_id: Option<String>,
+    /// gRPC bind address (`--listen`), port 0 allowed.
+    pub listen: SocketAddr,
+    /// Endpoint advertised in the WorkerRecord; default `http://<bound address>`
+    /// (with 127.0.0.1 when bound to an unspecified address).
+    pub advertise_endpoint: Option<String>,
+    /// Root of the kernel directories tasks name (`--kernel-root`).
+    pub kernel_root: PathBuf,
+    /// Root under which each session gets its workspace (`--workspace-root`).
+    pub workspace_root: PathBuf,
+    /// Where the emulator caches its runtime; default: the emulator's own default.
+    pub emulator_cache_dir: Option<PathBuf>,
+    /// Slice lease TTL (`--lease-ttl`), whole seconds, >= 1 s. Renewed every third.
+    pub lease_ttl: Duration,
+    /// TTL of the WorkerRecord; renewed every third.
+    pub worker_ttl: Duration,
+    /// Sessions at once (RESOURCE_EXHAUSTED beyond).
+    pub max_sessions: usize,
+    /// A session that gets no task for this long ends and frees its slice.
+    pub session_idle_timeout: Duration,
+    /// Ack wait of the task consumers (progress is reported every third).
+    pub task_ack_wait: Duration,
+    /// Deliveries of a task before JetStream gives up on it.
+    pub task_max_deliver: i64,
+    /// How long a paused call waits for a decision.
+    pub approval_timeout: Duration,
+    /// What an undecided call gets after the timeout.
+    pub approval_default: DefaultVerdict,
+    /// Default grace of Drain (when the request gives 0).
+    pub drain_grace: Duration,
+    /// Longest `shutdown()` waits for sessions to stop.
+    pub shutdown_timeout: Duration,
+    /// Model steps per task when the task's budget sets none.
+    pub default_max_steps: u32,
+    /// Evidence kinds an answer needs to count as verified (flagged, not
+    /// refused, when missing).
+    pub require_evidence: Vec<String>,
+    /// The sessions' model when SpawnSession names none (`--llm-replay`, ...).
+    pub model: WorkerModel,
+    /// Environment variable holding the API key for OpenAI-compatible models.
+    pub llm_api_key_env: String,
+    /// Measurement defaults of the benchmark tool.
+    pub measure: MeasureConfig,
+    /// Write `{"grpc":..., "worker_id":...}` here once serving (`--ready-file`).
+    pub ready_file: Option<PathBuf>,
+}
+
+impl WorkerConfig {
+    /// Defaults for one board of a fleet file, NATS on localhost.
+    pub fn new(fleet_file: impl Into<PathBuf>, board: impl Into<String>) -> Self {
+        let tmp = std::env::temp_dir();
+        Self {
+            nats_urls: vec!["nats://127.0.0.1:4222".to_owned()],
+            nats_credentials: None,
+            fleet_file: fleet_file.into(),
+            board: board.into(),
+            worker_id: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise_endpoint: None,
+            kernel_root: PathBuf::from("."),
+            workspace_root: tmp.join("mtswarm-workspaces"),
+            emulator_cache_dir: None,
+            lease_ttl: Duration::from_secs(10),
+            worker_ttl: Duration::from_secs(10),
+            max_sessions: 64,
+            session_idle_timeout: Duration::from_secs(30 * 60),
+            task_ack_wait: Duration::from_secs(30),
+            task_max_deliver: 5,
+            approval_timeout: Duration::from_secs(600),
+            approval_default: DefaultVerdict::Deny,
+            drain_grace: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(15),
+            default_max_steps: 100,
+            require_evidence: vec!["validate".to_owned(), "benchmark".to_owned()],
+            model: WorkerModel::Builtin,
+            llm_api_key_env: "MTSWARM_LLM_API_KEY".to_owned(),
+            measure: MeasureConfig::default(),
+            ready_file: None,
+        }
+    }
+
+    /// The worker id in use (configured or derived from the board).
+    pub fn effective_worker_id(&self) -> String {
+        match &self.worker_id {
+            Some(id) => id.clone(),
+            None => format!("worker-{}", sanitize_id(&self.board)),
+        }
+    }
+
+    /// Checks the configuration; the error names the field and the problem.
+    pub fn validate(&self) -> Result<(), WorkerError> {
+        let bad = |field: &'static str, reason: String| WorkerError::Config { field, reason };
+        if self.nats_urls.is_empty() || self.nats_urls.iter().any(|u| u.trim().is_empty()) {
+            return Err(bad(
+                "nats_urls",
+                "at least one non-empty NATS URL is needed".into(),
+            ));
+        }
+        if self.board.trim().is_empty() {
+            return Err(bad("board", "the board id is empty".into()));
+        }
+        if !self.fleet_file.is_file() {
+            return Err(bad(
+                "fleet_file",
+                format!("{} is not a file", self.fleet_file.display()),
+            ));
+        }
+        mtswarm_bus::subjects::validate_id("worker id", &self.effective_worker_id())
+            .map_err(|e| bad("worker_id", e.to_string()))?;
+        if !self.kernel_root.is_dir() {
+            return Err(bad(
+                "kernel_root",
+                format!("{} is not a directory", self.kernel_root.display()),
+            ));
+        }
+        if self.lease_ttl < Duration::from_secs(1) {
+            return Err(bad("lease_ttl", "must be at least 1 s".into()));
+        }
+        if self.worker_ttl < Duration::from_secs(1) {
+            return Err(bad("worker_ttl", "must be at least 1 s".into()));
+        }
+        if self.max_sessions == 0 {
+            return Err(bad("max_sessions", "must be at least 1".into()));
+        }
+        if self.task_ack_wait < Duration::from_secs(1) {
+            return Err(bad("task_ack_wait", "must be at least 1 s".into()));
+        }
+        if self.task_max_deliver == 0 {
+            return Err(bad(
+                "task_max_deliver",
+                "0 deliveries would never run a task (-1 = unlimited)".into(),
+            ));
+        }
+        if self.approval_timeout.is_zero() {
+            return Err(bad("approval_timeout", "must be positive".into()));
+        }
+        if self.session_idle_timeout.is_zero() {
+            return Err(bad("session_idle_timeout", "must be positive".into()));
+        }
+        if self.default_max_steps == 0 {
+            return Err(bad("default_max_steps", "must be at least 1".into()));
+        }
+        if let WorkerModel::Replay(path) = &self.model
+            && !path.is_file()
+        {
+            return Err(bad(
+                "model",
+                format!("replay cassette {} is not a file", path.display()),
+            ));
+        }
+        if let WorkerModel::OpenAi { base_url, model } = &self.model
+            && (base_url.trim().is_empty() || model.trim().is_empty())
+        {
+            return Err(bad(
+                "model",
+                "an OpenAI-compatible model needs a base URL and a model name".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Map any text onto `[A-Za-z0-9_-]` (other characters become `-`).
+pub(crate) fn sanitize_id(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,602 @@
+//! The daemon: owns the slices of one board (a `Board` and a lease each),
+//! registers itself in the workers bucket with a heartbeat, serves the
+//! `Worker` gRPC service (with health and reflection), and keeps the table
+//! of running sessions. [`WorkerDaemon::start`] returns once the daemon is
+//! registered and serving; [`WorkerHandle::shutdown`] stops it gracefully.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mtswarm_bus::results::ResultsStore;
+use mtswarm_bus::{
+    Approvals, Bus, BusConfig, BusError, Checkpoints, KeptLease, LeaseKeeper, LeaseRequest, Leases,
+    Quarantine, TopologyConfig, Versioned, Workers, v1,
+};
+use mtswarm_hw::emulator::EmulatorBoard;
+use mtswarm_hw::sdk::SdkConfig;
+use mtswarm_hw::{BackendKind, Board, ChipSpec, Fleet, HwLock, Slice};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::{WorkerConfig, sanitize_id};
+use crate::error::WorkerError;
+use crate::events::now_timestamp;
+use crate::session::{SessionEntry, StopMode};
+
+/// The bus form of a slice id (`board0/c1` -> `board0-c1`): slice ids are
+/// subject tokens and KV keys, which allow only `[A-Za-z0-9_-]`.
+pub fn bus_slice_id(slice: &Slice) -> String {
+    sanitize_id(&slice.id())
+}
+
+/// One slice the daemon owns.
+pub(crate) struct SliceEntry {
+    pub(crate) slice: Slice,
+    pub(crate) bus_id: String,
+    pub(crate) board: Arc<dyn Board>,
+    pub(crate) spec: ChipSpec,
+    pub(crate) lease: tokio::sync::Mutex<Option<LeaseKeeper>>,
+}
+
+impl SliceEntry {
+    pub(crate) fn descriptor(&self) -> v1::SliceDescriptor {
+        v1::SliceDescriptor {
+            slice_id: self.bus_id.clone(),
+            board: self.slice.board.clone(),
+            cluster: self
+                .slice
+                .cluster
+                .and_then(|c| i32::try_from(c).ok())
+                .unwrap_or(-1),
+            cores: self.slice.cores,
+            backend: self.slice.backend.to_string(),
+        }
+    }
+}
+
+/// Sessions and which slice each one holds.
+#[derive(Default)]
+pub(crate) struct Table {
+    pub(crate) sessions: HashMap<String, Arc<SessionEntry>>,
+    /// Session id per slice index.
+    pub(crate) slice_owner: Vec<Option<String>>,
+}
+
+/// State shared by the gRPC service, the sessions and the background tasks.
+pub(crate) struct Shared {
+    pub(crate) config: WorkerConfig,
+    pub(crate) worker_id: String,
+    pub(crate) endpoint: String,
+    pub(crate) bus: Bus,
+    pub(crate) leases: Leases,
+    pub(crate) workers: Workers,
+    pub(crate) quarantine: Quarantine,
+    pub(crate) checkpoints: Checkpoints,
+    pub(crate) approvals: Approvals,
+    pub(crate) results: ResultsStore,
+    pub(crate) hw_lock: HwLock,
+    pub(crate) slices: Vec<SliceEntry>,
+    pub(crate) table: Mutex<Table>,
+    pub(crate) draining: AtomicBool,
+    pub(crate) api_key: Option<String>,
+    pub(crate) started_at: prost_types::Timestamp,
+}
+
+impl Shared {
+    pub(crate) fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn renew_every(&self) -> Duration {
+        (self.config.lease_ttl / 3).max(Duration::from_millis(200))
+    }
+
+    pub(crate) fn slice_index(&self, requested: &str) -> Option<usize> {
+        let wanted = requested.trim();
+        self.slices
+            .iter()
+            .position(|s| s.bus_id == wanted || s.slice.id() == wanted)
+    }
+
+    /// Put the session/job on the slice's lease (empty = idle). Returns the
+    /// lease epoch.
+    pub(crate) async fn set_lease_session(
+        &self,
+        index: usize,
+        session_id: &str,
+        job_id: &str,
+    ) -> Result<u64, String> {
+        let entry = &self.slices[index];
+        let mut guard = entry.lease.lock().await;
+        let Some(keeper) = guard.take() else {
+            return Err(format!("the lease on slice {} is not held", entry.bus_id));
+        };
+        let state = keeper.subscribe();
+        keeper.abandon().await;
+        let current = state.borrow().clone();
+        let KeptLease::Held(held) = current else {
+            return Err(format!("the lease on slice {} was lost", entry.bus_id));
+        };
+        let (session, job) = (session_id.to_owned(), job_id.to_owned());
+        match self
+            .leases
+            .renew_with(&held, move |lease| {
+                lease.session_id = session;
+                lease.job_id = job;
+            })
+            .await
+        {
+            Ok(renewed) => {
+                let epoch = renewed.value.epoch;
+                *guard = Some(self.leases.keep(renewed, self.renew_every()));
+                Ok(epoch)
+            }
+            Err(error) => Err(format!("lease on slice {}: {error}", entry.bus_id)),
+        }
+    }
+
+    /// The worker record as of now.
+    pub(crate) fn record(&self) -> v1::WorkerRecord {
+        let active = self.table().sessions.len();
+        v1::WorkerRecord {
+            worker_id: self.worker_id.clone(),
+            endpoint: self.endpoint.clone(),
+            slices: self.slices.iter().map(SliceEntry::descriptor).collect(),
+            draining: self.draining.load(Ordering::SeqCst),
+            active_sessions: u32::try_from(active).unwrap_or(u32::MAX),
+            started_at: Some(self.started_at),
+            heartbeat_at: Some(now_timestamp()),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+
+    /// Ask every session to stop in `mode`.
+    pub(crate) fn stop_sessions(&self, mode: StopMode) {
+        for session in self.table().sessions.values() {
+            session.stop(mode.clone());
+        }
+    }
+
+    /// Re-take leases that were lost (and stop the sessions using them).
+    async fn check_leases(&self) {
+        for (index, entry) in self.slices.iter().enumerate() {
+            let lost = {
+                let guard = entry.lease.lock().await;
+                match guard.as_ref().map(LeaseKeeper::state) {
+                    Some(KeptLease::Held(_)) => false,
+                    Some(KeptLease::Lost { .. }) | Some(KeptLease::Released) | None => true,
+                }
+            };
+            if !lost {
+                continue;
+            }
+            let owner = self.table().slice_owner[index].clone();
+            if let Some(session_id) = &owner {
+                let session = self.table().sessions.get(session_id).cloned();
+                if let Some(session) = session {
+                    tracing::warn!(slice.id = %entry.bus_id, session.id = %session_id, "slice lease lost; stopping its session");
+                    session.stop(StopMode::Abandon);
+                }
+                continue;
+            }
+            let request = LeaseRequest {
+                slice_id: entry.bus_id.clone(),
+                worker_id: self.worker_id.clone(),
+                session_id: String::new(),
+                job_id: String::new(),
+                ttl: self.config.lease_ttl,
+            };
+            match self.leases.reclaim(&request).await {
+                Ok(held) => {
+                    tracing::info!(slice.id = %entry.bus_id, "slice lease re-acquired");
+                    *entry.lease.lock().await = Some(self.leases.keep(held, self.renew_every()));
+                }
+                Err(error) => {
+                    tracing::debug!(slice.id = %entry.bus_id, %error, "slice lease not re-acquired yet");
+                }
+            }
+        }
+    }
+}
+
+/// The worker daemon's entry point.
+pub struct WorkerDaemon;
+
+/// A running daemon.
+pub struct WorkerHandle {
+    shared: Arc<Shared>,
+    grpc_addr: SocketAddr,
+    health: tonic_health::server::HealthReporter,
+    server_stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    heartbeat_stop: Option<watch::Sender<bool>>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+fn open_board(
+    fleet: &Fleet,
+    slice: &Slice,
+    spec: &ChipSpec,
+    cache_dir: Option<&PathBuf>,
+) -> Result<Arc<dyn Board>, WorkerError> {
+    if slice.backend == BackendKind::Emulator {
+        let mut board = EmulatorBoard::new(slice.clone(), spec.clone())?;
+        if let Some(dir) = cache_dir {
+            board = board.with_cache_dir(dir.clone());
+        }
+        return Ok(Arc::new(board));
+    }
+    Ok(fleet.open(slice, &SdkConfig::default())?)
+}
+
+fn api_key_from_env(name: &str) -> Option<String> {
+    [name, "OPENAI_API_KEY"]
+        .iter()
+        .filter_map(|n| std::env::var(n).ok())
+        .map(|v| v.trim().to_owned())
+        .find(|v| !v.is_empty())
+}
+
+impl WorkerDaemon {
+    /// Start a daemon: load the board, connect to NATS, take the slice
+    /// leases, register, and serve gRPC. Returns once serving.
+    pub async fn start(config: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
+        config.validate()?;
+        let worker_id = config.effective_worker_id();
+        let fleet = Fleet::load(&config.fleet_file)?;
+        let board = fleet
+            .board(&config.board)
+            .ok_or_else(|| WorkerError::UnknownBoard {
+                board: config.board.clone(),
+                known: fleet
+                    .boards
+                    .iter()
+                    .map(|b| b.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?
+            .clone();
+        let mut slices = Vec::with_capacity(board.slices.len());
+        for slice in &board.slices {
+            let bus_id = bus_slice_id(slice);
+            mtswarm_bus::subjects::validate_id("slice id", &bus_id).map_err(|e| {
+                WorkerError::Config {
+                    field: "board",
+                    reason: e.to_string(),
+                }
+            })?;
+            slices.push(SliceEntry {
+                board: open_board(
+                    &fleet,
+                    slice,
+                    &board.spec,
+                    config.emulator_cache_dir.as_ref(),
+                )?,
+                slice: slice.clone(),
+                bus_id,
+                spec: board.spec.clone(),
+                lease: tokio::sync::Mutex::new(None),
+            });
+        }
+
+        let mut bus_config = BusConfig::new(config.nats_urls[0].clone()).with_name(&worker_id);
+        bus_config.servers = config.nats_urls.clone();
+        bus_config.credentials_file = config.nats_credentials.clone();
+        let bus = Bus::connect(bus_config).await?;
+        bus.wait_connected(Duration::from_secs(30)).await?;
+        bus.ensure_topology(&TopologyConfig::default()).await?;
+        let leases = Leases::open(&bus).await?;
+        let workers = Workers::open(&bus).await?;
+        let quarantine = Quarantine::open(&bus).await?;
+        let checkpoints = Checkpoints::open(&bus).await?;
+        let approvals = Approvals::open(&bus).await?;
+        let results = ResultsStore::open(&bus).await?;
+
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| WorkerError::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let grpc_addr = listener.local_addr().map_err(|source| WorkerError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let endpoint = match &config.advertise_endpoint {
+            Some(endpoint) => endpoint.clone(),
+            None if grpc_addr.ip().is_unspecified() => {
+                format!("http://127.0.0.1:{}", grpc_addr.port())
+            }
+            None => format!("http://{grpc_addr}"),
+        };
+
+        let shared = Arc::new(Shared {
+            table: Mutex::new(Table {
+                sessions: HashMap::new(),
+                slice_owner: vec![None; slices.len()],
+            }),
+            api_key: api_key_from_env(&config.llm_api_key_env),
+            config,
+            worker_id,
+            endpoint,
+            bus,
+            leases,
+            workers,
+            quarantine,
+            checkpoints,
+            approvals,
+            results,
+            hw_lock: HwLock::new(),
+            slices,
+            draining: AtomicBool::new(false),
+            started_at: now_timestamp(),
+        });
+
+        // Leases: a restarted daemon reclaims its own; another holder means
+        // two daemons were started for one board.
+        for entry in &shared.slices {
+            let request = LeaseRequest {
+                slice_id: entry.bus_id.clone(),
+                worker_id: shared.worker_id.clone(),
+                session_id: String::new(),
+                job_id: String::new(),
+                ttl: shared.config.lease_ttl,
+            };
+            match shared.leases.reclaim(&request).await {
+                Ok(held) => {
+                    *entry.lease.lock().await =
+                        Some(shared.leases.keep(held, shared.renew_every()));
+                }
+                Err(BusError::LeaseHeld {
+                    holder_worker_id, ..
+                }) => {
+                    release_all(&shared).await;
+                    return Err(WorkerError::SliceTaken {
+                        slice_id: entry.bus_id.clone(),
+                        holder: holder_worker_id,
+                    });
+                }
+                Err(other) => {
+                    release_all(&shared).await;
+                    return Err(other.into());
+                }
+            }
+        }
+
+        let registered = match shared
+            .workers
+            .register(&shared.record(), shared.config.worker_ttl)
+            .await
+        {
+            Ok(held) => held,
+            Err(error) => {
+                release_all(&shared).await;
+                return Err(error.into());
+            }
+        };
+        let (heartbeat_stop, heartbeat_rx) = watch::channel(false);
+        let heartbeat = tokio::spawn(heartbeat_loop(shared.clone(), registered, heartbeat_rx));
+
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<v1::worker_server::WorkerServer<crate::service::WorkerService>>()
+            .await;
+        let reflection_v1 = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(mtswarm_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| WorkerError::Serve(e.to_string()))?;
+        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(mtswarm_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .build_v1alpha()
+            .map_err(|e| WorkerError::Serve(e.to_string()))?;
+        let service = crate::service::WorkerService::new(shared.clone());
+        let (server_stop, server_stop_rx) = oneshot::channel::<()>();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .trace_fn(mtswarm_telemetry::grpc::server_span)
+                .add_service(health_service)
+                .add_service(reflection_v1)
+                .add_service(reflection_v1alpha)
+                .add_service(v1::worker_server::WorkerServer::new(service))
+                .serve_with_incoming_shutdown(incoming, async {
+                    let _ = server_stop_rx.await;
+                }),
+        );
+
+        tracing::info!(worker.id = %shared.worker_id, board = %shared.config.board, slices = shared.slices.len(), "listening on {grpc_addr}");
+        if let Some(path) = &shared.config.ready_file {
+            let local = if grpc_addr.ip().is_unspecified() {
+                format!("http://127.0.0.1:{}", grpc_addr.port())
+            } else {
+                format!("http://{grpc_addr}")
+            };
+            let body = serde_json::json!({
+                "grpc": local,
+                "endpoint": shared.endpoint,
+                "worker_id": shared.worker_id,
+            });
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, body.to_string())
+                .and_then(|()| std::fs::rename(&tmp, path))
+                .map_err(|source| WorkerError::ReadyFile {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        Ok(WorkerHandle {
+            shared,
+            grpc_addr,
+            health,
+            server_stop: Some(server_stop),
+            server: Some(server),
+            heartbeat_stop: Some(heartbeat_stop),
+            heartbeat: Some(heartbeat),
+        })
+    }
+}
+
+async fn release_all(shared: &Shared) {
+    for entry in &shared.slices {
+        if let Some(keeper) = entry.lease.lock().await.take()
+            && let Err(error) = keeper.release().await
+        {
+            tracing::warn!(slice.id = %entry.bus_id, %error, "slice lease not released");
+        }
+    }
+}
+
+async fn heartbeat_loop(
+    shared: Arc<Shared>,
+    mut held: Versioned<v1::WorkerRecord>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let ttl = shared.config.worker_ttl;
+    let mut ticker = tokio::time::interval((ttl / 3).max(Duration::from_millis(200)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = ticker.tick() => {}
+        }
+        let record = shared.record();
+        match shared.workers.heartbeat(&held, &record, ttl).await {
+            Ok(next) => held = next,
+            Err(error) => {
+                tracing::warn!(%error, "worker heartbeat failed; registering again");
+                match shared.workers.register(&record, ttl).await {
+                    Ok(next) => held = next,
+                    Err(error) => tracing::warn!(%error, "worker registration failed"),
+                }
+            }
+        }
+        shared.check_leases().await;
+    }
+}
+
+impl WorkerHandle {
+    /// The bound gRPC address.
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc_addr
+    }
+
+    /// The endpoint in the WorkerRecord (`http://host:port`).
+    pub fn endpoint(&self) -> &str {
+        &self.shared.endpoint
+    }
+
+    pub fn worker_id(&self) -> &str {
+        &self.shared.worker_id
+    }
+
+    /// The bus ids of the daemon's slices (`board0-c1`, ...), in fleet order.
+    pub fn slice_ids(&self) -> Vec<String> {
+        self.shared
+            .slices
+            .iter()
+            .map(|s| s.bus_id.clone())
+            .collect()
+    }
+
+    /// Sessions currently known to the daemon.
+    pub fn session_count(&self) -> usize {
+        self.shared.table().sessions.len()
+    }
+
+    /// Graceful stop: refuse new sessions, stop the running ones (their last
+    /// checkpoint stays; unfinished tasks are not acknowledged, so they are
+    /// delivered again), deregister, release the leases, stop serving.
+    pub async fn shutdown(mut self) -> Result<(), WorkerError> {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        self.health
+            .set_not_serving::<v1::worker_server::WorkerServer<crate::service::WorkerService>>()
+            .await;
+        self.shared.stop_sessions(StopMode::Abandon);
+        let joins: Vec<JoinHandle<()>> = {
+            let sessions: Vec<Arc<SessionEntry>> =
+                self.shared.table().sessions.values().cloned().collect();
+            sessions.iter().filter_map(|s| s.take_join()).collect()
+        };
+        let timeout = self.shared.config.shutdown_timeout;
+        for join in joins {
+            let abort = join.abort_handle();
+            if tokio::time::timeout(timeout, join).await.is_err() {
+                tracing::warn!("a session did not stop within {timeout:?}; aborted");
+                abort.abort();
+            }
+        }
+        if let Some(stop) = self.heartbeat_stop.take() {
+            let _ = stop.send(true);
+        }
+        if let Some(heartbeat) = self.heartbeat.take() {
+            let _ = heartbeat.await;
+        }
+        if let Err(error) = self.shared.workers.deregister(&self.shared.worker_id).await {
+            tracing::warn!(%error, "worker record not removed");
+        }
+        release_all(&self.shared).await;
+        if let Some(stop) = self.server_stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            match tokio::time::timeout(timeout, server).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(error))) => return Err(WorkerError::Serve(error.to_string())),
+                Ok(Err(join)) => return Err(WorkerError::Serve(join.to_string())),
+                Err(_) => {
+                    return Err(WorkerError::Serve(
+                        "the gRPC server did not stop in time".into(),
+                    ));
+                }
+            }
+        }
+        if let Err(error) = self.shared.bus.flush().await {
+            tracing::debug!(%error, "final flush failed");
+        }
+        tracing::info!(worker.id = %self.shared.worker_id, "worker stopped");
+        Ok(())
+    }
+
+    /// Stop at once the way a crash would look to the rest of the system:
+    /// sessions aborted, leases and the worker record left to lapse.
+    pub async fn kill(mut self) {
+        for session in self.shared.table().sessions.values() {
+            session.abort();
+        }
+        for entry in &self.shared.slices {
+            if let Some(keeper) = entry.lease.lock().await.take() {
+                keeper.abandon().await;
+            }
+        }
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.abort();
+        }
+        if let Some(stop) = self.server_stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.abort();
+        }
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+        for session in self.shared.table().sessions.values() {
+            session.abort();
+        }
+    }
+}

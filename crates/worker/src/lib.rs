@@ -1,0 +1,88 @@
+//! mtswarm-worker: the worker daemon. One daemon owns the slices of one
+//! board of a fleet file and runs worker agent sessions on them.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), mtswarm_worker::WorkerError> {
+//! use mtswarm_worker::{WorkerConfig, WorkerDaemon};
+//! let mut config = WorkerConfig::new("fleet.toml", "board0");
+//! config.nats_urls = vec!["nats://127.0.0.1:4222".into()];
+//! config.kernel_root = "examples/kernels".into();
+//! let handle = WorkerDaemon::start(config).await?;
+//! println!("worker {} on {}", handle.worker_id(), handle.grpc_addr());
+//! handle.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What the daemon does
+//!
+//! - Builds a `Board` per slice of its board (the emulator by default),
+//!   takes a lease per slice in the leases bucket (TTL, renewed every third
+//!   of it by a `LeaseKeeper`; a restarted daemon reclaims its own), and
+//!   registers a `WorkerRecord` (endpoint = its gRPC address) with a
+//!   heartbeat. A slice's lease names the session and job running on it.
+//! - Serves `mtswarm.v1.Worker` with `grpc.health.v1` (SERVING once
+//!   registered) and reflection (v1 and v1alpha).
+//! - `SpawnSession` binds a session to a free slice (named, or the first
+//!   free one matching the selector); it is idempotent per `session_id`
+//!   and refuses with FAILED_PRECONDITION (slice busy, quarantined, daemon
+//!   draining), NOT_FOUND (unknown slice, nothing matches),
+//!   RESOURCE_EXHAUSTED (max sessions) or INVALID_ARGUMENT (bad ids, bad
+//!   selector, bad kernel directory).
+//! - A session is a tokio task with a durable pull consumer on
+//!   `mtswarm.task.<worker>.<slice>` (one unacknowledged task at a time).
+//!   Per task it runs the ReAct engine with the `mtswarm-tools` tools in
+//!   the session's workspace (`<workspace_root>/<session_id>`, the kernel
+//!   directory copied in from the kernel root), the slice's hardware lock
+//!   as the engine's resource lock, publishes every engine event as an
+//!   `AgentEvent` (per-session gapless sequence), checkpoints every state
+//!   to the checkpoints bucket, publishes the `TaskResult` and then acks.
+//!   A task whose session id is not the session's is terminated.
+//! - Budgets (the task's, else the session's): `max_steps`, `max_tokens` and
+//!   `wall_time_seconds` go to the engine; `device_seconds` (time spent in
+//!   hardware tools) is checked after every event and stops the run when
+//!   spent; the task's `deadline` cancels it. An attempt older than the one
+//!   that owns the session's checkpoint is fenced off (terminated, no result).
+//! - A task with `resume_from_checkpoint` (or a redelivery) resumes from the
+//!   session's checkpoint when that checkpoint belongs to the same task.
+//! - Approvals across processes: see [`approval`].
+//!
+//! # Conventions others rely on
+//!
+//! - Bus slice ids are the hardware slice ids with every character outside
+//!   `[A-Za-z0-9_-]` replaced by `-` ([`bus_slice_id`]: `board0/c1` ->
+//!   `board0-c1`). They appear in WorkerRecord slices, leases, task subjects
+//!   and results; SpawnSession accepts either form.
+//! - Worker id default: `worker-<board>`.
+//! - The task's first user message is rendered by
+//!   [`policy::render_task_message`]; `parameters_json` is the policy's
+//!   task-parameter object (see [`policy`]).
+//! - `TaskResult.result_json`: `best` (the benchmark tool's best candidate:
+//!   defines, median seconds, GFLOPS, peak fraction, kernel hash),
+//!   `candidates`, `benchmarks`, `evidence` (passed checks), `answer`,
+//!   `answer_json` (the answer's ```` ```json ```` block), `verdict`,
+//!   `stop_reason`, `steps`.
+//! - Event payloads are the engine's event JSON (`type` = transition,
+//!   tool_call, tool_result, ...) plus `task_id`, `attempt` and
+//!   `engine_seq`; the worker adds `session_started`, `task_started`,
+//!   `task_finished`, `approval_decided` and `session_finished`.
+
+pub mod approval;
+mod checkpoint;
+pub mod config;
+mod daemon;
+pub mod error;
+pub mod events;
+pub mod policy;
+pub mod prompt;
+mod results;
+mod service;
+mod session;
+pub mod workspace;
+
+pub use checkpoint::CHECKPOINT_FORMAT_VERSION;
+pub use config::{DefaultVerdict, ModelFactory, SessionModelContext, WorkerConfig, WorkerModel};
+pub use daemon::{WorkerDaemon, WorkerHandle, bus_slice_id};
+pub use error::WorkerError;
+pub use policy::BuiltinWorkerPolicy;
+pub use service::WorkerService;

@@ -1,0 +1,654 @@
+//! The search plan of the builtin worker policy: spend the slice's time on
+//! the candidates that can win, and never leave the slice idle while the
+//! host CPU compiles.
+//!
+//! 1. **Analyze and rank.** One step asks `analyze_kernel` (the on-chip
+//!    footprint of `<kernel_dir>/kernel.c` with the candidate's defines: a
+//!    candidate over an AM/SM/GSM capacity or buffer limit is dropped
+//!    without being built) and the `estimate` tool (`kernel_dir` +
+//!    `defines`: the kernel's `tune.toml` `[model]` gives flops and DDR
+//!    bytes, the tool the roofline bound on this slice) for the first
+//!    candidate, then, if that gave a bound, for all the others. A kernel
+//!    without a model keeps the list order.
+//! 2. **Screen.** Candidates are screened with one `validate` each, which
+//!    checks the output and already reports a time (on the emulator the
+//!    deterministic modeled time). The first is the best-ranked one; after
+//!    that the one with the lowest predicted time: an additive model of
+//!    log-time over the parameter values, fitted to the screened times, that
+//!    assumes unseen values are as good as the best seen (so they get
+//!    explored) and that favours candidates whose parameter pairs were
+//!    never screened together by [`EXPLORATION`] (interactions the additive
+//!    model cannot see), never below the roofline bound; ties go to the
+//!    candidate fewest parameters away from the best so far (a walk through
+//!    its neighbours), then to the estimate rank.
+//! 3. **Prune.** A candidate whose roofline bound exceeds the best screened
+//!    time by more than [`PRUNE_MARGIN`] cannot win and is never run.
+//! 4. **Finalists.** The fastest screened candidates (`finalists`, default
+//!    2) get a full `benchmark`; the answer is the fastest benchmark.
+//! 5. **Compile ahead.** The step that validates or benchmarks a candidate
+//!    also compiles the next choice given what is known without the current
+//!    result, so the engine runs the compile while the slice lock is held;
+//!    the next step screens that compiled candidate (a candidate built
+//!    ahead is always taken first). Decisions lag one result behind; no
+//!    compile is wasted on a guess.
+//!
+//! One evaluation is one hardware call on a candidate (`validate` or
+//! `benchmark`); `max_evaluations` bounds their total, finalists included.
+//! Calls refused because the artifact is gone (after a resume in another
+//! process) do not count and the candidate is compiled again.
+//!
+//! Like the sequential plan, everything is recomputed from the conversation
+//! each turn (call ids `c<index>-<tool>[-r<n>]`), so a resumed session
+//! continues where it stopped.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::LazyLock;
+
+use mtswarm_core::{Message, Role, ToolCall};
+use regex::Regex;
+use serde_json::{Value, json};
+
+use super::{
+    ARTIFACT, CandidateOutcome, Decision, GFLOPS, MAX_RECOMPILES, MEDIAN, PEAK, TaskParameters,
+    artifact_missing, capture_f64, defines_text, first_line,
+};
+
+/// A candidate is pruned when its roofline bound is above the best screened
+/// time times this factor (the bound is a model, not a guarantee).
+pub const PRUNE_MARGIN: f64 = 1.1;
+/// Optimism for untried combinations: a candidate whose parameter pairs
+/// were all never screened together is predicted this much faster (in
+/// log-time), so interactions the additive model misses get explored.
+pub const EXPLORATION: f64 = 0.15;
+/// Candidates compiled ahead per step at most: more would be guesses whose
+/// compiles compete with the slice's own run for the host CPU.
+const COMPILES_AHEAD: usize = 1;
+
+static BOUND: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"bound ([0-9.]+(?:[eE][-+]?[0-9]+)?) s").expect("literal regex"));
+static SCREEN_TIME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r": valid: ([0-9.]+(?:[eE][-+]?[0-9]+)?) s").expect("literal regex")
+});
+
+/// What the conversation says about one candidate.
+#[derive(Debug, Clone, Default)]
+struct Known {
+    compiles: u32,
+    /// Hardware calls that found the artifact gone.
+    lost: u32,
+    compile_failed: bool,
+    screened: bool,
+    benchmarked: bool,
+}
+
+/// The replayed state of the search.
+struct State {
+    outcomes: Vec<CandidateOutcome>,
+    known: Vec<Known>,
+    analyzed: bool,
+    /// Estimate results seen, and whether the first one (the probe) gave a
+    /// bound: a kernel without a model is not asked once per candidate.
+    estimates: usize,
+    probe_ok: bool,
+    evaluations: u32,
+    benchmarks: u32,
+}
+
+/// Candidate index and round in a call id: `c<index>-<tool>[-r<n>]`.
+fn parse_id(id: &str) -> Option<usize> {
+    super::parse_call_id(id)
+}
+
+/// Pair every call of ours with the tool message that answers it (ids may
+/// repeat in a long history; the answer is the first one after the call).
+fn replay(params: &TaskParameters, messages: &[Message]) -> State {
+    let mut state = State {
+        outcomes: params
+            .candidates
+            .iter()
+            .enumerate()
+            .map(|(i, d)| CandidateOutcome::new(i, d.clone()))
+            .collect(),
+        known: vec![Known::default(); params.candidates.len()],
+        analyzed: false,
+        estimates: 0,
+        probe_ok: false,
+        evaluations: 0,
+        benchmarks: 0,
+    };
+    let mut pending: HashMap<String, VecDeque<ToolCall>> = HashMap::new();
+    // Artifact id -> candidate: ids restart in a new process, so an id seen
+    // twice means every earlier build is gone.
+    let mut owners: HashMap<String, usize> = HashMap::new();
+    for message in messages {
+        match message.role {
+            Role::Assistant => {
+                for call in &message.tool_calls {
+                    pending
+                        .entry(call.id.clone())
+                        .or_default()
+                        .push_back(call.clone());
+                }
+            }
+            Role::Tool => {
+                let Some(id) = message.tool_call_id.as_deref() else {
+                    continue;
+                };
+                let Some(call) = pending.get_mut(id).and_then(VecDeque::pop_front) else {
+                    continue;
+                };
+                apply(&mut state, &mut owners, &call, &message.content);
+            }
+            _ => {}
+        }
+    }
+    state
+}
+
+fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall, content: &str) {
+    let Some(index) = parse_id(&call.id) else {
+        return;
+    };
+    if index >= state.outcomes.len() {
+        return;
+    }
+    let outcome = &mut state.outcomes[index];
+    let known = &mut state.known[index];
+    match call.name.as_str() {
+        "analyze_kernel" => {
+            state.analyzed = true;
+            // The static footprint already shows the build cannot run.
+            if !content.starts_with("error")
+                && let Some(line) = content
+                    .lines()
+                    .find(|l| l.contains("OVER CAPACITY") || l.contains("TOO MANY BUFFERS"))
+            {
+                outcome.failure = Some(format!("analysis: {}", line.trim()));
+            }
+        }
+        "estimate" => {
+            outcome.estimate_seconds = if content.starts_with("error") {
+                None
+            } else {
+                capture_f64(&BOUND, content).filter(|s| *s > 0.0)
+            };
+            if state.estimates == 0 {
+                state.probe_ok = outcome.estimate_seconds.is_some();
+            }
+            state.estimates += 1;
+        }
+        "compile" => {
+            known.compiles += 1;
+            let artifact = ARTIFACT
+                .captures(content)
+                .and_then(|c| c.get(1))
+                .map(|m| m.as_str().to_owned());
+            match artifact {
+                Some(a) if content.starts_with("compiled") => {
+                    if owners.contains_key(&a) {
+                        owners.clear();
+                        for o in &mut state.outcomes {
+                            o.artifact = None;
+                        }
+                    }
+                    owners.insert(a.clone(), index);
+                    let outcome = &mut state.outcomes[index];
+                    outcome.artifact = Some(a);
+                    outcome.failure = None;
+                    state.known[index].compile_failed = false;
+                }
+                _ => {
+                    outcome.failure = Some(format!("compile: {}", first_line(content)));
+                    known.compile_failed = true;
+                }
+            }
+        }
+        tool @ ("validate" | "benchmark") => {
+            if artifact_missing(content) {
+                known.lost += 1;
+                outcome.artifact = None;
+                if known.lost > MAX_RECOMPILES {
+                    outcome.failure = Some(format!(
+                        "{tool}: artifact lost again: {}",
+                        first_line(content)
+                    ));
+                }
+                return;
+            }
+            state.evaluations += 1;
+            if tool == "validate" {
+                known.screened = true;
+                if content.contains("validation PASSED") {
+                    // A passed validation without a parsable time still
+                    // counts as valid; it ranks last.
+                    outcome.screen_seconds =
+                        Some(capture_f64(&SCREEN_TIME, content).unwrap_or(f64::INFINITY));
+                } else {
+                    outcome.failure = Some(format!("validate: {}", first_line(content)));
+                }
+            } else {
+                state.benchmarks += 1;
+                known.benchmarked = true;
+                let median = capture_f64(&MEDIAN, content);
+                if median.is_some()
+                    && !content.starts_with("error")
+                    && !content.contains("benchmark FAILED")
+                {
+                    outcome.median_seconds = median;
+                    outcome.gflops = capture_f64(&GFLOPS, content);
+                    outcome.peak_percent = capture_f64(&PEAK, content);
+                } else {
+                    outcome.failure = Some(format!("benchmark: {}", first_line(content)));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+impl State {
+    fn usable(&self, i: usize) -> bool {
+        self.outcomes[i].failure.is_none() && !self.known[i].compile_failed
+    }
+
+    /// Candidate indices, best estimate first (no estimate: list order,
+    /// after the estimated ones).
+    fn ranked(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.outcomes.len()).collect();
+        order.sort_by(|&a, &b| {
+            let ea = self.outcomes[a].estimate_seconds.unwrap_or(f64::INFINITY);
+            let eb = self.outcomes[b].estimate_seconds.unwrap_or(f64::INFINITY);
+            ea.total_cmp(&eb).then(a.cmp(&b))
+        });
+        order
+    }
+
+    /// Screened valid candidates, fastest first.
+    fn screened_by_time(&self) -> Vec<(usize, f64)> {
+        let mut out: Vec<(usize, f64)> = self
+            .outcomes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.known[*i].screened && self.usable(*i))
+            .filter_map(|(i, o)| o.screen_seconds.map(|s| (i, s)))
+            .collect();
+        out.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        out
+    }
+
+    fn pruned(&self, i: usize, best: Option<f64>) -> bool {
+        match (self.outcomes[i].estimate_seconds, best) {
+            (Some(bound), Some(best)) => bound > best * PRUNE_MARGIN,
+            _ => false,
+        }
+    }
+
+    /// The next candidate to screen, given the screened times `times`
+    /// (fastest first) and candidates already taken.
+    ///
+    /// Candidates are ordered by a predicted time: an additive model of
+    /// log-time over the parameter values fitted to the screened times
+    /// (values not seen yet are assumed as good as the best value seen for
+    /// that parameter, so they get explored), never below the roofline
+    /// bound. Ties go to the candidate closest to the best one (fewest
+    /// parameters changed), then to the estimate rank. With one screened
+    /// candidate this is a walk through its neighbours.
+    fn choose(&self, times: &[(usize, f64)], taken: &BTreeSet<usize>) -> Option<usize> {
+        let best = times.iter().map(|t| t.1).find(|t| t.is_finite());
+        let rank: Vec<usize> = self.ranked();
+        let mut position = vec![0usize; rank.len()];
+        for (p, &i) in rank.iter().enumerate() {
+            position[i] = p;
+        }
+        let eligible: Vec<usize> = rank
+            .iter()
+            .copied()
+            .filter(|&i| {
+                !self.known[i].screened
+                    && !self.known[i].benchmarked
+                    && self.usable(i)
+                    && !taken.contains(&i)
+                    && !self.pruned(i, best)
+            })
+            .collect();
+        let anchor = times.first().map(|t| &self.outcomes[t.0]);
+        let samples: Vec<(&CandidateOutcome, f64)> = times
+            .iter()
+            .filter(|t| t.1.is_finite() && t.1 > 0.0)
+            .map(|t| (&self.outcomes[t.0], t.1.ln()))
+            .collect();
+        let model = AdditiveModel::fit(&samples);
+        let seen_pairs: BTreeSet<(&str, &str, &str, &str)> =
+            samples.iter().flat_map(|(o, _)| pairs(o)).collect();
+        let key = |i: usize| {
+            let o = &self.outcomes[i];
+            let all = pairs(o);
+            let unseen = all.iter().filter(|p| !seen_pairs.contains(*p)).count();
+            let novelty = if all.is_empty() || samples.is_empty() {
+                0.0
+            } else {
+                unseen as f64 / all.len() as f64
+            };
+            let predicted = (model.predict(o) - EXPLORATION * novelty)
+                .exp()
+                .max(o.estimate_seconds.unwrap_or(0.0));
+            let distance = anchor.map_or(0, |a| distance(a, o));
+            (predicted, distance, position[i])
+        };
+        let order = |a: &usize, b: &usize| {
+            let (pa, da, ra) = key(*a);
+            let (pb, db, rb) = key(*b);
+            pa.total_cmp(&pb).then(da.cmp(&db)).then(ra.cmp(&rb))
+        };
+        let top = eligible.iter().copied().min_by(order)?;
+        // A candidate compiled ahead goes first: it was the choice one
+        // result ago, its build is paid for and the slice need not wait for
+        // a compile. Decisions lag one result behind, nothing is wasted.
+        let built = eligible
+            .iter()
+            .copied()
+            .filter(|&i| self.outcomes[i].artifact.is_some())
+            .min_by(order);
+        Some(built.unwrap_or(top))
+    }
+}
+
+/// log-time = mean + one effect per (parameter, value), fitted by a few
+/// rounds of backfitting on the screened candidates.
+struct AdditiveModel {
+    mean: f64,
+    effects: HashMap<String, HashMap<String, f64>>,
+}
+
+impl AdditiveModel {
+    fn fit(samples: &[(&CandidateOutcome, f64)]) -> Self {
+        let mut model = Self {
+            mean: 0.0,
+            effects: HashMap::new(),
+        };
+        if samples.is_empty() {
+            return model;
+        }
+        model.mean = samples.iter().map(|s| s.1).sum::<f64>() / samples.len() as f64;
+        let names: BTreeSet<&String> = samples.iter().flat_map(|s| s.0.defines.keys()).collect();
+        for _ in 0..4 {
+            for name in &names {
+                let mut sums: HashMap<String, (f64, u32)> = HashMap::new();
+                for (o, y) in samples {
+                    let value = o.defines.get(*name).cloned().unwrap_or_default();
+                    let others = model.predict(o) - model.effect(name, &value);
+                    let entry = sums.entry(value).or_insert((0.0, 0));
+                    entry.0 += y - others;
+                    entry.1 += 1;
+                }
+                let effects: HashMap<String, f64> = sums
+                    .into_iter()
+                    .map(|(v, (sum, n))| (v, sum / f64::from(n)))
+                    .collect();
+                model.effects.insert((*name).clone(), effects);
+            }
+        }
+        model
+    }
+
+    fn effect(&self, name: &str, value: &str) -> f64 {
+        self.effects
+            .get(name)
+            .and_then(|e| e.get(value))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// Predicted log-time; an unseen value takes its parameter's best
+    /// (lowest) effect.
+    fn predict(&self, o: &CandidateOutcome) -> f64 {
+        let mut total = self.mean;
+        for (name, effects) in &self.effects {
+            let value = o.defines.get(name).map(String::as_str).unwrap_or("");
+            total += match effects.get(value) {
+                Some(e) => *e,
+                None => effects
+                    .values()
+                    .copied()
+                    .fold(f64::INFINITY, f64::min)
+                    .min(0.0),
+            };
+        }
+        total
+    }
+}
+
+/// Every pair of `-D` settings of a configuration (the interactions an
+/// additive model cannot see).
+fn pairs(o: &CandidateOutcome) -> Vec<(&str, &str, &str, &str)> {
+    let items: Vec<(&String, &String)> = o.defines.iter().collect();
+    let mut out = Vec::with_capacity(items.len() * items.len() / 2);
+    for (i, (k1, v1)) in items.iter().enumerate() {
+        for (k2, v2) in &items[i + 1..] {
+            out.push((k1.as_str(), v1.as_str(), k2.as_str(), v2.as_str()));
+        }
+    }
+    out
+}
+
+/// Parameters whose `-D` values differ.
+fn distance(a: &CandidateOutcome, b: &CandidateOutcome) -> usize {
+    let keys: BTreeSet<&String> = a.defines.keys().chain(b.defines.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.defines.get(*k) != b.defines.get(*k))
+        .count()
+}
+
+/// Decide the next move of the search plan.
+pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
+    let state = replay(params, messages);
+    // Step 1: analyze every candidate and estimate the first; step 2, when
+    // the kernel has a model, estimate the others.
+    let estimate_call = |i: usize| ToolCall {
+        id: format!("c{i}-estimate"),
+        name: "estimate".to_owned(),
+        arguments: json!({
+            "kernel_dir": params.kernel_dir,
+            "defines": params.candidates[i],
+            "cores": params.cores,
+        })
+        .to_string(),
+    };
+    let mut calls = Vec::new();
+    if params.analyze && !state.analyzed {
+        calls.extend(params.candidates.iter().enumerate().map(|(i, defines)| {
+            ToolCall {
+                id: format!("c{i}-analyze"),
+                name: "analyze_kernel".to_owned(),
+                arguments: json!({
+                    "path": format!("{}/kernel.c", params.kernel_dir),
+                    "defines": defines,
+                })
+                .to_string(),
+            }
+        }));
+    }
+    if params.use_estimate {
+        if state.estimates == 0 {
+            calls.push(estimate_call(0));
+        } else if state.estimates == 1 && state.probe_ok {
+            calls.extend((1..params.candidates.len()).map(estimate_call));
+        }
+    }
+    if !calls.is_empty() {
+        return Decision::Calls(calls);
+    }
+    let budget = params.max_evaluations.unwrap_or(u32::MAX);
+    let finalists = params.finalists.min(budget).max(1);
+    let screen_slots = budget.saturating_sub(finalists);
+    let times = state.screened_by_time();
+    let screens_done = state.evaluations - state.benchmarks;
+
+    // The current hardware action and the candidates likely to follow.
+    let mut action: Option<(usize, &str)> = None;
+    let mut ahead: Vec<usize> = Vec::new();
+    if screens_done < screen_slots
+        && let Some(next) = state.choose(&times, &BTreeSet::new())
+    {
+        action = Some((next, "validate"));
+        if screens_done + 1 < screen_slots {
+            // The likeliest next one: the current candidate does not change
+            // the picture (the usual case once a good candidate is known).
+            let taken: BTreeSet<usize> = [next].into();
+            ahead.extend(state.choose(&times, &taken));
+        }
+    }
+    if action.is_none() && state.benchmarks < finalists && state.evaluations < budget {
+        // Finalists: the fastest screened; without any, the best-ranked.
+        let mut pool: Vec<usize> = times.iter().map(|t| t.0).collect();
+        if pool.is_empty() && screens_done == 0 {
+            pool = state
+                .ranked()
+                .into_iter()
+                .filter(|&i| state.usable(i))
+                .collect();
+        }
+        let open = finalists - state.benchmarks;
+        let mut open_pool = pool
+            .into_iter()
+            .take(finalists as usize)
+            .filter(|&i| !state.known[i].benchmarked)
+            .take(open as usize);
+        if let Some(next) = open_pool.next() {
+            action = Some((next, "benchmark"));
+            ahead.extend(open_pool);
+        }
+    }
+    let Some((current, tool)) = action else {
+        return Decision::Final(final_answer(params, &state));
+    };
+    let mut calls = Vec::new();
+    let needs_compile = |i: usize| {
+        state.outcomes[i].artifact.is_none()
+            && state.usable(i)
+            && state.known[i].lost <= MAX_RECOMPILES
+    };
+    if needs_compile(current) {
+        calls.push(compile_call(params, &state, current));
+    } else {
+        calls.push(hardware_call(params, &state, current, tool));
+    }
+    if params.compile_ahead {
+        let mut seen: BTreeSet<usize> = [current].into();
+        for i in ahead {
+            if calls.len() > COMPILES_AHEAD {
+                break;
+            }
+            if seen.insert(i) && needs_compile(i) {
+                calls.push(compile_call(params, &state, i));
+            }
+        }
+    }
+    Decision::Calls(calls)
+}
+
+fn round_suffix(known: &Known) -> String {
+    if known.lost > 0 {
+        format!("-r{}", known.lost)
+    } else {
+        String::new()
+    }
+}
+
+fn compile_call(params: &TaskParameters, state: &State, index: usize) -> ToolCall {
+    let compiles = state.known[index].compiles;
+    ToolCall {
+        id: if compiles == 0 {
+            format!("c{index}-compile")
+        } else {
+            format!("c{index}-compile-r{compiles}")
+        },
+        name: "compile".to_owned(),
+        arguments: json!({
+            "kernel_dir": params.kernel_dir,
+            "defines": params.candidates[index],
+        })
+        .to_string(),
+    }
+}
+
+fn hardware_call(params: &TaskParameters, state: &State, index: usize, tool: &str) -> ToolCall {
+    let mut call = super::hardware_call(
+        params,
+        index,
+        tool,
+        state.outcomes[index].artifact.as_deref(),
+    );
+    call.id.push_str(&round_suffix(&state.known[index]));
+    call
+}
+
+fn final_answer(params: &TaskParameters, state: &State) -> String {
+    let budget = params.max_evaluations;
+    let best_screen = state.screened_by_time().first().map(|t| t.1);
+    let mut outcomes = state.outcomes.clone();
+    for (i, o) in outcomes.iter_mut().enumerate() {
+        let k = &state.known[i];
+        if o.failure.is_none() && !k.screened && !k.benchmarked {
+            o.skipped = Some(if state.pruned(i, best_screen) {
+                format!(
+                    "pruned: roofline bound {:.4e} s cannot beat the best screened {:.4e} s",
+                    o.estimate_seconds.unwrap_or_default(),
+                    best_screen.unwrap_or_default()
+                )
+            } else {
+                "not run: evaluation budget spent".to_owned()
+            });
+        } else if o.failure.is_none() && k.screened && !k.benchmarked {
+            o.skipped = Some("screened only: not among the finalists".to_owned());
+        }
+    }
+    let best = outcomes
+        .iter()
+        .filter(|o| o.median_seconds.is_some())
+        .min_by(|a, b| {
+            let a = a.median_seconds.unwrap_or(f64::INFINITY);
+            let b = b.median_seconds.unwrap_or(f64::INFINITY);
+            a.total_cmp(&b)
+        })
+        .cloned();
+    let screened = state.known.iter().filter(|k| k.screened).count();
+    let pruned = outcomes
+        .iter()
+        .filter(|o| {
+            o.skipped
+                .as_deref()
+                .is_some_and(|s| s.starts_with("pruned"))
+        })
+        .count();
+    let budget_text = budget.map(|b| format!(" of {b}")).unwrap_or_default();
+    let headline = match &best {
+        Some(b) => format!(
+            "Searched {} candidates with {} evaluations{budget_text}: screened {screened}, pruned {pruned}, benchmarked {}. Best: {} with median {:.4e} s{}.",
+            outcomes.len(),
+            state.evaluations,
+            state.benchmarks,
+            defines_text(&b.defines),
+            b.median_seconds.unwrap_or_default(),
+            b.gflops
+                .map(|g| format!(", {g:.2} GFLOPS"))
+                .unwrap_or_default()
+        ),
+        None => format!(
+            "No candidate of {} produced a valid benchmark figure ({} evaluations{budget_text}).",
+            outcomes.len(),
+            state.evaluations
+        ),
+    };
+    let body = json!({
+        "best": best,
+        "candidates": outcomes,
+        "strategy": "search",
+        "evaluations": state.evaluations,
+        "max_evaluations": budget.map(Value::from).unwrap_or(Value::Null),
+    });
+    format!(
+        "{headline}\n```json\n{}\n```",
+        serde_json::to_string_pretty(&body).unwrap_or_else(|_| "{}".to_owned())
+    )
+}

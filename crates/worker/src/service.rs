@@ -1,0 +1,134 @@
+//! The `Worker` gRPC service: SpawnSession, CancelSession, Drain and Status
+//! over the daemon's shared state.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mtswarm_bus::{KeptLease, v1};
+use tonic::{Request, Response, Status};
+
+use crate::daemon::Shared;
+use crate::session::{StopMode, spawn_session};
+
+/// The service implementation.
+pub struct WorkerService {
+    shared: Arc<Shared>,
+}
+
+impl WorkerService {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+#[tonic::async_trait]
+impl v1::worker_server::Worker for WorkerService {
+    async fn spawn_session(
+        &self,
+        request: Request<v1::SpawnSessionRequest>,
+    ) -> Result<Response<v1::SpawnSessionResponse>, Status> {
+        spawn_session(&self.shared, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+
+    async fn cancel_session(
+        &self,
+        request: Request<v1::CancelSessionRequest>,
+    ) -> Result<Response<v1::CancelSessionResponse>, Status> {
+        let request = request.into_inner();
+        let session = self
+            .shared
+            .table()
+            .sessions
+            .get(&request.session_id)
+            .cloned();
+        let cancelled = match session {
+            Some(session) => {
+                let reason = if request.reason.trim().is_empty() {
+                    "cancelled by request".to_owned()
+                } else {
+                    request.reason
+                };
+                session.stop(StopMode::Cancel(reason));
+                true
+            }
+            None => false,
+        };
+        Ok(Response::new(v1::CancelSessionResponse { cancelled }))
+    }
+
+    async fn drain(
+        &self,
+        request: Request<v1::DrainRequest>,
+    ) -> Result<Response<v1::DrainResponse>, Status> {
+        let request = request.into_inner();
+        let grace = if request.grace_seconds == 0 {
+            self.shared.config.drain_grace
+        } else {
+            Duration::from_secs(request.grace_seconds)
+        };
+        let first = !self.shared.draining.swap(true, Ordering::SeqCst);
+        tracing::info!(reason = %request.reason, ?grace, "draining");
+        self.shared.stop_sessions(StopMode::AfterTask);
+        if first {
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                shared.stop_sessions(StopMode::Abandon);
+            });
+        }
+        let remaining = self.shared.table().sessions.len();
+        Ok(Response::new(v1::DrainResponse {
+            sessions_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn status(
+        &self,
+        _request: Request<v1::StatusRequest>,
+    ) -> Result<Response<v1::StatusResponse>, Status> {
+        let shared = &self.shared;
+        let sessions: Vec<v1::SessionStatus> = {
+            let table = shared.table();
+            table
+                .sessions
+                .values()
+                .map(|s| s.status(&shared.slices[s.slice_index].bus_id))
+                .collect()
+        };
+        let quarantined: Vec<String> = match shared.quarantine.list().await {
+            Ok(list) => list.into_iter().map(|q| q.value.slice_id).collect(),
+            Err(error) => {
+                tracing::warn!(%error, "quarantine list unavailable for Status");
+                Vec::new()
+            }
+        };
+        let mut slices = Vec::with_capacity(shared.slices.len());
+        for entry in &shared.slices {
+            let lease = match entry.lease.lock().await.as_ref().map(|k| k.state()) {
+                Some(KeptLease::Held(held)) => Some(held.value),
+                _ => None,
+            };
+            let lock_utilization = shared
+                .hw_lock
+                .stats(&entry.slice.id())
+                .map(|s| s.utilization())
+                .unwrap_or(0.0);
+            slices.push(v1::SliceStatus {
+                slice: Some(entry.descriptor()),
+                lease,
+                quarantined: quarantined.contains(&entry.bus_id),
+                lock_utilization,
+            });
+        }
+        Ok(Response::new(v1::StatusResponse {
+            worker_id: shared.worker_id.clone(),
+            draining: shared.draining.load(Ordering::SeqCst),
+            sessions,
+            slices,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }))
+    }
+}

@@ -1,0 +1,358 @@
+//! The search plan's decisions, driven turn by turn through
+//! `policy::decide` against a simulated slice whose tool results have the
+//! real tools' text formats: compile-ahead in the same step as the hardware
+//! call, the evaluation budget, roofline pruning, recompiles after a resume,
+//! and the choice between the sequential and the search plan.
+
+use std::collections::BTreeMap;
+
+use mtswarm_core::{Message, ToolCall};
+use mtswarm_worker::policy::{Decision, answer_json, decide, render_task_message};
+use serde_json::{Value, json};
+
+/// A simulated slice: per candidate (by `X` define) a time and a bound.
+struct World {
+    times: BTreeMap<String, f64>,
+    bounds: BTreeMap<String, f64>,
+    builds: u32,
+    /// artifact -> X value
+    artifacts: BTreeMap<String, String>,
+    /// Hardware calls per step, for the assertions.
+    steps: Vec<Vec<ToolCall>>,
+    lose_artifacts_once: bool,
+    /// X values whose static footprint overflows AM.
+    over_capacity: Vec<String>,
+    /// The kernel's tune.toml has no [model].
+    no_model: bool,
+}
+
+impl World {
+    fn new(times: &[(u32, f64, f64)]) -> Self {
+        Self {
+            times: times.iter().map(|(x, t, _)| (x.to_string(), *t)).collect(),
+            bounds: times.iter().map(|(x, _, b)| (x.to_string(), *b)).collect(),
+            builds: 0,
+            artifacts: BTreeMap::new(),
+            steps: Vec::new(),
+            lose_artifacts_once: false,
+            over_capacity: Vec::new(),
+            no_model: false,
+        }
+    }
+
+    fn answer(&mut self, call: &ToolCall) -> String {
+        let args: Value = serde_json::from_str(&call.arguments).expect("json arguments");
+        match call.name.as_str() {
+            "analyze_kernel" => {
+                let x = args["defines"]["X"].as_str().expect("X").to_owned();
+                let am = if self.over_capacity.contains(&x) {
+                    "AM: 2 buffers, 900000 of 786432 bytes OVER CAPACITY"
+                } else {
+                    "AM: 2 buffers, 4096 of 786432 bytes"
+                };
+                format!("k/kernel.c: kernels [\"k\"]\nloops: 1 (max nesting 1)\n{am}")
+            }
+            "estimate" if self.no_model => {
+                "error: invalid arguments: k/tune.toml has no [model] table: give flops and bytes"
+                    .to_owned()
+            }
+            "estimate" => {
+                let x = args["defines"]["X"].as_str().expect("X").to_owned();
+                format!(
+                    "compute-bound on 2 cores: bound {:.4e} s = 1.0 GFLOPS (peak 1 GFLOPS)",
+                    self.bounds[&x]
+                )
+            }
+            "compile" => {
+                self.builds += 1;
+                let id = format!("b{}", self.builds);
+                let x = args["defines"]["X"].as_str().expect("X").to_owned();
+                self.artifacts.insert(id.clone(), x);
+                format!("compiled k as artifact {id} (kernel abc, gcc)")
+            }
+            "validate" | "benchmark" => {
+                let id = args["artifact"].as_str().expect("artifact").to_owned();
+                if self.lose_artifacts_once {
+                    self.lose_artifacts_once = false;
+                    self.artifacts.clear();
+                }
+                let Some(x) = self.artifacts.get(&id) else {
+                    return format!(
+                        "error: invalid arguments: unknown artifact `{id}` (compiled so far: none)"
+                    );
+                };
+                let t = self.times[x];
+                if call.name == "validate" {
+                    format!(
+                        "validation PASSED for artifact {id} on 2 cores (2 executions): valid: {t:.4e} s, 1.00 GFLOPS (1.0% of peak)"
+                    )
+                } else {
+                    format!(
+                        "artifact {id} on 2 cores: median {t:.4e} s, trimmed mean {t:.4e} s over 2 runs (min {t:.4e}, max {t:.4e}), 1.00 GFLOPS (1.0% of peak)"
+                    )
+                }
+            }
+            other => panic!("unexpected tool {other}"),
+        }
+    }
+
+    /// Run the policy to its answer.
+    fn run(&mut self, params: Value) -> Value {
+        let mut history = vec![
+            Message::system("sys"),
+            Message::user(render_task_message("t1", "k", "", &params)),
+        ];
+        for _ in 0..500 {
+            let calls = match decide(&history) {
+                Decision::Final(text) => return answer_json(&text).expect("json block"),
+                Decision::Call(call) => vec![call],
+                Decision::Calls(calls) => calls,
+            };
+            history.push(Message::assistant("", calls.clone()));
+            for call in &calls {
+                let reply = self.answer(call);
+                history.push(Message::tool(call.id.clone(), reply));
+            }
+            self.steps.push(calls);
+        }
+        panic!("the policy did not finish in 500 turns");
+    }
+
+    fn hardware_calls(&self) -> usize {
+        self.steps
+            .iter()
+            .flatten()
+            .filter(|c| c.name == "validate" || c.name == "benchmark")
+            .count()
+    }
+}
+
+fn candidates(n: u32) -> Vec<Value> {
+    (0..n).map(|x| json!({"X": x, "N": 64})).collect()
+}
+
+#[test]
+fn the_next_compile_runs_in_the_same_step_as_the_hardware_call() {
+    let landscape: Vec<(u32, f64, f64)> = (0..6).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let mut world = World::new(&landscape);
+    let answer = world.run(json!({"candidates": candidates(6)}));
+    assert_eq!(answer["strategy"], "search");
+    // Step 1 analyzes all and estimates the first, step 2 estimates the
+    // others, step 3 compiles the first two, then every screening step
+    // validates one candidate and compiles the next.
+    let names =
+        |step: usize| -> Vec<&str> { world.steps[step].iter().map(|c| c.name.as_str()).collect() };
+    assert_eq!(
+        names(0),
+        [vec!["analyze_kernel"; 6], vec!["estimate"]].concat()
+    );
+    assert_eq!(names(1), vec!["estimate"; 5]);
+    let overlapped = world
+        .steps
+        .iter()
+        .filter(|s| s.iter().any(|c| c.name == "validate") && s.iter().any(|c| c.name == "compile"))
+        .count();
+    assert!(overlapped >= 4, "{:?}", world.steps);
+    // No step of the screening waits for a compile alone after the start.
+    let compile_only = world
+        .steps
+        .iter()
+        .skip(3)
+        .filter(|s| s.iter().all(|c| c.name == "compile"))
+        .count();
+    assert_eq!(compile_only, 0, "{:?}", world.steps);
+    // Every candidate compiled once: nothing wasted on guesses.
+    assert_eq!(world.builds, 6);
+    assert_eq!(answer["best"]["defines"]["X"], "0");
+}
+
+#[test]
+fn the_budget_bounds_the_hardware_calls_and_the_answer_says_so() {
+    let landscape: Vec<(u32, f64, f64)> =
+        (0..20).map(|x| (x, 10.0 - f64::from(x % 7), 0.1)).collect();
+    let mut world = World::new(&landscape);
+    let answer = world.run(json!({"candidates": candidates(20), "max_evaluations": 5}));
+    assert_eq!(world.hardware_calls(), 5);
+    assert_eq!(answer["evaluations"], 5);
+    assert_eq!(answer["max_evaluations"], 5);
+    let benchmarks = world
+        .steps
+        .iter()
+        .flatten()
+        .filter(|c| c.name == "benchmark")
+        .count();
+    assert_eq!(benchmarks, 2, "the default two finalists");
+    assert!(
+        answer["best"]["median_seconds"].as_f64().is_some(),
+        "{answer}"
+    );
+    let skipped = answer["candidates"]
+        .as_array()
+        .expect("candidates")
+        .iter()
+        .filter(|c| c["skipped"].as_str().is_some_and(|s| s.contains("budget")))
+        .count();
+    assert!(skipped >= 15, "{answer}");
+
+    // A budget of one: a single benchmark of the best-ranked candidate.
+    let mut world = World::new(&landscape);
+    let answer = world.run(json!({"candidates": candidates(20), "max_evaluations": 1}));
+    assert_eq!(world.hardware_calls(), 1);
+    assert!(
+        answer["best"]["median_seconds"].as_f64().is_some(),
+        "{answer}"
+    );
+}
+
+#[test]
+fn candidates_whose_bound_cannot_beat_the_best_are_never_run() {
+    // X=0 is fast; X>=4 have bounds far above its time.
+    let landscape: Vec<(u32, f64, f64)> = (0..8)
+        .map(|x| {
+            if x < 4 {
+                (x, 1.0 + f64::from(x), 0.5)
+            } else {
+                (x, 50.0, 20.0)
+            }
+        })
+        .collect();
+    let mut world = World::new(&landscape);
+    let answer = world.run(json!({"candidates": candidates(8)}));
+    let ran: Vec<String> = world
+        .steps
+        .iter()
+        .flatten()
+        .filter(|c| c.name == "validate")
+        .map(|c| c.id.clone())
+        .collect();
+    assert_eq!(ran.len(), 4, "{ran:?}");
+    let pruned = answer["candidates"]
+        .as_array()
+        .expect("candidates")
+        .iter()
+        .filter(|c| {
+            c["skipped"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("pruned"))
+        })
+        .count();
+    assert_eq!(pruned, 4, "{answer}");
+    assert_eq!(answer["best"]["defines"]["X"], "0");
+}
+
+#[test]
+fn candidates_that_overflow_on_chip_memory_are_never_built() {
+    let landscape: Vec<(u32, f64, f64)> = (0..5).map(|x| (x, 5.0 - f64::from(x), 0.5)).collect();
+    let mut world = World::new(&landscape);
+    // The fastest would be X=4, but its footprint does not fit.
+    world.over_capacity = vec!["4".to_owned()];
+    let answer = world.run(json!({"candidates": candidates(5)}));
+    let built: Vec<String> = world
+        .steps
+        .iter()
+        .flatten()
+        .filter(|c| c.name == "compile")
+        .map(|c| c.id.clone())
+        .collect();
+    assert!(!built.contains(&"c4-compile".to_owned()), "{built:?}");
+    assert_eq!(built.len(), 4, "{built:?}");
+    assert!(
+        answer["candidates"][4]["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("OVER CAPACITY")),
+        "{answer}"
+    );
+    assert_eq!(answer["best"]["defines"]["X"], "3");
+}
+
+#[test]
+fn a_kernel_without_a_model_is_estimated_once_and_keeps_the_list_order() {
+    let landscape: Vec<(u32, f64, f64)> = (0..4).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let mut world = World::new(&landscape);
+    world.no_model = true;
+    let answer = world.run(json!({"candidates": candidates(4), "max_evaluations": 3}));
+    let estimates = world
+        .steps
+        .iter()
+        .flatten()
+        .filter(|c| c.name == "estimate")
+        .count();
+    assert_eq!(estimates, 1);
+    let first_validate = world
+        .steps
+        .iter()
+        .flatten()
+        .find(|c| c.name == "validate")
+        .expect("a validate");
+    assert_eq!(first_validate.id, "c0-validate");
+    assert!(
+        answer["best"]["median_seconds"].as_f64().is_some(),
+        "{answer}"
+    );
+}
+
+#[test]
+fn a_lost_artifact_is_compiled_again_and_does_not_count() {
+    let landscape: Vec<(u32, f64, f64)> = (0..4).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let mut world = World::new(&landscape);
+    world.lose_artifacts_once = true;
+    let answer = world.run(json!({"candidates": candidates(4), "max_evaluations": 4}));
+    let ids: Vec<&str> = world
+        .steps
+        .iter()
+        .flatten()
+        .map(|c| c.id.as_str())
+        .collect();
+    assert!(ids.iter().any(|id| id.ends_with("-compile-r1")), "{ids:?}");
+    assert!(ids.iter().any(|id| id.ends_with("-validate-r1")), "{ids:?}");
+    assert_eq!(answer["evaluations"], 4, "{answer}");
+    assert!(
+        answer["best"]["median_seconds"].as_f64().is_some(),
+        "{answer}"
+    );
+}
+
+#[test]
+fn short_lists_keep_the_sequential_plan_and_bad_settings_are_explained() {
+    let landscape: Vec<(u32, f64, f64)> = (0..2).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let mut world = World::new(&landscape);
+    let answer = world.run(json!({"candidates": candidates(2)}));
+    let tools: Vec<&str> = world
+        .steps
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "compile",
+            "validate",
+            "benchmark",
+            "compile",
+            "validate",
+            "benchmark"
+        ]
+    );
+    assert!(answer.get("strategy").is_none());
+    for (params, needle) in [
+        (
+            json!({"candidates": candidates(3), "max_evaluations": 0}),
+            "max_evaluations",
+        ),
+        (
+            json!({"candidates": candidates(3), "strategy": "greedy"}),
+            "strategy",
+        ),
+        (
+            json!({"candidates": candidates(3), "compile_ahead": "yes"}),
+            "compile_ahead",
+        ),
+    ] {
+        let history = vec![Message::user(render_task_message("t", "k", "", &params))];
+        let Decision::Final(text) = decide(&history) else {
+            panic!("expected an error answer for {params}");
+        };
+        assert!(text.contains(needle), "{text}");
+    }
+}

@@ -1,0 +1,371 @@
+//! assign_task -> result round trip through a real worker daemon, against
+//! raw NATS request/reply on the same nats-server in the same run.
+//!
+//! - `raw`: core NATS request/reply to an echo responder (the floor).
+//! - `assign`: what the leader's `assign_task` + `collect_result` do on the
+//!   wire: publish a `TaskAssignment` (JetStream, stream ack awaited) for a
+//!   session of a real `WorkerDaemon` (in this process; builtin worker policy
+//!   in its no-op mode, `{"noop": true}`), which runs one worker ReAct loop
+//!   for it (engine, events, checkpoint), publishes the `TaskResult` and
+//!   acks; the leader side's durable result consumer receives it.
+//!
+//! The worker daemon owns one emulated board cut into `BENCH_SESSIONS`
+//! single-core cluster slices (default 64) with one session each; tasks are
+//! spread round-robin over the sessions, so with more tasks in flight than
+//! sessions the extra ones wait in the session's JetStream queue (that wait
+//! is part of the measured latency, as it would be for a leader).
+//!
+//! Each cell runs 1, 16 and 256 operations in flight for `BENCH_SECONDS`
+//! (default 3) after a short warm-up, and prints p50/p99 latency and
+//! throughput as a Markdown table. Run:
+//! `cargo bench -p mtswarm-tests --bench assign_roundtrip`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use futures::StreamExt as _;
+use mtswarm_bus::testing::NatsServer;
+use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
+use mtswarm_proto::v1::worker_client::WorkerClient;
+use mtswarm_worker::{WorkerConfig, WorkerDaemon};
+use tokio::sync::oneshot;
+
+const IN_FLIGHT: [usize; 3] = [1, 16, 256];
+const JOB_ID: &str = "bench-job";
+
+type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<v1::TaskStatus>>>>;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Raw,
+    Assign,
+}
+
+struct Session {
+    agent_id: String,
+    session_id: String,
+    worker_id: String,
+    slice_id: String,
+}
+
+struct Harness {
+    leader: Bus,
+    sessions: Vec<Session>,
+    waiters: Waiters,
+    next_task: AtomicU64,
+}
+
+struct Cell {
+    mode: Mode,
+    in_flight: usize,
+    operations: usize,
+    p50: Duration,
+    p99: Duration,
+    per_second: f64,
+}
+
+fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn timestamp(at: SystemTime) -> mtswarm_proto::prost_types::Timestamp {
+    mtswarm_proto::prost_types::Timestamp::from(at)
+}
+
+async fn one_operation(harness: &Harness, mode: Mode) {
+    match mode {
+        Mode::Raw => {
+            harness
+                .leader
+                .client()
+                .request("bench.echo", Bytes::from_static(b"ping"))
+                .await
+                .expect("request/reply");
+        }
+        Mode::Assign => {
+            let n = harness.next_task.fetch_add(1, Ordering::Relaxed);
+            let session = &harness.sessions[(n as usize) % harness.sessions.len()];
+            let task_id = format!("bench-{n}");
+            let (tx, rx) = oneshot::channel();
+            harness
+                .waiters
+                .lock()
+                .expect("waiters lock")
+                .insert(task_id.clone(), tx);
+            let now = SystemTime::now();
+            let task = v1::TaskAssignment {
+                task_id,
+                job_id: JOB_ID.into(),
+                attempt: 1,
+                agent_id: session.agent_id.clone(),
+                session_id: session.session_id.clone(),
+                worker_id: session.worker_id.clone(),
+                slice_id: session.slice_id.clone(),
+                instructions: "No-op task.".into(),
+                kernel_dir: "vecadd".into(),
+                parameters_json: "{\"noop\":true}".into(),
+                budgets: None,
+                deadline: Some(timestamp(now + Duration::from_secs(600))),
+                assigned_at: Some(timestamp(now)),
+                resume_from_checkpoint: false,
+            };
+            harness
+                .leader
+                .publish_task(&task)
+                .await
+                .expect("publish task");
+            let status = rx.await.expect("result arrives");
+            assert_eq!(status, v1::TaskStatus::Ok, "no-op task failed");
+        }
+    }
+}
+
+/// Leader side: route each result to the waiter of its task.
+async fn run_result_router(leader: Bus, waiters: Waiters) {
+    let consumer = leader
+        .result_consumer(ResultConsumerConfig {
+            job_id: Some(JOB_ID.into()),
+            max_ack_pending: 20_000,
+            batch: 512,
+            ..ResultConsumerConfig::new("bench-assign")
+        })
+        .await
+        .expect("result consumer");
+    let mut results = consumer.messages().await.expect("result stream");
+    while let Some(delivery) = results.next().await {
+        let delivery = match delivery {
+            Ok(delivery) => delivery,
+            Err(error) => {
+                eprintln!("result consumer: {error}");
+                continue;
+            }
+        };
+        let result = delivery.message();
+        let waiter = waiters
+            .lock()
+            .expect("waiters lock")
+            .remove(&result.task_id);
+        if let Some(waiter) = waiter {
+            if result.status() != v1::TaskStatus::Ok {
+                eprintln!("task {} failed: {}", result.task_id, result.error);
+            }
+            let _ = waiter.send(result.status());
+        }
+        if let Err(error) = delivery.ack().await {
+            eprintln!("result ack: {error}");
+        }
+    }
+}
+
+async fn measure(harness: Arc<Harness>, mode: Mode, in_flight: usize, duration: Duration) -> Cell {
+    let warm_until = Instant::now() + Duration::from_millis(500);
+    let mut warmers = Vec::new();
+    for _ in 0..in_flight {
+        let harness = harness.clone();
+        warmers.push(tokio::spawn(async move {
+            while Instant::now() < warm_until {
+                one_operation(&harness, mode).await;
+            }
+        }));
+    }
+    for warmer in warmers {
+        warmer.await.expect("warm-up");
+    }
+    let start = Instant::now();
+    let stop_at = start + duration;
+    let mut runners = Vec::new();
+    for _ in 0..in_flight {
+        let harness = harness.clone();
+        runners.push(tokio::spawn(async move {
+            let mut latencies = Vec::with_capacity(4096);
+            while Instant::now() < stop_at {
+                let t0 = Instant::now();
+                one_operation(&harness, mode).await;
+                latencies.push(t0.elapsed());
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for runner in runners {
+        latencies.extend(runner.await.expect("measuring task"));
+    }
+    let elapsed = start.elapsed();
+    latencies.sort_unstable();
+    Cell {
+        mode,
+        in_flight,
+        operations: latencies.len(),
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+    }
+}
+
+fn main() {
+    let seconds: f64 = std::env::var("BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let sessions: u32 = std::env::var("BENCH_SESSIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    let duration = Duration::from_secs_f64(seconds);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let server = NatsServer::start().expect("nats-server from PATH");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cells = runtime.block_on(async {
+        let leader = Bus::connect(BusConfig::new(server.url()).with_name("bench-leader"))
+            .await
+            .expect("leader connects");
+        let echo_side = Bus::connect(BusConfig::new(server.url()).with_name("bench-echo"))
+            .await
+            .expect("echo connects");
+        leader
+            .wait_connected(Duration::from_secs(10))
+            .await
+            .expect("leader up");
+        echo_side
+            .wait_connected(Duration::from_secs(10))
+            .await
+            .expect("echo up");
+        leader
+            .ensure_topology(&TopologyConfig::default())
+            .await
+            .expect("topology");
+
+        // Raw responder on its own connection, like a worker would be.
+        let mut echo = echo_side
+            .client()
+            .subscribe("bench.echo")
+            .await
+            .expect("subscribe");
+        let responder = echo_side.client().clone();
+        tokio::spawn(async move {
+            while let Some(message) = echo.next().await {
+                if let Some(reply) = message.reply {
+                    let _ = responder.publish(reply, message.payload).await;
+                }
+            }
+        });
+        echo_side.flush().await.expect("flush");
+        let ready_by = Instant::now() + Duration::from_secs(10);
+        while leader
+            .client()
+            .request("bench.echo", Bytes::from_static(b"ready?"))
+            .await
+            .is_err()
+        {
+            assert!(Instant::now() < ready_by, "echo responder unreachable");
+            tokio::task::yield_now().await;
+        }
+
+        // A real worker daemon with one single-core slice per session.
+        let fleet = dir.path().join("fleet.toml");
+        std::fs::write(
+            &fleet,
+            format!(
+                "[[board]]\nid = \"bench\"\nbackend = \"emulator\"\nspec = {{ clusters = {sessions} }}\nslicing = \"per-cluster\"\ncores = 1\n"
+            ),
+        )
+        .expect("write fleet");
+        let mut config = WorkerConfig::new(&fleet, "bench");
+        config.nats_urls = vec![server.url()];
+        config.kernel_root = mtswarm_tests::kernel_root();
+        config.workspace_root = dir.path().join("workspaces");
+        config.max_sessions = sessions as usize;
+        let worker = WorkerDaemon::start(config).await.expect("worker daemon");
+        let mut client = WorkerClient::connect(format!("http://{}", worker.grpc_addr()))
+            .await
+            .expect("worker gRPC");
+        let mut spawned = Vec::new();
+        for (index, slice_id) in worker.slice_ids().into_iter().enumerate() {
+            let response = client
+                .spawn_session(v1::SpawnSessionRequest {
+                    job_id: JOB_ID.into(),
+                    agent_id: format!("bench-agent-{index}"),
+                    session_id: format!("bench-session-{index}"),
+                    slice_id,
+                    role: "tuner".into(),
+                    kernel_dir: "vecadd".into(),
+                    auto_approve: true,
+                    ..Default::default()
+                })
+                .await
+                .expect("SpawnSession")
+                .into_inner();
+            spawned.push(Session {
+                agent_id: format!("bench-agent-{index}"),
+                session_id: response.session_id,
+                worker_id: response.worker_id,
+                slice_id: response.slice_id,
+            });
+        }
+        eprintln!("worker daemon with {} sessions", spawned.len());
+
+        let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
+        tokio::spawn(run_result_router(leader.clone(), waiters.clone()));
+        let harness = Arc::new(Harness {
+            leader,
+            sessions: spawned,
+            waiters,
+            next_task: AtomicU64::new(0),
+        });
+        let mut cells = Vec::new();
+        for in_flight in IN_FLIGHT {
+            for mode in [Mode::Raw, Mode::Assign] {
+                let cell = measure(harness.clone(), mode, in_flight, duration).await;
+                eprintln!(
+                    "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)",
+                    format!("{:?}", cell.mode),
+                    cell.in_flight,
+                    cell.p50.as_secs_f64() * 1e6,
+                    cell.p99.as_secs_f64() * 1e6,
+                    cell.per_second,
+                    cell.operations
+                );
+                cells.push(cell);
+            }
+        }
+        if let Err(error) = worker.shutdown().await {
+            eprintln!("worker shutdown: {error}");
+        }
+        cells
+    });
+
+    println!();
+    println!(
+        "| in flight | raw p50 (us) | raw p99 (us) | raw ops/s | assign p50 (us) | assign p99 (us) | no-op tasks/s | assign p50 / raw p50 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for in_flight in IN_FLIGHT {
+        let find = |mode| {
+            cells
+                .iter()
+                .find(|c| c.mode == mode && c.in_flight == in_flight)
+        };
+        if let (Some(raw), Some(assign)) = (find(Mode::Raw), find(Mode::Assign)) {
+            println!(
+                "| {in_flight} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1}x |",
+                raw.p50.as_secs_f64() * 1e6,
+                raw.p99.as_secs_f64() * 1e6,
+                raw.per_second,
+                assign.p50.as_secs_f64() * 1e6,
+                assign.p99.as_secs_f64() * 1e6,
+                assign.per_second,
+                assign.p50.as_secs_f64() / raw.p50.as_secs_f64().max(1e-9)
+            );
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! A test stack: a real nats-server, the leader in the test process
+//! (`LeaderDaemon::start`, so a test can inject the leader's model), and
+//! worker daemons as separate `mtswarm-node worker` processes, each owning
+//! one board of a generated fleet file.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use mtswarm_bus::testing::NatsServer;
+use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
+use mtswarm_proto::v1;
+use mtswarm_proto::v1::control_client::ControlClient;
+use mtswarm_telemetry::grpc::TraceContextInterceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+use crate::process::{NodeProcess, ReadyInfo};
+
+/// How long a daemon may take to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The path of the tests crate's `mtswarm-node` binary. A macro so that
+/// `env!` is expanded in the integration test that uses it (Cargo sets
+/// `CARGO_BIN_EXE_*` only there).
+#[macro_export]
+macro_rules! node_bin {
+    () => {
+        ::std::path::PathBuf::from(env!("CARGO_BIN_EXE_mtswarm-node"))
+    };
+}
+
+/// What to start.
+pub struct StackOptions {
+    /// The `mtswarm-node` binary ([`node_bin!`]).
+    pub node_bin: PathBuf,
+    /// fleet.toml text; one worker process per board (empty: no workers).
+    pub fleet_toml: String,
+    /// Adjusts the leader's configuration (e.g. to inject a model factory).
+    pub configure_leader: Box<dyn FnOnce(&mut LeaderConfig) + Send>,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` of the worker processes.
+    pub otlp_endpoint: Option<String>,
+    /// Extra arguments of every `mtswarm-node worker`.
+    pub worker_args: Vec<String>,
+}
+
+impl StackOptions {
+    pub fn new(node_bin: PathBuf, fleet_toml: String) -> Self {
+        Self {
+            node_bin,
+            fleet_toml,
+            configure_leader: Box::new(|_| {}),
+            otlp_endpoint: None,
+            worker_args: Vec::new(),
+        }
+    }
+}
+
+/// Control client with trace context injection, as the CLI uses.
+pub type Control = ControlClient<InterceptedService<Channel, TraceContextInterceptor>>;
+
+/// A running stack; everything stops when it drops (worker processes are
+/// killed, the leader's tasks end with the runtime, nats-server is killed).
+pub struct TestStack {
+    pub nats: NatsServer,
+    pub leader: Option<LeaderHandle>,
+    pub leader_url: String,
+    pub workers: Vec<NodeProcess>,
+    pub worker_ready: Vec<ReadyInfo>,
+    pub fleet_path: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl TestStack {
+    /// Starts NATS, the leader, then the workers (in parallel), each bounded
+    /// by [`READY_TIMEOUT`]. Panics with the failing part's log: this is test
+    /// setup.
+    pub async fn start(mut options: StackOptions) -> TestStack {
+        let nats = tokio::task::spawn_blocking(NatsServer::start)
+            .await
+            .expect("nats start task")
+            .expect("nats-server starts (is it on PATH? see deploy/setup.sh)");
+        let dir = tempfile::Builder::new()
+            .prefix("mtswarm-e2e-")
+            .tempdir()
+            .expect("stack temp dir");
+        let fleet_path = dir.path().join("fleet.toml");
+        std::fs::write(&fleet_path, &options.fleet_toml).expect("write fleet.toml");
+
+        let mut config = LeaderConfig::new(nats.url(), crate::kernel_root());
+        let configure = std::mem::replace(&mut options.configure_leader, Box::new(|_| {}));
+        configure(&mut config);
+        let leader = LeaderDaemon::start(config)
+            .await
+            .expect("the leader starts");
+        let leader_url = format!("http://{}", leader.grpc_addr());
+
+        // An empty fleet text means a leader without workers.
+        let boards: Vec<String> = if options.fleet_toml.trim().is_empty() {
+            Vec::new()
+        } else {
+            mtswarm_hw::fleet::Fleet::load(&fleet_path)
+                .expect("valid test fleet")
+                .boards
+                .into_iter()
+                .map(|board| board.id)
+                .collect()
+        };
+        let mut workers = Vec::new();
+        let mut ready_files = Vec::new();
+        for board in &boards {
+            let ready = dir.path().join(format!("{board}.ready.json"));
+            let command = worker_command(
+                &options,
+                &nats.url(),
+                &fleet_path,
+                board,
+                &ready,
+                dir.path(),
+            );
+            let process = NodeProcess::spawn(&format!("worker {board}"), command)
+                .expect("spawn a worker process");
+            workers.push(process);
+            ready_files.push(ready);
+        }
+        let mut worker_ready = Vec::new();
+        for (process, ready) in workers.iter_mut().zip(&ready_files) {
+            let info = tokio::task::block_in_place(|| process.wait_ready(ready, READY_TIMEOUT))
+                .unwrap_or_else(|e| panic!("{e}"));
+            worker_ready.push(info);
+        }
+        TestStack {
+            nats,
+            leader: Some(leader),
+            leader_url,
+            workers,
+            worker_ready,
+            fleet_path,
+            dir,
+        }
+    }
+
+    /// A temporary directory living as long as the stack.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A fresh Control client connected to the in-process leader.
+    pub async fn control(&self) -> Control {
+        let channel = tonic::transport::Endpoint::from_shared(self.leader_url.clone())
+            .expect("leader url")
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connect to the leader");
+        ControlClient::with_interceptor(channel, TraceContextInterceptor)
+    }
+
+    /// Waits until ListFleet shows `count` slices (workers register
+    /// asynchronously after they report ready).
+    pub async fn wait_for_slices(&self, count: usize, timeout: Duration) -> v1::ListFleetResponse {
+        let mut control = self.control().await;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let fleet = control
+                .list_fleet(v1::ListFleetRequest::default())
+                .await
+                .expect("ListFleet")
+                .into_inner();
+            let free = fleet
+                .slices
+                .iter()
+                .filter(|s| s.state() == v1::SliceState::Free)
+                .count();
+            if free >= count {
+                return fleet;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "only {free} of {count} slices free after {timeout:?}: {fleet:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the leader gracefully (the workers are killed on drop).
+    pub async fn shutdown(mut self) {
+        if let Some(leader) = self.leader.take()
+            && let Err(error) = leader.shutdown().await
+        {
+            eprintln!("leader shutdown: {error}");
+        }
+    }
+
+    /// Every worker process's stderr, for assertion messages.
+    pub fn worker_logs(&self) -> String {
+        self.workers
+            .iter()
+            .map(|w| format!("--- {} ---\n{}", w.name(), w.stderr()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+fn worker_command(
+    options: &StackOptions,
+    nats_url: &str,
+    fleet: &Path,
+    board: &str,
+    ready: &Path,
+    dir: &Path,
+) -> Command {
+    let mut command = Command::new(&options.node_bin);
+    command
+        .arg("worker")
+        .arg("--nats")
+        .arg(nats_url)
+        .arg("--fleet")
+        .arg(fleet)
+        .arg("--board")
+        .arg(board)
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--kernel-root")
+        .arg(crate::kernel_root())
+        .arg("--workspace-root")
+        .arg(dir.join("workspaces").join(board))
+        .arg("--ready-file")
+        .arg(ready)
+        .args(&options.worker_args)
+        // The emulator runtime is built once per cache; share it between runs.
+        .env("MTSWARM_CACHE_DIR", crate::emulator_cache_dir())
+        .env("MTSWARM_LOG", "info")
+        .env_remove("MTSWARM_LLM_URL")
+        .env_remove("MTSWARM_LLM_MODEL")
+        .env_remove("MTSWARM_LEADER")
+        .env_remove("MTSWARM_NATS_URL");
+    match &options.otlp_endpoint {
+        Some(endpoint) => {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+        }
+        None => {
+            command.env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+        }
+    }
+    command
+}

@@ -1,0 +1,280 @@
+//! Acceptance 2: approvals across processes. A job with `auto_approve =
+//! false` makes a worker session (in a worker process) pause on its first
+//! medium-risk call; the request is listed by the leader (ListApprovals);
+//! approving resumes the session and the tool runs; denying gives the model
+//! a denial observation.
+
+use std::time::Duration;
+
+use mtswarm_proto::v1;
+use mtswarm_tests::stack::Control;
+use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
+
+use crate::support::{
+    agent_events, fan_out_script, get_job, job_spec, quick_vecadd_parameters, script_leader,
+    submit, task_results,
+};
+
+/// Waits until the job has a pending approval and returns it.
+async fn next_pending(
+    control: &mut Control,
+    job_id: &str,
+    timeout: Duration,
+) -> v1::ApprovalRecord {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let list = control
+            .list_approvals(v1::ListApprovalsRequest {
+                job_id: job_id.to_string(),
+                states: vec![v1::ApprovalState::Pending as i32],
+            })
+            .await
+            .expect("ListApprovals")
+            .into_inner();
+        if let Some(record) = list.approvals.into_iter().next() {
+            return record;
+        }
+        let job = get_job(control, job_id).await;
+        assert!(
+            !matches!(
+                job.state(),
+                v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
+            ),
+            "job ended without a pending approval: {job:#?}"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pending approval for job {job_id} within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn decide(
+    control: &mut Control,
+    approval_id: &str,
+    verdict: v1::ApprovalVerdict,
+    reason: &str,
+) -> Result<v1::ApprovalRecord, tonic::Status> {
+    control
+        .decide_approval(v1::DecideApprovalRequest {
+            approval_id: approval_id.to_string(),
+            verdict: verdict as i32,
+            reason: reason.to_string(),
+            decided_by: "e2e-test".to_string(),
+        })
+        .await
+        .map(|r| r.into_inner().approval.expect("the decided record"))
+}
+
+/// The events of a finished job (the stream replays everything and ends).
+async fn all_events(control: &mut Control, job_id: &str) -> Vec<v1::JobEvent> {
+    crate::support::watch_to_end(control, job_id, Duration::from_secs(60)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
+    let script = fan_out_script(&[("reviewed", "")], &quick_vecadd_parameters());
+    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
+    options.configure_leader = Box::new(move |config| script_leader(config, script));
+    let stack = TestStack::start(options).await;
+    stack.wait_for_slices(1, Duration::from_secs(30)).await;
+    let mut control = stack.control().await;
+
+    // --- approve: every paused call of the session is approved; tools run.
+    let job_id = submit(
+        &mut control,
+        job_spec("Tune vecadd with a human in the loop", "vecadd", false),
+    )
+    .await;
+    let first = next_pending(&mut control, &job_id, Duration::from_secs(120)).await;
+    let request = first.request.clone().expect("request");
+    assert_eq!(request.job_id, job_id);
+    assert_eq!(request.agent_id, "reviewed");
+    assert_eq!(request.risk(), v1::RiskLevel::Medium, "{request:#?}");
+    assert!(!request.tool_name.is_empty());
+    assert!(
+        !request.session_id.is_empty() && !request.call_id.is_empty(),
+        "{request:#?}"
+    );
+    let decided = decide(
+        &mut control,
+        &request.approval_id,
+        v1::ApprovalVerdict::Approve,
+        "looks fine",
+    )
+    .await
+    .expect("DecideApproval(approve)");
+    assert_eq!(decided.state(), v1::ApprovalState::Approved);
+    // Deciding twice is refused.
+    let again = decide(
+        &mut control,
+        &request.approval_id,
+        v1::ApprovalVerdict::Deny,
+        "changed my mind",
+    )
+    .await
+    .expect_err("second decision refused");
+    assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
+    // Approve whatever else the session asks for until the job ends.
+    let mut approved = vec![request.clone()];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let job = loop {
+        let job = get_job(&mut control, &job_id).await;
+        if matches!(
+            job.state(),
+            v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
+        ) {
+            break job;
+        }
+        let list = control
+            .list_approvals(v1::ListApprovalsRequest {
+                job_id: job_id.clone(),
+                states: vec![v1::ApprovalState::Pending as i32],
+            })
+            .await
+            .expect("ListApprovals")
+            .into_inner();
+        for record in list.approvals {
+            let pending = record.request.expect("request");
+            decide(
+                &mut control,
+                &pending.approval_id,
+                v1::ApprovalVerdict::Approve,
+                "ok",
+            )
+            .await
+            .expect("approve");
+            approved.push(pending);
+        }
+        assert!(
+            approved.len() < 20,
+            "the session keeps asking: {approved:#?}"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {job_id} not final in time: {job:#?}\n{}",
+            stack.worker_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "{job:#?}\n{}",
+        stack.worker_logs()
+    );
+    let events = all_events(&mut control, &job_id).await;
+    let results = task_results(&events);
+    assert_eq!(results.len(), 1, "{results:#?}");
+    assert_eq!(results[0].status(), v1::TaskStatus::Ok, "{:#?}", results[0]);
+    // The approved tool ran: its result event follows the decision and is ok.
+    let agent = agent_events(&events);
+    let approved_tool_ok = agent.iter().any(|e| {
+        e.kind() == v1::AgentEventKind::ToolResult && {
+            let payload: serde_json::Value =
+                serde_json::from_str(&e.payload_json).unwrap_or_default();
+            payload["call_id"] == request.call_id.as_str() && payload["ok"] == true
+        }
+    });
+    assert!(
+        approved_tool_ok,
+        "no successful result of the approved call {}",
+        request.call_id
+    );
+    let listed_decided = control
+        .list_approvals(v1::ListApprovalsRequest {
+            job_id: job_id.clone(),
+            states: vec![v1::ApprovalState::Approved as i32],
+        })
+        .await
+        .expect("ListApprovals")
+        .into_inner();
+    assert!(listed_decided.approvals.len() >= approved.len());
+
+    // --- deny: the model sees the denial as the call's observation.
+    let job_id = submit(
+        &mut control,
+        job_spec("Tune vecadd, but the reviewer says no", "vecadd", false),
+    )
+    .await;
+    let pending = next_pending(&mut control, &job_id, Duration::from_secs(120)).await;
+    let request = pending.request.expect("request");
+    let reason = "not on this board today";
+    let decided = decide(
+        &mut control,
+        &request.approval_id,
+        v1::ApprovalVerdict::Deny,
+        reason,
+    )
+    .await
+    .expect("DecideApproval(deny)");
+    assert_eq!(decided.state(), v1::ApprovalState::Denied);
+    // Deny anything else it asks, so the job ends.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let job = loop {
+        let job = get_job(&mut control, &job_id).await;
+        if matches!(
+            job.state(),
+            v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
+        ) {
+            break job;
+        }
+        let list = control
+            .list_approvals(v1::ListApprovalsRequest {
+                job_id: job_id.clone(),
+                states: vec![v1::ApprovalState::Pending as i32],
+            })
+            .await
+            .expect("ListApprovals")
+            .into_inner();
+        for record in list.approvals {
+            let pending = record.request.expect("request");
+            decide(
+                &mut control,
+                &pending.approval_id,
+                v1::ApprovalVerdict::Deny,
+                reason,
+            )
+            .await
+            .expect("deny");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {job_id} not final in time: {job:#?}\n{}",
+            stack.worker_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let events = all_events(&mut control, &job_id).await;
+    let denial = agent_events(&events).into_iter().find(|e| {
+        e.kind() == v1::AgentEventKind::ToolResult && {
+            let payload: serde_json::Value =
+                serde_json::from_str(&e.payload_json).unwrap_or_default();
+            payload["call_id"] == request.call_id.as_str()
+        }
+    });
+    let denial = denial.unwrap_or_else(|| {
+        panic!(
+            "no result event for the denied call {}; job {job:#?}",
+            request.call_id
+        )
+    });
+    let payload: serde_json::Value = serde_json::from_str(&denial.payload_json).expect("JSON");
+    assert_eq!(payload["ok"], false, "{payload}");
+    let observation = payload["content"].as_str().unwrap_or_default();
+    assert!(
+        observation.contains("denied") && observation.contains(reason),
+        "the model's observation names the denial and its reason: {observation}"
+    );
+    // The worker's answer reflects it: the candidate was dropped.
+    let results = task_results(&events);
+    assert_eq!(results.len(), 1, "{results:#?}");
+    let parsed: serde_json::Value =
+        serde_json::from_str(&results[0].result_json).unwrap_or_default();
+    assert!(
+        parsed.get("best").is_none_or(serde_json::Value::is_null),
+        "nothing was benchmarked, so there is no best: {parsed}"
+    );
+    stack.shutdown().await;
+}

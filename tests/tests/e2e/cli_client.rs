@@ -1,0 +1,122 @@
+//! The client commands of the `mtswarm` binary against a running stack:
+//! `submit --json`, `watch --json` (JSON lines until the job ends, exit code
+//! from the job's state), `results --format csv|jsonl`, `jobs --json`,
+//! `approvals --json`.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
+
+use crate::support::{fan_out_script, quick_vecadd_parameters, script_leader};
+
+fn mtswarm(leader: &str, args: &[&str]) -> Output {
+    Command::new(node_bin!())
+        .args(args)
+        .env("MTSWARM_LEADER", leader)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("MTSWARM_JSON")
+        .output()
+        .expect("run mtswarm")
+}
+
+fn stdout_of(output: &Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_watch_and_results_through_the_binary() {
+    let script = fan_out_script(&[("cli-agent", "")], &quick_vecadd_parameters());
+    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
+    options.configure_leader = Box::new(move |config| script_leader(config, script));
+    let stack = TestStack::start(options).await;
+    stack.wait_for_slices(1, Duration::from_secs(30)).await;
+    let leader = stack.leader_url.clone();
+
+    let (job_id, watch_lines, csv, jsonl, jobs, approvals) =
+        tokio::task::spawn_blocking(move || {
+            let submitted = stdout_of(
+                &mtswarm(
+                    &leader,
+                    &[
+                        "submit",
+                        "Tune vecadd from the CLI",
+                        "--kernel",
+                        "vecadd",
+                        "--auto-approve",
+                        "--json",
+                    ],
+                ),
+                "submit",
+            );
+            let submitted: serde_json::Value =
+                serde_json::from_str(&submitted).expect("submit --json");
+            let job_id = submitted["job_id"].as_str().expect("job_id").to_string();
+            let watch = stdout_of(&mtswarm(&leader, &["watch", &job_id, "--json"]), "watch");
+            let csv = stdout_of(
+                &mtswarm(&leader, &["results", &job_id, "--format", "csv"]),
+                "results csv",
+            );
+            let jsonl = stdout_of(
+                &mtswarm(
+                    &leader,
+                    &["results", &job_id, "--format", "jsonl", "--status", "ok"],
+                ),
+                "results jsonl",
+            );
+            let jobs = stdout_of(&mtswarm(&leader, &["jobs", "--json"]), "jobs");
+            let approvals = stdout_of(
+                &mtswarm(&leader, &["approvals", "--json", "--all"]),
+                "approvals",
+            );
+            (job_id, watch, csv, jsonl, jobs, approvals)
+        })
+        .await
+        .expect("client commands");
+
+    // watch: one JSON object per line, the job's events, then the final job.
+    let lines: Vec<serde_json::Value> = watch_lines
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let last = lines.last().expect("watch printed something");
+    assert_eq!(last["type"], "job");
+    assert_eq!(last["job"]["state"], "succeeded", "{last}");
+    assert!(lines.iter().any(|l| l["type"] == "task_result"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["type"] == "agent_event" && l["agent_event"]["agent_id"] == "cli-agent")
+    );
+
+    // results: CSV header plus one row; JSON lines with the parsed result.
+    let mut rows = csv.lines();
+    assert!(
+        rows.next()
+            .expect("header")
+            .starts_with("task_id,attempt,agent_id")
+    );
+    let row = rows.next().expect("one result row");
+    assert!(row.contains(",cli-agent,") && row.contains(",ok,"), "{row}");
+    assert!(rows.next().is_none());
+    let results: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["job_id"], job_id.as_str());
+    assert!(results[0]["result"].is_object(), "{}", results[0]);
+
+    let jobs: serde_json::Value = serde_json::from_str(&jobs).expect("jobs --json");
+    assert_eq!(jobs["jobs"][0]["job_id"], job_id.as_str());
+    assert_eq!(jobs["jobs"][0]["state"], "succeeded");
+    let approvals: serde_json::Value = serde_json::from_str(&approvals).expect("approvals --json");
+    assert_eq!(approvals["approvals"].as_array().map(Vec::len), Some(0));
+    stack.shutdown().await;
+}

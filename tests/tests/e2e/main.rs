@@ -1,0 +1,11 @@
+//! End-to-end tests with real processes: a real nats-server, the leader
+//! (in this process, so tests can script its model) and worker daemons as
+//! separate `mtswarm-node` processes, talking gRPC over loopback.
+
+mod approvals;
+mod cli_client;
+mod introspection;
+mod invalid_requests;
+mod job;
+mod support;
+mod up;

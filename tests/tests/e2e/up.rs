@@ -1,0 +1,135 @@
+//! Acceptance 6: `mtswarm up` as a process. It reports ready through its
+//! ready file, `mtswarm fleet --json` lists the built-in fleet's 8 slices,
+//! and SIGINT (Ctrl-C) stops everything: no nats-server, leader or worker
+//! left running, temporary directories removed.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use mtswarm_tests::process::process_exists;
+use mtswarm_tests::{NodeProcess, kernel_root, node_bin};
+
+fn node() -> Command {
+    let mut command = Command::new(node_bin!());
+    command
+        .env("MTSWARM_CACHE_DIR", mtswarm_tests::emulator_cache_dir())
+        .env_remove("MTSWARM_LEADER")
+        .env_remove("MTSWARM_NATS_URL")
+        .env_remove("MTSWARM_FLEET")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    command
+}
+
+fn fleet_json(leader: &str) -> Result<serde_json::Value, String> {
+    let output = node()
+        .args(["fleet", "--json", "--leader", leader])
+        .output()
+        .map_err(|e| format!("running mtswarm fleet: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| format!("fleet --json output: {e}"))
+}
+
+fn pids(ready: &serde_json::Value) -> Vec<u32> {
+    let pids = &ready["pids"];
+    let mut all: Vec<u32> = Vec::new();
+    for key in ["nats", "leader"] {
+        all.extend(pids[key].as_u64().and_then(|p| u32::try_from(p).ok()));
+    }
+    for worker in pids["workers"].as_array().into_iter().flatten() {
+        all.extend(worker.as_u64().and_then(|p| u32::try_from(p).ok()));
+    }
+    all
+}
+
+#[test]
+fn up_serves_the_built_in_fleet_and_stops_on_ctrl_c() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ready_path = dir.path().join("up.ready.json");
+    let mut command = node();
+    command
+        .arg("up")
+        .args(["--nats-port", "0", "--leader-listen", "127.0.0.1:0"])
+        .arg("--kernel-root")
+        .arg(kernel_root())
+        .arg("--ready-file")
+        .arg(&ready_path);
+    let mut up = NodeProcess::spawn("mtswarm up", command).expect("spawn mtswarm up");
+    let ready = up
+        .wait_ready(&ready_path, Duration::from_secs(120))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let leader = ready.grpc.clone();
+    let children = pids(&ready.document);
+    assert_eq!(
+        children.len(),
+        4,
+        "nats, leader, 2 workers: {}",
+        ready.document
+    );
+    assert!(children.iter().all(|pid| process_exists(*pid)));
+    let logs = PathBuf::from(ready.document["logs"].as_str().expect("logs dir"));
+    assert!(logs.is_dir());
+
+    // Workers register right after they serve; give the KV a moment.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let fleet = loop {
+        let fleet = fleet_json(&leader).unwrap_or_else(|e| panic!("{e}\n{}", up.stderr()));
+        let slices = fleet["slices"].as_array().map(Vec::len).unwrap_or(0);
+        if slices == 8 || std::time::Instant::now() >= deadline {
+            break fleet;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let slices = fleet["slices"].as_array().expect("slices array");
+    assert_eq!(slices.len(), 8, "{fleet}");
+    assert!(
+        slices
+            .iter()
+            .all(|s| s["state"] == "free" && s["backend"] == "emulator"),
+        "{fleet}"
+    );
+    let boards: std::collections::BTreeSet<&str> =
+        slices.iter().filter_map(|s| s["board"].as_str()).collect();
+    assert_eq!(
+        boards,
+        std::collections::BTreeSet::from(["board0", "board1"])
+    );
+    assert_eq!(
+        fleet["workers"].as_array().map(Vec::len),
+        Some(2),
+        "{fleet}"
+    );
+
+    up.interrupt().expect("send SIGINT");
+    let status = up
+        .wait_exit(Duration::from_secs(90))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success(), "{status}; stderr:\n{}", up.stderr());
+    for pid in children {
+        assert!(!process_exists(pid), "process {pid} survived `mtswarm up`");
+    }
+    assert!(
+        !logs.exists(),
+        "temporary directory {} left behind",
+        logs.display()
+    );
+    assert!(!ready_path.exists(), "ready file removed on exit");
+
+    // With the stack gone, the client explains what to do.
+    let output = node()
+        .args([
+            "fleet",
+            "--json",
+            "--leader",
+            &leader,
+            "--connect-timeout",
+            "2",
+        ])
+        .output()
+        .expect("run mtswarm fleet");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is `mtswarm up` running?"), "{stderr}");
+}
