@@ -121,6 +121,39 @@ pub(crate) struct Toolchain {
     pub(crate) limits: RunLimits,
 }
 
+impl Toolchain {
+    /// The build and run settings of a board on `slice`, with `gcc` and the
+    /// default cache directory. Rejects slices the chip cannot have: the
+    /// emulator and host backends share the same runtime and its limits.
+    pub(crate) fn new(slice: Slice, spec: ChipSpec, backend: BackendKind) -> Result<Self, HwError> {
+        spec.validate()?;
+        if slice.cores == 0 || slice.cores > spec.cores_per_cluster {
+            return Err(HwError::Config(format!(
+                "slice {} has {} cores; a cluster has 1..={} (cores_per_cluster)",
+                slice.id(),
+                slice.cores,
+                spec.cores_per_cluster
+            )));
+        }
+        if let Some(c) = slice.cluster
+            && c >= spec.clusters
+        {
+            return Err(HwError::Config(format!(
+                "slice {}: cluster {c} does not exist (clusters 0..{})",
+                slice.id(),
+                spec.clusters
+            )));
+        }
+        Ok(Self {
+            slice: Slice { backend, ..slice },
+            spec,
+            cache_dir: default_cache_dir(),
+            compiler: "gcc".to_owned(),
+            limits: RunLimits::default(),
+        })
+    }
+}
+
 /// The default cache directory: `$MTSWARM_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/mtswarm`, else `~/.cache/mtswarm`, else the temp dir.
 pub fn default_cache_dir() -> PathBuf {
@@ -831,35 +864,8 @@ impl EmulatorBoard {
     /// A board for `slice` modeled with `spec`; uses `gcc` and
     /// [`default_cache_dir`]. Rejects slices the chip cannot have.
     pub fn new(slice: Slice, spec: ChipSpec) -> Result<Self, HwError> {
-        spec.validate()?;
-        if slice.cores == 0 || slice.cores > spec.cores_per_cluster {
-            return Err(HwError::Config(format!(
-                "slice {} has {} cores; a cluster has 1..={} (cores_per_cluster)",
-                slice.id(),
-                slice.cores,
-                spec.cores_per_cluster
-            )));
-        }
-        if let Some(c) = slice.cluster
-            && c >= spec.clusters
-        {
-            return Err(HwError::Config(format!(
-                "slice {}: cluster {c} does not exist (clusters 0..{})",
-                slice.id(),
-                spec.clusters
-            )));
-        }
         Ok(Self {
-            toolchain: Toolchain {
-                slice: Slice {
-                    backend: BackendKind::Emulator,
-                    ..slice
-                },
-                spec,
-                cache_dir: default_cache_dir(),
-                compiler: "gcc".to_owned(),
-                limits: RunLimits::default(),
-            },
+            toolchain: Toolchain::new(slice, spec, BackendKind::Emulator)?,
         })
     }
 

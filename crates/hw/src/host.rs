@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use crate::HwError;
 use crate::board::{Artifact, BackendKind, Board, BuildRequest, RunOutcome, RunRequest, Slice};
-use crate::emulator::{Flavor, RunLimits, Toolchain, default_cache_dir};
+use crate::emulator::{Flavor, RunLimits, Toolchain};
 use crate::spec::ChipSpec;
 
 /// The host CPU as a slice (backend `host`). Capacity limits of the spec
@@ -22,26 +22,8 @@ pub struct HostBoard {
 impl HostBoard {
     /// A host slice with `slice.cores` worker threads per group.
     pub fn new(slice: Slice, spec: ChipSpec) -> Result<Self, HwError> {
-        spec.validate()?;
-        if slice.cores == 0 || slice.cores > spec.cores_per_cluster {
-            return Err(HwError::Config(format!(
-                "slice {} has {} cores; a cluster has 1..={} (cores_per_cluster)",
-                slice.id(),
-                slice.cores,
-                spec.cores_per_cluster
-            )));
-        }
         Ok(Self {
-            toolchain: Toolchain {
-                slice: Slice {
-                    backend: BackendKind::Host,
-                    ..slice
-                },
-                spec,
-                cache_dir: default_cache_dir(),
-                compiler: "gcc".to_owned(),
-                limits: RunLimits::default(),
-            },
+            toolchain: Toolchain::new(slice, spec, BackendKind::Host)?,
         })
     }
 
