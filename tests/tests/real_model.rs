@@ -1,0 +1,569 @@
+//! A job driven end to end by models reached over the network: a local
+//! OpenAI-compatible endpoint (real HTTP on loopback, `stream: true`
+//! answered with genuine `chat.completion.chunk` SSE events, tool-call
+//! arguments cut across several chunks) plays both the leader's model
+//! (configured through `LeaderConfig::llm`) and the worker's model (the
+//! worker process's `--llm-url`/`--llm-model`). Nothing is injected into
+//! either loop: every step a leader or worker takes comes out of an HTTP
+//! response, so this is the path a deployment with vLLM or Ollama runs.
+//!
+//! The endpoint is stateless: it recognises the caller by the tools the
+//! request offers (`spawn_agent`: the leader; `benchmark`: a worker) and
+//! picks the next turn from how many tool results the conversation already
+//! holds, so a retried request gets the same answer.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mtswarm_llm::OpenAiConfig;
+use mtswarm_proto::v1;
+use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
+use serde_json::{Value, json};
+use tokio_stream::StreamExt as _;
+
+/// The model name both loops are configured with.
+const MODEL_NAME: &str = "scripted-model";
+/// Bytes of a tool call's arguments per SSE chunk (forces several chunks).
+const ARGUMENT_PIECE: usize = 7;
+
+/// The candidate the leader hands out and the worker builds.
+fn candidate_defines() -> Value {
+    json!({"CHUNK": "1024", "BUF": "2"})
+}
+
+/// Which loop sent a request, from the tools it offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    Leader,
+    Worker,
+    Unknown,
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn caller_of(body: &Value) -> Caller {
+    let names = tool_names(body);
+    if names.iter().any(|n| n == "spawn_agent") {
+        Caller::Leader
+    } else if names.iter().any(|n| n == "benchmark") {
+        Caller::Worker
+    } else {
+        Caller::Unknown
+    }
+}
+
+fn messages(body: &Value) -> &[Value] {
+    body.get("messages")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+fn role(message: &Value) -> &str {
+    message.get("role").and_then(Value::as_str).unwrap_or("")
+}
+
+fn content(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(text)) => text.clone(),
+        // Content parts: join their texts.
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+fn tool_results(body: &Value) -> Vec<String> {
+    messages(body)
+        .iter()
+        .filter(|m| role(m) == "tool")
+        .map(content)
+        .collect()
+}
+
+/// True when some `tool` message answers a `tool_calls` entry of an earlier
+/// assistant message (by id): the OpenAI shape of a completed tool round.
+fn has_answered_tool_call(body: &Value) -> bool {
+    let mut call_ids: Vec<String> = Vec::new();
+    for message in messages(body) {
+        match role(message) {
+            "assistant" => {
+                if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+                    for call in calls {
+                        let well_formed = call.get("type").and_then(Value::as_str)
+                            == Some("function")
+                            && call.pointer("/function/name").is_some()
+                            && call
+                                .pointer("/function/arguments")
+                                .and_then(Value::as_str)
+                                .is_some();
+                        if let (true, Some(id)) =
+                            (well_formed, call.get("id").and_then(Value::as_str))
+                        {
+                            call_ids.push(id.to_string());
+                        }
+                    }
+                }
+            }
+            "tool" => {
+                if let Some(id) = message.get("tool_call_id").and_then(Value::as_str)
+                    && call_ids.iter().any(|known| known == id)
+                {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// One scripted model turn.
+enum Turn {
+    Call {
+        name: &'static str,
+        arguments: Value,
+    },
+    Answer(String),
+}
+
+fn leader_turn(body: &Value) -> Turn {
+    match tool_results(body).len() {
+        0 => Turn::Call {
+            name: "list_fleet",
+            arguments: json!({}),
+        },
+        1 => Turn::Call {
+            name: "spawn_agent",
+            arguments: json!({"name": "a1", "selector": "", "role": "tuner",
+                              "instructions": "Compile, validate and benchmark the configuration you are given."}),
+        },
+        2 => Turn::Call {
+            name: "assign_task",
+            arguments: json!({"agent": "a1",
+                              "instructions": "Compile, validate and benchmark this configuration.",
+                              "parameters": {"params": candidate_defines(), "cores": 2,
+                                             "warmup": 0, "repeats": 1}}),
+        },
+        3 => Turn::Call {
+            name: "collect_result",
+            arguments: json!({"agents": ["a1"], "mode": "all", "timeout_seconds": 240}),
+        },
+        _ => Turn::Answer(format!(
+            "Agent a1 benchmarked the candidate.\n```json\n{}\n```",
+            json!({"best": {"agent": "a1", "defines": candidate_defines()}})
+        )),
+    }
+}
+
+/// The kernel directory named in the task message.
+fn kernel_dir(body: &Value) -> String {
+    messages(body)
+        .iter()
+        .filter(|m| role(m) == "user")
+        .map(content)
+        .find_map(|text| {
+            text.lines()
+                .find_map(|line| line.trim().strip_prefix("Kernel directory:"))
+                .map(|dir| dir.trim().to_string())
+        })
+        .unwrap_or_else(|| ".".to_string())
+}
+
+/// The artifact id of a compile result ("... as artifact b3 ...").
+fn artifact_of(compile_result: &str) -> Option<String> {
+    let rest = compile_result.split("as artifact ").nth(1)?;
+    let id: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
+    (!id.is_empty()).then_some(id)
+}
+
+fn worker_turn(body: &Value) -> Turn {
+    let results = tool_results(body);
+    let artifact = results.first().and_then(|r| artifact_of(r));
+    let with_artifact = |mut args: Value| {
+        if let (Some(id), Some(map)) = (&artifact, args.as_object_mut()) {
+            map.insert("artifact".into(), json!(id));
+        }
+        args
+    };
+    match results.len() {
+        0 => Turn::Call {
+            name: "compile",
+            arguments: json!({"kernel_dir": kernel_dir(body), "defines": candidate_defines()}),
+        },
+        1 => Turn::Call {
+            name: "validate",
+            arguments: with_artifact(json!({"cores": 2})),
+        },
+        2 => Turn::Call {
+            name: "benchmark",
+            arguments: with_artifact(json!({"cores": 2, "warmup": 0, "repeats": 1})),
+        },
+        _ => {
+            let measured = results.last().cloned().unwrap_or_default();
+            Turn::Answer(format!(
+                "The candidate CHUNK=1024,BUF=2 was compiled, validated and benchmarked: {}\n```json\n{}\n```",
+                measured.lines().next().unwrap_or(""),
+                json!({"best": {"defines": candidate_defines(), "artifact": artifact}})
+            ))
+        }
+    }
+}
+
+/// The SSE events (without the `data: ` framing) of one streamed turn.
+fn turn_chunks(turn: &Turn, request_index: usize) -> Vec<Value> {
+    let id = format!("chatcmpl-{request_index}");
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64,
+               "model": MODEL_NAME,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut chunks = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    match turn {
+        Turn::Call { name, arguments } => {
+            let call_id = format!("call_{request_index}_{name}");
+            chunks.push(chunk(
+                json!({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                       "function": {"name": name, "arguments": ""}}]}),
+                Value::Null,
+            ));
+            let text = arguments.to_string();
+            let chars: Vec<char> = text.chars().collect();
+            for piece in chars.chunks(ARGUMENT_PIECE) {
+                let piece: String = piece.iter().collect();
+                chunks.push(chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                    Value::Null,
+                ));
+            }
+            chunks.push(chunk(json!({}), json!("tool_calls")));
+        }
+        Turn::Answer(text) => {
+            let words: Vec<&str> = text.split_inclusive(' ').collect();
+            for piece in words.chunks(4) {
+                chunks.push(chunk(json!({"content": piece.concat()}), Value::Null));
+            }
+            chunks.push(chunk(json!({}), json!("stop")));
+        }
+    }
+    chunks.push(json!({"id": id, "object": "chat.completion.chunk",
+                       "created": 1_700_000_000u64, "model": MODEL_NAME, "choices": [],
+                       "usage": {"prompt_tokens": 100, "completion_tokens": 20,
+                                 "total_tokens": 120}}));
+    chunks
+}
+
+/// Every request body the endpoint received, in arrival order.
+#[derive(Default)]
+struct Seen {
+    requests: Mutex<Vec<Value>>,
+}
+
+impl Seen {
+    fn all(&self) -> Vec<Value> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+/// The OpenAI-compatible endpoint: an axum server on loopback.
+struct ModelServer {
+    base_url: String,
+    seen: Arc<Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ModelServer {
+    async fn start() -> ModelServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the model endpoint");
+        let addr = listener.local_addr().expect("endpoint address");
+        let seen = Arc::new(Seen::default());
+        let app = axum::Router::new()
+            .route(
+                "/v1/chat/completions",
+                axum::routing::post(chat_completions),
+            )
+            .with_state(Arc::clone(&seen));
+        let task = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, app).await {
+                eprintln!("model endpoint: {error}");
+            }
+        });
+        ModelServer {
+            base_url: format!("http://{addr}/v1"),
+            seen,
+            task,
+        }
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Answers one chat completion: the next scripted turn of the caller as a
+/// real SSE stream, one body chunk per event.
+async fn chat_completions(
+    axum::extract::State(seen): axum::extract::State<Arc<Seen>>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let index = {
+        let mut requests = seen.requests.lock().unwrap_or_else(|e| e.into_inner());
+        requests.push(parsed.clone());
+        requests.len()
+    };
+    let turn = match caller_of(&parsed) {
+        Caller::Leader => leader_turn(&parsed),
+        Caller::Worker => worker_turn(&parsed),
+        Caller::Unknown => {
+            let message = json!({"error": {"message": "unexpected request: no known tools offered",
+                                           "type": "invalid_request_error"}});
+            return (axum::http::StatusCode::BAD_REQUEST, axum::Json(message)).into_response();
+        }
+    };
+    let events: Vec<Result<axum::body::Bytes, std::convert::Infallible>> =
+        turn_chunks(&turn, index)
+            .into_iter()
+            .map(|event| format!("data: {event}\n\n"))
+            .chain(std::iter::once("data: [DONE]\n\n".to_string()))
+            .map(|line| Ok(axum::body::Bytes::from(line)))
+            .collect();
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
+            (axum::http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::from_stream(futures::stream::iter(events)),
+    )
+        .into_response()
+}
+
+fn job_spec() -> v1::JobSpec {
+    v1::JobSpec {
+        goal: "Tune vecadd with one candidate".to_string(),
+        kernel_dir: "vecadd".to_string(),
+        slice_selector: String::new(),
+        budgets: Some(v1::Budgets {
+            wall_time_seconds: 600,
+            ..Default::default()
+        }),
+        num_agents: 0,
+        model: None,
+        auto_approve: true,
+        allow_shell: false,
+    }
+}
+
+fn is_stream_request(body: &Value) -> bool {
+    body.get("stream") == Some(&json!(true)) && body.get("model") == Some(&json!(MODEL_NAME))
+}
+
+/// Every offered tool has the OpenAI function shape.
+fn tools_have_openai_shape(body: &Value) -> bool {
+    body.get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|tools| {
+            !tools.is_empty()
+                && tools.iter().all(|t| {
+                    t.get("type").and_then(Value::as_str) == Some("function")
+                        && t.pointer("/function/name")
+                            .and_then(Value::as_str)
+                            .is_some()
+                        && t.pointer("/function/parameters")
+                            .is_some_and(Value::is_object)
+                })
+        })
+}
+
+fn gflops_of(result: &Value) -> Option<f64> {
+    let from_best = result.pointer("/best/gflops").and_then(Value::as_f64);
+    from_best.or_else(|| {
+        result
+            .get("benchmarks")
+            .and_then(Value::as_array)
+            .and_then(|list| {
+                list.iter()
+                    .filter_map(|b| b.get("gflops").and_then(Value::as_f64))
+                    .reduce(f64::max)
+            })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn real_model_drives_a_job_to_completion() {
+    let server = ModelServer::start().await;
+    let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
+    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
+    options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
+    options.worker_args = vec![
+        "--llm-url".to_string(),
+        server.base_url.clone(),
+        "--llm-model".to_string(),
+        MODEL_NAME.to_string(),
+    ];
+    let stack = TestStack::start(options).await;
+    stack.wait_for_slices(1, Duration::from_secs(30)).await;
+    let mut control = stack.control().await;
+
+    let job_id = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(job_spec()),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("SubmitJob accepted")
+        .into_inner()
+        .job_id;
+
+    let mut watch = control
+        .watch_job(v1::WatchJobRequest {
+            job_id: job_id.clone(),
+            from_sequence: 0,
+        })
+        .await
+        .expect("WatchJob")
+        .into_inner();
+    let mut events: Vec<v1::JobEvent> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        match tokio::time::timeout_at(deadline, watch.next()).await {
+            Err(_) => panic!(
+                "job {job_id} not final in time; last events: {:#?}\nworkers:\n{}",
+                &events[events.len().saturating_sub(10)..],
+                stack.worker_logs()
+            ),
+            Ok(None) => break,
+            Ok(Some(Err(status))) => panic!("WatchJob failed: {status}"),
+            Ok(Some(Ok(event))) => events.push(event),
+        }
+    }
+    let job = control
+        .get_job(v1::GetJobRequest {
+            job_id: job_id.clone(),
+        })
+        .await
+        .expect("GetJob")
+        .into_inner()
+        .job
+        .expect("a job record");
+    let requests = server.seen.all();
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "job {job:#?}\nrequests seen: {}\nworkers:\n{}",
+        requests.len(),
+        stack.worker_logs()
+    );
+
+    // Both loops called the endpoint, streaming, with OpenAI tool shapes.
+    let leader_requests: Vec<&Value> = requests
+        .iter()
+        .filter(|r| caller_of(r) == Caller::Leader)
+        .collect();
+    let worker_requests: Vec<&Value> = requests
+        .iter()
+        .filter(|r| caller_of(r) == Caller::Worker)
+        .collect();
+    assert!(
+        leader_requests.len() >= 5,
+        "the leader asked its model for every step: {} requests",
+        leader_requests.len()
+    );
+    assert!(
+        worker_requests.len() >= 4,
+        "the worker asked its model for every step: {} requests",
+        worker_requests.len()
+    );
+    for request in leader_requests.iter().chain(&worker_requests) {
+        assert!(
+            is_stream_request(request),
+            "a streamed request for {MODEL_NAME}: {request}"
+        );
+        assert!(
+            tools_have_openai_shape(request),
+            "tools in the OpenAI function shape: {}",
+            request.get("tools").cloned().unwrap_or(Value::Null)
+        );
+    }
+    assert!(
+        worker_requests.iter().any(|r| has_answered_tool_call(r)),
+        "a worker request carries a tool message answering an assistant tool call"
+    );
+    assert!(
+        leader_requests.iter().any(|r| has_answered_tool_call(r)),
+        "a leader request carries a tool message answering an assistant tool call"
+    );
+    // The worker's benchmark call reached the tool: its result is in the
+    // conversation the worker sent back.
+    assert!(
+        worker_requests
+            .iter()
+            .any(|r| tool_results(r).len() >= 3 && tool_results(r)[2].contains("GFLOPS")),
+        "the benchmark tool's result went back to the model"
+    );
+
+    // The task result carries the emulator's measurement.
+    let results: Vec<v1::TaskResult> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::TaskResult(r)) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 1, "one task result: {results:#?}");
+    let result = &results[0];
+    assert_eq!(
+        result.status(),
+        v1::TaskStatus::Ok,
+        "{result:#?}\nworkers:\n{}",
+        stack.worker_logs()
+    );
+    assert_eq!(result.agent_id, "a1");
+    let parsed: Value = serde_json::from_str(&result.result_json).expect("result_json is JSON");
+    let gflops = gflops_of(&parsed);
+    assert!(
+        gflops.is_some_and(|g| g > 0.0),
+        "a measured GFLOPS figure in the result: {parsed:#}"
+    );
+    assert_eq!(
+        parsed.pointer("/best/defines"),
+        Some(&json!({"BUF": "2", "CHUNK": "1024"})),
+        "the benchmarked candidate is the one the leader assigned: {parsed:#}"
+    );
+    assert!(
+        parsed
+            .get("answer")
+            .and_then(Value::as_str)
+            .is_some_and(|a| a.contains("compiled, validated and benchmarked")),
+        "the model's final answer is the task's answer: {parsed:#}"
+    );
+
+    drop(control);
+    stack.shutdown().await;
+    drop(server);
+}
