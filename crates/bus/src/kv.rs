@@ -203,16 +203,20 @@ impl<T: BusMessage> TypedKv<T> {
             })
     }
 
-    /// Keys with a live value.
+    /// Keys with a live value, each once, sorted.
     pub async fn keys(&self) -> Result<Vec<String>, BusError> {
         let keys = self
             .store
             .keys()
             .await
             .map_err(|e| kv_error("keys", &self.bucket, ">", e))?;
-        keys.try_collect()
+        // The listing is a consumer over the bucket's last values: a key
+        // updated while it runs is delivered again, so dedupe here.
+        let keys: std::collections::BTreeSet<String> = keys
+            .try_collect()
             .await
-            .map_err(|e| kv_error("keys", &self.bucket, ">", e))
+            .map_err(|e| kv_error("keys", &self.bucket, ">", e))?;
+        Ok(keys.into_iter().collect())
     }
 
     /// Every live value with its key. One read per key: for buckets with many
