@@ -437,4 +437,28 @@ impl v1::control_server::Control for ControlService {
             Err(DecideError::Bus(error)) => Err(bus_status(error)),
         }
     }
+
+    async fn lift_quarantine(
+        &self,
+        request: Request<v1::LiftQuarantineRequest>,
+    ) -> Result<Response<v1::LiftQuarantineResponse>, Status> {
+        let request = request.into_inner();
+        let slice_id = request.slice_id.trim();
+        mtswarm_bus::subjects::validate_id("slice id", slice_id)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let quarantine = &self.shared.quarantine;
+        let previous = quarantine
+            .get(slice_id)
+            .await
+            .map_err(bus_status)?
+            .map(|v| v.value);
+        if previous.is_some() {
+            quarantine.lift(slice_id).await.map_err(bus_status)?;
+            tracing::info!(slice.id = slice_id, reason = %request.reason, "quarantine lifted");
+        }
+        Ok(Response::new(v1::LiftQuarantineResponse {
+            lifted: previous.is_some(),
+            previous,
+        }))
+    }
 }

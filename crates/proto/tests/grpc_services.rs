@@ -85,6 +85,12 @@ impl Control for EchoControl {
     ) -> Result<Response<DecideApprovalResponse>, Status> {
         Err(Status::unimplemented("decide_approval"))
     }
+    async fn lift_quarantine(
+        &self,
+        _: Request<LiftQuarantineRequest>,
+    ) -> Result<Response<LiftQuarantineResponse>, Status> {
+        Err(Status::unimplemented("lift_quarantine"))
+    }
 }
 
 struct IdleWorker;

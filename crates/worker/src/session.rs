@@ -760,6 +760,7 @@ async fn run_task(
         error: end.error.clone(),
         usage: Some(usage),
         finished_at: Some(now_timestamp()),
+        fenced: false,
     };
     events
         .publish(
