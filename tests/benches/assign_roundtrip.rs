@@ -2,6 +2,11 @@
 //! raw NATS request/reply on the same nats-server in the same run.
 //!
 //! - `raw`: core NATS request/reply to an echo responder (the floor).
+//! - `floor`: the same durable JetStream path without a worker daemon: the
+//!   task is stored and delivered to a bare durable consumer that acks it
+//!   and publishes a `TaskResult` at once. Two stored messages and two
+//!   deliveries per task: the least any JetStream task design pays, so
+//!   `assign` minus `floor` is the worker's own cost.
 //! - `assign`: what the leader's `assign_task` + `collect_result` do on the
 //!   wire: publish a `TaskAssignment` (JetStream, stream ack awaited) for a
 //!   session of a real `WorkerDaemon` (in this process; builtin worker policy
@@ -17,7 +22,9 @@
 //!
 //! Each cell runs 1, 16 and 256 operations in flight for `BENCH_SECONDS`
 //! (default 3) after a short warm-up, and prints p50/p99 latency and
-//! throughput as a Markdown table. Run:
+//! throughput as a Markdown table, with the CPU time per operation of the
+//! nats-server process and of this process (leader, worker daemon and, for
+//! `floor`, the bare consumer). Run:
 //! `cargo bench -p mtswarm-tests --bench assign_roundtrip`.
 
 use std::collections::HashMap;
@@ -28,19 +35,22 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use futures::StreamExt as _;
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
+use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TaskConsumerConfig, TopologyConfig, v1};
 use mtswarm_proto::v1::worker_client::WorkerClient;
 use mtswarm_worker::{WorkerConfig, WorkerDaemon};
 use tokio::sync::oneshot;
 
 const IN_FLIGHT: [usize; 3] = [1, 16, 256];
 const JOB_ID: &str = "bench-job";
+const FLOOR_WORKER: &str = "bench-floor";
+const FLOOR_SLICE: &str = "floor";
 
 type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<v1::TaskStatus>>>>;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
     Raw,
+    Floor,
     Assign,
 }
 
@@ -65,6 +75,26 @@ struct Cell {
     p50: Duration,
     p99: Duration,
     per_second: f64,
+    server_cpu_per_op: Duration,
+    client_cpu_per_op: Duration,
+}
+
+/// User + system CPU time of a process, from /proc (Linux); zero elsewhere.
+fn cpu_time(pid: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let Some(after_name) = stat.rsplit(')').next() else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map(|f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum())
+        .unwrap_or(0);
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
 }
 
 fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
@@ -89,9 +119,14 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 .await
                 .expect("request/reply");
         }
-        Mode::Assign => {
+        Mode::Floor | Mode::Assign => {
             let n = harness.next_task.fetch_add(1, Ordering::Relaxed);
             let session = &harness.sessions[(n as usize) % harness.sessions.len()];
+            let (worker_id, slice_id) = if mode == Mode::Floor {
+                (FLOOR_WORKER.to_owned(), FLOOR_SLICE.to_owned())
+            } else {
+                (session.worker_id.clone(), session.slice_id.clone())
+            };
             let task_id = format!("bench-{n}");
             let (tx, rx) = oneshot::channel();
             harness
@@ -106,8 +141,8 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 attempt: 1,
                 agent_id: session.agent_id.clone(),
                 session_id: session.session_id.clone(),
-                worker_id: session.worker_id.clone(),
-                slice_id: session.slice_id.clone(),
+                worker_id,
+                slice_id,
                 instructions: "No-op task.".into(),
                 kernel_dir: "vecadd".into(),
                 parameters_json: "{\"noop\":true}".into(),
@@ -123,6 +158,63 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 .expect("publish task");
             let status = rx.await.expect("result arrives");
             assert_eq!(status, v1::TaskStatus::Ok, "no-op task failed");
+        }
+    }
+}
+
+/// The `floor` side: a bare durable consumer that acks each task and
+/// publishes its result (stream acks awaited off the hot loop, in order).
+async fn run_floor_worker(worker: Bus) {
+    let consumer = worker
+        .task_consumer(
+            FLOOR_WORKER,
+            TaskConsumerConfig {
+                slice_id: Some(FLOOR_SLICE.into()),
+                max_ack_pending: 20_000,
+                batch: 512,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("floor task consumer");
+    let mut tasks = consumer.messages().await.expect("floor task stream");
+    let (ack_tx, mut ack_rx) = tokio::sync::mpsc::channel::<mtswarm_bus::PendingPublish>(20_000);
+    tokio::spawn(async move {
+        while let Some(pending) = ack_rx.recv().await {
+            if let Err(error) = pending.wait().await {
+                eprintln!("floor result not stored: {error}");
+            }
+        }
+    });
+    while let Some(delivery) = tasks.next().await {
+        let delivery = match delivery {
+            Ok(delivery) => delivery,
+            Err(error) => {
+                eprintln!("floor consumer: {error}");
+                continue;
+            }
+        };
+        if let Err(error) = delivery.ack().await {
+            eprintln!("floor ack: {error}");
+        }
+        let task = delivery.message();
+        let result = v1::TaskResult {
+            task_id: task.task_id.clone(),
+            attempt: task.attempt,
+            job_id: task.job_id.clone(),
+            agent_id: task.agent_id.clone(),
+            slice_id: task.slice_id.clone(),
+            status: v1::TaskStatus::Ok as i32,
+            summary: "ok".into(),
+            ..Default::default()
+        };
+        match worker.publish_result_pipelined(&result).await {
+            Ok(pending) => {
+                if ack_tx.send(pending).await.is_err() {
+                    return;
+                }
+            }
+            Err(error) => eprintln!("floor result: {error}"),
         }
     }
 }
@@ -164,7 +256,13 @@ async fn run_result_router(leader: Bus, waiters: Waiters) {
     }
 }
 
-async fn measure(harness: Arc<Harness>, mode: Mode, in_flight: usize, duration: Duration) -> Cell {
+async fn measure(
+    harness: Arc<Harness>,
+    mode: Mode,
+    in_flight: usize,
+    duration: Duration,
+    server_pid: &str,
+) -> Cell {
     let warm_until = Instant::now() + Duration::from_millis(500);
     let mut warmers = Vec::new();
     for _ in 0..in_flight {
@@ -178,6 +276,8 @@ async fn measure(harness: Arc<Harness>, mode: Mode, in_flight: usize, duration: 
     for warmer in warmers {
         warmer.await.expect("warm-up");
     }
+    let server_cpu_before = cpu_time(server_pid);
+    let client_cpu_before = cpu_time("self");
     let start = Instant::now();
     let stop_at = start + duration;
     let mut runners = Vec::new();
@@ -198,8 +298,13 @@ async fn measure(harness: Arc<Harness>, mode: Mode, in_flight: usize, duration: 
         latencies.extend(runner.await.expect("measuring task"));
     }
     let elapsed = start.elapsed();
+    let operations = u32::try_from(latencies.len().max(1)).unwrap_or(u32::MAX);
+    let server_cpu_per_op = cpu_time(server_pid).saturating_sub(server_cpu_before) / operations;
+    let client_cpu_per_op = cpu_time("self").saturating_sub(client_cpu_before) / operations;
     latencies.sort_unstable();
     Cell {
+        server_cpu_per_op,
+        client_cpu_per_op,
         mode,
         in_flight,
         operations: latencies.len(),
@@ -224,6 +329,7 @@ fn main() {
         .build()
         .expect("runtime");
     let server = NatsServer::start().expect("nats-server from PATH");
+    let server_pid = server.pid().map(|pid| pid.to_string()).unwrap_or_default();
     let dir = tempfile::tempdir().expect("temp dir");
     let cells = runtime.block_on(async {
         let leader = Bus::connect(BusConfig::new(server.url()).with_name("bench-leader"))
@@ -315,6 +421,7 @@ fn main() {
         eprintln!("worker daemon with {} sessions", spawned.len());
 
         let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
+        tokio::spawn(run_floor_worker(echo_side.clone()));
         tokio::spawn(run_result_router(leader.clone(), waiters.clone()));
         let harness = Arc::new(Harness {
             leader,
@@ -324,16 +431,18 @@ fn main() {
         });
         let mut cells = Vec::new();
         for in_flight in IN_FLIGHT {
-            for mode in [Mode::Raw, Mode::Assign] {
-                let cell = measure(harness.clone(), mode, in_flight, duration).await;
+            for mode in [Mode::Raw, Mode::Floor, Mode::Assign] {
+                let cell = measure(harness.clone(), mode, in_flight, duration, &server_pid).await;
                 eprintln!(
-                    "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)",
+                    "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)  cpu/op server {:>6.1} us client {:>6.1} us",
                     format!("{:?}", cell.mode),
                     cell.in_flight,
                     cell.p50.as_secs_f64() * 1e6,
                     cell.p99.as_secs_f64() * 1e6,
                     cell.per_second,
-                    cell.operations
+                    cell.operations,
+                    cell.server_cpu_per_op.as_secs_f64() * 1e6,
+                    cell.client_cpu_per_op.as_secs_f64() * 1e6,
                 );
                 cells.push(cell);
             }
@@ -346,25 +455,34 @@ fn main() {
 
     println!();
     println!(
-        "| in flight | raw p50 (us) | raw p99 (us) | raw ops/s | assign p50 (us) | assign p99 (us) | no-op tasks/s | assign p50 / raw p50 |"
+        "| in flight | raw p50 (us) | raw p99 (us) | raw ops/s | floor p50 (us) | floor p99 (us) | floor tasks/s | assign p50 (us) | assign p99 (us) | no-op tasks/s | floor p50 / raw p50 | assign p50 / raw p50 | CPU/task server (us) | CPU/task client (us) |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for in_flight in IN_FLIGHT {
         let find = |mode| {
             cells
                 .iter()
                 .find(|c| c.mode == mode && c.in_flight == in_flight)
         };
-        if let (Some(raw), Some(assign)) = (find(Mode::Raw), find(Mode::Assign)) {
+        if let (Some(raw), Some(floor), Some(assign)) =
+            (find(Mode::Raw), find(Mode::Floor), find(Mode::Assign))
+        {
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
             println!(
-                "| {in_flight} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1}x |",
-                raw.p50.as_secs_f64() * 1e6,
-                raw.p99.as_secs_f64() * 1e6,
+                "| {in_flight} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1}x | {:.1}x | {:.1} | {:.1} |",
+                us(raw.p50),
+                us(raw.p99),
                 raw.per_second,
-                assign.p50.as_secs_f64() * 1e6,
-                assign.p99.as_secs_f64() * 1e6,
+                us(floor.p50),
+                us(floor.p99),
+                floor.per_second,
+                us(assign.p50),
+                us(assign.p99),
                 assign.per_second,
-                assign.p50.as_secs_f64() / raw.p50.as_secs_f64().max(1e-9)
+                floor.p50.as_secs_f64() / raw.p50.as_secs_f64().max(1e-9),
+                assign.p50.as_secs_f64() / raw.p50.as_secs_f64().max(1e-9),
+                us(assign.server_cpu_per_op),
+                us(assign.client_cpu_per_op),
             );
         }
     }

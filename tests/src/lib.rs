@@ -9,12 +9,14 @@
 //! prior manual `cargo build` is needed and the binary always matches the
 //! sources under test.
 
+pub mod chaos;
 pub mod otlp;
 pub mod process;
 pub mod stack;
 
 use std::path::{Path, PathBuf};
 
+pub use chaos::{ChaosOptions, ChaosStack, Observer};
 pub use otlp::{CollectedSpan, OtlpCollector};
 pub use process::{NodeProcess, ReadyInfo};
 pub use stack::{StackOptions, TestStack};

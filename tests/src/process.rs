@@ -119,7 +119,39 @@ impl NodeProcess {
         self.signal(libc::SIGTERM)
     }
 
-    fn signal(&self, signal: libc::c_int) -> std::io::Result<()> {
+    /// SIGKILL to the process and its group (its children, e.g. emulator
+    /// runs, die with it): a crash without any chance to clean up.
+    pub fn kill(&self) -> std::io::Result<()> {
+        self.signal_group(libc::SIGKILL)
+    }
+
+    /// SIGSTOP to the process and its group: frozen as a hung machine is,
+    /// its connections open but silent, until [`NodeProcess::resume`].
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.signal_group(libc::SIGSTOP)
+    }
+
+    /// SIGCONT to the process and its group after [`NodeProcess::pause`].
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.signal_group(libc::SIGCONT)
+    }
+
+    /// Sends `signal` to the whole process group this guard created.
+    pub fn signal_group(&self, signal: libc::c_int) -> std::io::Result<()> {
+        let pgid = libc::pid_t::try_from(self.child.id())
+            .map_err(|_| std::io::Error::other("pid out of range"))?;
+        // SAFETY: kill(2) on the process group this guard created
+        // (process_group(0) makes the child's pid its group id).
+        let rc = unsafe { libc::kill(-pgid, signal) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    /// Sends `signal` to the process only.
+    pub fn signal(&self, signal: libc::c_int) -> std::io::Result<()> {
         let pid = libc::pid_t::try_from(self.child.id())
             .map_err(|_| std::io::Error::other("pid out of range"))?;
         // SAFETY: kill(2) with a pid we spawned and still own (not yet reaped).

@@ -205,26 +205,43 @@ impl<T: BusMessage> TypedKv<T> {
 
     /// Keys with a live value, each once, sorted.
     pub async fn keys(&self) -> Result<Vec<String>, BusError> {
-        let keys = self
+        Ok(self.list().await?.into_iter().map(|(key, _)| key).collect())
+    }
+
+    /// Every key that has a message in the bucket's stream (live, deleted or
+    /// expired), each once, sorted. Read from the stream's per-subject
+    /// message counts: one snapshot taken by the server, so a key updated
+    /// while the listing runs is neither missed nor repeated (a consumer
+    /// over the last value per key can end early when a not yet delivered
+    /// key is rewritten meanwhile).
+    async fn stored_keys(&self) -> Result<Vec<String>, BusError> {
+        let prefix = format!("$KV.{}.", self.bucket);
+        let subjects = self
             .store
-            .keys()
+            .stream
+            .info_with_subjects(format!("{prefix}>"))
             .await
             .map_err(|e| kv_error("keys", &self.bucket, ">", e))?;
-        // The listing is a consumer over the bucket's last values: a key
-        // updated while it runs is delivered again, so dedupe here.
-        let keys: std::collections::BTreeSet<String> = keys
+        let subjects: Vec<(String, usize)> = subjects
             .try_collect()
             .await
             .map_err(|e| kv_error("keys", &self.bucket, ">", e))?;
+        let keys: std::collections::BTreeSet<String> = subjects
+            .into_iter()
+            .filter_map(|(subject, _)| subject.strip_prefix(&prefix).map(str::to_string))
+            // Keys this crate could not have written are not ours to list.
+            .filter(|key| self.check_key(key).is_ok())
+            .collect();
         Ok(keys.into_iter().collect())
     }
 
-    /// Every live value with its key. One read per key: for buckets with many
-    /// keys prefer [`TypedKv::watch_with_current`] and keep a cache.
+    /// Every live value with its key, sorted by key. One read per key: for
+    /// buckets with many keys prefer [`TypedKv::watch_with_current`] and
+    /// keep a cache.
     pub async fn list(&self) -> Result<Vec<(String, Versioned<T>)>, BusError> {
         let mut values = Vec::new();
-        for key in self.keys().await? {
-            // A key may vanish between listing and reading it.
+        for key in self.stored_keys().await? {
+            // Deleted and expired keys read as absent.
             if let Some(value) = self.get(&key).await? {
                 values.push((key, value));
             }

@@ -264,9 +264,13 @@ pub enum KeptLease {
 }
 
 /// Renews a lease in the background every `renew_every` until released or
-/// lost. Renewal errors that are not a loss (e.g. NATS briefly unreachable)
-/// are retried on the next tick; the lease lapses by itself if they persist
-/// beyond its TTL, and the next renewal then reports it lost.
+/// lost. Renewal errors that are not a loss (e.g. NATS briefly unreachable,
+/// the server restarting) are retried on the next tick for as long as the
+/// lease's TTL has not run out since the last successful renewal; only a
+/// refused renewal (someone else wrote the key: it lapsed or was taken over)
+/// or a TTL that ran out without a successful renewal (the server may have
+/// let the key lapse meanwhile, and a process that was paused, e.g. by
+/// SIGSTOP, finds it out on its first tick) makes it [`KeptLease::Lost`].
 #[derive(Debug)]
 pub struct LeaseKeeper {
     state: tokio::sync::watch::Receiver<KeptLease>,
@@ -283,7 +287,9 @@ impl Leases {
         let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
         let leases = self.clone();
         let task = tokio::spawn(async move {
+            let ttl = Duration::from_secs(u64::from(held.value.ttl_seconds.max(1)));
             let mut current = held;
+            let mut renewed_at = tokio::time::Instant::now();
             let mut ticker = tokio::time::interval(renew_every);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticker.tick().await;
@@ -292,12 +298,49 @@ impl Leases {
                     _ = &mut stop_rx => return,
                     _ = ticker.tick() => {}
                 }
-                match leases.renew(&current).await {
+                if renewed_at.elapsed() >= ttl {
+                    let reason = format!(
+                        "not renewed within its TTL of {} s (last renewal {:.1} s ago)",
+                        ttl.as_secs(),
+                        renewed_at.elapsed().as_secs_f64()
+                    );
+                    tracing::warn!(slice_id = %current.value.slice_id, %reason, "slice lease lost");
+                    state_tx.send_replace(KeptLease::Lost {
+                        slice_id: current.value.slice_id.clone(),
+                        reason,
+                    });
+                    return;
+                }
+                let attempt_at = tokio::time::Instant::now();
+                // A renewal stuck on a dead connection must not outlive the
+                // TTL: the loss is then reported on time.
+                let left = ttl.saturating_sub(renewed_at.elapsed());
+                let Ok(renewal) = tokio::time::timeout(left, leases.renew(&current)).await else {
+                    tracing::warn!(slice_id = %current.value.slice_id, "slice lease renewal did not complete within the TTL");
+                    continue;
+                };
+                match renewal {
                     Ok(renewed) => {
                         current = renewed.clone();
+                        renewed_at = attempt_at;
                         state_tx.send_replace(KeptLease::Held(renewed));
                     }
                     Err(error @ BusError::LeaseLost { .. }) => {
+                        // A renewal whose ack was lost (the server went away
+                        // after storing it) looks like a conflict: the key
+                        // then holds our own write, which we adopt.
+                        if let Ok(Some(stored)) = leases.get(&current.value.slice_id).await
+                            && stored.value.worker_id == current.value.worker_id
+                            && stored.value.epoch == current.value.epoch
+                            && stored.value.session_id == current.value.session_id
+                            && stored.value.job_id == current.value.job_id
+                        {
+                            tracing::info!(slice_id = %current.value.slice_id, "slice lease renewal had landed; continuing from it");
+                            current = stored.clone();
+                            renewed_at = attempt_at;
+                            state_tx.send_replace(KeptLease::Held(stored));
+                            continue;
+                        }
                         tracing::warn!(slice_id = %current.value.slice_id, %error, "slice lease lost");
                         state_tx.send_replace(KeptLease::Lost {
                             slice_id: current.value.slice_id.clone(),
@@ -376,5 +419,91 @@ impl LeaseKeeper {
 impl Drop for LeaseKeeper {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::NatsServer;
+    use crate::{BusConfig, TopologyConfig};
+
+    async fn kept_lease(nats: &NatsServer, ttl: Duration) -> LeaseKeeper {
+        let bus = Bus::connect(BusConfig::new(nats.url()).with_name("lease-test"))
+            .await
+            .expect("connect");
+        bus.wait_connected(Duration::from_secs(30))
+            .await
+            .expect("connected");
+        bus.ensure_topology(&TopologyConfig::default())
+            .await
+            .expect("topology");
+        let leases = Leases::open(&bus).await.expect("leases");
+        let held = leases
+            .acquire(&LeaseRequest {
+                slice_id: "b0-c0".into(),
+                worker_id: "w0".into(),
+                session_id: String::new(),
+                job_id: String::new(),
+                ttl,
+            })
+            .await
+            .expect("acquire");
+        leases.keep(held, Duration::from_millis(200))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unreachable_server_loses_the_lease_only_when_its_ttl_ran_out() {
+        let mut nats = NatsServer::start().expect("nats-server");
+        let ttl = Duration::from_secs(3);
+        let keeper = kept_lease(&nats, ttl).await;
+        let mut state = keeper.subscribe();
+        nats.stop().expect("stop the server");
+        let stopped = tokio::time::Instant::now();
+        let lost = tokio::time::timeout(
+            ttl * 4,
+            state.wait_for(|s| matches!(s, KeptLease::Lost { .. })),
+        )
+        .await
+        .expect("lost within a few TTLs")
+        .expect("keeper alive")
+        .clone();
+        // Failed renewals were retried (no early loss) until the TTL ran out.
+        assert!(
+            stopped.elapsed() >= ttl - Duration::from_millis(700),
+            "lost after {:?}",
+            stopped.elapsed()
+        );
+        let KeptLease::Lost { reason, .. } = lost else {
+            unreachable!("waited for Lost");
+        };
+        assert!(reason.contains("TTL"), "{reason}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_restart_within_the_ttl_keeps_the_lease() {
+        let mut nats = NatsServer::start().expect("nats-server");
+        let ttl = Duration::from_secs(8);
+        let keeper = kept_lease(&nats, ttl).await;
+        let mut state = keeper.subscribe();
+        nats.restart().expect("restart the server");
+        let at_restart = match keeper.state() {
+            KeptLease::Held(held) => held.revision,
+            other => panic!("lost over a restart: {other:?}"),
+        };
+        // A renewal after the restart lands at a later revision; a loss ends
+        // the wait too and fails the test.
+        let renewed = tokio::time::timeout(
+            ttl,
+            state.wait_for(|s| match s {
+                KeptLease::Held(held) => held.revision > at_restart,
+                _ => true,
+            }),
+        )
+        .await
+        .expect("renewed after the restart")
+        .expect("keeper alive")
+        .clone();
+        assert!(matches!(renewed, KeptLease::Held(_)), "{renewed:?}");
     }
 }

@@ -87,6 +87,9 @@ pub struct Delivery<T> {
     headers: HeaderMap,
     info: DeliveryInfo,
     acker: Acker,
+    /// The ack subject, for [`Delivery::ack_confirmed`].
+    reply: Option<async_nats::Subject>,
+    client: async_nats::Client,
 }
 
 impl<T> std::fmt::Debug for Delivery<T>
@@ -143,13 +146,27 @@ impl<T> Delivery<T> {
 
     /// Acknowledges and waits until the server confirms it, so the message is
     /// known not to come back (e.g. before publishing the task's result).
+    ///
+    /// The confirmation comes back on the connection's shared reply inbox
+    /// (one request), not on an inbox subscribed for this one ack.
     pub async fn ack_confirmed(&self) -> Result<(), BusError> {
-        self.acker
-            .double_ack()
+        let Some(reply) = &self.reply else {
+            return self
+                .acker
+                .double_ack()
+                .await
+                .map_err(|source| BusError::Ack {
+                    subject: self.subject.clone(),
+                    source,
+                });
+        };
+        self.client
+            .request(reply.clone(), bytes::Bytes::from_static(b"+ACK"))
             .await
+            .map(|_| ())
             .map_err(|source| BusError::Ack {
                 subject: self.subject.clone(),
-                source,
+                source: source.into(),
             })
     }
 
@@ -353,6 +370,8 @@ async fn into_delivery<T: BusMessage>(
         delivered: u64::try_from(info.delivered).unwrap_or(0),
         pending: info.pending,
     });
+    let client = message.context.client();
+    let reply = message.reply.clone();
     let (message, acker) = message.split();
     let subject = message.subject.to_string();
     let info = match info {
@@ -369,6 +388,8 @@ async fn into_delivery<T: BusMessage>(
             headers,
             info,
             acker,
+            reply,
+            client,
         }),
         Err(error) => {
             // A payload that cannot be decoded now never will be: stop redelivery.

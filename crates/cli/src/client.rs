@@ -1,7 +1,8 @@
 //! The client commands that talk to the leader's Control service: `submit`,
-//! `jobs`, `fleet`, `approvals`, `approve` / `deny` and `results`. Each
-//! prints a table for people by default and JSON with `--json` (one object;
-//! `results` also speaks JSON lines and CSV).
+//! `jobs`, `fleet`, `quarantine list` / `quarantine lift`, `approvals`,
+//! `approve` / `deny` and `tasks`. Each prints a table for people by default
+//! and JSON with `--json` (one object; `tasks` also speaks JSON lines and
+//! CSV).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -145,7 +146,7 @@ pub enum StatusFilter {
 }
 
 #[derive(Debug, Args)]
-pub struct ResultsCmd {
+pub struct TasksCmd {
     pub job_id: String,
     /// Only results of this agent.
     #[arg(long, env = "MTSWARM_AGENT")]
@@ -369,12 +370,7 @@ pub async fn fleet(cmd: FleetCmd) -> anyhow::Result<ExitCode> {
     );
     for slice in &fleet.slices {
         let descriptor = slice.slice.clone().unwrap_or_default();
-        let session = slice
-            .lease
-            .as_ref()
-            .map(|l| format!("{} ({})", l.session_id, l.job_id))
-            .or_else(|| slice.quarantine.as_ref().map(|q| q.reason.clone()))
-            .unwrap_or_default();
+        let session = fleet_detail(slice);
         println!(
             "{:<14} {:<10} {:>5} {:<9} {:<18} {:<12} {:>4.0}%  {}",
             descriptor.slice_id,
@@ -384,14 +380,172 @@ pub async fn fleet(cmd: FleetCmd) -> anyhow::Result<ExitCode> {
             slice.worker_id,
             render::slice_state(slice.state()),
             slice.lock_utilization * 100.0,
-            render::truncate(&session, 60)
+            render::truncate(&session, 100)
         );
     }
-    println!(
+    let count = |state: v1::SliceState| fleet.slices.iter().filter(|s| s.state() == state).count();
+    let mut summary = format!(
         "{} slices on {} workers",
         fleet.slices.len(),
         fleet.workers.len()
     );
+    for state in [v1::SliceState::Quarantined, v1::SliceState::Offline] {
+        let n = count(state);
+        if n > 0 {
+            summary.push_str(&format!(", {n} {}", render::slice_state(state)));
+        }
+    }
+    println!("{summary}");
+    if count(v1::SliceState::Quarantined) > 0 {
+        println!("return a quarantined slice to service with: mtswarm quarantine lift SLICE");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The last column of `mtswarm fleet`: who runs on a leased slice, why a
+/// quarantined one is out of service.
+fn fleet_detail(slice: &v1::FleetSlice) -> String {
+    if let Some(q) = &slice.quarantine {
+        return format!(
+            "{} ({} failures in a row, by {})",
+            q.reason, q.consecutive_failures, q.by
+        );
+    }
+    if slice.state() == v1::SliceState::Offline {
+        return "worker not heartbeating".to_string();
+    }
+    slice
+        .lease
+        .as_ref()
+        .map(|l| format!("{} ({})", l.session_id, l.job_id))
+        .unwrap_or_default()
+}
+
+#[derive(Debug, Args)]
+pub struct QuarantineListCmd {
+    /// JSON output: `{"quarantined": [...]}`.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct QuarantineLiftCmd {
+    /// The slice, as `mtswarm fleet` shows it (e.g. board0-c1).
+    pub slice_id: String,
+    /// Why it may run again (recorded in the leader's log).
+    #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
+    pub reason: String,
+    /// JSON output: `{"slice_id", "lifted", "previous"}`.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// One quarantined slice as `quarantine list --json` prints it.
+fn quarantine_entry(slice: &v1::FleetSlice, q: &v1::SliceQuarantine) -> Value {
+    let descriptor = slice.slice.clone().unwrap_or_default();
+    json!({
+        "slice_id": q.slice_id,
+        "board": descriptor.board,
+        "worker_id": if q.worker_id.is_empty() { slice.worker_id.clone() } else { q.worker_id.clone() },
+        "reason": q.reason,
+        "consecutive_failures": q.consecutive_failures,
+        "since": render::timestamp(q.since.as_ref()),
+        "by": q.by,
+    })
+}
+
+pub async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode> {
+    let mut control = cmd.leader.connect().await?;
+    let fleet = control
+        .list_fleet(v1::ListFleetRequest::default())
+        .await
+        .map_err(|status| rpc_error("listing the fleet", &cmd.leader.url(), status))?
+        .into_inner();
+    let quarantined: Vec<(&v1::FleetSlice, &v1::SliceQuarantine)> = fleet
+        .slices
+        .iter()
+        .filter_map(|s| s.quarantine.as_ref().map(|q| (s, q)))
+        .collect();
+    if cmd.json {
+        print_json(&json!({
+            "quarantined": quarantined.iter().map(|(s, q)| quarantine_entry(s, q)).collect::<Vec<_>>(),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if quarantined.is_empty() {
+        println!("no quarantined slices");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<14} {:<18} {:>8} {:<24} {:<18} REASON",
+        "SLICE", "WORKER", "FAILURES", "SINCE", "BY"
+    );
+    for (slice, q) in &quarantined {
+        let entry = quarantine_entry(slice, q);
+        println!(
+            "{:<14} {:<18} {:>8} {:<24} {:<18} {}",
+            q.slice_id,
+            render::compact(&entry["worker_id"], 18),
+            q.consecutive_failures,
+            render::compact(&entry["since"], 24),
+            render::truncate(&q.by, 18),
+            render::truncate(&q.reason, 70)
+        );
+    }
+    println!("return one to service with: mtswarm quarantine lift SLICE --reason \"...\"");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<ExitCode> {
+    let slice_id = cmd.slice_id.trim().to_string();
+    if slice_id.is_empty() {
+        bail!("name the slice to return to service (see `mtswarm quarantine list`)");
+    }
+    let reason = if cmd.reason.trim().is_empty() {
+        format!("lifted by {}", local_identity())
+    } else {
+        format!("{} (by {})", cmd.reason.trim(), local_identity())
+    };
+    let mut control = cmd.leader.connect().await?;
+    let response = control
+        .lift_quarantine(v1::LiftQuarantineRequest {
+            slice_id: slice_id.clone(),
+            reason,
+        })
+        .await
+        .map_err(|status| {
+            rpc_error(
+                &format!("lifting the quarantine of {slice_id}"),
+                &cmd.leader.url(),
+                status,
+            )
+        })?
+        .into_inner();
+    if cmd.json {
+        print_json(&json!({
+            "slice_id": slice_id,
+            "lifted": response.lifted,
+            "previous": response.previous.as_ref().map(|q| json!({
+                "slice_id": q.slice_id,
+                "worker_id": q.worker_id,
+                "reason": q.reason,
+                "consecutive_failures": q.consecutive_failures,
+                "since": render::timestamp(q.since.as_ref()),
+                "by": q.by,
+            })),
+        }));
+    } else if let Some(previous) = &response.previous {
+        println!(
+            "{slice_id} is back in service (was quarantined: {}, {} failures in a row)",
+            previous.reason, previous.consecutive_failures
+        );
+    } else {
+        println!("{slice_id} was not quarantined; nothing to do");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -494,11 +648,11 @@ pub async fn decide_approval(
         .context("the leader answered without the approval record")
 }
 
-/// How long `results` (without `--follow`) waits for more replayed events
+/// How long `tasks` (without `--follow`) waits for more replayed events
 /// of a running job before it prints what it has.
 const RESULTS_IDLE: Duration = Duration::from_millis(750);
 
-pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
+pub async fn tasks(cmd: TasksCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let leader = cmd.leader.url();
     let job = control
@@ -584,7 +738,7 @@ pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn filter_results(results: Vec<v1::TaskResult>, cmd: &ResultsCmd) -> Vec<v1::TaskResult> {
+fn filter_results(results: Vec<v1::TaskResult>, cmd: &TasksCmd) -> Vec<v1::TaskResult> {
     let wanted_status = cmd.status.map(|s| match s {
         StatusFilter::Ok => v1::TaskStatus::Ok,
         StatusFilter::Failed => v1::TaskStatus::Failed,
@@ -674,7 +828,7 @@ mod tests {
             result("t1", 2, "a", v1::TaskStatus::Ok),
             result("t2", 1, "b", v1::TaskStatus::Ok),
         ];
-        let cmd = |agent: Option<&str>, status: Option<StatusFilter>, latest: bool| ResultsCmd {
+        let cmd = |agent: Option<&str>, status: Option<StatusFilter>, latest: bool| TasksCmd {
             job_id: "j".into(),
             agent: agent.map(str::to_string),
             status,

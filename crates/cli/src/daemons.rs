@@ -70,6 +70,15 @@ pub struct LeaderCmd {
     /// Write `{"grpc": URL}` here once serving.
     #[arg(long, env = "MTSWARM_READY_FILE")]
     pub ready_file: Option<PathBuf>,
+    /// Jobs whose leader loops run at once; more accepted jobs wait QUEUED.
+    #[arg(long, env = "MTSWARM_MAX_ACTIVE_JOBS", default_value_t = 16)]
+    pub max_active_jobs: usize,
+    /// QUEUED jobs allowed to wait; SubmitJob beyond it is RESOURCE_EXHAUSTED.
+    #[arg(long, env = "MTSWARM_MAX_QUEUED_JOBS", default_value_t = 256)]
+    pub max_queued_jobs: usize,
+    /// Largest gRPC message the Control server accepts or sends, in bytes.
+    #[arg(long, env = "MTSWARM_GRPC_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub grpc_max_message_bytes: usize,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
@@ -109,6 +118,16 @@ pub struct WorkerCmd {
     /// Sessions this daemon runs at once.
     #[arg(long, env = "MTSWARM_MAX_SESSIONS")]
     pub max_sessions: Option<usize>,
+    /// Failed hardware runs in a row (crash, timeout, wrong answer) that
+    /// quarantine a slice; 0 = never.
+    #[arg(long, env = "MTSWARM_QUARANTINE_AFTER", default_value_t = 3)]
+    pub quarantine_after: u32,
+    /// Largest task `parameters_json` accepted, in bytes (default 262144).
+    #[arg(long, env = "MTSWARM_MAX_TASK_PARAMETERS_BYTES")]
+    pub max_task_parameters_bytes: Option<usize>,
+    /// Largest task `instructions` accepted, in bytes (default 65536).
+    #[arg(long, env = "MTSWARM_MAX_TASK_INSTRUCTIONS_BYTES")]
+    pub max_task_instructions_bytes: Option<usize>,
     /// Seconds a paused tool call waits for a decision before it is denied.
     #[arg(long, env = "MTSWARM_APPROVAL_TIMEOUT")]
     pub approval_timeout: Option<u64>,
@@ -172,6 +191,9 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     let mut config = LeaderConfig::new(DEFAULT_NATS, kernel_root);
     config.bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-leader")?;
     config.grpc_addr = cmd.listen;
+    config.max_active_jobs = cmd.max_active_jobs;
+    config.max_queued_jobs = cmd.max_queued_jobs;
+    config.grpc_max_message_bytes = cmd.grpc_max_message_bytes;
     if let Some((url, model)) = cmd.llm.endpoint()? {
         let mut llm = OpenAiConfig::new(url, model);
         if let Some(key) = cmd.llm.llm_api_key.clone().filter(|k| !k.is_empty()) {
@@ -223,6 +245,13 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     config.lease_ttl = Duration::from_secs(cmd.lease_ttl);
     if let Some(max) = cmd.max_sessions {
         config.max_sessions = max;
+    }
+    config.quarantine_after = cmd.quarantine_after;
+    if let Some(max) = cmd.max_task_parameters_bytes {
+        config.max_task_parameters_bytes = max;
+    }
+    if let Some(max) = cmd.max_task_instructions_bytes {
+        config.max_task_instructions_bytes = max;
     }
     if let Some(seconds) = cmd.approval_timeout {
         config.approval_timeout = Duration::from_secs(seconds);

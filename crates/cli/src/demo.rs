@@ -11,11 +11,18 @@
 //! the baseline is measured here directly on an emulator board with the
 //! same measurement method the workers use; the output says so.
 //!
-//! Per-slice utilization is the share of the tuning phase (first task
-//! assignment to the last hardware use) during which the slice's hardware
-//! lock was held: each hardware tool result in the job's events carries its
-//! duration and the time it waited for the lock, so the lock was held for
-//! the difference, ending when the result was emitted.
+//! Per-slice utilization is the share of the slice's *tuning phase* during
+//! which its hardware lock was held. The tuning phase of a slice runs from
+//! the first time one of its hardware calls acquired the slice lock to the
+//! last time one released it; the set-up before it (stack start, task
+//! assignment, reading and analysing the kernel, the first compile) and
+//! the answer after it are not part of it, and each slice has its own. Each
+//! hardware tool result in the job's events carries its duration and the
+//! time it waited for the lock, so the lock was held for the difference,
+//! ending when the result was emitted. The table, the JSON
+//! `slice_utilization` (0..1 per slice) and `tuning_phase_seconds` report
+//! it; the builtin worker policy builds the next candidates in the
+//! background so the slice does not wait for the compiler.
 //!
 //! Everything started here is stopped on exit and on Ctrl-C / SIGTERM:
 //! workers first (leases released), then the leader, then nats-server, and
@@ -55,6 +62,37 @@ use crate::daemons::stop_requested;
 const TUNE_FILE: &str = "tune.toml";
 /// How long the results store may take to show the job's last records.
 const RESULTS_SETTLE: Duration = Duration::from_secs(10);
+/// What the per-slice utilization figure means, as printed with it.
+pub const UTILIZATION_DEFINITION: &str = "share of each slice's tuning phase (its first hardware-lock acquisition to its last release) during which the lock was held";
+
+/// Each slice's tuning phase, `(first acquisition, last release)` in ms,
+/// from the lock-holding intervals of its hardware calls.
+fn tuning_phases(busy: &[BusyInterval]) -> BTreeMap<String, (u64, u64)> {
+    let mut phases: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for interval in busy {
+        phases
+            .entry(interval.slice.clone())
+            .and_modify(|(from, to)| {
+                *from = (*from).min(interval.start_ms);
+                *to = (*to).max(interval.end_ms);
+            })
+            .or_insert((interval.start_ms, interval.end_ms));
+    }
+    phases
+}
+
+/// Lock held over the tuning phase, per slice (see [`UTILIZATION_DEFINITION`]).
+fn phase_utilization(
+    busy: &[BusyInterval],
+    phases: &BTreeMap<String, (u64, u64)>,
+) -> BTreeMap<String, f64> {
+    let mut utilization = BTreeMap::new();
+    for (slice, (from, to)) in phases {
+        let own: Vec<BusyInterval> = busy.iter().filter(|b| &b.slice == slice).cloned().collect();
+        utilization.extend(slice_utilization(&own, *from, *to));
+    }
+    utilization
+}
 
 #[derive(Debug, Args)]
 pub struct DemoCmd {
@@ -845,9 +883,10 @@ async fn run(
         .as_ref()
         .map(|s| s.goal.clone())
         .unwrap_or_default();
+    let mut phases: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     if !seen.busy.is_empty() {
         // The lock-holding intervals of every hardware tool (compile
-        // included when it takes the lock), over the tuning phase.
+        // included when it takes the lock).
         let first_busy = seen
             .busy
             .iter()
@@ -871,14 +910,31 @@ async fn run(
                 ..interval.clone()
             })
             .collect();
+        // The timeline spans the whole job; utilization is per slice, over
+        // its own tuning phase.
         report.started_at_ms = start;
         report.finished_at_ms = end;
-        let mut utilization = slice_utilization(&report.busy, start, end);
+        phases = tuning_phases(&report.busy);
+        let mut utilization = phase_utilization(&report.busy, &phases);
         for slice in &slices {
             utilization.entry(slice.clone()).or_insert(0.0);
         }
         report.slice_utilization = utilization;
     }
+    let phase_seconds: BTreeMap<&str, f64> = phases
+        .iter()
+        .map(|(slice, (from, to))| (slice.as_str(), to.saturating_sub(*from) as f64 / 1000.0))
+        .collect();
+    let lowest = report
+        .slice_utilization
+        .iter()
+        .min_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(slice, share)| (slice.clone(), *share));
+    let mean_utilization = if report.slice_utilization.is_empty() {
+        0.0
+    } else {
+        report.slice_utilization.values().sum::<f64>() / report.slice_utilization.len() as f64
+    };
     // Screened candidates count as evaluated too (the records hold the
     // full benchmarks only).
     let evaluated: u64 = seen.agents.values().map(|a| a.evaluated.len() as u64).sum();
@@ -910,6 +966,8 @@ async fn run(
         value["slices"] = json!(slices);
         value["candidates_assigned"] = json!(assigned);
         value["candidates_benchmarked"] = json!(benchmarked);
+        value["tuning_phase_seconds"] = json!(phase_seconds);
+        value["utilization_definition"] = json!(UTILIZATION_DEFINITION);
         println!("{value}");
     } else {
         println!();
@@ -931,6 +989,13 @@ async fn run(
             "candidates: {assigned} assigned, {} evaluated on hardware, {benchmarked} fully benchmarked",
             summary.candidates_evaluated
         );
+        if let Some((slice, share)) = &lowest {
+            println!(
+                "slice utilization ({UTILIZATION_DEFINITION}): lowest {:.1} % ({slice}), mean {:.1} %",
+                share * 100.0,
+                mean_utilization * 100.0
+            );
+        }
         println!("HTML report: {}", report_path.display());
         println!("demo finished in {elapsed:.1} s");
     }
@@ -949,6 +1014,32 @@ mod tests {
         assert_eq!(fleet.slices().len(), 6);
         assert!(fleet_toml(0, 1, &spec).is_err());
         assert!(fleet_toml(1, spec.clusters + 1, &spec).is_err());
+    }
+
+    fn interval(slice: &str, start_ms: u64, end_ms: u64) -> BusyInterval {
+        BusyInterval {
+            slice: slice.into(),
+            start_ms,
+            end_ms,
+            agent: "tuner-1".into(),
+            label: "validate".into(),
+        }
+    }
+
+    #[test]
+    fn utilization_is_lock_time_over_each_slices_own_tuning_phase() {
+        // b/c0 starts late and idles 50 ms of its 250; b/c1 never idles.
+        let busy = [
+            interval("b/c0", 1000, 1100),
+            interval("b/c1", 0, 400),
+            interval("b/c0", 1150, 1250),
+        ];
+        let phases = tuning_phases(&busy);
+        assert_eq!(phases["b/c0"], (1000, 1250));
+        assert_eq!(phases["b/c1"], (0, 400));
+        let utilization = phase_utilization(&busy, &phases);
+        assert!((utilization["b/c0"] - 0.8).abs() < 1e-9, "{utilization:?}");
+        assert!((utilization["b/c1"] - 1.0).abs() < 1e-9, "{utilization:?}");
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //!
 //! - [`up`]: a whole local stack (nats-server, leader, one worker per board);
 //! - [`daemons`]: `leader` and `worker`, thin wrappers over the daemons;
-//! - [`client`]: `submit`, `jobs`, `fleet`, `approvals`, `approve`/`deny`,
-//!   `results` against the leader's Control service;
+//! - [`client`]: `submit`, `jobs`, `fleet`, `quarantine`, `approvals`,
+//!   `approve`/`deny`, `tasks` against the leader's Control service;
+//! - [`results`]: `results`, the results store read over NATS;
 //! - [`watch`]: live progress of a job, with interactive approvals;
 //! - `emu`: build and run one kernel on the emulator.
 //!
@@ -19,6 +20,7 @@ pub mod daemons;
 pub mod demo;
 pub mod emu;
 pub mod render;
+pub mod results;
 pub mod up;
 pub mod watch;
 
@@ -78,8 +80,23 @@ pub enum ClientCommand {
     Approve(client::DecideCmd),
     /// Deny a paused tool call.
     Deny(client::DecideCmd),
-    /// Print a job's task results.
-    Results(client::ResultsCmd),
+    /// Print a job's task results (one per task attempt).
+    Tasks(client::TasksCmd),
+    /// Quarantined slices: list them, return one to service.
+    #[command(subcommand)]
+    Quarantine(QuarantineCommand),
+    /// Every measured candidate from the results store (reads NATS):
+    /// filter, print, export as JSON lines or CSV.
+    Results(results::ResultsCmd),
+}
+
+/// `mtswarm quarantine ...`.
+#[derive(Debug, Subcommand)]
+pub enum QuarantineCommand {
+    /// List quarantined slices with their reason and failure count.
+    List(client::QuarantineListCmd),
+    /// Return a quarantined slice to service.
+    Lift(client::QuarantineLiftCmd),
 }
 
 /// Runs the command line of this process and returns its exit code:
@@ -126,7 +143,14 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 ClientCommand::Approvals(cmd) => client::approvals(cmd).await,
                 ClientCommand::Approve(cmd) => client::decide(cmd, ApprovalVerdict::Approve).await,
                 ClientCommand::Deny(cmd) => client::decide(cmd, ApprovalVerdict::Deny).await,
-                ClientCommand::Results(cmd) => client::results(cmd).await,
+                ClientCommand::Tasks(cmd) => client::tasks(cmd).await,
+                ClientCommand::Quarantine(QuarantineCommand::List(cmd)) => {
+                    client::quarantine_list(cmd).await
+                }
+                ClientCommand::Quarantine(QuarantineCommand::Lift(cmd)) => {
+                    client::quarantine_lift(cmd).await
+                }
+                ClientCommand::Results(cmd) => results::results(cmd).await,
             };
             // Export the client's spans (the submit span starts the job's trace).
             if let Err(error) = guard.shutdown() {
@@ -199,7 +223,19 @@ mod tests {
         assert_eq!(submit.agents, 3);
         assert!(submit.watch);
         assert_eq!(submit.leader.url(), "http://127.0.0.1:7700");
-        assert!(Cli::try_parse_from(["mtswarm", "results", "job-1", "--format", "xml"]).is_err());
-        assert!(Cli::try_parse_from(["mtswarm", "results", "job-1", "--format", "csv"]).is_ok());
+        assert!(Cli::try_parse_from(["mtswarm", "tasks", "job-1", "--format", "xml"]).is_err());
+        assert!(Cli::try_parse_from(["mtswarm", "tasks", "job-1", "--format", "csv"]).is_ok());
+        assert!(Cli::try_parse_from(["mtswarm", "results", "--format", "csv"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["mtswarm", "results", "job-1", "--job", "job-2"]).is_err(),
+            "a job given twice is refused"
+        );
+        assert!(
+            Cli::try_parse_from(["mtswarm", "results", "--json", "--format", "csv"]).is_err(),
+            "--json and --format are exclusive"
+        );
+        assert!(Cli::try_parse_from(["mtswarm", "quarantine", "lift", "board0-c1"]).is_ok());
+        assert!(Cli::try_parse_from(["mtswarm", "quarantine", "lift"]).is_err());
+        assert!(Cli::try_parse_from(["mtswarm", "quarantine", "list", "--json"]).is_ok());
     }
 }

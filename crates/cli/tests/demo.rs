@@ -138,12 +138,27 @@ fn demo_json_tunes_beats_the_naive_kernel_writes_the_report_and_cleans_up() {
         (1..=4).contains(&benchmarked) && (benchmarked..=4).contains(&evaluated),
         "evaluated {evaluated}, benchmarked {benchmarked} of 4"
     );
+    // Per slice: lock held over the slice's own tuning phase.
     let utilization = summary["slice_utilization"].as_object().expect("per slice");
     assert_eq!(utilization.len(), 2, "one entry per slice: {utilization:?}");
+    let phases = summary["tuning_phase_seconds"]
+        .as_object()
+        .expect("tuning_phase_seconds per slice");
     for (slice, share) in utilization {
         let share = share.as_f64().expect("number");
         assert!(share > 0.0 && share <= 1.0, "{slice}: {share}");
+        let phase = phases
+            .get(slice)
+            .and_then(Value::as_f64)
+            .unwrap_or_else(|| panic!("{slice} has no tuning phase: {phases:?}"));
+        assert!(phase > 0.0, "{slice}: tuning phase {phase} s");
     }
+    assert!(
+        summary["utilization_definition"]
+            .as_str()
+            .is_some_and(|d| d.contains("first hardware-lock acquisition")),
+        "{summary}"
+    );
     assert!(summary["elapsed_seconds"].as_f64().expect("elapsed") > 0.0);
 
     let path = summary["report_path"].as_str().expect("report_path");

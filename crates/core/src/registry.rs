@@ -18,13 +18,16 @@ pub enum RegistryError {
     InvalidSchema { tool: String, message: String },
 }
 
-/// A registered tool with its compiled argument validator.
+/// A registered tool with its compiled argument validator (shared, so a
+/// registry built once per session is cloned per run without recompiling
+/// schemas).
+#[derive(Clone)]
 pub struct RegisteredTool {
     pub tool: Arc<dyn Tool>,
     pub spec: ToolSpec,
     /// `None`: always available; `Some(g)`: only while group `g` is active.
     pub group: Option<String>,
-    validator: jsonschema::Validator,
+    validator: Arc<jsonschema::Validator>,
 }
 
 /// Why a call could not be turned into arguments the tool accepts. Each kind
@@ -53,7 +56,7 @@ impl CallRejection {
 }
 
 /// The tool table of a session.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct ToolRegistry {
     tools: HashMap<String, RegisteredTool>,
     /// Registration order, so the model sees tools in a stable order.
@@ -115,7 +118,7 @@ impl ToolRegistry {
                 tool,
                 spec,
                 group,
-                validator,
+                validator: Arc::new(validator),
             },
         );
         Ok(())

@@ -26,6 +26,7 @@ use crate::HwError;
 use crate::board::{
     Artifact, BackendKind, Board, BuildRequest, Counters, RunOutcome, RunRequest, RunSample, Slice,
 };
+use crate::faults::{FaultConfig, FaultInjector};
 use crate::sdk::{ProcessLimits, kernel_hash, run_confined};
 use crate::spec::ChipSpec;
 
@@ -119,6 +120,8 @@ pub(crate) struct Toolchain {
     pub(crate) cache_dir: PathBuf,
     pub(crate) compiler: String,
     pub(crate) limits: RunLimits,
+    /// Fault injection (emulator only; `None` = off).
+    pub(crate) faults: Option<std::sync::Arc<FaultInjector>>,
 }
 
 impl Toolchain {
@@ -150,6 +153,7 @@ impl Toolchain {
             cache_dir: default_cache_dir(),
             compiler: "gcc".to_owned(),
             limits: RunLimits::default(),
+            faults: None,
         })
     }
 }
@@ -557,6 +561,15 @@ impl Toolchain {
             self.slice.cluster.unwrap_or(0).to_string(),
         );
         env.insert("MTSWARM_SPEC".to_owned(), spec_string(&self.spec));
+        if flavor == Flavor::Emulated
+            && let Some(fault) = self
+                .faults
+                .as_ref()
+                .and_then(|f| f.next_launch(&self.slice.id()))
+        {
+            tracing::info!(slice.id = %self.slice.id(), fault = fault.env_value(), "injecting a configured fault into this launch");
+            env.insert("MTSWARM_FAULT".to_owned(), fault.env_value().to_owned());
+        }
         let host_threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         let limits = ProcessLimits {
             cpu_seconds: Some(
@@ -579,7 +592,15 @@ impl Toolchain {
         let mut outcome = parse_output(&out.stdout, &self.spec, flavor)?;
         outcome.wall_seconds = out.wall.as_secs_f64();
         outcome.output_tail = tail(&format!("{}{}", out.stdout, out.stderr), TAIL_CHARS);
-        if !out.status.success() && outcome.error.is_none() {
+        if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&out.status) {
+            // A signal death explains whatever output is missing.
+            outcome.valid = false;
+            outcome.error = Some(format!(
+                "harness killed by signal {signal}{}: {}",
+                signal_name(signal),
+                tail(out.stderr.trim(), 500)
+            ));
+        } else if !out.status.success() && outcome.error.is_none() {
             outcome.valid = false;
             outcome.error = Some(format!(
                 "harness failed ({}): {}",
@@ -596,6 +617,20 @@ impl Toolchain {
             ));
         }
         Ok(outcome)
+    }
+}
+
+/// ` (SIGSEGV)` for the signals a crashing harness dies from.
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGSEGV => " (SIGSEGV)",
+        libc::SIGBUS => " (SIGBUS)",
+        libc::SIGABRT => " (SIGABRT)",
+        libc::SIGFPE => " (SIGFPE)",
+        libc::SIGILL => " (SIGILL)",
+        libc::SIGKILL => " (SIGKILL)",
+        libc::SIGXCPU => " (SIGXCPU)",
+        _ => "",
     }
 }
 
@@ -884,6 +919,19 @@ impl EmulatorBoard {
     pub fn with_limits(mut self, limits: RunLimits) -> Self {
         self.toolchain.limits = limits;
         self
+    }
+
+    /// Inject faults into launches at these rates (see [`crate::faults`]);
+    /// the launch counter starts at 0. Rates of 0 turn injection off.
+    pub fn with_faults(mut self, faults: FaultConfig) -> Self {
+        self.toolchain.faults =
+            (!faults.is_off()).then(|| std::sync::Arc::new(FaultInjector::new(faults)));
+        self
+    }
+
+    /// The fault rates in force, if any.
+    pub fn faults(&self) -> Option<FaultConfig> {
+        self.toolchain.faults.as_ref().map(|f| *f.config())
     }
 
     pub fn spec(&self) -> &ChipSpec {

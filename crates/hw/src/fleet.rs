@@ -26,6 +26,15 @@
 //! launch_prefix = ["yhrun", "-p", "thcp1", "-w", "node17"]
 //! sdk_root = "/opt/mt3000"
 //! slicing = "whole"             # the default: the whole board is one slice
+//!
+//! [[board]]
+//! id = "flaky0"
+//! backend = "emulator"
+//! # Fault injection (emulator only, off unless given): probabilities per
+//! # launch in 0..=1, and the seed of the per-launch draws.
+//! faults = { hang = 0.2, crash = 0.1, wrong = 0.1, seed = 7 }
+//! # A slice's own `faults` replaces the board's for that slice.
+//! slices = [{ cluster = 0 }, { cluster = 1, cores = 16, faults = { crash = 1.0 } }]
 //! ```
 //!
 //! Rules (checked by [`Fleet::from_toml_str`], errors name the board):
@@ -34,8 +43,16 @@
 //! or `per-cluster` (with an optional `cores` per cluster); every listed
 //! cluster is `< spec.clusters`, appears once, and has `1..=cores_per_cluster`
 //! cores. Unknown keys are errors, so a typo never falls back to a default.
+//!
+//! `faults` (see [`crate::faults`]): keys `hang`, `crash`, `wrong` (numbers
+//! in `0..=1`, default 0) and `seed` (non-negative integer, default 0); only
+//! on `emulator` boards; errors name the board, the slice and the key. A
+//! launch draws hang, then crash, then wrong, deterministically per (seed,
+//! slice, launch number): a hang is killed by the run timeout and reported as
+//! a timeout, a crash is a SIGSEGV death of the harness, a wrong answer fails
+//! the harness's own check.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -44,6 +61,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::HwError;
 use crate::board::{BackendKind, Slice};
+use crate::faults::FaultConfig;
 use crate::spec::ChipSpec;
 
 /// One board of the fleet, validated, with its slices.
@@ -59,6 +77,16 @@ pub struct FleetBoard {
     /// Root of the MT-3000 toolchain installation (`sdk`).
     pub sdk_root: Option<PathBuf>,
     pub slices: Vec<Slice>,
+    /// Fault injection per slice id (`board0/c1`); slices without faults
+    /// are absent.
+    pub faults: BTreeMap<String, FaultConfig>,
+}
+
+impl FleetBoard {
+    /// The fault rates of one of this board's slices (`None` = no faults).
+    pub fn faults_of(&self, slice: &Slice) -> Option<FaultConfig> {
+        self.faults.get(&slice.id()).copied()
+    }
 }
 
 /// A validated fleet inventory.
@@ -96,6 +124,9 @@ struct RawBoard {
     cores: Option<u32>,
     #[serde(default)]
     slices: Option<Vec<RawSlice>>,
+    /// Fault injection for every slice of the board.
+    #[serde(default)]
+    faults: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,6 +135,8 @@ struct RawSlice {
     cluster: u32,
     #[serde(default)]
     cores: Option<u32>,
+    #[serde(default)]
+    faults: Option<toml::Value>,
 }
 
 fn config_error(msg: String) -> HwError {
@@ -245,6 +278,49 @@ fn board_slices(
     }
 }
 
+/// Fault rates per slice id: the slice's own table, else the board's.
+fn board_faults(
+    raw: &RawBoard,
+    backend: BackendKind,
+    slices: &[Slice],
+) -> Result<BTreeMap<String, FaultConfig>, HwError> {
+    let id = &raw.id;
+    let listed = raw.slices.as_deref().unwrap_or_default();
+    let any = raw.faults.is_some() || listed.iter().any(|s| s.faults.is_some());
+    if any && backend != BackendKind::Emulator {
+        return Err(config_error(format!(
+            "board `{id}`: `faults` is only supported on emulator boards (backend is {backend})"
+        )));
+    }
+    let board_level = raw
+        .faults
+        .as_ref()
+        .map(|value| FaultConfig::from_toml(value, &format!("board `{id}`")))
+        .transpose()
+        .map_err(config_error)?;
+    let mut faults = BTreeMap::new();
+    for slice in slices {
+        let own = listed
+            .iter()
+            .find(|item| Some(item.cluster) == slice.cluster)
+            .and_then(|item| item.faults.as_ref());
+        let config = match own {
+            Some(value) => Some(
+                FaultConfig::from_toml(
+                    value,
+                    &format!("board `{id}`, slice cluster {}", slice.cluster.unwrap_or(0)),
+                )
+                .map_err(config_error)?,
+            ),
+            None => board_level,
+        };
+        if let Some(config) = config.filter(|c| !c.is_off()) {
+            faults.insert(slice.id(), config);
+        }
+    }
+    Ok(faults)
+}
+
 impl Fleet {
     /// Load and validate a fleet file; `spec_file` paths are relative to it.
     pub fn load(path: &Path) -> Result<Self, HwError> {
@@ -283,6 +359,7 @@ impl Fleet {
                 .map_err(|e| config_error(format!("board `{}`: {e}", rb.id)))?;
             let spec = board_spec(rb, base_dir)?;
             let slices = board_slices(rb, backend, &spec)?;
+            let faults = board_faults(rb, backend, &slices)?;
             boards.push(FleetBoard {
                 id: rb.id.clone(),
                 backend,
@@ -291,6 +368,7 @@ impl Fleet {
                 launch_prefix: rb.launch_prefix.clone(),
                 sdk_root: rb.sdk_root.clone(),
                 slices,
+                faults,
             });
         }
         Ok(Self { boards })
@@ -334,10 +412,14 @@ impl Fleet {
             .filter(|b| b.slices.contains(slice))
             .ok_or_else(|| config_error(format!("slice {} is not in the fleet", slice.id())))?;
         Ok(match board.backend {
-            BackendKind::Emulator => std::sync::Arc::new(crate::emulator::EmulatorBoard::new(
-                slice.clone(),
-                board.spec.clone(),
-            )?),
+            BackendKind::Emulator => {
+                let mut emulator =
+                    crate::emulator::EmulatorBoard::new(slice.clone(), board.spec.clone())?;
+                if let Some(faults) = board.faults_of(slice) {
+                    emulator = emulator.with_faults(faults);
+                }
+                std::sync::Arc::new(emulator)
+            }
             BackendKind::Host => std::sync::Arc::new(crate::host::HostBoard::new(
                 slice.clone(),
                 board.spec.clone(),

@@ -7,6 +7,7 @@
 
 pub mod board;
 pub mod emulator;
+pub mod faults;
 pub mod fleet;
 pub mod host;
 pub mod lock;
@@ -19,6 +20,7 @@ pub use board::{
     Artifact, BackendKind, Board, BuildRequest, Counters, RunOutcome, RunRequest, Slice,
 };
 pub use emulator::EmulatorBoard;
+pub use faults::{Fault, FaultConfig};
 pub use fleet::{Fleet, FleetBoard, SliceSelector};
 pub use host::HostBoard;
 pub use lock::{HwGuard, HwLock, LockStats};

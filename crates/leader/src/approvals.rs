@@ -32,19 +32,39 @@ pub(crate) async fn relay_requests(
     journal: Journal,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut requests = match bus.subscribe_approval_requests(None).await {
-        Ok(requests) => requests,
-        Err(error) => {
-            tracing::error!(%error, "cannot subscribe to approval requests");
-            return;
-        }
-    };
+    let mut backoff = std::time::Duration::from_millis(200);
+    let mut requests = None;
     loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let Some(stream) = requests.as_mut() else {
+            // The client re-subscribes by itself after a reconnect; this
+            // only runs when the subscription could not be made or ended.
+            match bus.subscribe_approval_requests(None).await {
+                Ok(stream) => {
+                    requests = Some(stream);
+                    backoff = std::time::Duration::from_millis(200);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot subscribe to approval requests yet; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.changed() => break,
+                    }
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+                }
+            }
+            continue;
+        };
         let item = tokio::select! {
-            item = requests.next() => item,
+            item = stream.next() => item,
             _ = shutdown.changed() => break,
         };
-        let Some(item) = item else { break };
+        let Some(item) = item else {
+            requests = None;
+            continue;
+        };
         let request = match item {
             Ok(received) => received.message,
             Err(error) => {

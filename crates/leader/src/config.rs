@@ -60,7 +60,11 @@ pub struct LeaderConfig {
     pub topology: TopologyConfig,
     /// gRPC listen address; port 0 picks a free port (see [`crate::LeaderHandle::grpc_addr`]).
     pub grpc_addr: SocketAddr,
-    /// Largest gRPC message accepted or sent, in bytes.
+    /// Largest gRPC message the `Control` server decodes or encodes, in
+    /// bytes (default 16 MiB; at least 64 KiB). A larger request is refused
+    /// by the server with OUT_OF_RANGE ("decoded message length too large")
+    /// before any handler runs; SubmitJob's own limits (goal, attachments)
+    /// are far below it.
     pub grpc_max_message_bytes: usize,
     /// Directory that `JobSpec.kernel_dir` is relative to.
     pub kernel_root: PathBuf,
@@ -85,6 +89,18 @@ pub struct LeaderConfig {
     pub worker_call_timeout: Duration,
     /// Leader loop step limit when the job sets none.
     pub default_max_steps: u32,
+    /// Jobs whose leader loops run at once; further accepted jobs wait QUEUED.
+    pub max_active_jobs: usize,
+    /// QUEUED jobs waiting for a slot (started in submission order); SubmitJob
+    /// beyond this fails with RESOURCE_EXHAUSTED naming the limit.
+    pub max_queued_jobs: usize,
+    /// Lease TTL the reassigner assumes until it has seen a lease record
+    /// (afterwards the smallest `ttl_seconds` of the records is used). The
+    /// periodic lease sweep runs every TTL / 2.
+    pub default_lease_ttl: Duration,
+    /// A worker record whose `heartbeat_at` is older than this is stale: its
+    /// slices are OFFLINE (the KV TTL normally removes such records sooner).
+    pub worker_stale_after: Duration,
 }
 
 impl LeaderConfig {
@@ -106,6 +122,10 @@ impl LeaderConfig {
             default_task_deadline: Duration::from_secs(3600),
             worker_call_timeout: Duration::from_secs(15),
             default_max_steps: 60,
+            max_active_jobs: 16,
+            max_queued_jobs: 256,
+            default_lease_ttl: Duration::from_secs(10),
+            worker_stale_after: Duration::from_secs(60),
         }
     }
 

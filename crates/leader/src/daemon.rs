@@ -1,7 +1,13 @@
 //! Starting and stopping the leader: connect to NATS, ensure the topology
-//! and the job journal, start the background consumers (results, agent
-//! events, approval requests), and serve `Control` with health and
-//! reflection on the configured address.
+//! and the job journal, start the background loops (result consumer, agent
+//! event and approval relays, the reassigner with its lease and quarantine
+//! watches), resume the jobs a previous leader left QUEUED or RUNNING, and
+//! serve `Control` with health and reflection on the configured address.
+//!
+//! Every background loop re-creates its subscription, consumer or watch
+//! with backoff when NATS goes away and comes back (the client itself
+//! reconnects forever: `BusConfig` sets no reconnect limit); none of them
+//! ends before shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +21,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::config::LeaderConfig;
 use crate::error::LeaderError;
 use crate::journal::{self, Journal};
-use crate::results::{ResultTable, consume_results};
+use crate::results::{LeaderCounters, ResultTable, consume_results};
 use crate::service::ControlService;
 use crate::shared::Shared;
 
@@ -64,6 +70,11 @@ impl LeaderDaemon {
                 "grpc_max_message_bytes must be at least 64 KiB".into(),
             ));
         }
+        if config.max_active_jobs == 0 {
+            return Err(LeaderError::InvalidConfig(
+                "max_active_jobs must be at least 1".into(),
+            ));
+        }
         let bus = Bus::connect(config.bus.clone()).await?;
         bus.wait_connected(config.bus.connect_timeout.max(Duration::from_secs(5)))
             .await?;
@@ -79,6 +90,7 @@ impl LeaderDaemon {
             Quarantine::open(&bus),
         )?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (reassign_tx, reassign_rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             model_factory: config.effective_model_factory(),
             kernel_root,
@@ -93,18 +105,18 @@ impl LeaderDaemon {
             runners: Default::default(),
             claimed_slices: Default::default(),
             shutdown: shutdown_rx.clone(),
+            scheduler: crate::scheduler::Scheduler::new(
+                config.max_active_jobs,
+                config.max_queued_jobs,
+            ),
+            contexts: Default::default(),
+            reassign_tx,
+            lease_ttl_ms: Default::default(),
             config,
         });
 
-        let background = vec![
-            tokio::spawn(consume_results(
-                bus.clone(),
-                shared.config.result_consumer_name.clone(),
-                shared.results.clone(),
-                shared.jobs.clone(),
-                shared.journal.clone(),
-                shutdown_rx.clone(),
-            )),
+        let mut background = vec![
+            tokio::spawn(consume_results(shared.clone(), shutdown_rx.clone())),
             tokio::spawn(journal::relay_agent_events(
                 bus.clone(),
                 shared.journal.clone(),
@@ -117,9 +129,15 @@ impl LeaderDaemon {
                 shutdown_rx.clone(),
             )),
         ];
+        background.extend(crate::reassign::start(
+            shared.clone(),
+            reassign_rx,
+            shutdown_rx.clone(),
+        ));
         // The relays subscribe asynchronously; make sure the server has the
         // subscriptions before the daemon reports ready.
         bus.flush().await?;
+        resume_jobs(&shared).await?;
 
         let listener = tokio::net::TcpListener::bind(shared.config.grpc_addr)
             .await
@@ -168,7 +186,89 @@ impl LeaderDaemon {
     }
 }
 
+/// Resumes every job a previous leader left QUEUED or RUNNING, oldest
+/// first: RUNNING ones are rebuilt ([`crate::runner::resume_job`]) and take
+/// run slots first, QUEUED ones follow in submission order.
+async fn resume_jobs(shared: &Arc<Shared>) -> Result<(), LeaderError> {
+    let mut records: Vec<v1::JobRecord> = shared
+        .jobs
+        .list()
+        .await?
+        .into_iter()
+        .map(|v| v.value)
+        .filter(|r| matches!(r.state(), v1::JobState::Queued | v1::JobState::Running))
+        .collect();
+    let created = |r: &v1::JobRecord| {
+        r.created_at
+            .as_ref()
+            .map(|t| (t.seconds, t.nanos))
+            .unwrap_or_default()
+    };
+    records.sort_by(|a, b| {
+        (a.state() != v1::JobState::Running)
+            .cmp(&(b.state() != v1::JobState::Running))
+            .then_with(|| created(a).cmp(&created(b)))
+            .then_with(|| a.job_id.cmp(&b.job_id))
+    });
+    for record in records {
+        let job_id = record.job_id.clone();
+        match crate::runner::resume_job(shared, record).await {
+            Ok(pending) => {
+                tracing::info!(%job_id, "resuming a job left by a previous leader");
+                if let Some(pending) = shared.scheduler.admit_resumed(pending) {
+                    crate::runner::start(shared.clone(), pending);
+                }
+            }
+            Err(error) => {
+                tracing::error!(%job_id, %error, "job cannot be resumed; it fails");
+                shared.results.remove(&job_id);
+                crate::runner::transition(
+                    shared,
+                    &job_id,
+                    v1::JobState::Failed,
+                    &format!("failed: not resumable: {error}"),
+                    |r| {
+                        r.finished_at =
+                            Some(prost_types::Timestamp::from(std::time::SystemTime::now()));
+                        r.error = format!("not resumable after a leader restart: {error}");
+                    },
+                )
+                .await;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl LeaderHandle {
+    /// Result and reassignment counters since the daemon started.
+    pub fn counters(&self) -> LeaderCounters {
+        self.shared.results.counters()
+    }
+
+    /// (running, queued) job counts of this leader's scheduler.
+    pub fn job_counts(&self) -> (usize, usize) {
+        self.shared.scheduler.counts()
+    }
+
+    /// Stops the daemon the way a crash would, for tests of restarts: the
+    /// runners, background loops and the server are aborted at once; no job
+    /// state is written and NATS is not drained.
+    pub async fn abort(self) {
+        self.shutdown.send_replace(true);
+        for runner in self.shared.runners.iter() {
+            runner.abort();
+        }
+        self.server.abort();
+        for task in &self.background {
+            task.abort();
+        }
+        let _ = self.server.await;
+        for task in self.background {
+            let _ = task.await;
+        }
+    }
+
     /// The bound gRPC address.
     pub fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr

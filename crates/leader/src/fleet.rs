@@ -1,8 +1,16 @@
-//! The fleet as the leader sees it: the slices registered by live worker
-//! daemons (workers KV), combined with the leases (who runs on a slice) and
-//! the quarantine records, and filtered by the hw crate's slice selector.
+//! The fleet as the leader sees it: the slices registered by worker daemons
+//! (workers KV), combined with the leases (who runs on a slice) and the
+//! quarantine records, and filtered by the hw crate's slice selector.
+//!
+//! Slice states: OFFLINE when its worker's record is stale (no heartbeat
+//! within the configured `worker_stale_after`) or gone (a lease still names
+//! the slice but no worker record lists it: only its id is known then);
+//! else QUARANTINED when a quarantine record exists; else LEASED when a
+//! lease names a session; else FREE. A quarantined slice carries its
+//! `SliceQuarantine` whatever its state.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, SystemTime};
 
 use mtswarm_bus::{BusError, Leases, Quarantine, Workers, v1};
 use mtswarm_hw::SliceSelector;
@@ -49,12 +57,24 @@ pub fn parse_selector(text: &str) -> Result<Option<SliceSelector>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Reads workers, leases and quarantine records and joins them.
+/// True when the worker's last heartbeat is older than `stale_after` (a
+/// record without a heartbeat time counts as fresh: its KV TTL governs it).
+pub fn worker_is_stale(worker: &v1::WorkerRecord, stale_after: Duration) -> bool {
+    worker
+        .heartbeat_at
+        .and_then(|t| SystemTime::try_from(t).ok())
+        .and_then(|at| SystemTime::now().duration_since(at).ok())
+        .is_some_and(|age| age > stale_after)
+}
+
+/// Reads workers, leases and quarantine records and joins them (see the
+/// module docs for the states).
 pub async fn read_fleet(
     workers: &Workers,
     leases: &Leases,
     quarantine: &Quarantine,
     selector: Option<&SliceSelector>,
+    stale_after: Duration,
 ) -> Result<FleetView, BusError> {
     let (worker_records, lease_records, quarantined) =
         tokio::try_join!(workers.list(), leases.list(), quarantine.list())?;
@@ -67,12 +87,17 @@ pub async fn read_fleet(
         .map(|q| (q.value.slice_id.clone(), q.value))
         .collect();
     let mut view = FleetView::default();
+    let mut listed: HashSet<String> = HashSet::new();
     for worker in worker_records {
         let worker = worker.value;
+        let offline = worker_is_stale(&worker, stale_after);
         for descriptor in &worker.slices {
+            listed.insert(descriptor.slice_id.clone());
             let lease = leases.get(&descriptor.slice_id).cloned();
             let quarantine = quarantined.get(&descriptor.slice_id).cloned();
-            let state = if quarantine.is_some() {
+            let state = if offline {
+                v1::SliceState::Offline
+            } else if quarantine.is_some() {
                 v1::SliceState::Quarantined
             } else if lease.as_ref().is_some_and(|l| !l.session_id.is_empty()) {
                 v1::SliceState::Leased
@@ -96,6 +121,26 @@ pub async fn read_fleet(
             }
         }
         view.workers.push(worker);
+    }
+    // Leases of slices no worker record lists: their worker is gone.
+    for (slice_id, lease) in &leases {
+        if listed.contains(slice_id) {
+            continue;
+        }
+        let slice = v1::FleetSlice {
+            slice: Some(v1::SliceDescriptor {
+                slice_id: slice_id.clone(),
+                ..Default::default()
+            }),
+            worker_id: lease.worker_id.clone(),
+            state: v1::SliceState::Offline as i32,
+            lease: None,
+            quarantine: quarantined.get(slice_id).cloned(),
+            lock_utilization: 0.0,
+        };
+        if selector.is_none() {
+            view.slices.push(slice);
+        }
     }
     view.slices.sort_by(|a, b| {
         let key = |s: &v1::FleetSlice| {

@@ -163,15 +163,24 @@ pub(crate) async fn relay_agent_events(
     journal: Journal,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut subscriber = match bus
-        .client()
-        .subscribe(subjects::ALL_EVENTS.to_string())
-        .await
-    {
-        Ok(subscriber) => subscriber,
-        Err(error) => {
-            tracing::error!(%error, "cannot subscribe to agent events; WatchJob will miss them");
-            return;
+    let mut backoff = Duration::from_millis(200);
+    // The client re-subscribes by itself after a reconnect; the loop only
+    // re-subscribes when the subscription could not be made or ended.
+    let mut subscriber = loop {
+        match bus
+            .client()
+            .subscribe(subjects::ALL_EVENTS.to_string())
+            .await
+        {
+            Ok(subscriber) => break subscriber,
+            Err(error) => {
+                tracing::warn!(%error, "cannot subscribe to agent events yet; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.changed() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
         }
     };
     loop {
@@ -179,7 +188,27 @@ pub(crate) async fn relay_agent_events(
             message = subscriber.next() => message,
             _ = shutdown.changed() => break,
         };
-        let Some(message) = message else { break };
+        let Some(message) = message else {
+            if *shutdown.borrow() {
+                break;
+            }
+            tracing::warn!("agent event subscription ended; subscribing again");
+            match bus
+                .client()
+                .subscribe(subjects::ALL_EVENTS.to_string())
+                .await
+            {
+                Ok(again) => subscriber = again,
+                Err(error) => {
+                    tracing::warn!(%error, "agent events not subscribed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = shutdown.changed() => return,
+                    }
+                }
+            }
+            continue;
+        };
         let subject = message.subject.to_string();
         let event = match mtswarm_bus::codec::decode::<v1::AgentEvent>(
             &subject,

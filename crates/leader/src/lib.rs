@@ -29,6 +29,26 @@
 //! a stopped loop FAILED; CancelJob CANCELLED (the loop and the agents are
 //! cancelled).
 //!
+//! Reliability (the leader side of the reliability contract):
+//! - `spawn_agent` / `assign_task` record the agent's placement / the task
+//!   in `JobRecord.agents` / `JobRecord.tasks` before acting, and a
+//!   re-executed call (same call id and step) returns what the first
+//!   execution did without spawning or publishing again ([`tools`]).
+//! - The reassigner (`reassign.rs`) moves agents whose slice lease lapsed,
+//!   was released or names another session, whose slice was quarantined,
+//!   or whose current attempt came back fenced, and re-publishes their
+//!   tasks as the next attempt (`task_reassigned` LOG events in the
+//!   journal); a sweep every lease TTL / 2 catches what the watches missed.
+//! - A starting leader resumes the jobs left QUEUED or RUNNING
+//!   ([`runner`]), replaying their results from the results stream.
+//! - Admission: at most `max_active_jobs` loops run, at most
+//!   `max_queued_jobs` wait QUEUED, beyond that SubmitJob is
+//!   RESOURCE_EXHAUSTED naming the limits.
+//! - Every background loop re-creates its NATS subscription, consumer or
+//!   watch with backoff after a NATS restart.
+//! - [`LeaderHandle::counters`] reports accepted, restored, duplicate,
+//!   stale and fenced results and re-published attempts.
+//!
 //! `WatchJob` reads the job's journal ([`journal`]): a JetStream stream
 //! `MTSWARM_JOB_EVENTS` (subjects `mtswarm.jobevent.<job_id>`) into which
 //! the leader relays every agent event, approval request and decision,
@@ -37,8 +57,9 @@
 //! # Invariants
 //!
 //! - SubmitJob stores nothing unless the whole request is valid.
-//! - A task result is accepted once (by task id) and only from the task's
-//!   current attempt; everything else is dropped and logged.
+//! - A task result is accepted once (by task id), only from the task's
+//!   current attempt and only when not fenced; everything else is dropped,
+//!   logged and counted (a fenced current attempt is reassigned).
 //! - A job's record is final once SUCCEEDED, FAILED or CANCELLED: later
 //!   state writes leave it alone.
 //! - Per-message work (results, events, approvals) is a lookup by id; none
@@ -51,8 +72,10 @@ pub mod error;
 pub mod fleet;
 pub mod journal;
 pub mod policy;
+mod reassign;
 pub mod results;
 pub mod runner;
+mod scheduler;
 mod service;
 mod shared;
 pub mod tools;
@@ -63,4 +86,5 @@ pub use daemon::{LeaderDaemon, LeaderHandle};
 pub use error::LeaderError;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
 pub use policy::BuiltinLeaderPolicy;
+pub use results::LeaderCounters;
 pub use runner::LEADER_AGENT_ID;

@@ -13,9 +13,18 @@
 //!    MT-3000 spec) round-robin among the agents and `assign_task` each its
 //!    part as `{"candidates": [{...-D map...}, ...]}`;
 //! 4. `collect_result` of all tasks, mode `all`, with the job's timeout;
-//! 5. answer with the best result: a summary line and a ```` ```json ````
-//!    block `{"best": {"params", "gflops", "peak_fraction", "agent",
-//!    "slice", "task_id"}, "results": [...]}`, or `{"best": null, "error"}`.
+//! 5. when some collected tasks FAILED (not cancelled), retry each failed
+//!    partition once on another agent: `list_fleet` again, `spawn_agent` a
+//!    `tuner-retry-N` on a free slice per failed partition, or, when no slice
+//!    is free, reuse an agent whose task succeeded; `assign_task` the failed
+//!    partition's candidates to it and `collect_result` those tasks;
+//! 6. answer with the best result over every collected task: a summary
+//!    line and a ```` ```json ```` block `{"best": {"params", "gflops",
+//!    "peak_fraction", "agent", "slice", "task_id"}, "results": [...]}`, or
+//!    `{"best": null, "error"}`.
+//!
+//! The retry round's calls have ids starting with `retry-`, which is how
+//! the policy tells the rounds apart when it reads the conversation.
 //!
 //! The job parameters come from the `job_spec: {...}` line the job runner
 //! puts at the end of the task message ([`JOB_SPEC_PREFIX`]).
@@ -97,16 +106,26 @@ impl BuiltinLeaderPolicy {
             ]);
         };
         let names: Vec<&str> = last.iter().map(|c| c.name.as_str()).collect();
+        let retry_round = last.iter().any(|c| c.id.starts_with(RETRY));
         if names.contains(&"collect_result") {
-            return Turn::Final(final_answer(&history, last));
+            if !retry_round && let Some(turn) = retry_start(&history) {
+                return turn;
+            }
+            return Turn::Final(final_answer(&history));
         }
         if names.contains(&"assign_task") {
-            return collect(&history, last, &job);
+            return collect(&history, last, &job, retry_round);
         }
         if names.contains(&"spawn_agent") {
+            if retry_round {
+                return retry_assign(&history);
+            }
             return self.assign(&history, last);
         }
         if names.contains(&"list_fleet") {
+            if retry_round {
+                return retry_spawn_or_assign(&history);
+            }
             return spawn(&history, last, &job);
         }
         Turn::Final(failure(&format!(
@@ -288,7 +307,7 @@ impl BuiltinLeaderPolicy {
     }
 }
 
-fn collect(history: &History<'_>, last: &[ToolCall], job: &JobLine) -> Turn {
+fn collect(history: &History<'_>, last: &[ToolCall], job: &JobLine, retry_round: bool) -> Turn {
     let tasks: Vec<String> = last
         .iter()
         .filter(|c| c.name == "assign_task")
@@ -296,13 +315,176 @@ fn collect(history: &History<'_>, last: &[ToolCall], job: &JobLine) -> Turn {
         .filter_map(|v| v["task_id"].as_str().map(str::to_string))
         .collect();
     if tasks.is_empty() {
+        if retry_round {
+            return Turn::Final(final_answer(history));
+        }
         return Turn::Final(failure("no task could be assigned"));
     }
     Turn::Calls(vec![call(
-        "collect",
+        if retry_round {
+            "retry-collect"
+        } else {
+            "collect"
+        },
         "collect_result",
         json!({"tasks": tasks, "mode": "all", "timeout_seconds": job.collect_timeout_seconds}),
     )])
+}
+
+/// Prefix of the call ids of the retry round.
+const RETRY: &str = "retry-";
+
+/// A partition whose task FAILED in the first collect.
+struct FailedPartition {
+    agent: String,
+    candidates: Value,
+}
+
+/// The failed partitions of the first collect (in its order) and the agents
+/// whose tasks succeeded there (reusable for a retry).
+fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
+    let Some(collected) = history
+        .all_calls()
+        .find(|c| c.name == "collect_result" && !c.id.starts_with(RETRY))
+        .and_then(|c| history.json_result(c).ok())
+    else {
+        return (Vec::new(), Vec::new());
+    };
+    // Task id -> the candidates it was assigned.
+    let assigned: HashMap<String, Value> = history
+        .all_calls()
+        .filter(|c| c.name == "assign_task" && !c.id.starts_with(RETRY))
+        .filter_map(|c| {
+            let task = history.json_result(c).ok()?["task_id"]
+                .as_str()?
+                .to_string();
+            let args: Value = serde_json::from_str(&c.arguments).ok()?;
+            Some((task, args["parameters"]["candidates"].clone()))
+        })
+        .collect();
+    let mut failed = Vec::new();
+    let mut reusable: Vec<String> = Vec::new();
+    for result in collected["results"].as_array().into_iter().flatten() {
+        let agent = result["agent"].as_str().unwrap_or_default().to_string();
+        match result["status"].as_str() {
+            Some("failed") => {
+                if let Some(candidates) = result["task_id"]
+                    .as_str()
+                    .and_then(|t| assigned.get(t))
+                    .filter(|c| c.as_array().is_some_and(|a| !a.is_empty()))
+                {
+                    failed.push(FailedPartition {
+                        agent,
+                        candidates: candidates.clone(),
+                    });
+                }
+            }
+            Some("ok") if !agent.is_empty() && !reusable.contains(&agent) => reusable.push(agent),
+            _ => {}
+        }
+    }
+    reusable.retain(|a| !failed.iter().any(|f| &f.agent == a));
+    (failed, reusable)
+}
+
+/// After the first collect: look at the fleet again when a partition failed.
+fn retry_start(history: &History<'_>) -> Option<Turn> {
+    let (failed, _) = first_round(history);
+    if failed.is_empty() {
+        return None;
+    }
+    Some(Turn::Calls(vec![call(
+        "retry-fleet",
+        "list_fleet",
+        json!({}),
+    )]))
+}
+
+/// Free slices of the retry round's `list_fleet`.
+fn retry_free_slices(history: &History<'_>) -> Vec<String> {
+    history
+        .all_calls()
+        .find(|c| c.name == "list_fleet" && c.id.starts_with(RETRY))
+        .and_then(|c| history.json_result(c).ok())
+        .and_then(|fleet| {
+            fleet["slices"].as_array().map(|slices| {
+                slices
+                    .iter()
+                    .filter(|s| s["state"] == "free")
+                    .filter_map(|s| s["slice_id"].as_str().map(str::to_string))
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn retry_spawn_name(index: usize) -> String {
+    format!("tuner-retry-{}", index + 1)
+}
+
+/// Spawns one agent per failed partition on a free slice; partitions
+/// without a free slice go to reusable agents (assigned directly when no
+/// spawn is needed at all).
+fn retry_spawn_or_assign(history: &History<'_>) -> Turn {
+    let (failed, _) = first_round(history);
+    let free = retry_free_slices(history);
+    let spawns: Vec<ToolCall> = failed
+        .iter()
+        .zip(&free)
+        .enumerate()
+        .map(|(i, (_, slice))| {
+            call(
+                &format!("retry-spawn-{}", i + 1),
+                "spawn_agent",
+                json!({
+                    "name": retry_spawn_name(i),
+                    "slice_id": slice,
+                    "role": "tuner",
+                    "instructions": "Tune the kernel over the candidate configurations you are given (a retry of a failed partition).",
+                }),
+            )
+        })
+        .collect();
+    if spawns.is_empty() {
+        return retry_assign(history);
+    }
+    Turn::Calls(spawns)
+}
+
+/// Assigns each failed partition to its retry agent: the one spawned for it
+/// when that worked, else a reusable agent (round-robin).
+fn retry_assign(history: &History<'_>) -> Turn {
+    let (failed, reusable) = first_round(history);
+    let spawned: HashMap<String, String> = history
+        .all_calls()
+        .filter(|c| c.name == "spawn_agent" && c.id.starts_with(RETRY))
+        .filter_map(|c| {
+            let agent = history.json_result(c).ok()?["agent"].as_str()?.to_string();
+            Some((c.id.clone(), agent))
+        })
+        .collect();
+    let mut reuse = reusable.iter().cycle();
+    let mut calls = Vec::new();
+    for (i, partition) in failed.iter().enumerate() {
+        let agent = spawned
+            .get(&format!("retry-spawn-{}", i + 1))
+            .cloned()
+            .or_else(|| reuse.next().cloned());
+        let Some(agent) = agent else { continue };
+        calls.push(call(
+            &format!("retry-assign-{}", i + 1),
+            "assign_task",
+            json!({
+                "agent": agent,
+                "instructions": "Compile, validate and benchmark each candidate configuration; answer with the best one.",
+                "parameters": {"candidates": partition.candidates},
+            }),
+        ));
+    }
+    if calls.is_empty() {
+        return Turn::Final(final_answer(history));
+    }
+    Turn::Calls(calls)
 }
 
 /// A number under one of `keys`, in `value` or its `best` object.
@@ -326,18 +508,28 @@ fn params_of(value: &Value) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn final_answer(history: &History<'_>, last: &[ToolCall]) -> String {
-    let Some(collect_call) = last.iter().find(|c| c.name == "collect_result") else {
+fn final_answer(history: &History<'_>) -> String {
+    let collects: Vec<&ToolCall> = history
+        .all_calls()
+        .filter(|c| c.name == "collect_result")
+        .collect();
+    let Some(last_collect) = collects.last() else {
         return failure("collect_result was not called");
     };
-    let collected = match history.json_result(collect_call) {
+    let collected = match history.json_result(last_collect) {
         Ok(value) => value,
         Err(error) => return failure(&format!("results could not be collected: {error}")),
     };
+    // Every collected result, the first round's included.
+    let all_results: Vec<Value> = collects
+        .iter()
+        .filter_map(|c| history.json_result(c).ok())
+        .flat_map(|v| v["results"].as_array().cloned().unwrap_or_default())
+        .collect();
     let mut best: Option<Value> = None;
     let mut best_key = f64::NEG_INFINITY;
     let mut summaries = Vec::new();
-    for result in collected["results"].as_array().into_iter().flatten() {
+    for result in &all_results {
         let body = &result["result"];
         let gflops = metric(body, &["gflops"]);
         let peak_fraction = metric(body, &["peak_fraction"])
@@ -521,6 +713,72 @@ default = 1
         assert_eq!(block["best"]["params"], json!({"A": "2"}));
         assert_eq!(block["best"]["gflops"], json!(5.0));
         assert_eq!(block["best"]["peak_fraction"], json!(0.2));
+    }
+
+    #[test]
+    fn a_failed_partition_is_retried_once_on_an_agent_whose_task_succeeded() {
+        let policy = BuiltinLeaderPolicy::new();
+        let mut messages = vec![Message::user(format!(
+            "Tune.\n\n{JOB_SPEC_PREFIX}{}",
+            json!({"num_agents": 0, "collect_timeout_seconds": 30})
+        ))];
+        let first = policy.decide(&messages);
+        let fleet = json!({"selector": "", "slices": [
+            {"slice_id": "b0-c0", "state": "free"}, {"slice_id": "b0-c1", "state": "free"}]});
+        answer(&mut messages, &first, &[&fleet.to_string(), SPACE]);
+        let spawn = policy.decide(&messages);
+        let s1 = json!({"agent": "tuner-1", "slice_id": "b0-c0"}).to_string();
+        let s2 = json!({"agent": "tuner-2", "slice_id": "b0-c1"}).to_string();
+        answer(&mut messages, &spawn, &[&s1, &s2]);
+        let assign = policy.decide(&messages);
+        let t1 = json!({"task_id": "t1"}).to_string();
+        let t2 = json!({"task_id": "t2"}).to_string();
+        answer(&mut messages, &assign, &[&t1, &t2]);
+        let collect = policy.decide(&messages);
+        let collected = json!({"results": [
+            {"task_id": "t1", "agent": "tuner-1", "slice_id": "b0-c0", "status": "failed",
+             "result": null, "error": "crashed"},
+            {"task_id": "t2", "agent": "tuner-2", "slice_id": "b0-c1", "status": "ok",
+             "result": {"best": {"defines": {"A": "2"}, "gflops": 5.0}}}],
+            "pending": [], "timed_out": false});
+        answer(&mut messages, &collect, &[&collected.to_string()]);
+        let again = policy.decide(&messages);
+        assert_eq!(names(&again), vec!["list_fleet"]);
+        // Both slices are busy now: the partition goes to tuner-2.
+        let busy = json!({"selector": "", "slices": [
+            {"slice_id": "b0-c0", "state": "leased"}, {"slice_id": "b0-c1", "state": "leased"}]});
+        answer(&mut messages, &again, &[&busy.to_string()]);
+        let retry = policy.decide(&messages);
+        let Turn::Calls(calls) = &retry else {
+            panic!("expected the retry assignment")
+        };
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "assign_task");
+        let args: Value = serde_json::from_str(&calls[0].arguments).expect("json");
+        assert_eq!(args["agent"], "tuner-2");
+        assert_eq!(
+            args["parameters"]["candidates"],
+            json!([{"A": 1}, {"A": 3}])
+        );
+        let t3 = json!({"task_id": "t3"}).to_string();
+        answer(&mut messages, &retry, &[&t3]);
+        let recollect = policy.decide(&messages);
+        let Turn::Calls(calls) = &recollect else {
+            panic!("expected the second collect")
+        };
+        let args: Value = serde_json::from_str(&calls[0].arguments).expect("json");
+        assert_eq!(args["tasks"], json!(["t3"]));
+        // The retry failed too: no third round, the best of all is reported.
+        let collected = json!({"results": [
+            {"task_id": "t3", "agent": "tuner-2", "slice_id": "b0-c1", "status": "failed",
+             "result": null, "error": "crashed again"}], "pending": [], "timed_out": false});
+        answer(&mut messages, &recollect, &[&collected.to_string()]);
+        let Turn::Final(text) = policy.decide(&messages) else {
+            panic!("expected the answer")
+        };
+        let block = crate::runner::last_json_block(&text).expect("json block");
+        assert_eq!(block["best"]["task_id"], "t2");
+        assert_eq!(block["results"].as_array().map(Vec::len), Some(3));
     }
 
     #[test]

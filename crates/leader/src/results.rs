@@ -1,34 +1,52 @@
 //! Task results as the leader accepts them: one table per running job,
-//! filled by the leader's single durable result consumer and read by
-//! `collect_result`.
+//! filled by the leader's single durable result consumer (and, for a job
+//! resumed after a leader restart, by a replay of the job's results subject)
+//! and read by `collect_result`.
 //!
-//! Rules (DESIGN.md, "Reliability rules"): a result is accepted once per task
-//! id (later copies are duplicates), and only from the task's current attempt
-//! (results of other attempts are fenced off: dropped and logged). Lookups
-//! are by job id and task id, so the work per result does not grow with the
-//! number of jobs.
+//! Rules (the reliability contract): a task's outcome is the first result of
+//! its current attempt with `fenced == false`; later copies are duplicates,
+//! results of other attempts are stale (dropped, WARN `result of a stale
+//! attempt dropped`), and a fenced result of the current attempt is never the
+//! outcome but makes the reassigner move the task at once. Every kind is
+//! counted ([`LeaderCounters`]). Lookups are by job id and task id, so the
+//! work per result does not grow with the number of jobs.
+//!
+//! Results of jobs this leader does not run (yet) are acknowledged and left
+//! in the results stream: a job that is resumed (leader restart, or a queued
+//! job started later) registers its table first and then replays its results
+//! subject from the start, so nothing published meanwhile is lost, and the
+//! table's duplicate check makes the live consumer and the replay accept
+//! each task's result once.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use dashmap::DashMap;
 use futures::StreamExt as _;
-use mtswarm_bus::{Bus, Jobs, ResultConsumerConfig, v1};
+use mtswarm_bus::{ResultConsumerConfig, subjects, v1};
 use tokio::sync::Notify;
 
-use crate::journal::Journal;
+use crate::shared::Shared;
 
 /// What happened to an offered result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acceptance {
     Accepted,
+    /// Accepted into the table of a resumed job whose record already
+    /// counted the task as done (the replay after a restart).
+    Restored,
     /// The task already has an accepted result.
     Duplicate,
     /// The result's attempt is not the task's current one.
-    Fenced {
+    Stale {
         current_attempt: u32,
     },
+    /// A fenced result (`fenced == true`) of the current attempt: the worker
+    /// lost the slice; the task must be reassigned.
+    FencedCurrent,
     /// No task with this id was assigned in this job.
     UnknownTask,
 }
@@ -40,6 +58,13 @@ struct TaskEntry {
     result: Option<v1::TaskResult>,
     /// Already handed to the model by a `collect_result`.
     delivered: bool,
+    /// The job record says this attempt's result was accepted before (set
+    /// for tasks of a resumed job).
+    recorded_done: bool,
+    /// Accepted, but not visible to `collect_result` until it is recorded
+    /// and journaled ([`JobResults::publish_accepted`]), so a job never
+    /// ends before its last result is in its record and journal.
+    accepting: Option<v1::TaskResult>,
 }
 
 /// The results of one job.
@@ -69,6 +94,12 @@ impl JobResults {
     /// Records that `task_id` was (re)assigned to `agent_id` as `attempt`;
     /// from now on only that attempt's result is accepted.
     pub fn register(&self, task_id: &str, agent_id: &str, attempt: u32) {
+        self.register_recorded(task_id, agent_id, attempt, false);
+    }
+
+    /// [`JobResults::register`] for a task read back from the job record;
+    /// `done` = its current attempt's result was accepted before.
+    pub fn register_recorded(&self, task_id: &str, agent_id: &str, attempt: u32, done: bool) {
         let mut tasks = self.lock();
         let fresh = !tasks.contains_key(task_id);
         tasks.insert(
@@ -78,6 +109,8 @@ impl JobResults {
                 attempt,
                 result: None,
                 delivered: false,
+                recorded_done: done,
+                accepting: None,
             },
         );
         drop(tasks);
@@ -96,17 +129,39 @@ impl JobResults {
             return Acceptance::UnknownTask;
         };
         if result.attempt != entry.attempt {
-            return Acceptance::Fenced {
+            return Acceptance::Stale {
                 current_attempt: entry.attempt,
             };
         }
-        if entry.result.is_some() {
+        if entry.result.is_some() || entry.accepting.is_some() {
             return Acceptance::Duplicate;
+        }
+        if result.fenced {
+            return Acceptance::FencedCurrent;
+        }
+        if !entry.recorded_done {
+            // Visible once recorded: see `publish_accepted`.
+            entry.accepting = Some(result.clone());
+            return Acceptance::Accepted;
         }
         entry.result = Some(result.clone());
         drop(tasks);
         self.changed.notify_waiters();
-        Acceptance::Accepted
+        Acceptance::Restored
+    }
+
+    /// Makes an [`Acceptance::Accepted`] result visible to `collect_result`
+    /// (after the caller recorded and journaled it).
+    pub fn publish_accepted(&self, task_id: &str) {
+        let mut tasks = self.lock();
+        if let Some(entry) = tasks.get_mut(task_id)
+            && let Some(result) = entry.accepting.take()
+            && entry.result.is_none()
+        {
+            entry.result = Some(result);
+        }
+        drop(tasks);
+        self.changed.notify_waiters();
     }
 
     /// Settles a task locally (e.g. its agent was cancelled) unless it has
@@ -115,6 +170,7 @@ impl JobResults {
         let mut tasks = self.lock();
         if let Some(entry) = tasks.get_mut(task_id)
             && entry.result.is_none()
+            && entry.accepting.is_none()
         {
             entry.result = Some(v1::TaskResult {
                 task_id: task_id.to_string(),
@@ -146,6 +202,29 @@ impl JobResults {
     /// True when `task_id` was assigned in this job.
     pub fn knows(&self, task_id: &str) -> bool {
         self.lock().contains_key(task_id)
+    }
+
+    /// True when `task_id` is known and has no result yet (not even one
+    /// being recorded).
+    pub fn is_pending(&self, task_id: &str) -> bool {
+        self.lock()
+            .get(task_id)
+            .is_some_and(|t| t.result.is_none() && t.accepting.is_none())
+    }
+
+    /// The current attempt of `task_id`.
+    pub fn attempt(&self, task_id: &str) -> Option<u32> {
+        self.lock().get(task_id).map(|t| t.attempt)
+    }
+
+    /// Tasks recorded as done whose result is not in the table (it was not
+    /// found in the results stream after a restart).
+    pub fn recorded_done_without_result(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, t)| t.recorded_done && t.result.is_none())
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Tasks without a result, in assignment order.
@@ -227,10 +306,56 @@ impl JobResults {
     }
 }
 
+/// How many results (and reassignments) this leader handled, by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaderCounters {
+    /// Results accepted as a task's outcome.
+    pub accepted: u64,
+    /// Results accepted again into a resumed job's table (already counted
+    /// in its record before the restart).
+    pub restored: u64,
+    /// Further copies of an accepted result.
+    pub duplicate: u64,
+    /// Results of an attempt that is not the task's current one.
+    pub stale: u64,
+    /// Fenced results of the current attempt (each triggers a reassignment).
+    pub fenced: u64,
+    /// Results naming a task the job never assigned.
+    pub unknown_task: u64,
+    /// Task attempts re-published by the reassigner.
+    pub reassigned: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct AtomicCounters {
+    accepted: AtomicU64,
+    restored: AtomicU64,
+    duplicate: AtomicU64,
+    stale: AtomicU64,
+    fenced: AtomicU64,
+    unknown_task: AtomicU64,
+    pub(crate) reassigned: AtomicU64,
+}
+
+impl AtomicCounters {
+    pub(crate) fn snapshot(&self) -> LeaderCounters {
+        LeaderCounters {
+            accepted: self.accepted.load(Ordering::Relaxed),
+            restored: self.restored.load(Ordering::Relaxed),
+            duplicate: self.duplicate.load(Ordering::Relaxed),
+            stale: self.stale.load(Ordering::Relaxed),
+            fenced: self.fenced.load(Ordering::Relaxed),
+            unknown_task: self.unknown_task.load(Ordering::Relaxed),
+            reassigned: self.reassigned.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Result tables of the jobs this leader runs.
 #[derive(Debug, Default)]
 pub struct ResultTable {
     jobs: DashMap<String, Arc<JobResults>>,
+    pub(crate) counters: AtomicCounters,
 }
 
 impl ResultTable {
@@ -247,50 +372,129 @@ impl ResultTable {
     pub fn remove(&self, job_id: &str) {
         self.jobs.remove(job_id);
     }
+
+    /// The counters so far.
+    pub fn counters(&self) -> LeaderCounters {
+        self.counters.snapshot()
+    }
+}
+
+/// Offers one result (from the live consumer or a replay) to its job's
+/// table and does what the outcome asks: record and journal an accepted
+/// result, log and count the rest, hand a fenced current attempt to the
+/// reassigner. Returns `None` when the job has no table here.
+pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> Option<Acceptance> {
+    let Some(job) = shared.results.get(&result.job_id) else {
+        tracing::debug!(
+            job_id = %result.job_id,
+            task_id = %result.task_id,
+            "result for a job not running on this leader; left in the results stream for its resume"
+        );
+        return None;
+    };
+    let counters = &shared.results.counters;
+    let acceptance = job.offer(result);
+    match &acceptance {
+        Acceptance::Accepted => {
+            counters.accepted.fetch_add(1, Ordering::Relaxed);
+            accepted(shared, result).await;
+            job.publish_accepted(&result.task_id);
+        }
+        Acceptance::Restored => {
+            counters.restored.fetch_add(1, Ordering::Relaxed);
+        }
+        Acceptance::Duplicate => {
+            counters.duplicate.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                job_id = %result.job_id,
+                task_id = %result.task_id,
+                attempt = result.attempt,
+                "duplicate result dropped (task already has a result)"
+            );
+        }
+        Acceptance::Stale { current_attempt } => {
+            counters.stale.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                job_id = %result.job_id,
+                task_id = %result.task_id,
+                attempt = result.attempt,
+                current_attempt,
+                fenced = result.fenced,
+                "result of a stale attempt dropped"
+            );
+        }
+        Acceptance::FencedCurrent => {
+            counters.fenced.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                job_id = %result.job_id,
+                task_id = %result.task_id,
+                attempt = result.attempt,
+                error = %result.error,
+                "fenced result of the current attempt; reassigning the task"
+            );
+            let cause_at = result
+                .finished_at
+                .and_then(|t| SystemTime::try_from(t).ok())
+                .unwrap_or_else(SystemTime::now);
+            shared.trigger_reassign(crate::reassign::Trigger::Fenced {
+                job_id: result.job_id.clone(),
+                task_id: result.task_id.clone(),
+                attempt: result.attempt,
+                reason: format!("fenced result: {}", result.error),
+                cause_at,
+            });
+        }
+        Acceptance::UnknownTask => {
+            counters.unknown_task.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                job_id = %result.job_id,
+                task_id = %result.task_id,
+                "result for a task this job never assigned dropped"
+            );
+        }
+    }
+    Some(acceptance)
 }
 
 /// Consumes `mtswarm.result.>` with the leader's durable consumer until
-/// `shutdown` fires: offers each result to its job's table, journals and
-/// counts accepted ones, logs fenced and duplicate ones, and acks every
-/// message once handled (a result for a job not running here is acked too:
-/// the results stream keeps it for a leader that resumes the job).
+/// `shutdown` fires: hands each result to [`handle_result`] and acks every
+/// message once handled. A result for a job not running here is acked too:
+/// the results stream keeps it, and the job's resume replays it (see the
+/// module docs). The consumer and its message stream are re-created with
+/// backoff whenever they fail (NATS restart), forever.
 pub(crate) async fn consume_results(
-    bus: Bus,
-    consumer_name: String,
-    table: Arc<ResultTable>,
-    jobs: Jobs,
-    journal: Journal,
+    shared: Arc<Shared>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    const MAX_BACKOFF: Duration = Duration::from_secs(2);
     let mut backoff = Duration::from_millis(200);
+    let consumer_name = shared.config.result_consumer_name.clone();
     loop {
-        let consumer = match bus
+        if *shutdown.borrow() {
+            return;
+        }
+        let messages = match shared
+            .bus
             .result_consumer(ResultConsumerConfig::new(consumer_name.clone()))
             .await
         {
-            Ok(consumer) => consumer,
-            Err(error) => {
-                tracing::error!(%error, "result consumer unavailable; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.changed() => return,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
-            }
+            Ok(consumer) => consumer.messages().await,
+            Err(error) => Err(error),
         };
-        let mut messages = match consumer.messages().await {
+        let mut messages = match messages {
             Ok(messages) => messages,
             Err(error) => {
-                tracing::error!(%error, "result consumer stream failed; retrying");
+                tracing::warn!(%error, ?backoff, "result consumer unavailable; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = shutdown.changed() => return,
                 }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             }
         };
         backoff = Duration::from_millis(200);
+        let mut failures_in_a_row = 0u32;
         loop {
             let item = tokio::select! {
                 item = messages.next() => item,
@@ -300,52 +504,118 @@ pub(crate) async fn consume_results(
             let delivery = match item {
                 Ok(delivery) => delivery,
                 Err(error) => {
-                    tracing::warn!(%error, "result delivery failed");
+                    // While the server is away the stream reports missed
+                    // heartbeats; after a few, re-create the consumer.
+                    failures_in_a_row += 1;
+                    tracing::warn!(%error, failures_in_a_row, "result delivery failed");
+                    if failures_in_a_row >= 3 {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                        _ = shutdown.changed() => return,
+                    }
                     continue;
                 }
             };
+            failures_in_a_row = 0;
             let result = delivery.message().clone();
-            match table.get(&result.job_id) {
-                None => tracing::info!(
-                    job_id = %result.job_id,
-                    task_id = %result.task_id,
-                    "result for a job not running on this leader; left in the results stream"
-                ),
-                Some(job) => match job.offer(&result) {
-                    Acceptance::Accepted => {
-                        accepted(&jobs, &journal, &result).await;
-                    }
-                    Acceptance::Duplicate => tracing::info!(
-                        job_id = %result.job_id,
-                        task_id = %result.task_id,
-                        attempt = result.attempt,
-                        "duplicate result dropped (task already has a result)"
-                    ),
-                    Acceptance::Fenced { current_attempt } => tracing::warn!(
-                        job_id = %result.job_id,
-                        task_id = %result.task_id,
-                        attempt = result.attempt,
-                        current_attempt,
-                        "result of a stale attempt dropped"
-                    ),
-                    Acceptance::UnknownTask => tracing::warn!(
-                        job_id = %result.job_id,
-                        task_id = %result.task_id,
-                        "result for a task this job never assigned dropped"
-                    ),
-                },
-            }
+            handle_result(&shared, &result).await;
             if let Err(error) = delivery.ack().await {
                 tracing::warn!(%error, task_id = %result.task_id, "result ack failed; it will be redelivered and deduplicated");
             }
         }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return,
+        }
     }
 }
 
-async fn accepted(jobs: &Jobs, journal: &Journal, result: &v1::TaskResult) {
+/// Offers every result stored so far on the job's results subject (oldest
+/// first) to its table; the table must be registered before. Returns the
+/// number of results read.
+pub(crate) async fn replay_job_results(shared: &Shared, job_id: &str) -> Result<usize, String> {
+    let subject = subjects::result(job_id).map_err(|e| e.to_string())?;
+    let stream = shared
+        .bus
+        .jetstream()
+        .get_stream_no_info(subjects::RESULTS_STREAM)
+        .await
+        .map_err(|e| format!("open stream {}: {e}", subjects::RESULTS_STREAM))?;
+    // Everything stored up to now; later results reach the live consumer,
+    // which finds the registered table.
+    let last = match stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(message) => message.sequence,
+        Err(error)
+            if error.kind()
+                == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+        {
+            return Ok(0);
+        }
+        Err(error) => return Err(format!("last result of job {job_id}: {error}")),
+    };
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: subject.clone(),
+            deliver_policy: DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| format!("replay consumer on {subject}: {e}"))?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|e| format!("replay consumer on {subject}: {e}"))?;
+    let mut read = 0;
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
+            .await
+            .map_err(|_| format!("replay of {subject} stalled"))?;
+        let Some(message) = message else {
+            return Err(format!("replay of {subject} ended early"));
+        };
+        let message = message.map_err(|e| format!("replay of {subject}: {e}"))?;
+        let sequence = message.info().map(|i| i.stream_sequence).unwrap_or(last);
+        match mtswarm_bus::codec::decode::<v1::TaskResult>(
+            &subject,
+            message.headers.as_ref(),
+            &message.payload,
+        ) {
+            Ok(result) => {
+                read += 1;
+                handle_result(shared, &result).await;
+            }
+            Err(error) => tracing::warn!(%error, sequence, "undecodable result skipped in replay"),
+        }
+        if sequence >= last {
+            return Ok(read);
+        }
+    }
+}
+
+/// Records an accepted result: the task's record is marked done with its
+/// status, the job's counters and usage grow, and the result is journaled.
+async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     let usage = result.usage.unwrap_or_default();
-    if let Err(error) = jobs
+    let finished_at = result
+        .finished_at
+        .unwrap_or_else(|| prost_types::Timestamp::from(SystemTime::now()));
+    if let Err(error) = shared
+        .jobs
         .modify(&result.job_id, |job| {
+            if let Some(task) = job.tasks.iter_mut().find(|t| {
+                t.assignment
+                    .as_ref()
+                    .is_some_and(|a| a.task_id == result.task_id)
+            }) {
+                if task.done {
+                    return;
+                }
+                task.done = true;
+                task.status = result.status;
+                task.finished_at = Some(finished_at);
+            }
             job.tasks_done = job.tasks_done.saturating_add(1);
             let total = job.usage.get_or_insert_with(Default::default);
             total.steps = total.steps.saturating_add(usage.steps);
@@ -359,7 +629,8 @@ async fn accepted(jobs: &Jobs, journal: &Journal, result: &v1::TaskResult) {
     {
         tracing::warn!(%error, job_id = %result.job_id, "job record not updated with a result");
     }
-    if let Err(error) = journal
+    if let Err(error) = shared
+        .journal
         .append(
             &result.job_id,
             v1::job_event::Event::TaskResult(result.clone()),
@@ -392,16 +663,28 @@ mod tests {
         job.register("t1", "a2", 2);
         assert_eq!(
             job.offer(&result("t1", 1)),
-            Acceptance::Fenced { current_attempt: 2 }
+            Acceptance::Stale { current_attempt: 2 }
         );
+        let mut fenced = result("t1", 2);
+        fenced.fenced = true;
+        assert_eq!(job.offer(&fenced), Acceptance::FencedCurrent);
         assert_eq!(job.offer(&result("t1", 2)), Acceptance::Accepted);
+        assert_eq!(job.offer(&fenced), Acceptance::Duplicate);
         assert_eq!(job.offer(&result("t1", 2)), Acceptance::Duplicate);
+        assert!(!job.is_pending("t1"));
+        assert_eq!(job.counts(), (1, 0), "visible once recorded");
+        job.publish_accepted("t1");
         assert_eq!(job.counts(), (1, 1));
         assert_eq!(
             job.task_ids(Some(&["a2".to_string()])),
             vec!["t1".to_string()]
         );
         assert!(job.task_ids(Some(&["a1".to_string()])).is_empty());
+
+        job.register_recorded("t2", "a1", 3, true);
+        assert_eq!(job.recorded_done_without_result(), vec!["t2".to_string()]);
+        assert_eq!(job.offer(&result("t2", 3)), Acceptance::Restored);
+        assert!(job.recorded_done_without_result().is_empty());
     }
 
     #[tokio::test]
@@ -417,6 +700,7 @@ mod tests {
         };
         tokio::task::yield_now().await;
         assert_eq!(job.offer(&result("t2", 1)), Acceptance::Accepted);
+        job.publish_accepted("t2");
         let (views, timed_out) = waiter.await.expect("join");
         assert!(!timed_out);
         assert!(

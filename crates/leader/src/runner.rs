@@ -7,6 +7,16 @@
 //! State machine of a job: QUEUED (stored by SubmitJob) -> RUNNING (runner
 //! started) -> SUCCEEDED | FAILED | CANCELLED. Every change is written to the
 //! jobs KV first and then journaled as a `JobStateChange`.
+//!
+//! A leader that starts finds the jobs a previous leader left QUEUED or
+//! RUNNING and resumes them (`resume_job`): the job context is rebuilt
+//! from `JobRecord.agents` and `JobRecord.tasks` (each task at its recorded
+//! attempt, done or not), the job's results are replayed from the results
+//! stream into its table (accepting each task's result once), assignments
+//! recorded but never confirmed published are published again (deduplicated
+//! by the stream), and the leader loop continues from `leader_state_json`
+//! (a fresh start when empty). Tool calls the loop re-executes are
+//! idempotent by call key (see [`crate::tools`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,18 +26,36 @@ use futures::StreamExt as _;
 use mtswarm_bus::v1;
 use mtswarm_core::{
     ApprovalDecision, CheckpointSink, Engine, EngineConfig, Event, EventKind, LocalResourceLock,
-    LoopState, Outcome, RiskPolicy, RunHandle, RunStream, StopReason, TracingMiddleware,
+    LoopState, Node, Outcome, RiskPolicy, RunEnd, RunHandle, RunStream, StopReason,
+    TracingMiddleware,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use crate::shared::Shared;
-use crate::tools::{self, JobContext};
+use crate::tools::{self, AgentEntry, JobContext};
 use crate::validate::Attachment;
 
 /// Agent id of the leader's own loop in events, approvals and sessions.
 pub const LEADER_AGENT_ID: &str = "leader";
+
+/// A job admitted to run (now or when a slot frees): everything its runner
+/// needs.
+pub(crate) struct PendingStart {
+    pub context: Arc<JobContext>,
+    pub attachments: Vec<Attachment>,
+    /// The `leader.job` span the runner runs in.
+    pub span: tracing::Span,
+    /// The leader loop's checkpoint to continue from (resumed jobs).
+    pub resume_state: Option<String>,
+}
+
+impl crate::scheduler::Pending for PendingStart {
+    fn job_id(&self) -> &str {
+        &self.context.job_id
+    }
+}
 
 /// A running job's runner, as the job manager holds it.
 pub(crate) struct RunnerHandle {
@@ -77,22 +105,40 @@ pub(crate) async fn transition(
     mut change: impl FnMut(&mut v1::JobRecord),
 ) -> Option<v1::JobRecord> {
     let mut previous = v1::JobState::Unspecified;
-    let written = shared
-        .jobs
-        .modify(job_id, |record| {
-            previous = record.state();
-            if is_final(previous) {
-                return;
+    // A state change must not be lost to a NATS restart: retry with backoff
+    // (bounded, and not past the daemon's shutdown).
+    let mut backoff = Duration::from_millis(100);
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(120);
+    let written = loop {
+        let written = shared
+            .jobs
+            .modify(job_id, |record| {
+                previous = record.state();
+                if is_final(previous) {
+                    return;
+                }
+                record.state = current as i32;
+                record.updated_at = Some(now());
+                change(record);
+            })
+            .await;
+        match written {
+            Err(error)
+                if !matches!(error, mtswarm_bus::BusError::NotFound { .. })
+                    && tokio::time::Instant::now() < give_up
+                    && !*shared.shutdown.borrow() =>
+            {
+                tracing::warn!(%error, job_id, "job state not written yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
-            record.state = current as i32;
-            record.updated_at = Some(now());
-            change(record);
-        })
-        .await;
+            other => break other,
+        }
+    };
     let record = match written {
         Ok(versioned) => versioned.value,
         Err(error) => {
-            tracing::error!(%error, job_id, "job state not written");
+            tracing::error!(%error, job_id, state = current.as_str_name(), "job state not written");
             return None;
         }
     };
@@ -110,16 +156,19 @@ pub(crate) async fn transition(
     Some(record)
 }
 
-/// Starts the runner of a stored (QUEUED) job inside `span`.
-pub(crate) fn start(
-    shared: Arc<Shared>,
-    context: Arc<JobContext>,
-    attachments: Vec<Attachment>,
-    span: tracing::Span,
-) {
+/// Starts the runner of an admitted job inside its span (the caller took a
+/// run slot from the scheduler).
+pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
+    let PendingStart {
+        context,
+        attachments,
+        span,
+        resume_state,
+    } = pending;
     let (cancel_tx, cancel_rx) = watch::channel(None);
     let (done_tx, done_rx) = watch::channel(false);
     let job_id = context.job_id.clone();
+    shared.contexts.insert(job_id.clone(), context.clone());
     let task_shared = shared.clone();
     // Registered before the task starts, so the task's removal at its end
     // cannot precede the insertion.
@@ -127,8 +176,18 @@ pub(crate) fn start(
     let task = tokio::spawn(
         async move {
             let _ = start_rx.await;
-            run(task_shared, context, attachments, cancel_rx).await;
+            run(
+                task_shared.clone(),
+                context,
+                attachments,
+                resume_state,
+                cancel_rx,
+            )
+            .await;
             done_tx.send_replace(true);
+            if let Some(next) = task_shared.scheduler.finished() {
+                start(task_shared, next);
+            }
         }
         .instrument(span),
     );
@@ -141,6 +200,130 @@ pub(crate) fn start(
         },
     );
     let _ = start_tx.send(());
+}
+
+fn deadline_of(shared: &Shared, record: &v1::JobRecord) -> SystemTime {
+    let budgets = record
+        .spec
+        .as_ref()
+        .and_then(|s| s.budgets)
+        .unwrap_or_default();
+    let since = record
+        .started_at
+        .or(record.created_at)
+        .and_then(|t| SystemTime::try_from(t).ok())
+        .unwrap_or_else(SystemTime::now);
+    since
+        + if budgets.wall_time_seconds > 0 {
+            Duration::from_secs(budgets.wall_time_seconds)
+        } else {
+            shared.config.default_task_deadline
+        }
+}
+
+/// Rebuilds a QUEUED or RUNNING job a previous leader left behind (see the
+/// module docs). The job's table is registered before its results are
+/// replayed, so results arriving meanwhile reach it through the live
+/// consumer or the replay, once.
+pub(crate) async fn resume_job(
+    shared: &Arc<Shared>,
+    record: v1::JobRecord,
+) -> Result<PendingStart, String> {
+    let job_id = record.job_id.clone();
+    let validated = crate::validate::validate_submit(
+        record.spec.as_ref(),
+        &shared.kernel_root,
+        &shared.config.limits,
+    )
+    .map_err(|e| format!("the job's spec is no longer valid here: {e}"))?;
+    let context = Arc::new(JobContext::new(
+        job_id.clone(),
+        validated.spec,
+        validated.kernel_dir,
+        shared.clone(),
+        deadline_of(shared, &record),
+    ));
+    for placement in &record.agents {
+        let agent = AgentEntry::from_placement(placement);
+        if !agent.cancelled {
+            shared
+                .claimed_slices
+                .insert(agent.slice_id.clone(), agent.session_id.clone());
+        }
+        context.agents().insert(agent.agent_id.clone(), agent);
+    }
+    for task in &record.tasks {
+        let Some(assignment) = &task.assignment else {
+            continue;
+        };
+        context.results.register_recorded(
+            &assignment.task_id,
+            &assignment.agent_id,
+            assignment.attempt,
+            task.done,
+        );
+        context
+            .tasks()
+            .insert(assignment.task_id.clone(), task.clone());
+    }
+    let mut attempts = 0;
+    loop {
+        match crate::results::replay_job_results(shared, &job_id).await {
+            Ok(read) => {
+                tracing::info!(job_id, read, "job results replayed");
+                break;
+            }
+            Err(error) if attempts < 10 => {
+                attempts += 1;
+                tracing::warn!(job_id, %error, "job results not replayed yet; retrying");
+                tokio::time::sleep(Duration::from_millis(200 * attempts)).await;
+            }
+            Err(error) => return Err(format!("the job's results could not be replayed: {error}")),
+        }
+    }
+    // Done before the restart but the result is gone from the stream (aged
+    // out): the recorded status stands.
+    for task_id in context.results.recorded_done_without_result() {
+        let status = context
+            .tasks()
+            .get(&task_id)
+            .map(|t| t.status())
+            .unwrap_or(v1::TaskStatus::Unspecified);
+        context.results.settle(
+            &task_id,
+            status,
+            "result recorded before a leader restart; no longer in the results stream",
+        );
+    }
+    let unconfirmed: Vec<v1::TaskAssignment> = context
+        .tasks()
+        .values()
+        .filter(|t| !t.done)
+        .filter_map(|t| t.assignment.clone())
+        .filter(|a| a.assigned_at.is_none() && context.results.is_pending(&a.task_id))
+        .collect();
+    for assignment in unconfirmed {
+        if let Err(error) = context.publish_recorded(&assignment).await {
+            tracing::warn!(job_id, %error, task_id = %assignment.task_id, "unconfirmed task not published; the sweep retries");
+        }
+    }
+    let span = tracing::info_span!("leader.job", job.id = %job_id, resumed = true);
+    if !record.traceparent.is_empty() {
+        let parent =
+            mtswarm_telemetry::propagation::context_from_traceparent(&record.traceparent, None);
+        if let Err(error) = mtswarm_telemetry::propagation::set_parent(&span, parent) {
+            tracing::debug!(%error, "resumed job's traceparent not applied");
+        }
+    }
+    let resume_state = String::from_utf8(record.leader_state_json.clone())
+        .ok()
+        .filter(|s| !s.trim().is_empty());
+    Ok(PendingStart {
+        context,
+        attachments: validated.attachments,
+        span,
+        resume_state,
+    })
 }
 
 /// How the leader loop ended.
@@ -168,21 +351,38 @@ async fn run(
     shared: Arc<Shared>,
     context: Arc<JobContext>,
     attachments: Vec<Attachment>,
+    resume_state: Option<String>,
     mut cancel: watch::Receiver<Option<String>>,
 ) {
     let job_id = context.job_id.clone();
-    transition(
-        &shared,
-        &job_id,
-        v1::JobState::Running,
-        "leader loop started",
-        |r| {
-            r.started_at = Some(now());
-        },
-    )
-    .await;
+    let current = match shared.jobs.get(&job_id).await {
+        Ok(Some(record)) => Some(record.value.state()),
+        _ => None,
+    };
+    let record = if current == Some(v1::JobState::Running) {
+        tracing::info!(job_id, "leader loop resumed");
+        None
+    } else {
+        transition(
+            &shared,
+            &job_id,
+            v1::JobState::Running,
+            "leader loop started",
+            |r| {
+                r.started_at = Some(now());
+            },
+        )
+        .await
+    };
+    if record.as_ref().is_some_and(|r| is_final(r.state())) {
+        // Cancelled while it waited in the queue.
+        shared.runners.remove(&job_id);
+        shared.contexts.remove(&job_id);
+        shared.results.remove(&job_id);
+        return;
+    }
     let started = std::time::Instant::now();
-    let mut end = drive(&shared, &context, &attachments, &mut cancel).await;
+    let mut end = drive(&shared, &context, &attachments, resume_state, &mut cancel).await;
     end.usage.wall_seconds = started.elapsed().as_secs_f64();
     context
         .cancel_all_agents(match end.state {
@@ -212,6 +412,7 @@ async fn run(
     .await;
     tracing::info!(job_id, state = state.as_str_name(), "job finished");
     shared.runners.remove(&job_id);
+    shared.contexts.remove(&job_id);
     shared.results.remove(&job_id);
 }
 
@@ -265,6 +466,7 @@ async fn drive(
     shared: &Arc<Shared>,
     context: &Arc<JobContext>,
     attachments: &[Attachment],
+    resume_state: Option<String>,
     cancel: &mut watch::Receiver<Option<String>>,
 ) -> JobEnd {
     let spec = &context.spec;
@@ -289,9 +491,41 @@ async fn drive(
         job_id: context.job_id.clone(),
     }));
     let session_id = leader_session_id(&context.job_id);
-    let system = system_prompt(shared, context).await;
-    let input = user_input(context, attachments);
-    let (mut events, mut handle) = engine.start(session_id.clone(), system, input);
+    let (mut events, mut handle) = match resume_state {
+        None => {
+            let system = system_prompt(shared, context).await;
+            let input = user_input(context, attachments);
+            engine.start(session_id.clone(), system, input)
+        }
+        Some(json) => {
+            let state = match LoopState::from_json(&json) {
+                Ok(state) => state,
+                Err(error) => {
+                    return JobEnd::failed(format!("leader checkpoint is not readable: {error}"));
+                }
+            };
+            if state.node() == Node::Done {
+                // The loop had ended before the restart; only its end was
+                // not recorded.
+                return match state.end() {
+                    Some(RunEnd::Final { text, .. }) => final_answer(text, &state),
+                    Some(RunEnd::Stopped { reason, message }) => {
+                        let mut end =
+                            JobEnd::failed(format!("leader loop stopped ({reason:?}): {message}"));
+                        if *reason == StopReason::Cancelled {
+                            end.state = v1::JobState::Cancelled;
+                        }
+                        end
+                    }
+                    None => JobEnd::failed("leader loop ended without an outcome"),
+                };
+            }
+            match engine.resume(state) {
+                Ok(run) => run,
+                Err(error) => return JobEnd::failed(format!("leader loop not resumed: {error}")),
+            }
+        }
+    };
     loop {
         let cancelled = pump(shared, context, &session_id, &mut events, &handle, cancel).await;
         let outcome = handle.outcome().await;
@@ -660,6 +894,7 @@ async fn system_prompt(shared: &Shared, context: &JobContext) -> String {
             .ok()
             .flatten()
             .as_ref(),
+        shared.config.worker_stale_after,
     )
     .await
     {

@@ -77,6 +77,12 @@ impl ControlService {
         .map_err(Status::invalid_argument)?;
         let job_id = job_id_for(&request.idempotency_key)?;
         span.record("job.id", job_id.as_str());
+        // A place is taken before the record is written, so a refusal
+        // stores nothing and an accepted job always has a place.
+        let ticket = shared
+            .scheduler
+            .reserve()
+            .map_err(Status::resource_exhausted)?;
         let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
             .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
             .unwrap_or_default();
@@ -94,10 +100,14 @@ impl ControlService {
         match shared.jobs.create(&record).await {
             Ok(_) => {}
             Err(BusError::AlreadyExists { .. }) if !request.idempotency_key.is_empty() => {
+                shared.scheduler.cancel(ticket);
                 tracing::info!(%job_id, "submission retried with the same idempotency key");
                 return Ok(Response::new(v1::SubmitJobResponse { job_id }));
             }
-            Err(error) => return Err(bus_status(error)),
+            Err(error) => {
+                shared.scheduler.cancel(ticket);
+                return Err(bus_status(error));
+            }
         }
         let queued = v1::job_event::Event::StateChange(v1::JobStateChange {
             previous: v1::JobState::Unspecified as i32,
@@ -114,17 +124,24 @@ impl ControlService {
             } else {
                 shared.config.default_task_deadline
             };
-        let context = Arc::new(JobContext {
-            job_id: job_id.clone(),
-            spec: validated.spec,
-            kernel_dir: validated.kernel_dir,
-            shared: shared.clone(),
-            results: shared.results.job(&job_id),
-            agents: Default::default(),
+        let context = Arc::new(JobContext::new(
+            job_id.clone(),
+            validated.spec,
+            validated.kernel_dir,
+            shared.clone(),
             deadline,
-        });
+        ));
         let job_span = tracing::info_span!(parent: &span, "leader.job", job.id = %job_id);
-        runner::start(shared.clone(), context, validated.attachments, job_span);
+        let pending = runner::PendingStart {
+            context,
+            attachments: validated.attachments,
+            span: job_span,
+            resume_state: None,
+        };
+        match shared.scheduler.commit(ticket, pending) {
+            Some(pending) => runner::start(shared.clone(), pending),
+            None => tracing::info!(%job_id, "job queued: every run slot is taken"),
+        }
         tracing::info!(%job_id, "job submitted");
         Ok(Response::new(v1::SubmitJobResponse { job_id }))
     }
@@ -336,7 +353,13 @@ impl v1::control_server::Control for ControlService {
                 let _ = tokio::time::timeout(CANCEL_WAIT, done.wait_for(|d| *d)).await;
             }
             None => {
-                // No runner in this process (e.g. queued before a restart).
+                // No runner in this process (queued, or left by a previous
+                // leader): it never starts now.
+                if let Some(queued) = self.shared.scheduler.remove_queued(&request.job_id) {
+                    // A job resumed after a restart may have agents running.
+                    queued.context.cancel_all_agents("job cancelled").await;
+                    self.shared.results.remove(&request.job_id);
+                }
                 runner::transition(
                     &self.shared,
                     &request.job_id,
@@ -368,6 +391,7 @@ impl v1::control_server::Control for ControlService {
             &shared.leases,
             &shared.quarantine,
             selector.as_ref(),
+            shared.config.worker_stale_after,
         )
         .await
         .map_err(bus_status)?;

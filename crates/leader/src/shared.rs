@@ -1,8 +1,10 @@
 //! What every part of the daemon shares: the bus and its stores, the job
-//! journal, the result tables, the running job runners and the settings.
+//! journal, the result tables, the running job runners, the admission
+//! scheduler, the reassigner's trigger queue and the settings.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -11,8 +13,11 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::config::{LeaderConfig, ModelFactory};
 use crate::journal::Journal;
+use crate::reassign::Trigger;
 use crate::results::ResultTable;
-use crate::runner::RunnerHandle;
+use crate::runner::{PendingStart, RunnerHandle};
+use crate::scheduler::Scheduler;
+use crate::tools::JobContext;
 
 pub(crate) struct Shared {
     pub config: LeaderConfig,
@@ -35,9 +40,45 @@ pub(crate) struct Shared {
     pub claimed_slices: DashMap<String, String>,
     /// Becomes true when the daemon shuts down (ends WatchJob streams).
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Admission: running and queued jobs.
+    pub scheduler: Scheduler<PendingStart>,
+    /// Contexts of the jobs this leader runs (or is about to run), by job id.
+    pub contexts: DashMap<String, Arc<JobContext>>,
+    /// Reassignment triggers for the reassigner.
+    pub reassign_tx: tokio::sync::mpsc::UnboundedSender<Trigger>,
+    /// Smallest lease TTL seen in the lease records, in milliseconds (0 =
+    /// none seen yet: the configured default applies).
+    pub lease_ttl_ms: AtomicU64,
 }
 
 impl Shared {
+    /// Hands a trigger to the reassigner (dropped when it has stopped).
+    pub fn trigger_reassign(&self, trigger: Trigger) {
+        let _ = self.reassign_tx.send(trigger);
+    }
+
+    /// The lease TTL the leader assumes: the smallest `ttl_seconds` of the
+    /// lease records seen, else the configured default.
+    pub fn lease_ttl(&self) -> Duration {
+        match self.lease_ttl_ms.load(Ordering::Relaxed) {
+            0 => self.config.default_lease_ttl,
+            ms => Duration::from_millis(ms),
+        }
+    }
+
+    /// Learns the TTL of a lease record.
+    pub fn observe_lease_ttl(&self, ttl_seconds: u32) {
+        if ttl_seconds == 0 {
+            return;
+        }
+        let ms = u64::from(ttl_seconds) * 1000;
+        let _ = self
+            .lease_ttl_ms
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |current| {
+                (current == 0 || ms < current).then_some(ms)
+            });
+    }
+
     /// A Worker service client for `endpoint` that carries the current
     /// trace context and gives up after the configured call timeout.
     pub fn worker_client(

@@ -13,6 +13,21 @@
 //! Task parameters are free-form JSON objects passed to the worker agent in
 //! `TaskAssignment.parameters_json`; the builtin policies use
 //! `{"candidates":[{"MB":64,"NB":256,...}, ...]}` (each candidate a `-D` map).
+//!
+//! # Durable placements and idempotent re-execution
+//!
+//! `spawn_agent` writes the agent's `AgentPlacement` and `assign_task` the
+//! task's `TaskRecord` into the `JobRecord` BEFORE calling the worker /
+//! publishing, each with the identity of the tool call (the call key: the
+//! model's call id and the loop step, see [`call_key`]). A leader that
+//! resumes a job after a crash re-executes the interrupted calls: a known
+//! spawn call returns its agent (re-issuing the idempotent `SpawnSession`
+//! with `resume = true`), a known assign call returns its task without a
+//! second publish. A task record's `assignment.assigned_at` is set only
+//! once the publish was acknowledged, so an assignment recorded but never
+//! confirmed is published again on resume (same task id and attempt, so
+//! JetStream deduplicates it if it did go out). Task ids are derived from
+//! (job id, call key) with UUID v5, a second line of defence.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,6 +42,7 @@ use crate::fleet::{parse_selector, read_fleet, state_name};
 use crate::results::JobResults;
 use crate::shared::Shared;
 use crate::validate::resolve_file;
+use mtswarm_bus::BusError;
 
 /// Largest file `read_file` returns in full; longer files are cut with a marker.
 const READ_FILE_LIMIT: usize = 64 * 1024;
@@ -40,7 +56,70 @@ pub struct AgentEntry {
     pub slice_id: String,
     pub endpoint: String,
     pub role: String,
+    pub instructions: String,
     pub cancelled: bool,
+    /// Call key of the `spawn_agent` call that created the agent.
+    pub spawn_call_id: String,
+    /// Times the session was moved to another slice.
+    pub moves: u32,
+    /// A `SpawnSession` for this placement is in flight: the slice's lease
+    /// does not name the session yet, so the reassigner leaves it alone.
+    pub spawning: bool,
+}
+
+impl AgentEntry {
+    /// The durable form stored in `JobRecord.agents`.
+    pub fn to_placement(&self) -> v1::AgentPlacement {
+        v1::AgentPlacement {
+            agent_id: self.agent_id.clone(),
+            session_id: self.session_id.clone(),
+            worker_id: self.worker_id.clone(),
+            slice_id: self.slice_id.clone(),
+            endpoint: self.endpoint.clone(),
+            role: self.role.clone(),
+            instructions: self.instructions.clone(),
+            cancelled: self.cancelled,
+            spawn_call_id: self.spawn_call_id.clone(),
+            moves: self.moves,
+        }
+    }
+
+    /// An agent read back from `JobRecord.agents`.
+    pub fn from_placement(placement: &v1::AgentPlacement) -> Self {
+        Self {
+            agent_id: placement.agent_id.clone(),
+            session_id: placement.session_id.clone(),
+            worker_id: placement.worker_id.clone(),
+            slice_id: placement.slice_id.clone(),
+            endpoint: placement.endpoint.clone(),
+            role: placement.role.clone(),
+            instructions: placement.instructions.clone(),
+            cancelled: placement.cancelled,
+            spawn_call_id: placement.spawn_call_id.clone(),
+            moves: placement.moves,
+            spawning: false,
+        }
+    }
+}
+
+/// The identity of a leader tool call for idempotent re-execution: the
+/// model's call id qualified by the loop step (`<call id>@<step>`), because
+/// a model may reuse a call id in a later step for a different call, while
+/// a call re-executed from a checkpoint keeps both.
+pub fn call_key(ctx: &ToolContext) -> String {
+    format!("{}@{}", ctx.call_id, ctx.step)
+}
+
+/// Task id of the task assigned by the call `call_key` of `job_id` (UUID v5
+/// of both): a re-executed call maps to the same id, so even a second
+/// publish would be deduplicated by the tasks stream.
+pub fn task_id_for(job_id: &str, call_key: &str) -> String {
+    uuid::Uuid::new_v5(
+        &uuid::Uuid::NAMESPACE_OID,
+        format!("mtswarm-task/{job_id}/{call_key}").as_bytes(),
+    )
+    .simple()
+    .to_string()
 }
 
 /// Per-job state the tools work on.
@@ -51,16 +130,204 @@ pub(crate) struct JobContext {
     pub shared: Arc<Shared>,
     pub results: Arc<JobResults>,
     pub agents: Mutex<BTreeMap<String, AgentEntry>>,
+    /// The job's task records as last written to the job record, by task id.
+    pub tasks: Mutex<BTreeMap<String, v1::TaskRecord>>,
     pub deadline: SystemTime,
 }
 
 impl JobContext {
-    fn agents(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AgentEntry>> {
+    /// A fresh job's context (no agents, no tasks yet).
+    pub fn new(
+        job_id: String,
+        spec: v1::JobSpec,
+        kernel_dir: PathBuf,
+        shared: Arc<Shared>,
+        deadline: SystemTime,
+    ) -> Self {
+        let results = shared.results.job(&job_id);
+        Self {
+            job_id,
+            spec,
+            kernel_dir,
+            shared,
+            results,
+            agents: Default::default(),
+            tasks: Default::default(),
+            deadline,
+        }
+    }
+
+    pub(crate) fn agents(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AgentEntry>> {
         self.agents.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn tasks(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, v1::TaskRecord>> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn agent_list(&self) -> Vec<AgentEntry> {
         self.agents().values().cloned().collect()
+    }
+
+    pub fn agent(&self, agent_id: &str) -> Option<AgentEntry> {
+        self.agents().get(agent_id).cloned()
+    }
+
+    /// Tasks of `agent_id` without a result, as last recorded.
+    pub fn pending_tasks_of(&self, agent_id: &str) -> Vec<v1::TaskRecord> {
+        self.tasks()
+            .values()
+            .filter(|t| !t.done)
+            .filter(|t| {
+                t.assignment
+                    .as_ref()
+                    .is_some_and(|a| a.agent_id == agent_id && self.results.is_pending(&a.task_id))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Writes (inserts or replaces) the agent's placement into the job record.
+    pub async fn store_placement(&self, entry: &AgentEntry) -> Result<(), BusError> {
+        let placement = entry.to_placement();
+        self.shared
+            .jobs
+            .modify(&self.job_id, |record| {
+                match record
+                    .agents
+                    .iter_mut()
+                    .find(|a| a.agent_id == placement.agent_id)
+                {
+                    Some(existing) => *existing = placement.clone(),
+                    None => record.agents.push(placement.clone()),
+                }
+                if !record.agent_ids.contains(&placement.agent_id) {
+                    record.agent_ids.push(placement.agent_id.clone());
+                }
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Removes a placement whose spawn failed everywhere.
+    async fn forget_placement(&self, agent_id: &str) {
+        self.agents().remove(agent_id);
+        if let Err(error) = self
+            .shared
+            .jobs
+            .modify(&self.job_id, |record| {
+                record.agents.retain(|a| a.agent_id != agent_id);
+                record.agent_ids.retain(|a| a != agent_id);
+            })
+            .await
+        {
+            tracing::warn!(%error, job_id = %self.job_id, agent_id, "failed placement not removed from the job record");
+        }
+    }
+
+    /// Writes (inserts or replaces) task records into the job record;
+    /// `new_tasks` of them count towards `tasks_total`.
+    pub async fn store_tasks(
+        &self,
+        records: &[v1::TaskRecord],
+        new_tasks: u32,
+    ) -> Result<(), BusError> {
+        self.shared
+            .jobs
+            .modify(&self.job_id, |record| {
+                for task in records {
+                    let id = task
+                        .assignment
+                        .as_ref()
+                        .map(|a| a.task_id.as_str())
+                        .unwrap_or_default();
+                    match record
+                        .tasks
+                        .iter_mut()
+                        .find(|t| t.assignment.as_ref().is_some_and(|a| a.task_id == id))
+                    {
+                        // The result consumer may have marked it done meanwhile.
+                        Some(existing) if existing.done => {}
+                        Some(existing) => *existing = task.clone(),
+                        None => record.tasks.push(task.clone()),
+                    }
+                }
+                record.tasks_total = record.tasks_total.saturating_add(new_tasks);
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Marks tasks done with `status` in the job record (cancelled agents).
+    async fn record_settled(&self, task_ids: &[String], status: v1::TaskStatus) {
+        if task_ids.is_empty() {
+            return;
+        }
+        let now = prost_types::Timestamp::from(SystemTime::now());
+        for task_id in task_ids {
+            if let Some(task) = self.tasks().get_mut(task_id) {
+                task.done = true;
+                task.status = status as i32;
+            }
+        }
+        if let Err(error) = self
+            .shared
+            .jobs
+            .modify(&self.job_id, |record| {
+                for task in record.tasks.iter_mut().filter(|t| !t.done) {
+                    if task
+                        .assignment
+                        .as_ref()
+                        .is_some_and(|a| task_ids.contains(&a.task_id))
+                    {
+                        task.done = true;
+                        task.status = status as i32;
+                        task.finished_at = Some(now);
+                    }
+                }
+            })
+            .await
+        {
+            tracing::warn!(%error, job_id = %self.job_id, "settled tasks not recorded");
+        }
+    }
+
+    /// Publishes an assignment whose record is already stored, then records
+    /// the publish (`assigned_at`). `Err` = not published.
+    pub async fn publish_recorded(&self, assignment: &v1::TaskAssignment) -> Result<(), BusError> {
+        let mut task = assignment.clone();
+        let now = prost_types::Timestamp::from(SystemTime::now());
+        task.assigned_at = Some(now);
+        // Runs inside the caller's span: the bus injects its context into
+        // the task headers, so the worker's session continues the trace.
+        self.shared.bus.publish_task(&task).await?;
+        let (task_id, attempt) = (task.task_id.clone(), task.attempt);
+        if let Some(record) = self.tasks().get_mut(&task_id)
+            && let Some(stored) = record.assignment.as_mut()
+            && stored.attempt == attempt
+        {
+            stored.assigned_at = Some(now);
+        }
+        if let Err(error) = self
+            .shared
+            .jobs
+            .modify(&self.job_id, |record| {
+                if let Some(stored) = record
+                    .tasks
+                    .iter_mut()
+                    .filter_map(|t| t.assignment.as_mut())
+                    .find(|a| a.task_id == task_id && a.attempt == attempt)
+                {
+                    stored.assigned_at = Some(now);
+                }
+            })
+            .await
+        {
+            // Harmless: a resume publishes it again and the stream drops
+            // the copy as a duplicate.
+            tracing::warn!(%error, job_id = %self.job_id, task_id, "task publish not recorded");
+        }
+        Ok(())
     }
 
     /// Cancels every live agent's session (job cancelled or finished).
@@ -167,6 +434,7 @@ impl Tool for ListFleet {
             &shared.leases,
             &shared.quarantine,
             selector.as_ref(),
+            shared.config.worker_stale_after,
         )
         .await
         .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))?;
@@ -246,6 +514,15 @@ impl Tool for SpawnAgent {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let job = &self.0;
         let shared = &job.shared;
+        let key = call_key(ctx);
+        let known = job
+            .agents()
+            .values()
+            .find(|a| a.spawn_call_id == key)
+            .cloned();
+        if let Some(agent) = known {
+            return Ok(output(respawned(job, &agent).await));
+        }
         let agent_id = match text_arg(&args, "name") {
             Some(name) => name,
             None => format!("agent-{}", job.agents().len() + 1),
@@ -267,6 +544,7 @@ impl Tool for SpawnAgent {
             &shared.leases,
             &shared.quarantine,
             selector.as_ref(),
+            shared.config.worker_stale_after,
         )
         .await
         .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))?;
@@ -309,64 +587,66 @@ impl Tool for SpawnAgent {
             if !claimed {
                 continue;
             }
-            let outcome = spawn_on(
-                job,
-                worker,
-                descriptor,
-                &agent_id,
-                &session_id,
-                &role,
-                &instructions,
-            )
-            .await;
+            let mut entry = AgentEntry {
+                agent_id: agent_id.clone(),
+                session_id: session_id.clone(),
+                worker_id: worker.worker_id.clone(),
+                slice_id: descriptor.slice_id.clone(),
+                endpoint: worker.endpoint.clone(),
+                role: role.clone(),
+                instructions: instructions.clone(),
+                cancelled: false,
+                spawn_call_id: key.clone(),
+                moves: 0,
+                spawning: true,
+            };
+            job.agents().insert(agent_id.clone(), entry.clone());
+            // Recorded before the worker is called: a leader that crashes
+            // in between finds the agent when it re-executes this call.
+            if let Err(error) = job.store_placement(&entry).await {
+                shared.claimed_slices.remove(&descriptor.slice_id);
+                job.agents().remove(&agent_id);
+                return Err(ToolError::Failed(format!(
+                    "agent placement not stored in the job record: {error}"
+                )));
+            }
+            let outcome = spawn_on(job, &entry, &descriptor.slice_id, false).await;
             // The claim lasts as long as the agent (released by cancel_agent,
             // which every job end calls), so this leader never places two
             // sessions on one slice whatever the lease shows meanwhile.
-            if outcome.is_err() {
-                shared.claimed_slices.remove(&descriptor.slice_id);
-            }
             match outcome {
                 Ok(response) => {
-                    let slice_id = if response.slice_id.is_empty() {
-                        descriptor.slice_id.clone()
-                    } else {
-                        response.slice_id.clone()
-                    };
-                    let worker_id = if response.worker_id.is_empty() {
-                        worker.worker_id.clone()
-                    } else {
-                        response.worker_id.clone()
-                    };
-                    let entry = AgentEntry {
-                        agent_id: agent_id.clone(),
-                        session_id: session_id.clone(),
-                        worker_id: worker_id.clone(),
-                        slice_id: slice_id.clone(),
-                        endpoint: worker.endpoint.clone(),
-                        role: role.clone(),
-                        cancelled: false,
-                    };
-                    job.agents().insert(agent_id.clone(), entry);
-                    let recorded = agent_id.clone();
-                    if let Err(error) = shared
-                        .jobs
-                        .modify(&job.job_id, |record| {
-                            if !record.agent_ids.contains(&recorded) {
-                                record.agent_ids.push(recorded.clone());
-                            }
-                        })
-                        .await
-                    {
-                        tracing::warn!(%error, job_id = %job.job_id, "agent not recorded in the job record");
+                    if !response.slice_id.is_empty() {
+                        entry.slice_id = response.slice_id.clone();
                     }
-                    ctx.progress(format!("agent {agent_id} runs on {slice_id}"), Some(1.0));
+                    if !response.worker_id.is_empty() {
+                        entry.worker_id = response.worker_id.clone();
+                    }
+                    entry.spawning = false;
+                    job.agents().insert(agent_id.clone(), entry.clone());
+                    if (entry.slice_id.as_str(), entry.worker_id.as_str())
+                        != (descriptor.slice_id.as_str(), worker.worker_id.as_str())
+                        && let Err(error) = job.store_placement(&entry).await
+                    {
+                        tracing::warn!(%error, job_id = %job.job_id, "agent placement not updated");
+                    }
+                    ctx.progress(
+                        format!("agent {agent_id} runs on {}", entry.slice_id),
+                        Some(1.0),
+                    );
                     return Ok(output(json!({
                         "agent": agent_id, "session_id": session_id,
-                        "worker_id": worker_id, "slice_id": slice_id, "role": role,
+                        "worker_id": entry.worker_id, "slice_id": entry.slice_id, "role": role,
                     })));
                 }
-                Err(refusal) => refusals.push(format!("{}: {refusal}", descriptor.slice_id)),
+                Err(refusal) => {
+                    shared.claimed_slices.remove(&descriptor.slice_id);
+                    refusals.push(format!("{}: {refusal}", descriptor.slice_id));
+                }
             }
+        }
+        if job.agents().contains_key(&agent_id) {
+            job.forget_placement(&agent_id).await;
         }
         let detail = if refusals.is_empty() {
             String::new()
@@ -379,31 +659,56 @@ impl Tool for SpawnAgent {
     }
 }
 
-async fn spawn_on(
+/// A re-executed `spawn_agent` call: the agent exists; make sure its session
+/// runs (SpawnSession is idempotent by session id; `resume` picks up its
+/// checkpoint if the session had to be started again) and answer as the
+/// first execution did. A session that cannot be confirmed is left to the
+/// reassigner, which moves an agent with pending tasks whose lease does not
+/// name its session.
+async fn respawned(job: &JobContext, agent: &AgentEntry) -> Value {
+    let mut answer = json!({
+        "agent": agent.agent_id, "session_id": agent.session_id,
+        "worker_id": agent.worker_id, "slice_id": agent.slice_id, "role": agent.role,
+    });
+    if agent.cancelled {
+        answer["cancelled"] = json!(true);
+        return answer;
+    }
+    job.shared
+        .claimed_slices
+        .entry(agent.slice_id.clone())
+        .or_insert_with(|| agent.session_id.clone());
+    if let Err(error) = spawn_on(job, agent, &agent.slice_id, true).await {
+        tracing::warn!(job_id = %job.job_id, agent_id = %agent.agent_id, %error, "session of a re-executed spawn not confirmed");
+        answer["note"] = json!(format!("session not confirmed yet: {error}"));
+    }
+    answer
+}
+
+/// Calls `Worker.SpawnSession` for `agent` on `slice_id` of the agent's
+/// worker (`agent.endpoint`).
+pub(crate) async fn spawn_on(
     job: &JobContext,
-    worker: &v1::WorkerRecord,
-    descriptor: &v1::SliceDescriptor,
-    agent_id: &str,
-    session_id: &str,
-    role: &str,
-    instructions: &str,
+    agent: &AgentEntry,
+    slice_id: &str,
+    resume: bool,
 ) -> Result<v1::SpawnSessionResponse, String> {
-    let mut client = job.shared.worker_client(&worker.endpoint)?;
+    let mut client = job.shared.worker_client(&agent.endpoint)?;
     let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
         .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
         .unwrap_or_default();
     let request = v1::SpawnSessionRequest {
         job_id: job.job_id.clone(),
-        agent_id: agent_id.to_string(),
-        session_id: session_id.to_string(),
-        slice_id: descriptor.slice_id.clone(),
+        agent_id: agent.agent_id.clone(),
+        session_id: agent.session_id.clone(),
+        slice_id: slice_id.to_string(),
         slice_selector: job.spec.slice_selector.clone(),
-        role: role.to_string(),
-        instructions: instructions.to_string(),
+        role: agent.role.clone(),
+        instructions: agent.instructions.clone(),
         kernel_dir: job.spec.kernel_dir.clone(),
         budgets: job.spec.budgets,
         model: job.spec.model.clone(),
-        resume: false,
+        resume,
         auto_approve: job.spec.auto_approve,
         allow_shell: job.spec.allow_shell,
         traceparent,
@@ -435,8 +740,21 @@ impl Tool for AssignTask {
             "parameters":{"type":"object","description":"task parameters, e.g. {\"candidates\":[{\"MB\":64}]}"}
         },"required":["agent","instructions"],"additionalProperties":false})
     }
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let job = &self.0;
+        let key = call_key(ctx);
+        let known = job
+            .tasks()
+            .values()
+            .find(|t| t.assign_call_id == key)
+            .cloned();
+        if let Some(record) = known {
+            let assignment = record.assignment.unwrap_or_default();
+            return Ok(output(json!({
+                "task_id": assignment.task_id, "agent": assignment.agent_id,
+                "attempt": assignment.attempt,
+            })));
+        }
         let agent_id = text_arg(&args, "agent")
             .ok_or_else(|| ToolError::InvalidArgs("agent is required".into()))?;
         let instructions = text_arg(&args, "instructions")
@@ -450,7 +768,7 @@ impl Tool for AssignTask {
                 )));
             }
         };
-        let agent = job.agents().get(&agent_id).cloned().ok_or_else(|| {
+        let agent = job.agent(&agent_id).ok_or_else(|| {
             ToolError::InvalidArgs(format!(
                 "no agent named {agent_id:?} in this job (spawn it first)"
             ))
@@ -460,8 +778,7 @@ impl Tool for AssignTask {
                 "agent {agent_id:?} was cancelled"
             )));
         }
-        let task_id = uuid::Uuid::now_v7().simple().to_string();
-        let now = SystemTime::now();
+        let task_id = task_id_for(&job.job_id, &key);
         let task = v1::TaskAssignment {
             task_id: task_id.clone(),
             job_id: job.job_id.clone(),
@@ -475,30 +792,40 @@ impl Tool for AssignTask {
             parameters_json: parameters.to_string(),
             budgets: job.spec.budgets,
             deadline: Some(prost_types::Timestamp::from(job.deadline)),
-            assigned_at: Some(prost_types::Timestamp::from(now)),
+            // Set once the publish is acknowledged (see the module docs).
+            assigned_at: None,
             resume_from_checkpoint: false,
+        };
+        let record = v1::TaskRecord {
+            assignment: Some(task.clone()),
+            done: false,
+            status: v1::TaskStatus::Unspecified as i32,
+            assign_call_id: key,
+            finished_at: None,
         };
         // Known before it is published, so even an instant result is accepted.
         job.results.register(&task_id, &agent.agent_id, 1);
-        // Runs inside the engine's tool span: the bus injects its context
-        // into the task headers, so the worker's session continues the trace.
-        if let Err(error) = job.shared.bus.publish_task(&task).await {
+        job.tasks().insert(task_id.clone(), record.clone());
+        if let Err(error) = job.store_tasks(std::slice::from_ref(&record), 1).await {
+            job.tasks().remove(&task_id);
+            job.results.settle(
+                &task_id,
+                v1::TaskStatus::Failed,
+                &format!("not recorded: {error}"),
+            );
+            return Err(ToolError::Failed(format!(
+                "task not recorded in the job record: {error}"
+            )));
+        }
+        if let Err(error) = job.publish_recorded(&task).await {
             job.results.settle(
                 &task_id,
                 v1::TaskStatus::Failed,
                 &format!("not published: {error}"),
             );
+            job.record_settled(std::slice::from_ref(&task_id), v1::TaskStatus::Failed)
+                .await;
             return Err(ToolError::Failed(format!("task not published: {error}")));
-        }
-        if let Err(error) = job
-            .shared
-            .jobs
-            .modify(&job.job_id, |record| {
-                record.tasks_total = record.tasks_total.saturating_add(1)
-            })
-            .await
-        {
-            tracing::warn!(%error, job_id = %job.job_id, "task count not updated");
         }
         Ok(output(
             json!({"task_id": task_id, "agent": agent.agent_id, "attempt": 1}),
@@ -636,7 +963,7 @@ impl Tool for CollectResult {
 struct CancelAgent(Arc<JobContext>);
 
 async fn cancel_agent(job: &JobContext, agent_id: &str, reason: &str) -> Result<bool, ToolError> {
-    let agent = job.agents().get(agent_id).cloned().ok_or_else(|| {
+    let agent = job.agent(agent_id).ok_or_else(|| {
         ToolError::InvalidArgs(format!("no agent named {agent_id:?} in this job"))
     })?;
     let mut client = job
@@ -653,19 +980,31 @@ async fn cancel_agent(job: &JobContext, agent_id: &str, reason: &str) -> Result<
         .map_err(|status| {
             ToolError::Failed(format!("worker {}: {}", agent.worker_id, status.message()))
         });
-    if let Some(entry) = job.agents().get_mut(agent_id) {
+    let updated = job.agents().get_mut(agent_id).map(|entry| {
         entry.cancelled = true;
+        entry.clone()
+    });
+    if let Some(updated) = updated
+        && let Err(error) = job.store_placement(&updated).await
+    {
+        tracing::warn!(%error, job_id = %job.job_id, agent_id, "cancellation not recorded");
     }
     job.shared
         .claimed_slices
         .remove_if(&agent.slice_id, |_, session| *session == agent.session_id);
+    let mut settled = Vec::new();
     for task_id in job.results.task_ids(Some(&[agent_id.to_string()])) {
+        if job.results.is_pending(&task_id) {
+            settled.push(task_id.clone());
+        }
         job.results.settle(
             &task_id,
             v1::TaskStatus::Cancelled,
             &format!("agent cancelled: {reason}"),
         );
     }
+    job.record_settled(&settled, v1::TaskStatus::Cancelled)
+        .await;
     cancelled
 }
 

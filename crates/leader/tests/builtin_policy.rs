@@ -82,3 +82,92 @@ async fn builtin_policy_splits_the_space_and_reports_the_best() {
     answer2.abort();
     leader.shutdown().await.expect("shutdown");
 }
+
+fn by_board(task: &v1::TaskAssignment) -> f64 {
+    match task.worker_id.as_str() {
+        "fw3" => 30.0,
+        "fw2" => 20.0,
+        _ => 10.0,
+    }
+}
+
+fn fw1_fails(task: &v1::TaskAssignment) -> v1::TaskStatus {
+    if task.worker_id == "fw1" {
+        v1::TaskStatus::Failed
+    } else {
+        v1::TaskStatus::Ok
+    }
+}
+
+#[tokio::test]
+async fn builtin_policy_retries_a_failed_partition_on_another_agent() {
+    let env = Env::start().await;
+    let mut workers = Vec::new();
+    let mut answers = Vec::new();
+    let mut tasks = Vec::new();
+    for n in 1..=3 {
+        let worker_id = format!("fw{n}");
+        workers.push(FakeWorker::start(&env.bus, &worker_id, &format!("fb{n}")).await);
+        let (answer, received) = answer_tasks_with(&env.bus, &worker_id, by_board, fw1_fails);
+        answers.push(answer);
+        tasks.push(received);
+    }
+    let leader = LeaderDaemon::start(env.config()).await.expect("leader");
+    let mut control = control(&leader).await;
+    let mut job = spec("Tune k1 on two agents.");
+    job.num_agents = 2;
+    let job_id = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(job),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+
+    let candidates = |task: &v1::TaskAssignment| -> Value {
+        serde_json::from_str::<Value>(&task.parameters_json).expect("json")["candidates"].clone()
+    };
+    let (failed, _) = within("fw1's task", tasks[0].recv()).await.expect("task");
+    let (retried, _) = within("fw3's retry task", tasks[2].recv())
+        .await
+        .expect("task");
+    assert_eq!(
+        candidates(&retried),
+        candidates(&failed),
+        "the failed partition is retried as it was"
+    );
+    assert_ne!(retried.task_id, failed.task_id);
+    assert_eq!(retried.agent_id, "tuner-retry-1");
+    assert!(tasks[2].try_recv().is_err(), "retried once");
+
+    let record = control
+        .get_job(v1::GetJobRequest { job_id })
+        .await
+        .expect("get_job")
+        .into_inner()
+        .job
+        .expect("job");
+    let result: Value = serde_json::from_str(&record.result_json).expect("result json");
+    assert_eq!(result["best"]["gflops"], json!(30.0));
+    assert_eq!(result["best"]["agent"], json!("tuner-retry-1"));
+    assert_eq!(result["best"]["slice"], json!("fb3-c0"));
+    let statuses: Vec<&str> = result["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter_map(|r| r["status"].as_str())
+        .collect();
+    assert_eq!(statuses.iter().filter(|s| **s == "failed").count(), 1);
+    assert_eq!(statuses.iter().filter(|s| **s == "ok").count(), 2);
+    assert_eq!(record.agent_ids.len(), 3);
+    assert_eq!((record.tasks_total, record.tasks_done), (3, 3));
+    for answer in answers {
+        answer.abort();
+    }
+    drop(workers);
+    leader.shutdown().await.expect("shutdown");
+}

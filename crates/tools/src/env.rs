@@ -1,6 +1,8 @@
 //! What the tools of one session share: the workspace, the board of the
-//! session's slice, the chip spec, the slice lock (for its statistics), and
-//! the session's memory of compiled artifacts and benchmarked candidates.
+//! session's slice, the chip spec, the slice lock (for its statistics), the
+//! session's memory of compiled artifacts and benchmarked candidates, and
+//! the builds running in the background (so a slice never waits for the
+//! host compiler between two hardware calls).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -27,6 +29,19 @@ pub struct BuiltArtifact {
     pub generation: u64,
 }
 
+/// What a finished build reports: the text and summary `compile` returns.
+#[derive(Debug, Clone)]
+pub struct BuildReport {
+    pub text: String,
+    pub summary: Value,
+}
+
+/// How a background build ended: its report, or why it failed.
+pub type BuildResult = Result<BuildReport, String>;
+
+/// The state of a background build: `None` while it runs.
+pub type BuildWatch = tokio::sync::watch::Receiver<Option<BuildResult>>;
+
 /// One benchmarked candidate, as shown in the working state.
 #[derive(Debug, Clone, Serialize)]
 pub struct Candidate {
@@ -52,6 +67,8 @@ pub struct SessionState {
     pub candidates: Vec<Candidate>,
     /// Median of the first valid benchmark: the session's baseline.
     pub baseline_seconds: Option<f64>,
+    /// Builds started with `compile` in the background, by artifact id.
+    pub background_builds: BTreeMap<String, BuildWatch>,
 }
 
 impl SessionState {
@@ -68,6 +85,18 @@ impl SessionState {
                 ToolError::InvalidArgs("nothing compiled yet: call compile first".into())
             })?,
         };
+        if !self.artifacts.contains_key(&id)
+            && let Some(build) = self.background_builds.get(&id)
+        {
+            return Err(ToolError::InvalidArgs(match &*build.borrow() {
+                None => format!(
+                    "artifact `{id}` is still being built in the background: call wait_build with it first"
+                ),
+                Some(Err(error)) => format!("artifact `{id}` did not build: {error}"),
+                // Recorded in `artifacts` before the result is published.
+                Some(Ok(_)) => format!("artifact `{id}` was built but not recorded"),
+            }));
+        }
         let built = self.artifacts.get(&id).cloned().ok_or_else(|| {
             let known: Vec<&str> = self.artifacts.keys().map(String::as_str).collect();
             ToolError::InvalidArgs(format!(
@@ -121,7 +150,10 @@ pub struct ToolEnv {
     session: Mutex<SessionState>,
     /// Compiles hold it shared; a benchmark with real host timing holds it
     /// exclusively, so nothing of this session compiles while it is timed.
-    pub(crate) compile_gate: tokio::sync::RwLock<()>,
+    pub(crate) compile_gate: Arc<tokio::sync::RwLock<()>>,
+    /// Background builds; dropping the set (with the session's tools)
+    /// aborts the ones still running, which kills their compilers.
+    background: Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl ToolEnv {
@@ -139,8 +171,20 @@ impl ToolEnv {
             lock,
             measure_defaults,
             session: Mutex::new(SessionState::default()),
-            compile_gate: tokio::sync::RwLock::new(()),
+            compile_gate: Arc::new(tokio::sync::RwLock::new(())),
+            background: Mutex::new(tokio::task::JoinSet::new()),
         }
+    }
+
+    /// Run `task` in the background for as long as the session's tools live.
+    pub(crate) fn spawn_background(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let mut set = self.background.lock().unwrap_or_else(|e| e.into_inner());
+        // Reap finished builds so the set only holds running ones.
+        while set.try_join_next().is_some() {}
+        set.spawn(task);
     }
 
     pub fn session(&self) -> MutexGuard<'_, SessionState> {

@@ -1,8 +1,16 @@
 //! The tools that build and launch kernels: compile (host CPU work, runs
-//! concurrently, never takes the slice), run / validate / benchmark
-//! (hardware: they report `needs_hardware` with the slice id as their
-//! resource, so the engine holds the slice lock around each call) and
+//! concurrently, never takes the slice), wait_build, run / validate /
+//! benchmark (hardware: they report `needs_hardware` with the slice id as
+//! their resource, so the engine holds the slice lock around each call) and
 //! board_info.
+//!
+//! A compile with `background: true` returns at once and builds on its own
+//! task; `wait_build` collects it later. A step that is a hardware call
+//! plus compiles would otherwise last as long as its slowest compile, and
+//! the slice would idle for the difference; background builds span steps,
+//! so the next candidates build while the slice runs the current ones.
+//! Hardware calls refuse an artifact whose build is still running (the
+//! slice is never held waiting for the compiler).
 //!
 //! Their effects keep the engine's working state current: compile appends
 //! `compile_results`; validate and benchmark emit evidence for the completion
@@ -14,17 +22,18 @@
 //! while it measures.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
 use mtswarm_hw::measure::{MeasureConfig, Measurement, measure};
-use mtswarm_hw::{BackendKind, BuildRequest, HwError, RunOutcome, RunRequest};
+use mtswarm_hw::{Artifact, BackendKind, Board, BuildRequest, HwError, RunOutcome, RunRequest};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::env::{BuiltArtifact, ToolEnv, parse_args};
+use crate::env::{BuildReport, BuiltArtifact, ToolEnv, parse_args};
 use crate::files::tool_basics;
 use crate::normalize::Shape;
 
@@ -111,12 +120,17 @@ pub struct CompileArgs {
     /// `-D` parameters: tuning knobs and problem sizes, NAME -> VALUE.
     #[serde(default)]
     pub defines: Option<BTreeMap<String, String>>,
+    /// Start the build and return at once with its artifact id; call
+    /// wait_build with the id before running it (default false). Lets the
+    /// host compile the next candidates while the slice runs this one.
+    #[serde(default)]
+    pub background: Option<bool>,
 }
 
 const COMPILE_SHAPE: Shape = Shape {
     integers: &[],
     numbers: &[],
-    bools: &[],
+    bools: &["background"],
     lists: &[],
     maps: &["defines"],
     aliases: &[
@@ -124,8 +138,85 @@ const COMPILE_SHAPE: Shape = Shape {
         ("path", "kernel_dir"),
         ("params", "defines"),
         ("knobs", "defines"),
+        ("async", "background"),
     ],
 };
+
+/// One build: what to compile and where its artifact goes.
+struct BuildJob {
+    id: String,
+    generation: u64,
+    kernel_dir: PathBuf,
+    kernel_dir_rel: String,
+    defines: BTreeMap<String, String>,
+    out_dir: PathBuf,
+}
+
+/// Compile on the host CPU (shared gate: a host-timed benchmark of this
+/// session excludes compiles).
+async fn run_build(
+    board: Arc<dyn Board>,
+    gate: Arc<tokio::sync::RwLock<()>>,
+    job: &BuildJob,
+) -> Result<Artifact, ToolError> {
+    let _compiling = gate.read().await;
+    board
+        .build(&BuildRequest {
+            kernel_dir: job.kernel_dir.clone(),
+            defines: job.defines.clone(),
+            out_dir: job.out_dir.clone(),
+        })
+        .await
+        .map_err(|e| match e {
+            HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
+            other => hw_error(other),
+        })
+}
+
+/// Record a finished build in the session and describe it.
+fn record_build(env: &ToolEnv, job: BuildJob, artifact: Artifact) -> BuildReport {
+    let summary = json!({
+        "artifact": job.id,
+        "ok": true,
+        "kernel_dir": job.kernel_dir_rel,
+        "defines": job.defines,
+        "kernel_hash": artifact.kernel_hash,
+        "toolchain": artifact.toolchain,
+    });
+    let mut text = format!(
+        "compiled {} as artifact {} (kernel {}, {})",
+        job.kernel_dir_rel,
+        job.id,
+        artifact.kernel_hash.chars().take(12).collect::<String>(),
+        artifact.toolchain
+    );
+    if !artifact.log.trim().is_empty() {
+        let log: String = artifact.log.chars().take(3000).collect();
+        text.push_str(&format!("\ncompiler output:\n{log}"));
+    }
+    let mut session = env.session();
+    session.artifacts.insert(
+        job.id.clone(),
+        BuiltArtifact {
+            id: job.id.clone(),
+            kernel_dir: job.kernel_dir_rel,
+            artifact,
+            generation: job.generation,
+        },
+    );
+    session.latest = Some(job.id);
+    BuildReport { text, summary }
+}
+
+fn build_output(report: BuildReport) -> ToolOutput {
+    ToolOutput::text(report.text)
+        .with_data(report.summary.clone())
+        .with_effect(Effect::State {
+            key: "compile_results".into(),
+            value: report.summary,
+            append: true,
+        })
+}
 
 /// Build a kernel directory for the session's backend.
 pub struct Compile(pub(crate) Arc<ToolEnv>);
@@ -134,7 +225,7 @@ pub struct Compile(pub(crate) Arc<ToolEnv>);
 impl Tool for Compile {
     tool_basics!(
         "compile",
-        "Compile the kernel directory (kernel.c + host.c) with the given -D defines for this slice's backend. Returns an artifact id for run/validate/benchmark. Runs on the host CPU.",
+        "Compile the kernel directory (kernel.c + host.c) with the given -D defines for this slice's backend. Returns an artifact id for run/validate/benchmark. Runs on the host CPU; with background=true it returns at once and wait_build collects the result.",
         CompileArgs,
         Risk::Low,
         true,
@@ -160,60 +251,152 @@ impl Tool for Compile {
             let mut session = self.0.session();
             (session.next_build_id(), session.source_generation)
         };
-        let out_dir = self.0.workspace.root().join(".build").join(&id);
-        ctx.progress(format!("compiling {shown} as {id}"), None);
-        let _compiling = self.0.compile_gate.read().await;
-        let artifact = self
-            .0
-            .board
-            .build(&BuildRequest {
-                kernel_dir: kernel_dir.clone(),
-                defines: defines.clone(),
-                out_dir,
-            })
-            .await
-            .map_err(|e| match e {
-                HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
-                other => hw_error(other),
-            })?;
-        let kernel_dir_rel = self.0.workspace.relative(&kernel_dir);
+        let job = BuildJob {
+            out_dir: self.0.workspace.root().join(".build").join(&id),
+            kernel_dir_rel: self.0.workspace.relative(&kernel_dir),
+            id,
+            generation,
+            kernel_dir,
+            defines,
+        };
+        let board = self.0.board.clone();
+        let gate = self.0.compile_gate.clone();
+        if !args.background.unwrap_or(false) {
+            ctx.progress(format!("compiling {shown} as {}", job.id), None);
+            let artifact = run_build(board, gate, &job).await?;
+            return Ok(build_output(record_build(&self.0, job, artifact)));
+        }
+        let id = job.id.clone();
+        let (publish, watch) = tokio::sync::watch::channel(None);
+        self.0.session().background_builds.insert(id.clone(), watch);
+        // The build must not keep the session's tools alive.
+        let env = Arc::downgrade(&self.0);
+        self.0.spawn_background(async move {
+            let result = match run_build(board, gate, &job).await {
+                Ok(artifact) => match env.upgrade() {
+                    Some(env) => Ok(record_build(&env, job, artifact)),
+                    None => return,
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            publish.send_replace(Some(result));
+        });
         let summary = json!({
             "artifact": id,
-            "ok": true,
-            "kernel_dir": kernel_dir_rel,
-            "defines": defines,
-            "kernel_hash": artifact.kernel_hash,
-            "toolchain": artifact.toolchain,
+            "background": true,
+            "kernel_dir": shown,
         });
-        let mut text = format!(
-            "compiled {kernel_dir_rel} as artifact {id} (kernel {}, {})",
-            artifact.kernel_hash.chars().take(12).collect::<String>(),
-            artifact.toolchain
-        );
-        if !artifact.log.trim().is_empty() {
-            let log: String = artifact.log.chars().take(3000).collect();
-            text.push_str(&format!("\ncompiler output:\n{log}"));
+        Ok(ToolOutput::text(format!(
+            "building {shown} in the background as artifact {id}: call wait_build with artifact {id} before running it"
+        ))
+        .with_data(summary))
+    }
+}
+
+// --------------------------------------------------------------- wait_build
+
+/// What wait_build adds when the slice sat idle until the build finished.
+pub const SLICE_IDLE_NOTE: &str =
+    "the slice was idle until this build finished: start builds earlier";
+
+/// Arguments of wait_build.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitBuildArgs {
+    /// Artifact id returned by a background compile.
+    pub artifact: String,
+    /// Give up waiting after this many seconds (default 120; the build
+    /// goes on).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+const WAIT_BUILD_SHAPE: Shape = Shape {
+    integers: &[],
+    numbers: &["timeout_seconds"],
+    bools: &[],
+    lists: &[],
+    maps: &[],
+    aliases: &[
+        ("artifact_id", "artifact"),
+        ("build", "artifact"),
+        ("timeout", "timeout_seconds"),
+    ],
+};
+
+/// Wait for a background build and report it as compile would have.
+pub struct WaitBuild(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for WaitBuild {
+    tool_basics!(
+        "wait_build",
+        "Wait for a build started with compile(background=true) and report it exactly as compile would (artifact id, or the compiler's errors). Runs on the host CPU; never takes the slice.",
+        WaitBuildArgs,
+        Risk::Low,
+        true,
+        true,
+        WAIT_BUILD_SHAPE
+    );
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: WaitBuildArgs = parse_args(args)?;
+        let id = args.artifact.trim().to_owned();
+        let timeout = timeout_of(args.timeout_seconds)?;
+        let watch = {
+            let session = self.0.session();
+            match session.background_builds.get(&id) {
+                Some(watch) => watch.clone(),
+                None => {
+                    let known: Vec<&str> = session
+                        .background_builds
+                        .keys()
+                        .map(String::as_str)
+                        .collect();
+                    return Err(ToolError::InvalidArgs(format!(
+                        "unknown artifact `{id}`: no background build of that id (background builds: {})",
+                        if known.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            known.join(", ")
+                        }
+                    )));
+                }
+            }
+        };
+        let mut watch = watch;
+        let finished_already = watch.borrow().is_some();
+        ctx.progress(format!("waiting for the build of {id}"), None);
+        let finished = tokio::time::timeout(timeout, watch.wait_for(Option::is_some))
+            .await
+            .map_err(|_| ToolError::Timeout(timeout))?
+            .map_err(|_| {
+                ToolError::Failed(format!(
+                    "the background build of `{id}` was abandoned (the session's tools were shut down)"
+                ))
+            })?
+            .clone();
+        // A build that finishes while nobody holds the slice kept the slice
+        // waiting: say so, so the caller keeps more builds ahead.
+        let slice_idle = !finished_already
+            && self
+                .0
+                .lock
+                .stats(&self.0.slice_id())
+                .is_none_or(|stats| !stats.held);
+        match finished {
+            Some(Ok(mut report)) => {
+                if slice_idle {
+                    report.text.push_str(&format!("\n{SLICE_IDLE_NOTE}"));
+                    report.summary["slice_idle"] = json!(true);
+                }
+                Ok(build_output(report))
+            }
+            Some(Err(error)) => Err(ToolError::Failed(error)),
+            None => Err(ToolError::Failed(format!(
+                "the background build of `{id}` reported nothing"
+            ))),
         }
-        {
-            let mut session = self.0.session();
-            session.artifacts.insert(
-                id.clone(),
-                BuiltArtifact {
-                    id: id.clone(),
-                    kernel_dir: kernel_dir_rel,
-                    artifact,
-                    generation,
-                },
-            );
-            session.latest = Some(id);
-        }
-        Ok(ToolOutput::text(text)
-            .with_data(summary.clone())
-            .with_effect(Effect::State {
-                key: "compile_results".into(),
-                value: summary,
-                append: true,
-            }))
     }
 }
 

@@ -5,7 +5,7 @@
 //! |---|---|---|---|---|
 //! | read_file, list_files, grep | low | yes | yes | no |
 //! | analyze_kernel, estimate, board_info | low | yes | yes | no |
-//! | compile | low | yes | yes | no (host CPU) |
+//! | compile, wait_build | low | yes | yes | no (host CPU) |
 //! | write_file, apply_patch | medium | no | no | no |
 //! | run, validate, benchmark | medium | no | yes | slice lock |
 //!
@@ -32,8 +32,8 @@ use mtswarm_hw::lock::HwLock;
 use mtswarm_hw::measure::MeasureConfig;
 use mtswarm_hw::{Board, ChipSpec};
 
-pub use env::{BuiltArtifact, Candidate, SessionState, ToolEnv};
-pub use lock::HwResourceLock;
+pub use env::{BuildReport, BuildResult, BuiltArtifact, Candidate, SessionState, ToolEnv};
+pub use lock::{HwResourceLock, TuningPhase};
 pub use results::{InMemoryResults, PastResult, QueryResultsTool, ResultsQuery, ResultsSource};
 pub use workspace::{PathError, Workspace};
 
@@ -50,6 +50,9 @@ pub enum ToolsError {
 pub struct ToolSet {
     env: Arc<ToolEnv>,
     tools: Vec<Arc<dyn Tool>>,
+    /// One engine lock per session, so its tuning-phase figures cover
+    /// every hardware call of the session.
+    resource_lock: HwResourceLock,
 }
 
 /// Configures a [`ToolSet`].
@@ -86,11 +89,13 @@ impl ToolSetBuilder {
         let spec = self.spec.unwrap_or_default();
         spec.validate()
             .map_err(|e| ToolsError::Spec(e.to_string()))?;
+        let lock = self.lock.unwrap_or_default();
+        let resource_lock = HwResourceLock::new(lock.clone());
         let env = Arc::new(ToolEnv::new(
             workspace,
             self.board,
             spec,
-            self.lock.unwrap_or_default(),
+            lock,
             self.measure.unwrap_or_default(),
         ));
         let tools: Vec<Arc<dyn Tool>> = vec![
@@ -102,12 +107,17 @@ impl ToolSetBuilder {
             Arc::new(analyze::AnalyzeKernel(env.clone())),
             Arc::new(estimate::Estimate(env.clone())),
             Arc::new(hardware::Compile(env.clone())),
+            Arc::new(hardware::WaitBuild(env.clone())),
             Arc::new(hardware::Run(env.clone())),
             Arc::new(hardware::Validate(env.clone())),
             Arc::new(hardware::Benchmark(env.clone())),
             Arc::new(hardware::BoardInfo(env.clone())),
         ];
-        Ok(ToolSet { env, tools })
+        Ok(ToolSet {
+            env,
+            tools,
+            resource_lock,
+        })
     }
 }
 
@@ -146,9 +156,10 @@ impl ToolSet {
         self.tools.iter().map(|t| t.name().to_owned()).collect()
     }
 
-    /// The lock to hand the engine for this session's hardware calls.
+    /// The lock to hand the engine for this session's hardware calls
+    /// (clones share the tuning-phase figures, see [`HwResourceLock::tuning_phase`]).
     pub fn resource_lock(&self) -> HwResourceLock {
-        HwResourceLock::new(self.env.lock.clone())
+        self.resource_lock.clone()
     }
 
     /// State shared by the tools (workspace, board, spec, session memory).

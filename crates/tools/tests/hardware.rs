@@ -284,6 +284,7 @@ async fn hardware_tools_declare_the_slice_as_their_resource() {
     }
     for name in [
         "compile",
+        "wait_build",
         "read_file",
         "list_files",
         "grep",
@@ -299,12 +300,91 @@ async fn hardware_tools_declare_the_slice_as_their_resource() {
             "{name}"
         );
     }
-    assert_eq!(tools.names().len(), 12);
+    assert_eq!(tools.names().len(), 13);
     let mut registry = mtswarm_core::ToolRegistry::new();
     tools.register_all(&mut registry).expect("register");
-    assert_eq!(registry.names().count(), 12);
+    assert_eq!(registry.names().count(), 13);
     assert!(
         tools.register_all(&mut registry).is_err(),
         "names are unique"
     );
+}
+
+#[tokio::test]
+async fn a_background_build_is_collected_by_wait_build_and_never_run_before() {
+    let ws = workspace_with(GOOD_KERNEL);
+    let mut board = ScriptedBoard::new(BackendKind::Emulator);
+    board.build_time = std::time::Duration::from_millis(300);
+    let board = Arc::new(board);
+    let tools = toolset(ws.path(), board.clone());
+    let started = call(&tools, "compile", json!({"background": "true"}))
+        .await
+        .expect("background compile");
+    assert!(
+        started.content.contains("artifact b1"),
+        "{}",
+        started.content
+    );
+    assert!(
+        state(&started, "compile_results").is_none(),
+        "nothing is compiled yet: {}",
+        started.content
+    );
+    // The build is still running: the slice is not taken for it.
+    let refused = invalid_args(call(&tools, "validate", json!({"artifact": "b1"})).await);
+    assert!(refused.contains("wait_build"), "{refused}");
+    assert_eq!(board.launches.load(Ordering::SeqCst), 0);
+
+    let done = call(&tools, "wait_build", json!({"artifact": "b1"}))
+        .await
+        .expect("wait_build");
+    assert!(
+        done.content.starts_with("compiled . as artifact b1"),
+        "{}",
+        done.content
+    );
+    assert_eq!(
+        state(&done, "compile_results").expect("compile_results")["artifact"],
+        "b1"
+    );
+    assert_eq!(board.build_intervals.lock().expect("builds").len(), 1);
+    let out = call(&tools, "validate", json!({"artifact": "b1"}))
+        .await
+        .expect("validate");
+    assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
+    // Nobody held the slice while the build finished: the slice waited.
+    assert!(
+        done.content
+            .contains(mtswarm_tools::hardware::SLICE_IDLE_NOTE),
+        "{}",
+        done.content
+    );
+    // Waiting again reports the same build, without waiting.
+    let again = call(&tools, "wait_build", json!({"artifact": "b1"}))
+        .await
+        .expect("wait_build again");
+    assert_eq!(
+        again.content.lines().next(),
+        done.content.lines().next(),
+        "{}",
+        again.content
+    );
+    assert!(
+        !again
+            .content
+            .contains(mtswarm_tools::hardware::SLICE_IDLE_NOTE)
+    );
+
+    std::fs::write(ws.path().join("kernel.c"), "SYNTAX_ERROR").expect("write");
+    call(&tools, "compile", json!({"background": true}))
+        .await
+        .expect("background compile of a broken kernel");
+    match call(&tools, "wait_build", json!({"artifact": "b2"})).await {
+        Err(ToolError::Failed(msg)) => assert!(msg.contains("compile failed"), "{msg}"),
+        other => panic!("expected the compile error, got {other:?}"),
+    }
+    let refused = invalid_args(call(&tools, "benchmark", json!({"artifact": "b2"})).await);
+    assert!(refused.contains("did not build"), "{refused}");
+    let unknown = invalid_args(call(&tools, "wait_build", json!({"artifact": "b9"})).await);
+    assert!(unknown.contains("unknown artifact"), "{unknown}");
 }

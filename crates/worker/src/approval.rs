@@ -11,8 +11,13 @@
 //! does not restart the clock) the configured default verdict is written
 //! and applied.
 //!
-//! Approval ids are derived from session, task and call id, so a resumed
-//! session asking again for the same call finds the existing record.
+//! Approval ids are derived from session, task and call id (a task keeps
+//! its id across attempts), so a session resumed on another worker asking
+//! again for the same call finds the existing record: a PENDING record stays
+//! listed, a decision made while no worker ran the session is applied at
+//! once, and a later decision reaches the new session through the decision
+//! subject of its session id, the bucket watch, or (if both were lost to a
+//! NATS restart) the record itself, read on every progress tick.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -33,6 +38,8 @@ use crate::session::{Decisions, StopMode, progress_interval};
 pub(crate) enum Interrupted {
     Cancel(String),
     Abandon,
+    /// The slice was lost while waiting (see `StopMode::Fence`).
+    Fence,
 }
 
 /// The session and task a wait belongs to.
@@ -220,7 +227,11 @@ pub(crate) async fn await_decisions<T>(
                         }
                     }
                     Some(Ok(_)) => {}
-                    Some(Err(error)) => tracing::warn!(%error, "approvals watch error"),
+                    Some(Err(error)) => {
+                        // Re-created on the next progress tick.
+                        tracing::warn!(%error, "approvals watch error");
+                        records = None;
+                    }
                     None => records = None,
                 }
             }
@@ -250,11 +261,24 @@ pub(crate) async fn await_decisions<T>(
                 if let Err(error) = delivery.in_progress().await {
                     tracing::debug!(%error, "progress ack failed");
                 }
+                // Decisions that reached neither the subject nor the watch
+                // (NATS restarted in between) are read from the records.
+                if records.is_none() {
+                    records = shared.approvals.watch().await.ok();
+                }
+                for p in pending.values_mut().filter(|p| p.decision.is_none()) {
+                    if let Ok(Some(stored)) = shared.approvals.get(&p.request.approval_id).await
+                        && stored.value.state() != v1::ApprovalState::Pending
+                    {
+                        p.decision = stored.value.decision.clone();
+                    }
+                }
             }
             changed = stop.changed() => {
                 let mode = if changed.is_err() { StopMode::Abandon } else { stop.borrow().clone() };
                 match mode {
                     StopMode::Abandon => return Err(Interrupted::Abandon),
+                    StopMode::Fence(_) => return Err(Interrupted::Fence),
                     StopMode::Cancel(why) => return Err(Interrupted::Cancel(why)),
                     StopMode::Run | StopMode::AfterTask => {}
                 }

@@ -17,11 +17,22 @@
 //! | `--workspace-root DIR` | `workspace_root` | `$TMPDIR/mtswarm-workspaces` |
 //! | `--lease-ttl SECS` | `lease_ttl` | 10 s |
 //! | `--max-sessions N` | `max_sessions` | 64 |
+//! | `--quarantine-after N` | `quarantine_after` | 3 (0 = never) |
+//! | `--max-task-parameters-bytes N` | `max_task_parameters_bytes` | 262144 |
+//! | `--max-task-instructions-bytes N` | `max_task_instructions_bytes` | 65536 |
 //! | `--approval-timeout SECS` | `approval_timeout` | 600 s |
 //! | `--approval-default approve\|deny` | `approval_default` | deny |
 //! | `--llm-url URL --model NAME` | `model = WorkerModel::OpenAi` | builtin policy |
 //! | `--llm-replay FILE` | `model = WorkerModel::Replay` | builtin policy |
 //! | `--ready-file FILE` | `ready_file` | none |
+//!
+//! Limits: `max_sessions` caps the sessions of one daemon (one per slice at
+//! most, so it matters only for boards with many slices); SpawnSession
+//! beyond it fails with RESOURCE_EXHAUSTED. A task whose `parameters_json`
+//! or `instructions` is larger than its limit ends at once with a FAILED
+//! result whose error names the limit (`max_task_parameters_bytes`,
+//! `max_task_instructions_bytes`). `quarantine_after` consecutive failed
+//! hardware runs on a slice (crash, timeout, wrong answer) quarantine it.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -115,6 +126,13 @@ pub struct WorkerConfig {
     pub worker_ttl: Duration,
     /// Sessions at once (RESOURCE_EXHAUSTED beyond).
     pub max_sessions: usize,
+    /// Consecutive failed hardware runs (crash, timeout, wrong answer) that
+    /// quarantine a slice; 0 = never (`--quarantine-after`).
+    pub quarantine_after: u32,
+    /// Largest `TaskAssignment.parameters_json` accepted, in bytes.
+    pub max_task_parameters_bytes: usize,
+    /// Largest `TaskAssignment.instructions` accepted, in bytes.
+    pub max_task_instructions_bytes: usize,
     /// A session that gets no task for this long ends and frees its slice.
     pub session_idle_timeout: Duration,
     /// Ack wait of the task consumers (progress is reported every third).
@@ -162,6 +180,9 @@ impl WorkerConfig {
             lease_ttl: Duration::from_secs(10),
             worker_ttl: Duration::from_secs(10),
             max_sessions: 64,
+            quarantine_after: 3,
+            max_task_parameters_bytes: 256 * 1024,
+            max_task_instructions_bytes: 64 * 1024,
             session_idle_timeout: Duration::from_secs(30 * 60),
             task_ack_wait: Duration::from_secs(30),
             task_max_deliver: 5,
@@ -220,6 +241,18 @@ impl WorkerConfig {
         }
         if self.max_sessions == 0 {
             return Err(bad("max_sessions", "must be at least 1".into()));
+        }
+        if self.max_task_parameters_bytes == 0 {
+            return Err(bad(
+                "max_task_parameters_bytes",
+                "must be at least 1".into(),
+            ));
+        }
+        if self.max_task_instructions_bytes == 0 {
+            return Err(bad(
+                "max_task_instructions_bytes",
+                "must be at least 1".into(),
+            ));
         }
         if self.task_ack_wait < Duration::from_secs(1) {
             return Err(bad("task_ack_wait", "must be at least 1 s".into()));

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use crate::config::{WorkerConfig, sanitize_id};
 use crate::error::WorkerError;
 use crate::events::now_timestamp;
+use crate::health::{FailingSlice, MonitoredBoard, SliceHealth};
 use crate::session::{SessionEntry, StopMode};
 
 /// The bus form of a slice id (`board0/c1` -> `board0-c1`): slice ids are
@@ -40,6 +41,8 @@ pub(crate) struct SliceEntry {
     pub(crate) board: Arc<dyn Board>,
     pub(crate) spec: ChipSpec,
     pub(crate) lease: tokio::sync::Mutex<Option<LeaseKeeper>>,
+    /// Consecutive failed hardware runs (see [`crate::health`]).
+    pub(crate) health: Arc<SliceHealth>,
 }
 
 impl SliceEntry {
@@ -167,7 +170,13 @@ impl Shared {
             let lost = {
                 let guard = entry.lease.lock().await;
                 match guard.as_ref().map(LeaseKeeper::state) {
-                    Some(KeptLease::Held(_)) => false,
+                    // Past its expiry without a renewal (the process was
+                    // paused, NATS was away): as good as lost.
+                    Some(KeptLease::Held(held)) => held
+                        .value
+                        .expires_at
+                        .and_then(|ts| std::time::SystemTime::try_from(ts).ok())
+                        .is_some_and(|expires| std::time::SystemTime::now() > expires),
                     Some(KeptLease::Lost { .. }) | Some(KeptLease::Released) | None => true,
                 }
             };
@@ -178,8 +187,16 @@ impl Shared {
             if let Some(session_id) = &owner {
                 let session = self.table().sessions.get(session_id).cloned();
                 if let Some(session) = session {
-                    tracing::warn!(slice.id = %entry.bus_id, session.id = %session_id, "slice lease lost; stopping its session");
-                    session.stop(StopMode::Abandon);
+                    let why = match entry.lease.lock().await.as_ref().map(LeaseKeeper::state) {
+                        Some(KeptLease::Lost { reason, .. }) => reason,
+                        Some(KeptLease::Held(_)) => "it expired without a renewal".to_owned(),
+                        _ => "it is no longer held".to_owned(),
+                    };
+                    tracing::warn!(slice.id = %entry.bus_id, session.id = %session_id, reason = %why, "slice lease lost; fencing its session");
+                    session.stop(StopMode::Fence(format!(
+                        "the lease on slice {} was lost: {why}",
+                        entry.bus_id
+                    )));
                 }
                 continue;
             }
@@ -215,6 +232,8 @@ pub struct WorkerHandle {
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     heartbeat_stop: Option<watch::Sender<bool>>,
     heartbeat: Option<JoinHandle<()>>,
+    /// The quarantine monitor and watch.
+    background: Vec<JoinHandle<()>>,
 }
 
 fn open_board(
@@ -227,6 +246,10 @@ fn open_board(
         let mut board = EmulatorBoard::new(slice.clone(), spec.clone())?;
         if let Some(dir) = cache_dir {
             board = board.with_cache_dir(dir.clone());
+        }
+        if let Some(faults) = fleet.board_of(slice).and_then(|b| b.faults_of(slice)) {
+            tracing::warn!(slice.id = %slice.id(), ?faults, "fault injection is configured for this slice");
+            board = board.with_faults(faults);
         }
         return Ok(Arc::new(board));
     }
@@ -261,7 +284,8 @@ impl WorkerDaemon {
             })?
             .clone();
         let mut slices = Vec::with_capacity(board.slices.len());
-        for slice in &board.slices {
+        let (failing_tx, failing_rx) = tokio::sync::mpsc::unbounded_channel::<FailingSlice>();
+        for (slice_index, slice) in board.slices.iter().enumerate() {
             let bus_id = bus_slice_id(slice);
             mtswarm_bus::subjects::validate_id("slice id", &bus_id).map_err(|e| {
                 WorkerError::Config {
@@ -269,17 +293,27 @@ impl WorkerDaemon {
                     reason: e.to_string(),
                 }
             })?;
+            let health = Arc::new(SliceHealth::default());
+            let hardware = open_board(
+                &fleet,
+                slice,
+                &board.spec,
+                config.emulator_cache_dir.as_ref(),
+            )?;
             slices.push(SliceEntry {
-                board: open_board(
-                    &fleet,
-                    slice,
-                    &board.spec,
-                    config.emulator_cache_dir.as_ref(),
-                )?,
+                board: Arc::new(MonitoredBoard::new(
+                    hardware,
+                    slice_index,
+                    bus_id.clone(),
+                    health.clone(),
+                    config.quarantine_after,
+                    failing_tx.clone(),
+                )),
                 slice: slice.clone(),
                 bus_id,
                 spec: board.spec.clone(),
                 lease: tokio::sync::Mutex::new(None),
+                health,
             });
         }
 
@@ -380,6 +414,10 @@ impl WorkerDaemon {
         };
         let (heartbeat_stop, heartbeat_rx) = watch::channel(false);
         let heartbeat = tokio::spawn(heartbeat_loop(shared.clone(), registered, heartbeat_rx));
+        let background = vec![
+            tokio::spawn(crate::quarantine::monitor(shared.clone(), failing_rx)),
+            tokio::spawn(crate::quarantine::watch(shared.clone())),
+        ];
 
         let (health, health_service) = tonic_health::server::health_reporter();
         health
@@ -438,6 +476,7 @@ impl WorkerDaemon {
             server: Some(server),
             heartbeat_stop: Some(heartbeat_stop),
             heartbeat: Some(heartbeat),
+            background,
         })
     }
 }
@@ -532,6 +571,9 @@ impl WorkerHandle {
                 abort.abort();
             }
         }
+        for task in self.background.drain(..) {
+            task.abort();
+        }
         if let Some(stop) = self.heartbeat_stop.take() {
             let _ = stop.send(true);
         }
@@ -578,6 +620,9 @@ impl WorkerHandle {
         if let Some(heartbeat) = self.heartbeat.take() {
             heartbeat.abort();
         }
+        for task in self.background.drain(..) {
+            task.abort();
+        }
         if let Some(stop) = self.server_stop.take() {
             let _ = stop.send(());
         }
@@ -591,6 +636,9 @@ impl Drop for WorkerHandle {
     fn drop(&mut self) {
         if let Some(heartbeat) = self.heartbeat.take() {
             heartbeat.abort();
+        }
+        for task in self.background.drain(..) {
+            task.abort();
         }
         if let Some(server) = self.server.take() {
             server.abort();

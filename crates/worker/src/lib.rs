@@ -35,17 +35,44 @@
 //!   the session's workspace (`<workspace_root>/<session_id>`, the kernel
 //!   directory copied in from the kernel root), the slice's hardware lock
 //!   as the engine's resource lock, publishes every engine event as an
-//!   `AgentEvent` (per-session gapless sequence), checkpoints every state
-//!   to the checkpoints bucket, publishes the `TaskResult` and then acks.
+//!   `AgentEvent` (per-session gapless sequence), checkpoints the loop to
+//!   the checkpoints bucket (the state before and after every tool batch
+//!   synchronously, states in between write-behind: see `checkpoint.rs`),
+//!   publishes the `TaskResult` and then acks.
 //!   A task whose session id is not the session's is terminated.
 //! - Budgets (the task's, else the session's): `max_steps`, `max_tokens` and
 //!   `wall_time_seconds` go to the engine; `device_seconds` (time spent in
 //!   hardware tools) is checked after every event and stops the run when
 //!   spent; the task's `deadline` cancels it. An attempt older than the one
-//!   that owns the session's checkpoint is fenced off (terminated, no result).
+//!   that owns the session's checkpoint is fenced off (a fenced result, then
+//!   terminated).
 //! - A task with `resume_from_checkpoint` (or a redelivery) resumes from the
 //!   session's checkpoint when that checkpoint belongs to the same task.
 //! - Approvals across processes: see [`approval`].
+//! - Fencing: an attempt that loses its slice while it runs (the slice's
+//!   lease lost to a lapse or a takeover, a checkpoint write refused because
+//!   a later attempt owns the session, the slice quarantined) stops, and its
+//!   task ends with a `TaskResult` with `fenced = true`, status CANCELLED and
+//!   an error `fenced off: <reason>`; the delivery is terminated. When the
+//!   slice itself was lost the session ends too (its checkpoint stays for a
+//!   resume elsewhere). A shutdown instead leaves the attempt without result
+//!   or ack, to be redelivered or reassigned and resumed.
+//! - Quarantine: every hardware run of a slice is counted; `quarantine_after`
+//!   failed runs in a row (crash, timeout, wrong answer; compile errors do
+//!   not count, a valid run resets the count) write a `SliceQuarantine`
+//!   record and fence the slice's session. SpawnSession refuses a
+//!   quarantined slice until the record is deleted.
+//! - Resume on another slice: SpawnSession with `resume` and the session id
+//!   of a session that ran elsewhere reports the checkpoint's step; a task
+//!   with `resume_from_checkpoint` (attempt above the checkpoint's) resumes
+//!   from it, including a run paused on approvals (see [`approval`]).
+//! - NATS outages: the task subscription is re-opened with backoff, lease
+//!   renewals are retried until the TTL would have run out, the worker
+//!   record is re-registered and the quarantine watch re-created; nothing of
+//!   this ends a session or the daemon.
+//! - Limits: `max_sessions` per daemon; a task whose `parameters_json` or
+//!   `instructions` exceeds `max_task_parameters_bytes` /
+//!   `max_task_instructions_bytes` ends FAILED with an error naming the limit.
 //!
 //! # Conventions others rely on
 //!
@@ -73,8 +100,10 @@ pub mod config;
 mod daemon;
 pub mod error;
 pub mod events;
+mod health;
 pub mod policy;
 pub mod prompt;
+mod quarantine;
 mod results;
 mod service;
 mod session;

@@ -20,7 +20,10 @@
 //! - optional search settings (see [`search`]): `"max_evaluations"` (at most
 //!   this many hardware calls, i.e. `validate` plus `benchmark` calls, in the
 //!   whole task), `"finalists"` (screened candidates that get a full
-//!   benchmark, default 2), `"compile_ahead"` (default true), `"estimate"`
+//!   benchmark, default 2), `"compile_ahead"` (build the next candidates
+//!   in the background while the slice runs, default true),
+//!   `"compile_depth"` (candidates kept built or building ahead, default
+//!   [`search::DEFAULT_COMPILE_DEPTH`]), `"estimate"`
 //!   (rank by the roofline estimate, default true), `"analyze"` (drop
 //!   candidates whose static footprint overflows on-chip memory, default
 //!   true) and `"strategy"`
@@ -35,8 +38,21 @@
 //! - `search` ([`search`]): rank by the estimate, screen candidates with one
 //!   `validate` each (which already yields a time), walk from the best
 //!   towards its neighbours, prune what the roofline says cannot win,
-//!   compile the next candidate while the slice runs the current one, and
-//!   spend full benchmarks on the finalists only.
+//!   build the next candidates in the background while the slice runs the
+//!   current one, and spend full benchmarks on the finalists only.
+//!
+//! # Keeping the slice busy
+//!
+//! The search plan is built so that the slice's hardware lock is held as
+//! much of the *tuning phase* as possible. The tuning phase of a slice runs
+//! from the first time one of its hardware calls (`validate`, `benchmark`)
+//! acquires the slice lock to the last time one releases it; its
+//! utilization is the time the lock was held over that span
+//! (`mtswarm_tools::TuningPhase`, and per slice in the `mtswarm demo`
+//! output). Reading, analysing and the first compile come before it; the
+//! answer comes after it. Inside it the slice waits only when a background
+//! build is late (see [`search`]); validated artifacts are benchmarked as
+//! they are, never rebuilt.
 //!
 //! The final answer names the fastest benchmarked candidate and ends with a
 //! ```` ```json ```` block `{"best": {...} | null, "candidates": [...]}`
@@ -102,8 +118,11 @@ pub struct TaskParameters {
     pub strategy: Option<Strategy>,
     /// Screened candidates that get a full benchmark (search plan).
     pub finalists: u32,
-    /// Compile the next candidate while the slice runs the current one.
+    /// Build the next candidates in the background while the slice runs
+    /// the current one.
     pub compile_ahead: bool,
+    /// Candidates kept built or building beyond the current one.
+    pub compile_depth: u32,
     /// Rank candidates by the `estimate` tool's roofline bound.
     pub use_estimate: bool,
     /// Drop candidates whose static footprint (`analyze_kernel`) exceeds
@@ -122,6 +141,8 @@ pub enum Strategy {
 
 /// Finalists when the task does not say.
 pub const DEFAULT_FINALISTS: u32 = 2;
+/// Most builds a task may keep going ahead of the slice.
+pub const MAX_COMPILE_DEPTH: u32 = 8;
 
 impl TaskParameters {
     /// The plan this task runs.
@@ -202,6 +223,7 @@ impl TaskParameters {
             },
             finalists: DEFAULT_FINALISTS,
             compile_ahead: true,
+            compile_depth: search::DEFAULT_COMPILE_DEPTH,
             use_estimate: true,
             analyze: true,
             ..Self::default()
@@ -214,6 +236,12 @@ impl TaskParameters {
             params.finalists = n;
         }
         params.compile_ahead = flag(map, "compile_ahead", true)?;
+        if let Some(n) = small_count(
+            map.get("compile_depth").unwrap_or(&Value::Null),
+            "compile_depth",
+        )? {
+            params.compile_depth = n.min(MAX_COMPILE_DEPTH);
+        }
         params.use_estimate = flag(map, "estimate", true)?;
         params.analyze = flag(map, "analyze", true)?;
         params.strategy = match map.get("strategy") {

@@ -50,8 +50,12 @@ pub(crate) enum StopMode {
     /// Stop now; the current task ends CANCELLED (CancelSession).
     Cancel(String),
     /// Stop now without a result or an ack; the last checkpoint stays for a
-    /// resume (shutdown, drain grace over, lease lost).
+    /// resume (shutdown, drain grace over).
     Abandon,
+    /// The slice was lost (lease lost, slice quarantined): stop now, end the
+    /// current task with a fenced result, end the session. The checkpoint
+    /// stays for the session's resume on another slice.
+    Fence(String),
 }
 
 /// What Status reports about a session.
@@ -87,6 +91,8 @@ impl SessionEntry {
                 StopMode::AfterTask => 1,
                 StopMode::Cancel(_) => 2,
                 StopMode::Abandon => 3,
+                // A fenced run still reports, even during a shutdown.
+                StopMode::Fence(_) => 4,
             };
             if rank(&mode) > rank(current) {
                 *current = mode.clone();
@@ -148,6 +154,8 @@ impl SessionEntry {
 /// What a session keeps between tasks.
 struct SessionRuntime {
     tools: ToolSet,
+    /// The session's tool table, built once; each task's engine gets a clone.
+    registry: ToolRegistry,
     model: Arc<dyn ChatModel>,
     system_prompt: String,
     workspace: std::path::PathBuf,
@@ -376,6 +384,10 @@ async fn start_session(
             crate::results::BusResults::new(shared.results.clone()),
             kernel_name_of(&request.kernel_dir),
         );
+    let mut registry = ToolRegistry::new();
+    tools
+        .register_all(&mut registry)
+        .map_err(|e| Status::internal(format!("tool registry: {e}")))?;
     let model = session_model(shared, request)?;
     let all_tools = tools.tools();
     let system_prompt = worker_system_prompt(
@@ -443,6 +455,7 @@ async fn start_session(
     });
     let runtime = SessionRuntime {
         tools,
+        registry,
         model,
         system_prompt,
         workspace,
@@ -515,6 +528,7 @@ async fn run_session(
     entry.update(|p| p.state = SessionState::Idle);
     let mut end_state = SessionState::Finished;
     let end_reason: String;
+    let mut delivery_errors = 0u32;
     match consumer.messages().await {
         Err(error) => {
             tracing::error!(%error, "task consumer unavailable; session ends");
@@ -539,6 +553,11 @@ async fn run_session(
                     end_reason = "stopped by the daemon".into();
                     break;
                 }
+                StopMode::Fence(reason) => {
+                    end_state = SessionState::Cancelled;
+                    end_reason = format!("fenced off: {reason}");
+                    break;
+                }
             }
             let item = tokio::select! {
                 _ = stop.changed() => continue,
@@ -550,16 +569,24 @@ async fn run_session(
             };
             match item {
                 None => {
-                    end_state = SessionState::Failed;
-                    end_reason = "the task subscription ended".into();
-                    break;
+                    // The pull subscription ended (e.g. the server restarted):
+                    // open it again; the durable consumer keeps our place.
+                    tracing::warn!("the task subscription ended; re-opening it");
+                    messages = reopen_tasks(&consumer, &mut stop).await;
                 }
                 Some(Err(error)) => {
-                    tracing::warn!(%error, "task delivery error");
-                    // Avoid spinning on a broken subscription.
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    delivery_errors += 1;
+                    tracing::warn!(%error, errors_in_a_row = delivery_errors, "task delivery error");
+                    if delivery_errors >= 3 {
+                        messages = reopen_tasks(&consumer, &mut stop).await;
+                        delivery_errors = 0;
+                    } else {
+                        // Avoid spinning on a broken subscription.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                 }
                 Some(Ok(delivery)) => {
+                    delivery_errors = 0;
                     handle_delivery(&shared, &entry, &runtime, &events, &mut stop, delivery).await;
                     entry.update(|p| {
                         p.state = SessionState::Idle;
@@ -589,6 +616,35 @@ async fn run_session(
         }
     }
     tracing::info!(session.id = %entry.session_id, reason = %end_reason, "session ended");
+}
+
+/// Open the task subscription again, with backoff, until it opens or the
+/// session is told to stop (then an empty stream: the loop sees the stop).
+async fn reopen_tasks(
+    consumer: &mtswarm_bus::TaskConsumer,
+    stop: &mut watch::Receiver<StopMode>,
+) -> mtswarm_bus::DeliveryStream<v1::TaskAssignment> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match consumer.messages().await {
+            Ok(messages) => {
+                tracing::info!("task subscription re-opened");
+                return messages;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "task subscription not re-opened yet; retrying");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() != StopMode::Run {
+                    return Box::pin(futures::stream::empty());
+                }
+            }
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
 }
 
 async fn handle_delivery(
@@ -691,7 +747,9 @@ enum Driven {
     Outcome(Box<Outcome>),
     /// Stopped for a shutdown/lease loss: no result, no ack.
     Abandoned,
-    /// A later attempt owns the session: this attempt's delivery is dropped.
+    /// The attempt lost its slice (lease lost, quarantine, a later attempt
+    /// owns the session's checkpoint): a fenced result, then the delivery
+    /// is terminated.
     Fenced,
 }
 
@@ -723,14 +781,28 @@ async fn run_task(
             return;
         }
         Ok(Driven::Fenced) => {
-            tracing::warn!(task.id = %task.task_id, attempt = task.attempt, "a later attempt owns this task; delivery terminated");
-            if let Err(error) = delivery.term().await {
-                tracing::warn!(%error, "could not terminate the stale task");
-            }
+            let reason = match &*stop.borrow() {
+                StopMode::Fence(reason) => reason.clone(),
+                _ => "a later attempt of the task owns the session's checkpoint".to_owned(),
+            };
+            publish_fenced(
+                shared, entry, events, delivery, &task, &reason, started, &device_ms,
+            )
+            .await;
             return;
         }
         Err(end) => end,
     };
+    // A run that finished while its slice was already lost (the process was
+    // paused past its lease, say) must not look like the attempt's outcome.
+    if let Some(reason) = slice_lost(shared, entry).await {
+        entry.stop(StopMode::Fence(reason.clone()));
+        publish_fenced(
+            shared, entry, events, delivery, &task, &reason, started, &device_ms,
+        )
+        .await;
+        return;
+    }
     let usage = {
         let (steps, prompt, completion) = end
             .state
@@ -773,7 +845,9 @@ async fn run_task(
     match shared.bus.publish_result(&result).await {
         Ok(receipt) => {
             tracing::info!(task.id = %task.task_id, status = end.status.as_str_name(), duplicate = receipt.duplicate, "task result published");
-            if let Err(error) = delivery.ack_confirmed().await {
+            // The result is stored and deduplicated by its message id, so a
+            // lost ack only costs a redelivery that ends in a duplicate result.
+            if let Err(error) = delivery.ack().await {
                 tracing::warn!(%error, "task not acknowledged");
             }
         }
@@ -784,6 +858,119 @@ async fn run_task(
         }
     }
 }
+
+/// End an attempt that lost its slice: a CANCELLED result marked fenced (the
+/// leader never takes it as the outcome, it reassigns), then terminate the
+/// delivery so it is not delivered again. The publish is retried for a while
+/// because a fenced worker is often one that was cut off (SIGSTOP, a NATS
+/// outage) and is reconnecting.
+#[allow(clippy::too_many_arguments)]
+async fn publish_fenced(
+    shared: &Arc<Shared>,
+    entry: &Arc<SessionEntry>,
+    events: &EventPublisher,
+    delivery: &Delivery<v1::TaskAssignment>,
+    task: &v1::TaskAssignment,
+    reason: &str,
+    started: Instant,
+    device_ms: &AtomicU32,
+) {
+    tracing::warn!(task.id = %task.task_id, attempt = task.attempt, %reason, "the run was fenced off; publishing a fenced result");
+    let error = format!("fenced off: {reason}");
+    let usage = v1::Usage {
+        steps: entry.progress().step,
+        device_seconds: f64::from(device_ms.load(Ordering::SeqCst)) / 1000.0,
+        wall_seconds: started.elapsed().as_secs_f64(),
+        ..v1::Usage::default()
+    };
+    let result = v1::TaskResult {
+        task_id: task.task_id.clone(),
+        attempt: task.attempt,
+        job_id: task.job_id.clone(),
+        agent_id: entry.agent_id.clone(),
+        session_id: entry.session_id.clone(),
+        worker_id: shared.worker_id.clone(),
+        slice_id: shared.slices[entry.slice_index].bus_id.clone(),
+        status: v1::TaskStatus::Cancelled as i32,
+        summary: first_line(&error),
+        result_json: json!({"error": error, "fenced": true}).to_string(),
+        error: error.clone(),
+        usage: Some(usage),
+        finished_at: Some(now_timestamp()),
+        fenced: true,
+    };
+    events
+        .publish(
+            entry.progress().step,
+            Kind::Log,
+            json!({"type": "task_finished", "task_id": task.task_id, "attempt": task.attempt,
+                   "status": v1::TaskStatus::Cancelled.as_str_name(), "summary": error,
+                   "fenced": true}),
+        )
+        .await;
+    let mut backoff = Duration::from_millis(200);
+    let give_up = Instant::now() + FENCED_RESULT_PATIENCE;
+    loop {
+        match shared.bus.publish_result(&result).await {
+            Ok(_) => {
+                tracing::info!(task.id = %task.task_id, attempt = task.attempt, "fenced result published");
+                break;
+            }
+            Err(error) if Instant::now() < give_up => {
+                tracing::warn!(%error, "fenced result not published yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(error) => {
+                tracing::error!(%error, "fenced result not published; giving up");
+                break;
+            }
+        }
+    }
+    if let Err(error) = delivery.term().await {
+        tracing::warn!(%error, "could not terminate the fenced task");
+    }
+}
+
+/// Why the session's slice is no longer its own, if it is not: a fence
+/// already ordered, or a lease that is lost or past its expiry time (checked
+/// here directly, since the lease keeper may not have run yet after the
+/// process was paused).
+async fn slice_lost(shared: &Shared, entry: &SessionEntry) -> Option<String> {
+    if let StopMode::Fence(reason) = &*entry.stop.borrow() {
+        return Some(reason.clone());
+    }
+    let slice = &shared.slices[entry.slice_index];
+    let state = slice
+        .lease
+        .lock()
+        .await
+        .as_ref()
+        .map(mtswarm_bus::LeaseKeeper::state);
+    match state {
+        Some(mtswarm_bus::KeptLease::Held(held)) => {
+            let expires = held
+                .value
+                .expires_at
+                .and_then(|ts| std::time::SystemTime::try_from(ts).ok())?;
+            (std::time::SystemTime::now() > expires).then(|| {
+                format!(
+                    "the lease on slice {} expired before the run finished",
+                    slice.bus_id
+                )
+            })
+        }
+        Some(mtswarm_bus::KeptLease::Lost { reason, .. }) => Some(format!(
+            "the lease on slice {} was lost: {reason}",
+            slice.bus_id
+        )),
+        // Released or being replaced: the daemon is changing the lease itself.
+        Some(mtswarm_bus::KeptLease::Released) | None => None,
+    }
+}
+
+/// How long a fenced result is retried while NATS is unreachable.
+const FENCED_RESULT_PATIENCE: Duration = Duration::from_secs(120);
 
 fn task_end(outcome: Outcome, stop: &watch::Receiver<StopMode>) -> TaskEnd {
     match outcome {
@@ -873,6 +1060,26 @@ async fn prepare_and_run(
             "the task has attempt 0; attempts start at 1",
         ));
     }
+    for (field, size, limit, name) in [
+        (
+            "parameters_json",
+            task.parameters_json.len(),
+            shared.config.max_task_parameters_bytes,
+            "max_task_parameters_bytes",
+        ),
+        (
+            "instructions",
+            task.instructions.len(),
+            shared.config.max_task_instructions_bytes,
+            "max_task_instructions_bytes",
+        ),
+    ] {
+        if size > limit {
+            return Err(TaskEnd::failed(format!(
+                "the task's {field} is {size} bytes, over the worker's limit of {limit} bytes ({name})"
+            )));
+        }
+    }
     let deadline = match &task.deadline {
         Some(ts) => {
             let at = std::time::SystemTime::try_from(*ts)
@@ -908,29 +1115,30 @@ async fn prepare_and_run(
 
     // Resume from the session's checkpoint when this task was already
     // (partly) run: a reassignment or a redelivery.
+    // A first delivery that is not a reassignment has nothing to resume, so
+    // the stored checkpoint is not read: an earlier task's checkpoint is
+    // simply replaced by this task's first write (the store compares
+    // attempts of the same task only), and a later attempt of this task
+    // that owns the session is found by that write, which fences this run
+    // off before any tool runs.
     let redelivered = delivery.info().delivered > 1;
     let mut resumed: Option<LoopState> = None;
-    let stored = match shared.checkpoints.get(&entry.session_id).await {
-        Ok(stored) => stored,
-        Err(error) => {
-            tracing::warn!(%error, "checkpoint lookup failed; starting the task afresh");
-            None
+    let stored = if task.resume_from_checkpoint || redelivered {
+        match shared.checkpoints.get(&entry.session_id).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                tracing::warn!(%error, "checkpoint lookup failed; starting the task afresh");
+                None
+            }
         }
+    } else {
+        None
     };
     if let Some(stored) = &stored
         && stored.value.task_id == task.task_id
         && stored.value.attempt > task.attempt
     {
         return Ok(Driven::Fenced);
-    }
-    if let Some(previous) = &stored
-        && previous.value.task_id != task.task_id
-    {
-        // The stored checkpoint is an earlier task's; its attempt number
-        // would fence this task's writes (the store compares attempts only).
-        if let Err(error) = shared.checkpoints.delete(&entry.session_id).await {
-            tracing::warn!(%error, "the previous task's checkpoint could not be removed");
-        }
     }
     if (task.resume_from_checkpoint || redelivered)
         && let Some(stored) = stored
@@ -975,11 +1183,8 @@ async fn prepare_and_run(
         max_output_tokens: runtime.max_output_tokens,
         ..EngineConfig::default()
     };
-    let mut registry = ToolRegistry::new();
-    runtime
-        .tools
-        .register_all(&mut registry)
-        .map_err(|e| TaskEnd::failed(format!("tool registry: {e}")))?;
+    // Schemas were compiled once for the session; the clone shares them.
+    let registry = runtime.registry.clone();
     let sink = Arc::new(KvCheckpointSink::new(
         shared.checkpoints.clone(),
         &entry.session_id,
@@ -1053,7 +1258,8 @@ async fn prepare_and_run(
         .await;
         let outcome = match driven {
             Driven::Abandoned if sink.fenced() => return Ok(Driven::Fenced),
-            Driven::Abandoned | Driven::Fenced => return Ok(Driven::Abandoned),
+            Driven::Fenced => return Ok(Driven::Fenced),
+            Driven::Abandoned => return Ok(Driven::Abandoned),
             Driven::Outcome(outcome) => *outcome,
         };
         let Outcome::Paused {
@@ -1078,6 +1284,7 @@ async fn prepare_and_run(
         let decisions = match approval::await_decisions(&wait, &approvals, stop, delivery).await {
             Ok(decisions) => decisions,
             Err(approval::Interrupted::Abandon) => return Ok(Driven::Abandoned),
+            Err(approval::Interrupted::Fence) => return Ok(Driven::Fenced),
             Err(approval::Interrupted::Cancel(why)) => {
                 return Ok(Driven::Outcome(Box::new(Outcome::Stopped {
                     reason: StopReason::Cancelled,
@@ -1142,6 +1349,7 @@ async fn drive(
     };
     tokio::pin!(deadline_sleep);
     let mut abandoned = false;
+    let mut fenced = false;
     let mut deadline_hit = false;
     let mut device_budget_hit = false;
     loop {
@@ -1172,6 +1380,12 @@ async fn drive(
                         abandoned = true;
                         control.cancel();
                     }
+                    StopMode::Fence(_) => {
+                        sink.freeze();
+                        abandoned = true;
+                        fenced = true;
+                        control.cancel();
+                    }
                     StopMode::Cancel(_) => control.cancel(),
                     StopMode::Run | StopMode::AfterTask => {}
                 }
@@ -1186,6 +1400,9 @@ async fn drive(
                 control.cancel();
             }
         }
+    }
+    if fenced {
+        return Driven::Fenced;
     }
     if abandoned {
         return Driven::Abandoned;

@@ -1,12 +1,13 @@
 //! The search plan's decisions, driven turn by turn through
 //! `policy::decide` against a simulated slice whose tool results have the
-//! real tools' text formats: compile-ahead in the same step as the hardware
-//! call, the evaluation budget, roofline pruning, recompiles after a resume,
+//! real tools' text formats: background builds started and collected in the
+//! same steps as the hardware calls, the evaluation budget, roofline pruning, recompiles after a resume,
 //! and the choice between the sequential and the search plan.
 
 use std::collections::BTreeMap;
 
 use mtswarm_core::{Message, ToolCall};
+use mtswarm_worker::policy::search::MAX_ADAPTIVE_DEPTH;
 use mtswarm_worker::policy::{Decision, answer_json, decide, render_task_message};
 use serde_json::{Value, json};
 
@@ -17,6 +18,10 @@ struct World {
     builds: u32,
     /// artifact -> X value
     artifacts: BTreeMap<String, String>,
+    /// Background builds not collected yet: artifact -> X value.
+    building: BTreeMap<String, String>,
+    /// wait_build reports that the slice sat idle for the build.
+    late_builds: bool,
     /// Hardware calls per step, for the assertions.
     steps: Vec<Vec<ToolCall>>,
     lose_artifacts_once: bool,
@@ -33,6 +38,8 @@ impl World {
             bounds: times.iter().map(|(x, _, b)| (x.to_string(), *b)).collect(),
             builds: 0,
             artifacts: BTreeMap::new(),
+            building: BTreeMap::new(),
+            late_builds: false,
             steps: Vec::new(),
             lose_artifacts_once: false,
             over_capacity: Vec::new(),
@@ -67,14 +74,38 @@ impl World {
                 self.builds += 1;
                 let id = format!("b{}", self.builds);
                 let x = args["defines"]["X"].as_str().expect("X").to_owned();
+                if args["background"] == json!(true) {
+                    self.building.insert(id.clone(), x);
+                    return format!(
+                        "building k in the background as artifact {id}: call wait_build with artifact {id} before running it"
+                    );
+                }
                 self.artifacts.insert(id.clone(), x);
                 format!("compiled k as artifact {id} (kernel abc, gcc)")
+            }
+            "wait_build" => {
+                let id = args["artifact"].as_str().expect("artifact").to_owned();
+                match self.building.remove(&id) {
+                    Some(x) => {
+                        self.artifacts.insert(id.clone(), x);
+                        let idle = if self.late_builds {
+                            "\nthe slice was idle until this build finished: start builds earlier"
+                        } else {
+                            ""
+                        };
+                        format!("compiled k as artifact {id} (kernel abc, gcc){idle}")
+                    }
+                    None => format!(
+                        "error: invalid arguments: unknown artifact `{id}`: no background build of that id (background builds: none)"
+                    ),
+                }
             }
             "validate" | "benchmark" => {
                 let id = args["artifact"].as_str().expect("artifact").to_owned();
                 if self.lose_artifacts_once {
                     self.lose_artifacts_once = false;
                     self.artifacts.clear();
+                    self.building.clear();
                 }
                 let Some(x) = self.artifacts.get(&id) else {
                     return format!(
@@ -132,14 +163,16 @@ fn candidates(n: u32) -> Vec<Value> {
 }
 
 #[test]
-fn the_next_compile_runs_in_the_same_step_as_the_hardware_call() {
+fn the_next_builds_run_in_the_background_of_the_hardware_calls() {
     let landscape: Vec<(u32, f64, f64)> = (0..6).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
     let mut world = World::new(&landscape);
     let answer = world.run(json!({"candidates": candidates(6)}));
     assert_eq!(answer["strategy"], "search");
     // Step 1 analyzes all and estimates the first, step 2 estimates the
-    // others, step 3 compiles the first two, then every screening step
-    // validates one candidate and compiles the next.
+    // others, step 3 compiles the first and starts the next three in the
+    // background, then every screening step validates one candidate,
+    // collects the next one's build and starts another, so that three
+    // builds stay ahead of the slice.
     let names =
         |step: usize| -> Vec<&str> { world.steps[step].iter().map(|c| c.name.as_str()).collect() };
     assert_eq!(
@@ -147,23 +180,95 @@ fn the_next_compile_runs_in_the_same_step_as_the_hardware_call() {
         [vec!["analyze_kernel"; 6], vec!["estimate"]].concat()
     );
     assert_eq!(names(1), vec!["estimate"; 5]);
+    assert_eq!(names(2), ["compile", "compile", "compile", "compile"]);
+    let background = |call: &ToolCall| call.arguments.contains("\"background\":true");
+    assert!(!background(&world.steps[2][0]) && background(&world.steps[2][1]));
+    // Three builds are already going: this step only collects the next.
+    assert_eq!(names(3), ["validate", "wait_build"]);
+    assert_eq!(names(4), ["validate", "wait_build", "compile"]);
     let overlapped = world
         .steps
         .iter()
-        .filter(|s| s.iter().any(|c| c.name == "validate") && s.iter().any(|c| c.name == "compile"))
+        .filter(|s| {
+            s.iter().any(|c| c.name == "validate") && s.iter().any(|c| c.name == "wait_build")
+        })
         .count();
     assert!(overlapped >= 4, "{:?}", world.steps);
-    // No step of the screening waits for a compile alone after the start.
+    // Every compile after the first runs in the background.
+    assert!(
+        world
+            .steps
+            .iter()
+            .skip(3)
+            .flatten()
+            .filter(|c| c.name == "compile")
+            .all(background),
+        "{:?}",
+        world.steps
+    );
+    // No step of the screening leaves the slice waiting for the compiler.
     let compile_only = world
         .steps
         .iter()
         .skip(3)
-        .filter(|s| s.iter().all(|c| c.name == "compile"))
+        .filter(|s| {
+            s.iter()
+                .all(|c| c.name == "compile" || c.name == "wait_build")
+        })
         .count();
     assert_eq!(compile_only, 0, "{:?}", world.steps);
     // Every candidate compiled once: nothing wasted on guesses.
     assert_eq!(world.builds, 6);
     assert_eq!(answer["best"]["defines"]["X"], "0");
+}
+
+/// Candidates compiled (or being compiled) but not run yet after the
+/// `step`-th step: the builds kept ahead of the slice.
+fn builds_ahead(world: &World, step: usize) -> usize {
+    let count = |tool: &str| {
+        world.steps[..=step]
+            .iter()
+            .flatten()
+            .filter(|c| c.name == tool)
+            .count()
+    };
+    count("compile") - count("validate")
+}
+
+#[test]
+fn builds_the_slice_waits_for_make_the_policy_build_further_ahead() {
+    let landscape: Vec<(u32, f64, f64)> = (0..20).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let mut prompt = World::new(&landscape);
+    prompt.run(json!({"candidates": candidates(20)}));
+    let mut late = World::new(&landscape);
+    late.late_builds = true;
+    let answer = late.run(json!({"candidates": candidates(20)}));
+    assert_eq!(answer["best"]["defines"]["X"], "0");
+    let most = |world: &World| {
+        // From the first screening step on (the step before compiles the
+        // first candidate itself).
+        (3..world.steps.len())
+            .map(|step| builds_ahead(world, step))
+            .max()
+            .unwrap_or(0)
+    };
+    // Prompt builds: three stay ahead; late ones: more, up to the cap.
+    assert_eq!(most(&prompt), 3, "{:?}", prompt.steps);
+    assert_eq!(most(&late), MAX_ADAPTIVE_DEPTH as usize, "{:?}", late.steps);
+    // Nothing is built twice either way.
+    assert_eq!(prompt.builds, 20);
+    assert_eq!(late.builds, 20);
+    // The finalists share a step: no turn between them on the slice.
+    let per_step = |world: &World, tool: &str| -> Vec<usize> {
+        world
+            .steps
+            .iter()
+            .map(|s| s.iter().filter(|c| c.name == tool).count())
+            .filter(|n| *n > 0)
+            .collect()
+    };
+    assert_eq!(per_step(&late, "benchmark"), [2]);
+    assert_eq!(per_step(&prompt, "benchmark"), [2]);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The client commands of the `mtswarm` binary against a running stack:
 //! `submit --json`, `watch --json` (JSON lines until the job ends, exit code
-//! from the job's state), `results --format csv|jsonl`, `jobs --json`,
+//! from the job's state), `tasks --format csv|jsonl`, `results` (the
+//! measurements in the results store, over NATS), `jobs --json`,
 //! `approvals --json`.
 
 use std::process::{Command, Output};
@@ -39,7 +40,8 @@ async fn submit_watch_and_results_through_the_binary() {
     stack.wait_for_slices(1, Duration::from_secs(30)).await;
     let leader = stack.leader_url.clone();
 
-    let (job_id, watch_lines, csv, jsonl, jobs, approvals) =
+    let nats = stack.nats.url();
+    let (job_id, watch_lines, csv, jsonl, measured, jobs, approvals) =
         tokio::task::spawn_blocking(move || {
             let submitted = stdout_of(
                 &mtswarm(
@@ -60,13 +62,20 @@ async fn submit_watch_and_results_through_the_binary() {
             let job_id = submitted["job_id"].as_str().expect("job_id").to_string();
             let watch = stdout_of(&mtswarm(&leader, &["watch", &job_id, "--json"]), "watch");
             let csv = stdout_of(
-                &mtswarm(&leader, &["results", &job_id, "--format", "csv"]),
-                "results csv",
+                &mtswarm(&leader, &["tasks", &job_id, "--format", "csv"]),
+                "tasks csv",
             );
             let jsonl = stdout_of(
                 &mtswarm(
                     &leader,
-                    &["results", &job_id, "--format", "jsonl", "--status", "ok"],
+                    &["tasks", &job_id, "--format", "jsonl", "--status", "ok"],
+                ),
+                "tasks jsonl",
+            );
+            let measured = stdout_of(
+                &mtswarm(
+                    &leader,
+                    &["results", &job_id, "--nats", &nats, "--format", "jsonl"],
                 ),
                 "results jsonl",
             );
@@ -75,7 +84,7 @@ async fn submit_watch_and_results_through_the_binary() {
                 &mtswarm(&leader, &["approvals", "--json", "--all"]),
                 "approvals",
             );
-            (job_id, watch, csv, jsonl, jobs, approvals)
+            (job_id, watch, csv, jsonl, measured, jobs, approvals)
         })
         .await
         .expect("client commands");
@@ -112,6 +121,22 @@ async fn submit_watch_and_results_through_the_binary() {
     assert_eq!(results.len(), 1);
     assert_eq!(results[0]["job_id"], job_id.as_str());
     assert!(results[0]["result"].is_object(), "{}", results[0]);
+
+    // results: the benchmarked candidate, recorded by the worker in the store.
+    let records: Vec<serde_json::Value> = measured
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert!(
+        !records.is_empty(),
+        "the task's measurement is in the store"
+    );
+    for record in &records {
+        assert_eq!(record["job_id"], job_id.as_str(), "{record}");
+        assert_eq!(record["kernel"], "vecadd", "{record}");
+        assert_eq!(record["agent_id"], "cli-agent", "{record}");
+    }
+    assert!(records.iter().any(|r| r["valid"] == true), "{measured}");
 
     let jobs: serde_json::Value = serde_json::from_str(&jobs).expect("jobs --json");
     assert_eq!(jobs["jobs"][0]["job_id"], job_id.as_str());

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -243,6 +244,7 @@ struct ddr_alloc {
     void *ptr;
     size_t bytes;
     int cluster;
+    int flags;
 };
 
 struct barrier {
@@ -566,11 +568,63 @@ int hthread_group_exec(int group_id) {
     return 0;
 }
 
+/* ------------------------------------------------------ fault injection */
+
+/* $MTSWARM_FAULT, set by the backend for a launch it decided to fail (fleet
+ * `faults`): `hang` never returns from the wait (the run timeout kills the
+ * process group), `crash` dies from SIGSEGV, `wrong` corrupts every buffer
+ * the kernel may write so the harness's answer check fails. */
+enum fault { FAULT_NONE, FAULT_HANG, FAULT_CRASH, FAULT_WRONG };
+
+static enum fault injected_fault(void) {
+    const char *s = getenv("MTSWARM_FAULT");
+    if (!s || !*s) return FAULT_NONE;
+    if (strcmp(s, "hang") == 0) return FAULT_HANG;
+    if (strcmp(s, "crash") == 0) return FAULT_CRASH;
+    if (strcmp(s, "wrong") == 0) return FAULT_WRONG;
+    emu_fail("config", "MTSWARM_FAULT=%s: expected hang, crash or wrong", s);
+}
+
+/* Every 8-byte word of the writable buffers becomes 2x+1 (as a double): a
+ * finite result that differs from any reference by at least 1. */
+static void corrupt_outputs(int cluster) {
+    pthread_mutex_lock(&api_lock);
+    for (int i = 0; i < MAX_DDR_ALLOCS; i++) {
+        struct ddr_alloc *a = &ddr_allocs[i];
+        if (!a->ptr || a->cluster != cluster || !(a->flags & HT_MEM_WO)) continue;
+        double *words = a->ptr;
+        for (size_t w = 0; w < a->bytes / sizeof(double); w++) {
+            double v = words[w];
+            words[w] = isfinite(v) ? v * 2.0 + 1.0 : 1.0;
+        }
+    }
+    pthread_mutex_unlock(&api_lock);
+}
+
+static void apply_fault(int cluster) {
+    switch (injected_fault()) {
+    case FAULT_NONE:
+        return;
+    case FAULT_HANG:
+        fflush(stdout);
+        for (;;) pause();
+    case FAULT_CRASH:
+        fflush(stdout);
+        signal(SIGSEGV, SIG_DFL);
+        raise(SIGSEGV);
+        abort();
+    case FAULT_WRONG:
+        corrupt_outputs(cluster);
+        return;
+    }
+}
+
 int hthread_group_wait(int group_id) {
     const struct spec *sp = spec();
     struct group *g = group_of(group_id, "hthread_group_wait");
     if (!g->executing) emu_fail("usage", "hthread_group_wait(%d): group is not running", group_id);
     for (int i = 0; i < g->nthreads; i++) pthread_join(g->threads[i], NULL);
+    apply_fault(g->cluster);
     struct timespec end;
     clock_gettime(CLOCK_MONOTONIC, &end);
     double wall = (double)(end.tv_sec - g->wall_start.tv_sec) +
@@ -639,7 +693,7 @@ void *hthread_malloc(int cluster_id, size_t bytes, int mem_flags) {
         pthread_mutex_unlock(&api_lock);
         return NULL;
     }
-    ddr_allocs[slot] = (struct ddr_alloc){p, bytes, cluster_id};
+    ddr_allocs[slot] = (struct ddr_alloc){p, bytes, cluster_id, mem_flags};
     cl->ddr_in_use += bytes;
     pthread_mutex_unlock(&api_lock);
     return p;

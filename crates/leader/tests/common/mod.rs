@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, TopologyConfig, Workers, v1};
-use mtswarm_core::testing::ScriptedModel;
+use mtswarm_bus::{Bus, BusConfig, LeaseRequest, Leases, TopologyConfig, Versioned, Workers, v1};
+use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_core::{ChatModel, ChatRequest, ModelError, ModelStream};
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
 use tokio::net::TcpListener;
@@ -208,6 +208,37 @@ struct FakeWorkerService {
     worker_id: String,
     slice_id: String,
     calls: mpsc::UnboundedSender<WorkerCall>,
+    lease: Arc<FakeLease>,
+}
+
+/// The fake worker's lease on its slice, renewed like a real worker's (the
+/// session it names is set by SpawnSession).
+pub struct FakeLease {
+    leases: Leases,
+    held: tokio::sync::Mutex<Option<Versioned<v1::SliceLease>>>,
+}
+
+impl FakeLease {
+    /// Renews the lease, naming `session` when given.
+    async fn renew(&self, session: Option<(&str, &str)>) {
+        let mut held = self.held.lock().await;
+        let Some(current) = held.as_ref() else { return };
+        let renewed = self
+            .leases
+            .renew_with(current, |lease| {
+                if let Some((session_id, job_id)) = session {
+                    lease.session_id = session_id.to_string();
+                    lease.job_id = job_id.to_string();
+                }
+            })
+            .await;
+        match renewed {
+            Ok(renewed) => *held = Some(renewed),
+            Err(error) => {
+                eprintln!("fake worker lease not renewed: {error}");
+            }
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -217,6 +248,15 @@ impl v1::worker_server::Worker for FakeWorkerService {
         request: Request<v1::SpawnSessionRequest>,
     ) -> Result<Response<v1::SpawnSessionResponse>, Status> {
         let request = request.into_inner();
+        if !request.slice_id.is_empty() && request.slice_id != self.slice_id {
+            return Err(Status::not_found(format!(
+                "slice {} is not on worker {}",
+                request.slice_id, self.worker_id
+            )));
+        }
+        self.lease
+            .renew(Some((&request.session_id, &request.job_id)))
+            .await;
         let response = v1::SpawnSessionResponse {
             session_id: request.session_id.clone(),
             worker_id: self.worker_id.clone(),
@@ -251,19 +291,27 @@ impl v1::worker_server::Worker for FakeWorkerService {
     }
 }
 
+/// Lease TTL of the fake workers (the smallest the KV allows, so a killed
+/// fake worker's lease lapses fast).
+pub const FAKE_LEASE_TTL: Duration = Duration::from_secs(1);
+
 /// A Worker gRPC server on 127.0.0.1:0 with one slice, registered in the
-/// workers KV. Calls arrive on `calls`.
+/// workers KV and holding the slice's lease (renewed every third of
+/// [`FAKE_LEASE_TTL`]). Calls arrive on `calls`.
 pub struct FakeWorker {
     pub worker_id: String,
     pub slice_id: String,
     pub addr: SocketAddr,
     pub calls: mpsc::UnboundedReceiver<WorkerCall>,
     server: tokio::task::JoinHandle<()>,
+    renewal: tokio::task::JoinHandle<()>,
+    bus: Bus,
 }
 
 impl Drop for FakeWorker {
     fn drop(&mut self) {
         self.server.abort();
+        self.renewal.abort();
     }
 }
 
@@ -273,10 +321,36 @@ impl FakeWorker {
         let addr = listener.local_addr().expect("addr");
         let slice_id = format!("{board}-c0");
         let (tx, calls) = mpsc::unbounded_channel();
+        let leases = Leases::open(bus).await.expect("leases bucket");
+        let held = leases
+            .acquire(&LeaseRequest {
+                slice_id: slice_id.clone(),
+                worker_id: worker_id.to_string(),
+                session_id: String::new(),
+                job_id: String::new(),
+                ttl: FAKE_LEASE_TTL,
+            })
+            .await
+            .expect("slice lease");
+        let lease = Arc::new(FakeLease {
+            leases,
+            held: tokio::sync::Mutex::new(Some(held)),
+        });
+        let renewal = {
+            let lease = lease.clone();
+            tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(FAKE_LEASE_TTL / 3);
+                loop {
+                    ticker.tick().await;
+                    lease.renew(None).await;
+                }
+            })
+        };
         let service = FakeWorkerService {
             worker_id: worker_id.to_string(),
             slice_id: slice_id.clone(),
             calls: tx,
+            lease,
         };
         let server = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
@@ -308,7 +382,99 @@ impl FakeWorker {
             addr,
             calls,
             server,
+            renewal,
+            bus: bus.clone(),
         }
+    }
+
+    /// What a crash looks like to the rest of the system: the gRPC server
+    /// stops, the lease is no longer renewed (it lapses after its TTL) and
+    /// the worker record is gone.
+    pub async fn kill(&self) {
+        self.server.abort();
+        self.renewal.abort();
+        Workers::open(&self.bus)
+            .await
+            .expect("workers bucket")
+            .deregister(&self.worker_id)
+            .await
+            .expect("deregister the killed worker");
+    }
+}
+
+/// The leader conversation most tests need: spawn agent `a1` on
+/// `slice_id`, give it one task with one candidate, collect it, and answer
+/// with a best result of `gflops`.
+pub fn one_task_script(slice_id: &str, gflops: f64) -> Arc<ConversationScript> {
+    let spawn = serde_json::json!({"name": "a1", "slice_id": slice_id, "instructions": "tune"});
+    Arc::new(ConversationScript::new(
+        vec![
+            ScriptedTurn::call("c1", "spawn_agent", &spawn.to_string()),
+            ScriptedTurn::call(
+                "c2",
+                "assign_task",
+                r#"{"agent":"a1","instructions":"try","parameters":{"candidates":[{"A":1}]}}"#,
+            ),
+            ScriptedTurn::call(
+                "c3",
+                "collect_result",
+                r#"{"mode":"all","timeout_seconds":60}"#,
+            ),
+            ScriptedTurn::text(format!(
+                "Done.\n```json\n{{\"best\":{{\"gflops\":{gflops:?}}}}}\n```"
+            )),
+        ],
+        None,
+    ))
+}
+
+/// A model that plays `turns` by position in the conversation (turn i =
+/// the answer after i assistant messages), so a leader that resumes a job
+/// from its checkpoint gets the turn the conversation is at. Turn
+/// `hold_at` waits until [`ConversationScript::release`].
+pub struct ConversationScript {
+    turns: Vec<ScriptedTurn>,
+    hold_at: Option<usize>,
+    gate: Semaphore,
+}
+
+impl ConversationScript {
+    pub fn new(turns: Vec<ScriptedTurn>, hold_at: Option<usize>) -> Self {
+        Self {
+            turns,
+            hold_at,
+            gate: Semaphore::new(0),
+        }
+    }
+    pub fn release(&self) {
+        self.gate.add_permits(1_000);
+    }
+}
+
+#[async_trait::async_trait]
+impl ChatModel for ConversationScript {
+    fn model_name(&self) -> &str {
+        "conversation-script"
+    }
+    async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
+        let index = request
+            .messages
+            .iter()
+            .filter(|m| m.role == mtswarm_core::Role::Assistant)
+            .count();
+        if self.hold_at == Some(index) {
+            let _permit = self
+                .gate
+                .acquire()
+                .await
+                .map_err(|_| ModelError::Other("gate closed".into()))?;
+        }
+        let turn = self
+            .turns
+            .get(index)
+            .cloned()
+            .ok_or_else(|| ModelError::Other(format!("no scripted turn {index}")))?;
+        ScriptedModel::new([turn]).stream(request).await
     }
 }
 
@@ -319,6 +485,20 @@ pub fn answer_tasks(
     bus: &Bus,
     worker_id: &str,
     gflops_of: fn(&v1::TaskAssignment) -> f64,
+) -> (
+    tokio::task::JoinHandle<()>,
+    mpsc::UnboundedReceiver<(v1::TaskAssignment, async_nats::HeaderMap)>,
+) {
+    answer_tasks_with(bus, worker_id, gflops_of, |_| v1::TaskStatus::Ok)
+}
+
+/// [`answer_tasks`] with the result status chosen per task (a FAILED result
+/// carries no best configuration).
+pub fn answer_tasks_with(
+    bus: &Bus,
+    worker_id: &str,
+    gflops_of: fn(&v1::TaskAssignment) -> f64,
+    status_of: fn(&v1::TaskAssignment) -> v1::TaskStatus,
 ) -> (
     tokio::task::JoinHandle<()>,
     mpsc::UnboundedReceiver<(v1::TaskAssignment, async_nats::HeaderMap)>,
@@ -338,6 +518,16 @@ pub fn answer_tasks(
             let parameters: serde_json::Value =
                 serde_json::from_str(&task.parameters_json).unwrap_or_default();
             let best = parameters["candidates"][0].clone();
+            let status = status_of(&task);
+            let result_json = if status == v1::TaskStatus::Ok {
+                serde_json::json!({
+                    "best": {"defines": best, "gflops": gflops_of(&task), "peak_percent": 12.5},
+                    "candidates": parameters["candidates"],
+                })
+                .to_string()
+            } else {
+                String::new()
+            };
             let result = v1::TaskResult {
                 task_id: task.task_id.clone(),
                 attempt: task.attempt,
@@ -346,13 +536,14 @@ pub fn answer_tasks(
                 session_id: task.session_id.clone(),
                 worker_id: task.worker_id.clone(),
                 slice_id: task.slice_id.clone(),
-                status: v1::TaskStatus::Ok as i32,
+                status: status as i32,
                 summary: "benchmarked".into(),
-                result_json: serde_json::json!({
-                    "best": {"defines": best, "gflops": gflops_of(&task), "peak_percent": 12.5},
-                    "candidates": parameters["candidates"],
-                })
-                .to_string(),
+                error: if status == v1::TaskStatus::Ok {
+                    String::new()
+                } else {
+                    "every candidate crashed".into()
+                },
+                result_json,
                 ..Default::default()
             };
             bus.publish_result(&result).await.expect("publish result");

@@ -25,12 +25,26 @@
 //!    time by more than [`PRUNE_MARGIN`] cannot win and is never run.
 //! 4. **Finalists.** The fastest screened candidates (`finalists`, default
 //!    2) get a full `benchmark`; the answer is the fastest benchmark.
-//! 5. **Compile ahead.** The step that validates or benchmarks a candidate
-//!    also compiles the next choice given what is known without the current
-//!    result, so the engine runs the compile while the slice lock is held;
-//!    the next step screens that compiled candidate (a candidate built
-//!    ahead is always taken first). Decisions lag one result behind; no
-//!    compile is wasted on a guess.
+//! 5. **Compile ahead, in the background.** The host compiler must never
+//!    hold the slice up. The step that validates or benchmarks a candidate
+//!    also starts background builds (`compile` with `background: true`) of
+//!    the next choices given what is known without the current result, so
+//!    that `compile_depth` candidates (default [`DEFAULT_COMPILE_DEPTH`])
+//!    are built or building beyond the current one, and collects with
+//!    `wait_build` the next one in line, the one the next step runs. The
+//!    builds span steps: a candidate has had about `compile_depth` hardware
+//!    calls' time to build when its turn comes, so a compile slower than one
+//!    launch does not leave the slice idle. When `wait_build` reports that
+//!    the slice sat idle until a build finished, one more build is kept
+//!    going, up to [`MAX_ADAPTIVE_DEPTH`]. A candidate built (or building)
+//!    ahead is always taken first: decisions lag the depth in results, and
+//!    a build is wasted only when the roofline prunes its candidate in the
+//!    meantime. Validated artifacts are benchmarked as they are, never
+//!    rebuilt.
+//! 6. **No turn between launches.** Up to two built candidates (when
+//!    another build stays in reserve) and all the finalists run in one
+//!    step: the engine hands the slice lock from one call to the next
+//!    without a model turn in between.
 //!
 //! One evaluation is one hardware call on a candidate (`validate` or
 //! `benchmark`); `max_evaluations` bounds their total, finalists included.
@@ -60,9 +74,23 @@ pub const PRUNE_MARGIN: f64 = 1.1;
 /// were all never screened together is predicted this much faster (in
 /// log-time), so interactions the additive model misses get explored.
 pub const EXPLORATION: f64 = 0.15;
-/// Candidates compiled ahead per step at most: more would be guesses whose
-/// compiles compete with the slice's own run for the host CPU.
-const COMPILES_AHEAD: usize = 1;
+/// Candidates kept built or building beyond the current one when the task
+/// does not say (`compile_depth`): enough to cover a compile that takes
+/// about three times as long as a screening launch (a host CPU shared with
+/// the emulator's runs), few enough that the guesses stay close to what the
+/// results say.
+pub const DEFAULT_COMPILE_DEPTH: u32 = 3;
+
+/// The depth grows by one, up to this, each time `wait_build` reports that
+/// the slice sat idle until the build finished (compiles slower than the
+/// launches, e.g. a host CPU shared by many slices).
+pub const MAX_ADAPTIVE_DEPTH: u32 = 5;
+/// Screening launches per step at most (when their builds are ready and
+/// another stays in reserve): consecutive hardware calls of one step follow
+/// each other on the slice without a model turn in between.
+const HARDWARE_CALLS_PER_STEP: usize = 2;
+/// What `wait_build` says when the slice waited for the build.
+const SLICE_IDLE: &str = "slice was idle until this build finished";
 
 static BOUND: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"bound ([0-9.]+(?:[eE][-+]?[0-9]+)?) s").expect("literal regex"));
@@ -74,7 +102,9 @@ static SCREEN_TIME: LazyLock<Regex> = LazyLock::new(|| {
 #[derive(Debug, Clone, Default)]
 struct Known {
     compiles: u32,
-    /// Hardware calls that found the artifact gone.
+    /// Artifact id of a background build not collected yet.
+    building: Option<String>,
+    /// Hardware calls (or waits) that found the artifact gone.
     lost: u32,
     compile_failed: bool,
     screened: bool,
@@ -92,6 +122,8 @@ struct State {
     probe_ok: bool,
     evaluations: u32,
     benchmarks: u32,
+    /// Builds the slice sat idle for.
+    late_builds: u32,
 }
 
 /// Candidate index and round in a call id: `c<index>-<tool>[-r<n>]`.
@@ -115,6 +147,7 @@ fn replay(params: &TaskParameters, messages: &[Message]) -> State {
         probe_ok: false,
         evaluations: 0,
         benchmarks: 0,
+        late_builds: 0,
     };
     let mut pending: HashMap<String, VecDeque<ToolCall>> = HashMap::new();
     // Artifact id -> candidate: ids restart in a new process, so an id seen
@@ -183,20 +216,51 @@ fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall
                 .captures(content)
                 .and_then(|c| c.get(1))
                 .map(|m| m.as_str().to_owned());
+            let background = content.starts_with("building") && content.contains("background");
             match artifact {
-                Some(a) if content.starts_with("compiled") => {
+                Some(a) if content.starts_with("compiled") || background => {
                     if owners.contains_key(&a) {
+                        // Ids restarted: every earlier build is gone.
                         owners.clear();
                         for o in &mut state.outcomes {
                             o.artifact = None;
                         }
+                        for k in &mut state.known {
+                            k.building = None;
+                        }
                     }
                     owners.insert(a.clone(), index);
                     let outcome = &mut state.outcomes[index];
-                    outcome.artifact = Some(a);
                     outcome.failure = None;
                     state.known[index].compile_failed = false;
+                    if background {
+                        state.known[index].building = Some(a);
+                    } else {
+                        outcome.artifact = Some(a);
+                    }
                 }
+                _ => {
+                    outcome.failure = Some(format!("compile: {}", first_line(content)));
+                    known.compile_failed = true;
+                }
+            }
+        }
+        "wait_build" => {
+            known.building = None;
+            if content.contains(SLICE_IDLE) {
+                state.late_builds += 1;
+            }
+            let artifact = ARTIFACT
+                .captures(content)
+                .and_then(|c| c.get(1))
+                .map(|m| m.as_str().to_owned());
+            match artifact {
+                Some(a) if content.starts_with("compiled") => {
+                    outcome.artifact = Some(a);
+                    outcome.failure = None;
+                }
+                // Gone with the process that built it: compile again.
+                _ if artifact_missing(content) => known.lost += 1,
                 _ => {
                     outcome.failure = Some(format!("compile: {}", first_line(content)));
                     known.compile_failed = true;
@@ -206,6 +270,7 @@ fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall
         tool @ ("validate" | "benchmark") => {
             if artifact_missing(content) {
                 known.lost += 1;
+                known.building = None;
                 outcome.artifact = None;
                 if known.lost > MAX_RECOMPILES {
                     outcome.failure = Some(format!(
@@ -341,15 +406,20 @@ impl State {
             pa.total_cmp(&pb).then(da.cmp(&db)).then(ra.cmp(&rb))
         };
         let top = eligible.iter().copied().min_by(order)?;
-        // A candidate compiled ahead goes first: it was the choice one
-        // result ago, its build is paid for and the slice need not wait for
-        // a compile. Decisions lag one result behind, nothing is wasted.
+        // A candidate built ahead goes first, then one still building: it
+        // was the choice a few results ago, its build is paid for and the
+        // slice need not wait for a compile.
         let built = eligible
             .iter()
             .copied()
             .filter(|&i| self.outcomes[i].artifact.is_some())
             .min_by(order);
-        Some(built.unwrap_or(top))
+        let building = eligible
+            .iter()
+            .copied()
+            .filter(|&i| self.known[i].building.is_some())
+            .min_by(order);
+        Some(built.or(building).unwrap_or(top))
     }
 }
 
@@ -485,17 +555,25 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
     let screens_done = state.evaluations - state.benchmarks;
 
     // The current hardware action and the candidates likely to follow.
+    let depth = (params.compile_depth + state.late_builds)
+        .min(params.compile_depth.max(MAX_ADAPTIVE_DEPTH)) as usize;
     let mut action: Option<(usize, &str)> = None;
     let mut ahead: Vec<usize> = Vec::new();
     if screens_done < screen_slots
         && let Some(next) = state.choose(&times, &BTreeSet::new())
     {
         action = Some((next, "validate"));
-        if screens_done + 1 < screen_slots {
-            // The likeliest next one: the current candidate does not change
-            // the picture (the usual case once a good candidate is known).
-            let taken: BTreeSet<usize> = [next].into();
-            ahead.extend(state.choose(&times, &taken));
+        // The likeliest next ones: the current candidates do not change
+        // the picture (the usual case once a good candidate is known).
+        // One more than the depth: a built one may run in this step too.
+        let later = (screen_slots - screens_done - 1) as usize;
+        let mut taken: BTreeSet<usize> = [next].into();
+        while ahead.len() < (depth + 1).min(later) {
+            let Some(i) = state.choose(&times, &taken) else {
+                break;
+            };
+            taken.insert(i);
+            ahead.push(i);
         }
     }
     if action.is_none() && state.benchmarks < finalists && state.evaluations < budget {
@@ -516,31 +594,83 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
             .take(open as usize);
         if let Some(next) = open_pool.next() {
             action = Some((next, "benchmark"));
-            ahead.extend(open_pool);
+            ahead.extend(open_pool.take(depth));
         }
     }
     let Some((current, tool)) = action else {
         return Decision::Final(final_answer(params, &state));
     };
-    let mut calls = Vec::new();
     let needs_compile = |i: usize| {
         state.outcomes[i].artifact.is_none()
+            && state.known[i].building.is_none()
             && state.usable(i)
             && state.known[i].lost <= MAX_RECOMPILES
     };
-    if needs_compile(current) {
-        calls.push(compile_call(params, &state, current));
+    let mut calls = Vec::new();
+    let runs_now = state.outcomes[current].artifact.is_some();
+    if runs_now {
+        calls.push(hardware_call(params, &state, current, tool));
+        if params.compile_ahead {
+            // Built candidates next in line run in the same step: the engine
+            // hands the slice lock from one call to the next, without the
+            // turn in between.
+            let most = if tool == "validate" {
+                HARDWARE_CALLS_PER_STEP
+            } else {
+                finalists as usize
+            };
+            let mut planned = 1u32;
+            // A screening launch joins only when a build stays in reserve
+            // for the next step.
+            let reserve = |ahead: &[usize]| {
+                tool == "benchmark"
+                    || ahead.iter().skip(1).any(|&i| {
+                        state.outcomes[i].artifact.is_some() || state.known[i].building.is_some()
+                    })
+            };
+            while calls.len() < most
+                && state.evaluations + planned < budget
+                && let Some(&next) = ahead.first()
+                && state.outcomes[next].artifact.is_some()
+                && reserve(&ahead)
+            {
+                calls.push(hardware_call(params, &state, next, tool));
+                ahead.remove(0);
+                planned += 1;
+            }
+        }
+    } else if state.known[current].building.is_some() {
+        // Its background build is late: the slice waits for it.
+        calls.push(wait_call(&state, current));
+    } else if needs_compile(current) {
+        calls.push(compile_call(params, &state, current, false));
     } else {
+        // Nothing to build it from: the call reports why.
         calls.push(hardware_call(params, &state, current, tool));
     }
     if params.compile_ahead {
+        // Collect the builds next in line while the slice runs (they are
+        // the next step's candidates), and keep `depth` builds going.
+        ahead.truncate(depth);
+        // As many as this step consumes: a wait the slice does not need
+        // yet would only hold the step up.
+        let mut waits = if runs_now {
+            calls.iter().filter(|c| c.name == tool).count()
+        } else {
+            0
+        };
         let mut seen: BTreeSet<usize> = [current].into();
         for i in ahead {
-            if calls.len() > COMPILES_AHEAD {
-                break;
+            if !seen.insert(i) {
+                continue;
             }
-            if seen.insert(i) && needs_compile(i) {
-                calls.push(compile_call(params, &state, i));
+            if state.known[i].building.is_some() {
+                if waits > 0 {
+                    calls.push(wait_call(&state, i));
+                    waits -= 1;
+                }
+            } else if needs_compile(i) {
+                calls.push(compile_call(params, &state, i, true));
             }
         }
     }
@@ -555,8 +685,20 @@ fn round_suffix(known: &Known) -> String {
     }
 }
 
-fn compile_call(params: &TaskParameters, state: &State, index: usize) -> ToolCall {
+fn compile_call(
+    params: &TaskParameters,
+    state: &State,
+    index: usize,
+    background: bool,
+) -> ToolCall {
     let compiles = state.known[index].compiles;
+    let mut arguments = json!({
+        "kernel_dir": params.kernel_dir,
+        "defines": params.candidates[index],
+    });
+    if background {
+        arguments["background"] = json!(true);
+    }
     ToolCall {
         id: if compiles == 0 {
             format!("c{index}-compile")
@@ -564,11 +706,16 @@ fn compile_call(params: &TaskParameters, state: &State, index: usize) -> ToolCal
             format!("c{index}-compile-r{compiles}")
         },
         name: "compile".to_owned(),
-        arguments: json!({
-            "kernel_dir": params.kernel_dir,
-            "defines": params.candidates[index],
-        })
-        .to_string(),
+        arguments: arguments.to_string(),
+    }
+}
+
+fn wait_call(state: &State, index: usize) -> ToolCall {
+    let artifact = state.known[index].building.clone().unwrap_or_default();
+    ToolCall {
+        id: format!("c{index}-wait{}", round_suffix(&state.known[index])),
+        name: "wait_build".to_owned(),
+        arguments: json!({ "artifact": artifact }).to_string(),
     }
 }
 

@@ -54,6 +54,11 @@ pub fn init_logs() {
 
 impl Env {
     pub async fn start() -> Env {
+        Self::start_with_fleet(FLEET).await
+    }
+
+    /// An environment whose fleet file is `fleet` (TOML).
+    pub async fn start_with_fleet(fleet_toml: &str) -> Env {
         init_logs();
         let nats = NatsServer::start().expect("nats-server");
         let bus = Bus::connect(BusConfig::new(nats.url()).with_name("test"))
@@ -65,7 +70,7 @@ impl Env {
             .expect("topology");
         let dir = tempfile::tempdir().expect("tempdir");
         let fleet = dir.path().join("fleet.toml");
-        std::fs::write(&fleet, FLEET).expect("fleet file");
+        std::fs::write(&fleet, fleet_toml).expect("fleet file");
         Env {
             nats,
             bus,
@@ -218,4 +223,18 @@ pub fn assert_gapless(events: &[v1::AgentEvent], from: u64) {
             events.iter().map(|e| e.sequence).collect::<Vec<_>>()
         );
     }
+}
+
+/// The payload of `session`'s `session_finished` event (each wait bounded by
+/// [`WAIT`]).
+pub async fn session_finished(
+    stream: &mut mtswarm_bus::ReceivedStream<v1::AgentEvent>,
+    session: &str,
+) -> Value {
+    let mut seen = Vec::new();
+    let event = events_until(stream, &mut seen, |e| {
+        e.session_id == session && is_kind(e, v1::AgentEventKind::SessionFinished)
+    })
+    .await;
+    payload(&event)
 }

@@ -15,7 +15,7 @@ use mtswarm_hw::lock::HwLock;
 use mtswarm_hw::measure::{MeasureConfig, measure};
 use mtswarm_hw::tune::{ParamValue, TuneSpace};
 use mtswarm_hw::{BackendKind, Board, BuildRequest, ChipSpec, EmulatorBoard, Slice};
-use mtswarm_tools::ToolSet;
+use mtswarm_tools::{ToolSet, TuningPhase};
 use mtswarm_worker::BuiltinWorkerPolicy;
 use mtswarm_worker::policy::{answer_json, render_task_message};
 use serde_json::Value;
@@ -134,14 +134,20 @@ pub struct PolicyRun {
     pub evaluations: u64,
     pub hardware_calls: usize,
     pub wall: Duration,
-    pub lock_busy: Duration,
-    pub lock_stats_utilization: f64,
+    /// The slice's tuning phase: first lock acquisition to last release.
+    pub phase: TuningPhase,
+    /// Time the tool calls took, per tool (calls of a step overlap).
+    pub tool_seconds: BTreeMap<String, f64>,
+    /// Steps without a hardware call inside the tuning phase (the slice
+    /// waited for a build), and their total time.
+    pub waiting_steps: usize,
+    pub waiting: Duration,
 }
 
 impl PolicyRun {
-    /// Slice-lock busy time over the task's wall time.
+    /// Slice-lock busy time over the tuning phase.
     pub fn utilization(&self) -> f64 {
-        self.lock_busy.as_secs_f64() / self.wall.as_secs_f64()
+        self.phase.utilization()
     }
 }
 
@@ -155,6 +161,7 @@ pub async fn run_policy(parameters: Value) -> PolicyRun {
         .lock(lock.clone())
         .build()
         .expect("tools");
+    let resource_lock = tools.resource_lock();
     let mut registry = ToolRegistry::new();
     tools.register_all(&mut registry).expect("register");
     let engine = Engine::new(
@@ -165,34 +172,51 @@ pub async fn run_policy(parameters: Value) -> PolicyRun {
         Arc::new(BuiltinWorkerPolicy::new()),
         registry,
         RiskPolicy::default().with_auto_approve(AutoApprove::UpToMedium),
-        Arc::new(tools.resource_lock()),
+        Arc::new(resource_lock.clone()),
     );
     let task = render_task_message("t1", "dgemm", "", &parameters);
     let started = Instant::now();
     let (mut events, handle) = engine.start("policy-test", "You tune kernels.", &task);
+    // Per step: its end, whether it had a hardware call, and its span.
     let drain = tokio::spawn(async move {
         let mut log = Vec::new();
+        let mut tool_seconds: BTreeMap<String, f64> = BTreeMap::new();
+        let mut steps: BTreeMap<u32, (Instant, Instant, bool)> = BTreeMap::new();
         while let Some(event) = events.next().await {
             if let mtswarm_core::EventKind::ToolResult {
                 call_id,
+                name,
                 duration_ms,
                 ..
             } = &event.kind
             {
+                let now = Instant::now();
+                let took = Duration::from_millis(*duration_ms);
+                *tool_seconds.entry(name.clone()).or_default() += took.as_secs_f64();
+                let hardware = name == "validate" || name == "benchmark";
+                let entry = steps.entry(event.step).or_insert((
+                    now.checked_sub(took).unwrap_or(now),
+                    now,
+                    false,
+                ));
+                entry.0 = entry.0.min(now.checked_sub(took).unwrap_or(now));
+                entry.1 = entry.1.max(now);
+                entry.2 |= hardware;
                 log.push(format!(
-                    "{:>6} ms: {call_id} took {duration_ms} ms",
-                    started.elapsed().as_millis()
+                    "{:>6} ms: step {} {call_id} took {duration_ms} ms",
+                    started.elapsed().as_millis(),
+                    event.step
                 ));
             }
         }
-        log
+        (log, tool_seconds, steps)
     });
     let outcome = tokio::time::timeout(Duration::from_secs(600), handle.outcome())
         .await
         .expect("the task finishes in time")
         .expect("outcome");
     let wall = started.elapsed();
-    let log = drain.await.expect("events drained");
+    let (log, tool_seconds, steps) = drain.await.expect("events drained");
     if std::env::var_os("POLICY_TEST_LOG").is_some() {
         eprintln!("{}", log.join("\n"));
     }
@@ -207,15 +231,32 @@ pub async fn run_policy(parameters: Value) -> PolicyRun {
         .filter(|c| c.name == "validate" || c.name == "benchmark")
         .count();
     let answer = answer_json(&text).expect("the answer has a json block");
+    let phase = resource_lock
+        .tuning_phase(&slice().id())
+        .expect("the slice lock was used");
     let stats = lock.stats(&slice().id()).expect("the slice lock was used");
+    assert_eq!(
+        stats.acquisitions, phase.holds,
+        "the tuning phase books every hold of the slice lock"
+    );
+    let phase_end = phase.last_released.unwrap_or(phase.first_acquired);
+    let waiting_spans: Vec<Duration> = steps
+        .values()
+        .filter(|(from, to, hardware)| {
+            !hardware && *from >= phase.first_acquired && *to <= phase_end
+        })
+        .map(|(from, to, _)| to.saturating_duration_since(*from))
+        .collect();
     PolicyRun {
         best_seconds: answer["best"]["median_seconds"].as_f64(),
         evaluations: answer["evaluations"].as_u64().unwrap_or_default(),
         answer,
         hardware_calls,
         wall,
-        lock_busy: stats.busy,
-        lock_stats_utilization: stats.utilization(),
+        phase,
+        tool_seconds,
+        waiting_steps: waiting_spans.len(),
+        waiting: waiting_spans.iter().sum(),
     }
 }
 

@@ -1,0 +1,272 @@
+//! `mtswarm results`: every measured candidate from the results store (the
+//! `MTSWARM_MEASUREMENTS` stream, read over NATS with
+//! `mtswarm_bus::results::ResultsStore`), filtered by job, kernel, kernel
+//! hash, slice, backend, time and validity, printed as a table or exported
+//! as JSON lines or CSV to stdout or a file. The store outlives jobs and
+//! leaders, so this reads NATS directly rather than asking the leader.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use mtswarm_bus::results::{self, ResultQuery, ResultRecord, ResultsStore};
+use mtswarm_bus::{Bus, BusConfig};
+use serde_json::json;
+
+use crate::daemons::DEFAULT_NATS;
+use crate::render;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// A table for people.
+    Table,
+    /// One JSON object per record and line.
+    Jsonl,
+    /// A header and one row per record; parameters as `param.<NAME>` columns.
+    Csv,
+}
+
+#[derive(Debug, Args)]
+pub struct ResultsCmd {
+    /// Only records of this job (same as --job).
+    pub job_id: Option<String>,
+    /// Only records of this job.
+    #[arg(long = "job", env = "MTSWARM_RESULTS_JOB", conflicts_with = "job_id")]
+    pub job: Option<String>,
+    /// Only this kernel (the kernel directory's name, e.g. dgemm).
+    #[arg(long, env = "MTSWARM_RESULTS_KERNEL")]
+    pub kernel: Option<String>,
+    /// Only this kernel source: the full hash or a prefix of at least 4 characters.
+    #[arg(long, env = "MTSWARM_RESULTS_KERNEL_HASH")]
+    pub kernel_hash: Option<String>,
+    /// Only this slice (e.g. board0/c1).
+    #[arg(long, env = "MTSWARM_RESULTS_SLICE")]
+    pub slice: Option<String>,
+    /// Only this backend (emulator, sdk, host).
+    #[arg(long, env = "MTSWARM_RESULTS_BACKEND")]
+    pub backend: Option<String>,
+    /// Only records measured since then: an RFC 3339 time
+    /// (2026-01-02T03:04:05Z) or an age (90s, 15m, 2h, 7d).
+    #[arg(long, env = "MTSWARM_RESULTS_SINCE")]
+    pub since: Option<String>,
+    /// Only valid measurements (the kernel's answer was right).
+    #[arg(long, env = "MTSWARM_RESULTS_VALID_ONLY")]
+    pub valid_only: bool,
+    /// At most this many records (the most recently stored ones).
+    #[arg(long, env = "MTSWARM_RESULTS_LIMIT", default_value_t = results::DEFAULT_QUERY_LIMIT)]
+    pub limit: usize,
+    /// Output format.
+    #[arg(long, value_enum, env = "MTSWARM_RESULTS_FORMAT", default_value_t = ExportFormat::Table)]
+    pub format: ExportFormat,
+    /// Write the export to this file instead of stdout.
+    #[arg(long, short = 'o', env = "MTSWARM_RESULTS_OUTPUT")]
+    pub output: Option<PathBuf>,
+    /// One JSON object `{"count": N, "records": [...]}` (instead of --format).
+    #[arg(long, env = "MTSWARM_JSON", conflicts_with = "format")]
+    pub json: bool,
+    /// NATS server URL(s), comma-separated.
+    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
+    pub nats: Vec<String>,
+    /// NATS credentials file (.creds).
+    #[arg(long, env = "MTSWARM_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+}
+
+impl ResultsCmd {
+    /// The store query these flags describe.
+    pub fn query(&self, now: SystemTime) -> anyhow::Result<ResultQuery> {
+        let nonempty = |value: &Option<String>| {
+            value
+                .as_ref()
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        if self.limit == 0 || self.limit > results::MAX_QUERY_LIMIT {
+            bail!("--limit must be between 1 and {}", results::MAX_QUERY_LIMIT);
+        }
+        let since = match nonempty(&self.since) {
+            None => None,
+            Some(text) => Some(parse_since(&text, now)?),
+        };
+        Ok(ResultQuery {
+            job_id: nonempty(&self.job_id).or_else(|| nonempty(&self.job)),
+            kernel: nonempty(&self.kernel),
+            kernel_hash: nonempty(&self.kernel_hash),
+            slice: nonempty(&self.slice),
+            backend: nonempty(&self.backend),
+            valid_only: self.valid_only,
+            since,
+            limit: self.limit,
+        })
+    }
+}
+
+/// `--since`: an RFC 3339 instant, or an age before `now` (`90s`, `15m`,
+/// `2h`, `7d`, `1w`).
+pub fn parse_since(text: &str, now: SystemTime) -> anyhow::Result<SystemTime> {
+    let text = text.trim();
+    if let Some(age) = parse_age(text) {
+        return Ok(now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH));
+    }
+    let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .with_context(|| {
+            format!(
+                "--since {text:?} is neither an RFC 3339 time (2026-01-02T03:04:05Z) nor an age (90s, 15m, 2h, 7d)"
+            )
+        })?;
+    let nanos = parsed.unix_timestamp_nanos();
+    if nanos < 0 {
+        return Ok(SystemTime::UNIX_EPOCH);
+    }
+    let nanos = u64::try_from(nanos).context("--since is too far in the future")?;
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos))
+}
+
+fn parse_age(text: &str) -> Option<Duration> {
+    let unit_at = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(unit_at);
+    let number: u64 = number.parse().ok()?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => return None,
+    };
+    number.checked_mul(seconds).map(Duration::from_secs)
+}
+
+pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
+    let query = cmd.query(SystemTime::now())?;
+    let servers: Vec<String> = cmd
+        .nats
+        .iter()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let Some(first) = servers.first() else {
+        bail!("--nats (MTSWARM_NATS_URL) is empty");
+    };
+    let mut config = BusConfig::new(first.clone()).with_name("mtswarm-cli");
+    config.servers = servers.clone();
+    config.credentials_file = cmd.nats_creds.clone();
+    // A one-shot read: report an unreachable server instead of waiting for it.
+    config.retry_on_initial_connect = false;
+    let bus = Bus::connect(config).await.with_context(|| {
+        format!(
+            "cannot reach NATS at {}: is `mtswarm up` running? (set --nats / MTSWARM_NATS_URL)",
+            servers.join(",")
+        )
+    })?;
+    let store = ResultsStore::open(&bus)
+        .await
+        .context("opening the results store")?;
+    let records = store
+        .query(&query)
+        .await
+        .context("reading the results store")?;
+    let mut out: Box<dyn std::io::Write> = match &cmd.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    if cmd.json {
+        let value = json!({ "count": records.len(), "records": records });
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&value).context("encoding JSON")?
+        )?;
+        out.flush()?;
+    } else {
+        match cmd.format {
+            ExportFormat::Jsonl => results::to_jsonl(&records, &mut out)?,
+            ExportFormat::Csv => results::to_csv(&records, &mut out)?,
+            ExportFormat::Table => write_table(&records, &mut out)?,
+        }
+    }
+    if let Some(path) = &cmd.output {
+        eprintln!("wrote {} records to {}", records.len(), path.display());
+    }
+    if let Err(error) = bus.drain().await {
+        tracing::debug!(%error, "closing the NATS connection");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn write_table(records: &[ResultRecord], out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    if records.is_empty() {
+        writeln!(out, "no results match")?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<24} {:<10} {:<14} {:<9} {:>5} {:<6} {:>9} {:>6} {:>11}  PARAMS",
+        "TIME", "KERNEL", "SLICE", "BACKEND", "CORES", "VALID", "GFLOPS", "PEAK%", "MEDIAN_S"
+    )?;
+    for r in records {
+        let millis = i64::try_from(r.timestamp_ms).unwrap_or(i64::MAX);
+        let stamp = render::timestamp(Some(&mtswarm_proto::prost_types::Timestamp {
+            seconds: millis / 1000,
+            nanos: i32::try_from((millis % 1000) * 1_000_000).unwrap_or(0),
+        }))
+        .unwrap_or_default();
+        let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let valid = if r.valid {
+            "yes".to_string()
+        } else {
+            "no".to_string()
+        };
+        writeln!(
+            out,
+            "{:<24} {:<10} {:<14} {:<9} {:>5} {:<6} {:>9} {:>6} {:>11}  {}",
+            stamp,
+            render::truncate(&r.kernel, 10),
+            render::truncate(&r.slice_id, 14),
+            render::truncate(&r.backend, 9),
+            r.cores,
+            valid,
+            r.gflops.map(|g| format!("{g:.3}")).unwrap_or_default(),
+            r.peak_fraction
+                .map(|p| format!("{:.1}", p * 100.0))
+                .unwrap_or_default(),
+            r.stats
+                .as_ref()
+                .map(|s| format!("{:.6}", s.median))
+                .unwrap_or_default(),
+            params.join(" ")
+        )?;
+    }
+    writeln!(out, "{} records", records.len())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_ages_and_rfc3339_times() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(
+            parse_since("90s", now).expect("age"),
+            now - Duration::from_secs(90)
+        );
+        assert_eq!(
+            parse_since("2h", now).expect("age"),
+            now - Duration::from_secs(7200)
+        );
+        assert_eq!(
+            parse_since("1970-01-01T00:00:10Z", now).expect("time"),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(10)
+        );
+        let error = parse_since("yesterday", now).expect_err("neither");
+        assert!(error.to_string().contains("RFC 3339"), "{error}");
+        assert!(parse_since("5y", now).is_err());
+    }
+}

@@ -1,0 +1,82 @@
+//! NATS restart: the leader's background loops (result consumer, lease and
+//! quarantine watches, reassigner, relays) outlive a nats-server stop and
+//! start on the same port. After the restart a job still runs end to end,
+//! including a reassignment after its worker dies.
+
+mod common;
+
+use common::*;
+use futures::StreamExt as _;
+use mtswarm_bus::ConnectionState;
+use mtswarm_bus::{TaskConsumerConfig, v1};
+
+fn gflops(_: &v1::TaskAssignment) -> f64 {
+    3.0
+}
+
+#[tokio::test]
+async fn the_leader_survives_a_nats_restart() {
+    let mut env = Env::start().await;
+    let model = one_task_script("fn1-c0", 3.0);
+    let leader = env.leader(model).await;
+    let mut state = leader.bus().connection_state();
+
+    env.nats.stop().expect("stop nats-server");
+    within("the leader to see the disconnect", async {
+        state
+            .wait_for(|s| *s == ConnectionState::Disconnected)
+            .await
+            .expect("state")
+    })
+    .await;
+    env.nats.restart().expect("restart nats-server");
+    within("the leader to reconnect", async {
+        state
+            .wait_for(|s| *s == ConnectionState::Connected)
+            .await
+            .expect("state")
+    })
+    .await;
+    env.bus
+        .wait_connected(WAIT)
+        .await
+        .expect("test client reconnects");
+
+    let dying = FakeWorker::start(&env.bus, "fn1", "fn1").await;
+    let _spare = FakeWorker::start(&env.bus, "fn2", "fn2").await;
+    let (answer, mut answered) = answer_tasks(&env.bus, "fn2", gflops);
+    let first_tasks = env
+        .bus
+        .task_consumer("fn1", TaskConsumerConfig::default())
+        .await
+        .expect("fn1 task consumer");
+    let mut first_tasks = first_tasks.messages().await.expect("fn1 tasks");
+    let mut control = control(&leader).await;
+    let job_id = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec("Tune k1 after a NATS restart.")),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let first = within("the task on fn1", first_tasks.next())
+        .await
+        .expect("a task")
+        .expect("decodable");
+    assert_eq!(first.message().attempt, 1);
+    dying.kill().await;
+    let (moved, _) = within("the task re-published on fn2", answered.recv())
+        .await
+        .expect("a task");
+    assert_eq!(moved.task_id, first.message().task_id);
+    assert_eq!(moved.attempt, 2);
+
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    let counters = leader.counters();
+    assert_eq!((counters.accepted, counters.reassigned), (1, 1));
+    answer.abort();
+    leader.shutdown().await.expect("shutdown");
+}

@@ -1,0 +1,375 @@
+//! Reassignment: a worker that dies (its slice lease lapses) has its agent
+//! moved to a free slice with the same session id and `resume = true`, and
+//! its unfinished task re-published there as the next attempt, resuming
+//! from the checkpoint. The dead attempt's late result is dropped; the new
+//! attempt's result is the task's outcome.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use futures::StreamExt as _;
+use mtswarm_bus::{Jobs, TaskConsumerConfig, v1};
+use mtswarm_core::testing::ScriptedTurn;
+use serde_json::{Value, json};
+
+fn result_for(task: &v1::TaskAssignment, attempt: u32, gflops: f64) -> v1::TaskResult {
+    v1::TaskResult {
+        task_id: task.task_id.clone(),
+        attempt,
+        job_id: task.job_id.clone(),
+        agent_id: task.agent_id.clone(),
+        session_id: task.session_id.clone(),
+        worker_id: task.worker_id.clone(),
+        slice_id: task.slice_id.clone(),
+        status: v1::TaskStatus::Ok as i32,
+        summary: format!("attempt {attempt}"),
+        result_json: json!({"best": {"defines": {"A": "1"}, "gflops": gflops}}).to_string(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
+    let env = Env::start().await;
+    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
+    let mut second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
+    let model = one_task_script("fb1-c0", 2.0);
+    let leader = env.leader(model).await;
+    let mut control = control(&leader).await;
+    let first_tasks = env
+        .bus
+        .task_consumer("fw1", TaskConsumerConfig::default())
+        .await
+        .expect("fw1 task consumer");
+    let mut first_tasks = first_tasks.messages().await.expect("fw1 tasks");
+    let second_tasks = env
+        .bus
+        .task_consumer("fw2", TaskConsumerConfig::default())
+        .await
+        .expect("fw2 task consumer");
+    let mut second_tasks = second_tasks.messages().await.expect("fw2 tasks");
+
+    let job_id = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec("Tune k1.")),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let Some(WorkerCall::Spawn(spawn)) = within("the first spawn", first.calls.recv()).await else {
+        panic!("expected SpawnSession on fw1");
+    };
+    assert!(!spawn.resume);
+    let delivery = within("attempt 1", first_tasks.next())
+        .await
+        .expect("a task")
+        .expect("decodable");
+    let task = delivery.message().clone();
+    assert_eq!((task.attempt, task.slice_id.as_str()), (1, "fb1-c0"));
+    assert!(!task.resume_from_checkpoint);
+    // fw1 dies holding the task: its lease lapses one TTL later.
+    let killed = std::time::Instant::now();
+    first.kill().await;
+
+    let Some(WorkerCall::Spawn(moved)) = within("the move to fw2", second.calls.recv()).await
+    else {
+        panic!("expected SpawnSession on fw2");
+    };
+    assert_eq!(
+        moved.session_id, spawn.session_id,
+        "the session keeps its id"
+    );
+    assert_eq!(moved.agent_id, "a1");
+    assert_eq!(moved.slice_id, "fb2-c0");
+    assert!(
+        moved.resume,
+        "the moved session resumes from its checkpoint"
+    );
+    let again = within("attempt 2", second_tasks.next())
+        .await
+        .expect("a task")
+        .expect("decodable");
+    let retried = again.message().clone();
+    println!(
+        "kill to re-published attempt: {} ms (lease TTL {} ms)",
+        killed.elapsed().as_millis(),
+        FAKE_LEASE_TTL.as_millis()
+    );
+    assert_eq!(retried.task_id, task.task_id, "the task id never changes");
+    assert_eq!(retried.attempt, 2);
+    assert!(retried.resume_from_checkpoint);
+    assert_eq!(
+        (retried.worker_id.as_str(), retried.slice_id.as_str()),
+        ("fw2", "fb2-c0")
+    );
+    assert_eq!(retried.session_id, spawn.session_id);
+
+    // The dead attempt's late result is fenced off; the live one counts.
+    env.bus
+        .publish_result(&result_for(&task, 1, 99.0))
+        .await
+        .expect("late result");
+    eventually("the stale result to be counted", || async {
+        (leader.counters().stale == 1).then_some(())
+    })
+    .await;
+    env.bus
+        .publish_result(&result_for(&retried, 2, 2.0))
+        .await
+        .expect("result of attempt 2");
+    again.ack().await.expect("ack");
+
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    let accepted: Vec<&v1::TaskResult> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::TaskResult(r)) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(accepted.len(), 1);
+    assert_eq!(accepted[0].attempt, 2);
+    let moves: Vec<Value> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::AgentEvent(a)) if a.kind() == v1::AgentEventKind::Log => {
+                serde_json::from_str::<Value>(&a.payload_json).ok()
+            }
+            _ => None,
+        })
+        .filter(|p| p["type"] == "task_reassigned")
+        .collect();
+    assert_eq!(moves.len(), 1, "{moves:?}");
+    let reassigned = &moves[0];
+    assert_eq!(reassigned["task_id"], json!(task.task_id));
+    assert_eq!(reassigned["attempt"], json!(2));
+    assert_eq!(reassigned["agent"], json!("a1"));
+    assert_eq!(reassigned["from_slice"], json!("fb1-c0"));
+    assert_eq!(reassigned["to_slice"], json!("fb2-c0"));
+    let detected_ms = reassigned["detected_ms"].as_u64().expect("detected_ms");
+    println!(
+        "reassignment: {detected_ms} ms from the lease's expiry to the re-publish ({})",
+        reassigned["reason"]
+    );
+    // Within 2 x TTL of the kill: the lapse itself takes one TTL.
+    assert!(
+        detected_ms < 2 * FAKE_LEASE_TTL.as_millis() as u64 + 1000,
+        "{detected_ms}"
+    );
+
+    let record = Jobs::open(&env.bus)
+        .await
+        .expect("jobs")
+        .get(&job_id)
+        .await
+        .expect("read")
+        .expect("job")
+        .value;
+    assert_eq!(record.agents.len(), 1);
+    assert_eq!(record.agents[0].moves, 1);
+    assert_eq!(record.agents[0].slice_id, "fb2-c0");
+    assert_eq!(record.agents[0].spawn_call_id, "c1@1");
+    assert_eq!(record.tasks.len(), 1);
+    let stored = record.tasks[0].assignment.clone().expect("assignment");
+    assert_eq!((stored.attempt, stored.slice_id.as_str()), (2, "fb2-c0"));
+    assert!(record.tasks[0].done);
+    assert_eq!(record.tasks[0].status(), v1::TaskStatus::Ok);
+    assert_eq!((record.tasks_total, record.tasks_done), (1, 1));
+    let counters = leader.counters();
+    assert_eq!(
+        (counters.accepted, counters.stale, counters.reassigned),
+        (1, 1, 1)
+    );
+    leader.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn a_fenced_result_of_the_current_attempt_moves_the_task_at_once() {
+    let env = Env::start().await;
+    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
+    let mut second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
+    let model = Arc::new(ConversationScript::new(
+        vec![
+            ScriptedTurn::call("c1", "spawn_agent", r#"{"name":"a1","slice_id":"fb1-c0"}"#),
+            ScriptedTurn::call(
+                "c2",
+                "assign_task",
+                r#"{"agent":"a1","instructions":"try","parameters":{"candidates":[{"A":1}]}}"#,
+            ),
+            ScriptedTurn::call(
+                "c3",
+                "collect_result",
+                r#"{"mode":"all","timeout_seconds":60}"#,
+            ),
+            ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
+        ],
+        None,
+    ));
+    let leader = env.leader(model).await;
+    let mut control = control(&leader).await;
+    let first_tasks = env
+        .bus
+        .task_consumer("fw1", TaskConsumerConfig::default())
+        .await
+        .expect("fw1 task consumer");
+    let mut first_tasks = first_tasks.messages().await.expect("fw1 tasks");
+    let (answer, mut answered) = answer_tasks(&env.bus, "fw2", |_| 2.0);
+    let job_id = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec("Tune k1.")),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let delivery = within("attempt 1", first_tasks.next())
+        .await
+        .expect("a task")
+        .expect("decodable");
+    let task = delivery.message().clone();
+    // fw1 stays alive (its lease still names the session) but fences its run.
+    let mut fenced = result_for(&task, 1, 0.0);
+    fenced.fenced = true;
+    fenced.status = v1::TaskStatus::Cancelled as i32;
+    fenced.result_json.clear();
+    fenced.error = "fenced off: checkpoint refused as a stale attempt".into();
+    env.bus
+        .publish_result(&fenced)
+        .await
+        .expect("fenced result");
+    delivery.ack().await.expect("ack");
+
+    let (moved, _) = within("attempt 2 on fw2", answered.recv())
+        .await
+        .expect("a task");
+    assert_eq!(
+        (moved.task_id.as_str(), moved.attempt),
+        (task.task_id.as_str(), 2)
+    );
+    assert!(moved.resume_from_checkpoint);
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    let accepted: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::TaskResult(r)) => Some(r.attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(accepted, vec![2], "the fenced result is never the outcome");
+    let counters = leader.counters();
+    assert_eq!(
+        (counters.fenced, counters.accepted, counters.reassigned),
+        (1, 1, 1)
+    );
+    let spawned_on_second = std::iter::from_fn(|| second.calls.try_recv().ok())
+        .filter_map(|c| match c {
+            WorkerCall::Spawn(s) => Some(s),
+            WorkerCall::Cancel(_) => None,
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(spawned_on_second.len(), 1);
+    assert!(spawned_on_second[0].resume);
+    assert!(matches!(first.calls.try_recv(), Ok(WorkerCall::Spawn(_))));
+    answer.abort();
+    leader.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn a_quarantined_slice_moves_its_agent_and_the_old_session_is_cancelled() {
+    let env = Env::start().await;
+    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
+    let _second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
+    let model = Arc::new(ConversationScript::new(
+        vec![
+            ScriptedTurn::call("c1", "spawn_agent", r#"{"name":"a1","slice_id":"fb1-c0"}"#),
+            ScriptedTurn::call(
+                "c2",
+                "assign_task",
+                r#"{"agent":"a1","instructions":"try","parameters":{"candidates":[{"A":1}]}}"#,
+            ),
+            ScriptedTurn::call(
+                "c3",
+                "collect_result",
+                r#"{"mode":"all","timeout_seconds":60}"#,
+            ),
+            ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
+        ],
+        None,
+    ));
+    let leader = env.leader(model).await;
+    let mut control = control(&leader).await;
+    let first_tasks = env
+        .bus
+        .task_consumer("fw1", TaskConsumerConfig::default())
+        .await
+        .expect("fw1 task consumer");
+    let mut first_tasks = first_tasks.messages().await.expect("fw1 tasks");
+    let (answer, mut answered) = answer_tasks(&env.bus, "fw2", |_| 2.0);
+    let job_id = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec("Tune k1.")),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let delivery = within("attempt 1", first_tasks.next())
+        .await
+        .expect("a task")
+        .expect("decodable");
+    delivery.ack().await.expect("ack");
+    mtswarm_bus::Quarantine::open(&env.bus)
+        .await
+        .expect("quarantine")
+        .put(&v1::SliceQuarantine {
+            slice_id: "fb1-c0".into(),
+            worker_id: "fw1".into(),
+            reason: "3 crashes in a row".into(),
+            consecutive_failures: 3,
+            since: Some(prost_types::Timestamp::from(std::time::SystemTime::now())),
+            by: "fw1".into(),
+        })
+        .await
+        .expect("quarantine the slice");
+    let (moved, _) = within("attempt 2 on fw2", answered.recv())
+        .await
+        .expect("a task");
+    assert_eq!(moved.attempt, 2);
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    let reasons: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::AgentEvent(a)) if a.kind() == v1::AgentEventKind::Log => {
+                let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
+                (payload["type"] == "task_reassigned")
+                    .then(|| payload["reason"].as_str().map(str::to_string))
+                    .flatten()
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        vec!["slice quarantined: 3 crashes in a row".to_string()]
+    );
+    // fw1 saw the spawn, then the cancel of its copy of the moved session.
+    let spawn = match within("fw1's spawn", first.calls.recv()).await {
+        Some(WorkerCall::Spawn(spawn)) => spawn,
+        other => panic!("expected a spawn, got {other:?}"),
+    };
+    match within("fw1's cancel", first.calls.recv()).await {
+        Some(WorkerCall::Cancel(cancel)) => assert_eq!(cancel.session_id, spawn.session_id),
+        other => panic!("expected a cancel, got {other:?}"),
+    }
+    answer.abort();
+    leader.shutdown().await.expect("shutdown");
+}

@@ -1,0 +1,196 @@
+//! Leader restart: leader A runs a job until its tasks are out and one
+//! result is in, then dies (aborted, as a crash would leave it: the job
+//! stays RUNNING). A result published while no leader runs is not lost:
+//! leader B on the same NATS resumes the job from its record, replays the
+//! job's results, accepts each task's result once and finishes the job;
+//! no task is published twice.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use futures::StreamExt as _;
+use mtswarm_bus::{Jobs, TaskConsumerConfig, subjects, v1};
+use mtswarm_core::testing::ScriptedTurn;
+use mtswarm_leader::LeaderDaemon;
+use serde_json::json;
+
+fn script() -> Vec<ScriptedTurn> {
+    vec![
+        ScriptedTurn::call(
+            "s1",
+            "spawn_agent",
+            r#"{"name":"a1","slice_id":"fr1-c0","instructions":"tune"}"#,
+        ),
+        ScriptedTurn::tool_calls([
+            mtswarm_core::ToolCall {
+                id: "t1".into(),
+                name: "assign_task".into(),
+                arguments: r#"{"agent":"a1","instructions":"part 1","parameters":{"candidates":[{"A":1}]}}"#.into(),
+            },
+            mtswarm_core::ToolCall {
+                id: "t2".into(),
+                name: "assign_task".into(),
+                arguments: r#"{"agent":"a1","instructions":"part 2","parameters":{"candidates":[{"A":2}]}}"#.into(),
+            },
+        ]),
+        ScriptedTurn::call(
+            "c1",
+            "collect_result",
+            r#"{"mode":"all","timeout_seconds":60}"#,
+        ),
+        ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
+    ]
+}
+
+fn result_for(task: &v1::TaskAssignment, gflops: f64) -> v1::TaskResult {
+    v1::TaskResult {
+        task_id: task.task_id.clone(),
+        attempt: task.attempt,
+        job_id: task.job_id.clone(),
+        agent_id: task.agent_id.clone(),
+        session_id: task.session_id.clone(),
+        worker_id: task.worker_id.clone(),
+        slice_id: task.slice_id.clone(),
+        status: v1::TaskStatus::Ok as i32,
+        summary: "benchmarked".into(),
+        result_json: json!({"best": {"defines": {"A": "1"}, "gflops": gflops}}).to_string(),
+        usage: Some(v1::Usage {
+            steps: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
+    let env = Env::start().await;
+    let _worker = FakeWorker::start(&env.bus, "fr1", "fr1").await;
+    let tasks = env
+        .bus
+        .task_consumer("fr1", TaskConsumerConfig::default())
+        .await
+        .expect("task consumer");
+    let mut tasks = tasks.messages().await.expect("task stream");
+
+    // Leader A never gets past the collect turn's answer.
+    let model_a = Arc::new(ConversationScript::new(script(), Some(3)));
+    let leader_a = env.leader(model_a).await;
+    let mut control_a = control(&leader_a).await;
+    let job_id = control_a
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec("Tune k1.")),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let mut received = Vec::new();
+    for _ in 0..2 {
+        let delivery = within("a task", tasks.next())
+            .await
+            .expect("a task")
+            .expect("decodable");
+        delivery.ack().await.expect("ack");
+        received.push(delivery.message().clone());
+    }
+    received.sort_by_key(|t| t.instructions.clone());
+    env.bus
+        .publish_result(&result_for(&received[0], 1.0))
+        .await
+        .expect("first result");
+    let jobs = Jobs::open(&env.bus).await.expect("jobs");
+    eventually("leader A to record the first result", || async {
+        let record = jobs.get(&job_id).await.ok()??.value;
+        (record.tasks_done == 1).then_some(())
+    })
+    .await;
+    leader_a.abort().await;
+
+    // While no leader runs: the second result, and a copy of the first.
+    env.bus
+        .publish_result(&result_for(&received[1], 2.0))
+        .await
+        .expect("second result");
+    let mut copy = result_for(&received[0], 7.0);
+    copy.summary = "copy".into();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        "Content-Type",
+        "application/x-protobuf; proto=mtswarm.v1.TaskResult",
+    );
+    headers.insert("Nats-Msg-Id", "a-copy-of-the-first-result");
+    env.bus
+        .jetstream()
+        .publish_with_headers(
+            subjects::result(&job_id).expect("subject"),
+            headers,
+            prost::Message::encode_to_vec(&copy).into(),
+        )
+        .await
+        .expect("publish copy")
+        .await
+        .expect("copy stored");
+    let running = Jobs::open(&env.bus)
+        .await
+        .expect("jobs")
+        .get(&job_id)
+        .await
+        .expect("read")
+        .expect("job")
+        .value;
+    assert_eq!(running.state(), v1::JobState::Running, "A left it running");
+
+    let model_b = Arc::new(ConversationScript::new(script(), None));
+    let config = env
+        .config()
+        .with_model_factory(Arc::new(move |_spec: &v1::JobSpec| Ok(model_b.clone())));
+    let leader_b = LeaderDaemon::start(config).await.expect("leader B starts");
+    let mut control_b = control(&leader_b).await;
+    let events = watch_to_end(&mut control_b, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+
+    let results: Vec<&v1::TaskResult> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::TaskResult(r)) => Some(r),
+            _ => None,
+        })
+        .collect();
+    let mut ids: Vec<&str> = results.iter().map(|r| r.task_id.as_str()).collect();
+    ids.sort_unstable();
+    let mut expected: Vec<&str> = received.iter().map(|t| t.task_id.as_str()).collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected, "one accepted result per task");
+    assert!(results.iter().all(|r| r.summary != "copy"));
+
+    let record = Jobs::open(&env.bus)
+        .await
+        .expect("jobs")
+        .get(&job_id)
+        .await
+        .expect("read")
+        .expect("job")
+        .value;
+    assert_eq!((record.tasks_total, record.tasks_done), (2, 2));
+    assert!(record.tasks.iter().all(|t| t.done));
+    assert_eq!(record.usage.map(|u| u.steps >= 2), Some(true));
+    let counters = leader_b.counters();
+    assert_eq!(counters.accepted, 1, "B accepted the result A never saw");
+    assert_eq!(counters.restored, 1, "B restored the result A accepted");
+    assert_eq!(counters.duplicate, 1, "the copy is a duplicate");
+
+    // Every task was stored in the tasks stream once.
+    let mut stream = env
+        .bus
+        .jetstream()
+        .get_stream(subjects::TASKS_STREAM)
+        .await
+        .expect("tasks stream");
+    let info = stream.info().await.expect("stream info");
+    assert_eq!(info.state.last_sequence, 2, "no task published twice");
+    leader_b.shutdown().await.expect("shutdown");
+}

@@ -1,0 +1,139 @@
+//! Quarantine of failing slices. The daemon's monitor receives the slices
+//! whose hardware runs failed `quarantine_after` times in a row (see
+//! [`crate::health`]), writes their `SliceQuarantine` record (`by` = this
+//! worker) and fences the session running there: the run stops and its task
+//! ends with a fenced result, so the leader moves the agent to another
+//! slice. A watch on the quarantine bucket fences the session of any of this
+//! daemon's slices quarantined by someone else (an operator, the leader).
+//! SpawnSession refuses a quarantined slice; deleting the record
+//! (`Control.LiftQuarantine`) returns it to service.
+//!
+//! Both survive a NATS outage: a record that cannot be written is retried
+//! with backoff, and the watch is re-created when it ends or fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use mtswarm_bus::{KvChange, v1};
+use tokio::sync::mpsc;
+
+use crate::daemon::Shared;
+use crate::events::now_timestamp;
+use crate::health::FailingSlice;
+use crate::session::StopMode;
+
+/// Longest pause between retries of a failed write or watch.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+fn next_backoff(current: Duration) -> Duration {
+    (current * 2).min(MAX_BACKOFF)
+}
+
+/// Fence the session running on the slice, if any.
+pub(crate) fn fence_slice(shared: &Shared, slice_index: usize, reason: &str) {
+    let session = {
+        let table = shared.table();
+        table.slice_owner[slice_index]
+            .as_ref()
+            .and_then(|id| table.sessions.get(id).cloned())
+    };
+    if let Some(session) = session {
+        tracing::warn!(slice.id = %shared.slices[slice_index].bus_id, session.id = %session.session_id, %reason, "fencing the slice's session");
+        session.stop(StopMode::Fence(reason.to_owned()));
+    }
+}
+
+/// Write quarantine records for failing slices and fence their sessions.
+pub(crate) async fn monitor(
+    shared: Arc<Shared>,
+    mut failing: mpsc::UnboundedReceiver<FailingSlice>,
+) {
+    while let Some(report) = failing.recv().await {
+        let entry = &shared.slices[report.slice_index];
+        // Reports that raced with an earlier quarantine of the same streak.
+        if entry.health.consecutive_failures() < shared.config.quarantine_after {
+            continue;
+        }
+        let reason = format!(
+            "{} consecutive failed hardware runs; last: {}",
+            report.consecutive_failures,
+            first_line(&report.reason)
+        );
+        let record = v1::SliceQuarantine {
+            slice_id: entry.bus_id.clone(),
+            worker_id: shared.worker_id.clone(),
+            reason: reason.clone(),
+            consecutive_failures: report.consecutive_failures,
+            since: Some(now_timestamp()),
+            by: shared.worker_id.clone(),
+        };
+        // The session stops now; the record follows as soon as NATS takes it.
+        fence_slice(
+            &shared,
+            report.slice_index,
+            &format!("slice {} quarantined: {reason}", entry.bus_id),
+        );
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match shared.quarantine.put(&record).await {
+                Ok(_) => {
+                    tracing::error!(slice.id = %entry.bus_id, consecutive_failures = report.consecutive_failures, %reason, "slice quarantined");
+                    entry.health.reset();
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(slice.id = %entry.bus_id, %error, "quarantine record not written; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = next_backoff(backoff);
+                }
+            }
+        }
+    }
+}
+
+/// Fence the sessions of slices quarantined by anyone, for the daemon's life.
+pub(crate) async fn watch(shared: Arc<Shared>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match shared.quarantine.kv().watch().await {
+            Ok(mut changes) => {
+                backoff = Duration::from_millis(100);
+                while let Some(change) = changes.next().await {
+                    match change {
+                        Ok(KvChange::Put { key, value }) => {
+                            if let Some(index) = shared.slices.iter().position(|s| s.bus_id == key)
+                            {
+                                fence_slice(
+                                    &shared,
+                                    index,
+                                    &format!("slice {key} quarantined: {}", value.value.reason),
+                                );
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            tracing::warn!(%error, "quarantine watch error; re-creating it");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "quarantine watch unavailable; retrying");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = next_backoff(backoff);
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .take(300)
+        .collect()
+}

@@ -1,0 +1,121 @@
+//! A slice whose emulator crashes every launch fails its hardware runs in a
+//! row; at `quarantine_after` failures the worker quarantines the slice,
+//! ends the session's task with a fenced result, refuses the slice in
+//! SpawnSession, and takes it again once the record is lifted.
+
+mod common;
+
+use common::*;
+use mtswarm_bus::{Quarantine, v1};
+use serde_json::json;
+
+const FLAKY_FLEET: &str = r#"
+[[board]]
+id = "flaky"
+backend = "emulator"
+slices = [{ cluster = 0, cores = 4, faults = { crash = 1.0, seed = 1 } }, { cluster = 1, cores = 4 }]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slice_failing_n_runs_in_a_row_is_quarantined_and_its_session_fenced() {
+    let env = Env::start_with_fleet(FLAKY_FLEET).await;
+    let mut config = env.config("flaky");
+    config.quarantine_after = 2;
+    let handle = env.daemon(config).await;
+    let slice = handle.slice_ids()[0].clone();
+    assert_eq!(slice, "flaky-c0");
+    let quarantine = Quarantine::open(&env.bus).await.expect("quarantine bucket");
+    let mut events = env.bus.subscribe_events("jobQ").await.expect("events");
+    env.bus.flush().await.expect("flush");
+    let mut results = results(&env.bus, "jobQ", "tq").await;
+    let mut grpc = client(&handle).await;
+
+    let mut spawn = spawn_request("jobQ", "agentQ", "sessQ", &slice);
+    spawn.auto_approve = true;
+    grpc.spawn_session(spawn.clone()).await.expect("spawn");
+    let params = json!({
+        "candidates": [{"N": 4096, "CHUNK": 512}, {"N": 4096, "CHUNK": 1024}, {"N": 4096, "CHUNK": 2048}],
+        "repeats": 3
+    });
+    env.bus
+        .publish_task(&task(
+            "jobQ",
+            "agentQ",
+            "sessQ",
+            handle.worker_id(),
+            &slice,
+            "taskQ",
+            1,
+            params,
+        ))
+        .await
+        .expect("publish");
+
+    let result = next(&mut results, "the fenced result")
+        .await
+        .expect("result")
+        .message()
+        .clone();
+    assert!(result.fenced, "{result:?}");
+    assert_eq!(
+        result.status,
+        v1::TaskStatus::Cancelled as i32,
+        "{result:?}"
+    );
+    assert!(
+        result.error.starts_with("fenced off:") && result.error.contains("quarantined"),
+        "{}",
+        result.error
+    );
+    assert_eq!(result.attempt, 1);
+
+    // The session ends on the fence; the record names the count and the worker.
+    let finished = session_finished(&mut events, "sessQ").await;
+    assert!(
+        finished["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("fenced off:")),
+        "{finished}"
+    );
+    let record = quarantine
+        .get(&slice)
+        .await
+        .expect("read")
+        .expect("quarantine record")
+        .value;
+    assert_eq!(record.consecutive_failures, 2, "{record:?}");
+    assert_eq!(record.by, handle.worker_id());
+    assert_eq!(record.worker_id, handle.worker_id());
+    assert!(record.reason.contains("signal"), "{}", record.reason);
+
+    // Refused while quarantined, even under another session id.
+    spawn.session_id = "sessQ2".into();
+    let refused = grpc
+        .spawn_session(spawn.clone())
+        .await
+        .expect_err("a quarantined slice is refused");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("quarantined"),
+        "{}",
+        refused.message()
+    );
+    // A selector never lands on it either.
+    let mut by_selector = spawn_request("jobQ", "agentQ3", "sessQ3", "");
+    by_selector.slice_selector = "cluster=0".into();
+    let refused = grpc
+        .spawn_session(by_selector)
+        .await
+        .expect_err("no free matching slice");
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+
+    // Lifted: back in service.
+    quarantine.lift(&slice).await.expect("lift");
+    let spawned = grpc
+        .spawn_session(spawn)
+        .await
+        .expect("spawn after the lift")
+        .into_inner();
+    assert_eq!(spawned.slice_id, slice);
+    handle.shutdown().await.expect("shutdown");
+}

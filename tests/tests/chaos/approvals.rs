@@ -1,0 +1,303 @@
+//! Scenario 6: a worker session paused for approval (a job without
+//! auto-approve, so the builtin worker policy's hardware calls wait for a
+//! human) loses its worker to SIGKILL. The approval stays listed; approving
+//! it resumes the session on its new slice and the tool runs. With a short
+//! approval timeout and nobody deciding, the call ends denied with
+//! `timed_out`.
+
+use std::time::Duration;
+
+use mtswarm_proto::v1;
+use mtswarm_tests::chaos::{ChaosOptions, ChaosStack, Seen};
+use mtswarm_tests::stack::Control;
+use mtswarm_tests::{node_bin, small_fleet_toml};
+
+use crate::support::{
+    accepted_results, first_assignment, is_final, job_events, ms, one_at_a_time, report, submit,
+    vecadd_job, wait_attempt, wait_final,
+};
+
+async fn approvals_of(
+    control: &mut Control,
+    job_id: &str,
+    states: &[v1::ApprovalState],
+) -> Vec<v1::ApprovalRecord> {
+    control
+        .list_approvals(v1::ListApprovalsRequest {
+            job_id: job_id.to_string(),
+            states: states.iter().map(|s| *s as i32).collect(),
+        })
+        .await
+        .expect("ListApprovals")
+        .into_inner()
+        .approvals
+}
+
+/// Waits until the job has a pending approval and returns its request.
+async fn first_pending(
+    stack: &ChaosStack,
+    control: &mut Control,
+    job_id: &str,
+) -> v1::ApprovalRequest {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let pending = approvals_of(control, job_id, &[v1::ApprovalState::Pending]).await;
+        if let Some(request) = pending.into_iter().find_map(|r| r.request) {
+            return request;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no pending approval for job {job_id}\n{}",
+            stack.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn decide(
+    control: &mut Control,
+    approval_id: &str,
+    verdict: v1::ApprovalVerdict,
+) -> v1::ApprovalRecord {
+    control
+        .decide_approval(v1::DecideApprovalRequest {
+            approval_id: approval_id.to_string(),
+            verdict: verdict as i32,
+            reason: "chaos test".to_string(),
+            decided_by: "chaos-test".to_string(),
+        })
+        .await
+        .expect("DecideApproval")
+        .into_inner()
+        .approval
+        .expect("the decided record")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
+    let _serial = one_at_a_time().await;
+    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
+    options.worker_args = vec!["--approval-timeout".into(), "600".into()];
+    let mut stack = ChaosStack::start(options).await;
+    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
+    let mut control = stack.control().await;
+    let job_id = submit(
+        &mut control,
+        vecadd_job("Tune vecadd with a reviewer; a worker will die", 1, false),
+    )
+    .await;
+    let first = first_assignment(&stack, &job_id).await;
+    let request = first_pending(&stack, &mut control, &job_id).await;
+    assert_eq!(request.session_id, first.session_id);
+
+    let killed_at = stack.kill_worker(&first.worker_id);
+    let (reassigned_at, second) =
+        wait_attempt(&stack, &job_id, &first.task_id, 2, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
+    // The new session has resumed the paused checkpoint (it re-announces
+    // the task) and still finds the same record: no second request.
+    let session = first.session_id.clone();
+    stack
+        .observer
+        .wait_for(
+            "the resumed session's task_started",
+            Duration::from_secs(60),
+            |seen| {
+                seen.iter().find_map(|o| match &o.seen {
+                    Seen::Event(e) if o.at > reassigned_at && e.session_id == session => {
+                        mtswarm_tests::chaos::log_payload(e, "task_started")
+                    }
+                    _ => None,
+                })
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
+    let pending = approvals_of(&mut control, &job_id, &[v1::ApprovalState::Pending]).await;
+    let same_call: Vec<&v1::ApprovalRequest> = pending
+        .iter()
+        .filter_map(|r| r.request.as_ref())
+        .filter(|r| r.session_id == request.session_id && r.call_id == request.call_id)
+        .collect();
+    assert_eq!(
+        same_call.len(),
+        1,
+        "one pending record for the paused call: {pending:#?}"
+    );
+    assert_eq!(same_call[0].approval_id, request.approval_id);
+
+    let approved_at = tokio::time::Instant::now();
+    let decided = decide(
+        &mut control,
+        &request.approval_id,
+        v1::ApprovalVerdict::Approve,
+    )
+    .await;
+    assert_eq!(decided.state(), v1::ApprovalState::Approved);
+    let call_id = request.call_id.clone();
+    let tool_ran = stack
+        .observer
+        .wait_for(
+            "the approved call's tool result",
+            Duration::from_secs(60),
+            |seen| {
+                seen.iter().find_map(|o| match &o.seen {
+                    Seen::Event(e)
+                        if o.at > approved_at && e.kind() == v1::AgentEventKind::ToolResult =>
+                    {
+                        let payload: serde_json::Value =
+                            serde_json::from_str(&e.payload_json).unwrap_or_default();
+                        (payload["call_id"] == call_id.as_str()).then_some((o.at, payload))
+                    }
+                    _ => None,
+                })
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
+
+    // Approve whatever else the session asks until the job ends.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let mut approved = 1;
+    loop {
+        let job = control
+            .get_job(v1::GetJobRequest {
+                job_id: job_id.clone(),
+            })
+            .await
+            .expect("GetJob")
+            .into_inner()
+            .job
+            .expect("job");
+        if is_final(job.state()) {
+            break;
+        }
+        for record in approvals_of(&mut control, &job_id, &[v1::ApprovalState::Pending]).await {
+            if let Some(pending) = record.request {
+                decide(
+                    &mut control,
+                    &pending.approval_id,
+                    v1::ApprovalVerdict::Approve,
+                )
+                .await;
+                approved += 1;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job not final in time: {job:#?}\n{}",
+            stack.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let job = wait_final(&stack, &job_id, Duration::from_secs(10)).await;
+    let accepted = accepted_results(&job_events(&mut control, &job_id).await);
+    report(
+        "approvals_move",
+        &[
+            ("reassign_ms", ms(reassigned_at.duration_since(killed_at))),
+            (
+                "tool_ran_ms_after_approve",
+                ms(tool_ran.0.duration_since(approved_at)),
+            ),
+            ("approved_tool_ok", tool_ran.1["ok"].to_string()),
+            ("approvals_decided", approved.to_string()),
+            ("accepted", accepted.len().to_string()),
+        ],
+    );
+
+    // The call ran on the new slice (not denied). Its outcome may be an
+    // error when it needs a build the dead worker held (the policy then
+    // compiles again); what matters here is that the approval reached it.
+    let observation = tool_ran.1["content"].as_str().unwrap_or_default();
+    assert!(
+        !observation.contains("denied"),
+        "the approved call ran instead of being denied: {}",
+        tool_ran.1
+    );
+    assert_ne!(second.worker_id, first.worker_id);
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "{job:#?}\n{}",
+        stack.logs()
+    );
+    assert_eq!(accepted.len(), 1, "{accepted:#?}");
+    assert_eq!(accepted[0].attempt, 2, "{:#?}", accepted[0]);
+    assert_eq!(accepted[0].worker_id, second.worker_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn undecided_approval_times_out_denied_across_a_move() {
+    let _serial = one_at_a_time().await;
+    let timeout = Duration::from_secs(6);
+    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
+    options.worker_args = vec!["--approval-timeout".into(), timeout.as_secs().to_string()];
+    let mut stack = ChaosStack::start(options).await;
+    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
+    let mut control = stack.control().await;
+    let job_id = submit(
+        &mut control,
+        vecadd_job("Tune vecadd; nobody answers the reviewer", 1, false),
+    )
+    .await;
+    let first = first_assignment(&stack, &job_id).await;
+    let request = first_pending(&stack, &mut control, &job_id).await;
+    let killed_at = stack.kill_worker(&first.worker_id);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let record = loop {
+        let all = approvals_of(&mut control, &job_id, &[]).await;
+        let record = all
+            .into_iter()
+            .find(|r| {
+                r.request
+                    .as_ref()
+                    .is_some_and(|q| q.approval_id == request.approval_id)
+            })
+            .expect("the approval stays listed");
+        if record.state() != v1::ApprovalState::Pending {
+            break record;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "approval {} still pending {:?} after the kill\n{}",
+            request.approval_id,
+            killed_at.elapsed(),
+            stack.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let decided_after_kill = killed_at.elapsed();
+    let reassigned = stack
+        .observer
+        .tasks(&job_id)
+        .iter()
+        .any(|(_, t)| t.attempt >= 2);
+    // Its calls would keep waiting for a reviewer; end the job.
+    let _ = control
+        .cancel_job(v1::CancelJobRequest {
+            job_id: job_id.clone(),
+            reason: "chaos test done".to_string(),
+        })
+        .await;
+    report(
+        "approvals_timeout",
+        &[
+            ("approval_timeout_ms", ms(timeout)),
+            ("decided_ms_after_kill", ms(decided_after_kill)),
+            ("task_reassigned", reassigned.to_string()),
+        ],
+    );
+
+    let decision = record.decision.clone().expect("a decision");
+    assert_eq!(record.state(), v1::ApprovalState::Denied, "{record:#?}");
+    assert!(decision.timed_out, "{record:#?}");
+    assert_eq!(decision.verdict(), v1::ApprovalVerdict::Deny, "{record:#?}");
+    assert!(
+        reassigned,
+        "the session moved: {:#?}",
+        stack.observer.tasks(&job_id)
+    );
+}

@@ -1,0 +1,116 @@
+//! Scenario 4: the NATS server is stopped mid-job and started again on the
+//! same port with the same store. The leader, the workers and their
+//! sessions reconnect by themselves and the job completes: with leases long
+//! enough to outlive the outage (nothing moves), and with 2 s leases that
+//! lapse during it (every agent of the job loses its slice at once and must
+//! be placed again).
+
+use std::time::Duration;
+
+use mtswarm_proto::v1;
+use mtswarm_tests::chaos::{ChaosOptions, ChaosStack, tasks_of};
+use mtswarm_tests::{node_bin, small_fleet_toml};
+
+use crate::support::{
+    accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report, submit, tally,
+    vecadd_job, wait_checkpoint, wait_final,
+};
+
+/// How long the server stays down (the fault being injected).
+const OUTAGE: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn job_completes_across_a_nats_restart() {
+    restart_mid_job("nats_restart", 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn job_completes_when_every_lease_lapses_during_a_nats_restart() {
+    restart_mid_job("nats_restart_lapsed", 2).await;
+}
+
+async fn restart_mid_job(scenario: &str, lease_ttl_seconds: u64) {
+    let _serial = one_at_a_time().await;
+    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
+    options.lease_ttl_seconds = lease_ttl_seconds;
+    let mut stack = ChaosStack::start(options).await;
+    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
+    let mut control = stack.control().await;
+    let job_id = submit(
+        &mut control,
+        vecadd_job("Tune vecadd; NATS will restart", 2, true),
+    )
+    .await;
+    let job = job_id.clone();
+    let assigned = stack
+        .observer
+        .wait_for("both task assignments", Duration::from_secs(60), |seen| {
+            let tasks = tasks_of(seen, &job);
+            (tasks.len() >= 2).then(|| tasks.into_iter().map(|(_, t)| t).collect::<Vec<_>>())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
+    wait_checkpoint(&stack, &assigned[0], 2).await;
+
+    let nats = &mut stack.nats;
+    tokio::task::block_in_place(|| nats.stop()).expect("stop nats-server");
+    tokio::time::sleep(OUTAGE).await;
+    let nats = &mut stack.nats;
+    tokio::task::block_in_place(|| nats.restart()).expect("start nats-server again");
+    let back_at = tokio::time::Instant::now();
+
+    let job = wait_final(&stack, &job_id, Duration::from_secs(120)).await;
+    let completed_after = back_at.elapsed();
+    let events = job_events(&mut control, &job_id).await;
+    let accepted = accepted_results(&events);
+    let counts = tally(&stack.observer.snapshot(), &job_id, &accepted);
+    // Every worker is registered again (its heartbeat reconnected).
+    let fleet = stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
+    report(
+        scenario,
+        &[
+            ("lease_ttl_ms", ms(Duration::from_secs(lease_ttl_seconds))),
+            ("outage_ms", ms(OUTAGE)),
+            ("completed_ms_after_restart", ms(completed_after)),
+            ("tasks", counts.tasks.to_string()),
+            ("tasks_lost", counts.lost.to_string()),
+            ("results_seen", counts.results_seen.to_string()),
+            ("accepted", counts.accepted.to_string()),
+            (
+                "duplicates_accepted",
+                counts.duplicates_accepted.to_string(),
+            ),
+            ("highest_attempt", counts.highest_attempt.to_string()),
+        ],
+    );
+
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "{job:#?}\n{}",
+        stack.logs()
+    );
+    assert_eq!(
+        counts.lost, 0,
+        "tasks without an accepted result: {accepted:#?}"
+    );
+    assert_eq!(
+        counts.duplicates_accepted,
+        0,
+        "{:?}",
+        accepted_per_task(&accepted)
+    );
+    assert_eq!(
+        fleet.workers.len(),
+        2,
+        "both workers re-registered: {fleet:#?}"
+    );
+    for worker in &mut stack.workers {
+        assert!(
+            worker.process.try_status().is_none(),
+            "{} exited:\n{}",
+            worker.process.name(),
+            worker.process.stderr()
+        );
+    }
+}
