@@ -30,12 +30,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use futures::StreamExt as _;
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TaskConsumerConfig, TopologyConfig, v1};
+use mtswarm_bus::testing::bench::{
+    ResultWaiters, route_results, run_noop_worker, sample, start_echo_responder,
+};
+use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
 use mtswarm_proto::v1::worker_client::WorkerClient;
 use mtswarm_worker::{WorkerConfig, WorkerDaemon};
 use tokio::sync::oneshot;
@@ -44,8 +46,6 @@ const IN_FLIGHT: [usize; 3] = [1, 16, 256];
 const JOB_ID: &str = "bench-job";
 const FLOOR_WORKER: &str = "bench-floor";
 const FLOOR_SLICE: &str = "floor";
-
-type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<v1::TaskStatus>>>>;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -64,7 +64,7 @@ struct Session {
 struct Harness {
     leader: Bus,
     sessions: Vec<Session>,
-    waiters: Waiters,
+    waiters: ResultWaiters,
     next_task: AtomicU64,
 }
 
@@ -77,32 +77,6 @@ struct Cell {
     per_second: f64,
     server_cpu_per_op: Duration,
     client_cpu_per_op: Duration,
-}
-
-/// User + system CPU time of a process, from /proc (Linux); zero elsewhere.
-fn cpu_time(pid: &str) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name; utime and stime are 14 and 15.
-    let Some(after_name) = stat.rsplit(')').next() else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: u64 = fields
-        .get(11..13)
-        .map(|f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum())
-        .unwrap_or(0);
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
-}
-
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn timestamp(at: SystemTime) -> mtswarm_proto::prost_types::Timestamp {
@@ -162,100 +136,6 @@ async fn one_operation(harness: &Harness, mode: Mode) {
     }
 }
 
-/// The `floor` side: a bare durable consumer that acks each task and
-/// publishes its result (stream acks awaited off the hot loop, in order).
-async fn run_floor_worker(worker: Bus) {
-    let consumer = worker
-        .task_consumer(
-            FLOOR_WORKER,
-            TaskConsumerConfig {
-                slice_id: Some(FLOOR_SLICE.into()),
-                max_ack_pending: 20_000,
-                batch: 512,
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("floor task consumer");
-    let mut tasks = consumer.messages().await.expect("floor task stream");
-    let (ack_tx, mut ack_rx) = tokio::sync::mpsc::channel::<mtswarm_bus::PendingPublish>(20_000);
-    tokio::spawn(async move {
-        while let Some(pending) = ack_rx.recv().await {
-            if let Err(error) = pending.wait().await {
-                eprintln!("floor result not stored: {error}");
-            }
-        }
-    });
-    while let Some(delivery) = tasks.next().await {
-        let delivery = match delivery {
-            Ok(delivery) => delivery,
-            Err(error) => {
-                eprintln!("floor consumer: {error}");
-                continue;
-            }
-        };
-        if let Err(error) = delivery.ack().await {
-            eprintln!("floor ack: {error}");
-        }
-        let task = delivery.message();
-        let result = v1::TaskResult {
-            task_id: task.task_id.clone(),
-            attempt: task.attempt,
-            job_id: task.job_id.clone(),
-            agent_id: task.agent_id.clone(),
-            slice_id: task.slice_id.clone(),
-            status: v1::TaskStatus::Ok as i32,
-            summary: "ok".into(),
-            ..Default::default()
-        };
-        match worker.publish_result_pipelined(&result).await {
-            Ok(pending) => {
-                if ack_tx.send(pending).await.is_err() {
-                    return;
-                }
-            }
-            Err(error) => eprintln!("floor result: {error}"),
-        }
-    }
-}
-
-/// Leader side: route each result to the waiter of its task.
-async fn run_result_router(leader: Bus, waiters: Waiters) {
-    let consumer = leader
-        .result_consumer(ResultConsumerConfig {
-            job_id: Some(JOB_ID.into()),
-            max_ack_pending: 20_000,
-            batch: 512,
-            ..ResultConsumerConfig::new("bench-assign")
-        })
-        .await
-        .expect("result consumer");
-    let mut results = consumer.messages().await.expect("result stream");
-    while let Some(delivery) = results.next().await {
-        let delivery = match delivery {
-            Ok(delivery) => delivery,
-            Err(error) => {
-                eprintln!("result consumer: {error}");
-                continue;
-            }
-        };
-        let result = delivery.message();
-        let waiter = waiters
-            .lock()
-            .expect("waiters lock")
-            .remove(&result.task_id);
-        if let Some(waiter) = waiter {
-            if result.status() != v1::TaskStatus::Ok {
-                eprintln!("task {} failed: {}", result.task_id, result.error);
-            }
-            let _ = waiter.send(result.status());
-        }
-        if let Err(error) = delivery.ack().await {
-            eprintln!("result ack: {error}");
-        }
-    }
-}
-
 async fn measure(
     harness: Arc<Harness>,
     mode: Mode,
@@ -263,54 +143,26 @@ async fn measure(
     duration: Duration,
     server_pid: &str,
 ) -> Cell {
-    let warm_until = Instant::now() + Duration::from_millis(500);
-    let mut warmers = Vec::new();
-    for _ in 0..in_flight {
-        let harness = harness.clone();
-        warmers.push(tokio::spawn(async move {
-            while Instant::now() < warm_until {
-                one_operation(&harness, mode).await;
-            }
-        }));
-    }
-    for warmer in warmers {
-        warmer.await.expect("warm-up");
-    }
-    let server_cpu_before = cpu_time(server_pid);
-    let client_cpu_before = cpu_time("self");
-    let start = Instant::now();
-    let stop_at = start + duration;
-    let mut runners = Vec::new();
-    for _ in 0..in_flight {
-        let harness = harness.clone();
-        runners.push(tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(4096);
-            while Instant::now() < stop_at {
-                let t0 = Instant::now();
-                one_operation(&harness, mode).await;
-                latencies.push(t0.elapsed());
-            }
-            latencies
-        }));
-    }
-    let mut latencies = Vec::new();
-    for runner in runners {
-        latencies.extend(runner.await.expect("measuring task"));
-    }
-    let elapsed = start.elapsed();
-    let operations = u32::try_from(latencies.len().max(1)).unwrap_or(u32::MAX);
-    let server_cpu_per_op = cpu_time(server_pid).saturating_sub(server_cpu_before) / operations;
-    let client_cpu_per_op = cpu_time("self").saturating_sub(client_cpu_before) / operations;
-    latencies.sort_unstable();
+    let sampled = sample(
+        in_flight,
+        Duration::from_millis(500),
+        duration,
+        server_pid,
+        move || {
+            let harness = harness.clone();
+            async move { one_operation(&harness, mode).await }
+        },
+    )
+    .await;
     Cell {
-        server_cpu_per_op,
-        client_cpu_per_op,
         mode,
         in_flight,
-        operations: latencies.len(),
-        p50: percentile(&latencies, 0.50),
-        p99: percentile(&latencies, 0.99),
-        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        operations: sampled.operations,
+        p50: sampled.p50,
+        p99: sampled.p99,
+        per_second: sampled.per_second,
+        server_cpu_per_op: sampled.server_cpu_per_op,
+        client_cpu_per_op: sampled.client_cpu_per_op,
     }
 }
 
@@ -352,30 +204,7 @@ fn main() {
             .expect("topology");
 
         // Raw responder on its own connection, like a worker would be.
-        let mut echo = echo_side
-            .client()
-            .subscribe("bench.echo")
-            .await
-            .expect("subscribe");
-        let responder = echo_side.client().clone();
-        tokio::spawn(async move {
-            while let Some(message) = echo.next().await {
-                if let Some(reply) = message.reply {
-                    let _ = responder.publish(reply, message.payload).await;
-                }
-            }
-        });
-        echo_side.flush().await.expect("flush");
-        let ready_by = Instant::now() + Duration::from_secs(10);
-        while leader
-            .client()
-            .request("bench.echo", Bytes::from_static(b"ready?"))
-            .await
-            .is_err()
-        {
-            assert!(Instant::now() < ready_by, "echo responder unreachable");
-            tokio::task::yield_now().await;
-        }
+        start_echo_responder(&echo_side, &leader, "bench.echo").await;
 
         // A real worker daemon with one single-core slice per session.
         let fleet = dir.path().join("fleet.toml");
@@ -420,9 +249,17 @@ fn main() {
         }
         eprintln!("worker daemon with {} sessions", spawned.len());
 
-        let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
-        tokio::spawn(run_floor_worker(echo_side.clone()));
-        tokio::spawn(run_result_router(leader.clone(), waiters.clone()));
+        let waiters: ResultWaiters = Arc::new(Mutex::new(HashMap::new()));
+        let floor_side = echo_side.clone();
+        tokio::spawn(async move { run_noop_worker(floor_side, FLOOR_WORKER, FLOOR_SLICE).await });
+        tokio::spawn(route_results(
+            leader.clone(),
+            ResultConsumerConfig {
+                job_id: Some(JOB_ID.into()),
+                ..ResultConsumerConfig::new("bench-assign")
+            },
+            waiters.clone(),
+        ));
         let harness = Arc::new(Harness {
             leader,
             sessions: spawned,

