@@ -54,15 +54,7 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
     ));
     let leader = env.leader(model.clone()).await;
     let mut control = control(&leader).await;
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control, "Tune k1.").await;
     let mut watch = control
         .watch_job(v1::WatchJobRequest {
             job_id: job_id.clone(),
@@ -219,15 +211,7 @@ async fn the_leader_loop_waits_for_a_decision_on_its_own_medium_risk_call() {
         .await
         .expect("leader");
     let mut control = control(&leader).await;
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control, "Tune k1.").await;
     let probe = control.clone();
     let approval = eventually("the leader's approval request", || {
         let mut probe = probe.clone();

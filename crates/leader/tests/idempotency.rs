@@ -62,15 +62,7 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
     let model_a = Arc::new(ConversationScript::new(script(), Some(2)));
     let leader_a = env.leader(model_a).await;
     let mut control_a = control(&leader_a).await;
-    let job_id = control_a
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control_a, "Tune k1.").await;
     // The checkpoint taken before the spawn ran.
     let early_state = within("a checkpoint before the spawn", async {
         loop {

@@ -86,15 +86,7 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         .expect("task consumer");
     let mut task_stream = tasks.messages().await.expect("task stream");
 
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control, "Tune k1.").await;
 
     let Some(WorkerCall::Spawn(spawn)) = within("SpawnSession", worker.calls.recv()).await else {
         panic!("expected a SpawnSession call first");

@@ -52,15 +52,7 @@ async fn the_leader_survives_a_nats_restart() {
         .expect("fn1 task consumer");
     let mut first_tasks = first_tasks.messages().await.expect("fn1 tasks");
     let mut control = control(&leader).await;
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1 after a NATS restart.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control, "Tune k1 after a NATS restart.").await;
     let first = within("the task on fn1", first_tasks.next())
         .await
         .expect("a task")

@@ -6,12 +6,9 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
 use futures::StreamExt as _;
 use mtswarm_bus::{Jobs, TaskConsumerConfig, v1};
-use mtswarm_core::testing::ScriptedTurn;
 use serde_json::{Value, json};
 
 fn result_for(task: &v1::TaskAssignment, attempt: u32, gflops: f64) -> v1::TaskResult {
@@ -51,15 +48,7 @@ async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
         .expect("fw2 task consumer");
     let mut second_tasks = second_tasks.messages().await.expect("fw2 tasks");
 
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control, "Tune k1.").await;
     let Some(WorkerCall::Spawn(spawn)) = within("the first spawn", first.calls.recv()).await else {
         panic!("expected SpawnSession on fw1");
     };
@@ -193,23 +182,7 @@ async fn a_fenced_result_of_the_current_attempt_moves_the_task_at_once() {
     let env = Env::start().await;
     let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
     let mut second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
-    let model = Arc::new(ConversationScript::new(
-        vec![
-            ScriptedTurn::call("c1", "spawn_agent", r#"{"name":"a1","slice_id":"fb1-c0"}"#),
-            ScriptedTurn::call(
-                "c2",
-                "assign_task",
-                r#"{"agent":"a1","instructions":"try","parameters":{"candidates":[{"A":1}]}}"#,
-            ),
-            ScriptedTurn::call(
-                "c3",
-                "collect_result",
-                r#"{"mode":"all","timeout_seconds":60}"#,
-            ),
-            ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
-        ],
-        None,
-    ));
+    let model = one_task_script("fb1-c0", 2.0);
     let leader = env.leader(model).await;
     let mut control = control(&leader).await;
     let first_tasks = env
@@ -219,15 +192,7 @@ async fn a_fenced_result_of_the_current_attempt_moves_the_task_at_once() {
         .expect("fw1 task consumer");
     let mut first_tasks = first_tasks.messages().await.expect("fw1 tasks");
     let (answer, mut answered) = answer_tasks(&env.bus, "fw2", |_| 2.0);
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control, "Tune k1.").await;
     let delivery = within("attempt 1", first_tasks.next())
         .await
         .expect("a task")
@@ -286,23 +251,7 @@ async fn a_quarantined_slice_moves_its_agent_and_the_old_session_is_cancelled() 
     let env = Env::start().await;
     let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
     let _second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
-    let model = Arc::new(ConversationScript::new(
-        vec![
-            ScriptedTurn::call("c1", "spawn_agent", r#"{"name":"a1","slice_id":"fb1-c0"}"#),
-            ScriptedTurn::call(
-                "c2",
-                "assign_task",
-                r#"{"agent":"a1","instructions":"try","parameters":{"candidates":[{"A":1}]}}"#,
-            ),
-            ScriptedTurn::call(
-                "c3",
-                "collect_result",
-                r#"{"mode":"all","timeout_seconds":60}"#,
-            ),
-            ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
-        ],
-        None,
-    ));
+    let model = one_task_script("fb1-c0", 2.0);
     let leader = env.leader(model).await;
     let mut control = control(&leader).await;
     let first_tasks = env
@@ -312,15 +261,7 @@ async fn a_quarantined_slice_moves_its_agent_and_the_old_session_is_cancelled() 
         .expect("fw1 task consumer");
     let mut first_tasks = first_tasks.messages().await.expect("fw1 tasks");
     let (answer, mut answered) = answer_tasks(&env.bus, "fw2", |_| 2.0);
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control, "Tune k1.").await;
     let delivery = within("attempt 1", first_tasks.next())
         .await
         .expect("a task")

@@ -79,15 +79,7 @@ async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
     let model_a = Arc::new(ConversationScript::new(script(), Some(3)));
     let leader_a = env.leader(model_a).await;
     let mut control_a = control(&leader_a).await;
-    let job_id = control_a
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control_a, "Tune k1.").await;
     let mut received = Vec::new();
     for _ in 0..2 {
         let delivery = within("a task", tasks.next())

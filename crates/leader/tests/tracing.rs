@@ -56,15 +56,7 @@ async fn the_job_is_one_trace_from_submit_to_the_task_headers() {
     ]);
     let leader = env.leader(Arc::new(model)).await;
     let mut control = control(&leader).await;
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec("Tune k1.")),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit(&mut control, "Tune k1.").await;
     let events = watch_to_end(&mut control, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
     let (_, headers) = within("the task", tasks.recv()).await.expect("task");

@@ -130,6 +130,19 @@ pub fn spec(goal: &str) -> v1::JobSpec {
 }
 
 /// Reads a job's events until its stream ends (final state).
+/// Submits a job with [`spec`]`(goal)` and returns its id.
+pub async fn submit(control: &mut Control, goal: &str) -> String {
+    control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec(goal)),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id
+}
+
 pub async fn watch_to_end(control: &mut Control, job_id: &str, from: u64) -> Vec<v1::JobEvent> {
     let mut stream = control
         .watch_job(v1::WatchJobRequest {
