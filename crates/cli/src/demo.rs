@@ -22,7 +22,10 @@
 //! ending when the result was emitted. The table, the JSON
 //! `slice_utilization` (0..1 per slice) and `tuning_phase_seconds` report
 //! it; the builtin worker policy builds the next candidates in the
-//! background so the slice does not wait for the compiler.
+//! background so the slice does not wait for the compiler, and emulated
+//! launches yield the host CPU to those builds (on a real farm the board
+//! does not share the build host's CPU; see
+//! `mtswarm_hw::emulator::EMULATED_LAUNCH_NICENESS`).
 //!
 //! Everything started here is stopped on exit and on Ctrl-C / SIGTERM:
 //! workers first (leases released), then the leader, then nats-server, and

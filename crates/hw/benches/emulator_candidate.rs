@@ -1,6 +1,7 @@
 //! Host cost of evaluating one tuning candidate on the emulator: build the
 //! dgemm kernel directory at its tune.toml defaults and run it once on two
-//! cores (what a worker pays per candidate), and the run alone.
+//! cores (what a worker pays per candidate), the build alone and the run
+//! alone.
 
 use std::path::Path;
 use std::time::Duration;
@@ -46,6 +47,10 @@ fn candidate(c: &mut Criterion) {
             let artifact = board.build(&build).await.expect("builds");
             board.run(&artifact, &run).await.expect("runs")
         })
+    });
+    group.bench_function("build", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { board.build(&build).await.expect("builds") })
     });
     group.bench_function("run", |b| {
         b.to_async(&runtime)

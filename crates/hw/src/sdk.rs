@@ -85,6 +85,9 @@ pub struct ProcessLimits {
     pub open_files: Option<u64>,
     /// Allow core dumps (off by default: they fill disks).
     pub core_dumps: bool,
+    /// Lower the process's CPU priority by this nice increment (best
+    /// effort: a failure leaves the inherited priority).
+    pub nice: Option<i32>,
 }
 
 impl Default for ProcessLimits {
@@ -95,6 +98,7 @@ impl Default for ProcessLimits {
             file_size_bytes: Some(1 << 30),
             open_files: Some(1024),
             core_dumps: false,
+            nice: None,
         }
     }
 }
@@ -482,10 +486,15 @@ pub async fn run_confined(
         .process_group(0)
         .kill_on_drop(true);
     let limits = limits.clone();
-    // SAFETY: the closure only calls setrlimit, which is async-signal-safe,
-    // and allocates nothing.
+    // SAFETY: the closure only calls setrlimit and nice, which are
+    // async-signal-safe, and allocates nothing.
     unsafe {
         command.pre_exec(move || {
+            if let Some(increment) = limits.nice {
+                // -1 is both a valid result and the error value; either way
+                // the process runs, at worst at the inherited priority.
+                let _ = libc::nice(increment);
+            }
             if !limits.core_dumps {
                 set_limit(libc::RLIMIT_CORE, 0)?;
             }

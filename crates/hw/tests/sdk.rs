@@ -420,6 +420,36 @@ async fn confined_processes_get_rlimits() {
     assert_eq!(out.stdout.lines().collect::<Vec<_>>(), ["64", "7", "0"]);
 }
 
+#[tokio::test]
+async fn confined_processes_can_run_at_a_lower_cpu_priority() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let niceness = |nice: Option<i32>| {
+        let tmp = tmp.path().to_path_buf();
+        async move {
+            let limits = mtswarm_hw::sdk::ProcessLimits {
+                nice,
+                ..Default::default()
+            };
+            // `nice` with no command prints the current niceness.
+            let out = mtswarm_hw::sdk::run_confined(
+                &argv(&["nice"]),
+                &tmp,
+                &BTreeMap::new(),
+                Duration::from_secs(10),
+                &limits,
+                1 << 16,
+            )
+            .await
+            .expect("runs");
+            assert!(out.status.success(), "{out:?}");
+            out.stdout.trim().parse::<i32>().expect("a niceness")
+        }
+    };
+    let inherited = niceness(None).await;
+    let lowered = niceness(Some(5)).await;
+    assert_eq!(lowered, (inherited + 5).min(19));
+}
+
 /// True while `pid` is alive (not gone, not a zombie).
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -10,8 +10,10 @@
 //! 2. `spawn_agent` once per free matching slice (at most `num_agents` when
 //!    the job sets it), named `tuner-1`, `tuner-2`, ... on explicit slices;
 //! 3. split the tune.toml configurations (constraints applied with the
-//!    MT-3000 spec) round-robin among the agents and `assign_task` each its
-//!    part as `{"candidates": [{...-D map...}, ...]}`;
+//!    MT-3000 spec) among the agents, each part a balanced sample of the
+//!    space (every parameter value spread evenly, see
+//!    [`balanced_partitions`]), and `assign_task` each its part as
+//!    `{"candidates": [{...-D map...}, ...]}`;
 //! 4. `collect_result` of all tasks, mode `all`, with the job's timeout;
 //! 5. when some collected tasks FAILED (not cancelled), retry each failed
 //!    partition once on another agent: `list_fleet` again, `spawn_agent` a
@@ -34,6 +36,7 @@ use std::collections::HashMap;
 use futures::stream;
 use mtswarm_core::model::{FinishReason, ModelEvent};
 use mtswarm_core::{ChatModel, ChatRequest, Message, ModelError, ModelStream, Role, ToolCall};
+use mtswarm_hw::tune::balanced_partitions;
 use mtswarm_hw::{ChipSpec, TuneSpace};
 use serde_json::{Value, json};
 
@@ -281,10 +284,10 @@ impl BuiltinLeaderPolicy {
             }
             Err(error) => return Turn::Final(failure(&format!("no tuning space: {error}"))),
         };
-        let mut parts: Vec<Vec<Value>> = vec![Vec::new(); agents.len()];
-        for (i, configuration) in configurations.iter().enumerate() {
-            parts[i % agents.len()].push(json!(configuration));
-        }
+        let parts: Vec<Vec<Value>> = balanced_partitions(&configurations, agents.len())
+            .into_iter()
+            .map(|part| part.iter().map(|c| json!(c)).collect())
+            .collect();
         Turn::Calls(
             agents
                 .iter()
@@ -685,7 +688,19 @@ default = 1
             .iter()
             .map(|c| serde_json::from_str::<Value>(&c.arguments).expect("json")["parameters"]["candidates"].clone())
             .collect();
-        assert_eq!(parts, vec![json!([{"A": 1}, {"A": 3}]), json!([{"A": 2}])]);
+        // Two agents share the three configurations: 2 + 1, each exactly once.
+        let sizes: Vec<usize> = parts
+            .iter()
+            .map(|p| p.as_array().map_or(0, Vec::len))
+            .collect();
+        assert_eq!(sizes, vec![2, 1]);
+        let mut all: Vec<i64> = parts
+            .iter()
+            .flat_map(|p| p.as_array().cloned().unwrap_or_default())
+            .filter_map(|c| c["A"].as_i64())
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, vec![1, 2, 3]);
         let t1 = json!({"task_id": "t1"}).to_string();
         let t2 = json!({"task_id": "t2"}).to_string();
         answer(&mut messages, &assign, &[&t1, &t2]);
@@ -731,6 +746,12 @@ default = 1
         let s2 = json!({"agent": "tuner-2", "slice_id": "b0-c1"}).to_string();
         answer(&mut messages, &spawn, &[&s1, &s2]);
         let assign = policy.decide(&messages);
+        let Turn::Calls(assigned) = &assign else {
+            panic!("expected assign calls")
+        };
+        let first_part = serde_json::from_str::<Value>(&assigned[0].arguments).expect("json")
+            ["parameters"]["candidates"]
+            .clone();
         let t1 = json!({"task_id": "t1"}).to_string();
         let t2 = json!({"task_id": "t2"}).to_string();
         answer(&mut messages, &assign, &[&t1, &t2]);
@@ -756,10 +777,9 @@ default = 1
         assert_eq!(calls[0].name, "assign_task");
         let args: Value = serde_json::from_str(&calls[0].arguments).expect("json");
         assert_eq!(args["agent"], "tuner-2");
-        assert_eq!(
-            args["parameters"]["candidates"],
-            json!([{"A": 1}, {"A": 3}])
-        );
+        // tuner-1's partition (the failed one), unchanged.
+        assert_eq!(args["parameters"]["candidates"], first_part);
+        assert_eq!(first_part.as_array().map(Vec::len), Some(2));
         let t3 = json!({"task_id": "t3"}).to_string();
         answer(&mut messages, &retry, &[&t3]);
         let recollect = policy.decide(&messages);

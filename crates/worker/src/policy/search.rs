@@ -30,7 +30,9 @@
 //!    also starts background builds (`compile` with `background: true`) of
 //!    the next choices given what is known without the current result, so
 //!    that `compile_depth` candidates (default [`DEFAULT_COMPILE_DEPTH`])
-//!    are built or building beyond the current one, and collects with
+//!    are built or building beyond the current one (those calls come
+//!    first in the step: the engine runs a hardware call alone, so a build
+//!    listed after it would start only when it ends), and collects with
 //!    `wait_build` the next one in line, the one the next step runs. The
 //!    builds span steps: a candidate has had about `compile_depth` hardware
 //!    calls' time to build when its turn comes, so a compile slower than one
@@ -660,6 +662,10 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
             0
         };
         let mut seen: BTreeSet<usize> = [current].into();
+        // Background builds go first in the step: they return at once, and
+        // the engine runs a hardware call alone, so a build listed after a
+        // launch would only start when the launch ends.
+        let mut builds = Vec::new();
         for i in ahead {
             if !seen.insert(i) {
                 continue;
@@ -670,8 +676,14 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
                     waits -= 1;
                 }
             } else if needs_compile(i) {
-                calls.push(compile_call(params, &state, i, true));
+                builds.push(compile_call(params, &state, i, true));
             }
+        }
+        if runs_now {
+            builds.append(&mut calls);
+            calls = builds;
+        } else {
+            calls.append(&mut builds);
         }
     }
     Decision::Calls(calls)
