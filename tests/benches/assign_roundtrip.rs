@@ -25,7 +25,8 @@
 //! throughput as a Markdown table, with the CPU time per operation of the
 //! nats-server process and of this process (leader, worker daemon and, for
 //! `floor`, the bare consumer). Run:
-//! `cargo bench -p mtswarm-tests --bench assign_roundtrip`.
+//! `cargo bench -p mtswarm-tests --bench assign_roundtrip`
+//! (`BENCH_MODES=assign` runs only the named modes, for profiling).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -166,6 +167,26 @@ async fn measure(
     }
 }
 
+/// The modes named in `BENCH_MODES` (comma-separated `raw`, `floor`,
+/// `assign`; all by default), e.g. to profile one of them alone.
+fn selected_modes() -> Vec<Mode> {
+    let Ok(names) = std::env::var("BENCH_MODES") else {
+        return vec![Mode::Raw, Mode::Floor, Mode::Assign];
+    };
+    let modes: Vec<Mode> = names
+        .split(',')
+        .filter_map(|name| match name.trim() {
+            "raw" => Some(Mode::Raw),
+            "floor" => Some(Mode::Floor),
+            "assign" => Some(Mode::Assign),
+            "" => None,
+            other => panic!("BENCH_MODES: unknown mode `{other}` (raw, floor, assign)"),
+        })
+        .collect();
+    assert!(!modes.is_empty(), "BENCH_MODES names no mode");
+    modes
+}
+
 fn main() {
     let seconds: f64 = std::env::var("BENCH_SECONDS")
         .ok()
@@ -176,6 +197,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(64);
     let duration = Duration::from_secs_f64(seconds);
+    let modes = selected_modes();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -268,7 +290,7 @@ fn main() {
         });
         let mut cells = Vec::new();
         for in_flight in IN_FLIGHT {
-            for mode in [Mode::Raw, Mode::Floor, Mode::Assign] {
+            for mode in modes.iter().copied() {
                 let cell = measure(harness.clone(), mode, in_flight, duration, &server_pid).await;
                 eprintln!(
                     "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)  cpu/op server {:>6.1} us client {:>6.1} us",

@@ -231,6 +231,16 @@ pub struct TaskConsumerConfig {
     pub max_ack_pending: i64,
     /// Messages requested per pull.
     pub batch: usize,
+    /// Keep the consumer's delivery state (pending acks, delivery counts)
+    /// in the server's memory instead of its file store. The tasks stay in
+    /// the file-backed stream and an ack still removes its task for good;
+    /// what a server restart loses is the consumer itself, which
+    /// [`TaskConsumer::messages`] creates again, and with it the delivery
+    /// counts: unacknowledged tasks come back as first deliveries. It saves
+    /// the server an atomic state-file rewrite per consumer on every
+    /// change (up to ten a second per consumer), the largest per-task cost
+    /// of many lightly loaded per-slice consumers.
+    pub memory_state: bool,
 }
 
 impl Default for TaskConsumerConfig {
@@ -241,6 +251,7 @@ impl Default for TaskConsumerConfig {
             max_deliver: 5,
             max_ack_pending: 1_000,
             batch: 100,
+            memory_state: false,
         }
     }
 }
@@ -277,6 +288,9 @@ pub struct TaskConsumer {
     consumer: PullConsumer,
     name: String,
     batch: usize,
+    /// To create the consumer again when its state lives in memory.
+    bus: Bus,
+    config: pull::Config,
 }
 
 impl TaskConsumer {
@@ -286,14 +300,19 @@ impl TaskConsumer {
     }
 
     /// Tasks as they arrive (and redeliveries of unacknowledged ones).
+    /// A consumer whose state lives in memory
+    /// ([`TaskConsumerConfig::memory_state`]) is created again first, since
+    /// a server restart removes it (for an existing one this changes
+    /// nothing).
     pub async fn messages(&self) -> Result<DeliveryStream<v1::TaskAssignment>, BusError> {
-        deliveries(
-            &self.consumer,
-            subjects::TASKS_STREAM,
-            &self.name,
-            self.batch,
-        )
-        .await
+        let consumer = if self.config.memory_storage {
+            self.bus
+                .durable_consumer(subjects::TASKS_STREAM, &self.name, self.config.clone())
+                .await?
+        } else {
+            self.consumer.clone()
+        };
+        deliveries(&consumer, subjects::TASKS_STREAM, &self.name, self.batch).await
     }
 }
 
@@ -513,27 +532,39 @@ impl Bus {
             Some(slice_id) => subjects::task(worker_id, slice_id)?,
             None => subjects::tasks_for_worker(worker_id)?,
         };
-        let consumer = self
-            .durable_consumer(
-                subjects::TASKS_STREAM,
-                &name,
-                pull::Config {
-                    durable_name: Some(name.clone()),
-                    description: Some(format!("tasks of worker {worker_id}")),
-                    filter_subject,
-                    ack_policy: AckPolicy::Explicit,
-                    ack_wait: config.ack_wait,
-                    max_deliver: config.max_deliver,
-                    max_ack_pending: config.max_ack_pending,
-                    deliver_policy: DeliverPolicy::All,
-                    ..Default::default()
-                },
-            )
-            .await?;
+        let mut consumer_config = pull::Config {
+            durable_name: Some(name.clone()),
+            description: Some(format!("tasks of worker {worker_id}")),
+            filter_subject,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: config.ack_wait,
+            max_deliver: config.max_deliver,
+            max_ack_pending: config.max_ack_pending,
+            deliver_policy: DeliverPolicy::All,
+            memory_storage: config.memory_state,
+            ..Default::default()
+        };
+        let consumer = match self
+            .durable_consumer(subjects::TASKS_STREAM, &name, consumer_config.clone())
+            .await
+        {
+            Ok(consumer) => consumer,
+            // A consumer that already exists with its state on file cannot
+            // be switched to memory: keep it as it is.
+            Err(error) if consumer_config.memory_storage => {
+                tracing::debug!(consumer = %name, %error, "task consumer kept with file state");
+                consumer_config.memory_storage = false;
+                self.durable_consumer(subjects::TASKS_STREAM, &name, consumer_config.clone())
+                    .await?
+            }
+            Err(error) => return Err(error),
+        };
         Ok(TaskConsumer {
             consumer,
             name,
             batch: config.batch,
+            bus: self.clone(),
+            config: consumer_config,
         })
     }
 

@@ -879,3 +879,121 @@ async fn open_task_stream_keeps_delivering_across_a_server_restart() {
     assert_eq!(after.message().task_id, "after");
     after.ack_confirmed().await.expect("ack");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_state_task_consumer_is_recreated_after_a_restart_and_redelivers_unacked_tasks() {
+    let mut server = start_server().await;
+    let leader = connect(&server, "leader").await;
+    let worker_bus = connect(&server, "worker").await;
+    leader
+        .ensure_topology(&TopologyConfig::default())
+        .await
+        .expect("topology");
+    let config = TaskConsumerConfig {
+        slice_id: Some("s1".into()),
+        max_ack_pending: 1,
+        batch: 1,
+        memory_state: true,
+        ..Default::default()
+    };
+    let worker = worker_bus
+        .task_consumer("w1", config)
+        .await
+        .expect("consumer");
+    let info = leader
+        .jetstream()
+        .get_stream(subjects::TASKS_STREAM)
+        .await
+        .expect("tasks stream")
+        .consumer_info(worker.name())
+        .await
+        .expect("consumer info");
+    assert!(info.config.memory_storage, "consumer state kept in memory");
+
+    let mut tasks = worker.messages().await.expect("stream");
+    for id in ["done", "open"] {
+        leader
+            .publish_task(&task(id, 1, "w1", "s1"))
+            .await
+            .expect("publish");
+    }
+    let done = within("first task", tasks.next())
+        .await
+        .expect("open")
+        .expect("task");
+    assert_eq!(done.message().task_id, "done");
+    done.ack_confirmed().await.expect("ack");
+    let open = within("second task", tasks.next())
+        .await
+        .expect("open")
+        .expect("task");
+    assert_eq!(open.message().task_id, "open");
+    drop(tasks);
+
+    tokio::task::block_in_place(|| server.restart()).expect("restart");
+    worker_bus
+        .wait_connected(WAIT)
+        .await
+        .expect("worker reconnects");
+    // The acknowledged task is gone for good; the open one comes back (as a
+    // first delivery: the delivery count was part of the lost state).
+    let mut tasks = within("re-opened stream", worker.messages())
+        .await
+        .expect("consumer created again");
+    let again = within("task after restart", async {
+        loop {
+            match tasks.next().await.expect("stream stays open") {
+                Ok(delivery) => break delivery,
+                Err(error) => eprintln!("transient consumer error: {error}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(again.message().task_id, "open");
+    again.ack_confirmed().await.expect("ack");
+    assert_eq!(
+        stream_message_count(&leader, subjects::TASKS_STREAM).await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_file_state_task_consumer_stays_as_it_is_when_memory_state_is_asked_for() {
+    let (_server, bus) = setup().await;
+    let file_state = TaskConsumerConfig {
+        slice_id: Some("s1".into()),
+        ..Default::default()
+    };
+    bus.task_consumer("w1", file_state.clone())
+        .await
+        .expect("file-state consumer");
+    let reopened = bus
+        .task_consumer(
+            "w1",
+            TaskConsumerConfig {
+                memory_state: true,
+                ..file_state
+            },
+        )
+        .await
+        .expect("the existing consumer is opened");
+    let info = bus
+        .jetstream()
+        .get_stream(subjects::TASKS_STREAM)
+        .await
+        .expect("tasks stream")
+        .consumer_info(reopened.name())
+        .await
+        .expect("consumer info");
+    assert!(!info.config.memory_storage);
+    let mut tasks = reopened.messages().await.expect("stream");
+    bus.publish_task(&task("t1", 1, "w1", "s1"))
+        .await
+        .expect("publish");
+    let delivery = within("task", tasks.next())
+        .await
+        .expect("open")
+        .expect("task");
+    assert_eq!(delivery.message().task_id, "t1");
+    delivery.ack_confirmed().await.expect("ack");
+}

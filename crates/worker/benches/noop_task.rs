@@ -1,7 +1,7 @@
 //! Latency of one task through a worker daemon with the no-op task mode
 //! (`{"noop": true}`: the builtin policy answers at once): `publish_task`
-//! (JetStream) -> the session's durable consumer -> one engine run (two
-//! checkpoints, a handful of events) -> `TaskResult` (JetStream) -> the
+//! (JetStream) -> the session's durable consumer -> one engine run (its
+//! checkpoint writes, a handful of events) -> `TaskResult` (JetStream) -> the
 //! caller's result consumer. This is the fixed cost the worker adds to
 //! every task; a real task adds its model turns and tool calls.
 //!

@@ -28,10 +28,19 @@
 //! Writes go in order (a written-behind state never lands after a newer
 //! durable one). Each write is a compare-and-set on the revision this sink
 //! wrote last: if nobody wrote since, the stored checkpoint is this
-//! attempt's own, so overwriting it cannot undo a later attempt. Only when
-//! the revision is unknown (the task's first write) or someone else wrote
-//! in between does the write go through [`Checkpoints::put`], which reads
-//! the stored checkpoint and refuses to replace a later attempt's.
+//! attempt's own, so overwriting it cannot undo a later attempt.
+//!
+//! A task's first write uses what the session knows of the stored
+//! checkpoint ([`KnownCheckpoint`]: the revision, task and attempt of the
+//! checkpoint its previous task wrote or its resume read). When that
+//! checkpoint may be replaced by this attempt (another task's, or an
+//! attempt of this task that is not later), the write is a compare-and-set
+//! on its revision: it only lands if the stored checkpoint is still that
+//! one, so the stale-attempt rule is decided on exactly what is stored,
+//! without reading it first. Only when nothing is known, the known
+//! checkpoint belongs to a later attempt of this task, or someone else
+//! wrote in between does the write go through [`Checkpoints::put`], which
+//! reads the stored checkpoint and refuses to replace a later attempt's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,6 +58,26 @@ pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
 /// so that the transitions of one step coalesce into one write.
 pub(crate) const WRITE_BEHIND_DELAY: Duration = Duration::from_millis(20);
 
+/// The checkpoint stored under a session's id, as far as the session
+/// knows: what it last wrote or read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KnownCheckpoint {
+    pub(crate) revision: u64,
+    pub(crate) task_id: String,
+    pub(crate) attempt: u32,
+}
+
+impl KnownCheckpoint {
+    /// Whether `attempt` of `task_id` may replace this checkpoint (the rule
+    /// of [`Checkpoints::put`]).
+    fn replaceable_by(&self, task_id: &str, attempt: u32) -> bool {
+        self.task_id != task_id || self.attempt <= attempt
+    }
+}
+
+/// A session's [`KnownCheckpoint`], shared by the sinks of its tasks.
+pub(crate) type SessionCheckpointCell = Arc<Mutex<Option<KnownCheckpoint>>>;
+
 /// Writes checkpoints of one task attempt.
 pub(crate) struct KvCheckpointSink {
     inner: Arc<SinkInner>,
@@ -65,11 +94,16 @@ struct SinkInner {
     /// Held for the duration of a write, so writes land in order; holds
     /// what this sink last stored.
     writer: tokio::sync::Mutex<Written>,
+    /// What the session knows of the stored checkpoint (updated after every
+    /// write of this sink).
+    known: SessionCheckpointCell,
 }
 
 #[derive(Default)]
 struct Pending {
-    checkpoint: Option<(u64, v1::SessionCheckpoint)>,
+    /// Kept as the state itself: most pending states are superseded before
+    /// they are written, and serializing one costs more than copying it.
+    state: Option<(u64, LoopState)>,
     /// A writer task is scheduled and has not taken the pending state yet.
     scheduled: bool,
     /// Order of the states handed to the sink.
@@ -92,6 +126,7 @@ impl KvCheckpointSink {
         agent_id: &str,
         task_id: &str,
         attempt: u32,
+        known: SessionCheckpointCell,
     ) -> Self {
         Self {
             inner: Arc::new(SinkInner {
@@ -112,6 +147,7 @@ impl KvCheckpointSink {
                 control: Mutex::new(None),
                 pending: Mutex::new(Pending::default()),
                 writer: tokio::sync::Mutex::new(Written::default()),
+                known,
             }),
         }
     }
@@ -172,7 +208,16 @@ impl SinkInner {
         if generation <= written.generation || self.fenced() {
             return Ok(());
         }
-        let stored = match written.revision {
+        // The first write of the attempt starts from what the session knows.
+        let expected = written.revision.or_else(|| {
+            self.known
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .filter(|known| known.replaceable_by(&checkpoint.task_id, checkpoint.attempt))
+                .map(|known| known.revision)
+        });
+        let stored = match expected {
             Some(revision) => {
                 match self
                     .store
@@ -191,6 +236,11 @@ impl SinkInner {
             Ok(revision) => {
                 written.revision = Some(revision);
                 written.generation = generation;
+                *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(KnownCheckpoint {
+                    revision,
+                    task_id: checkpoint.task_id.clone(),
+                    attempt: checkpoint.attempt,
+                });
                 Ok(())
             }
             Err(error @ BusError::StaleAttempt { .. }) => {
@@ -217,10 +267,17 @@ impl SinkInner {
         let taken = {
             let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
             pending.scheduled = false;
-            pending.checkpoint.take()
+            pending.state.take()
         };
-        let Some((generation, checkpoint)) = taken else {
+        let Some((generation, state)) = taken else {
             return;
+        };
+        let checkpoint = match self.checkpoint_of(&state) {
+            Ok(checkpoint) => checkpoint,
+            Err(error) => {
+                tracing::warn!(session.id = %self.template.session_id, step = state.step(), %error, "written-behind checkpoint not stored");
+                return;
+            }
         };
         if let Err(error) = self.write(&mut written, generation, &checkpoint).await {
             // A later durable point stores a newer state; this one is only
@@ -237,12 +294,12 @@ impl CheckpointSink for KvCheckpointSink {
         if inner.frozen.load(Ordering::SeqCst) || inner.fenced() {
             return Ok(());
         }
-        let checkpoint = inner.checkpoint_of(state)?;
         if is_durable_point(state) {
+            let checkpoint = inner.checkpoint_of(state)?;
             let generation = {
                 let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
                 // This state supersedes whatever waits to be written.
-                pending.checkpoint = None;
+                pending.state = None;
                 pending.next_generation += 1;
                 pending.next_generation
             };
@@ -252,12 +309,139 @@ impl CheckpointSink for KvCheckpointSink {
         let schedule = {
             let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
             pending.next_generation += 1;
-            pending.checkpoint = Some((pending.next_generation, checkpoint));
+            pending.state = Some((pending.next_generation, state.clone()));
             !std::mem::replace(&mut pending.scheduled, true)
         };
         if schedule {
             tokio::spawn(inner.clone().write_behind());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mtswarm_bus::testing::NatsServer;
+    use mtswarm_bus::{Bus, BusConfig, TopologyConfig};
+
+    async fn store() -> (NatsServer, Bus, Checkpoints) {
+        let server = tokio::task::spawn_blocking(NatsServer::start)
+            .await
+            .expect("start task")
+            .expect("nats-server starts");
+        let bus = Bus::connect(BusConfig::new(server.url()))
+            .await
+            .expect("connect");
+        bus.wait_connected(Duration::from_secs(10))
+            .await
+            .expect("connected");
+        bus.ensure_topology(&TopologyConfig::default())
+            .await
+            .expect("topology");
+        let checkpoints = Checkpoints::open(&bus).await.expect("checkpoints");
+        (server, bus, checkpoints)
+    }
+
+    fn sink(
+        store: &Checkpoints,
+        task_id: &str,
+        attempt: u32,
+        known: &SessionCheckpointCell,
+    ) -> KvCheckpointSink {
+        KvCheckpointSink::new(
+            store.clone(),
+            "s1",
+            "j1",
+            "a1",
+            task_id,
+            attempt,
+            known.clone(),
+        )
+    }
+
+    async fn write(sink: &KvCheckpointSink, step: u32) -> Result<(), String> {
+        let inner = &sink.inner;
+        let mut checkpoint = inner.template.clone();
+        checkpoint.step = step;
+        let generation = {
+            let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.next_generation += 1;
+            pending.next_generation
+        };
+        let mut written = inner.writer.lock().await;
+        inner.write(&mut written, generation, &checkpoint).await
+    }
+
+    fn known(cell: &SessionCheckpointCell) -> Option<KnownCheckpoint> {
+        cell.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    #[test]
+    fn only_a_later_attempt_of_the_same_task_is_not_replaceable() {
+        let stored = KnownCheckpoint {
+            revision: 7,
+            task_id: "t1".into(),
+            attempt: 2,
+        };
+        assert!(stored.replaceable_by("t2", 1), "another task");
+        assert!(stored.replaceable_by("t1", 2), "the same attempt");
+        assert!(stored.replaceable_by("t1", 3), "a later attempt");
+        assert!(!stored.replaceable_by("t1", 1), "an earlier attempt");
+    }
+
+    #[tokio::test]
+    async fn later_tasks_replace_the_sessions_own_checkpoint_and_fencing_still_holds() {
+        let (_server, _bus, checkpoints) = store().await;
+        let cell: SessionCheckpointCell = Arc::new(Mutex::new(None));
+
+        let first = sink(&checkpoints, "t1", 1, &cell);
+        write(&first, 1).await.expect("first task's write");
+        let after_first = known(&cell).expect("known after a write");
+        assert_eq!(
+            (after_first.task_id.as_str(), after_first.attempt),
+            ("t1", 1)
+        );
+
+        // The next task's first write replaces what the session wrote.
+        let second = sink(&checkpoints, "t2", 1, &cell);
+        write(&second, 1).await.expect("second task's write");
+        let stored = checkpoints.get("s1").await.expect("get").expect("stored");
+        assert_eq!(stored.value.task_id, "t2");
+        assert_eq!(known(&cell).map(|k| k.revision), Some(stored.revision));
+
+        // A later attempt of t2 (another process) takes the session over.
+        let mut successor = stored.value.clone();
+        successor.attempt = 2;
+        successor.step = 5;
+        checkpoints
+            .put(&successor)
+            .await
+            .expect("successor's write");
+
+        // A fresh sink of the old attempt starts from what the session knew
+        // (its own t2/1 write), finds it replaced, and is fenced off.
+        let stale = sink(&checkpoints, "t2", 1, &cell);
+        let refused = write(&stale, 2).await;
+        assert!(refused.is_err(), "stale attempt refused: {refused:?}");
+        assert!(stale.fenced());
+        let stored = checkpoints.get("s1").await.expect("get").expect("stored");
+        assert_eq!((stored.value.attempt, stored.value.step), (2, 5));
+
+        // Knowing a later attempt of the task, the old attempt is refused too.
+        *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some(KnownCheckpoint {
+            revision: stored.revision,
+            task_id: "t2".into(),
+            attempt: 2,
+        });
+        let stale_again = sink(&checkpoints, "t2", 1, &cell);
+        assert!(write(&stale_again, 3).await.is_err());
+        assert!(stale_again.fenced());
+
+        // The successor's next write goes through on the known revision.
+        let current = sink(&checkpoints, "t2", 2, &cell);
+        write(&current, 6).await.expect("successor continues");
+        let stored = checkpoints.get("s1").await.expect("get").expect("stored");
+        assert_eq!((stored.value.attempt, stored.value.step), (2, 6));
     }
 }

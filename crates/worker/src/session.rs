@@ -30,7 +30,7 @@ use tonic::Status;
 use tracing::Instrument;
 
 use crate::approval::{self, ApprovalWait};
-use crate::checkpoint::KvCheckpointSink;
+use crate::checkpoint::{KnownCheckpoint, KvCheckpointSink, SessionCheckpointCell};
 use crate::config::{DefaultVerdict, SessionModelContext, WorkerModel};
 use crate::daemon::Shared;
 use crate::events::{EventPublisher, now_timestamp};
@@ -165,6 +165,76 @@ struct SessionRuntime {
     hardware_tools: Vec<String>,
     temperature: Option<f32>,
     max_output_tokens: Option<u32>,
+    /// The engine of the session's last task and the configuration it was
+    /// built with. Building one clones the whole tool table, which costs
+    /// more than a no-op task itself; tasks with the same configuration
+    /// (the common case) share it, each with its own checkpoint sink.
+    engine: Mutex<Option<(EngineConfig, Engine)>>,
+    /// Kernel directories already copied into the workspace, by the name a
+    /// task gave them, with the copy's name.
+    kernel_copies: Mutex<HashMap<String, String>>,
+    /// What the session knows of its stored checkpoint (see
+    /// [`crate::checkpoint`]).
+    checkpoint: SessionCheckpointCell,
+}
+
+impl SessionRuntime {
+    /// An engine for `config`: the cached one when the configuration is the
+    /// same, otherwise a new one (which replaces it in the cache).
+    fn engine_for(&self, config: EngineConfig) -> Engine {
+        let mut cached = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cached_config, engine)) = cached.as_ref()
+            && *cached_config == config
+        {
+            return engine.clone();
+        }
+        // Schemas were compiled once for the session; the clone shares them.
+        let engine = Engine::new(
+            config.clone(),
+            self.model.clone(),
+            self.registry.clone(),
+            self.policy.clone(),
+            Arc::new(self.tools.resource_lock()),
+        )
+        .with_middleware(Arc::new(TracingMiddleware));
+        *cached = Some((config, engine.clone()));
+        engine
+    }
+
+    /// Copy `kernel_dir` into the workspace once per session (see
+    /// [`ensure_kernel_copy`]); later tasks naming it again find the copy.
+    fn kernel_copy(
+        &self,
+        kernel_root: &std::path::Path,
+        kernel_dir: &str,
+    ) -> Result<String, String> {
+        let known = self
+            .kernel_copies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(kernel_dir)
+            .cloned();
+        if let Some(name) = known
+            && self.workspace.join(&name).is_dir()
+        {
+            return Ok(name);
+        }
+        let name = ensure_kernel_copy(kernel_root, &self.workspace, kernel_dir)?;
+        self.kernel_copies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(kernel_dir.to_owned(), name.clone());
+        Ok(name)
+    }
+
+    /// Remember a checkpoint read from the store.
+    fn saw_checkpoint(&self, stored: &mtswarm_bus::Versioned<v1::SessionCheckpoint>) {
+        *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(KnownCheckpoint {
+            revision: stored.revision,
+            task_id: stored.value.task_id.clone(),
+            attempt: stored.value.attempt,
+        });
+    }
 }
 
 fn invalid(message: impl Into<String>) -> Status {
@@ -370,9 +440,11 @@ async fn start_session(
 ) -> Result<Arc<SessionEntry>, Status> {
     let slice = &shared.slices[index];
     let workspace = session_workspace(&shared.config.workspace_root, &request.session_id);
+    let mut kernel_copies = HashMap::new();
     if !request.kernel_dir.trim().is_empty() {
-        ensure_kernel_copy(&shared.config.kernel_root, &workspace, &request.kernel_dir)
+        let name = ensure_kernel_copy(&shared.config.kernel_root, &workspace, &request.kernel_dir)
             .map_err(invalid)?;
+        kernel_copies.insert(request.kernel_dir.clone(), name);
     }
     let tools = ToolSet::builder(&workspace, slice.board.clone())
         .spec(slice.spec.clone())
@@ -407,9 +479,17 @@ async fn start_session(
     } else {
         AutoApprove::LowOnly
     });
+    let mut known_checkpoint = None;
     let resumed_from_step = if request.resume {
         match shared.checkpoints.get(&request.session_id).await {
-            Ok(Some(checkpoint)) => checkpoint.value.step,
+            Ok(Some(checkpoint)) => {
+                known_checkpoint = Some(KnownCheckpoint {
+                    revision: checkpoint.revision,
+                    task_id: checkpoint.value.task_id.clone(),
+                    attempt: checkpoint.value.attempt,
+                });
+                checkpoint.value.step
+            }
             Ok(None) => 0,
             Err(error) => return Err(Status::unavailable(format!("checkpoint lookup: {error}"))),
         }
@@ -426,6 +506,9 @@ async fn start_session(
                 max_deliver: shared.config.task_max_deliver,
                 max_ack_pending: 1,
                 batch: 1,
+                // A task that comes back after a server restart is still
+                // resumed: the session knows it checkpointed that task.
+                memory_state: true,
             },
         )
         .await
@@ -474,6 +557,9 @@ async fn start_session(
             .as_ref()
             .map(|m| m.max_output_tokens)
             .filter(|n| *n > 0),
+        engine: Mutex::new(None),
+        kernel_copies: Mutex::new(kernel_copies),
+        checkpoint: Arc::new(Mutex::new(known_checkpoint)),
     };
     let span = tracing::info_span!(
         "worker.session",
@@ -1109,23 +1195,40 @@ async fn prepare_and_run(
     let kernel_name = if kernel_dir.trim().is_empty() {
         String::from(".")
     } else {
-        ensure_kernel_copy(&shared.config.kernel_root, &runtime.workspace, &kernel_dir)
+        runtime
+            .kernel_copy(&shared.config.kernel_root, &kernel_dir)
             .map_err(TaskEnd::failed)?
     };
 
     // Resume from the session's checkpoint when this task was already
-    // (partly) run: a reassignment or a redelivery.
-    // A first delivery that is not a reassignment has nothing to resume, so
+    // (partly) run: a reassignment, a redelivery, or a task this session
+    // checkpointed before.
+    // A first delivery of anything else has nothing to resume, so
     // the stored checkpoint is not read: an earlier task's checkpoint is
     // simply replaced by this task's first write (the store compares
     // attempts of the same task only), and a later attempt of this task
     // that owns the session is found by that write, which fences this run
     // off before any tool runs.
     let redelivered = delivery.info().delivered > 1;
+    // The session checkpointed this task itself: the task came back without
+    // the server counting a redelivery (its consumer state was lost in a
+    // restart).
+    let checkpointed_here = runtime
+        .checkpoint
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .is_some_and(|known| known.task_id == task.task_id);
+    let may_resume = task.resume_from_checkpoint || redelivered || checkpointed_here;
     let mut resumed: Option<LoopState> = None;
-    let stored = if task.resume_from_checkpoint || redelivered {
+    let stored = if may_resume {
         match shared.checkpoints.get(&entry.session_id).await {
-            Ok(stored) => stored,
+            Ok(stored) => {
+                if let Some(stored) = &stored {
+                    runtime.saw_checkpoint(stored);
+                }
+                stored
+            }
             Err(error) => {
                 tracing::warn!(%error, "checkpoint lookup failed; starting the task afresh");
                 None
@@ -1140,7 +1243,7 @@ async fn prepare_and_run(
     {
         return Ok(Driven::Fenced);
     }
-    if (task.resume_from_checkpoint || redelivered)
+    if may_resume
         && let Some(stored) = stored
         && stored.value.task_id == task.task_id
     {
@@ -1183,8 +1286,6 @@ async fn prepare_and_run(
         max_output_tokens: runtime.max_output_tokens,
         ..EngineConfig::default()
     };
-    // Schemas were compiled once for the session; the clone shares them.
-    let registry = runtime.registry.clone();
     let sink = Arc::new(KvCheckpointSink::new(
         shared.checkpoints.clone(),
         &entry.session_id,
@@ -1192,16 +1293,11 @@ async fn prepare_and_run(
         &entry.agent_id,
         &task.task_id,
         task.attempt,
+        runtime.checkpoint.clone(),
     ));
-    let engine = Engine::new(
-        config,
-        runtime.model.clone(),
-        registry,
-        runtime.policy.clone(),
-        Arc::new(runtime.tools.resource_lock()),
-    )
-    .with_middleware(Arc::new(TracingMiddleware))
-    .with_checkpoint_sink(sink.clone());
+    let engine = runtime
+        .engine_for(config)
+        .with_checkpoint_sink(sink.clone());
 
     let resumed_from_step = resumed.as_ref().map(LoopState::step).unwrap_or(0);
     events
