@@ -24,6 +24,21 @@ async fn stream_message_count(bus: &mtswarm_bus::Bus, stream: &str) -> u64 {
         .messages
 }
 
+/// The next delivery of `stream`, past the transient errors (missed
+/// heartbeats) it may report while the server is away.
+async fn next_past_transient_errors<S, T, E>(stream: &mut S) -> T
+where
+    S: futures::Stream<Item = Result<T, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    loop {
+        match stream.next().await.expect("stream stays open") {
+            Ok(delivery) => return delivery,
+            Err(error) => eprintln!("transient consumer error: {error}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn topology_creation_is_idempotent() {
     let (server, bus) = setup().await;
@@ -867,15 +882,7 @@ async fn open_task_stream_keeps_delivering_across_a_server_restart() {
 
     // The stream may report transient errors (missed heartbeats) while the
     // server is away; it must then resume with the next task.
-    let after = within("task after restart", async {
-        loop {
-            match tasks.next().await.expect("stream stays open") {
-                Ok(delivery) => break delivery,
-                Err(error) => eprintln!("transient consumer error: {error}"),
-            }
-        }
-    })
-    .await;
+    let after = within("task after restart", next_past_transient_errors(&mut tasks)).await;
     assert_eq!(after.message().task_id, "after");
     after.ack_confirmed().await.expect("ack");
 }
@@ -940,15 +947,7 @@ async fn memory_state_task_consumer_is_recreated_after_a_restart_and_redelivers_
     let mut tasks = within("re-opened stream", worker.messages())
         .await
         .expect("consumer created again");
-    let again = within("task after restart", async {
-        loop {
-            match tasks.next().await.expect("stream stays open") {
-                Ok(delivery) => break delivery,
-                Err(error) => eprintln!("transient consumer error: {error}"),
-            }
-        }
-    })
-    .await;
+    let again = within("task after restart", next_past_transient_errors(&mut tasks)).await;
     assert_eq!(again.message().task_id, "open");
     again.ack_confirmed().await.expect("ack");
     assert_eq!(

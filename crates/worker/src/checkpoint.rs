@@ -68,6 +68,15 @@ pub(crate) struct KnownCheckpoint {
 }
 
 impl KnownCheckpoint {
+    /// What a checkpoint read from the store says.
+    pub(crate) fn of_stored(stored: &mtswarm_bus::Versioned<v1::SessionCheckpoint>) -> Self {
+        Self {
+            revision: stored.revision,
+            task_id: stored.value.task_id.clone(),
+            attempt: stored.value.attempt,
+        }
+    }
+
     /// Whether `attempt` of `task_id` may replace this checkpoint (the rule
     /// of [`Checkpoints::put`]).
     fn replaceable_by(&self, task_id: &str, attempt: u32) -> bool {

@@ -229,11 +229,8 @@ impl SessionRuntime {
 
     /// Remember a checkpoint read from the store.
     fn saw_checkpoint(&self, stored: &mtswarm_bus::Versioned<v1::SessionCheckpoint>) {
-        *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()) = Some(KnownCheckpoint {
-            revision: stored.revision,
-            task_id: stored.value.task_id.clone(),
-            attempt: stored.value.attempt,
-        });
+        *self.checkpoint.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(KnownCheckpoint::of_stored(stored));
     }
 }
 
@@ -483,11 +480,7 @@ async fn start_session(
     let resumed_from_step = if request.resume {
         match shared.checkpoints.get(&request.session_id).await {
             Ok(Some(checkpoint)) => {
-                known_checkpoint = Some(KnownCheckpoint {
-                    revision: checkpoint.revision,
-                    task_id: checkpoint.value.task_id.clone(),
-                    attempt: checkpoint.value.attempt,
-                });
+                known_checkpoint = Some(KnownCheckpoint::of_stored(&checkpoint));
                 checkpoint.value.step
             }
             Ok(None) => 0,
