@@ -272,29 +272,10 @@ impl ChaosStack {
         count: usize,
         timeout: Duration,
     ) -> v1::ListFleetResponse {
-        let mut control = self.control().await;
-        let deadline = Instant::now() + timeout;
-        loop {
-            let fleet = control
-                .list_fleet(v1::ListFleetRequest::default())
-                .await
-                .expect("ListFleet")
-                .into_inner();
-            let free = fleet
-                .slices
-                .iter()
-                .filter(|s| s.state() == v1::SliceState::Free)
-                .count();
-            if free >= count {
-                return fleet;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "only {free} of {count} slices free after {timeout:?}: {fleet:?}\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        crate::stack::wait_for_free_slices(&mut self.control().await, count, timeout, || {
+            self.logs()
+        })
+        .await
     }
 
     /// Every leader's stderr (killed ones first).

@@ -159,28 +159,7 @@ impl TestStack {
     /// Waits until ListFleet shows `count` slices (workers register
     /// asynchronously after they report ready).
     pub async fn wait_for_slices(&self, count: usize, timeout: Duration) -> v1::ListFleetResponse {
-        let mut control = self.control().await;
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let fleet = control
-                .list_fleet(v1::ListFleetRequest::default())
-                .await
-                .expect("ListFleet")
-                .into_inner();
-            let free = fleet
-                .slices
-                .iter()
-                .filter(|s| s.state() == v1::SliceState::Free)
-                .count();
-            if free >= count {
-                return fleet;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "only {free} of {count} slices free after {timeout:?}: {fleet:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_for_free_slices(&mut self.control().await, count, timeout, String::new).await
     }
 
     /// Stops the leader gracefully (the workers are killed on drop).
@@ -244,4 +223,37 @@ fn worker_command(
         }
     }
     command
+}
+
+/// Polls `ListFleet` until at least `count` slices are free (workers
+/// register their leases asynchronously after they report ready); panics
+/// after `timeout` with the fleet seen and `context()` (e.g. process logs).
+pub async fn wait_for_free_slices(
+    control: &mut Control,
+    count: usize,
+    timeout: Duration,
+    context: impl Fn() -> String,
+) -> v1::ListFleetResponse {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let fleet = control
+            .list_fleet(v1::ListFleetRequest::default())
+            .await
+            .expect("ListFleet")
+            .into_inner();
+        let free = fleet
+            .slices
+            .iter()
+            .filter(|s| s.state() == v1::SliceState::Free)
+            .count();
+        if free >= count {
+            return fleet;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {free} of {count} slices free after {timeout:?}: {fleet:?}\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::*;
 use futures::StreamExt as _;
-use mtswarm_bus::{Jobs, KvChange, TaskConsumerConfig, subjects, v1};
+use mtswarm_bus::{Jobs, KvChange, subjects, v1};
 use mtswarm_core::testing::ScriptedTurn;
 use mtswarm_core::{LoopState, Node};
 use mtswarm_leader::LeaderDaemon;
@@ -52,12 +52,7 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
     let mut worker = FakeWorker::start(&env.bus, "fi1", "fi1").await;
     let jobs = Jobs::open(&env.bus).await.expect("jobs");
     let mut changes = jobs.watch().await.expect("jobs watch");
-    let tasks = env
-        .bus
-        .task_consumer("fi1", TaskConsumerConfig::default())
-        .await
-        .expect("task consumer");
-    let mut tasks = tasks.messages().await.expect("task stream");
+    let mut tasks = task_stream(&env.bus, "fi1").await;
 
     let model_a = Arc::new(ConversationScript::new(script(), Some(2)));
     let leader_a = env.leader(model_a).await;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use async_nats::jetstream::consumer::PullConsumer;
 use common::*;
 use futures::StreamExt as _;
-use mtswarm_bus::{TaskConsumerConfig, subjects, v1};
+use mtswarm_bus::{subjects, v1};
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use prost::Message as _;
 use serde_json::{Value, json};
@@ -79,12 +79,7 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
     let model = Arc::new(GatedModel::new(script, 4));
     let leader = env.leader(model.clone()).await;
     let mut control = control(&leader).await;
-    let tasks = env
-        .bus
-        .task_consumer("fw1", TaskConsumerConfig::default())
-        .await
-        .expect("task consumer");
-    let mut task_stream = tasks.messages().await.expect("task stream");
+    let mut task_stream = task_stream(&env.bus, "fw1").await;
 
     let job_id = submit(&mut control, "Tune k1.").await;
 

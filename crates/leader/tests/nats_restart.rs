@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use futures::StreamExt as _;
 use mtswarm_bus::ConnectionState;
-use mtswarm_bus::{TaskConsumerConfig, v1};
+use mtswarm_bus::v1;
 
 fn gflops(_: &v1::TaskAssignment) -> f64 {
     3.0
@@ -45,12 +45,7 @@ async fn the_leader_survives_a_nats_restart() {
     let dying = FakeWorker::start(&env.bus, "fn1", "fn1").await;
     let _spare = FakeWorker::start(&env.bus, "fn2", "fn2").await;
     let (answer, mut answered) = answer_tasks(&env.bus, "fn2", gflops);
-    let first_tasks = env
-        .bus
-        .task_consumer("fn1", TaskConsumerConfig::default())
-        .await
-        .expect("fn1 task consumer");
-    let mut first_tasks = first_tasks.messages().await.expect("fn1 tasks");
+    let mut first_tasks = task_stream(&env.bus, "fn1").await;
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1 after a NATS restart.").await;
     let first = within("the task on fn1", first_tasks.next())

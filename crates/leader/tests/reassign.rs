@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use futures::StreamExt as _;
-use mtswarm_bus::{Jobs, TaskConsumerConfig, v1};
+use mtswarm_bus::{Jobs, v1};
 use serde_json::{Value, json};
 
 fn result_for(task: &v1::TaskAssignment, attempt: u32, gflops: f64) -> v1::TaskResult {
@@ -35,18 +35,8 @@ async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
     let model = one_task_script("fb1-c0", 2.0);
     let leader = env.leader(model).await;
     let mut control = control(&leader).await;
-    let first_tasks = env
-        .bus
-        .task_consumer("fw1", TaskConsumerConfig::default())
-        .await
-        .expect("fw1 task consumer");
-    let mut first_tasks = first_tasks.messages().await.expect("fw1 tasks");
-    let second_tasks = env
-        .bus
-        .task_consumer("fw2", TaskConsumerConfig::default())
-        .await
-        .expect("fw2 task consumer");
-    let mut second_tasks = second_tasks.messages().await.expect("fw2 tasks");
+    let mut first_tasks = task_stream(&env.bus, "fw1").await;
+    let mut second_tasks = task_stream(&env.bus, "fw2").await;
 
     let job_id = submit(&mut control, "Tune k1.").await;
     let Some(WorkerCall::Spawn(spawn)) = within("the first spawn", first.calls.recv()).await else {
@@ -185,12 +175,7 @@ async fn a_fenced_result_of_the_current_attempt_moves_the_task_at_once() {
     let model = one_task_script("fb1-c0", 2.0);
     let leader = env.leader(model).await;
     let mut control = control(&leader).await;
-    let first_tasks = env
-        .bus
-        .task_consumer("fw1", TaskConsumerConfig::default())
-        .await
-        .expect("fw1 task consumer");
-    let mut first_tasks = first_tasks.messages().await.expect("fw1 tasks");
+    let mut first_tasks = task_stream(&env.bus, "fw1").await;
     let (answer, mut answered) = answer_tasks(&env.bus, "fw2", |_| 2.0);
     let job_id = submit(&mut control, "Tune k1.").await;
     let delivery = within("attempt 1", first_tasks.next())
@@ -254,12 +239,7 @@ async fn a_quarantined_slice_moves_its_agent_and_the_old_session_is_cancelled() 
     let model = one_task_script("fb1-c0", 2.0);
     let leader = env.leader(model).await;
     let mut control = control(&leader).await;
-    let first_tasks = env
-        .bus
-        .task_consumer("fw1", TaskConsumerConfig::default())
-        .await
-        .expect("fw1 task consumer");
-    let mut first_tasks = first_tasks.messages().await.expect("fw1 tasks");
+    let mut first_tasks = task_stream(&env.bus, "fw1").await;
     let (answer, mut answered) = answer_tasks(&env.bus, "fw2", |_| 2.0);
     let job_id = submit(&mut control, "Tune k1.").await;
     let delivery = within("attempt 1", first_tasks.next())

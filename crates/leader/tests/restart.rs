@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::*;
 use futures::StreamExt as _;
-use mtswarm_bus::{Jobs, TaskConsumerConfig, subjects, v1};
+use mtswarm_bus::{Jobs, subjects, v1};
 use mtswarm_core::testing::ScriptedTurn;
 use mtswarm_leader::LeaderDaemon;
 use serde_json::json;
@@ -68,12 +68,7 @@ fn result_for(task: &v1::TaskAssignment, gflops: f64) -> v1::TaskResult {
 async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
     let env = Env::start().await;
     let _worker = FakeWorker::start(&env.bus, "fr1", "fr1").await;
-    let tasks = env
-        .bus
-        .task_consumer("fr1", TaskConsumerConfig::default())
-        .await
-        .expect("task consumer");
-    let mut tasks = tasks.messages().await.expect("task stream");
+    let mut tasks = task_stream(&env.bus, "fr1").await;
 
     // Leader A never gets past the collect turn's answer.
     let model_a = Arc::new(ConversationScript::new(script(), Some(3)));

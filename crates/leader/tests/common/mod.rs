@@ -121,6 +121,19 @@ pub async fn control(leader: &LeaderHandle) -> Control {
     v1::control_client::ControlClient::new(channel)
 }
 
+/// The task stream of `worker_id` (all its slices), as a worker reads it.
+pub async fn task_stream(
+    bus: &Bus,
+    worker_id: &str,
+) -> mtswarm_bus::DeliveryStream<v1::TaskAssignment> {
+    bus.task_consumer(worker_id, mtswarm_bus::TaskConsumerConfig::default())
+        .await
+        .unwrap_or_else(|e| panic!("{worker_id} task consumer: {e}"))
+        .messages()
+        .await
+        .unwrap_or_else(|e| panic!("{worker_id} tasks: {e}"))
+}
+
 pub fn spec(goal: &str) -> v1::JobSpec {
     v1::JobSpec {
         goal: goal.to_string(),
@@ -521,11 +534,7 @@ pub fn answer_tasks_with(
     let worker_id = worker_id.to_string();
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
-        let consumer = bus
-            .task_consumer(&worker_id, mtswarm_bus::TaskConsumerConfig::default())
-            .await
-            .expect("task consumer");
-        let mut tasks = consumer.messages().await.expect("task stream");
+        let mut tasks = task_stream(&bus, &worker_id).await;
         while let Some(Ok(delivery)) = tasks.next().await {
             let task = delivery.message().clone();
             let parameters: serde_json::Value =
