@@ -155,4 +155,10 @@ impl BusError {
             BusError::CasConflict { .. } | BusError::AlreadyExists { .. }
         )
     }
+
+    /// True when a stored or received payload is not the message it should
+    /// be: the record is bad, not the connection, so skipping it is right.
+    pub fn is_undecodable(&self) -> bool {
+        matches!(self, BusError::Decode { .. } | BusError::ContentType { .. })
+    }
 }

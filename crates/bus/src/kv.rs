@@ -124,14 +124,38 @@ impl<T: BusMessage> TypedKv<T> {
         codec::decode::<T>(&self.subject(key), None, payload)
     }
 
+    /// Runs `op`; when it fails because the bucket's stream is gone, the
+    /// topology is re-created ([`Bus::recover_topology`]) and `op` runs once
+    /// more.
+    async fn with_recovery<R, Fut>(&self, key: &str, op: impl Fn() -> Fut) -> Result<R, BusError>
+    where
+        Fut: std::future::Future<Output = Result<R, BusError>>,
+    {
+        match op().await {
+            Err(BusError::Kv { source, .. })
+                if crate::topology::is_missing_stream(source.as_ref())
+                    && self
+                        .bus
+                        .recover_topology(&format!("KV {}/{key}", self.bucket))
+                        .await? =>
+            {
+                op().await
+            }
+            other => other,
+        }
+    }
+
     /// Latest value of `key`, or `None` when absent, deleted or expired.
     pub async fn get(&self, key: &str) -> Result<Option<Versioned<T>>, BusError> {
         self.check_key(key)?;
         let entry = self
-            .store
-            .entry(key)
-            .await
-            .map_err(|e| kv_error("get", &self.bucket, key, e))?;
+            .with_recovery(key, || async {
+                self.store
+                    .entry(key)
+                    .await
+                    .map_err(|e| kv_error("get", &self.bucket, key, e))
+            })
+            .await?;
         match entry {
             Some(entry) if entry.operation == Operation::Put => Ok(Some(Versioned {
                 value: self.decode(key, &entry.value)?,
@@ -144,25 +168,31 @@ impl<T: BusMessage> TypedKv<T> {
     /// Writes `value` unconditionally; returns the new revision.
     pub async fn put(&self, key: &str, value: &T) -> Result<u64, BusError> {
         self.check_key(key)?;
-        self.store
-            .put(key, codec::encode(value))
-            .await
-            .map_err(|e| kv_error("put", &self.bucket, key, e))
+        self.with_recovery(key, || async {
+            self.store
+                .put(key, codec::encode(value))
+                .await
+                .map_err(|e| kv_error("put", &self.bucket, key, e))
+        })
+        .await
     }
 
     /// Writes `value` only if `key` has no live value.
     pub async fn create(&self, key: &str, value: &T) -> Result<u64, BusError> {
         self.check_key(key)?;
-        self.store
-            .create(key, codec::encode(value))
-            .await
-            .map_err(|e| match e.kind() {
-                kv::CreateErrorKind::AlreadyExists => BusError::AlreadyExists {
-                    bucket: self.bucket.clone(),
-                    key: key.to_string(),
-                },
-                _ => kv_error("create", &self.bucket, key, e),
-            })
+        self.with_recovery(key, || async {
+            self.store
+                .create(key, codec::encode(value))
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::CreateErrorKind::AlreadyExists => BusError::AlreadyExists {
+                        bucket: self.bucket.clone(),
+                        key: key.to_string(),
+                    },
+                    _ => kv_error("create", &self.bucket, key, e),
+                })
+        })
+        .await
     }
 
     /// Writes `value` only if the key's latest revision is `expected_revision`.
@@ -173,17 +203,20 @@ impl<T: BusMessage> TypedKv<T> {
         expected_revision: u64,
     ) -> Result<u64, BusError> {
         self.check_key(key)?;
-        self.store
-            .update(key, codec::encode(value), expected_revision)
-            .await
-            .map_err(|e| match e.kind() {
-                kv::UpdateErrorKind::WrongLastRevision => BusError::CasConflict {
-                    bucket: self.bucket.clone(),
-                    key: key.to_string(),
-                    expected_revision,
-                },
-                _ => kv_error("update", &self.bucket, key, e),
-            })
+        self.with_recovery(key, || async {
+            self.store
+                .update(key, codec::encode(value), expected_revision)
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::UpdateErrorKind::WrongLastRevision => BusError::CasConflict {
+                        bucket: self.bucket.clone(),
+                        key: key.to_string(),
+                        expected_revision,
+                    },
+                    _ => kv_error("update", &self.bucket, key, e),
+                })
+        })
+        .await
     }
 
     /// Deletes `key` (a delete marker; watchers see [`KvChange::Deleted`]).
@@ -216,16 +249,18 @@ impl<T: BusMessage> TypedKv<T> {
     /// key is rewritten meanwhile).
     async fn stored_keys(&self) -> Result<Vec<String>, BusError> {
         let prefix = format!("$KV.{}.", self.bucket);
-        let subjects = self
-            .store
-            .stream
-            .info_with_subjects(format!("{prefix}>"))
-            .await
-            .map_err(|e| kv_error("keys", &self.bucket, ">", e))?;
-        let subjects: Vec<(String, usize)> = subjects
-            .try_collect()
-            .await
-            .map_err(|e| kv_error("keys", &self.bucket, ">", e))?;
+        let subjects: Vec<(String, usize)> = self
+            .with_recovery(">", || async {
+                self.store
+                    .stream
+                    .info_with_subjects(format!("{prefix}>"))
+                    .await
+                    .map_err(|e| kv_error("keys", &self.bucket, ">", e))?
+                    .try_collect()
+                    .await
+                    .map_err(|e| kv_error("keys", &self.bucket, ">", e))
+            })
+            .await?;
         let keys: std::collections::BTreeSet<String> = subjects
             .into_iter()
             .filter_map(|(subject, _)| subject.strip_prefix(&prefix).map(str::to_string))
@@ -238,15 +273,32 @@ impl<T: BusMessage> TypedKv<T> {
     /// Every live value with its key, sorted by key. One read per key: for
     /// buckets with many keys prefer [`TypedKv::watch_with_current`] and
     /// keep a cache.
+    ///
+    /// A value that does not decode as `T` is skipped with a warning naming
+    /// its key: one bad record (written by a buggy or hostile client) must
+    /// not hide every good one, nor stop a process that lists at start-up.
     pub async fn list(&self) -> Result<Vec<(String, Versioned<T>)>, BusError> {
         let mut values = Vec::new();
         for key in self.stored_keys().await? {
             // Deleted and expired keys read as absent.
-            if let Some(value) = self.get(&key).await? {
-                values.push((key, value));
+            match self.get(&key).await {
+                Ok(Some(value)) => values.push((key, value)),
+                Ok(None) => {}
+                Err(error) if error.is_undecodable() => self.warn_undecodable(&key, &error),
+                Err(error) => return Err(error),
             }
         }
         Ok(values)
+    }
+
+    fn warn_undecodable(&self, key: &str, error: &BusError) {
+        tracing::warn!(
+            bucket = %self.bucket,
+            key,
+            %error,
+            "skipping a KV value that is not a valid {}",
+            T::TYPE_NAME
+        );
     }
 
     /// Changes from now on.
@@ -269,27 +321,48 @@ impl<T: BusMessage> TypedKv<T> {
         Ok(self.typed_watch(watch))
     }
 
+    /// Typed changes of `watch`. A value that does not decode is skipped
+    /// with a warning (as in [`TypedKv::list`]): yielding it as an error
+    /// would make every watcher re-create its watch, meet the same value
+    /// again and never get past it.
     fn typed_watch(&self, watch: kv::Watch) -> KvWatch<T> {
         let this = self.clone();
-        Box::pin(watch.map(move |entry| {
-            let entry = entry.map_err(|e| kv_error("watch", &this.bucket, ">", e))?;
-            Ok(match entry.operation {
-                Operation::Put => KvChange::Put {
+        Box::pin(watch.filter_map(move |entry| {
+            let change = this.typed_change(entry);
+            async move { change }
+        }))
+    }
+
+    fn typed_change(
+        &self,
+        entry: Result<kv::Entry, kv::WatcherError>,
+    ) -> Option<Result<KvChange<T>, BusError>> {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => return Some(Err(kv_error("watch", &self.bucket, ">", e))),
+        };
+        Some(Ok(match entry.operation {
+            Operation::Put => match self.decode(&entry.key, &entry.value) {
+                Ok(value) => KvChange::Put {
                     value: Versioned {
-                        value: this.decode(&entry.key, &entry.value)?,
+                        value,
                         revision: entry.revision,
                     },
                     key: entry.key,
                 },
-                Operation::Delete => KvChange::Deleted {
-                    key: entry.key,
-                    revision: entry.revision,
-                },
-                Operation::Purge => KvChange::Expired {
-                    key: entry.key,
-                    revision: entry.revision,
-                },
-            })
+                Err(error) => {
+                    self.warn_undecodable(&entry.key, &error);
+                    return None;
+                }
+            },
+            Operation::Delete => KvChange::Deleted {
+                key: entry.key,
+                revision: entry.revision,
+            },
+            Operation::Purge => KvChange::Expired {
+                key: entry.key,
+                revision: entry.revision,
+            },
         }))
     }
 

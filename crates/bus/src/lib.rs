@@ -72,6 +72,9 @@ pub struct Bus {
     jetstream: jetstream::Context,
     state: watch::Receiver<ConnectionState>,
     name: Arc<str>,
+    /// What [`Bus::ensure_topology`] last created, to re-create a stream or
+    /// bucket that disappears while the process runs.
+    topology: Arc<topology::Remembered>,
 }
 
 impl std::fmt::Debug for Bus {
@@ -183,6 +186,7 @@ impl Bus {
             jetstream,
             state: state_rx,
             name,
+            topology: Arc::default(),
         })
     }
 

@@ -46,16 +46,34 @@ pub struct PublishReceipt {
 pub struct PendingPublish {
     subject: String,
     ack: PublishAckFuture,
+    bus: Bus,
 }
 
 impl PendingPublish {
-    /// Waits for the stream's acknowledgement.
+    /// Waits for the stream's acknowledgement. When no stream stores the
+    /// subject (it was deleted), the topology is re-created in the
+    /// background so that the caller's retry finds it again.
     pub async fn wait(self) -> Result<PublishReceipt, BusError> {
         let subject = self.subject;
-        let ack = self.ack.await.map_err(|source| BusError::Publish {
-            subject,
-            source: source.into(),
-        })?;
+        let ack = match self.ack.await {
+            Ok(ack) => ack,
+            Err(source) => {
+                if source.kind() == async_nats::jetstream::context::PublishErrorKind::StreamNotFound
+                {
+                    let bus = self.bus;
+                    let what = format!("publish to {subject}");
+                    tokio::spawn(async move {
+                        if let Err(error) = bus.recover_topology(&what).await {
+                            tracing::warn!(%error, "re-creating the topology failed");
+                        }
+                    });
+                }
+                return Err(BusError::Publish {
+                    subject,
+                    source: source.into(),
+                });
+            }
+        };
         Ok(PublishReceipt {
             stream: ack.stream,
             sequence: ack.sequence,
@@ -472,7 +490,11 @@ impl Bus {
                 subject: subject.clone(),
                 source: source.into(),
             })?;
-        Ok(PendingPublish { subject, ack })
+        Ok(PendingPublish {
+            subject,
+            ack,
+            bus: self.clone(),
+        })
     }
 
     /// Sends `task` to `mtswarm.task.<worker_id>.<slice_id>` without waiting
@@ -602,7 +624,32 @@ impl Bus {
         })
     }
 
+    /// Creates or updates a durable consumer; a missing stream is
+    /// re-created once ([`Bus::recover_topology`]) before giving up.
     async fn durable_consumer(
+        &self,
+        stream_name: &'static str,
+        name: &str,
+        config: pull::Config,
+    ) -> Result<PullConsumer, BusError> {
+        match self
+            .create_durable_consumer(stream_name, name, config.clone())
+            .await
+        {
+            Err(BusError::Consumer { source, .. })
+                if crate::topology::is_missing_stream(source.as_ref())
+                    && self
+                        .recover_topology(&format!("consumer {name} on {stream_name}"))
+                        .await? =>
+            {
+                self.create_durable_consumer(stream_name, name, config)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    async fn create_durable_consumer(
         &self,
         stream_name: &'static str,
         name: &str,

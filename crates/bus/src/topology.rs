@@ -1,8 +1,14 @@
 //! The JetStream streams and KV buckets mtswarm needs, created idempotently
 //! at start by every process (create-or-update: the same call on a running
 //! system changes nothing). Names come from [`crate::subjects`].
+//!
+//! A stream or bucket can also vanish while the system runs (an operator's
+//! mistake, a hostile client with too wide permissions). The bus remembers
+//! the topology it created and re-creates it when an operation finds a
+//! stream missing ([`Bus::recover_topology`]), so a job waits out the gap
+//! instead of hanging for good.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv, stream};
 
@@ -67,10 +73,73 @@ fn topology_error(what: &str, source: impl Into<crate::error::NatsSource>) -> Bu
     }
 }
 
+/// The topology a [`Bus`] created, and when its last re-creation started.
+#[derive(Debug, Default)]
+pub(crate) struct Remembered {
+    config: std::sync::Mutex<Option<TopologyConfig>>,
+    last_recovery: tokio::sync::Mutex<Option<Instant>>,
+}
+
+/// True when `error` says a JetStream stream (or the stream behind a KV
+/// bucket) does not exist. The client reports this through several error
+/// types, so the check reads the error chain.
+pub(crate) fn is_missing_stream(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        let text = error.to_string();
+        if text.contains("stream not found")
+            || text.contains("no stream found")
+            || text.contains("bucket does not exist")
+            || text.contains("10059")
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
 impl Bus {
+    /// Re-creates the topology last ensured through this connection after
+    /// `what` found a stream or bucket missing, and returns whether the
+    /// operation is worth retrying: false when this connection never ensured
+    /// a topology. A loss noticed by many operations at once is repaired
+    /// once: calls wait for a re-creation under way, and one that started
+    /// after they noticed the loss is not repeated.
+    pub async fn recover_topology(&self, what: &str) -> Result<bool, BusError> {
+        let Some(config) = self
+            .topology
+            .config
+            .lock()
+            .map(|config| config.clone())
+            .unwrap_or_default()
+        else {
+            return Ok(false);
+        };
+        let noticed_at = Instant::now();
+        let mut last = self.topology.last_recovery.lock().await;
+        // A re-creation that started after this loss was noticed covers it.
+        if last.is_some_and(|started| started >= noticed_at) {
+            return Ok(true);
+        }
+        *last = Some(Instant::now());
+        tracing::warn!(%what, "a JetStream stream or bucket is missing; re-creating the topology");
+        self.create_topology(&config).await?;
+        Ok(true)
+    }
+
     /// Creates or updates every stream and bucket. Safe to call from every
-    /// process at every start, concurrently.
+    /// process at every start, concurrently. The configuration is
+    /// remembered for [`Bus::recover_topology`].
     pub async fn ensure_topology(&self, config: &TopologyConfig) -> Result<TopologyInfo, BusError> {
+        let info = self.create_topology(config).await?;
+        if let Ok(mut remembered) = self.topology.config.lock() {
+            *remembered = Some(config.clone());
+        }
+        Ok(info)
+    }
+
+    async fn create_topology(&self, config: &TopologyConfig) -> Result<TopologyInfo, BusError> {
         let js = self.jetstream();
         let streams = [
             stream::Config {
