@@ -484,6 +484,12 @@ async fn start_session(
                 checkpoint.value.step
             }
             Ok(None) => 0,
+            // A record that is not a checkpoint never will be one: the
+            // session starts afresh rather than refusing every move.
+            Err(error) if error.is_undecodable() => {
+                tracing::warn!(%error, "stored checkpoint unreadable; the session starts afresh");
+                0
+            }
             Err(error) => return Err(Status::unavailable(format!("checkpoint lookup: {error}"))),
         }
     } else {

@@ -418,3 +418,30 @@ async fn an_undecided_approval_times_out_from_its_original_request_to_deny() {
     assert_eq!(decided["verdict"], "APPROVAL_VERDICT_DENY");
     second.shutdown().await.expect("shutdown");
 }
+
+/// A checkpoint record that does not decode (written by a buggy or hostile
+/// client) does not make the session unmovable: spawning it with `resume`
+/// starts it afresh instead of refusing every attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_checkpoint_does_not_block_a_resumed_spawn() {
+    let env = Env::start().await;
+    let daemon = env.daemon(env.config("emu0")).await;
+    let slice = daemon.slice_ids()[0].clone();
+    env.bus
+        .jetstream()
+        .get_key_value(mtswarm_bus::subjects::CHECKPOINTS_BUCKET)
+        .await
+        .expect("checkpoints bucket")
+        .put("sessJ", b"\x0f\xff\xff\xff".as_slice().into())
+        .await
+        .expect("junk checkpoint");
+    let mut spawn = spawn_request("jobJ", "agentJ", "sessJ", &slice);
+    spawn.resume = true;
+    let spawned = client(&daemon)
+        .await
+        .spawn_session(spawn)
+        .await
+        .expect("the session spawns despite the junk checkpoint")
+        .into_inner();
+    assert_eq!(spawned.resumed_from_step, 0);
+}
