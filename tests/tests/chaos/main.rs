@@ -9,7 +9,8 @@
 //! 4. [`nats_restart`]: the NATS server stopped and started mid-job;
 //! 5. [`flaky_slices`]: a slice whose runs always crash gets quarantined;
 //! 6. [`approvals`]: a session paused for approval loses its worker;
-//! 7. [`burst`]: 1,000 submissions against small leader limits.
+//! 7. [`burst`]: 1,000 submissions against small leader limits;
+//! 8. [`lost_streams`]: the results stream deleted mid-job.
 //!
 //! Leases last 2 s so each scenario takes tens of seconds. Scenarios run
 //! one at a time (they measure recovery) and print their figures as
@@ -21,6 +22,7 @@ mod burst;
 mod fencing;
 mod flaky_slices;
 mod leader_death;
+mod lost_streams;
 mod nats_restart;
 mod support;
 mod worker_death;
