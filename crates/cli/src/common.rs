@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use clap::Args;
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
-use mtswarm_telemetry::{TelemetryConfig, TelemetryGuard};
+use mtswarm_telemetry::{OtlpProtocol, TelemetryConfig, TelemetryGuard};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
@@ -20,9 +20,17 @@ pub const DEFAULT_LEADER: &str = "http://127.0.0.1:7700";
 /// Logging and tracing flags, on every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct TelemetryArgs {
-    /// OTLP/gRPC collector to export spans to (e.g. http://localhost:4317).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", global = true)]
+    /// OTLP collector to export spans to (e.g. http://localhost:4317 for
+    /// gRPC, http://localhost:4318 for HTTP). Without it the standard
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT
+    /// variables are read; with none of them nothing is exported.
+    #[arg(long, global = true)]
     pub otlp_endpoint: Option<String>,
+    /// OTLP transport: `grpc` or `http/protobuf`. Without it the standard
+    /// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL
+    /// variables are read, then gRPC.
+    #[arg(long, global = true, value_parser = parse_otlp_protocol)]
+    pub otlp_protocol: Option<OtlpProtocol>,
     /// Log filter (tracing env-filter syntax, e.g. `info,mtswarm_worker=debug`).
     #[arg(long = "log", env = "MTSWARM_LOG", global = true)]
     pub log_filter: Option<String>,
@@ -31,11 +39,16 @@ pub struct TelemetryArgs {
     pub log_json: bool,
 }
 
+fn parse_otlp_protocol(value: &str) -> Result<OtlpProtocol, String> {
+    OtlpProtocol::parse(value).map_err(|error| error.to_string())
+}
+
 impl TelemetryArgs {
     /// Installs logging/tracing for this process as `service_name`.
     pub fn init(&self, service_name: &str) -> anyhow::Result<TelemetryGuard> {
         let mut config = TelemetryConfig::new(service_name);
         config.otlp_endpoint = self.otlp_endpoint.clone().filter(|e| !e.trim().is_empty());
+        config.otlp_protocol = self.otlp_protocol;
         config.log_filter = self.log_filter.clone().filter(|f| !f.trim().is_empty());
         config.json_logs = self.log_json;
         mtswarm_telemetry::init(config).context("setting up logging and tracing")

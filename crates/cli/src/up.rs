@@ -435,6 +435,9 @@ async fn start_stack(
         if let Some(endpoint) = &telemetry.otlp_endpoint {
             command.arg("--otlp-endpoint").arg(endpoint);
         }
+        if let Some(protocol) = telemetry.otlp_protocol {
+            command.arg("--otlp-protocol").arg(protocol.as_str());
+        }
         if let Some(filter) = &telemetry.log_filter {
             command.arg("--log").arg(filter);
         }

@@ -4,10 +4,17 @@
 //! - an env-filter (explicit filter, else `MTSWARM_LOG`, else `RUST_LOG`, else `info`),
 //! - a fmt layer (human-readable or JSON lines on stderr),
 //! - a tracing-opentelemetry layer, so every `tracing` span is an OpenTelemetry
-//!   span. When an OTLP endpoint is configured (or `OTEL_EXPORTER_OTLP_ENDPOINT`
-//!   is set) spans are exported over OTLP/gRPC through a batch processor;
-//!   without one, spans still get trace and span ids so trace context received
-//!   from upstream is passed on downstream and a trace is not cut in two.
+//!   span. When an OTLP endpoint is configured (or one of the standard
+//!   `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+//!   variables is set) spans are exported through a batch processor, over
+//!   OTLP/gRPC or OTLP/HTTP with protobuf bodies as
+//!   `OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL` says; without one, spans still get
+//!   trace and span ids so trace context received from upstream is passed on
+//!   downstream and a trace is not cut in two.
+//!
+//! The log filter applies to the log output only: spans of level INFO and
+//! above are exported whatever the filter, so `--log warn` keeps a process
+//! quiet without cutting its spans out of the job's trace.
 //!
 //! The W3C TraceContext propagator is installed globally, and [`propagation`]
 //! and [`grpc`] carry the current span's context across process boundaries
@@ -34,22 +41,76 @@ use tracing_subscriber::{Layer as _, Registry};
 
 /// Environment variable for the log filter (takes precedence over `RUST_LOG`).
 pub const LOG_ENV: &str = "MTSWARM_LOG";
-/// Standard OpenTelemetry variable for the OTLP endpoint.
+/// Standard OpenTelemetry variable for the OTLP endpoint of every signal (for
+/// OTLP/HTTP, `/v1/traces` is appended to it).
 pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// Standard OpenTelemetry variable for the traces endpoint (used as it is).
+pub const OTLP_TRACES_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+/// Standard OpenTelemetry variables for the transport, most specific first.
+pub const OTLP_PROTOCOL_ENVS: [&str; 2] = [
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+];
 /// Filter used when neither the config nor the environment gives one.
 pub const DEFAULT_LOG_FILTER: &str = "info";
 
 /// How long an OTLP export may take before it is abandoned.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How spans travel to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (`grpc`), usually port 4317.
+    #[default]
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies (`http/protobuf`), usually port 4318.
+    HttpProtobuf,
+}
+
+impl OtlpProtocol {
+    /// The protocol named by an `OTEL_EXPORTER_OTLP_PROTOCOL` value.
+    pub fn parse(value: &str) -> Result<Self, TelemetryError> {
+        match value.trim() {
+            "grpc" => Ok(Self::Grpc),
+            "http/protobuf" => Ok(Self::HttpProtobuf),
+            other => Err(TelemetryError::UnsupportedProtocol {
+                value: other.to_string(),
+            }),
+        }
+    }
+
+    /// The spelling of the OpenTelemetry variables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Grpc => "grpc",
+            Self::HttpProtobuf => "http/protobuf",
+        }
+    }
+}
+
+/// Where and how spans are exported (see [`TelemetryConfig::resolved_export`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpExport {
+    pub protocol: OtlpProtocol,
+    /// The configured endpoint; `None` leaves it to the exporter's reading of
+    /// the standard variables (which tells signal-specific endpoints from
+    /// the common one).
+    pub endpoint: Option<String>,
+}
+
 /// What to set up. Build with [`TelemetryConfig::new`] and adjust the fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TelemetryConfig {
     /// `service.name` resource attribute of exported spans (e.g. "mtswarm-leader").
     pub service_name: String,
-    /// OTLP/gRPC collector, e.g. `http://otel-collector:4317`. `None` falls back
-    /// to `OTEL_EXPORTER_OTLP_ENDPOINT`; when both are absent nothing is exported.
+    /// OTLP collector, e.g. `http://otel-collector:4317` (gRPC) or
+    /// `http://otel-collector:4318` (HTTP; `/v1/traces` is added when the URL
+    /// has no path). `None` falls back to the standard variables; when none
+    /// is set nothing is exported.
     pub otlp_endpoint: Option<String>,
+    /// Transport; `None` falls back to `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`,
+    /// then `OTEL_EXPORTER_OTLP_PROTOCOL`, then gRPC.
+    pub otlp_protocol: Option<OtlpProtocol>,
     /// `tracing_subscriber::EnvFilter` directives. `None` falls back to
     /// `MTSWARM_LOG`, then `RUST_LOG`, then [`DEFAULT_LOG_FILTER`].
     pub log_filter: Option<String>,
@@ -63,22 +124,54 @@ impl TelemetryConfig {
         Self {
             service_name: service_name.into(),
             otlp_endpoint: None,
+            otlp_protocol: None,
             log_filter: None,
             json_logs: false,
         }
     }
 
     /// The endpoint spans will be exported to: the configured one, else the
-    /// non-empty value of `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    /// non-empty value of `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else of
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub fn resolved_otlp_endpoint(&self) -> Option<String> {
         self.otlp_endpoint
             .clone()
             .filter(|endpoint| !endpoint.trim().is_empty())
-            .or_else(|| {
-                std::env::var(OTLP_ENDPOINT_ENV)
-                    .ok()
-                    .filter(|endpoint| !endpoint.trim().is_empty())
-            })
+            .or_else(|| non_empty_env(OTLP_TRACES_ENDPOINT_ENV))
+            .or_else(|| non_empty_env(OTLP_ENDPOINT_ENV))
+    }
+
+    /// The transport (see [`TelemetryConfig::otlp_protocol`]); an unknown
+    /// value in the environment is an error naming the variable.
+    pub fn resolved_otlp_protocol(&self) -> Result<OtlpProtocol, TelemetryError> {
+        if let Some(protocol) = self.otlp_protocol {
+            return Ok(protocol);
+        }
+        for variable in OTLP_PROTOCOL_ENVS {
+            if let Some(value) = non_empty_env(variable) {
+                return OtlpProtocol::parse(&value).map_err(|_| {
+                    TelemetryError::UnsupportedProtocolEnv {
+                        variable,
+                        value: value.clone(),
+                    }
+                });
+            }
+        }
+        Ok(OtlpProtocol::Grpc)
+    }
+
+    /// Where and how spans will be exported; `None` when nothing is.
+    pub fn resolved_export(&self) -> Result<Option<OtlpExport>, TelemetryError> {
+        if self.resolved_otlp_endpoint().is_none() {
+            return Ok(None);
+        }
+        Ok(Some(OtlpExport {
+            protocol: self.resolved_otlp_protocol()?,
+            endpoint: self
+                .otlp_endpoint
+                .clone()
+                .filter(|endpoint| !endpoint.trim().is_empty()),
+        }))
     }
 
     /// The filter directives that will be used (see [`TelemetryConfig::log_filter`]).
@@ -90,6 +183,12 @@ impl TelemetryConfig {
             .filter(|filter| !filter.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_LOG_FILTER.to_string())
     }
+}
+
+fn non_empty_env(variable: &str) -> Option<String> {
+    std::env::var(variable)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
 }
 
 /// Why telemetry could not be set up.
@@ -105,6 +204,15 @@ pub enum TelemetryError {
         "the OTLP exporter must be created inside a tokio runtime (call init from within #[tokio::main] or Runtime::block_on)"
     )]
     NoTokioRuntime,
+    #[error("unsupported OTLP protocol {value:?}: use \"grpc\" or \"http/protobuf\"")]
+    UnsupportedProtocol { value: String },
+    #[error(
+        "{variable}={value:?} is not a supported OTLP protocol: use \"grpc\" or \"http/protobuf\""
+    )]
+    UnsupportedProtocolEnv {
+        variable: &'static str,
+        value: String,
+    },
     #[error("cannot build the OTLP span exporter for {endpoint:?}: {source}")]
     Exporter {
         endpoint: String,
@@ -168,41 +276,79 @@ impl Drop for TelemetryGuard {
     }
 }
 
-/// Builds a tracer provider for `service_name`: with an OTLP/gRPC batch
-/// exporter to `otlp_endpoint` when given, otherwise without any exporter (spans
-/// still get ids so context propagates). Must run inside a tokio runtime when
-/// an endpoint is given.
+/// Builds a tracer provider for `service_name`: with an OTLP batch exporter
+/// when `export` is given, otherwise without any exporter (spans still get
+/// ids so context propagates). Must run inside a tokio runtime when
+/// exporting.
 pub fn tracer_provider(
     service_name: &str,
-    otlp_endpoint: Option<&str>,
+    export: Option<&OtlpExport>,
 ) -> Result<SdkTracerProvider, TelemetryError> {
     let resource = Resource::builder()
         .with_service_name(service_name.to_string())
         .build();
     let builder = SdkTracerProvider::builder().with_resource(resource);
-    let Some(endpoint) = otlp_endpoint else {
+    let Some(export) = export else {
         return Ok(builder.build());
     };
     if tokio::runtime::Handle::try_current().is_err() {
         return Err(TelemetryError::NoTokioRuntime);
     }
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .with_endpoint(endpoint)
-        .with_timeout(EXPORT_TIMEOUT)
-        .build()
-        .map_err(|source| TelemetryError::Exporter {
-            endpoint: endpoint.to_string(),
-            source,
-        })?;
+    let exporter_error = |source| TelemetryError::Exporter {
+        endpoint: export
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| format!("from the environment ({})", export.protocol.as_str())),
+        source,
+    };
+    let exporter = match export.protocol {
+        OtlpProtocol::Grpc => {
+            let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .with_timeout(EXPORT_TIMEOUT);
+            if let Some(endpoint) = &export.endpoint {
+                exporter = exporter.with_endpoint(endpoint);
+            }
+            exporter.build().map_err(exporter_error)?
+        }
+        OtlpProtocol::HttpProtobuf => {
+            let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_timeout(EXPORT_TIMEOUT);
+            if let Some(endpoint) = &export.endpoint {
+                exporter = exporter.with_endpoint(http_traces_url(endpoint));
+            }
+            exporter.build().map_err(exporter_error)?
+        }
+    };
     Ok(builder.with_batch_exporter(exporter).build())
 }
 
-/// Targets whose spans are never exported: the exporter's own transport would
-/// otherwise trace itself (and every export would create more spans to export).
-fn otel_targets() -> Targets {
+/// The OTLP/HTTP traces URL for a configured collector address: a URL
+/// without a path gets the standard `/v1/traces`, one with a path is used as
+/// it is (a collector behind a proxy prefix).
+pub fn http_traces_url(endpoint: &str) -> String {
+    let trimmed = endpoint.trim().trim_end_matches('/');
+    let path_start = trimmed
+        .find("://")
+        .map(|scheme_end| scheme_end + 3)
+        .and_then(|host_start| trimmed[host_start..].find('/').map(|p| host_start + p));
+    match path_start {
+        Some(_) => trimmed.to_string(),
+        None => format!("{trimmed}/v1/traces"),
+    }
+}
+
+/// What is exported: spans of INFO and above (every span of the system's
+/// own crates is INFO) whatever the log filter says, more when the log
+/// filter asks for more, except the exporter's own transport, which would
+/// otherwise trace itself (and every export would create more spans to
+/// export).
+fn otel_targets(log_level: Option<LevelFilter>) -> Targets {
     Targets::new()
-        .with_default(LevelFilter::TRACE)
+        .with_default(LevelFilter::INFO.max(log_level.unwrap_or(LevelFilter::INFO)))
+        .with_target("reqwest", LevelFilter::OFF)
         .with_target("h2", LevelFilter::OFF)
         .with_target("hyper", LevelFilter::OFF)
         .with_target("hyper_util", LevelFilter::OFF)
@@ -226,12 +372,12 @@ fn build_dispatch(
             filter: filter_directives.clone(),
             source,
         })?;
-    let endpoint = config.resolved_otlp_endpoint();
-    let provider = tracer_provider(&config.service_name, endpoint.as_deref())?;
+    let export = config.resolved_export()?;
+    let provider = tracer_provider(&config.service_name, export.as_ref())?;
     let tracer = provider.tracer(config.service_name.clone());
     let otel_layer = tracing_opentelemetry::layer()
         .with_tracer(tracer)
-        .with_filter(otel_targets());
+        .with_filter(otel_targets(filter.max_level_hint()));
 
     let fmt_layer = match (config.json_logs, test_writer) {
         (true, false) => tracing_subscriber::fmt::layer()
@@ -248,13 +394,14 @@ fn build_dispatch(
         (false, true) => tracing_subscriber::fmt::layer().with_test_writer().boxed(),
     };
 
+    // Each layer filters for itself: the log filter must not decide which
+    // spans reach the trace.
     let subscriber = Registry::default()
-        .with(filter)
-        .with(fmt_layer)
+        .with(fmt_layer.with_filter(filter))
         .with(otel_layer);
     let guard = TelemetryGuard {
         provider: Some(provider),
-        exporting: endpoint.is_some(),
+        exporting: export.is_some(),
     };
     Ok((Dispatch::new(subscriber), guard))
 }
