@@ -120,8 +120,12 @@ pub struct RunRequest {
 /// cannot observe them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counters {
+    /// Floating-point operations the kernel executed (vector and scalar).
     pub flops: u64,
     pub dma_bytes: u64,
+    /// Bytes moved over DDR, by DMA and by direct loads and stores.
+    #[serde(default)]
+    pub ddr_bytes: u64,
     pub stall_cycles: u64,
 }
 

@@ -14,7 +14,7 @@
 //! `MTSWARM_ERROR {json}` when the runtime stops the program (capacity
 //! exceeded, API misuse).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -23,6 +23,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::HwError;
+use crate::device_check;
 use crate::board::{
     Artifact, BackendKind, Board, BuildRequest, Counters, RunOutcome, RunRequest, RunSample, Slice,
 };
@@ -76,8 +77,15 @@ const OPT_FLAGS: &[&str] = &[
 /// slower launch reports the same figures; the native (`host`) backend
 /// measures wall time and keeps its priority.
 pub const EMULATED_LAUNCH_NICENESS: i32 = 19;
-/// Basic-block hook for the scalar part of the cycle model (device code only).
-const KERNEL_INSTRUMENTATION: &str = "-fsanitize-coverage=trace-pc";
+/// Instrumentation of device code: a basic-block hook for the scalar part of
+/// the cycle model, and gcc's thread-sanitizer hooks on every load and store
+/// (defined by the emulator runtime, never libtsan) so each access is charged
+/// by the memory it touches. Function entry/exit hooks are not needed.
+const KERNEL_INSTRUMENTATION: &[&str] = &[
+    "-fsanitize-coverage=trace-pc",
+    "-fsanitize=thread",
+    "--param=tsan-instrument-func-entry-exit=0",
+];
 /// Most output kept from a compiler or a harness.
 const MAX_OUTPUT_BYTES: usize = 4 << 20;
 /// Characters of output kept in errors and `output_tail`.
@@ -189,7 +197,7 @@ pub fn default_cache_dir() -> PathBuf {
 /// The chip spec in the runtime's `key=value;...` form.
 pub fn spec_string(spec: &ChipSpec) -> String {
     let m = &spec.model;
-    let pairs: [(&str, f64); 21] = [
+    let pairs: [(&str, f64); 23] = [
         ("clusters", f64::from(spec.clusters)),
         ("cores_per_cluster", f64::from(spec.cores_per_cluster)),
         ("vector_lanes", f64::from(spec.vector_lanes)),
@@ -211,6 +219,8 @@ pub fn spec_string(spec: &ChipSpec) -> String {
         ("model.scalar_block_cycles", m.scalar_block_cycles),
         ("model.barrier_cycles", m.barrier_cycles as f64),
         ("model.gsm_bandwidth", m.gsm_bandwidth),
+        ("model.ddr_latency_cycles", m.ddr_latency_cycles),
+        ("model.gsm_latency_cycles", m.gsm_latency_cycles),
     ];
     pairs
         .iter()
@@ -350,6 +360,47 @@ async fn compile_step(argv: Vec<String>, cwd: &Path, what: &str) -> Result<Strin
     }
 }
 
+/// [`compile_step`] for a translation unit of the kernel directory: its
+/// diagnostics are scrubbed of lines that point into, or quote, files
+/// outside `allowed` (see [`device_check::scrub_diagnostics`]).
+async fn compile_kernel_step(
+    argv: Vec<String>,
+    cwd: &Path,
+    what: &str,
+    allowed: &[PathBuf],
+) -> Result<String, HwError> {
+    match compile_step(argv, cwd, what).await {
+        Ok(log) => Ok(device_check::scrub_diagnostics(&log, allowed)),
+        Err(HwError::Compile(msg)) => Err(HwError::Compile(device_check::scrub_diagnostics(
+            &msg, allowed,
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// `nm` of an object: (undefined, defined) symbols.
+async fn object_symbols(object: &Path) -> Result<(Vec<String>, Vec<String>), HwError> {
+    let argv = vec!["nm".to_owned(), object.display().to_string()];
+    let cwd = object.parent().unwrap_or(Path::new("/"));
+    let out = run_confined(
+        &argv,
+        cwd,
+        &BTreeMap::new(),
+        Duration::from_secs(30),
+        &ProcessLimits::default(),
+        MAX_OUTPUT_BYTES,
+    )
+    .await?;
+    if !out.status.success() {
+        return Err(HwError::Compile(format!(
+            "nm {}: {}",
+            object.display(),
+            tail(out.stderr.trim(), 500)
+        )));
+    }
+    Ok(device_check::parse_nm(&out.stdout))
+}
+
 /// Compiles a translation unit that rarely changes between candidates
 /// (`host.c`, the generated spec) through a content-addressed object cache
 /// under `<runtime_dir>/objects/`, and places the object at `object`.
@@ -475,6 +526,58 @@ impl Toolchain {
         Ok(object)
     }
 
+    /// Preprocess kernel.c once to see what it is made of: refuse it when
+    /// it opened a file outside `allowed` (the error names the file, never
+    /// its content) or, for the emulator, when its own text switches the
+    /// instrumentation off or dodges it ([`device_check`]). The preprocessed
+    /// text is removed afterwards: it may hold an included file's content.
+    async fn check_kernel_source(
+        &self,
+        kernel_dir: &Path,
+        out_dir: &Path,
+        allowed: &[PathBuf],
+        defines: &[String],
+        flavor: Flavor,
+    ) -> Result<(), HwError> {
+        let runtime_include = allowed.get(2).cloned().unwrap_or_default();
+        let preprocessed = out_dir.join("kernel.check.i");
+        let deps = out_dir.join("kernel.check.d");
+        let mut argv = vec![self.compiler.clone(), "-E".into()];
+        if flavor == Flavor::Native {
+            argv.push("-DMTSWARM_HOST_BACKEND".into());
+        }
+        argv.extend([
+            "-fno-diagnostics-show-caret".into(),
+            "-I".into(),
+            runtime_include.display().to_string(),
+        ]);
+        argv.extend(defines.iter().cloned());
+        argv.extend([
+            "-MD".into(),
+            "-MF".into(),
+            deps.display().to_string(),
+            kernel_dir.join("kernel.c").display().to_string(),
+            "-o".into(),
+            preprocessed.display().to_string(),
+        ]);
+        let result = async {
+            compile_kernel_step(argv, out_dir, "kernel.c", allowed).await?;
+            let dep_text =
+                std::fs::read_to_string(&deps).map_err(|e| io_err("reading", &deps, e))?;
+            device_check::check_includes(&device_check::parse_deps(&dep_text), out_dir, allowed)?;
+            if flavor == Flavor::Emulated {
+                let text = std::fs::read_to_string(&preprocessed)
+                    .map_err(|e| io_err("reading", &preprocessed, e))?;
+                device_check::check_preprocessed(&text, kernel_dir)?;
+            }
+            Ok(())
+        }
+        .await;
+        let _ = std::fs::remove_file(&preprocessed);
+        let _ = std::fs::remove_file(&deps);
+        result
+    }
+
     pub(crate) async fn build(
         &self,
         request: &BuildRequest,
@@ -524,7 +627,7 @@ impl Toolchain {
                 argv.push("-DMTSWARM_HOST_BACKEND".into());
             }
             if instrument {
-                argv.push(KERNEL_INSTRUMENTATION.into());
+                argv.extend(KERNEL_INSTRUMENTATION.iter().map(|s| (*s).to_owned()));
             }
             argv.extend(["-pthread".into(), "-I".into(), include.clone()]);
             argv.extend(defines.iter().cloned());
@@ -555,6 +658,22 @@ impl Toolchain {
         if via_assembly && let Some(c) = kernel_argv.iter_mut().find(|a| a.as_str() == "-c") {
             *c = "-S".into();
         }
+        // What the kernel's translation unit may read and quote: its own
+        // directory, the emulator's headers and the toolchain's headers.
+        let mut allowed = vec![kernel_dir.clone(), out_dir.clone()];
+        allowed.push(
+            runtime_dir
+                .join("include")
+                .canonicalize()
+                .unwrap_or_else(|_| runtime_dir.join("include")),
+        );
+        allowed.extend(
+            device_check::TOOLCHAIN_INCLUDE_ROOTS
+                .iter()
+                .map(PathBuf::from),
+        );
+        self.check_kernel_source(&kernel_dir, &out_dir, &allowed, &defines, flavor)
+            .await?;
         let host_argv = compile(kernel_dir.join("host.c"), "host.o", false);
         let mut spec_argv = vec![self.compiler.clone(), "-c".into()];
         spec_argv.extend([
@@ -565,7 +684,7 @@ impl Toolchain {
         let host_object = out_dir.join("host.o");
         let spec_object = out_dir.join("mtswarm_spec.o");
         let (kernel_log, host_log, spec_log) = tokio::join!(
-            compile_step(kernel_argv, &out_dir, "kernel.c"),
+            compile_kernel_step(kernel_argv, &out_dir, "kernel.c", &allowed),
             compile_cached(host_argv, &host_object, &runtime_dir, "host.c"),
             compile_cached(spec_argv, &spec_object, &runtime_dir, "mtswarm_spec.c"),
         );
@@ -593,6 +712,20 @@ impl Toolchain {
             log.push_str(&compile_step(argv, &out_dir, "kernel.emu.s").await?);
         }
 
+        if instrument {
+            // The object may call nothing outside the device contract and
+            // define nothing the runtime, the C library or the harness use.
+            let (undefined, defined) = object_symbols(&out_dir.join("kernel.o")).await?;
+            let mut reserved: BTreeSet<String> = BTreeSet::new();
+            for other in [runtime_object.clone(), host_object.clone()] {
+                let (u, d) = object_symbols(&other).await?;
+                reserved.extend(u);
+                reserved.extend(d);
+            }
+            let source = std::fs::read_to_string(kernel_dir.join("kernel.c")).unwrap_or_default();
+            device_check::check_symbols(&undefined, &defined, &reserved, &source)?;
+        }
+
         let program = out_dir.join("harness");
         let mut link = vec![self.compiler.clone(), "-rdynamic".into(), "-pthread".into()];
         link.extend(
@@ -611,7 +744,10 @@ impl Toolchain {
 
         let version = compiler_version(&self.compiler).await;
         let flags = match flavor {
-            Flavor::Emulated => format!("-O2 -fno-tree-vectorize {KERNEL_INSTRUMENTATION}"),
+            Flavor::Emulated => format!(
+                "-O2 -fno-tree-vectorize {}",
+                KERNEL_INSTRUMENTATION.join(" ")
+            ),
             Flavor::Native => "-O2".to_owned(),
         };
         Ok(Artifact {
@@ -744,24 +880,29 @@ fn signal_name(signal: i32) -> &'static str {
 /// The scalar-cost pass of the emulator build (x86-64 assembly of an
 /// instrumented kernel): every `call __sanitizer_cov_trace_pc` that
 /// `-fsanitize-coverage=trace-pc` put at the start of a basic block becomes
-/// one inline `addq` of the block's cost, in thousandths of a cycle, to the
-/// core's scalar counter: the larger of `model.scalar_block_cycles` and the
-/// block's scalar instructions over `scalar_issue_slots`. Not counted: packed
-/// SSE/AVX instructions (the host's rendering of the 1024-bit vector unit,
-/// charged per intrinsic instead) and the intrinsics' own bookkeeping (lines
-/// tagged `#mtswarm`). The call clobbered the flags and caller-saved
-/// registers, so an `addq` in its place is safe.
+/// inline `addq`s of the block's cost, in thousandths of a cycle, to the
+/// core's scalar counter (the larger of `model.scalar_block_cycles` and the
+/// block's scalar instructions over `scalar_issue_slots`) and of its scalar
+/// floating-point operations to the core's flop counter (an FMA counts two).
+/// Not counted: packed SSE/AVX instructions (the host's rendering of the
+/// 1024-bit vector unit, charged per intrinsic instead) and the intrinsics'
+/// own bookkeeping (lines tagged `#mtswarm`). The call clobbered the flags
+/// and caller-saved registers, so an `addq` in its place is safe.
+///
+/// Calls of `memcpy`, `memmove` and `memset` are renamed to the runtime's
+/// charged versions (`mtswarm_dev_*`), so their bytes are memory traffic.
 pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
     let lines: Vec<&str> = asm.lines().collect();
     let slots = f64::from(spec.scalar_issue_slots.max(1));
     let mut out = String::with_capacity(asm.len() + asm.len() / 8);
     for (i, line) in lines.iter().enumerate() {
         if !is_trace_pc_call(line) {
-            out.push_str(line);
+            out.push_str(&rename_mem_calls(line));
             out.push('\n');
             continue;
         }
         let mut instructions = 0u32;
+        let mut flops = 0u32;
         for next in &lines[i + 1..] {
             let text = next.trim();
             if is_trace_pc_call(next) || is_label(next) {
@@ -769,6 +910,7 @@ pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
             }
             if let Some(mnemonic) = scalar_instruction(text) {
                 instructions += 1;
+                flops += scalar_flops(mnemonic);
                 if mnemonic.starts_with('j') || mnemonic.starts_with("ret") {
                     break;
                 }
@@ -779,8 +921,70 @@ pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
         out.push_str(&format!(
             "\taddq\t${milli}, %fs:mtswarm_issue@tpoff #mtswarm block of {instructions} instructions\n"
         ));
+        if flops > 0 {
+            out.push_str(&format!(
+                "\taddq\t${flops}, %fs:mtswarm_issue@tpoff+{SCALAR_FLOPS_OFFSET} #mtswarm scalar flops\n"
+            ));
+        }
     }
     out
+}
+
+/// Offset of `scalar_flops` in `struct mtswarm_issue_counters` (m3000.h).
+const SCALAR_FLOPS_OFFSET: u32 = 8;
+
+/// Library functions device code may call whose bytes the runtime charges:
+/// the name in the kernel's assembly and the runtime's charged version.
+const CHARGED_MEM_FUNCTIONS: &[(&str, &str)] = &[
+    ("memcpy", "mtswarm_dev_memcpy"),
+    ("memmove", "mtswarm_dev_memmove"),
+    ("memset", "mtswarm_dev_memset"),
+];
+
+/// `call memcpy@PLT` (or a tail `jmp`) -> `call mtswarm_dev_memcpy@PLT`.
+fn rename_mem_calls(line: &str) -> std::borrow::Cow<'_, str> {
+    let mut parts = line.split_whitespace();
+    let (Some(op), Some(target)) = (parts.next(), parts.next()) else {
+        return line.into();
+    };
+    if !(op == "call" || op == "jmp") || parts.next().is_some() {
+        return line.into();
+    }
+    let (name, plt) = target
+        .strip_suffix("@PLT")
+        .map_or((target, ""), |n| (n, "@PLT"));
+    match CHARGED_MEM_FUNCTIONS.iter().find(|(from, _)| *from == name) {
+        Some((_, to)) => format!("\t{op}\t{to}{plt}").into(),
+        None => line.into(),
+    }
+}
+
+/// Floating-point operations of one scalar instruction (SSE/AVX scalar
+/// arithmetic and x87).
+fn scalar_flops(mnemonic: &str) -> u32 {
+    let m = mnemonic.strip_prefix('v').unwrap_or(mnemonic);
+    if m.starts_with("fmadd")
+        || m.starts_with("fmsub")
+        || m.starts_with("fnmadd")
+        || m.starts_with("fnmsub")
+    {
+        return if m.ends_with("sd") || m.ends_with("ss") {
+            2
+        } else {
+            0
+        };
+    }
+    const SSE: &[&str] = &["add", "sub", "mul", "div", "sqrt", "min", "max"];
+    if let Some(op) = m.strip_suffix("sd").or_else(|| m.strip_suffix("ss"))
+        && SSE.contains(&op)
+    {
+        return 1;
+    }
+    const X87: &[&str] = &[
+        "fadd", "faddp", "fsub", "fsubp", "fsubr", "fsubrp", "fmul", "fmulp", "fdiv", "fdivp",
+        "fdivr", "fdivrp", "fsqrt",
+    ];
+    u32::from(X87.contains(&mnemonic))
 }
 
 /// A device function's stack frame lives in the core's SM; one larger than
@@ -855,6 +1059,8 @@ struct EmuLine {
     #[serde(default)]
     dma_bytes: f64,
     #[serde(default)]
+    ddr_bytes: f64,
+    #[serde(default)]
     stall_cycles: f64,
     #[serde(default)]
     wall_seconds: f64,
@@ -915,6 +1121,7 @@ pub(crate) fn parse_output(
             pending.threads = pending.threads.max(emu.threads);
             pending.counters.flops += to_u64(emu.flops);
             pending.counters.dma_bytes += to_u64(emu.dma_bytes);
+            pending.counters.ddr_bytes += to_u64(emu.ddr_bytes);
             pending.counters.stall_cycles += to_u64(emu.stall_cycles);
         } else if let Some(json) = line.strip_prefix("MTSWARM_RESULT ") {
             let (valid, max_abs_err, flops, error) = match serde_json::from_str::<ResultLine>(json)
@@ -1075,7 +1282,7 @@ mod tests {
         };
         let s = spec_string(&spec);
         assert!(s.contains("am_bytes=1.2345e4"), "{s}");
-        assert_eq!(s.split(';').count(), 21);
+        assert_eq!(s.split(';').count(), 23);
     }
 
     #[test]

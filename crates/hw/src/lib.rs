@@ -6,6 +6,7 @@
 //! hardware lock.
 
 pub mod board;
+pub mod device_check;
 pub mod emulator;
 pub mod faults;
 pub mod fleet;

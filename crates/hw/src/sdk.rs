@@ -708,8 +708,7 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
                         .filter(|f| f.is_finite() && *f > 0.0)
                         .map(|f| f as u64)
                         .unwrap_or(0),
-                    dma_bytes: 0,
-                    stall_cycles: 0,
+                    ..Counters::default()
                 },
             }
         })
