@@ -28,6 +28,7 @@ use crate::board::{
     Artifact, BackendKind, Board, BuildRequest, Counters, RunOutcome, RunRequest, RunSample, Slice,
 };
 use crate::faults::{FaultConfig, FaultInjector};
+use crate::plausibility::{self, ModelFigures};
 use crate::sdk::{ProcessLimits, kernel_hash, run_confined};
 use crate::spec::ChipSpec;
 
@@ -763,6 +764,8 @@ impl Toolchain {
             ),
             log: tail(&log, TAIL_CHARS),
             defines: request.defines.clone(),
+            harness: crate::harness::harness_hashes(&kernel_dir)?,
+            model: model_figures(&kernel_dir, &request.defines, &self.spec),
         })
     }
 
@@ -803,6 +806,9 @@ impl Toolchain {
             self.slice.cluster.unwrap_or(0).to_string(),
         );
         env.insert("MTSWARM_SPEC".to_owned(), spec_string(&self.spec));
+        // A fresh input seed per launch (see mtswarm_harness.h): inputs
+        // differ in every execution, so a remembered answer fails.
+        env.insert("MTSWARM_SEED".to_owned(), launch_seed().to_string());
         if flavor == Flavor::Emulated
             && let Some(fault) = self
                 .faults
@@ -832,7 +838,8 @@ impl Toolchain {
             MAX_OUTPUT_BYTES,
         )
         .await?;
-        let mut outcome = parse_output(&out.stdout, &self.spec, flavor)?;
+        let mut outcome = parse_output(&out.stdout, &self.spec, flavor, artifact.model)?;
+        outcome.harness = artifact.harness.clone();
         outcome.wall_seconds = out.wall.as_secs_f64();
         outcome.output_tail = tail(&format!("{}{}", out.stdout, out.stderr), TAIL_CHARS);
         if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&out.status) {
@@ -861,6 +868,37 @@ impl Toolchain {
         }
         Ok(outcome)
     }
+}
+
+/// The tune.toml `[model]` figures of a build, when the directory has them
+/// (an expression that does not evaluate leaves the build unchecked against
+/// the roofline, with a log line; the peak and bandwidth checks still hold).
+fn model_figures(
+    kernel_dir: &Path,
+    defines: &BTreeMap<String, String>,
+    spec: &ChipSpec,
+) -> Option<ModelFigures> {
+    if !kernel_dir.join("tune.toml").is_file() {
+        return None;
+    }
+    let space = crate::tune::TuneSpace::load(kernel_dir)
+        .map_err(|e| tracing::warn!(error = %e, "tune.toml: no roofline check for this build"))
+        .ok()?;
+    match space.model_figures(defines, spec) {
+        Ok(figures) => figures.map(|(flops, bytes)| ModelFigures { flops, bytes }),
+        Err(e) => {
+            tracing::warn!(error = %e, "tune.toml [model]: no roofline check for this build");
+            None
+        }
+    }
+}
+
+/// A seed no launch shares with another: random bits of a v4 uuid.
+pub(crate) fn launch_seed() -> u64 {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    u64::from_le_bytes([
+        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+    ])
 }
 
 /// ` (SIGSEGV)` for the signals a crashing harness dies from.
@@ -1075,6 +1113,8 @@ struct ResultLine {
     flops: Option<f64>,
     #[serde(default)]
     error: Option<String>,
+    #[serde(default)]
+    seed: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1107,6 +1147,7 @@ pub(crate) fn parse_output(
     stdout: &str,
     spec: &ChipSpec,
     flavor: Flavor,
+    model: Option<ModelFigures>,
 ) -> Result<RunOutcome, HwError> {
     let mut outcome = RunOutcome::default();
     let mut pending = Pending::default();
@@ -1124,16 +1165,17 @@ pub(crate) fn parse_output(
             pending.counters.ddr_bytes += to_u64(emu.ddr_bytes);
             pending.counters.stall_cycles += to_u64(emu.stall_cycles);
         } else if let Some(json) = line.strip_prefix("MTSWARM_RESULT ") {
-            let (valid, max_abs_err, flops, error) = match serde_json::from_str::<ResultLine>(json)
-            {
-                Ok(r) => (r.valid, r.max_abs_err, r.flops.unwrap_or(0.0), r.error),
-                Err(e) => (
-                    false,
-                    None,
-                    0.0,
-                    Some(format!("unparseable MTSWARM_RESULT line ({e})")),
-                ),
-            };
+            let (valid, max_abs_err, flops, error, seed) =
+                match serde_json::from_str::<ResultLine>(json) {
+                    Ok(r) => (r.valid, r.max_abs_err, r.flops.unwrap_or(0.0), r.error, r.seed),
+                    Err(e) => (
+                        false,
+                        None,
+                        0.0,
+                        Some(format!("unparseable MTSWARM_RESULT line ({e})")),
+                        None,
+                    ),
+                };
             let done = std::mem::take(&mut pending);
             let (modeled_cycles, seconds) = match flavor {
                 Flavor::Emulated => (Some(to_u64(done.cycles)), done.cycles / spec.clock_hz),
@@ -1157,14 +1199,29 @@ pub(crate) fn parse_output(
             } else {
                 (0.0, 0.0)
             };
-            outcome.samples.push(RunSample {
+            let mut sample = RunSample {
                 valid,
                 error,
                 modeled_cycles,
                 seconds,
                 max_abs_err,
                 counters: done.counters,
-            });
+                seed,
+            };
+            // Wall-clock figures of the host CPU are not the chip's: only
+            // emulated figures are held to the chip's bounds.
+            if flavor == Flavor::Emulated {
+                let bounds = plausibility::Bounds {
+                    spec,
+                    cores: done.threads,
+                    model,
+                    counted_flops: true,
+                };
+                let flags = plausibility::flags_of(&sample, flops, &bounds);
+                plausibility::apply(&mut sample, &flags);
+                plausibility::collect(&mut outcome, &[flags]);
+            }
+            outcome.samples.push(sample);
         } else if let Some(json) = line.strip_prefix("MTSWARM_ERROR ") {
             let err: ErrorLine = serde_json::from_str(json)
                 .map_err(|e| HwError::Launch(format!("bad MTSWARM_ERROR line ({e}): {json}")))?;
@@ -1288,9 +1345,9 @@ mod tests {
     #[test]
     fn parse_pairs_runtime_lines_with_results() {
         let spec = ChipSpec::default();
-        let out = "MTSWARM_EMU {\"kernel\":\"k\",\"threads\":2,\"kernel_cycles\":1200,\"flops\":64,\"dma_bytes\":8,\"stall_cycles\":3,\"wall_seconds\":0.1}\n\
+        let out = "MTSWARM_EMU {\"kernel\":\"k\",\"threads\":2,\"kernel_cycles\":1200,\"flops\":192000,\"dma_bytes\":8,\"stall_cycles\":3,\"wall_seconds\":0.1}\n\
                    MTSWARM_RESULT {\"valid\":true,\"max_abs_err\":0.0,\"flops\":192000,\"error\":null}\n";
-        let o = parse_output(out, &spec, Flavor::Emulated).expect("parses");
+        let o = parse_output(out, &spec, Flavor::Emulated, None).expect("parses");
         assert!(o.valid);
         assert_eq!(o.modeled_cycles, Some(1200));
         assert!((o.seconds - 1e-6).abs() < 1e-15);
@@ -1321,7 +1378,7 @@ mod tests {
     #[test]
     fn capacity_error_line_becomes_capacity_error() {
         let out = "MTSWARM_ERROR {\"kind\":\"capacity\",\"message\":\"AM capacity exceeded\"}\n";
-        let err = parse_output(out, &ChipSpec::default(), Flavor::Emulated).unwrap_err();
+        let err = parse_output(out, &ChipSpec::default(), Flavor::Emulated, None).unwrap_err();
         assert_eq!(err, HwError::Capacity("AM capacity exceeded".into()));
     }
 }

@@ -174,6 +174,7 @@ fn samples_of(outcome: &RunOutcome) -> Vec<RunSample> {
             seconds: outcome.seconds,
             max_abs_err: outcome.max_abs_err,
             counters: outcome.counters,
+            seed: None,
         }]
     } else {
         outcome.samples.clone()

@@ -643,6 +643,8 @@ struct HarnessResult {
     error: Option<String>,
     #[serde(default)]
     seconds: Option<f64>,
+    #[serde(default)]
+    seed: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -667,6 +669,7 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
                         flops: None,
                         error: None,
                         seconds: None,
+                        seed: None,
                     },
                     Some(format!(
                         "unparseable MTSWARM_RESULT line ({e}): {}",
@@ -710,6 +713,7 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
                         .unwrap_or(0),
                     ..Counters::default()
                 },
+                seed: r.seed,
             }
         })
         .collect()
@@ -871,6 +875,8 @@ impl Board for SdkBoard {
             toolchain: self.toolchain(),
             log,
             defines: request.defines.clone(),
+            harness: crate::harness::harness_hashes(&kernel_dir)?,
+            model: None,
         })
     }
 
@@ -959,6 +965,8 @@ impl Board for SdkBoard {
             wall_seconds: output.wall.as_secs_f64(),
             output_tail: tail(&format!("{}{}", output.stdout, output.stderr), 2000),
             samples,
+            flags: Vec::new(),
+            harness: artifact.harness.clone(),
         })
     }
 }

@@ -432,6 +432,7 @@ fn measurement() -> Measurement {
             flops: 2_000_000,
             ..Default::default()
         },
+        seed: None,
     };
     Measurement {
         slice: "board1/c3".into(),
