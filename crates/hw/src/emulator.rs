@@ -335,8 +335,20 @@ fn check_defines(defines: &BTreeMap<String, String>) -> Result<(), HwError> {
 }
 
 /// Run one compiler command; its diagnostics become the error on failure.
-async fn compile_step(argv: Vec<String>, cwd: &Path, what: &str) -> Result<String, HwError> {
-    let limits = ProcessLimits::default();
+///
+/// The compiler is confined ([`crate::sandbox::build_policy`]): it reads
+/// `reads` and the toolchain's own files, writes only `cwd`, and has no
+/// network and none of the daemon's environment.
+async fn compile_step(
+    argv: Vec<String>,
+    cwd: &Path,
+    what: &str,
+    reads: &[PathBuf],
+) -> Result<String, HwError> {
+    let limits = ProcessLimits {
+        sandbox: Some(crate::sandbox::build_policy(cwd, reads)),
+        ..ProcessLimits::default()
+    };
     let out = run_confined(
         &argv,
         cwd,
@@ -370,7 +382,7 @@ async fn compile_kernel_step(
     what: &str,
     allowed: &[PathBuf],
 ) -> Result<String, HwError> {
-    match compile_step(argv, cwd, what).await {
+    match compile_step(argv, cwd, what, allowed).await {
         Ok(log) => Ok(device_check::scrub_diagnostics(&log, allowed)),
         Err(HwError::Compile(msg)) => Err(HwError::Compile(device_check::scrub_diagnostics(
             &msg, allowed,
@@ -383,12 +395,16 @@ async fn compile_kernel_step(
 async fn object_symbols(object: &Path) -> Result<(Vec<String>, Vec<String>), HwError> {
     let argv = vec!["nm".to_owned(), object.display().to_string()];
     let cwd = object.parent().unwrap_or(Path::new("/"));
+    let limits = ProcessLimits {
+        sandbox: Some(crate::sandbox::build_policy(cwd, &[])),
+        ..ProcessLimits::default()
+    };
     let out = run_confined(
         &argv,
         cwd,
         &BTreeMap::new(),
         Duration::from_secs(30),
-        &ProcessLimits::default(),
+        &limits,
         MAX_OUTPUT_BYTES,
     )
     .await?;
@@ -420,6 +436,7 @@ async fn compile_cached(
     object: &Path,
     runtime_dir: &Path,
     what: &str,
+    reads: &[PathBuf],
 ) -> Result<String, HwError> {
     let cwd = object.parent().unwrap_or(runtime_dir).to_path_buf();
     let preprocessed = object.with_extension("i");
@@ -451,7 +468,7 @@ async fn compile_cached(
             }
         }
     }
-    compile_step(preprocess, &cwd, what).await?;
+    compile_step(preprocess, &cwd, what, reads).await?;
     let text = std::fs::read(&preprocessed).map_err(|e| io_err("reading", &preprocessed, e))?;
     let _ = std::fs::remove_file(&preprocessed);
     let compiler = argv.first().map(String::as_str).unwrap_or("cc");
@@ -474,15 +491,20 @@ async fn compile_cached(
     let cache = runtime_dir.join("objects");
     let cached = cache.join(format!("{}.o", &key[..32]));
     let cached_log = cache.join(format!("{}.log", &key[..32]));
-    if cached.is_file() {
+    let cached_hash = cache.join(format!("{}.sha256", &key[..32]));
+    // An object is reused only when its content still has the hash it was
+    // stored with: a changed (poisoned or torn) entry is rebuilt.
+    if cached.is_file() && verified(&cached, &cached_hash) {
         std::fs::copy(&cached, object).map_err(|e| io_err("copying", &cached, e))?;
         return Ok(std::fs::read_to_string(&cached_log).unwrap_or_default());
     }
-    let log = compile_step(argv, &cwd, what).await?;
+    let log = compile_step(argv, &cwd, what, reads).await?;
     // Log first, object last: an object in the cache always has its log.
     std::fs::create_dir_all(&cache).map_err(|e| io_err("creating", &cache, e))?;
     let staging = cache.join(format!(".{}.{}.tmp", &key[..32], uuid::Uuid::new_v4()));
     let installed = std::fs::write(&cached_log, &log)
+        .and_then(|()| std::fs::read(object))
+        .and_then(|bytes| std::fs::write(&cached_hash, hex::encode(Sha256::digest(&bytes))))
         .and_then(|()| std::fs::copy(object, &staging))
         .and_then(|_| std::fs::rename(&staging, &cached));
     if let Err(e) = installed {
@@ -493,11 +515,25 @@ async fn compile_cached(
     Ok(log)
 }
 
+/// Whether `file`'s sha256 is the one recorded in `hash_file`.
+fn verified(file: &Path, hash_file: &Path) -> bool {
+    let (Ok(bytes), Ok(expected)) = (std::fs::read(file), std::fs::read_to_string(hash_file))
+    else {
+        return false;
+    };
+    let ok = hex::encode(Sha256::digest(&bytes)) == expected.trim();
+    if !ok {
+        tracing::warn!(file = %file.display(), "cached object does not match its recorded hash; rebuilding it");
+    }
+    ok
+}
+
 impl Toolchain {
     /// Compile the runtime for `flavor` once per cache directory.
     async fn runtime_object(&self, runtime_dir: &Path, flavor: Flavor) -> Result<PathBuf, HwError> {
         let object = runtime_dir.join(flavor.runtime_object());
-        if object.exists() {
+        let object_hash = object.with_extension("o.sha256");
+        if object.exists() && verified(&object, &object_hash) {
             return Ok(object);
         }
         let staging = runtime_dir.join(format!(
@@ -522,7 +558,10 @@ impl Toolchain {
             "-o".into(),
             staging.display().to_string(),
         ]);
-        compile_step(argv, runtime_dir, "emulator runtime").await?;
+        compile_step(argv, runtime_dir, "emulator runtime", &[]).await?;
+        let bytes = std::fs::read(&staging).map_err(|e| io_err("reading", &staging, e))?;
+        std::fs::write(&object_hash, hex::encode(Sha256::digest(&bytes)))
+            .map_err(|e| io_err("writing", &object_hash, e))?;
         std::fs::rename(&staging, &object).map_err(|e| io_err("installing", &object, e))?;
         Ok(object)
     }
@@ -675,6 +714,8 @@ impl Toolchain {
         );
         self.check_kernel_source(&kernel_dir, &out_dir, &allowed, &defines, flavor)
             .await?;
+        // What every build step may read besides the toolchain.
+        let reads = vec![kernel_dir.clone(), runtime_dir.clone()];
         let host_argv = compile(kernel_dir.join("host.c"), "host.o", false);
         let mut spec_argv = vec![self.compiler.clone(), "-c".into()];
         spec_argv.extend([
@@ -686,8 +727,8 @@ impl Toolchain {
         let spec_object = out_dir.join("mtswarm_spec.o");
         let (kernel_log, host_log, spec_log) = tokio::join!(
             compile_kernel_step(kernel_argv, &out_dir, "kernel.c", &allowed),
-            compile_cached(host_argv, &host_object, &runtime_dir, "host.c"),
-            compile_cached(spec_argv, &spec_object, &runtime_dir, "mtswarm_spec.c"),
+            compile_cached(host_argv, &host_object, &runtime_dir, "host.c", &reads),
+            compile_cached(spec_argv, &spec_object, &runtime_dir, "mtswarm_spec.c", &reads),
         );
         let mut log = kernel_log?;
         log.push_str(&host_log?);
@@ -710,7 +751,7 @@ impl Toolchain {
                 "-o".into(),
                 out_dir.join("kernel.o").display().to_string(),
             ];
-            log.push_str(&compile_step(argv, &out_dir, "kernel.emu.s").await?);
+            log.push_str(&compile_step(argv, &out_dir, "kernel.emu.s", &reads).await?);
         }
 
         if instrument {
@@ -741,7 +782,7 @@ impl Toolchain {
             "-ldl".into(),
             "-lm".into(),
         ]);
-        log.push_str(&compile_step(link, &out_dir, "link").await?);
+        log.push_str(&compile_step(link, &out_dir, "link", &reads).await?);
 
         let version = compiler_version(&self.compiler).await;
         let flags = match flavor {
@@ -827,6 +868,9 @@ impl Toolchain {
             ),
             address_space_bytes: self.limits.address_space_bytes,
             nice: (flavor == Flavor::Emulated).then_some(EMULATED_LAUNCH_NICENESS),
+            // Reads and writes only its own directory, no network, no
+            // processes (so nothing it starts can outlive it).
+            sandbox: Some(crate::sandbox::launch_policy(&artifact.dir)),
             ..ProcessLimits::default()
         };
         let out = run_confined(

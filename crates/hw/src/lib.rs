@@ -15,6 +15,7 @@ pub mod host;
 pub mod lock;
 pub mod measure;
 pub mod plausibility;
+pub mod sandbox;
 pub mod sdk;
 pub mod spec;
 pub mod tune;

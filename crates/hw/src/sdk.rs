@@ -88,6 +88,9 @@ pub struct ProcessLimits {
     /// Lower the process's CPU priority by this nice increment (best
     /// effort: a failure leaves the inherited priority).
     pub nice: Option<i32>,
+    /// Files, network and process confinement (see [`crate::sandbox`]).
+    #[serde(skip)]
+    pub sandbox: Option<crate::sandbox::Policy>,
 }
 
 impl Default for ProcessLimits {
@@ -99,6 +102,7 @@ impl Default for ProcessLimits {
             open_files: Some(1024),
             core_dumps: false,
             nice: None,
+            sandbox: None,
         }
     }
 }
@@ -459,6 +463,10 @@ impl Drop for GroupKill {
     }
 }
 
+/// Variables of the daemon's environment a spawned program keeps (none of
+/// them carries a secret); `HOME` and `TMPDIR` become its directory.
+pub const ENV_ALLOWLIST: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
+
 /// How long output may keep arriving after the process exited.
 const OUTPUT_GRACE: Duration = Duration::from_secs(5);
 
@@ -476,7 +484,17 @@ pub async fn run_confined(
         return Err(HwError::Config("empty command".into()));
     };
     let mut command = tokio::process::Command::new(program);
+    // A cleared environment: the daemon's (API keys, NATS credentials) is
+    // not the program's. Only these pass through, then the caller's own.
+    command.env_clear();
+    for key in ENV_ALLOWLIST {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
     command
+        .env("HOME", cwd)
+        .env("TMPDIR", cwd)
         .args(args)
         .current_dir(cwd)
         .envs(env)
@@ -486,8 +504,15 @@ pub async fn run_confined(
         .process_group(0)
         .kill_on_drop(true);
     let limits = limits.clone();
-    // SAFETY: the closure only calls setrlimit and nice, which are
-    // async-signal-safe, and allocates nothing.
+    let sandbox = match &limits.sandbox {
+        Some(policy) => Some((
+            policy.prepare()?,
+            crate::sandbox::network_namespaces_available(),
+        )),
+        None => None,
+    };
+    // SAFETY: the closure only calls setrlimit, nice and the sandbox's
+    // system calls, which are async-signal-safe, and allocates nothing.
     unsafe {
         command.pre_exec(move || {
             if let Some(increment) = limits.nice {
@@ -509,6 +534,9 @@ pub async fn run_confined(
             }
             if let Some(v) = limits.open_files {
                 set_limit(libc::RLIMIT_NOFILE, v)?;
+            }
+            if let Some((prepared, netns)) = &sandbox {
+                prepared.apply_in_child(*netns)?;
             }
             Ok(())
         });
