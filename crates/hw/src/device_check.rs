@@ -331,7 +331,11 @@ pub fn check_preprocessed(text: &str, kernel_dir: &Path) -> Result<(), HwError> 
                 continue;
             }
             if first == "pragma" && in_kernel {
-                let words: Vec<&str> = words.collect();
+                // Identifiers only: `optimize("O1")` is the word `optimize`.
+                let words: Vec<&str> = words
+                    .flat_map(|w| w.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+                    .filter(|w| !w.is_empty())
+                    .collect();
                 if let Some(reason) = refused_pragma(&words) {
                     return Err(refusal(&Finding {
                         file: file.clone(),
