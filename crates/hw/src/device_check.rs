@@ -91,26 +91,115 @@ const RESERVED_PREFIXES: &[&str] = &["__tsan_", "__sanitizer_", "mtswarm_issue",
 /// Why a host facility is refused, by symbol.
 fn host_facility(symbol: &str) -> Option<&'static str> {
     const FILES: &[&str] = &[
-        "fopen", "fopen64", "fdopen", "freopen", "fclose", "fread", "fwrite", "fgets", "fputs",
-        "fgetc", "fputc", "fprintf", "fscanf", "fseek", "ftell", "fflush", "open", "open64",
-        "openat", "creat", "read", "write", "pread", "pwrite", "close", "lseek", "unlink", "rename",
-        "mkdir", "rmdir", "stat", "fstat", "lstat", "access", "opendir", "readdir", "mmap",
-        "munmap", "chdir", "getcwd", "remove", "tmpfile", "puts", "printf", "putchar",
-        "__isoc99_fscanf", "__isoc99_scanf", "scanf", "__printf_chk", "__fprintf_chk",
-        "__read_chk", "__open_2", "truncate", "ftruncate", "symlink", "link", "readlink",
+        "fopen",
+        "fopen64",
+        "fdopen",
+        "freopen",
+        "fclose",
+        "fread",
+        "fwrite",
+        "fgets",
+        "fputs",
+        "fgetc",
+        "fputc",
+        "fprintf",
+        "fscanf",
+        "fseek",
+        "ftell",
+        "fflush",
+        "open",
+        "open64",
+        "openat",
+        "creat",
+        "read",
+        "write",
+        "pread",
+        "pwrite",
+        "close",
+        "lseek",
+        "unlink",
+        "rename",
+        "mkdir",
+        "rmdir",
+        "stat",
+        "fstat",
+        "lstat",
+        "access",
+        "opendir",
+        "readdir",
+        "mmap",
+        "munmap",
+        "chdir",
+        "getcwd",
+        "remove",
+        "tmpfile",
+        "puts",
+        "printf",
+        "putchar",
+        "__isoc99_fscanf",
+        "__isoc99_scanf",
+        "scanf",
+        "__printf_chk",
+        "__fprintf_chk",
+        "__read_chk",
+        "__open_2",
+        "truncate",
+        "ftruncate",
+        "symlink",
+        "link",
+        "readlink",
     ];
     const THREADS: &[&str] = &[
-        "fork", "vfork", "clone", "execve", "execv", "execvp", "execl", "execlp", "system",
-        "popen", "pclose", "posix_spawn", "posix_spawnp", "waitpid", "wait", "setsid", "kill",
-        "exit", "_exit", "abort", "atexit",
+        "fork",
+        "vfork",
+        "clone",
+        "execve",
+        "execv",
+        "execvp",
+        "execl",
+        "execlp",
+        "system",
+        "popen",
+        "pclose",
+        "posix_spawn",
+        "posix_spawnp",
+        "waitpid",
+        "wait",
+        "setsid",
+        "kill",
+        "exit",
+        "_exit",
+        "abort",
+        "atexit",
     ];
     const NETWORK: &[&str] = &[
-        "socket", "connect", "bind", "listen", "accept", "send", "sendto", "recv", "recvfrom",
-        "getaddrinfo", "gethostbyname", "inet_pton", "inet_addr", "htons", "setsockopt",
+        "socket",
+        "connect",
+        "bind",
+        "listen",
+        "accept",
+        "send",
+        "sendto",
+        "recv",
+        "recvfrom",
+        "getaddrinfo",
+        "gethostbyname",
+        "inet_pton",
+        "inet_addr",
+        "htons",
+        "setsockopt",
     ];
     const SIGNALS: &[&str] = &[
-        "signal", "sigaction", "raise", "alarm", "setitimer", "sigprocmask", "pause", "sleep",
-        "usleep", "nanosleep",
+        "signal",
+        "sigaction",
+        "raise",
+        "alarm",
+        "setitimer",
+        "sigprocmask",
+        "pause",
+        "sleep",
+        "usleep",
+        "nanosleep",
     ];
     const CLOCKS: &[&str] = &[
         "clock_gettime",
@@ -134,7 +223,9 @@ fn host_facility(symbol: &str) -> Option<&'static str> {
     ];
     if FILES.contains(&symbol) {
         Some("DSP cores have no file system (and no standard output: use hthread_printf)")
-    } else if symbol.starts_with("pthread_") || symbol.starts_with("sem_") || symbol == "thrd_create"
+    } else if symbol.starts_with("pthread_")
+        || symbol.starts_with("sem_")
+        || symbol == "thrd_create"
     {
         Some("a DSP core runs one hthread and cannot start host threads or take host locks")
     } else if THREADS.contains(&symbol) {
@@ -145,7 +236,8 @@ fn host_facility(symbol: &str) -> Option<&'static str> {
         Some("DSP cores have no signals or host timers")
     } else if CLOCKS.contains(&symbol) {
         Some("host clocks are not the board's time: use get_clk (the modeled cycle counter)")
-    } else if symbol.starts_with("dl") && matches!(symbol, "dlopen" | "dlsym" | "dlclose" | "dlvsym")
+    } else if symbol.starts_with("dl")
+        && matches!(symbol, "dlopen" | "dlsym" | "dlclose" | "dlvsym")
     {
         Some("DSP cores have no dynamic loading")
     } else if matches!(
@@ -175,14 +267,18 @@ pub fn allowed_symbol(symbol: &str) -> bool {
 
 /// The first line of `source` that mentions `word` as an identifier.
 fn line_of(source: &str, word: &str) -> Option<usize> {
-    source.lines().position(|line| {
-        line.match_indices(word).any(|(at, _)| {
-            let before = line[..at].chars().next_back();
-            let after = line[at + word.len()..].chars().next();
-            let ident = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
-            !ident(before) && !ident(after)
+    source
+        .lines()
+        .position(|line| {
+            line.match_indices(word).any(|(at, _)| {
+                let before = line[..at].chars().next_back();
+                let after = line[at + word.len()..].chars().next();
+                let ident =
+                    |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+                !ident(before) && !ident(after)
+            })
         })
-    }).map(|i| i + 1)
+        .map(|i| i + 1)
 }
 
 /// Refuse an object whose undefined symbols leave the device contract, or
@@ -567,16 +663,13 @@ pub fn parse_deps(text: &str) -> Vec<PathBuf> {
 }
 
 /// Directories of the toolchain's own headers that device code may include.
-pub const TOOLCHAIN_INCLUDE_ROOTS: &[&str] = &["/usr/include", "/usr/lib/gcc", "/usr/local/include"];
+pub const TOOLCHAIN_INCLUDE_ROOTS: &[&str] =
+    &["/usr/include", "/usr/lib/gcc", "/usr/local/include"];
 
 /// Refuse a kernel whose preprocessing opened a file outside `allowed`
 /// (paths are resolved first, so `..` and symlinks do not help). The error
 /// names the file, never its content.
-pub fn check_includes(
-    deps: &[PathBuf],
-    cwd: &Path,
-    allowed: &[PathBuf],
-) -> Result<(), HwError> {
+pub fn check_includes(deps: &[PathBuf], cwd: &Path, allowed: &[PathBuf]) -> Result<(), HwError> {
     for dep in deps {
         let path = if dep.is_absolute() {
             dep.clone()
@@ -671,12 +764,19 @@ mod tests {
         let msg = check_preprocessed(&text, Path::new("/k"))
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("kernel.c:1") && msg.contains("optimize"), "{msg}");
-        let text = pre("#pragma GCC unroll 4\nvoid f(void) { }\nvoid g(void) { __asm__(\"nop\"); }");
+        assert!(
+            msg.contains("kernel.c:1") && msg.contains("optimize"),
+            "{msg}"
+        );
+        let text =
+            pre("#pragma GCC unroll 4\nvoid f(void) { }\nvoid g(void) { __asm__(\"nop\"); }");
         let msg = check_preprocessed(&text, Path::new("/k"))
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("kernel.c:3") && msg.contains("__asm__"), "{msg}");
+        assert!(
+            msg.contains("kernel.c:3") && msg.contains("__asm__"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -684,7 +784,10 @@ mod tests {
         let src = "void k(void) {\n  FILE *f = fopen(\"/tmp/x\", \"r\");\n}\n";
         let err = check_symbols(&["fopen".into()], &[], &BTreeSet::new(), src).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("kernel.c:2") && msg.contains("no file system"), "{msg}");
+        assert!(
+            msg.contains("kernel.c:2") && msg.contains("no file system"),
+            "{msg}"
+        );
         let err = check_symbols(&["pthread_create".into()], &[], &BTreeSet::new(), "").unwrap_err();
         assert!(err.to_string().contains("host threads"), "{err}");
         check_symbols(

@@ -23,10 +23,10 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::HwError;
-use crate::device_check;
 use crate::board::{
     Artifact, BackendKind, Board, BuildRequest, Counters, RunOutcome, RunRequest, RunSample, Slice,
 };
+use crate::device_check;
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::plausibility::{self, ModelFigures};
 use crate::sdk::{ProcessLimits, kernel_hash, run_confined};
@@ -728,7 +728,13 @@ impl Toolchain {
         let (kernel_log, host_log, spec_log) = tokio::join!(
             compile_kernel_step(kernel_argv, &out_dir, "kernel.c", &allowed),
             compile_cached(host_argv, &host_object, &runtime_dir, "host.c", &reads),
-            compile_cached(spec_argv, &spec_object, &runtime_dir, "mtswarm_spec.c", &reads),
+            compile_cached(
+                spec_argv,
+                &spec_object,
+                &runtime_dir,
+                "mtswarm_spec.c",
+                &reads
+            ),
         );
         let mut log = kernel_log?;
         log.push_str(&host_log?);
@@ -1211,7 +1217,13 @@ pub(crate) fn parse_output(
         } else if let Some(json) = line.strip_prefix("MTSWARM_RESULT ") {
             let (valid, max_abs_err, flops, error, seed) =
                 match serde_json::from_str::<ResultLine>(json) {
-                    Ok(r) => (r.valid, r.max_abs_err, r.flops.unwrap_or(0.0), r.error, r.seed),
+                    Ok(r) => (
+                        r.valid,
+                        r.max_abs_err,
+                        r.flops.unwrap_or(0.0),
+                        r.error,
+                        r.seed,
+                    ),
                     Err(e) => (
                         false,
                         None,

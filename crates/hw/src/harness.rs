@@ -62,13 +62,15 @@ fn is_plain_relative(path: &str) -> bool {
 /// `kernel_dir`.
 pub fn is_harness_file(kernel_dir: &Path, relative: &str) -> bool {
     let relative = relative.trim_start_matches("./");
-    ALWAYS.contains(&relative) || is_reference(relative) || harness_files(kernel_dir).iter().any(|f| f == relative)
+    ALWAYS.contains(&relative)
+        || is_reference(relative)
+        || harness_files(kernel_dir).iter().any(|f| f == relative)
 }
 
 /// sha256 of a file, hex.
 pub fn file_hash(path: &Path) -> Result<String, HwError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| HwError::Kernel(format!("{}: {e}", path.display())))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| HwError::Kernel(format!("{}: {e}", path.display())))?;
     Ok(hex::encode(Sha256::digest(&bytes)))
 }
 
@@ -98,7 +100,8 @@ impl HarnessSnapshot {
         std::fs::create_dir_all(into).map_err(|e| io(into, e))?;
         let mut hashes = BTreeMap::new();
         for file in harness_files(kernel_dir) {
-            let bytes = std::fs::read(kernel_dir.join(&file)).map_err(|e| io(&kernel_dir.join(&file), e))?;
+            let bytes = std::fs::read(kernel_dir.join(&file))
+                .map_err(|e| io(&kernel_dir.join(&file), e))?;
             let target = into.join(&file);
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
@@ -151,7 +154,9 @@ fn copy_sources(from: &Path, to: &Path, depth: usize) -> Result<(), HwError> {
     }
     std::fs::create_dir_all(to).map_err(|e| io(to, e))?;
     for entry in std::fs::read_dir(from).map_err(|e| io(from, e))?.flatten() {
-        let Ok(kind) = entry.file_type() else { continue };
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
         let name = entry.file_name();
         if name.to_string_lossy().starts_with('.') {
             continue;

@@ -147,9 +147,15 @@ mod tests {
             counted_flops: true,
         };
         // 1e6 flops at 1 core (115.2 GFLOPS) need 8.7 us; 3 MB at 30 GB/s 100 us.
-        assert_eq!(flags_of(&sample(2e-4, 2_000_000, 3_000_000), 1e6, &bounds), vec![]);
+        assert_eq!(
+            flags_of(&sample(2e-4, 2_000_000, 3_000_000), 1e6, &bounds),
+            vec![]
+        );
         let f = flags_of(&sample(5e-6, 2_000_000, 0), 1e6, &bounds);
-        assert!(f.contains(&Flag::AbovePeak) && f.contains(&Flag::FasterThanRoofline), "{f:?}");
+        assert!(
+            f.contains(&Flag::AbovePeak) && f.contains(&Flag::FasterThanRoofline),
+            "{f:?}"
+        );
         let f = flags_of(&sample(2e-4, 2_000_000, 9_000_000), 1e6, &bounds);
         assert_eq!(f, vec![Flag::AboveDdrBandwidth]);
         let f = flags_of(&sample(2e-4, 10, 0), 1e6, &bounds);

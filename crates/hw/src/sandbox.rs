@@ -112,7 +112,11 @@ impl Policy {
         match build() {
             Ok(Some(fd)) => Some(fd),
             Ok(None) => {
-                warn_once(&LANDLOCK_MISSING, "Landlock", "the kernel does not enable it");
+                warn_once(
+                    &LANDLOCK_MISSING,
+                    "Landlock",
+                    "the kernel does not enable it",
+                );
                 None
             }
             Err(e) => {

@@ -47,13 +47,33 @@ fn scalar_vecadd(prelude: &str, attrs: &str) -> String {
 #[tokio::test]
 async fn instrumentation_off_attributes_and_pragmas_are_refused_by_name_and_line() {
     for (prelude, attrs, construct) in [
-        ("", "__attribute__((no_sanitize_coverage))", "no_sanitize_coverage"),
-        ("", "__attribute__((no_sanitize(\"thread\")))", "no_sanitize"),
-        ("", "__attribute__((no_instrument_function))", "no_instrument_function"),
+        (
+            "",
+            "__attribute__((no_sanitize_coverage))",
+            "no_sanitize_coverage",
+        ),
+        (
+            "",
+            "__attribute__((no_sanitize(\"thread\")))",
+            "no_sanitize",
+        ),
+        (
+            "",
+            "__attribute__((no_instrument_function))",
+            "no_instrument_function",
+        ),
         ("", "__attribute__((optimize(\"O0\")))", "optimize"),
-        ("#define QUIET __attribute__((__no_sanitize_thread__))", "QUIET", "no_sanitize_thread"),
+        (
+            "#define QUIET __attribute__((__no_sanitize_thread__))",
+            "QUIET",
+            "no_sanitize_thread",
+        ),
         ("#pragma GCC optimize (\"O3\")", "", "#pragma GCC optimize"),
-        ("_Pragma(\"GCC optimize(\\\"O1\\\")\")", "", "#pragma GCC optimize"),
+        (
+            "_Pragma(\"GCC optimize(\\\"O1\\\")\")",
+            "",
+            "#pragma GCC optimize",
+        ),
     ] {
         let dir = fixture(&scalar_vecadd(prelude, attrs));
         let msg = match build_and_run(&board(4), dir.path(), defines("vecadd", SMALL), 4, 1).await {
@@ -74,7 +94,10 @@ async fn instrumentation_off_attributes_and_pragmas_are_refused_by_name_and_line
 async fn inline_asm_and_replaced_runtime_functions_are_refused() {
     let asm = kernel_with_body("", "__asm__ volatile(\"nop\");");
     let msg = build_error(&asm).await;
-    assert!(msg.contains("kernel.c:7") && msg.contains("__asm__"), "{msg}");
+    assert!(
+        msg.contains("kernel.c:7") && msg.contains("__asm__"),
+        "{msg}"
+    );
     // A local definition of a hook would capture the instrumentation's calls.
     let hook = kernel_with_body("void __tsan_read8(void *p) { (void)p; }", "");
     let msg = build_error(&hook).await;
@@ -109,7 +132,12 @@ async fn host_facilities_are_refused_with_the_reason() {
             "fopen",
             "no file system",
         ),
-        ("#include <stdlib.h>", "(void)getenv(\"KEY\");", "getenv", "no environment"),
+        (
+            "#include <stdlib.h>",
+            "(void)getenv(\"KEY\");",
+            "getenv",
+            "no environment",
+        ),
         ("#include <unistd.h>", "(void)fork();", "fork", "processes"),
         (
             "#include <time.h>",
@@ -129,7 +157,12 @@ async fn host_facilities_are_refused_with_the_reason() {
             "signal",
             "no signals",
         ),
-        ("#include <dlfcn.h>", "(void)dlopen(\"x\", 1);", "dlopen", "dynamic loading"),
+        (
+            "#include <dlfcn.h>",
+            "(void)dlopen(\"x\", 1);",
+            "dlopen",
+            "dynamic loading",
+        ),
     ] {
         let msg = build_error(&kernel_with_body(prelude, body)).await;
         assert!(
@@ -143,9 +176,16 @@ async fn host_facilities_are_refused_with_the_reason() {
 async fn an_included_host_file_is_refused_without_its_content() {
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     let first = passwd.lines().next().unwrap_or("root:x:0:0");
-    for include in ["#include \"/etc/passwd\"", "#include </etc/passwd>", "#include \"../../../../../../etc/passwd\""] {
+    for include in [
+        "#include \"/etc/passwd\"",
+        "#include </etc/passwd>",
+        "#include \"../../../../../../etc/passwd\"",
+    ] {
         let msg = build_error(&kernel_with_body(include, "")).await;
-        assert!(msg.contains("refused") || msg.contains("Permission denied"), "{msg}");
+        assert!(
+            msg.contains("refused") || msg.contains("Permission denied"),
+            "{msg}"
+        );
         assert!(!msg.contains(first), "content echoed: {msg}");
         assert!(!msg.contains("root:"), "content echoed: {msg}");
     }
@@ -191,7 +231,11 @@ async fn uncharged_vector_arithmetic_is_flagged_not_counted() {
     );
     let outcome = run(&sneaky, 4, 1, SMALL).await;
     assert!(!outcome.valid, "{outcome:?}");
-    assert!(outcome.flags.contains(&Flag::ClaimsUnexecutedFlops), "{:?}", outcome.flags);
+    assert!(
+        outcome.flags.contains(&Flag::ClaimsUnexecutedFlops),
+        "{:?}",
+        outcome.flags
+    );
 }
 
 #[tokio::test]
@@ -208,7 +252,10 @@ async fn physics_holds_and_direct_ddr_is_slower_than_dma() {
     )
     .await
     .expect("runs");
-    assert!(direct_outcome.valid && dma.valid, "{direct_outcome:?} {dma:?}");
+    assert!(
+        direct_outcome.valid && dma.valid,
+        "{direct_outcome:?} {dma:?}"
+    );
     assert!(
         direct_outcome.gflops < dma.gflops,
         "direct DDR {} GFLOPS must model slower than DMA {} GFLOPS",
@@ -218,7 +265,15 @@ async fn physics_holds_and_direct_ddr_is_slower_than_dma() {
     let mut checked = vec![("direct vecadd", direct_outcome), ("dma vecadd", dma)];
     for (kernel, overrides) in [
         ("dgemm", vec![]),
-        ("dgemm", vec![("VARIANT", "naive"), ("M", "128"), ("N", "128"), ("K", "128")]),
+        (
+            "dgemm",
+            vec![
+                ("VARIANT", "naive"),
+                ("M", "128"),
+                ("N", "128"),
+                ("K", "128"),
+            ],
+        ),
         ("dgemm", vec![("B_GSM", "1")]),
         ("spmv", vec![]),
         ("stencil2d", vec![]),
@@ -244,7 +299,11 @@ async fn physics_holds_and_direct_ddr_is_slower_than_dma() {
                 ddr_rate <= spec.cluster_bandwidth() * 1.001,
                 "{name}: {ddr_rate:e} B/s over DDR"
             );
-            assert!(o.peak_fraction <= 1.0, "{name}: {} of peak", o.peak_fraction);
+            assert!(
+                o.peak_fraction <= 1.0,
+                "{name}: {} of peak",
+                o.peak_fraction
+            );
             assert!(s.counters.flops > 0, "{name}: no executed flops counted");
         }
     }

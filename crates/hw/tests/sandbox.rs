@@ -85,7 +85,9 @@ __global__ void vecadd_kernel(uint64_t n, uint64_t e, double *a, double *b, doub
 
 fn probe<'a>(tail: &'a str, name: &str) -> Vec<&'a str> {
     let prefix = format!("PROBE {name} ");
-    tail.lines().filter_map(|l| l.strip_prefix(prefix.as_str())).collect()
+    tail.lines()
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -455,6 +455,7 @@ fn measurement() -> Measurement {
         launches: 3,
         wall_seconds: 0.25,
         finished_at: 1_800_000_000,
+        harness: Default::default(),
     }
 }
 

@@ -170,9 +170,9 @@ async fn run_build(
         .await;
     let _ = std::fs::remove_dir_all(&job.staged_dir);
     built.map_err(|e| match e {
-            HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
-            other => hw_error(other),
-        })
+        HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
+        other => hw_error(other),
+    })
 }
 
 /// Record a finished build in the session and describe it.

@@ -25,7 +25,9 @@ impl HarnessStore {
     /// workspace root and one level below.
     pub fn new(workspace: &Path) -> Result<Self, std::io::Error> {
         let store = Self {
-            dir: tempfile::Builder::new().prefix("mtswarm-harness-").tempdir()?,
+            dir: tempfile::Builder::new()
+                .prefix("mtswarm-harness-")
+                .tempdir()?,
             snapshots: Mutex::new(BTreeMap::new()),
         };
         let mut dirs = vec![workspace.to_path_buf()];
