@@ -982,6 +982,7 @@ fn signal_name(signal: i32) -> &'static str {
 pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
     let lines: Vec<&str> = asm.lines().collect();
     let slots = f64::from(spec.scalar_issue_slots.max(1));
+    let bookkeeping = access_hook_bookkeeping(&lines);
     let mut out = String::with_capacity(asm.len() + asm.len() / 8);
     for (i, line) in lines.iter().enumerate() {
         if !is_trace_pc_call(line) {
@@ -991,10 +992,13 @@ pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
         }
         let mut instructions = 0u32;
         let mut flops = 0u32;
-        for next in &lines[i + 1..] {
+        for (j, next) in lines.iter().enumerate().skip(i + 1) {
             let text = next.trim();
             if is_trace_pc_call(next) || is_label(next) {
                 break;
+            }
+            if bookkeeping[j] {
+                continue;
             }
             if let Some(mnemonic) = scalar_instruction(text) {
                 instructions += 1;
@@ -1016,6 +1020,73 @@ pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
         }
     }
     out
+}
+
+/// Lines that exist only because of the memory-access hooks, so they are
+/// not the kernel's scalar work: each `call __tsan_*`, the argument set-up
+/// right before it (writes of `%rdi`/`%rsi`) with the stack spills the call
+/// forces, and the reloads right after it. Without this the hooks'
+/// calling convention would make instrumented code look scalar-bound.
+fn access_hook_bookkeeping(lines: &[&str]) -> Vec<bool> {
+    let mut marked = vec![false; lines.len()];
+    let is_hook = |line: &str| {
+        let mut parts = line.split_whitespace();
+        parts.next() == Some("call") && parts.next().is_some_and(|t| t.starts_with("__tsan_"))
+    };
+    let operands = |line: &str| -> Option<(String, String)> {
+        let text = line.trim();
+        let (mnemonic, rest) = text.split_once(char::is_whitespace)?;
+        let rest = rest.trim();
+        let (src, dst) = rest.rsplit_once(',')?;
+        Some((format!("{mnemonic} {}", src.trim()), dst.trim().to_owned()))
+    };
+    const ARG_REGS: &[&str] = &["%rdi", "%edi", "%rsi", "%esi"];
+    for (i, line) in lines.iter().enumerate() {
+        if !is_hook(line) {
+            continue;
+        }
+        marked[i] = true;
+        // Backwards: argument set-up and spills, up to the block's start.
+        let mut j = i;
+        while j > 0 {
+            j -= 1;
+            let prev = lines[j];
+            let text = prev.trim();
+            if is_trace_pc_call(prev) || is_label(prev) || is_hook(prev) || marked[j] {
+                break;
+            }
+            if text.is_empty() || text.starts_with('.') || text.starts_with('#') {
+                continue;
+            }
+            match operands(prev) {
+                Some((_, dst)) if ARG_REGS.contains(&dst.as_str()) || dst.ends_with("(%rsp)") => {
+                    marked[j] = true;
+                }
+                _ => break,
+            }
+        }
+        // Forwards: reloads of what the call clobbered.
+        let mut k = i + 1;
+        while k < lines.len() {
+            let text = lines[k].trim();
+            if text.is_empty() || text.starts_with('.') || text.starts_with('#') {
+                k += 1;
+                continue;
+            }
+            match operands(lines[k]) {
+                Some((src, dst))
+                    if src.starts_with("mov")
+                        && src.ends_with("(%rsp)")
+                        && dst.starts_with('%') =>
+                {
+                    marked[k] = true;
+                    k += 1;
+                }
+                _ => break,
+            }
+        }
+    }
+    marked
 }
 
 /// Offset of `scalar_flops` in `struct mtswarm_issue_counters` (m3000.h).
@@ -1429,6 +1500,21 @@ mod tests {
         );
         // A lone `ret` still costs the minimum block cost.
         assert!(out.contains("block of 1 instructions"), "{out}");
+    }
+
+    #[test]
+    fn access_hook_calls_are_not_scalar_work() {
+        let spec = ChipSpec::default();
+        let asm = "f:\n\tcall\t__sanitizer_cov_trace_pc@PLT\n\tleaq\t8(%rbx), %rax\n\
+                   \tmovq\t%rax, %rdi\n\tmovq\t%rax, 24(%rsp)\n\tcall\t__tsan_read8@PLT\n\
+                   \tmovq\t24(%rsp), %rax\n\tmovsd\t(%rax), %xmm0\n\taddsd\t%xmm0, %xmm1\n\tret\n";
+        let out = charge_basic_blocks(asm, &spec);
+        // leaq, movsd, addsd, ret: the hook's call, set-up, spill and reload are not counted.
+        assert!(out.contains("block of 4 instructions"), "{out}");
+        assert!(
+            out.contains("$1, %fs:mtswarm_issue@tpoff+8 #mtswarm scalar flops"),
+            "{out}"
+        );
     }
 
     #[test]

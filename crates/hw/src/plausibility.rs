@@ -69,7 +69,7 @@ pub struct Bounds<'a> {
 pub fn flags_of(sample: &RunSample, claimed_flops: f64, bounds: &Bounds<'_>) -> Vec<Flag> {
     let mut flags = Vec::new();
     let seconds = sample.seconds;
-    if !(seconds > 0.0) {
+    if seconds.is_nan() || seconds <= 0.0 {
         return flags;
     }
     let peak = bounds.spec.peak_flops(bounds.cores.max(1));
