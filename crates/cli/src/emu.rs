@@ -167,6 +167,9 @@ fn report_json(result: &Result<(Artifact, RunOutcome), HwError>, cores: u32) -> 
             "kernel_hash": artifact.kernel_hash,
             "toolchain": artifact.toolchain,
             "defines": artifact.defines,
+            "flags": o.flags,
+            "flag_reasons": o.flags.iter().map(|f| f.describe()).collect::<Vec<_>>(),
+            "harness": o.harness,
             "samples": o.samples,
         }),
         Err(e) => json!({
@@ -177,6 +180,7 @@ fn report_json(result: &Result<(Artifact, RunOutcome), HwError>, cores: u32) -> 
             "seconds": null,
             "gflops": null,
             "peak_fraction": null,
+            "flags": [],
             "cores": cores,
         }),
     }
@@ -206,6 +210,9 @@ fn print_human(result: &Result<(Artifact, RunOutcome), HwError>, cores: u32) {
             if let Some(err) = &o.error {
                 println!("  error:          {err}");
             }
+            for flag in &o.flags {
+                println!("  FLAGGED:        {}", flag.describe());
+            }
             if let Some(cycles) = o.modeled_cycles {
                 println!("  modeled cycles: {cycles}");
             }
@@ -214,8 +221,11 @@ fn print_human(result: &Result<(Artifact, RunOutcome), HwError>, cores: u32) {
             if artifact.backend == BackendKind::Emulator {
                 println!("  of peak:        {:.1}%", o.peak_fraction * 100.0);
                 println!(
-                    "  counters:       {} flops, {} DMA bytes, {} stall cycles",
-                    o.counters.flops, o.counters.dma_bytes, o.counters.stall_cycles
+                    "  counters:       {} flops, {} DMA bytes, {} DDR bytes, {} stall cycles",
+                    o.counters.flops,
+                    o.counters.dma_bytes,
+                    o.counters.ddr_bytes,
+                    o.counters.stall_cycles
                 );
             }
             if let Some(err) = o.max_abs_err {

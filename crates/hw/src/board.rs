@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::HwError;
+use crate::plausibility::{Flag, ModelFigures};
 
 /// Which kind of backend drives a slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -97,6 +98,15 @@ pub struct Artifact {
     pub log: String,
     #[serde(default)]
     pub defines: BTreeMap<String, String>,
+    /// Provenance of the harness this build used: file name -> sha256 of
+    /// each file that judges the kernel (host.c, tune.toml, the reference,
+    /// declared harness files), as taken from the kernel root.
+    #[serde(default)]
+    pub harness: BTreeMap<String, String>,
+    /// The tune.toml `[model]` figures of this build, for the plausibility
+    /// check of its runs.
+    #[serde(default)]
+    pub model: Option<ModelFigures>,
 }
 
 /// How to launch an artifact once. One launch executes the kernel `runs`
@@ -120,8 +130,12 @@ pub struct RunRequest {
 /// cannot observe them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Counters {
+    /// Floating-point operations the kernel executed (vector and scalar).
     pub flops: u64,
     pub dma_bytes: u64,
+    /// Bytes moved over DDR, by DMA and by direct loads and stores.
+    #[serde(default)]
+    pub ddr_bytes: u64,
     pub stall_cycles: u64,
 }
 
@@ -134,6 +148,9 @@ pub struct RunSample {
     pub seconds: f64,
     pub max_abs_err: Option<f64>,
     pub counters: Counters,
+    /// The input seed the harness drew this execution's inputs from.
+    #[serde(default)]
+    pub seed: Option<u64>,
 }
 
 /// The outcome of one launch. A launch whose output was wrong is `valid:
@@ -161,6 +178,13 @@ pub struct RunOutcome {
     pub output_tail: String,
     #[serde(default)]
     pub samples: Vec<RunSample>,
+    /// Why a figure of this launch is implausible (see [`crate::plausibility`]);
+    /// a flagged launch is never valid.
+    #[serde(default)]
+    pub flags: Vec<Flag>,
+    /// Harness provenance of the artifact that ran (see [`Artifact::harness`]).
+    #[serde(default)]
+    pub harness: BTreeMap<String, String>,
 }
 
 /// A hardware backend bound to one slice.

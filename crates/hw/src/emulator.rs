@@ -14,7 +14,7 @@
 //! `MTSWARM_ERROR {json}` when the runtime stops the program (capacity
 //! exceeded, API misuse).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -26,7 +26,9 @@ use crate::HwError;
 use crate::board::{
     Artifact, BackendKind, Board, BuildRequest, Counters, RunOutcome, RunRequest, RunSample, Slice,
 };
+use crate::device_check;
 use crate::faults::{FaultConfig, FaultInjector};
+use crate::plausibility::{self, ModelFigures};
 use crate::sdk::{ProcessLimits, kernel_hash, run_confined};
 use crate::spec::ChipSpec;
 
@@ -76,8 +78,15 @@ const OPT_FLAGS: &[&str] = &[
 /// slower launch reports the same figures; the native (`host`) backend
 /// measures wall time and keeps its priority.
 pub const EMULATED_LAUNCH_NICENESS: i32 = 19;
-/// Basic-block hook for the scalar part of the cycle model (device code only).
-const KERNEL_INSTRUMENTATION: &str = "-fsanitize-coverage=trace-pc";
+/// Instrumentation of device code: a basic-block hook for the scalar part of
+/// the cycle model, and gcc's thread-sanitizer hooks on every load and store
+/// (defined by the emulator runtime, never libtsan) so each access is charged
+/// by the memory it touches. Function entry/exit hooks are not needed.
+const KERNEL_INSTRUMENTATION: &[&str] = &[
+    "-fsanitize-coverage=trace-pc",
+    "-fsanitize=thread",
+    "--param=tsan-instrument-func-entry-exit=0",
+];
 /// Most output kept from a compiler or a harness.
 const MAX_OUTPUT_BYTES: usize = 4 << 20;
 /// Characters of output kept in errors and `output_tail`.
@@ -189,7 +198,7 @@ pub fn default_cache_dir() -> PathBuf {
 /// The chip spec in the runtime's `key=value;...` form.
 pub fn spec_string(spec: &ChipSpec) -> String {
     let m = &spec.model;
-    let pairs: [(&str, f64); 21] = [
+    let pairs: [(&str, f64); 23] = [
         ("clusters", f64::from(spec.clusters)),
         ("cores_per_cluster", f64::from(spec.cores_per_cluster)),
         ("vector_lanes", f64::from(spec.vector_lanes)),
@@ -211,6 +220,8 @@ pub fn spec_string(spec: &ChipSpec) -> String {
         ("model.scalar_block_cycles", m.scalar_block_cycles),
         ("model.barrier_cycles", m.barrier_cycles as f64),
         ("model.gsm_bandwidth", m.gsm_bandwidth),
+        ("model.ddr_latency_cycles", m.ddr_latency_cycles),
+        ("model.gsm_latency_cycles", m.gsm_latency_cycles),
     ];
     pairs
         .iter()
@@ -324,8 +335,20 @@ fn check_defines(defines: &BTreeMap<String, String>) -> Result<(), HwError> {
 }
 
 /// Run one compiler command; its diagnostics become the error on failure.
-async fn compile_step(argv: Vec<String>, cwd: &Path, what: &str) -> Result<String, HwError> {
-    let limits = ProcessLimits::default();
+///
+/// The compiler is confined ([`crate::sandbox::build_policy`]): it reads
+/// `reads` and the toolchain's own files, writes only `cwd`, and has no
+/// network and none of the daemon's environment.
+async fn compile_step(
+    argv: Vec<String>,
+    cwd: &Path,
+    what: &str,
+    reads: &[PathBuf],
+) -> Result<String, HwError> {
+    let limits = ProcessLimits {
+        sandbox: Some(crate::sandbox::build_policy(cwd, reads)),
+        ..ProcessLimits::default()
+    };
     let out = run_confined(
         &argv,
         cwd,
@@ -350,6 +373,51 @@ async fn compile_step(argv: Vec<String>, cwd: &Path, what: &str) -> Result<Strin
     }
 }
 
+/// [`compile_step`] for a translation unit of the kernel directory: its
+/// diagnostics are scrubbed of lines that point into, or quote, files
+/// outside `allowed` (see [`device_check::scrub_diagnostics`]).
+async fn compile_kernel_step(
+    argv: Vec<String>,
+    cwd: &Path,
+    what: &str,
+    allowed: &[PathBuf],
+) -> Result<String, HwError> {
+    match compile_step(argv, cwd, what, allowed).await {
+        Ok(log) => Ok(device_check::scrub_diagnostics(&log, allowed)),
+        Err(HwError::Compile(msg)) => Err(HwError::Compile(device_check::scrub_diagnostics(
+            &msg, allowed,
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// `nm` of an object: (undefined, defined) symbols.
+async fn object_symbols(object: &Path) -> Result<(Vec<String>, Vec<String>), HwError> {
+    let argv = vec!["nm".to_owned(), object.display().to_string()];
+    let cwd = object.parent().unwrap_or(Path::new("/"));
+    let limits = ProcessLimits {
+        sandbox: Some(crate::sandbox::build_policy(cwd, &[])),
+        ..ProcessLimits::default()
+    };
+    let out = run_confined(
+        &argv,
+        cwd,
+        &BTreeMap::new(),
+        Duration::from_secs(30),
+        &limits,
+        MAX_OUTPUT_BYTES,
+    )
+    .await?;
+    if !out.status.success() {
+        return Err(HwError::Compile(format!(
+            "nm {}: {}",
+            object.display(),
+            tail(out.stderr.trim(), 500)
+        )));
+    }
+    Ok(device_check::parse_nm(&out.stdout))
+}
+
 /// Compiles a translation unit that rarely changes between candidates
 /// (`host.c`, the generated spec) through a content-addressed object cache
 /// under `<runtime_dir>/objects/`, and places the object at `object`.
@@ -368,6 +436,7 @@ async fn compile_cached(
     object: &Path,
     runtime_dir: &Path,
     what: &str,
+    reads: &[PathBuf],
 ) -> Result<String, HwError> {
     let cwd = object.parent().unwrap_or(runtime_dir).to_path_buf();
     let preprocessed = object.with_extension("i");
@@ -399,7 +468,7 @@ async fn compile_cached(
             }
         }
     }
-    compile_step(preprocess, &cwd, what).await?;
+    compile_step(preprocess, &cwd, what, reads).await?;
     let text = std::fs::read(&preprocessed).map_err(|e| io_err("reading", &preprocessed, e))?;
     let _ = std::fs::remove_file(&preprocessed);
     let compiler = argv.first().map(String::as_str).unwrap_or("cc");
@@ -422,15 +491,20 @@ async fn compile_cached(
     let cache = runtime_dir.join("objects");
     let cached = cache.join(format!("{}.o", &key[..32]));
     let cached_log = cache.join(format!("{}.log", &key[..32]));
-    if cached.is_file() {
+    let cached_hash = cache.join(format!("{}.sha256", &key[..32]));
+    // An object is reused only when its content still has the hash it was
+    // stored with: a changed (poisoned or torn) entry is rebuilt.
+    if cached.is_file() && verified(&cached, &cached_hash) {
         std::fs::copy(&cached, object).map_err(|e| io_err("copying", &cached, e))?;
         return Ok(std::fs::read_to_string(&cached_log).unwrap_or_default());
     }
-    let log = compile_step(argv, &cwd, what).await?;
+    let log = compile_step(argv, &cwd, what, reads).await?;
     // Log first, object last: an object in the cache always has its log.
     std::fs::create_dir_all(&cache).map_err(|e| io_err("creating", &cache, e))?;
     let staging = cache.join(format!(".{}.{}.tmp", &key[..32], uuid::Uuid::new_v4()));
     let installed = std::fs::write(&cached_log, &log)
+        .and_then(|()| std::fs::read(object))
+        .and_then(|bytes| std::fs::write(&cached_hash, hex::encode(Sha256::digest(&bytes))))
         .and_then(|()| std::fs::copy(object, &staging))
         .and_then(|_| std::fs::rename(&staging, &cached));
     if let Err(e) = installed {
@@ -441,11 +515,25 @@ async fn compile_cached(
     Ok(log)
 }
 
+/// Whether `file`'s sha256 is the one recorded in `hash_file`.
+fn verified(file: &Path, hash_file: &Path) -> bool {
+    let (Ok(bytes), Ok(expected)) = (std::fs::read(file), std::fs::read_to_string(hash_file))
+    else {
+        return false;
+    };
+    let ok = hex::encode(Sha256::digest(&bytes)) == expected.trim();
+    if !ok {
+        tracing::warn!(file = %file.display(), "cached object does not match its recorded hash; rebuilding it");
+    }
+    ok
+}
+
 impl Toolchain {
     /// Compile the runtime for `flavor` once per cache directory.
     async fn runtime_object(&self, runtime_dir: &Path, flavor: Flavor) -> Result<PathBuf, HwError> {
         let object = runtime_dir.join(flavor.runtime_object());
-        if object.exists() {
+        let object_hash = object.with_extension("o.sha256");
+        if object.exists() && verified(&object, &object_hash) {
             return Ok(object);
         }
         let staging = runtime_dir.join(format!(
@@ -470,9 +558,64 @@ impl Toolchain {
             "-o".into(),
             staging.display().to_string(),
         ]);
-        compile_step(argv, runtime_dir, "emulator runtime").await?;
+        compile_step(argv, runtime_dir, "emulator runtime", &[]).await?;
+        let bytes = std::fs::read(&staging).map_err(|e| io_err("reading", &staging, e))?;
+        std::fs::write(&object_hash, hex::encode(Sha256::digest(&bytes)))
+            .map_err(|e| io_err("writing", &object_hash, e))?;
         std::fs::rename(&staging, &object).map_err(|e| io_err("installing", &object, e))?;
         Ok(object)
+    }
+
+    /// Preprocess kernel.c once to see what it is made of: refuse it when
+    /// it opened a file outside `allowed` (the error names the file, never
+    /// its content) or, for the emulator, when its own text switches the
+    /// instrumentation off or dodges it ([`device_check`]). The preprocessed
+    /// text is removed afterwards: it may hold an included file's content.
+    async fn check_kernel_source(
+        &self,
+        kernel_dir: &Path,
+        out_dir: &Path,
+        allowed: &[PathBuf],
+        defines: &[String],
+        flavor: Flavor,
+    ) -> Result<(), HwError> {
+        let runtime_include = allowed.get(2).cloned().unwrap_or_default();
+        let preprocessed = out_dir.join("kernel.check.i");
+        let deps = out_dir.join("kernel.check.d");
+        let mut argv = vec![self.compiler.clone(), "-E".into()];
+        if flavor == Flavor::Native {
+            argv.push("-DMTSWARM_HOST_BACKEND".into());
+        }
+        argv.extend([
+            "-fno-diagnostics-show-caret".into(),
+            "-I".into(),
+            runtime_include.display().to_string(),
+        ]);
+        argv.extend(defines.iter().cloned());
+        argv.extend([
+            "-MD".into(),
+            "-MF".into(),
+            deps.display().to_string(),
+            kernel_dir.join("kernel.c").display().to_string(),
+            "-o".into(),
+            preprocessed.display().to_string(),
+        ]);
+        let result = async {
+            compile_kernel_step(argv, out_dir, "kernel.c", allowed).await?;
+            let dep_text =
+                std::fs::read_to_string(&deps).map_err(|e| io_err("reading", &deps, e))?;
+            device_check::check_includes(&device_check::parse_deps(&dep_text), out_dir, allowed)?;
+            if flavor == Flavor::Emulated {
+                let text = std::fs::read_to_string(&preprocessed)
+                    .map_err(|e| io_err("reading", &preprocessed, e))?;
+                device_check::check_preprocessed(&text, kernel_dir)?;
+            }
+            Ok(())
+        }
+        .await;
+        let _ = std::fs::remove_file(&preprocessed);
+        let _ = std::fs::remove_file(&deps);
+        result
     }
 
     pub(crate) async fn build(
@@ -524,7 +667,7 @@ impl Toolchain {
                 argv.push("-DMTSWARM_HOST_BACKEND".into());
             }
             if instrument {
-                argv.push(KERNEL_INSTRUMENTATION.into());
+                argv.extend(KERNEL_INSTRUMENTATION.iter().map(|s| (*s).to_owned()));
             }
             argv.extend(["-pthread".into(), "-I".into(), include.clone()]);
             argv.extend(defines.iter().cloned());
@@ -555,6 +698,24 @@ impl Toolchain {
         if via_assembly && let Some(c) = kernel_argv.iter_mut().find(|a| a.as_str() == "-c") {
             *c = "-S".into();
         }
+        // What the kernel's translation unit may read and quote: its own
+        // directory, the emulator's headers and the toolchain's headers.
+        let mut allowed = vec![kernel_dir.clone(), out_dir.clone()];
+        allowed.push(
+            runtime_dir
+                .join("include")
+                .canonicalize()
+                .unwrap_or_else(|_| runtime_dir.join("include")),
+        );
+        allowed.extend(
+            device_check::TOOLCHAIN_INCLUDE_ROOTS
+                .iter()
+                .map(PathBuf::from),
+        );
+        self.check_kernel_source(&kernel_dir, &out_dir, &allowed, &defines, flavor)
+            .await?;
+        // What every build step may read besides the toolchain.
+        let reads = vec![kernel_dir.clone(), runtime_dir.clone()];
         let host_argv = compile(kernel_dir.join("host.c"), "host.o", false);
         let mut spec_argv = vec![self.compiler.clone(), "-c".into()];
         spec_argv.extend([
@@ -565,9 +726,15 @@ impl Toolchain {
         let host_object = out_dir.join("host.o");
         let spec_object = out_dir.join("mtswarm_spec.o");
         let (kernel_log, host_log, spec_log) = tokio::join!(
-            compile_step(kernel_argv, &out_dir, "kernel.c"),
-            compile_cached(host_argv, &host_object, &runtime_dir, "host.c"),
-            compile_cached(spec_argv, &spec_object, &runtime_dir, "mtswarm_spec.c"),
+            compile_kernel_step(kernel_argv, &out_dir, "kernel.c", &allowed),
+            compile_cached(host_argv, &host_object, &runtime_dir, "host.c", &reads),
+            compile_cached(
+                spec_argv,
+                &spec_object,
+                &runtime_dir,
+                "mtswarm_spec.c",
+                &reads
+            ),
         );
         let mut log = kernel_log?;
         log.push_str(&host_log?);
@@ -590,7 +757,21 @@ impl Toolchain {
                 "-o".into(),
                 out_dir.join("kernel.o").display().to_string(),
             ];
-            log.push_str(&compile_step(argv, &out_dir, "kernel.emu.s").await?);
+            log.push_str(&compile_step(argv, &out_dir, "kernel.emu.s", &reads).await?);
+        }
+
+        if instrument {
+            // The object may call nothing outside the device contract and
+            // define nothing the runtime, the C library or the harness use.
+            let (undefined, defined) = object_symbols(&out_dir.join("kernel.o")).await?;
+            let mut reserved: BTreeSet<String> = BTreeSet::new();
+            for other in [runtime_object.clone(), host_object.clone()] {
+                let (u, d) = object_symbols(&other).await?;
+                reserved.extend(u);
+                reserved.extend(d);
+            }
+            let source = std::fs::read_to_string(kernel_dir.join("kernel.c")).unwrap_or_default();
+            device_check::check_symbols(&undefined, &defined, &reserved, &source)?;
         }
 
         let program = out_dir.join("harness");
@@ -607,11 +788,14 @@ impl Toolchain {
             "-ldl".into(),
             "-lm".into(),
         ]);
-        log.push_str(&compile_step(link, &out_dir, "link").await?);
+        log.push_str(&compile_step(link, &out_dir, "link", &reads).await?);
 
         let version = compiler_version(&self.compiler).await;
         let flags = match flavor {
-            Flavor::Emulated => format!("-O2 -fno-tree-vectorize {KERNEL_INSTRUMENTATION}"),
+            Flavor::Emulated => format!(
+                "-O2 -fno-tree-vectorize {}",
+                KERNEL_INSTRUMENTATION.join(" ")
+            ),
             Flavor::Native => "-O2".to_owned(),
         };
         Ok(Artifact {
@@ -627,6 +811,8 @@ impl Toolchain {
             ),
             log: tail(&log, TAIL_CHARS),
             defines: request.defines.clone(),
+            harness: crate::harness::harness_hashes(&kernel_dir)?,
+            model: model_figures(&kernel_dir, &request.defines, &self.spec),
         })
     }
 
@@ -667,6 +853,9 @@ impl Toolchain {
             self.slice.cluster.unwrap_or(0).to_string(),
         );
         env.insert("MTSWARM_SPEC".to_owned(), spec_string(&self.spec));
+        // A fresh input seed per launch (see mtswarm_harness.h): inputs
+        // differ in every execution, so a remembered answer fails.
+        env.insert("MTSWARM_SEED".to_owned(), launch_seed().to_string());
         if flavor == Flavor::Emulated
             && let Some(fault) = self
                 .faults
@@ -685,6 +874,9 @@ impl Toolchain {
             ),
             address_space_bytes: self.limits.address_space_bytes,
             nice: (flavor == Flavor::Emulated).then_some(EMULATED_LAUNCH_NICENESS),
+            // Reads and writes only its own directory, no network, no
+            // processes (so nothing it starts can outlive it).
+            sandbox: Some(crate::sandbox::launch_policy(&artifact.dir)),
             ..ProcessLimits::default()
         };
         let out = run_confined(
@@ -696,7 +888,8 @@ impl Toolchain {
             MAX_OUTPUT_BYTES,
         )
         .await?;
-        let mut outcome = parse_output(&out.stdout, &self.spec, flavor)?;
+        let mut outcome = parse_output(&out.stdout, &self.spec, flavor, artifact.model)?;
+        outcome.harness = artifact.harness.clone();
         outcome.wall_seconds = out.wall.as_secs_f64();
         outcome.output_tail = tail(&format!("{}{}", out.stdout, out.stderr), TAIL_CHARS);
         if let Some(signal) = std::os::unix::process::ExitStatusExt::signal(&out.status) {
@@ -727,6 +920,37 @@ impl Toolchain {
     }
 }
 
+/// The tune.toml `[model]` figures of a build, when the directory has them
+/// (an expression that does not evaluate leaves the build unchecked against
+/// the roofline, with a log line; the peak and bandwidth checks still hold).
+fn model_figures(
+    kernel_dir: &Path,
+    defines: &BTreeMap<String, String>,
+    spec: &ChipSpec,
+) -> Option<ModelFigures> {
+    if !kernel_dir.join("tune.toml").is_file() {
+        return None;
+    }
+    let space = crate::tune::TuneSpace::load(kernel_dir)
+        .map_err(|e| tracing::warn!(error = %e, "tune.toml: no roofline check for this build"))
+        .ok()?;
+    match space.model_figures(defines, spec) {
+        Ok(figures) => figures.map(|(flops, bytes)| ModelFigures { flops, bytes }),
+        Err(e) => {
+            tracing::warn!(error = %e, "tune.toml [model]: no roofline check for this build");
+            None
+        }
+    }
+}
+
+/// A seed no launch shares with another: random bits of a v4 uuid.
+pub(crate) fn launch_seed() -> u64 {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    u64::from_le_bytes([
+        bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+    ])
+}
+
 /// ` (SIGSEGV)` for the signals a crashing harness dies from.
 fn signal_name(signal: i32) -> &'static str {
     match signal {
@@ -744,31 +968,41 @@ fn signal_name(signal: i32) -> &'static str {
 /// The scalar-cost pass of the emulator build (x86-64 assembly of an
 /// instrumented kernel): every `call __sanitizer_cov_trace_pc` that
 /// `-fsanitize-coverage=trace-pc` put at the start of a basic block becomes
-/// one inline `addq` of the block's cost, in thousandths of a cycle, to the
-/// core's scalar counter: the larger of `model.scalar_block_cycles` and the
-/// block's scalar instructions over `scalar_issue_slots`. Not counted: packed
-/// SSE/AVX instructions (the host's rendering of the 1024-bit vector unit,
-/// charged per intrinsic instead) and the intrinsics' own bookkeeping (lines
-/// tagged `#mtswarm`). The call clobbered the flags and caller-saved
-/// registers, so an `addq` in its place is safe.
+/// inline `addq`s of the block's cost, in thousandths of a cycle, to the
+/// core's scalar counter (the larger of `model.scalar_block_cycles` and the
+/// block's scalar instructions over `scalar_issue_slots`) and of its scalar
+/// floating-point operations to the core's flop counter (an FMA counts two).
+/// Not counted: packed SSE/AVX instructions (the host's rendering of the
+/// 1024-bit vector unit, charged per intrinsic instead) and the intrinsics'
+/// own bookkeeping (lines tagged `#mtswarm`). The call clobbered the flags
+/// and caller-saved registers, so an `addq` in its place is safe.
+///
+/// Calls of `memcpy`, `memmove` and `memset` are renamed to the runtime's
+/// charged versions (`mtswarm_dev_*`), so their bytes are memory traffic.
 pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
     let lines: Vec<&str> = asm.lines().collect();
     let slots = f64::from(spec.scalar_issue_slots.max(1));
+    let bookkeeping = access_hook_bookkeeping(&lines);
     let mut out = String::with_capacity(asm.len() + asm.len() / 8);
     for (i, line) in lines.iter().enumerate() {
         if !is_trace_pc_call(line) {
-            out.push_str(line);
+            out.push_str(&rename_mem_calls(line));
             out.push('\n');
             continue;
         }
         let mut instructions = 0u32;
-        for next in &lines[i + 1..] {
+        let mut flops = 0u32;
+        for (j, next) in lines.iter().enumerate().skip(i + 1) {
             let text = next.trim();
             if is_trace_pc_call(next) || is_label(next) {
                 break;
             }
+            if bookkeeping[j] {
+                continue;
+            }
             if let Some(mnemonic) = scalar_instruction(text) {
                 instructions += 1;
+                flops += scalar_flops(mnemonic);
                 if mnemonic.starts_with('j') || mnemonic.starts_with("ret") {
                     break;
                 }
@@ -779,8 +1013,137 @@ pub fn charge_basic_blocks(asm: &str, spec: &ChipSpec) -> String {
         out.push_str(&format!(
             "\taddq\t${milli}, %fs:mtswarm_issue@tpoff #mtswarm block of {instructions} instructions\n"
         ));
+        if flops > 0 {
+            out.push_str(&format!(
+                "\taddq\t${flops}, %fs:mtswarm_issue@tpoff+{SCALAR_FLOPS_OFFSET} #mtswarm scalar flops\n"
+            ));
+        }
     }
     out
+}
+
+/// Lines that exist only because of the memory-access hooks, so they are
+/// not the kernel's scalar work: each `call __tsan_*`, the argument set-up
+/// right before it (writes of `%rdi`/`%rsi`) with the stack spills the call
+/// forces, and the reloads right after it. Without this the hooks'
+/// calling convention would make instrumented code look scalar-bound.
+fn access_hook_bookkeeping(lines: &[&str]) -> Vec<bool> {
+    let mut marked = vec![false; lines.len()];
+    let is_hook = |line: &str| {
+        let mut parts = line.split_whitespace();
+        parts.next() == Some("call") && parts.next().is_some_and(|t| t.starts_with("__tsan_"))
+    };
+    let operands = |line: &str| -> Option<(String, String)> {
+        let text = line.trim();
+        let (mnemonic, rest) = text.split_once(char::is_whitespace)?;
+        let rest = rest.trim();
+        let (src, dst) = rest.rsplit_once(',')?;
+        Some((format!("{mnemonic} {}", src.trim()), dst.trim().to_owned()))
+    };
+    const ARG_REGS: &[&str] = &["%rdi", "%edi", "%rsi", "%esi"];
+    for (i, line) in lines.iter().enumerate() {
+        if !is_hook(line) {
+            continue;
+        }
+        marked[i] = true;
+        // Backwards: argument set-up and spills, up to the block's start.
+        let mut j = i;
+        while j > 0 {
+            j -= 1;
+            let prev = lines[j];
+            let text = prev.trim();
+            if is_trace_pc_call(prev) || is_label(prev) || is_hook(prev) || marked[j] {
+                break;
+            }
+            if text.is_empty() || text.starts_with('.') || text.starts_with('#') {
+                continue;
+            }
+            match operands(prev) {
+                Some((_, dst)) if ARG_REGS.contains(&dst.as_str()) || dst.ends_with("(%rsp)") => {
+                    marked[j] = true;
+                }
+                _ => break,
+            }
+        }
+        // Forwards: reloads of what the call clobbered.
+        let mut k = i + 1;
+        while k < lines.len() {
+            let text = lines[k].trim();
+            if text.is_empty() || text.starts_with('.') || text.starts_with('#') {
+                k += 1;
+                continue;
+            }
+            match operands(lines[k]) {
+                Some((src, dst))
+                    if src.starts_with("mov")
+                        && src.ends_with("(%rsp)")
+                        && dst.starts_with('%') =>
+                {
+                    marked[k] = true;
+                    k += 1;
+                }
+                _ => break,
+            }
+        }
+    }
+    marked
+}
+
+/// Offset of `scalar_flops` in `struct mtswarm_issue_counters` (m3000.h).
+const SCALAR_FLOPS_OFFSET: u32 = 8;
+
+/// Library functions device code may call whose bytes the runtime charges:
+/// the name in the kernel's assembly and the runtime's charged version.
+const CHARGED_MEM_FUNCTIONS: &[(&str, &str)] = &[
+    ("memcpy", "mtswarm_dev_memcpy"),
+    ("memmove", "mtswarm_dev_memmove"),
+    ("memset", "mtswarm_dev_memset"),
+];
+
+/// `call memcpy@PLT` (or a tail `jmp`) -> `call mtswarm_dev_memcpy@PLT`.
+fn rename_mem_calls(line: &str) -> std::borrow::Cow<'_, str> {
+    let mut parts = line.split_whitespace();
+    let (Some(op), Some(target)) = (parts.next(), parts.next()) else {
+        return line.into();
+    };
+    if !(op == "call" || op == "jmp") || parts.next().is_some() {
+        return line.into();
+    }
+    let (name, plt) = target
+        .strip_suffix("@PLT")
+        .map_or((target, ""), |n| (n, "@PLT"));
+    match CHARGED_MEM_FUNCTIONS.iter().find(|(from, _)| *from == name) {
+        Some((_, to)) => format!("\t{op}\t{to}{plt}").into(),
+        None => line.into(),
+    }
+}
+
+/// Floating-point operations of one scalar instruction (SSE/AVX scalar
+/// arithmetic and x87).
+fn scalar_flops(mnemonic: &str) -> u32 {
+    let m = mnemonic.strip_prefix('v').unwrap_or(mnemonic);
+    if m.starts_with("fmadd")
+        || m.starts_with("fmsub")
+        || m.starts_with("fnmadd")
+        || m.starts_with("fnmsub")
+    {
+        return if m.ends_with("sd") || m.ends_with("ss") {
+            2
+        } else {
+            0
+        };
+    }
+    const SSE: &[&str] = &["add", "sub", "mul", "div", "sqrt", "min", "max"];
+    if let Some(op) = m.strip_suffix("sd").or_else(|| m.strip_suffix("ss"))
+        && SSE.contains(&op)
+    {
+        return 1;
+    }
+    const X87: &[&str] = &[
+        "fadd", "faddp", "fsub", "fsubp", "fsubr", "fsubrp", "fmul", "fmulp", "fdiv", "fdivp",
+        "fdivr", "fdivrp", "fsqrt",
+    ];
+    u32::from(X87.contains(&mnemonic))
 }
 
 /// A device function's stack frame lives in the core's SM; one larger than
@@ -855,6 +1218,8 @@ struct EmuLine {
     #[serde(default)]
     dma_bytes: f64,
     #[serde(default)]
+    ddr_bytes: f64,
+    #[serde(default)]
     stall_cycles: f64,
     #[serde(default)]
     wall_seconds: f64,
@@ -869,6 +1234,8 @@ struct ResultLine {
     flops: Option<f64>,
     #[serde(default)]
     error: Option<String>,
+    #[serde(default)]
+    seed: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -901,6 +1268,7 @@ pub(crate) fn parse_output(
     stdout: &str,
     spec: &ChipSpec,
     flavor: Flavor,
+    model: Option<ModelFigures>,
 ) -> Result<RunOutcome, HwError> {
     let mut outcome = RunOutcome::default();
     let mut pending = Pending::default();
@@ -915,18 +1283,26 @@ pub(crate) fn parse_output(
             pending.threads = pending.threads.max(emu.threads);
             pending.counters.flops += to_u64(emu.flops);
             pending.counters.dma_bytes += to_u64(emu.dma_bytes);
+            pending.counters.ddr_bytes += to_u64(emu.ddr_bytes);
             pending.counters.stall_cycles += to_u64(emu.stall_cycles);
         } else if let Some(json) = line.strip_prefix("MTSWARM_RESULT ") {
-            let (valid, max_abs_err, flops, error) = match serde_json::from_str::<ResultLine>(json)
-            {
-                Ok(r) => (r.valid, r.max_abs_err, r.flops.unwrap_or(0.0), r.error),
-                Err(e) => (
-                    false,
-                    None,
-                    0.0,
-                    Some(format!("unparseable MTSWARM_RESULT line ({e})")),
-                ),
-            };
+            let (valid, max_abs_err, flops, error, seed) =
+                match serde_json::from_str::<ResultLine>(json) {
+                    Ok(r) => (
+                        r.valid,
+                        r.max_abs_err,
+                        r.flops.unwrap_or(0.0),
+                        r.error,
+                        r.seed,
+                    ),
+                    Err(e) => (
+                        false,
+                        None,
+                        0.0,
+                        Some(format!("unparseable MTSWARM_RESULT line ({e})")),
+                        None,
+                    ),
+                };
             let done = std::mem::take(&mut pending);
             let (modeled_cycles, seconds) = match flavor {
                 Flavor::Emulated => (Some(to_u64(done.cycles)), done.cycles / spec.clock_hz),
@@ -950,14 +1326,29 @@ pub(crate) fn parse_output(
             } else {
                 (0.0, 0.0)
             };
-            outcome.samples.push(RunSample {
+            let mut sample = RunSample {
                 valid,
                 error,
                 modeled_cycles,
                 seconds,
                 max_abs_err,
                 counters: done.counters,
-            });
+                seed,
+            };
+            // Wall-clock figures of the host CPU are not the chip's: only
+            // emulated figures are held to the chip's bounds.
+            if flavor == Flavor::Emulated {
+                let bounds = plausibility::Bounds {
+                    spec,
+                    cores: done.threads,
+                    model,
+                    counted_flops: true,
+                };
+                let flags = plausibility::flags_of(&sample, flops, &bounds);
+                plausibility::apply(&mut sample, &flags);
+                plausibility::collect(&mut outcome, &[flags]);
+            }
+            outcome.samples.push(sample);
         } else if let Some(json) = line.strip_prefix("MTSWARM_ERROR ") {
             let err: ErrorLine = serde_json::from_str(json)
                 .map_err(|e| HwError::Launch(format!("bad MTSWARM_ERROR line ({e}): {json}")))?;
@@ -1075,15 +1466,15 @@ mod tests {
         };
         let s = spec_string(&spec);
         assert!(s.contains("am_bytes=1.2345e4"), "{s}");
-        assert_eq!(s.split(';').count(), 21);
+        assert_eq!(s.split(';').count(), 23);
     }
 
     #[test]
     fn parse_pairs_runtime_lines_with_results() {
         let spec = ChipSpec::default();
-        let out = "MTSWARM_EMU {\"kernel\":\"k\",\"threads\":2,\"kernel_cycles\":1200,\"flops\":64,\"dma_bytes\":8,\"stall_cycles\":3,\"wall_seconds\":0.1}\n\
+        let out = "MTSWARM_EMU {\"kernel\":\"k\",\"threads\":2,\"kernel_cycles\":1200,\"flops\":192000,\"dma_bytes\":8,\"stall_cycles\":3,\"wall_seconds\":0.1}\n\
                    MTSWARM_RESULT {\"valid\":true,\"max_abs_err\":0.0,\"flops\":192000,\"error\":null}\n";
-        let o = parse_output(out, &spec, Flavor::Emulated).expect("parses");
+        let o = parse_output(out, &spec, Flavor::Emulated, None).expect("parses");
         assert!(o.valid);
         assert_eq!(o.modeled_cycles, Some(1200));
         assert!((o.seconds - 1e-6).abs() < 1e-15);
@@ -1112,9 +1503,24 @@ mod tests {
     }
 
     #[test]
+    fn access_hook_calls_are_not_scalar_work() {
+        let spec = ChipSpec::default();
+        let asm = "f:\n\tcall\t__sanitizer_cov_trace_pc@PLT\n\tleaq\t8(%rbx), %rax\n\
+                   \tmovq\t%rax, %rdi\n\tmovq\t%rax, 24(%rsp)\n\tcall\t__tsan_read8@PLT\n\
+                   \tmovq\t24(%rsp), %rax\n\tmovsd\t(%rax), %xmm0\n\taddsd\t%xmm0, %xmm1\n\tret\n";
+        let out = charge_basic_blocks(asm, &spec);
+        // leaq, movsd, addsd, ret: the hook's call, set-up, spill and reload are not counted.
+        assert!(out.contains("block of 4 instructions"), "{out}");
+        assert!(
+            out.contains("$1, %fs:mtswarm_issue@tpoff+8 #mtswarm scalar flops"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn capacity_error_line_becomes_capacity_error() {
         let out = "MTSWARM_ERROR {\"kind\":\"capacity\",\"message\":\"AM capacity exceeded\"}\n";
-        let err = parse_output(out, &ChipSpec::default(), Flavor::Emulated).unwrap_err();
+        let err = parse_output(out, &ChipSpec::default(), Flavor::Emulated, None).unwrap_err();
         assert_eq!(err, HwError::Capacity("AM capacity exceeded".into()));
     }
 }

@@ -6,12 +6,16 @@
 //! hardware lock.
 
 pub mod board;
+pub mod device_check;
 pub mod emulator;
 pub mod faults;
 pub mod fleet;
+pub mod harness;
 pub mod host;
 pub mod lock;
 pub mod measure;
+pub mod plausibility;
+pub mod sandbox;
 pub mod sdk;
 pub mod spec;
 pub mod tune;

@@ -154,6 +154,9 @@ pub struct Measurement {
     pub wall_seconds: f64,
     /// Seconds since the Unix epoch when the measurement finished.
     pub finished_at: u64,
+    /// Harness provenance: file -> sha256 of the harness that judged it.
+    #[serde(default)]
+    pub harness: std::collections::BTreeMap<String, String>,
 }
 
 impl Measurement {
@@ -174,6 +177,7 @@ fn samples_of(outcome: &RunOutcome) -> Vec<RunSample> {
             seconds: outcome.seconds,
             max_abs_err: outcome.max_abs_err,
             counters: outcome.counters,
+            seed: None,
         }]
     } else {
         outcome.samples.clone()
@@ -200,6 +204,17 @@ fn launch_error(outcome: &RunOutcome, samples: &[RunSample], first_index: usize)
         );
     }
     None
+}
+
+/// A backend's plausibility flags (see [`crate::plausibility`]) become the
+/// measurement's: a flagged figure is never trustworthy.
+fn note_flags(result: &mut Measurement, outcome: &RunOutcome) {
+    for flag in &outcome.flags {
+        let text = flag.describe().to_owned();
+        if !result.flags.contains(&text) {
+            result.flags.push(text);
+        }
+    }
 }
 
 fn unix_now() -> u64 {
@@ -246,6 +261,7 @@ pub async fn measure(
         launches: 0,
         wall_seconds: 0.0,
         finished_at: 0,
+        harness: artifact.harness.clone(),
     };
     let request = |runs: u32| RunRequest {
         cores: config.cores,
@@ -263,6 +279,7 @@ pub async fn measure(
     let outcome = board.run(artifact, &request(1)).await?;
     result.launches += 1;
     let samples = samples_of(&outcome);
+    note_flags(&mut result, &outcome);
     if let Some(reason) = launch_error(&outcome, &samples, 0) {
         result.failed_validation = true;
         result.error = Some(format!("validation failed: {reason}"));
@@ -274,6 +291,7 @@ pub async fn measure(
         let outcome = board.run(artifact, &request(config.warmup)).await?;
         result.launches += 1;
         let samples = samples_of(&outcome);
+        note_flags(&mut result, &outcome);
         if let Some(reason) = launch_error(&outcome, &samples, 0) {
             result.error = Some(format!("warm-up {reason}"));
             return Ok(finish(result));
@@ -310,6 +328,7 @@ pub async fn measure(
             .await?;
         result.launches += 1;
         let samples = samples_of(&outcome);
+        note_flags(&mut result, &outcome);
         let first_index = result.samples.len();
         let error = launch_error(&outcome, &samples, first_index);
         total_seconds += samples.iter().map(|s| s.seconds).sum::<f64>();

@@ -88,6 +88,9 @@ pub struct ProcessLimits {
     /// Lower the process's CPU priority by this nice increment (best
     /// effort: a failure leaves the inherited priority).
     pub nice: Option<i32>,
+    /// Files, network and process confinement (see [`crate::sandbox`]).
+    #[serde(skip)]
+    pub sandbox: Option<crate::sandbox::Policy>,
 }
 
 impl Default for ProcessLimits {
@@ -99,6 +102,7 @@ impl Default for ProcessLimits {
             open_files: Some(1024),
             core_dumps: false,
             nice: None,
+            sandbox: None,
         }
     }
 }
@@ -459,6 +463,10 @@ impl Drop for GroupKill {
     }
 }
 
+/// Variables of the daemon's environment a spawned program keeps (none of
+/// them carries a secret); `HOME` and `TMPDIR` become its directory.
+pub const ENV_ALLOWLIST: &[&str] = &["PATH", "LANG", "LC_ALL", "TZ"];
+
 /// How long output may keep arriving after the process exited.
 const OUTPUT_GRACE: Duration = Duration::from_secs(5);
 
@@ -476,7 +484,17 @@ pub async fn run_confined(
         return Err(HwError::Config("empty command".into()));
     };
     let mut command = tokio::process::Command::new(program);
+    // A cleared environment: the daemon's (API keys, NATS credentials) is
+    // not the program's. Only these pass through, then the caller's own.
+    command.env_clear();
+    for key in ENV_ALLOWLIST {
+        if let Some(value) = std::env::var_os(key) {
+            command.env(key, value);
+        }
+    }
     command
+        .env("HOME", cwd)
+        .env("TMPDIR", cwd)
         .args(args)
         .current_dir(cwd)
         .envs(env)
@@ -486,8 +504,15 @@ pub async fn run_confined(
         .process_group(0)
         .kill_on_drop(true);
     let limits = limits.clone();
-    // SAFETY: the closure only calls setrlimit and nice, which are
-    // async-signal-safe, and allocates nothing.
+    let sandbox = match &limits.sandbox {
+        Some(policy) => Some((
+            policy.prepare()?,
+            crate::sandbox::network_namespaces_available(),
+        )),
+        None => None,
+    };
+    // SAFETY: the closure only calls setrlimit, nice and the sandbox's
+    // system calls, which are async-signal-safe, and allocates nothing.
     unsafe {
         command.pre_exec(move || {
             if let Some(increment) = limits.nice {
@@ -509,6 +534,9 @@ pub async fn run_confined(
             }
             if let Some(v) = limits.open_files {
                 set_limit(libc::RLIMIT_NOFILE, v)?;
+            }
+            if let Some((prepared, netns)) = &sandbox {
+                prepared.apply_in_child(*netns)?;
             }
             Ok(())
         });
@@ -643,6 +671,8 @@ struct HarnessResult {
     error: Option<String>,
     #[serde(default)]
     seconds: Option<f64>,
+    #[serde(default)]
+    seed: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -667,6 +697,7 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
                         flops: None,
                         error: None,
                         seconds: None,
+                        seed: None,
                     },
                     Some(format!(
                         "unparseable MTSWARM_RESULT line ({e}): {}",
@@ -708,9 +739,9 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
                         .filter(|f| f.is_finite() && *f > 0.0)
                         .map(|f| f as u64)
                         .unwrap_or(0),
-                    dma_bytes: 0,
-                    stall_cycles: 0,
+                    ..Counters::default()
                 },
+                seed: r.seed,
             }
         })
         .collect()
@@ -872,6 +903,8 @@ impl Board for SdkBoard {
             toolchain: self.toolchain(),
             log,
             defines: request.defines.clone(),
+            harness: crate::harness::harness_hashes(&kernel_dir)?,
+            model: None,
         })
     }
 
@@ -960,6 +993,8 @@ impl Board for SdkBoard {
             wall_seconds: output.wall.as_secs_f64(),
             output_tail: tail(&format!("{}{}", output.stdout, output.stderr), 2000),
             samples,
+            flags: Vec::new(),
+            harness: artifact.harness.clone(),
         })
     }
 }

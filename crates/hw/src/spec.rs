@@ -169,6 +169,12 @@ pub struct CostModel {
     pub barrier_cycles: u64,
     /// GSM bandwidth of one cluster, bytes/s, shared by the cores using it.
     pub gsm_bandwidth: f64,
+    /// Stall of one direct (non-DMA) load or store to DDR, cycles; its bytes
+    /// also take the core's DDR bandwidth share. Not published: an assumed
+    /// uncached round trip.
+    pub ddr_latency_cycles: f64,
+    /// Stall of one direct load or store to GSM, cycles (assumed).
+    pub gsm_latency_cycles: f64,
 }
 
 impl Default for CostModel {
@@ -178,6 +184,8 @@ impl Default for CostModel {
             scalar_block_cycles: 1.0,
             barrier_cycles: 100,
             gsm_bandwidth: 153.6e9,
+            ddr_latency_cycles: 100.0,
+            gsm_latency_cycles: 20.0,
         }
     }
 }

@@ -118,6 +118,9 @@ pub struct TuneSpace {
     /// Work and DDR traffic of one execution per configuration, for
     /// roofline estimates (the optional `[model]` table).
     pub model: Option<PerfModel>,
+    /// Further files of the kernel directory that judge the kernel (inputs,
+    /// references), protected like host.c and tune.toml (see `harness`).
+    pub harness: Vec<String>,
 }
 
 /// Expressions (same syntax and variables as the constraints) giving the
@@ -147,6 +150,8 @@ struct RawSpace {
     params: Vec<RawParam>,
     #[serde(default)]
     model: Option<PerfModel>,
+    #[serde(default)]
+    harness: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -306,6 +311,7 @@ impl TuneSpace {
             tolerance,
             baseline: raw.baseline,
             model: raw.model,
+            harness: raw.harness,
         };
         // Catch malformed expressions now rather than at enumeration time.
         let model_exprs = space.model.iter().flat_map(|m| [&m.flops, &m.bytes]);

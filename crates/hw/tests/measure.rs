@@ -73,6 +73,7 @@ impl Board for ScriptedBoard {
                     flops: self.flops,
                     ..Counters::default()
                 },
+                seed: None,
             });
         }
         let valid = samples.iter().all(|s| s.valid);
@@ -94,6 +95,8 @@ fn artifact(backend: BackendKind) -> Artifact {
         toolchain: "fake-cc 1.0".into(),
         log: String::new(),
         defines: BTreeMap::from([("N".to_string(), "64".to_string())]),
+        harness: BTreeMap::new(),
+        model: None,
     }
 }
 

@@ -432,6 +432,7 @@ fn measurement() -> Measurement {
             flops: 2_000_000,
             ..Default::default()
         },
+        seed: None,
     };
     Measurement {
         slice: "board1/c3".into(),
@@ -454,6 +455,7 @@ fn measurement() -> Measurement {
         launches: 3,
         wall_seconds: 0.25,
         finished_at: 1_800_000_000,
+        harness: Default::default(),
     }
 }
 

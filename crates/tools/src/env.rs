@@ -148,6 +148,8 @@ pub struct ToolEnv {
     pub lock: HwLock,
     pub measure_defaults: MeasureConfig,
     session: Mutex<SessionState>,
+    /// Pristine harness files; builds are staged from them.
+    pub(crate) harness: crate::harness::HarnessStore,
     /// Compiles hold it shared; a benchmark with real host timing holds it
     /// exclusively, so nothing of this session compiles while it is timed.
     pub(crate) compile_gate: Arc<tokio::sync::RwLock<()>>,
@@ -163,8 +165,10 @@ impl ToolEnv {
         spec: ChipSpec,
         lock: HwLock,
         measure_defaults: MeasureConfig,
+        harness: crate::harness::HarnessStore,
     ) -> Self {
         Self {
+            harness,
             workspace,
             board,
             spec,

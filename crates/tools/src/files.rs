@@ -455,6 +455,7 @@ fn write_confined(env: &ToolEnv, shown: &str, content: &str) -> Result<String, T
         )));
     }
     let path = env.workspace.resolve(shown).map_err(path_error)?;
+    env.harness.check_writable(&path, shown)?;
     if path == env.workspace.root() {
         return Err(ToolError::InvalidArgs("a file path is required".into()));
     }
@@ -626,6 +627,8 @@ impl Tool for ApplyPatch {
                 .or_else(|| old_name.clone())
                 .ok_or_else(|| ToolError::InvalidArgs("a diff section names no file".into()))?;
             let resolved = self.0.workspace.resolve(&target).map_err(path_error)?;
+            // Checked before anything is written: a refused file fails the whole patch.
+            self.0.harness.check_writable(&resolved, &target)?;
             let original = if old_name.is_none() && args.path.is_none() {
                 if resolved.exists() {
                     return Err(ToolError::InvalidArgs(format!(

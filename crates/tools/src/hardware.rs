@@ -146,10 +146,11 @@ const COMPILE_SHAPE: Shape = Shape {
 struct BuildJob {
     id: String,
     generation: u64,
-    kernel_dir: PathBuf,
     kernel_dir_rel: String,
     defines: BTreeMap<String, String>,
     out_dir: PathBuf,
+    /// What is built: the kernel's sources with the pristine harness.
+    staged_dir: PathBuf,
 }
 
 /// Compile on the host CPU (shared gate: a host-timed benchmark of this
@@ -160,17 +161,18 @@ async fn run_build(
     job: &BuildJob,
 ) -> Result<Artifact, ToolError> {
     let _compiling = gate.read().await;
-    board
+    let built = board
         .build(&BuildRequest {
-            kernel_dir: job.kernel_dir.clone(),
+            kernel_dir: job.staged_dir.clone(),
             defines: job.defines.clone(),
             out_dir: job.out_dir.clone(),
         })
-        .await
-        .map_err(|e| match e {
-            HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
-            other => hw_error(other),
-        })
+        .await;
+    let _ = std::fs::remove_dir_all(&job.staged_dir);
+    built.map_err(|e| match e {
+        HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
+        other => hw_error(other),
+    })
 }
 
 /// Record a finished build in the session and describe it.
@@ -251,12 +253,13 @@ impl Tool for Compile {
             let mut session = self.0.session();
             (session.next_build_id(), session.source_generation)
         };
+        let staged_dir = self.0.harness.stage(&kernel_dir, &id)?;
         let job = BuildJob {
+            staged_dir,
             out_dir: self.0.workspace.root().join(".build").join(&id),
             kernel_dir_rel: self.0.workspace.relative(&kernel_dir),
             id,
             generation,
-            kernel_dir,
             defines,
         };
         let board = self.0.board.clone();

@@ -19,6 +19,7 @@ pub mod env;
 pub mod estimate;
 pub mod files;
 pub mod hardware;
+pub mod harness;
 pub mod lock;
 mod normalize;
 pub mod results;
@@ -91,12 +92,15 @@ impl ToolSetBuilder {
             .map_err(|e| ToolsError::Spec(e.to_string()))?;
         let lock = self.lock.unwrap_or_default();
         let resource_lock = HwResourceLock::new(lock.clone());
+        let harness = harness::HarnessStore::new(workspace.root())
+            .map_err(|e| ToolsError::Spec(format!("harness store: {e}")))?;
         let env = Arc::new(ToolEnv::new(
             workspace,
             self.board,
             spec,
             lock,
             self.measure.unwrap_or_default(),
+            harness,
         ));
         let tools: Vec<Arc<dyn Tool>> = vec![
             Arc::new(files::ReadFile(env.clone())),

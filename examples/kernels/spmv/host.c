@@ -1,5 +1,6 @@
-/* spmv harness: a deterministic banded random CSR matrix, y = A x checked on
- * every execution against a plain-C reference. */
+/* spmv harness: a banded random CSR matrix (fixed structure, values and x
+ * drawn from each execution's seed), y = A x checked on every execution
+ * against a plain-C reference. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,16 +47,19 @@ int main(int argc, char **argv) {
         }
     }
     row_ptr[NROWS] = nnz;
-    for (uint32_t i = 0; i < NROWS; i++) x[i] = (double)(i % 101) / 50.0 - 1.0;
-    for (uint32_t r = 0; r < NROWS; r++) {
-        double s = 0.0;
-        for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) s += val[k] * x[col[k]];
-        ref[r] = s;
-    }
     int barrier = hthread_barrier_create(cluster);
     double flops = 2.0 * nnz;
     int failed = 0;
     for (int run = 0; run < runs; run++) {
+        /* Fresh values and x from this execution's seed; the structure stays. */
+        uint64_t state = mtswarm_execution_seed(run);
+        for (uint32_t k = 0; k < nnz; k++) val[k] = mtswarm_uniform(&state, -1.0, 1.0);
+        for (uint32_t i = 0; i < NROWS; i++) x[i] = mtswarm_uniform(&state, -1.0, 1.0);
+        for (uint32_t r = 0; r < NROWS; r++) {
+            double s = 0.0;
+            for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) s += val[k] * x[col[k]];
+            ref[r] = s;
+        }
         for (uint32_t i = 0; i < NROWS; i++) y[i] = NAN;
         uint64_t args[6] = {(uint64_t)barrier, (uint64_t)row_ptr, (uint64_t)col,
                             (uint64_t)val,     (uint64_t)x,       (uint64_t)y};

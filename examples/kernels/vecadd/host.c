@@ -1,5 +1,6 @@
-/* vecadd harness: deterministic inputs, every execution checked against a
- * plain-C reference, one MTSWARM_RESULT line per execution. */
+/* vecadd harness: fresh inputs drawn from each execution's seed, every
+ * execution checked against a plain-C reference, one MTSWARM_RESULT line per
+ * execution. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,13 +31,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "vecadd: hthread_malloc failed\n");
         return 1;
     }
-    for (uint64_t i = 0; i < n; i++) {
-        a[i] = (double)(i % 1000) * 0.5;
-        b[i] = 1.0 / (double)(1 + i % 97);
-    }
     int failed = 0;
     for (int run = 0; run < runs; run++) {
-        for (uint64_t i = 0; i < n; i++) c[i] = -1.0;
+        uint64_t state = mtswarm_execution_seed(run);
+        for (uint64_t i = 0; i < n; i++) {
+            a[i] = mtswarm_uniform(&state, -1.0, 1.0);
+            b[i] = mtswarm_uniform(&state, -1.0, 1.0);
+            c[i] = -1.0;
+        }
         uint64_t args[5] = {n, (uint64_t)run, (uint64_t)a, (uint64_t)b, (uint64_t)c};
         int g = hthread_group_create(cluster, cores, "vecadd_kernel", 2, 3, args);
         if (g < 0) {

@@ -4,7 +4,14 @@
  *
  * Protocol: one line per kernel execution on stdout,
  *   MTSWARM_TIME {"seconds":0.0123}     (wall clock of group_exec..group_wait)
- *   MTSWARM_RESULT {"valid":true,"max_abs_err":1e-13,"flops":268435456,"error":null}
+ *   MTSWARM_RESULT {"valid":true,"max_abs_err":1e-13,"flops":268435456,"error":null,"seed":7}
+ *
+ * Inputs change every execution: a harness calls mtswarm_execution_seed(run)
+ * before each execution and draws that execution's inputs from the seed
+ * (mtswarm_uniform), so an answer remembered from an earlier execution or
+ * launch fails validation. The launch's base seed comes from $MTSWARM_SEED
+ * (a fresh value per launch, set by mtswarm), else from the clock; each
+ * execution's seed is reported in its MTSWARM_RESULT line.
  * The emulator's runtime adds its modeled MTSWARM_EMU lines; on a board the
  * MTSWARM_TIME line is the measurement.
  */
@@ -16,8 +23,53 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hthread_host.h"
+
+/* The seed of the current execution (0 before mtswarm_execution_seed). */
+static uint64_t mtswarm_seed_current_;
+static int mtswarm_seed_drawn_;
+
+/* splitmix64: the next pseudo-random 64-bit value of `state`. */
+static inline uint64_t mtswarm_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* A uniform double in [lo, hi) from `state`. */
+static inline double mtswarm_uniform(uint64_t *state, double lo, double hi) {
+    return lo + (hi - lo) * (double)(mtswarm_next(state) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The base seed of this launch. */
+static inline uint64_t mtswarm_launch_seed(void) {
+    const char *s = getenv("MTSWARM_SEED");
+    if (s && *s) {
+        char *end = NULL;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (end != s && *end == '\0') return (uint64_t)v;
+    }
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+}
+
+/* The seed of execution `run` of this launch: draw its inputs from it. */
+static inline uint64_t mtswarm_execution_seed(int run) {
+    static uint64_t base;
+    static int have_base;
+    if (!have_base) {
+        base = mtswarm_launch_seed();
+        have_base = 1;
+    }
+    uint64_t state = base ^ ((uint64_t)run * 0xD1B54A32D192ED03ull);
+    mtswarm_seed_current_ = mtswarm_next(&state);
+    mtswarm_seed_drawn_ = 1;
+    return mtswarm_seed_current_;
+}
 
 /* `--runs N` (default 1): kernel executions in this process. */
 static inline int mtswarm_parse_runs(int argc, char **argv) {
@@ -87,6 +139,7 @@ static inline void mtswarm_report(int valid, double max_abs_err, double flops, c
     } else {
         fputs("null", stdout);
     }
+    if (mtswarm_seed_drawn_) printf(",\"seed\":%llu", (unsigned long long)mtswarm_seed_current_);
     fputs("}\n", stdout);
     fflush(stdout);
 }

@@ -103,6 +103,7 @@ struct spec {
     double ddr_bytes_per_cluster, ddr_bandwidth, dma_startup_cycles;
     double get_clk_cycles, vlddw_cycles;
     double vector_mem_slots, scalar_block_cycles, barrier_cycles, gsm_bandwidth;
+    double ddr_latency_cycles, gsm_latency_cycles;
 };
 
 static const struct {
@@ -130,6 +131,8 @@ static const struct {
     {"model.scalar_block_cycles", offsetof(struct spec, scalar_block_cycles)},
     {"model.barrier_cycles", offsetof(struct spec, barrier_cycles)},
     {"model.gsm_bandwidth", offsetof(struct spec, gsm_bandwidth)},
+    {"model.ddr_latency_cycles", offsetof(struct spec, ddr_latency_cycles)},
+    {"model.gsm_latency_cycles", offsetof(struct spec, gsm_latency_cycles)},
 };
 #define N_SPEC_KEYS (sizeof spec_keys / sizeof spec_keys[0])
 
@@ -229,6 +232,7 @@ struct core_state {
     unsigned int next_chan;
     double flops;
     double dma_bytes;
+    double ddr_bytes; /* bytes moved over DDR: DMA and direct accesses */
     double stall;
 };
 
@@ -362,27 +366,124 @@ static double ddr_bytes_per_cycle(const struct core_state *cs) {
     return S.ddr_bandwidth / S.clusters / S.clock_hz / cs->group->nthreads;
 }
 
+static double gsm_bytes_per_cycle(const struct core_state *cs) {
+    return S.gsm_bandwidth / S.clock_hz / cs->group->nthreads;
+}
+
 /* Bring the core's clock up to date with the work issued since the last
- * synchronisation point. */
+ * synchronisation point.
+ *
+ * Compute: the issue classes run in parallel VLIW slots, so the busiest
+ * one sets the time. Direct accesses to GSM and DDR (loads and stores that
+ * do not go through DMA) stall the in-order core for their latency each,
+ * and their bytes go through the core's port to the shared level at the
+ * core's bandwidth share, after any DMA transfer already queued there: no
+ * mix of DMA and direct accesses moves data faster than the share. */
 static void fold(struct core_state *cs) {
     if (host_backend()) return;
     struct mtswarm_issue_counters *c = &mtswarm_issue;
     double bcast_slots = S.vector_issue_slots - S.fma_per_lane - S.vector_mem_slots;
     if (bcast_slots < 1) bcast_slots = 1;
-    double scalar = (double)c->scalar_millicycles / 1000.0;
+    double scalar = (double)c->scalar_millicycles / 1000.0 + (double)c->sm_words / S.vector_mem_slots;
     double fma = (double)(c->vector_fma + c->vector_mul) / S.fma_per_lane;
     double mem = (double)c->vector_mem / S.vector_mem_slots;
     double bcast = (double)c->vector_bcast / bcast_slots;
     double busy = fmax(fmax(scalar, fma), fmax(mem, bcast));
-    /* Vector accesses outside AM go to memory one vector at a time. */
-    double remote = (double)c->remote_vector_mem *
-                    (S.vlddw_cycles + S.dma_startup_cycles +
-                     MTSWARM_VECTOR_BYTES / ddr_bytes_per_cycle(cs));
-    cs->clk += busy + remote;
-    cs->stall += remote;
-    cs->flops += ((double)c->vector_fma * 2.0 + (double)c->vector_mul) * S.vector_lanes;
-    c->scalar_millicycles = c->vector_fma = c->vector_mul = c->vector_mem = c->vector_bcast = 0;
-    c->remote_vector_mem = 0;
+    double latency = (double)c->ddr_accesses * S.ddr_latency_cycles +
+                     (double)c->gsm_accesses * S.gsm_latency_cycles;
+    double clk = cs->clk + busy + latency;
+    if (c->ddr_bytes || c->gsm_bytes) {
+        double transfer = (double)c->ddr_bytes / ddr_bytes_per_cycle(cs) +
+                          (double)c->gsm_bytes / gsm_bytes_per_cycle(cs);
+        double start = cs->clk > cs->dma_free ? cs->clk : cs->dma_free;
+        cs->dma_free = start + transfer;
+        if (cs->dma_free > clk) clk = cs->dma_free;
+    }
+    cs->stall += clk - (cs->clk + busy);
+    cs->clk = clk;
+    cs->ddr_bytes += (double)c->ddr_bytes;
+    cs->flops += ((double)c->vector_fma * 2.0 + (double)c->vector_mul) * S.vector_lanes +
+                 (double)c->scalar_flops;
+    c->scalar_millicycles = c->scalar_flops = c->vector_fma = c->vector_mul = 0;
+    c->vector_mem = c->vector_bcast = c->sm_words = 0;
+    c->gsm_accesses = c->gsm_bytes = c->ddr_accesses = c->ddr_bytes = 0;
+}
+
+/* ------------------------------------------------- memory access charges */
+
+/* Hooks of gcc's -fsanitize=thread instrumentation: the kernel is compiled
+ * with it (and linked without libtsan), so every load and store of device
+ * code lands here with its address and size and is charged by the level it
+ * touches. This core's AM, SM and stack (device stacks live in SM) are
+ * on-core: a scalar access costs only its issue slot (counted with its
+ * basic block); a bulk access (>= 16 bytes: vectors, struct copies) takes
+ * the vector load/store units in AM and one word per slot in SM. GSM and
+ * anything else (hthread_malloc memory, other cores' scratchpads, static
+ * data) are charged as direct accesses to GSM or DDR (see fold). */
+static inline void charge_access(const void *ptr, size_t size) {
+    struct mtswarm_issue_counters *c = &mtswarm_issue;
+    uintptr_t a = (uintptr_t)ptr;
+    if (a - c->am_lo < c->am_hi - c->am_lo) {
+        if (size >= 16) c->vector_mem += (size + MTSWARM_VECTOR_BYTES - 1) / MTSWARM_VECTOR_BYTES;
+        return;
+    }
+    if (a - c->sm_lo < c->sm_hi - c->sm_lo || a - c->stack_lo < c->stack_hi - c->stack_lo) {
+        if (size >= 16) c->sm_words += (size + 7) / 8;
+        return;
+    }
+    uint64_t requests = (size + MTSWARM_VECTOR_BYTES - 1) / MTSWARM_VECTOR_BYTES;
+    uint64_t bytes = (size + 7) / 8 * 8;
+    if (__start_mtswarm_gsm && a - (uintptr_t)__start_mtswarm_gsm <
+                                   (uintptr_t)__stop_mtswarm_gsm - (uintptr_t)__start_mtswarm_gsm) {
+        c->gsm_accesses += requests;
+        c->gsm_bytes += bytes;
+    } else {
+        c->ddr_accesses += requests;
+        c->ddr_bytes += bytes;
+    }
+}
+
+#define MTSWARM_ACCESS_HOOKS(n)                                                \
+    void __tsan_read##n(void *p) { charge_access(p, n); }                     \
+    void __tsan_write##n(void *p) { charge_access(p, n); }                    \
+    void __tsan_unaligned_read##n(void *p) { charge_access(p, n); }           \
+    void __tsan_unaligned_write##n(void *p) { charge_access(p, n); }          \
+    void __tsan_volatile_read##n(void *p) { charge_access(p, n); }            \
+    void __tsan_volatile_write##n(void *p) { charge_access(p, n); }           \
+    void __tsan_unaligned_volatile_read##n(void *p) { charge_access(p, n); }  \
+    void __tsan_unaligned_volatile_write##n(void *p) { charge_access(p, n); }
+MTSWARM_ACCESS_HOOKS(1)
+MTSWARM_ACCESS_HOOKS(2)
+MTSWARM_ACCESS_HOOKS(4)
+MTSWARM_ACCESS_HOOKS(8)
+MTSWARM_ACCESS_HOOKS(16)
+void __tsan_read_range(void *p, size_t n) { charge_access(p, n); }
+void __tsan_write_range(void *p, size_t n) { charge_access(p, n); }
+/* Module constructor and function hooks of the instrumentation: nothing to
+ * do (the build turns function entry/exit hooks off). */
+void __tsan_init(void) {}
+void __tsan_func_entry(void *pc) { (void)pc; }
+void __tsan_func_exit(void) {}
+
+/* memcpy / memset / memmove called from device code (the build renames
+ * them to these): their bytes are accesses like any other. */
+void *mtswarm_dev_memcpy(void *dst, const void *src, size_t n) {
+    if (n) {
+        charge_access(src, n);
+        charge_access(dst, n);
+    }
+    return memcpy(dst, src, n);
+}
+void *mtswarm_dev_memmove(void *dst, const void *src, size_t n) {
+    if (n) {
+        charge_access(src, n);
+        charge_access(dst, n);
+    }
+    return memmove(dst, src, n);
+}
+void *mtswarm_dev_memset(void *dst, int value, size_t n) {
+    if (n) charge_access(dst, n);
+    return memset(dst, value, n);
 }
 
 static void stall_until(struct core_state *cs, double t) {
@@ -515,7 +616,19 @@ static void *core_main(void *arg) {
     current_core = cs;
     memset(&mtswarm_issue, 0, sizeof mtswarm_issue);
     mtswarm_issue.am_lo = (uintptr_t)cs->mem->am.base;
-    mtswarm_issue.am_span = cs->mem->am.capacity - MTSWARM_VECTOR_BYTES + 1;
+    mtswarm_issue.am_hi = (uintptr_t)cs->mem->am.base + cs->mem->am.capacity;
+    mtswarm_issue.sm_lo = (uintptr_t)cs->mem->sm.base;
+    mtswarm_issue.sm_hi = (uintptr_t)cs->mem->sm.base + cs->mem->sm.capacity;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void *stack = NULL;
+        size_t stack_size = 0;
+        if (pthread_attr_getstack(&attr, &stack, &stack_size) == 0) {
+            mtswarm_issue.stack_lo = (uintptr_t)stack;
+            mtswarm_issue.stack_hi = (uintptr_t)stack + stack_size;
+        }
+        pthread_attr_destroy(&attr);
+    }
     uint64_t *a = g->args;
     ((kernel_fn)g->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
                        a[12], a[13], a[14], a[15]);
@@ -629,12 +742,13 @@ int hthread_group_wait(int group_id) {
     clock_gettime(CLOCK_MONOTONIC, &end);
     double wall = (double)(end.tv_sec - g->wall_start.tv_sec) +
                   (double)(end.tv_nsec - g->wall_start.tv_nsec) * 1e-9;
-    double kernel = 0, flops = 0, bytes = 0, stall = 0;
+    double kernel = 0, flops = 0, bytes = 0, ddr = 0, stall = 0;
     for (int i = 0; i < g->nthreads; i++) {
         struct core_state *cs = &g->cores[i];
         if (cs->clk > kernel) kernel = cs->clk;
         flops += cs->flops;
         bytes += cs->dma_bytes;
+        ddr += cs->ddr_bytes;
         stall += cs->stall;
     }
     pthread_mutex_lock(&out_lock);
@@ -645,8 +759,8 @@ int hthread_group_wait(int group_id) {
     for (int i = 0; i < g->nthreads; i++)
         printf("%s%.0f", i ? "," : "", ceil(g->cores[i].clk));
     printf("],\"kernel_cycles\":%.0f,\"seconds\":%.9e,\"flops\":%.0f,\"dma_bytes\":%.0f,"
-           "\"stall_cycles\":%.0f,\"wall_seconds\":%.9e}\n",
-           ceil(kernel), host_backend() ? wall : ceil(kernel) / sp->clock_hz, flops, bytes,
+           "\"ddr_bytes\":%.0f,\"stall_cycles\":%.0f,\"wall_seconds\":%.9e}\n",
+           ceil(kernel), host_backend() ? wall : ceil(kernel) / sp->clock_hz, flops, bytes, ddr,
            ceil(stall), wall);
     fflush(stdout);
     pthread_mutex_unlock(&out_lock);
@@ -917,10 +1031,12 @@ unsigned int dma_p2p(const void *src, unsigned long src_rows, unsigned int src_r
     if (host_backend()) return ch;
     fold(cs);
     double per_cycle;
-    if (sl == LEVEL_DDR || dl == LEVEL_DDR)
-        per_cycle = ddr_bytes_per_cycle(cs);
+    /* A DDR-to-DDR copy moves its bytes over DDR twice (read and write). */
+    double ddr_ends = (double)(sl == LEVEL_DDR) + (double)(dl == LEVEL_DDR);
+    if (ddr_ends > 0)
+        per_cycle = ddr_bytes_per_cycle(cs) / ddr_ends;
     else if (sl == LEVEL_GSM || dl == LEVEL_GSM)
-        per_cycle = S.gsm_bandwidth / S.clock_hz / cs->group->nthreads;
+        per_cycle = gsm_bytes_per_cycle(cs);
     else
         per_cycle = S.gsm_bandwidth / S.clock_hz; /* core-local AM <-> SM */
     double start = cs->clk > cs->dma_free ? cs->clk : cs->dma_free;
@@ -928,6 +1044,7 @@ unsigned int dma_p2p(const void *src, unsigned long src_rows, unsigned int src_r
     cs->dma_free = done;
     cs->chan_done[ch % CHANNEL_RING] = done;
     cs->dma_bytes += (double)src_total;
+    cs->ddr_bytes += (double)src_total * ddr_ends;
     return ch;
 }
 

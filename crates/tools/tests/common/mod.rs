@@ -89,6 +89,8 @@ impl ScriptedBoard {
             toolchain: "scripted-cc".into(),
             log: String::new(),
             defines: request.defines.clone(),
+            harness: Default::default(),
+            model: None,
         })
     }
 
@@ -120,6 +122,7 @@ impl ScriptedBoard {
                         flops: 1_000_000,
                         ..Counters::default()
                     },
+                    seed: None,
                 }
             })
             .collect();

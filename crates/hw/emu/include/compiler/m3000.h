@@ -20,16 +20,25 @@ typedef lvector double mtswarm_vdouble;
 
 /* Per-core issue counters of the running device thread, folded into the
  * core's clock by the runtime at every synchronisation point. The field
- * order is known to the build (scalar_millicycles at offset 0). */
+ * order is known to the build (scalar_millicycles at offset 0, scalar_flops
+ * at offset 8: the build's scalar-cost pass adds to both inline).
+ *
+ * Loads and stores are not charged here: the kernel is compiled with gcc's
+ * thread-sanitizer instrumentation, and the runtime's __tsan_read / write
+ * hooks charge every access by the memory level it touches (see
+ * emu_runtime.c), the accesses of vec_ld / vec_st included. */
 struct mtswarm_issue_counters {
     uint64_t scalar_millicycles; /* scalar basic blocks, charged by the build */
+    uint64_t scalar_flops;       /* scalar FP arithmetic, charged by the build */
     uint64_t vector_fma;         /* fused multiply-adds (2 flops per lane) */
     uint64_t vector_mul;         /* multiplies on the FMA units (1 flop per lane) */
-    uint64_t vector_mem;
+    uint64_t vector_mem;         /* vector accesses to this core's AM */
     uint64_t vector_bcast;
-    uint64_t remote_vector_mem; /* vector loads/stores outside this core's AM */
-    uintptr_t am_lo;            /* this core's AM window: [am_lo, am_lo + am_span + 128) */
-    uintptr_t am_span;
+    uint64_t sm_words;           /* words of bulk (>= 16 byte) accesses to SM */
+    uint64_t gsm_accesses, gsm_bytes; /* direct accesses to the cluster's GSM */
+    uint64_t ddr_accesses, ddr_bytes; /* direct (non-DMA) accesses to DDR */
+    /* This core's windows, set by the runtime when the core starts. */
+    uintptr_t am_lo, am_hi, sm_lo, sm_hi, stack_lo, stack_hi;
 };
 extern __thread struct mtswarm_issue_counters mtswarm_issue;
 
@@ -37,7 +46,6 @@ extern __thread struct mtswarm_issue_counters mtswarm_issue;
 
 #if defined(MTSWARM_HOST_BACKEND)
 #define MTSWARM_CHARGE(field) ((void)0)
-#define MTSWARM_CHARGE_MEM(p) ((void)(p))
 #elif defined(__x86_64__)
 /* The charging code is inline assembly whose lines end in `#mtswarm`, so the
  * build's scalar-cost pass can leave it out of the kernel's instruction
@@ -47,31 +55,8 @@ extern __thread struct mtswarm_issue_counters mtswarm_issue;
                      :                                                            \
                      : "i"(MTSWARM_OFF(field))                                    \
                      : "cc")
-/* remote += (p - am_lo >= am_span), without a branch. */
-#define MTSWARM_CHARGE_MEM(p)                                                     \
-    do {                                                                          \
-        uintptr_t mtswarm_t_;                                                     \
-        __asm__ volatile("movq %1, %0 #mtswarm\n\t"                               \
-                         "subq %%fs:mtswarm_issue@tpoff+%c2, %0 #mtswarm\n\t"     \
-                         "cmpq %%fs:mtswarm_issue@tpoff+%c3, %0 #mtswarm\n\t"     \
-                         "cmc #mtswarm\n\t"                                       \
-                         "adcq $0, %%fs:mtswarm_issue@tpoff+%c4 #mtswarm\n\t"     \
-                         "addq $1, %%fs:mtswarm_issue@tpoff+%c5 #mtswarm"          \
-                         : "=&r"(mtswarm_t_)                                      \
-                         : "r"((uintptr_t)(p)), "i"(MTSWARM_OFF(am_lo)),          \
-                           "i"(MTSWARM_OFF(am_span)), "i"(MTSWARM_OFF(remote_vector_mem)), \
-                           "i"(MTSWARM_OFF(vector_mem))                           \
-                         : "cc");                                                 \
-    } while (0)
 #else
 #define MTSWARM_CHARGE(field) (mtswarm_issue.field += 1)
-/* Branch-free on purpose: a branch would add basic blocks to the kernel. */
-#define MTSWARM_CHARGE_MEM(p)                                                     \
-    do {                                                                          \
-        mtswarm_issue.vector_mem += 1;                                            \
-        mtswarm_issue.remote_vector_mem +=                                        \
-            (uint64_t)((uintptr_t)(p) - mtswarm_issue.am_lo >= mtswarm_issue.am_span); \
-    } while (0)
 #endif
 
 /* Load 16 doubles (any alignment). */
@@ -79,15 +64,13 @@ static inline __attribute__((always_inline)) mtswarm_vdouble vec_ld(unsigned lon
                                                                     const void *base) {
     const char *p = (const char *)base + offset;
     mtswarm_vdouble v;
-    MTSWARM_CHARGE_MEM(p);
-    memcpy(&v, p, sizeof v);
+    memcpy(&v, p, sizeof v); /* one 128-byte access: charged by the hooks */
     return v;
 }
 
 static inline __attribute__((always_inline)) void vec_st(mtswarm_vdouble v, unsigned long offset,
                                                          void *base) {
     char *p = (char *)base + offset;
-    MTSWARM_CHARGE_MEM(p);
     memcpy(p, &v, sizeof v);
 }
 

@@ -1,0 +1,262 @@
+//! Confinement of launched kernels and of builds.
+//!
+//! Kernel code is written by a model rewarded for speed and runs on the
+//! daemon's host: it must not read the daemon's secrets or files, reach the
+//! network (NATS listens on 127.0.0.1), write outside its launch directory,
+//! start processes (a fork bomb, a `setsid` child that outlives the job) or
+//! poison the shared caches. Each mechanism is a well-kept kernel feature:
+//!
+//! - a cleared environment with an allowlist (in `sdk::run_confined`);
+//! - Landlock (the `landlock` crate): reads only below the allowed paths,
+//!   writes only below the writable ones, no TCP bind or connect;
+//! - seccomp (the `seccompiler` crate): no `socket`, and for launches no
+//!   `fork`, `vfork` or process-creating `clone` (threads still work), so a
+//!   launch has no descendants that could outlive it;
+//! - a new network namespace when the process may create one (root, as on
+//!   CI and the farm's hosts): no interface, so nothing is reachable.
+//!
+//! Rulesets and filters are prepared in the parent; the child only makes the
+//! async-signal-safe system calls that apply them, between fork and exec.
+//! Where the kernel lacks a mechanism a warning is logged once and the other
+//! layers stay in force: the sandbox never fails open silently.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, path_beneath_rules,
+};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use crate::HwError;
+
+/// What a confined process may touch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Policy {
+    /// Readable trees (the toolchain's and the system libraries are added).
+    pub read: Vec<PathBuf>,
+    /// Readable and writable trees.
+    pub write: Vec<PathBuf>,
+    /// No fork/vfork/clone of processes (threads are fine): for launches.
+    pub no_processes: bool,
+}
+
+/// System trees every confined program needs to start (dynamic loader,
+/// libc, the compiler's own files).
+const SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/bin",
+    "/etc/ld.so.cache",
+    "/dev/null",
+    "/dev/urandom",
+    "/sys/devices/system/cpu",
+];
+
+/// A policy prepared for one spawn: the Landlock ruleset fd and the seccomp
+/// programs, ready to apply in the child.
+#[derive(Debug)]
+pub struct Prepared {
+    landlock: Option<OwnedFd>,
+    filters: Vec<BpfProgram>,
+}
+
+fn warn_once(once: &'static Once, what: &str, why: &str) {
+    once.call_once(|| {
+        tracing::warn!(
+            "sandbox: {what} is not available on this host ({why}); launches and builds keep \
+             the other confinement layers"
+        );
+    });
+}
+
+static LANDLOCK_MISSING: Once = Once::new();
+static SECCOMP_MISSING: Once = Once::new();
+static NETNS_MISSING: Once = Once::new();
+
+impl Policy {
+    /// Build the ruleset and filters (in the parent, before spawning).
+    pub fn prepare(&self) -> Result<Prepared, HwError> {
+        Ok(Prepared {
+            landlock: self.landlock_ruleset(),
+            filters: self.filters()?,
+        })
+    }
+
+    fn landlock_ruleset(&self) -> Option<OwnedFd> {
+        let abi = ABI::V5;
+        let build = || -> Result<Option<OwnedFd>, landlock::RulesetError> {
+            let read_paths = SYSTEM_READ
+                .iter()
+                .map(PathBuf::from)
+                .chain(self.read.iter().cloned())
+                .filter(|p| p.exists());
+            let created = Ruleset::default()
+                .set_compatibility(CompatLevel::BestEffort)
+                .handle_access(AccessFs::from_all(abi))?
+                .handle_access(AccessNet::from_all(abi))?
+                .create()?
+                .add_rules(path_beneath_rules(
+                    read_paths,
+                    AccessFs::from_read(abi) | AccessFs::Execute,
+                ))?
+                .add_rules(path_beneath_rules(&self.write, AccessFs::from_all(abi)))?;
+            Ok(created.into())
+        };
+        match build() {
+            Ok(Some(fd)) => Some(fd),
+            Ok(None) => {
+                warn_once(
+                    &LANDLOCK_MISSING,
+                    "Landlock",
+                    "the kernel does not enable it",
+                );
+                None
+            }
+            Err(e) => {
+                warn_once(&LANDLOCK_MISSING, "Landlock", &e.to_string());
+                None
+            }
+        }
+    }
+
+    fn filters(&self) -> Result<Vec<BpfProgram>, HwError> {
+        let arch = match TargetArch::try_from(std::env::consts::ARCH) {
+            Ok(arch) => arch,
+            Err(e) => {
+                warn_once(&SECCOMP_MISSING, "seccomp", &format!("{e:?}"));
+                return Ok(Vec::new());
+            }
+        };
+        let err = |e: seccompiler::BackendError| HwError::Launch(format!("seccomp filter: {e}"));
+        let mut denied: std::collections::BTreeMap<i64, Vec<SeccompRule>> = Default::default();
+        denied.insert(libc::SYS_socket, Vec::new());
+        denied.insert(libc::SYS_socketpair, Vec::new());
+        let mut filters = Vec::new();
+        if self.no_processes {
+            #[cfg(target_arch = "x86_64")]
+            {
+                denied.insert(libc::SYS_fork, Vec::new());
+                denied.insert(libc::SYS_vfork, Vec::new());
+            }
+            // clone without CLONE_THREAD creates a process.
+            let no_thread = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(libc::CLONE_THREAD as u64),
+                0,
+            )
+            .map_err(err)?;
+            denied.insert(
+                libc::SYS_clone,
+                vec![SeccompRule::new(vec![no_thread]).map_err(err)?],
+            );
+            // clone3 passes its flags in memory a filter cannot read: it
+            // answers ENOSYS, and the C library falls back to clone.
+            let mut clone3: std::collections::BTreeMap<i64, Vec<SeccompRule>> = Default::default();
+            clone3.insert(libc::SYS_clone3, Vec::new());
+            let filter = SeccompFilter::new(
+                clone3,
+                SeccompAction::Allow,
+                SeccompAction::Errno(libc::ENOSYS as u32),
+                arch,
+            )
+            .map_err(err)?;
+            filters.push(BpfProgram::try_from(filter).map_err(err)?);
+        }
+        let filter = SeccompFilter::new(
+            denied,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+            arch,
+        )
+        .map_err(err)?;
+        filters.push(BpfProgram::try_from(filter).map_err(err)?);
+        Ok(filters)
+    }
+}
+
+/// Whether this process may create a network namespace (checked once, in a
+/// throw-away child, so the answer is known before any launch relies on it).
+pub fn network_namespaces_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        // SAFETY: the child only calls unshare and _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = unsafe { libc::unshare(libc::CLONE_NEWNET) } == 0;
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        if pid < 0 {
+            return false;
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child forked above.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+        if !ok {
+            warn_once(
+                &NETNS_MISSING,
+                "a network namespace",
+                "unshare(CLONE_NEWNET) is refused without CAP_SYS_ADMIN",
+            );
+        }
+        ok
+    })
+}
+
+impl Prepared {
+    /// Apply in the child between fork and exec. Only async-signal-safe
+    /// system calls; the first failure is returned (the spawn fails, which
+    /// is never silent).
+    pub fn apply_in_child(&self, new_netns: bool) -> std::io::Result<()> {
+        if new_netns {
+            // SAFETY: plain system call.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        // SAFETY: plain system calls on a valid ruleset fd.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(fd) = &self.landlock
+                && libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        for filter in &self.filters {
+            seccompiler::apply_filter(filter)
+                .map_err(|e| std::io::Error::other(format!("seccomp: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// The policy of a launch in `dir`: it reads and writes its own directory
+/// and reads the system libraries; no processes, no network.
+pub fn launch_policy(dir: &Path) -> Policy {
+    Policy {
+        read: Vec::new(),
+        write: vec![dir.to_path_buf()],
+        no_processes: true,
+    }
+}
+
+/// The policy of a build step: reads `read` (kernel directory, emulator
+/// headers and runtime) and the toolchain, writes `cwd`; no network.
+pub fn build_policy(cwd: &Path, read: &[PathBuf]) -> Policy {
+    Policy {
+        read: read.to_vec(),
+        write: vec![cwd.to_path_buf()],
+        no_processes: false,
+    }
+}

@@ -1,0 +1,111 @@
+//! The harness is not the agent's: write_file and apply_patch refuse
+//! host.c and tune.toml, and a harness changed on disk behind the tools'
+//! back is not the one that builds and runs (the pristine one is, and its
+//! hash is in the result).
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::{call, copy_dir, examples_dir, invalid_args};
+use mtswarm_hw::emulator::EmulatorBoard;
+use mtswarm_hw::harness::file_hash;
+use mtswarm_hw::{BackendKind, ChipSpec, Slice};
+use mtswarm_tools::ToolSet;
+use serde_json::json;
+
+fn tools() -> (tempfile::TempDir, ToolSet) {
+    let ws = tempfile::tempdir().expect("workspace");
+    copy_dir(&examples_dir().join("vecadd"), &ws.path().join("vecadd"));
+    let slice = Slice {
+        board: "emu0".into(),
+        cluster: Some(0),
+        cores: 2,
+        backend: BackendKind::Emulator,
+    };
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("emu-cache");
+    let board = EmulatorBoard::new(slice, ChipSpec::default())
+        .expect("board")
+        .with_cache_dir(cache);
+    let tools = ToolSet::builder(ws.path(), Arc::new(board))
+        .build()
+        .expect("tools");
+    (ws, tools)
+}
+
+#[tokio::test]
+async fn the_file_tools_refuse_harness_files() {
+    let (ws, tools) = tools();
+    let original = std::fs::read_to_string(ws.path().join("vecadd/host.c")).expect("host.c");
+    for path in ["vecadd/host.c", "vecadd/tune.toml", "./vecadd/host.c"] {
+        let msg = invalid_args(
+            call(
+                &tools,
+                "write_file",
+                json!({"path": path, "content": "int main(){}"}),
+            )
+            .await,
+        );
+        assert!(
+            msg.contains("harness") && msg.contains("read-only"),
+            "{msg}"
+        );
+    }
+    let patch = "--- a/vecadd/tune.toml\n+++ b/vecadd/tune.toml\n@@ -1 +1 @@\n-# c = a + b over N doubles: bandwidth-bound.\n+# mine now\n";
+    let msg = invalid_args(call(&tools, "apply_patch", json!({"patch": patch})).await);
+    assert!(msg.contains("read-only"), "{msg}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("vecadd/host.c")).expect("host.c"),
+        original
+    );
+    // The kernel itself stays the agent's to edit.
+    let kernel = std::fs::read_to_string(ws.path().join("vecadd/kernel.c")).expect("kernel.c");
+    call(
+        &tools,
+        "write_file",
+        json!({"path": "vecadd/kernel.c", "content": kernel}),
+    )
+    .await
+    .expect("kernel.c is writable");
+}
+
+#[tokio::test]
+async fn a_harness_changed_on_disk_is_not_used() {
+    let (ws, tools) = tools();
+    // Behind the tools' back: a "harness" that reports success without
+    // running anything, at an absurd rate.
+    std::fs::write(
+        ws.path().join("vecadd/host.c"),
+        "#include <stdio.h>\nint main(void) { puts(\"MTSWARM_RESULT {\\\"valid\\\":true,\\\"flops\\\":1e15}\"); return 0; }\n",
+    )
+    .expect("tamper");
+    call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": "N=16384,CHUNK=512"}),
+    )
+    .await
+    .expect("compile");
+    let out = call(&tools, "run", json!({"cores": 2})).await.expect("run");
+    let outcome = &out.data.as_ref().expect("data")["outcome"];
+    assert_eq!(outcome["valid"], true, "{}", out.content);
+    // The pristine harness ran the kernel (the tampered one never would).
+    assert!(
+        outcome["modeled_cycles"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        out.content
+    );
+    let pristine = file_hash(&examples_dir().join("vecadd/host.c")).expect("hash");
+    assert_eq!(
+        outcome["harness"]["host.c"],
+        json!(pristine),
+        "{}",
+        out.content
+    );
+    assert!(
+        outcome["harness"]["tune.toml"].is_string(),
+        "{}",
+        out.content
+    );
+}
