@@ -68,10 +68,13 @@
 pub mod approvals;
 pub mod config;
 mod daemon;
+pub mod digest;
 pub mod error;
 pub mod fleet;
+mod grounding;
 pub mod journal;
 pub mod policy;
+pub mod outcome;
 mod reassign;
 pub mod results;
 pub mod runner;
