@@ -153,6 +153,7 @@ pub(crate) async fn transition(
         previous: previous as i32,
         current: current as i32,
         reason: reason.to_string(),
+        outcome: record.outcome.clone().filter(|_| is_final(current)),
     });
     if let Err(error) = shared.journal.append_confirmed(job_id, event).await {
         tracing::warn!(%error, job_id, "state change not journaled");
