@@ -6,14 +6,15 @@
 //!
 //! Which records count: those of a task's accepted attempt (the fencing rule
 //! of [`crate::results`] applies to measurements too: a record of a stale
-//! attempt is not the job's). The best is the fastest trustworthy record
-//! (valid, unflagged, benchmarked, with a GFLOPS figure); its speed-up is
+//! attempt is not the job's). The best is the fastest usable record
+//! (valid, unflagged, benchmarked with a median time; ranked by GFLOPS,
+//! then by median time); its speed-up is
 //! over the kernel's tune.toml baseline measured in the same job on the
 //! same kind of slice (backend and cores), when such a record exists.
 
 use std::collections::{BTreeMap, HashMap};
 
-use mtswarm_bus::results::{ResultQuery, ResultRecord, ResultsStore};
+use mtswarm_bus::results::{CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
 use mtswarm_bus::v1;
 
 use crate::results::TaskView;
@@ -90,11 +91,7 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
             .or_default() += 1;
     }
     outcome.candidates_by_status = by_status.into_iter().collect();
-    let trusted: Vec<&ResultRecord> = accepted
-        .iter()
-        .copied()
-        .filter(|r| r.trustworthy())
-        .collect();
+    let trusted: Vec<&ResultRecord> = accepted.iter().copied().filter(|r| usable(r)).collect();
     outcome.valid_records = count(trusted.len());
     let best = trusted
         .iter()
@@ -104,6 +101,9 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
             let ga = a.gflops.unwrap_or(f64::NEG_INFINITY);
             let gb = b.gflops.unwrap_or(f64::NEG_INFINITY);
             ga.total_cmp(&gb)
+                // Without a flop count (a kernel the counters do not see),
+                // the faster median wins.
+                .then(median_of(b).total_cmp(&median_of(a)))
                 // Equal figures: the earliest record, so the pick is stable.
                 .then(b.timestamp_ms.cmp(&a.timestamp_ms))
         });
@@ -112,6 +112,29 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
         None => outcome.failure_reason = failure_reason(&outcome, tasks, &accepted),
     }
     outcome
+}
+
+/// A valid, unflagged, benchmarked figure: fit to be a job's result. A
+/// GFLOPS figure is not required (a kernel whose flops the counters do not
+/// see still has a median time).
+fn usable(record: &ResultRecord) -> bool {
+    record.valid
+        && record.flags.is_empty()
+        && record.gflops.is_none_or(f64::is_finite)
+        && matches!(
+            record.status(),
+            CandidateStatus::Benchmarked | CandidateStatus::Unknown
+        )
+        && median_of(record).is_finite()
+}
+
+fn median_of(record: &ResultRecord) -> f64 {
+    record
+        .stats
+        .as_ref()
+        .map(|s| s.median)
+        .filter(|m| *m > 0.0)
+        .unwrap_or(f64::INFINITY)
 }
 
 fn count(n: usize) -> u32 {
