@@ -193,6 +193,47 @@ impl CandidateStatus {
     }
 }
 
+impl CandidateStatus {
+    /// What happened to a candidate, from a candidate-shaped JSON object as
+    /// agents write it: an explicit `status`, else `failure` (compile or
+    /// analysis errors, time-outs, wrong answers), a `median_seconds`
+    /// figure, `skipped` (pruned, screened only, not run), a screening
+    /// time or a built `artifact`.
+    pub fn of_candidate_json(candidate: &serde_json::Value) -> CandidateStatus {
+        let text = |k: &str| candidate[k].as_str().unwrap_or_default();
+        if let Some(status) = candidate["status"].as_str().and_then(Self::parse) {
+            return status;
+        }
+        let failure = text("failure");
+        if !failure.is_empty() {
+            if failure.starts_with("compile") || failure.starts_with("analysis") {
+                return CandidateStatus::CompileFailed;
+            }
+            if failure.contains("timed out") || failure.contains("timeout") {
+                return CandidateStatus::TimedOut;
+            }
+            return CandidateStatus::Invalid;
+        }
+        if candidate["median_seconds"].as_f64().is_some() {
+            return CandidateStatus::Benchmarked;
+        }
+        let skipped = text("skipped");
+        if skipped.starts_with("pruned") {
+            return CandidateStatus::Pruned;
+        }
+        if skipped.starts_with("screened") || candidate["screen_seconds"].as_f64().is_some() {
+            return CandidateStatus::Screened;
+        }
+        if skipped.starts_with("not run") {
+            return CandidateStatus::NotRun;
+        }
+        if candidate["artifact"].as_str().is_some() {
+            return CandidateStatus::Compiled;
+        }
+        CandidateStatus::Unknown
+    }
+}
+
 impl std::fmt::Display for CandidateStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use mtswarm_bus::results::CandidateStatus;
 use mtswarm_bus::v1;
 use serde_json::{Map, Value, json};
 
@@ -95,50 +96,9 @@ fn peak_percent_of(value: &Value) -> Option<f64> {
 }
 
 /// What happened to one candidate, from the worker's structured fields
-/// (the names of `mtswarm_bus::results::CandidateStatus`).
+/// (the names of [`CandidateStatus`]).
 pub fn candidate_status(candidate: &Value) -> &'static str {
-    let text = |k: &str| candidate[k].as_str().unwrap_or_default();
-    if let Some(status) = candidate["status"].as_str() {
-        return match status {
-            "benchmarked" => "benchmarked",
-            "flagged" => "flagged",
-            "screened" => "screened",
-            "compiled" => "compiled",
-            "pruned" => "pruned",
-            "not_run" => "not_run",
-            "invalid" => "invalid",
-            "compile_failed" => "compile_failed",
-            "timed_out" => "timed_out",
-            _ => "unknown",
-        };
-    }
-    let failure = text("failure");
-    if !failure.is_empty() {
-        if failure.starts_with("compile") || failure.starts_with("analysis") {
-            return "compile_failed";
-        }
-        if failure.contains("timed out") || failure.contains("timeout") {
-            return "timed_out";
-        }
-        return "invalid";
-    }
-    if candidate["median_seconds"].as_f64().is_some() {
-        return "benchmarked";
-    }
-    let skipped = text("skipped");
-    if skipped.starts_with("pruned") {
-        return "pruned";
-    }
-    if skipped.starts_with("screened") || candidate["screen_seconds"].as_f64().is_some() {
-        return "screened";
-    }
-    if skipped.starts_with("not run") {
-        return "not_run";
-    }
-    if candidate["artifact"].as_str().is_some() {
-        return "compiled";
-    }
-    "unknown"
+    CandidateStatus::of_candidate_json(candidate).as_str()
 }
 
 /// The candidates of a worker result: the answer's list (every candidate

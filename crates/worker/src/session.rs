@@ -1359,6 +1359,11 @@ async fn prepare_and_run(
             if sink.fenced() {
                 return Ok(Driven::Fenced);
             }
+            let answer = match &outcome {
+                Outcome::Final { text, .. } => crate::policy::answer_json(text),
+                _ => None,
+            };
+            recorder.finish(answer.as_ref()).await;
             return Ok(Driven::Outcome(Box::new(outcome)));
         };
         entry.update(|p| p.state = SessionState::AwaitingApproval);
