@@ -86,15 +86,19 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(path) => ChipSpec::load(path)?,
         None => ChipSpec::default(),
     };
+    let mut given: BTreeMap<String, String> = BTreeMap::new();
+    for d in &args.defines {
+        let (name, value) = parse_define(d)?;
+        given.insert(name, value);
+    }
     let mut defines: BTreeMap<String, String> = BTreeMap::new();
     if args.kernel_dir.join("tune.toml").is_file() {
         let space = TuneSpace::load(&args.kernel_dir)?;
+        // A typo (`-D MBB=64`) must not silently run the defaults.
+        space.check_defines(&given, &spec)?;
         defines = space.defines(&space.default_config());
     }
-    for d in &args.defines {
-        let (name, value) = parse_define(d)?;
-        defines.insert(name, value);
-    }
+    defines.extend(given);
     let cores = args.cores.unwrap_or(spec.cores_per_cluster);
     if !args.timeout.is_finite() || args.timeout <= 0.0 {
         bail!("--timeout must be a positive number of seconds");

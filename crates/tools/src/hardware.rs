@@ -208,6 +208,28 @@ fn record_build(env: &ToolEnv, job: BuildJob, artifact: Artifact) -> BuildReport
     BuildReport { text, summary }
 }
 
+/// Defines are checked against the kernel's tune.toml, when it has a
+/// readable one: an unknown name, a value outside the space or a broken
+/// constraint is an error naming it (instead of a build of the defaults).
+fn check_defines(
+    kernel_dir: &std::path::Path,
+    defines: &BTreeMap<String, String>,
+    spec: &mtswarm_hw::ChipSpec,
+) -> Result<(), ToolError> {
+    let file = kernel_dir.join("tune.toml");
+    if !file.is_file() {
+        return Ok(());
+    }
+    match mtswarm_hw::tune::TuneSpace::load(&file) {
+        Ok(space) => space
+            .check_defines(defines, spec)
+            .map_err(|e| ToolError::InvalidArgs(e.to_string())),
+        // An unreadable tune.toml is the kernel's problem, reported by the
+        // tools that read it; the build itself does not need it.
+        Err(_) => Ok(()),
+    }
+}
+
 fn build_output(report: BuildReport) -> ToolOutput {
     ToolOutput::text(report.text)
         .with_data(report.summary.clone())
@@ -247,6 +269,7 @@ impl Tool for Compile {
             )));
         }
         let defines = args.defines.unwrap_or_default();
+        check_defines(&kernel_dir, &defines, &self.0.spec)?;
         let (id, generation) = {
             let mut session = self.0.session();
             (session.next_build_id(), session.source_generation)
