@@ -125,12 +125,17 @@ pub struct CompileArgs {
     /// host compile the next candidates while the slice runs this one.
     #[serde(default)]
     pub background: Option<bool>,
+    /// Skip the check of the defines against tune.toml (names, values,
+    /// constraints); for knobs outside the tuning space such as fault
+    /// injection (default false).
+    #[serde(default)]
+    pub unchecked: Option<bool>,
 }
 
 const COMPILE_SHAPE: Shape = Shape {
     integers: &[],
     numbers: &[],
-    bools: &["background"],
+    bools: &["background", "unchecked"],
     lists: &[],
     maps: &["defines"],
     aliases: &[
@@ -269,7 +274,9 @@ impl Tool for Compile {
             )));
         }
         let defines = args.defines.unwrap_or_default();
-        check_defines(&kernel_dir, &defines, &self.0.spec)?;
+        if !args.unchecked.unwrap_or(false) {
+            check_defines(&kernel_dir, &defines, &self.0.spec)?;
+        }
         let (id, generation) = {
             let mut session = self.0.session();
             (session.next_build_id(), session.source_generation)
