@@ -577,7 +577,10 @@ async fn real_model_drives_a_job_to_completion() {
     assert_eq!(page["page"], 1, "{page:#}");
     assert_eq!(page["total"], 1, "one candidate in the details: {page:#}");
     assert_eq!(page["rows"][0]["status"], "benchmarked", "{page:#}");
-    assert!(gate_rejected(last_leader), "the invented figure was rejected");
+    assert!(
+        gate_rejected(last_leader),
+        "the invented figure was rejected"
+    );
     assert!(
         job.final_answer.contains(&format!("{measured} GFLOPS"))
             && !job.final_answer.contains(&INVENTED_GFLOPS.to_string()),

@@ -132,7 +132,9 @@ pub struct ResultRecord {
 
 /// What happened to one candidate an agent touched: one record per
 /// candidate and status.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum CandidateStatus {
     /// Written before statuses existed: judged by [`ResultRecord::status`].

@@ -197,7 +197,8 @@ pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
     let mut lines = Vec::new();
     match &o.best {
         Some(b) => {
-            let mut params: Vec<String> = b.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let mut params: Vec<String> =
+                b.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
             params.sort();
             lines.push(format!("best      {}", params.join(" ")));
             lines.push(format!(

@@ -69,13 +69,8 @@ pub fn job_report(
         .collect();
     slices.sort();
     slices.dedup();
-    let mut report = JobReport::from_records(
-        &job.job_id,
-        &kernel_name(job),
-        records,
-        baseline,
-        &slices,
-    );
+    let mut report =
+        JobReport::from_records(&job.job_id, &kernel_name(job), records, baseline, &slices);
     report.goal = job
         .spec
         .as_ref()

@@ -46,7 +46,14 @@ fn emu_run_exits_non_zero_when_invalid_or_over_capacity() {
     let out = mtswarm()
         .args(["emu", "run"])
         .arg(kernels().join("vecadd"))
-        .args(["--cores", "2", "-D", "FAULT_AFTER=0", "--unchecked-defines", "--json"])
+        .args([
+            "--cores",
+            "2",
+            "-D",
+            "FAULT_AFTER=0",
+            "--unchecked-defines",
+            "--json",
+        ])
         .output()
         .expect("mtswarm runs");
     assert!(!out.status.success());
@@ -61,7 +68,14 @@ fn emu_run_exits_non_zero_when_invalid_or_over_capacity() {
     let out = mtswarm()
         .args(["emu", "run"])
         .arg(kernels().join("vecadd"))
-        .args(["--cores", "1", "-D", "CHUNK=65536", "--unchecked-defines", "--json"])
+        .args([
+            "--cores",
+            "1",
+            "-D",
+            "CHUNK=65536",
+            "--unchecked-defines",
+            "--json",
+        ])
         .output()
         .expect("mtswarm runs");
     assert!(!out.status.success());
@@ -97,7 +111,10 @@ fn emu_run_refuses_defines_outside_tune_toml() {
         .expect("mtswarm runs");
     assert_eq!(value.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&value.stderr);
-    assert!(stderr.contains("MB=48") && stderr.contains("32, 64, 128"), "{stderr}");
+    assert!(
+        stderr.contains("MB=48") && stderr.contains("32, 64, 128"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -54,6 +54,7 @@ fn record(
         model: "builtin".to_string(),
         wall_seconds: 1.0,
         timestamp_ms: u64::try_from((now - age).as_millis()).expect("millis"),
+        ..ResultRecord::default()
     }
 }
 

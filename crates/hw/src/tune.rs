@@ -790,7 +790,10 @@ default = "fast"
             .check_defines(&defines(&[("A", "3")]), &spec)
             .expect_err("not a value")
             .to_string();
-        assert!(value.contains("A=3") && value.contains("1, 2, 4"), "{value}");
+        assert!(
+            value.contains("A=3") && value.contains("1, 2, 4"),
+            "{value}"
+        );
         spec.am_bytes = 8 * 4;
         let constraint = space
             .check_defines(&defines(&[("A", "4"), ("B", "3")]), &spec)

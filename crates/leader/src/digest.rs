@@ -192,7 +192,9 @@ pub fn collect_summary(views: &[TaskView], timed_out: bool) -> Value {
         if status == "failed" {
             failed.push(json!(view.task_id));
             if !result.error.trim().is_empty() {
-                errors.push(json!({"agent": view.agent_id, "error": short(&result.error, SHORT_TEXT)}));
+                errors.push(
+                    json!({"agent": view.agent_id, "error": short(&result.error, SHORT_TEXT)}),
+                );
             }
         }
         let mut row = json!({
@@ -448,10 +450,9 @@ mod tests {
             },
         );
         assert_eq!(pruned["total"], 7);
-        assert!(
-            pruned["rows"]
-                .as_array()
-                .is_some_and(|r| r.iter().all(|r| r["status"] == "pruned" && r["agent"] == "a1"))
-        );
+        assert!(pruned["rows"].as_array().is_some_and(|r| {
+            r.iter()
+                .all(|r| r["status"] == "pruned" && r["agent"] == "a1")
+        }));
     }
 }

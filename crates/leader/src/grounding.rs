@@ -168,7 +168,10 @@ mod tests {
         else {
             panic!("an invented figure must be rejected")
         };
-        assert!(feedback.contains("99.5") && feedback.contains("12.346"), "{feedback}");
+        assert!(
+            feedback.contains("99.5") && feedback.contains("12.346"),
+            "{feedback}"
+        );
         let empty = gate_with("{}");
         assert!(matches!(
             empty.evaluate("3 GFLOPS", &evidence, &working),

@@ -146,7 +146,9 @@ fn best_candidate(best: &ResultRecord, trusted: &[&ResultRecord]) -> v1::BestCan
     let record_ids = trusted
         .iter()
         .filter(|r| {
-            r.params == best.params && r.kernel_hash == best.kernel_hash && r.slice_id == best.slice_id
+            r.params == best.params
+                && r.kernel_hash == best.kernel_hash
+                && r.slice_id == best.slice_id
         })
         .map(|r| r.record_id.clone())
         .collect();
@@ -195,7 +197,12 @@ fn failure_reason(
             .filter_map(|t| t.result.as_ref())
             .map(|r| r.error.trim())
             .find(|e| !e.is_empty())
-            .map(|e| format!(" (first error: {})", e.chars().take(300).collect::<String>()))
+            .map(|e| {
+                format!(
+                    " (first error: {})",
+                    e.chars().take(300).collect::<String>()
+                )
+            })
             .unwrap_or_default()
     };
     if tasks.is_empty() {
@@ -302,7 +309,13 @@ mod tests {
         }
     }
 
-    fn record(id: &str, task: &str, attempt: u32, gflops: Option<f64>, valid: bool) -> ResultRecord {
+    fn record(
+        id: &str,
+        task: &str,
+        attempt: u32,
+        gflops: Option<f64>,
+        valid: bool,
+    ) -> ResultRecord {
         ResultRecord {
             record_id: id.into(),
             job_id: "j".into(),
@@ -385,6 +398,9 @@ mod tests {
                 .failure_reason
                 .starts_with("budget exhausted")
         );
-        assert_eq!(from_records(&[], &[]).failure_reason, "no task was assigned");
+        assert_eq!(
+            from_records(&[], &[]).failure_reason,
+            "no task was assigned"
+        );
     }
 }

@@ -426,7 +426,11 @@ async fn run(
         record.finished_at = Some(now());
         record.summary = end.summary.clone();
         record.result_json = end.result_json.clone();
-        record.final_answer = end.final_answer.chars().take(MAX_FINAL_ANSWER_CHARS).collect();
+        record.final_answer = end
+            .final_answer
+            .chars()
+            .take(MAX_FINAL_ANSWER_CHARS)
+            .collect();
         record.outcome = Some(outcome.clone());
         record.error = end.error.clone();
         let usage = record.usage.get_or_insert_with(Default::default);

@@ -973,13 +973,17 @@ impl Tool for ResultDetails {
         if let Some(task) = &task
             && !job.results.knows(task)
         {
-            return Err(ToolError::InvalidArgs(format!("no task {task:?} in this job")));
+            return Err(ToolError::InvalidArgs(format!(
+                "no task {task:?} in this job"
+            )));
         }
         let agent = text_arg(&args, "agent");
         if let Some(agent) = &agent
             && !job.agents().contains_key(agent)
         {
-            return Err(ToolError::InvalidArgs(format!("no agent {agent:?} in this job")));
+            return Err(ToolError::InvalidArgs(format!(
+                "no agent {agent:?} in this job"
+            )));
         }
         let status = text_arg(&args, "status");
         if let Some(status) = &status

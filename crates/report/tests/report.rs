@@ -68,6 +68,7 @@ fn record(
         model: "builtin".into(),
         wall_seconds: wall_s,
         timestamp_ms: T0 + at_s * 1000,
+        ..ResultRecord::default()
     }
 }
 

@@ -120,10 +120,7 @@ fn first_line(text: &str) -> String {
 
 /// `cand-<16 hex>`: a stable id of a candidate's defines within an attempt.
 fn candidate_key(defines: &BTreeMap<String, String>) -> String {
-    let text: String = defines
-        .iter()
-        .map(|(k, v)| format!("{k}={v};"))
-        .collect();
+    let text: String = defines.iter().map(|(k, v)| format!("{k}={v};")).collect();
     let digest = Sha256::digest(text.as_bytes());
     format!("cand-{}", hex_prefix(&digest, 8))
 }
@@ -234,9 +231,7 @@ impl MeasurementRecorder {
 
     fn compiled(&self, call_id: &str, ok: bool, content: &str, data: Option<&Value>) {
         let mut ledger = self.ledger();
-        let artifact = data
-            .and_then(|d| d["artifact"].as_str())
-            .map(str::to_owned);
+        let artifact = data.and_then(|d| d["artifact"].as_str()).map(str::to_owned);
         let defines = data
             .and_then(|d| defines_of(&d["defines"]))
             .or_else(|| ledger.call_defines(call_id));
@@ -346,7 +341,10 @@ impl MeasurementRecorder {
                 let seen = ledger.candidates.get(&defines).map(|t| t.status);
                 let overrides = matches!(seen, None | Some(CandidateStatus::Compiled));
                 if !overrides
-                    || matches!(status, CandidateStatus::Unknown | CandidateStatus::Benchmarked)
+                    || matches!(
+                        status,
+                        CandidateStatus::Unknown | CandidateStatus::Benchmarked
+                    )
                 {
                     continue;
                 }

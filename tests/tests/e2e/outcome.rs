@@ -175,7 +175,12 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
         stack_with_kernels(|root| kernel_copy(root, "dgemm", SMALL_DGEMM, "")).await;
     let (code, job, lines) = submit_and_watch(&stack, "dgemm", Duration::from_secs(600)).await;
     let job_id = job["job_id"].as_str().expect("job id").to_string();
-    assert_eq!(job["state"], "succeeded", "{job:#}\n{}", stack.worker_logs());
+    assert_eq!(
+        job["state"],
+        "succeeded",
+        "{job:#}\n{}",
+        stack.worker_logs()
+    );
     assert_eq!(code, 0, "submit --watch exits 0 on success with a result");
 
     // One record per candidate the agents touched, with the statuses the
@@ -187,7 +192,10 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
         records.len(),
         assigned,
         "one record per candidate: {:?}\nthe agents say {:?}\n{}",
-        records.iter().map(|r| (&r.params, r.status())).collect::<Vec<_>>(),
+        records
+            .iter()
+            .map(|r| (&r.params, r.status()))
+            .collect::<Vec<_>>(),
         agents_counts(&lines),
         lines
             .iter()
@@ -200,10 +208,15 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
     assert_eq!(assigned, 6, "the space has six configurations");
     let mut stored: BTreeMap<String, usize> = BTreeMap::new();
     for record in &records {
-        *stored.entry(record.status().as_str().to_string()).or_default() += 1;
+        *stored
+            .entry(record.status().as_str().to_string())
+            .or_default() += 1;
     }
     assert_eq!(stored, agents_counts(&lines), "{records:#?}");
-    assert!(stored.get("benchmarked").is_some_and(|n| *n > 0), "{stored:?}");
+    assert!(
+        stored.get("benchmarked").is_some_and(|n| *n > 0),
+        "{stored:?}"
+    );
     let by_status: BTreeMap<String, u64> =
         serde_json::from_value(job["outcome"]["candidates_by_status"].clone())
             .expect("status counts");
@@ -263,7 +276,10 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
     });
     assert_eq!(code, 0, "{summary:#}");
     let text = std::fs::read_to_string(&html).expect("the report file");
-    assert!(text.contains(&job_id) && text.contains("<svg"), "an HTML report of the job");
+    assert!(
+        text.contains(&job_id) && text.contains("<svg"),
+        "an HTML report of the job"
+    );
     assert_eq!(summary["records"].as_u64(), Some(records.len() as u64));
     stack.shutdown().await;
 }
@@ -274,7 +290,10 @@ async fn a_job_whose_every_candidate_fails_ends_failed_with_its_reason() {
         kernel_copy(
             root,
             "vecadd",
-            &[("values = [256, 1024, 2048, 8192, 16384]", "values = [1024, 2048]")],
+            &[(
+                "values = [256, 1024, 2048, 8192, 16384]",
+                "values = [1024, 2048]",
+            )],
             "\n#error this kernel does not compile\n",
         )
     })
@@ -294,8 +313,10 @@ async fn a_job_whose_every_candidate_fails_ends_failed_with_its_reason() {
     let records = job_records(&stack, job_id).await;
     assert_eq!(records.len(), 4, "{records:#?}");
     assert!(
-        records.iter().all(|r| r.status() == CandidateStatus::CompileFailed
-            && r.reason.as_deref().is_some_and(|m| !m.is_empty())),
+        records
+            .iter()
+            .all(|r| r.status() == CandidateStatus::CompileFailed
+                && r.reason.as_deref().is_some_and(|m| !m.is_empty())),
         "{records:#?}"
     );
     assert!(reason.contains("compile_failed"), "{reason}");
