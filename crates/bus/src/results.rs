@@ -703,7 +703,8 @@ pub fn measurement_subject(
         subjects::PREFIX,
         token(kernel),
         hash_token(kernel_hash),
-        token(slice_id)
+        // Both spellings of a slice share its token (queries canonicalize).
+        token(&canonical_slice_id(slice_id))
     ))
 }
 
