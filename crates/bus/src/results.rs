@@ -1108,14 +1108,15 @@ mod tests {
         let record =
             ResultRecord::from_measurement_json(&measurement, &provenance()).expect("converts");
         assert_eq!(record.record_id, "job1.t1.2.call-7");
-        assert_eq!(record.slice_id, "board0/c1");
+        // One spelling: the bus form.
+        assert_eq!(record.slice_id, "board0-c1");
         assert_eq!(record.params.get("TILE").map(String::as_str), Some("64"));
         assert_eq!(record.samples, vec![0.4]);
         assert_eq!(record.model, "builtin");
         assert_eq!(record.timestamp_ms, 1_700_000_000_123);
         assert_eq!(
             record.subject().expect("subject"),
-            "mtswarm.measurement.job1.dgemm.abcdef0123456789.board0_c1"
+            "mtswarm.measurement.job1.dgemm.abcdef0123456789.board0-c1"
         );
         let error = ResultRecord::from_measurement_json(&json!({"gflops": 1}), &provenance())
             .expect_err("no valid field");
@@ -1133,7 +1134,7 @@ mod tests {
         provenance.slice_id = "board2/c0".into();
         let record = ResultRecord::from_measurement_json(&summary, &provenance).expect("converts");
         assert!(!record.valid && !record.trustworthy());
-        assert_eq!(record.slice_id, "board2/c0");
+        assert_eq!(record.slice_id, "board2-c0");
         assert_eq!(record.error.as_deref(), Some("launch timed out after 120s"));
         assert_eq!(record.params.get("TILE").map(String::as_str), Some("4096"));
         assert!(record.stats.is_none() && record.gflops.is_none());
@@ -1150,7 +1151,7 @@ mod tests {
         };
         assert_eq!(
             query.filter_subject(),
-            "mtswarm.measurement.*.dgemm.*.b0_c1"
+            "mtswarm.measurement.*.dgemm.*.b0-c1"
         );
         assert_eq!(
             ResultQuery::default().filter_subject(),

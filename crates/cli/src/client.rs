@@ -551,8 +551,9 @@ pub async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode>
 }
 
 pub async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<ExitCode> {
-    // `board0/c1` and `board0-c1` name the same slice.
-    let slice_id = mtswarm_bus::results::canonical_slice_id(&cmd.slice_id);
+    // `board0/c1` and `board0-c1` name the same slice; anything else that
+    // is not an id is left for the leader to refuse.
+    let slice_id = cmd.slice_id.trim().replace('/', "-");
     if slice_id.is_empty() {
         bail!("name the slice to return to service (see `mtswarm quarantine list`)");
     }

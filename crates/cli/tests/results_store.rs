@@ -179,7 +179,7 @@ async fn results_are_filtered_and_exported_from_the_store() {
     assert_eq!(rows.len(), 5, "header, three records, count: {table}");
     assert!(
         rows.iter()
-            .any(|r| r.contains("board0/c1") && r.contains(" no ")),
+            .any(|r| r.contains("board0/c1") && r.contains(" invalid ")),
         "{table}"
     );
     assert_eq!(rows[4], "3 records");
