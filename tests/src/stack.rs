@@ -42,6 +42,8 @@ pub struct StackOptions {
     pub otlp_endpoint: Option<String>,
     /// Extra arguments of every `mtswarm-node worker`.
     pub worker_args: Vec<String>,
+    /// Kernel root of the leader and the workers (default: [`crate::kernel_root`]).
+    pub kernel_root: PathBuf,
 }
 
 impl StackOptions {
@@ -52,6 +54,7 @@ impl StackOptions {
             configure_leader: Box::new(|_| {}),
             otlp_endpoint: None,
             worker_args: Vec::new(),
+            kernel_root: crate::kernel_root(),
         }
     }
 }
@@ -87,7 +90,7 @@ impl TestStack {
         let fleet_path = dir.path().join("fleet.toml");
         std::fs::write(&fleet_path, &options.fleet_toml).expect("write fleet.toml");
 
-        let mut config = LeaderConfig::new(nats.url(), crate::kernel_root());
+        let mut config = LeaderConfig::new(nats.url(), options.kernel_root.clone());
         let configure = std::mem::replace(&mut options.configure_leader, Box::new(|_| {}));
         configure(&mut config);
         let leader = LeaderDaemon::start(config)
@@ -201,7 +204,7 @@ fn worker_command(
         .arg("--listen")
         .arg("127.0.0.1:0")
         .arg("--kernel-root")
-        .arg(crate::kernel_root())
+        .arg(&options.kernel_root)
         .arg("--workspace-root")
         .arg(dir.join("workspaces").join(board))
         .arg("--ready-file")

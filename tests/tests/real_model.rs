@@ -163,11 +163,39 @@ fn leader_turn(body: &Value) -> Turn {
             name: "collect_result",
             arguments: json!({"agents": ["a1"], "mode": "all", "timeout_seconds": 240}),
         },
-        _ => Turn::Answer(format!(
-            "Agent a1 benchmarked the candidate.\n```json\n{}\n```",
-            json!({"best": {"agent": "a1", "defines": candidate_defines()}})
+        4 => Turn::Call {
+            name: "result_details",
+            arguments: json!({"agent": "a1", "page": 1}),
+        },
+        // First an answer with an invented figure; after the completion
+        // gate's feedback, the figure of the collect summary.
+        _ if !gate_rejected(body) => Turn::Answer(format!(
+            "Agent a1 reached {INVENTED_GFLOPS} GFLOPS.\n```json\n{}\n```",
+            json!({"best": {"agent": "a1", "defines": candidate_defines(), "gflops": INVENTED_GFLOPS}})
         )),
+        _ => {
+            let summary: Value = tool_results(body)
+                .get(3)
+                .and_then(|t| serde_json::from_str(t).ok())
+                .unwrap_or(Value::Null);
+            let gflops = summary["best"]["gflops"].as_f64().unwrap_or_default();
+            Turn::Answer(format!(
+                "Agent a1 benchmarked the candidate at {gflops} GFLOPS.\n```json\n{}\n```",
+                json!({"best": {"agent": "a1", "defines": candidate_defines(), "gflops": gflops}})
+            ))
+        }
     }
+}
+
+/// A figure no measurement produced.
+const INVENTED_GFLOPS: f64 = 999.5;
+
+/// The leader's completion gate rejected an answer (its feedback is a user
+/// message of the conversation).
+fn gate_rejected(body: &Value) -> bool {
+    messages(body)
+        .iter()
+        .any(|m| role(m) == "user" && content(m).contains("no accepted task result backs"))
 }
 
 /// The kernel directory named in the task message.
@@ -490,7 +518,7 @@ async fn real_model_drives_a_job_to_completion() {
         .filter(|r| caller_of(r) == Caller::Worker)
         .collect();
     assert!(
-        leader_requests.len() >= 5,
+        leader_requests.len() >= 7,
         "the leader asked its model for every step: {} requests",
         leader_requests.len()
     );
@@ -526,6 +554,45 @@ async fn real_model_drives_a_job_to_completion() {
             .any(|r| tool_results(r).len() >= 3 && tool_results(r)[2].contains("GFLOPS")),
         "the benchmark tool's result went back to the model"
     );
+
+    // The leader model read the compact collect summary (within its
+    // budget), fetched one page of details, had its invented figure
+    // rejected by the completion gate and answered with the measured one.
+    let last_leader = leader_requests
+        .iter()
+        .max_by_key(|r| tool_results(r).len())
+        .expect("a leader request");
+    let leader_results = tool_results(last_leader);
+    assert!(leader_results.len() >= 5, "{leader_results:#?}");
+    let summary: Value = serde_json::from_str(&leader_results[3]).expect("summary JSON");
+    assert!(
+        leader_results[3].len() <= mtswarm_leader::digest::COLLECT_BUDGET_BYTES,
+        "{} bytes",
+        leader_results[3].len()
+    );
+    assert_eq!(summary["task_status"]["ok"], 1, "{summary:#}");
+    assert_eq!(summary["best"]["agent"], "a1", "{summary:#}");
+    let measured = summary["best"]["gflops"].as_f64().expect("a best figure");
+    let page: Value = serde_json::from_str(&leader_results[4]).expect("details JSON");
+    assert_eq!(page["page"], 1, "{page:#}");
+    assert_eq!(page["total"], 1, "one candidate in the details: {page:#}");
+    assert_eq!(page["rows"][0]["status"], "benchmarked", "{page:#}");
+    assert!(
+        gate_rejected(last_leader),
+        "the invented figure was rejected"
+    );
+    assert!(
+        job.final_answer.contains(&format!("{measured} GFLOPS"))
+            && !job.final_answer.contains(&INVENTED_GFLOPS.to_string()),
+        "the kept answer is the grounded one: {}",
+        job.final_answer
+    );
+    let best = job
+        .outcome
+        .as_ref()
+        .and_then(|o| o.best.as_ref())
+        .expect("an outcome with a best");
+    assert!(best.gflops > 0.0 && best.agent_id == "a1", "{best:#?}");
 
     // The task result carries the emulator's measurement.
     let results: Vec<v1::TaskResult> = events

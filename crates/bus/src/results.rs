@@ -118,12 +118,177 @@ pub struct ResultRecord {
     pub wall_seconds: f64,
     /// When the measurement finished, milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
+    /// What happened to the candidate; records written before statuses
+    /// existed read as [`CandidateStatus::Unknown`] (see [`ResultRecord::status`]).
+    pub status: CandidateStatus,
+    /// Why the candidate has this status (compile error, pruning bound, ...).
+    pub reason: Option<String>,
+    /// Hash of the harness the candidate ran with (empty = not recorded).
+    pub harness_hash: String,
+    /// The figure is the kernel's tune.toml baseline (its default
+    /// parameters), measured for this job on this kind of slice.
+    pub baseline: bool,
+}
+
+/// What happened to one candidate an agent touched: one record per
+/// candidate and status.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateStatus {
+    /// Written before statuses existed: judged by [`ResultRecord::status`].
+    #[default]
+    Unknown,
+    /// Built, not run yet (the task ended before it got a slice).
+    Compiled,
+    CompileFailed,
+    /// Ran and produced a wrong answer (or crashed).
+    Invalid,
+    /// Ran with a right answer once (a screening validation), no benchmark.
+    Screened,
+    /// Not run: the roofline bound says it cannot beat the best so far.
+    Pruned,
+    /// Not run: the evaluation budget or the deadline ran out.
+    NotRun,
+    TimedOut,
+    /// Benchmarked, but the figure is not believable (see `flags`).
+    Flagged,
+    /// Benchmarked with a valid, plausible figure.
+    Benchmarked,
+}
+
+impl CandidateStatus {
+    /// Every status, in the order reports list them.
+    pub const ALL: [CandidateStatus; 10] = [
+        CandidateStatus::Benchmarked,
+        CandidateStatus::Flagged,
+        CandidateStatus::Screened,
+        CandidateStatus::Compiled,
+        CandidateStatus::Pruned,
+        CandidateStatus::NotRun,
+        CandidateStatus::Invalid,
+        CandidateStatus::CompileFailed,
+        CandidateStatus::TimedOut,
+        CandidateStatus::Unknown,
+    ];
+
+    /// The snake_case name used in JSON, CSV and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateStatus::Unknown => "unknown",
+            CandidateStatus::Compiled => "compiled",
+            CandidateStatus::CompileFailed => "compile_failed",
+            CandidateStatus::Invalid => "invalid",
+            CandidateStatus::Screened => "screened",
+            CandidateStatus::Pruned => "pruned",
+            CandidateStatus::NotRun => "not_run",
+            CandidateStatus::TimedOut => "timed_out",
+            CandidateStatus::Flagged => "flagged",
+            CandidateStatus::Benchmarked => "benchmarked",
+        }
+    }
+
+    /// Parses [`CandidateStatus::as_str`] names.
+    pub fn parse(name: &str) -> Option<CandidateStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name.trim())
+    }
+}
+
+impl CandidateStatus {
+    /// What happened to a candidate, from a candidate-shaped JSON object as
+    /// agents write it: an explicit `status`, else `failure` (compile or
+    /// analysis errors, time-outs, wrong answers), a `median_seconds`
+    /// figure, `skipped` (pruned, screened only, not run), a screening
+    /// time or a built `artifact`.
+    pub fn of_candidate_json(candidate: &serde_json::Value) -> CandidateStatus {
+        let text = |k: &str| candidate[k].as_str().unwrap_or_default();
+        if let Some(status) = candidate["status"].as_str().and_then(Self::parse) {
+            return status;
+        }
+        let failure = text("failure");
+        if !failure.is_empty() {
+            if failure.starts_with("compile") || failure.starts_with("analysis") {
+                return CandidateStatus::CompileFailed;
+            }
+            if failure.contains("timed out") || failure.contains("timeout") {
+                return CandidateStatus::TimedOut;
+            }
+            return CandidateStatus::Invalid;
+        }
+        if candidate["median_seconds"].as_f64().is_some() {
+            return CandidateStatus::Benchmarked;
+        }
+        let skipped = text("skipped");
+        if skipped.starts_with("pruned") {
+            return CandidateStatus::Pruned;
+        }
+        if skipped.starts_with("screened") || candidate["screen_seconds"].as_f64().is_some() {
+            return CandidateStatus::Screened;
+        }
+        if skipped.starts_with("not run") {
+            return CandidateStatus::NotRun;
+        }
+        if candidate["artifact"].as_str().is_some() {
+            return CandidateStatus::Compiled;
+        }
+        CandidateStatus::Unknown
+    }
+}
+
+impl std::fmt::Display for CandidateStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The one spelling of a slice id in records and outputs: the bus form,
+/// every character outside `[A-Za-z0-9_-]` replaced by `-` (`board0/c1` ->
+/// `board0-c1`). Inputs in either spelling go through this.
+pub fn canonical_slice_id(slice: &str) -> String {
+    slice
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
 }
 
 impl ResultRecord {
     /// Valid, unflagged and with a figure: fit to be called a best result.
     pub fn trustworthy(&self) -> bool {
-        self.valid && self.flags.is_empty() && self.gflops.is_some_and(f64::is_finite)
+        self.valid
+            && self.flags.is_empty()
+            && self.gflops.is_some_and(f64::is_finite)
+            && matches!(
+                self.status(),
+                CandidateStatus::Benchmarked | CandidateStatus::Unknown
+            )
+    }
+
+    /// The record's status; for records without one (older writers), what
+    /// the measurement says: benchmarked, flagged or invalid.
+    pub fn status(&self) -> CandidateStatus {
+        match self.status {
+            CandidateStatus::Unknown if self.stats.is_some() || !self.samples.is_empty() => {
+                if !self.valid {
+                    CandidateStatus::Invalid
+                } else if !self.flags.is_empty() {
+                    CandidateStatus::Flagged
+                } else {
+                    CandidateStatus::Benchmarked
+                }
+            }
+            CandidateStatus::Unknown if !self.valid && self.error.is_some() => {
+                CandidateStatus::Invalid
+            }
+            status => status,
+        }
     }
 
     /// Builds a record from the JSON form of an `mtswarm_hw::measure::Measurement`
@@ -165,11 +330,11 @@ impl ResultRecord {
             agent_id: provenance.agent_id.clone(),
             session_id: provenance.session_id.clone(),
             worker_id: provenance.worker_id.clone(),
-            slice_id: if view.slice.is_empty() {
-                provenance.slice_id.clone()
+            slice_id: canonical_slice_id(if view.slice.is_empty() {
+                &provenance.slice_id
             } else {
-                view.slice
-            },
+                &view.slice
+            }),
             backend: view.backend,
             toolchain: view.toolchain,
             kernel: provenance.kernel.clone(),
@@ -192,7 +357,32 @@ impl ResultRecord {
             },
             wall_seconds: view.wall_seconds,
             timestamp_ms,
-        })
+            status: CandidateStatus::Unknown,
+            reason: None,
+            harness_hash: view.harness_hash,
+            baseline: false,
+        }
+        .with_derived_status())
+    }
+
+    /// Fixes the status of a measurement record from what it says
+    /// (benchmarked, flagged, invalid), with the error as the reason.
+    pub fn with_derived_status(mut self) -> Self {
+        self.status = self.status();
+        if self.status == CandidateStatus::Unknown {
+            self.status = if self.valid {
+                CandidateStatus::Benchmarked
+            } else {
+                CandidateStatus::Invalid
+            };
+        }
+        if self.reason.is_none() {
+            self.reason = match self.status {
+                CandidateStatus::Flagged => Some(self.flags.join("; ")),
+                _ => self.error.clone(),
+            };
+        }
+        self
     }
 
     /// Checks what the store relies on: a usable record id, a valid job id,
@@ -313,6 +503,8 @@ struct MeasurementView {
     #[serde(default)]
     kernel_hash: String,
     #[serde(default)]
+    harness_hash: String,
+    #[serde(default)]
     defines: BTreeMap<String, String>,
     #[serde(default)]
     cores: u32,
@@ -356,6 +548,8 @@ pub struct ResultQuery {
     pub backend: Option<String>,
     /// Only valid measurements.
     pub valid_only: bool,
+    /// Only records with one of these statuses (empty = every status).
+    pub statuses: Vec<CandidateStatus>,
     /// Only records measured at or after this instant.
     pub since: Option<SystemTime>,
     /// At most this many records: the most recently stored matches, in
@@ -372,6 +566,7 @@ impl Default for ResultQuery {
             slice: None,
             backend: None,
             valid_only: false,
+            statuses: Vec::new(),
             since: None,
             limit: DEFAULT_QUERY_LIMIT,
         }
@@ -411,7 +606,10 @@ impl ResultQuery {
             Some(h) if h.len() >= HASH_TOKEN_LEN => hash_token(h),
             _ => "*".to_string(),
         };
-        let slice = self.slice.as_deref().map_or("*".to_string(), token);
+        let slice = self
+            .slice
+            .as_deref()
+            .map_or("*".to_string(), |s| token(&canonical_slice_id(s)));
         if job == "*" && kernel == "*" && hash == "*" && slice == "*" {
             return subjects::ALL_MEASUREMENTS.to_string();
         }
@@ -427,13 +625,17 @@ impl ResultQuery {
         let same = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
         same(&self.job_id, &record.job_id)
             && same(&self.kernel, &record.kernel)
-            && same(&self.slice, &record.slice_id)
+            && self
+                .slice
+                .as_deref()
+                .is_none_or(|s| canonical_slice_id(s) == canonical_slice_id(&record.slice_id))
             && same(&self.backend, &record.backend)
             && self
                 .kernel_hash
                 .as_deref()
                 .is_none_or(|h| record.kernel_hash.starts_with(h))
             && (!self.valid_only || record.valid)
+            && (self.statuses.is_empty() || self.statuses.contains(&record.status()))
             && self
                 .since
                 .is_none_or(|since| record.timestamp_ms >= unix_millis(since))
@@ -501,7 +703,8 @@ pub fn measurement_subject(
         subjects::PREFIX,
         token(kernel),
         hash_token(kernel_hash),
-        token(slice_id)
+        // Both spellings of a slice share its token (queries canonicalize).
+        token(&canonical_slice_id(slice_id))
     ))
 }
 
@@ -789,6 +992,10 @@ pub const CSV_COLUMNS: &[&str] = &[
     "speedup_over_baseline",
     "wall_seconds",
     "samples_s",
+    "status",
+    "reason",
+    "harness_hash",
+    "baseline",
 ];
 
 /// Writes a header and one row per record: the [`CSV_COLUMNS`], then one
@@ -847,6 +1054,10 @@ pub fn to_csv(records: &[ResultRecord], out: impl Write) -> Result<(), ExportErr
                 .map(f64::to_string)
                 .collect::<Vec<_>>()
                 .join(" "),
+            r.status().as_str().to_string(),
+            r.reason.clone().unwrap_or_default(),
+            r.harness_hash.clone(),
+            r.baseline.to_string(),
         ];
         row.extend(
             param_names
@@ -897,14 +1108,15 @@ mod tests {
         let record =
             ResultRecord::from_measurement_json(&measurement, &provenance()).expect("converts");
         assert_eq!(record.record_id, "job1.t1.2.call-7");
-        assert_eq!(record.slice_id, "board0/c1");
+        // One spelling: the bus form.
+        assert_eq!(record.slice_id, "board0-c1");
         assert_eq!(record.params.get("TILE").map(String::as_str), Some("64"));
         assert_eq!(record.samples, vec![0.4]);
         assert_eq!(record.model, "builtin");
         assert_eq!(record.timestamp_ms, 1_700_000_000_123);
         assert_eq!(
             record.subject().expect("subject"),
-            "mtswarm.measurement.job1.dgemm.abcdef0123456789.board0_c1"
+            "mtswarm.measurement.job1.dgemm.abcdef0123456789.board0-c1"
         );
         let error = ResultRecord::from_measurement_json(&json!({"gflops": 1}), &provenance())
             .expect_err("no valid field");
@@ -922,7 +1134,7 @@ mod tests {
         provenance.slice_id = "board2/c0".into();
         let record = ResultRecord::from_measurement_json(&summary, &provenance).expect("converts");
         assert!(!record.valid && !record.trustworthy());
-        assert_eq!(record.slice_id, "board2/c0");
+        assert_eq!(record.slice_id, "board2-c0");
         assert_eq!(record.error.as_deref(), Some("launch timed out after 120s"));
         assert_eq!(record.params.get("TILE").map(String::as_str), Some("4096"));
         assert!(record.stats.is_none() && record.gflops.is_none());
@@ -939,7 +1151,7 @@ mod tests {
         };
         assert_eq!(
             query.filter_subject(),
-            "mtswarm.measurement.*.dgemm.*.b0_c1"
+            "mtswarm.measurement.*.dgemm.*.b0-c1"
         );
         assert_eq!(
             ResultQuery::default().filter_subject(),

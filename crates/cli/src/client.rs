@@ -257,6 +257,9 @@ pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
             print_json(&value);
         } else {
             print_job_detail(&value);
+            for line in render::outcome_lines(job.outcome.as_ref()) {
+                println!("{line}");
+            }
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -335,9 +338,6 @@ fn print_job_detail(job: &Value) {
     }
     if !field("summary").is_empty() {
         println!("summary   {}", field("summary"));
-    }
-    if !job["result"].is_null() {
-        println!("result    {}", render::compact(&job["result"], 400));
     }
     if !field("error").is_empty() {
         println!("error     {}", field("error"));
@@ -432,7 +432,7 @@ pub struct QuarantineListCmd {
 
 #[derive(Debug, Args)]
 pub struct QuarantineLiftCmd {
-    /// The slice, as `mtswarm fleet` shows it (e.g. board0-c1).
+    /// The slice, as `mtswarm fleet` shows it (board0-c1; board0/c1 is read the same).
     pub slice_id: String,
     /// Why it may run again (recorded in the leader's log).
     #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
@@ -442,6 +442,56 @@ pub struct QuarantineLiftCmd {
     pub json: bool,
     #[command(flatten)]
     pub leader: LeaderArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelCmd {
+    pub job_id: String,
+    /// Why (recorded as the job's error).
+    #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
+    pub reason: String,
+    /// JSON output: `{"job_id", "state"}`.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// `mtswarm cancel JOB`: stops the job's loop and its agents. Exit 0 when
+/// the job is CANCELLED now (or was before), 1 when it had already ended
+/// otherwise.
+pub async fn cancel(cmd: CancelCmd) -> anyhow::Result<ExitCode> {
+    let reason = if cmd.reason.trim().is_empty() {
+        format!("cancelled by {}", local_identity())
+    } else {
+        format!("{} (by {})", cmd.reason.trim(), local_identity())
+    };
+    let mut control = cmd.leader.connect().await?;
+    let response = control
+        .cancel_job(v1::CancelJobRequest {
+            job_id: cmd.job_id.clone(),
+            reason,
+        })
+        .await
+        .map_err(|status| rpc_error("cancelling the job", &cmd.leader.url(), status))?
+        .into_inner();
+    let state = response.state();
+    if cmd.json {
+        print_json(&json!({"job_id": cmd.job_id, "state": render::job_state(state)}));
+    } else if state == v1::JobState::Cancelled {
+        println!("job {} cancelled", cmd.job_id);
+    } else {
+        println!(
+            "job {} is {}: not cancelled",
+            cmd.job_id,
+            render::job_state(state)
+        );
+    }
+    Ok(if state == v1::JobState::Cancelled {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// One quarantined slice as `quarantine list --json` prints it.
@@ -501,7 +551,9 @@ pub async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode>
 }
 
 pub async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<ExitCode> {
-    let slice_id = cmd.slice_id.trim().to_string();
+    // `board0/c1` and `board0-c1` name the same slice; anything else that
+    // is not an id is left for the leader to refuse.
+    let slice_id = cmd.slice_id.trim().replace('/', "-");
     if slice_id.is_empty() {
         bail!("name the slice to return to service (see `mtswarm quarantine list`)");
     }

@@ -53,7 +53,7 @@ use mtswarm_leader::{LEADER_AGENT_ID, LeaderConfig, LeaderDaemon, LeaderHandle};
 use mtswarm_llm::OpenAiConfig;
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::job_event::Event;
-use mtswarm_report::{Baseline, BusyInterval, JobReport, slice_utilization};
+use mtswarm_report::{Baseline, BusyInterval, slice_utilization};
 use mtswarm_worker::{WorkerConfig, WorkerDaemon, WorkerHandle, WorkerModel, bus_slice_id};
 use serde_json::{Value, json};
 use tokio_stream::StreamExt as _;
@@ -720,14 +720,9 @@ async fn run(
     std::fs::write(&fleet_path, fleet_toml(cmd.boards, cmd.clusters, &spec)?)
         .context("writing the demo fleet")?;
     let fleet = Fleet::load(&fleet_path).context("loading the demo fleet")?;
-    let slices: Vec<String> = fleet.slices().iter().map(Slice::id).collect();
-    // Agents report their slice as the bus spells it; the report and the
-    // records use the fleet's slice ids.
-    let fleet_ids: BTreeMap<String, String> = fleet
-        .slices()
-        .iter()
-        .map(|slice| (bus_slice_id(slice), slice.id()))
-        .collect();
+    // One spelling everywhere: the bus form (`board0-c0`) that agents,
+    // records and the fleet listing use.
+    let slices: Vec<String> = fleet.slices().iter().map(bus_slice_id).collect();
     let candidates = space.configurations(&spec)?.len();
     if !cmd.json {
         println!(
@@ -874,18 +869,12 @@ async fn run(
     if let Err(error) = bus.drain().await {
         tracing::debug!(%error, "closing the results connection");
     }
-    let mut report = JobReport::from_records(
-        &job_id,
-        &kernel,
-        &records,
-        Some(baseline.baseline.clone()),
-        &slices,
-    );
-    report.goal = job
-        .spec
-        .as_ref()
-        .map(|s| s.goal.clone())
-        .unwrap_or_default();
+    // The same report `mtswarm report JOB` writes, with the demo's own
+    // baseline and the slices' busy intervals from the job's events.
+    let mut report = crate::report::job_report(&job, &records, Some(baseline.baseline.clone()));
+    for slice in &slices {
+        report.slice_utilization.entry(slice.clone()).or_insert(0.0);
+    }
     let mut phases: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     if !seen.busy.is_empty() {
         // The lock-holding intervals of every hardware tool (compile
@@ -906,10 +895,7 @@ async fn run(
             .busy
             .iter()
             .map(|interval| BusyInterval {
-                slice: fleet_ids
-                    .get(&interval.slice)
-                    .cloned()
-                    .unwrap_or_else(|| interval.slice.clone()),
+                slice: mtswarm_bus::results::canonical_slice_id(&interval.slice),
                 ..interval.clone()
             })
             .collect();

@@ -39,9 +39,14 @@ enum Backend {
 struct RunArgs {
     /// Kernel directory (kernel.c, host.c, optional tune.toml).
     kernel_dir: PathBuf,
-    /// `-D NAME=VALUE` define, over the tune.toml defaults and sizes.
+    /// `-D NAME=VALUE` define, over the tune.toml defaults and sizes;
+    /// checked against tune.toml (name, value, constraints).
     #[arg(short = 'D', value_name = "NAME=VALUE")]
     defines: Vec<String>,
+    /// Do not check the defines against tune.toml (fault knobs such as
+    /// FAULT_AFTER, values outside the tuning space).
+    #[arg(long)]
+    unchecked_defines: bool,
     /// DSP cores to use (default: all cores of a cluster).
     #[arg(long)]
     cores: Option<u32>,
@@ -86,15 +91,21 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(path) => ChipSpec::load(path)?,
         None => ChipSpec::default(),
     };
+    let mut given: BTreeMap<String, String> = BTreeMap::new();
+    for d in &args.defines {
+        let (name, value) = parse_define(d)?;
+        given.insert(name, value);
+    }
     let mut defines: BTreeMap<String, String> = BTreeMap::new();
     if args.kernel_dir.join("tune.toml").is_file() {
         let space = TuneSpace::load(&args.kernel_dir)?;
+        // A typo (`-D MBB=64`) must not silently run the defaults.
+        if !args.unchecked_defines {
+            space.check_defines(&given, &spec)?;
+        }
         defines = space.defines(&space.default_config());
     }
-    for d in &args.defines {
-        let (name, value) = parse_define(d)?;
-        defines.insert(name, value);
-    }
+    defines.extend(given);
     let cores = args.cores.unwrap_or(spec.cores_per_cluster);
     if !args.timeout.is_finite() || args.timeout <= 0.0 {
         bail!("--timeout must be a positive number of seconds");

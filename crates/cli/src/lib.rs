@@ -7,6 +7,7 @@
 //! - [`client`]: `submit`, `jobs`, `fleet`, `quarantine`, `approvals`,
 //!   `approve`/`deny`, `tasks` against the leader's Control service;
 //! - [`results`]: `results`, the results store read over NATS;
+//! - [`report`]: `report`, the HTML report of any job;
 //! - [`watch`]: live progress of a job, with interactive approvals;
 //! - `emu`: build and run one kernel on the emulator.
 //!
@@ -20,6 +21,7 @@ pub mod daemons;
 pub mod demo;
 pub mod emu;
 pub mod render;
+pub mod report;
 pub mod results;
 pub mod up;
 pub mod watch;
@@ -38,7 +40,8 @@ use crate::common::TelemetryArgs;
     about = "Tune MT-3000 kernels on a farm of boards",
     long_about = "Tune MT-3000 kernels on a farm of boards with a leader agent and worker agents.\n\n\
                   Start a local stack with `mtswarm up`, then `mtswarm submit GOAL --kernel DIR --watch`.\n\
-                  Client commands find the leader through --leader / MTSWARM_LEADER."
+                  Client commands find the leader through --leader / MTSWARM_LEADER.",
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -63,6 +66,12 @@ pub enum Command {
     Emu(emu::EmuArgs),
 }
 
+/// The exit codes of every command, shown by `--help`.
+pub const EXIT_CODES: &str = "Exit codes:\n  \
+    0  success (for `submit --watch`, `watch` and `demo`: the job SUCCEEDED with a result)\n  \
+    1  the job or run failed (FAILED, CANCELLED, no valid measurement; `cancel`: the job had already ended otherwise; `emu run`: the kernel failed)\n  \
+    2  usage error, refused request or the leader / NATS could not be reached";
+
 /// The commands that talk to a running leader.
 #[derive(Debug, Subcommand)]
 pub enum ClientCommand {
@@ -70,8 +79,12 @@ pub enum ClientCommand {
     Submit(client::SubmitCmd),
     /// Follow a job's progress; in a terminal, decide its approvals as they come.
     Watch(watch::WatchCmd),
-    /// List jobs, or show one.
+    /// List jobs, or show one (its outcome: best configuration, figures, candidates by status).
     Jobs(client::JobsCmd),
+    /// Cancel a queued or running job: its loop and its agents stop, it ends CANCELLED.
+    Cancel(client::CancelCmd),
+    /// Write the HTML report of any job, running or finished (reads the leader and NATS).
+    Report(report::ReportCmd),
     /// List the fleet's slices and worker daemons.
     Fleet(client::FleetCmd),
     /// List approval requests (pending by default).
@@ -99,8 +112,9 @@ pub enum QuarantineCommand {
     Lift(client::QuarantineLiftCmd),
 }
 
-/// Runs the command line of this process and returns its exit code:
-/// 0 success, 1 the job/run failed, 2 an error (printed on stderr).
+/// Runs the command line of this process and returns its exit code
+/// ([`EXIT_CODES`]): 0 success, 1 the job/run failed, 2 an error (printed
+/// on stderr).
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -139,6 +153,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 ClientCommand::Submit(cmd) => client::submit(cmd).await,
                 ClientCommand::Watch(cmd) => watch::watch(cmd).await,
                 ClientCommand::Jobs(cmd) => client::jobs(cmd).await,
+                ClientCommand::Cancel(cmd) => client::cancel(cmd).await,
+                ClientCommand::Report(cmd) => report::report(cmd).await,
                 ClientCommand::Fleet(cmd) => client::fleet(cmd).await,
                 ClientCommand::Approvals(cmd) => client::approvals(cmd).await,
                 ClientCommand::Approve(cmd) => client::decide(cmd, ApprovalVerdict::Approve).await,

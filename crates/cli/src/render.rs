@@ -136,7 +136,9 @@ pub fn job(job: &v1::JobRecord) -> Value {
         "started_at": timestamp(job.started_at.as_ref()),
         "finished_at": timestamp(job.finished_at.as_ref()),
         "summary": job.summary,
+        "outcome": outcome(job.outcome.as_ref()),
         "result": embedded_json(&job.result_json),
+        "final_answer": job.final_answer,
         "error": job.error,
         "agent_ids": job.agent_ids,
         "tasks_total": job.tasks_total,
@@ -144,6 +146,134 @@ pub fn job(job: &v1::JobRecord) -> Value {
         "usage": usage(job.usage.as_ref()),
         "traceparent": job.traceparent,
     })
+}
+
+/// A job outcome with units in its field names; `null` while the job runs.
+pub fn outcome(outcome: Option<&v1::JobOutcome>) -> Value {
+    let Some(o) = outcome else {
+        return Value::Null;
+    };
+    let statuses: std::collections::BTreeMap<&String, &u32> =
+        o.candidates_by_status.iter().collect();
+    json!({
+        "best": o.best.as_ref().map(best_candidate),
+        "candidates_by_status": statuses,
+        "records": o.records,
+        "valid_records": o.valid_records,
+        "tasks": {
+            "ok": o.tasks_ok, "failed": o.tasks_failed,
+            "cancelled": o.tasks_cancelled, "pending": o.tasks_pending,
+        },
+        "failure_reason": o.failure_reason,
+    })
+}
+
+pub fn best_candidate(b: &v1::BestCandidate) -> Value {
+    let params: std::collections::BTreeMap<&String, &String> = b.params.iter().collect();
+    json!({
+        "params": params,
+        "gflops": b.gflops,
+        "median_seconds": b.median_seconds,
+        "peak_percent": b.peak_percent,
+        "cores": b.cores,
+        "slice_id": b.slice_id,
+        "backend": b.backend,
+        "kernel": b.kernel,
+        "kernel_hash": b.kernel_hash,
+        "harness_hash": b.harness_hash,
+        "agent_id": b.agent_id,
+        "task_id": b.task_id,
+        "record_ids": b.record_ids,
+        "speedup_over_baseline": b.speedup_over_baseline,
+        "baseline_record_id": b.baseline_record_id,
+    })
+}
+
+/// Lines for people describing an outcome (empty when there is none).
+pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
+    let Some(o) = outcome else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    match &o.best {
+        Some(b) => {
+            let mut params: Vec<String> =
+                b.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            params.sort();
+            lines.push(format!("best      {}", params.join(" ")));
+            lines.push(format!(
+                "          {:.2} GFLOPS, median {}, {:.1}% of the peak of {} cores{}",
+                b.gflops,
+                seconds(b.median_seconds),
+                b.peak_percent,
+                b.cores,
+                b.speedup_over_baseline
+                    .map(|s| format!(", {s:.1}x over the tune.toml baseline"))
+                    .unwrap_or_default()
+            ));
+            lines.push(format!(
+                "          slice {} ({}), agent {}, kernel {} {}",
+                b.slice_id,
+                b.backend,
+                b.agent_id,
+                b.kernel,
+                truncate(&b.kernel_hash, 16)
+            ));
+            lines.push(format!("records   {}", b.record_ids.join(", ")));
+        }
+        None => lines.push(format!("no result {}", o.failure_reason)),
+    }
+    let mut statuses: Vec<String> = o
+        .candidates_by_status
+        .iter()
+        .map(|(k, v)| format!("{v} {k}"))
+        .collect();
+    statuses.sort();
+    lines.push(format!(
+        "evaluated {} candidate record(s), {} valid: {}",
+        o.records,
+        o.valid_records,
+        if statuses.is_empty() {
+            "none".to_string()
+        } else {
+            statuses.join(", ")
+        }
+    ));
+    lines.push(format!(
+        "tasks     {} ok, {} failed, {} cancelled, {} pending",
+        o.tasks_ok, o.tasks_failed, o.tasks_cancelled, o.tasks_pending
+    ));
+    lines
+}
+
+/// Seconds in a readable unit (`1.23 ms`, `4.5 s`, `2m 03s`).
+pub fn seconds(s: f64) -> String {
+    if !s.is_finite() || s <= 0.0 {
+        return format!("{s} s");
+    }
+    if s < 1e-6 {
+        format!("{:.1} ns", s * 1e9)
+    } else if s < 1e-3 {
+        format!("{:.2} us", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.2} ms", s * 1e3)
+    } else if s < 120.0 {
+        format!("{s:.2} s")
+    } else {
+        let whole = s.round() as u64;
+        format!("{}m {:02}s", whole / 60, whole % 60)
+    }
+}
+
+/// The exit code a job's end maps to: 0 succeeded with a result, 1 failed,
+/// cancelled or succeeded without one.
+pub fn job_exit_code(job: &v1::JobRecord) -> u8 {
+    let has_result = job.outcome.as_ref().is_some_and(|o| o.best.is_some());
+    if job.state() == v1::JobState::Succeeded && has_result {
+        0
+    } else {
+        1
+    }
 }
 
 pub fn slice_descriptor(s: Option<&v1::SliceDescriptor>) -> Value {
@@ -291,6 +421,7 @@ pub fn job_event(e: &v1::JobEvent) -> Value {
                 "previous": job_state(c.previous()),
                 "current": job_state(c.current()),
                 "reason": c.reason,
+                "outcome": outcome(c.outcome.as_ref()),
             }),
         ),
         Some(Event::ApprovalRequested(r)) => ("approval_requested", approval_request(r)),

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
-use mtswarm_bus::results::{self, ResultQuery, ResultRecord, ResultsStore};
+use mtswarm_bus::results::{self, CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
 use mtswarm_bus::{Bus, BusConfig};
 use serde_json::json;
 
@@ -42,7 +42,7 @@ pub struct ResultsCmd {
     /// Only this kernel source: the full hash or a prefix of at least 4 characters.
     #[arg(long, env = "MTSWARM_RESULTS_KERNEL_HASH")]
     pub kernel_hash: Option<String>,
-    /// Only this slice (e.g. board0/c1).
+    /// Only this slice (board0-c1; board0/c1 is read the same).
     #[arg(long, env = "MTSWARM_RESULTS_SLICE")]
     pub slice: Option<String>,
     /// Only this backend (emulator, sdk, host).
@@ -55,6 +55,11 @@ pub struct ResultsCmd {
     /// Only valid measurements (the kernel's answer was right).
     #[arg(long, env = "MTSWARM_RESULTS_VALID_ONLY")]
     pub valid_only: bool,
+    /// Only candidates with these statuses, comma-separated: benchmarked,
+    /// flagged, screened, compiled, pruned, not_run, invalid,
+    /// compile_failed, timed_out, unknown.
+    #[arg(long, env = "MTSWARM_RESULTS_STATUS", value_delimiter = ',')]
+    pub status: Vec<String>,
     /// At most this many records (the most recently stored ones).
     #[arg(long, env = "MTSWARM_RESULTS_LIMIT", default_value_t = results::DEFAULT_QUERY_LIMIT)]
     pub limit: usize,
@@ -91,13 +96,24 @@ impl ResultsCmd {
             None => None,
             Some(text) => Some(parse_since(&text, now)?),
         };
+        let mut statuses = Vec::new();
+        for name in self.status.iter().filter(|s| !s.trim().is_empty()) {
+            let status = CandidateStatus::parse(name).with_context(|| {
+                format!(
+                    "--status {name:?} is not a candidate status (one of: {})",
+                    CandidateStatus::ALL.map(CandidateStatus::as_str).join(", ")
+                )
+            })?;
+            statuses.push(status);
+        }
         Ok(ResultQuery {
             job_id: nonempty(&self.job_id).or_else(|| nonempty(&self.job)),
             kernel: nonempty(&self.kernel),
             kernel_hash: nonempty(&self.kernel_hash),
-            slice: nonempty(&self.slice),
+            slice: nonempty(&self.slice).map(|s| results::canonical_slice_id(&s)),
             backend: nonempty(&self.backend),
             valid_only: self.valid_only,
+            statuses,
             since,
             limit: self.limit,
         })
@@ -140,10 +156,13 @@ fn parse_age(text: &str) -> Option<Duration> {
     number.checked_mul(seconds).map(Duration::from_secs)
 }
 
-pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
-    let query = cmd.query(SystemTime::now())?;
-    let servers: Vec<String> = cmd
-        .nats
+/// Connects to NATS for a one-shot read of the results store (also used by
+/// `mtswarm report`). The caller drains the bus when done.
+pub async fn connect_store(
+    nats: &[String],
+    nats_creds: Option<PathBuf>,
+) -> anyhow::Result<(Bus, ResultsStore)> {
+    let servers: Vec<String> = nats
         .iter()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
@@ -153,7 +172,7 @@ pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
     };
     let mut config = BusConfig::new(first.clone()).with_name("mtswarm-cli");
     config.servers = servers.clone();
-    config.credentials_file = cmd.nats_creds.clone();
+    config.credentials_file = nats_creds;
     // A one-shot read: report an unreachable server instead of waiting for it.
     config.retry_on_initial_connect = false;
     let bus = Bus::connect(config).await.with_context(|| {
@@ -165,6 +184,12 @@ pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
     let store = ResultsStore::open(&bus)
         .await
         .context("opening the results store")?;
+    Ok((bus, store))
+}
+
+pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
+    let query = cmd.query(SystemTime::now())?;
+    let (bus, store) = connect_store(&cmd.nats, cmd.nats_creds.clone()).await?;
     let records = store
         .query(&query)
         .await
@@ -206,8 +231,8 @@ fn write_table(records: &[ResultRecord], out: &mut dyn std::io::Write) -> std::i
     }
     writeln!(
         out,
-        "{:<24} {:<10} {:<14} {:<9} {:>5} {:<6} {:>9} {:>6} {:>11}  PARAMS",
-        "TIME", "KERNEL", "SLICE", "BACKEND", "CORES", "VALID", "GFLOPS", "PEAK%", "MEDIAN_S"
+        "{:<24} {:<10} {:<14} {:<9} {:>5} {:<14} {:>9} {:>6} {:>11}  PARAMS",
+        "TIME", "KERNEL", "SLICE", "BACKEND", "CORES", "STATUS", "GFLOPS", "PEAK%", "MEDIAN"
     )?;
     for r in records {
         let millis = i64::try_from(r.timestamp_ms).unwrap_or(i64::MAX);
@@ -217,27 +242,23 @@ fn write_table(records: &[ResultRecord], out: &mut dyn std::io::Write) -> std::i
         }))
         .unwrap_or_default();
         let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let valid = if r.valid {
-            "yes".to_string()
-        } else {
-            "no".to_string()
-        };
+        let status = r.status();
         writeln!(
             out,
-            "{:<24} {:<10} {:<14} {:<9} {:>5} {:<6} {:>9} {:>6} {:>11}  {}",
+            "{:<24} {:<10} {:<14} {:<9} {:>5} {:<14} {:>9} {:>6} {:>11}  {}",
             stamp,
             render::truncate(&r.kernel, 10),
             render::truncate(&r.slice_id, 14),
             render::truncate(&r.backend, 9),
             r.cores,
-            valid,
+            status.as_str(),
             r.gflops.map(|g| format!("{g:.3}")).unwrap_or_default(),
             r.peak_fraction
                 .map(|p| format!("{:.1}", p * 100.0))
                 .unwrap_or_default(),
             r.stats
                 .as_ref()
-                .map(|s| format!("{:.6}", s.median))
+                .map(|s| render::seconds(s.median))
                 .unwrap_or_default(),
             params.join(" ")
         )?;

@@ -9,7 +9,9 @@
 //!   or denies it, one at a time; requests that someone else decided in the
 //!   meantime are skipped.
 //!
-//! The exit code tells how the job ended: 0 succeeded, 1 failed or cancelled.
+//! The exit code tells how the job ended: 0 succeeded with a result (an
+//! outcome with a best configuration), 1 failed or cancelled, 2 the leader
+//! could not be reached or the request was refused.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal as _, Write as _};
@@ -277,18 +279,11 @@ pub async fn watch_job(
         if !job.error.is_empty() {
             println!("error: {}", job.error);
         }
-        if !job.result_json.is_empty() {
-            println!(
-                "result: {}",
-                render::compact(&render::embedded_json(&job.result_json), 500)
-            );
+        for line in render::outcome_lines(job.outcome.as_ref()) {
+            println!("{line}");
         }
     }
-    Ok(if job.state() == v1::JobState::Succeeded {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitCode::from(render::job_exit_code(&job)))
 }
 
 /// One event as a line of text (non-terminal output).

@@ -46,7 +46,14 @@ fn emu_run_exits_non_zero_when_invalid_or_over_capacity() {
     let out = mtswarm()
         .args(["emu", "run"])
         .arg(kernels().join("vecadd"))
-        .args(["--cores", "2", "-D", "FAULT_AFTER=0", "--json"])
+        .args([
+            "--cores",
+            "2",
+            "-D",
+            "FAULT_AFTER=0",
+            "--unchecked-defines",
+            "--json",
+        ])
         .output()
         .expect("mtswarm runs");
     assert!(!out.status.success());
@@ -61,7 +68,14 @@ fn emu_run_exits_non_zero_when_invalid_or_over_capacity() {
     let out = mtswarm()
         .args(["emu", "run"])
         .arg(kernels().join("vecadd"))
-        .args(["--cores", "1", "-D", "CHUNK=65536", "--json"])
+        .args([
+            "--cores",
+            "1",
+            "-D",
+            "CHUNK=65536",
+            "--unchecked-defines",
+            "--json",
+        ])
         .output()
         .expect("mtswarm runs");
     assert!(!out.status.success());
@@ -72,6 +86,34 @@ fn emu_run_exits_non_zero_when_invalid_or_over_capacity() {
             .as_str()
             .is_some_and(|e| e.contains("AM capacity exceeded")),
         "{report}"
+    );
+}
+
+#[test]
+fn emu_run_refuses_defines_outside_tune_toml() {
+    let typo = mtswarm()
+        .args(["emu", "run"])
+        .arg(kernels().join("dgemm"))
+        .args(["-D", "MBB=64", "--json"])
+        .output()
+        .expect("mtswarm runs");
+    assert_eq!(typo.status.code(), Some(2), "a usage error");
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(
+        stderr.contains("MBB") && stderr.contains("known: VARIANT, MB, NB"),
+        "{stderr}"
+    );
+    let value = mtswarm()
+        .args(["emu", "run"])
+        .arg(kernels().join("dgemm"))
+        .args(["-D", "MB=48"])
+        .output()
+        .expect("mtswarm runs");
+    assert_eq!(value.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&value.stderr);
+    assert!(
+        stderr.contains("MB=48") && stderr.contains("32, 64, 128"),
+        "{stderr}"
     );
 }
 

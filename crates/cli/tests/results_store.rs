@@ -54,6 +54,7 @@ fn record(
         model: "builtin".to_string(),
         wall_seconds: 1.0,
         timestamp_ms: u64::try_from((now - age).as_millis()).expect("millis"),
+        ..ResultRecord::default()
     }
 }
 
@@ -178,7 +179,7 @@ async fn results_are_filtered_and_exported_from_the_store() {
     assert_eq!(rows.len(), 5, "header, three records, count: {table}");
     assert!(
         rows.iter()
-            .any(|r| r.contains("board0/c1") && r.contains(" no ")),
+            .any(|r| r.contains("board0/c1") && r.contains(" invalid ")),
         "{table}"
     );
     assert_eq!(rows[4], "3 records");

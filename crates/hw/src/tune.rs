@@ -496,6 +496,63 @@ impl TuneSpace {
         Ok(valid)
     }
 
+    /// Checks `-D` defines as they enter a build (emu run, the compile
+    /// tool, task parameters): every name must be a parameter, a size or
+    /// `TOLERANCE` (an unknown name is an error listing the known ones,
+    /// which catches typos such as `MBB=64`); a parameter's value must be
+    /// one of its values (or its baseline override) and the configuration
+    /// with the given sizes must satisfy every constraint (the error names
+    /// the value or the constraint).
+    pub fn check_defines(
+        &self,
+        defines: &BTreeMap<String, String>,
+        spec: &ChipSpec,
+    ) -> Result<(), TuneError> {
+        let mut space = self.clone();
+        let mut config = Config::new();
+        for (name, text) in defines {
+            if name == "TOLERANCE" {
+                continue;
+            }
+            if let Some(size) = space.sizes.get_mut(name) {
+                *size = parse_value(text);
+                continue;
+            }
+            let Some(param) = self.params.iter().find(|p| &p.name == name) else {
+                let mut known: Vec<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
+                known.extend(self.sizes.keys().map(String::as_str));
+                known.push("TOLERANCE");
+                return Err(TuneError::Config(format!(
+                    "-D {name} is not a parameter or size of {} (known: {})",
+                    self.kernel,
+                    known.join(", ")
+                )));
+            };
+            let allowed = param
+                .values
+                .iter()
+                .chain(self.baseline.get(name))
+                .find(|v| same_value(v, text));
+            match allowed {
+                Some(value) => {
+                    config.insert(name.clone(), value.clone());
+                }
+                None => {
+                    return Err(TuneError::Config(format!(
+                        "-D {name}={text} is not one of its values ({})",
+                        param
+                            .values
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+        }
+        space.check(&config, spec)
+    }
+
     /// The `-D` defines of a build: sizes, `TOLERANCE`, then the
     /// configuration (parameters missing from it take their defaults).
     pub fn defines(&self, config: &Config) -> BTreeMap<String, String> {
@@ -513,6 +570,29 @@ impl TuneSpace {
             defines.entry(k.clone()).or_insert_with(|| v.to_string());
         }
         defines
+    }
+}
+
+/// A define's text as a value: a whole number, a number, else a word.
+fn parse_value(text: &str) -> ParamValue {
+    let text = text.trim();
+    if let Ok(i) = text.parse::<i64>() {
+        return ParamValue::Int(i);
+    }
+    if let Ok(x) = text.parse::<f64>() {
+        return ParamValue::Float(x);
+    }
+    ParamValue::Str(text.to_string())
+}
+
+/// Whether a define's text names `value` (`64` and `64.0` are the same
+/// number; words compare exactly).
+fn same_value(value: &ParamValue, text: &str) -> bool {
+    let text = text.trim();
+    match value {
+        ParamValue::Str(s) => s == text,
+        ParamValue::Int(i) => text.parse::<f64>().is_ok_and(|x| x == *i as f64),
+        ParamValue::Float(f) => text.parse::<f64>().is_ok_and(|x| x == *f),
     }
 }
 
@@ -685,5 +765,46 @@ default = "fast"
             let err = TuneSpace::from_toml_str(text).expect_err(text).to_string();
             assert!(err.contains(needle), "{err} should mention {needle}");
         }
+    }
+
+    #[test]
+    fn defines_are_checked_by_name_value_and_constraint() {
+        let space = TuneSpace::from_toml_str(SPACE).expect("parses");
+        let mut spec = ChipSpec::default();
+        let defines = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let ok = defines(&[("A", "4"), ("B", "3"), ("N", "128"), ("TOLERANCE", "1e-6")]);
+        assert_eq!(space.check_defines(&ok, &spec), Ok(()));
+        assert_eq!(
+            space.check_defines(&defines(&[("VARIANT", "naive"), ("A", "1")]), &spec),
+            Ok(()),
+            "the baseline override is allowed"
+        );
+        let typo = space
+            .check_defines(&defines(&[("AA", "4")]), &spec)
+            .expect_err("unknown name")
+            .to_string();
+        assert!(
+            typo.contains("AA") && typo.contains("known: A, B, VARIANT, N, TOLERANCE"),
+            "{typo}"
+        );
+        let value = space
+            .check_defines(&defines(&[("A", "3")]), &spec)
+            .expect_err("not a value")
+            .to_string();
+        assert!(
+            value.contains("A=3") && value.contains("1, 2, 4"),
+            "{value}"
+        );
+        spec.am_bytes = 8 * 4;
+        let constraint = space
+            .check_defines(&defines(&[("A", "4"), ("B", "3")]), &spec)
+            .expect_err("violates")
+            .to_string();
+        assert!(constraint.contains("A * B * 8 <= am_bytes"), "{constraint}");
     }
 }

@@ -24,10 +24,16 @@
 //! `JobRecord.leader_state_json`. `spawn_agent` calls `Worker.SpawnSession`,
 //! `assign_task` publishes a `TaskAssignment` (attempt 1) from inside the
 //! tool span, and the single durable result consumer ([`results`]) fills the
-//! job's result table that `collect_result` waits on. The final answer (its
-//! last ```` ```json ```` block is `result_json`) makes the job SUCCEEDED;
-//! a stopped loop FAILED; CancelJob CANCELLED (the loop and the agents are
-//! cancelled).
+//! job's result table that `collect_result` waits on; `collect_result`
+//! returns a compact summary within a fixed budget and `result_details`
+//! pages through the candidates ([`digest`]). When the loop answers, the
+//! job's typed outcome is computed from the accepted results' records in
+//! the results store ([`outcome`]): SUCCEEDED with a best configuration, or
+//! FAILED with the reason when there is no accepted valid measurement. The
+//! answer is kept as `final_answer` (its last ```` ```json ```` block is
+//! `result_json`); a completion gate rejects answers claiming figures no
+//! accepted result backs. A stopped loop FAILED; CancelJob CANCELLED (the
+//! loop and the agents are cancelled).
 //!
 //! Reliability (the leader side of the reliability contract):
 //! - `spawn_agent` / `assign_task` record the agent's placement / the task
@@ -68,9 +74,12 @@
 pub mod approvals;
 pub mod config;
 mod daemon;
+pub mod digest;
 pub mod error;
 pub mod fleet;
+mod grounding;
 pub mod journal;
+pub mod outcome;
 pub mod policy;
 mod reassign;
 pub mod results;

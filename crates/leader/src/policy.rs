@@ -14,16 +14,21 @@
 //!    space (every parameter value spread evenly, see
 //!    [`balanced_partitions`]), and `assign_task` each its part as
 //!    `{"candidates": [{...-D map...}, ...]}`;
-//! 4. `collect_result` of all tasks, mode `all`, with the job's timeout;
+//! 4. `collect_result` of all tasks, mode `all`, with the job's timeout
+//!    (its compact summary: `best`, `failed_tasks`, `agents` rows; see
+//!    [`crate::digest`]);
 //! 5. when some collected tasks FAILED (not cancelled), retry each failed
 //!    partition once on another agent: `list_fleet` again, `spawn_agent` a
 //!    `tuner-retry-N` on a free slice per failed partition, or, when no slice
 //!    is free, reuse an agent whose task succeeded; `assign_task` the failed
 //!    partition's candidates to it and `collect_result` those tasks;
-//! 6. answer with the best result over every collected task: a summary
-//!    line and a ```` ```json ```` block `{"best": {"params", "gflops",
-//!    "peak_fraction", "agent", "slice", "task_id"}, "results": [...]}`, or
-//!    `{"best": null, "error"}`.
+//! 6. answer with the best of the collect summaries' `best` figures: a
+//!    summary line and a ```` ```json ```` block `{"best": {"params",
+//!    "gflops", "peak_percent", "median_seconds", "agent", "slice_id",
+//!    "task_id"}, "task_status", "candidate_status", "pending"}`, or
+//!    `{"best": null, "error"}`. The job's outcome does not come from this
+//!    answer (see [`crate::outcome`]); the completion gate checks that its
+//!    figures are backed ([`crate::grounding`]).
 //!
 //! The retry round's calls have ids starting with `retry-`, which is how
 //! the policy tells the rounds apart when it reads the conversation.
@@ -344,7 +349,10 @@ struct FailedPartition {
 }
 
 /// The failed partitions of the first collect (in its order) and the agents
-/// whose tasks succeeded there (reusable for a retry).
+/// whose tasks succeeded there (reusable for a retry). Read from the
+/// collect summary's structured fields: `failed_tasks` and the `agents`
+/// rows (a summary cut by its budget lists fewer of them; the retry then
+/// covers the listed ones).
 fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
     let Some(collected) = history
         .all_calls()
@@ -353,8 +361,8 @@ fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
     else {
         return (Vec::new(), Vec::new());
     };
-    // Task id -> the candidates it was assigned.
-    let assigned: HashMap<String, Value> = history
+    // Task id -> the agent and the candidates it was assigned.
+    let assigned: HashMap<String, (String, Value)> = history
         .all_calls()
         .filter(|c| c.name == "assign_task" && !c.id.starts_with(RETRY))
         .filter_map(|c| {
@@ -362,28 +370,29 @@ fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
                 .as_str()?
                 .to_string();
             let args: Value = serde_json::from_str(&c.arguments).ok()?;
-            Some((task, args["parameters"]["candidates"].clone()))
+            let agent = args["agent"].as_str().unwrap_or_default().to_string();
+            Some((task, (agent, args["parameters"]["candidates"].clone())))
         })
         .collect();
-    let mut failed = Vec::new();
+    let failed: Vec<FailedPartition> = collected["failed_tasks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|task| assigned.get(task))
+        .filter(|(_, c)| c.as_array().is_some_and(|a| !a.is_empty()))
+        .map(|(agent, candidates)| FailedPartition {
+            agent: agent.clone(),
+            candidates: candidates.clone(),
+        })
+        .collect();
     let mut reusable: Vec<String> = Vec::new();
-    for result in collected["results"].as_array().into_iter().flatten() {
-        let agent = result["agent"].as_str().unwrap_or_default().to_string();
-        match result["status"].as_str() {
-            Some("failed") => {
-                if let Some(candidates) = result["task_id"]
-                    .as_str()
-                    .and_then(|t| assigned.get(t))
-                    .filter(|c| c.as_array().is_some_and(|a| !a.is_empty()))
-                {
-                    failed.push(FailedPartition {
-                        agent,
-                        candidates: candidates.clone(),
-                    });
-                }
-            }
-            Some("ok") if !agent.is_empty() && !reusable.contains(&agent) => reusable.push(agent),
-            _ => {}
+    for row in collected["agents"].as_array().into_iter().flatten() {
+        if row["status"] == "ok"
+            && let Some(agent) = row["agent"].as_str()
+            && !reusable.iter().any(|a| a == agent)
+        {
+            reusable.push(agent.to_string());
         }
     }
     reusable.retain(|a| !failed.iter().any(|f| &f.agent == a));
@@ -490,27 +499,15 @@ fn retry_assign(history: &History<'_>) -> Turn {
     Turn::Calls(calls)
 }
 
-/// A number under one of `keys`, in `value` or its `best` object.
-fn metric(value: &Value, keys: &[&str]) -> Option<f64> {
-    [value, &value["best"]]
-        .into_iter()
-        .flat_map(|v| keys.iter().map(move |k| &v[*k]))
-        .find_map(Value::as_f64)
+fn add_counts(total: &mut serde_json::Map<String, Value>, counts: &Value) {
+    for (key, n) in counts.as_object().into_iter().flatten() {
+        let sum = total.get(key).and_then(Value::as_u64).unwrap_or(0) + n.as_u64().unwrap_or(0);
+        total.insert(key.clone(), json!(sum));
+    }
 }
 
-fn params_of(value: &Value) -> Value {
-    [&value["best"], value]
-        .into_iter()
-        .flat_map(|v| {
-            ["defines", "params", "config", "parameters"]
-                .into_iter()
-                .map(move |k| &v[k])
-        })
-        .find(|v| v.is_object())
-        .cloned()
-        .unwrap_or(Value::Null)
-}
-
+/// The answer from the collect summaries: the best of their `best` figures
+/// (every round's), the task and candidate counts, what is still pending.
 fn final_answer(history: &History<'_>) -> String {
     let collects: Vec<&ToolCall> = history
         .all_calls()
@@ -523,71 +520,57 @@ fn final_answer(history: &History<'_>) -> String {
         Ok(value) => value,
         Err(error) => return failure(&format!("results could not be collected: {error}")),
     };
-    // Every collected result, the first round's included.
-    let all_results: Vec<Value> = collects
+    let summaries: Vec<Value> = collects
         .iter()
         .filter_map(|c| history.json_result(c).ok())
-        .flat_map(|v| v["results"].as_array().cloned().unwrap_or_default())
         .collect();
     let mut best: Option<Value> = None;
-    let mut best_key = f64::NEG_INFINITY;
-    let mut summaries = Vec::new();
-    for result in &all_results {
-        let body = &result["result"];
-        let gflops = metric(body, &["gflops"]);
-        let peak_fraction = metric(body, &["peak_fraction"])
-            .or_else(|| metric(body, &["peak_percent"]).map(|p| p / 100.0));
-        summaries.push(json!({
-            "task_id": result["task_id"], "agent": result["agent"], "slice": result["slice_id"],
-            "status": result["status"], "gflops": gflops, "peak_fraction": peak_fraction,
-            "summary": result["summary"], "error": result["error"],
-        }));
-        if result["status"] != "ok" || body["best"].is_null() && gflops.is_none() {
+    let mut tasks = serde_json::Map::new();
+    let mut candidates = serde_json::Map::new();
+    for summary in &summaries {
+        add_counts(&mut tasks, &summary["task_status"]);
+        add_counts(&mut candidates, &summary["candidate_status"]);
+        let this = &summary["best"];
+        let Some(gflops) = this["gflops"].as_f64() else {
             continue;
-        }
-        // Rank by GFLOP/s; a result without one ranks by its peak fraction
-        // below every result that has one.
-        let key = gflops.unwrap_or(f64::MIN / 2.0 + peak_fraction.unwrap_or(0.0));
-        if best.is_none() || key > best_key {
-            best_key = key;
-            best = Some(json!({
-                "params": params_of(body), "gflops": gflops, "peak_fraction": peak_fraction,
-                "agent": result["agent"], "slice": result["slice_id"], "task_id": result["task_id"],
-            }));
+        };
+        if best
+            .as_ref()
+            .is_none_or(|b| b["gflops"].as_f64().is_none_or(|g| gflops > g))
+        {
+            best = Some(this.clone());
         }
     }
-    let pending = collected["pending"].as_array().map_or(0, Vec::len);
+    let pending = collected["pending_tasks"].as_array().map_or(0, Vec::len)
+        + collected["omitted"]["pending_tasks"].as_u64().unwrap_or(0) as usize;
+    let finished: u64 = tasks.values().filter_map(Value::as_u64).sum();
     match best {
         Some(best) => {
             let figure = match best["gflops"].as_f64() {
                 Some(g) => format!("{g:.2} GFLOP/s"),
                 None => "no GFLOP/s figure".to_string(),
             };
-            let peak = best["peak_fraction"]
+            let peak = best["peak_percent"]
                 .as_f64()
-                .map(|p| format!(" ({:.1}% of peak)", p * 100.0))
+                .map(|p| format!(" ({p:.1}% of peak)"))
                 .unwrap_or_default();
             format!(
-                "Best configuration {} at {figure}{peak} by agent {} on slice {} ({} result(s), {pending} pending).\n\n```json\n{}\n```",
+                "Best configuration {} at {figure}{peak} by agent {} on slice {} ({finished} task(s) finished, {pending} pending).\n\n```json\n{}\n```",
                 best["params"],
                 best["agent"].as_str().unwrap_or("?"),
-                best["slice"].as_str().unwrap_or("?"),
-                summaries.len(),
-                json!({"best": best, "results": summaries, "pending": pending})
+                best["slice_id"].as_str().unwrap_or("?"),
+                json!({"best": best, "task_status": tasks, "candidate_status": candidates, "pending": pending})
             )
         }
         None => {
-            let error = if summaries.is_empty() {
+            let error = if finished == 0 {
                 format!("no task finished in time ({pending} pending)")
             } else {
-                format!(
-                    "no task produced a result ({} failed, {pending} pending)",
-                    summaries.len()
-                )
+                format!("no task produced a result ({finished} finished, {pending} pending)")
             };
             format!(
                 "The job could not be completed: {error}\n\n```json\n{}\n```",
-                json!({"best": null, "error": error, "results": summaries})
+                json!({"best": null, "error": error, "task_status": tasks, "candidate_status": candidates})
             )
         }
     }
@@ -713,12 +696,14 @@ default = 1
             args,
             json!({"tasks": ["t1", "t2"], "mode": "all", "timeout_seconds": 30})
         );
-        let collected = json!({"results": [
-            {"task_id": "t1", "agent": "tuner-1", "slice_id": "b0-c0", "status": "ok",
-             "result": {"best": {"defines": {"A": "1"}, "gflops": 3.0, "peak_percent": 10.0}}},
-            {"task_id": "t2", "agent": "tuner-2", "slice_id": "b0-c2", "status": "ok",
-             "result": {"best": {"defines": {"A": "2"}, "gflops": 5.0, "peak_percent": 20.0}}}],
-            "pending": [], "timed_out": false});
+        let collected = json!({"tasks": 2, "finished": 2, "timed_out": false,
+            "task_status": {"ok": 2}, "candidate_status": {"benchmarked": 3},
+            "best": {"params": {"A": "2"}, "gflops": 5.0, "peak_percent": 20.0,
+                     "agent": "tuner-2", "slice_id": "b0-c2", "task_id": "t2"},
+            "failed_tasks": [], "pending_tasks": [], "errors": [],
+            "agents": [{"agent": "tuner-2", "task_id": "t2", "status": "ok", "gflops": 5.0},
+                       {"agent": "tuner-1", "task_id": "t1", "status": "ok", "gflops": 3.0}],
+            "omitted": {}});
         answer(&mut messages, &collect, &[&collected.to_string()]);
         let Turn::Final(text) = policy.decide(&messages) else {
             panic!("expected the answer")
@@ -727,7 +712,8 @@ default = 1
         assert_eq!(block["best"]["agent"], "tuner-2");
         assert_eq!(block["best"]["params"], json!({"A": "2"}));
         assert_eq!(block["best"]["gflops"], json!(5.0));
-        assert_eq!(block["best"]["peak_fraction"], json!(0.2));
+        assert_eq!(block["best"]["peak_percent"], json!(20.0));
+        assert_eq!(block["task_status"], json!({"ok": 2}));
     }
 
     #[test]
@@ -756,12 +742,15 @@ default = 1
         let t2 = json!({"task_id": "t2"}).to_string();
         answer(&mut messages, &assign, &[&t1, &t2]);
         let collect = policy.decide(&messages);
-        let collected = json!({"results": [
-            {"task_id": "t1", "agent": "tuner-1", "slice_id": "b0-c0", "status": "failed",
-             "result": null, "error": "crashed"},
-            {"task_id": "t2", "agent": "tuner-2", "slice_id": "b0-c1", "status": "ok",
-             "result": {"best": {"defines": {"A": "2"}, "gflops": 5.0}}}],
-            "pending": [], "timed_out": false});
+        let collected = json!({"tasks": 2, "finished": 2, "timed_out": false,
+            "task_status": {"ok": 1, "failed": 1},
+            "best": {"params": {"A": "2"}, "gflops": 5.0, "agent": "tuner-2",
+                     "slice_id": "b0-c1", "task_id": "t2"},
+            "failed_tasks": ["t1"], "pending_tasks": [],
+            "errors": [{"agent": "tuner-1", "error": "crashed"}],
+            "agents": [{"agent": "tuner-2", "task_id": "t2", "status": "ok", "gflops": 5.0},
+                       {"agent": "tuner-1", "task_id": "t1", "status": "failed", "gflops": null}],
+            "omitted": {}});
         answer(&mut messages, &collect, &[&collected.to_string()]);
         let again = policy.decide(&messages);
         assert_eq!(names(&again), vec!["list_fleet"]);
@@ -789,16 +778,18 @@ default = 1
         let args: Value = serde_json::from_str(&calls[0].arguments).expect("json");
         assert_eq!(args["tasks"], json!(["t3"]));
         // The retry failed too: no third round, the best of all is reported.
-        let collected = json!({"results": [
-            {"task_id": "t3", "agent": "tuner-2", "slice_id": "b0-c1", "status": "failed",
-             "result": null, "error": "crashed again"}], "pending": [], "timed_out": false});
+        let collected = json!({"tasks": 1, "finished": 1, "timed_out": false,
+            "task_status": {"failed": 1}, "best": null, "failed_tasks": ["t3"],
+            "pending_tasks": [], "errors": [{"agent": "tuner-2", "error": "crashed again"}],
+            "agents": [{"agent": "tuner-2", "task_id": "t3", "status": "failed"}],
+            "omitted": {}});
         answer(&mut messages, &recollect, &[&collected.to_string()]);
         let Turn::Final(text) = policy.decide(&messages) else {
             panic!("expected the answer")
         };
         let block = crate::runner::last_json_block(&text).expect("json block");
         assert_eq!(block["best"]["task_id"], "t2");
-        assert_eq!(block["results"].as_array().map(Vec::len), Some(3));
+        assert_eq!(block["task_status"], json!({"ok": 1, "failed": 2}));
     }
 
     #[test]

@@ -246,6 +246,14 @@ impl JobResults {
         )
     }
 
+    /// Every task in assignment order with its current attempt and its
+    /// accepted result (`None` while pending); nothing is marked as handed
+    /// out.
+    pub fn snapshot(&self) -> Vec<TaskView> {
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        self.views(&order)
+    }
+
     fn views(&self, ids: &[String]) -> Vec<TaskView> {
         let tasks = self.lock();
         ids.iter()

@@ -37,6 +37,10 @@ use crate::shared::Shared;
 use crate::tools::{self, AgentEntry, JobContext};
 use crate::validate::Attachment;
 
+/// Characters of the model's final answer kept in the job record (the
+/// record is one KV value; the outcome carries what was achieved).
+const MAX_FINAL_ANSWER_CHARS: usize = 32 * 1024;
+
 /// Agent id of the leader's own loop in events, approvals and sessions.
 pub const LEADER_AGENT_ID: &str = "leader";
 
@@ -149,6 +153,7 @@ pub(crate) async fn transition(
         previous: previous as i32,
         current: current as i32,
         reason: reason.to_string(),
+        outcome: record.outcome.clone().filter(|_| is_final(current)),
     });
     if let Err(error) = shared.journal.append_confirmed(job_id, event).await {
         tracing::warn!(%error, job_id, "state change not journaled");
@@ -331,6 +336,8 @@ struct JobEnd {
     state: v1::JobState,
     summary: String,
     result_json: String,
+    /// The model's final answer as written (empty when it gave none).
+    final_answer: String,
     error: String,
     usage: v1::Usage,
 }
@@ -341,8 +348,25 @@ impl JobEnd {
             state: v1::JobState::Failed,
             summary: String::new(),
             result_json: String::new(),
+            final_answer: String::new(),
             error: error.into(),
             usage: v1::Usage::default(),
+        }
+    }
+
+    /// Applies the outcome: an answered job without an accepted valid
+    /// measurement FAILED with the outcome's reason, whatever the answer
+    /// says; with one it SUCCEEDED and its summary is the outcome's.
+    fn settle(&mut self, outcome: &v1::JobOutcome) {
+        if self.state != v1::JobState::Succeeded {
+            return;
+        }
+        match &outcome.best {
+            Some(best) => self.summary = crate::outcome::summary_line(best),
+            None => {
+                self.state = v1::JobState::Failed;
+                self.error = outcome.failure_reason.clone();
+            }
         }
     }
 }
@@ -390,6 +414,8 @@ async fn run(
             _ => "job finished",
         })
         .await;
+    let outcome = crate::outcome::compute(&shared, &context).await;
+    end.settle(&outcome);
     let reason = match end.state {
         v1::JobState::Succeeded => "leader answered".to_string(),
         v1::JobState::Cancelled => format!("cancelled: {}", end.error),
@@ -400,6 +426,12 @@ async fn run(
         record.finished_at = Some(now());
         record.summary = end.summary.clone();
         record.result_json = end.result_json.clone();
+        record.final_answer = end
+            .final_answer
+            .chars()
+            .take(MAX_FINAL_ANSWER_CHARS)
+            .collect();
+        record.outcome = Some(outcome.clone());
         record.error = end.error.clone();
         let usage = record.usage.get_or_insert_with(Default::default);
         usage.steps = usage.steps.saturating_add(end.usage.steps);
@@ -486,6 +518,9 @@ async fn drive(
         Arc::new(LocalResourceLock::default()),
     )
     .with_middleware(Arc::new(TracingMiddleware))
+    .with_gate(Arc::new(crate::grounding::GroundedAnswerGate::new(
+        context.results.clone(),
+    )))
     .with_checkpoint_sink(Arc::new(JobCheckpointSink {
         shared: shared.clone(),
         job_id: context.job_id.clone(),
@@ -709,6 +744,8 @@ pub fn last_json_block(text: &str) -> Option<Value> {
     found
 }
 
+/// The loop answered: the job's state is decided by its outcome
+/// ([`JobEnd::settle`]); the answer is kept beside it.
 fn final_answer(text: &str, state: &LoopState) -> JobEnd {
     let block = last_json_block(text);
     let summary: String = text
@@ -719,31 +756,13 @@ fn final_answer(text: &str, state: &LoopState) -> JobEnd {
         .chars()
         .take(1000)
         .collect();
-    let usage = usage_of(state);
-    // A builtin-policy answer that reports an error and no best result
-    // means the job did not achieve anything.
-    if let Some(Value::Object(map)) = &block
-        && map.get("best").is_none_or(Value::is_null)
-        && let Some(error) = map.get("error").and_then(Value::as_str)
-    {
-        return JobEnd {
-            state: v1::JobState::Failed,
-            summary,
-            result_json: block.as_ref().map(Value::to_string).unwrap_or_default(),
-            error: error.to_string(),
-            usage,
-        };
-    }
     JobEnd {
         state: v1::JobState::Succeeded,
-        summary: if summary.is_empty() {
-            text.chars().take(1000).collect()
-        } else {
-            summary
-        },
+        summary,
         result_json: block.map(|b| b.to_string()).unwrap_or_default(),
+        final_answer: text.to_string(),
         error: String::new(),
-        usage,
+        usage: usage_of(state),
     }
 }
 

@@ -113,6 +113,7 @@ impl ControlService {
             previous: v1::JobState::Unspecified as i32,
             current: v1::JobState::Queued as i32,
             reason: "submitted".to_string(),
+            outcome: None,
         });
         if let Err(error) = shared.journal.append_confirmed(&job_id, queued).await {
             tracing::warn!(%error, %job_id, "submission not journaled");
@@ -315,6 +316,7 @@ impl v1::control_server::Control for ControlService {
                                             previous: v1::JobState::Unspecified as i32,
                                             current: record.state,
                                             reason: "final state (from the job record)".into(),
+                                            outcome: record.outcome.clone(),
                                         },
                                     )),
                                 }))

@@ -5,10 +5,11 @@
 //! | `list_fleet` | `selector?` (default: the job's) | `{"slices":[{slice_id, worker_id, board, cluster, cores, backend, state, session_id?}], "free": n, "workers": n}` |
 //! | `spawn_agent` | `selector?`, `role?`, `instructions?`, `name?`, `slice_id?` | `{"agent", "session_id", "worker_id", "slice_id"}` |
 //! | `assign_task` | `agent`, `instructions`, `parameters?` (object) | `{"task_id", "agent", "attempt"}` |
-//! | `collect_result` | `agents?` or `tasks?` (default: every task), `mode?` any\|all, `timeout_seconds?` | `{"results":[{task_id, agent, attempt, status, summary, result, error, slice_id, worker_id}], "pending":[task ids], "timed_out"}` |
+//! | `collect_result` | `agents?` or `tasks?` (default: every task), `mode?` any\|all, `timeout_seconds?` | a compact summary within a fixed budget ([`crate::digest::collect_summary`]): `{"tasks", "finished", "timed_out", "task_status", "candidate_status", "best", "failed_tasks", "pending_tasks", "errors", "agents", "omitted"}` |
+//! | `result_details` | `task?`, `agent?`, `status?` (candidate status), `page?`, `page_size?` | one page of candidate rows ([`crate::digest::details_page`]): `{"page", "pages", "total", "rows":[{task_id, agent, index, params, status, gflops?, median_seconds?, peak_percent?, reason?}]}` |
 //! | `cancel_agent` | `agent`, `reason?` | `{"agent", "cancelled"}` |
 //! | `read_file` | `path` (relative to the kernel dir) | the file's text |
-//! | `job_status` | none | `{"job_id", "agents":[...], "tasks_total", "tasks_done", "pending":[...]}` |
+//! | `job_status` | none | `{"job_id", "agents":[...], "tasks_total", "tasks_done", "pending":[...]}` (lists cut at [`STATUS_LIST_LIMIT`], the rest counted under `omitted`) |
 //!
 //! Task parameters are free-form JSON objects passed to the worker agent in
 //! `TaskAssignment.parameters_json`; the builtin policies use
@@ -46,6 +47,8 @@ use mtswarm_bus::BusError;
 
 /// Largest file `read_file` returns in full; longer files are cut with a marker.
 const READ_FILE_LIMIT: usize = 64 * 1024;
+/// Agents and pending tasks `job_status` lists at most.
+pub const STATUS_LIST_LIMIT: usize = 32;
 
 /// One agent the job spawned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -347,6 +350,7 @@ pub(crate) fn registry(context: Arc<JobContext>) -> ToolRegistry {
         Arc::new(SpawnAgent(context.clone())),
         Arc::new(AssignTask(context.clone())),
         Arc::new(CollectResult(context.clone())),
+        Arc::new(ResultDetails(context.clone())),
         Arc::new(CancelAgent(context.clone())),
         Arc::new(ReadFile(context.clone())),
         Arc::new(JobStatus(context)),
@@ -837,15 +841,6 @@ impl Tool for AssignTask {
 
 struct CollectResult(Arc<JobContext>);
 
-fn status_name(status: v1::TaskStatus) -> &'static str {
-    match status {
-        v1::TaskStatus::Ok => "ok",
-        v1::TaskStatus::Failed => "failed",
-        v1::TaskStatus::Cancelled => "cancelled",
-        v1::TaskStatus::Unspecified => "unknown",
-    }
-}
-
 #[async_trait::async_trait]
 impl Tool for CollectResult {
     tool_meta!(
@@ -931,30 +926,94 @@ impl Tool for CollectResult {
             ));
         }
         let (views, timed_out) = job.results.collect(&ids, all, timeout).await;
-        let mut results = Vec::new();
-        let mut pending = Vec::new();
-        for view in views {
-            match view.result {
-                None => pending.push(json!(view.task_id)),
-                Some(result) => {
-                    let parsed: Value = if result.result_json.is_empty() {
-                        Value::Null
-                    } else {
-                        serde_json::from_str(&result.result_json)
-                            .unwrap_or_else(|_| json!(result.result_json))
-                    };
-                    results.push(json!({
-                        "task_id": view.task_id, "agent": view.agent_id, "attempt": view.attempt,
-                        "status": status_name(result.status()), "summary": result.summary,
-                        "result": parsed, "error": result.error,
-                        "slice_id": result.slice_id, "worker_id": result.worker_id,
-                    }));
+        Ok(output(crate::digest::collect_summary(&views, timed_out)))
+    }
+}
+
+// ------------------------------------------------------------ result_details
+
+struct ResultDetails(Arc<JobContext>);
+
+#[async_trait::async_trait]
+impl Tool for ResultDetails {
+    tool_meta!(
+        "result_details",
+        "Every candidate of the collected task results, one page at a time: params, status (benchmarked, screened, pruned, invalid, compile_failed, ...), figures and reason. Filter by task, agent or candidate status; page starts at 1.",
+        Risk::Low,
+        true,
+        true
+    );
+    fn input_schema(&self) -> Value {
+        json!({"type":"object","properties":{
+            "task":{"type":"string"},
+            "agent":{"type":"string"},
+            "status":{"type":"string"},
+            "page":{"type":"integer","minimum":1},
+            "page_size":{"type":"integer","minimum":1,"maximum":crate::digest::MAX_PAGE_SIZE}
+        },"additionalProperties":false})
+    }
+    fn normalize(&self, mut args: Value) -> Result<Value, String> {
+        // Numbers as strings.
+        if let Some(map) = args.as_object_mut() {
+            for key in ["page", "page_size"] {
+                if let Some(Value::String(text)) = map.get(key).cloned() {
+                    let n: u64 = text
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("{key} {text:?} is not a whole number"))?;
+                    map.insert(key.to_string(), json!(n));
                 }
             }
         }
-        Ok(output(
-            json!({"results": results, "pending": pending, "timed_out": timed_out}),
-        ))
+        Ok(args)
+    }
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let job = &self.0;
+        let task = text_arg(&args, "task");
+        if let Some(task) = &task
+            && !job.results.knows(task)
+        {
+            return Err(ToolError::InvalidArgs(format!(
+                "no task {task:?} in this job"
+            )));
+        }
+        let agent = text_arg(&args, "agent");
+        if let Some(agent) = &agent
+            && !job.agents().contains_key(agent)
+        {
+            return Err(ToolError::InvalidArgs(format!(
+                "no agent {agent:?} in this job"
+            )));
+        }
+        let status = text_arg(&args, "status");
+        if let Some(status) = &status
+            && mtswarm_bus::results::CandidateStatus::parse(status).is_none()
+        {
+            return Err(ToolError::InvalidArgs(format!(
+                "unknown candidate status {status:?} (one of: {})",
+                mtswarm_bus::results::CandidateStatus::ALL
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let number = |key: &str| {
+            args.get(key)
+                .and_then(Value::as_u64)
+                .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
+        };
+        let query = crate::digest::DetailsQuery {
+            task,
+            agent,
+            status,
+            page: number("page"),
+            page_size: number("page_size"),
+        };
+        Ok(output(crate::digest::details_page(
+            &job.results.snapshot(),
+            &query,
+        )))
     }
 }
 
@@ -1097,9 +1156,18 @@ impl Tool for JobStatus {
             .collect();
         let (total, done) = job.results.counts();
         let pending = job.results.pending();
+        let mut omitted = serde_json::Map::new();
+        for (key, len) in [("agents", agents.len()), ("pending", pending.len())] {
+            if len > STATUS_LIST_LIMIT {
+                omitted.insert(key.to_string(), json!(len - STATUS_LIST_LIMIT));
+            }
+        }
+        let agents: Vec<Value> = agents.into_iter().take(STATUS_LIST_LIMIT).collect();
+        let pending: Vec<String> = pending.into_iter().take(STATUS_LIST_LIMIT).collect();
         Ok(output(json!({
-            "job_id": job.job_id, "goal": job.spec.goal, "kernel_dir": job.spec.kernel_dir,
-            "agents": agents, "tasks_total": total, "tasks_done": done, "pending": pending,
+            "job_id": job.job_id, "goal": crate::digest::short_goal(&job.spec.goal),
+            "kernel_dir": job.spec.kernel_dir, "agents": agents, "tasks_total": total,
+            "tasks_done": done, "pending": pending, "omitted": omitted,
         })))
     }
 }

@@ -254,7 +254,8 @@ async fn the_leader_loop_waits_for_a_decision_on_its_own_medium_risk_call() {
     };
     assert_eq!(spawn.agent_id, "a1");
     let events = watch_to_end(&mut control, &job_id, 0).await;
-    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    // No task ran, so there is no measurement: the answer alone is no success.
+    assert_eq!(final_state(&events), Some(v1::JobState::Failed));
     assert!(events.iter().any(|e| matches!(
         &e.event,
         Some(v1::job_event::Event::ApprovalDecided(d)) if d.approval_id == approval.approval_id

@@ -67,9 +67,16 @@ async fn builtin_policy_splits_the_space_and_reports_the_best() {
         .expect("job");
     let result: Value = serde_json::from_str(&record.result_json).expect("result json");
     assert_eq!(result["best"]["gflops"], json!(20.0));
-    assert_eq!(result["best"]["slice"], json!("fb2-c0"));
-    assert_eq!(result["best"]["peak_fraction"], json!(0.125));
+    assert_eq!(result["best"]["slice_id"], json!("fb2-c0"));
+    assert_eq!(result["best"]["peak_percent"], json!(12.5));
     assert_eq!(result["best"]["params"], candidates(&task2)[0]);
+    // The typed outcome, from the stored measurement records.
+    let best = record
+        .outcome
+        .as_ref()
+        .and_then(|o| o.best.clone())
+        .expect("an outcome with a best");
+    assert_eq!((best.gflops, best.slice_id.as_str()), (20.0, "fb2-c0"));
     assert_eq!(record.agent_ids.len(), 2);
     assert_eq!((record.tasks_total, record.tasks_done), (2, 2));
     for worker in [&mut first, &mut second] {
@@ -154,15 +161,11 @@ async fn builtin_policy_retries_a_failed_partition_on_another_agent() {
     let result: Value = serde_json::from_str(&record.result_json).expect("result json");
     assert_eq!(result["best"]["gflops"], json!(30.0));
     assert_eq!(result["best"]["agent"], json!("tuner-retry-1"));
-    assert_eq!(result["best"]["slice"], json!("fb3-c0"));
-    let statuses: Vec<&str> = result["results"]
-        .as_array()
-        .expect("results")
-        .iter()
-        .filter_map(|r| r["status"].as_str())
-        .collect();
-    assert_eq!(statuses.iter().filter(|s| **s == "failed").count(), 1);
-    assert_eq!(statuses.iter().filter(|s| **s == "ok").count(), 2);
+    assert_eq!(result["best"]["slice_id"], json!("fb3-c0"));
+    assert_eq!(result["task_status"], json!({"failed": 1, "ok": 2}));
+    let outcome = record.outcome.clone().expect("an outcome");
+    assert_eq!((outcome.tasks_ok, outcome.tasks_failed), (2, 1));
+    assert_eq!(outcome.best.map(|b| b.gflops), Some(30.0));
     assert_eq!(record.agent_ids.len(), 3);
     assert_eq!((record.tasks_total, record.tasks_done), (3, 3));
     for answer in answers {

@@ -101,8 +101,9 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
         .with_model_factory(Arc::new(move |_spec: &v1::JobSpec| Ok(model_b.clone())));
     let leader_b = LeaderDaemon::start(config).await.expect("leader B starts");
     let mut control_b = control(&leader_b).await;
-    env.bus
-        .publish_result(&v1::TaskResult {
+    publish_measured(
+        &env.bus,
+        &v1::TaskResult {
             task_id: task.task_id.clone(),
             attempt: 1,
             job_id: job_id.clone(),
@@ -113,9 +114,10 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
             status: v1::TaskStatus::Ok as i32,
             result_json: json!({"best": {"gflops": 2.0}}).to_string(),
             ..Default::default()
-        })
-        .await
-        .expect("result");
+        },
+    )
+    .await
+    .expect("result");
     let events = watch_to_end(&mut control_b, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
 

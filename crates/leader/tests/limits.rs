@@ -151,10 +151,15 @@ async fn a_burst_of_1000_submits_is_each_accepted_or_refused() {
         let records = jobs.list().await.ok()?;
         records
             .iter()
-            .all(|r| r.value.state() == v1::JobState::Succeeded)
+            .all(|r| runner_is_final(r.value.state()))
             .then_some(())
     })
     .await;
     assert_eq!(leader.job_counts(), (0, 0));
     leader.shutdown().await.expect("shutdown");
+}
+
+/// Jobs without tasks end FAILED (no measurement); either way they ended.
+fn runner_is_final(state: v1::JobState) -> bool {
+    matches!(state, v1::JobState::Succeeded | v1::JobState::Failed)
 }

@@ -88,16 +88,14 @@ async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
     assert_eq!(retried.session_id, spawn.session_id);
 
     // The dead attempt's late result is fenced off; the live one counts.
-    env.bus
-        .publish_result(&result_for(&task, 1, 99.0))
+    publish_measured(&env.bus, &result_for(&task, 1, 99.0))
         .await
         .expect("late result");
     eventually("the stale result to be counted", || async {
         (leader.counters().stale == 1).then_some(())
     })
     .await;
-    env.bus
-        .publish_result(&result_for(&retried, 2, 2.0))
+    publish_measured(&env.bus, &result_for(&retried, 2, 2.0))
         .await
         .expect("result of attempt 2");
     again.ack().await.expect("ack");

@@ -85,8 +85,7 @@ async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
         received.push(delivery.message().clone());
     }
     received.sort_by_key(|t| t.instructions.clone());
-    env.bus
-        .publish_result(&result_for(&received[0], 1.0))
+    publish_measured(&env.bus, &result_for(&received[0], 1.0))
         .await
         .expect("first result");
     let jobs = Jobs::open(&env.bus).await.expect("jobs");
@@ -98,8 +97,7 @@ async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
     leader_a.abort().await;
 
     // While no leader runs: the second result, and a copy of the first.
-    env.bus
-        .publish_result(&result_for(&received[1], 2.0))
+    publish_measured(&env.bus, &result_for(&received[1], 2.0))
         .await
         .expect("second result");
     let mut copy = result_for(&received[0], 7.0);

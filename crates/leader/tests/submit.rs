@@ -143,7 +143,8 @@ async fn a_valid_job_is_stored_once_per_key_and_sees_its_attachments() {
     assert_eq!(first, second, "same idempotency key, same job");
 
     let events = watch_to_end(&mut control, &first, 0).await;
-    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    // No task ran, so there is no measurement: the answer alone is no success.
+    assert_eq!(final_state(&events), Some(v1::JobState::Failed));
     let jobs = Jobs::open(&env.bus).await.expect("jobs bucket");
     assert_eq!(jobs.list().await.expect("list").len(), 1, "one job stored");
     let job = control
@@ -155,7 +156,8 @@ async fn a_valid_job_is_stored_once_per_key_and_sees_its_attachments() {
         .into_inner()
         .job
         .expect("job");
-    assert_eq!(job.state(), v1::JobState::Succeeded);
+    assert_eq!(job.state(), v1::JobState::Failed);
+    assert_eq!(job.error, "no task was assigned");
     assert_eq!(job.summary, "Nothing to tune.");
     assert_eq!(job.result_json, r#"{"best":{"params":{}}}"#);
     assert!(
@@ -181,7 +183,7 @@ async fn a_valid_job_is_stored_once_per_key_and_sees_its_attachments() {
 
     let listed = control
         .list_jobs(v1::ListJobsRequest {
-            states: vec![v1::JobState::Succeeded as i32],
+            states: vec![v1::JobState::Failed as i32],
             ..Default::default()
         })
         .await

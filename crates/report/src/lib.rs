@@ -230,8 +230,8 @@ impl JobReport {
     /// - Best and top: trustworthy records (valid, unflagged, with a figure),
     ///   one entry per distinct (kernel hash, parameters), best figure kept.
     /// - Baseline: `baseline` when given; otherwise the earliest trustworthy
-    ///   record without parameters (the naive kernel), and failing that the
-    ///   earliest trustworthy record ("first valid candidate").
+    ///   record marked as the tune.toml baseline, else the earliest one
+    ///   without parameters (the naive kernel), else none.
     /// - `slices`: every slice of the job, so idle ones show with 0.
     pub fn from_records(
         job_id: &str,
@@ -307,11 +307,15 @@ impl JobReport {
         top.sort_by(|a, b| b.gflops.total_cmp(&a.gflops));
         top.truncate(DEFAULT_TOP);
 
+        // Only a real reference: a speed-up over "the first candidate that
+        // happened to run" says nothing.
         let baseline = baseline.or_else(|| {
+            let marked = trustworthy.iter().find(|r| r.baseline);
             let naive = trustworthy.iter().find(|r| r.params.is_empty());
-            let (record, description) = match naive {
-                Some(r) => (r, "naive kernel (no parameters)"),
-                None => (trustworthy.first()?, "first valid candidate"),
+            let (record, description) = match (marked, naive) {
+                (Some(r), _) => (r, "tune.toml baseline"),
+                (None, Some(r)) => (r, "naive kernel (no parameters)"),
+                (None, None) => return None,
             };
             Some(Baseline {
                 gflops: record.gflops.unwrap_or_default(),

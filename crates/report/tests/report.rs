@@ -68,6 +68,7 @@ fn record(
         model: "builtin".into(),
         wall_seconds: wall_s,
         timestamp_ms: T0 + at_s * 1000,
+        ..ResultRecord::default()
     }
 }
 
@@ -479,7 +480,7 @@ fn provenance() -> Provenance {
 fn typed_measurements_become_records_with_full_provenance() {
     let record = record_from_measurement(&measurement(), &provenance()).expect("converts");
     assert_eq!(record.record_id, "job-42.task-1.2.call_7");
-    assert_eq!(record.slice_id, "board1/c3");
+    assert_eq!(record.slice_id, "board1-c3");
     assert_eq!(record.backend, "emulator");
     assert_eq!(record.toolchain, "gcc 14 (emulator)");
     assert_eq!(record.kernel, "dgemm");

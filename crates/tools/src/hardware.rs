@@ -125,12 +125,17 @@ pub struct CompileArgs {
     /// host compile the next candidates while the slice runs this one.
     #[serde(default)]
     pub background: Option<bool>,
+    /// Skip the check of the defines against tune.toml (names, values,
+    /// constraints); for knobs outside the tuning space such as fault
+    /// injection (default false).
+    #[serde(default)]
+    pub unchecked: Option<bool>,
 }
 
 const COMPILE_SHAPE: Shape = Shape {
     integers: &[],
     numbers: &[],
-    bools: &["background"],
+    bools: &["background", "unchecked"],
     lists: &[],
     maps: &["defines"],
     aliases: &[
@@ -210,6 +215,28 @@ fn record_build(env: &ToolEnv, job: BuildJob, artifact: Artifact) -> BuildReport
     BuildReport { text, summary }
 }
 
+/// Defines are checked against the kernel's tune.toml, when it has a
+/// readable one: an unknown name, a value outside the space or a broken
+/// constraint is an error naming it (instead of a build of the defaults).
+fn check_defines(
+    kernel_dir: &std::path::Path,
+    defines: &BTreeMap<String, String>,
+    spec: &mtswarm_hw::ChipSpec,
+) -> Result<(), ToolError> {
+    let file = kernel_dir.join("tune.toml");
+    if !file.is_file() {
+        return Ok(());
+    }
+    match mtswarm_hw::tune::TuneSpace::load(&file) {
+        Ok(space) => space
+            .check_defines(defines, spec)
+            .map_err(|e| ToolError::InvalidArgs(e.to_string())),
+        // An unreadable tune.toml is the kernel's problem, reported by the
+        // tools that read it; the build itself does not need it.
+        Err(_) => Ok(()),
+    }
+}
+
 fn build_output(report: BuildReport) -> ToolOutput {
     ToolOutput::text(report.text)
         .with_data(report.summary.clone())
@@ -249,6 +276,9 @@ impl Tool for Compile {
             )));
         }
         let defines = args.defines.unwrap_or_default();
+        if !args.unchecked.unwrap_or(false) {
+            check_defines(&kernel_dir, &defines, &self.0.spec)?;
+        }
         let (id, generation) = {
             let mut session = self.0.session();
             (session.next_build_id(), session.source_generation)

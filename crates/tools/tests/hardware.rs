@@ -59,7 +59,7 @@ fn state<'a>(out: &'a ToolOutput, key: &str) -> Option<&'a Value> {
     })
 }
 
-const SMALL: &str = "N=16384,CHUNK=512";
+const SMALL: &str = "N=16384,CHUNK=1024";
 
 #[tokio::test]
 async fn emulator_compile_run_validate_benchmark_happy_path() {
@@ -73,7 +73,7 @@ async fn emulator_compile_run_validate_benchmark_happy_path() {
     .expect("compile");
     let compiled = state(&out, "compile_results").expect("compile_results effect");
     assert_eq!(compiled["artifact"], "b1");
-    assert_eq!(compiled["defines"], json!({"N": "16384", "CHUNK": "512"}));
+    assert_eq!(compiled["defines"], json!({"N": "16384", "CHUNK": "1024"}));
 
     let out = call(&tools, "run", json!({"cores": "2"}))
         .await
@@ -127,7 +127,7 @@ async fn emulator_fault_after_first_run_gets_no_benchmark_figure() {
     call(
         &tools,
         "compile",
-        json!({"kernel_dir": "vecadd", "defines": format!("{SMALL},FAULT_AFTER=1")}),
+        json!({"kernel_dir": "vecadd", "defines": format!("{SMALL},FAULT_AFTER=1"), "unchecked": true}),
     )
     .await
     .expect("compile");

@@ -14,6 +14,10 @@
 //! - `{"noop": true}`: answer at once, no tools (latency benchmarks);
 //! - `{"candidates": [{"CHUNK": 1024, "BUF": 2}, ...]}`: `-D` maps to try;
 //! - `{"params": {"CHUNK": 1024}}`: a single candidate;
+//! - every candidate is checked against the kernel's tune.toml before the
+//!   task runs (an unknown name, a value outside the space or a broken
+//!   constraint fails the task naming it); `"unchecked_defines": true`
+//!   skips the check (fault knobs, experiments outside the space);
 //! - optional `"cores"`, `"warmup"`, `"repeats"` (benchmark settings),
 //!   `"validate_runs"` (executions checked per validate) and `"kernel_dir"`
 //!   (overrides the line above);

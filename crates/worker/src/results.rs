@@ -1,14 +1,22 @@
-//! The worker's side of the results store: every benchmark a session runs is
-//! recorded with its provenance in the bus's `MTSWARM_MEASUREMENTS` stream
+//! The worker's side of the results store: every candidate a session
+//! touches (benchmarked, or compiled, failed, invalid, screened, pruned, not
+//! run, with its reason) is recorded with its provenance in the bus's
+//! `MTSWARM_MEASUREMENTS` stream
 //! (so `mtswarm results`, reports and later jobs can find it), and the
 //! `query_results` tool reads earlier records back through the same store.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
-use mtswarm_bus::results::{Provenance, ResultQuery, ResultRecord, ResultsStore};
+use mtswarm_bus::results::{
+    CandidateStatus, Provenance, ResultQuery, ResultRecord, ResultsStore, canonical_slice_id,
+    unix_millis,
+};
 use mtswarm_core::event::{Event, EventKind};
 use mtswarm_proto::v1;
 use mtswarm_tools::results::{PastResult, ResultsQuery, ResultsSource, ResultsSourceError};
+use serde_json::Value;
+use sha2::{Digest as _, Sha256};
 
 /// The benchmark tool's name: its `data.measurement` is what gets recorded.
 const BENCHMARK_TOOL: &str = "benchmark";
@@ -50,10 +58,110 @@ impl ResultsSource for BusResults {
     }
 }
 
-/// Records the measurements of one task attempt.
+/// Records every candidate of one task attempt: each benchmark as it
+/// happens (a measurement record), and at the end of the attempt one record
+/// per other candidate the agent touched (compiled, failed to compile,
+/// invalid, screened) or that its answer lists as skipped (pruned, not
+/// run), each with its status and reason. A candidate is its `-D` map; one
+/// that was benchmarked gets no second record.
 pub(crate) struct MeasurementRecorder {
     store: ResultsStore,
     provenance: Provenance,
+    ledger: Mutex<Ledger>,
+}
+
+/// What the attempt did to each candidate so far.
+#[derive(Default)]
+struct Ledger {
+    /// Tool call id -> (tool, arguments), for results that do not repeat
+    /// their arguments (a failed compile).
+    calls: HashMap<String, (String, Value)>,
+    /// Artifact id -> the defines it was built with.
+    artifacts: HashMap<String, BTreeMap<String, String>>,
+    candidates: BTreeMap<BTreeMap<String, String>, Touched>,
+    /// Backend and cores seen in measurements (the other records have none).
+    backend: String,
+    cores: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Touched {
+    status: CandidateStatus,
+    reason: Option<String>,
+    kernel_hash: String,
+    /// A measurement record exists (benchmarked, flagged or invalid).
+    recorded: bool,
+}
+
+fn defines_of(value: &Value) -> Option<BTreeMap<String, String>> {
+    let map = value.as_object()?;
+    Some(
+        map.iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                (k.clone(), text)
+            })
+            .collect(),
+    )
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+        .chars()
+        .take(300)
+        .collect()
+}
+
+/// `cand-<16 hex>`: a stable id of a candidate's defines within an attempt.
+fn candidate_key(defines: &BTreeMap<String, String>) -> String {
+    let text: String = defines.iter().map(|(k, v)| format!("{k}={v};")).collect();
+    let digest = Sha256::digest(text.as_bytes());
+    format!("cand-{}", hex_prefix(&digest, 8))
+}
+
+fn hex_prefix(bytes: &[u8], n: usize) -> String {
+    bytes.iter().take(n).map(|b| format!("{b:02x}")).collect()
+}
+
+impl Ledger {
+    /// Notes what `status` says about `defines`; a measured candidate keeps
+    /// its measurement's status.
+    fn touch(
+        &mut self,
+        defines: BTreeMap<String, String>,
+        status: CandidateStatus,
+        reason: Option<String>,
+        kernel_hash: &str,
+    ) {
+        let entry = self.candidates.entry(defines).or_insert(Touched {
+            status,
+            reason: None,
+            kernel_hash: String::new(),
+            recorded: false,
+        });
+        if !kernel_hash.is_empty() {
+            entry.kernel_hash = kernel_hash.to_string();
+        }
+        if entry.recorded {
+            return;
+        }
+        entry.status = status;
+        entry.reason = reason;
+    }
+
+    fn call_defines(&self, call_id: &str) -> Option<BTreeMap<String, String>> {
+        let (_, args) = self.calls.get(call_id)?;
+        defines_of(&args["defines"]).or_else(|| {
+            let artifact = args["artifact"].as_str()?;
+            self.artifacts.get(artifact).cloned()
+        })
+    }
 }
 
 impl MeasurementRecorder {
@@ -79,39 +187,223 @@ impl MeasurementRecorder {
                 call_id: String::new(),
                 timestamp_ms: None,
             },
+            ledger: Mutex::new(Ledger::default()),
         }
     }
 
-    /// Store the measurement carried by a benchmark result event, if any.
-    /// A failure to record is logged, never fatal: the task's own result
-    /// still carries the figures.
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes what one engine event says about the candidates, and stores
+    /// the measurement a benchmark result carries. A failure to record is
+    /// logged, never fatal: the task's own result still carries the figures.
     pub(crate) async fn observe(&self, event: &Event) {
-        let EventKind::ToolResult {
-            call_id,
-            name,
-            data: Some(data),
-            ..
-        } = &event.kind
-        else {
-            return;
+        let (call_id, name, ok, content, data) = match &event.kind {
+            EventKind::ToolCall {
+                call_id,
+                name,
+                arguments,
+                ..
+            } => {
+                self.ledger()
+                    .calls
+                    .insert(call_id.clone(), (name.clone(), arguments.clone()));
+                return;
+            }
+            EventKind::ToolResult {
+                call_id,
+                name,
+                ok,
+                content,
+                data,
+                ..
+            } => (call_id, name, *ok, content, data.as_ref()),
+            _ => return,
         };
-        if name != BENCHMARK_TOOL {
-            return;
+        match name.as_str() {
+            BENCHMARK_TOOL => self.benchmarked(call_id, ok, content, data).await,
+            "compile" | "wait_build" => self.compiled(call_id, ok, content, data),
+            "validate" => self.validated(call_id, content, data),
+            _ => {}
         }
-        let Some(measurement) = data.get("measurement") else {
+    }
+
+    fn compiled(&self, call_id: &str, ok: bool, content: &str, data: Option<&Value>) {
+        let mut ledger = self.ledger();
+        let artifact = data.and_then(|d| d["artifact"].as_str()).map(str::to_owned);
+        let defines = data
+            .and_then(|d| defines_of(&d["defines"]))
+            .or_else(|| ledger.call_defines(call_id));
+        let Some(defines) = defines else { return };
+        if let Some(artifact) = artifact {
+            ledger.artifacts.insert(artifact, defines.clone());
+        }
+        let background = data.is_some_and(|d| d["background"] == true);
+        if ok && !background {
+            let hash = data
+                .and_then(|d| d["kernel_hash"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            ledger.touch(defines, CandidateStatus::Compiled, None, &hash);
+        } else if !ok && !content.contains("unknown artifact") {
+            ledger.touch(
+                defines,
+                CandidateStatus::CompileFailed,
+                Some(first_line(content)),
+                "",
+            );
+        }
+    }
+
+    fn validated(&self, call_id: &str, content: &str, data: Option<&Value>) {
+        let mut ledger = self.ledger();
+        let defines = data
+            .and_then(|d| defines_of(&d["defines"]))
+            .or_else(|| ledger.call_defines(call_id));
+        let Some(defines) = defines else { return };
+        let hash = data
+            .and_then(|d| d["kernel_hash"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        match data.map(|d| d["valid"] == true) {
+            Some(true) => ledger.touch(defines, CandidateStatus::Screened, None, &hash),
+            Some(false) => {
+                let reason = data
+                    .and_then(|d| d["error"].as_str())
+                    .map(first_line)
+                    .unwrap_or_else(|| first_line(content));
+                ledger.touch(defines, CandidateStatus::Invalid, Some(reason), &hash);
+            }
+            // Not run (denied, refused, artifact lost): nothing learned.
+            None => {}
+        }
+    }
+
+    async fn benchmarked(&self, call_id: &str, ok: bool, content: &str, data: Option<&Value>) {
+        let Some(measurement) = data.and_then(|d| d.get("measurement")) else {
+            if !ok && let Some(defines) = self.ledger().call_defines(call_id) {
+                let status = if content.contains("timed out") {
+                    CandidateStatus::TimedOut
+                } else {
+                    CandidateStatus::Invalid
+                };
+                self.ledger()
+                    .touch(defines, status, Some(first_line(content)), "");
+            }
             return;
         };
         let provenance = Provenance {
-            call_id: call_id.clone(),
+            call_id: call_id.to_owned(),
             ..self.provenance.clone()
         };
         match ResultRecord::from_measurement_json(measurement, &provenance) {
             Ok(record) => {
+                {
+                    let mut ledger = self.ledger();
+                    ledger.backend = record.backend.clone();
+                    ledger.cores = record.cores;
+                    ledger.touch(
+                        record.params.clone(),
+                        record.status,
+                        record.reason.clone(),
+                        &record.kernel_hash,
+                    );
+                    if let Some(entry) = ledger.candidates.get_mut(&record.params) {
+                        entry.recorded = true;
+                    }
+                }
                 if let Err(error) = self.store.record(&record).await {
                     tracing::warn!(%error, record_id = %record.record_id, "could not store the measurement");
                 }
             }
             Err(error) => tracing::warn!(%error, "benchmark result is not a measurement record"),
+        }
+    }
+
+    /// The attempt ended: one record per candidate it touched without a
+    /// measurement, and per candidate its answer lists as skipped.
+    pub(crate) async fn finish(&self, answer: Option<&Value>) {
+        let records: Vec<ResultRecord> = {
+            let mut ledger = self.ledger();
+            for candidate in answer
+                .and_then(|a| a["candidates"].as_array())
+                .into_iter()
+                .flatten()
+            {
+                let Some(defines) = defines_of(&candidate["defines"]) else {
+                    continue;
+                };
+                let status = CandidateStatus::of_candidate_json(candidate);
+                // What the tools saw wins over the answer's account, except
+                // that a candidate built ahead and then never run is better
+                // described by why it was not run (pruned, budget spent).
+                let seen = ledger.candidates.get(&defines).map(|t| t.status);
+                let overrides = matches!(seen, None | Some(CandidateStatus::Compiled));
+                if !overrides
+                    || matches!(
+                        status,
+                        CandidateStatus::Unknown | CandidateStatus::Benchmarked
+                    )
+                {
+                    continue;
+                }
+                let reason = ["skipped", "failure"]
+                    .iter()
+                    .filter_map(|k| candidate[*k].as_str())
+                    .map(first_line)
+                    .find(|r| !r.is_empty());
+                ledger.touch(defines, status, reason, "");
+            }
+            let now = unix_millis(std::time::SystemTime::now());
+            ledger
+                .candidates
+                .iter()
+                .filter(|(_, t)| !t.recorded)
+                .map(|(defines, touched)| ResultRecord {
+                    record_id: Provenance {
+                        call_id: candidate_key(defines),
+                        ..self.provenance.clone()
+                    }
+                    .record_id(),
+                    job_id: self.provenance.job_id.clone(),
+                    task_id: self.provenance.task_id.clone(),
+                    attempt: self.provenance.attempt,
+                    agent_id: self.provenance.agent_id.clone(),
+                    session_id: self.provenance.session_id.clone(),
+                    worker_id: self.provenance.worker_id.clone(),
+                    slice_id: canonical_slice_id(&self.provenance.slice_id),
+                    backend: ledger.backend.clone(),
+                    kernel: self.provenance.kernel.clone(),
+                    kernel_hash: touched.kernel_hash.clone(),
+                    params: defines.clone(),
+                    cores: ledger.cores,
+                    // A screened candidate ran with a right answer.
+                    valid: touched.status == CandidateStatus::Screened,
+                    error: touched.reason.clone().filter(|_| {
+                        matches!(
+                            touched.status,
+                            CandidateStatus::CompileFailed
+                                | CandidateStatus::Invalid
+                                | CandidateStatus::TimedOut
+                        )
+                    }),
+                    model: if self.provenance.model.is_empty() {
+                        "builtin".to_string()
+                    } else {
+                        self.provenance.model.clone()
+                    },
+                    timestamp_ms: now,
+                    status: touched.status,
+                    reason: touched.reason.clone(),
+                    ..ResultRecord::default()
+                })
+                .collect()
+        };
+        for record in records {
+            if let Err(error) = self.store.record(&record).await {
+                tracing::warn!(%error, record_id = %record.record_id, "could not store the candidate record");
+            }
         }
     }
 }

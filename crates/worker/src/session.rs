@@ -1102,6 +1102,47 @@ fn task_end(outcome: Outcome, stop: &watch::Receiver<StopMode>) -> TaskEnd {
     }
 }
 
+/// The candidates of task parameters (`candidates`, `params`) checked
+/// against the kernel's tune.toml when it has one: a typo or a value
+/// outside the space fails the task with an error naming it, instead of
+/// tuning something else than asked.
+fn check_task_defines(
+    kernel_dir: &std::path::Path,
+    parameters: &Value,
+    spec: &mtswarm_hw::ChipSpec,
+) -> Result<(), String> {
+    let file = kernel_dir.join("tune.toml");
+    if !file.is_file() || parameters.get("unchecked_defines") == Some(&Value::Bool(true)) {
+        return Ok(());
+    }
+    let Ok(space) = mtswarm_hw::tune::TuneSpace::load(&file) else {
+        // The tools report an unreadable tune.toml when they read it.
+        return Ok(());
+    };
+    let one = parameters.get("params").into_iter();
+    let many = parameters
+        .get("candidates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    for (index, candidate) in one.chain(many).enumerate() {
+        let Some(map) = candidate.as_object() else {
+            continue;
+        };
+        let defines: std::collections::BTreeMap<String, String> = map
+            .iter()
+            .map(|(k, v)| {
+                let text = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                (k.clone(), text)
+            })
+            .collect();
+        space
+            .check_defines(&defines, spec)
+            .map_err(|e| format!("task parameters, candidate {index}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// The structured result: the best measurement, the evidence, the answer.
 fn result_json(
     state: &LoopState,
@@ -1198,6 +1239,12 @@ async fn prepare_and_run(
             .kernel_copy(&shared.config.kernel_root, &kernel_dir)
             .map_err(TaskEnd::failed)?
     };
+    check_task_defines(
+        &runtime.workspace.join(&kernel_name),
+        &parameters,
+        &shared.slices[entry.slice_index].spec,
+    )
+    .map_err(TaskEnd::failed)?;
 
     // Resume from the session's checkpoint when this task was already
     // (partly) run: a reassignment, a redelivery, or a task this session
@@ -1365,6 +1412,11 @@ async fn prepare_and_run(
             if sink.fenced() {
                 return Ok(Driven::Fenced);
             }
+            let answer = match &outcome {
+                Outcome::Final { text, .. } => crate::policy::answer_json(text),
+                _ => None,
+            };
+            recorder.finish(answer.as_ref()).await;
             return Ok(Driven::Outcome(Box::new(outcome)));
         };
         entry.update(|p| p.state = SessionState::AwaitingApproval);

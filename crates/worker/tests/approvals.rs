@@ -59,7 +59,7 @@ async fn approve_on_the_subject_runs_the_tool_and_deny_in_kv_gives_a_denial() {
     grpc.spawn_session(spawn_request("jobA", "agentA", "sessA", &slice))
         .await
         .expect("spawn");
-    let params = json!({"params": {"N": 16384, "CHUNK": 512}, "repeats": 3});
+    let params = json!({"params": {"N": 16384, "CHUNK": 256}, "repeats": 3});
     env.bus
         .publish_task(&task(
             "jobA",
@@ -187,7 +187,7 @@ async fn no_decision_applies_the_default_verdict_after_the_timeout() {
     grpc.spawn_session(spawn_request("jobT", "agentT", "sessT", &slice))
         .await
         .expect("spawn");
-    let params = json!({"params": {"N": 16384, "CHUNK": 512}});
+    let params = json!({"params": {"N": 16384, "CHUNK": 256}});
     env.bus
         .publish_task(&task(
             "jobT",

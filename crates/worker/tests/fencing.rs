@@ -23,7 +23,7 @@ fn approve(request: &v1::ApprovalRequest) -> v1::ApprovalDecision {
 
 fn params() -> serde_json::Value {
     json!({
-        "candidates": [{"N": 4096, "CHUNK": 512}, {"N": 4096, "CHUNK": 1024}],
+        "candidates": [{"N": 4096, "CHUNK": 256}, {"N": 4096, "CHUNK": 1024}],
         "repeats": 3
     })
 }

@@ -87,7 +87,7 @@ async fn a_session_survives_a_server_restart() {
         &slice,
         "taskN2",
         1,
-        json!({"candidates": [{"N": 4096, "CHUNK": 512}], "repeats": 3}),
+        json!({"candidates": [{"N": 4096, "CHUNK": 256}], "repeats": 3}),
     );
     env.bus.publish_task(&second).await.expect("publish 2");
     let result = loop {

@@ -34,7 +34,7 @@ async fn a_slice_failing_n_runs_in_a_row_is_quarantined_and_its_session_fenced()
     spawn.auto_approve = true;
     grpc.spawn_session(spawn.clone()).await.expect("spawn");
     let params = json!({
-        "candidates": [{"N": 4096, "CHUNK": 512}, {"N": 4096, "CHUNK": 1024}, {"N": 4096, "CHUNK": 2048}],
+        "candidates": [{"N": 4096, "CHUNK": 256}, {"N": 4096, "CHUNK": 1024}, {"N": 4096, "CHUNK": 2048}],
         "repeats": 3
     });
     env.bus

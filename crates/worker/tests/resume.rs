@@ -32,7 +32,7 @@ async fn a_reassigned_task_resumes_from_the_sessions_checkpoint() {
         .await
         .expect("spawn on the first worker");
     let params = json!({
-        "candidates": [{"N": 16384, "CHUNK": 512}, {"N": 16384, "CHUNK": 1024}],
+        "candidates": [{"N": 16384, "CHUNK": 256}, {"N": 16384, "CHUNK": 1024}],
         "repeats": 3
     });
     let attempt1 = task(
@@ -212,7 +212,7 @@ async fn paused_on_first_worker(
             &slice,
             "taskM",
             1,
-            json!({"candidates": [{"N": 4096, "CHUNK": 512}], "repeats": 3}),
+            json!({"candidates": [{"N": 4096, "CHUNK": 256}], "repeats": 3}),
         ))
         .await
         .expect("publish attempt 1");
@@ -257,7 +257,7 @@ async fn moved_to_second_worker(
         &slice,
         "taskM",
         2,
-        json!({"candidates": [{"N": 4096, "CHUNK": 512}], "repeats": 3}),
+        json!({"candidates": [{"N": 4096, "CHUNK": 256}], "repeats": 3}),
     );
     attempt2.resume_from_checkpoint = true;
     env.bus

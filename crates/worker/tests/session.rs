@@ -32,7 +32,7 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
     assert_eq!(spawned.worker_id, handle.worker_id());
 
     let params = json!({
-        "candidates": [{"N": 16384, "CHUNK": 512}, {"N": 16384, "CHUNK": 2048}],
+        "candidates": [{"N": 16384, "CHUNK": 256}, {"N": 16384, "CHUNK": 2048}],
         "repeats": 3
     });
     let assignment = task(
@@ -208,7 +208,7 @@ async fn a_spent_device_seconds_budget_stops_the_task() {
         &slice,
         "taskB",
         1,
-        json!({"candidates": [{"N": 16384, "CHUNK": 512}, {"N": 16384, "CHUNK": 1024}]}),
+        json!({"candidates": [{"N": 16384, "CHUNK": 256}, {"N": 16384, "CHUNK": 1024}]}),
     );
     assignment.budgets = Some(v1::Budgets {
         device_seconds: 1e-9,

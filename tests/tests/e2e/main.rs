@@ -7,5 +7,6 @@ mod cli_client;
 mod introspection;
 mod invalid_requests;
 mod job;
+mod outcome;
 mod support;
 mod up;

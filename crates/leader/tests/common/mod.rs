@@ -504,6 +504,86 @@ impl ChatModel for ConversationScript {
     }
 }
 
+/// Stores the measurement record a worker writes for a benchmarked
+/// candidate (the job's outcome is computed from these).
+pub async fn record_measurement(
+    bus: &Bus,
+    task: &v1::TaskAssignment,
+    defines: &serde_json::Value,
+    gflops: f64,
+) {
+    use mtswarm_bus::results::{CandidateStatus, ResultRecord, ResultStats, ResultsStore};
+    let params = defines
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str().map_or_else(|| v.to_string(), str::to_owned),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let record = ResultRecord {
+        record_id: format!("{}.{}.{}.bench", task.job_id, task.task_id, task.attempt),
+        job_id: task.job_id.clone(),
+        task_id: task.task_id.clone(),
+        attempt: task.attempt,
+        agent_id: task.agent_id.clone(),
+        session_id: task.session_id.clone(),
+        worker_id: task.worker_id.clone(),
+        slice_id: task.slice_id.clone(),
+        backend: "emulator".into(),
+        kernel: "k".into(),
+        kernel_hash: "feedface".into(),
+        params,
+        cores: 8,
+        samples: vec![0.01; 3],
+        stats: Some(ResultStats {
+            count: 3,
+            median: 0.01,
+            trimmed_mean: 0.01,
+            min: 0.01,
+            max: 0.01,
+            stddev: 0.0,
+        }),
+        gflops: Some(gflops),
+        peak_fraction: Some(0.125),
+        valid: true,
+        status: CandidateStatus::Benchmarked,
+        ..ResultRecord::default()
+    };
+    let store = ResultsStore::open(bus).await.expect("results store");
+    store.record(&record).await.expect("store the measurement");
+}
+
+/// Publishes a task result the way a worker does: an OK, unfenced result
+/// is preceded by the measurement record of its best candidate (from its
+/// `result_json`, 1 GFLOP/s when it names none).
+pub async fn publish_measured(
+    bus: &Bus,
+    result: &v1::TaskResult,
+) -> Result<(), mtswarm_bus::BusError> {
+    if result.status() == v1::TaskStatus::Ok && !result.fenced {
+        let body: serde_json::Value = serde_json::from_str(&result.result_json).unwrap_or_default();
+        let task = v1::TaskAssignment {
+            task_id: result.task_id.clone(),
+            job_id: result.job_id.clone(),
+            attempt: result.attempt,
+            agent_id: result.agent_id.clone(),
+            session_id: result.session_id.clone(),
+            worker_id: result.worker_id.clone(),
+            slice_id: result.slice_id.clone(),
+            ..Default::default()
+        };
+        let gflops = body["best"]["gflops"].as_f64().unwrap_or(1.0);
+        record_measurement(bus, &task, &body["best"]["defines"], gflops).await;
+    }
+    bus.publish_result(result).await.map(|_| ())
+}
+
 /// Answers every task of `worker_id` with an OK result whose best GFLOP/s is
 /// `gflops_of(task)`, until the returned task is aborted. Each task's
 /// headers are sent on the channel.
@@ -568,6 +648,9 @@ pub fn answer_tasks_with(
                 result_json,
                 ..Default::default()
             };
+            if status == v1::TaskStatus::Ok {
+                record_measurement(&bus, &task, &best, gflops_of(&task)).await;
+            }
             bus.publish_result(&result).await.expect("publish result");
             delivery.ack().await.expect("ack");
             let _ = tx.send((task, delivery.headers().clone()));

@@ -1,0 +1,133 @@
+//! `mtswarm report JOB [--out FILE]`: the HTML report of any job, running
+//! or finished, submitted by `submit` or by `demo`. The job record comes
+//! from the leader (goal, kernel, slices, outcome), every candidate record
+//! from the results store over NATS; [`job_report`] turns them into the
+//! [`JobReport`] that `mtswarm demo` writes too, so both show the same
+//! thing for the same job.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use mtswarm_bus::results::{ResultQuery, ResultRecord, canonical_slice_id};
+use mtswarm_proto::v1;
+use mtswarm_report::{Baseline, JobReport};
+use serde_json::json;
+
+use crate::common::{LeaderArgs, rpc_error};
+use crate::daemons::DEFAULT_NATS;
+use crate::render;
+
+/// Records a report reads at most.
+const REPORT_RECORD_LIMIT: usize = 100_000;
+
+#[derive(Debug, Args)]
+pub struct ReportCmd {
+    pub job_id: String,
+    /// Where to write the HTML (default: ./mtswarm-report-<job>.html).
+    #[arg(long, short = 'o', env = "MTSWARM_REPORT_OUT")]
+    pub out: Option<PathBuf>,
+    /// Print the report's summary as one JSON object.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    /// NATS server URL(s), comma-separated (the results store).
+    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
+    pub nats: Vec<String>,
+    /// NATS credentials file (.creds).
+    #[arg(long, env = "MTSWARM_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// The kernel's name: the last component of the job's kernel directory.
+pub fn kernel_name(job: &v1::JobRecord) -> String {
+    let dir = job
+        .spec
+        .as_ref()
+        .map(|s| s.kernel_dir.clone())
+        .unwrap_or_default();
+    dir.trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The report of `job` from its records. `baseline` overrides the records'
+/// own baseline (the demo measures one before the job).
+pub fn job_report(
+    job: &v1::JobRecord,
+    records: &[ResultRecord],
+    baseline: Option<Baseline>,
+) -> JobReport {
+    let mut slices: Vec<String> = job
+        .agents
+        .iter()
+        .map(|a| canonical_slice_id(&a.slice_id))
+        .collect();
+    slices.sort();
+    slices.dedup();
+    let mut report =
+        JobReport::from_records(&job.job_id, &kernel_name(job), records, baseline, &slices);
+    report.goal = job
+        .spec
+        .as_ref()
+        .map(|s| s.goal.clone())
+        .unwrap_or_default();
+    report
+}
+
+pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
+    let mut control = cmd.leader.connect().await?;
+    let job = control
+        .get_job(v1::GetJobRequest {
+            job_id: cmd.job_id.clone(),
+        })
+        .await
+        .map_err(|status| rpc_error("getting the job", &cmd.leader.url(), status))?
+        .into_inner()
+        .job
+        .context("the leader answered without a job")?;
+    let (bus, store) = crate::results::connect_store(&cmd.nats, cmd.nats_creds.clone()).await?;
+    let records = store
+        .query(&ResultQuery {
+            job_id: Some(job.job_id.clone()),
+            limit: REPORT_RECORD_LIMIT,
+            ..ResultQuery::default()
+        })
+        .await
+        .context("reading the job's records from the results store")?;
+    if let Err(error) = bus.drain().await {
+        tracing::debug!(%error, "closing the NATS connection");
+    }
+    let report = job_report(&job, &records, None);
+    let path = match &cmd.out {
+        Some(path) => path.clone(),
+        None => std::env::current_dir()
+            .context("locating the current directory")?
+            .join(format!("mtswarm-report-{}.html", job.job_id)),
+    };
+    let path = report.write_html(&path)?;
+    let path = path.canonicalize().unwrap_or(path);
+    if cmd.json {
+        let mut value = serde_json::to_value(report.summary(Some(&path)))?;
+        value["state"] = json!(render::job_state(job.state()));
+        value["records"] = json!(records.len());
+        value["outcome"] = render::outcome(job.outcome.as_ref());
+        println!("{value}");
+    } else {
+        println!(
+            "job {} ({}): {} candidate record(s); report written to {}",
+            job.job_id,
+            render::job_state(job.state()),
+            records.len(),
+            path.display()
+        );
+        for line in render::outcome_lines(job.outcome.as_ref()) {
+            println!("{line}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
