@@ -53,6 +53,30 @@ impl LlmArgs {
     }
 }
 
+/// Who may call a daemon's gRPC server and the certificate it serves with.
+#[derive(Debug, Clone, Args)]
+pub struct GrpcServerArgs {
+    /// Identities file (names, roles, token digests) whose tokens this
+    /// server accepts (`mtswarm credentials` writes one). Without it every
+    /// call is anonymous.
+    #[arg(long, env = "MTSWARM_IDENTITIES")]
+    pub identities: Option<PathBuf>,
+    /// TLS certificate (PEM) to serve with.
+    #[arg(long, env = "MTSWARM_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "MTSWARM_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl GrpcServerArgs {
+    fn security(&self) -> anyhow::Result<mtswarm_auth::ServerSecurity> {
+        let tls = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+        mtswarm_auth::ServerSecurity::load(self.identities.as_deref(), tls)
+            .context("loading the gRPC identities and certificate")
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct LeaderCmd {
     /// NATS server URL(s), comma-separated.
@@ -79,6 +103,14 @@ pub struct LeaderCmd {
     /// Largest gRPC message the Control server accepts or sends, in bytes.
     #[arg(long, env = "MTSWARM_GRPC_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub grpc_max_message_bytes: usize,
+    #[command(flatten)]
+    pub grpc: GrpcServerArgs,
+    /// File holding the token (role `leader`) presented to worker daemons.
+    #[arg(long, env = "MTSWARM_WORKER_TOKEN_FILE")]
+    pub worker_token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the worker daemons' certificates.
+    #[arg(long = "tls-ca", env = "MTSWARM_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
@@ -138,6 +170,8 @@ pub struct WorkerCmd {
     #[arg(long, env = "MTSWARM_READY_FILE")]
     pub ready_file: Option<PathBuf>,
     #[command(flatten)]
+    pub grpc: GrpcServerArgs,
+    #[command(flatten)]
     pub llm: LlmArgs,
 }
 
@@ -194,6 +228,15 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     config.max_active_jobs = cmd.max_active_jobs;
     config.max_queued_jobs = cmd.max_queued_jobs;
     config.grpc_max_message_bytes = cmd.grpc_max_message_bytes;
+    config.security = cmd.grpc.security()?;
+    let mut worker_auth = mtswarm_auth::ClientAuth::none();
+    if let Some(path) = &cmd.worker_token_file {
+        worker_auth = worker_auth.with_token_file(path)?;
+    }
+    if let Some(path) = &cmd.tls_ca {
+        worker_auth = worker_auth.with_ca_file(path)?;
+    }
+    config.worker_auth = worker_auth;
     if let Some((url, model)) = cmd.llm.endpoint()? {
         let mut llm = OpenAiConfig::new(url, model);
         if let Some(key) = cmd.llm.llm_api_key.clone().filter(|k| !k.is_empty()) {
@@ -204,7 +247,7 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     let handle = LeaderDaemon::start(config)
         .await
         .context("starting the leader")?;
-    let url = format!("http://{}", handle.grpc_addr());
+    let url = handle.grpc_url();
     tracing::info!("listening on {}", handle.grpc_addr());
     if let Some(path) = &cmd.ready_file {
         write_atomically(path, &json!({ "grpc": url }).to_string())?;
@@ -257,6 +300,7 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         config.approval_timeout = Duration::from_secs(seconds);
     }
     config.ready_file = cmd.ready_file.clone();
+    config.security = cmd.grpc.security()?;
     config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
         (Some(path), _) => WorkerModel::Replay(path.clone()),
         (None, Some((base_url, model))) => WorkerModel::OpenAi { base_url, model },

@@ -751,10 +751,7 @@ async fn run(
         .map(NatsServer::url)
         .context("nats-server is not running")?;
 
-    let leader = LeaderArgs {
-        leader: leader_url.clone(),
-        connect_timeout: 10.0,
-    };
+    let leader = LeaderArgs::for_url(leader_url.clone(), 10.0);
     let mut control = leader.connect().await?;
     let job_spec = v1::JobSpec {
         goal: format!(

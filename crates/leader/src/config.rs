@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mtswarm_auth::{ClientAuth, ServerSecurity};
 use mtswarm_bus::{BusConfig, TopologyConfig, v1};
 use mtswarm_core::{AutoApprove, ChatModel};
 use mtswarm_llm::{OpenAiClient, OpenAiConfig};
@@ -101,6 +102,13 @@ pub struct LeaderConfig {
     /// A worker record whose `heartbeat_at` is older than this is stale: its
     /// slices are OFFLINE (the KV TTL normally removes such records sooner).
     pub worker_stale_after: Duration,
+    /// Who may call `Control` (identities file) and its TLS certificate;
+    /// the default accepts anonymous plaintext calls (library tests only:
+    /// `mtswarm leader` and `mtswarm up` configure both).
+    pub security: ServerSecurity,
+    /// The token (role `leader`) and CA the leader uses to call the worker
+    /// daemons' `Worker` service.
+    pub worker_auth: ClientAuth,
 }
 
 impl LeaderConfig {
@@ -126,6 +134,8 @@ impl LeaderConfig {
             max_queued_jobs: 256,
             default_lease_ttl: Duration::from_secs(10),
             worker_stale_after: Duration::from_secs(60),
+            security: ServerSecurity::default(),
+            worker_auth: ClientAuth::none(),
         }
     }
 

@@ -8,6 +8,7 @@ use futures::{Stream, StreamExt as _};
 use mtswarm_bus::{BusError, subjects, v1};
 use sha2::{Digest as _, Sha256};
 use tokio_stream::wrappers::ReceiverStream;
+use mtswarm_auth::{Identity, Role, require, require_any};
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
@@ -19,6 +20,8 @@ use crate::shared::Shared;
 use crate::tools::JobContext;
 use crate::validate::validate_submit;
 
+/// Roles that may read jobs (get, list, watch).
+const READ_JOBS: &[Role] = &[Role::Submit, Role::Admin];
 /// Server cap and default of `ListJobs.page_size`.
 const MAX_PAGE_SIZE: usize = 500;
 const DEFAULT_PAGE_SIZE: usize = 100;
@@ -66,6 +69,7 @@ impl ControlService {
     async fn submit(
         &self,
         request: v1::SubmitJobRequest,
+        identity: Identity,
         span: tracing::Span,
     ) -> Result<Response<v1::SubmitJobResponse>, Status> {
         let shared = &self.shared;
@@ -91,7 +95,7 @@ impl ControlService {
             job_id: job_id.clone(),
             spec: Some(validated.spec.clone()),
             state: v1::JobState::Queued as i32,
-            submitted_by: "anonymous".to_string(),
+            submitted_by: identity.name,
             created_at: Some(now),
             updated_at: Some(now),
             traceparent,
@@ -182,7 +186,8 @@ impl v1::control_server::Control for ControlService {
         {
             tracing::debug!(%error, "SubmitJob trace context not applied");
         }
-        self.submit(request.into_inner(), span.clone())
+        let identity = require(&request, Role::Submit)?;
+        self.submit(request.into_inner(), identity, span.clone())
             .instrument(span)
             .await
     }
@@ -191,6 +196,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::GetJobRequest>,
     ) -> Result<Response<v1::GetJobResponse>, Status> {
+        require_any(&request, READ_JOBS)?;
         let job = self.read_job(&request.get_ref().job_id).await?;
         Ok(Response::new(v1::GetJobResponse { job: Some(job) }))
     }
@@ -199,6 +205,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        require_any(&request, READ_JOBS)?;
         let request = request.into_inner();
         let offset: usize = if request.page_token.is_empty() {
             0
@@ -247,6 +254,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::WatchJobRequest>,
     ) -> Result<Response<Self::WatchJobStream>, Status> {
+        require_any(&request, READ_JOBS)?;
         let request = request.into_inner();
         let job_id = request.job_id.clone();
         self.read_job(&job_id).await?;
@@ -332,8 +340,16 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::CancelJobRequest>,
     ) -> Result<Response<v1::CancelJobResponse>, Status> {
+        let identity = require_any(&request, &[Role::Submit, Role::Admin])?;
         let request = request.into_inner();
         let record = self.read_job(&request.job_id).await?;
+        if !identity.has(Role::Admin) && record.submitted_by != identity.name {
+            tracing::warn!(job.id = %request.job_id, identity = %identity.name, "cancel of another identity's job refused");
+            return Err(Status::permission_denied(format!(
+                "job {} was submitted by another identity; cancelling it needs the `admin` role",
+                request.job_id
+            )));
+        }
         if is_final(record.state()) {
             return Ok(Response::new(v1::CancelJobResponse {
                 state: record.state,
@@ -383,6 +399,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::ListFleetRequest>,
     ) -> Result<Response<v1::ListFleetResponse>, Status> {
+        require(&request, Role::Admin)?;
         let selector = parse_selector(&request.get_ref().slice_selector)
             .map_err(|e| Status::invalid_argument(format!("bad slice_selector: {e}")))?;
         let shared = &self.shared;
@@ -405,6 +422,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::ListApprovalsRequest>,
     ) -> Result<Response<v1::ListApprovalsResponse>, Status> {
+        require_any(&request, &[Role::Approve, Role::Submit, Role::Admin])?;
         let request = request.into_inner();
         let job_id = (!request.job_id.is_empty()).then_some(request.job_id.as_str());
         if let Some(job_id) = job_id {
@@ -439,13 +457,12 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::DecideApprovalRequest>,
     ) -> Result<Response<v1::DecideApprovalResponse>, Status> {
+        let identity = require(&request, Role::Approve)?;
         let shared = &self.shared;
-        match decide(
-            &shared.bus,
-            &shared.approvals,
-            &shared.journal,
-            request.get_ref(),
-        )
+        // The decider is who the credential says, whatever the request wrote.
+        let mut request = request.into_inner();
+        request.decided_by = identity.name;
+        match decide(&shared.bus, &shared.approvals, &shared.journal, &request)
         .await
         {
             Ok(record) => Ok(Response::new(v1::DecideApprovalResponse {
@@ -466,6 +483,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::LiftQuarantineRequest>,
     ) -> Result<Response<v1::LiftQuarantineResponse>, Status> {
+        require(&request, Role::Admin)?;
         let request = request.into_inner();
         let slice_id = request.slice_id.trim();
         mtswarm_bus::subjects::validate_id("slice id", slice_id)

@@ -160,6 +160,10 @@ pub struct WorkerConfig {
     pub measure: MeasureConfig,
     /// Write `{"grpc":..., "worker_id":...}` here once serving (`--ready-file`).
     pub ready_file: Option<PathBuf>,
+    /// Who may call the `Worker` service (only identities with the
+    /// `leader` role) and its TLS certificate; the default accepts
+    /// anonymous plaintext calls (library tests only).
+    pub security: mtswarm_auth::ServerSecurity,
 }
 
 impl WorkerConfig {
@@ -196,6 +200,7 @@ impl WorkerConfig {
             llm_api_key_env: "MTSWARM_LLM_API_KEY".to_owned(),
             measure: MeasureConfig::default(),
             ready_file: None,
+            security: mtswarm_auth::ServerSecurity::default(),
         }
     }
 

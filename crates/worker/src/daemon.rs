@@ -21,6 +21,7 @@ use mtswarm_hw::sdk::SdkConfig;
 use mtswarm_hw::{BackendKind, Board, ChipSpec, Fleet, HwLock, Slice};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::config::{WorkerConfig, sanitize_id};
 use crate::error::WorkerError;
@@ -340,12 +341,13 @@ impl WorkerDaemon {
             addr: config.listen,
             source,
         })?;
+        let scheme = config.security.scheme();
         let endpoint = match &config.advertise_endpoint {
             Some(endpoint) => endpoint.clone(),
             None if grpc_addr.ip().is_unspecified() => {
-                format!("http://127.0.0.1:{}", grpc_addr.port())
+                format!("{scheme}://127.0.0.1:{}", grpc_addr.port())
             }
-            None => format!("http://{grpc_addr}"),
+            None => format!("{scheme}://{grpc_addr}"),
         };
 
         let shared = Arc::new(Shared {
@@ -434,15 +436,33 @@ impl WorkerDaemon {
             .build_v1alpha()
             .map_err(|e| WorkerError::Serve(e.to_string()))?;
         let service = crate::service::WorkerService::new(shared.clone());
+        // Only the leader's identity may spawn, cancel, drain or inspect
+        // sessions; health checks (probes) stay open.
+        let authenticator = shared.config.security.authenticator();
+        if !authenticator.is_enabled() {
+            tracing::warn!("no identities configured: the Worker service accepts anonymous calls");
+        }
+        let authenticator = authenticator.requiring(mtswarm_auth::Role::Leader);
+        let builder = shared
+            .config
+            .security
+            .server_builder()
+            .map_err(|e| WorkerError::Serve(e.to_string()))?;
         let (server_stop, server_stop_rx) = oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let server = tokio::spawn(
-            tonic::transport::Server::builder()
+            builder
                 .trace_fn(mtswarm_telemetry::grpc::server_span)
                 .add_service(health_service)
-                .add_service(reflection_v1)
-                .add_service(reflection_v1alpha)
-                .add_service(v1::worker_server::WorkerServer::new(service))
+                .add_service(InterceptedService::new(reflection_v1, authenticator.clone()))
+                .add_service(InterceptedService::new(
+                    reflection_v1alpha,
+                    authenticator.clone(),
+                ))
+                .add_service(InterceptedService::new(
+                    v1::worker_server::WorkerServer::new(service),
+                    authenticator,
+                ))
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = server_stop_rx.await;
                 }),
@@ -451,9 +471,9 @@ impl WorkerDaemon {
         tracing::info!(worker.id = %shared.worker_id, board = %shared.config.board, slices = shared.slices.len(), "listening on {grpc_addr}");
         if let Some(path) = &shared.config.ready_file {
             let local = if grpc_addr.ip().is_unspecified() {
-                format!("http://127.0.0.1:{}", grpc_addr.port())
+                format!("{scheme}://127.0.0.1:{}", grpc_addr.port())
             } else {
-                format!("http://{grpc_addr}")
+                format!("{scheme}://{grpc_addr}")
             };
             let body = serde_json::json!({
                 "grpc": local,
