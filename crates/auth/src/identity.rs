@@ -18,6 +18,8 @@ use crate::{AuthError, Role};
 pub struct Identity {
     pub name: String,
     pub roles: BTreeSet<Role>,
+    /// False for [`Identity::anonymous`]: the server checks no credential.
+    pub authenticated: bool,
 }
 
 impl Identity {
@@ -25,13 +27,17 @@ impl Identity {
         Self {
             name: name.into(),
             roles: roles.into_iter().collect(),
+            authenticated: true,
         }
     }
 
     /// The caller of a server that runs without authentication: every role,
     /// recorded as `anonymous`.
     pub fn anonymous() -> Self {
-        Self::new("anonymous", Role::ALL)
+        Self {
+            authenticated: false,
+            ..Self::new("anonymous", Role::ALL)
+        }
     }
 
     pub fn has(&self, role: Role) -> bool {
@@ -96,10 +102,7 @@ impl IdentityTable {
             if by_digest
                 .insert(
                     digest,
-                    Identity {
-                        name: entry.name.clone(),
-                        roles,
-                    },
+                    Identity::new(entry.name.clone(), roles),
                 )
                 .is_some()
             {
