@@ -162,3 +162,104 @@ pub fn grpc_credentials(
         token_files,
     })
 }
+
+/// A worker daemon of the deployment, for its NATS permissions.
+#[derive(Debug, Clone)]
+pub struct NatsWorker {
+    pub worker_id: String,
+    /// Bus slice ids of its board (lease and quarantine keys).
+    pub slice_ids: Vec<String>,
+}
+
+/// The NATS identity of the leader's connection.
+pub const NATS_LEADER: &str = "leader";
+/// The NATS identity of client commands (`mtswarm results`).
+pub const NATS_CLIENT: &str = "client";
+
+/// What [`nats_credentials`] wrote.
+#[derive(Debug, Clone)]
+pub struct NatsCredentials {
+    /// The `authorization { users = [...] }` block to include in the
+    /// nats-server configuration.
+    pub authorization_file: PathBuf,
+    /// Identity (`leader`, `client`, a worker id) -> file with its nkey
+    /// seed (mode 0600).
+    pub seed_files: BTreeMap<String, PathBuf>,
+}
+
+impl NatsCredentials {
+    pub fn seed_file(&self, identity: &str) -> Option<&Path> {
+        self.seed_files.get(identity).map(PathBuf::as_path)
+    }
+}
+
+/// One nkey user per process role (the leader, the clients, each worker
+/// daemon) with its least-privilege permissions, written into `dir`.
+pub fn nats_credentials(dir: &Path, workers: &[NatsWorker]) -> Result<NatsCredentials, AuthError> {
+    use mtswarm_bus::permissions::{self, NkeyUser};
+    let mut identities = vec![
+        (NATS_LEADER.to_string(), permissions::leader()),
+        (NATS_CLIENT.to_string(), permissions::client()),
+    ];
+    for worker in workers {
+        mtswarm_bus::subjects::validate_id("worker id", &worker.worker_id).map_err(|e| {
+            AuthError::InvalidIdentity {
+                name: worker.worker_id.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        if worker.worker_id == NATS_LEADER || worker.worker_id == NATS_CLIENT {
+            return Err(AuthError::InvalidIdentity {
+                name: worker.worker_id.clone(),
+                reason: "a worker id may not be a reserved identity name".into(),
+            });
+        }
+        identities.push((
+            worker.worker_id.clone(),
+            permissions::worker(&worker.worker_id, &worker.slice_ids),
+        ));
+    }
+    let mut users = Vec::new();
+    let mut seed_files = BTreeMap::new();
+    for (name, permissions) in identities {
+        let pair = nkeys::KeyPair::new_user();
+        let seed = pair.seed().map_err(|e| AuthError::Generate {
+            what: "an nkey seed",
+            reason: e.to_string(),
+        })?;
+        let path = dir.join("nats").join(format!("{name}.nk"));
+        write_secret(&path, seed.as_bytes())?;
+        users.push(NkeyUser {
+            public_key: pair.public_key(),
+            permissions,
+        });
+        seed_files.insert(name, path);
+    }
+    let authorization_file = dir.join("nats").join("authorization.conf");
+    write_public(
+        &authorization_file,
+        permissions::authorization_block(&users).as_bytes(),
+    )?;
+    Ok(NatsCredentials {
+        authorization_file,
+        seed_files,
+    })
+}
+
+/// Reads an nkey seed file (its whole content, trimmed).
+pub fn read_seed(path: &Path) -> Result<String, AuthError> {
+    let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read {
+        what: "nkey seed file",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let seed = text.trim().to_string();
+    if !seed.starts_with('S') || nkeys::KeyPair::from_seed(&seed).is_err() {
+        return Err(AuthError::Parse {
+            what: "nkey seed file",
+            path: path.to_path_buf(),
+            reason: "not an nkey seed".into(),
+        });
+    }
+    Ok(seed)
+}

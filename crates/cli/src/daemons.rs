@@ -17,6 +17,7 @@ use mtswarm_worker::{WorkerConfig, WorkerDaemon, WorkerModel};
 use serde_json::json;
 
 use crate::common::{TelemetryArgs, write_atomically};
+use crate::credentials::NatsSecurityArgs;
 
 /// Default NATS URL of every process.
 pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
@@ -85,6 +86,8 @@ pub struct LeaderCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats_security: NatsSecurityArgs,
     /// gRPC listen address (port 0 picks a free port).
     #[arg(long, env = "MTSWARM_LEADER_LISTEN", default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
@@ -123,6 +126,8 @@ pub struct WorkerCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats_security: NatsSecurityArgs,
     /// Fleet inventory (fleet.toml).
     #[arg(long, env = "MTSWARM_FLEET")]
     pub fleet: PathBuf,
@@ -224,6 +229,7 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         .with_context(|| format!("resolving {}", cmd.kernel_root.display()))?;
     let mut config = LeaderConfig::new(DEFAULT_NATS, kernel_root);
     config.bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-leader")?;
+    cmd.nats_security.apply(&mut config.bus)?;
     config.grpc_addr = cmd.listen;
     config.max_active_jobs = cmd.max_active_jobs;
     config.max_queued_jobs = cmd.max_queued_jobs;
@@ -278,6 +284,8 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     let bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-worker")?;
     config.nats_urls = bus.servers;
     config.nats_credentials = cmd.nats_creds.clone();
+    config.nats_nkey_file = cmd.nats_security.nats_nkey_file.clone();
+    config.nats_tls = cmd.nats_security.tls();
     config.worker_id = cmd.worker_id.clone();
     config.listen = cmd.listen;
     config.advertise_endpoint = cmd.advertise.clone().filter(|a| !a.trim().is_empty());

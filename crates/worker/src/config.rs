@@ -103,6 +103,13 @@ pub struct WorkerConfig {
     pub nats_urls: Vec<String>,
     /// NATS credentials file (`--nats-creds`).
     pub nats_credentials: Option<PathBuf>,
+    /// File holding this daemon's NATS nkey seed (`--nats-nkey-file`). With
+    /// it the daemon is a confined identity: its replies use the inbox
+    /// prefix its permissions allow and it does not create streams or
+    /// buckets (the leader does).
+    pub nats_nkey_file: Option<PathBuf>,
+    /// TLS settings of the NATS connection (`--nats-tls-ca`, ...).
+    pub nats_tls: mtswarm_bus::config::TlsConfig,
     /// The fleet file (`--fleet`).
     pub fleet_file: PathBuf,
     /// The board of the fleet this daemon owns (`--board`).
@@ -173,6 +180,8 @@ impl WorkerConfig {
         Self {
             nats_urls: vec!["nats://127.0.0.1:4222".to_owned()],
             nats_credentials: None,
+            nats_nkey_file: None,
+            nats_tls: mtswarm_bus::config::TlsConfig::default(),
             fleet_file: fleet_file.into(),
             board: board.into(),
             worker_id: None,

@@ -321,9 +321,22 @@ impl WorkerDaemon {
         let mut bus_config = BusConfig::new(config.nats_urls[0].clone()).with_name(&worker_id);
         bus_config.servers = config.nats_urls.clone();
         bus_config.credentials_file = config.nats_credentials.clone();
+        bus_config.tls = config.nats_tls.clone();
+        if let Some(path) = &config.nats_nkey_file {
+            let seed = mtswarm_auth::generate::read_seed(path).map_err(|e| WorkerError::Config {
+                field: "nats_nkey_file",
+                reason: e.to_string(),
+            })?;
+            bus_config.nkey_seed = Some(seed);
+            bus_config.inbox_prefix =
+                Some(mtswarm_bus::permissions::worker_inbox_prefix(&worker_id));
+        }
         let bus = Bus::connect(bus_config).await?;
         bus.wait_connected(Duration::from_secs(30)).await?;
-        bus.ensure_topology(&TopologyConfig::default()).await?;
+        // A confined identity may not create streams: the leader has.
+        if config.nats_nkey_file.is_none() {
+            bus.ensure_topology(&TopologyConfig::default()).await?;
+        }
         let leases = Leases::open(&bus).await?;
         let workers = Workers::open(&bus).await?;
         let quarantine = Quarantine::open(&bus).await?;
