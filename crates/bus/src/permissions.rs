@@ -79,6 +79,10 @@ pub fn worker(worker_id: &str, slice_ids: &[String]) -> Permissions {
         format!("$JS.API.STREAM.INFO.{}", subjects::EVENTS_STREAM),
         format!("$JS.API.STREAM.INFO.{MEASUREMENTS_STREAM}"),
         format!("$JS.API.STREAM.INFO.{TASKS_STREAM}"),
+        // A resumed session continues its agent's event sequence.
+        format!("$JS.API.STREAM.MSG.GET.{}", subjects::EVENTS_STREAM),
+        format!("$JS.API.DIRECT.GET.{}", subjects::EVENTS_STREAM),
+        format!("$JS.API.DIRECT.GET.{}.>", subjects::EVENTS_STREAM),
     ];
     for slice_id in slice_ids {
         publish.push(format!("$KV.{LEASES_BUCKET}.{slice_id}"));
