@@ -263,3 +263,11 @@ pub fn read_seed(path: &Path) -> Result<String, AuthError> {
     }
     Ok(seed)
 }
+
+/// Writes a fresh result key ([`crate::ResultKey`]) to `dir/result.key`
+/// (mode 0600) for the leader's `--result-key-file`.
+pub fn result_key_file(dir: &Path) -> Result<PathBuf, AuthError> {
+    let path = dir.join("result.key");
+    write_secret(&path, crate::ResultKey::generate().to_hex().as_bytes())?;
+    Ok(path)
+}

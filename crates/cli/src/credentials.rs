@@ -80,6 +80,8 @@ pub struct CredentialsCmd {
 pub struct Deployment {
     pub grpc: GrpcCredentials,
     pub nats: NatsCredentials,
+    /// The leader's result key (`--result-key-file`).
+    pub result_key_file: PathBuf,
     /// Worker id and bus slice ids of each board, in fleet order.
     pub workers: Vec<(String, NatsWorker)>,
 }
@@ -136,9 +138,12 @@ pub fn generate_deployment(
     let nats_workers: Vec<NatsWorker> = workers.iter().map(|(_, w)| w.clone()).collect();
     let nats = generate::nats_credentials(dir, &nats_workers)
         .context("generating the NATS identities")?;
+    let result_key_file =
+        generate::result_key_file(dir).context("generating the leader's result key")?;
     Ok(Deployment {
         grpc,
         nats,
+        result_key_file,
         workers,
     })
 }
@@ -165,6 +170,10 @@ pub fn credentials(cmd: CredentialsCmd) -> anyhow::Result<ExitCode> {
     for (name, path) in &grpc.token_files {
         println!("  token {name:<10} {}", path.display());
     }
+    println!(
+        "  result key (leader --result-key-file): {}",
+        deployment.result_key_file.display()
+    );
     println!("NATS (include the authorization block in nats-server.conf):");
     println!(
         "  authorization: {}",

@@ -114,6 +114,10 @@ pub struct LeaderCmd {
     /// CA certificate (PEM) that signed the worker daemons' certificates.
     #[arg(long = "tls-ca", env = "MTSWARM_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// Key of the result tokens (64 hex digits; `mtswarm credentials`
+    /// writes one): a task result counts only with its attempt's token.
+    #[arg(long, env = "MTSWARM_RESULT_KEY_FILE")]
+    pub result_key_file: Option<PathBuf>,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
@@ -243,6 +247,11 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         worker_auth = worker_auth.with_ca_file(path)?;
     }
     config.worker_auth = worker_auth;
+    config.result_key = cmd
+        .result_key_file
+        .as_deref()
+        .map(mtswarm_auth::ResultKey::load)
+        .transpose()?;
     if let Some((url, model)) = cmd.llm.endpoint()? {
         let mut llm = OpenAiConfig::new(url, model);
         if let Some(key) = cmd.llm.llm_api_key.clone().filter(|k| !k.is_empty()) {

@@ -531,6 +531,8 @@ async fn start_stack(
         .arg(&leader_ready)
         .arg("--tls-ca")
         .arg(&grpc.ca_file)
+        .arg("--result-key-file")
+        .arg(&deployment.result_key_file)
         .arg("--worker-token-file")
         .arg(
             grpc.token_file(generate::LEADER_IDENTITY)

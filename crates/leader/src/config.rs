@@ -109,6 +109,10 @@ pub struct LeaderConfig {
     /// The token (role `leader`) and CA the leader uses to call the worker
     /// daemons' `Worker` service.
     pub worker_auth: ClientAuth,
+    /// Key of the result tokens ([`mtswarm_auth::ResultKey`]): with it a
+    /// result counts only with its attempt's token (forgeries are dropped
+    /// and counted); `None` = results are not checked (library tests).
+    pub result_key: Option<mtswarm_auth::ResultKey>,
 }
 
 impl LeaderConfig {
@@ -136,6 +140,7 @@ impl LeaderConfig {
             worker_stale_after: Duration::from_secs(60),
             security: ServerSecurity::default(),
             worker_auth: ClientAuth::none(),
+            result_key: None,
         }
     }
 

@@ -74,6 +74,15 @@ impl Shared {
         }
     }
 
+    /// The result token of one task attempt (empty without a result key).
+    pub fn result_token(&self, job_id: &str, task_id: &str, attempt: u32) -> String {
+        self.config
+            .result_key
+            .as_ref()
+            .map(|key| key.token(job_id, task_id, attempt))
+            .unwrap_or_default()
+    }
+
     /// Learns the TTL of a lease record.
     pub fn observe_lease_ttl(&self, ttl_seconds: u32) {
         if ttl_seconds == 0 {

@@ -900,6 +900,8 @@ async fn run_task(
     let result = v1::TaskResult {
         task_id: task.task_id.clone(),
         attempt: task.attempt,
+        // The attempt's capability, returned to the leader that issued it.
+        result_token: task.result_token.clone(),
         job_id: task.job_id.clone(),
         agent_id: entry.agent_id.clone(),
         session_id: entry.session_id.clone(),
@@ -965,6 +967,8 @@ async fn publish_fenced(
     let result = v1::TaskResult {
         task_id: task.task_id.clone(),
         attempt: task.attempt,
+        // The attempt's capability, returned to the leader that issued it.
+        result_token: task.result_token.clone(),
         job_id: task.job_id.clone(),
         agent_id: entry.agent_id.clone(),
         session_id: entry.session_id.clone(),
