@@ -14,6 +14,7 @@
 
 mod client;
 mod client_config;
+mod endpoints;
 mod error;
 pub mod generate;
 mod identity;
@@ -25,6 +26,7 @@ mod tls;
 
 pub use client::{BearerInterceptor, ClientAuth};
 pub use client_config::{CLIENT_CONFIG_ENV, ClientConfig, default_client_config_path};
+pub use endpoints::ModelEndpoints;
 pub use error::AuthError;
 pub use identity::{Identity, IdentityEntry, IdentityTable, token_digest};
 pub use result_token::ResultKey;

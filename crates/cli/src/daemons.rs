@@ -30,12 +30,38 @@ pub struct LlmArgs {
     /// Model name at that endpoint.
     #[arg(long, env = "MTSWARM_LLM_MODEL")]
     pub llm_model: Option<String>,
-    /// API key of the endpoint (prefer the environment variable: flags show in `ps`).
+    /// API key of --llm-url: only from the environment (a flag would show
+    /// in `ps`; given as a flag it is refused).
     #[arg(long, env = "MTSWARM_LLM_API_KEY", hide_env_values = true)]
     pub llm_api_key: Option<String>,
+    /// File holding the API key of --llm-url (instead of the variable).
+    #[arg(long, env = "MTSWARM_LLM_API_KEY_FILE")]
+    pub llm_api_key_file: Option<PathBuf>,
+    /// Model endpoints a job may name besides --llm-url (repeatable or
+    /// comma-separated); they never get the API key.
+    #[arg(long = "model-endpoint", env = "MTSWARM_MODEL_ENDPOINTS", value_delimiter = ',')]
+    pub model_endpoints: Vec<String>,
 }
 
 impl LlmArgs {
+    /// The API key: from its file, else from the environment; a key given
+    /// on the command line is refused.
+    fn api_key(&self, daemon: &str) -> anyhow::Result<Option<String>> {
+        if let Some(key) = self.llm_api_key.as_ref().filter(|k| !k.is_empty())
+            && std::env::var("MTSWARM_LLM_API_KEY").ok().as_ref() != Some(key)
+        {
+            anyhow::bail!(
+                "the {daemon} reads its LLM API key from the MTSWARM_LLM_API_KEY environment variable or --llm-api-key-file only; a key on the command line shows in `ps`"
+            );
+        }
+        if let Some(path) = &self.llm_api_key_file {
+            let key = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the API key file {}", path.display()))?;
+            return Ok(Some(key.trim().to_string()).filter(|k| !k.is_empty()));
+        }
+        Ok(self.llm_api_key.clone().filter(|k| !k.is_empty()))
+    }
+
     /// The endpoint settings when both URL and model are given; an error
     /// when only one of them is.
     fn endpoint(&self) -> anyhow::Result<Option<(String, String)>> {
@@ -252,13 +278,15 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         .as_deref()
         .map(mtswarm_auth::ResultKey::load)
         .transpose()?;
+    let api_key = cmd.llm.api_key("leader")?;
     if let Some((url, model)) = cmd.llm.endpoint()? {
         let mut llm = OpenAiConfig::new(url, model);
-        if let Some(key) = cmd.llm.llm_api_key.clone().filter(|k| !k.is_empty()) {
+        if let Some(key) = api_key {
             llm = llm.with_api_key(key);
         }
         config.llm = Some(llm);
     }
+    config.model_endpoints = cmd.llm.model_endpoints.clone();
     let handle = LeaderDaemon::start(config)
         .await
         .context("starting the leader")?;
@@ -280,15 +308,9 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
 
 pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let mut guard = telemetry.init("mtswarm-worker")?;
-    // Sessions read the key from the environment when they build a client;
-    // a key given only as a flag would be silently unused.
-    if let Some(key) = cmd.llm.llm_api_key.as_ref().filter(|k| !k.is_empty())
-        && std::env::var("MTSWARM_LLM_API_KEY").ok().as_ref() != Some(key)
-    {
-        anyhow::bail!(
-            "the worker reads its LLM API key from the MTSWARM_LLM_API_KEY environment variable only; set it there instead of --llm-api-key"
-        );
-    }
+    // Sessions read the key from the environment or its file; a key on the
+    // command line is refused.
+    cmd.llm.api_key("worker")?;
     let mut config = WorkerConfig::new(cmd.fleet.clone(), cmd.board.clone());
     let bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-worker")?;
     config.nats_urls = bus.servers;
@@ -318,6 +340,8 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     }
     config.ready_file = cmd.ready_file.clone();
     config.security = cmd.grpc.security()?;
+    config.model_endpoints = cmd.llm.model_endpoints.clone();
+    config.llm_api_key_file = cmd.llm.llm_api_key_file.clone();
     config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
         (Some(path), _) => WorkerModel::Replay(path.clone()),
         (None, Some((base_url, model))) => WorkerModel::OpenAi { base_url, model },

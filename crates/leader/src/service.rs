@@ -73,6 +73,16 @@ impl ControlService {
         span: tracing::Span,
     ) -> Result<Response<v1::SubmitJobResponse>, Status> {
         let shared = &self.shared;
+        // A job names a model endpoint only from the operator's allowlist.
+        if let Some(model) = request.spec.as_ref().and_then(|s| s.model.as_ref())
+            && !model.base_url.trim().is_empty()
+        {
+            shared
+                .config
+                .endpoints()
+                .check(&model.base_url)
+                .map_err(|e| Status::invalid_argument(format!("spec.model.base_url: {e}")))?;
+        }
         let validated = validate_submit(
             request.spec.as_ref(),
             &shared.kernel_root,

@@ -171,6 +171,12 @@ pub struct WorkerConfig {
     /// `leader` role) and its TLS certificate; the default accepts
     /// anonymous plaintext calls (library tests only).
     pub security: mtswarm_auth::ServerSecurity,
+    /// Model endpoints a SpawnSession may name (`--model-endpoint`); the
+    /// daemon's own (`WorkerModel::OpenAi`) is always allowed and the only
+    /// one that gets the API key.
+    pub model_endpoints: Vec<String>,
+    /// File with the API key (instead of the `llm_api_key_env` variable).
+    pub llm_api_key_file: Option<PathBuf>,
 }
 
 impl WorkerConfig {
@@ -210,6 +216,8 @@ impl WorkerConfig {
             measure: MeasureConfig::default(),
             ready_file: None,
             security: mtswarm_auth::ServerSecurity::default(),
+            model_endpoints: Vec::new(),
+            llm_api_key_file: None,
         }
     }
 

@@ -368,7 +368,19 @@ impl WorkerDaemon {
                 sessions: HashMap::new(),
                 slice_owner: vec![None; slices.len()],
             }),
-            api_key: api_key_from_env(&config.llm_api_key_env),
+            api_key: match &config.llm_api_key_file {
+                Some(path) => Some(
+                    std::fs::read_to_string(path)
+                        .map_err(|e| WorkerError::Config {
+                            field: "llm_api_key_file",
+                            reason: format!("{}: {e}", path.display()),
+                        })?
+                        .trim()
+                        .to_string(),
+                )
+                .filter(|k| !k.is_empty()),
+                None => api_key_from_env(&config.llm_api_key_env),
+            },
             config,
             worker_id,
             endpoint,

@@ -274,19 +274,32 @@ fn session_model(
                     }
                 }
             } else {
-                s.base_url.trim().to_owned()
+                let url = s.base_url.trim().to_owned();
+                endpoints(shared).check(&url).map_err(|e| invalid(e.to_string()))?;
+                url
             };
             (base_url, s.model.trim().to_owned())
         }
         (None, WorkerModel::OpenAi { base_url, model }) => (base_url.clone(), model.clone()),
         (None, _) => return Ok(Arc::new(BuiltinWorkerPolicy::new())),
     };
+    // The key goes only to the endpoint it was configured for.
+    let key_allowed = endpoints(shared).key_goes_to(&base_url);
     let mut config = OpenAiConfig::new(base_url, model);
-    if let Some(key) = &shared.api_key {
+    if let Some(key) = shared.api_key.as_ref().filter(|_| key_allowed) {
         config = config.with_api_key(key.clone());
     }
     let client = OpenAiClient::new(config).map_err(|e| invalid(format!("model settings: {e}")))?;
     Ok(Arc::new(client))
+}
+
+/// The operator's allowlist plus the daemon's own endpoint.
+fn endpoints(shared: &Shared) -> mtswarm_auth::ModelEndpoints {
+    let own = match &shared.config.model {
+        WorkerModel::OpenAi { base_url, .. } => Some(base_url.as_str()),
+        _ => None,
+    };
+    mtswarm_auth::ModelEndpoints::new(shared.config.model_endpoints.clone(), own)
 }
 
 /// Handle a SpawnSession request (idempotent per session id).
