@@ -83,8 +83,22 @@ async fn only_the_leader_identity_may_call_the_worker_service() {
     assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
     assert!(denied.message().contains("`leader`"), "{denied:?}");
 
-    // The daemon was not drained: the leader's identity spawns a session.
+    // Even the leader may not point a session at an endpoint off the
+    // daemon's allowlist (its key would follow).
     let mut leader = client(&url, &token("leader")).await;
+    let mut off_list = spawn_request("j", "a", "s-evil", &slice);
+    off_list.model = Some(v1::ModelSettings {
+        base_url: "http://127.0.0.1:9/v1".into(),
+        model: "m".into(),
+        ..Default::default()
+    });
+    let refused = leader
+        .spawn_session(off_list)
+        .await
+        .expect_err("endpoint off the allowlist");
+    assert!(refused.message().contains("allowlist"), "{refused:?}");
+
+    // The daemon was not drained: the leader's identity spawns a session.
     let response = leader
         .spawn_session(spawn_request("j", "a", "s-leader", &slice))
         .await
