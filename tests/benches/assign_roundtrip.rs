@@ -310,7 +310,9 @@ async fn start_secure(
     config.kernel_root = mtswarm_tests::kernel_root();
     config.workspace_root = dir.join("secure-workspaces");
     config.max_sessions = sessions as usize;
-    let worker = WorkerDaemon::start(config).await.expect("secure worker daemon");
+    let worker = WorkerDaemon::start(config)
+        .await
+        .expect("secure worker daemon");
     let auth = mtswarm_auth::ClientAuth::none()
         .with_ca_file(&grpc.ca_file)
         .expect("ca")
@@ -500,10 +502,16 @@ fn main() {
         }
     }
     println!();
-    println!("| in flight | assign p50 (us) | secure p50 (us) | p50 overhead | assign p99 (us) | secure p99 (us) | secure tasks/s |");
+    println!(
+        "| in flight | assign p50 (us) | secure p50 (us) | p50 overhead | assign p99 (us) | secure p99 (us) | secure tasks/s |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for in_flight in IN_FLIGHT {
-        let find = |mode| cells.iter().find(|c| c.mode == mode && c.in_flight == in_flight);
+        let find = |mode| {
+            cells
+                .iter()
+                .find(|c| c.mode == mode && c.in_flight == in_flight)
+        };
         if let (Some(assign), Some(secure)) = (find(Mode::Assign), find(Mode::Secure)) {
             let us = |d: Duration| d.as_secs_f64() * 1e6;
             println!(

@@ -279,7 +279,11 @@ fn pods_are_confined_and_take_their_credentials_from_secrets() {
             .filter_map(|e| e["name"].as_str().map(str::to_string))
             .collect()
     };
-    for name in ["MTSWARM_IDENTITIES", "MTSWARM_NATS_NKEY_FILE", "MTSWARM_RESULT_KEY_FILE"] {
+    for name in [
+        "MTSWARM_IDENTITIES",
+        "MTSWARM_NATS_NKEY_FILE",
+        "MTSWARM_RESULT_KEY_FILE",
+    ] {
         assert!(env_names(leader).iter().any(|n| n == name), "leader {name}");
     }
     for name in ["MTSWARM_IDENTITIES", "MTSWARM_NATS_NKEY_FILE"] {
@@ -298,13 +302,18 @@ fn pods_are_confined_and_take_their_credentials_from_secrets() {
         "only the leader reaches the workers"
     );
     let to_nats = find(&objects, "NetworkPolicy", "mtswarm-nats-from-mtswarm");
-    let allowed = to_nats["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"][0]
-        ["values"]
-        .as_vec()
-        .expect("values");
-    assert!(allowed.iter().all(|v| v
-        .as_str()
-        .is_some_and(|name| name.starts_with("mtswarm-"))));
+    let allowed =
+        to_nats["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"][0]["values"]
+            .as_vec()
+            .expect("values");
+    assert!(
+        allowed
+            .iter()
+            .all(|v| v.as_str().is_some_and(|name| name.starts_with("mtswarm-")))
+    );
     let deny = find(&objects, "NetworkPolicy", "mtswarm-default-deny");
-    assert!(deny["spec"]["ingress"].is_badvalue(), "default deny has no ingress rule");
+    assert!(
+        deny["spec"]["ingress"].is_badvalue(),
+        "default deny has no ingress rule"
+    );
 }

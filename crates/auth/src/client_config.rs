@@ -148,7 +148,10 @@ mod tests {
             ..Default::default()
         };
         config.save(&path).expect("save");
-        assert_eq!(ClientConfig::load(&path).expect("load"), Some(config.clone()));
+        assert_eq!(
+            ClientConfig::load(&path).expect("load"),
+            Some(config.clone())
+        );
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert!(!format!("{config:?}").contains("secret-token"));

@@ -62,7 +62,9 @@ mod tests {
         );
         assert!(endpoints.check("http://vllm:8000/v1").is_ok());
         assert!(endpoints.check("https://api.example/v1/").is_ok());
-        let refused = endpoints.check("http://127.0.0.1:9999/v1").expect_err("not listed");
+        let refused = endpoints
+            .check("http://127.0.0.1:9999/v1")
+            .expect_err("not listed");
         assert!(refused.to_string().contains("127.0.0.1:9999"));
         assert!(endpoints.key_goes_to("https://api.example/v1/"));
         assert!(!endpoints.key_goes_to("http://vllm:8000/v1"));

@@ -33,7 +33,9 @@ pub enum AuthError {
     #[error("unknown role {0:?} (known: submit, approve, admin, leader)")]
     UnknownRole(String),
 
-    #[error("model endpoint {0:?} is not in the daemon's allowlist (--model-endpoint / MTSWARM_MODEL_ENDPOINTS)")]
+    #[error(
+        "model endpoint {0:?} is not in the daemon's allowlist (--model-endpoint / MTSWARM_MODEL_ENDPOINTS)"
+    )]
     EndpointNotAllowed(String),
 
     #[error("invalid TLS setting: {0}")]

@@ -100,10 +100,7 @@ impl IdentityTable {
             hex::decode_to_slice(entry.token_sha256.trim(), &mut digest)
                 .map_err(|_| invalid("token_sha256 is not 64 hex digits"))?;
             if by_digest
-                .insert(
-                    digest,
-                    Identity::new(entry.name.clone(), roles),
-                )
+                .insert(digest, Identity::new(entry.name.clone(), roles))
                 .is_some()
             {
                 return Err(invalid("its token is also another identity's"));

@@ -59,20 +59,25 @@ impl Authenticator {
     }
 
     /// The identity of a call's metadata.
-    pub fn authenticate(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Identity, Status> {
+    pub fn authenticate(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+    ) -> Result<Identity, Status> {
         let Some(table) = &self.table else {
             return Ok(Identity::anonymous());
         };
-        let header = metadata
-            .get(AUTHORIZATION)
-            .ok_or_else(|| Status::unauthenticated("no credential: send `authorization: Bearer <token>`"))?;
+        let header = metadata.get(AUTHORIZATION).ok_or_else(|| {
+            Status::unauthenticated("no credential: send `authorization: Bearer <token>`")
+        })?;
         let token = header
             .to_str()
             .ok()
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| Status::unauthenticated("the authorization metadata is not `Bearer <token>`"))?;
+            .ok_or_else(|| {
+                Status::unauthenticated("the authorization metadata is not `Bearer <token>`")
+            })?;
         match table.verify(token) {
             Some(identity) => Ok(identity.clone()),
             None => {
@@ -158,7 +163,11 @@ mod tests {
     #[test]
     fn missing_or_wrong_tokens_are_unauthenticated() {
         let mut auth = authenticator();
-        for request in [Request::new(()), with_header("Bearer nope"), with_header("secret")] {
+        for request in [
+            Request::new(()),
+            with_header("Bearer nope"),
+            with_header("secret"),
+        ] {
             let status = auth.call(request).expect_err("refused");
             assert_eq!(status.code(), tonic::Code::Unauthenticated);
         }
@@ -168,10 +177,17 @@ mod tests {
     fn a_known_token_gives_its_identity_and_roles_are_checked() {
         let mut auth = authenticator();
         let request = auth.call(with_header("Bearer secret")).expect("accepted");
-        assert_eq!(require(&request, Role::Submit).expect("has submit").name, "alice");
+        assert_eq!(
+            require(&request, Role::Submit).expect("has submit").name,
+            "alice"
+        );
         let status = require(&request, Role::Approve).expect_err("no approve");
         assert_eq!(status.code(), tonic::Code::PermissionDenied);
-        assert!(status.message().contains("`approve`"), "{}", status.message());
+        assert!(
+            status.message().contains("`approve`"),
+            "{}",
+            status.message()
+        );
         let status = authenticator()
             .requiring(Role::Leader)
             .call(with_header("Bearer secret"))

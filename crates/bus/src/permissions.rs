@@ -188,8 +188,17 @@ mod tests {
             assert!(!subject.contains("approval.decision"), "{subject}");
             assert!(!subject.contains("mtswarm_jobs"), "{subject}");
         }
-        assert!(permissions.publish.contains(&"$KV.mtswarm_leases.b0-c1".to_string()));
-        assert!(!permissions.publish.iter().any(|s| s == "$KV.mtswarm_leases.>"));
+        assert!(
+            permissions
+                .publish
+                .contains(&"$KV.mtswarm_leases.b0-c1".to_string())
+        );
+        assert!(
+            !permissions
+                .publish
+                .iter()
+                .any(|s| s == "$KV.mtswarm_leases.>")
+        );
         assert_eq!(permissions.subscribe[0], "_INBOX_worker-b0.>");
     }
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use mtswarm_auth::{BearerInterceptor, ClientAuth, ClientConfig};
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
 use mtswarm_telemetry::{TelemetryConfig, TelemetryGuard};
 use tonic::service::interceptor::InterceptedService;
-use mtswarm_auth::{BearerInterceptor, ClientAuth, ClientConfig};
 use tonic::transport::Channel;
 
 /// Default gRPC address of the leader (`mtswarm up` and `mtswarm leader`).
@@ -112,7 +112,11 @@ impl LeaderArgs {
     /// `http://host:port`, or `https://` when a CA is configured).
     pub fn url(&self) -> String {
         let configured = client_config().and_then(|c| c.leader);
-        let Some(address) = self.leader.as_deref().map(str::trim).filter(|l| !l.is_empty())
+        let Some(address) = self
+            .leader
+            .as_deref()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
         else {
             return configured.unwrap_or_else(|| DEFAULT_LEADER.to_string());
         };

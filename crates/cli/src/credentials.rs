@@ -136,8 +136,8 @@ pub fn generate_deployment(
         .context("generating the gRPC credentials")?;
     let workers = fleet_workers(fleet_file, fleet);
     let nats_workers: Vec<NatsWorker> = workers.iter().map(|(_, w)| w.clone()).collect();
-    let nats = generate::nats_credentials(dir, &nats_workers)
-        .context("generating the NATS identities")?;
+    let nats =
+        generate::nats_credentials(dir, &nats_workers).context("generating the NATS identities")?;
     let result_key_file =
         generate::result_key_file(dir).context("generating the leader's result key")?;
     Ok(Deployment {

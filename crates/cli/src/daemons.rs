@@ -39,7 +39,11 @@ pub struct LlmArgs {
     pub llm_api_key_file: Option<PathBuf>,
     /// Model endpoints a job may name besides --llm-url (repeatable or
     /// comma-separated); they never get the API key.
-    #[arg(long = "model-endpoint", env = "MTSWARM_MODEL_ENDPOINTS", value_delimiter = ',')]
+    #[arg(
+        long = "model-endpoint",
+        env = "MTSWARM_MODEL_ENDPOINTS",
+        value_delimiter = ','
+    )]
     pub model_endpoints: Vec<String>,
 }
 

@@ -60,9 +60,9 @@ use tokio_stream::StreamExt as _;
 
 use crate::common::{LeaderArgs, rpc_error};
 use crate::credentials::{Deployment, generate_deployment, nats_tls_block};
+use crate::daemons::stop_requested;
 use mtswarm_auth::generate;
 use mtswarm_auth::{ClientAuth, ResultKey, ServerSecurity};
-use crate::daemons::stop_requested;
 
 /// Name of the tuning-space file in a kernel directory.
 const TUNE_FILE: &str = "tune.toml";

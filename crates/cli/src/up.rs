@@ -26,9 +26,9 @@ use tokio::process::{Child, Command};
 
 use crate::common::{TelemetryArgs, write_atomically};
 use crate::credentials::{generate_deployment, nats_tls_block};
+use crate::daemons::stop_requested;
 use mtswarm_auth::ClientConfig;
 use mtswarm_auth::generate;
-use crate::daemons::stop_requested;
 
 /// The default fleet: two emulated boards, each cut into its 4 clusters.
 pub const DEFAULT_FLEET_TOML: &str = r#"# mtswarm up: built-in local fleet (2 emulated boards x 4 clusters)
@@ -629,9 +629,12 @@ async fn start_stack(
     };
     let client_config = mtswarm_auth::default_client_config_path()
         .unwrap_or_else(|| state.join("client-config.toml"));
-    client
-        .save(&client_config)
-        .with_context(|| format!("writing the client configuration {}", client_config.display()))?;
+    client.save(&client_config).with_context(|| {
+        format!(
+            "writing the client configuration {}",
+            client_config.display()
+        )
+    })?;
     Ok(json!({
         "grpc": leader_info["grpc"],
         "client_config": client_config,

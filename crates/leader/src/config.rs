@@ -177,7 +177,10 @@ impl LeaderConfig {
         ModelEndpoints::new(self.model_endpoints.clone(), own.as_deref())
     }
 
-    pub fn default_model_factory(llm: Option<OpenAiConfig>, endpoints: ModelEndpoints) -> ModelFactory {
+    pub fn default_model_factory(
+        llm: Option<OpenAiConfig>,
+        endpoints: ModelEndpoints,
+    ) -> ModelFactory {
         Arc::new(move |spec: &v1::JobSpec| {
             if let Some(config) = &llm {
                 let client = OpenAiClient::new(config.clone())

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
+use mtswarm_auth::{Identity, Role, require, require_any};
 use mtswarm_bus::{BusError, subjects, v1};
 use sha2::{Digest as _, Sha256};
 use tokio_stream::wrappers::ReceiverStream;
-use mtswarm_auth::{Identity, Role, require, require_any};
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
@@ -475,9 +475,7 @@ impl v1::control_server::Control for ControlService {
         if identity.authenticated || request.decided_by.is_empty() {
             request.decided_by = identity.name;
         }
-        match decide(&shared.bus, &shared.approvals, &shared.journal, &request)
-        .await
-        {
+        match decide(&shared.bus, &shared.approvals, &shared.journal, &request).await {
             Ok(record) => Ok(Response::new(v1::DecideApprovalResponse {
                 approval: Some(record.value),
             })),

@@ -56,9 +56,11 @@ impl Secured {
             0,
         ));
         let for_factory = model.clone();
-        let mut config = env.config().with_model_factory(Arc::new(move |_: &v1::JobSpec| {
-            Ok(for_factory.clone() as Arc<dyn mtswarm_core::ChatModel>)
-        }));
+        let mut config = env
+            .config()
+            .with_model_factory(Arc::new(move |_: &v1::JobSpec| {
+                Ok(for_factory.clone() as Arc<dyn mtswarm_core::ChatModel>)
+            }));
         config.security = security;
         let leader = LeaderDaemon::start(config).await.expect("leader starts");
         Secured {
@@ -174,10 +176,16 @@ async fn plaintext_and_anonymous_calls_are_refused() {
         .connect()
         .await
         .expect("connect");
-    let mut forged =
-        v1::control_client::ControlClient::with_interceptor(channel, forged.interceptor(pass as Pass));
+    let mut forged = v1::control_client::ControlClient::with_interceptor(
+        channel,
+        forged.interceptor(pass as Pass),
+    );
     assert_refused(
-        forged.get_job(v1::GetJobRequest { job_id: job_id.clone() }).await,
+        forged
+            .get_job(v1::GetJobRequest {
+                job_id: job_id.clone(),
+            })
+            .await,
         Code::Unauthenticated,
         "unknown credential",
     );
@@ -249,7 +257,9 @@ async fn each_call_needs_its_role_and_names_it() {
     // The leader's own identity calls workers, not Control.
     let mut leader_identity = secured.client(Some("leader")).await;
     assert_refused(
-        leader_identity.list_jobs(v1::ListJobsRequest::default()).await,
+        leader_identity
+            .list_jobs(v1::ListJobsRequest::default())
+            .await,
         Code::PermissionDenied,
         "`submit` or `admin`",
     );

@@ -99,7 +99,10 @@ fn jobs_name_only_allowed_endpoints_and_the_key_stays_home() {
             .await
             .expect("a request");
         assert!(head.starts_with("POST "), "{head}");
-        assert!(!head.contains(KEY), "the key went to a job's endpoint: {head}");
+        assert!(
+            !head.contains(KEY),
+            "the key went to a job's endpoint: {head}"
+        );
         assert!(
             !head.to_ascii_lowercase().contains("authorization"),
             "{head}"

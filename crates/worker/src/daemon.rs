@@ -323,10 +323,11 @@ impl WorkerDaemon {
         bus_config.credentials_file = config.nats_credentials.clone();
         bus_config.tls = config.nats_tls.clone();
         if let Some(path) = &config.nats_nkey_file {
-            let seed = mtswarm_auth::generate::read_seed(path).map_err(|e| WorkerError::Config {
-                field: "nats_nkey_file",
-                reason: e.to_string(),
-            })?;
+            let seed =
+                mtswarm_auth::generate::read_seed(path).map_err(|e| WorkerError::Config {
+                    field: "nats_nkey_file",
+                    reason: e.to_string(),
+                })?;
             bus_config.nkey_seed = Some(seed);
             bus_config.inbox_prefix =
                 Some(mtswarm_bus::permissions::worker_inbox_prefix(&worker_id));
@@ -479,7 +480,10 @@ impl WorkerDaemon {
             builder
                 .trace_fn(mtswarm_telemetry::grpc::server_span)
                 .add_service(health_service)
-                .add_service(InterceptedService::new(reflection_v1, authenticator.clone()))
+                .add_service(InterceptedService::new(
+                    reflection_v1,
+                    authenticator.clone(),
+                ))
                 .add_service(InterceptedService::new(
                     reflection_v1alpha,
                     authenticator.clone(),

@@ -275,7 +275,9 @@ fn session_model(
                 }
             } else {
                 let url = s.base_url.trim().to_owned();
-                endpoints(shared).check(&url).map_err(|e| invalid(e.to_string()))?;
+                endpoints(shared)
+                    .check(&url)
+                    .map_err(|e| invalid(e.to_string()))?;
                 url
             };
             (base_url, s.model.trim().to_owned())

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use mtswarm_auth::generate::{default_identities, grpc_credentials, LOCAL_HOSTS};
+use mtswarm_auth::generate::{LOCAL_HOSTS, default_identities, grpc_credentials};
 use mtswarm_auth::{ClientAuth, ServerSecurity};
 use mtswarm_bus::v1;
 use tonic::service::interceptor::InterceptedService;
@@ -14,8 +14,9 @@ use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
 type Pass = fn(Request<()>) -> Result<Request<()>, Status>;
-type Client =
-    v1::worker_client::WorkerClient<InterceptedService<Channel, mtswarm_auth::BearerInterceptor<Pass>>>;
+type Client = v1::worker_client::WorkerClient<
+    InterceptedService<Channel, mtswarm_auth::BearerInterceptor<Pass>>,
+>;
 
 fn pass(request: Request<()>) -> Result<Request<()>, Status> {
     Ok(request)
@@ -35,8 +36,9 @@ async fn client(url: &str, auth: &ClientAuth) -> Client {
 async fn only_the_leader_identity_may_call_the_worker_service() {
     let env = Env::start().await;
     let hosts: Vec<String> = LOCAL_HOSTS.iter().map(|h| h.to_string()).collect();
-    let credentials = grpc_credentials(&env.dir.path().join("creds"), &hosts, &default_identities())
-        .expect("credentials");
+    let credentials =
+        grpc_credentials(&env.dir.path().join("creds"), &hosts, &default_identities())
+            .expect("credentials");
     let mut config = env.config("emu0");
     config.security = ServerSecurity::load(
         Some(&credentials.identities_file),

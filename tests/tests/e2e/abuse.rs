@@ -93,7 +93,12 @@ impl SecureUp {
 
     fn token(&self, identity: &str) -> ClientAuth {
         self.ca()
-            .with_token_file(&self.credentials.join("tokens").join(format!("{identity}.token")))
+            .with_token_file(
+                &self
+                    .credentials
+                    .join("tokens")
+                    .join(format!("{identity}.token")),
+            )
             .expect("token file")
     }
 
@@ -187,7 +192,11 @@ fn assert_code<T: std::fmt::Debug>(result: Result<T, Status>, code: Code) -> Sta
 #[tokio::test(flavor = "multi_thread")]
 async fn the_default_stack_refuses_anonymous_grpc_and_the_readme_commands_work() {
     let stack = SecureUp::start();
-    assert!(stack.leader_url().starts_with("https://"), "{}", stack.ready);
+    assert!(
+        stack.leader_url().starts_with("https://"),
+        "{}",
+        stack.ready
+    );
 
     let mut anonymous = stack.control(stack.ca()).await;
     assert_code(
@@ -259,7 +268,10 @@ async fn the_default_stack_refuses_anonymous_grpc_and_the_readme_commands_work()
         if fleet["slices"].as_array().map(Vec::len) == Some(8) {
             break;
         }
-        assert!(Instant::now() < deadline, "fleet never showed 8 slices: {fleet}");
+        assert!(
+            Instant::now() < deadline,
+            "fleet never showed 8 slices: {fleet}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // ... and through the printed `export MTSWARM_LEADER=<url>`.
@@ -287,7 +299,10 @@ async fn the_default_stack_refuses_anonymous_nats_clients() {
     let plain = async_nats::ConnectOptions::new()
         .connect(stack.nats_url().replace("tls://", "nats://"))
         .await;
-    assert!(plain.is_err(), "a plaintext anonymous connection was accepted");
+    assert!(
+        plain.is_err(),
+        "a plaintext anonymous connection was accepted"
+    );
 
     let client = stack.nats(Some("client")).await.expect("client identity");
     let jobs = mtswarm_bus::Jobs::open(&client).await;
@@ -296,7 +311,10 @@ async fn the_default_stack_refuses_anonymous_nats_clients() {
         .jetstream()
         .delete_stream(subjects::RESULTS_STREAM)
         .await;
-    assert!(deleted.is_err(), "the client identity deleted the results stream");
+    assert!(
+        deleted.is_err(),
+        "the client identity deleted the results stream"
+    );
     let leader = stack.nats(Some("leader")).await.expect("leader identity");
     leader
         .jetstream()
@@ -312,7 +330,10 @@ async fn the_default_stack_refuses_anonymous_nats_clients() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_identity_cannot_act_as_the_leader() {
     let stack = SecureUp::start();
-    let rogue = stack.nats(Some("worker-board1")).await.expect("worker identity");
+    let rogue = stack
+        .nats(Some("worker-board1"))
+        .await
+        .expect("worker identity");
     let leader = stack.nats(Some("leader")).await.expect("leader identity");
 
     assert!(
@@ -502,7 +523,10 @@ async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
         if !matches!(record.state(), v1::JobState::Queued | v1::JobState::Running) {
             break record;
         }
-        assert!(Instant::now() < deadline, "the job did not finish: {record:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the job did not finish: {record:?}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert_eq!(record.state(), v1::JobState::Succeeded, "{record:?}");
