@@ -13,6 +13,12 @@
 //!   in its no-op mode, `{"noop": true}`), which runs one worker ReAct loop
 //!   for it (engine, events, checkpoint), publishes the `TaskResult` and
 //!   acks; the leader side's durable result consumer receives it.
+//! - `secure`: `assign` as the default local stack runs it, on a second
+//!   nats-server and worker daemon of the same run: NATS over TLS with an
+//!   nkey identity per role and the generated least-privilege permissions,
+//!   the worker's gRPC over TLS with bearer tokens (sessions spawned with
+//!   the leader's token), and a result token per task. The last table is
+//!   its p50 overhead over `assign`.
 //!
 //! The worker daemon owns one emulated board cut into `BENCH_SESSIONS`
 //! single-core cluster slices (default 64) with one session each; tasks are
@@ -40,7 +46,7 @@ use mtswarm_bus::testing::bench::{
 };
 use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
 use mtswarm_proto::v1::worker_client::WorkerClient;
-use mtswarm_worker::{WorkerConfig, WorkerDaemon};
+use mtswarm_worker::{WorkerConfig, WorkerDaemon, WorkerHandle};
 use tokio::sync::oneshot;
 
 const IN_FLIGHT: [usize; 3] = [1, 16, 256];
@@ -53,6 +59,7 @@ enum Mode {
     Raw,
     Floor,
     Assign,
+    Secure,
 }
 
 struct Session {
@@ -67,6 +74,8 @@ struct Harness {
     sessions: Vec<Session>,
     waiters: ResultWaiters,
     next_task: AtomicU64,
+    /// Result tokens of the tasks (the secure stack's leader key).
+    result_key: Option<mtswarm_auth::ResultKey>,
 }
 
 struct Cell {
@@ -94,7 +103,7 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 .await
                 .expect("request/reply");
         }
-        Mode::Floor | Mode::Assign => {
+        Mode::Floor | Mode::Assign | Mode::Secure => {
             let n = harness.next_task.fetch_add(1, Ordering::Relaxed);
             let session = &harness.sessions[(n as usize) % harness.sessions.len()];
             let (worker_id, slice_id) = if mode == Mode::Floor {
@@ -103,6 +112,11 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 (session.worker_id.clone(), session.slice_id.clone())
             };
             let task_id = format!("bench-{n}");
+            let result_token = harness
+                .result_key
+                .as_ref()
+                .map(|key| key.token(JOB_ID, &task_id, 1))
+                .unwrap_or_default();
             let (tx, rx) = oneshot::channel();
             harness
                 .waiters
@@ -125,6 +139,7 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 deadline: Some(timestamp(now + Duration::from_secs(600))),
                 assigned_at: Some(timestamp(now)),
                 resume_from_checkpoint: false,
+                result_token,
             };
             harness
                 .leader
@@ -171,7 +186,7 @@ async fn measure(
 /// `assign`; all by default), e.g. to profile one of them alone.
 fn selected_modes() -> Vec<Mode> {
     let Ok(names) = std::env::var("BENCH_MODES") else {
-        return vec![Mode::Raw, Mode::Floor, Mode::Assign];
+        return vec![Mode::Raw, Mode::Floor, Mode::Assign, Mode::Secure];
     };
     let modes: Vec<Mode> = names
         .split(',')
@@ -179,12 +194,160 @@ fn selected_modes() -> Vec<Mode> {
             "raw" => Some(Mode::Raw),
             "floor" => Some(Mode::Floor),
             "assign" => Some(Mode::Assign),
+            "secure" => Some(Mode::Secure),
             "" => None,
-            other => panic!("BENCH_MODES: unknown mode `{other}` (raw, floor, assign)"),
+            other => panic!("BENCH_MODES: unknown mode `{other}` (raw, floor, assign, secure)"),
         })
         .collect();
     assert!(!modes.is_empty(), "BENCH_MODES names no mode");
     modes
+}
+
+fn fleet_toml(board: &str, sessions: u32) -> String {
+    format!(
+        "[[board]]\nid = \"{board}\"\nbackend = \"emulator\"\nspec = {{ clusters = {sessions} }}\nslicing = \"per-cluster\"\ncores = 1\n"
+    )
+}
+
+async fn spawn_sessions<T>(
+    client: &mut WorkerClient<T>,
+    worker: &WorkerHandle,
+    prefix: &str,
+) -> Vec<Session>
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<tonic::codegen::StdError>,
+    T::ResponseBody: tonic::codegen::Body<Data = Bytes> + Send + 'static,
+    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut spawned = Vec::new();
+    for (index, slice_id) in worker.slice_ids().into_iter().enumerate() {
+        let agent_id = format!("{prefix}-agent-{index}");
+        let response = client
+            .spawn_session(v1::SpawnSessionRequest {
+                job_id: JOB_ID.into(),
+                agent_id: agent_id.clone(),
+                session_id: format!("{prefix}-session-{index}"),
+                slice_id,
+                role: "tuner".into(),
+                kernel_dir: "vecadd".into(),
+                auto_approve: true,
+                ..Default::default()
+            })
+            .await
+            .expect("SpawnSession")
+            .into_inner();
+        spawned.push(Session {
+            agent_id,
+            session_id: response.session_id,
+            worker_id: response.worker_id,
+            slice_id: response.slice_id,
+        });
+    }
+    spawned
+}
+
+/// The `secure` side: its own nats-server with the generated permissions
+/// over TLS, a worker daemon with its NATS identity and gRPC TLS + tokens,
+/// the leader side with the leader's identity.
+async fn start_secure(
+    dir: &std::path::Path,
+    sessions: u32,
+) -> (NatsServer, Arc<Harness>, WorkerHandle) {
+    let fleet_path = dir.join("secure-fleet.toml");
+    std::fs::write(&fleet_path, fleet_toml("bench", sessions)).expect("write fleet");
+    let fleet = mtswarm_hw::fleet::Fleet::load(&fleet_path).expect("fleet");
+    let deployment = mtswarm_cli::credentials::generate_deployment(
+        &dir.join("credentials"),
+        &fleet_path,
+        &fleet,
+        &[],
+    )
+    .expect("credentials");
+    let authorization =
+        std::fs::read_to_string(&deployment.nats.authorization_file).expect("authorization");
+    let config = format!(
+        "{authorization}\n{}",
+        mtswarm_cli::credentials::nats_tls_block(&deployment.grpc)
+    );
+    let server = NatsServer::start_with_config(&config).expect("secure nats-server");
+    let grpc = &deployment.grpc;
+    let tls = mtswarm_bus::config::TlsConfig {
+        require_tls: true,
+        ca_file: Some(grpc.ca_file.clone()),
+        client_cert: None,
+    };
+    let mut leader_config = BusConfig::new(server.url()).with_name("bench-secure-leader");
+    leader_config.tls = tls.clone();
+    leader_config.nkey_seed = Some(
+        mtswarm_auth::generate::read_seed(
+            deployment
+                .nats
+                .seed_file(mtswarm_auth::generate::NATS_LEADER)
+                .expect("leader seed"),
+        )
+        .expect("seed"),
+    );
+    let leader = Bus::connect(leader_config).await.expect("secure leader");
+    leader
+        .wait_connected(Duration::from_secs(10))
+        .await
+        .expect("secure leader up");
+    leader
+        .ensure_topology(&TopologyConfig::default())
+        .await
+        .expect("topology");
+    let security = mtswarm_auth::ServerSecurity::load(
+        Some(&grpc.identities_file),
+        Some((&grpc.server_cert_file, &grpc.server_key_file)),
+    )
+    .expect("security");
+    let mut config = WorkerConfig::new(&fleet_path, "bench");
+    config.nats_urls = vec![server.url()];
+    config.nats_nkey_file = deployment.worker_seed("bench").map(|p| p.to_path_buf());
+    config.nats_tls = tls;
+    config.security = security;
+    config.kernel_root = mtswarm_tests::kernel_root();
+    config.workspace_root = dir.join("secure-workspaces");
+    config.max_sessions = sessions as usize;
+    let worker = WorkerDaemon::start(config)
+        .await
+        .expect("secure worker daemon");
+    let auth = mtswarm_auth::ClientAuth::none()
+        .with_ca_file(&grpc.ca_file)
+        .expect("ca")
+        .with_token_file(
+            grpc.token_file(mtswarm_auth::generate::LEADER_IDENTITY)
+                .expect("leader token"),
+        )
+        .expect("token");
+    let channel = auth
+        .endpoint(worker.endpoint(), Duration::from_secs(10))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("worker gRPC over TLS");
+    let pass: fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> = Ok;
+    let mut client = WorkerClient::with_interceptor(channel, auth.interceptor(pass));
+    let spawned = spawn_sessions(&mut client, &worker, "secure").await;
+    let waiters: ResultWaiters = Arc::new(Mutex::new(HashMap::new()));
+    tokio::spawn(route_results(
+        leader.clone(),
+        ResultConsumerConfig {
+            job_id: Some(JOB_ID.into()),
+            ..ResultConsumerConfig::new("bench-secure")
+        },
+        waiters.clone(),
+    ));
+    let key = mtswarm_auth::ResultKey::load(&deployment.result_key_file).expect("result key");
+    let harness = Arc::new(Harness {
+        leader,
+        sessions: spawned,
+        waiters,
+        next_task: AtomicU64::new(0),
+        result_key: Some(key),
+    });
+    (server, harness, worker)
 }
 
 fn main() {
@@ -230,13 +393,7 @@ fn main() {
 
         // A real worker daemon with one single-core slice per session.
         let fleet = dir.path().join("fleet.toml");
-        std::fs::write(
-            &fleet,
-            format!(
-                "[[board]]\nid = \"bench\"\nbackend = \"emulator\"\nspec = {{ clusters = {sessions} }}\nslicing = \"per-cluster\"\ncores = 1\n"
-            ),
-        )
-        .expect("write fleet");
+        std::fs::write(&fleet, fleet_toml("bench", sessions)).expect("write fleet");
         let mut config = WorkerConfig::new(&fleet, "bench");
         config.nats_urls = vec![server.url()];
         config.kernel_root = mtswarm_tests::kernel_root();
@@ -246,29 +403,7 @@ fn main() {
         let mut client = WorkerClient::connect(format!("http://{}", worker.grpc_addr()))
             .await
             .expect("worker gRPC");
-        let mut spawned = Vec::new();
-        for (index, slice_id) in worker.slice_ids().into_iter().enumerate() {
-            let response = client
-                .spawn_session(v1::SpawnSessionRequest {
-                    job_id: JOB_ID.into(),
-                    agent_id: format!("bench-agent-{index}"),
-                    session_id: format!("bench-session-{index}"),
-                    slice_id,
-                    role: "tuner".into(),
-                    kernel_dir: "vecadd".into(),
-                    auto_approve: true,
-                    ..Default::default()
-                })
-                .await
-                .expect("SpawnSession")
-                .into_inner();
-            spawned.push(Session {
-                agent_id: format!("bench-agent-{index}"),
-                session_id: response.session_id,
-                worker_id: response.worker_id,
-                slice_id: response.slice_id,
-            });
-        }
+        let spawned = spawn_sessions(&mut client, &worker, "bench").await;
         eprintln!("worker daemon with {} sessions", spawned.len());
 
         let waiters: ResultWaiters = Arc::new(Mutex::new(HashMap::new()));
@@ -287,11 +422,26 @@ fn main() {
             sessions: spawned,
             waiters,
             next_task: AtomicU64::new(0),
+            result_key: None,
         });
+        let secure = if modes.contains(&Mode::Secure) {
+            Some(start_secure(dir.path(), sessions).await)
+        } else {
+            None
+        };
+        let secure_pid = secure
+            .as_ref()
+            .and_then(|(server, _, _)| server.pid())
+            .map(|pid| pid.to_string())
+            .unwrap_or_default();
         let mut cells = Vec::new();
         for in_flight in IN_FLIGHT {
             for mode in modes.iter().copied() {
-                let cell = measure(harness.clone(), mode, in_flight, duration, &server_pid).await;
+                let (side, pid) = match (&secure, mode) {
+                    (Some((_, secure, _)), Mode::Secure) => (secure.clone(), &secure_pid),
+                    _ => (harness.clone(), &server_pid),
+                };
+                let cell = measure(side, mode, in_flight, duration, pid).await;
                 eprintln!(
                     "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)  cpu/op server {:>6.1} us client {:>6.1} us",
                     format!("{:?}", cell.mode),
@@ -308,6 +458,12 @@ fn main() {
         }
         if let Err(error) = worker.shutdown().await {
             eprintln!("worker shutdown: {error}");
+        }
+        if let Some((server, _, worker)) = secure {
+            if let Err(error) = worker.shutdown().await {
+                eprintln!("secure worker shutdown: {error}");
+            }
+            drop(server);
         }
         cells
     });
@@ -342,6 +498,30 @@ fn main() {
                 assign.p50.as_secs_f64() / raw.p50.as_secs_f64().max(1e-9),
                 us(assign.server_cpu_per_op),
                 us(assign.client_cpu_per_op),
+            );
+        }
+    }
+    println!();
+    println!(
+        "| in flight | assign p50 (us) | secure p50 (us) | p50 overhead | assign p99 (us) | secure p99 (us) | secure tasks/s |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for in_flight in IN_FLIGHT {
+        let find = |mode| {
+            cells
+                .iter()
+                .find(|c| c.mode == mode && c.in_flight == in_flight)
+        };
+        if let (Some(assign), Some(secure)) = (find(Mode::Assign), find(Mode::Secure)) {
+            let us = |d: Duration| d.as_secs_f64() * 1e6;
+            println!(
+                "| {in_flight} | {:.1} | {:.1} | {:+.1} % | {:.1} | {:.1} | {:.0} |",
+                us(assign.p50),
+                us(secure.p50),
+                (secure.p50.as_secs_f64() / assign.p50.as_secs_f64().max(1e-9) - 1.0) * 100.0,
+                us(assign.p99),
+                us(secure.p99),
+                secure.per_second,
             );
         }
     }

@@ -211,8 +211,15 @@ fn example_fleet_loads_and_nats_config_is_valid() {
         "k8s/nats-server.conf is a copy of deploy/nats-server.conf"
     );
 
-    // nats-server checks the file itself (-t), with the store moved somewhere writable.
+    // nats-server checks the file itself (-t), with the store moved somewhere
+    // writable and the authorization block `mtswarm credentials` writes.
     let dir = tempfile::tempdir().expect("temp dir");
+    let workers = vec![mtswarm_auth::generate::NatsWorker {
+        worker_id: "worker-board0".into(),
+        slice_ids: vec!["board0-c0".into()],
+    }];
+    mtswarm_auth::generate::nats_credentials(&dir.path().join("credentials"), &workers)
+        .expect("authorization block");
     let conf = dir.path().join("nats.conf");
     let store = dir.path().join("js");
     std::fs::write(
@@ -231,5 +238,82 @@ fn example_fleet_loads_and_nats_config_is_valid() {
         "nats-server rejects the config: {}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Issue: least privilege on Kubernetes. Every pod runs the runtime's
+/// default seccomp profile, no mtswarm pod gets a service-account token,
+/// credentials come from Secrets, and NetworkPolicies let only the leader
+/// reach the workers and only mtswarm pods reach NATS.
+#[test]
+fn pods_are_confined_and_take_their_credentials_from_secrets() {
+    let objects = all_objects();
+    let leader = find(&objects, "Deployment", "mtswarm-leader");
+    let worker = find(&objects, "StatefulSet", "mtswarm-worker");
+    let nats = find(&objects, "StatefulSet", "mtswarm-nats");
+    for object in [leader, worker, nats] {
+        let pod = &object["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"].as_str(),
+            Some("RuntimeDefault"),
+            "{:?}",
+            object["metadata"]["name"]
+        );
+        assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(false));
+    }
+    let secret_of = |object: &Yaml| -> Vec<String> {
+        object["spec"]["template"]["spec"]["volumes"]
+            .as_vec()
+            .expect("volumes")
+            .iter()
+            .filter_map(|v| v["secret"]["secretName"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(secret_of(leader), vec!["mtswarm-leader-credentials"]);
+    assert_eq!(secret_of(worker), vec!["mtswarm-worker-credentials"]);
+    let env_names = |object: &Yaml| -> Vec<String> {
+        container(object)["env"]
+            .as_vec()
+            .expect("env")
+            .iter()
+            .filter_map(|e| e["name"].as_str().map(str::to_string))
+            .collect()
+    };
+    for name in [
+        "MTSWARM_IDENTITIES",
+        "MTSWARM_NATS_NKEY_FILE",
+        "MTSWARM_RESULT_KEY_FILE",
+    ] {
+        assert!(env_names(leader).iter().any(|n| n == name), "leader {name}");
+    }
+    for name in ["MTSWARM_IDENTITIES", "MTSWARM_NATS_NKEY_FILE"] {
+        assert!(env_names(worker).iter().any(|n| n == name), "worker {name}");
+    }
+
+    let to_worker = find(&objects, "NetworkPolicy", "mtswarm-worker-from-leader");
+    let from = &to_worker["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"];
+    assert_eq!(
+        from["app.kubernetes.io/name"].as_str(),
+        Some("mtswarm-leader")
+    );
+    assert_eq!(
+        to_worker["spec"]["ingress"].as_vec().map(Vec::len),
+        Some(1),
+        "only the leader reaches the workers"
+    );
+    let to_nats = find(&objects, "NetworkPolicy", "mtswarm-nats-from-mtswarm");
+    let allowed =
+        to_nats["spec"]["ingress"][0]["from"][0]["podSelector"]["matchExpressions"][0]["values"]
+            .as_vec()
+            .expect("values");
+    assert!(
+        allowed
+            .iter()
+            .all(|v| v.as_str().is_some_and(|name| name.starts_with("mtswarm-")))
+    );
+    let deny = find(&objects, "NetworkPolicy", "mtswarm-default-deny");
+    assert!(
+        deny["spec"]["ingress"].is_badvalue(),
+        "default deny has no ingress rule"
     );
 }

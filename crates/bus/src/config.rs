@@ -29,6 +29,10 @@ pub struct BusConfig {
     /// Nkey seed (`SU...`) for nkey auth. Secret: never logged.
     pub nkey_seed: Option<String>,
     pub tls: TlsConfig,
+    /// Prefix of this client's reply subjects (default `_INBOX`). An
+    /// identity confined to its own prefix (`_INBOX_<worker>`) cannot read
+    /// the replies other clients get (KV reads, stream acks).
+    pub inbox_prefix: Option<String>,
     /// Timeout of one TCP/TLS connection attempt.
     pub connect_timeout: Duration,
     /// Timeout of requests, JetStream API calls and publish acks.
@@ -53,6 +57,7 @@ impl BusConfig {
             credentials_file: None,
             nkey_seed: None,
             tls: TlsConfig::default(),
+            inbox_prefix: None,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             retry_on_initial_connect: true,
@@ -86,6 +91,7 @@ impl fmt::Debug for BusConfig {
             .field("credentials_file", &self.credentials_file)
             .field("nkey_seed", &self.nkey_seed.as_ref().map(|_| "<redacted>"))
             .field("tls", &self.tls)
+            .field("inbox_prefix", &self.inbox_prefix)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("retry_on_initial_connect", &self.retry_on_initial_connect)

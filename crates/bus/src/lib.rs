@@ -24,6 +24,7 @@ pub mod error;
 mod kv;
 mod leases;
 mod messaging;
+pub mod permissions;
 pub mod results;
 mod stores;
 pub mod subjects;
@@ -148,6 +149,9 @@ impl Bus {
         }
         if let Some(seed) = &config.nkey_seed {
             options = options.nkey(seed.clone());
+        }
+        if let Some(prefix) = config.inbox_prefix.as_ref().filter(|p| !p.is_empty()) {
+            options = options.custom_inbox_prefix(prefix.clone());
         }
         if config.tls.require_tls {
             options = options.require_tls(true);

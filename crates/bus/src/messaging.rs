@@ -529,7 +529,7 @@ impl Bus {
         subjects::validate_id("task id", &result.task_id)?;
         require_attempt(result.attempt)?;
         let subject = subjects::result(&result.job_id)?;
-        let message_id = subjects::message_id(&result.task_id, result.attempt);
+        let message_id = subjects::result_message_id(result);
         self.publish_jetstream(subject, message_id, result).await
     }
 

@@ -158,6 +158,19 @@ pub fn message_id(task_id: &str, attempt: u32) -> String {
     format!("{task_id}.{attempt}")
 }
 
+/// `Nats-Msg-Id` of a result: `<task_id>.<attempt>`, followed by
+/// `.<result_token>` when the attempt has one. Only the worker the attempt
+/// was placed on knows the token, so a forged result can never take the
+/// genuine one's id (and get the genuine one dropped as a duplicate).
+pub fn result_message_id(result: &crate::v1::TaskResult) -> String {
+    let id = message_id(&result.task_id, result.attempt);
+    if result.result_token.is_empty() {
+        id
+    } else {
+        format!("{id}.{}", result.result_token)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,9 @@ pub struct NatsServer {
     port: u16,
     store_dir: tempfile::TempDir,
     log_path: PathBuf,
+    /// Configuration file (`-c`) with settings beyond the command line
+    /// (authorization, TLS).
+    config_path: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -36,24 +39,53 @@ impl NatsServer {
     /// it accepts clients with JetStream enabled. Blocks the calling thread
     /// for the startup time (typically tens of milliseconds).
     pub fn start() -> Result<Self, BusError> {
+        Self::start_inner(None)
+    }
+
+    /// Like [`NatsServer::start`], with `config` (nats-server configuration
+    /// text, e.g. an `authorization` block from
+    /// [`crate::permissions::authorization_block`] and a `tls` block) in a
+    /// configuration file next to the store.
+    pub fn start_with_config(config: &str) -> Result<Self, BusError> {
+        Self::start_inner(Some(config))
+    }
+
+    fn start_inner(config: Option<&str>) -> Result<Self, BusError> {
         let binary = find_binary()?;
         let store_dir = tempfile::Builder::new()
             .prefix("mtswarm-nats-")
             .tempdir()
             .map_err(|e| BusError::TestServer(format!("cannot create a store directory: {e}")))?;
         let log_path = store_dir.path().join("nats-server.log");
+        let config_path = match config {
+            Some(text) => {
+                let path = store_dir.path().join("nats-server.conf");
+                std::fs::write(&path, text).map_err(|e| {
+                    BusError::TestServer(format!("cannot write {}: {e}", path.display()))
+                })?;
+                Some(path)
+            }
+            None => None,
+        };
         // The port is picked by binding port 0, then released for the server;
         // another process could take it in between, so retry a few times.
         let mut last_error = None;
         for _ in 0..5 {
             let port = free_port()?;
-            match spawn_and_wait(&binary, port, store_dir.path(), &log_path) {
+            match spawn_and_wait(
+                &binary,
+                port,
+                store_dir.path(),
+                &log_path,
+                config_path.as_deref(),
+            ) {
                 Ok(child) => {
                     return Ok(Self {
                         binary,
                         port,
                         store_dir,
                         log_path,
+                        config_path,
                         child: Some(child),
                     });
                 }
@@ -111,6 +143,7 @@ impl NatsServer {
             self.port,
             self.store_dir.path(),
             &self.log_path,
+            self.config_path.as_deref(),
         )?;
         self.child = Some(child);
         Ok(())
@@ -138,8 +171,13 @@ fn spawn_and_wait(
     port: u16,
     store_dir: &Path,
     log_path: &Path,
+    config_path: Option<&Path>,
 ) -> Result<Child, BusError> {
-    let mut child = Command::new(binary)
+    let mut command = Command::new(binary);
+    if let Some(path) = config_path {
+        command.arg("-c").arg(path);
+    }
+    let mut child = command
         .arg("-js")
         .arg("-sd")
         .arg(store_dir)

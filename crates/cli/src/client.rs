@@ -887,10 +887,7 @@ mod tests {
             latest,
             follow: false,
             format: ResultsFormat::Table,
-            leader: LeaderArgs {
-                leader: String::new(),
-                connect_timeout: 1.0,
-            },
+            leader: LeaderArgs::for_url("", 1.0),
         };
         assert_eq!(
             filter_results(all.clone(), &cmd(Some("a"), None, false)).len(),

@@ -3,16 +3,17 @@
 //! service (with trace context injected into every call), and how errors
 //! from the leader are worded for people.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use mtswarm_auth::{BearerInterceptor, ClientAuth, ClientConfig};
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
 use mtswarm_telemetry::{OtlpProtocol, TelemetryConfig, TelemetryGuard};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Default gRPC address of the leader (`mtswarm up` and `mtswarm leader`).
 pub const DEFAULT_LEADER: &str = "http://127.0.0.1:7700";
@@ -65,28 +66,97 @@ impl TelemetryArgs {
     }
 }
 
-/// Where the leader is, for client commands.
+/// Where the leader is and how to authenticate to it, for client commands.
+/// What the flags and environment leave open comes from the client
+/// configuration file (`$MTSWARM_CONFIG`, else `~/.mtswarm/config.toml`,
+/// written by `mtswarm up`), as kubectl reads a kubeconfig.
 #[derive(Debug, Clone, Args)]
 pub struct LeaderArgs {
-    /// gRPC address of the leader.
-    #[arg(long = "leader", env = "MTSWARM_LEADER", default_value = DEFAULT_LEADER)]
-    pub leader: String,
+    /// gRPC address of the leader (default: the client configuration's, else
+    /// http://127.0.0.1:7700).
+    #[arg(long = "leader", env = "MTSWARM_LEADER")]
+    pub leader: Option<String>,
     /// Seconds to wait for the connection to the leader.
     #[arg(long, env = "MTSWARM_CONNECT_TIMEOUT", default_value_t = 5.0)]
     pub connect_timeout: f64,
+    /// File holding the bearer token to present (default: the client
+    /// configuration's token).
+    #[arg(long, env = "MTSWARM_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the leader's certificate (default:
+    /// the client configuration's).
+    #[arg(long = "tls-ca", env = "MTSWARM_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
 }
 
-/// The Control client the commands use: every call carries the current
-/// span's trace context.
-pub type Control = ControlClient<InterceptedService<Channel, TraceContextInterceptor>>;
+/// The Control client the commands use: every call carries the caller's
+/// token and the current span's trace context.
+pub type Control =
+    ControlClient<InterceptedService<Channel, BearerInterceptor<TraceContextInterceptor>>>;
+
+/// The client configuration file, if there is one (`None` when it does not
+/// exist or cannot be read: flags then say everything).
+pub fn client_config() -> Option<ClientConfig> {
+    let path = mtswarm_auth::default_client_config_path()?;
+    match ClientConfig::load(&path) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("mtswarm: ignoring the client configuration: {error}");
+            None
+        }
+    }
+}
 
 /// The largest message the CLI accepts from the leader.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 impl LeaderArgs {
-    /// The leader address with a scheme (`host:port` becomes `http://host:port`).
+    /// Arguments naming `url`, credentials from the client configuration.
+    pub fn for_url(url: impl Into<String>, connect_timeout: f64) -> Self {
+        Self {
+            leader: Some(url.into()),
+            connect_timeout,
+            token_file: None,
+            tls_ca: None,
+        }
+    }
+
+    /// The leader address with a scheme (`host:port` becomes
+    /// `http://host:port`, or `https://` when a CA is configured).
     pub fn url(&self) -> String {
-        with_scheme(&self.leader)
+        let configured = client_config().and_then(|c| c.leader);
+        let Some(address) = self
+            .leader
+            .as_deref()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+        else {
+            return configured.unwrap_or_else(|| DEFAULT_LEADER.to_string());
+        };
+        if address.contains("://") {
+            return address.to_string();
+        }
+        // `host:port` of the configured leader keeps its scheme.
+        match configured {
+            Some(url) if url.split_once("://").map(|(_, rest)| rest) == Some(address) => url,
+            _ if self.tls_ca.is_some() => format!("https://{address}"),
+            _ => with_scheme(address),
+        }
+    }
+
+    /// The token and CA this client presents and trusts.
+    pub fn client_auth(&self) -> anyhow::Result<ClientAuth> {
+        let config = client_config().unwrap_or_default();
+        let mut auth = ClientAuth::none();
+        if let Some(path) = &self.token_file {
+            auth = auth.with_token_file(path)?;
+        } else if let Some(token) = &config.token {
+            auth = auth.with_token(token)?;
+        }
+        if let Some(path) = self.tls_ca.as_ref().or(config.ca_file.as_ref()) {
+            auth = auth.with_ca_file(path)?;
+        }
+        Ok(auth)
     }
 
     /// Connects to the leader, or explains how to start one.
@@ -95,10 +165,10 @@ impl LeaderArgs {
         if !self.connect_timeout.is_finite() || self.connect_timeout <= 0.0 {
             anyhow::bail!("--connect-timeout must be a positive number of seconds");
         }
-        let endpoint = Endpoint::from_shared(url.clone())
-            .with_context(|| format!("invalid leader address {:?}", self.leader))?
-            .connect_timeout(Duration::from_secs_f64(self.connect_timeout))
-            .tcp_nodelay(true);
+        let auth = self.client_auth()?;
+        let endpoint = auth
+            .endpoint(&url, Duration::from_secs_f64(self.connect_timeout))
+            .with_context(|| format!("invalid leader address {url:?}"))?;
         let channel = endpoint.connect().await.map_err(|error| {
             anyhow::anyhow!(
                 "cannot reach the leader at {url}: is `mtswarm up` running? ({})",
@@ -106,7 +176,7 @@ impl LeaderArgs {
             )
         })?;
         Ok(
-            ControlClient::with_interceptor(channel, TraceContextInterceptor)
+            ControlClient::with_interceptor(channel, auth.interceptor(TraceContextInterceptor))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES),
         )
     }

@@ -17,6 +17,7 @@ use mtswarm_worker::{WorkerConfig, WorkerDaemon, WorkerModel};
 use serde_json::json;
 
 use crate::common::{TelemetryArgs, write_atomically};
+use crate::credentials::NatsSecurityArgs;
 
 /// Default NATS URL of every process.
 pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
@@ -29,12 +30,42 @@ pub struct LlmArgs {
     /// Model name at that endpoint.
     #[arg(long, env = "MTSWARM_LLM_MODEL")]
     pub llm_model: Option<String>,
-    /// API key of the endpoint (prefer the environment variable: flags show in `ps`).
+    /// API key of --llm-url: only from the environment (a flag would show
+    /// in `ps`; given as a flag it is refused).
     #[arg(long, env = "MTSWARM_LLM_API_KEY", hide_env_values = true)]
     pub llm_api_key: Option<String>,
+    /// File holding the API key of --llm-url (instead of the variable).
+    #[arg(long, env = "MTSWARM_LLM_API_KEY_FILE")]
+    pub llm_api_key_file: Option<PathBuf>,
+    /// Model endpoints a job may name besides --llm-url (repeatable or
+    /// comma-separated); they never get the API key.
+    #[arg(
+        long = "model-endpoint",
+        env = "MTSWARM_MODEL_ENDPOINTS",
+        value_delimiter = ','
+    )]
+    pub model_endpoints: Vec<String>,
 }
 
 impl LlmArgs {
+    /// The API key: from its file, else from the environment; a key given
+    /// on the command line is refused.
+    fn api_key(&self, daemon: &str) -> anyhow::Result<Option<String>> {
+        if let Some(key) = self.llm_api_key.as_ref().filter(|k| !k.is_empty())
+            && std::env::var("MTSWARM_LLM_API_KEY").ok().as_ref() != Some(key)
+        {
+            anyhow::bail!(
+                "the {daemon} reads its LLM API key from the MTSWARM_LLM_API_KEY environment variable or --llm-api-key-file only; a key on the command line shows in `ps`"
+            );
+        }
+        if let Some(path) = &self.llm_api_key_file {
+            let key = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the API key file {}", path.display()))?;
+            return Ok(Some(key.trim().to_string()).filter(|k| !k.is_empty()));
+        }
+        Ok(self.llm_api_key.clone().filter(|k| !k.is_empty()))
+    }
+
     /// The endpoint settings when both URL and model are given; an error
     /// when only one of them is.
     fn endpoint(&self) -> anyhow::Result<Option<(String, String)>> {
@@ -53,6 +84,30 @@ impl LlmArgs {
     }
 }
 
+/// Who may call a daemon's gRPC server and the certificate it serves with.
+#[derive(Debug, Clone, Args)]
+pub struct GrpcServerArgs {
+    /// Identities file (names, roles, token digests) whose tokens this
+    /// server accepts (`mtswarm credentials` writes one). Without it every
+    /// call is anonymous.
+    #[arg(long, env = "MTSWARM_IDENTITIES")]
+    pub identities: Option<PathBuf>,
+    /// TLS certificate (PEM) to serve with.
+    #[arg(long, env = "MTSWARM_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "MTSWARM_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl GrpcServerArgs {
+    fn security(&self) -> anyhow::Result<mtswarm_auth::ServerSecurity> {
+        let tls = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+        mtswarm_auth::ServerSecurity::load(self.identities.as_deref(), tls)
+            .context("loading the gRPC identities and certificate")
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct LeaderCmd {
     /// NATS server URL(s), comma-separated.
@@ -61,6 +116,8 @@ pub struct LeaderCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats_security: NatsSecurityArgs,
     /// gRPC listen address (port 0 picks a free port).
     #[arg(long, env = "MTSWARM_LEADER_LISTEN", default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
@@ -80,6 +137,18 @@ pub struct LeaderCmd {
     #[arg(long, env = "MTSWARM_GRPC_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub grpc_max_message_bytes: usize,
     #[command(flatten)]
+    pub grpc: GrpcServerArgs,
+    /// File holding the token (role `leader`) presented to worker daemons.
+    #[arg(long, env = "MTSWARM_WORKER_TOKEN_FILE")]
+    pub worker_token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the worker daemons' certificates.
+    #[arg(long = "tls-ca", env = "MTSWARM_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Key of the result tokens (64 hex digits; `mtswarm credentials`
+    /// writes one): a task result counts only with its attempt's token.
+    #[arg(long, env = "MTSWARM_RESULT_KEY_FILE")]
+    pub result_key_file: Option<PathBuf>,
+    #[command(flatten)]
     pub llm: LlmArgs,
 }
 
@@ -91,6 +160,8 @@ pub struct WorkerCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats_security: NatsSecurityArgs,
     /// Fleet inventory (fleet.toml).
     #[arg(long, env = "MTSWARM_FLEET")]
     pub fleet: PathBuf,
@@ -137,6 +208,8 @@ pub struct WorkerCmd {
     /// Write `{"grpc": URL, "worker_id": ID}` here once serving.
     #[arg(long, env = "MTSWARM_READY_FILE")]
     pub ready_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub grpc: GrpcServerArgs,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
@@ -190,21 +263,38 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         .with_context(|| format!("resolving {}", cmd.kernel_root.display()))?;
     let mut config = LeaderConfig::new(DEFAULT_NATS, kernel_root);
     config.bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-leader")?;
+    cmd.nats_security.apply(&mut config.bus)?;
     config.grpc_addr = cmd.listen;
     config.max_active_jobs = cmd.max_active_jobs;
     config.max_queued_jobs = cmd.max_queued_jobs;
     config.grpc_max_message_bytes = cmd.grpc_max_message_bytes;
+    config.security = cmd.grpc.security()?;
+    let mut worker_auth = mtswarm_auth::ClientAuth::none();
+    if let Some(path) = &cmd.worker_token_file {
+        worker_auth = worker_auth.with_token_file(path)?;
+    }
+    if let Some(path) = &cmd.tls_ca {
+        worker_auth = worker_auth.with_ca_file(path)?;
+    }
+    config.worker_auth = worker_auth;
+    config.result_key = cmd
+        .result_key_file
+        .as_deref()
+        .map(mtswarm_auth::ResultKey::load)
+        .transpose()?;
+    let api_key = cmd.llm.api_key("leader")?;
     if let Some((url, model)) = cmd.llm.endpoint()? {
         let mut llm = OpenAiConfig::new(url, model);
-        if let Some(key) = cmd.llm.llm_api_key.clone().filter(|k| !k.is_empty()) {
+        if let Some(key) = api_key {
             llm = llm.with_api_key(key);
         }
         config.llm = Some(llm);
     }
+    config.model_endpoints = cmd.llm.model_endpoints.clone();
     let handle = LeaderDaemon::start(config)
         .await
         .context("starting the leader")?;
-    let url = format!("http://{}", handle.grpc_addr());
+    let url = handle.grpc_url();
     tracing::info!("listening on {}", handle.grpc_addr());
     if let Some(path) = &cmd.ready_file {
         write_atomically(path, &json!({ "grpc": url }).to_string())?;
@@ -222,19 +312,15 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
 
 pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let mut guard = telemetry.init("mtswarm-worker")?;
-    // Sessions read the key from the environment when they build a client;
-    // a key given only as a flag would be silently unused.
-    if let Some(key) = cmd.llm.llm_api_key.as_ref().filter(|k| !k.is_empty())
-        && std::env::var("MTSWARM_LLM_API_KEY").ok().as_ref() != Some(key)
-    {
-        anyhow::bail!(
-            "the worker reads its LLM API key from the MTSWARM_LLM_API_KEY environment variable only; set it there instead of --llm-api-key"
-        );
-    }
+    // Sessions read the key from the environment or its file; a key on the
+    // command line is refused.
+    cmd.llm.api_key("worker")?;
     let mut config = WorkerConfig::new(cmd.fleet.clone(), cmd.board.clone());
     let bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-worker")?;
     config.nats_urls = bus.servers;
     config.nats_credentials = cmd.nats_creds.clone();
+    config.nats_nkey_file = cmd.nats_security.nats_nkey_file.clone();
+    config.nats_tls = cmd.nats_security.tls();
     config.worker_id = cmd.worker_id.clone();
     config.listen = cmd.listen;
     config.advertise_endpoint = cmd.advertise.clone().filter(|a| !a.trim().is_empty());
@@ -257,6 +343,9 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         config.approval_timeout = Duration::from_secs(seconds);
     }
     config.ready_file = cmd.ready_file.clone();
+    config.security = cmd.grpc.security()?;
+    config.model_endpoints = cmd.llm.model_endpoints.clone();
+    config.llm_api_key_file = cmd.llm.llm_api_key_file.clone();
     config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
         (Some(path), _) => WorkerModel::Replay(path.clone()),
         (None, Some((base_url, model))) => WorkerModel::OpenAi { base_url, model },

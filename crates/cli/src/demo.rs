@@ -59,7 +59,10 @@ use serde_json::{Value, json};
 use tokio_stream::StreamExt as _;
 
 use crate::common::{LeaderArgs, rpc_error};
+use crate::credentials::{Deployment, generate_deployment, nats_tls_block};
 use crate::daemons::stop_requested;
+use mtswarm_auth::generate;
+use mtswarm_auth::{ClientAuth, ResultKey, ServerSecurity};
 
 /// Name of the tuning-space file in a kernel directory.
 const TUNE_FILE: &str = "tune.toml";
@@ -451,6 +454,21 @@ async fn measure_baseline(
     })
 }
 
+/// The leader identity's bus settings over TLS (the demo process is the
+/// stack's operator).
+fn demo_bus_config(url: &str, deployment: &Deployment, name: &str) -> anyhow::Result<BusConfig> {
+    let mut config = BusConfig::new(url).with_name(name);
+    config.nkey_seed = Some(generate::read_seed(
+        deployment
+            .nats
+            .seed_file(generate::NATS_LEADER)
+            .context("no leader NATS identity")?,
+    )?);
+    config.tls.require_tls = true;
+    config.tls.ca_file = Some(deployment.grpc.ca_file.clone());
+    Ok(config)
+}
+
 async fn start_stack(
     cmd: &DemoCmd,
     state: &Path,
@@ -458,8 +476,14 @@ async fn start_stack(
     fleet_path: &Path,
     fleet: &Fleet,
     stack: &mut Stack,
-) -> anyhow::Result<String> {
-    let nats = tokio::task::spawn_blocking(NatsServer::start)
+) -> anyhow::Result<(String, Deployment)> {
+    // The private stack runs the way `mtswarm up` does: TLS, tokens and
+    // one NATS identity per process role, generated for this run.
+    let deployment = generate_deployment(&state.join("credentials"), fleet_path, fleet, &[])?;
+    let authorization = std::fs::read_to_string(&deployment.nats.authorization_file)
+        .context("reading the NATS authorization block")?;
+    let nats_config = format!("{authorization}\n{}", nats_tls_block(&deployment.grpc));
+    let nats = tokio::task::spawn_blocking(move || NatsServer::start_with_config(&nats_config))
         .await
         .context("starting nats-server")?
         .context(
@@ -469,8 +493,22 @@ async fn start_stack(
     stack.nats = Some(nats);
     let endpoint = llm_endpoint(cmd)?;
 
+    let grpc = &deployment.grpc;
     let mut leader_config = LeaderConfig::new(nats_url.clone(), kernel_root.to_path_buf());
+    leader_config.bus = demo_bus_config(&nats_url, &deployment, "mtswarm-leader")?;
     leader_config.grpc_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    let leader_security = ServerSecurity::load(
+        Some(&grpc.identities_file),
+        Some((&grpc.server_cert_file, &grpc.server_key_file)),
+    )?;
+    leader_config.security = leader_security.clone();
+    leader_config.worker_auth = ClientAuth::none()
+        .with_ca_file(&grpc.ca_file)?
+        .with_token_file(
+            grpc.token_file(generate::LEADER_IDENTITY)
+                .context("no leader token")?,
+        )?;
+    leader_config.result_key = Some(ResultKey::load(&deployment.result_key_file)?);
     if let Some((url, model)) = &endpoint {
         let mut llm = OpenAiConfig::new(url.clone(), model.clone());
         if let Some(key) = cmd.api_key.clone().filter(|k| !k.is_empty()) {
@@ -481,12 +519,20 @@ async fn start_stack(
     let leader = LeaderDaemon::start(leader_config)
         .await
         .context("starting the leader")?;
-    let leader_url = format!("http://{}", leader.grpc_addr());
+    let leader_url = leader.grpc_url();
     stack.leader = Some(leader);
 
+    let security = leader_security;
     let starts = fleet.boards.iter().map(|board| {
         let mut config = WorkerConfig::new(fleet_path.to_path_buf(), board.id.clone());
         config.nats_urls = vec![nats_url.clone()];
+        config.nats_nkey_file = deployment.worker_seed(&board.id).map(Path::to_path_buf);
+        config.nats_tls = mtswarm_bus::config::TlsConfig {
+            require_tls: true,
+            ca_file: Some(grpc.ca_file.clone()),
+            client_cert: None,
+        };
+        config.security = security.clone();
         config.listen = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         config.kernel_root = kernel_root.to_path_buf();
         config.workspace_root = state.join("workspaces");
@@ -507,7 +553,7 @@ async fn start_stack(
     for worker in futures::future::join_all(starts).await {
         stack.workers.push(worker?);
     }
-    Ok(leader_url)
+    Ok((leader_url, deployment))
 }
 
 /// Live view of one worker agent.
@@ -739,17 +785,17 @@ async fn run(
         space.clone(),
         state.join("baseline-build"),
     )));
-    let leader_url = start_stack(cmd, state, &kernel_root, &fleet_path, &fleet, stack).await?;
+    let (leader_url, deployment) =
+        start_stack(cmd, state, &kernel_root, &fleet_path, &fleet, stack).await?;
     let nats_url = stack
         .nats
         .as_ref()
         .map(NatsServer::url)
         .context("nats-server is not running")?;
 
-    let leader = LeaderArgs {
-        leader: leader_url.clone(),
-        connect_timeout: 10.0,
-    };
+    let mut leader = LeaderArgs::for_url(leader_url.clone(), 10.0);
+    leader.token_file = deployment.grpc.token_file("admin").map(Path::to_path_buf);
+    leader.tls_ca = Some(deployment.grpc.ca_file.clone());
     let mut control = leader.connect().await?;
     let job_spec = v1::JobSpec {
         goal: format!(
@@ -848,7 +894,7 @@ async fn run(
         .context("the baseline measurement stopped")??;
 
     // Every benchmark of the job, from the results store.
-    let bus = Bus::connect(BusConfig::new(nats_url).with_name("mtswarm-demo"))
+    let bus = Bus::connect(demo_bus_config(&nats_url, &deployment, "mtswarm-demo")?)
         .await
         .context("connecting to NATS for the results")?;
     let store = ResultsStore::open(&bus).await?;

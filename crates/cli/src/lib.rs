@@ -17,6 +17,7 @@
 
 pub mod client;
 pub mod common;
+pub mod credentials;
 pub mod daemons;
 pub mod demo;
 pub mod emu;
@@ -60,6 +61,8 @@ pub enum Command {
     Leader(daemons::LeaderCmd),
     /// Run a worker daemon for one board of a fleet.
     Worker(daemons::WorkerCmd),
+    /// Write a deployment's credentials: certificates, tokens, NATS identities.
+    Credentials(credentials::CredentialsCmd),
     #[command(flatten)]
     Client(ClientCommand),
     /// The MT-3000 emulator that ships with mtswarm.
@@ -146,6 +149,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Leader(cmd) => daemons::leader(cmd, &telemetry).await,
         Command::Worker(cmd) => daemons::worker(cmd, &telemetry).await,
+        Command::Credentials(cmd) => credentials::credentials(cmd),
         Command::Emu(args) => emu::main(args).await,
         Command::Client(command) => {
             let mut guard = telemetry.init_client()?;

@@ -38,6 +38,8 @@ pub struct ReportCmd {
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
     #[command(flatten)]
+    pub nats_security: crate::credentials::NatsSecurityArgs,
+    #[command(flatten)]
     pub leader: LeaderArgs,
 }
 
@@ -90,7 +92,8 @@ pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
         .into_inner()
         .job
         .context("the leader answered without a job")?;
-    let (bus, store) = crate::results::connect_store(&cmd.nats, cmd.nats_creds.clone()).await?;
+    let (bus, store) = crate::results::connect_store(&cmd.nats, cmd.nats_creds.clone(), &cmd.nats_security)
+            .await?;
     let records = store
         .query(&ResultQuery {
             job_id: Some(job.job_id.clone()),

@@ -16,6 +16,7 @@ use mtswarm_bus::results::{self, CandidateStatus, ResultQuery, ResultRecord, Res
 use mtswarm_bus::{Bus, BusConfig};
 use serde_json::json;
 
+use crate::credentials::NatsSecurityArgs;
 use crate::daemons::DEFAULT_NATS;
 use crate::render;
 
@@ -78,6 +79,8 @@ pub struct ResultsCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    #[command(flatten)]
+    pub nats_security: NatsSecurityArgs,
 }
 
 impl ResultsCmd {
@@ -161,18 +164,42 @@ fn parse_age(text: &str) -> Option<Duration> {
 pub async fn connect_store(
     nats: &[String],
     nats_creds: Option<PathBuf>,
+    nats_security: &NatsSecurityArgs,
 ) -> anyhow::Result<(Bus, ResultsStore)> {
     let servers: Vec<String> = nats
         .iter()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
-    let Some(first) = servers.first() else {
+    if servers.is_empty() {
         bail!("--nats (MTSWARM_NATS_URL) is empty");
-    };
-    let mut config = BusConfig::new(first.clone()).with_name("mtswarm-cli");
+    }
+    // What the flags leave open comes from the client configuration that
+    // `mtswarm up` writes (its NATS URL, nkey and CA).
+    let mut security = nats_security.clone();
+    let mut servers = servers;
+    if security.nats_nkey_file.is_none()
+        && nats_creds.is_none()
+        && let Some(client) = crate::common::client_config()
+    {
+        if servers == [DEFAULT_NATS.to_string()]
+            && let Some(url) = client.nats.clone()
+        {
+            servers = vec![url];
+        }
+        security.nats_nkey_file = client.nats_nkey_file.clone();
+        if security.nats_tls_ca.is_none() {
+            security.nats_tls_ca = client.nats_ca_file.clone();
+        }
+    }
+    let first = servers[0].clone();
+    let mut config = BusConfig::new(first).with_name("mtswarm-cli");
     config.servers = servers.clone();
     config.credentials_file = nats_creds;
+    security.apply(&mut config)?;
+    if security.nats_nkey_file.is_some() {
+        config.inbox_prefix = Some(mtswarm_bus::permissions::CLIENT_INBOX_PREFIX.to_string());
+    }
     // A one-shot read: report an unreachable server instead of waiting for it.
     config.retry_on_initial_connect = false;
     let bus = Bus::connect(config).await.with_context(|| {
@@ -189,7 +216,7 @@ pub async fn connect_store(
 
 pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
     let query = cmd.query(SystemTime::now())?;
-    let (bus, store) = connect_store(&cmd.nats, cmd.nats_creds.clone()).await?;
+    let (bus, store) = connect_store(&cmd.nats, cmd.nats_creds.clone(), &cmd.nats_security).await?;
     let records = store
         .query(&query)
         .await

@@ -25,7 +25,10 @@ use serde_json::json;
 use tokio::process::{Child, Command};
 
 use crate::common::{TelemetryArgs, write_atomically};
+use crate::credentials::{generate_deployment, nats_tls_block};
 use crate::daemons::stop_requested;
+use mtswarm_auth::ClientConfig;
+use mtswarm_auth::generate;
 
 /// The default fleet: two emulated boards, each cut into its 4 clusters.
 pub const DEFAULT_FLEET_TOML: &str = r#"# mtswarm up: built-in local fleet (2 emulated boards x 4 clusters)
@@ -285,6 +288,7 @@ pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCod
         }
     };
     stack.stop().await;
+    remove_client_config(state.path());
     // Temporary directories (NATS store, fleet file, workspaces, logs) go
     // with `state` here, after every child has exited.
     drop(state);
@@ -293,6 +297,23 @@ pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCod
     }
     eprintln!("mtswarm up: stopped");
     outcome
+}
+
+/// Removes the client configuration this stack wrote (its credentials die
+/// with the stack), unless another stack has replaced it since.
+fn remove_client_config(state: &Path) {
+    let Some(path) = mtswarm_auth::default_client_config_path() else {
+        return;
+    };
+    let credentials = state.join("credentials");
+    if let Ok(Some(config)) = ClientConfig::load(&path)
+        && config
+            .ca_file
+            .as_deref()
+            .is_some_and(|ca| ca.starts_with(&credentials))
+    {
+        let _ = std::fs::remove_file(&path);
+    }
 }
 
 async fn wait_until_stopped(stack: &mut Stack) -> anyhow::Result<ExitCode> {
@@ -338,6 +359,10 @@ fn print_endpoints(endpoints: &serde_json::Value, state_dir: &Path) {
         endpoints["fleet"].as_str().unwrap_or("")
     );
     println!("  logs:           {}", state_dir.join("logs").display());
+    println!(
+        "  credentials:    {} (admin identity; TLS)",
+        endpoints["client_config"].as_str().unwrap_or("")
+    );
     println!();
     println!(
         "  export MTSWARM_LEADER={}",
@@ -380,6 +405,18 @@ async fn start_stack(
         bail!("the fleet {} has no [[board]]", fleet_path.display());
     }
 
+    // Every credential of the stack, fresh for each start: certificates,
+    // tokens per identity, one NATS identity per process role.
+    let deployment = generate_deployment(&state.join("credentials"), &fleet_path, &fleet, &[])?;
+    let grpc = &deployment.grpc;
+    let nats_seed = |identity: &str| -> anyhow::Result<PathBuf> {
+        deployment
+            .nats
+            .seed_file(identity)
+            .map(Path::to_path_buf)
+            .with_context(|| format!("no NATS identity {identity} was generated"))
+    };
+
     // NATS.
     let nats_url = match &cmd.nats {
         Some(url) => url.clone(),
@@ -394,8 +431,25 @@ async fn start_stack(
             };
             let store = state.join("nats");
             let log = logs.join("nats-server.log");
+            // Only the generated identities connect, each with its own
+            // permissions, over TLS.
+            let config = state.join("nats-server.conf");
+            // nats-server resolves includes relative to the including file.
+            let authorization = deployment
+                .nats
+                .authorization_file
+                .strip_prefix(state)
+                .unwrap_or(&deployment.nats.authorization_file);
+            let text = format!(
+                "include {:?}\n{}",
+                authorization.display().to_string(),
+                nats_tls_block(grpc)
+            );
+            std::fs::write(&config, text).context("writing the nats-server configuration")?;
             let mut command = child_command(&binary, &log)?;
             command
+                .arg("-c")
+                .arg(&config)
                 .arg("-js")
                 .arg("-sd")
                 .arg(&store)
@@ -427,8 +481,29 @@ async fn start_stack(
                 tokio::time::sleep(POLL_INTERVAL).await;
             }
             stack.nats = Some(part);
-            format!("nats://127.0.0.1:{port}")
+            format!("tls://127.0.0.1:{port}")
         }
+    };
+    // The NATS identities only exist on the server started here.
+    let own_nats = cmd.nats.is_none();
+    let nats_args = |command: &mut Command, identity: &str| -> anyhow::Result<()> {
+        if own_nats {
+            command
+                .arg("--nats-nkey-file")
+                .arg(nats_seed(identity)?)
+                .arg("--nats-tls-ca")
+                .arg(&grpc.ca_file);
+        }
+        Ok(())
+    };
+    let grpc_args = |command: &mut Command| {
+        command
+            .arg("--identities")
+            .arg(&grpc.identities_file)
+            .arg("--tls-cert")
+            .arg(&grpc.server_cert_file)
+            .arg("--tls-key")
+            .arg(&grpc.server_key_file);
     };
 
     let telemetry_args = |command: &mut Command| {
@@ -456,7 +531,18 @@ async fn start_stack(
         .arg("--kernel-root")
         .arg(&kernel_root)
         .arg("--ready-file")
-        .arg(&leader_ready);
+        .arg(&leader_ready)
+        .arg("--tls-ca")
+        .arg(&grpc.ca_file)
+        .arg("--result-key-file")
+        .arg(&deployment.result_key_file)
+        .arg("--worker-token-file")
+        .arg(
+            grpc.token_file(generate::LEADER_IDENTITY)
+                .context("no leader token was generated")?,
+        );
+    grpc_args(&mut command);
+    nats_args(&mut command, generate::NATS_LEADER)?;
     telemetry_args(&mut command);
     let child = command.spawn().context("starting the leader")?;
     let mut leader = Part {
@@ -489,6 +575,18 @@ async fn start_stack(
             .arg(state.join("workspaces"))
             .arg("--ready-file")
             .arg(&ready);
+        grpc_args(&mut command);
+        if own_nats {
+            command
+                .arg("--nats-nkey-file")
+                .arg(
+                    deployment
+                        .worker_seed(&board.id)
+                        .with_context(|| format!("no NATS identity for board {}", board.id))?,
+                )
+                .arg("--nats-tls-ca")
+                .arg(&grpc.ca_file);
+        }
         telemetry_args(&mut command);
         let child = command
             .spawn()
@@ -513,8 +611,36 @@ async fn start_stack(
         "leader": stack.leader.as_ref().and_then(Part::pid),
         "workers": stack.workers.iter().map(Part::pid).collect::<Vec<_>>(),
     });
+    // The CLI finds the stack through the client configuration, as kubectl
+    // finds a cluster through its kubeconfig.
+    let client = ClientConfig {
+        leader: leader_info["grpc"].as_str().map(str::to_string),
+        token: Some(
+            std::fs::read_to_string(grpc.token_file("admin").context("no admin token")?)
+                .context("reading the admin token")?
+                .trim()
+                .to_string(),
+        ),
+        ca_file: Some(grpc.ca_file.clone()),
+        nats: Some(nats_url.clone()),
+        nats_nkey_file: if own_nats {
+            Some(nats_seed(generate::NATS_CLIENT)?)
+        } else {
+            None
+        },
+        nats_ca_file: own_nats.then(|| grpc.ca_file.clone()),
+    };
+    let client_config = mtswarm_auth::default_client_config_path()
+        .unwrap_or_else(|| state.join("client-config.toml"));
+    client.save(&client_config).with_context(|| {
+        format!(
+            "writing the client configuration {}",
+            client_config.display()
+        )
+    })?;
     Ok(json!({
         "grpc": leader_info["grpc"],
+        "client_config": client_config,
         "pids": pids,
         "nats": nats_url,
         "fleet": fleet_path,

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mtswarm_auth::{ClientAuth, ModelEndpoints, ServerSecurity};
 use mtswarm_bus::{BusConfig, TopologyConfig, v1};
 use mtswarm_core::{AutoApprove, ChatModel};
 use mtswarm_llm::{OpenAiClient, OpenAiConfig};
@@ -101,6 +102,22 @@ pub struct LeaderConfig {
     /// A worker record whose `heartbeat_at` is older than this is stale: its
     /// slices are OFFLINE (the KV TTL normally removes such records sooner).
     pub worker_stale_after: Duration,
+    /// Who may call `Control` (identities file) and its TLS certificate;
+    /// the default accepts anonymous plaintext calls (library tests only:
+    /// `mtswarm leader` and `mtswarm up` configure both).
+    pub security: ServerSecurity,
+    /// The token (role `leader`) and CA the leader uses to call the worker
+    /// daemons' `Worker` service.
+    pub worker_auth: ClientAuth,
+    /// Key of the result tokens ([`mtswarm_auth::ResultKey`]): with it a
+    /// result counts only with its attempt's token (forgeries are dropped
+    /// and counted); `None` = results are not checked (library tests).
+    pub result_key: Option<mtswarm_auth::ResultKey>,
+    /// Model endpoints a job may name in `JobSpec.model.base_url` (the
+    /// daemon's own endpoint, `llm` or `MTSWARM_LLM_URL`, is always
+    /// allowed and the only one that gets the API key). Empty: a job may
+    /// name none.
+    pub model_endpoints: Vec<String>,
 }
 
 impl LeaderConfig {
@@ -126,6 +143,10 @@ impl LeaderConfig {
             max_queued_jobs: 256,
             default_lease_ttl: Duration::from_secs(10),
             worker_stale_after: Duration::from_secs(60),
+            security: ServerSecurity::default(),
+            worker_auth: ClientAuth::none(),
+            result_key: None,
+            model_endpoints: Vec::new(),
         }
     }
 
@@ -139,14 +160,27 @@ impl LeaderConfig {
     pub fn effective_model_factory(&self) -> ModelFactory {
         match &self.model_factory {
             Some(factory) => factory.clone(),
-            None => Self::default_model_factory(self.llm.clone()),
+            None => Self::default_model_factory(self.llm.clone(), self.endpoints()),
         }
     }
 
     /// `llm` when configured; else an OpenAI-compatible client when the job
     /// names a model (`JobSpec.model.model`, with its base URL or the
     /// `MTSWARM_LLM_URL` environment); else [`BuiltinLeaderPolicy`].
-    pub fn default_model_factory(llm: Option<OpenAiConfig>) -> ModelFactory {
+    /// The allowlist in effect: `model_endpoints` plus the daemon's own
+    /// endpoint.
+    pub fn endpoints(&self) -> ModelEndpoints {
+        let own = match &self.llm {
+            Some(llm) => Some(llm.base_url.clone()),
+            None => std::env::var(mtswarm_llm::openai::ENV_URL).ok(),
+        };
+        ModelEndpoints::new(self.model_endpoints.clone(), own.as_deref())
+    }
+
+    pub fn default_model_factory(
+        llm: Option<OpenAiConfig>,
+        endpoints: ModelEndpoints,
+    ) -> ModelFactory {
         Arc::new(move |spec: &v1::JobSpec| {
             if let Some(config) = &llm {
                 let client = OpenAiClient::new(config.clone())
@@ -154,12 +188,29 @@ impl LeaderConfig {
                 return Ok(Arc::new(client) as Arc<dyn ChatModel>);
             }
             if let Some(settings) = spec.model.as_ref().filter(|m| !m.model.is_empty()) {
-                // The job's URL and model over the daemon's environment (which
-                // also supplies the API key: it never travels in a JobSpec).
+                // The job's URL (from the allowlist) and model over the
+                // daemon's environment, which supplies the API key only for
+                // the daemon's own endpoint: a key never travels in a
+                // JobSpec, nor to an endpoint a job chose.
+                let job_url = settings.base_url.trim();
+                if !job_url.is_empty() {
+                    endpoints.check(job_url).map_err(|e| e.to_string())?;
+                }
+                let url = if job_url.is_empty() {
+                    std::env::var(mtswarm_llm::openai::ENV_URL)
+                        .or_else(|_| std::env::var(mtswarm_llm::openai::ENV_OPENAI_BASE_URL))
+                        .unwrap_or_default()
+                } else {
+                    job_url.to_string()
+                };
+                let key_allowed = endpoints.key_goes_to(&url);
                 let config = OpenAiConfig::from_lookup(|name| match name {
                     mtswarm_llm::openai::ENV_MODEL => Some(settings.model.clone()),
-                    mtswarm_llm::openai::ENV_URL if !settings.base_url.is_empty() => {
-                        Some(settings.base_url.clone())
+                    mtswarm_llm::openai::ENV_URL => Some(url.clone()),
+                    mtswarm_llm::openai::ENV_API_KEY | mtswarm_llm::openai::ENV_OPENAI_API_KEY
+                        if !key_allowed =>
+                    {
+                        None
                     }
                     other => std::env::var(other).ok(),
                 })

@@ -16,6 +16,7 @@ use std::time::Duration;
 use mtswarm_bus::{Approvals, Bus, Jobs, Leases, Quarantine, Workers, v1};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 
 use crate::config::LeaderConfig;
@@ -34,6 +35,8 @@ pub struct LeaderDaemon;
 /// A running leader.
 pub struct LeaderHandle {
     grpc_addr: SocketAddr,
+    /// `https` when the server has a TLS certificate.
+    scheme: &'static str,
     shared: Arc<Shared>,
     health: tonic_health::server::HealthReporter,
     shutdown: watch::Sender<bool>,
@@ -164,9 +167,22 @@ impl LeaderDaemon {
         })
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
+        // Every call but health checks (probes) is authenticated; each
+        // Control method then checks the role it needs.
+        let security = &shared.config.security;
+        let authenticator = security.authenticator();
+        if !authenticator.is_enabled() {
+            tracing::warn!("no identities configured: Control accepts anonymous calls");
+        }
+        let control = InterceptedService::new(control, authenticator.clone());
+        let reflection = InterceptedService::new(reflection, authenticator);
+        let mut builder = security
+            .server_builder()
+            .map_err(|e| LeaderError::InvalidConfig(e.to_string()))?;
+        let scheme = security.scheme();
         let mut server_shutdown = shutdown_rx.clone();
         let server = tokio::spawn(
-            tonic::transport::Server::builder()
+            builder
                 .add_service(health_service)
                 .add_service(reflection)
                 .add_service(control)
@@ -177,6 +193,7 @@ impl LeaderDaemon {
         tracing::info!("listening on {grpc_addr}");
         Ok(LeaderHandle {
             grpc_addr,
+            scheme,
             shared,
             health,
             shutdown: shutdown_tx,
@@ -274,9 +291,9 @@ impl LeaderHandle {
         self.grpc_addr
     }
 
-    /// `http://<addr>`, for clients.
+    /// `http://<addr>` (`https://` with TLS), for clients.
     pub fn grpc_url(&self) -> String {
-        format!("http://{}", self.grpc_addr)
+        format!("{}://{}", self.scheme, self.grpc_addr)
     }
 
     /// The daemon's NATS connection.

@@ -698,6 +698,11 @@ impl Reassigner {
             assignment.slice_id = agent.slice_id.clone();
             assignment.session_id = agent.session_id.clone();
             assignment.resume_from_checkpoint = true;
+            assignment.result_token = context.shared.result_token(
+                &assignment.job_id,
+                &assignment.task_id,
+                assignment.attempt,
+            );
             assignment.assigned_at = None;
             // The new attempt is the only one accepted from now on, before
             // anything can answer it.

@@ -332,6 +332,9 @@ pub struct LeaderCounters {
     pub unknown_task: u64,
     /// Task attempts re-published by the reassigner.
     pub reassigned: u64,
+    /// Results dropped because their token is not the one the leader issued
+    /// for that task attempt (not from the session placed for it).
+    pub forged: u64,
 }
 
 #[derive(Debug, Default)]
@@ -343,6 +346,7 @@ pub(crate) struct AtomicCounters {
     fenced: AtomicU64,
     unknown_task: AtomicU64,
     pub(crate) reassigned: AtomicU64,
+    forged: AtomicU64,
 }
 
 impl AtomicCounters {
@@ -355,6 +359,7 @@ impl AtomicCounters {
             fenced: self.fenced.load(Ordering::Relaxed),
             unknown_task: self.unknown_task.load(Ordering::Relaxed),
             reassigned: self.reassigned.load(Ordering::Relaxed),
+            forged: self.forged.load(Ordering::Relaxed),
         }
     }
 }
@@ -401,6 +406,26 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
         return None;
     };
     let counters = &shared.results.counters;
+    // Only the session the attempt was placed on got its token.
+    if let Some(key) = &shared.config.result_key
+        && !key.verify(
+            &result.job_id,
+            &result.task_id,
+            result.attempt,
+            &result.result_token,
+        )
+    {
+        counters.forged.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            job_id = %result.job_id,
+            task_id = %result.task_id,
+            attempt = result.attempt,
+            worker_id = %result.worker_id,
+            session_id = %result.session_id,
+            "result dropped: its token is not the one issued for this attempt"
+        );
+        return None;
+    }
     let acceptance = job.offer(result);
     match &acceptance {
         Acceptance::Accepted => {

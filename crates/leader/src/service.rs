@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
+use mtswarm_auth::{Identity, Role, require, require_any};
 use mtswarm_bus::{BusError, subjects, v1};
 use sha2::{Digest as _, Sha256};
 use tokio_stream::wrappers::ReceiverStream;
@@ -19,6 +20,8 @@ use crate::shared::Shared;
 use crate::tools::JobContext;
 use crate::validate::validate_submit;
 
+/// Roles that may read jobs (get, list, watch).
+const READ_JOBS: &[Role] = &[Role::Submit, Role::Admin];
 /// Server cap and default of `ListJobs.page_size`.
 const MAX_PAGE_SIZE: usize = 500;
 const DEFAULT_PAGE_SIZE: usize = 100;
@@ -66,9 +69,20 @@ impl ControlService {
     async fn submit(
         &self,
         request: v1::SubmitJobRequest,
+        identity: Identity,
         span: tracing::Span,
     ) -> Result<Response<v1::SubmitJobResponse>, Status> {
         let shared = &self.shared;
+        // A job names a model endpoint only from the operator's allowlist.
+        if let Some(model) = request.spec.as_ref().and_then(|s| s.model.as_ref())
+            && !model.base_url.trim().is_empty()
+        {
+            shared
+                .config
+                .endpoints()
+                .check(&model.base_url)
+                .map_err(|e| Status::invalid_argument(format!("spec.model.base_url: {e}")))?;
+        }
         let validated = validate_submit(
             request.spec.as_ref(),
             &shared.kernel_root,
@@ -91,7 +105,7 @@ impl ControlService {
             job_id: job_id.clone(),
             spec: Some(validated.spec.clone()),
             state: v1::JobState::Queued as i32,
-            submitted_by: "anonymous".to_string(),
+            submitted_by: identity.name,
             created_at: Some(now),
             updated_at: Some(now),
             traceparent,
@@ -183,7 +197,8 @@ impl v1::control_server::Control for ControlService {
         {
             tracing::debug!(%error, "SubmitJob trace context not applied");
         }
-        self.submit(request.into_inner(), span.clone())
+        let identity = require(&request, Role::Submit)?;
+        self.submit(request.into_inner(), identity, span.clone())
             .instrument(span)
             .await
     }
@@ -192,6 +207,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::GetJobRequest>,
     ) -> Result<Response<v1::GetJobResponse>, Status> {
+        require_any(&request, READ_JOBS)?;
         let job = self.read_job(&request.get_ref().job_id).await?;
         Ok(Response::new(v1::GetJobResponse { job: Some(job) }))
     }
@@ -200,6 +216,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
+        require_any(&request, READ_JOBS)?;
         let request = request.into_inner();
         let offset: usize = if request.page_token.is_empty() {
             0
@@ -248,6 +265,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::WatchJobRequest>,
     ) -> Result<Response<Self::WatchJobStream>, Status> {
+        require_any(&request, READ_JOBS)?;
         let request = request.into_inner();
         let job_id = request.job_id.clone();
         self.read_job(&job_id).await?;
@@ -334,8 +352,16 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::CancelJobRequest>,
     ) -> Result<Response<v1::CancelJobResponse>, Status> {
+        let identity = require_any(&request, &[Role::Submit, Role::Admin])?;
         let request = request.into_inner();
         let record = self.read_job(&request.job_id).await?;
+        if !identity.has(Role::Admin) && record.submitted_by != identity.name {
+            tracing::warn!(job.id = %request.job_id, identity = %identity.name, "cancel of another identity's job refused");
+            return Err(Status::permission_denied(format!(
+                "job {} was submitted by another identity; cancelling it needs the `admin` role",
+                request.job_id
+            )));
+        }
         if is_final(record.state()) {
             return Ok(Response::new(v1::CancelJobResponse {
                 state: record.state,
@@ -385,6 +411,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::ListFleetRequest>,
     ) -> Result<Response<v1::ListFleetResponse>, Status> {
+        require(&request, Role::Admin)?;
         let selector = parse_selector(&request.get_ref().slice_selector)
             .map_err(|e| Status::invalid_argument(format!("bad slice_selector: {e}")))?;
         let shared = &self.shared;
@@ -407,6 +434,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::ListApprovalsRequest>,
     ) -> Result<Response<v1::ListApprovalsResponse>, Status> {
+        require_any(&request, &[Role::Approve, Role::Submit, Role::Admin])?;
         let request = request.into_inner();
         let job_id = (!request.job_id.is_empty()).then_some(request.job_id.as_str());
         if let Some(job_id) = job_id {
@@ -441,15 +469,15 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::DecideApprovalRequest>,
     ) -> Result<Response<v1::DecideApprovalResponse>, Status> {
+        let identity = require(&request, Role::Approve)?;
         let shared = &self.shared;
-        match decide(
-            &shared.bus,
-            &shared.approvals,
-            &shared.journal,
-            request.get_ref(),
-        )
-        .await
-        {
+        // The decider is who the credential says, whatever the request
+        // wrote (a server without identities keeps the request's name).
+        let mut request = request.into_inner();
+        if identity.authenticated || request.decided_by.is_empty() {
+            request.decided_by = identity.name;
+        }
+        match decide(&shared.bus, &shared.approvals, &shared.journal, &request).await {
             Ok(record) => Ok(Response::new(v1::DecideApprovalResponse {
                 approval: Some(record.value),
             })),
@@ -468,6 +496,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::LiftQuarantineRequest>,
     ) -> Result<Response<v1::LiftQuarantineResponse>, Status> {
+        require(&request, Role::Admin)?;
         let request = request.into_inner();
         let slice_id = request.slice_id.trim();
         mtswarm_bus::subjects::validate_id("slice id", slice_id)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use mtswarm_bus::{Approvals, Bus, Jobs, Leases, Quarantine, Workers, v1};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::config::{LeaderConfig, ModelFactory};
 use crate::journal::Journal;
@@ -18,6 +18,14 @@ use crate::results::ResultTable;
 use crate::runner::{PendingStart, RunnerHandle};
 use crate::scheduler::Scheduler;
 use crate::tools::JobContext;
+
+/// A client of a worker daemon's `Worker` service, as the leader calls it.
+pub(crate) type WorkerClient = v1::worker_client::WorkerClient<
+    tonic::service::interceptor::InterceptedService<
+        Channel,
+        mtswarm_auth::BearerInterceptor<mtswarm_telemetry::grpc::TraceContextInterceptor>,
+    >,
+>;
 
 pub(crate) struct Shared {
     pub config: LeaderConfig,
@@ -66,6 +74,15 @@ impl Shared {
         }
     }
 
+    /// The result token of one task attempt (empty without a result key).
+    pub fn result_token(&self, job_id: &str, task_id: &str, attempt: u32) -> String {
+        self.config
+            .result_key
+            .as_ref()
+            .map(|key| key.token(job_id, task_id, attempt))
+            .unwrap_or_default()
+    }
+
     /// Learns the TTL of a lease record.
     pub fn observe_lease_ttl(&self, ttl_seconds: u32) {
         if ttl_seconds == 0 {
@@ -81,27 +98,22 @@ impl Shared {
 
     /// A Worker service client for `endpoint` that carries the current
     /// trace context and gives up after the configured call timeout.
-    pub fn worker_client(
-        &self,
-        endpoint: &str,
-    ) -> Result<
-        v1::worker_client::WorkerClient<
-            tonic::service::interceptor::InterceptedService<
-                Channel,
-                mtswarm_telemetry::grpc::TraceContextInterceptor,
-            >,
-        >,
-        String,
-    > {
+    /// The call presents the leader's token (`LeaderConfig::worker_auth`),
+    /// over TLS for `https://` endpoints.
+    pub fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, String> {
         let timeout: Duration = self.config.worker_call_timeout;
-        let channel = Endpoint::from_shared(endpoint.to_string())
-            .map_err(|e| format!("worker endpoint {endpoint:?} is not a URL: {e}"))?
-            .connect_timeout(timeout)
+        let channel = self
+            .config
+            .worker_auth
+            .endpoint(endpoint, timeout)
+            .map_err(|e| format!("worker endpoint {endpoint:?}: {e}"))?
             .timeout(timeout)
             .connect_lazy();
         Ok(v1::worker_client::WorkerClient::with_interceptor(
             channel,
-            mtswarm_telemetry::grpc::TraceContextInterceptor,
+            self.config
+                .worker_auth
+                .interceptor(mtswarm_telemetry::grpc::TraceContextInterceptor),
         ))
     }
 }

@@ -799,6 +799,7 @@ impl Tool for AssignTask {
             // Set once the publish is acknowledged (see the module docs).
             assigned_at: None,
             resume_from_checkpoint: false,
+            result_token: job.shared.result_token(&job.job_id, &task_id, 1),
         };
         let record = v1::TaskRecord {
             assignment: Some(task.clone()),

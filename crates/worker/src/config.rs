@@ -103,6 +103,13 @@ pub struct WorkerConfig {
     pub nats_urls: Vec<String>,
     /// NATS credentials file (`--nats-creds`).
     pub nats_credentials: Option<PathBuf>,
+    /// File holding this daemon's NATS nkey seed (`--nats-nkey-file`). With
+    /// it the daemon is a confined identity: its replies use the inbox
+    /// prefix its permissions allow and it does not create streams or
+    /// buckets (the leader does).
+    pub nats_nkey_file: Option<PathBuf>,
+    /// TLS settings of the NATS connection (`--nats-tls-ca`, ...).
+    pub nats_tls: mtswarm_bus::config::TlsConfig,
     /// The fleet file (`--fleet`).
     pub fleet_file: PathBuf,
     /// The board of the fleet this daemon owns (`--board`).
@@ -160,6 +167,16 @@ pub struct WorkerConfig {
     pub measure: MeasureConfig,
     /// Write `{"grpc":..., "worker_id":...}` here once serving (`--ready-file`).
     pub ready_file: Option<PathBuf>,
+    /// Who may call the `Worker` service (only identities with the
+    /// `leader` role) and its TLS certificate; the default accepts
+    /// anonymous plaintext calls (library tests only).
+    pub security: mtswarm_auth::ServerSecurity,
+    /// Model endpoints a SpawnSession may name (`--model-endpoint`); the
+    /// daemon's own (`WorkerModel::OpenAi`) is always allowed and the only
+    /// one that gets the API key.
+    pub model_endpoints: Vec<String>,
+    /// File with the API key (instead of the `llm_api_key_env` variable).
+    pub llm_api_key_file: Option<PathBuf>,
 }
 
 impl WorkerConfig {
@@ -169,6 +186,8 @@ impl WorkerConfig {
         Self {
             nats_urls: vec!["nats://127.0.0.1:4222".to_owned()],
             nats_credentials: None,
+            nats_nkey_file: None,
+            nats_tls: mtswarm_bus::config::TlsConfig::default(),
             fleet_file: fleet_file.into(),
             board: board.into(),
             worker_id: None,
@@ -196,6 +215,9 @@ impl WorkerConfig {
             llm_api_key_env: "MTSWARM_LLM_API_KEY".to_owned(),
             measure: MeasureConfig::default(),
             ready_file: None,
+            security: mtswarm_auth::ServerSecurity::default(),
+            model_endpoints: Vec::new(),
+            llm_api_key_file: None,
         }
     }
 

@@ -21,6 +21,7 @@ use mtswarm_hw::sdk::SdkConfig;
 use mtswarm_hw::{BackendKind, Board, ChipSpec, Fleet, HwLock, Slice};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::config::{WorkerConfig, sanitize_id};
 use crate::error::WorkerError;
@@ -320,9 +321,23 @@ impl WorkerDaemon {
         let mut bus_config = BusConfig::new(config.nats_urls[0].clone()).with_name(&worker_id);
         bus_config.servers = config.nats_urls.clone();
         bus_config.credentials_file = config.nats_credentials.clone();
+        bus_config.tls = config.nats_tls.clone();
+        if let Some(path) = &config.nats_nkey_file {
+            let seed =
+                mtswarm_auth::generate::read_seed(path).map_err(|e| WorkerError::Config {
+                    field: "nats_nkey_file",
+                    reason: e.to_string(),
+                })?;
+            bus_config.nkey_seed = Some(seed);
+            bus_config.inbox_prefix =
+                Some(mtswarm_bus::permissions::worker_inbox_prefix(&worker_id));
+        }
         let bus = Bus::connect(bus_config).await?;
         bus.wait_connected(Duration::from_secs(30)).await?;
-        bus.ensure_topology(&TopologyConfig::default()).await?;
+        // A confined identity may not create streams: the leader has.
+        if config.nats_nkey_file.is_none() {
+            bus.ensure_topology(&TopologyConfig::default()).await?;
+        }
         let leases = Leases::open(&bus).await?;
         let workers = Workers::open(&bus).await?;
         let quarantine = Quarantine::open(&bus).await?;
@@ -340,12 +355,13 @@ impl WorkerDaemon {
             addr: config.listen,
             source,
         })?;
+        let scheme = config.security.scheme();
         let endpoint = match &config.advertise_endpoint {
             Some(endpoint) => endpoint.clone(),
             None if grpc_addr.ip().is_unspecified() => {
-                format!("http://127.0.0.1:{}", grpc_addr.port())
+                format!("{scheme}://127.0.0.1:{}", grpc_addr.port())
             }
-            None => format!("http://{grpc_addr}"),
+            None => format!("{scheme}://{grpc_addr}"),
         };
 
         let shared = Arc::new(Shared {
@@ -353,7 +369,19 @@ impl WorkerDaemon {
                 sessions: HashMap::new(),
                 slice_owner: vec![None; slices.len()],
             }),
-            api_key: api_key_from_env(&config.llm_api_key_env),
+            api_key: match &config.llm_api_key_file {
+                Some(path) => Some(
+                    std::fs::read_to_string(path)
+                        .map_err(|e| WorkerError::Config {
+                            field: "llm_api_key_file",
+                            reason: format!("{}: {e}", path.display()),
+                        })?
+                        .trim()
+                        .to_string(),
+                )
+                .filter(|k| !k.is_empty()),
+                None => api_key_from_env(&config.llm_api_key_env),
+            },
             config,
             worker_id,
             endpoint,
@@ -434,15 +462,36 @@ impl WorkerDaemon {
             .build_v1alpha()
             .map_err(|e| WorkerError::Serve(e.to_string()))?;
         let service = crate::service::WorkerService::new(shared.clone());
+        // Only the leader's identity may spawn, cancel, drain or inspect
+        // sessions; health checks (probes) stay open.
+        let authenticator = shared.config.security.authenticator();
+        if !authenticator.is_enabled() {
+            tracing::warn!("no identities configured: the Worker service accepts anonymous calls");
+        }
+        let authenticator = authenticator.requiring(mtswarm_auth::Role::Leader);
+        let builder = shared
+            .config
+            .security
+            .server_builder()
+            .map_err(|e| WorkerError::Serve(e.to_string()))?;
         let (server_stop, server_stop_rx) = oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let server = tokio::spawn(
-            tonic::transport::Server::builder()
+            builder
                 .trace_fn(mtswarm_telemetry::grpc::server_span)
                 .add_service(health_service)
-                .add_service(reflection_v1)
-                .add_service(reflection_v1alpha)
-                .add_service(v1::worker_server::WorkerServer::new(service))
+                .add_service(InterceptedService::new(
+                    reflection_v1,
+                    authenticator.clone(),
+                ))
+                .add_service(InterceptedService::new(
+                    reflection_v1alpha,
+                    authenticator.clone(),
+                ))
+                .add_service(InterceptedService::new(
+                    v1::worker_server::WorkerServer::new(service),
+                    authenticator,
+                ))
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = server_stop_rx.await;
                 }),
@@ -451,9 +500,9 @@ impl WorkerDaemon {
         tracing::info!(worker.id = %shared.worker_id, board = %shared.config.board, slices = shared.slices.len(), "listening on {grpc_addr}");
         if let Some(path) = &shared.config.ready_file {
             let local = if grpc_addr.ip().is_unspecified() {
-                format!("http://127.0.0.1:{}", grpc_addr.port())
+                format!("{scheme}://127.0.0.1:{}", grpc_addr.port())
             } else {
-                format!("http://{grpc_addr}")
+                format!("{scheme}://{grpc_addr}")
             };
             let body = serde_json::json!({
                 "grpc": local,

@@ -274,19 +274,34 @@ fn session_model(
                     }
                 }
             } else {
-                s.base_url.trim().to_owned()
+                let url = s.base_url.trim().to_owned();
+                endpoints(shared)
+                    .check(&url)
+                    .map_err(|e| invalid(e.to_string()))?;
+                url
             };
             (base_url, s.model.trim().to_owned())
         }
         (None, WorkerModel::OpenAi { base_url, model }) => (base_url.clone(), model.clone()),
         (None, _) => return Ok(Arc::new(BuiltinWorkerPolicy::new())),
     };
+    // The key goes only to the endpoint it was configured for.
+    let key_allowed = endpoints(shared).key_goes_to(&base_url);
     let mut config = OpenAiConfig::new(base_url, model);
-    if let Some(key) = &shared.api_key {
+    if let Some(key) = shared.api_key.as_ref().filter(|_| key_allowed) {
         config = config.with_api_key(key.clone());
     }
     let client = OpenAiClient::new(config).map_err(|e| invalid(format!("model settings: {e}")))?;
     Ok(Arc::new(client))
+}
+
+/// The operator's allowlist plus the daemon's own endpoint.
+fn endpoints(shared: &Shared) -> mtswarm_auth::ModelEndpoints {
+    let own = match &shared.config.model {
+        WorkerModel::OpenAi { base_url, .. } => Some(base_url.as_str()),
+        _ => None,
+    };
+    mtswarm_auth::ModelEndpoints::new(shared.config.model_endpoints.clone(), own)
 }
 
 /// Handle a SpawnSession request (idempotent per session id).
@@ -906,6 +921,8 @@ async fn run_task(
     let result = v1::TaskResult {
         task_id: task.task_id.clone(),
         attempt: task.attempt,
+        // The attempt's capability, returned to the leader that issued it.
+        result_token: task.result_token.clone(),
         job_id: task.job_id.clone(),
         agent_id: entry.agent_id.clone(),
         session_id: entry.session_id.clone(),
@@ -971,6 +988,8 @@ async fn publish_fenced(
     let result = v1::TaskResult {
         task_id: task.task_id.clone(),
         attempt: task.attempt,
+        // The attempt's capability, returned to the leader that issued it.
+        result_token: task.result_token.clone(),
         job_id: task.job_id.clone(),
         agent_id: entry.agent_id.clone(),
         session_id: entry.session_id.clone(),

@@ -2,6 +2,7 @@
 //! (in this process, so tests can script its model) and worker daemons as
 //! separate `mtswarm-node` processes, talking gRPC over loopback.
 
+mod abuse;
 mod approvals;
 mod cli_client;
 mod introspection;

@@ -14,6 +14,11 @@ fn node() -> Command {
     let mut command = Command::new(node_bin!());
     command
         .env("MTSWARM_CACHE_DIR", mtswarm_tests::emulator_cache_dir())
+        // The stack's client configuration goes here, not to ~/.mtswarm.
+        .env(
+            "MTSWARM_CONFIG",
+            std::env::temp_dir().join(format!("mtswarm-up-test-{}.toml", std::process::id())),
+        )
         .env_remove("MTSWARM_LEADER")
         .env_remove("MTSWARM_NATS_URL")
         .env_remove("MTSWARM_FLEET")

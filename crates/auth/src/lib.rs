@@ -1,0 +1,36 @@
+//! Who may call what on mtswarm's gRPC servers.
+//!
+//! Every server (the leader's `Control`, each worker daemon's `Worker`)
+//! authenticates the caller from its credential, a bearer token sent over
+//! TLS, never from request fields; the identity the token maps to carries
+//! the roles that decide what the caller may do ([`Role`]). This crate owns
+//! that mapping ([`IdentityTable`], loaded from the deployment's identities
+//! file), the tonic interceptor that enforces it ([`Authenticator`]), the
+//! client side (a token and a CA to trust, [`ClientAuth`]) and the
+//! generation of a local deployment's credentials ([`generate`]).
+//!
+//! Tokens are stored on the server side only as SHA-256 digests, so the
+//! identities file is not a secret in itself.
+
+mod client;
+mod client_config;
+mod endpoints;
+mod error;
+pub mod generate;
+mod identity;
+mod result_token;
+mod role;
+mod security;
+mod server;
+mod tls;
+
+pub use client::{BearerInterceptor, ClientAuth};
+pub use client_config::{CLIENT_CONFIG_ENV, ClientConfig, default_client_config_path};
+pub use endpoints::ModelEndpoints;
+pub use error::AuthError;
+pub use identity::{Identity, IdentityEntry, IdentityTable, token_digest};
+pub use result_token::ResultKey;
+pub use role::Role;
+pub use security::ServerSecurity;
+pub use server::{Authenticator, require, require_any};
+pub use tls::{ServerTls, install_crypto_provider};

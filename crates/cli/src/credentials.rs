@@ -1,0 +1,186 @@
+//! `mtswarm credentials`: every credential of one deployment from one
+//! command. For the fleet it is given it writes a CA and a server
+//! certificate (gRPC and NATS serve with it), one bearer token per identity
+//! with the identities file the daemons verify them against, one NATS nkey
+//! per process role (the leader, the clients, each worker daemon) and the
+//! nats-server `authorization` block with each identity's least-privilege
+//! permissions. `mtswarm up` and `mtswarm demo` call the same code for
+//! their local stacks.
+//!
+//! Also here: the NATS connection flags every process shares (nkey, TLS).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use mtswarm_auth::generate::{
+    self, GrpcCredentials, LOCAL_HOSTS, NatsCredentials, NatsWorker, default_identities,
+};
+use mtswarm_bus::BusConfig;
+use mtswarm_hw::fleet::Fleet;
+
+/// How a process authenticates to NATS and checks its certificate.
+#[derive(Debug, Clone, Default, Args)]
+pub struct NatsSecurityArgs {
+    /// File holding this process's NATS nkey seed (`mtswarm credentials`
+    /// writes one per role).
+    #[arg(long, env = "MTSWARM_NATS_NKEY_FILE")]
+    pub nats_nkey_file: Option<PathBuf>,
+    /// CA certificate (PEM) of the NATS server's certificate.
+    #[arg(long, env = "MTSWARM_NATS_TLS_CA")]
+    pub nats_tls_ca: Option<PathBuf>,
+    /// Refuse to talk to NATS without TLS.
+    #[arg(long, env = "MTSWARM_NATS_REQUIRE_TLS")]
+    pub nats_require_tls: bool,
+    /// Client certificate (PEM) for NATS servers that verify clients.
+    #[arg(long, env = "MTSWARM_NATS_TLS_CERT", requires = "nats_tls_key")]
+    pub nats_tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --nats-tls-cert.
+    #[arg(long, env = "MTSWARM_NATS_TLS_KEY", requires = "nats_tls_cert")]
+    pub nats_tls_key: Option<PathBuf>,
+}
+
+impl NatsSecurityArgs {
+    /// The TLS part of the bus settings.
+    pub fn tls(&self) -> mtswarm_bus::config::TlsConfig {
+        mtswarm_bus::config::TlsConfig {
+            require_tls: self.nats_require_tls || self.nats_tls_ca.is_some(),
+            ca_file: self.nats_tls_ca.clone(),
+            client_cert: self.nats_tls_cert.clone().zip(self.nats_tls_key.clone()),
+        }
+    }
+
+    /// Applies the nkey and TLS settings to `config`.
+    pub fn apply(&self, config: &mut BusConfig) -> anyhow::Result<()> {
+        if let Some(path) = &self.nats_nkey_file {
+            config.nkey_seed = Some(generate::read_seed(path)?);
+        }
+        config.tls = self.tls();
+        Ok(())
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct CredentialsCmd {
+    /// Directory to write into (created).
+    #[arg(long, env = "MTSWARM_CREDENTIALS_DIR")]
+    pub out: PathBuf,
+    /// Fleet file: one NATS identity per board's worker daemon.
+    #[arg(long, env = "MTSWARM_FLEET")]
+    pub fleet: PathBuf,
+    /// Host names and addresses the server certificate is valid for
+    /// (comma-separated; default localhost, 127.0.0.1, ::1).
+    #[arg(long = "host", env = "MTSWARM_TLS_HOSTS", value_delimiter = ',')]
+    pub hosts: Vec<String>,
+}
+
+/// Everything of one deployment, as written.
+#[derive(Debug, Clone)]
+pub struct Deployment {
+    pub grpc: GrpcCredentials,
+    pub nats: NatsCredentials,
+    /// The leader's result key (`--result-key-file`).
+    pub result_key_file: PathBuf,
+    /// Worker id and bus slice ids of each board, in fleet order.
+    pub workers: Vec<(String, NatsWorker)>,
+}
+
+impl Deployment {
+    /// The nkey seed file of the worker daemon of `board`.
+    pub fn worker_seed(&self, board: &str) -> Option<&Path> {
+        self.workers
+            .iter()
+            .find(|(b, _)| b == board)
+            .and_then(|(_, worker)| self.nats.seed_file(&worker.worker_id))
+    }
+}
+
+/// The worker daemons of a fleet (default worker ids) with their slices.
+pub fn fleet_workers(fleet_file: &Path, fleet: &Fleet) -> Vec<(String, NatsWorker)> {
+    fleet
+        .boards
+        .iter()
+        .map(|board| {
+            let worker_id = mtswarm_worker::WorkerConfig::new(fleet_file, board.id.clone())
+                .effective_worker_id();
+            let slice_ids = board
+                .slices
+                .iter()
+                .map(mtswarm_worker::bus_slice_id)
+                .collect();
+            (
+                board.id.clone(),
+                NatsWorker {
+                    worker_id,
+                    slice_ids,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Writes every credential of a deployment of `fleet` into `dir`.
+pub fn generate_deployment(
+    dir: &Path,
+    fleet_file: &Path,
+    fleet: &Fleet,
+    hosts: &[String],
+) -> anyhow::Result<Deployment> {
+    let hosts: Vec<String> = if hosts.is_empty() {
+        LOCAL_HOSTS.iter().map(|h| h.to_string()).collect()
+    } else {
+        hosts.to_vec()
+    };
+    let grpc = generate::grpc_credentials(dir, &hosts, &default_identities())
+        .context("generating the gRPC credentials")?;
+    let workers = fleet_workers(fleet_file, fleet);
+    let nats_workers: Vec<NatsWorker> = workers.iter().map(|(_, w)| w.clone()).collect();
+    let nats =
+        generate::nats_credentials(dir, &nats_workers).context("generating the NATS identities")?;
+    let result_key_file =
+        generate::result_key_file(dir).context("generating the leader's result key")?;
+    Ok(Deployment {
+        grpc,
+        nats,
+        result_key_file,
+        workers,
+    })
+}
+
+/// The nats-server `tls` block serving with the deployment's certificate.
+pub fn nats_tls_block(grpc: &GrpcCredentials) -> String {
+    format!(
+        "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n}}\n",
+        grpc.server_cert_file.display().to_string(),
+        grpc.server_key_file.display().to_string()
+    )
+}
+
+pub fn credentials(cmd: CredentialsCmd) -> anyhow::Result<ExitCode> {
+    let fleet = Fleet::load(&cmd.fleet)
+        .with_context(|| format!("loading the fleet {}", cmd.fleet.display()))?;
+    let deployment = generate_deployment(&cmd.out, &cmd.fleet, &fleet, &cmd.hosts)?;
+    let grpc = &deployment.grpc;
+    println!("gRPC (leader and workers: --identities, --tls-cert, --tls-key):");
+    println!("  identities:   {}", grpc.identities_file.display());
+    println!("  certificate:  {}", grpc.server_cert_file.display());
+    println!("  key:          {}", grpc.server_key_file.display());
+    println!("  CA (clients): {}", grpc.ca_file.display());
+    for (name, path) in &grpc.token_files {
+        println!("  token {name:<10} {}", path.display());
+    }
+    println!(
+        "  result key (leader --result-key-file): {}",
+        deployment.result_key_file.display()
+    );
+    println!("NATS (include the authorization block in nats-server.conf):");
+    println!(
+        "  authorization: {}",
+        deployment.nats.authorization_file.display()
+    );
+    for (name, path) in &deployment.nats.seed_files {
+        println!("  nkey {name:<16} {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

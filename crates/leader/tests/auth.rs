@@ -1,0 +1,374 @@
+//! The leader's Control service behind TLS and bearer tokens, over real
+//! sockets: anonymous and plaintext calls are refused, each call needs its
+//! role (PERMISSION_DENIED names it), `submitted_by` and `decided_by` come
+//! from the credential, and only an admin cancels another identity's job.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use mtswarm_auth::generate::{GrpcCredentials, default_identities, grpc_credentials};
+use mtswarm_auth::{ClientAuth, Role, ServerSecurity};
+use mtswarm_bus::{Approvals, v1};
+use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
+use mtswarm_leader::{LeaderDaemon, LeaderHandle};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+
+type Pass = fn(Request<()>) -> Result<Request<()>, Status>;
+type AuthControl = v1::control_client::ControlClient<
+    InterceptedService<Channel, mtswarm_auth::BearerInterceptor<Pass>>,
+>;
+
+fn pass(request: Request<()>) -> Result<Request<()>, Status> {
+    Ok(request)
+}
+
+struct Secured {
+    env: Env,
+    leader: LeaderHandle,
+    credentials: GrpcCredentials,
+    model: Arc<GatedModel>,
+    _dir: tempfile::TempDir,
+}
+
+impl Secured {
+    async fn start() -> Secured {
+        let env = Env::start().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut identities = default_identities();
+        identities.push(("bob".into(), vec![Role::Submit]));
+        let hosts: Vec<String> = mtswarm_auth::generate::LOCAL_HOSTS
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
+        let credentials = grpc_credentials(dir.path(), &hosts, &identities).expect("credentials");
+        let security = ServerSecurity::load(
+            Some(&credentials.identities_file),
+            Some((&credentials.server_cert_file, &credentials.server_key_file)),
+        )
+        .expect("security");
+        // The job stays RUNNING on its first model turn.
+        let model = Arc::new(GatedModel::new(
+            ScriptedModel::new([ScriptedTurn::text("done")]),
+            0,
+        ));
+        let for_factory = model.clone();
+        let mut config = env
+            .config()
+            .with_model_factory(Arc::new(move |_: &v1::JobSpec| {
+                Ok(for_factory.clone() as Arc<dyn mtswarm_core::ChatModel>)
+            }));
+        config.security = security;
+        let leader = LeaderDaemon::start(config).await.expect("leader starts");
+        Secured {
+            env,
+            leader,
+            credentials,
+            model,
+            _dir: dir,
+        }
+    }
+
+    fn auth(&self, identity: Option<&str>) -> ClientAuth {
+        let mut auth = ClientAuth::none()
+            .with_ca_file(&self.credentials.ca_file)
+            .expect("ca");
+        if let Some(name) = identity {
+            auth = auth
+                .with_token_file(self.credentials.token_file(name).expect("token file"))
+                .expect("token");
+        }
+        auth
+    }
+
+    async fn client(&self, identity: Option<&str>) -> AuthControl {
+        let auth = self.auth(identity);
+        let url = self.leader.grpc_url();
+        assert!(url.starts_with("https://"), "{url}");
+        let channel = within(
+            "a TLS connection",
+            auth.endpoint(&url, WAIT).expect("endpoint").connect(),
+        )
+        .await
+        .expect("TLS connect");
+        v1::control_client::ControlClient::with_interceptor(channel, auth.interceptor(pass as Pass))
+    }
+
+    async fn submit(&self, identity: &str) -> String {
+        self.client(Some(identity))
+            .await
+            .submit_job(v1::SubmitJobRequest {
+                spec: Some(spec("Tune k1.")),
+                idempotency_key: String::new(),
+            })
+            .await
+            .expect("submit")
+            .into_inner()
+            .job_id
+    }
+}
+
+fn assert_refused(result: Result<impl std::fmt::Debug, Status>, code: Code, mentions: &str) {
+    let status = result.expect_err("refused");
+    assert_eq!(status.code(), code, "{status:?}");
+    assert!(status.message().contains(mentions), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plaintext_and_anonymous_calls_are_refused() {
+    let secured = Secured::start().await;
+    // Plain HTTP/2 against the TLS port never reaches a handler.
+    let plain_url = secured.leader.grpc_url().replace("https://", "http://");
+    let plain = ClientAuth::none()
+        .endpoint(&plain_url, WAIT)
+        .expect("endpoint")
+        .connect()
+        .await;
+    if let Ok(channel) = plain {
+        let listed = v1::control_client::ControlClient::new(channel)
+            .list_jobs(v1::ListJobsRequest::default())
+            .await;
+        assert!(listed.is_err(), "a plaintext call was answered: {listed:?}");
+    }
+
+    let mut anonymous = secured.client(None).await;
+    assert_refused(
+        anonymous.list_jobs(v1::ListJobsRequest::default()).await,
+        Code::Unauthenticated,
+        "credential",
+    );
+    // The abuses of an anonymous caller: deciding, cancelling, submitting.
+    let job_id = secured.submit("submitter").await;
+    assert_refused(
+        anonymous
+            .decide_approval(v1::DecideApprovalRequest {
+                approval_id: "ap1".into(),
+                verdict: v1::ApprovalVerdict::Approve as i32,
+                reason: String::new(),
+                decided_by: "alice".into(),
+            })
+            .await,
+        Code::Unauthenticated,
+        "credential",
+    );
+    assert_refused(
+        anonymous
+            .cancel_job(v1::CancelJobRequest {
+                job_id: job_id.clone(),
+                reason: "mine now".into(),
+            })
+            .await,
+        Code::Unauthenticated,
+        "credential",
+    );
+    // A made-up token is no better.
+    let forged = ClientAuth::none()
+        .with_ca_file(&secured.credentials.ca_file)
+        .expect("ca")
+        .with_token("mts_0000")
+        .expect("token");
+    let channel = forged
+        .endpoint(&secured.leader.grpc_url(), WAIT)
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut forged = v1::control_client::ControlClient::with_interceptor(
+        channel,
+        forged.interceptor(pass as Pass),
+    );
+    assert_refused(
+        forged
+            .get_job(v1::GetJobRequest {
+                job_id: job_id.clone(),
+            })
+            .await,
+        Code::Unauthenticated,
+        "unknown credential",
+    );
+    let record = secured
+        .client(Some("admin"))
+        .await
+        .get_job(v1::GetJobRequest { job_id })
+        .await
+        .expect("get")
+        .into_inner()
+        .job
+        .expect("job");
+    assert_ne!(record.state(), v1::JobState::Cancelled);
+    secured.model.open();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_call_needs_its_role_and_names_it() {
+    let secured = Secured::start().await;
+    let mut submitter = secured.client(Some("submitter")).await;
+    let job_id = secured.submit("submitter").await;
+    let record = submitter
+        .get_job(v1::GetJobRequest {
+            job_id: job_id.clone(),
+        })
+        .await
+        .expect("a submitter reads its job")
+        .into_inner()
+        .job
+        .expect("job");
+    assert_eq!(record.submitted_by, "submitter");
+    assert_refused(
+        submitter
+            .decide_approval(v1::DecideApprovalRequest {
+                approval_id: "ap1".into(),
+                verdict: v1::ApprovalVerdict::Approve as i32,
+                ..Default::default()
+            })
+            .await,
+        Code::PermissionDenied,
+        "`approve`",
+    );
+    assert_refused(
+        submitter.list_fleet(v1::ListFleetRequest::default()).await,
+        Code::PermissionDenied,
+        "`admin`",
+    );
+    assert_refused(
+        submitter
+            .lift_quarantine(v1::LiftQuarantineRequest {
+                slice_id: "board0-c0".into(),
+                reason: String::new(),
+            })
+            .await,
+        Code::PermissionDenied,
+        "`admin`",
+    );
+    let mut approver = secured.client(Some("approver")).await;
+    assert_refused(
+        approver
+            .submit_job(v1::SubmitJobRequest {
+                spec: Some(spec("Tune k1.")),
+                idempotency_key: String::new(),
+            })
+            .await,
+        Code::PermissionDenied,
+        "`submit`",
+    );
+    // The leader's own identity calls workers, not Control.
+    let mut leader_identity = secured.client(Some("leader")).await;
+    assert_refused(
+        leader_identity
+            .list_jobs(v1::ListJobsRequest::default())
+            .await,
+        Code::PermissionDenied,
+        "`submit` or `admin`",
+    );
+    secured
+        .client(Some("admin"))
+        .await
+        .list_fleet(v1::ListFleetRequest::default())
+        .await
+        .expect("an admin lists the fleet");
+    secured.model.open();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_owner_or_an_admin_cancels_a_job() {
+    let secured = Secured::start().await;
+    let job_id = secured.submit("submitter").await;
+    let mut bob = secured.client(Some("bob")).await;
+    assert_refused(
+        bob.cancel_job(v1::CancelJobRequest {
+            job_id: job_id.clone(),
+            reason: "not mine".into(),
+        })
+        .await,
+        Code::PermissionDenied,
+        "`admin`",
+    );
+    let state = secured
+        .client(Some("submitter"))
+        .await
+        .get_job(v1::GetJobRequest {
+            job_id: job_id.clone(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .job
+        .expect("job")
+        .state();
+    assert!(
+        matches!(state, v1::JobState::Queued | v1::JobState::Running),
+        "{state:?}"
+    );
+    // Bob cancels his own; an admin cancels anyone's.
+    let own = secured.submit("bob").await;
+    let cancelled = bob
+        .cancel_job(v1::CancelJobRequest {
+            job_id: own,
+            reason: "mine".into(),
+        })
+        .await
+        .expect("own job")
+        .into_inner();
+    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
+    let cancelled = secured
+        .client(Some("admin"))
+        .await
+        .cancel_job(v1::CancelJobRequest {
+            job_id,
+            reason: "admin".into(),
+        })
+        .await
+        .expect("admin cancels")
+        .into_inner();
+    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_decider_is_the_credential_not_the_request_field() {
+    let secured = Secured::start().await;
+    let job_id = secured.submit("submitter").await;
+    let request = v1::ApprovalRequest {
+        approval_id: "ap-cred".into(),
+        job_id: job_id.clone(),
+        agent_id: "a1".into(),
+        session_id: "sess-cred".into(),
+        call_id: "call-1".into(),
+        tool_name: "benchmark".into(),
+        risk: v1::RiskLevel::Medium as i32,
+        timeout_seconds: 600,
+        default_verdict: v1::ApprovalVerdict::Deny as i32,
+        ..Default::default()
+    };
+    secured
+        .env
+        .bus
+        .publish_approval_request(&request)
+        .await
+        .expect("publish request");
+    let approvals = Approvals::open(&secured.env.bus).await.expect("bucket");
+    eventually("the approval record", || {
+        let approvals = approvals.clone();
+        async move { approvals.get("ap-cred").await.ok().flatten() }
+    })
+    .await;
+    let decided = secured
+        .client(Some("approver"))
+        .await
+        .decide_approval(v1::DecideApprovalRequest {
+            approval_id: "ap-cred".into(),
+            verdict: v1::ApprovalVerdict::Approve as i32,
+            reason: "fine".into(),
+            decided_by: "someone-else".into(),
+        })
+        .await
+        .expect("decide")
+        .into_inner()
+        .approval
+        .expect("record");
+    let decision = decided.decision.expect("decision");
+    assert_eq!(decision.decided_by, "approver");
+    secured.model.open();
+}

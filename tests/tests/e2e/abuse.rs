@@ -1,0 +1,544 @@
+//! The abuses tried against a default `mtswarm up`, as an attacker on
+//! 127.0.0.1 would try them, each now failing: the stack under test is a
+//! real `mtswarm up` (nats-server, leader and two worker daemons as
+//! processes, with the credentials it generates), the attacker a client of
+//! its own. The KV junk case lives with the bucket listings.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use mtswarm_auth::{ClientAuth, ClientConfig};
+use mtswarm_bus::{Bus, BusConfig, subjects, v1};
+use mtswarm_tests::{NodeProcess, kernel_root, node_bin};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+type Pass = fn(Request<()>) -> Result<Request<()>, Status>;
+type Control = v1::control_client::ControlClient<
+    InterceptedService<Channel, mtswarm_auth::BearerInterceptor<Pass>>,
+>;
+type Worker = v1::worker_client::WorkerClient<
+    InterceptedService<Channel, mtswarm_auth::BearerInterceptor<Pass>>,
+>;
+
+fn pass(request: Request<()>) -> Result<Request<()>, Status> {
+    Ok(request)
+}
+
+/// A running `mtswarm up` and what it wrote for its clients.
+struct SecureUp {
+    up: NodeProcess,
+    ready: serde_json::Value,
+    client: ClientConfig,
+    client_config: PathBuf,
+    credentials: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SecureUp {
+    fn start() -> SecureUp {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let client_config = dir.path().join("config.toml");
+        let ready_path = dir.path().join("up.ready.json");
+        let mut command = node(&client_config);
+        command
+            .arg("up")
+            .args(["--nats-port", "0", "--leader-listen", "127.0.0.1:0"])
+            .arg("--kernel-root")
+            .arg(kernel_root())
+            .arg("--ready-file")
+            .arg(&ready_path);
+        let mut up = NodeProcess::spawn("mtswarm up", command).expect("spawn mtswarm up");
+        let ready = up
+            .wait_ready(&ready_path, WAIT)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .document;
+        let client = ClientConfig::load(&client_config)
+            .expect("client configuration readable")
+            .expect("mtswarm up wrote the client configuration");
+        let credentials = client
+            .ca_file
+            .as_deref()
+            .and_then(Path::parent)
+            .expect("credentials directory")
+            .to_path_buf();
+        SecureUp {
+            up,
+            ready,
+            client,
+            client_config,
+            credentials,
+            _dir: dir,
+        }
+    }
+
+    fn leader_url(&self) -> String {
+        self.client.leader.clone().expect("leader url")
+    }
+
+    fn nats_url(&self) -> String {
+        self.client.nats.clone().expect("nats url")
+    }
+
+    fn ca(&self) -> ClientAuth {
+        ClientAuth::none()
+            .with_ca_file(self.client.ca_file.as_deref().expect("ca"))
+            .expect("ca file")
+    }
+
+    fn token(&self, identity: &str) -> ClientAuth {
+        self.ca()
+            .with_token_file(
+                &self
+                    .credentials
+                    .join("tokens")
+                    .join(format!("{identity}.token")),
+            )
+            .expect("token file")
+    }
+
+    async fn control(&self, auth: ClientAuth) -> Control {
+        let channel = auth
+            .endpoint(&self.leader_url(), WAIT)
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("TLS connection to the leader");
+        v1::control_client::ControlClient::with_interceptor(channel, auth.interceptor(pass as Pass))
+    }
+
+    async fn worker(&self, auth: ClientAuth) -> Worker {
+        let url = self.ready["workers"][0]["grpc"]
+            .as_str()
+            .expect("worker url")
+            .to_string();
+        let channel = auth
+            .endpoint(&url, WAIT)
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("TLS connection to the worker");
+        v1::worker_client::WorkerClient::with_interceptor(channel, auth.interceptor(pass as Pass))
+    }
+
+    /// A NATS connection as `identity` (`leader`, `client`, a worker id), or
+    /// anonymous; TLS with the stack's CA either way.
+    async fn nats(&self, identity: Option<&str>) -> Result<Bus, mtswarm_bus::BusError> {
+        let mut config = BusConfig::new(self.nats_url()).with_name("attacker");
+        config.retry_on_initial_connect = false;
+        config.request_timeout = Duration::from_secs(3);
+        config.tls.require_tls = true;
+        config.tls.ca_file = self.client.ca_file.clone();
+        if let Some(identity) = identity {
+            let seed = mtswarm_auth::generate::read_seed(
+                &self.credentials.join("nats").join(format!("{identity}.nk")),
+            )
+            .expect("seed");
+            config.nkey_seed = Some(seed);
+            config.inbox_prefix = Some(match identity {
+                "leader" => "_INBOX".to_string(),
+                "client" => mtswarm_bus::permissions::CLIENT_INBOX_PREFIX.to_string(),
+                worker => mtswarm_bus::permissions::worker_inbox_prefix(worker),
+            });
+        }
+        let bus = Bus::connect(config).await?;
+        bus.wait_connected(Duration::from_secs(10)).await?;
+        Ok(bus)
+    }
+
+    fn leader_log(&self) -> String {
+        let logs = PathBuf::from(self.ready["logs"].as_str().expect("logs"));
+        std::fs::read_to_string(logs.join("leader.log")).unwrap_or_default()
+    }
+
+    fn stop(mut self) {
+        self.up.interrupt().expect("SIGINT");
+        let status = self.up.wait_exit(WAIT).unwrap_or_else(|e| panic!("{e}"));
+        assert!(status.success(), "{status}; {}", self.up.stderr());
+        assert!(
+            !self.client_config.exists(),
+            "the stack's client configuration outlived it"
+        );
+    }
+}
+
+fn node(client_config: &Path) -> Command {
+    let mut command = Command::new(node_bin!());
+    command
+        .env("MTSWARM_CACHE_DIR", mtswarm_tests::emulator_cache_dir())
+        .env("MTSWARM_CONFIG", client_config)
+        .env_remove("MTSWARM_LEADER")
+        .env_remove("MTSWARM_NATS_URL")
+        .env_remove("MTSWARM_FLEET")
+        .env_remove("MTSWARM_TOKEN_FILE")
+        .env_remove("MTSWARM_TLS_CA")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    command
+}
+
+fn assert_code<T: std::fmt::Debug>(result: Result<T, Status>, code: Code) -> Status {
+    let status = result.expect_err("refused");
+    assert_eq!(status.code(), code, "{status:?}");
+    status
+}
+
+/// Acceptance 2: anonymous gRPC calls are refused on the leader and the
+/// workers, and the README commands work with nothing extra typed.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_default_stack_refuses_anonymous_grpc_and_the_readme_commands_work() {
+    let stack = SecureUp::start();
+    assert!(
+        stack.leader_url().starts_with("https://"),
+        "{}",
+        stack.ready
+    );
+
+    let mut anonymous = stack.control(stack.ca()).await;
+    assert_code(
+        anonymous.list_jobs(v1::ListJobsRequest::default()).await,
+        Code::Unauthenticated,
+    );
+    // Anonymous DecideApproval and CancelJob, the first two abuses.
+    assert_code(
+        anonymous
+            .decide_approval(v1::DecideApprovalRequest {
+                approval_id: "ap-x".into(),
+                verdict: v1::ApprovalVerdict::Approve as i32,
+                reason: String::new(),
+                decided_by: "mallory".into(),
+            })
+            .await,
+        Code::Unauthenticated,
+    );
+    assert_code(
+        anonymous
+            .cancel_job(v1::CancelJobRequest {
+                job_id: "some-job".into(),
+                reason: "mine now".into(),
+            })
+            .await,
+        Code::Unauthenticated,
+    );
+    // An anonymous Drain or SpawnSession on a worker; an admin is no leader.
+    let mut worker = stack.worker(stack.ca()).await;
+    assert_code(
+        worker
+            .drain(v1::DrainRequest {
+                grace_seconds: 1,
+                reason: "attack".into(),
+            })
+            .await,
+        Code::Unauthenticated,
+    );
+    let mut as_admin = stack.worker(stack.token("admin")).await;
+    let denied = assert_code(
+        as_admin
+            .spawn_session(v1::SpawnSessionRequest {
+                job_id: "j".into(),
+                agent_id: "a".into(),
+                session_id: "s-rogue".into(),
+                slice_id: "board0-c0".into(),
+                role: "tuner".into(),
+                kernel_dir: "vecadd".into(),
+                ..Default::default()
+            })
+            .await,
+        Code::PermissionDenied,
+    );
+    assert!(denied.message().contains("`leader`"), "{denied:?}");
+
+    // README: `mtswarm fleet` with nothing but the client configuration.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let output = node(&stack.client_config)
+            .args(["fleet", "--json"])
+            .output()
+            .expect("run mtswarm fleet");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let fleet: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+        if fleet["slices"].as_array().map(Vec::len) == Some(8) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fleet never showed 8 slices: {fleet}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // ... and through the printed `export MTSWARM_LEADER=<url>`.
+    let output = node(&stack.client_config)
+        .env("MTSWARM_LEADER", stack.leader_url())
+        .args(["jobs"])
+        .output()
+        .expect("run mtswarm jobs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stack.stop();
+}
+
+/// Acceptance 2 and the KV abuse: an anonymous NATS client cannot connect
+/// at all, with or without TLS; a client identity reads measurements only.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_default_stack_refuses_anonymous_nats_clients() {
+    let stack = SecureUp::start();
+    let refused = stack.nats(None).await.expect_err("anonymous NATS");
+    let text = refused.to_string().to_lowercase();
+    assert!(text.contains("authoriz"), "{refused}");
+    let plain = async_nats::ConnectOptions::new()
+        .connect(stack.nats_url().replace("tls://", "nats://"))
+        .await;
+    assert!(
+        plain.is_err(),
+        "a plaintext anonymous connection was accepted"
+    );
+
+    let client = stack.nats(Some("client")).await.expect("client identity");
+    let jobs = mtswarm_bus::Jobs::open(&client).await;
+    assert!(jobs.is_err(), "the client identity opened the jobs bucket");
+    let deleted = client
+        .jetstream()
+        .delete_stream(subjects::RESULTS_STREAM)
+        .await;
+    assert!(
+        deleted.is_err(),
+        "the client identity deleted the results stream"
+    );
+    let leader = stack.nats(Some("leader")).await.expect("leader identity");
+    leader
+        .jetstream()
+        .get_stream(subjects::RESULTS_STREAM)
+        .await
+        .expect("the results stream is still there");
+    stack.stop();
+}
+
+/// A worker's identity is confined to its own part: it may not delete
+/// streams, read job records, publish tasks (a task published without the
+/// leader), or publish approval decisions.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_identity_cannot_act_as_the_leader() {
+    let stack = SecureUp::start();
+    let rogue = stack
+        .nats(Some("worker-board1"))
+        .await
+        .expect("worker identity");
+    let leader = stack.nats(Some("leader")).await.expect("leader identity");
+
+    assert!(
+        rogue
+            .jetstream()
+            .delete_stream(subjects::RESULTS_STREAM)
+            .await
+            .is_err(),
+        "a worker deleted the results stream"
+    );
+    assert!(
+        mtswarm_bus::Jobs::open(&rogue).await.is_err(),
+        "a worker opened the jobs bucket"
+    );
+    // A task for board0's slice published by board1's identity is refused.
+    let task = v1::TaskAssignment {
+        task_id: "rogue-task".into(),
+        job_id: "rogue-job".into(),
+        attempt: 1,
+        agent_id: "a".into(),
+        session_id: "s".into(),
+        worker_id: "worker-board0".into(),
+        slice_id: "board0-c0".into(),
+        ..Default::default()
+    };
+    assert!(
+        rogue.publish_task(&task).await.is_err(),
+        "a worker published a task"
+    );
+    let mut stream = leader
+        .jetstream()
+        .get_stream(subjects::TASKS_STREAM)
+        .await
+        .expect("tasks stream");
+    let info = stream.info().await.expect("stream info");
+    assert_eq!(info.state.messages, 0, "a task was stored: {info:?}");
+
+    // A decision published by a worker never reaches a session: the leader
+    // identity, subscribed to the session's decisions, sees only the
+    // genuine one published after it.
+    let mut decisions = leader
+        .subscribe_approval_decisions("s-victim")
+        .await
+        .expect("subscribe");
+    leader.flush().await.expect("flush");
+    let forged = v1::ApprovalDecision {
+        approval_id: "ap-victim".into(),
+        job_id: "j".into(),
+        session_id: "s-victim".into(),
+        call_id: "c".into(),
+        verdict: v1::ApprovalVerdict::Approve as i32,
+        decided_by: "mallory".into(),
+        ..Default::default()
+    };
+    for _ in 0..121 {
+        let _ = rogue.publish_approval_decision(&forged).await;
+    }
+    let _ = rogue.flush().await;
+    let genuine = v1::ApprovalDecision {
+        decided_by: "leader".into(),
+        verdict: v1::ApprovalVerdict::Deny as i32,
+        ..forged.clone()
+    };
+    leader
+        .publish_approval_decision(&genuine)
+        .await
+        .expect("the leader publishes");
+    let first = tokio::time::timeout(WAIT, decisions.next())
+        .await
+        .expect("a decision in time")
+        .expect("a decision")
+        .expect("decodable")
+        .message;
+    assert_eq!(first.decided_by, "leader", "{first:?}");
+    stack.stop();
+}
+
+/// A result published by another worker's identity for a task it was not
+/// placed for, with the genuine message id, is dropped and logged; the
+/// genuine result is not taken for a duplicate and is the job's result.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
+    let stack = SecureUp::start();
+    let mut admin = stack.control(stack.token("admin")).await;
+    let job_id = admin
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(v1::JobSpec {
+                goal: "Tune the vecadd kernel.".into(),
+                kernel_dir: "vecadd".into(),
+                num_agents: 1,
+                ..Default::default()
+            }),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    let record = admin
+        .get_job(v1::GetJobRequest {
+            job_id: job_id.clone(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .job
+        .expect("job");
+    assert_eq!(record.submitted_by, "admin");
+
+    // The first task is on record before it is published.
+    let leader = stack.nats(Some("leader")).await.expect("leader identity");
+    let jobs = mtswarm_bus::Jobs::open(&leader).await.expect("jobs");
+    let deadline = Instant::now() + WAIT;
+    let assignment = loop {
+        let record = jobs.get(&job_id).await.expect("get").expect("record").value;
+        if let Some(task) = record.tasks.first().and_then(|t| t.assignment.clone()) {
+            break task;
+        }
+        assert!(Instant::now() < deadline, "no task was assigned");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The forger: the other board's worker identity.
+    let forger_id = if assignment.worker_id == "worker-board0" {
+        "worker-board1"
+    } else {
+        "worker-board0"
+    };
+    let forger = stack.nats(Some(forger_id)).await.expect("forger identity");
+    let forged = v1::TaskResult {
+        task_id: assignment.task_id.clone(),
+        attempt: assignment.attempt,
+        job_id: job_id.clone(),
+        agent_id: assignment.agent_id.clone(),
+        session_id: assignment.session_id.clone(),
+        worker_id: assignment.worker_id.clone(),
+        slice_id: assignment.slice_id.clone(),
+        status: v1::TaskStatus::Ok as i32,
+        summary: "987654 GFLOPS".into(),
+        result_json: r#"{"best":{"gflops":987654.0}}"#.into(),
+        ..Default::default()
+    };
+    // With the genuine message id (the old scheme) and with a guessed token.
+    forger.publish_result(&forged).await.expect("stored");
+    let guessed = v1::TaskResult {
+        result_token: "0".repeat(32),
+        ..forged.clone()
+    };
+    forger.publish_result(&guessed).await.expect("stored");
+
+    // Let the job run: approve what its agent asks for.
+    let mut approver = stack.control(stack.token("approver")).await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let record = loop {
+        let pending = approver
+            .list_approvals(v1::ListApprovalsRequest {
+                job_id: job_id.clone(),
+                states: vec![v1::ApprovalState::Pending as i32],
+            })
+            .await
+            .expect("list approvals")
+            .into_inner()
+            .approvals;
+        for approval in pending {
+            let id = approval.request.map(|r| r.approval_id).unwrap_or_default();
+            let decided = approver
+                .decide_approval(v1::DecideApprovalRequest {
+                    approval_id: id,
+                    verdict: v1::ApprovalVerdict::Approve as i32,
+                    reason: "ok".into(),
+                    decided_by: "somebody-else".into(),
+                })
+                .await;
+            if let Ok(decided) = decided {
+                let decision = decided.into_inner().approval.and_then(|a| a.decision);
+                assert_eq!(decision.map(|d| d.decided_by).as_deref(), Some("approver"));
+            }
+        }
+        let record = admin
+            .get_job(v1::GetJobRequest {
+                job_id: job_id.clone(),
+            })
+            .await
+            .expect("get")
+            .into_inner()
+            .job
+            .expect("job");
+        if !matches!(record.state(), v1::JobState::Queued | v1::JobState::Running) {
+            break record;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job did not finish: {record:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(record.state(), v1::JobState::Succeeded, "{record:?}");
+    assert!(
+        !record.result_json.contains("987654") && !record.summary.contains("987654"),
+        "the forgery became the result: {record:?}"
+    );
+    assert_eq!(record.tasks_done, record.tasks_total, "{record:?}");
+    let log = stack.leader_log();
+    assert!(
+        log.matches("its token is not the one issued").count() >= 2,
+        "the forgeries were not dropped and logged:\n{log}"
+    );
+    stack.stop();
+}
