@@ -18,6 +18,9 @@ use mtswarm_tools::results::{PastResult, ResultsQuery, ResultsSource, ResultsSou
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
+/// How long a record is retried while NATS is unreachable.
+const RECORD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The benchmark tool's name: its `data.measurement` is what gets recorded.
 const BENCHMARK_TOOL: &str = "benchmark";
 
@@ -196,8 +199,8 @@ impl MeasurementRecorder {
     }
 
     /// Notes what one engine event says about the candidates, and stores
-    /// the measurement a benchmark result carries. A failure to record is
-    /// logged, never fatal: the task's own result still carries the figures.
+    /// the measurement a benchmark result carries (retried through NATS
+    /// outages; a record that still fails is logged, never fatal).
     pub(crate) async fn observe(&self, event: &Event) {
         let (call_id, name, ok, content, data) = match &event.kind {
             EventKind::ToolCall {
@@ -313,9 +316,7 @@ impl MeasurementRecorder {
                         entry.recorded = true;
                     }
                 }
-                if let Err(error) = self.store.record(&record).await {
-                    tracing::warn!(%error, record_id = %record.record_id, "could not store the measurement");
-                }
+                self.store_patiently(&record).await;
             }
             Err(error) => tracing::warn!(%error, "benchmark result is not a measurement record"),
         }
@@ -401,8 +402,29 @@ impl MeasurementRecorder {
                 .collect()
         };
         for record in records {
-            if let Err(error) = self.store.record(&record).await {
-                tracing::warn!(%error, record_id = %record.record_id, "could not store the candidate record");
+            self.store_patiently(&record).await;
+        }
+    }
+
+    /// Stores a record, retrying with backoff through a NATS outage: the
+    /// job's outcome is computed from these records, so one lost to a
+    /// restart would turn a measured job into a failed one. Gives up (and
+    /// logs) after [`RECORD_PATIENCE`]; the record id deduplicates retries.
+    async fn store_patiently(&self, record: &ResultRecord) {
+        let give_up = tokio::time::Instant::now() + RECORD_PATIENCE;
+        let mut backoff = std::time::Duration::from_millis(100);
+        loop {
+            match self.store.record(record).await {
+                Ok(_) => return,
+                Err(error) if tokio::time::Instant::now() < give_up => {
+                    tracing::debug!(%error, record_id = %record.record_id, "record not stored yet; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, record_id = %record.record_id, "could not store the candidate record");
+                    return;
+                }
             }
         }
     }
