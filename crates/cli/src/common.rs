@@ -168,7 +168,11 @@ impl LeaderArgs {
         let auth = self.client_auth()?;
         let endpoint = auth
             .endpoint(&url, Duration::from_secs_f64(self.connect_timeout))
-            .with_context(|| format!("invalid leader address {url:?}"))?;
+            .map_err(|error| {
+                anyhow::anyhow!(
+                    "cannot reach the leader at {url}: is `mtswarm up` running? ({error}; its client configuration or --tls-ca names the CA)"
+                )
+            })?;
         let channel = endpoint.connect().await.map_err(|error| {
             anyhow::anyhow!(
                 "cannot reach the leader at {url}: is `mtswarm up` running? ({})",

@@ -55,11 +55,15 @@ impl Secured {
             ScriptedModel::new([ScriptedTurn::text("done")]),
             0,
         ));
-        let for_factory = model.clone();
+        // Every job gets its own held model, so each stays RUNNING until
+        // cancelled (the shared one only holds the first job).
         let mut config = env
             .config()
             .with_model_factory(Arc::new(move |_: &v1::JobSpec| {
-                Ok(for_factory.clone() as Arc<dyn mtswarm_core::ChatModel>)
+                Ok(Arc::new(GatedModel::new(
+                    ScriptedModel::new([ScriptedTurn::text("done")]),
+                    0,
+                )) as Arc<dyn mtswarm_core::ChatModel>)
             }));
         config.security = security;
         let leader = LeaderDaemon::start(config).await.expect("leader starts");
