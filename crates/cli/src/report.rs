@@ -92,7 +92,8 @@ pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
         .into_inner()
         .job
         .context("the leader answered without a job")?;
-    let (bus, store) = crate::results::connect_store(&cmd.nats, cmd.nats_creds.clone(), &cmd.nats_security)
+    let (bus, store) =
+        crate::results::connect_store(&cmd.nats, cmd.nats_creds.clone(), &cmd.nats_security)
             .await?;
     let records = store
         .query(&ResultQuery {
