@@ -25,12 +25,12 @@ pub struct TelemetryArgs {
     /// gRPC, http://localhost:4318 for HTTP). Without it the standard
     /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT
     /// variables are read; with none of them nothing is exported.
-    #[arg(long, global = true)]
+    #[arg(long, env = "MTSWARM_OTLP_ENDPOINT", global = true)]
     pub otlp_endpoint: Option<String>,
     /// OTLP transport: `grpc` or `http/protobuf`. Without it the standard
     /// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL
     /// variables are read, then gRPC.
-    #[arg(long, global = true, value_parser = parse_otlp_protocol)]
+    #[arg(long, env = "MTSWARM_OTLP_PROTOCOL", global = true, value_parser = parse_otlp_protocol)]
     pub otlp_protocol: Option<OtlpProtocol>,
     /// Log filter (tracing env-filter syntax, e.g. `info,mtswarm_worker=debug`).
     #[arg(long = "log", env = "MTSWARM_LOG", global = true)]
