@@ -83,7 +83,7 @@ async fn a_harness_changed_on_disk_is_not_used() {
     call(
         &tools,
         "compile",
-        json!({"kernel_dir": "vecadd", "defines": "N=16384,CHUNK=512"}),
+        json!({"kernel_dir": "vecadd", "defines": "N=16384,CHUNK=1024"}),
     )
     .await
     .expect("compile");
