@@ -141,10 +141,7 @@ impl Checkpoints {
         for _ in 0..MAX_CAS_RETRIES {
             let result = match self.kv.get(session_id).await? {
                 None => self.kv.create(session_id, checkpoint).await,
-                Some(current)
-                    if current.value.task_id == checkpoint.task_id
-                        && current.value.attempt > checkpoint.attempt =>
-                {
+                Some(current) if supersedes(&current.value, checkpoint) => {
                     return Err(BusError::StaleAttempt {
                         session_id: session_id.clone(),
                         stored_attempt: current.value.attempt,
@@ -169,6 +166,42 @@ impl Checkpoints {
         })
     }
 
+    /// Marks the stored checkpoint of `attempt` of `task_id` as fenced: that
+    /// attempt lost its slice, so from now on [`Checkpoints::put`] refuses
+    /// its states (a redelivery of the fenced attempt is stopped at its
+    /// first write) while a later attempt still resumes from it. `Ok(false)`
+    /// when the stored checkpoint is not that attempt's (nothing to mark).
+    pub async fn mark_fenced(
+        &self,
+        session_id: &str,
+        task_id: &str,
+        attempt: u32,
+    ) -> Result<bool, BusError> {
+        for _ in 0..MAX_CAS_RETRIES {
+            let Some(current) = self.kv.get(session_id).await? else {
+                return Ok(false);
+            };
+            if current.value.task_id != task_id || current.value.attempt != attempt {
+                return Ok(false);
+            }
+            if current.value.fenced {
+                return Ok(true);
+            }
+            let mut marked = current.value.clone();
+            marked.fenced = true;
+            match self.kv.update(session_id, &marked, current.revision).await {
+                Ok(_) => return Ok(true),
+                Err(BusError::CasConflict { .. }) => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        Err(BusError::CasConflict {
+            bucket: self.kv.bucket().to_string(),
+            key: session_id.to_string(),
+            expected_revision: 0,
+        })
+    }
+
     /// The session's latest checkpoint.
     pub async fn get(
         &self,
@@ -181,6 +214,16 @@ impl Checkpoints {
     pub async fn delete(&self, session_id: &str) -> Result<(), BusError> {
         self.kv.delete(session_id, None).await
     }
+}
+
+/// Whether the stored checkpoint `current` may not be replaced by
+/// `checkpoint`: it belongs to a later attempt of the same task, or to the
+/// same attempt after that attempt was fenced off (a fenced state is only
+/// ever replaced by a later attempt, or re-marked).
+fn supersedes(current: &SessionCheckpoint, checkpoint: &SessionCheckpoint) -> bool {
+    current.task_id == checkpoint.task_id
+        && (current.attempt > checkpoint.attempt
+            || (current.attempt == checkpoint.attempt && current.fenced && !checkpoint.fenced))
 }
 
 /// Approval records (bucket `mtswarm_approvals`, key = approval id).

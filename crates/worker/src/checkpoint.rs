@@ -65,6 +65,8 @@ pub(crate) struct KnownCheckpoint {
     pub(crate) revision: u64,
     pub(crate) task_id: String,
     pub(crate) attempt: u32,
+    /// The attempt was fenced off after writing it.
+    pub(crate) fenced: bool,
 }
 
 impl KnownCheckpoint {
@@ -74,13 +76,16 @@ impl KnownCheckpoint {
             revision: stored.revision,
             task_id: stored.value.task_id.clone(),
             attempt: stored.value.attempt,
+            fenced: stored.value.fenced,
         }
     }
 
     /// Whether `attempt` of `task_id` may replace this checkpoint (the rule
     /// of [`Checkpoints::put`]).
     fn replaceable_by(&self, task_id: &str, attempt: u32) -> bool {
-        self.task_id != task_id || self.attempt <= attempt
+        self.task_id != task_id
+            || self.attempt < attempt
+            || (self.attempt == attempt && !self.fenced)
     }
 }
 
@@ -150,6 +155,7 @@ impl KvCheckpointSink {
                     state_json: Vec::new(),
                     format_version: CHECKPOINT_FORMAT_VERSION,
                     updated_at: None,
+                    fenced: false,
                 },
                 frozen: AtomicBool::new(false),
                 fenced: AtomicBool::new(false),
@@ -249,6 +255,7 @@ impl SinkInner {
                     revision,
                     task_id: checkpoint.task_id.clone(),
                     attempt: checkpoint.attempt,
+                    fenced: false,
                 });
                 Ok(())
             }
@@ -392,11 +399,70 @@ mod tests {
             revision: 7,
             task_id: "t1".into(),
             attempt: 2,
+            fenced: false,
         };
         assert!(stored.replaceable_by("t2", 1), "another task");
         assert!(stored.replaceable_by("t1", 2), "the same attempt");
         assert!(stored.replaceable_by("t1", 3), "a later attempt");
         assert!(!stored.replaceable_by("t1", 1), "an earlier attempt");
+        let fenced = KnownCheckpoint {
+            fenced: true,
+            ..stored
+        };
+        assert!(!fenced.replaceable_by("t1", 2), "the fenced attempt itself");
+        assert!(fenced.replaceable_by("t1", 3), "a later attempt");
+        assert!(fenced.replaceable_by("t2", 1), "another task");
+    }
+
+    #[tokio::test]
+    async fn a_fenced_attempt_cannot_write_again_but_its_successor_can() {
+        let (_server, _bus, checkpoints) = store().await;
+        let cell: SessionCheckpointCell = Arc::new(Mutex::new(None));
+        let first = sink(&checkpoints, "t1", 1, &cell);
+        write(&first, 1).await.expect("first attempt's write");
+        assert!(
+            checkpoints
+                .mark_fenced("s1", "t1", 1)
+                .await
+                .expect("mark fenced")
+        );
+        assert!(
+            !checkpoints
+                .mark_fenced("s1", "t1", 7)
+                .await
+                .expect("another attempt"),
+            "only the stored attempt is marked"
+        );
+
+        // A redelivery of attempt 1 in a new session (nothing known) and one
+        // that read the fenced checkpoint are both refused.
+        let fresh_cell: SessionCheckpointCell = Arc::new(Mutex::new(None));
+        let redelivered = sink(&checkpoints, "t1", 1, &fresh_cell);
+        assert!(write(&redelivered, 2).await.is_err());
+        assert!(redelivered.fenced());
+        let stored = checkpoints.get("s1").await.expect("get").expect("stored");
+        assert!(stored.value.fenced);
+        *fresh_cell.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(KnownCheckpoint::of_stored(&stored));
+        let resumed = sink(&checkpoints, "t1", 1, &fresh_cell);
+        assert!(write(&resumed, 3).await.is_err());
+        assert_eq!(
+            checkpoints
+                .get("s1")
+                .await
+                .expect("get")
+                .expect("stored")
+                .value
+                .step,
+            1,
+            "the fenced state stays"
+        );
+
+        // Attempt 2 resumes from it and replaces it.
+        let successor = sink(&checkpoints, "t1", 2, &fresh_cell);
+        write(&successor, 4).await.expect("the next attempt writes");
+        let stored = checkpoints.get("s1").await.expect("get").expect("stored");
+        assert_eq!((stored.value.attempt, stored.value.fenced), (2, false));
     }
 
     #[tokio::test]
@@ -442,6 +508,7 @@ mod tests {
             revision: stored.revision,
             task_id: "t2".into(),
             attempt: 2,
+            fenced: false,
         });
         let stale_again = sink(&checkpoints, "t2", 1, &cell);
         assert!(write(&stale_again, 3).await.is_err());

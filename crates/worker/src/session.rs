@@ -1014,6 +1014,27 @@ async fn publish_fenced(
         .await;
     let mut backoff = Duration::from_millis(200);
     let give_up = Instant::now() + FENCED_RESULT_PATIENCE;
+    // First the checkpoint: once it is marked, a redelivery of this attempt
+    // (the task stream keeps it; a re-placed session on this slice gets it
+    // again) is fenced at once instead of running on a lease it lost.
+    loop {
+        match shared
+            .checkpoints
+            .mark_fenced(&entry.session_id, &task.task_id, task.attempt)
+            .await
+        {
+            Ok(_) => break,
+            Err(error) if Instant::now() < give_up => {
+                tracing::warn!(%error, "fenced checkpoint not marked yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(error) => {
+                tracing::error!(%error, "fenced checkpoint not marked; giving up");
+                break;
+            }
+        }
+    }
     loop {
         match shared.bus.publish_result(&result).await {
             Ok(_) => {
@@ -1302,9 +1323,12 @@ async fn prepare_and_run(
     } else {
         None
     };
+    // A later attempt owns the checkpoint, or this attempt was fenced off
+    // before (a redelivery of it after its slice was lost and placed again).
     if let Some(stored) = &stored
         && stored.value.task_id == task.task_id
-        && stored.value.attempt > task.attempt
+        && (stored.value.attempt > task.attempt
+            || (stored.value.attempt == task.attempt && stored.value.fenced))
     {
         return Ok(Driven::Fenced);
     }
