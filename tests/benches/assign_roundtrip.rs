@@ -139,6 +139,7 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 deadline: Some(timestamp(now + Duration::from_secs(600))),
                 assigned_at: Some(timestamp(now)),
                 resume_from_checkpoint: false,
+                measure_baseline: false,
                 result_token,
             };
             harness

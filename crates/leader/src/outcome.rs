@@ -82,7 +82,11 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
             Some(_) => outcome.tasks_failed += 1,
         }
     }
-    let accepted = accepted_records(tasks, records);
+    // The baseline is the harness's reference, not a candidate of an agent.
+    let accepted: Vec<&ResultRecord> = accepted_records(tasks, records)
+        .into_iter()
+        .filter(|r| !r.baseline)
+        .collect();
     outcome.records = count(accepted.len());
     let mut by_status: BTreeMap<String, u32> = BTreeMap::new();
     for record in &accepted {
@@ -107,8 +111,13 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
                 // Equal figures: the earliest record, so the pick is stable.
                 .then(b.timestamp_ms.cmp(&a.timestamp_ms))
         });
+    // The baseline is measured once per job and slice kind by whichever
+    // task was first there; a later attempt of that task resumes past it, so
+    // a baseline record of any attempt counts.
+    let baselines: Vec<&ResultRecord> =
+        records.iter().filter(|r| r.baseline && usable(r)).collect();
     match best {
-        Some(best) => outcome.best = Some(best_candidate(best, &trusted)),
+        Some(best) => outcome.best = Some(best_candidate(best, &trusted, &baselines)),
         None => outcome.failure_reason = failure_reason(&outcome, tasks, &accepted),
     }
     outcome
@@ -141,7 +150,11 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-fn best_candidate(best: &ResultRecord, trusted: &[&ResultRecord]) -> v1::BestCandidate {
+fn best_candidate(
+    best: &ResultRecord,
+    trusted: &[&ResultRecord],
+    baselines: &[&ResultRecord],
+) -> v1::BestCandidate {
     // Every record of the same build on the same slice backs the figure.
     let record_ids = trusted
         .iter()
@@ -152,9 +165,9 @@ fn best_candidate(best: &ResultRecord, trusted: &[&ResultRecord]) -> v1::BestCan
         })
         .map(|r| r.record_id.clone())
         .collect();
-    let baseline = trusted
+    let baseline = baselines
         .iter()
-        .filter(|r| r.baseline && r.backend == best.backend && r.cores == best.cores)
+        .filter(|r| r.backend == best.backend && r.cores == best.cores)
         .filter_map(|r| Some((*r, r.stats.as_ref()?.median)))
         .filter(|(_, median)| *median > 0.0)
         .min_by_key(|(r, _)| r.timestamp_ms);
@@ -346,7 +359,9 @@ mod tests {
             task("t1", 1, Some(v1::TaskStatus::Ok)),
             task("t2", 2, Some(v1::TaskStatus::Ok)),
         ];
-        let mut baseline = record("base", "t1", 1, Some(1.0), true);
+        // Measured by t2's first attempt before it was moved: the baseline
+        // of the job whatever the attempt, and no candidate.
+        let mut baseline = record("base", "t2", 1, Some(1.0), true);
         baseline.baseline = true;
         let records = [
             record("a", "t1", 1, Some(5.0), true),
@@ -363,11 +378,11 @@ mod tests {
         assert!((best.peak_percent - 7.0).abs() < 1e-9);
         assert_eq!(best.speedup_over_baseline, Some(7.0));
         assert_eq!(best.baseline_record_id, "base");
-        assert_eq!(outcome.records, 4);
-        assert_eq!(outcome.valid_records, 3);
+        assert_eq!(outcome.records, 3);
+        assert_eq!(outcome.valid_records, 2);
         assert_eq!(
             status_counts(&outcome),
-            [("benchmarked".to_string(), 3), ("invalid".to_string(), 1)].into()
+            [("benchmarked".to_string(), 2), ("invalid".to_string(), 1)].into()
         );
         assert!(outcome.failure_reason.is_empty());
     }

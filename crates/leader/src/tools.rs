@@ -30,11 +30,12 @@
 //! JetStream deduplicates it if it did go out). Task ids are derived from
 //! (job id, call key) with UUID v5, a second line of defence.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use mtswarm_bus::results::canonical_slice_id;
 use mtswarm_bus::{subjects, v1};
 use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry};
 use serde_json::{Value, json};
@@ -783,6 +784,7 @@ impl Tool for AssignTask {
             )));
         }
         let task_id = task_id_for(&job.job_id, &key);
+        let measure_baseline = first_on_its_slice_kind(job, &agent.slice_id).await;
         let task = v1::TaskAssignment {
             task_id: task_id.clone(),
             job_id: job.job_id.clone(),
@@ -799,6 +801,7 @@ impl Tool for AssignTask {
             // Set once the publish is acknowledged (see the module docs).
             assigned_at: None,
             resume_from_checkpoint: false,
+            measure_baseline,
             result_token: job.shared.result_token(&job.job_id, &task_id, 1),
         };
         let record = v1::TaskRecord {
@@ -836,6 +839,39 @@ impl Tool for AssignTask {
             json!({"task_id": task_id, "agent": agent.agent_id, "attempt": 1}),
         ))
     }
+}
+
+/// The kind of a slice, as far as baselines go: what its figures are
+/// comparable with (`emulator/8`).
+fn slice_kind(descriptor: &v1::SliceDescriptor) -> String {
+    format!("{}/{}", descriptor.backend, descriptor.cores)
+}
+
+/// Whether a task for the agent on `slice_id` is the job's first on that
+/// kind of slice, so its worker measures the tune.toml baseline first. Read
+/// from the job's own task records (durable, so a leader restart does not
+/// measure again) and the fleet's slice descriptors; a fleet that cannot be
+/// read measures nothing (a missing speed-up, never a wrong one).
+async fn first_on_its_slice_kind(job: &JobContext, slice_id: &str) -> bool {
+    let workers = match job.shared.workers.list().await {
+        Ok(workers) => workers,
+        Err(error) => {
+            tracing::warn!(%error, job_id = %job.job_id, "fleet not read; no baseline measured with this task");
+            return false;
+        }
+    };
+    let kinds: HashMap<String, String> = workers
+        .iter()
+        .flat_map(|w| w.value.slices.iter())
+        .map(|d| (canonical_slice_id(&d.slice_id), slice_kind(d)))
+        .collect();
+    let Some(kind) = kinds.get(&canonical_slice_id(slice_id)) else {
+        return false;
+    };
+    !job.tasks()
+        .values()
+        .filter_map(|t| t.assignment.as_ref())
+        .any(|a| a.measure_baseline && kinds.get(&canonical_slice_id(&a.slice_id)) == Some(kind))
 }
 
 // ------------------------------------------------------------ collect_result

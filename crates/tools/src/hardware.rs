@@ -53,7 +53,7 @@ fn timeout_of(seconds: Option<f64>) -> Result<Duration, ToolError> {
     Ok(Duration::from_secs_f64(s))
 }
 
-fn cores_of(env: &ToolEnv, cores: Option<u32>) -> Result<u32, ToolError> {
+pub(crate) fn cores_of(env: &ToolEnv, cores: Option<u32>) -> Result<u32, ToolError> {
     let slice_cores = env.board.slice().cores;
     let cores = cores.unwrap_or(slice_cores);
     if cores == 0 || cores > slice_cores {
@@ -148,19 +148,19 @@ const COMPILE_SHAPE: Shape = Shape {
 };
 
 /// One build: what to compile and where its artifact goes.
-struct BuildJob {
-    id: String,
-    generation: u64,
-    kernel_dir_rel: String,
-    defines: BTreeMap<String, String>,
-    out_dir: PathBuf,
+pub(crate) struct BuildJob {
+    pub(crate) id: String,
+    pub(crate) generation: u64,
+    pub(crate) kernel_dir_rel: String,
+    pub(crate) defines: BTreeMap<String, String>,
+    pub(crate) out_dir: PathBuf,
     /// What is built: the kernel's sources with the pristine harness.
-    staged_dir: PathBuf,
+    pub(crate) staged_dir: PathBuf,
 }
 
 /// Compile on the host CPU (shared gate: a host-timed benchmark of this
 /// session excludes compiles).
-async fn run_build(
+pub(crate) async fn run_build(
     board: Arc<dyn Board>,
     gate: Arc<tokio::sync::RwLock<()>>,
     job: &BuildJob,

@@ -15,6 +15,7 @@
 //! builds the whole set for one session.
 
 pub mod analyze;
+pub mod baseline;
 pub mod env;
 pub mod estimate;
 pub mod files;
@@ -149,6 +150,15 @@ impl ToolSet {
             registry.register(tool.clone())?;
         }
         Ok(())
+    }
+
+    /// Builds and measures `kernel_dir`'s tune.toml baseline on the slice
+    /// (see [`baseline`]); the session's candidates are not touched.
+    pub async fn measure_baseline(
+        &self,
+        kernel_dir: &str,
+    ) -> Result<baseline::BaselineMeasurement, baseline::BaselineError> {
+        baseline::measure_baseline(&self.env, kernel_dir).await
     }
 
     /// One tool by name.

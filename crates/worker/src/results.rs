@@ -322,6 +322,29 @@ impl MeasurementRecorder {
         }
     }
 
+    /// Stores the tune.toml baseline's measurement, marked as the baseline
+    /// (not a candidate of the agent's).
+    pub(crate) async fn baseline(&self, measurement: &mtswarm_hw::Measurement) {
+        let value = match serde_json::to_value(measurement) {
+            Ok(value) => value,
+            Err(error) => {
+                tracing::warn!(%error, "baseline measurement not serializable");
+                return;
+            }
+        };
+        let provenance = Provenance {
+            call_id: "baseline".to_owned(),
+            ..self.provenance.clone()
+        };
+        match ResultRecord::from_measurement_json(&value, &provenance) {
+            Ok(mut record) => {
+                record.baseline = true;
+                self.store_patiently(&record).await;
+            }
+            Err(error) => tracing::warn!(%error, "baseline measurement is not a record"),
+        }
+    }
+
     /// The attempt ended: one record per candidate it touched without a
     /// measurement, and per candidate its answer lists as skipped.
     pub(crate) async fn finish(&self, answer: Option<&Value>) {

@@ -1388,6 +1388,7 @@ async fn prepare_and_run(
         .engine_for(config)
         .with_checkpoint_sink(sink.clone());
 
+    let fresh_start = resumed.is_none();
     let resumed_from_step = resumed.as_ref().map(LoopState::step).unwrap_or(0);
     events
         .publish(
@@ -1420,6 +1421,11 @@ async fn prepare_and_run(
         &kernel_name,
         runtime.model.model_name(),
     );
+    // Before the agent's first step, so the slice's first use in the job is
+    // the reference; a resumed attempt measured it already.
+    if fresh_start && task.measure_baseline && kernel_name != "." {
+        measure_baseline(runtime, events, &recorder, &kernel_name).await;
+    }
     let mut run = first;
     loop {
         let (stream, handle) = run;
@@ -1487,6 +1493,52 @@ async fn prepare_and_run(
         run = engine
             .resume_with_decisions(checkpoint, decisions)
             .map_err(|e| TaskEnd::failed(format!("resume after approval: {e}")))?;
+    }
+}
+
+/// Measures the kernel's tune.toml baseline on the slice and records it. A
+/// baseline that cannot be measured costs the job its speed-up figure, not
+/// the task: it is logged and reported as an event.
+async fn measure_baseline(
+    runtime: &SessionRuntime,
+    events: &EventPublisher,
+    recorder: &MeasurementRecorder,
+    kernel_name: &str,
+) {
+    match runtime.tools.measure_baseline(kernel_name).await {
+        Ok(baseline) => {
+            let m = &baseline.measurement;
+            tracing::info!(
+                kernel = kernel_name,
+                valid = m.valid,
+                gflops = m.gflops,
+                median_seconds = m.stats.as_ref().map(|s| s.median),
+                "tune.toml baseline measured"
+            );
+            events
+                .publish(
+                    0,
+                    Kind::Log,
+                    json!({"type": "baseline_measured", "kernel": kernel_name,
+                           "defines": baseline.defines, "valid": m.valid,
+                           "gflops": m.gflops,
+                           "median_seconds": m.stats.as_ref().map(|s| s.median),
+                           "error": m.error}),
+                )
+                .await;
+            recorder.baseline(m).await;
+        }
+        Err(error) => {
+            tracing::warn!(%error, kernel = kernel_name, "tune.toml baseline not measured");
+            events
+                .publish(
+                    0,
+                    Kind::Log,
+                    json!({"type": "baseline_failed", "kernel": kernel_name,
+                           "error": error.to_string()}),
+                )
+                .await;
+        }
     }
 }
 

@@ -185,7 +185,22 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
 
     // One record per candidate the agents touched, with the statuses the
     // agents themselves report.
-    let records = job_records(&stack, &job_id).await;
+    let all_records = job_records(&stack, &job_id).await;
+    // The tune.toml baseline is measured once for the job's one slice kind
+    // (two single-cluster slices of 4 cores), before the agents' candidates.
+    let (baselines, records): (Vec<ResultRecord>, Vec<ResultRecord>) =
+        all_records.iter().cloned().partition(|r| r.baseline);
+    assert_eq!(
+        baselines.len(),
+        1,
+        "one baseline record per job and slice kind: {baselines:#?}"
+    );
+    let baseline = &baselines[0];
+    assert!(baseline.trustworthy(), "{baseline:#?}");
+    assert_eq!(
+        baseline.params.get("VARIANT").map(String::as_str),
+        Some("naive")
+    );
     let distinct: BTreeSet<&BTreeMap<String, String>> = records.iter().map(|r| &r.params).collect();
     let assigned: usize = agents_counts(&lines).values().sum();
     assert_eq!(
@@ -260,6 +275,16 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
     );
     assert_eq!(best["kernel_hash"], best_record.kernel_hash.as_str());
     assert!(best["peak_percent"].as_f64().is_some_and(|p| p > 0.0));
+    // The speed-up is over that baseline record, measured on the same kind
+    // of slice: its median over the best's.
+    assert_eq!(best["baseline_record_id"], baseline.record_id.as_str());
+    let expected = baseline.stats.as_ref().expect("baseline stats").median
+        / best_record.stats.as_ref().expect("best stats").median;
+    let speedup = best["speedup_over_baseline"].as_f64().unwrap_or_default();
+    assert!(
+        (speedup - expected).abs() <= expected * 1e-9 && speedup > 1.0,
+        "speed-up {speedup} over the naive baseline, expected {expected}: {best:#}"
+    );
     assert!(
         shown["final_answer"]
             .as_str()
@@ -280,7 +305,7 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
         text.contains(&job_id) && text.contains("<svg"),
         "an HTML report of the job"
     );
-    assert_eq!(summary["records"].as_u64(), Some(records.len() as u64));
+    assert_eq!(summary["records"].as_u64(), Some(all_records.len() as u64));
     stack.shutdown().await;
 }
 
