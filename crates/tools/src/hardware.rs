@@ -43,6 +43,10 @@ const DEFAULT_TIMEOUT_SECONDS: f64 = 120.0;
 /// Candidates kept in the working state.
 const CANDIDATES_SHOWN: usize = 5;
 
+/// Artifacts board_info lists by id (the newest); it counts the rest, so
+/// its output stays the same size however many builds a session made.
+const ARTIFACTS_SHOWN: usize = 12;
+
 fn timeout_of(seconds: Option<f64>) -> Result<Duration, ToolError> {
     let s = seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
     if !(s.is_finite() && s > 0.0 && s <= MAX_TIMEOUT_SECONDS) {
@@ -843,10 +847,11 @@ impl Tool for BoardInfo {
         let slice = self.0.board.slice().clone();
         let spec = &self.0.spec;
         let lock = self.0.lock.stats(&slice.id());
-        let (artifacts, candidates): (Vec<String>, Vec<Value>) = {
+        let (artifacts, artifacts_total, candidates): (Vec<String>, usize, Vec<Value>) = {
             let session = self.0.session();
             (
-                session.artifacts.keys().cloned().collect(),
+                newest_artifacts(session.artifacts.keys(), ARTIFACTS_SHOWN),
+                session.artifacts.len(),
                 session
                     .candidates
                     .iter()
@@ -882,14 +887,15 @@ impl Tool for BoardInfo {
             )),
             None => text.push_str("\nslice lock: not used yet"),
         }
-        text.push_str(&format!(
-            "\nartifacts: {}",
-            if artifacts.is_empty() {
-                "none".into()
-            } else {
+        text.push_str(&match artifacts_total {
+            0 => "\nartifacts: none".to_string(),
+            n if n == artifacts.len() => format!("\nartifacts: {}", artifacts.join(", ")),
+            n => format!(
+                "\nartifacts: {n}, the {} newest: {} (older ones stay usable by id)",
+                artifacts.len(),
                 artifacts.join(", ")
-            }
-        ));
+            ),
+        });
         Ok(ToolOutput::text(text).with_data(json!({
             "slice": slice,
             "slice_id": slice.id(),
@@ -897,7 +903,45 @@ impl Tool for BoardInfo {
             "peak_gflops": peak / 1e9,
             "lock": lock,
             "artifacts": artifacts,
+            "artifacts_total": artifacts_total,
             "candidates": candidates,
         })))
+    }
+}
+
+/// The `limit` newest of build ids `b1`, `b2`, ... in build order (ids that
+/// do not parse sort first, as the oldest).
+fn newest_artifacts<'a>(ids: impl Iterator<Item = &'a String>, limit: usize) -> Vec<String> {
+    let mut ids: Vec<(u64, &String)> = ids
+        .map(|id| {
+            (
+                id.strip_prefix('b')
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0),
+                id,
+            )
+        })
+        .collect();
+    ids.sort();
+    let skip = ids.len().saturating_sub(limit);
+    ids.into_iter()
+        .skip(skip)
+        .map(|(_, id)| id.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod board_info_tests {
+    use super::newest_artifacts;
+
+    #[test]
+    fn only_the_newest_artifacts_are_listed_in_build_order() {
+        let ids: Vec<String> = (1..=40).map(|n| format!("b{n}")).collect();
+        let shown = newest_artifacts(ids.iter(), 12);
+        assert_eq!(shown.len(), 12);
+        assert_eq!(shown.first().map(String::as_str), Some("b29"));
+        assert_eq!(shown.last().map(String::as_str), Some("b40"));
+        let few: Vec<String> = ["b2", "b10", "b1"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(newest_artifacts(few.iter(), 12), ["b1", "b2", "b10"]);
     }
 }
