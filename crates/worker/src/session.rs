@@ -1012,27 +1012,17 @@ async fn publish_fenced(
                    "fenced": true}),
         )
         .await;
-    let mut backoff = Duration::from_millis(200);
-    let give_up = Instant::now() + FENCED_RESULT_PATIENCE;
+    let mut retry = Patience::new(FENCED_RESULT_PATIENCE);
     // First the checkpoint: once it is marked, a redelivery of this attempt
     // (the task stream keeps it; a re-placed session on this slice gets it
     // again) is fenced at once instead of running on a lease it lost.
-    loop {
-        match shared
-            .checkpoints
-            .mark_fenced(&entry.session_id, &task.task_id, task.attempt)
-            .await
-        {
-            Ok(_) => break,
-            Err(error) if Instant::now() < give_up => {
-                tracing::warn!(%error, "fenced checkpoint not marked yet; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(error) => {
-                tracing::error!(%error, "fenced checkpoint not marked; giving up");
-                break;
-            }
+    while let Err(error) = shared
+        .checkpoints
+        .mark_fenced(&entry.session_id, &task.task_id, task.attempt)
+        .await
+    {
+        if !retry.wait("fenced checkpoint not marked", &error).await {
+            break;
         }
     }
     loop {
@@ -1041,19 +1031,45 @@ async fn publish_fenced(
                 tracing::info!(task.id = %task.task_id, attempt = task.attempt, "fenced result published");
                 break;
             }
-            Err(error) if Instant::now() < give_up => {
-                tracing::warn!(%error, "fenced result not published yet; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
             Err(error) => {
-                tracing::error!(%error, "fenced result not published; giving up");
-                break;
+                if !retry.wait("fenced result not published", &error).await {
+                    break;
+                }
             }
         }
     }
     if let Err(error) = delivery.term().await {
         tracing::warn!(%error, "could not terminate the fenced task");
+    }
+}
+
+/// Retries of a fenced attempt's last writes: a fenced worker is often one
+/// that was cut off (SIGSTOP, a NATS outage) and is reconnecting, so each
+/// write is retried with backoff until a shared deadline.
+struct Patience {
+    give_up: Instant,
+    backoff: Duration,
+}
+
+impl Patience {
+    fn new(patience: Duration) -> Self {
+        Self {
+            give_up: Instant::now() + patience,
+            backoff: Duration::from_millis(200),
+        }
+    }
+
+    /// Logs `error` and waits before the next try; false (logged as given
+    /// up) once the deadline has passed.
+    async fn wait(&mut self, what: &str, error: &(dyn std::fmt::Display + Sync)) -> bool {
+        if Instant::now() >= self.give_up {
+            tracing::error!(%error, "{what}; giving up");
+            return false;
+        }
+        tracing::warn!(%error, "{what} yet; retrying");
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(5));
+        true
     }
 }
 
