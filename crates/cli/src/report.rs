@@ -3,14 +3,18 @@
 //! from the leader (goal, kernel, slices, outcome), every candidate record
 //! from the results store over NATS; [`job_report`] turns them into the
 //! [`JobReport`] that `mtswarm demo` writes too, so both show the same
-//! thing for the same job.
+//! thing for the same job. The kernel's tune.toml (under `--kernel-root`,
+//! at the job's kernel directory, or `--kernel-dir`) gives the parameter
+//! axes and the roofline; without it the report still renders, with a note.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
 use mtswarm_bus::results::{ResultQuery, ResultRecord, canonical_slice_id};
+use mtswarm_hw::ChipSpec;
+use mtswarm_hw::tune::TuneSpace;
 use mtswarm_proto::v1;
 use mtswarm_report::{Baseline, JobReport};
 use serde_json::json;
@@ -31,6 +35,17 @@ pub struct ReportCmd {
     /// Print the report's summary as one JSON object.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Directory the job's kernel directory is relative to (as given to
+    /// the leader); its tune.toml gives the parameter plots and the roofline.
+    #[arg(long, env = "MTSWARM_KERNEL_ROOT", default_value = ".")]
+    pub kernel_root: PathBuf,
+    /// The kernel directory itself (overrides --kernel-root + the job's
+    /// kernel directory).
+    #[arg(long, env = "MTSWARM_REPORT_KERNEL_DIR")]
+    pub kernel_dir: Option<PathBuf>,
+    /// Chip spec TOML for the roofline (default: the built-in MT-3000 numbers).
+    #[arg(long, env = "MTSWARM_CHIP_SPEC")]
+    pub spec: Option<PathBuf>,
     /// NATS server URL(s), comma-separated (the results store).
     #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
     pub nats: Vec<String>,
@@ -55,6 +70,24 @@ pub fn kernel_name(job: &v1::JobRecord) -> String {
         .next()
         .unwrap_or_default()
         .to_string()
+}
+
+/// Adds the kernel's tune.toml and the chip model to `report` (parameter
+/// axes in tune.toml order, the roofline). A kernel directory without a
+/// readable tune.toml leaves the report as it is, with a note saying so.
+pub fn add_kernel_model(report: &mut JobReport, kernel_dir: &Path, spec: &ChipSpec) {
+    match TuneSpace::load(kernel_dir) {
+        Ok(space) => {
+            report.with_kernel_model(&space, spec);
+        }
+        Err(error) => {
+            tracing::warn!(kernel_dir = %kernel_dir.display(), %error, "report without the kernel's tune.toml");
+            report.roofline_note = Some(format!(
+                "no roofline: the tune.toml of {} could not be read ({error})",
+                kernel_dir.display()
+            ));
+        }
+    }
 }
 
 /// The report of `job` from its records. `baseline` overrides the records'
@@ -106,7 +139,20 @@ pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
     if let Err(error) = bus.drain().await {
         tracing::debug!(%error, "closing the NATS connection");
     }
-    let report = job_report(&job, &records, None);
+    let mut report = job_report(&job, &records, None);
+    let spec = match &cmd.spec {
+        Some(path) => ChipSpec::load(path)?,
+        None => ChipSpec::default(),
+    };
+    let kernel_dir = cmd.kernel_dir.clone().unwrap_or_else(|| {
+        cmd.kernel_root.join(
+            job.spec
+                .as_ref()
+                .map(|s| s.kernel_dir.as_str())
+                .unwrap_or_default(),
+        )
+    });
+    add_kernel_model(&mut report, &kernel_dir, &spec);
     let path = match &cmd.out {
         Some(path) => path.clone(),
         None => std::env::current_dir()
@@ -123,10 +169,11 @@ pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
         println!("{value}");
     } else {
         println!(
-            "job {} ({}): {} candidate record(s); report written to {}",
+            "job {} ({}): {} candidate record(s), {}; report written to {}",
             job.job_id,
             render::job_state(job.state()),
             records.len(),
+            report.counts_line(),
             path.display()
         );
         for line in render::outcome_lines(job.outcome.as_ref()) {

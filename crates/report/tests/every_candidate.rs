@@ -127,11 +127,7 @@ fn job_records() -> Vec<ResultRecord> {
         }
     }
     for vec in &VECS[..2] {
-        let mut r = record(
-            records.len(),
-            params(8, 1, *vec),
-            CandidateStatus::Screened,
-        );
+        let mut r = record(records.len(), params(8, 1, *vec), CandidateStatus::Screened);
         r.valid = true;
         r.reason = Some("screened: right answer once".into());
         records.push(r);
