@@ -182,3 +182,82 @@ pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use mtswarm_bus::results::{CandidateStatus, ResultStats};
+
+    use super::*;
+
+    fn dgemm_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels/dgemm")
+    }
+
+    /// A valid benchmark with the full `-D` set a worker records.
+    fn benchmarked(defines: BTreeMap<String, String>, gflops: f64) -> ResultRecord {
+        ResultRecord {
+            record_id: format!("r{gflops}"),
+            job_id: "job-1".into(),
+            kernel_hash: "feed".into(),
+            params: defines,
+            cores: 24,
+            status: CandidateStatus::Benchmarked,
+            valid: true,
+            gflops: Some(gflops),
+            stats: Some(ResultStats {
+                count: 3,
+                median: 0.01,
+                ..ResultStats::default()
+            }),
+            timestamp_ms: 1_800_000_000_000 + gflops as u64,
+            ..ResultRecord::default()
+        }
+    }
+
+    #[test]
+    fn the_kernels_tune_toml_gives_the_parameter_plots_and_the_roofline() {
+        let spec = ChipSpec::default();
+        let space = TuneSpace::load(&dgemm_dir()).expect("dgemm tune.toml");
+        let configs = space.configurations(&spec).expect("configurations");
+        assert!(configs.len() >= 2);
+        let records: Vec<ResultRecord> = configs[..2]
+            .iter()
+            .enumerate()
+            .map(|(i, c)| benchmarked(space.defines(c), 100.0 + i as f64))
+            .collect();
+        let mut report = JobReport::from_records("job-1", "dgemm", &records, None, &[]);
+        add_kernel_model(&mut report, &dgemm_dir(), &spec);
+
+        let names: Vec<&str> = report.parameters.iter().map(|a| a.name.as_str()).collect();
+        let expected: Vec<&str> = space.params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, expected, "tune.toml order");
+        let roofline = report.roofline.as_ref().expect("dgemm has a [model]");
+        assert_eq!(roofline.points.len(), 2);
+        let best = roofline.points.iter().find(|p| p.best).expect("best");
+        assert_eq!(best.gflops, 101.0);
+        // The [model] of dgemm at the best's defines, by hand.
+        let d = |k: &str| -> f64 { records[1].params[k].parse().expect("number") };
+        let (m, n, k, mb, nb, b_gsm) = (d("M"), d("N"), d("K"), d("MB"), d("NB"), d("B_GSM"));
+        let bytes = 8.0
+            * (m * k * (n / nb).floor()
+                + k * n * (b_gsm + (1.0 - b_gsm) * (m / mb).floor())
+                + m * n);
+        assert!((best.intensity - 2.0 * m * n * k / bytes).abs() < 1e-9);
+        let html = report.render_html();
+        assert!(html.contains("id=\"roofline\""));
+        assert!(html.contains("id=\"param-MB\""));
+    }
+
+    #[test]
+    fn a_kernel_dir_without_a_tune_toml_leaves_a_note() {
+        let missing = dgemm_dir().join("no-such-kernel");
+        let mut report = JobReport::from_records("job-1", "dgemm", &[], None, &[]);
+        add_kernel_model(&mut report, &missing, &ChipSpec::default());
+        assert!(report.roofline.is_none());
+        let note = report.roofline_note.as_deref().unwrap_or_default();
+        assert!(note.contains("no-such-kernel"), "{note}");
+        assert!(report.render_html().contains("id=\"roofline-note\""));
+    }
+}
