@@ -52,15 +52,38 @@ pub struct CandidateEntry {
 pub struct StatusGroup {
     pub status: CandidateStatus,
     pub count: u64,
-    /// Distinct reasons with how many candidates gave each, most frequent
-    /// first (ties: first seen first).
+    /// Reasons with how many candidates gave one like it, most frequent
+    /// first (ties: first seen first). Reasons that differ only in their
+    /// numbers ("bound 1.3e-3 s cannot beat 7.6e-4 s") count as one, shown
+    /// as the first one seen.
     pub reasons: Vec<(String, u64)>,
+}
+
+/// `reason` with every number replaced by `#`, so reasons of one kind
+/// group together whatever figures they quote.
+fn reason_kind(reason: &str) -> String {
+    let mut kind = String::with_capacity(reason.len());
+    let mut chars = reason.chars().peekable();
+    while let Some(c) = chars.next() {
+        if !c.is_ascii_digit() {
+            kind.push(c);
+            continue;
+        }
+        // Digits, a fraction and an exponent (`1.3280e-3`).
+        while chars.next_if(|c| c.is_ascii_digit() || *c == '.').is_some() {}
+        if chars.next_if(|c| *c == 'e' || *c == 'E').is_some() {
+            chars.next_if(|c| *c == '-' || *c == '+');
+            while chars.next_if(char::is_ascii_digit).is_some() {}
+        }
+        kind.push('#');
+    }
+    kind
 }
 
 /// A record's status with the run behind it: an `invalid` candidate whose
 /// benchmark ran (samples recorded) was timed, one that crashed at
 /// screening was not.
-fn timed(record: &ResultRecord) -> bool {
+pub(crate) fn timed(record: &ResultRecord) -> bool {
     match record.status() {
         CandidateStatus::Benchmarked | CandidateStatus::Flagged => true,
         CandidateStatus::Invalid => !record.samples.is_empty() || record.stats.is_some(),
@@ -175,20 +198,23 @@ pub fn status_groups(candidates: &[CandidateEntry]) -> Vec<StatusGroup> {
     CandidateStatus::ALL
         .into_iter()
         .filter_map(|status| {
-            let mut reasons: Vec<(String, u64)> = Vec::new();
+            // (kind, first reason of that kind, candidates).
+            let mut kinds: Vec<(String, String, u64)> = Vec::new();
             let mut count = 0u64;
             for entry in candidates.iter().filter(|c| c.status == status) {
                 count += 1;
                 let Some(reason) = &entry.reason else {
                     continue;
                 };
-                match reasons.iter_mut().find(|(r, _)| r == reason) {
-                    Some((_, n)) => *n += 1,
-                    None => reasons.push((reason.clone(), 1)),
+                let kind = reason_kind(reason);
+                match kinds.iter_mut().find(|(k, _, _)| *k == kind) {
+                    Some((_, _, n)) => *n += 1,
+                    None => kinds.push((kind, reason.clone(), 1)),
                 }
             }
             // Stable: equal counts keep their first-seen order.
-            reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
+            kinds.sort_by_key(|k| std::cmp::Reverse(k.2));
+            let reasons = kinds.into_iter().map(|(_, first, n)| (first, n)).collect();
             (count > 0).then_some(StatusGroup {
                 status,
                 count,
@@ -247,5 +273,39 @@ mod tests {
         assert_eq!(groups[0].count, 3);
         assert_eq!(groups[0].reasons[0], ("error: unknown type".to_string(), 2));
         assert_eq!(groups[0].reasons[1].0.chars().count(), MAX_REASON_CHARS + 3);
+    }
+
+    #[test]
+    fn reasons_differing_only_in_numbers_group_under_the_first() {
+        let pruned = |reason: &str, t: &str| {
+            let mut r = record(&[("T", t)], CandidateStatus::Pruned, None);
+            r.reason = Some(reason.into());
+            r
+        };
+        let a = pruned(
+            "pruned: roofline bound 1.3280e-3 s cannot beat 7.5781e-4 s",
+            "1",
+        );
+        let b = pruned(
+            "pruned: roofline bound 2.5e-3 s cannot beat 7.5781e-4 s",
+            "2",
+        );
+        let c = pruned("pruned: roofline bound 9 s cannot beat 12.5 s", "3");
+        let d = pruned("pruned: over the AM by 512 bytes", "4");
+        let groups = status_groups(&fold(&[&a, &b, &c, &d]));
+        assert_eq!(
+            groups[0].reasons,
+            [
+                (
+                    "pruned: roofline bound 1.3280e-3 s cannot beat 7.5781e-4 s".to_string(),
+                    3
+                ),
+                ("pruned: over the AM by 512 bytes".to_string(), 1),
+            ]
+        );
+        assert_eq!(
+            reason_kind("kernel.c:12: error 3.5E+2x"),
+            "kernel.c:#: error #x"
+        );
     }
 }

@@ -158,7 +158,7 @@ pub(crate) fn render(report: &JobReport) -> String {
     out.push_str("<h2>Best GFLOPS so far</h2>\n<figure>");
     out.push_str(&svg::best_so_far(report));
     out.push_str(
-        "<figcaption>Each point is one measurement (hollow red: invalid); the line is the best trustworthy figure so far.</figcaption></figure>\n",
+        "<figcaption>Each point is one timed run (hollow red: wrong answer or flagged); the line is the best trustworthy figure so far.</figcaption></figure>\n",
     );
 
     parameters_section(&mut out, report);

@@ -263,8 +263,9 @@ pub fn slice_utilization(
 impl JobReport {
     /// A report of one job from its results-store records (any order).
     ///
+    /// - Measurements (the best-so-far plot): the timed runs.
     /// - Busy intervals: each record's `wall_seconds` ending at its timestamp.
-    /// - Window: from the first busy start (or measurement) to the last one.
+    /// - Window: from the first busy start (or record) to the last one.
     /// - Best and top: trustworthy records (valid, unflagged, with a figure),
     ///   one entry per distinct (kernel hash, parameters), best figure kept.
     /// - Baseline: `baseline` when given; otherwise the earliest trustworthy
@@ -285,8 +286,11 @@ impl JobReport {
         let mut records: Vec<&ResultRecord> = records.iter().collect();
         records.sort_by_key(|r| r.timestamp_ms);
 
+        // Timed runs only: a pruned or screened candidate has no figure to
+        // plot, and would read as a failed measurement.
         let measurements: Vec<MeasurementPoint> = records
             .iter()
+            .filter(|r| candidates::timed(r))
             .map(|r| MeasurementPoint {
                 timestamp_ms: r.timestamp_ms,
                 slice: r.slice_id.clone(),
@@ -313,13 +317,13 @@ impl JobReport {
         let started_at_ms = busy
             .iter()
             .map(|b| b.start_ms)
-            .chain(measurements.iter().map(|m| m.timestamp_ms))
+            .chain(records.iter().map(|r| r.timestamp_ms))
             .min()
             .unwrap_or_default();
         let finished_at_ms = busy
             .iter()
             .map(|b| b.end_ms)
-            .chain(measurements.iter().map(|m| m.timestamp_ms))
+            .chain(records.iter().map(|r| r.timestamp_ms))
             .max()
             .unwrap_or_default();
 

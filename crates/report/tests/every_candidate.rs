@@ -287,6 +287,14 @@ fn every_benchmarked_candidate_has_a_row_and_every_status_its_count() {
     );
     assert!(statuses.contains("1: error: AM overflow"), "{statuses}");
 
+    // The best-so-far plot shows the timed runs only, not the pruned.
+    let over_time = parse_xml(inside(&html, "svg", "best-so-far"));
+    assert_eq!(count_class(&over_time, "circle", "point"), 302);
+    assert_eq!(
+        count_class(&over_time, "circle", "invalid"),
+        2,
+        "flagged and wrong"
+    );
     let others = inside(&html, "table", "other-candidates");
     let other_rows = parse_xml(others).iter().filter(|e| e.0 == "tr").count() - 1;
     assert_eq!(other_rows, 319 - 302);
