@@ -581,7 +581,7 @@ impl AgentProgress {
         if self.finished {
             let skipped = self.assigned.saturating_sub(self.evaluated.len() as u64);
             format!(
-                "done: {best}, {} evaluated ({} benchmarked), {skipped} skipped by the search",
+                "done: {best}, {} ran on the slice ({} benchmarked), {skipped} skipped by the search",
                 self.evaluated.len(),
                 self.benchmarked
             )
@@ -727,7 +727,7 @@ fn observe(event: &v1::AgentEvent, seen: &mut JobObservation, view: &View) {
         bar.set_message(progress.message());
     }
     view.line(&format!(
-        "{} ({}): {}/{} candidates evaluated, {}",
+        "{} ({}): {}/{} candidates ran on the slice, {}",
         event.agent_id,
         progress.slice,
         progress.evaluated.len(),
@@ -918,6 +918,7 @@ async fn run(
     // The same report `mtswarm report JOB` writes, with the demo's own
     // baseline and the slices' busy intervals from the job's events.
     let mut report = crate::report::job_report(&job, &records, Some(baseline.baseline.clone()));
+    report.with_kernel_model(&space, &spec);
     for slice in &slices {
         report.slice_utilization.entry(slice.clone()).or_insert(0.0);
     }
@@ -970,15 +971,12 @@ async fn run(
     } else {
         report.slice_utilization.values().sum::<f64>() / report.slice_utilization.len() as f64
     };
-    // Screened candidates count as evaluated too (the records hold the
-    // full benchmarks only).
-    let evaluated: u64 = seen.agents.values().map(|a| a.evaluated.len() as u64).sum();
+    // Evaluated, benchmarked and valid come from the records (one per
+    // candidate and status), as in `mtswarm report`.
     let assigned: u64 = seen.agents.values().map(|a| a.assigned).sum();
-    let benchmarked = records.len() as u64;
-    report.candidates_evaluated = report.candidates_evaluated.max(evaluated);
     let Some(best) = report.best.clone() else {
         bail!(
-            "job {job_id} recorded {} measurements but none was a trustworthy figure",
+            "job {job_id} recorded {} candidate record(s) but none was a valid benchmark",
             records.len()
         );
     };
@@ -1000,7 +998,6 @@ async fn run(
         value["baseline_source"] = json!(baseline.source);
         value["slices"] = json!(slices);
         value["candidates_assigned"] = json!(assigned);
-        value["candidates_benchmarked"] = json!(benchmarked);
         value["tuning_phase_seconds"] = json!(phase_seconds);
         value["utilization_definition"] = json!(UTILIZATION_DEFINITION);
         println!("{value}");
@@ -1021,8 +1018,8 @@ async fn run(
             );
         }
         println!(
-            "candidates: {assigned} assigned, {} evaluated on hardware, {benchmarked} fully benchmarked",
-            summary.candidates_evaluated
+            "candidates: {assigned} assigned, {} (evaluated: any record; benchmarked: timed run; valid: right answer, unflagged)",
+            report.counts_line()
         );
         if let Some((slice, share)) = &lowest {
             println!(
@@ -1032,7 +1029,10 @@ async fn run(
             );
         }
         println!("HTML report: {}", report_path.display());
-        println!("demo finished in {elapsed:.1} s");
+        println!(
+            "demo finished in {}",
+            mtswarm_report::units::wall_time(elapsed)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

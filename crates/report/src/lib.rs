@@ -2,32 +2,49 @@
 //!
 //! A [`JobReport`] gathers a job's outcome (best parameters, GFLOPS, share of
 //! the modeled peak, the naive baseline and the speedup over it, how many
-//! candidates were evaluated, how busy each slice was) together with the time
-//! series behind it (every measurement, every interval a slice's hardware was
-//! busy). Build one from the results store's records with
-//! [`JobReport::from_records`], or fill the fields directly. Then:
+//! candidates were evaluated, benchmarked and valid, how busy each slice was)
+//! together with what is behind it (every candidate with its status and
+//! reason, every measurement, every interval a slice's hardware was busy).
+//! Build one from the results store's records with
+//! [`JobReport::from_records`], or fill the fields directly; give it the
+//! kernel's tune.toml and chip model with [`JobReport::with_kernel_model`]
+//! for the parameter axes in tune.toml order and the roofline. Then:
 //!
 //! - [`JobReport::render_terminal`]: tables for a terminal (comfy-table);
 //! - [`JobReport::render_html`] / [`JobReport::write_html`]: one
 //!   self-contained XHTML file (no scripts, no network) with inline SVG plots
-//!   of the best-so-far GFLOPS over time and a per-slice timeline of hardware
-//!   use, the top candidates and the summary;
+//!   (best-so-far GFLOPS over time, GFLOPS against each parameter, the
+//!   roofline, a per-slice timeline of hardware use), the candidates by
+//!   status with their reasons, every benchmarked candidate and the summary;
 //! - [`JobReport::summary`]: the [`ReportSummary`] serde struct that
 //!   `mtswarm demo --json` prints.
+//!
+//! Counts use one vocabulary everywhere (see [`candidates`]): *evaluated*
+//! candidates have any record, *benchmarked* ones a timed run, *valid* ones
+//! are benchmarked with the right answer and no plausibility flag.
 //!
 //! [`record_from_measurement`] turns a typed hardware measurement into a
 //! results-store record (the bus crate cannot depend on the hardware crate).
 
+pub mod candidates;
 mod html;
+mod model;
+mod roofline_svg;
+mod scatter_svg;
 mod svg;
 mod terminal;
+pub mod units;
+
+pub use candidates::{CandidateEntry, StatusGroup};
+pub use model::{ParameterAxis, Roofline, RooflinePoint};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use mtswarm_bus::ResultRecord;
 use mtswarm_bus::results::{Provenance, RecordError};
-use mtswarm_hw::Measurement;
+use mtswarm_hw::tune::TuneSpace;
+use mtswarm_hw::{ChipSpec, Measurement};
 use serde::{Deserialize, Serialize};
 
 /// Candidates listed in the top-candidates table when the caller does not say.
@@ -108,12 +125,26 @@ pub struct JobReport {
     pub finished_at_ms: u64,
     pub best: Option<Candidate>,
     pub baseline: Option<Baseline>,
+    /// Distinct candidates with any record (compiled, failed, screened,
+    /// pruned, benchmarked, ...).
     pub candidates_evaluated: u64,
+    /// Distinct candidates with a timed run (benchmarked, flagged, or
+    /// invalid after running).
+    pub candidates_benchmarked: u64,
+    /// Benchmarked candidates with the right answer and no plausibility flag.
     pub valid_candidates: u64,
     /// Slice id -> share (0..1) of the job's window its hardware was busy.
     pub slice_utilization: BTreeMap<String, f64>,
-    /// Best first.
+    /// Best first (at most [`DEFAULT_TOP`]).
     pub top: Vec<Candidate>,
+    /// Every distinct candidate (see [`candidates::fold`] for the order).
+    pub candidates: Vec<CandidateEntry>,
+    /// The x axes of the GFLOPS-per-parameter plots.
+    pub parameters: Vec<ParameterAxis>,
+    /// Present when the kernel's tune.toml has a `[model]` table.
+    pub roofline: Option<Roofline>,
+    /// Why the roofline is missing or what it leaves out.
+    pub roofline_note: Option<String>,
     pub measurements: Vec<MeasurementPoint>,
     pub busy: Vec<BusyInterval>,
 }
@@ -129,8 +160,15 @@ pub struct ReportSummary {
     pub baseline: Option<BaselineSummary>,
     /// best.gflops / baseline.gflops.
     pub speedup_over_naive: Option<f64>,
+    /// Distinct candidates with any record.
     pub candidates_evaluated: u64,
+    /// Distinct candidates with a timed run.
+    pub candidates_benchmarked: u64,
+    /// Benchmarked candidates with the right answer and no plausibility flag.
     pub valid_candidates: u64,
+    /// Status name -> distinct candidates (every candidate counted once, by
+    /// its most telling record).
+    pub candidates_by_status: BTreeMap<String, u64>,
     /// Slice id -> 0..1.
     pub slice_utilization: BTreeMap<String, f64>,
     pub wall_seconds: f64,
@@ -225,13 +263,18 @@ pub fn slice_utilization(
 impl JobReport {
     /// A report of one job from its results-store records (any order).
     ///
+    /// - Measurements (the best-so-far plot): the timed runs.
     /// - Busy intervals: each record's `wall_seconds` ending at its timestamp.
-    /// - Window: from the first busy start (or measurement) to the last one.
+    /// - Window: from the first busy start (or record) to the last one.
     /// - Best and top: trustworthy records (valid, unflagged, with a figure),
     ///   one entry per distinct (kernel hash, parameters), best figure kept.
     /// - Baseline: `baseline` when given; otherwise the earliest trustworthy
     ///   record marked as the tune.toml baseline, else the earliest one
     ///   without parameters (the naive kernel), else none.
+    /// - Candidates: one per distinct (kernel hash, parameters), counted as
+    ///   evaluated / benchmarked / valid (see [`candidates`]); the parameter
+    ///   axes are those that vary among the benchmarked ones until
+    ///   [`JobReport::with_kernel_model`] gives the tune.toml ones.
     /// - `slices`: every slice of the job, so idle ones show with 0.
     pub fn from_records(
         job_id: &str,
@@ -243,8 +286,11 @@ impl JobReport {
         let mut records: Vec<&ResultRecord> = records.iter().collect();
         records.sort_by_key(|r| r.timestamp_ms);
 
+        // Timed runs only: a pruned or screened candidate has no figure to
+        // plot, and would read as a failed measurement.
         let measurements: Vec<MeasurementPoint> = records
             .iter()
+            .filter(|r| candidates::timed(r))
             .map(|r| MeasurementPoint {
                 timestamp_ms: r.timestamp_ms,
                 slice: r.slice_id.clone(),
@@ -271,13 +317,13 @@ impl JobReport {
         let started_at_ms = busy
             .iter()
             .map(|b| b.start_ms)
-            .chain(measurements.iter().map(|m| m.timestamp_ms))
+            .chain(records.iter().map(|r| r.timestamp_ms))
             .min()
             .unwrap_or_default();
         let finished_at_ms = busy
             .iter()
             .map(|b| b.end_ms)
-            .chain(measurements.iter().map(|m| m.timestamp_ms))
+            .chain(records.iter().map(|r| r.timestamp_ms))
             .max()
             .unwrap_or_default();
 
@@ -333,6 +379,10 @@ impl JobReport {
             slice_utilization.entry(slice).or_insert(0.0);
         }
 
+        let candidates = candidates::fold(&records);
+        let count = |keep: fn(&CandidateEntry) -> bool| {
+            candidates.iter().filter(|c| keep(c)).count() as u64
+        };
         JobReport {
             job_id: job_id.to_string(),
             kernel: kernel.to_string(),
@@ -341,13 +391,61 @@ impl JobReport {
             finished_at_ms,
             best: top.first().cloned(),
             baseline,
-            candidates_evaluated: records.len() as u64,
-            valid_candidates: records.iter().filter(|r| r.valid).count() as u64,
+            candidates_evaluated: candidates.len() as u64,
+            candidates_benchmarked: count(|c| c.benchmarked),
+            valid_candidates: count(|c| c.valid),
             slice_utilization,
             top,
+            parameters: model::derived_axes(&candidates),
+            candidates,
+            roofline: None,
+            roofline_note: Some(
+                "no roofline: the report was made without the kernel's tune.toml".to_string(),
+            ),
             measurements,
             busy,
         }
+    }
+
+    /// Adds what the kernel's tune.toml and the chip model know: the
+    /// parameter axes in tune.toml order and the roofline of the valid
+    /// candidates (compute roof: modeled peak of the cores they ran on;
+    /// memory roof: those cores' DDR bandwidth share; intensity: the
+    /// `[model]` flops over bytes). Without a `[model]` table the roofline
+    /// is left out with a note.
+    pub fn with_kernel_model(&mut self, space: &TuneSpace, spec: &ChipSpec) -> &mut Self {
+        self.parameters = model::space_axes(space, &self.candidates);
+        let best = self.best_entry().cloned();
+        let (roofline, note) = model::roofline(space, spec, &self.candidates, best.as_ref());
+        self.roofline = roofline;
+        self.roofline_note = note;
+        self
+    }
+
+    /// The candidate entry of the best, if any.
+    pub fn best_entry(&self) -> Option<&CandidateEntry> {
+        let best = self.best.as_ref()?;
+        self.candidates
+            .iter()
+            .find(|c| c.valid && c.params == best.params && c.kernel_hash == best.kernel_hash)
+    }
+
+    /// Is `entry` the best candidate?
+    pub fn is_best(&self, entry: &CandidateEntry) -> bool {
+        self.best.as_ref().is_some_and(|b| {
+            entry.valid && b.params == entry.params && b.kernel_hash == entry.kernel_hash
+        })
+    }
+
+    /// `6 evaluated, 5 benchmarked, 4 valid`: the counts in the words every
+    /// output uses.
+    pub fn counts_line(&self) -> String {
+        terminal::counts_line(self)
+    }
+
+    /// The candidates by status with their reasons.
+    pub fn status_groups(&self) -> Vec<StatusGroup> {
+        candidates::status_groups(&self.candidates)
     }
 
     /// best.gflops / baseline.gflops, when both exist and the baseline is positive.
@@ -392,7 +490,13 @@ impl JobReport {
             }),
             speedup_over_naive: self.speedup_over_naive(),
             candidates_evaluated: self.candidates_evaluated,
+            candidates_benchmarked: self.candidates_benchmarked,
             valid_candidates: self.valid_candidates,
+            candidates_by_status: self
+                .status_groups()
+                .into_iter()
+                .map(|g| (g.status.as_str().to_string(), g.count))
+                .collect(),
             slice_utilization: self.slice_utilization.clone(),
             wall_seconds: self.wall_seconds(),
             report_path: report_path.map(|p| p.display().to_string()),

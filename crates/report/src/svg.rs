@@ -41,7 +41,7 @@ pub(crate) fn escape(text: &str) -> String {
 }
 
 /// Round tick values covering `0..=max` (about `count` of them).
-fn ticks(max: f64, count: usize) -> Vec<f64> {
+pub(crate) fn ticks(max: f64, count: usize) -> Vec<f64> {
     if !(max.is_finite() && max > 0.0) {
         return vec![0.0];
     }
@@ -58,7 +58,7 @@ fn ticks(max: f64, count: usize) -> Vec<f64> {
         .collect()
 }
 
-fn tick_label(value: f64) -> String {
+pub(crate) fn tick_label(value: f64) -> String {
     if value == 0.0 {
         "0".to_string()
     } else if value.abs() >= 100.0 || value.fract() == 0.0 {

@@ -4,7 +4,16 @@
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, Table};
 
-use crate::{JobReport, params_label};
+use crate::{JobReport, params_label, units};
+
+/// `6 evaluated, 5 benchmarked, 4 valid`: the job's counts in the words
+/// every output uses (see [`crate::candidates`]).
+pub(crate) fn counts_line(report: &JobReport) -> String {
+    format!(
+        "{} evaluated, {} benchmarked, {} valid",
+        report.candidates_evaluated, report.candidates_benchmarked, report.valid_candidates
+    )
+}
 
 fn percent(fraction: Option<f64>) -> String {
     fraction
@@ -50,14 +59,14 @@ pub(crate) fn render(report: &JobReport) -> String {
                 .map(|s| format!("{s:.2}x"))
                 .unwrap_or_else(|| "-".to_string()),
         ),
+        ("candidates", counts_line(report)),
         (
-            "candidates",
-            format!(
-                "{} evaluated, {} valid",
-                report.candidates_evaluated, report.valid_candidates
-            ),
+            "best median time",
+            best.and_then(|b| b.median_seconds)
+                .map(units::seconds)
+                .unwrap_or_else(|| "-".to_string()),
         ),
-        ("wall time", format!("{:.1} s", report.wall_seconds())),
+        ("wall time", units::wall_time(report.wall_seconds())),
     ];
     for (name, value) in rows {
         summary.add_row(vec![name.to_string(), value]);
@@ -69,19 +78,48 @@ pub(crate) fn render(report: &JobReport) -> String {
         slices.add_row(vec![slice.clone(), percent(Some(*share))]);
     }
 
+    let groups = report.status_groups();
+    let mut statuses = table();
+    statuses.set_header(vec!["status", "candidates", "most frequent reason"]);
+    for group in &groups {
+        statuses.add_row(vec![
+            group.status.as_str().to_string(),
+            group.count.to_string(),
+            group
+                .reasons
+                .first()
+                .map(|(reason, n)| format!("{n}: {reason}"))
+                .unwrap_or_else(|| "-".to_string()),
+        ]);
+    }
+    if let Some(column) = statuses.column_mut(1) {
+        column.set_cell_alignment(CellAlignment::Right);
+    }
+
     let mut top = table();
-    top.set_header(vec!["#", "GFLOPS", "% of peak", "params", "slice", "agent"]);
+    top.set_header(vec![
+        "#",
+        "GFLOPS",
+        "% of peak",
+        "median",
+        "params",
+        "slice",
+        "agent",
+    ]);
     for (i, c) in report.top.iter().enumerate() {
         top.add_row(vec![
             (i + 1).to_string(),
             format!("{:.2}", c.gflops),
             percent(c.peak_fraction),
+            c.median_seconds
+                .map(units::seconds)
+                .unwrap_or_else(|| "-".to_string()),
             params_label(&c.params),
             c.slice.clone(),
             c.agent.clone(),
         ]);
     }
-    for column in [1, 2] {
+    for column in [1, 2, 3] {
         if let Some(column) = top.column_mut(column) {
             column.set_cell_alignment(CellAlignment::Right);
         }
@@ -91,6 +129,10 @@ pub(crate) fn render(report: &JobReport) -> String {
     if !report.slice_utilization.is_empty() {
         out.push('\n');
         out.push_str(&slices.to_string());
+    }
+    if !groups.is_empty() {
+        out.push_str("\ncandidates by status\n");
+        out.push_str(&statuses.to_string());
     }
     if !report.top.is_empty() {
         out.push_str("\ntop candidates\n");

@@ -3,7 +3,7 @@
 //! terminal tables and the JSON summary carry the outcome; records convert
 //! from typed measurements and into the tools' `PastResult`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use mtswarm_bus::ResultRecord;
 use mtswarm_bus::results::{Provenance, ResultStats};
@@ -13,7 +13,10 @@ use mtswarm_hw::{BackendKind, Counters, Measurement};
 use mtswarm_report::{
     Baseline, BusyInterval, JobReport, record_from_measurement, slice_utilization,
 };
-use quick_xml::events::{BytesStart, Event};
+
+mod common;
+
+use common::{class_of, inside, parse_xml};
 
 const T0: u64 = 1_800_000_000_000;
 
@@ -170,8 +173,11 @@ fn report_from_records_finds_best_baseline_and_utilization() {
         "the parameterless run is the naive one"
     );
     assert_eq!(report.speedup_over_naive(), Some(12.0));
-    assert_eq!(report.candidates_evaluated, 7);
-    assert_eq!(report.valid_candidates, 6);
+    // Seven records of six candidates (r7 repeats r3); all six ran timed
+    // (r4 with a wrong answer, r6 flagged), four are valid.
+    assert_eq!(report.candidates_evaluated, 6);
+    assert_eq!(report.candidates_benchmarked, 6);
+    assert_eq!(report.valid_candidates, 4);
     // Flagged figures never rank; a repeated configuration is listed once.
     let top: Vec<f64> = report.top.iter().map(|c| c.gflops).collect();
     assert_eq!(top, [120.0, 40.0, 25.0, 10.0]);
@@ -207,76 +213,6 @@ fn overlapping_intervals_count_once_and_are_clamped_to_the_window() {
     assert!((shares["a"] - 0.7).abs() < 1e-9, "{shares:?}");
     assert_eq!(shares["b"], 0.0);
     assert!(slice_utilization(&[busy("a", 0, 10)], 5, 5)["a"] == 0.0);
-}
-
-/// Elements of an XML document, with their attributes, in document order;
-/// fails when the document is not well-formed (unbalanced tags, bad escapes).
-fn parse_xml(text: &str) -> Vec<(String, HashMap<String, String>)> {
-    let mut reader = quick_xml::Reader::from_str(text);
-    let mut elements = Vec::new();
-    let attributes = |e: &BytesStart<'_>| -> HashMap<String, String> {
-        e.attributes()
-            .map(|a| {
-                let a = a.expect("attribute");
-                (
-                    String::from_utf8(a.key.as_ref().to_vec()).expect("utf8 key"),
-                    a.unescape_value().expect("attribute value").into_owned(),
-                )
-            })
-            .collect()
-    };
-    let mut depth = 0i64;
-    loop {
-        match reader.read_event().expect("well-formed XML") {
-            Event::Start(e) => {
-                depth += 1;
-                let name = String::from_utf8(e.name().as_ref().to_vec()).expect("utf8");
-                elements.push((name, attributes(&e)));
-            }
-            Event::Empty(e) => {
-                let name = String::from_utf8(e.name().as_ref().to_vec()).expect("utf8");
-                elements.push((name, attributes(&e)));
-            }
-            Event::End(_) => depth -= 1,
-            Event::Text(t) => {
-                t.decode().expect("text decodes");
-            }
-            // Only XML's predefined entities and character references: an
-            // HTML-only entity such as `&nbsp;` would break XML parsers.
-            Event::GeneralRef(r) => {
-                let name = r.decode().expect("entity name").into_owned();
-                let known = matches!(name.as_str(), "amp" | "lt" | "gt" | "quot" | "apos")
-                    || r.resolve_char_ref().expect("character reference").is_some();
-                assert!(known, "unknown entity &{name};");
-            }
-            Event::Eof => break,
-            _ => {}
-        }
-    }
-    assert_eq!(depth, 0, "every element is closed");
-    elements
-}
-
-fn class_of(element: &(String, HashMap<String, String>)) -> Vec<&str> {
-    element
-        .1
-        .get("class")
-        .map(|c| c.split_whitespace().collect())
-        .unwrap_or_default()
-}
-
-/// Elements between the start of the element with `id` and its end.
-fn inside<'a>(html: &'a str, tag: &str, id: &str) -> &'a str {
-    let attribute = html
-        .find(&format!("id=\"{id}\""))
-        .unwrap_or_else(|| panic!("{tag}#{id} present"));
-    let start = html[..attribute]
-        .rfind(&format!("<{tag}"))
-        .expect("tag start");
-    let end = html[start..]
-        .find(&format!("</{tag}>"))
-        .unwrap_or_else(|| panic!("{tag}#{id} closed"));
-    &html[start..start + end + tag.len() + 3]
 }
 
 #[test]
@@ -365,7 +301,10 @@ fn terminal_tables_show_the_best_params_and_figures() {
     assert!(text.contains("30.0%"), "peak share of the best: {text}");
     assert!(text.contains("12.00x"), "{text}");
     assert!(text.contains("board0/c2"), "idle slice listed: {text}");
-    assert!(text.contains("7 evaluated, 6 valid"), "{text}");
+    assert!(
+        text.contains("6 evaluated, 6 benchmarked, 4 valid"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -386,7 +325,12 @@ fn json_summary_has_the_required_fields_and_the_report_path() {
     assert_eq!(summary["best"]["peak_fraction"], 0.3);
     assert_eq!(summary["baseline"]["gflops"], 10.0);
     assert_eq!(summary["speedup_over_naive"], 12.0);
-    assert_eq!(summary["candidates_evaluated"], 7);
+    assert_eq!(summary["candidates_evaluated"], 6);
+    assert_eq!(summary["candidates_benchmarked"], 6);
+    assert_eq!(summary["valid_candidates"], 4);
+    assert_eq!(summary["candidates_by_status"]["benchmarked"], 4);
+    assert_eq!(summary["candidates_by_status"]["flagged"], 1);
+    assert_eq!(summary["candidates_by_status"]["invalid"], 1);
     let utilization = summary["slice_utilization"].as_object().expect("map");
     assert_eq!(utilization.len(), 3);
     for (slice, share) in utilization {
