@@ -995,6 +995,12 @@ async fn run(
     if cmd.json {
         let mut value = serde_json::to_value(&summary)?;
         value["elapsed_seconds"] = json!(elapsed);
+        // What the job cost in model terms (leader and agents together).
+        value["usage"] = json!(job.usage.as_ref().map(|u| json!({
+            "steps": u.steps,
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+        })));
         value["baseline_source"] = json!(baseline.source);
         value["slices"] = json!(slices);
         value["candidates_assigned"] = json!(assigned);

@@ -160,6 +160,12 @@ fn demo_json_tunes_beats_the_naive_kernel_writes_the_report_and_cleans_up() {
         "{summary}"
     );
     assert!(summary["elapsed_seconds"].as_f64().expect("elapsed") > 0.0);
+    assert!(
+        summary["usage"]["prompt_tokens"]
+            .as_u64()
+            .is_some_and(|t| t > 0),
+        "the job's model usage: {summary:#}"
+    );
 
     let path = summary["report_path"].as_str().expect("report_path");
     assert_eq!(
