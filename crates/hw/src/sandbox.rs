@@ -13,7 +13,11 @@
 //!   `fork`, `vfork` or process-creating `clone` (threads still work), so a
 //!   launch has no descendants that could outlive it;
 //! - a new network namespace when the process may create one (root, as on
-//!   CI and the farm's hosts): no interface, so nothing is reachable.
+//!   CI and the farm's hosts): no interface, so nothing is reachable;
+//! - a new PID namespace for every spawned program ([`pidns`]), so no
+//!   descendant outlives it, `setsid` or not;
+//! - for builds, a process-count limit ([`pids`]: a pids cgroup, else
+//!   `RLIMIT_NPROC`).
 //!
 //! Rulesets and filters are prepared in the parent; the child only makes the
 //! async-signal-safe system calls that apply them, between fork and exec.
@@ -35,6 +39,13 @@ use seccompiler::{
 
 use crate::HwError;
 
+pub mod pidns;
+pub mod pids;
+
+/// Processes and threads a build command may run at once (gcc's driver,
+/// cc1, as and ld need a handful).
+pub const BUILD_MAX_PROCESSES: u32 = 256;
+
 /// What a confined process may touch.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Policy {
@@ -44,6 +55,9 @@ pub struct Policy {
     pub write: Vec<PathBuf>,
     /// No fork/vfork/clone of processes (threads are fine): for launches.
     pub no_processes: bool,
+    /// At most this many processes and threads at once ([`pids`]): for
+    /// builds, which must fork but not without end.
+    pub max_processes: Option<u32>,
 }
 
 /// System trees every confined program needs to start (dynamic loader,
@@ -241,6 +255,20 @@ impl Prepared {
     }
 }
 
+/// The install tree of a toolchain program given by path (`/opt/cc/bin/gcc`
+/// -> `/opt/cc`, a wrapper script -> its directory), which its build steps
+/// must read; `None` for a bare name found on `PATH` (the system trees).
+pub fn toolchain_root(program: &str) -> Option<PathBuf> {
+    if !program.contains('/') {
+        return None;
+    }
+    let dir = std::fs::canonicalize(program).ok()?.parent()?.to_path_buf();
+    match dir.file_name() {
+        Some(name) if name == "bin" => dir.parent().map(Path::to_path_buf),
+        _ => Some(dir),
+    }
+}
+
 /// The policy of a launch in `dir`: it reads and writes its own directory
 /// and reads the system libraries; no processes, no network.
 pub fn launch_policy(dir: &Path) -> Policy {
@@ -248,6 +276,7 @@ pub fn launch_policy(dir: &Path) -> Policy {
         read: Vec::new(),
         write: vec![dir.to_path_buf()],
         no_processes: true,
+        max_processes: None,
     }
 }
 
@@ -258,5 +287,6 @@ pub fn build_policy(cwd: &Path, read: &[PathBuf]) -> Policy {
         read: read.to_vec(),
         write: vec![cwd.to_path_buf()],
         no_processes: false,
+        max_processes: Some(BUILD_MAX_PROCESSES),
     }
 }

@@ -57,7 +57,13 @@
 //!
 //! Every step runs in its own process group, killed as a group when its
 //! time-out (counted from process start) expires, with resource limits
-//! ([`ProcessLimits`]) applied to the spawned process.
+//! ([`ProcessLimits`]) applied to the spawned process, and in its own PID
+//! namespace where the host allows one ([`crate::sandbox::pidns`]), so
+//! nothing it starts outlives it. Builds, and launches that run on this
+//! host (no launch prefix), are confined by [`crate::sandbox`] too: they
+//! read the SDK's install tree, write only their build directory and have
+//! no network; builds get a process-count limit, and local launches may
+//! start no processes.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -504,6 +510,16 @@ pub async fn run_confined(
         .process_group(0)
         .kill_on_drop(true);
     let limits = limits.clone();
+    let pid_namespace = crate::sandbox::pidns::available();
+    // Removes its cgroup when dropped, after the child has been waited for.
+    let process_cap = std::sync::Arc::new(
+        limits
+            .sandbox
+            .as_ref()
+            .and_then(|p| p.max_processes)
+            .map(crate::sandbox::pids::ProcessCap::new),
+    );
+    let child_cap = std::sync::Arc::clone(&process_cap);
     let sandbox = match &limits.sandbox {
         Some(policy) => Some((
             policy.prepare()?,
@@ -512,7 +528,8 @@ pub async fn run_confined(
         None => None,
     };
     // SAFETY: the closure only calls setrlimit, nice and the sandbox's
-    // system calls, which are async-signal-safe, and allocates nothing.
+    // system calls (open/write of a prepared cgroup path, unshare, fork,
+    // waitpid, prctl), which are async-signal-safe, and allocates nothing.
     unsafe {
         command.pre_exec(move || {
             if let Some(increment) = limits.nice {
@@ -534,6 +551,14 @@ pub async fn run_confined(
             }
             if let Some(v) = limits.open_files {
                 set_limit(libc::RLIMIT_NOFILE, v)?;
+            }
+            // Joined before anything forks, so every descendant counts.
+            if let Some(cap) = child_cap.as_ref() {
+                cap.apply_in_child()?;
+            }
+            if pid_namespace {
+                // Returns in the program's own process only (see pidns).
+                crate::sandbox::pidns::enter_in_child()?;
             }
             if let Some((prepared, netns)) = &sandbox {
                 prepared.apply_in_child(*netns)?;
@@ -588,6 +613,8 @@ pub async fn run_confined(
     };
     let stdout = collect(stdout).await;
     let stderr = collect(stderr).await;
+    drop(command);
+    drop(process_cap);
     Ok(ProcessOutput {
         status,
         stdout,
