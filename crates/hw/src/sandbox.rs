@@ -73,6 +73,10 @@ const SYSTEM_READ: &[&str] = &[
     "/sys/devices/system/cpu",
 ];
 
+/// Writable by every confined program: compilers and shells send output
+/// they do not want there.
+const SYSTEM_WRITE: &[&str] = &["/dev/null"];
+
 /// A policy prepared for one spawn: the Landlock ruleset fd and the seccomp
 /// programs, ready to apply in the child.
 #[derive(Debug)]
@@ -120,7 +124,14 @@ impl Policy {
                     read_paths,
                     AccessFs::from_read(abi) | AccessFs::Execute,
                 ))?
-                .add_rules(path_beneath_rules(&self.write, AccessFs::from_all(abi)))?;
+                .add_rules(path_beneath_rules(
+                    self.write
+                        .iter()
+                        .map(PathBuf::as_path)
+                        .chain(SYSTEM_WRITE.iter().map(Path::new))
+                        .filter(|p| p.exists()),
+                    AccessFs::from_all(abi),
+                ))?;
             Ok(created.into())
         };
         match build() {

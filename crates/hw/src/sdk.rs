@@ -142,6 +142,12 @@ pub struct SdkConfig {
     pub toolchain_label: Option<String>,
     /// Output kept per stream; the rest is drained and dropped.
     pub max_output_bytes: usize,
+    /// Further trees the confined builds and local launches may read
+    /// (besides the kernel directory, `sdk_root`, `include_dirs` and the
+    /// system trees), e.g. a licence file.
+    pub sandbox_read: Vec<PathBuf>,
+    /// Paths a local launch may also write, e.g. the board's device nodes.
+    pub sandbox_write: Vec<PathBuf>,
 }
 
 impl Default for SdkConfig {
@@ -204,6 +210,8 @@ impl Default for SdkConfig {
             limits: ProcessLimits::default(),
             toolchain_label: None,
             max_output_bytes: 4 << 20,
+            sandbox_read: Vec::new(),
+            sandbox_write: Vec::new(),
         }
     }
 }
@@ -837,19 +845,36 @@ impl SdkBoard {
         format!("{} (sdk)", words.join(" "))
     }
 
+    /// The SDK's own trees every confined step may read.
+    fn sdk_reads(&self) -> Vec<PathBuf> {
+        let mut reads: Vec<PathBuf> = self.config.sdk_root.iter().cloned().collect();
+        reads.extend(self.config.include_dirs.iter().cloned());
+        reads.extend(self.config.sandbox_read.iter().cloned());
+        reads
+    }
+
+    /// A build step: confined to the kernel directory, the SDK's trees and
+    /// the tool's own install tree, writing only the build directory, with
+    /// a process-count limit.
     async fn step(
         &self,
         name: &str,
         argv: &[String],
         cwd: &Path,
+        kernel_dir: &Path,
     ) -> Result<ProcessOutput, HwError> {
         let timeout = Duration::from_secs(self.config.build_timeout_seconds.max(1));
+        let mut reads = self.sdk_reads();
+        reads.push(kernel_dir.to_path_buf());
+        reads.extend(argv.first().and_then(|p| crate::sandbox::toolchain_root(p)));
+        let mut limits = self.config.limits.clone();
+        limits.sandbox = Some(crate::sandbox::build_policy(cwd, &reads));
         let output = run_confined(
             argv,
             cwd,
             &self.config.env,
             timeout,
-            &self.config.limits,
+            &limits,
             self.config.max_output_bytes,
         )
         .await
@@ -908,7 +933,7 @@ impl Board for SdkBoard {
         ];
         for (name, template) in steps {
             let argv = expansion.expand(template);
-            let output = self.step(name, &argv, &out_dir).await?;
+            let output = self.step(name, &argv, &out_dir, &kernel_dir).await?;
             let text = format!("{}{}", output.stdout, output.stderr);
             if !text.trim().is_empty() {
                 log.push_str(&format!("[{name}]\n{}\n", text.trim_end()));
@@ -968,6 +993,20 @@ impl Board for SdkBoard {
         if limits.cpu_seconds.is_none() {
             // A local harness cannot burn more CPU than its wall budget.
             limits.cpu_seconds = Some(request.timeout.as_secs().saturating_add(5));
+        }
+        if self.config.launch_prefix.is_empty() {
+            // The harness runs on this host: the emulator's launch policy
+            // (its own directory, no network, no processes), plus the SDK's
+            // trees and what the site names (device nodes).
+            let mut policy = crate::sandbox::launch_policy(&artifact.dir);
+            policy.read.extend(self.sdk_reads());
+            policy
+                .read
+                .extend(argv.first().and_then(|p| crate::sandbox::toolchain_root(p)));
+            policy
+                .write
+                .extend(self.config.sandbox_write.iter().cloned());
+            limits.sandbox = Some(policy);
         }
         let output = run_confined(
             &argv,

@@ -24,8 +24,9 @@ struct Setup {
 
 fn setup(timeout_s: u64) -> Setup {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let log = tmp.path().join("argv.log");
     let out_dir = tmp.path().join("build");
+    // Inside the build directory: a build step writes nothing else.
+    let log = out_dir.join("argv.log");
     let kernel_dir = tmp.path().join("kernel");
     std::fs::create_dir_all(&kernel_dir).expect("kernel dir");
     for f in ["kernel.c", "host.c"] {
