@@ -348,7 +348,11 @@ async fn compile_step(
     reads: &[PathBuf],
 ) -> Result<String, HwError> {
     let mut reads = reads.to_vec();
-    reads.extend(argv.first().and_then(|p| crate::sandbox::toolchain_root(p)));
+    let path = std::env::var("PATH").ok();
+    reads.extend(
+        argv.first()
+            .and_then(|p| crate::sandbox::toolchain_root(p, path.as_deref())),
+    );
     let limits = ProcessLimits {
         sandbox: Some(crate::sandbox::build_policy(cwd, &reads)),
         ..ProcessLimits::default()

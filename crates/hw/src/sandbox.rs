@@ -266,14 +266,18 @@ impl Prepared {
     }
 }
 
-/// The install tree of a toolchain program given by path (`/opt/cc/bin/gcc`
-/// -> `/opt/cc`, a wrapper script -> its directory), which its build steps
-/// must read; `None` for a bare name found on `PATH` (the system trees).
-pub fn toolchain_root(program: &str) -> Option<PathBuf> {
-    if !program.contains('/') {
-        return None;
-    }
-    let dir = std::fs::canonicalize(program).ok()?.parent()?.to_path_buf();
+/// The install tree of a toolchain program (`/opt/cc/bin/gcc` -> `/opt/cc`,
+/// a wrapper script -> its directory), which its build steps must read. A
+/// bare name is looked up in `search_path` (the step's `PATH`).
+pub fn toolchain_root(program: &str, search_path: Option<&str>) -> Option<PathBuf> {
+    let found = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        std::env::split_paths(search_path?)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())?
+    };
+    let dir = std::fs::canonicalize(found).ok()?.parent()?.to_path_buf();
     match dir.file_name() {
         Some(name) if name == "bin" => dir.parent().map(Path::to_path_buf),
         _ => Some(dir),

@@ -853,6 +853,15 @@ impl SdkBoard {
         reads
     }
 
+    /// The install tree of a step's program, found on the step's `PATH`.
+    fn program_root(&self, argv: &[String]) -> Option<PathBuf> {
+        let path = match self.config.env.get("PATH") {
+            Some(p) => Some(p.clone()),
+            None => std::env::var("PATH").ok(),
+        };
+        crate::sandbox::toolchain_root(argv.first()?, path.as_deref())
+    }
+
     /// A build step: confined to the kernel directory, the SDK's trees and
     /// the tool's own install tree, writing only the build directory, with
     /// a process-count limit.
@@ -866,7 +875,7 @@ impl SdkBoard {
         let timeout = Duration::from_secs(self.config.build_timeout_seconds.max(1));
         let mut reads = self.sdk_reads();
         reads.push(kernel_dir.to_path_buf());
-        reads.extend(argv.first().and_then(|p| crate::sandbox::toolchain_root(p)));
+        reads.extend(self.program_root(argv));
         let mut limits = self.config.limits.clone();
         limits.sandbox = Some(crate::sandbox::build_policy(cwd, &reads));
         let output = run_confined(
@@ -1000,9 +1009,7 @@ impl Board for SdkBoard {
             // trees and what the site names (device nodes).
             let mut policy = crate::sandbox::launch_policy(&artifact.dir);
             policy.read.extend(self.sdk_reads());
-            policy
-                .read
-                .extend(argv.first().and_then(|p| crate::sandbox::toolchain_root(p)));
+            policy.read.extend(self.program_root(&argv));
             policy
                 .write
                 .extend(self.config.sandbox_write.iter().cloned());
