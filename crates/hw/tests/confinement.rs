@@ -1,5 +1,7 @@
 //! Nothing a build or launch starts outlives it, and a build cannot fork
-//! without end: a compiler wrapper that leaves a `setsid` grandchild behind,
+//! without end: a step and a compiler wrapper that leave a `setsid`
+//! grandchild behind (for builds the PID namespace and the build cgroup's
+//! removal each end it),
 //! one that tries to fork 10,000 processes, exit statuses and signals through
 //! the PID namespace, a missing compiler, and a confined local launch of the
 //! sdk backend. Real gcc, real shells, real processes.
@@ -150,6 +152,34 @@ async fn a_setsid_grandchild_of_the_compiler_dies_with_the_build() {
         .await
         .expect("runs");
     assert!(outcome.valid, "{:?}", outcome.error);
+}
+
+#[tokio::test]
+async fn a_setsid_grandchild_of_any_step_dies_with_it() {
+    // No sandbox policy, so no build cgroup: the PID namespace alone.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let token = format!("300.{}", unique_token());
+    let script = format!(
+        "setsid sh -c 'echo started > marker.tmp; mv marker.tmp marker; exec sleep {token}' \
+         </dev/null >/dev/null 2>&1 &\nwhile [ ! -s marker ]; do :; done"
+    );
+    let out = run_confined(
+        &["sh".to_owned(), "-c".to_owned(), script],
+        tmp.path(),
+        &BTreeMap::new(),
+        Duration::from_secs(20),
+        &ProcessLimits::default(),
+        1 << 16,
+    )
+    .await
+    .expect("runs");
+    assert!(out.status.success(), "{out:?}");
+    assert!(tmp.path().join("marker").exists(), "the orphan started");
+    let left = wait_until_gone(&token).await;
+    assert!(
+        left.is_empty(),
+        "setsid grandchild {left:?} outlived its step"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
