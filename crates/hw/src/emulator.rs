@@ -337,16 +337,24 @@ fn check_defines(defines: &BTreeMap<String, String>) -> Result<(), HwError> {
 /// Run one compiler command; its diagnostics become the error on failure.
 ///
 /// The compiler is confined ([`crate::sandbox::build_policy`]): it reads
-/// `reads` and the toolchain's own files, writes only `cwd`, and has no
-/// network and none of the daemon's environment.
+/// `reads` and the toolchain's own files (the system trees, or the install
+/// tree of a compiler given by path), writes only `cwd`, has no network and
+/// none of the daemon's environment, runs in its own PID namespace and may
+/// not start more than [`crate::sandbox::BUILD_MAX_PROCESSES`] processes.
 async fn compile_step(
     argv: Vec<String>,
     cwd: &Path,
     what: &str,
     reads: &[PathBuf],
 ) -> Result<String, HwError> {
+    let mut reads = reads.to_vec();
+    let path = std::env::var("PATH").ok();
+    reads.extend(
+        argv.first()
+            .and_then(|p| crate::sandbox::toolchain_root(p, path.as_deref())),
+    );
     let limits = ProcessLimits {
-        sandbox: Some(crate::sandbox::build_policy(cwd, reads)),
+        sandbox: Some(crate::sandbox::build_policy(cwd, &reads)),
         ..ProcessLimits::default()
     };
     let out = run_confined(

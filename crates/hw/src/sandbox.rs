@@ -13,7 +13,11 @@
 //!   `fork`, `vfork` or process-creating `clone` (threads still work), so a
 //!   launch has no descendants that could outlive it;
 //! - a new network namespace when the process may create one (root, as on
-//!   CI and the farm's hosts): no interface, so nothing is reachable.
+//!   CI and the farm's hosts): no interface, so nothing is reachable;
+//! - a new PID namespace for every spawned program ([`pidns`]), so no
+//!   descendant outlives it, `setsid` or not;
+//! - for builds, a process-count limit ([`pids`]: a pids cgroup, else
+//!   `RLIMIT_NPROC`).
 //!
 //! Rulesets and filters are prepared in the parent; the child only makes the
 //! async-signal-safe system calls that apply them, between fork and exec.
@@ -35,6 +39,13 @@ use seccompiler::{
 
 use crate::HwError;
 
+pub mod pidns;
+pub mod pids;
+
+/// Processes and threads a build command may run at once (gcc's driver,
+/// cc1, as and ld need a handful).
+pub const BUILD_MAX_PROCESSES: u32 = 256;
+
 /// What a confined process may touch.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Policy {
@@ -44,6 +55,9 @@ pub struct Policy {
     pub write: Vec<PathBuf>,
     /// No fork/vfork/clone of processes (threads are fine): for launches.
     pub no_processes: bool,
+    /// At most this many processes and threads at once ([`pids`]): for
+    /// builds, which must fork but not without end.
+    pub max_processes: Option<u32>,
 }
 
 /// System trees every confined program needs to start (dynamic loader,
@@ -58,6 +72,10 @@ const SYSTEM_READ: &[&str] = &[
     "/dev/urandom",
     "/sys/devices/system/cpu",
 ];
+
+/// Writable by every confined program: compilers and shells send output
+/// they do not want there.
+const SYSTEM_WRITE: &[&str] = &["/dev/null"];
 
 /// A policy prepared for one spawn: the Landlock ruleset fd and the seccomp
 /// programs, ready to apply in the child.
@@ -106,7 +124,14 @@ impl Policy {
                     read_paths,
                     AccessFs::from_read(abi) | AccessFs::Execute,
                 ))?
-                .add_rules(path_beneath_rules(&self.write, AccessFs::from_all(abi)))?;
+                .add_rules(path_beneath_rules(
+                    self.write
+                        .iter()
+                        .map(PathBuf::as_path)
+                        .chain(SYSTEM_WRITE.iter().map(Path::new))
+                        .filter(|p| p.exists()),
+                    AccessFs::from_all(abi),
+                ))?;
             Ok(created.into())
         };
         match build() {
@@ -241,6 +266,24 @@ impl Prepared {
     }
 }
 
+/// The install tree of a toolchain program (`/opt/cc/bin/gcc` -> `/opt/cc`,
+/// a wrapper script -> its directory), which its build steps must read. A
+/// bare name is looked up in `search_path` (the step's `PATH`).
+pub fn toolchain_root(program: &str, search_path: Option<&str>) -> Option<PathBuf> {
+    let found = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        std::env::split_paths(search_path?)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())?
+    };
+    let dir = std::fs::canonicalize(found).ok()?.parent()?.to_path_buf();
+    match dir.file_name() {
+        Some(name) if name == "bin" => dir.parent().map(Path::to_path_buf),
+        _ => Some(dir),
+    }
+}
+
 /// The policy of a launch in `dir`: it reads and writes its own directory
 /// and reads the system libraries; no processes, no network.
 pub fn launch_policy(dir: &Path) -> Policy {
@@ -248,6 +291,7 @@ pub fn launch_policy(dir: &Path) -> Policy {
         read: Vec::new(),
         write: vec![dir.to_path_buf()],
         no_processes: true,
+        max_processes: None,
     }
 }
 
@@ -258,5 +302,6 @@ pub fn build_policy(cwd: &Path, read: &[PathBuf]) -> Policy {
         read: read.to_vec(),
         write: vec![cwd.to_path_buf()],
         no_processes: false,
+        max_processes: Some(BUILD_MAX_PROCESSES),
     }
 }

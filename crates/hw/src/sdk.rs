@@ -57,7 +57,13 @@
 //!
 //! Every step runs in its own process group, killed as a group when its
 //! time-out (counted from process start) expires, with resource limits
-//! ([`ProcessLimits`]) applied to the spawned process.
+//! ([`ProcessLimits`]) applied to the spawned process, and in its own PID
+//! namespace where the host allows one ([`crate::sandbox::pidns`]), so
+//! nothing it starts outlives it. Builds, and launches that run on this
+//! host (no launch prefix), are confined by [`crate::sandbox`] too: they
+//! read the SDK's install tree, write only their build directory and have
+//! no network; builds get a process-count limit, and local launches may
+//! start no processes.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -136,6 +142,12 @@ pub struct SdkConfig {
     pub toolchain_label: Option<String>,
     /// Output kept per stream; the rest is drained and dropped.
     pub max_output_bytes: usize,
+    /// Further trees the confined builds and local launches may read
+    /// (besides the kernel directory, `sdk_root`, `include_dirs` and the
+    /// system trees), e.g. a licence file.
+    pub sandbox_read: Vec<PathBuf>,
+    /// Paths a local launch may also write, e.g. the board's device nodes.
+    pub sandbox_write: Vec<PathBuf>,
 }
 
 impl Default for SdkConfig {
@@ -198,6 +210,8 @@ impl Default for SdkConfig {
             limits: ProcessLimits::default(),
             toolchain_label: None,
             max_output_bytes: 4 << 20,
+            sandbox_read: Vec::new(),
+            sandbox_write: Vec::new(),
         }
     }
 }
@@ -504,6 +518,16 @@ pub async fn run_confined(
         .process_group(0)
         .kill_on_drop(true);
     let limits = limits.clone();
+    let pid_namespace = crate::sandbox::pidns::available();
+    // Removes its cgroup when dropped, after the child has been waited for.
+    let process_cap = std::sync::Arc::new(
+        limits
+            .sandbox
+            .as_ref()
+            .and_then(|p| p.max_processes)
+            .map(crate::sandbox::pids::ProcessCap::new),
+    );
+    let child_cap = std::sync::Arc::clone(&process_cap);
     let sandbox = match &limits.sandbox {
         Some(policy) => Some((
             policy.prepare()?,
@@ -512,7 +536,8 @@ pub async fn run_confined(
         None => None,
     };
     // SAFETY: the closure only calls setrlimit, nice and the sandbox's
-    // system calls, which are async-signal-safe, and allocates nothing.
+    // system calls (open/write of a prepared cgroup path, unshare, fork,
+    // waitpid, prctl), which are async-signal-safe, and allocates nothing.
     unsafe {
         command.pre_exec(move || {
             if let Some(increment) = limits.nice {
@@ -534,6 +559,14 @@ pub async fn run_confined(
             }
             if let Some(v) = limits.open_files {
                 set_limit(libc::RLIMIT_NOFILE, v)?;
+            }
+            // Joined before anything forks, so every descendant counts.
+            if let Some(cap) = child_cap.as_ref() {
+                cap.apply_in_child()?;
+            }
+            if pid_namespace {
+                // Returns in the program's own process only (see pidns).
+                crate::sandbox::pidns::enter_in_child()?;
             }
             if let Some((prepared, netns)) = &sandbox {
                 prepared.apply_in_child(*netns)?;
@@ -588,6 +621,8 @@ pub async fn run_confined(
     };
     let stdout = collect(stdout).await;
     let stderr = collect(stderr).await;
+    drop(command);
+    drop(process_cap);
     Ok(ProcessOutput {
         status,
         stdout,
@@ -810,19 +845,45 @@ impl SdkBoard {
         format!("{} (sdk)", words.join(" "))
     }
 
+    /// The SDK's own trees every confined step may read.
+    fn sdk_reads(&self) -> Vec<PathBuf> {
+        let mut reads: Vec<PathBuf> = self.config.sdk_root.iter().cloned().collect();
+        reads.extend(self.config.include_dirs.iter().cloned());
+        reads.extend(self.config.sandbox_read.iter().cloned());
+        reads
+    }
+
+    /// The install tree of a step's program, found on the step's `PATH`.
+    fn program_root(&self, argv: &[String]) -> Option<PathBuf> {
+        let path = match self.config.env.get("PATH") {
+            Some(p) => Some(p.clone()),
+            None => std::env::var("PATH").ok(),
+        };
+        crate::sandbox::toolchain_root(argv.first()?, path.as_deref())
+    }
+
+    /// A build step: confined to the kernel directory, the SDK's trees and
+    /// the tool's own install tree, writing only the build directory, with
+    /// a process-count limit.
     async fn step(
         &self,
         name: &str,
         argv: &[String],
         cwd: &Path,
+        kernel_dir: &Path,
     ) -> Result<ProcessOutput, HwError> {
         let timeout = Duration::from_secs(self.config.build_timeout_seconds.max(1));
+        let mut reads = self.sdk_reads();
+        reads.push(kernel_dir.to_path_buf());
+        reads.extend(self.program_root(argv));
+        let mut limits = self.config.limits.clone();
+        limits.sandbox = Some(crate::sandbox::build_policy(cwd, &reads));
         let output = run_confined(
             argv,
             cwd,
             &self.config.env,
             timeout,
-            &self.config.limits,
+            &limits,
             self.config.max_output_bytes,
         )
         .await
@@ -881,7 +942,7 @@ impl Board for SdkBoard {
         ];
         for (name, template) in steps {
             let argv = expansion.expand(template);
-            let output = self.step(name, &argv, &out_dir).await?;
+            let output = self.step(name, &argv, &out_dir, &kernel_dir).await?;
             let text = format!("{}{}", output.stdout, output.stderr);
             if !text.trim().is_empty() {
                 log.push_str(&format!("[{name}]\n{}\n", text.trim_end()));
@@ -941,6 +1002,18 @@ impl Board for SdkBoard {
         if limits.cpu_seconds.is_none() {
             // A local harness cannot burn more CPU than its wall budget.
             limits.cpu_seconds = Some(request.timeout.as_secs().saturating_add(5));
+        }
+        if self.config.launch_prefix.is_empty() {
+            // The harness runs on this host: the emulator's launch policy
+            // (its own directory, no network, no processes), plus the SDK's
+            // trees and what the site names (device nodes).
+            let mut policy = crate::sandbox::launch_policy(&artifact.dir);
+            policy.read.extend(self.sdk_reads());
+            policy.read.extend(self.program_root(&argv));
+            policy
+                .write
+                .extend(self.config.sandbox_write.iter().cloned());
+            limits.sandbox = Some(policy);
         }
         let output = run_confined(
             &argv,

@@ -24,8 +24,9 @@ struct Setup {
 
 fn setup(timeout_s: u64) -> Setup {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let log = tmp.path().join("argv.log");
     let out_dir = tmp.path().join("build");
+    // Inside the build directory: a build step writes nothing else.
+    let log = out_dir.join("argv.log");
     let kernel_dir = tmp.path().join("kernel");
     std::fs::create_dir_all(&kernel_dir).expect("kernel dir");
     for f in ["kernel.c", "host.c"] {
@@ -450,6 +451,16 @@ async fn confined_processes_can_run_at_a_lower_cpu_priority() {
     assert_eq!(lowered, (inherited + 5).min(19));
 }
 
+/// A shell script that starts `command` in the background and writes its
+/// pid as the host sees it to `pidfile` (`$!` is a pid inside the step's
+/// own PID namespace; /proc is the host's), then waits.
+fn host_pid_script(pidfile: &Path, command: &str) -> String {
+    format!(
+        "sh -c 'read -r pid rest < /proc/self/stat; echo $pid > {}.tmp; mv {0}.tmp {0}; exec {command}' & wait",
+        pidfile.display()
+    )
+}
+
 /// True while `pid` is alive (not gone, not a zombie).
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -465,7 +476,7 @@ fn alive(pid: i32) -> bool {
 async fn timeout_kills_grandchildren_in_the_group() {
     let tmp = tempfile::tempdir().expect("tmp");
     let pidfile = tmp.path().join("pid");
-    let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
+    let script = host_pid_script(&pidfile, "sleep 60");
     let err = mtswarm_hw::sdk::run_confined(
         &argv(&["sh", "-c", &script]),
         tmp.path(),
@@ -493,7 +504,7 @@ async fn timeout_kills_grandchildren_in_the_group() {
 async fn abandoning_a_run_kills_its_process_group() {
     let tmp = tempfile::tempdir().expect("tmp");
     let pidfile = tmp.path().join("pid");
-    let script = format!("sleep 60 & echo $! > {}; wait", pidfile.display());
+    let script = host_pid_script(&pidfile, "sleep 60");
     let cwd = tmp.path().to_path_buf();
     let run = tokio::spawn(async move {
         mtswarm_hw::sdk::run_confined(
