@@ -283,8 +283,19 @@ impl JobReport {
         baseline: Option<Baseline>,
         slices: &[String],
     ) -> JobReport {
-        let mut records: Vec<&ResultRecord> = records.iter().collect();
-        records.sort_by_key(|r| r.timestamp_ms);
+        let mut all_records: Vec<&ResultRecord> = records.iter().collect();
+        all_records.sort_by_key(|r| r.timestamp_ms);
+        // The tune.toml baseline is the reference the candidates are
+        // compared with, not one of them: it only keeps its slice busy.
+        let marked_baseline = all_records
+            .iter()
+            .copied()
+            .find(|r| r.baseline && r.trustworthy());
+        let records: Vec<&ResultRecord> = all_records
+            .iter()
+            .copied()
+            .filter(|r| !r.baseline)
+            .collect();
 
         // Timed runs only: a pruned or screened candidate has no figure to
         // plot, and would read as a failed measurement.
@@ -300,7 +311,7 @@ impl JobReport {
                 params: r.params.clone(),
             })
             .collect();
-        let busy: Vec<BusyInterval> = records
+        let busy: Vec<BusyInterval> = all_records
             .iter()
             .filter(|r| r.wall_seconds > 0.0)
             .map(|r| {
@@ -317,13 +328,13 @@ impl JobReport {
         let started_at_ms = busy
             .iter()
             .map(|b| b.start_ms)
-            .chain(records.iter().map(|r| r.timestamp_ms))
+            .chain(all_records.iter().map(|r| r.timestamp_ms))
             .min()
             .unwrap_or_default();
         let finished_at_ms = busy
             .iter()
             .map(|b| b.end_ms)
-            .chain(records.iter().map(|r| r.timestamp_ms))
+            .chain(all_records.iter().map(|r| r.timestamp_ms))
             .max()
             .unwrap_or_default();
 
@@ -356,7 +367,7 @@ impl JobReport {
         // Only a real reference: a speed-up over "the first candidate that
         // happened to run" says nothing.
         let baseline = baseline.or_else(|| {
-            let marked = trustworthy.iter().find(|r| r.baseline);
+            let marked = marked_baseline.as_ref();
             let naive = trustworthy.iter().find(|r| r.params.is_empty());
             let (record, description) = match (marked, naive) {
                 (Some(r), _) => (r, "tune.toml baseline"),

@@ -492,3 +492,41 @@ fn sample_report_renders_to_png_when_chromium_is_installed() {
     let bytes = std::fs::read(&png).expect("png written");
     assert!(bytes.starts_with(b"\x89PNG"), "a PNG image");
 }
+
+#[test]
+fn a_recorded_baseline_is_the_reference_and_no_candidate() {
+    let mut records = sample_records();
+    let mut naive = record(
+        "base",
+        "board0/c0",
+        "agent-a",
+        params(&[("VARIANT", "naive")]),
+        Some(4.0),
+        1,
+        1.0,
+    );
+    naive.baseline = true;
+    records.push(naive);
+    let report = JobReport::from_records("job-42", "dgemm", &records, None, &[]);
+    let baseline = report.baseline.as_ref().expect("baseline");
+    assert_eq!(
+        baseline.gflops, 4.0,
+        "the marked record, not the parameterless one"
+    );
+    assert_eq!(baseline.description, "tune.toml baseline");
+    assert_eq!(report.speedup_over_naive(), Some(30.0));
+    // The same six candidates as without it.
+    assert_eq!(report.candidates_evaluated, 6);
+    assert_eq!(report.candidates_benchmarked, 6);
+    assert_eq!(report.valid_candidates, 4);
+    assert!(report.top.iter().all(|c| c.params.get("VARIANT").is_none()));
+    assert!(
+        report
+            .candidates
+            .iter()
+            .all(|c| c.params.get("VARIANT").is_none()),
+        "the baseline is not listed among the candidates"
+    );
+    // Its slice time still counts as busy: the window starts with it.
+    assert_eq!(report.started_at_ms, T0);
+}
