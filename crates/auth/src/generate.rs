@@ -271,3 +271,30 @@ pub fn result_key_file(dir: &Path) -> Result<PathBuf, AuthError> {
     write_secret(&path, crate::ResultKey::generate().to_hex().as_bytes())?;
     Ok(path)
 }
+
+/// What [`decision_key_files`] wrote.
+#[derive(Debug, Clone)]
+pub struct DecisionKeyFiles {
+    /// The leader's signing key (nkey seed, mode 0600) for its
+    /// `--decision-key-file`.
+    pub seed_file: PathBuf,
+    /// Its public key (one line) for the workers' `--leader-public-key`.
+    pub public_file: PathBuf,
+    pub public_key: String,
+}
+
+/// Writes a fresh decision key ([`crate::DecisionSigner`]) to
+/// `dir/decision.nk` (mode 0600) and its public key to `dir/decision.pub`.
+pub fn decision_key_files(dir: &Path) -> Result<DecisionKeyFiles, AuthError> {
+    let signer = crate::DecisionSigner::generate();
+    let seed_file = dir.join("decision.nk");
+    write_secret(&seed_file, signer.seed()?.as_bytes())?;
+    let public_key = signer.public_key();
+    let public_file = dir.join("decision.pub");
+    write_public(&public_file, format!("{public_key}\n").as_bytes())?;
+    Ok(DecisionKeyFiles {
+        seed_file,
+        public_file,
+        public_key,
+    })
+}
