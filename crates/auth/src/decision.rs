@@ -164,7 +164,8 @@ impl DecisionVerifier {
                 "{public_key:?} is not a decision public key (an nkey starting with N)"
             )));
         }
-        let pair = nkeys::KeyPair::from_public_key(public_key).map_err(|e| invalid(e.to_string()))?;
+        let pair =
+            nkeys::KeyPair::from_public_key(public_key).map_err(|e| invalid(e.to_string()))?;
         Ok(Self {
             public_key: public_key.to_string(),
             pair,

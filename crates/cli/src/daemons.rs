@@ -209,7 +209,11 @@ pub struct WorkerCmd {
     pub approval_timeout: Option<u64>,
     /// The leader's public decision key (`N...`, `decision.pub` of
     /// `mtswarm credentials`): only decisions it signed are applied.
-    #[arg(long, env = "MTSWARM_LEADER_PUBLIC_KEY", conflicts_with = "leader_public_key_file")]
+    #[arg(
+        long,
+        env = "MTSWARM_LEADER_PUBLIC_KEY",
+        conflicts_with = "leader_public_key_file"
+    )]
     pub leader_public_key: Option<String>,
     /// File holding the leader's public decision key (`decision.pub`).
     #[arg(long, env = "MTSWARM_LEADER_PUBLIC_KEY_FILE")]
