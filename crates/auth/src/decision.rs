@@ -206,6 +206,8 @@ impl DecisionVerifier {
 mod tests {
     use super::*;
 
+    type Tamper = Box<dyn Fn(&mut v1::ApprovalDecision)>;
+
     fn decision() -> v1::ApprovalDecision {
         v1::ApprovalDecision {
             approval_id: "ap-1".into(),
@@ -232,7 +234,7 @@ mod tests {
         signer.sign(&mut signed).expect("sign");
         verifier.verify(&signed).expect("genuine decision verifies");
 
-        let tampered: Vec<(&str, Box<dyn Fn(&mut v1::ApprovalDecision)>)> = vec![
+        let tampered: Vec<(&str, Tamper)> = vec![
             ("approval_id", Box::new(|d| d.approval_id = "ap-2".into())),
             ("job_id", Box::new(|d| d.job_id = "job-2".into())),
             ("session_id", Box::new(|d| d.session_id = "s-2".into())),
