@@ -82,6 +82,9 @@ pub struct ChaosStack {
     dead_workers: Vec<FleetWorker>,
     leader_starts: u32,
     dir: tempfile::TempDir,
+    /// The leaders' approval decision key (every leader started signs with
+    /// it) and its public key (every worker verifies with it).
+    decision_key: mtswarm_auth::generate::DecisionKeyFiles,
 }
 
 impl ChaosStack {
@@ -99,6 +102,8 @@ impl ChaosStack {
             .expect("chaos temp dir");
         let fleet_path = dir.path().join("fleet.toml");
         std::fs::write(&fleet_path, &options.fleet_toml).expect("write fleet.toml");
+        let decision_key =
+            mtswarm_auth::generate::decision_key_files(dir.path()).expect("decision key");
         let observer = Observer::connect(&nats.url())
             .await
             .unwrap_or_else(|e| panic!("observer: {e}"));
@@ -114,6 +119,7 @@ impl ChaosStack {
             dead_workers: Vec::new(),
             leader_starts: 0,
             dir,
+            decision_key,
         };
         stack.start_leader();
         let boards: Vec<String> = if stack.options.fleet_toml.trim().is_empty() {
@@ -173,6 +179,8 @@ impl ChaosStack {
             .arg(crate::kernel_root())
             .arg("--ready-file")
             .arg(&ready)
+            .arg("--decision-key-file")
+            .arg(&self.decision_key.seed_file)
             .args(&self.options.leader_args)
             .envs(self.options.leader_env.iter().map(|(k, v)| (k, v)));
         clean_environment(&mut command);
@@ -219,6 +227,8 @@ impl ChaosStack {
             .arg(self.options.lease_ttl_seconds.to_string())
             .arg("--ready-file")
             .arg(ready)
+            .arg("--leader-public-key-file")
+            .arg(&self.decision_key.public_file)
             .args(&self.options.worker_args)
             .envs(self.options.worker_env.iter().map(|(k, v)| (k, v)))
             .env("MTSWARM_CACHE_DIR", crate::emulator_cache_dir());

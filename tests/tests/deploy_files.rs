@@ -97,26 +97,55 @@ fn nats_runs_jetstream_on_a_persistent_volume() {
     assert!(config.contains("store_dir: /data/jetstream"));
 }
 
+/// gRPC is TLS-only in the cluster: both daemons serve with the Secret's
+/// certificate, the leader checks the workers' against the CA, workers
+/// advertise `https://`, and no probe sends plaintext gRPC to the API port
+/// (the kubelet's gRPC probes cannot speak TLS): they are TCP probes.
 #[test]
-fn leader_and_workers_have_grpc_probes_on_their_health_services() {
+fn leader_and_workers_serve_grpc_over_tls_with_tcp_probes() {
     let objects = all_objects();
     let leader = find(&objects, "Deployment", "mtswarm-leader");
     let workers = find(&objects, "StatefulSet", "mtswarm-worker");
     find(&objects, "Service", "mtswarm-leader");
-    for (object, service, port) in [
-        (leader, "mtswarm.v1.Control", 7700),
-        (workers, "mtswarm.v1.Worker", 7701),
-    ] {
+    let env_value = |object: &Yaml, name: &str| -> Option<String> {
+        container(object)["env"]
+            .as_vec()
+            .expect("env")
+            .iter()
+            .find(|e| e["name"].as_str() == Some(name))
+            .and_then(|e| e["value"].as_str().map(str::to_string))
+    };
+    for (object, port) in [(leader, 7700), (workers, 7701)] {
         let c = container(object);
-        for probe in ["readinessProbe", "startupProbe"] {
-            assert_eq!(c[probe]["grpc"]["port"].as_i64(), Some(port), "{probe}");
-            assert_eq!(
-                c[probe]["grpc"]["service"].as_str(),
-                Some(service),
-                "{probe}"
+        let ports = c["ports"].as_vec().expect("ports");
+        assert!(
+            ports
+                .iter()
+                .any(|p| p["name"].as_str() == Some("grpc")
+                    && p["containerPort"].as_i64() == Some(port)),
+            "{port}"
+        );
+        for probe in ["readinessProbe", "startupProbe", "livenessProbe"] {
+            let probe_spec = &c[probe];
+            assert!(
+                probe_spec["grpc"].is_badvalue()
+                    && probe_spec["httpGet"].is_badvalue()
+                    && probe_spec["exec"].is_badvalue(),
+                "{probe} would speak plaintext to the TLS port: {probe_spec:?}"
+            );
+            let target = &probe_spec["tcpSocket"]["port"];
+            assert!(
+                target.as_str() == Some("grpc") || target.as_i64() == Some(port),
+                "{probe} is a TCP probe of the gRPC port: {probe_spec:?}"
             );
         }
-        assert_eq!(c["livenessProbe"]["grpc"]["port"].as_i64(), Some(port));
+        for (name, file) in [
+            ("MTSWARM_TLS_CERT", "server.pem"),
+            ("MTSWARM_TLS_KEY", "server.key"),
+        ] {
+            let value = env_value(object, name).unwrap_or_else(|| panic!("{name} on {port}"));
+            assert!(value.starts_with("/etc/mtswarm/credentials/") && value.ends_with(file));
+        }
         let env_from = c["envFrom"].as_vec().expect("envFrom");
         assert!(
             env_from
@@ -125,6 +154,31 @@ fn leader_and_workers_have_grpc_probes_on_their_health_services() {
         );
         assert!(c["resources"]["requests"]["cpu"].as_str().is_some());
     }
+    assert_eq!(
+        env_value(leader, "MTSWARM_TLS_CA").as_deref(),
+        Some("/etc/mtswarm/credentials/ca.pem")
+    );
+    let worker_args: Vec<&str> = container(workers)["args"]
+        .as_vec()
+        .expect("args")
+        .iter()
+        .filter_map(Yaml::as_str)
+        .collect();
+    let advertise = worker_args
+        .iter()
+        .position(|a| *a == "--advertise")
+        .and_then(|i| worker_args.get(i + 1))
+        .expect("--advertise");
+    assert!(advertise.starts_with("https://"), "{advertise}");
+    // Approval decisions: signed by the leader, verified by the workers.
+    assert_eq!(
+        env_value(leader, "MTSWARM_DECISION_KEY_FILE").as_deref(),
+        Some("/etc/mtswarm/credentials/decision.nk")
+    );
+    assert_eq!(
+        env_value(workers, "MTSWARM_LEADER_PUBLIC_KEY_FILE").as_deref(),
+        Some("/etc/mtswarm/credentials/decision.pub")
+    );
     // The OTLP endpoint is one optional value in the shared config.
     let literals = kustomization()["configMapGenerator"]
         .as_vec()

@@ -271,3 +271,78 @@ pub fn result_key_file(dir: &Path) -> Result<PathBuf, AuthError> {
     write_secret(&path, crate::ResultKey::generate().to_hex().as_bytes())?;
     Ok(path)
 }
+
+/// What [`decision_key_files`] wrote.
+#[derive(Debug, Clone)]
+pub struct DecisionKeyFiles {
+    /// The leader's signing key (nkey seed, mode 0600) for its
+    /// `--decision-key-file`.
+    pub seed_file: PathBuf,
+    /// Its public key (one line) for the workers' `--leader-public-key`.
+    pub public_file: PathBuf,
+    pub public_key: String,
+}
+
+/// Writes a fresh decision key ([`crate::DecisionSigner`]) to
+/// `dir/decision.nk` (mode 0600) and its public key to `dir/decision.pub`.
+pub fn decision_key_files(dir: &Path) -> Result<DecisionKeyFiles, AuthError> {
+    let signer = crate::DecisionSigner::generate();
+    let seed_file = dir.join("decision.nk");
+    write_secret(&seed_file, signer.seed()?.as_bytes())?;
+    let public_key = signer.public_key();
+    let public_file = dir.join("decision.pub");
+    write_public(&public_file, format!("{public_key}\n").as_bytes())?;
+    Ok(DecisionKeyFiles {
+        seed_file,
+        public_file,
+        public_key,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rustls::client::danger::ServerCertVerifier as _;
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+    /// The Kubernetes layout: one certificate for the leader's Service and,
+    /// through a wildcard, every worker pod under the headless Service.
+    #[test]
+    fn a_wildcard_host_covers_every_worker_pod_and_nothing_else() {
+        crate::install_crypto_provider();
+        let hosts = vec![
+            "mtswarm-leader.mtswarm.svc".to_string(),
+            "*.mtswarm-worker.mtswarm.svc".to_string(),
+        ];
+        let (ca, cert, _key) = super::certificates(&hosts).expect("certificates");
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.as_bytes()).expect("CA PEM"))
+            .expect("CA");
+        let verifier = rustls::client::WebPkiServerVerifier::builder(Arc::new(roots))
+            .build()
+            .expect("verifier");
+        let cert = CertificateDer::from_pem_slice(cert.as_bytes()).expect("cert PEM");
+        let check = |name: &str| {
+            verifier.verify_server_cert(
+                &cert,
+                &[],
+                &ServerName::try_from(name.to_string()).expect("name"),
+                &[],
+                UnixTime::now(),
+            )
+        };
+        for name in [
+            "mtswarm-leader.mtswarm.svc",
+            "mtswarm-worker-0.mtswarm-worker.mtswarm.svc",
+            "mtswarm-worker-17.mtswarm-worker.mtswarm.svc",
+        ] {
+            check(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        for name in ["a.b.mtswarm-worker.mtswarm.svc", "mtswarm-nats.mtswarm.svc"] {
+            assert!(check(name).is_err(), "{name} accepted");
+        }
+    }
+}

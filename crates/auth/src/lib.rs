@@ -7,13 +7,16 @@
 //! that mapping ([`IdentityTable`], loaded from the deployment's identities
 //! file), the tonic interceptor that enforces it ([`Authenticator`]), the
 //! client side (a token and a CA to trust, [`ClientAuth`]) and the
-//! generation of a local deployment's credentials ([`generate`]).
+//! generation of a local deployment's credentials ([`generate`]), and the
+//! leader's signature on approval decisions ([`DecisionSigner`],
+//! [`DecisionVerifier`]).
 //!
 //! Tokens are stored on the server side only as SHA-256 digests, so the
 //! identities file is not a secret in itself.
 
 mod client;
 mod client_config;
+mod decision;
 mod endpoints;
 mod error;
 pub mod generate;
@@ -26,6 +29,7 @@ mod tls;
 
 pub use client::{BearerInterceptor, ClientAuth};
 pub use client_config::{CLIENT_CONFIG_ENV, ClientConfig, default_client_config_path};
+pub use decision::{DecisionSigner, DecisionVerifier, SignatureError, canonical_decision};
 pub use endpoints::ModelEndpoints;
 pub use error::AuthError;
 pub use identity::{Identity, IdentityEntry, IdentityTable, token_digest};

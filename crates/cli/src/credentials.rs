@@ -4,7 +4,9 @@
 //! with the identities file the daemons verify them against, one NATS nkey
 //! per process role (the leader, the clients, each worker daemon) and the
 //! nats-server `authorization` block with each identity's least-privilege
-//! permissions. `mtswarm up` and `mtswarm demo` call the same code for
+//! permissions, the leader's result key and its approval decision key (the
+//! workers verify decisions with `decision.pub`). `mtswarm up` and
+//! `mtswarm demo` call the same code for
 //! their local stacks.
 //!
 //! Also here: the NATS connection flags every process shares (nkey, TLS).
@@ -82,6 +84,9 @@ pub struct Deployment {
     pub nats: NatsCredentials,
     /// The leader's result key (`--result-key-file`).
     pub result_key_file: PathBuf,
+    /// The leader's approval decision key (`--decision-key-file`) and its
+    /// public key (the workers' `--leader-public-key`).
+    pub decision_key: generate::DecisionKeyFiles,
     /// Worker id and bus slice ids of each board, in fleet order.
     pub workers: Vec<(String, NatsWorker)>,
 }
@@ -140,10 +145,13 @@ pub fn generate_deployment(
         generate::nats_credentials(dir, &nats_workers).context("generating the NATS identities")?;
     let result_key_file =
         generate::result_key_file(dir).context("generating the leader's result key")?;
+    let decision_key =
+        generate::decision_key_files(dir).context("generating the leader's decision key")?;
     Ok(Deployment {
         grpc,
         nats,
         result_key_file,
+        decision_key,
         workers,
     })
 }
@@ -173,6 +181,15 @@ pub fn credentials(cmd: CredentialsCmd) -> anyhow::Result<ExitCode> {
     println!(
         "  result key (leader --result-key-file): {}",
         deployment.result_key_file.display()
+    );
+    println!(
+        "  decision key (leader --decision-key-file): {}",
+        deployment.decision_key.seed_file.display()
+    );
+    println!(
+        "  leader public key (workers --leader-public-key): {} in {}",
+        deployment.decision_key.public_key,
+        deployment.decision_key.public_file.display()
     );
     println!("NATS (include the authorization block in nats-server.conf):");
     println!(

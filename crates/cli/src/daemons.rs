@@ -148,6 +148,11 @@ pub struct LeaderCmd {
     /// writes one): a task result counts only with its attempt's token.
     #[arg(long, env = "MTSWARM_RESULT_KEY_FILE")]
     pub result_key_file: Option<PathBuf>,
+    /// Key (nkey seed; `mtswarm credentials` writes `decision.nk`) the
+    /// leader signs approval decisions with; workers verify them with its
+    /// public key.
+    #[arg(long, env = "MTSWARM_DECISION_KEY_FILE")]
+    pub decision_key_file: Option<PathBuf>,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
@@ -202,6 +207,17 @@ pub struct WorkerCmd {
     /// Seconds a paused tool call waits for a decision before it is denied.
     #[arg(long, env = "MTSWARM_APPROVAL_TIMEOUT")]
     pub approval_timeout: Option<u64>,
+    /// The leader's public decision key (`N...`, `decision.pub` of
+    /// `mtswarm credentials`): only decisions it signed are applied.
+    #[arg(
+        long,
+        env = "MTSWARM_LEADER_PUBLIC_KEY",
+        conflicts_with = "leader_public_key_file"
+    )]
+    pub leader_public_key: Option<String>,
+    /// File holding the leader's public decision key (`decision.pub`).
+    #[arg(long, env = "MTSWARM_LEADER_PUBLIC_KEY_FILE")]
+    pub leader_public_key_file: Option<PathBuf>,
     /// Drive every session from this recorded model cassette (tests, demos).
     #[arg(long, env = "MTSWARM_LLM_REPLAY")]
     pub llm_replay: Option<PathBuf>,
@@ -282,6 +298,16 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         .as_deref()
         .map(mtswarm_auth::ResultKey::load)
         .transpose()?;
+    config.decision_key = cmd
+        .decision_key_file
+        .as_deref()
+        .map(mtswarm_auth::DecisionSigner::load)
+        .transpose()?;
+    if config.decision_key.is_none() {
+        tracing::warn!(
+            "no --decision-key-file: approval decisions are unsigned and workers that verify them drop them"
+        );
+    }
     let api_key = cmd.llm.api_key("leader")?;
     if let Some((url, model)) = cmd.llm.endpoint()? {
         let mut llm = OpenAiConfig::new(url, model);
@@ -342,6 +368,11 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     if let Some(seconds) = cmd.approval_timeout {
         config.approval_timeout = Duration::from_secs(seconds);
     }
+    config.leader_key = match (&cmd.leader_public_key, &cmd.leader_public_key_file) {
+        (Some(key), _) => Some(mtswarm_auth::DecisionVerifier::from_public_key(key)?),
+        (None, Some(path)) => Some(mtswarm_auth::DecisionVerifier::load(path)?),
+        (None, None) => None,
+    };
     config.ready_file = cmd.ready_file.clone();
     config.security = cmd.grpc.security()?;
     config.model_endpoints = cmd.llm.model_endpoints.clone();

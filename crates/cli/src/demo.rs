@@ -62,7 +62,7 @@ use crate::common::{LeaderArgs, rpc_error};
 use crate::credentials::{Deployment, generate_deployment, nats_tls_block};
 use crate::daemons::stop_requested;
 use mtswarm_auth::generate;
-use mtswarm_auth::{ClientAuth, ResultKey, ServerSecurity};
+use mtswarm_auth::{ClientAuth, DecisionSigner, ResultKey, ServerSecurity};
 
 /// Name of the tuning-space file in a kernel directory.
 const TUNE_FILE: &str = "tune.toml";
@@ -509,6 +509,9 @@ async fn start_stack(
                 .context("no leader token")?,
         )?;
     leader_config.result_key = Some(ResultKey::load(&deployment.result_key_file)?);
+    let decision_key = DecisionSigner::load(&deployment.decision_key.seed_file)?;
+    let leader_public_key = decision_key.verifier();
+    leader_config.decision_key = Some(decision_key);
     if let Some((url, model)) = &endpoint {
         let mut llm = OpenAiConfig::new(url.clone(), model.clone());
         if let Some(key) = cmd.api_key.clone().filter(|k| !k.is_empty()) {
@@ -533,6 +536,7 @@ async fn start_stack(
             client_cert: None,
         };
         config.security = security.clone();
+        config.leader_key = Some(leader_public_key.clone());
         config.listen = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         config.kernel_root = kernel_root.to_path_buf();
         config.workspace_root = state.join("workspaces");

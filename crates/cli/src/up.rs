@@ -536,6 +536,8 @@ async fn start_stack(
         .arg(&grpc.ca_file)
         .arg("--result-key-file")
         .arg(&deployment.result_key_file)
+        .arg("--decision-key-file")
+        .arg(&deployment.decision_key.seed_file)
         .arg("--worker-token-file")
         .arg(
             grpc.token_file(generate::LEADER_IDENTITY)
@@ -574,7 +576,9 @@ async fn start_stack(
             .arg("--workspace-root")
             .arg(state.join("workspaces"))
             .arg("--ready-file")
-            .arg(&ready);
+            .arg(&ready)
+            .arg("--leader-public-key-file")
+            .arg(&deployment.decision_key.public_file);
         grpc_args(&mut command);
         if own_nats {
             command

@@ -1,7 +1,14 @@
 //! The approval broker: every approval request of every agent (workers and
 //! the leader's own loop) becomes an `ApprovalRecord` in the approvals KV
 //! (ListApprovals reads it) and an entry of its job's journal (WatchJob);
-//! decisions are written by CAS and published to the waiting session.
+//! decisions are signed with the leader's decision key, written by CAS and
+//! published to the waiting session.
+//!
+//! A record some other writer marked decided without the leader's signature
+//! (any worker identity may write the bucket) does not count as decided
+//! here: the waiting worker refuses it, so a human decision replaces it.
+//! Timed-out records are the exception: a worker writes its own timeout
+//! verdict, unsigned, after applying it.
 
 use std::time::SystemTime;
 
@@ -21,6 +28,28 @@ pub enum DecideError {
     AlreadyDecided { approval_id: String, state: String },
     #[error("{0}")]
     Bus(BusError),
+    #[error("{0}")]
+    Sign(mtswarm_auth::SignatureError),
+}
+
+/// `current` as the worker sees it: a decided record without the leader's
+/// signature (and not a worker's own timeout) is still pending.
+pub(crate) fn as_worker_sees_it(
+    signer: Option<&mtswarm_auth::DecisionSigner>,
+    current: &Versioned<v1::ApprovalRecord>,
+) -> Versioned<v1::ApprovalRecord> {
+    let mut seen = current.clone();
+    if let Some(signer) = signer
+        && current.value.state() != v1::ApprovalState::Pending
+        && let Some(decision) = &current.value.decision
+        && !decision.timed_out
+        && let Err(error) = signer.verifier().verify(decision)
+    {
+        tracing::warn!(%error, approval_id = %decision.approval_id, "stored approval decision is not the leader's; deciding over it");
+        seen.value.state = v1::ApprovalState::Pending as i32;
+        seen.value.decision = None;
+    }
+    seen
 }
 
 /// Records and journals approval requests published on the bus until
@@ -94,6 +123,7 @@ pub(crate) async fn decide(
     bus: &Bus,
     approvals: &Approvals,
     journal: &Journal,
+    signer: Option<&mtswarm_auth::DecisionSigner>,
     request: &v1::DecideApprovalRequest,
 ) -> Result<Versioned<v1::ApprovalRecord>, DecideError> {
     mtswarm_bus::subjects::validate_id("approval id", &request.approval_id)
@@ -109,8 +139,9 @@ pub(crate) async fn decide(
         .await
         .map_err(DecideError::Bus)?
         .ok_or_else(|| DecideError::NotFound(request.approval_id.clone()))?;
+    let current = as_worker_sees_it(signer, &current);
     let pending = current.value.request.clone().unwrap_or_default();
-    let decision = v1::ApprovalDecision {
+    let mut decision = v1::ApprovalDecision {
         approval_id: request.approval_id.clone(),
         job_id: pending.job_id.clone(),
         session_id: pending.session_id.clone(),
@@ -124,7 +155,11 @@ pub(crate) async fn decide(
         },
         decided_at: Some(prost_types::Timestamp::from(SystemTime::now())),
         timed_out: false,
+        signature: Vec::new(),
     };
+    if let Some(signer) = signer {
+        signer.sign(&mut decision).map_err(DecideError::Sign)?;
+    }
     let decided = match approvals.decide_at(&decision, &current).await {
         Ok(decided) => decided,
         Err(BusError::AlreadyDecided { approval_id, state }) => {

@@ -113,6 +113,11 @@ pub struct LeaderConfig {
     /// result counts only with its attempt's token (forgeries are dropped
     /// and counted); `None` = results are not checked (library tests).
     pub result_key: Option<mtswarm_auth::ResultKey>,
+    /// Key the leader signs every approval decision with
+    /// ([`mtswarm_auth::DecisionSigner`]); workers configured with its
+    /// public key apply only signed decisions. `None` = decisions are
+    /// unsigned (library tests).
+    pub decision_key: Option<mtswarm_auth::DecisionSigner>,
     /// Model endpoints a job may name in `JobSpec.model.base_url` (the
     /// daemon's own endpoint, `llm` or `MTSWARM_LLM_URL`, is always
     /// allowed and the only one that gets the API key). Empty: a job may
@@ -146,6 +151,7 @@ impl LeaderConfig {
             security: ServerSecurity::default(),
             worker_auth: ClientAuth::none(),
             result_key: None,
+            decision_key: None,
             model_endpoints: Vec::new(),
         }
     }

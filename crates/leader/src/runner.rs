@@ -777,8 +777,10 @@ async fn record_timeout(shared: &Shared, approval_id: &str) {
     let Ok(Some(current)) = shared.approvals.get(approval_id).await else {
         return;
     };
+    let signer = shared.config.decision_key.as_ref();
+    let current = crate::approvals::as_worker_sees_it(signer, &current);
     let request = current.value.request.clone().unwrap_or_default();
-    let decision = v1::ApprovalDecision {
+    let mut decision = v1::ApprovalDecision {
         approval_id: approval_id.to_string(),
         job_id: request.job_id.clone(),
         session_id: request.session_id.clone(),
@@ -788,7 +790,13 @@ async fn record_timeout(shared: &Shared, approval_id: &str) {
         decided_by: "timeout".to_string(),
         decided_at: Some(now()),
         timed_out: true,
+        signature: Vec::new(),
     };
+    if let Some(signer) = signer
+        && let Err(error) = signer.sign(&mut decision)
+    {
+        tracing::warn!(%error, "timeout decision not signed");
+    }
     if shared
         .approvals
         .decide_at(&decision, &current)

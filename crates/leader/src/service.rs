@@ -477,7 +477,15 @@ impl v1::control_server::Control for ControlService {
         if identity.authenticated || request.decided_by.is_empty() {
             request.decided_by = identity.name;
         }
-        match decide(&shared.bus, &shared.approvals, &shared.journal, &request).await {
+        match decide(
+            &shared.bus,
+            &shared.approvals,
+            &shared.journal,
+            shared.config.decision_key.as_ref(),
+            &request,
+        )
+        .await
+        {
             Ok(record) => Ok(Response::new(v1::DecideApprovalResponse {
                 approval: Some(record.value),
             })),
@@ -489,6 +497,7 @@ impl v1::control_server::Control for ControlService {
                 Err(Status::failed_precondition(error.to_string()))
             }
             Err(DecideError::Bus(error)) => Err(bus_status(error)),
+            Err(error @ DecideError::Sign(_)) => Err(Status::internal(error.to_string())),
         }
     }
 

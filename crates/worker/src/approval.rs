@@ -18,6 +18,14 @@
 //! once, and a later decision reaches the new session through the decision
 //! subject of its session id, the bucket watch, or (if both were lost to a
 //! NATS restart) the record itself, read on every progress tick.
+//!
+//! Any worker identity may write the approvals bucket (records move with
+//! sessions), so neither source is trusted by itself: with the leader's
+//! public key configured, a decision counts only when the leader signed it
+//! ([`mtswarm_auth::DecisionVerifier`]). An unsigned or badly signed
+//! decision, as a message or as a stored record, is dropped and logged
+//! with its approval id and the run keeps waiting; the only verdict applied
+//! without a signature is this session's own timeout default.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
@@ -102,6 +110,53 @@ fn non_empty<'a>(text: &'a str, fallback: &'a str) -> &'a str {
 struct Pending {
     request: v1::ApprovalRequest,
     decision: Option<v1::ApprovalDecision>,
+    /// Revision of the last stored record refused (logged once per revision).
+    refused: Option<u64>,
+}
+
+/// True when `decision` may be applied: the leader signed it, or no leader
+/// key is configured. A refused decision is logged with its approval id.
+fn genuine(shared: &Shared, decision: &v1::ApprovalDecision, source: &'static str) -> bool {
+    let Some(verifier) = &shared.config.leader_key else {
+        return true;
+    };
+    match verifier.verify(decision) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(
+                approval.id = %decision.approval_id,
+                source,
+                decided_by = %decision.decided_by,
+                %error,
+                "approval decision dropped: not signed by the leader; still waiting"
+            );
+            false
+        }
+    }
+}
+
+/// The decision of a stored record, if it is decided by the leader.
+/// `refused` remembers the revision last refused so that a record re-read
+/// on every tick is logged once.
+fn stored_decision(
+    shared: &Shared,
+    stored: &mtswarm_bus::Versioned<v1::ApprovalRecord>,
+    refused: &mut Option<u64>,
+    source: &'static str,
+) -> Option<v1::ApprovalDecision> {
+    if stored.value.state() == v1::ApprovalState::Pending {
+        return None;
+    }
+    let decision = stored.value.decision.as_ref()?;
+    if *refused == Some(stored.revision) {
+        return None;
+    }
+    if genuine(shared, decision, source) {
+        Some(decision.clone())
+    } else {
+        *refused = Some(stored.revision);
+        None
+    }
 }
 
 /// Store, announce and wait for the decisions of a paused run.
@@ -156,14 +211,13 @@ pub(crate) async fn await_decisions<T>(
             timeout_seconds: timeout.as_secs().max(1),
             default_verdict: default_verdict as i32,
         };
+        let mut refused = None;
         let (request, decision) = match shared.approvals.create(&request).await {
             Ok(_) => (request, None),
             Err(BusError::AlreadyExists { .. }) => {
                 match shared.approvals.get(&request.approval_id).await {
                     Ok(Some(stored)) => {
-                        let decision = (stored.value.state() != v1::ApprovalState::Pending)
-                            .then(|| stored.value.decision.clone())
-                            .flatten();
+                        let decision = stored_decision(shared, &stored, &mut refused, "record");
                         (stored.value.request.unwrap_or(request), decision)
                     }
                     Ok(None) => (request, None),
@@ -190,7 +244,14 @@ pub(crate) async fn await_decisions<T>(
         {
             tracing::warn!(%error, "approval request not published");
         }
-        pending.insert(request.approval_id.clone(), Pending { request, decision });
+        pending.insert(
+            request.approval_id.clone(),
+            Pending {
+                request,
+                decision,
+                refused,
+            },
+        );
     }
     let left = timeout
         .checked_sub(earliest.elapsed().unwrap_or_default())
@@ -205,7 +266,9 @@ pub(crate) async fn await_decisions<T>(
                 match message {
                     Some(Ok(received)) => {
                         let decision = received.message;
-                        if pending.get(&decision.approval_id).is_some_and(|p| p.decision.is_none()) {
+                        if pending.get(&decision.approval_id).is_some_and(|p| p.decision.is_none())
+                            && genuine(shared, &decision, "message")
+                        {
                             let settled = settle(shared, decision).await;
                             if let Some(p) = pending.get_mut(&settled.approval_id) {
                                 p.decision = Some(settled);
@@ -221,9 +284,8 @@ pub(crate) async fn await_decisions<T>(
                     Some(Ok(KvChange::Put { key, value })) => {
                         if let Some(p) = pending.get_mut(&key)
                             && p.decision.is_none()
-                            && value.value.state() != v1::ApprovalState::Pending
                         {
-                            p.decision = value.value.decision.clone();
+                            p.decision = stored_decision(shared, &value, &mut p.refused, "record");
                         }
                     }
                     Some(Ok(_)) => {}
@@ -247,6 +309,7 @@ pub(crate) async fn await_decisions<T>(
                         decided_by: "timeout".to_owned(),
                         decided_at: Some(now_timestamp()),
                         timed_out: true,
+                        signature: Vec::new(),
                     };
                     let settled = settle(shared, decision).await;
                     if settled.timed_out
@@ -267,10 +330,8 @@ pub(crate) async fn await_decisions<T>(
                     records = shared.approvals.watch().await.ok();
                 }
                 for p in pending.values_mut().filter(|p| p.decision.is_none()) {
-                    if let Ok(Some(stored)) = shared.approvals.get(&p.request.approval_id).await
-                        && stored.value.state() != v1::ApprovalState::Pending
-                    {
-                        p.decision = stored.value.decision.clone();
+                    if let Ok(Some(stored)) = shared.approvals.get(&p.request.approval_id).await {
+                        p.decision = stored_decision(shared, &stored, &mut p.refused, "record");
                     }
                 }
             }
@@ -313,8 +374,10 @@ pub(crate) async fn await_decisions<T>(
     Ok(decisions)
 }
 
-/// Record `decision` on the stored request unless it was decided already;
-/// returns the decision that stands.
+/// Record `decision` (the leader's, verified, or this session's own
+/// timeout) on the stored request unless it was decided already; returns
+/// the decision that stands. A stored decision the leader did not sign
+/// does not stand: `decision` is applied instead.
 async fn settle(shared: &Shared, decision: v1::ApprovalDecision) -> v1::ApprovalDecision {
     for _ in 0..4 {
         match shared.approvals.decide(&decision).await {
@@ -322,7 +385,19 @@ async fn settle(shared: &Shared, decision: v1::ApprovalDecision) -> v1::Approval
             Err(BusError::AlreadyDecided { .. }) | Err(BusError::CasConflict { .. }) => {
                 match shared.approvals.get(&decision.approval_id).await {
                     Ok(Some(stored)) if stored.value.state() != v1::ApprovalState::Pending => {
-                        return stored.value.decision.unwrap_or(decision);
+                        if let Some(standing) = &stored.value.decision
+                            && genuine(shared, standing, "record")
+                        {
+                            return standing.clone();
+                        }
+                        // Replace the forgery, so listings show what was applied.
+                        let mut forged = stored;
+                        forged.value.state = v1::ApprovalState::Pending as i32;
+                        forged.value.decision = None;
+                        if let Err(error) = shared.approvals.decide_at(&decision, &forged).await {
+                            tracing::warn!(%error, approval.id = %decision.approval_id, "forged approval record not replaced");
+                        }
+                        return decision;
                     }
                     Ok(_) => continue,
                     Err(error) => {

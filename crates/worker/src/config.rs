@@ -22,6 +22,7 @@
 //! | `--max-task-instructions-bytes N` | `max_task_instructions_bytes` | 65536 |
 //! | `--approval-timeout SECS` | `approval_timeout` | 600 s |
 //! | `--approval-default approve\|deny` | `approval_default` | deny |
+//! | `--leader-public-key KEY` | `leader_key` | none (decisions unverified) |
 //! | `--llm-url URL --model NAME` | `model = WorkerModel::OpenAi` | builtin policy |
 //! | `--llm-replay FILE` | `model = WorkerModel::Replay` | builtin policy |
 //! | `--ready-file FILE` | `ready_file` | none |
@@ -150,6 +151,11 @@ pub struct WorkerConfig {
     pub approval_timeout: Duration,
     /// What an undecided call gets after the timeout.
     pub approval_default: DefaultVerdict,
+    /// The leader's public decision key: with it only decisions the leader
+    /// signed are applied (a forged record or message is dropped and
+    /// logged); `None` = decisions are applied unverified (a warning at
+    /// start-up; library tests and standalone development).
+    pub leader_key: Option<mtswarm_auth::DecisionVerifier>,
     /// Default grace of Drain (when the request gives 0).
     pub drain_grace: Duration,
     /// Longest `shutdown()` waits for sessions to stop.
@@ -207,6 +213,7 @@ impl WorkerConfig {
             task_max_deliver: 5,
             approval_timeout: Duration::from_secs(600),
             approval_default: DefaultVerdict::Deny,
+            leader_key: None,
             drain_grace: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(15),
             default_max_steps: 100,

@@ -468,6 +468,11 @@ impl WorkerDaemon {
         if !authenticator.is_enabled() {
             tracing::warn!("no identities configured: the Worker service accepts anonymous calls");
         }
+        if shared.config.leader_key.is_none() {
+            tracing::warn!(
+                "no leader public key configured: approval decisions are applied without verifying the leader's signature"
+            );
+        }
         let authenticator = authenticator.requiring(mtswarm_auth::Role::Leader);
         let builder = shared
             .config

@@ -542,3 +542,230 @@ async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
     );
     stack.stop();
 }
+
+/// The worker logs of the stack, all boards.
+fn worker_logs(stack: &SecureUp) -> String {
+    let logs = PathBuf::from(stack.ready["logs"].as_str().expect("logs"));
+    ["worker-board0.log", "worker-board1.log"]
+        .iter()
+        .map(|name| std::fs::read_to_string(logs.join(name)).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Waits until the workers' logs contain `needle` `times` times.
+async fn wait_for_worker_log(stack: &SecureUp, needle: &str, times: usize) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let log = worker_logs(stack);
+        if log.matches(needle).count() >= times {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{needle:?} was not logged {times} time(s):\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Any worker identity may write the approvals bucket (records move with
+/// sessions), so a worker can store a decided record: unsigned or with a
+/// forged signature it is dropped and logged with its approval id, the run
+/// keeps waiting, and the genuine decision of the leader still decides it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied() {
+    let stack = SecureUp::start();
+    let mut admin = stack.control(stack.token("admin")).await;
+    let mut approver = stack.control(stack.token("approver")).await;
+    let job_id = admin
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(v1::JobSpec {
+                goal: "Tune the vecadd kernel.".into(),
+                kernel_dir: "vecadd".into(),
+                num_agents: 1,
+                ..Default::default()
+            }),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+
+    // The first call that waits for a decision.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let target = loop {
+        let pending = approver
+            .list_approvals(v1::ListApprovalsRequest {
+                job_id: job_id.clone(),
+                states: vec![v1::ApprovalState::Pending as i32],
+            })
+            .await
+            .expect("list approvals")
+            .into_inner()
+            .approvals;
+        if let Some(request) = pending.into_iter().find_map(|a| a.request) {
+            break request;
+        }
+        assert!(Instant::now() < deadline, "no approval was requested");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let approval_id = target.approval_id.clone();
+
+    // The forger: a worker identity writing the record directly.
+    let rogue = stack
+        .nats(Some("worker-board1"))
+        .await
+        .expect("worker identity");
+    let approvals = mtswarm_bus::Approvals::open(&rogue)
+        .await
+        .expect("a worker opens the approvals bucket");
+    let forged_decision = v1::ApprovalDecision {
+        approval_id: approval_id.clone(),
+        job_id: target.job_id.clone(),
+        session_id: target.session_id.clone(),
+        call_id: target.call_id.clone(),
+        verdict: v1::ApprovalVerdict::Approve as i32,
+        reason: "looks fine".into(),
+        decided_by: "mallory".into(),
+        decided_at: Some(prost_types::Timestamp::from(std::time::SystemTime::now())),
+        timed_out: false,
+        signature: Vec::new(),
+    };
+    let forge = |signature: Vec<u8>| v1::ApprovalRecord {
+        request: Some(target.clone()),
+        state: v1::ApprovalState::Approved as i32,
+        decision: Some(v1::ApprovalDecision {
+            signature,
+            ..forged_decision.clone()
+        }),
+    };
+    // Unsigned first, then signed by a key of the forger's own.
+    approvals
+        .kv()
+        .put(&approval_id, &forge(Vec::new()))
+        .await
+        .expect("a worker identity writes the record");
+    wait_for_worker_log(
+        &stack,
+        &format!("approval decision {approval_id} carries no signature"),
+        1,
+    )
+    .await;
+    let mut self_signed = forged_decision.clone();
+    mtswarm_auth::DecisionSigner::generate()
+        .sign(&mut self_signed)
+        .expect("sign");
+    approvals
+        .kv()
+        .put(&approval_id, &forge(self_signed.signature))
+        .await
+        .expect("a worker identity writes the record");
+    wait_for_worker_log(
+        &stack,
+        &format!("approval decision {approval_id} is not signed by the leader key"),
+        1,
+    )
+    .await;
+    let log = worker_logs(&stack);
+    assert!(
+        log.contains("approval decision dropped: not signed by the leader"),
+        "{log}"
+    );
+
+    // The run is still paused; the genuine decision decides over the
+    // forgery, and every later call is approved too until the job ends.
+    let record = loop {
+        let pending = approver
+            .list_approvals(v1::ListApprovalsRequest {
+                job_id: job_id.clone(),
+                states: vec![],
+            })
+            .await
+            .expect("list approvals")
+            .into_inner()
+            .approvals;
+        for approval in pending {
+            let id = approval
+                .request
+                .as_ref()
+                .map(|r| r.approval_id.clone())
+                .unwrap_or_default();
+            let forged =
+                approval.decision.as_ref().map(|d| d.decided_by.as_str()) == Some("mallory");
+            if approval.state() != v1::ApprovalState::Pending && !forged {
+                continue;
+            }
+            let decided = approver
+                .decide_approval(v1::DecideApprovalRequest {
+                    approval_id: id.clone(),
+                    verdict: v1::ApprovalVerdict::Approve as i32,
+                    reason: "ok".into(),
+                    decided_by: String::new(),
+                })
+                .await;
+            if id == approval_id {
+                let decision = decided
+                    .expect("the leader decides over the forged record")
+                    .into_inner()
+                    .approval
+                    .and_then(|a| a.decision)
+                    .expect("decision");
+                assert_eq!(decision.decided_by, "approver");
+                assert_eq!(decision.signature.len(), 64, "{decision:?}");
+            }
+        }
+        let record = admin
+            .get_job(v1::GetJobRequest {
+                job_id: job_id.clone(),
+            })
+            .await
+            .expect("get")
+            .into_inner()
+            .job
+            .expect("job");
+        if !matches!(record.state(), v1::JobState::Queued | v1::JobState::Running) {
+            break record;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job did not finish: {record:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(record.state(), v1::JobState::Succeeded, "{record:?}");
+
+    // What the session applied for that call: the approver's decision,
+    // never the forger's.
+    let leader = stack.nats(Some("leader")).await.expect("leader identity");
+    let mut events = leader.replay_events(&job_id, 0).await.expect("replay");
+    let mut applied = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
+        let Ok(Some(Ok(event))) = next else {
+            break;
+        };
+        let event = event.event;
+        if event.kind() != v1::AgentEventKind::ApprovalDecided {
+            continue;
+        }
+        let payload: serde_json::Value =
+            serde_json::from_str(&event.payload_json).expect("payload");
+        if payload["approval_id"] == approval_id.as_str() {
+            applied.push(
+                payload["decided_by"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+    }
+    assert_eq!(applied, vec!["approver".to_string()], "decisions applied");
+    let log = stack.leader_log();
+    assert!(
+        log.contains("stored approval decision is not the leader's"),
+        "{log}"
+    );
+    stack.stop();
+}
