@@ -153,10 +153,18 @@ struct Stack {
     nats: Option<NatsServer>,
     leader: Option<LeaderHandle>,
     workers: Vec<WorkerHandle>,
+    /// The direct baseline measurement, while it runs.
+    baseline: Option<tokio::task::JoinHandle<anyhow::Result<BaselineFigure>>>,
 }
 
 impl Stack {
     async fn stop(&mut self) {
+        // Awaited after the abort, so its launch (and the launch's process
+        // group) is gone before the demo exits, whenever it is interrupted.
+        if let Some(baseline) = self.baseline.take() {
+            baseline.abort();
+            let _ = baseline.await;
+        }
         let workers = std::mem::take(&mut self.workers);
         let stops = workers.into_iter().map(|worker| async move {
             let id = worker.worker_id().to_string();
@@ -175,15 +183,6 @@ impl Stack {
         {
             eprintln!("mtswarm demo: stopping nats-server: {error}");
         }
-    }
-}
-
-/// Stops a spawned task when the demo is interrupted before it is awaited.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -784,7 +783,7 @@ async fn run(
     }
 
     // The baseline overlaps with the stack's startup.
-    let mut baseline_task = AbortOnDrop(tokio::spawn(measure_baseline(
+    stack.baseline = Some(tokio::spawn(measure_baseline(
         kernel_root.join(&kernel),
         space.clone(),
         state.join("baseline-build"),
@@ -893,7 +892,10 @@ async fn run(
         );
     }
 
-    let baseline = (&mut baseline_task.0)
+    let baseline = stack
+        .baseline
+        .take()
+        .context("the baseline measurement was not started")?
         .await
         .context("the baseline measurement stopped")??;
 
