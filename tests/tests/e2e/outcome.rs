@@ -381,9 +381,22 @@ async fn cancel_ends_a_running_job_cancelled_and_stops_its_agents() {
     });
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["state"], "cancelled");
-    let job = get_job(&mut control, &job_id).await;
-    assert_eq!(job.state(), v1::JobState::Cancelled);
-    assert!(job.agents.iter().all(|a| a.cancelled), "{:#?}", job.agents);
+    // The job is cancelled at once; its agents are stopped and marked as
+    // the leader's runner unwinds them.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let job = get_job(&mut control, &job_id).await;
+        assert_eq!(job.state(), v1::JobState::Cancelled);
+        if job.agents.iter().all(|a| a.cancelled) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "agents not marked cancelled: {:#?}",
+            job.agents
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The agents' sessions ended: both slices are free again.
     wait_for_free_slices(&mut control, 2, Duration::from_secs(60), || {
         stack.worker_logs()
