@@ -162,3 +162,22 @@ impl BusError {
         matches!(self, BusError::Decode { .. } | BusError::ContentType { .. })
     }
 }
+
+/// True when `error` says a JetStream stream (or the stream behind a KV
+/// bucket) does not exist. The client reports this through several error
+/// types, so the check reads the error chain.
+pub(crate) fn is_missing_stream(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        let text = error.to_string();
+        if text.contains("stream not found")
+            || text.contains("no stream found")
+            || text.contains("bucket does not exist")
+            || text.contains("10059")
+        {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}

@@ -133,7 +133,7 @@ impl<T: BusMessage> TypedKv<T> {
     {
         match op().await {
             Err(BusError::Kv { source, .. })
-                if crate::topology::is_missing_stream(source.as_ref())
+                if crate::error::is_missing_stream(source.as_ref())
                     && self
                         .bus
                         .recover_topology(&format!("KV {}/{key}", self.bucket))

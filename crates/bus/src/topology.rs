@@ -80,25 +80,6 @@ pub(crate) struct Remembered {
     last_recovery: tokio::sync::Mutex<Option<Instant>>,
 }
 
-/// True when `error` says a JetStream stream (or the stream behind a KV
-/// bucket) does not exist. The client reports this through several error
-/// types, so the check reads the error chain.
-pub(crate) fn is_missing_stream(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        let text = error.to_string();
-        if text.contains("stream not found")
-            || text.contains("no stream found")
-            || text.contains("bucket does not exist")
-            || text.contains("10059")
-        {
-            return true;
-        }
-        next = error.source();
-    }
-    false
-}
-
 impl Bus {
     /// Re-creates the topology last ensured through this connection after
     /// `what` found a stream or bucket missing, and returns whether the
@@ -178,7 +159,7 @@ impl Bus {
                 discard: stream::DiscardPolicy::Old,
                 ..Default::default()
             },
-            crate::results::measurements_stream_config(config),
+            measurements_stream_config(config),
         ];
         for stream_config in streams {
             let name = stream_config.name.clone();
@@ -269,5 +250,30 @@ impl Bus {
             }
             Err(error) => Err(topology_error(&format!("KV bucket {bucket}"), error)),
         }
+    }
+}
+
+/// Size cap of the measurements stream; the oldest records go first.
+pub const MEASUREMENTS_MAX_BYTES: i64 = 4 << 30;
+/// Largest single record (a record with 10,000 raw samples is ~250 KB).
+pub const MEASUREMENT_MAX_RECORD_BYTES: i32 = 1 << 20;
+
+/// The measurements stream as [`Bus::ensure_topology`] creates it: limits
+/// retention without an age limit (the history is what later jobs learn
+/// from), capped in size with the oldest records dropped first, and
+/// deduplicated by record id within the topology's duplicate window.
+pub fn measurements_stream_config(config: &TopologyConfig) -> stream::Config {
+    stream::Config {
+        name: subjects::MEASUREMENTS_STREAM.to_string(),
+        description: Some("mtswarm measured candidates (results store)".to_string()),
+        subjects: vec![subjects::ALL_MEASUREMENTS.to_string()],
+        retention: stream::RetentionPolicy::Limits,
+        storage: config.storage,
+        num_replicas: config.replicas,
+        duplicate_window: config.duplicate_window,
+        max_bytes: MEASUREMENTS_MAX_BYTES,
+        max_message_size: MEASUREMENT_MAX_RECORD_BYTES,
+        discard: stream::DiscardPolicy::Old,
+        ..Default::default()
     }
 }

@@ -1,0 +1,162 @@
+//! Events and approval notifications through core NATS: fire and forget,
+//! with the events stream keeping a copy for replay.
+
+use std::pin::Pin;
+
+use async_nats::jetstream::consumer::{self, DeliverPolicy, pull};
+use futures::{Stream, StreamExt as _};
+use mtswarm_proto::v1;
+
+use super::delivery::{
+    ReceivedStream, ReplayedEvent, consumer_error, outgoing_headers, received_stream,
+};
+use crate::codec::{self, BusMessage};
+use crate::subjects;
+use crate::{Bus, BusError};
+
+impl Bus {
+    async fn publish_core<T: BusMessage>(
+        &self,
+        subject: String,
+        message: &T,
+    ) -> Result<(), BusError> {
+        self.client()
+            .publish_with_headers(
+                subject.clone(),
+                outgoing_headers::<T>(),
+                codec::encode(message),
+            )
+            .await
+            .map_err(|source| BusError::Publish {
+                subject,
+                source: source.into(),
+            })
+    }
+
+    async fn subscribe_core<T: BusMessage>(
+        &self,
+        subject: String,
+    ) -> Result<ReceivedStream<T>, BusError> {
+        let subscriber = self
+            .client()
+            .subscribe(subject.clone())
+            .await
+            .map_err(|source| BusError::Subscribe {
+                subject,
+                source: source.into(),
+            })?;
+        Ok(received_stream(subscriber))
+    }
+
+    /// Publishes a progress event to `mtswarm.event.<job_id>.<agent_id>` (core
+    /// NATS: fire and forget; the events stream keeps a copy for replay).
+    pub async fn publish_event(&self, event: &v1::AgentEvent) -> Result<(), BusError> {
+        let subject = subjects::event(&event.job_id, &event.agent_id)?;
+        self.publish_core(subject, event).await
+    }
+
+    /// Live events of one job (from now on).
+    pub async fn subscribe_events(
+        &self,
+        job_id: &str,
+    ) -> Result<ReceivedStream<v1::AgentEvent>, BusError> {
+        self.subscribe_core(subjects::events_for_job(job_id)?).await
+    }
+
+    /// Events of one job from the events stream, starting at stream sequence
+    /// `from_stream_sequence` (0 = oldest retained), then live. Ordered and
+    /// gap-free within what the stream retained.
+    pub async fn replay_events(
+        &self,
+        job_id: &str,
+        from_stream_sequence: u64,
+    ) -> Result<Pin<Box<dyn Stream<Item = Result<ReplayedEvent, BusError>> + Send>>, BusError> {
+        let filter_subject = subjects::events_for_job(job_id)?;
+        let stream_name = subjects::EVENTS_STREAM;
+        let stream = self
+            .jetstream()
+            .get_stream_no_info(stream_name)
+            .await
+            .map_err(|e| consumer_error(stream_name, "ordered", e))?;
+        let deliver_policy = if from_stream_sequence == 0 {
+            DeliverPolicy::All
+        } else {
+            DeliverPolicy::ByStartSequence {
+                start_sequence: from_stream_sequence,
+            }
+        };
+        let consumer: consumer::Consumer<pull::OrderedConfig> = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject,
+                deliver_policy,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| consumer_error(stream_name, "ordered", e))?;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| consumer_error(stream_name, "ordered", e))?;
+        Ok(Box::pin(messages.map(move |item| {
+            let message = item.map_err(|e| consumer_error(stream_name, "ordered", e))?;
+            let stream_sequence =
+                message
+                    .info()
+                    .map(|info| info.stream_sequence)
+                    .map_err(|source| BusError::Ack {
+                        subject: message.subject.to_string(),
+                        source,
+                    })?;
+            let subject = message.subject.to_string();
+            let headers = message.headers.clone().unwrap_or_default();
+            let event =
+                codec::decode::<v1::AgentEvent>(&subject, Some(&headers), &message.payload)?;
+            Ok(ReplayedEvent {
+                stream_sequence,
+                event,
+                headers,
+            })
+        })))
+    }
+
+    /// Announces a pending approval on `mtswarm.approval.request.<job_id>`.
+    /// The durable record is [`crate::Approvals::create`]'s job.
+    pub async fn publish_approval_request(
+        &self,
+        request: &v1::ApprovalRequest,
+    ) -> Result<(), BusError> {
+        subjects::validate_id("approval id", &request.approval_id)?;
+        self.publish_core(subjects::approval_request(&request.job_id)?, request)
+            .await
+    }
+
+    /// Approval requests of one job, or of all jobs when `job_id` is `None`.
+    pub async fn subscribe_approval_requests(
+        &self,
+        job_id: Option<&str>,
+    ) -> Result<ReceivedStream<v1::ApprovalRequest>, BusError> {
+        let subject = match job_id {
+            Some(job_id) => subjects::approval_request(job_id)?,
+            None => subjects::ALL_APPROVAL_REQUESTS.to_string(),
+        };
+        self.subscribe_core(subject).await
+    }
+
+    /// Sends a decision to the session on `mtswarm.approval.decision.<session_id>`.
+    pub async fn publish_approval_decision(
+        &self,
+        decision: &v1::ApprovalDecision,
+    ) -> Result<(), BusError> {
+        self.publish_core(subjects::approval_decision(&decision.session_id)?, decision)
+            .await
+    }
+
+    /// Decisions addressed to one session.
+    pub async fn subscribe_approval_decisions(
+        &self,
+        session_id: &str,
+    ) -> Result<ReceivedStream<v1::ApprovalDecision>, BusError> {
+        self.subscribe_core(subjects::approval_decision(session_id)?)
+            .await
+    }
+}

@@ -1,0 +1,228 @@
+//! The durable store over the measurements stream: publish a record once,
+//! scan the narrowest subject filter for a query.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::consumer::{self, DeliverPolicy, pull};
+use async_nats::jetstream::message::PublishMessage;
+use futures::StreamExt as _;
+
+use super::RESULT_RECORD_CONTENT_TYPE;
+use super::query::ResultQuery;
+use super::record::ResultRecord;
+use crate::messaging::PublishReceipt;
+use crate::subjects;
+use crate::topology::{TopologyConfig, measurements_stream_config};
+use crate::trace;
+use crate::{Bus, BusError};
+
+/// A scan that receives nothing for this long while records are still
+/// pending fails instead of hanging.
+const SCAN_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Durable store of measured candidates over the measurements stream.
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ResultsStore {
+    bus: Bus,
+}
+
+fn scan_error(source: impl Into<crate::error::NatsSource>) -> BusError {
+    BusError::Consumer {
+        stream: subjects::MEASUREMENTS_STREAM.to_string(),
+        consumer: "ordered scan".to_string(),
+        source: source.into(),
+    }
+}
+
+impl ResultsStore {
+    /// Opens the store, creating the measurements stream with the default
+    /// topology settings when [`Bus::ensure_topology`] has not run yet.
+    pub async fn open(bus: &Bus) -> Result<ResultsStore, BusError> {
+        bus.jetstream()
+            .get_or_create_stream(measurements_stream_config(&TopologyConfig::default()))
+            .await
+            .map_err(|source| BusError::Topology {
+                what: format!("stream {}", subjects::MEASUREMENTS_STREAM),
+                source: source.into(),
+            })?;
+        Ok(ResultsStore { bus: bus.clone() })
+    }
+
+    /// Stores `record` and returns its stream sequence (that of the first
+    /// copy when the record id was stored before, within the duplicate window).
+    pub async fn record(&self, record: &ResultRecord) -> Result<u64, BusError> {
+        Ok(self.record_with_receipt(record).await?.sequence)
+    }
+
+    /// Like [`ResultsStore::record`], also telling whether the stream dropped
+    /// the publish as a duplicate.
+    pub async fn record_with_receipt(
+        &self,
+        record: &ResultRecord,
+    ) -> Result<PublishReceipt, BusError> {
+        record.validate()?;
+        let subject = record.subject()?;
+        let payload = serde_json::to_vec(record).map_err(|source| BusError::Publish {
+            subject: subject.clone(),
+            source: source.into(),
+        })?;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            crate::codec::CONTENT_TYPE_HEADER,
+            RESULT_RECORD_CONTENT_TYPE,
+        );
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_ID,
+            record.record_id.as_str(),
+        );
+        trace::inject_current(&mut headers);
+        let publish = PublishMessage::build()
+            .payload(payload.into())
+            .headers(headers);
+        let publish_error = |source: crate::error::NatsSource| BusError::Publish {
+            subject: subject.clone(),
+            source,
+        };
+        let ack = self
+            .bus
+            .jetstream()
+            .send_publish(subject.clone(), publish)
+            .await
+            .map_err(|e| publish_error(e.into()))?
+            .await
+            .map_err(|e| publish_error(e.into()))?;
+        Ok(PublishReceipt {
+            stream: ack.stream,
+            sequence: ack.sequence,
+            duplicate: ack.duplicate,
+        })
+    }
+
+    /// Records matching `query` in stream (storage) order; when more than
+    /// `query.limit` match, the most recently stored `limit` of them. The
+    /// scan reads every record under the query's subject filter, so narrow
+    /// queries (job, kernel, slice) are the cheap ones.
+    pub async fn query(&self, query: &ResultQuery) -> Result<Vec<ResultRecord>, BusError> {
+        query.check()?;
+        let mut kept: VecDeque<ResultRecord> = VecDeque::with_capacity(query.limit.min(1024));
+        self.scan(query, |record| {
+            if kept.len() == query.limit {
+                kept.pop_front();
+            }
+            kept.push_back(record);
+        })
+        .await?;
+        Ok(kept.into())
+    }
+
+    /// The `n` best trustworthy records of `kernel` (valid, unflagged, with a
+    /// GFLOPS figure), highest GFLOPS first, over every job.
+    pub async fn best_for_kernel(
+        &self,
+        kernel: &str,
+        n: usize,
+    ) -> Result<Vec<ResultRecord>, BusError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let query = ResultQuery {
+            kernel: Some(kernel.to_string()),
+            valid_only: true,
+            limit: n,
+            ..Default::default()
+        };
+        query.check()?;
+        let mut best: Vec<ResultRecord> = Vec::new();
+        self.scan(&query, |record| {
+            if !record.trustworthy() {
+                return;
+            }
+            best.push(record);
+            // Trim in batches: memory stays within 2n, sorting amortized.
+            if best.len() >= 2 * n.max(1) {
+                best.sort_by(by_gflops_desc);
+                best.truncate(n);
+            }
+        })
+        .await?;
+        best.sort_by(by_gflops_desc);
+        best.truncate(n);
+        Ok(best)
+    }
+
+    /// Feeds every record matching `query` to `visit`, in stream order.
+    /// Records that do not decode are logged and skipped: one bad record
+    /// must not hide the rest of the history.
+    async fn scan(
+        &self,
+        query: &ResultQuery,
+        mut visit: impl FnMut(ResultRecord),
+    ) -> Result<(), BusError> {
+        let stream = self
+            .bus
+            .jetstream()
+            .get_stream_no_info(subjects::MEASUREMENTS_STREAM)
+            .await
+            .map_err(scan_error)?;
+        let consumer: consumer::Consumer<pull::OrderedConfig> = stream
+            .create_consumer(pull::OrderedConfig {
+                filter_subject: query.filter_subject(),
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(scan_error)?;
+        if consumer.cached_info().num_pending == 0 {
+            return Ok(());
+        }
+        let mut messages = consumer.messages().await.map_err(scan_error)?;
+        loop {
+            let next = tokio::time::timeout(SCAN_IDLE_TIMEOUT, messages.next())
+                .await
+                .map_err(|_| {
+                    scan_error(format!(
+                        "no record arrived for {SCAN_IDLE_TIMEOUT:?} while the scan was incomplete"
+                    ))
+                })?;
+            let Some(message) = next else {
+                return Ok(());
+            };
+            let message = message.map_err(scan_error)?;
+            let pending = message.info().map(|info| info.pending).unwrap_or(0);
+            match decode_record(&message.subject, message.headers.as_ref(), &message.payload) {
+                Ok(record) if query.matches(&record) => visit(record),
+                Ok(_) => {}
+                Err(reason) => {
+                    tracing::warn!(subject = %message.subject, %reason, "skipping undecodable result record")
+                }
+            }
+            if pending == 0 {
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn by_gflops_desc(a: &ResultRecord, b: &ResultRecord) -> std::cmp::Ordering {
+    let figure = |r: &ResultRecord| r.gflops.unwrap_or(f64::NEG_INFINITY);
+    figure(b).total_cmp(&figure(a))
+}
+
+fn decode_record(
+    subject: &str,
+    headers: Option<&HeaderMap>,
+    payload: &[u8],
+) -> Result<ResultRecord, String> {
+    if let Some(found) = headers.and_then(|h| h.get(crate::codec::CONTENT_TYPE_HEADER))
+        && found.as_str() != RESULT_RECORD_CONTENT_TYPE
+    {
+        return Err(format!(
+            "content type {:?} on {subject}, expected {RESULT_RECORD_CONTENT_TYPE:?}",
+            found.as_str()
+        ));
+    }
+    serde_json::from_slice(payload).map_err(|e| format!("not a result record: {e}"))
+}
