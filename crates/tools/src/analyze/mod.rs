@@ -11,6 +11,9 @@
 //! loops counts once per iteration when `N` is evaluable, and sizes or
 //! counts that depend on run-time values are reported as unknown.
 
+mod expr;
+mod scan;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
@@ -24,6 +27,8 @@ use serde_json::{Value, json};
 use crate::env::{ToolEnv, parse_args};
 use crate::files::tool_basics;
 use crate::normalize::Shape;
+use expr::{Evaluator, sizeof_type};
+use scan::{find_loops, line_of, strip_comments, trip_count};
 
 /// Arguments of analyze_kernel.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -135,244 +140,6 @@ fn pattern(re: &'static LazyRegex) -> Option<&'static Regex> {
     re.as_ref()
 }
 
-/// Replace comments and string/char literals by spaces, keeping newlines so
-/// line numbers stay right.
-fn strip_comments(source: &str) -> String {
-    let bytes: Vec<char> = source.chars().collect();
-    let mut out = String::with_capacity(source.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        let next = bytes.get(i + 1).copied();
-        if c == '/' && next == Some('/') {
-            while i < bytes.len() && bytes[i] != '\n' {
-                out.push(' ');
-                i += 1;
-            }
-        } else if c == '/' && next == Some('*') {
-            out.push_str("  ");
-            i += 2;
-            while i < bytes.len() && !(bytes[i] == '*' && bytes.get(i + 1) == Some(&'/')) {
-                out.push(if bytes[i] == '\n' { '\n' } else { ' ' });
-                i += 1;
-            }
-            out.push_str("  ");
-            i += 2;
-        } else if c == '"' || c == '\'' {
-            out.push(c);
-            i += 1;
-            while i < bytes.len() && bytes[i] != c && bytes[i] != '\n' {
-                if bytes[i] == '\\' {
-                    out.push(' ');
-                    i += 1;
-                }
-                if i < bytes.len() {
-                    out.push(' ');
-                    i += 1;
-                }
-            }
-            if i < bytes.len() {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        } else {
-            out.push(c);
-            i += 1;
-        }
-    }
-    out
-}
-
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
-}
-
-/// Index just past the parenthesized group starting at `open` (a `(`).
-fn skip_parens(chars: &[char], open: usize) -> usize {
-    let mut depth = 0i32;
-    let mut i = open;
-    while i < chars.len() {
-        match chars[i] {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth == 0 {
-                    return i + 1;
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    chars.len()
-}
-
-fn skip_space(chars: &[char], mut i: usize) -> usize {
-    while i < chars.len() && chars[i].is_whitespace() {
-        i += 1;
-    }
-    i
-}
-
-fn is_ident(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_'
-}
-
-/// Find loops and their nesting depth by tracking braces and brace-less
-/// loop bodies.
-/// End (exclusive, in chars) of the statement or block starting at `i`.
-fn statement_end(chars: &[char], i: usize) -> usize {
-    let i = skip_space(chars, i);
-    if chars.get(i) == Some(&'{') {
-        let mut depth = 0i32;
-        for (j, c) in chars.iter().enumerate().skip(i) {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return j + 1;
-                    }
-                }
-                _ => {}
-            }
-        }
-        return chars.len();
-    }
-    let mut parens = 0i32;
-    let mut braces = 0i32;
-    for (j, c) in chars.iter().enumerate().skip(i) {
-        match c {
-            '(' => parens += 1,
-            ')' => parens -= 1,
-            '{' => braces += 1,
-            '}' => {
-                braces -= 1;
-                if braces < 0 {
-                    return j;
-                }
-                if braces == 0 && parens == 0 {
-                    return j + 1;
-                }
-            }
-            ';' if parens == 0 && braces == 0 => return j + 1,
-            _ => {}
-        }
-    }
-    chars.len()
-}
-
-/// Trip count of `init; cond; step` when it is `v = 0; v < N; v++` (or
-/// `<=`, `++v`, `v += 1`) with `N` evaluable.
-fn trip_count(header: &str, evaluator: &mut Evaluator<'_>) -> Option<u64> {
-    let parts: Vec<&str> = header.split(';').map(str::trim).collect();
-    let [init, cond, step] = parts.as_slice() else {
-        return None;
-    };
-    let (lhs, start) = init.rsplit_once('=')?;
-    let var = lhs.split_whitespace().last()?.trim_start_matches('*');
-    if evaluator.eval(start.trim())? != 0 {
-        return None;
-    }
-    let step = step.replace(' ', "");
-    if step != format!("{var}++") && step != format!("++{var}") && step != format!("{var}+=1") {
-        return None;
-    }
-    if let Some(bound) = cond.strip_prefix(var).map(str::trim_start) {
-        if let Some(e) = bound.strip_prefix("<=") {
-            return evaluator.eval(e.trim())?.checked_add(1);
-        }
-        if let Some(e) = bound.strip_prefix('<') {
-            return evaluator.eval(e.trim());
-        }
-    }
-    None
-}
-
-fn find_loops(code: &str) -> Vec<LoopInfo> {
-    let chars: Vec<char> = code.chars().collect();
-    // Byte offsets for line numbers.
-    let offsets: Vec<usize> = code.char_indices().map(|(b, _)| b).collect();
-    let mut loops = Vec::new();
-    // Loops opened by each brace on the stack.
-    let mut brace_loops: Vec<u32> = Vec::new();
-    let mut pending: u32 = 0;
-    let mut paren_depth = 0i32;
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let word_start = i == 0 || !is_ident(chars[i - 1]);
-        if word_start && c.is_ascii_alphabetic() {
-            let mut j = i;
-            while j < chars.len() && is_ident(chars[j]) {
-                j += 1;
-            }
-            let word: String = chars[i..j].iter().collect();
-            if word == "for" || word == "while" || word == "do" {
-                let active: u32 = brace_loops.iter().sum::<u32>() + pending;
-                let after = skip_space(&chars, j);
-                if word == "do" {
-                    loops.push(LoopInfo {
-                        line: line_of(code, offsets[i]),
-                        kind: word,
-                        depth: active + 1,
-                        trip_count: None,
-                        header: String::new(),
-                        body: (after, statement_end(&chars, after)),
-                    });
-                    pending += 1;
-                    i = after;
-                    continue;
-                }
-                if chars.get(after) == Some(&'(') {
-                    let end = skip_parens(&chars, after);
-                    let next = skip_space(&chars, end);
-                    // `while (...);` closes a do-while: not a new loop.
-                    if word == "while" && chars.get(next) == Some(&';') {
-                        i = next + 1;
-                        continue;
-                    }
-                    loops.push(LoopInfo {
-                        line: line_of(code, offsets[i]),
-                        kind: word,
-                        depth: active + 1,
-                        trip_count: None,
-                        header: chars[after + 1..end.saturating_sub(1).max(after + 1)]
-                            .iter()
-                            .collect(),
-                        body: (end, statement_end(&chars, end)),
-                    });
-                    pending += 1;
-                    i = end;
-                    continue;
-                }
-            }
-            i = j;
-            continue;
-        }
-        match c {
-            '(' => paren_depth += 1,
-            ')' => paren_depth -= 1,
-            '{' => {
-                brace_loops.push(pending);
-                pending = 0;
-            }
-            '}' => {
-                brace_loops.pop();
-                pending = 0;
-            }
-            ';' if paren_depth <= 0 => pending = 0,
-            _ => {}
-        }
-        i += 1;
-    }
-    let byte = |ci: usize| offsets.get(ci).copied().unwrap_or(code.len());
-    for l in &mut loops {
-        l.body = (byte(l.body.0), byte(l.body.1));
-    }
-    loops
-}
-
 /// `#define NAME VALUE` lines of the file (object-like macros only).
 fn file_defines(code: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
@@ -383,180 +150,6 @@ fn file_defines(code: &str) -> BTreeMap<String, String> {
         }
     }
     out
-}
-
-fn sizeof_type(name: &str) -> Option<u64> {
-    let name = name.split_whitespace().collect::<Vec<_>>().join(" ");
-    Some(match name.as_str() {
-        "char" | "int8_t" | "uint8_t" | "unsigned char" | "signed char" => 1,
-        "short" | "int16_t" | "uint16_t" | "unsigned short" => 2,
-        "int" | "float" | "int32_t" | "uint32_t" | "unsigned" | "unsigned int" => 4,
-        "double" | "long" | "long long" | "int64_t" | "uint64_t" | "size_t" | "unsigned long"
-        | "unsigned long long" => 8,
-        "lvector double" | "lvector long" | "lvector float" | "lvector int" => 128,
-        n if n.ends_with('*') => 8,
-        _ => return None,
-    })
-}
-
-/// A small evaluator for integer constant expressions with macros.
-struct Evaluator<'a> {
-    macros: &'a BTreeMap<String, String>,
-    depth: u32,
-}
-
-impl Evaluator<'_> {
-    fn eval(&mut self, expr: &str) -> Option<u64> {
-        if self.depth > 16 {
-            return None;
-        }
-        let tokens = tokenize(expr)?;
-        let mut pos = 0;
-        let value = self.sum(&tokens, &mut pos)?;
-        (pos == tokens.len()).then_some(value)
-    }
-
-    fn sum(&mut self, t: &[Tok], pos: &mut usize) -> Option<u64> {
-        let mut v = self.product(t, pos)?;
-        while let Some(Tok::Op(op @ ('+' | '-'))) = t.get(*pos) {
-            *pos += 1;
-            let r = self.product(t, pos)?;
-            v = if *op == '+' {
-                v.checked_add(r)?
-            } else {
-                v.checked_sub(r)?
-            };
-        }
-        Some(v)
-    }
-
-    fn product(&mut self, t: &[Tok], pos: &mut usize) -> Option<u64> {
-        let mut v = self.atom(t, pos)?;
-        while let Some(Tok::Op(op @ ('*' | '/' | '%'))) = t.get(*pos) {
-            *pos += 1;
-            let r = self.atom(t, pos)?;
-            v = match op {
-                '*' => v.checked_mul(r)?,
-                '/' => v.checked_div(r)?,
-                _ => v.checked_rem(r)?,
-            };
-        }
-        Some(v)
-    }
-
-    fn atom(&mut self, t: &[Tok], pos: &mut usize) -> Option<u64> {
-        match t.get(*pos)?.clone() {
-            Tok::Num(n) => {
-                *pos += 1;
-                Some(n)
-            }
-            Tok::Op('(') => {
-                // A cast `(type)` is skipped; otherwise a parenthesized sum.
-                if let Some(close) = t[*pos..].iter().position(|x| *x == Tok::Op(')')) {
-                    let inner = &t[*pos + 1..*pos + close];
-                    if !inner.is_empty()
-                        && inner
-                            .iter()
-                            .all(|x| matches!(x, Tok::Ident(_) | Tok::Op('*')))
-                    {
-                        let as_type: Vec<String> = inner
-                            .iter()
-                            .map(|x| match x {
-                                Tok::Ident(s) => s.clone(),
-                                _ => "*".into(),
-                            })
-                            .collect();
-                        if sizeof_type(&as_type.join(" ")).is_some() {
-                            *pos += close + 1;
-                            return self.atom(t, pos);
-                        }
-                    }
-                }
-                *pos += 1;
-                let v = self.sum(t, pos)?;
-                if t.get(*pos) != Some(&Tok::Op(')')) {
-                    return None;
-                }
-                *pos += 1;
-                Some(v)
-            }
-            Tok::Ident(name) if name == "sizeof" => {
-                *pos += 1;
-                if t.get(*pos) != Some(&Tok::Op('(')) {
-                    return None;
-                }
-                let close = t[*pos..].iter().position(|x| *x == Tok::Op(')'))?;
-                let inner: Vec<String> = t[*pos + 1..*pos + close]
-                    .iter()
-                    .map(|x| match x {
-                        Tok::Ident(s) => s.clone(),
-                        Tok::Op(c) => c.to_string(),
-                        Tok::Num(n) => n.to_string(),
-                    })
-                    .collect();
-                *pos += close + 1;
-                sizeof_type(&inner.join(" "))
-            }
-            Tok::Ident(name) => {
-                *pos += 1;
-                let body = self.macros.get(&name)?.clone();
-                self.depth += 1;
-                let v = self.eval(&body);
-                self.depth -= 1;
-                v
-            }
-            Tok::Op(_) => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Tok {
-    Num(u64),
-    Ident(String),
-    Op(char),
-}
-
-fn tokenize(expr: &str) -> Option<Vec<Tok>> {
-    let chars: Vec<char> = expr.chars().collect();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if c.is_whitespace() {
-            i += 1;
-        } else if c.is_ascii_digit() {
-            let mut j = i;
-            while j < chars.len() && (chars[j].is_ascii_alphanumeric()) {
-                j += 1;
-            }
-            let text: String = chars[i..j].iter().collect();
-            let digits = text.trim_end_matches(['u', 'U', 'l', 'L']);
-            let n = if let Some(hex) = digits
-                .strip_prefix("0x")
-                .or_else(|| digits.strip_prefix("0X"))
-            {
-                u64::from_str_radix(hex, 16).ok()?
-            } else {
-                digits.parse().ok()?
-            };
-            out.push(Tok::Num(n));
-            i = j;
-        } else if is_ident(c) {
-            let mut j = i;
-            while j < chars.len() && is_ident(chars[j]) {
-                j += 1;
-            }
-            out.push(Tok::Ident(chars[i..j].iter().collect()));
-            i = j;
-        } else if "+-*/%()".contains(c) {
-            out.push(Tok::Op(c));
-            i += 1;
-        } else {
-            return None;
-        }
-    }
-    Some(out)
 }
 
 /// The argument text of a call starting at byte `open` (a `(`).
@@ -599,10 +192,7 @@ pub fn analyze_source(
     }
     let mut loops = find_loops(&code);
     {
-        let mut evaluator = Evaluator {
-            macros: &macros,
-            depth: 0,
-        };
+        let mut evaluator = Evaluator::new(&macros);
         for l in &mut loops {
             if l.kind == "for" {
                 l.trip_count = trip_count(&l.header, &mut evaluator);
@@ -629,10 +219,7 @@ pub fn analyze_source(
         .any(|k| k.ends_with("_async") || k == "dma_p2p" || k == "dma_broadcast" || k == "dma_sg")
         && dma_calls.contains_key("dma_wait");
 
-    let mut evaluator = Evaluator {
-        macros: &macros,
-        depth: 0,
-    };
+    let mut evaluator = Evaluator::new(&macros);
     let mut allocations = Vec::new();
     if let Some(r) = pattern(&MALLOC_RE) {
         for m in r.captures_iter(&code) {
@@ -834,21 +421,11 @@ mod tests {
             ("N".to_string(), "(64*2)".to_string()),
             ("M".to_string(), "N/4".to_string()),
         ]);
-        let mut e = Evaluator {
-            macros: &macros,
-            depth: 0,
-        };
+        let mut e = Evaluator::new(&macros);
         assert_eq!(e.eval("N * M * sizeof(double)"), Some(128 * 32 * 8));
         assert_eq!(e.eval("(size_t)N*sizeof(lvector double)"), Some(128 * 128));
         assert_eq!(e.eval("n * 8"), None);
         let cyclic = BTreeMap::from([("A".to_string(), "A+1".to_string())]);
-        assert_eq!(
-            Evaluator {
-                macros: &cyclic,
-                depth: 0
-            }
-            .eval("A"),
-            None
-        );
+        assert_eq!(Evaluator::new(&cyclic).eval("A"), None);
     }
 }

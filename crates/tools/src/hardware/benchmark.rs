@@ -1,0 +1,234 @@
+//! benchmark: measures an artifact on the slice and records the candidate.
+
+use std::sync::Arc;
+
+use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_hw::BackendKind;
+use mtswarm_hw::measure::{MeasureConfig, Measurement, measure};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::env::{ToolEnv, parse_args};
+use crate::files::tool_basics;
+use crate::normalize::Shape;
+
+use super::{CANDIDATES_SHOWN, cores_of, hw_error, kernel_fault, timeout_of};
+
+/// Arguments of benchmark.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchmarkArgs {
+    /// Artifact id from compile (default: the latest).
+    #[serde(default)]
+    pub artifact: Option<String>,
+    /// DSP cores (default: all cores of the slice).
+    #[serde(default)]
+    pub cores: Option<u32>,
+    /// Untimed, validated executions before timing.
+    #[serde(default)]
+    pub warmup: Option<u32>,
+    /// Minimum timed executions.
+    #[serde(default)]
+    pub repeats: Option<u32>,
+    /// Minimum total timed kernel seconds (real-timing backends).
+    #[serde(default)]
+    pub min_seconds: Option<f64>,
+    /// Reference time for the plausibility check (default: the session's
+    /// first valid benchmark).
+    #[serde(default)]
+    pub baseline_seconds: Option<f64>,
+    /// Per-launch time-out (default 120).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+const BENCHMARK_SHAPE: Shape = Shape {
+    integers: &["cores", "warmup", "repeats"],
+    numbers: &["min_seconds", "baseline_seconds", "timeout_seconds"],
+    bools: &[],
+    lists: &[],
+    maps: &[],
+    aliases: &[
+        ("artifact_id", "artifact"),
+        ("build", "artifact"),
+        ("runs", "repeats"),
+        ("timeout", "timeout_seconds"),
+    ],
+};
+
+fn measurement_summary(artifact: &str, m: &Measurement) -> Value {
+    json!({
+        "artifact": artifact,
+        "kernel_hash": m.kernel_hash,
+        "defines": m.defines,
+        "slice": m.slice,
+        "backend": m.backend,
+        "toolchain": m.toolchain,
+        "cores": m.cores,
+        "valid": m.valid,
+        "error": m.error,
+        "median_seconds": m.stats.as_ref().map(|s| s.median),
+        "trimmed_mean_seconds": m.stats.as_ref().map(|s| s.trimmed_mean),
+        "count": m.stats.as_ref().map(|s| s.count),
+        "gflops": m.gflops,
+        "peak_fraction": m.peak_fraction,
+        "speedup_over_baseline": m.speedup_over_baseline,
+        "flags": m.flags,
+    })
+}
+
+/// Measure an artifact: validate, warm up, time, re-check.
+pub struct Benchmark(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for Benchmark {
+    tool_basics!(
+        "benchmark",
+        "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. Records benchmark evidence and updates the candidates.",
+        BenchmarkArgs,
+        Risk::Medium,
+        false,
+        true,
+        BENCHMARK_SHAPE
+    );
+    hardware_flags!();
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: BenchmarkArgs = parse_args(args)?;
+        let (built, baseline) = {
+            let session = self.0.session();
+            (
+                session.artifact(args.artifact.as_deref())?,
+                session.baseline_seconds,
+            )
+        };
+        let mut config: MeasureConfig = self.0.measure_defaults.clone();
+        config.cores = cores_of(&self.0, args.cores)?;
+        if let Some(w) = args.warmup {
+            config.warmup = w.min(1000);
+        }
+        if let Some(r) = args.repeats {
+            if r == 0 || r > 10_000 {
+                return Err(ToolError::InvalidArgs(format!(
+                    "repeats must be in 1..=10000, got {r}"
+                )));
+            }
+            config.min_repeats = r;
+            config.min_repeats_deterministic = r;
+            config.max_repeats = config.max_repeats.max(r);
+        }
+        if let Some(s) = args.min_seconds {
+            if !(s.is_finite() && (0.0..=600.0).contains(&s)) {
+                return Err(ToolError::InvalidArgs(format!(
+                    "min_seconds must be in 0..=600, got {s}"
+                )));
+            }
+            config.min_seconds = s;
+        }
+        if args.timeout_seconds.is_some() {
+            config.launch_timeout = timeout_of(args.timeout_seconds)?;
+        }
+        config.baseline_seconds = args
+            .baseline_seconds
+            .or(config.baseline_seconds)
+            .or(baseline);
+        ctx.progress(format!("benchmarking artifact {}", built.id), None);
+        // Host timing shares the CPU with the compiler: never time while
+        // this session compiles.
+        let _no_compiles = if self.0.board.backend() == BackendKind::Host {
+            Some(self.0.compile_gate.write().await)
+        } else {
+            None
+        };
+        let measured = measure(
+            self.0.board.as_ref(),
+            &built.artifact,
+            &self.0.spec,
+            &config,
+        )
+        .await;
+        let m = match measured {
+            Ok(m) => m,
+            Err(e) if kernel_fault(&e) => {
+                let summary = json!({
+                    "artifact": built.id, "kernel_hash": built.artifact.kernel_hash,
+                    "defines": built.artifact.defines, "valid": false, "error": e.to_string(),
+                });
+                return Ok(ToolOutput::text(format!(
+                    "benchmark FAILED for artifact {}: {e}",
+                    built.id
+                ))
+                .with_data(summary.clone())
+                .with_effect(Effect::Evidence {
+                    kind: "benchmark".into(),
+                    passed: false,
+                    summary: summary.clone(),
+                })
+                .with_effect(Effect::State {
+                    key: "benchmark_results".into(),
+                    value: summary,
+                    append: true,
+                }));
+            }
+            Err(e) => return Err(hw_error(e)),
+        };
+        let summary = measurement_summary(&built.id, &m);
+        let passed = m.trustworthy();
+        let text = match (&m.stats, passed) {
+            (Some(s), _) => {
+                let mut t = format!(
+                    "artifact {} on {} cores: median {:.4e} s, trimmed mean {:.4e} s over {} runs (min {:.4e}, max {:.4e})",
+                    built.id, m.cores, s.median, s.trimmed_mean, s.count, s.min, s.max
+                );
+                if let Some(g) = m.gflops {
+                    t.push_str(&format!(", {g:.2} GFLOPS"));
+                }
+                if let Some(p) = m.peak_fraction {
+                    t.push_str(&format!(" ({:.1}% of peak)", p * 100.0));
+                }
+                if let Some(x) = m.speedup_over_baseline {
+                    t.push_str(&format!(", {x:.2}x over baseline"));
+                }
+                for f in &m.flags {
+                    t.push_str(&format!("\nFLAG: {f}"));
+                }
+                t
+            }
+            (None, _) => format!(
+                "benchmark FAILED for artifact {}: {} (no timing reported for a wrong result)",
+                built.id,
+                m.error.clone().unwrap_or_else(|| "invalid".into())
+            ),
+        };
+        let mut out = ToolOutput::text(text)
+            .with_data(json!({"summary": summary, "measurement": m}))
+            .with_effect(Effect::Evidence {
+                kind: "benchmark".into(),
+                passed,
+                summary: summary.clone(),
+            })
+            .with_effect(Effect::State {
+                key: "benchmark_results".into(),
+                value: summary,
+                append: true,
+            });
+        if passed {
+            let candidates = self.0.session().add_candidate(&built.id, &m);
+            let shown: Vec<_> = candidates.iter().take(CANDIDATES_SHOWN).collect();
+            out = out.with_effect(Effect::State {
+                key: "current_candidates".into(),
+                value: serde_json::to_value(&shown).unwrap_or(Value::Null),
+                append: false,
+            });
+            if let Some(best) = candidates.first() {
+                out = out.with_effect(Effect::State {
+                    key: "best".into(),
+                    value: serde_json::to_value(best).unwrap_or(Value::Null),
+                    append: false,
+                });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,235 @@
+//! compile: builds a kernel directory on the host CPU, now or in the
+//! background, checking its defines against the kernel's tune.toml.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_hw::{Artifact, Board, BuildRequest, HwError};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::env::{BuildReport, BuiltArtifact, ToolEnv, parse_args};
+use crate::files::tool_basics;
+use crate::normalize::Shape;
+
+use super::hw_error;
+
+/// Arguments of compile.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompileArgs {
+    /// Kernel directory relative to the workspace, holding kernel.c and
+    /// host.c (default: the workspace root).
+    #[serde(default)]
+    pub kernel_dir: Option<String>,
+    /// `-D` parameters: tuning knobs and problem sizes, NAME -> VALUE.
+    #[serde(default)]
+    pub defines: Option<BTreeMap<String, String>>,
+    /// Start the build and return at once with its artifact id; call
+    /// wait_build with the id before running it (default false). Lets the
+    /// host compile the next candidates while the slice runs this one.
+    #[serde(default)]
+    pub background: Option<bool>,
+    /// Skip the check of the defines against tune.toml (names, values,
+    /// constraints); for knobs outside the tuning space such as fault
+    /// injection (default false).
+    #[serde(default)]
+    pub unchecked: Option<bool>,
+}
+
+const COMPILE_SHAPE: Shape = Shape {
+    integers: &[],
+    numbers: &[],
+    bools: &["background", "unchecked"],
+    lists: &[],
+    maps: &["defines"],
+    aliases: &[
+        ("dir", "kernel_dir"),
+        ("path", "kernel_dir"),
+        ("params", "defines"),
+        ("knobs", "defines"),
+        ("async", "background"),
+    ],
+};
+
+/// One build: what to compile and where its artifact goes.
+pub(crate) struct BuildJob {
+    pub(crate) id: String,
+    pub(crate) generation: u64,
+    pub(crate) kernel_dir_rel: String,
+    pub(crate) defines: BTreeMap<String, String>,
+    pub(crate) out_dir: PathBuf,
+    /// What is built: the kernel's sources with the pristine harness.
+    pub(crate) staged_dir: PathBuf,
+}
+
+/// Compile on the host CPU (shared gate: a host-timed benchmark of this
+/// session excludes compiles).
+pub(crate) async fn run_build(
+    board: Arc<dyn Board>,
+    gate: Arc<tokio::sync::RwLock<()>>,
+    job: &BuildJob,
+) -> Result<Artifact, ToolError> {
+    let _compiling = gate.read().await;
+    let built = board
+        .build(&BuildRequest {
+            kernel_dir: job.staged_dir.clone(),
+            defines: job.defines.clone(),
+            out_dir: job.out_dir.clone(),
+        })
+        .await;
+    let _ = std::fs::remove_dir_all(&job.staged_dir);
+    built.map_err(|e| match e {
+        HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
+        other => hw_error(other),
+    })
+}
+
+/// Record a finished build in the session and describe it.
+pub(super) fn record_build(env: &ToolEnv, job: BuildJob, artifact: Artifact) -> BuildReport {
+    let summary = json!({
+        "artifact": job.id,
+        "ok": true,
+        "kernel_dir": job.kernel_dir_rel,
+        "defines": job.defines,
+        "kernel_hash": artifact.kernel_hash,
+        "toolchain": artifact.toolchain,
+    });
+    let mut text = format!(
+        "compiled {} as artifact {} (kernel {}, {})",
+        job.kernel_dir_rel,
+        job.id,
+        artifact.kernel_hash.chars().take(12).collect::<String>(),
+        artifact.toolchain
+    );
+    if !artifact.log.trim().is_empty() {
+        let log: String = artifact.log.chars().take(3000).collect();
+        text.push_str(&format!("\ncompiler output:\n{log}"));
+    }
+    let mut session = env.session();
+    session.artifacts.insert(
+        job.id.clone(),
+        BuiltArtifact {
+            id: job.id.clone(),
+            kernel_dir: job.kernel_dir_rel,
+            artifact,
+            generation: job.generation,
+        },
+    );
+    session.latest = Some(job.id);
+    BuildReport { text, summary }
+}
+
+/// Defines are checked against the kernel's tune.toml, when it has a
+/// readable one: an unknown name, a value outside the space or a broken
+/// constraint is an error naming it (instead of a build of the defaults).
+pub(super) fn check_defines(
+    kernel_dir: &std::path::Path,
+    defines: &BTreeMap<String, String>,
+    spec: &mtswarm_hw::ChipSpec,
+) -> Result<(), ToolError> {
+    let file = kernel_dir.join("tune.toml");
+    if !file.is_file() {
+        return Ok(());
+    }
+    match mtswarm_hw::tune::TuneSpace::load(&file) {
+        Ok(space) => space
+            .check_defines(defines, spec)
+            .map_err(|e| ToolError::InvalidArgs(e.to_string())),
+        // An unreadable tune.toml is the kernel's problem, reported by the
+        // tools that read it; the build itself does not need it.
+        Err(_) => Ok(()),
+    }
+}
+
+pub(super) fn build_output(report: BuildReport) -> ToolOutput {
+    ToolOutput::text(report.text)
+        .with_data(report.summary.clone())
+        .with_effect(Effect::State {
+            key: "compile_results".into(),
+            value: report.summary,
+            append: true,
+        })
+}
+
+/// Build a kernel directory for the session's backend.
+pub struct Compile(pub(crate) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for Compile {
+    tool_basics!(
+        "compile",
+        "Compile the kernel directory (kernel.c + host.c) with the given -D defines for this slice's backend. Returns an artifact id for run/validate/benchmark. Runs on the host CPU; with background=true it returns at once and wait_build collects the result.",
+        CompileArgs,
+        Risk::Low,
+        true,
+        true,
+        COMPILE_SHAPE
+    );
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: CompileArgs = parse_args(args)?;
+        let shown = args.kernel_dir.clone().unwrap_or_else(|| ".".into());
+        let kernel_dir = self
+            .0
+            .workspace
+            .resolve(&shown)
+            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        if !kernel_dir.is_dir() {
+            return Err(ToolError::InvalidArgs(format!(
+                "kernel_dir `{shown}` is not a directory"
+            )));
+        }
+        let defines = args.defines.unwrap_or_default();
+        if !args.unchecked.unwrap_or(false) {
+            check_defines(&kernel_dir, &defines, &self.0.spec)?;
+        }
+        let (id, generation) = {
+            let mut session = self.0.session();
+            (session.next_build_id(), session.source_generation)
+        };
+        let staged_dir = self.0.harness.stage(&kernel_dir, &id)?;
+        let job = BuildJob {
+            staged_dir,
+            out_dir: self.0.workspace.root().join(".build").join(&id),
+            kernel_dir_rel: self.0.workspace.relative(&kernel_dir),
+            id,
+            generation,
+            defines,
+        };
+        let board = self.0.board.clone();
+        let gate = self.0.compile_gate.clone();
+        if !args.background.unwrap_or(false) {
+            ctx.progress(format!("compiling {shown} as {}", job.id), None);
+            let artifact = run_build(board, gate, &job).await?;
+            return Ok(build_output(record_build(&self.0, job, artifact)));
+        }
+        let id = job.id.clone();
+        let (publish, watch) = tokio::sync::watch::channel(None);
+        self.0.session().background_builds.insert(id.clone(), watch);
+        // The build must not keep the session's tools alive.
+        let env = Arc::downgrade(&self.0);
+        self.0.spawn_background(async move {
+            let result = match run_build(board, gate, &job).await {
+                Ok(artifact) => match env.upgrade() {
+                    Some(env) => Ok(record_build(&env, job, artifact)),
+                    None => return,
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            publish.send_replace(Some(result));
+        });
+        let summary = json!({
+            "artifact": id,
+            "background": true,
+            "kernel_dir": shown,
+        });
+        Ok(ToolOutput::text(format!(
+            "building {shown} in the background as artifact {id}: call wait_build with artifact {id} before running it"
+        ))
+        .with_data(summary))
+    }
+}
