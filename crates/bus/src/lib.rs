@@ -25,6 +25,7 @@ mod kv;
 mod leases;
 mod messaging;
 pub mod permissions;
+pub mod reopen;
 pub mod results;
 mod stores;
 pub mod subjects;
@@ -49,6 +50,7 @@ pub use messaging::{
     TaskConsumerConfig,
 };
 pub use mtswarm_proto::v1;
+pub use reopen::{Backoff, reopen};
 pub use results::{ResultQuery, ResultRecord, ResultsStore};
 pub use stores::{Approvals, Checkpoints, Jobs, Quarantine, Workers};
 pub use topology::{TopologyConfig, TopologyInfo};
