@@ -51,6 +51,9 @@
 //! slice, launch number): a hang is killed by the run timeout and reported as
 //! a timeout, a crash is a SIGSEGV death of the harness, a wrong answer fails
 //! the harness's own check.
+//!
+//! This module says what exists; how a slice's backend is opened
+//! (`Fleet::open`) is in [`crate::backends`].
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
@@ -139,7 +142,7 @@ struct RawSlice {
     faults: Option<toml::Value>,
 }
 
-fn config_error(msg: String) -> HwError {
+pub(crate) fn config_error(msg: String) -> HwError {
     HwError::Config(format!("fleet: {msg}"))
 }
 
@@ -397,39 +400,6 @@ impl Fleet {
     /// The board a slice belongs to (for its spec, host and launch prefix).
     pub fn board_of(&self, slice: &Slice) -> Option<&FleetBoard> {
         self.board(&slice.board)
-    }
-
-    /// Open the backend for one of this fleet's slices. `sdk` supplies the
-    /// command templates for `sdk` boards (its unset host, launch prefix and
-    /// SDK root are taken from the fleet entry).
-    pub fn open(
-        &self,
-        slice: &Slice,
-        sdk: &crate::sdk::SdkConfig,
-    ) -> Result<std::sync::Arc<dyn crate::Board>, HwError> {
-        let board = self
-            .board_of(slice)
-            .filter(|b| b.slices.contains(slice))
-            .ok_or_else(|| config_error(format!("slice {} is not in the fleet", slice.id())))?;
-        Ok(match board.backend {
-            BackendKind::Emulator => {
-                let mut emulator =
-                    crate::emulator::EmulatorBoard::new(slice.clone(), board.spec.clone())?;
-                if let Some(faults) = board.faults_of(slice) {
-                    emulator = emulator.with_faults(faults);
-                }
-                std::sync::Arc::new(emulator)
-            }
-            BackendKind::Host => std::sync::Arc::new(crate::host::HostBoard::new(
-                slice.clone(),
-                board.spec.clone(),
-            )?),
-            BackendKind::Sdk => std::sync::Arc::new(crate::sdk::SdkBoard::for_fleet_slice(
-                board,
-                slice.clone(),
-                sdk.clone(),
-            )?),
-        })
     }
 }
 
