@@ -146,15 +146,18 @@ pub(crate) fn config_error(msg: String) -> HwError {
     HwError::Config(format!("fleet: {msg}"))
 }
 
+/// A backend name that is none of the three.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend `{0}` (expected emulator, sdk or host)")]
+pub struct UnknownBackend(pub String);
+
 /// Parse a backend name the way the fleet file and selectors spell it.
-pub fn parse_backend(name: &str) -> Result<BackendKind, String> {
+pub fn parse_backend(name: &str) -> Result<BackendKind, UnknownBackend> {
     match name.trim() {
         "emulator" => Ok(BackendKind::Emulator),
         "sdk" => Ok(BackendKind::Sdk),
         "host" => Ok(BackendKind::Host),
-        other => Err(format!(
-            "unknown backend `{other}` (expected emulator, sdk or host)"
-        )),
+        other => Err(UnknownBackend(other.to_owned())),
     }
 }
 
@@ -300,7 +303,7 @@ fn board_faults(
         .as_ref()
         .map(|value| FaultConfig::from_toml(value, &format!("board `{id}`")))
         .transpose()
-        .map_err(config_error)?;
+        .map_err(|e| config_error(e.to_string()))?;
     let mut faults = BTreeMap::new();
     for slice in slices {
         let own = listed
@@ -313,7 +316,7 @@ fn board_faults(
                     value,
                     &format!("board `{id}`, slice cluster {}", slice.cluster.unwrap_or(0)),
                 )
-                .map_err(config_error)?,
+                .map_err(|e| config_error(e.to_string()))?,
             ),
             None => board_level,
         };

@@ -30,7 +30,7 @@ pub use board::{
 };
 pub use emulator::EmulatorBoard;
 pub use error::HwError;
-pub use faults::{Fault, FaultConfig};
+pub use faults::{Fault, FaultConfig, FaultsError};
 pub use fleet::{Fleet, FleetBoard, SliceSelector};
 pub use host::HostBoard;
 pub use lock::{HwGuard, HwLock, LockStats};
