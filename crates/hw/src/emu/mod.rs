@@ -28,12 +28,14 @@ pub(crate) enum Flavor {
 }
 
 impl Flavor {
+    /// The backend whose artifacts this flavour builds.
     pub(crate) fn backend(self) -> BackendKind {
         match self {
             Self::Emulated => BackendKind::Emulator,
             Self::Native => BackendKind::Host,
         }
     }
+    /// File name of this flavour's compiled runtime in the cache.
     pub(crate) fn runtime_object(self) -> &'static str {
         match self {
             Self::Emulated => "runtime-emu.o",

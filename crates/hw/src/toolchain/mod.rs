@@ -3,10 +3,10 @@
 //! program and the emulator runtime, with an object cache) and how that
 //! harness is launched and read back.
 //!
-//! The two backends differ only in [`Flavor`]: the emulator instruments
+//! The two backends differ only in `Flavor`: the emulator instruments
 //! device code and reports modeled cycles, the host backend builds natively
 //! and reports wall time. The one check of `-D` defines every backend
-//! applies ([`check_defines`]) lives here too.
+//! applies (`check_defines`) lives here too.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
