@@ -29,9 +29,10 @@ pub enum HwError {
     #[error("{0}")]
     Capacity(String),
     /// A file-system step of the hardware layer failed.
-    #[error("io error: {context}: {source}")]
+    #[error("io error: {}{source}", step_prefix(.context))]
     Io {
-        /// The step and the path involved, e.g. `writing /cache/emu-1/x.h`.
+        /// The step and the path involved, e.g. `writing /cache/emu-1/x.h`
+        /// (empty only for errors converted with `?` outside this crate).
         context: String,
         /// The operating system's error (shared so the error stays `Clone`).
         #[source]
@@ -46,6 +47,23 @@ impl HwError {
             context: context.into(),
             source: Arc::new(source),
         }
+    }
+}
+
+/// For callers that have no step to name (backends written outside this
+/// crate); the crate itself always names one ([`HwError::io`]).
+impl From<std::io::Error> for HwError {
+    fn from(source: std::io::Error) -> Self {
+        Self::io(String::new(), source)
+    }
+}
+
+/// `context: `, or nothing for an unnamed step.
+fn step_prefix(context: &str) -> String {
+    if context.is_empty() {
+        String::new()
+    } else {
+        format!("{context}: ")
     }
 }
 

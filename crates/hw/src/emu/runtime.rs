@@ -151,4 +151,25 @@ mod tests {
         assert!(s.contains("am_bytes=1.2345e4"), "{s}");
         assert_eq!(s.split(';').count(), 23);
     }
+
+    #[test]
+    fn a_cache_that_cannot_be_created_is_an_io_error_with_its_source() {
+        let root = tempfile::tempdir().expect("tempdir");
+        // A regular file where the cache directory should be.
+        let blocker = root.path().join("not-a-dir");
+        std::fs::write(&blocker, "x").expect("write");
+        let cache = blocker.join("cache");
+        let err = materialize_runtime(&cache).unwrap_err();
+        let HwError::Io { context, source } = &err else {
+            panic!("expected an io error, got {err:?}");
+        };
+        assert_eq!(context, &format!("creating {}", cache.display()));
+        assert_eq!(source.kind(), std::io::ErrorKind::NotADirectory);
+        let chained = std::error::Error::source(&err).expect("the io error is the source");
+        assert_eq!(chained.to_string(), source.to_string());
+        assert!(
+            err.to_string().contains(&cache.display().to_string()),
+            "{err}"
+        );
+    }
 }
