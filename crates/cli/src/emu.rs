@@ -205,7 +205,7 @@ fn error_kind(e: &HwError) -> &'static str {
         HwError::Launch(_) => "launch",
         HwError::Timeout(_) => "timeout",
         HwError::Capacity(_) => "capacity",
-        HwError::Io(_) => "io",
+        HwError::Io { .. } => "io",
     }
 }
 

@@ -15,7 +15,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::HwError;
-use crate::plausibility::{Flag, ModelFigures};
 
 /// Which kind of backend drives a slice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -198,4 +197,43 @@ pub trait Board: Send + Sync {
     async fn build(&self, request: &BuildRequest) -> Result<Artifact, HwError>;
     /// Launch once on the slice. Callers hold the slice lock.
     async fn run(&self, artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError>;
+}
+
+// The plausibility check's vocabulary (see `crate::plausibility`), here
+// because artifacts and outcomes carry it.
+
+/// tune.toml `[model]` figures of one build: per execution.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ModelFigures {
+    pub flops: f64,
+    /// DDR bytes.
+    pub bytes: f64,
+}
+
+/// Why a figure is implausible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Flag {
+    /// More flop/s than the modeled peak of the cores used.
+    AbovePeak,
+    /// Faster than the roofline bound of the kernel's `[model]`.
+    FasterThanRoofline,
+    /// DDR bytes moved faster than the cluster's bandwidth share.
+    AboveDdrBandwidth,
+    /// The harness claims more flops than the kernel executed (emulator).
+    ClaimsUnexecutedFlops,
+}
+
+impl Flag {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::AbovePeak => "above the modeled peak of the cores used",
+            Self::FasterThanRoofline => "faster than the roofline bound of tune.toml [model]",
+            Self::AboveDdrBandwidth => "moves DDR bytes faster than the cluster's bandwidth share",
+            Self::ClaimsUnexecutedFlops => {
+                "the harness claims more flops than the kernel executed (work the cost model \
+                 did not see)"
+            }
+        }
+    }
 }

@@ -31,6 +31,56 @@ pub struct FaultConfig {
 /// The keys a `faults` table may hold.
 pub const FAULT_KEYS: &[&str] = &["hang", "crash", "wrong", "seed"];
 
+/// Why a `faults` table was refused; each names where it stands (`owner`)
+/// and the key involved.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FaultsError {
+    /// `faults` is not a table.
+    #[error(
+        "{owner}: `faults` must be a table like {{ hang = 0.1, crash = 0.1, wrong = 0.1, seed = 7 }}"
+    )]
+    NotATable {
+        /// Where the table stands, e.g. "board `emu0`".
+        owner: String,
+    },
+    /// A rate that is not a number.
+    #[error("{owner}: faults.{key} must be a number in 0..=1, got {got}")]
+    NotARate {
+        /// Where the table stands.
+        owner: String,
+        /// `hang`, `crash` or `wrong`.
+        key: String,
+        /// The value given, as TOML.
+        got: String,
+    },
+    /// A rate outside `0..=1`.
+    #[error("{owner}: faults.{key} = {rate} is out of range 0..=1 (a probability per launch)")]
+    RateOutOfRange {
+        /// Where the table stands.
+        owner: String,
+        /// `hang`, `crash` or `wrong`.
+        key: String,
+        /// The rate given.
+        rate: f64,
+    },
+    /// A seed that is not a non-negative integer.
+    #[error("{owner}: faults.seed must be a non-negative integer, got {got}")]
+    BadSeed {
+        /// Where the table stands.
+        owner: String,
+        /// The value given, as TOML.
+        got: String,
+    },
+    /// A key other than those of [`FAULT_KEYS`].
+    #[error("{owner}: unknown key faults.{key} (expected {keys})", keys = FAULT_KEYS.join(", "))]
+    UnknownKey {
+        /// Where the table stands.
+        owner: String,
+        /// The key given.
+        key: String,
+    },
+}
+
 /// What one launch suffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,11 +109,10 @@ impl FaultConfig {
 
     /// Parse a `faults` table; `owner` names where it stands in error
     /// messages (e.g. "board `emu0`, slice cluster 1").
-    pub fn from_toml(value: &toml::Value, owner: &str) -> Result<Self, String> {
+    pub fn from_toml(value: &toml::Value, owner: &str) -> Result<Self, FaultsError> {
+        let owner = || owner.to_owned();
         let toml::Value::Table(table) = value else {
-            return Err(format!(
-                "{owner}: `faults` must be a table like {{ hang = 0.1, crash = 0.1, wrong = 0.1, seed = 7 }}"
-            ));
+            return Err(FaultsError::NotATable { owner: owner() });
         };
         let mut config = Self::default();
         for (key, value) in table {
@@ -73,15 +122,19 @@ impl FaultConfig {
                         toml::Value::Float(f) => *f,
                         toml::Value::Integer(i) => *i as f64,
                         other => {
-                            return Err(format!(
-                                "{owner}: faults.{key} must be a number in 0..=1, got {other}"
-                            ));
+                            return Err(FaultsError::NotARate {
+                                owner: owner(),
+                                key: key.clone(),
+                                got: other.to_string(),
+                            });
                         }
                     };
                     if !(0.0..=1.0).contains(&rate) {
-                        return Err(format!(
-                            "{owner}: faults.{key} = {rate} is out of range 0..=1 (a probability per launch)"
-                        ));
+                        return Err(FaultsError::RateOutOfRange {
+                            owner: owner(),
+                            key: key.clone(),
+                            rate,
+                        });
                     }
                     match key.as_str() {
                         "hang" => config.hang = rate,
@@ -92,16 +145,17 @@ impl FaultConfig {
                 "seed" => match value {
                     toml::Value::Integer(i) if *i >= 0 => config.seed = *i as u64,
                     other => {
-                        return Err(format!(
-                            "{owner}: faults.seed must be a non-negative integer, got {other}"
-                        ));
+                        return Err(FaultsError::BadSeed {
+                            owner: owner(),
+                            got: other.to_string(),
+                        });
                     }
                 },
                 other => {
-                    return Err(format!(
-                        "{owner}: unknown key faults.{other} (expected {})",
-                        FAULT_KEYS.join(", ")
-                    ));
+                    return Err(FaultsError::UnknownKey {
+                        owner: owner(),
+                        key: other.to_owned(),
+                    });
                 }
             }
         }
@@ -186,7 +240,9 @@ mod tests {
     fn bad_tables_name_the_owner_and_key() {
         let value: toml::Value =
             toml::from_str::<toml::Table>("f = { crash = 1.5 }").expect("toml")["f"].clone();
-        let error = FaultConfig::from_toml(&value, "board `x`").unwrap_err();
+        let error = FaultConfig::from_toml(&value, "board `x`")
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("board `x`") && error.contains("faults.crash"),
             "{error}"

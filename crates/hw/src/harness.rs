@@ -96,7 +96,7 @@ pub struct HarnessSnapshot {
 impl HarnessSnapshot {
     /// Copy the harness files of `kernel_dir` into `into` (created).
     pub fn take(kernel_dir: &Path, into: &Path) -> Result<Self, HwError> {
-        let io = |p: &Path, e: std::io::Error| HwError::Io(format!("{}: {e}", p.display()));
+        let io = |p: &Path, e: std::io::Error| HwError::io(p.display().to_string(), e);
         std::fs::create_dir_all(into).map_err(|e| io(into, e))?;
         let mut hashes = BTreeMap::new();
         for file in harness_files(kernel_dir) {
@@ -124,7 +124,7 @@ impl HarnessSnapshot {
     /// against the hash taken with the snapshot. Returns the staged dir
     /// (`into`, replaced).
     pub fn stage(&self, workspace_dir: &Path, into: &Path) -> Result<PathBuf, HwError> {
-        let io = |p: &Path, e: std::io::Error| HwError::Io(format!("{}: {e}", p.display()));
+        let io = |p: &Path, e: std::io::Error| HwError::io(p.display().to_string(), e);
         let _ = std::fs::remove_dir_all(into);
         copy_sources(workspace_dir, into, 0)?;
         for (file, expected) in &self.hashes {
@@ -148,7 +148,7 @@ impl HarnessSnapshot {
 
 /// Regular files and directories of `from` (no symlinks, bounded depth).
 fn copy_sources(from: &Path, to: &Path, depth: usize) -> Result<(), HwError> {
-    let io = |p: &Path, e: std::io::Error| HwError::Io(format!("{}: {e}", p.display()));
+    let io = |p: &Path, e: std::io::Error| HwError::io(p.display().to_string(), e);
     if depth > 8 {
         return Ok(());
     }

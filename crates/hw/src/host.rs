@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use crate::HwError;
 use crate::board::{Artifact, BackendKind, Board, BuildRequest, RunOutcome, RunRequest, Slice};
-use crate::emulator::{Flavor, RunLimits, Toolchain};
 use crate::spec::ChipSpec;
+use crate::toolchain::{Flavor, RunLimits, Toolchain};
 
 /// The host CPU as a slice (backend `host`). Capacity limits of the spec
 /// still apply (the same runtime enforces them); `peak_fraction` is 0 since

@@ -9,49 +9,12 @@
 //! sample is made invalid here, so it can never become evidence, a best, a
 //! recorded valid result or a job's answer further up.
 
-use serde::{Deserialize, Serialize};
-
+pub use crate::board::{Flag, ModelFigures};
 use crate::board::{RunOutcome, RunSample};
 use crate::spec::ChipSpec;
 
 /// Slack for rounding (modeled cycles are whole numbers).
 const SLACK: f64 = 1e-3;
-
-/// tune.toml `[model]` figures of one build: per execution.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct ModelFigures {
-    pub flops: f64,
-    /// DDR bytes.
-    pub bytes: f64,
-}
-
-/// Why a figure is implausible.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Flag {
-    /// More flop/s than the modeled peak of the cores used.
-    AbovePeak,
-    /// Faster than the roofline bound of the kernel's `[model]`.
-    FasterThanRoofline,
-    /// DDR bytes moved faster than the cluster's bandwidth share.
-    AboveDdrBandwidth,
-    /// The harness claims more flops than the kernel executed (emulator).
-    ClaimsUnexecutedFlops,
-}
-
-impl Flag {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Self::AbovePeak => "above the modeled peak of the cores used",
-            Self::FasterThanRoofline => "faster than the roofline bound of tune.toml [model]",
-            Self::AboveDdrBandwidth => "moves DDR bytes faster than the cluster's bandwidth share",
-            Self::ClaimsUnexecutedFlops => {
-                "the harness claims more flops than the kernel executed (work the cost model \
-                 did not see)"
-            }
-        }
-    }
-}
 
 /// What one execution's figures are checked against.
 #[derive(Debug, Clone, Copy)]

@@ -1,0 +1,220 @@
+//! The harness protocol (stdout lines, see `examples/kernels/README.md`):
+//! `MTSWARM_EMU {json}` per `hthread_group_wait` (from the runtime),
+//! `MTSWARM_RESULT {json}` per kernel execution (from the harness) and
+//! `MTSWARM_ERROR {json}` when the runtime stops the program (capacity
+//! exceeded, API misuse). Parsing them is where emulated figures meet the
+//! plausibility bounds.
+
+use serde::Deserialize;
+
+use super::Flavor;
+use crate::HwError;
+use crate::board::{Counters, RunOutcome, RunSample};
+use crate::plausibility::{self, ModelFigures};
+use crate::spec::ChipSpec;
+
+#[derive(Debug, Deserialize)]
+struct EmuLine {
+    threads: u32,
+    #[serde(default)]
+    kernel_cycles: f64,
+    #[serde(default)]
+    flops: f64,
+    #[serde(default)]
+    dma_bytes: f64,
+    #[serde(default)]
+    ddr_bytes: f64,
+    #[serde(default)]
+    stall_cycles: f64,
+    #[serde(default)]
+    wall_seconds: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResultLine {
+    valid: bool,
+    #[serde(default)]
+    max_abs_err: Option<f64>,
+    #[serde(default)]
+    flops: Option<f64>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorLine {
+    kind: String,
+    message: String,
+}
+
+/// One execution's figures before they become a [`RunSample`].
+#[derive(Debug, Default)]
+struct Pending {
+    cycles: f64,
+    wall: f64,
+    threads: u32,
+    counters: Counters,
+}
+
+fn to_u64(x: f64) -> u64 {
+    if x.is_finite() && x > 0.0 {
+        x.round() as u64
+    } else {
+        0
+    }
+}
+
+/// Turn the harness's stdout into a [`RunOutcome`]. A runtime error of kind
+/// `capacity` is an `Err(HwError::Capacity)` (the configuration cannot run on
+/// the chip); `launch` is `HwError::Launch`; others make the outcome invalid.
+pub(crate) fn parse_output(
+    stdout: &str,
+    spec: &ChipSpec,
+    flavor: Flavor,
+    model: Option<ModelFigures>,
+) -> Result<RunOutcome, HwError> {
+    let mut outcome = RunOutcome::default();
+    let mut pending = Pending::default();
+    let mut last_rate = (0.0, 0.0); // gflops, peak fraction of the last sample
+    for line in stdout.lines() {
+        let line = line.trim();
+        if let Some(json) = line.strip_prefix("MTSWARM_EMU ") {
+            let emu: EmuLine = serde_json::from_str(json)
+                .map_err(|e| HwError::Launch(format!("bad MTSWARM_EMU line ({e}): {json}")))?;
+            pending.cycles += emu.kernel_cycles;
+            pending.wall += emu.wall_seconds;
+            pending.threads = pending.threads.max(emu.threads);
+            pending.counters.flops += to_u64(emu.flops);
+            pending.counters.dma_bytes += to_u64(emu.dma_bytes);
+            pending.counters.ddr_bytes += to_u64(emu.ddr_bytes);
+            pending.counters.stall_cycles += to_u64(emu.stall_cycles);
+        } else if let Some(json) = line.strip_prefix("MTSWARM_RESULT ") {
+            let (valid, max_abs_err, flops, error, seed) =
+                match serde_json::from_str::<ResultLine>(json) {
+                    Ok(r) => (
+                        r.valid,
+                        r.max_abs_err,
+                        r.flops.unwrap_or(0.0),
+                        r.error,
+                        r.seed,
+                    ),
+                    Err(e) => (
+                        false,
+                        None,
+                        0.0,
+                        Some(format!("unparseable MTSWARM_RESULT line ({e})")),
+                        None,
+                    ),
+                };
+            let done = std::mem::take(&mut pending);
+            let (modeled_cycles, seconds) = match flavor {
+                Flavor::Emulated => (Some(to_u64(done.cycles)), done.cycles / spec.clock_hz),
+                Flavor::Native => (None, done.wall),
+            };
+            let valid = valid && error.is_none() && done.threads > 0;
+            let error = if valid {
+                None
+            } else if done.threads == 0 {
+                Some("the harness reported a result without running the kernel".to_owned())
+            } else {
+                Some(error.unwrap_or_else(|| "output differs from the reference".to_owned()))
+            };
+            last_rate = if seconds > 0.0 {
+                let rate = flops / seconds;
+                let peak = match flavor {
+                    Flavor::Emulated => rate / spec.peak_flops(done.threads),
+                    Flavor::Native => 0.0,
+                };
+                (rate / 1e9, peak)
+            } else {
+                (0.0, 0.0)
+            };
+            let mut sample = RunSample {
+                valid,
+                error,
+                modeled_cycles,
+                seconds,
+                max_abs_err,
+                counters: done.counters,
+                seed,
+            };
+            // Wall-clock figures of the host CPU are not the chip's: only
+            // emulated figures are held to the chip's bounds.
+            if flavor == Flavor::Emulated {
+                let bounds = plausibility::Bounds {
+                    spec,
+                    cores: done.threads,
+                    model,
+                    counted_flops: true,
+                };
+                let flags = plausibility::flags_of(&sample, flops, &bounds);
+                plausibility::apply(&mut sample, &flags);
+                plausibility::collect(&mut outcome, &[flags]);
+            }
+            outcome.samples.push(sample);
+        } else if let Some(json) = line.strip_prefix("MTSWARM_ERROR ") {
+            let err: ErrorLine = serde_json::from_str(json)
+                .map_err(|e| HwError::Launch(format!("bad MTSWARM_ERROR line ({e}): {json}")))?;
+            match err.kind.as_str() {
+                "capacity" => return Err(HwError::Capacity(err.message)),
+                "launch" => return Err(HwError::Launch(err.message)),
+                "config" => return Err(HwError::Config(err.message)),
+                _ => {
+                    outcome.valid = false;
+                    outcome.error = Some(err.message);
+                }
+            }
+        }
+    }
+    if let Some(last) = outcome.samples.last() {
+        outcome.modeled_cycles = last.modeled_cycles;
+        outcome.seconds = last.seconds;
+        outcome.counters = last.counters;
+        outcome.max_abs_err = last.max_abs_err;
+        outcome.gflops = last_rate.0;
+        outcome.peak_fraction = last_rate.1;
+    }
+    if outcome.error.is_none() {
+        outcome.valid = !outcome.samples.is_empty() && outcome.samples.iter().all(|s| s.valid);
+        outcome.error = outcome
+            .samples
+            .iter()
+            .find_map(|s| s.error.clone())
+            .or_else(|| {
+                outcome
+                    .samples
+                    .is_empty()
+                    .then(|| "no MTSWARM_RESULT line".to_owned())
+            });
+    }
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_pairs_runtime_lines_with_results() {
+        let spec = ChipSpec::default();
+        let out = "MTSWARM_EMU {\"kernel\":\"k\",\"threads\":2,\"kernel_cycles\":1200,\"flops\":192000,\"dma_bytes\":8,\"stall_cycles\":3,\"wall_seconds\":0.1}\n\
+                   MTSWARM_RESULT {\"valid\":true,\"max_abs_err\":0.0,\"flops\":192000,\"error\":null}\n";
+        let o = parse_output(out, &spec, Flavor::Emulated, None).expect("parses");
+        assert!(o.valid);
+        assert_eq!(o.modeled_cycles, Some(1200));
+        assert!((o.seconds - 1e-6).abs() < 1e-15);
+        // 192000 flops in 1 us = 192 GFLOPS; 2 cores peak 2 * 96 * 1.2e9.
+        assert!((o.gflops - 192.0).abs() < 1e-9);
+        assert!((o.peak_fraction - 192e9 / spec.peak_flops(2)).abs() < 1e-12);
+        assert_eq!(o.counters.dma_bytes, 8);
+    }
+
+    #[test]
+    fn capacity_error_line_becomes_capacity_error() {
+        let out = "MTSWARM_ERROR {\"kind\":\"capacity\",\"message\":\"AM capacity exceeded\"}\n";
+        let err = parse_output(out, &ChipSpec::default(), Flavor::Emulated, None).unwrap_err();
+        assert_eq!(err, HwError::Capacity("AM capacity exceeded".into()));
+    }
+}

@@ -1,0 +1,98 @@
+//! Reading a real board's harness output: `MTSWARM_RESULT` lines, one per
+//! kernel execution, and the harness's own `MTSWARM_TIME` lines (a board
+//! prints no emulator lines, see the [`super`] docs).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::board::{Counters, RunSample};
+use crate::process::tail;
+
+#[derive(Debug, Deserialize)]
+struct HarnessResult {
+    #[serde(default)]
+    valid: bool,
+    #[serde(default)]
+    max_abs_err: Option<f64>,
+    #[serde(default)]
+    flops: Option<f64>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    seconds: Option<f64>,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HarnessTime {
+    seconds: f64,
+}
+
+/// Parse the harness's `MTSWARM_RESULT` / `MTSWARM_TIME` lines into samples.
+/// `wall` is charged to executions that report no time.
+pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
+    let mut results: Vec<(HarnessResult, Option<String>)> = Vec::new();
+    let mut times: Vec<f64> = Vec::new();
+    for line in stdout.lines() {
+        let line = line.trim();
+        if let Some(json) = line.strip_prefix("MTSWARM_RESULT") {
+            match serde_json::from_str::<HarnessResult>(json.trim()) {
+                Ok(r) => results.push((r, None)),
+                Err(e) => results.push((
+                    HarnessResult {
+                        valid: false,
+                        max_abs_err: None,
+                        flops: None,
+                        error: None,
+                        seconds: None,
+                        seed: None,
+                    },
+                    Some(format!(
+                        "unparseable MTSWARM_RESULT line ({e}): {}",
+                        tail(json, 200)
+                    )),
+                )),
+            }
+        } else if let Some(json) = line.strip_prefix("MTSWARM_TIME")
+            && let Ok(t) = serde_json::from_str::<HarnessTime>(json.trim())
+        {
+            times.push(t.seconds);
+        }
+    }
+    let fallback = if results.is_empty() {
+        0.0
+    } else {
+        wall.as_secs_f64() / results.len() as f64
+    };
+    results
+        .into_iter()
+        .enumerate()
+        .map(|(i, (r, parse_error))| {
+            let seconds = times.get(i).copied().or(r.seconds).unwrap_or(fallback);
+            let error = parse_error.or(r.error).filter(|e| !e.is_empty());
+            let valid = r.valid && error.is_none();
+            RunSample {
+                valid,
+                error: if valid {
+                    None
+                } else {
+                    error.or(Some("output differs from the reference".into()))
+                },
+                modeled_cycles: None,
+                seconds,
+                max_abs_err: r.max_abs_err,
+                counters: Counters {
+                    flops: r
+                        .flops
+                        .filter(|f| f.is_finite() && *f > 0.0)
+                        .map(|f| f as u64)
+                        .unwrap_or(0),
+                    ..Counters::default()
+                },
+                seed: r.seed,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,124 @@
+//! The C toolchain of the emulator and host backends: how a kernel
+//! directory becomes a harness (confined compiles of the kernel, the host
+//! program and the emulator runtime, with an object cache) and how that
+//! harness is launched and read back.
+//!
+//! The two backends differ only in `Flavor`: the emulator instruments
+//! device code and reports modeled cycles, the host backend builds natively
+//! and reports wall time. The one check of `-D` defines every backend
+//! applies (`check_defines`) lives here too.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::HwError;
+use crate::board::{BackendKind, Slice};
+use crate::emu::runtime::default_cache_dir;
+use crate::faults::FaultInjector;
+use crate::spec::ChipSpec;
+
+mod build;
+mod compile;
+mod run;
+
+pub(crate) use crate::emu::Flavor;
+pub use run::EMULATED_LAUNCH_NICENESS;
+
+/// Flags shared by every compile. `-fno-ivopts` only shortens the host
+/// compile of the 1024-bit vector code; it changes no modeled cost.
+const OPT_FLAGS: &[&str] = &[
+    "-O2",
+    "-fno-ivopts",
+    "-Wall",
+    "-Wno-psabi",
+    "-Wno-unused-parameter",
+];
+/// Most output kept from a compiler or a harness.
+const MAX_OUTPUT_BYTES: usize = 4 << 20;
+/// Characters of output kept in errors and `output_tail`.
+const TAIL_CHARS: usize = 4000;
+
+/// Limits of a launched harness. CPU seconds are derived from the run's
+/// timeout when not set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunLimits {
+    pub address_space_bytes: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self {
+            // Each core thread reserves a stack and a malloc arena.
+            address_space_bytes: Some(16 << 30),
+            cpu_seconds: None,
+        }
+    }
+}
+
+/// Shared state of the emulator and host backends.
+#[derive(Debug, Clone)]
+pub(crate) struct Toolchain {
+    pub(crate) slice: Slice,
+    pub(crate) spec: ChipSpec,
+    pub(crate) cache_dir: PathBuf,
+    pub(crate) compiler: String,
+    pub(crate) limits: RunLimits,
+    /// Fault injection (emulator only; `None` = off).
+    pub(crate) faults: Option<std::sync::Arc<FaultInjector>>,
+}
+
+impl Toolchain {
+    /// The build and run settings of a board on `slice`, with `gcc` and the
+    /// default cache directory. Rejects slices the chip cannot have: the
+    /// emulator and host backends share the same runtime and its limits.
+    pub(crate) fn new(slice: Slice, spec: ChipSpec, backend: BackendKind) -> Result<Self, HwError> {
+        spec.validate()?;
+        if slice.cores == 0 || slice.cores > spec.cores_per_cluster {
+            return Err(HwError::Config(format!(
+                "slice {} has {} cores; a cluster has 1..={} (cores_per_cluster)",
+                slice.id(),
+                slice.cores,
+                spec.cores_per_cluster
+            )));
+        }
+        if let Some(c) = slice.cluster
+            && c >= spec.clusters
+        {
+            return Err(HwError::Config(format!(
+                "slice {}: cluster {c} does not exist (clusters 0..{})",
+                slice.id(),
+                spec.clusters
+            )));
+        }
+        Ok(Self {
+            slice: Slice { backend, ..slice },
+            spec,
+            cache_dir: default_cache_dir(),
+            compiler: "gcc".to_owned(),
+            limits: RunLimits::default(),
+            faults: None,
+        })
+    }
+}
+
+/// Define names are C identifiers; values have no control characters.
+pub(crate) fn check_defines(defines: &BTreeMap<String, String>) -> Result<(), HwError> {
+    for (name, value) in defines {
+        let mut chars = name.chars();
+        let starts_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        if !starts_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(HwError::Config(format!(
+                "define name `{name}` is not a C identifier"
+            )));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(HwError::Config(format!(
+                "define `{name}` has a control character in its value"
+            )));
+        }
+    }
+    Ok(())
+}
