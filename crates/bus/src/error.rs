@@ -83,7 +83,8 @@ pub enum BusError {
     Consumer {
         /// Stream the consumer belongs to.
         stream: String,
-        /// Durable name of the consumer (or a description for ephemeral ones).
+        /// Durable name of the consumer (a description such as `"ordered scan"`
+        /// for an ephemeral one).
         consumer: String,
         /// The client's error.
         #[source]
@@ -103,7 +104,7 @@ pub enum BusError {
     /// A payload did not decode as the protobuf message it should be.
     #[error("message on {subject} is not a valid {type_name}: {source}")]
     Decode {
-        /// Subject (or `bucket/key`) the payload came from.
+        /// Subject the payload came from (`$KV.<bucket>.<key>` for a KV value).
         subject: String,
         /// Rust type name of the expected message.
         type_name: &'static str,
@@ -126,7 +127,7 @@ pub enum BusError {
     /// A KV operation failed for a reason other than a conflict or a missing key.
     #[error("KV {op} of {bucket}/{key} failed: {source}")]
     Kv {
-        /// The operation, e.g. `"get"`, `"put"`, `"update"`, `"delete"`.
+        /// The operation, e.g. `"get"`, `"create"`, `"update"`, `"watch"`.
         op: &'static str,
         /// KV bucket name.
         bucket: String,
@@ -211,8 +212,9 @@ pub enum BusError {
         reason: &'static str,
     },
 
-    /// A session checkpoint write came from an older attempt than the one
-    /// stored, so it is fenced off.
+    /// A session checkpoint write came from an older attempt of the task than
+    /// the one stored (or from the same attempt after it was fenced), so it is
+    /// refused.
     #[error(
         "checkpoint of session {session_id} is from attempt {stored_attempt}; attempt {attempt} is stale"
     )]

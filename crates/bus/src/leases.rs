@@ -271,7 +271,7 @@ pub enum KeptLease {
     Lost {
         /// The slice whose lease was lost.
         slice_id: String,
-        /// What renewal found (the error, or who holds the key now).
+        /// Why, for logs: the refused renewal, or how long it went unrenewed.
         reason: String,
     },
     /// Released by [`LeaseKeeper::release`].
