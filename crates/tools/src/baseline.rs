@@ -25,7 +25,7 @@ use crate::hardware::{BuildJob, cores_of, run_build};
 /// Why the baseline could not be measured.
 #[derive(Debug, thiserror::Error)]
 pub enum BaselineError {
-    /// The kernel directory is refused by the workspace or cannot be read.
+    /// The kernel directory does not resolve inside the workspace.
     #[error("kernel directory `{kernel_dir}`: {reason}")]
     KernelDir {
         /// Kernel directory as given, relative to the workspace.
@@ -42,15 +42,16 @@ pub enum BaselineError {
         #[source]
         source: TuneError,
     },
-    /// The baseline parameters did not compile.
+    /// Staging the harness or compiling the baseline failed.
     #[error("building the baseline of `{kernel_dir}`: {message}")]
     Build {
         /// Kernel directory as given, relative to the workspace.
         kernel_dir: String,
-        /// The build's error, compiler output included.
+        /// The staging or build error (compiler output included).
         message: String,
     },
-    /// The slice could not run the measurement (not: the answer was wrong).
+    /// The backend could not run the measurement (a wrong answer is no error:
+    /// it makes an invalid measurement).
     #[error("measuring the baseline of `{kernel_dir}`: {source}")]
     Measure {
         /// Kernel directory as given, relative to the workspace.

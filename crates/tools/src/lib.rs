@@ -170,7 +170,7 @@ impl ToolSet {
         self.tools.iter().find(|t| t.name() == name).cloned()
     }
 
-    /// Names of every tool, in the order the model is shown them.
+    /// Names of every tool in the set, in the order they were registered.
     pub fn names(&self) -> Vec<String> {
         self.tools.iter().map(|t| t.name().to_owned()).collect()
     }
