@@ -35,13 +35,13 @@ pub struct CandidateEntry {
     pub benchmarked: bool,
     /// Benchmarked, right answer, no flag, with a figure.
     pub valid: bool,
-    /// Measured GFLOPS; `None` without a trustworthy figure.
+    /// Measured GFLOPS; `None` when the record has no finite figure.
     pub gflops: Option<f64>,
     /// Fraction (0..1) of the modeled peak of the cores used.
     pub peak_fraction: Option<f64>,
     /// Median of the timed executions, seconds.
     pub median_seconds: Option<f64>,
-    /// Slice it ran on (empty when it never ran).
+    /// Slice of the session that built or measured it.
     pub slice: String,
     /// Agent that produced it.
     pub agent: String,
