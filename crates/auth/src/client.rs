@@ -68,10 +68,12 @@ impl ClientAuth {
         self
     }
 
+    /// A bearer token will be sent with every call.
     pub fn has_token(&self) -> bool {
         self.token.is_some()
     }
 
+    /// A CA certificate is set to verify `https://` servers (required for them).
     pub fn has_ca(&self) -> bool {
         self.ca_pem.is_some()
     }

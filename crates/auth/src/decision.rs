@@ -25,15 +25,29 @@ const CONTEXT: &[u8] = b"mtswarm approval decision v1\0";
 /// Why a decision's signature was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SignatureError {
+    /// The decision has no signature at all.
     #[error("approval decision {approval_id} carries no signature")]
-    Unsigned { approval_id: String },
+    Unsigned {
+        /// The approval the decision is for.
+        approval_id: String,
+    },
+    /// The signature does not verify against the leader's key (forged,
+    /// altered after signing, or signed by another key).
     #[error("approval decision {approval_id} is not signed by the leader key {public_key}")]
     Invalid {
+        /// The approval the decision is for.
         approval_id: String,
+        /// The leader public key (`N...`) it was checked against.
         public_key: String,
     },
+    /// The signing key could not sign the decision.
     #[error("cannot sign approval decision {approval_id}: {reason}")]
-    Sign { approval_id: String, reason: String },
+    Sign {
+        /// The approval the decision is for.
+        approval_id: String,
+        /// The signer's error.
+        reason: String,
+    },
 }
 
 /// The bytes a decision's signature covers: every field but the signature,
@@ -182,6 +196,7 @@ impl DecisionVerifier {
         Self::from_public_key(&text)
     }
 
+    /// The leader public key (`N...`) decisions are checked against.
     pub fn public_key(&self) -> &str {
         &self.public_key
     }

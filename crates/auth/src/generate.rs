@@ -32,6 +32,7 @@ pub struct GrpcCredentials {
     pub ca_file: PathBuf,
     /// Server certificate (PEM) and key of every daemon.
     pub server_cert_file: PathBuf,
+    /// The server certificate's private key (PEM, mode 0600).
     pub server_key_file: PathBuf,
     /// The identities file the servers load (token digests only).
     pub identities_file: PathBuf,
@@ -166,6 +167,7 @@ pub fn grpc_credentials(
 /// A worker daemon of the deployment, for its NATS permissions.
 #[derive(Debug, Clone)]
 pub struct NatsWorker {
+    /// The worker daemon's id; also its NATS identity name.
     pub worker_id: String,
     /// Bus slice ids of its board (lease and quarantine keys).
     pub slice_ids: Vec<String>,
@@ -188,6 +190,7 @@ pub struct NatsCredentials {
 }
 
 impl NatsCredentials {
+    /// The seed file of `identity`; `None` when none was written for it.
     pub fn seed_file(&self, identity: &str) -> Option<&Path> {
         self.seed_files.get(identity).map(PathBuf::as_path)
     }
@@ -280,6 +283,7 @@ pub struct DecisionKeyFiles {
     pub seed_file: PathBuf,
     /// Its public key (one line) for the workers' `--leader-public-key`.
     pub public_file: PathBuf,
+    /// The public key itself (`N...`), as written to `public_file`.
     pub public_key: String,
 }
 

@@ -16,13 +16,16 @@ use crate::{AuthError, Role};
 /// `decided_by`) and its roles.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
+    /// Name from the identities file (`anonymous` without authentication).
     pub name: String,
+    /// What the caller may do.
     pub roles: BTreeSet<Role>,
     /// False for [`Identity::anonymous`]: the server checks no credential.
     pub authenticated: bool,
 }
 
 impl Identity {
+    /// An authenticated identity with these roles.
     pub fn new(name: impl Into<String>, roles: impl IntoIterator<Item = Role>) -> Self {
         Self {
             name: name.into(),
@@ -40,6 +43,7 @@ impl Identity {
         }
     }
 
+    /// The identity holds `role`.
     pub fn has(&self, role: Role) -> bool {
         self.roles.contains(&role)
     }
@@ -48,7 +52,9 @@ impl Identity {
 /// One `[[identity]]` of an identities file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IdentityEntry {
+    /// Unique name of the caller (a person or a daemon).
     pub name: String,
+    /// Role names (`submit`, `approve`, `admin`, `leader`); at least one.
     pub roles: Vec<String>,
     /// Hex SHA-256 of the identity's bearer token ([`token_digest`]).
     pub token_sha256: String,
@@ -138,10 +144,12 @@ impl IdentityTable {
         self.by_digest.get(&digest)
     }
 
+    /// Number of identities.
     pub fn len(&self) -> usize {
         self.by_digest.len()
     }
 
+    /// The table has no identities (no token is accepted).
     pub fn is_empty(&self) -> bool {
         self.by_digest.is_empty()
     }

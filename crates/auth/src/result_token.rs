@@ -25,6 +25,7 @@ impl std::fmt::Debug for ResultKey {
 }
 
 impl ResultKey {
+    /// A key from its 32 raw bytes.
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
         Self(bytes)
     }

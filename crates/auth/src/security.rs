@@ -9,6 +9,8 @@ use tonic::transport::Server;
 
 use crate::{AuthError, Authenticator, IdentityTable, ServerTls};
 
+/// Identities and TLS of one gRPC server; the default accepts anonymous
+/// plaintext callers.
 #[derive(Debug, Clone, Default)]
 pub struct ServerSecurity {
     /// Accepted identities; `None` = every caller is anonymous.

@@ -25,6 +25,7 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
+    /// Accepts the callers whose bearer token is in `table`.
     pub fn new(table: Arc<IdentityTable>) -> Self {
         Self {
             table: Some(table),
@@ -54,6 +55,7 @@ impl Authenticator {
         self
     }
 
+    /// Tokens are checked (false: every caller is anonymous).
     pub fn is_enabled(&self) -> bool {
         self.table.is_some()
     }

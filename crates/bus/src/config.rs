@@ -28,6 +28,7 @@ pub struct BusConfig {
     pub credentials_file: Option<PathBuf>,
     /// Nkey seed (`SU...`) for nkey auth. Secret: never logged.
     pub nkey_seed: Option<String>,
+    /// TLS settings: CA to trust, client certificate, whether TLS is required.
     pub tls: TlsConfig,
     /// Prefix of this client's reply subjects (default `_INBOX`). An
     /// identity confined to its own prefix (`_INBOX_<worker>`) cannot read
@@ -41,6 +42,7 @@ pub struct BusConfig {
     pub retry_on_initial_connect: bool,
     /// First reconnect delay; doubles per failed attempt up to `reconnect_max_delay`.
     pub reconnect_base_delay: Duration,
+    /// Upper bound of the reconnect delay.
     pub reconnect_max_delay: Duration,
     /// Unacknowledged JetStream publishes allowed in flight per connection
     /// (pipelined publishes wait for a slot beyond this).

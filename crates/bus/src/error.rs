@@ -8,140 +8,226 @@ use std::path::PathBuf;
 /// Boxed error from the NATS client (its error kinds differ per operation).
 pub type NatsSource = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// Everything that can go wrong on the bus; each variant names what was involved.
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
+    /// The [`BusConfig`](crate::BusConfig) or a bucket setting cannot be used
+    /// (no server URL, bad URL, bad TLS or credentials setup, closed connection).
     #[error("invalid bus configuration: {0}")]
     InvalidConfig(String),
 
+    /// The NATS credentials (`.creds`) file could not be read.
     #[error("cannot read NATS credentials file {path}: {source}")]
     Credentials {
+        /// Path of the credentials file as configured.
         path: PathBuf,
+        /// Why reading it failed.
         #[source]
         source: std::io::Error,
     },
 
+    /// The first connection to the NATS servers failed.
     #[error("cannot connect to NATS at {servers}: {source}")]
     Connect {
+        /// The configured server URLs, comma-separated.
         servers: String,
+        /// The client's connect error.
         #[source]
         source: async_nats::ConnectError,
     },
 
+    /// An id or argument that would end up in a subject, key or query is
+    /// malformed (empty, wildcard or separator characters, out of range).
     #[error("invalid {kind} {value:?}: {reason}")]
     InvalidId {
+        /// What the value was meant to be, e.g. `"slice id"` or `"query limit"`.
         kind: &'static str,
+        /// The rejected value as given.
         value: String,
+        /// The rule it breaks.
         reason: &'static str,
     },
 
+    /// Creating or updating a stream, consumer or bucket failed.
     #[error("cannot create or update {what}: {source}")]
     Topology {
+        /// The stream or bucket, e.g. `"stream MEASUREMENTS"`.
         what: String,
+        /// The client's error.
         #[source]
         source: NatsSource,
     },
 
+    /// A publish (core or JetStream, including waiting for the ack) failed.
     #[error("publish to {subject} failed: {source}")]
     Publish {
+        /// Subject the message was published to.
         subject: String,
+        /// The client's error.
         #[source]
         source: NatsSource,
     },
 
+    /// A core NATS subscription could not be made.
     #[error("subscribe to {subject} failed: {source}")]
     Subscribe {
+        /// Subject (or wildcard) subscribed to.
         subject: String,
+        /// The client's error.
         #[source]
         source: NatsSource,
     },
 
+    /// Creating, opening or reading from a JetStream consumer failed.
     #[error("consumer {consumer} on stream {stream}: {source}")]
     Consumer {
+        /// Stream the consumer belongs to.
         stream: String,
+        /// Durable name of the consumer (a description such as `"ordered scan"`
+        /// for an ephemeral one).
         consumer: String,
+        /// The client's error.
         #[source]
         source: NatsSource,
     },
 
+    /// Acknowledging (ack, nak or term) a JetStream message failed.
     #[error("acknowledging message on {subject} failed: {source}")]
     Ack {
+        /// Subject of the message being acknowledged.
         subject: String,
+        /// The client's error.
         #[source]
         source: NatsSource,
     },
 
+    /// A payload did not decode as the protobuf message it should be.
     #[error("message on {subject} is not a valid {type_name}: {source}")]
     Decode {
+        /// Subject the payload came from (`$KV.<bucket>.<key>` for a KV value).
         subject: String,
+        /// Rust type name of the expected message.
         type_name: &'static str,
+        /// prost's decode error.
         #[source]
         source: prost::DecodeError,
     },
 
+    /// A message's `Content-Type` header names another message type.
     #[error("message on {subject} has content type {found:?}, expected {expected:?}")]
     ContentType {
+        /// Subject the message came from.
         subject: String,
+        /// Content type of the message type the reader asked for.
         expected: String,
+        /// Content type the header carried.
         found: String,
     },
 
+    /// A KV operation failed for a reason other than a conflict or a missing key.
     #[error("KV {op} of {bucket}/{key} failed: {source}")]
     Kv {
+        /// The operation, e.g. `"get"`, `"create"`, `"update"`, `"watch"`.
         op: &'static str,
+        /// KV bucket name.
         bucket: String,
+        /// Key within the bucket.
         key: String,
+        /// The client's error.
         #[source]
         source: NatsSource,
     },
 
+    /// A compare-and-set write lost: the key is no longer at the expected
+    /// revision. Expected under contention: re-read and retry
+    /// ([`BusError::is_conflict`]).
     #[error("KV {bucket}/{key} changed concurrently (expected revision {expected_revision})")]
     CasConflict {
+        /// KV bucket name.
         bucket: String,
+        /// Key within the bucket.
         key: String,
+        /// Revision the writer had read and expected to replace.
         expected_revision: u64,
     },
 
+    /// A create-only write found the key already present.
     #[error("KV {bucket}/{key} already exists")]
-    AlreadyExists { bucket: String, key: String },
+    AlreadyExists {
+        /// KV bucket name.
+        bucket: String,
+        /// Key within the bucket.
+        key: String,
+    },
 
+    /// The key does not exist (or was deleted) where the caller required it.
     #[error("KV {bucket}/{key} not found")]
-    NotFound { bucket: String, key: String },
+    NotFound {
+        /// KV bucket name.
+        bucket: String,
+        /// Key within the bucket.
+        key: String,
+    },
 
+    /// Another worker holds a live lease on the slice.
     #[error(
         "slice {slice_id} is leased by worker {holder_worker_id} (session {holder_session_id:?})"
     )]
     LeaseHeld {
+        /// The slice asked for.
         slice_id: String,
+        /// Worker that holds the lease now.
         holder_worker_id: String,
+        /// Session the holder leased it for (empty when it gave none).
         holder_session_id: String,
     },
 
+    /// This holder's lease lapsed or was taken over, so it may no longer act
+    /// on the slice.
     #[error(
         "lease on slice {slice_id} was lost (lapsed or taken over) before it could be {action}"
     )]
     LeaseLost {
+        /// The slice whose lease was lost.
         slice_id: String,
+        /// What the holder was doing, e.g. `"renewed"` or `"released"`.
         action: &'static str,
     },
 
+    /// An approval was decided twice; the first decision stands.
     #[error("approval {approval_id} is already decided ({state})")]
-    AlreadyDecided { approval_id: String, state: String },
+    AlreadyDecided {
+        /// Approval id.
+        approval_id: String,
+        /// The stored state, as its protobuf enum name.
+        state: String,
+    },
 
+    /// A decision on an approval is not one that can be recorded.
     #[error("invalid approval decision for {approval_id}: {reason}")]
     InvalidDecision {
+        /// Approval id.
         approval_id: String,
+        /// Why the decision was refused.
         reason: &'static str,
     },
 
+    /// A session checkpoint write came from an older attempt of the task than
+    /// the one stored (or from the same attempt after it was fenced), so it is
+    /// refused.
     #[error(
         "checkpoint of session {session_id} is from attempt {stored_attempt}; attempt {attempt} is stale"
     )]
     StaleAttempt {
+        /// Session whose checkpoint was written.
         session_id: String,
+        /// Attempt number of the stored checkpoint.
         stored_attempt: u32,
+        /// Attempt number of the refused write.
         attempt: u32,
     },
 
+    /// Starting or stopping a test `nats-server` failed.
     #[error("test NATS server: {0}")]
     TestServer(String),
 }

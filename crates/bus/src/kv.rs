@@ -20,7 +20,10 @@ use crate::{Bus, BusError};
 /// A value with the KV revision it was read or written at (the CAS token).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Versioned<T> {
+    /// The decoded value.
     pub value: T,
+    /// KV revision (the bucket stream's sequence) of this write; pass it to
+    /// an update to write only if nothing changed since.
     pub revision: u64,
 }
 
@@ -28,14 +31,30 @@ pub struct Versioned<T> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum KvChange<T> {
     /// A value was written.
-    Put { key: String, value: Versioned<T> },
+    Put {
+        /// Key written.
+        key: String,
+        /// The new value and its revision.
+        value: Versioned<T>,
+    },
     /// The key was deleted by a client.
-    Deleted { key: String, revision: u64 },
+    Deleted {
+        /// Key deleted.
+        key: String,
+        /// Revision of the delete marker.
+        revision: u64,
+    },
     /// The key was purged or its TTL lapsed (server-placed marker).
-    Expired { key: String, revision: u64 },
+    Expired {
+        /// Key that expired.
+        key: String,
+        /// Revision of the marker.
+        revision: u64,
+    },
 }
 
 impl<T> KvChange<T> {
+    /// Key the change is about.
     pub fn key(&self) -> &str {
         match self {
             KvChange::Put { key, .. }
@@ -102,6 +121,7 @@ impl<T: BusMessage> TypedKv<T> {
         })
     }
 
+    /// Name of the bucket.
     pub fn bucket(&self) -> &str {
         &self.bucket
     }

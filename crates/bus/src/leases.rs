@@ -18,10 +18,13 @@ use crate::{Bus, BusError};
 /// What a worker asks for when it takes a slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRequest {
+    /// Slice to lease (the leases bucket key).
     pub slice_id: String,
+    /// Worker daemon taking the slice; only it may renew or release.
     pub worker_id: String,
     /// Session to run on the slice; empty when the slice is owned but idle.
     pub session_id: String,
+    /// Job the session works for; empty when the slice is idle.
     pub job_id: String,
     /// Lapse time without renewal; whole seconds, at least 1 s. Renew well
     /// within it (e.g. every third of it).
@@ -34,9 +37,15 @@ pub enum LeaseEvent {
     /// Acquired or renewed.
     Held(Versioned<SliceLease>),
     /// Given up by its holder.
-    Released { slice_id: String },
+    Released {
+        /// The slice now free.
+        slice_id: String,
+    },
     /// Not renewed within its TTL: the slice is free and its session lost.
-    Lapsed { slice_id: String },
+    Lapsed {
+        /// The slice now free.
+        slice_id: String,
+    },
 }
 
 /// Stream of lease changes.
@@ -57,6 +66,7 @@ fn ttl_seconds(ttl: Duration) -> u32 {
 }
 
 impl Leases {
+    /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
             kv: TypedKv::open(bus, subjects::LEASES_BUCKET).await?,
@@ -258,7 +268,12 @@ pub enum KeptLease {
     /// Renewed; the value is the latest write.
     Held(Versioned<SliceLease>),
     /// Renewal found the lease lapsed or taken over: stop using the slice.
-    Lost { slice_id: String, reason: String },
+    Lost {
+        /// The slice whose lease was lost.
+        slice_id: String,
+        /// Why, for logs: the refused renewal, or how long it went unrenewed.
+        reason: String,
+    },
     /// Released by [`LeaseKeeper::release`].
     Released,
 }

@@ -60,6 +60,7 @@ pub use topology::{TopologyConfig, TopologyInfo};
 pub enum ConnectionState {
     /// Not connected yet (initial connect still retrying).
     Pending,
+    /// Connected to a server.
     Connected,
     /// Lost; the client is reconnecting by itself.
     Disconnected,

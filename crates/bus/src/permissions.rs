@@ -23,7 +23,9 @@ use crate::subjects::{
 /// Allowed subjects of one identity.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Permissions {
+    /// Subjects (wildcards allowed) the identity may publish to.
     pub publish: Vec<String>,
+    /// Subjects (wildcards allowed) the identity may subscribe to.
     pub subscribe: Vec<String>,
 }
 
@@ -145,6 +147,7 @@ pub fn client() -> Permissions {
 pub struct NkeyUser {
     /// Public nkey (`U...`).
     pub public_key: String,
+    /// What the user may publish and subscribe to.
     pub permissions: Permissions,
 }
 

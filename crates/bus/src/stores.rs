@@ -25,12 +25,14 @@ pub struct Jobs {
 }
 
 impl Jobs {
+    /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
             kv: TypedKv::open(bus, subjects::JOBS_BUCKET).await?,
         })
     }
 
+    /// The raw typed bucket, for reads and writes these methods do not cover.
     pub fn kv(&self) -> &TypedKv<JobRecord> {
         &self.kv
     }
@@ -44,6 +46,7 @@ impl Jobs {
         })
     }
 
+    /// The job's record and its revision; `None` when no such job exists.
     pub async fn get(&self, job_id: &str) -> Result<Option<Versioned<JobRecord>>, BusError> {
         self.kv.get(job_id).await
     }
@@ -114,12 +117,14 @@ pub struct Checkpoints {
 }
 
 impl Checkpoints {
+    /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
             kv: TypedKv::open(bus, subjects::CHECKPOINTS_BUCKET).await?,
         })
     }
 
+    /// The raw typed bucket, for reads and writes these methods do not cover.
     pub fn kv(&self) -> &TypedKv<SessionCheckpoint> {
         &self.kv
     }
@@ -237,12 +242,14 @@ fn state_name(state: ApprovalState) -> String {
 }
 
 impl Approvals {
+    /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
             kv: TypedKv::open(bus, subjects::APPROVALS_BUCKET).await?,
         })
     }
 
+    /// The raw typed bucket, for reads and writes these methods do not cover.
     pub fn kv(&self) -> &TypedKv<ApprovalRecord> {
         &self.kv
     }
@@ -265,6 +272,7 @@ impl Approvals {
         })
     }
 
+    /// The approval's record (request, state, decision); `None` when unknown.
     pub async fn get(
         &self,
         approval_id: &str,
@@ -366,12 +374,14 @@ pub struct Quarantine {
 }
 
 impl Quarantine {
+    /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
             kv: TypedKv::open(bus, subjects::QUARANTINE_BUCKET).await?,
         })
     }
 
+    /// The raw typed bucket, for reads and writes these methods do not cover.
     pub fn kv(&self) -> &TypedKv<SliceQuarantine> {
         &self.kv
     }
@@ -381,6 +391,7 @@ impl Quarantine {
         self.kv.put(&quarantine.slice_id, quarantine).await
     }
 
+    /// The slice's quarantine record; `None` when the slice is not quarantined.
     pub async fn get(
         &self,
         slice_id: &str,
@@ -393,6 +404,7 @@ impl Quarantine {
         self.kv.delete(slice_id, None).await
     }
 
+    /// Every quarantined slice.
     pub async fn list(&self) -> Result<Vec<Versioned<SliceQuarantine>>, BusError> {
         Ok(self.kv.list().await?.into_iter().map(|(_, q)| q).collect())
     }
@@ -405,12 +417,14 @@ pub struct Workers {
 }
 
 impl Workers {
+    /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
             kv: TypedKv::open(bus, subjects::WORKERS_BUCKET).await?,
         })
     }
 
+    /// The raw typed bucket, for reads and writes these methods do not cover.
     pub fn kv(&self) -> &TypedKv<WorkerRecord> {
         &self.kv
     }
@@ -476,6 +490,7 @@ impl Workers {
         self.kv.delete(worker_id, None).await
     }
 
+    /// Every worker record still in the bucket (entries lapse with their TTL).
     pub async fn list(&self) -> Result<Vec<Versioned<WorkerRecord>>, BusError> {
         Ok(self.kv.list().await?.into_iter().map(|(_, w)| w).collect())
     }

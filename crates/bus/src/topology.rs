@@ -25,9 +25,11 @@ pub struct TopologyConfig {
     pub duplicate_window: Duration,
     /// How long unconsumed tasks and results are kept.
     pub task_max_age: Duration,
+    /// How long results are kept in the measurements stream.
     pub result_max_age: Duration,
     /// Replay window and size limit of the events stream (oldest dropped first).
     pub event_max_age: Duration,
+    /// Size limit of the events stream, bytes.
     pub event_max_bytes: i64,
     /// Lifetime of the delete marker a lapsed lease or worker record leaves,
     /// so watchers see the lapse (server ≥ 2.11 per-key TTL).

@@ -26,7 +26,9 @@ pub struct Exchange {
     pub seq: u64,
     /// The wrapped model's name.
     pub model: String,
+    /// The request as the engine sent it.
     pub request: ChatRequest,
+    /// What the wrapped model answered.
     pub outcome: Outcome,
 }
 
@@ -35,13 +37,19 @@ pub struct Exchange {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Outcome {
     /// `stream()` itself failed; no events were produced.
-    Rejected { error: ModelError },
+    Rejected {
+        /// The error `stream()` returned.
+        error: ModelError,
+    },
     /// The stream started. `error` is the `Err` item that ended it, if any;
     /// `complete` is false when the consumer dropped the stream before its end.
     Streamed {
+        /// Every event the stream yielded, in order.
         events: Vec<ModelEvent>,
+        /// The error item that ended the stream; `None` when none did.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ModelError>,
+        /// The stream ran to its end (not dropped early by the consumer).
         complete: bool,
     },
 }
@@ -49,20 +57,30 @@ pub enum Outcome {
 /// Problems reading or writing a cassette file.
 #[derive(Debug, thiserror::Error)]
 pub enum CassetteError {
+    /// The cassette file could not be opened (or created, for recording).
     #[error("cannot open cassette {path}: {source}")]
     Open {
+        /// The cassette file.
         path: PathBuf,
+        /// Why opening failed.
         source: std::io::Error,
     },
+    /// Reading the cassette file failed part-way.
     #[error("cannot read cassette {path}: {source}")]
     Read {
+        /// The cassette file.
         path: PathBuf,
+        /// Why reading failed.
         source: std::io::Error,
     },
+    /// A line of the cassette is not an [`Exchange`].
     #[error("cassette {path} line {line} is not a recorded exchange: {source}")]
     Parse {
+        /// The cassette file.
         path: PathBuf,
+        /// Line number, from 1.
         line: usize,
+        /// The JSON parser's error.
         source: serde_json::Error,
     },
 }
@@ -117,10 +135,12 @@ impl<M: ChatModel> RecordingModel<M> {
         })
     }
 
+    /// The wrapped model.
     pub fn inner(&self) -> &M {
         &self.inner
     }
 
+    /// The cassette file being written.
     pub fn path(&self) -> &Path {
         &self.writer.path
     }
@@ -297,6 +317,8 @@ impl ReplayModel {
         }
     }
 
+    /// Sets how live requests are compared with recorded ones (default
+    /// [`RequestCheck::Exact`]).
     pub fn with_request_check(mut self, check: RequestCheck) -> Self {
         self.check = check;
         self

@@ -27,6 +27,7 @@ const MAX_REASON_CHARS: usize = 160;
 pub struct CandidateEntry {
     /// The `-D` parameters.
     pub params: BTreeMap<String, String>,
+    /// Its most telling status over all its records.
     pub status: CandidateStatus,
     /// Why it has this status (first line of the reason, error or flags).
     pub reason: Option<String>,
@@ -34,12 +35,17 @@ pub struct CandidateEntry {
     pub benchmarked: bool,
     /// Benchmarked, right answer, no flag, with a figure.
     pub valid: bool,
+    /// Measured GFLOPS; `None` when the record has no finite figure.
     pub gflops: Option<f64>,
     /// Fraction (0..1) of the modeled peak of the cores used.
     pub peak_fraction: Option<f64>,
+    /// Median of the timed executions, seconds.
     pub median_seconds: Option<f64>,
+    /// Slice of the session that built or measured it.
     pub slice: String,
+    /// Agent that produced it.
     pub agent: String,
+    /// Hash of the kernel source it was built from.
     pub kernel_hash: String,
     /// Cores the candidate ran on (0 = not recorded).
     pub cores: u32,
@@ -50,7 +56,9 @@ pub struct CandidateEntry {
 /// The candidates of one status, with the reasons they gave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusGroup {
+    /// The status the group's candidates share.
     pub status: CandidateStatus,
+    /// Distinct candidates with this status.
     pub count: u64,
     /// Reasons with how many candidates gave one like it, most frequent
     /// first (ties: first seen first). Reasons that differ only in their

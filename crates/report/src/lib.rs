@@ -53,9 +53,12 @@ pub const DEFAULT_TOP: usize = 10;
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
+    /// Writing the report file failed.
     #[error("cannot write report {path}: {source}")]
     Io {
+        /// The report file.
         path: PathBuf,
+        /// Why writing failed.
         #[source]
         source: std::io::Error,
     },
@@ -67,12 +70,17 @@ pub enum ReportError {
 pub struct Candidate {
     /// The `-D` parameters.
     pub params: BTreeMap<String, String>,
+    /// Measured GFLOPS (at the median time).
     pub gflops: f64,
     /// Fraction (0..1) of the modeled peak of the cores used.
     pub peak_fraction: Option<f64>,
+    /// Median of the timed executions, seconds; `None` when not recorded.
     pub median_seconds: Option<f64>,
+    /// Slice it was measured on.
     pub slice: String,
+    /// Agent that measured it.
     pub agent: String,
+    /// Hash of the kernel source it was built from.
     pub kernel_hash: String,
 }
 
@@ -80,7 +88,9 @@ pub struct Candidate {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Baseline {
+    /// The baseline's measured GFLOPS.
     pub gflops: f64,
+    /// Its `-D` parameters (the tune.toml defaults).
     pub params: BTreeMap<String, String>,
     /// Where the figure comes from, e.g. "naive kernel".
     pub description: String,
@@ -92,11 +102,15 @@ pub struct Baseline {
 pub struct MeasurementPoint {
     /// Milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
+    /// Slice it was measured on.
     pub slice: String,
+    /// Agent that measured it.
     pub agent: String,
     /// Present for trustworthy measurements.
     pub gflops: Option<f64>,
+    /// Every execution produced the right answer.
     pub valid: bool,
+    /// The candidate's `-D` parameters.
     pub params: BTreeMap<String, String>,
 }
 
@@ -104,10 +118,13 @@ pub struct MeasurementPoint {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BusyInterval {
+    /// The busy slice.
     pub slice: String,
     /// Milliseconds since the Unix epoch.
     pub start_ms: u64,
+    /// Milliseconds since the Unix epoch; not before `start_ms`.
     pub end_ms: u64,
+    /// Agent whose measurement kept it busy.
     pub agent: String,
     /// What ran, e.g. the candidate's parameters.
     pub label: String,
@@ -117,13 +134,20 @@ pub struct BusyInterval {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct JobReport {
+    /// The job's id.
     pub job_id: String,
+    /// Kernel name (the kernel directory's name).
     pub kernel: String,
+    /// The goal the job was submitted with; empty when not known (records
+    /// do not carry it, the caller fills it from the job).
     pub goal: String,
     /// Window of the job, milliseconds since the Unix epoch.
     pub started_at_ms: u64,
+    /// End of the job's window, milliseconds since the Unix epoch.
     pub finished_at_ms: u64,
+    /// Fastest trustworthy candidate; `None` when none produced one.
     pub best: Option<Candidate>,
+    /// What the speedup is measured against; `None` when no baseline was measured.
     pub baseline: Option<Baseline>,
     /// Distinct candidates with any record (compiled, failed, screened,
     /// pruned, benchmarked, ...).
@@ -145,14 +169,18 @@ pub struct JobReport {
     pub roofline: Option<Roofline>,
     /// Why the roofline is missing or what it leaves out.
     pub roofline_note: Option<String>,
+    /// Every measurement, for the plots over time.
     pub measurements: Vec<MeasurementPoint>,
+    /// Every interval a slice's hardware was busy, for the timeline and utilization.
     pub busy: Vec<BusyInterval>,
 }
 
 /// The machine-readable outcome of a job (`mtswarm demo --json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReportSummary {
+    /// The job's id.
     pub job_id: String,
+    /// Kernel name (the kernel directory's name).
     pub kernel: String,
     /// `null` when no candidate produced a trustworthy figure.
     pub best: Option<BestSummary>,
@@ -171,24 +199,35 @@ pub struct ReportSummary {
     pub candidates_by_status: BTreeMap<String, u64>,
     /// Slice id -> 0..1.
     pub slice_utilization: BTreeMap<String, f64>,
+    /// Length of the job's window (first to last busy interval), seconds.
     pub wall_seconds: f64,
     /// The HTML report, when one was written.
     pub report_path: Option<String>,
 }
 
+/// The best candidate in a [`ReportSummary`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BestSummary {
+    /// The `-D` parameters.
     pub params: BTreeMap<String, String>,
+    /// Measured GFLOPS.
     pub gflops: f64,
+    /// Fraction (0..1) of the modeled peak of the cores used.
     pub peak_fraction: Option<f64>,
+    /// Slice it was measured on.
     pub slice: String,
+    /// Hash of the kernel source it was built from.
     pub kernel_hash: String,
 }
 
+/// The baseline in a [`ReportSummary`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BaselineSummary {
+    /// The baseline's measured GFLOPS.
     pub gflops: f64,
+    /// Its `-D` parameters.
     pub params: BTreeMap<String, String>,
+    /// Where the figure comes from, e.g. "naive kernel".
     pub description: String,
 }
 

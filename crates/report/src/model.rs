@@ -18,10 +18,13 @@ use crate::candidates::CandidateEntry;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ParameterAxis {
+    /// Parameter (`-D` macro) name.
     pub name: String,
+    /// Its values along the axis, in plot order.
     pub values: Vec<String>,
     /// The value of candidates whose parameters do not name it.
     pub default: Option<String>,
+    /// What the parameter means, from tune.toml.
     pub description: Option<String>,
 }
 
@@ -43,6 +46,7 @@ pub struct Roofline {
     pub peak_gflops: f64,
     /// DDR bandwidth share of those cores (their clusters' shares), GB/s.
     pub bandwidth_gbs: f64,
+    /// Cores the roofline is for (those the candidates ran on).
     pub cores: u32,
     /// One per valid candidate with a modeled intensity.
     pub points: Vec<RooflinePoint>,
@@ -68,7 +72,9 @@ pub struct RooflinePoint {
     pub intensity: f64,
     /// Measured.
     pub gflops: f64,
+    /// The candidate's `-D` parameters.
     pub params: BTreeMap<String, String>,
+    /// The point is the job's best candidate.
     pub best: bool,
 }
 

@@ -91,6 +91,7 @@ impl OtlpProtocol {
 /// Where and how spans are exported (see [`TelemetryConfig::resolved_export`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtlpExport {
+    /// Wire protocol of the exporter.
     pub protocol: OtlpProtocol,
     /// The configured endpoint; `None` leaves it to the exporter's reading of
     /// the standard variables (which tells signal-specific endpoints from
@@ -194,35 +195,52 @@ fn non_empty_env(variable: &str) -> Option<String> {
 /// Why telemetry could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
+    /// The log filter (explicit, `MTSWARM_LOG` or `RUST_LOG`) does not parse.
     #[error("invalid log filter {filter:?}: {source}")]
     InvalidLogFilter {
+        /// The filter text.
         filter: String,
+        /// The parser's error.
         #[source]
         source: tracing_subscriber::filter::ParseError,
     },
+    /// OTLP export was asked for outside a tokio runtime.
     #[error(
         "the OTLP exporter must be created inside a tokio runtime (call init from within #[tokio::main] or Runtime::block_on)"
     )]
     NoTokioRuntime,
+    /// The configured OTLP protocol is neither `grpc` nor `http/protobuf`.
     #[error("unsupported OTLP protocol {value:?}: use \"grpc\" or \"http/protobuf\"")]
-    UnsupportedProtocol { value: String },
+    UnsupportedProtocol {
+        /// The protocol as configured.
+        value: String,
+    },
+    /// An `OTEL_EXPORTER_OTLP_*PROTOCOL` variable names an unsupported protocol.
     #[error(
         "{variable}={value:?} is not a supported OTLP protocol: use \"grpc\" or \"http/protobuf\""
     )]
     UnsupportedProtocolEnv {
+        /// The environment variable.
         variable: &'static str,
+        /// Its value.
         value: String,
     },
+    /// The OTLP span exporter could not be built.
     #[error("cannot build the OTLP span exporter for {endpoint:?}: {source}")]
     Exporter {
+        /// The endpoint it was built for.
         endpoint: String,
+        /// The exporter's error.
         #[source]
         source: opentelemetry_otlp::ExporterBuildError,
     },
+    /// [`init`] ran twice, or another subscriber was installed first.
     #[error("a global tracing subscriber is already installed: {0}")]
     AlreadyInitialized(#[from] tracing::dispatcher::SetGlobalDefaultError),
+    /// A remote trace context could not be made a span's parent.
     #[error("cannot set the parent of span: {0}")]
     SetParent(#[from] tracing_opentelemetry::SetParentError),
+    /// Flushing or shutting down the span exporter failed.
     #[error("flushing or shutting down the tracer provider failed: {0}")]
     Shutdown(#[from] opentelemetry_sdk::error::OTelSdkError),
 }

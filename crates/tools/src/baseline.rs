@@ -25,19 +25,38 @@ use crate::hardware::{BuildJob, cores_of, run_build};
 /// Why the baseline could not be measured.
 #[derive(Debug, thiserror::Error)]
 pub enum BaselineError {
+    /// The kernel directory does not resolve inside the workspace.
     #[error("kernel directory `{kernel_dir}`: {reason}")]
-    KernelDir { kernel_dir: String, reason: String },
+    KernelDir {
+        /// Kernel directory as given, relative to the workspace.
+        kernel_dir: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The kernel's tune.toml is missing or invalid.
     #[error("{kernel_dir}/tune.toml: {source}")]
     Tune {
+        /// Kernel directory as given, relative to the workspace.
         kernel_dir: String,
+        /// The tune.toml error.
         #[source]
         source: TuneError,
     },
+    /// Staging the harness or compiling the baseline failed.
     #[error("building the baseline of `{kernel_dir}`: {message}")]
-    Build { kernel_dir: String, message: String },
+    Build {
+        /// Kernel directory as given, relative to the workspace.
+        kernel_dir: String,
+        /// The staging or build error (compiler output included).
+        message: String,
+    },
+    /// The backend could not run the measurement (a wrong answer is no error:
+    /// it makes an invalid measurement).
     #[error("measuring the baseline of `{kernel_dir}`: {source}")]
     Measure {
+        /// Kernel directory as given, relative to the workspace.
         kernel_dir: String,
+        /// The hardware backend's error.
         #[source]
         source: HwError,
     },
@@ -46,7 +65,9 @@ pub enum BaselineError {
 /// The measured baseline: its defines and its measurement (valid or not).
 #[derive(Debug, Clone)]
 pub struct BaselineMeasurement {
+    /// The tune.toml defaults the baseline was built with.
     pub defines: BTreeMap<String, String>,
+    /// Its measurement; `valid` is false when the baseline gave a wrong answer.
     pub measurement: Measurement,
 }
 

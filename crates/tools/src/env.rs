@@ -23,7 +23,9 @@ use crate::workspace::Workspace;
 pub struct BuiltArtifact {
     /// `b1`, `b2`, ...: what the model passes to run/validate/benchmark.
     pub id: String,
+    /// Kernel directory it was built from, relative to the workspace.
     pub kernel_dir: String,
+    /// The backend's build output (program, kernel hash, toolchain, log).
     pub artifact: Artifact,
     /// The source generation at build time (see [`SessionState::source_generation`]).
     pub generation: u64,
@@ -32,7 +34,9 @@ pub struct BuiltArtifact {
 /// What a finished build reports: the text and summary `compile` returns.
 #[derive(Debug, Clone)]
 pub struct BuildReport {
+    /// What the model reads: artifact id, kernel hash, toolchain, compiler output.
     pub text: String,
+    /// The same as JSON (`artifact`, `kernel_hash`, ...), for the event log.
     pub summary: Value,
 }
 
@@ -45,12 +49,19 @@ pub type BuildWatch = tokio::sync::watch::Receiver<Option<BuildResult>>;
 /// One benchmarked candidate, as shown in the working state.
 #[derive(Debug, Clone, Serialize)]
 pub struct Candidate {
+    /// Artifact id the measurement ran (`b1`, ...).
     pub artifact: String,
+    /// Hash of the kernel source it was built from.
     pub kernel_hash: String,
+    /// Its `-D` parameters.
     pub defines: BTreeMap<String, String>,
+    /// DSP cores it ran on.
     pub cores: u32,
+    /// Median time of the timed executions, seconds.
     pub median_seconds: f64,
+    /// Billions of floating-point operations per second, when the flops are known.
     pub gflops: Option<f64>,
+    /// Fraction (0..1) of the modeled peak of the cores used.
     pub peak_fraction: Option<f64>,
 }
 
@@ -58,7 +69,10 @@ pub struct Candidate {
 #[derive(Debug, Default)]
 pub struct SessionState {
     next_build: u64,
+    /// Every finished build of the session, by artifact id.
     pub artifacts: BTreeMap<String, BuiltArtifact>,
+    /// Id of the latest finished build: what run/validate/benchmark use
+    /// when the model names no artifact.
     pub latest: Option<String>,
     /// Bumped by every edit of a source file (`.c`, `.h`, `.toml`): an
     /// artifact built before the latest edit no longer is "the current code".
@@ -142,10 +156,15 @@ impl SessionState {
 
 /// Everything one session's tools share.
 pub struct ToolEnv {
+    /// The session's directory; every path a tool takes resolves inside it.
     pub workspace: Workspace,
+    /// The hardware slice the session runs on.
     pub board: Arc<dyn Board>,
+    /// Chip model for analysis, estimates and peak figures.
     pub spec: ChipSpec,
+    /// The daemon-wide slice lock, held while a slice runs.
     pub lock: HwLock,
+    /// Measurement settings benchmark starts from (the model may override some).
     pub measure_defaults: MeasureConfig,
     session: Mutex<SessionState>,
     /// Pristine harness files; builds are staged from them.
@@ -191,10 +210,12 @@ impl ToolEnv {
         set.spawn(task);
     }
 
+    /// Locks the session's memory (a poisoned lock is recovered, not a panic).
     pub fn session(&self) -> MutexGuard<'_, SessionState> {
         self.session.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Id of the session's slice.
     pub fn slice_id(&self) -> String {
         self.board.slice().id()
     }

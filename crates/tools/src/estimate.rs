@@ -67,19 +67,28 @@ const ESTIMATE_SHAPE: Shape = Shape {
 /// A roofline bound.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Roofline {
+    /// DSP cores the bound is for.
     pub cores: u32,
+    /// Modeled peak of those cores, GFLOPS.
     pub peak_gflops: f64,
+    /// DDR bandwidth of the clusters they span, GB/s.
     pub bandwidth_gbs: f64,
     /// flops per byte.
     pub arithmetic_intensity: f64,
     /// Intensity above which the kernel is compute-bound.
     pub ridge_point: f64,
+    /// Time the flops take at peak.
     pub compute_seconds: f64,
+    /// Time the bytes take at full bandwidth.
     pub memory_seconds: f64,
+    /// The larger of the two: no run can be faster.
     pub bound_seconds: f64,
+    /// GFLOPS at `bound_seconds` (0 when that is 0).
     pub bound_gflops: f64,
     /// `compute-bound` or `memory-bound`.
     pub bound_by: String,
+    /// `bound_seconds` over the measured time (1 = at the bound); `None`
+    /// without a positive measured time.
     pub fraction_of_bound: Option<f64>,
 }
 

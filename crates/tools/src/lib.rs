@@ -42,8 +42,10 @@ pub use workspace::{PathError, Workspace};
 /// Why a tool set could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsError {
+    /// The workspace directory cannot be used.
     #[error(transparent)]
     Workspace(#[from] PathError),
+    /// The chip spec is invalid, or the harness store could not be set up.
     #[error("chip spec: {0}")]
     Spec(String),
 }
@@ -86,6 +88,8 @@ impl ToolSetBuilder {
         self
     }
 
+    /// Validates the spec, sets up the harness store in the workspace and
+    /// creates every tool over one shared [`ToolEnv`].
     pub fn build(self) -> Result<ToolSet, ToolsError> {
         let workspace = Workspace::new(&self.workspace)?;
         let spec = self.spec.unwrap_or_default();
@@ -166,6 +170,7 @@ impl ToolSet {
         self.tools.iter().find(|t| t.name() == name).cloned()
     }
 
+    /// Names of every tool in the set, in the order they were registered.
     pub fn names(&self) -> Vec<String> {
         self.tools.iter().map(|t| t.name().to_owned()).collect()
     }

@@ -80,6 +80,7 @@ impl Drop for PhaseGuard {
 }
 
 impl HwResourceLock {
+    /// Wraps the daemon's slice lock, with no hold statistics yet.
     pub fn new(lock: HwLock) -> Self {
         Self {
             lock,

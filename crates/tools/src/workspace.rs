@@ -12,16 +12,22 @@ use std::path::{Component, Path, PathBuf};
 /// Why a path was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
+    /// The path is absolute.
     #[error("`{0}` is an absolute path; give a path relative to the workspace")]
     Absolute(String),
+    /// The path has a `..` component.
     #[error("`{0}` contains `..`; paths must stay inside the workspace")]
     ParentDir(String),
+    /// The path leaves the workspace through a symlink.
     #[error("`{0}` resolves outside the workspace (through a symlink)")]
     Escape(String),
+    /// The path is a symlink whose target does not exist.
     #[error("`{0}` is a symlink to a missing target")]
     Dangling(String),
+    /// The path contains a NUL byte.
     #[error("`{0}` contains a NUL character")]
     Nul(String),
+    /// The workspace root cannot be created or resolved.
     #[error("workspace {0}")]
     Root(String),
 }

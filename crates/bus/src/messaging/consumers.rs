@@ -18,7 +18,7 @@ pub struct TaskConsumerConfig {
     /// not both (their filters would overlap).
     pub slice_id: Option<String>,
     /// Time a delivery may stay unacknowledged before it is redelivered
-    /// (extend it with [`Delivery::in_progress`]).
+    /// (extend it with [`Delivery::in_progress`](super::Delivery::in_progress)).
     pub ack_wait: Duration,
     /// Deliveries before the server gives up on a task (`-1` = unlimited).
     pub max_deliver: i64,
@@ -58,13 +58,18 @@ pub struct ResultConsumerConfig {
     pub name: String,
     /// Only this job's results; `None` = all jobs.
     pub job_id: Option<String>,
+    /// Time to acknowledge a delivery before it is redelivered (default 30 s).
     pub ack_wait: Duration,
+    /// Deliveries per message before the server gives up; -1 = no limit (default).
     pub max_deliver: i64,
+    /// Unacknowledged deliveries in flight before the server pauses (default 10,000).
     pub max_ack_pending: i64,
+    /// Messages fetched per pull request (default 100).
     pub batch: usize,
 }
 
 impl ResultConsumerConfig {
+    /// Defaults for the durable consumer `results-<name>`, over all jobs.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
@@ -120,6 +125,7 @@ pub struct ResultConsumer {
 }
 
 impl ResultConsumer {
+    /// Durable name of the consumer.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -24,6 +24,7 @@ pub type ReceivedStream<T> = Pin<Box<dyn Stream<Item = Result<Received<T>, BusEr
 /// The stream's acknowledgement of a JetStream publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublishReceipt {
+    /// Stream that stored the message.
     pub stream: String,
     /// Stream sequence of the stored message (of the original, for a duplicate).
     pub sequence: u64,
@@ -79,9 +80,13 @@ impl PendingPublish {
 /// Delivery metadata of a JetStream message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryInfo {
+    /// Stream the message is stored in.
     pub stream: String,
+    /// Durable consumer that delivered it.
     pub consumer: String,
+    /// The message's sequence in the stream (stable across redeliveries).
     pub stream_sequence: u64,
+    /// The consumer's delivery count, redeliveries included.
     pub consumer_sequence: u64,
     /// 1 on first delivery, 2 on the first redelivery, ...
     pub delivered: u64,
@@ -118,15 +123,19 @@ where
 }
 
 impl<T> Delivery<T> {
+    /// The decoded message.
     pub fn message(&self) -> &T {
         &self.message
     }
+    /// Subject the message was published to.
     pub fn subject(&self) -> &str {
         &self.subject
     }
+    /// The message's NATS headers (content type, message id, trace context).
     pub fn headers(&self) -> &HeaderMap {
         &self.headers
     }
+    /// Where the message sits in its stream and how often it was delivered.
     pub fn info(&self) -> &DeliveryInfo {
         &self.info
     }
@@ -201,8 +210,11 @@ impl<T> Delivery<T> {
 /// A typed message from a core NATS subscription.
 #[derive(Debug, Clone)]
 pub struct Received<T> {
+    /// The decoded message.
     pub message: T,
+    /// Subject the message was published to.
     pub subject: String,
+    /// The message's NATS headers (content type, trace context).
     pub headers: HeaderMap,
 }
 
@@ -223,7 +235,9 @@ impl<T> Received<T> {
 pub struct ReplayedEvent {
     /// Position in the events stream; resume with `stream_sequence + 1`.
     pub stream_sequence: u64,
+    /// The decoded event.
     pub event: v1::AgentEvent,
+    /// The stored message's NATS headers (content type, trace context).
     pub headers: HeaderMap,
 }
 

@@ -9,15 +9,21 @@ use super::record::{ResultRecord, ResultStats};
 /// Why an export failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    /// Writing to (or reading from) the output failed.
     #[error("writing results: {0}")]
     Io(#[from] std::io::Error),
+    /// A record could not be encoded as JSON.
     #[error("encoding results as JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// A record could not be written as CSV.
     #[error("encoding results as CSV: {0}")]
     Csv(#[from] csv::Error),
+    /// A line of JSONL input is not a [`ResultRecord`].
     #[error("line {line} of the JSONL input is not a result record: {source}")]
     BadLine {
+        /// Line number, from 1.
         line: usize,
+        /// The JSON parser's error.
         #[source]
         source: serde_json::Error,
     },

@@ -8,15 +8,18 @@ use super::subject::{HASH_TOKEN_LEN, canonical_slice_id, hash_token, token};
 use super::{DEFAULT_QUERY_LIMIT, MAX_QUERY_LIMIT};
 use crate::{BusError, subjects};
 
-/// Filters of [`ResultsStore::query`]. Every `Some` narrows the result.
+/// Filters of [`ResultsStore::query`](crate::ResultsStore::query). Every `Some` narrows the result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResultQuery {
+    /// Only this job's records.
     pub job_id: Option<String>,
     /// Kernel name.
     pub kernel: Option<String>,
     /// Full kernel hash, or a prefix of at least 4 characters.
     pub kernel_hash: Option<String>,
+    /// Only records measured on this slice (canonicalized before matching).
     pub slice: Option<String>,
+    /// Only records of this backend (`emulator`, `sdk` or `host`).
     pub backend: Option<String>,
     /// Only valid measurements.
     pub valid_only: bool,

@@ -15,12 +15,17 @@ use crate::{BusError, subjects};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ResultStats {
+    /// Number of timed executions the statistics cover.
     pub count: u64,
+    /// Median execution time.
     pub median: f64,
     /// Mean without the smallest and largest sample.
     pub trimmed_mean: f64,
+    /// Fastest execution.
     pub min: f64,
+    /// Slowest execution.
     pub max: f64,
+    /// Standard deviation of the execution times.
     pub stddev: f64,
 }
 
@@ -30,15 +35,23 @@ pub struct ResultStats {
 pub struct ResultRecord {
     /// Unique per measurement; the deduplication key (`Nats-Msg-Id`).
     pub record_id: String,
+    /// Job the measurement belongs to.
     pub job_id: String,
+    /// Task (within the job) whose agent measured.
     pub task_id: String,
+    /// Attempt number of the task, from 1; a reassigned task runs a later attempt.
     pub attempt: u32,
+    /// Agent that asked for the measurement.
     pub agent_id: String,
+    /// Worker session the agent ran in.
     pub session_id: String,
+    /// Worker daemon that owns the slice.
     pub worker_id: String,
+    /// Canonical id of the slice that ran the candidate.
     pub slice_id: String,
     /// `emulator`, `sdk` or `host`.
     pub backend: String,
+    /// Compiler, version and flags that built the candidate, as the backend describes them.
     pub toolchain: String,
     /// Kernel name (the kernel directory's name, e.g. `dgemm`).
     pub kernel: String,
@@ -46,6 +59,7 @@ pub struct ResultRecord {
     pub kernel_hash: String,
     /// The `-D` parameters of the candidate.
     pub params: BTreeMap<String, String>,
+    /// DSP cores the candidate ran on.
     pub cores: u32,
     /// Seconds of every timed execution, in order.
     pub samples: Vec<f64>,
@@ -53,9 +67,11 @@ pub struct ResultRecord {
     pub stats: Option<ResultStats>,
     /// Floating-point operations of one execution.
     pub flops: Option<u64>,
+    /// Billions of floating-point operations per second at the median time (valid records only).
     pub gflops: Option<f64>,
     /// Fraction (0..1) of the modeled peak of the cores used.
     pub peak_fraction: Option<f64>,
+    /// Baseline median time over this candidate's median (above 1 = faster than the baseline).
     pub speedup_over_baseline: Option<f64>,
     /// Every execution produced the right answer.
     pub valid: bool,
@@ -93,6 +109,7 @@ pub enum CandidateStatus {
     Unknown,
     /// Built, not run yet (the task ended before it got a slice).
     Compiled,
+    /// Compilation failed (or the kernel failed static analysis).
     CompileFailed,
     /// Ran and produced a wrong answer (or crashed).
     Invalid,
@@ -102,6 +119,7 @@ pub enum CandidateStatus {
     Pruned,
     /// Not run: the evaluation budget or the deadline ran out.
     NotRun,
+    /// An execution exceeded its time limit.
     TimedOut,
     /// Benchmarked, but the figure is not believable (see `flags`).
     Flagged,
@@ -362,11 +380,17 @@ impl ResultRecord {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Provenance {
+    /// Job the measurement belongs to.
     pub job_id: String,
+    /// Task (within the job) whose agent measured.
     pub task_id: String,
+    /// Attempt number of the task, from 1.
     pub attempt: u32,
+    /// Agent that asked for the measurement.
     pub agent_id: String,
+    /// Worker session the agent ran in.
     pub session_id: String,
+    /// Worker daemon that owns the slice.
     pub worker_id: String,
     /// Used when the measurement names no slice (a failure summary).
     pub slice_id: String,
@@ -394,14 +418,19 @@ impl Provenance {
 /// Why a measurement could not become a record.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// The JSON is not shaped like a benchmark measurement.
     #[error("not a benchmark measurement: {source}")]
     NotAMeasurement {
+        /// The JSON parser's error.
         #[source]
         source: serde_json::Error,
     },
+    /// The record breaks a storage rule (see [`ResultRecord::validate`]).
     #[error("invalid result record {record_id:?}: {reason}")]
     Invalid {
+        /// Id of the refused record.
         record_id: String,
+        /// The rule it breaks.
         reason: &'static str,
     },
 }

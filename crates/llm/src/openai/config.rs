@@ -27,6 +27,7 @@ pub const ENV_MAX_RETRIES: &str = "MTSWARM_LLM_MAX_RETRIES";
 pub struct ApiKey(String);
 
 impl ApiKey {
+    /// Wraps a secret token.
     pub fn new(secret: impl Into<String>) -> Self {
         Self(secret.into())
     }
@@ -98,32 +99,38 @@ impl OpenAiConfig {
         }
     }
 
+    /// Sends `key` as the bearer token.
     pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
         self.api_key = Some(ApiKey::new(key));
         self
     }
 
+    /// Sets [`OpenAiConfig::request_timeout`] (default 120 s).
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
     }
 
+    /// Sets [`OpenAiConfig::connect_timeout`] (default 10 s).
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
+    /// Sets [`OpenAiConfig::max_retries`] (default 4).
     pub fn with_max_retries(mut self, retries: u32) -> Self {
         self.max_retries = retries;
         self
     }
 
+    /// Sets the first retry delay and its upper bound (default 500 ms and 20 s).
     pub fn with_backoff(mut self, base: Duration, max: Duration) -> Self {
         self.backoff_base = base;
         self.backoff_max = max;
         self
     }
 
+    /// Adds a header sent with every request.
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.extra_headers.push((name.into(), value.into()));
         self
@@ -215,22 +222,41 @@ impl fmt::Debug for OpenAiConfig {
 /// Why a config could not be built or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// No base URL in the environment.
     #[error(
         "no model endpoint configured: set {ENV_URL} (or {ENV_OPENAI_BASE_URL}) to the API base URL, e.g. http://127.0.0.1:8000/v1"
     )]
     MissingUrl,
+    /// No model name in the environment.
     #[error("no model name configured: set {ENV_MODEL} to the model to request, e.g. gpt-4o-mini")]
     MissingModel,
+    /// The base URL does not parse or is not `http`/`https`.
     #[error("invalid model endpoint URL {url:?}: {reason}")]
-    InvalidUrl { url: String, reason: String },
+    InvalidUrl {
+        /// The URL as configured.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An environment variable holds a value of the wrong shape.
     #[error("invalid value {value:?} for {variable}: expected {expected}")]
     InvalidValue {
+        /// The environment variable.
         variable: &'static str,
+        /// Its value.
         value: String,
+        /// What it should hold, e.g. `"a non-negative integer"`.
         expected: &'static str,
     },
+    /// An extra header's name or value is not valid in HTTP.
     #[error("invalid extra header {name:?}: {reason}")]
-    InvalidHeader { name: String, reason: String },
+    InvalidHeader {
+        /// The header name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The HTTP client could not be built (e.g. TLS setup failed).
     #[error("cannot build the HTTP client: {0}")]
     HttpClient(String),
 }

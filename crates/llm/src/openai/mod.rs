@@ -5,7 +5,7 @@
 //! turn, retries 429/5xx/connection failures with capped exponential backoff
 //! and jitter (honouring `Retry-After`), classifies failures into the
 //! [`ModelError`] variants the engine's recovery logic keys on, and turns the
-//! SSE stream into [`ModelEvent`]s with tool calls assembled.
+//! SSE stream into [`ModelEvent`](crate::ModelEvent)s with tool calls assembled.
 //!
 //! Why not `async-openai`: its typed stream delta
 //! (`ChatCompletionStreamResponseDelta`) has no `reasoning_content` /
@@ -128,6 +128,7 @@ impl OpenAiClient {
         Self::new(OpenAiConfig::from_env()?)
     }
 
+    /// The configuration the client was built with.
     pub fn config(&self) -> &OpenAiConfig {
         &self.config
     }

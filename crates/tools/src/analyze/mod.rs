@@ -54,7 +54,9 @@ const ANALYZE_SHAPE: Shape = Shape {
 /// One loop found in the source.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoopInfo {
+    /// 1-based line of the loop keyword in the source.
     pub line: usize,
+    /// `for`, `while` or `do`.
     pub kind: String,
     /// 1 = outermost.
     pub depth: u32,
@@ -71,8 +73,11 @@ pub struct LoopInfo {
 /// One on-chip allocation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Allocation {
+    /// 1-based line of the allocation in the source.
     pub line: usize,
+    /// Memory level: `AM` (`vector_malloc`), `SM` (`scalar_malloc`) or `GSM` (a `__gsm__` array).
     pub level: String,
+    /// The size expression (the malloc argument, or the GSM declaration).
     pub expr: String,
     /// Size of one allocation.
     pub bytes: Option<u64>,
@@ -86,29 +91,47 @@ pub struct Allocation {
 /// Footprint of one memory level.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LevelFootprint {
+    /// `AM`, `SM` or `GSM`.
     pub level: String,
     /// Allocations, counting those in counted loops once per iteration.
     pub buffers: u64,
+    /// Sum of the known `total_bytes` of the level's allocations.
     pub known_bytes: u64,
+    /// Allocations whose total size could not be evaluated (not in `known_bytes`).
     pub unknown_sizes: usize,
+    /// Capacity of the level on one core (AM, SM) or the cluster (GSM), from the hardware spec.
     pub capacity_bytes: u64,
+    /// Buffer limit of the level; `None` for GSM, which has none.
     pub max_buffers: Option<u32>,
+    /// `known_bytes` exceeds `capacity_bytes`.
     pub over_capacity: bool,
+    /// `buffers` exceeds `max_buffers`.
     pub too_many_buffers: bool,
 }
 
 /// The result of the analysis.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KernelAnalysis {
+    /// Names of the `__global__` functions.
     pub kernels: Vec<String>,
+    /// Every loop, in source order.
     pub loops: Vec<LoopInfo>,
+    /// Deepest loop nesting (0 = no loops).
     pub max_loop_depth: u32,
+    /// Calls per vector intrinsic (`vec_*`).
     pub intrinsics: BTreeMap<String, usize>,
+    /// Calls per DMA or load/store function (`dma_*`, `vector_load`, `scalar_store_async`, ...).
     pub dma_calls: BTreeMap<String, usize>,
+    /// Calls per barrier function.
     pub barriers: BTreeMap<String, usize>,
+    /// Every on-chip allocation, in source order.
     pub allocations: Vec<Allocation>,
+    /// Per-level totals (AM, SM, GSM) against capacity.
     pub footprint: Vec<LevelFootprint>,
+    /// The code uses vector types (`lvector`) or vector intrinsics.
     pub uses_vectors: bool,
+    /// Some DMA is asynchronous (an `_async`, p2p, broadcast or scatter-gather
+    /// call) and is waited on (`dma_wait`).
     pub async_dma: bool,
 }
 
