@@ -101,12 +101,17 @@ mod daemon;
 pub mod error;
 pub mod events;
 mod health;
+mod heartbeat;
+mod leases;
 pub mod policy;
 pub mod prompt;
 mod quarantine;
 mod results;
 mod service;
 mod session;
+mod session_entry;
+mod shared;
+mod stop;
 pub mod workspace;
 
 pub use checkpoint::CHECKPOINT_FORMAT_VERSION;
