@@ -133,6 +133,8 @@ pub fn decide(messages: &[Message]) -> Decision {
     sequential::decide(&params, messages)
 }
 
+/// A `validate` or `benchmark` call of candidate `index` with the task's
+/// hardware settings (cores, runs, warmup, repeats).
 pub(crate) fn hardware_call(
     params: &TaskParameters,
     index: usize,

@@ -54,35 +54,7 @@ impl TaskRun<'_> {
             kernel_name,
             budgets,
         } = prepared;
-        let approval_default = match shared.config.approval_default {
-            DefaultVerdict::Deny => ApprovalDecision::Deny {
-                reason: Some("approval timed out".into()),
-            },
-            DefaultVerdict::Approve => ApprovalDecision::Approve,
-        };
-        let config = EngineConfig {
-            max_steps: if budgets.max_steps > 0 {
-                budgets.max_steps
-            } else {
-                shared.config.default_max_steps
-            },
-            token_budget: (budgets.max_tokens > 0).then_some(budgets.max_tokens),
-            wall_time: (budgets.wall_time_seconds > 0)
-                .then(|| Duration::from_secs(budgets.wall_time_seconds)),
-            approval: ApprovalConfig {
-                timeout: shared.config.approval_timeout,
-                on_timeout: approval_default,
-            },
-            gate: GateConfig {
-                require_evidence: (!shared.config.require_evidence.is_empty())
-                    .then(|| shared.config.require_evidence.clone()),
-                best_effort: true,
-                max_blocks: 2,
-            },
-            temperature: runtime.temperature,
-            max_output_tokens: runtime.max_output_tokens,
-            ..EngineConfig::default()
-        };
+        let config = self.engine_config(&budgets);
         let sink = Arc::new(KvCheckpointSink::new(
             shared.checkpoints.clone(),
             &entry.session_id,
@@ -196,6 +168,42 @@ impl TaskRun<'_> {
             run = engine
                 .resume_with_decisions(checkpoint, decisions)
                 .map_err(|e| TaskEnd::failed(format!("resume after approval: {e}")))?;
+        }
+    }
+
+    /// The engine configuration of the attempt: its budgets (the daemon's
+    /// step limit when the task gives none), the approval timeout and
+    /// default, the completion gate and the session's sampling settings.
+    fn engine_config(&self, budgets: &v1::Budgets) -> EngineConfig {
+        let (shared, runtime) = (self.shared, self.runtime);
+        let approval_default = match shared.config.approval_default {
+            DefaultVerdict::Deny => ApprovalDecision::Deny {
+                reason: Some("approval timed out".into()),
+            },
+            DefaultVerdict::Approve => ApprovalDecision::Approve,
+        };
+        EngineConfig {
+            max_steps: if budgets.max_steps > 0 {
+                budgets.max_steps
+            } else {
+                shared.config.default_max_steps
+            },
+            token_budget: (budgets.max_tokens > 0).then_some(budgets.max_tokens),
+            wall_time: (budgets.wall_time_seconds > 0)
+                .then(|| Duration::from_secs(budgets.wall_time_seconds)),
+            approval: ApprovalConfig {
+                timeout: shared.config.approval_timeout,
+                on_timeout: approval_default,
+            },
+            gate: GateConfig {
+                require_evidence: (!shared.config.require_evidence.is_empty())
+                    .then(|| shared.config.require_evidence.clone()),
+                best_effort: true,
+                max_blocks: 2,
+            },
+            temperature: runtime.temperature,
+            max_output_tokens: runtime.max_output_tokens,
+            ..EngineConfig::default()
         }
     }
 }
