@@ -38,9 +38,12 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::config::DefaultVerdict;
-use crate::daemon::Shared;
 use crate::events::{EventPublisher, now_timestamp};
-use crate::session::{Decisions, StopMode, progress_interval};
+use crate::shared::Shared;
+use crate::stop::StopMode;
+
+/// Decisions per call id, as the engine wants them.
+pub(crate) type Decisions = HashMap<String, ApprovalDecision>;
 
 /// Why the wait ended without decisions.
 pub(crate) enum Interrupted {
@@ -257,7 +260,7 @@ pub(crate) async fn await_decisions<T>(
         .checked_sub(earliest.elapsed().unwrap_or_default())
         .unwrap_or_default();
     let deadline = tokio::time::Instant::now() + left;
-    let mut progress = tokio::time::interval(progress_interval(shared));
+    let mut progress = tokio::time::interval(shared.progress_interval());
     progress.tick().await;
 
     while pending.values().any(|p| p.decision.is_none()) {

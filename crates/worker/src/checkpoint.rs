@@ -89,6 +89,21 @@ impl KnownCheckpoint {
     }
 }
 
+/// Why a checkpoint was not stored.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckpointWriteError {
+    /// The loop state could not be turned into JSON.
+    #[error("serializing the loop state: {0}")]
+    Serialize(#[source] serde_json::Error),
+    /// A later attempt of the task owns the session's checkpoint: this
+    /// attempt is fenced off.
+    #[error(transparent)]
+    Fenced(BusError),
+    /// The checkpoints bucket refused or did not answer.
+    #[error(transparent)]
+    Store(BusError),
+}
+
 /// A session's [`KnownCheckpoint`], shared by the sinks of its tasks.
 pub(crate) type SessionCheckpointCell = Arc<Mutex<Option<KnownCheckpoint>>>;
 
@@ -201,10 +216,11 @@ impl SinkInner {
         self.fenced.load(Ordering::SeqCst)
     }
 
-    fn checkpoint_of(&self, state: &LoopState) -> Result<v1::SessionCheckpoint, String> {
-        let json = state
-            .to_json()
-            .map_err(|e| format!("serializing the loop state: {e}"))?;
+    fn checkpoint_of(
+        &self,
+        state: &LoopState,
+    ) -> Result<v1::SessionCheckpoint, CheckpointWriteError> {
+        let json = state.to_json().map_err(CheckpointWriteError::Serialize)?;
         let mut checkpoint = self.template.clone();
         checkpoint.step = state.step();
         checkpoint.state_json = json.into_bytes();
@@ -219,7 +235,7 @@ impl SinkInner {
         written: &mut Written,
         generation: u64,
         checkpoint: &v1::SessionCheckpoint,
-    ) -> Result<(), String> {
+    ) -> Result<(), CheckpointWriteError> {
         if generation <= written.generation || self.fenced() {
             return Ok(());
         }
@@ -270,9 +286,9 @@ impl SinkInner {
                     control.cancel();
                 }
                 tracing::warn!(session.id = %checkpoint.session_id, %error, "fenced off by a later attempt; stopping the run");
-                Err(error.to_string())
+                Err(CheckpointWriteError::Fenced(error))
             }
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err(CheckpointWriteError::Store(error)),
         }
     }
 
@@ -311,7 +327,7 @@ impl CheckpointSink for KvCheckpointSink {
             return Ok(());
         }
         if is_durable_point(state) {
-            let checkpoint = inner.checkpoint_of(state)?;
+            let checkpoint = inner.checkpoint_of(state).map_err(|e| e.to_string())?;
             let generation = {
                 let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
                 // This state supersedes whatever waits to be written.
@@ -320,7 +336,10 @@ impl CheckpointSink for KvCheckpointSink {
                 pending.next_generation
             };
             let mut written = inner.writer.lock().await;
-            return inner.write(&mut written, generation, &checkpoint).await;
+            return inner
+                .write(&mut written, generation, &checkpoint)
+                .await
+                .map_err(|e| e.to_string());
         }
         let schedule = {
             let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -376,7 +395,7 @@ mod tests {
         )
     }
 
-    async fn write(sink: &KvCheckpointSink, step: u32) -> Result<(), String> {
+    async fn write(sink: &KvCheckpointSink, step: u32) -> Result<(), CheckpointWriteError> {
         let inner = &sink.inner;
         let mut checkpoint = inner.template.clone();
         checkpoint.step = step;
@@ -438,14 +457,20 @@ mod tests {
         // that read the fenced checkpoint are both refused.
         let fresh_cell: SessionCheckpointCell = Arc::new(Mutex::new(None));
         let redelivered = sink(&checkpoints, "t1", 1, &fresh_cell);
-        assert!(write(&redelivered, 2).await.is_err());
+        assert!(matches!(
+            write(&redelivered, 2).await,
+            Err(CheckpointWriteError::Fenced(_))
+        ));
         assert!(redelivered.fenced());
         let stored = checkpoints.get("s1").await.expect("get").expect("stored");
         assert!(stored.value.fenced);
         *fresh_cell.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(KnownCheckpoint::of_stored(&stored));
         let resumed = sink(&checkpoints, "t1", 1, &fresh_cell);
-        assert!(write(&resumed, 3).await.is_err());
+        assert!(matches!(
+            write(&resumed, 3).await,
+            Err(CheckpointWriteError::Fenced(_))
+        ));
         assert_eq!(
             checkpoints
                 .get("s1")
@@ -498,7 +523,10 @@ mod tests {
         // (its own t2/1 write), finds it replaced, and is fenced off.
         let stale = sink(&checkpoints, "t2", 1, &cell);
         let refused = write(&stale, 2).await;
-        assert!(refused.is_err(), "stale attempt refused: {refused:?}");
+        assert!(
+            matches!(refused, Err(CheckpointWriteError::Fenced(_))),
+            "stale attempt refused: {refused:?}"
+        );
         assert!(stale.fenced());
         let stored = checkpoints.get("s1").await.expect("get").expect("stored");
         assert_eq!((stored.value.attempt, stored.value.step), (2, 5));
@@ -511,7 +539,10 @@ mod tests {
             fenced: false,
         });
         let stale_again = sink(&checkpoints, "t2", 1, &cell);
-        assert!(write(&stale_again, 3).await.is_err());
+        assert!(matches!(
+            write(&stale_again, 3).await,
+            Err(CheckpointWriteError::Fenced(_))
+        ));
         assert!(stale_again.fenced());
 
         // The successor's next write goes through on the known revision.

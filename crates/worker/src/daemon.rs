@@ -1,8 +1,10 @@
-//! The daemon: owns the slices of one board (a `Board` and a lease each),
-//! registers itself in the workers bucket with a heartbeat, serves the
-//! `Worker` gRPC service (with health and reflection), and keeps the table
-//! of running sessions. [`WorkerDaemon::start`] returns once the daemon is
-//! registered and serving; [`WorkerHandle::shutdown`] stops it gracefully.
+//! Starting and stopping the daemon: [`WorkerDaemon::start`] opens the
+//! board's slices (a `Board` and a lease each), connects to NATS, builds the
+//! shared state ([`crate::shared`]), registers the worker record, starts the
+//! heartbeat and the quarantine tasks and serves the `Worker` gRPC service
+//! (with health and reflection); it returns once the daemon is registered
+//! and serving. [`WorkerHandle::shutdown`] stops it gracefully,
+//! [`WorkerHandle::kill`] the way a crash would.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,8 +15,7 @@ use std::time::Duration;
 
 use mtswarm_bus::results::ResultsStore;
 use mtswarm_bus::{
-    Approvals, Bus, BusConfig, BusError, Checkpoints, KeptLease, LeaseKeeper, LeaseRequest, Leases,
-    Quarantine, TopologyConfig, Versioned, Workers, v1,
+    Approvals, Bus, BusConfig, Checkpoints, Leases, Quarantine, TopologyConfig, Workers, v1,
 };
 use mtswarm_hw::emulator::EmulatorBoard;
 use mtswarm_hw::sdk::SdkConfig;
@@ -27,198 +28,14 @@ use crate::config::{WorkerConfig, sanitize_id};
 use crate::error::WorkerError;
 use crate::events::now_timestamp;
 use crate::health::{FailingSlice, MonitoredBoard, SliceHealth};
-use crate::session::{SessionEntry, StopMode};
+use crate::session_entry::SessionEntry;
+use crate::shared::{Shared, SliceEntry, Table};
+use crate::stop::StopMode;
 
 /// The bus form of a slice id (`board0/c1` -> `board0-c1`): slice ids are
 /// subject tokens and KV keys, which allow only `[A-Za-z0-9_-]`.
 pub fn bus_slice_id(slice: &Slice) -> String {
     sanitize_id(&slice.id())
-}
-
-/// One slice the daemon owns.
-pub(crate) struct SliceEntry {
-    pub(crate) slice: Slice,
-    pub(crate) bus_id: String,
-    pub(crate) board: Arc<dyn Board>,
-    pub(crate) spec: ChipSpec,
-    pub(crate) lease: tokio::sync::Mutex<Option<LeaseKeeper>>,
-    /// Consecutive failed hardware runs (see [`crate::health`]).
-    pub(crate) health: Arc<SliceHealth>,
-}
-
-impl SliceEntry {
-    pub(crate) fn descriptor(&self) -> v1::SliceDescriptor {
-        v1::SliceDescriptor {
-            slice_id: self.bus_id.clone(),
-            board: self.slice.board.clone(),
-            cluster: self
-                .slice
-                .cluster
-                .and_then(|c| i32::try_from(c).ok())
-                .unwrap_or(-1),
-            cores: self.slice.cores,
-            backend: self.slice.backend.to_string(),
-        }
-    }
-}
-
-/// Sessions and which slice each one holds.
-#[derive(Default)]
-pub(crate) struct Table {
-    pub(crate) sessions: HashMap<String, Arc<SessionEntry>>,
-    /// Session id per slice index.
-    pub(crate) slice_owner: Vec<Option<String>>,
-}
-
-/// State shared by the gRPC service, the sessions and the background tasks.
-pub(crate) struct Shared {
-    pub(crate) config: WorkerConfig,
-    pub(crate) worker_id: String,
-    pub(crate) endpoint: String,
-    pub(crate) bus: Bus,
-    pub(crate) leases: Leases,
-    pub(crate) workers: Workers,
-    pub(crate) quarantine: Quarantine,
-    pub(crate) checkpoints: Checkpoints,
-    pub(crate) approvals: Approvals,
-    pub(crate) results: ResultsStore,
-    pub(crate) hw_lock: HwLock,
-    pub(crate) slices: Vec<SliceEntry>,
-    pub(crate) table: Mutex<Table>,
-    pub(crate) draining: AtomicBool,
-    pub(crate) api_key: Option<String>,
-    pub(crate) started_at: prost_types::Timestamp,
-}
-
-impl Shared {
-    pub(crate) fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn renew_every(&self) -> Duration {
-        (self.config.lease_ttl / 3).max(Duration::from_millis(200))
-    }
-
-    pub(crate) fn slice_index(&self, requested: &str) -> Option<usize> {
-        let wanted = requested.trim();
-        self.slices
-            .iter()
-            .position(|s| s.bus_id == wanted || s.slice.id() == wanted)
-    }
-
-    /// Put the session/job on the slice's lease (empty = idle). Returns the
-    /// lease epoch.
-    pub(crate) async fn set_lease_session(
-        &self,
-        index: usize,
-        session_id: &str,
-        job_id: &str,
-    ) -> Result<u64, String> {
-        let entry = &self.slices[index];
-        let mut guard = entry.lease.lock().await;
-        let Some(keeper) = guard.take() else {
-            return Err(format!("the lease on slice {} is not held", entry.bus_id));
-        };
-        let state = keeper.subscribe();
-        keeper.abandon().await;
-        let current = state.borrow().clone();
-        let KeptLease::Held(held) = current else {
-            return Err(format!("the lease on slice {} was lost", entry.bus_id));
-        };
-        let (session, job) = (session_id.to_owned(), job_id.to_owned());
-        match self
-            .leases
-            .renew_with(&held, move |lease| {
-                lease.session_id = session;
-                lease.job_id = job;
-            })
-            .await
-        {
-            Ok(renewed) => {
-                let epoch = renewed.value.epoch;
-                *guard = Some(self.leases.keep(renewed, self.renew_every()));
-                Ok(epoch)
-            }
-            Err(error) => Err(format!("lease on slice {}: {error}", entry.bus_id)),
-        }
-    }
-
-    /// The worker record as of now.
-    pub(crate) fn record(&self) -> v1::WorkerRecord {
-        let active = self.table().sessions.len();
-        v1::WorkerRecord {
-            worker_id: self.worker_id.clone(),
-            endpoint: self.endpoint.clone(),
-            slices: self.slices.iter().map(SliceEntry::descriptor).collect(),
-            draining: self.draining.load(Ordering::SeqCst),
-            active_sessions: u32::try_from(active).unwrap_or(u32::MAX),
-            started_at: Some(self.started_at),
-            heartbeat_at: Some(now_timestamp()),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-        }
-    }
-
-    /// Ask every session to stop in `mode`.
-    pub(crate) fn stop_sessions(&self, mode: StopMode) {
-        for session in self.table().sessions.values() {
-            session.stop(mode.clone());
-        }
-    }
-
-    /// Re-take leases that were lost (and stop the sessions using them).
-    async fn check_leases(&self) {
-        for (index, entry) in self.slices.iter().enumerate() {
-            let lost = {
-                let guard = entry.lease.lock().await;
-                match guard.as_ref().map(LeaseKeeper::state) {
-                    // Past its expiry without a renewal (the process was
-                    // paused, NATS was away): as good as lost.
-                    Some(KeptLease::Held(held)) => held
-                        .value
-                        .expires_at
-                        .and_then(|ts| std::time::SystemTime::try_from(ts).ok())
-                        .is_some_and(|expires| std::time::SystemTime::now() > expires),
-                    Some(KeptLease::Lost { .. }) | Some(KeptLease::Released) | None => true,
-                }
-            };
-            if !lost {
-                continue;
-            }
-            let owner = self.table().slice_owner[index].clone();
-            if let Some(session_id) = &owner {
-                let session = self.table().sessions.get(session_id).cloned();
-                if let Some(session) = session {
-                    let why = match entry.lease.lock().await.as_ref().map(LeaseKeeper::state) {
-                        Some(KeptLease::Lost { reason, .. }) => reason,
-                        Some(KeptLease::Held(_)) => "it expired without a renewal".to_owned(),
-                        _ => "it is no longer held".to_owned(),
-                    };
-                    tracing::warn!(slice.id = %entry.bus_id, session.id = %session_id, reason = %why, "slice lease lost; fencing its session");
-                    session.stop(StopMode::Fence(format!(
-                        "the lease on slice {} was lost: {why}",
-                        entry.bus_id
-                    )));
-                }
-                continue;
-            }
-            let request = LeaseRequest {
-                slice_id: entry.bus_id.clone(),
-                worker_id: self.worker_id.clone(),
-                session_id: String::new(),
-                job_id: String::new(),
-                ttl: self.config.lease_ttl,
-            };
-            match self.leases.reclaim(&request).await {
-                Ok(held) => {
-                    tracing::info!(slice.id = %entry.bus_id, "slice lease re-acquired");
-                    *entry.lease.lock().await = Some(self.leases.keep(held, self.renew_every()));
-                }
-                Err(error) => {
-                    tracing::debug!(slice.id = %entry.bus_id, %error, "slice lease not re-acquired yet");
-                }
-            }
-        }
-    }
 }
 
 /// The worker daemon's entry point.
@@ -400,34 +217,7 @@ impl WorkerDaemon {
 
         // Leases: a restarted daemon reclaims its own; another holder means
         // two daemons were started for one board.
-        for entry in &shared.slices {
-            let request = LeaseRequest {
-                slice_id: entry.bus_id.clone(),
-                worker_id: shared.worker_id.clone(),
-                session_id: String::new(),
-                job_id: String::new(),
-                ttl: shared.config.lease_ttl,
-            };
-            match shared.leases.reclaim(&request).await {
-                Ok(held) => {
-                    *entry.lease.lock().await =
-                        Some(shared.leases.keep(held, shared.renew_every()));
-                }
-                Err(BusError::LeaseHeld {
-                    holder_worker_id, ..
-                }) => {
-                    release_all(&shared).await;
-                    return Err(WorkerError::SliceTaken {
-                        slice_id: entry.bus_id.clone(),
-                        holder: holder_worker_id,
-                    });
-                }
-                Err(other) => {
-                    release_all(&shared).await;
-                    return Err(other.into());
-                }
-            }
-        }
+        shared.take_leases().await?;
 
         let registered = match shared
             .workers
@@ -436,12 +226,16 @@ impl WorkerDaemon {
         {
             Ok(held) => held,
             Err(error) => {
-                release_all(&shared).await;
+                shared.release_leases().await;
                 return Err(error.into());
             }
         };
         let (heartbeat_stop, heartbeat_rx) = watch::channel(false);
-        let heartbeat = tokio::spawn(heartbeat_loop(shared.clone(), registered, heartbeat_rx));
+        let heartbeat = tokio::spawn(crate::heartbeat::heartbeat_loop(
+            shared.clone(),
+            registered,
+            heartbeat_rx,
+        ));
         let background = vec![
             tokio::spawn(crate::quarantine::monitor(shared.clone(), failing_rx)),
             tokio::spawn(crate::quarantine::watch(shared.clone())),
@@ -535,45 +329,6 @@ impl WorkerDaemon {
     }
 }
 
-async fn release_all(shared: &Shared) {
-    for entry in &shared.slices {
-        if let Some(keeper) = entry.lease.lock().await.take()
-            && let Err(error) = keeper.release().await
-        {
-            tracing::warn!(slice.id = %entry.bus_id, %error, "slice lease not released");
-        }
-    }
-}
-
-async fn heartbeat_loop(
-    shared: Arc<Shared>,
-    mut held: Versioned<v1::WorkerRecord>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let ttl = shared.config.worker_ttl;
-    let mut ticker = tokio::time::interval((ttl / 3).max(Duration::from_millis(200)));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticker.tick().await;
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = ticker.tick() => {}
-        }
-        let record = shared.record();
-        match shared.workers.heartbeat(&held, &record, ttl).await {
-            Ok(next) => held = next,
-            Err(error) => {
-                tracing::warn!(%error, "worker heartbeat failed; registering again");
-                match shared.workers.register(&record, ttl).await {
-                    Ok(next) => held = next,
-                    Err(error) => tracing::warn!(%error, "worker registration failed"),
-                }
-            }
-        }
-        shared.check_leases().await;
-    }
-}
-
 impl WorkerHandle {
     /// The bound gRPC address.
     pub fn grpc_addr(&self) -> SocketAddr {
@@ -637,7 +392,7 @@ impl WorkerHandle {
         if let Err(error) = self.shared.workers.deregister(&self.shared.worker_id).await {
             tracing::warn!(%error, "worker record not removed");
         }
-        release_all(&self.shared).await;
+        self.shared.release_leases().await;
         if let Some(stop) = self.server_stop.take() {
             let _ = stop.send(());
         }
@@ -666,11 +421,7 @@ impl WorkerHandle {
         for session in self.shared.table().sessions.values() {
             session.abort();
         }
-        for entry in &self.shared.slices {
-            if let Some(keeper) = entry.lease.lock().await.take() {
-                keeper.abandon().await;
-            }
-        }
+        self.shared.abandon_leases().await;
         if let Some(heartbeat) = self.heartbeat.take() {
             heartbeat.abort();
         }

@@ -93,6 +93,24 @@
 //!   tool_call, tool_result, ...) plus `task_id`, `attempt` and
 //!   `engine_seq`; the worker adds `session_started`, `task_started`,
 //!   `task_finished`, `approval_decided` and `session_finished`.
+//!
+//! # Layers
+//!
+//! Modules import one way, top down:
+//!
+//! - `daemon`: starts and stops everything ([`WorkerDaemon`],
+//!   [`WorkerHandle`]); `service`: the `Worker` gRPC service;
+//! - `session`: SpawnSession (the only session code speaking
+//!   `tonic::Status`), session start, the session loop and one task
+//!   attempt's stages (validation, resume point, run, drive, result,
+//!   fencing);
+//! - [`approval`], `quarantine`, `heartbeat`, `leases`: what acts on the
+//!   shared state besides sessions;
+//! - `shared`: the daemon's shared state (configuration, bus stores,
+//!   slices, the session table); `session_entry`: a session as the table
+//!   knows it; `stop`: how a session is asked to stop;
+//! - leaves: [`config`], [`error`], [`events`], `health`, `checkpoint`,
+//!   `results`, [`policy`], [`prompt`], [`workspace`].
 
 pub mod approval;
 mod checkpoint;
@@ -101,12 +119,17 @@ mod daemon;
 pub mod error;
 pub mod events;
 mod health;
+mod heartbeat;
+mod leases;
 pub mod policy;
 pub mod prompt;
 mod quarantine;
 mod results;
 mod service;
 mod session;
+mod session_entry;
+mod shared;
+mod stop;
 pub mod workspace;
 
 pub use checkpoint::CHECKPOINT_FORMAT_VERSION;

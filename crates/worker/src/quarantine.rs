@@ -18,10 +18,10 @@ use futures::StreamExt;
 use mtswarm_bus::{KvChange, v1};
 use tokio::sync::mpsc;
 
-use crate::daemon::Shared;
 use crate::events::now_timestamp;
 use crate::health::FailingSlice;
-use crate::session::StopMode;
+use crate::shared::Shared;
+use crate::stop::StopMode;
 
 /// Longest pause between retries of a failed write or watch.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);

@@ -8,8 +8,9 @@ use std::time::Duration;
 use mtswarm_bus::{KeptLease, v1};
 use tonic::{Request, Response, Status};
 
-use crate::daemon::Shared;
-use crate::session::{StopMode, spawn_session};
+use crate::session::spawn_session;
+use crate::shared::Shared;
+use crate::stop::StopMode;
 
 /// The service implementation.
 pub struct WorkerService {

@@ -62,11 +62,13 @@ async fn approve_on_the_subject_runs_the_tool_and_deny_in_kv_gives_a_denial() {
     let params = json!({"params": {"N": 16384, "CHUNK": 256}, "repeats": 3});
     env.bus
         .publish_task(&task(
-            "jobA",
-            "agentA",
-            "sessA",
-            handle.worker_id(),
-            &slice,
+            Place {
+                job: "jobA",
+                agent: "agentA",
+                session: "sessA",
+                worker: handle.worker_id(),
+                slice: &slice,
+            },
             "taskA",
             1,
             params,
@@ -190,11 +192,13 @@ async fn no_decision_applies_the_default_verdict_after_the_timeout() {
     let params = json!({"params": {"N": 16384, "CHUNK": 256}});
     env.bus
         .publish_task(&task(
-            "jobT",
-            "agentT",
-            "sessT",
-            handle.worker_id(),
-            &slice,
+            Place {
+                job: "jobT",
+                agent: "agentT",
+                session: "sessT",
+                worker: handle.worker_id(),
+                slice: &slice,
+            },
             "taskT",
             1,
             params,

@@ -119,11 +119,13 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     let mut results = results(&env.bus, "jobD", "td").await;
     env.bus
         .publish_task(&task(
-            "jobD",
-            "a2",
-            "someone-else",
-            handle.worker_id(),
-            "emu0-c1",
+            Place {
+                job: "jobD",
+                agent: "a2",
+                session: "someone-else",
+                worker: handle.worker_id(),
+                slice: "emu0-c1",
+            },
             "stray1",
             1,
             json!({"noop": true}),
@@ -132,11 +134,13 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         .expect("publish stray");
     env.bus
         .publish_task(&task(
-            "jobD",
-            "a2",
-            "s2",
-            handle.worker_id(),
-            "emu0-c1",
+            Place {
+                job: "jobD",
+                agent: "a2",
+                session: "s2",
+                worker: handle.worker_id(),
+                slice: "emu0-c1",
+            },
             "noop1",
             1,
             json!({"noop": true}),
@@ -158,11 +162,13 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     for (task_id, attempt) in [("noop2", 3), ("noop3", 1)] {
         env.bus
             .publish_task(&task(
-                "jobD",
-                "a2",
-                "s2",
-                handle.worker_id(),
-                "emu0-c1",
+                Place {
+                    job: "jobD",
+                    agent: "a2",
+                    session: "s2",
+                    worker: handle.worker_id(),
+                    slice: "emu0-c1",
+                },
                 task_id,
                 attempt,
                 json!({"noop": true}),

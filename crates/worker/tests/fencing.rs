@@ -58,11 +58,13 @@ async fn paused_attempt(job: &str) -> Paused {
         .expect("spawn");
     env.bus
         .publish_task(&task(
-            job,
-            "agentF",
-            "sessF",
-            handle.worker_id(),
-            &slice,
+            Place {
+                job,
+                agent: "agentF",
+                session: "sessF",
+                worker: handle.worker_id(),
+                slice: &slice,
+            },
             "taskF",
             1,
             params(),

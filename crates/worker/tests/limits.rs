@@ -26,11 +26,13 @@ async fn oversize_task_payloads_fail_naming_the_limit() {
 
     let big = json!({"candidates": [{"N": 4096}], "note": "x".repeat(2000)});
     let oversize_parameters = task(
-        "jobL",
-        "agentL",
-        "sessL",
-        handle.worker_id(),
-        &slice,
+        Place {
+            job: "jobL",
+            agent: "agentL",
+            session: "sessL",
+            worker: handle.worker_id(),
+            slice: &slice,
+        },
         "taskL1",
         1,
         big,
@@ -54,11 +56,13 @@ async fn oversize_task_payloads_fail_naming_the_limit() {
     assert!(!result.fenced);
 
     let mut oversize_instructions = task(
-        "jobL",
-        "agentL",
-        "sessL",
-        handle.worker_id(),
-        &slice,
+        Place {
+            job: "jobL",
+            agent: "agentL",
+            session: "sessL",
+            worker: handle.worker_id(),
+            slice: &slice,
+        },
         "taskL2",
         1,
         json!({"noop": true}),

@@ -29,11 +29,13 @@ async fn a_session_survives_a_server_restart() {
         .expect("spawn");
 
     let first = task(
-        "jobN",
-        "agentN",
-        "sessN",
-        handle.worker_id(),
-        &slice,
+        Place {
+            job: "jobN",
+            agent: "agentN",
+            session: "sessN",
+            worker: handle.worker_id(),
+            slice: &slice,
+        },
         "taskN1",
         1,
         json!({"noop": true}),
@@ -80,11 +82,13 @@ async fn a_session_survives_a_server_restart() {
 
     let mut results = results(&env.bus, "jobN", "tn2").await;
     let second = task(
-        "jobN",
-        "agentN",
-        "sessN",
-        handle.worker_id(),
-        &slice,
+        Place {
+            job: "jobN",
+            agent: "agentN",
+            session: "sessN",
+            worker: handle.worker_id(),
+            slice: &slice,
+        },
         "taskN2",
         1,
         json!({"candidates": [{"N": 4096, "CHUNK": 256}], "repeats": 3}),

@@ -39,11 +39,13 @@ async fn a_slice_failing_n_runs_in_a_row_is_quarantined_and_its_session_fenced()
     });
     env.bus
         .publish_task(&task(
-            "jobQ",
-            "agentQ",
-            "sessQ",
-            handle.worker_id(),
-            &slice,
+            Place {
+                job: "jobQ",
+                agent: "agentQ",
+                session: "sessQ",
+                worker: handle.worker_id(),
+                slice: &slice,
+            },
             "taskQ",
             1,
             params,

@@ -36,11 +36,13 @@ async fn a_reassigned_task_resumes_from_the_sessions_checkpoint() {
         "repeats": 3
     });
     let attempt1 = task(
-        "jobR",
-        "agentR",
-        "sessR",
-        first.worker_id(),
-        &slice_a,
+        Place {
+            job: "jobR",
+            agent: "agentR",
+            session: "sessR",
+            worker: first.worker_id(),
+            slice: &slice_a,
+        },
         "taskR",
         1,
         params.clone(),
@@ -103,11 +105,13 @@ async fn a_reassigned_task_resumes_from_the_sessions_checkpoint() {
         .into_inner();
     assert_eq!(spawned.resumed_from_step, paused_step);
     let mut attempt2 = task(
-        "jobR",
-        "agentR",
-        "sessR",
-        second.worker_id(),
-        &slice_b,
+        Place {
+            job: "jobR",
+            agent: "agentR",
+            session: "sessR",
+            worker: second.worker_id(),
+            slice: &slice_b,
+        },
         "taskR",
         2,
         params,
@@ -205,11 +209,13 @@ async fn paused_on_first_worker(
         .expect("spawn on the first worker");
     env.bus
         .publish_task(&task(
-            job,
-            "agentM",
-            session,
-            first.worker_id(),
-            &slice,
+            Place {
+                job,
+                agent: "agentM",
+                session,
+                worker: first.worker_id(),
+                slice: &slice,
+            },
             "taskM",
             1,
             json!({"candidates": [{"N": 4096, "CHUNK": 256}], "repeats": 3}),
@@ -250,11 +256,13 @@ async fn moved_to_second_worker(
         .expect("spawn on the second worker")
         .into_inner();
     let mut attempt2 = task(
-        job,
-        "agentM",
-        session,
-        second.worker_id(),
-        &slice,
+        Place {
+            job,
+            agent: "agentM",
+            session,
+            worker: second.worker_id(),
+            slice: &slice,
+        },
         "taskM",
         2,
         json!({"candidates": [{"N": 4096, "CHUNK": 256}], "repeats": 3}),

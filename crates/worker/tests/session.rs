@@ -36,11 +36,13 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
         "repeats": 3
     });
     let assignment = task(
-        "job1",
-        "agent1",
-        "sess1",
-        handle.worker_id(),
-        &slice,
+        Place {
+            job: "job1",
+            agent: "agent1",
+            session: "sess1",
+            worker: handle.worker_id(),
+            slice: &slice,
+        },
         "task1",
         1,
         params,
@@ -201,11 +203,13 @@ async fn a_spent_device_seconds_budget_stops_the_task() {
         .await
         .expect("spawn");
     let mut assignment = task(
-        "jobB",
-        "agentB",
-        "sessB",
-        handle.worker_id(),
-        &slice,
+        Place {
+            job: "jobB",
+            agent: "agentB",
+            session: "sessB",
+            worker: handle.worker_id(),
+            slice: &slice,
+        },
         "taskB",
         1,
         json!({"candidates": [{"N": 16384, "CHUNK": 256}, {"N": 16384, "CHUNK": 1024}]}),

@@ -32,11 +32,13 @@ async fn the_task_span_continues_the_publishers_trace() {
     let assign = tracing::info_span!("leader.assign_task");
     let leader_trace = propagation::trace_id(&assign).expect("traced");
     let assignment = task(
-        "jobX",
-        "agentX",
-        "sessX",
-        handle.worker_id(),
-        &slice,
+        Place {
+            job: "jobX",
+            agent: "agentX",
+            session: "sessX",
+            worker: handle.worker_id(),
+            slice: &slice,
+        },
         "taskX",
         1,
         json!({"noop": true}),

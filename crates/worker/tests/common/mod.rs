@@ -127,17 +127,28 @@ pub fn spawn_request(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Where a test task goes: its job, agent, session, worker and slice.
+pub struct Place<'a> {
+    pub job: &'a str,
+    pub agent: &'a str,
+    pub session: &'a str,
+    pub worker: &'a str,
+    pub slice: &'a str,
+}
+
 pub fn task(
-    job: &str,
-    agent: &str,
-    session: &str,
-    worker: &str,
-    slice: &str,
+    place: Place<'_>,
     task_id: &str,
     attempt: u32,
     parameters: Value,
 ) -> v1::TaskAssignment {
+    let Place {
+        job,
+        agent,
+        session,
+        worker,
+        slice,
+    } = place;
     v1::TaskAssignment {
         task_id: task_id.into(),
         job_id: job.into(),

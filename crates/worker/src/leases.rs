@@ -1,0 +1,182 @@
+//! The slices' leases: taken at start (a restarted daemon reclaims its
+//! own), pointed at the session and job running on the slice, re-taken
+//! when lost (fencing the session that used it) and released at shutdown.
+
+use mtswarm_bus::{BusError, KeptLease, LeaseKeeper, LeaseRequest};
+
+use crate::error::WorkerError;
+use crate::shared::Shared;
+use crate::stop::StopMode;
+
+/// Why a slice's lease could not be pointed at a session.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LeaseError {
+    /// The daemon holds no lease on the slice right now.
+    #[error("the lease on slice {slice_id} is not held")]
+    NotHeld { slice_id: String },
+    /// The lease keeper lost the lease (a lapse or a takeover).
+    #[error("the lease on slice {slice_id} was lost")]
+    Lost { slice_id: String },
+    /// The renewal naming the session was refused.
+    #[error("lease on slice {slice_id}: {source}")]
+    Renew {
+        slice_id: String,
+        #[source]
+        source: BusError,
+    },
+}
+
+impl Shared {
+    /// Put the session/job on the slice's lease (empty = idle). Returns the
+    /// lease epoch.
+    pub(crate) async fn set_lease_session(
+        &self,
+        index: usize,
+        session_id: &str,
+        job_id: &str,
+    ) -> Result<u64, LeaseError> {
+        let entry = &self.slices[index];
+        let mut guard = entry.lease.lock().await;
+        let Some(keeper) = guard.take() else {
+            return Err(LeaseError::NotHeld {
+                slice_id: entry.bus_id.clone(),
+            });
+        };
+        let state = keeper.subscribe();
+        keeper.abandon().await;
+        let current = state.borrow().clone();
+        let KeptLease::Held(held) = current else {
+            return Err(LeaseError::Lost {
+                slice_id: entry.bus_id.clone(),
+            });
+        };
+        let (session, job) = (session_id.to_owned(), job_id.to_owned());
+        match self
+            .leases
+            .renew_with(&held, move |lease| {
+                lease.session_id = session;
+                lease.job_id = job;
+            })
+            .await
+        {
+            Ok(renewed) => {
+                let epoch = renewed.value.epoch;
+                *guard = Some(self.leases.keep(renewed, self.renew_every()));
+                Ok(epoch)
+            }
+            Err(source) => Err(LeaseError::Renew {
+                slice_id: entry.bus_id.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Re-take leases that were lost (and stop the sessions using them).
+    pub(crate) async fn check_leases(&self) {
+        for (index, entry) in self.slices.iter().enumerate() {
+            let lost = {
+                let guard = entry.lease.lock().await;
+                match guard.as_ref().map(LeaseKeeper::state) {
+                    // Past its expiry without a renewal (the process was
+                    // paused, NATS was away): as good as lost.
+                    Some(KeptLease::Held(held)) => held
+                        .value
+                        .expires_at
+                        .and_then(|ts| std::time::SystemTime::try_from(ts).ok())
+                        .is_some_and(|expires| std::time::SystemTime::now() > expires),
+                    Some(KeptLease::Lost { .. }) | Some(KeptLease::Released) | None => true,
+                }
+            };
+            if !lost {
+                continue;
+            }
+            let owner = self.table().slice_owner[index].clone();
+            if let Some(session_id) = &owner {
+                let session = self.table().sessions.get(session_id).cloned();
+                if let Some(session) = session {
+                    let why = match entry.lease.lock().await.as_ref().map(LeaseKeeper::state) {
+                        Some(KeptLease::Lost { reason, .. }) => reason,
+                        Some(KeptLease::Held(_)) => "it expired without a renewal".to_owned(),
+                        _ => "it is no longer held".to_owned(),
+                    };
+                    tracing::warn!(slice.id = %entry.bus_id, session.id = %session_id, reason = %why, "slice lease lost; fencing its session");
+                    session.stop(StopMode::Fence(format!(
+                        "the lease on slice {} was lost: {why}",
+                        entry.bus_id
+                    )));
+                }
+                continue;
+            }
+            let request = LeaseRequest {
+                slice_id: entry.bus_id.clone(),
+                worker_id: self.worker_id.clone(),
+                session_id: String::new(),
+                job_id: String::new(),
+                ttl: self.config.lease_ttl,
+            };
+            match self.leases.reclaim(&request).await {
+                Ok(held) => {
+                    tracing::info!(slice.id = %entry.bus_id, "slice lease re-acquired");
+                    *entry.lease.lock().await = Some(self.leases.keep(held, self.renew_every()));
+                }
+                Err(error) => {
+                    tracing::debug!(slice.id = %entry.bus_id, %error, "slice lease not re-acquired yet");
+                }
+            }
+        }
+    }
+
+    /// Take every slice's lease at start: a restarted daemon reclaims its
+    /// own; another holder means two daemons were started for one board.
+    /// On failure the leases taken so far are released.
+    pub(crate) async fn take_leases(&self) -> Result<(), WorkerError> {
+        for entry in &self.slices {
+            let request = LeaseRequest {
+                slice_id: entry.bus_id.clone(),
+                worker_id: self.worker_id.clone(),
+                session_id: String::new(),
+                job_id: String::new(),
+                ttl: self.config.lease_ttl,
+            };
+            match self.leases.reclaim(&request).await {
+                Ok(held) => {
+                    *entry.lease.lock().await = Some(self.leases.keep(held, self.renew_every()));
+                }
+                Err(BusError::LeaseHeld {
+                    holder_worker_id, ..
+                }) => {
+                    self.release_leases().await;
+                    return Err(WorkerError::SliceTaken {
+                        slice_id: entry.bus_id.clone(),
+                        holder: holder_worker_id,
+                    });
+                }
+                Err(other) => {
+                    self.release_leases().await;
+                    return Err(other.into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Release every lease the daemon holds.
+    pub(crate) async fn release_leases(&self) {
+        for entry in &self.slices {
+            if let Some(keeper) = entry.lease.lock().await.take()
+                && let Err(error) = keeper.release().await
+            {
+                tracing::warn!(slice.id = %entry.bus_id, %error, "slice lease not released");
+            }
+        }
+    }
+
+    /// Drop every lease without releasing it (it lapses, as after a crash).
+    pub(crate) async fn abandon_leases(&self) {
+        for entry in &self.slices {
+            if let Some(keeper) = entry.lease.lock().await.take() {
+                keeper.abandon().await;
+            }
+        }
+    }
+}

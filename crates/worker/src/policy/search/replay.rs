@@ -1,0 +1,348 @@
+//! The search plan's view of the conversation: every call of ours paired
+//! with its result and replayed into what is known of each candidate
+//! ([`State`]), and the choice of the next candidate to screen.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::LazyLock;
+
+use mtswarm_core::{Message, Role, ToolCall};
+use regex::Regex;
+
+use super::model::{AdditiveModel, distance, pairs};
+use super::{EXPLORATION, PRUNE_MARGIN, SLICE_IDLE};
+use crate::policy::outcome::{
+    ARTIFACT, CandidateOutcome, GFLOPS, MEDIAN, PEAK, capture_f64, first_line,
+};
+use crate::policy::params::TaskParameters;
+use crate::policy::{MAX_RECOMPILES, artifact_missing};
+
+static BOUND: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"bound ([0-9.]+(?:[eE][-+]?[0-9]+)?) s").expect("literal regex"));
+static SCREEN_TIME: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r": valid: ([0-9.]+(?:[eE][-+]?[0-9]+)?) s").expect("literal regex")
+});
+
+/// What the conversation says about one candidate.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Known {
+    pub(super) compiles: u32,
+    /// Artifact id of a background build not collected yet.
+    pub(super) building: Option<String>,
+    /// Hardware calls (or waits) that found the artifact gone.
+    pub(super) lost: u32,
+    pub(super) compile_failed: bool,
+    pub(super) screened: bool,
+    pub(super) benchmarked: bool,
+}
+
+/// The replayed state of the search.
+pub(super) struct State {
+    pub(super) outcomes: Vec<CandidateOutcome>,
+    pub(super) known: Vec<Known>,
+    pub(super) analyzed: bool,
+    /// Estimate results seen, and whether the first one (the probe) gave a
+    /// bound: a kernel without a model is not asked once per candidate.
+    pub(super) estimates: usize,
+    pub(super) probe_ok: bool,
+    pub(super) evaluations: u32,
+    pub(super) benchmarks: u32,
+    /// Builds the slice sat idle for.
+    pub(super) late_builds: u32,
+}
+
+/// Candidate index and round in a call id: `c<index>-<tool>[-r<n>]`.
+fn parse_id(id: &str) -> Option<usize> {
+    crate::policy::parse_call_id(id)
+}
+
+/// Pair every call of ours with the tool message that answers it (ids may
+/// repeat in a long history; the answer is the first one after the call).
+pub(super) fn replay(params: &TaskParameters, messages: &[Message]) -> State {
+    let mut state = State {
+        outcomes: params
+            .candidates
+            .iter()
+            .enumerate()
+            .map(|(i, d)| CandidateOutcome::new(i, d.clone()))
+            .collect(),
+        known: vec![Known::default(); params.candidates.len()],
+        analyzed: false,
+        estimates: 0,
+        probe_ok: false,
+        evaluations: 0,
+        benchmarks: 0,
+        late_builds: 0,
+    };
+    let mut pending: HashMap<String, VecDeque<ToolCall>> = HashMap::new();
+    // Artifact id -> candidate: ids restart in a new process, so an id seen
+    // twice means every earlier build is gone.
+    let mut owners: HashMap<String, usize> = HashMap::new();
+    for message in messages {
+        match message.role {
+            Role::Assistant => {
+                for call in &message.tool_calls {
+                    pending
+                        .entry(call.id.clone())
+                        .or_default()
+                        .push_back(call.clone());
+                }
+            }
+            Role::Tool => {
+                let Some(id) = message.tool_call_id.as_deref() else {
+                    continue;
+                };
+                let Some(call) = pending.get_mut(id).and_then(VecDeque::pop_front) else {
+                    continue;
+                };
+                apply(&mut state, &mut owners, &call, &message.content);
+            }
+            _ => {}
+        }
+    }
+    state
+}
+
+fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall, content: &str) {
+    let Some(index) = parse_id(&call.id) else {
+        return;
+    };
+    if index >= state.outcomes.len() {
+        return;
+    }
+    let outcome = &mut state.outcomes[index];
+    let known = &mut state.known[index];
+    match call.name.as_str() {
+        "analyze_kernel" => {
+            state.analyzed = true;
+            // The static footprint already shows the build cannot run.
+            if !content.starts_with("error")
+                && let Some(line) = content
+                    .lines()
+                    .find(|l| l.contains("OVER CAPACITY") || l.contains("TOO MANY BUFFERS"))
+            {
+                outcome.failure = Some(format!("analysis: {}", line.trim()));
+            }
+        }
+        "estimate" => {
+            outcome.estimate_seconds = if content.starts_with("error") {
+                None
+            } else {
+                capture_f64(&BOUND, content).filter(|s| *s > 0.0)
+            };
+            if state.estimates == 0 {
+                state.probe_ok = outcome.estimate_seconds.is_some();
+            }
+            state.estimates += 1;
+        }
+        "compile" => {
+            known.compiles += 1;
+            let artifact = ARTIFACT
+                .captures(content)
+                .and_then(|c| c.get(1))
+                .map(|m| m.as_str().to_owned());
+            let background = content.starts_with("building") && content.contains("background");
+            match artifact {
+                Some(a) if content.starts_with("compiled") || background => {
+                    if owners.contains_key(&a) {
+                        // Ids restarted: every earlier build is gone.
+                        owners.clear();
+                        for o in &mut state.outcomes {
+                            o.artifact = None;
+                        }
+                        for k in &mut state.known {
+                            k.building = None;
+                        }
+                    }
+                    owners.insert(a.clone(), index);
+                    let outcome = &mut state.outcomes[index];
+                    outcome.failure = None;
+                    state.known[index].compile_failed = false;
+                    if background {
+                        state.known[index].building = Some(a);
+                    } else {
+                        outcome.artifact = Some(a);
+                    }
+                }
+                _ => {
+                    outcome.failure = Some(format!("compile: {}", first_line(content)));
+                    known.compile_failed = true;
+                }
+            }
+        }
+        "wait_build" => {
+            known.building = None;
+            if content.contains(SLICE_IDLE) {
+                state.late_builds += 1;
+            }
+            let artifact = ARTIFACT
+                .captures(content)
+                .and_then(|c| c.get(1))
+                .map(|m| m.as_str().to_owned());
+            match artifact {
+                Some(a) if content.starts_with("compiled") => {
+                    outcome.artifact = Some(a);
+                    outcome.failure = None;
+                }
+                // Gone with the process that built it: compile again.
+                _ if artifact_missing(content) => known.lost += 1,
+                _ => {
+                    outcome.failure = Some(format!("compile: {}", first_line(content)));
+                    known.compile_failed = true;
+                }
+            }
+        }
+        tool @ ("validate" | "benchmark") => {
+            if artifact_missing(content) {
+                known.lost += 1;
+                known.building = None;
+                outcome.artifact = None;
+                if known.lost > MAX_RECOMPILES {
+                    outcome.failure = Some(format!(
+                        "{tool}: artifact lost again: {}",
+                        first_line(content)
+                    ));
+                }
+                return;
+            }
+            state.evaluations += 1;
+            if tool == "validate" {
+                known.screened = true;
+                if content.contains("validation PASSED") {
+                    // A passed validation without a parsable time still
+                    // counts as valid; it ranks last.
+                    outcome.screen_seconds =
+                        Some(capture_f64(&SCREEN_TIME, content).unwrap_or(f64::INFINITY));
+                } else {
+                    outcome.failure = Some(format!("validate: {}", first_line(content)));
+                }
+            } else {
+                state.benchmarks += 1;
+                known.benchmarked = true;
+                let median = capture_f64(&MEDIAN, content);
+                if median.is_some()
+                    && !content.starts_with("error")
+                    && !content.contains("benchmark FAILED")
+                {
+                    outcome.median_seconds = median;
+                    outcome.gflops = capture_f64(&GFLOPS, content);
+                    outcome.peak_percent = capture_f64(&PEAK, content);
+                } else {
+                    outcome.failure = Some(format!("benchmark: {}", first_line(content)));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+impl State {
+    pub(super) fn usable(&self, i: usize) -> bool {
+        self.outcomes[i].failure.is_none() && !self.known[i].compile_failed
+    }
+
+    /// Candidate indices, best estimate first (no estimate: list order,
+    /// after the estimated ones).
+    pub(super) fn ranked(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.outcomes.len()).collect();
+        order.sort_by(|&a, &b| {
+            let ea = self.outcomes[a].estimate_seconds.unwrap_or(f64::INFINITY);
+            let eb = self.outcomes[b].estimate_seconds.unwrap_or(f64::INFINITY);
+            ea.total_cmp(&eb).then(a.cmp(&b))
+        });
+        order
+    }
+
+    /// Screened valid candidates, fastest first.
+    pub(super) fn screened_by_time(&self) -> Vec<(usize, f64)> {
+        let mut out: Vec<(usize, f64)> = self
+            .outcomes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.known[*i].screened && self.usable(*i))
+            .filter_map(|(i, o)| o.screen_seconds.map(|s| (i, s)))
+            .collect();
+        out.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        out
+    }
+
+    pub(super) fn pruned(&self, i: usize, best: Option<f64>) -> bool {
+        match (self.outcomes[i].estimate_seconds, best) {
+            (Some(bound), Some(best)) => bound > best * PRUNE_MARGIN,
+            _ => false,
+        }
+    }
+
+    /// The next candidate to screen, given the screened times `times`
+    /// (fastest first) and candidates already taken.
+    ///
+    /// Candidates are ordered by a predicted time: an additive model of
+    /// log-time over the parameter values fitted to the screened times
+    /// (values not seen yet are assumed as good as the best value seen for
+    /// that parameter, so they get explored), never below the roofline
+    /// bound. Ties go to the candidate closest to the best one (fewest
+    /// parameters changed), then to the estimate rank. With one screened
+    /// candidate this is a walk through its neighbours.
+    pub(super) fn choose(&self, times: &[(usize, f64)], taken: &BTreeSet<usize>) -> Option<usize> {
+        let best = times.iter().map(|t| t.1).find(|t| t.is_finite());
+        let rank: Vec<usize> = self.ranked();
+        let mut position = vec![0usize; rank.len()];
+        for (p, &i) in rank.iter().enumerate() {
+            position[i] = p;
+        }
+        let eligible: Vec<usize> = rank
+            .iter()
+            .copied()
+            .filter(|&i| {
+                !self.known[i].screened
+                    && !self.known[i].benchmarked
+                    && self.usable(i)
+                    && !taken.contains(&i)
+                    && !self.pruned(i, best)
+            })
+            .collect();
+        let anchor = times.first().map(|t| &self.outcomes[t.0]);
+        let samples: Vec<(&CandidateOutcome, f64)> = times
+            .iter()
+            .filter(|t| t.1.is_finite() && t.1 > 0.0)
+            .map(|t| (&self.outcomes[t.0], t.1.ln()))
+            .collect();
+        let model = AdditiveModel::fit(&samples);
+        let seen_pairs: BTreeSet<(&str, &str, &str, &str)> =
+            samples.iter().flat_map(|(o, _)| pairs(o)).collect();
+        let key = |i: usize| {
+            let o = &self.outcomes[i];
+            let all = pairs(o);
+            let unseen = all.iter().filter(|p| !seen_pairs.contains(*p)).count();
+            let novelty = if all.is_empty() || samples.is_empty() {
+                0.0
+            } else {
+                unseen as f64 / all.len() as f64
+            };
+            let predicted = (model.predict(o) - EXPLORATION * novelty)
+                .exp()
+                .max(o.estimate_seconds.unwrap_or(0.0));
+            let distance = anchor.map_or(0, |a| distance(a, o));
+            (predicted, distance, position[i])
+        };
+        let order = |a: &usize, b: &usize| {
+            let (pa, da, ra) = key(*a);
+            let (pb, db, rb) = key(*b);
+            pa.total_cmp(&pb).then(da.cmp(&db)).then(ra.cmp(&rb))
+        };
+        let top = eligible.iter().copied().min_by(order)?;
+        // A candidate built ahead goes first, then one still building: it
+        // was the choice a few results ago, its build is paid for and the
+        // slice need not wait for a compile.
+        let built = eligible
+            .iter()
+            .copied()
+            .filter(|&i| self.outcomes[i].artifact.is_some())
+            .min_by(order);
+        let building = eligible
+            .iter()
+            .copied()
+            .filter(|&i| self.known[i].building.is_some())
+            .min_by(order);
+        Some(built.or(building).unwrap_or(top))
+    }
+}

@@ -1,0 +1,138 @@
+//! The sequential plan, walked through conversations.
+
+use super::*;
+
+fn task(params: Value) -> Vec<Message> {
+    vec![
+        Message::system("sys"),
+        Message::user(render_task_message("t1", "vecadd", "", &params)),
+    ]
+}
+
+fn call_of(d: Decision) -> ToolCall {
+    match d {
+        Decision::Call(c) => c,
+        Decision::Calls(c) => panic!("expected one call, got {c:?}"),
+        Decision::Final(t) => panic!("expected a call, got final {t}"),
+    }
+}
+
+#[test]
+fn walks_compile_validate_benchmark_per_candidate_and_picks_the_fastest() {
+    let mut history = task(json!({"candidates": [{"CHUNK": 512}, {"CHUNK": 1024, "BUF": "2"}]}));
+    let replies = [
+        (
+            "compiled vecadd as artifact b1 (kernel abc, gcc)",
+            "validate",
+        ),
+        ("validation PASSED for artifact b1", "benchmark"),
+        (
+            "artifact b1 on 4 cores: median 2.0000e-4 s, trimmed mean 2e-4 s over 3 runs (min 1, max 2), 5.00 GFLOPS (1.0% of peak)",
+            "compile",
+        ),
+        (
+            "compiled vecadd as artifact b2 (kernel def, gcc)",
+            "validate",
+        ),
+        ("validation PASSED for artifact b2", "benchmark"),
+    ];
+    let first = call_of(decide(&history));
+    assert_eq!(first.name, "compile");
+    assert_eq!(first.id, "c0-compile");
+    let mut current = first;
+    for (reply, next_tool) in replies {
+        history.push(Message::assistant("", vec![current.clone()]));
+        history.push(Message::tool(current.id.clone(), reply));
+        current = call_of(decide(&history));
+        assert_eq!(current.name, next_tool, "after {reply}");
+    }
+    assert_eq!(current.id, "c1-benchmark");
+    let args: Value = serde_json::from_str(&current.arguments).unwrap();
+    assert_eq!(args["artifact"], "b2");
+    history.push(Message::assistant("", vec![current.clone()]));
+    history.push(Message::tool(
+        current.id.clone(),
+        "artifact b2 on 4 cores: median 1.0000e-4 s, trimmed mean 1e-4 s over 3 runs (min 1, max 2), 10.00 GFLOPS (2.0% of peak)",
+    ));
+    let Decision::Final(text) = decide(&history) else {
+        panic!("expected the final answer");
+    };
+    let body = answer_json(&text).expect("json block");
+    assert_eq!(
+        body["best"]["defines"],
+        json!({"BUF": "2", "CHUNK": "1024"})
+    );
+    assert_eq!(body["best"]["median_seconds"], json!(1.0e-4));
+    assert_eq!(body["best"]["gflops"], json!(10.0));
+}
+
+#[test]
+fn a_denied_validation_drops_the_candidate() {
+    let mut history = task(json!({"params": {"CHUNK": 512}}));
+    let compile = call_of(decide(&history));
+    history.push(Message::assistant("", vec![compile.clone()]));
+    history.push(Message::tool(
+        compile.id,
+        "compiled vecadd as artifact b1 (k)",
+    ));
+    let validate = call_of(decide(&history));
+    history.push(Message::assistant("", vec![validate.clone()]));
+    history.push(Message::tool(
+        validate.id,
+        "error: the call to 'validate' was denied by the reviewer: no",
+    ));
+    let Decision::Final(text) = decide(&history) else {
+        panic!("expected final");
+    };
+    let body = answer_json(&text).expect("json");
+    assert!(body["best"].is_null());
+    assert!(
+        body["candidates"][0]["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("denied")),
+        "{body}"
+    );
+}
+
+#[test]
+fn an_unknown_artifact_after_a_resume_is_compiled_again() {
+    let mut history = task(json!({"params": {"CHUNK": 512}}));
+    let compile = call_of(decide(&history));
+    history.push(Message::assistant("", vec![compile.clone()]));
+    history.push(Message::tool(
+        compile.id,
+        "compiled vecadd as artifact b1 (k)",
+    ));
+    let validate = call_of(decide(&history));
+    history.push(Message::assistant("", vec![validate.clone()]));
+    history.push(Message::tool(
+        validate.id,
+        "error: invalid arguments: unknown artifact `b1` (compiled so far: none)",
+    ));
+    let again = call_of(decide(&history));
+    assert_eq!(again.name, "compile");
+    assert_eq!(again.id, "c0-compile-r1");
+    history.push(Message::assistant("", vec![again.clone()]));
+    history.push(Message::tool(
+        again.id,
+        "compiled vecadd as artifact b1 (k)",
+    ));
+    let validate = call_of(decide(&history));
+    assert_eq!(validate.name, "validate");
+}
+
+#[test]
+fn noop_answers_at_once_and_bad_parameters_are_explained() {
+    assert!(matches!(
+        decide(&task(json!({"noop": true}))),
+        Decision::Final(_)
+    ));
+    let Decision::Final(text) = decide(&task(json!({"candidates": "x"}))) else {
+        panic!("expected final");
+    };
+    assert!(text.contains("`candidates` must be an array"), "{text}");
+    let Decision::Final(text) = decide(&task(json!({"params": {"A B": 1}}))) else {
+        panic!("expected final");
+    };
+    assert!(text.contains("not a valid macro name"), "{text}");
+}

@@ -1,0 +1,275 @@
+//! The run of a task attempt on the engine: its engine configuration
+//! (budgets, approvals, gate), its checkpoint sink, the start or resume,
+//! the kernel's baseline measurement, and the loop that drives each run
+//! segment ([`super::drive`]) and waits for approvals between them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mtswarm_bus::v1;
+use mtswarm_core::{
+    ApprovalConfig, ApprovalDecision, EngineConfig, GateConfig, LoopState, Node, Outcome, RunEnd,
+    StopReason,
+};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::drive::{Driven, Segment};
+use super::result::TaskEnd;
+use super::runtime::SessionRuntime;
+use super::task_run::TaskRun;
+use super::validate::Prepared;
+use crate::approval::{self, ApprovalWait};
+use crate::checkpoint::KvCheckpointSink;
+use crate::config::DefaultVerdict;
+use crate::events::EventPublisher;
+use crate::policy::{answer_json, render_task_message};
+use crate::results::MeasurementRecorder;
+use crate::stop::StopMode;
+
+use v1::AgentEventKind as Kind;
+use v1::SessionState;
+
+impl TaskRun<'_> {
+    /// Run the attempt on the session's engine: a fresh start or a resume,
+    /// the kernel's baseline first when asked, then drive the run, through
+    /// every approval pause, to its outcome.
+    pub(super) async fn execute(
+        &self,
+        stop: &mut watch::Receiver<StopMode>,
+        prepared: Prepared,
+        resumed: Option<LoopState>,
+    ) -> Result<Driven, TaskEnd> {
+        let (shared, entry, runtime, events, delivery, task) = (
+            self.shared,
+            self.entry,
+            self.runtime,
+            self.events,
+            self.delivery,
+            &self.task,
+        );
+        let Prepared {
+            deadline,
+            parameters,
+            kernel_name,
+            budgets,
+        } = prepared;
+        let config = self.engine_config(&budgets);
+        let sink = Arc::new(KvCheckpointSink::new(
+            shared.checkpoints.clone(),
+            &entry.session_id,
+            &task.job_id,
+            &entry.agent_id,
+            &task.task_id,
+            task.attempt,
+            runtime.checkpoint.clone(),
+        ));
+        let engine = runtime
+            .engine_for(config)
+            .with_checkpoint_sink(sink.clone());
+
+        let fresh_start = resumed.is_none();
+        let resumed_from_step = resumed.as_ref().map(LoopState::step).unwrap_or(0);
+        events
+            .publish(
+                resumed_from_step,
+                Kind::Log,
+                json!({"type": "task_started", "task_id": task.task_id, "attempt": task.attempt,
+                   "resumed_from_step": resumed_from_step, "kernel_dir": kernel_name}),
+            )
+            .await;
+        let first = match resumed {
+            Some(state) if state.node() == Node::Done => {
+                return Ok(Driven::Outcome(Box::new(outcome_of_done(state))));
+            }
+            Some(state) => {
+                tracing::info!(step = state.step(), "resuming the task from its checkpoint");
+                engine
+                    .resume(state)
+                    .map_err(|e| TaskEnd::failed(format!("resume: {e}")))?
+            }
+            None => {
+                let message = render_task_message(
+                    &task.task_id,
+                    &kernel_name,
+                    &task.instructions,
+                    &parameters,
+                );
+                engine.start(&entry.session_id, &runtime.system_prompt, message)
+            }
+        };
+        let recorder = MeasurementRecorder::new(
+            shared.results.clone(),
+            task,
+            &shared.worker_id,
+            &kernel_name,
+            runtime.model.model_name(),
+        );
+        // Before the agent's first step, so the slice's first use in the job is
+        // the reference; a resumed attempt measured it already.
+        if fresh_start && task.measure_baseline && kernel_name != "." {
+            measure_baseline(runtime, events, &recorder, &kernel_name).await;
+        }
+        let mut run = first;
+        loop {
+            let (stream, handle) = run;
+            sink.attach(handle.control());
+            let segment = Segment {
+                sink: &sink,
+                deadline,
+                device_budget: (budgets.device_seconds > 0.0).then_some(budgets.device_seconds),
+                recorder: &recorder,
+            };
+            let driven = self.drive(stop, &segment, stream, handle).await;
+            let outcome = match driven {
+                Driven::Abandoned if sink.fenced() => return Ok(Driven::Fenced),
+                Driven::Fenced => return Ok(Driven::Fenced),
+                Driven::Abandoned => return Ok(Driven::Abandoned),
+                Driven::Outcome(outcome) => *outcome,
+            };
+            let Outcome::Paused {
+                checkpoint,
+                approvals,
+            } = outcome
+            else {
+                if sink.fenced() {
+                    return Ok(Driven::Fenced);
+                }
+                let answer = match &outcome {
+                    Outcome::Final { text, .. } => answer_json(text),
+                    _ => None,
+                };
+                recorder.finish(answer.as_ref()).await;
+                return Ok(Driven::Outcome(Box::new(outcome)));
+            };
+            entry.update(|p| p.state = SessionState::AwaitingApproval);
+            let wait = ApprovalWait {
+                shared,
+                session_id: &entry.session_id,
+                agent_id: &entry.agent_id,
+                task,
+                events,
+                step: checkpoint.step(),
+            };
+            let decisions = match approval::await_decisions(&wait, &approvals, stop, delivery).await
+            {
+                Ok(decisions) => decisions,
+                Err(approval::Interrupted::Abandon) => return Ok(Driven::Abandoned),
+                Err(approval::Interrupted::Fence) => return Ok(Driven::Fenced),
+                Err(approval::Interrupted::Cancel(why)) => {
+                    return Ok(Driven::Outcome(Box::new(Outcome::Stopped {
+                        reason: StopReason::Cancelled,
+                        message: format!("cancelled while waiting for approval: {why}"),
+                        state: checkpoint,
+                    })));
+                }
+            };
+            entry.update(|p| p.state = SessionState::Running);
+            run = engine
+                .resume_with_decisions(checkpoint, decisions)
+                .map_err(|e| TaskEnd::failed(format!("resume after approval: {e}")))?;
+        }
+    }
+
+    /// The engine configuration of the attempt: its budgets (the daemon's
+    /// step limit when the task gives none), the approval timeout and
+    /// default, the completion gate and the session's sampling settings.
+    fn engine_config(&self, budgets: &v1::Budgets) -> EngineConfig {
+        let (shared, runtime) = (self.shared, self.runtime);
+        let approval_default = match shared.config.approval_default {
+            DefaultVerdict::Deny => ApprovalDecision::Deny {
+                reason: Some("approval timed out".into()),
+            },
+            DefaultVerdict::Approve => ApprovalDecision::Approve,
+        };
+        EngineConfig {
+            max_steps: if budgets.max_steps > 0 {
+                budgets.max_steps
+            } else {
+                shared.config.default_max_steps
+            },
+            token_budget: (budgets.max_tokens > 0).then_some(budgets.max_tokens),
+            wall_time: (budgets.wall_time_seconds > 0)
+                .then(|| Duration::from_secs(budgets.wall_time_seconds)),
+            approval: ApprovalConfig {
+                timeout: shared.config.approval_timeout,
+                on_timeout: approval_default,
+            },
+            gate: GateConfig {
+                require_evidence: (!shared.config.require_evidence.is_empty())
+                    .then(|| shared.config.require_evidence.clone()),
+                best_effort: true,
+                max_blocks: 2,
+            },
+            temperature: runtime.temperature,
+            max_output_tokens: runtime.max_output_tokens,
+            ..EngineConfig::default()
+        }
+    }
+}
+
+/// Measures the kernel's tune.toml baseline on the slice and records it. A
+/// baseline that cannot be measured costs the job its speed-up figure, not
+/// the task: it is logged and reported as an event.
+async fn measure_baseline(
+    runtime: &SessionRuntime,
+    events: &EventPublisher,
+    recorder: &MeasurementRecorder,
+    kernel_name: &str,
+) {
+    match runtime.tools.measure_baseline(kernel_name).await {
+        Ok(baseline) => {
+            let m = &baseline.measurement;
+            tracing::info!(
+                kernel = kernel_name,
+                valid = m.valid,
+                gflops = m.gflops,
+                median_seconds = m.stats.as_ref().map(|s| s.median),
+                "tune.toml baseline measured"
+            );
+            events
+                .publish(
+                    0,
+                    Kind::Log,
+                    json!({"type": "baseline_measured", "kernel": kernel_name,
+                           "defines": baseline.defines, "valid": m.valid,
+                           "gflops": m.gflops,
+                           "median_seconds": m.stats.as_ref().map(|s| s.median),
+                           "error": m.error}),
+                )
+                .await;
+            recorder.baseline(m).await;
+        }
+        Err(error) => {
+            tracing::warn!(%error, kernel = kernel_name, "tune.toml baseline not measured");
+            events
+                .publish(
+                    0,
+                    Kind::Log,
+                    json!({"type": "baseline_failed", "kernel": kernel_name,
+                           "error": error.to_string()}),
+                )
+                .await;
+        }
+    }
+}
+
+fn outcome_of_done(state: LoopState) -> Outcome {
+    match state.end().cloned() {
+        Some(RunEnd::Final { text, verdict }) => Outcome::Final {
+            text,
+            verdict,
+            state,
+        },
+        Some(RunEnd::Stopped { reason, message }) => Outcome::Stopped {
+            reason,
+            message,
+            state,
+        },
+        None => Outcome::Stopped {
+            reason: StopReason::Aborted,
+            message: "the checkpointed run ended without a recorded end".into(),
+            state,
+        },
+    }
+}

@@ -1,0 +1,176 @@
+//! SpawnSession: the only session code that speaks `tonic::Status`. It
+//! checks the request's ids, answers a repeated request with the session it
+//! started (idempotent per session id), picks and reserves a free slice
+//! that is not quarantined, and starts the session there ([`super::start`]),
+//! mapping each typed failure below it to a gRPC status.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use mtswarm_bus::{subjects, v1};
+use tonic::Status;
+
+use super::model::ModelChoiceError;
+use super::start::{StartError, start_session};
+use crate::shared::Shared;
+
+fn invalid(message: impl Into<String>) -> Status {
+    Status::invalid_argument(message.into())
+}
+
+/// Handle a SpawnSession request (idempotent per session id).
+pub(crate) async fn spawn_session(
+    shared: &Arc<Shared>,
+    request: v1::SpawnSessionRequest,
+) -> Result<v1::SpawnSessionResponse, Status> {
+    for (kind, value) in [
+        ("session id", &request.session_id),
+        ("job id", &request.job_id),
+        ("agent id", &request.agent_id),
+    ] {
+        subjects::validate_id(kind, value).map_err(|e| invalid(e.to_string()))?;
+    }
+    // Idempotency: the same session id gets the same answer.
+    let existing = shared.table().sessions.get(&request.session_id).cloned();
+    if let Some(existing) = existing {
+        if existing.job_id != request.job_id || existing.agent_id != request.agent_id {
+            return Err(Status::already_exists(format!(
+                "session {} already runs for job {} / agent {}",
+                existing.session_id, existing.job_id, existing.agent_id
+            )));
+        }
+        let slice_id = &shared.slices[existing.slice_index].bus_id;
+        return Ok(existing.response(&shared.worker_id, slice_id));
+    }
+    if shared.draining.load(Ordering::SeqCst) {
+        return Err(Status::failed_precondition(format!(
+            "worker {} is draining and accepts no new sessions",
+            shared.worker_id
+        )));
+    }
+    // Pick the slice.
+    let candidates: Vec<usize> = if !request.slice_id.trim().is_empty() {
+        let index = shared.slice_index(&request.slice_id).ok_or_else(|| {
+            Status::not_found(format!(
+                "slice `{}` is not on worker {} (slices: {})",
+                request.slice_id,
+                shared.worker_id,
+                shared
+                    .slices
+                    .iter()
+                    .map(|s| s.bus_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        vec![index]
+    } else {
+        let selector = if request.slice_selector.trim().is_empty() {
+            mtswarm_hw::SliceSelector::all()
+        } else {
+            mtswarm_hw::SliceSelector::parse(&request.slice_selector)
+                .map_err(|e| invalid(e.to_string()))?
+        };
+        let matching: Vec<usize> = (0..shared.slices.len())
+            .filter(|&i| selector.matches(&shared.slices[i].slice))
+            .collect();
+        if matching.is_empty() {
+            return Err(Status::not_found(format!(
+                "no slice of worker {} matches `{}`",
+                shared.worker_id, request.slice_selector
+            )));
+        }
+        matching
+    };
+    let named = !request.slice_id.trim().is_empty();
+    let mut quarantined = Vec::new();
+    for &index in &candidates {
+        let slice_id = &shared.slices[index].bus_id;
+        match shared.quarantine.get(slice_id).await {
+            Ok(Some(record)) => quarantined.push((index, record.value.reason)),
+            Ok(None) => {}
+            Err(error) => {
+                return Err(Status::unavailable(format!("quarantine lookup: {error}")));
+            }
+        }
+    }
+    if named && let Some((_, reason)) = quarantined.first() {
+        return Err(Status::failed_precondition(format!(
+            "slice {} is quarantined: {reason}",
+            shared.slices[candidates[0]].bus_id
+        )));
+    }
+    // Reserve the slice (and check the session limit) atomically.
+    let index = {
+        let mut table = shared.table();
+        if let Some(existing) = table.sessions.get(&request.session_id) {
+            let slice_id = &shared.slices[existing.slice_index].bus_id;
+            return Ok(existing.response(&shared.worker_id, slice_id));
+        }
+        if table
+            .slice_owner
+            .iter()
+            .any(|owner| owner.as_deref() == Some(request.session_id.as_str()))
+        {
+            return Err(Status::unavailable(format!(
+                "session {} is being started; retry",
+                request.session_id
+            )));
+        }
+        if table.sessions.len() >= shared.config.max_sessions {
+            return Err(Status::resource_exhausted(format!(
+                "worker {} runs its maximum of {} sessions",
+                shared.worker_id, shared.config.max_sessions
+            )));
+        }
+        let free = candidates
+            .iter()
+            .copied()
+            .find(|&i| table.slice_owner[i].is_none() && !quarantined.iter().any(|(q, _)| *q == i));
+        let Some(index) = free else {
+            let slice = &shared.slices[candidates[0]].bus_id;
+            return Err(Status::failed_precondition(if named {
+                format!(
+                    "slice {slice} is busy with session {}",
+                    table.slice_owner[candidates[0]].clone().unwrap_or_default()
+                )
+            } else {
+                format!(
+                    "no free slice of worker {} matches `{}`",
+                    shared.worker_id, request.slice_selector
+                )
+            }));
+        };
+        table.slice_owner[index] = Some(request.session_id.clone());
+        index
+    };
+    match start_session(shared, index, &request).await {
+        Ok(entry) => {
+            let slice_id = shared.slices[index].bus_id.clone();
+            Ok(entry.response(&shared.worker_id, &slice_id))
+        }
+        Err(error) => {
+            let mut table = shared.table();
+            if table.slice_owner[index].as_deref() == Some(request.session_id.as_str()) {
+                table.slice_owner[index] = None;
+            }
+            Err(status_of(error))
+        }
+    }
+}
+
+/// The gRPC status of a session that could not be started: refused input
+/// is INVALID_ARGUMENT, a missing cassette FAILED_PRECONDITION, NATS
+/// trouble UNAVAILABLE, a broken tool table INTERNAL.
+fn status_of(error: StartError) -> Status {
+    let message = error.to_string();
+    match error {
+        StartError::KernelDir(_) => invalid(message),
+        StartError::Model(ModelChoiceError::Replay(_)) => Status::failed_precondition(message),
+        StartError::Model(_) => invalid(message),
+        StartError::Tools(_) | StartError::Registry(_) => Status::internal(message),
+        StartError::CheckpointLookup(_) | StartError::TaskConsumer(_) | StartError::Lease(_) => {
+            Status::unavailable(message)
+        }
+    }
+}

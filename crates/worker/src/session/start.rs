@@ -1,0 +1,204 @@
+//! Starting a session on a reserved slice: its workspace and kernel copy,
+//! tools, model, prompt and approval policy, the resume point SpawnSession
+//! reports, the task consumer, the slice's lease, then the session's task
+//! (see [`super::lifecycle`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use mtswarm_bus::{BusError, TaskConsumerConfig, v1};
+use mtswarm_core::{AutoApprove, RegistryError, RiskPolicy, ToolRegistry};
+use mtswarm_tools::{ToolSet, ToolsError};
+use tracing::Instrument;
+
+use super::lifecycle::run_session;
+use super::model::{ModelChoiceError, session_model};
+use super::runtime::SessionRuntime;
+use crate::checkpoint::KnownCheckpoint;
+use crate::leases::LeaseError;
+use crate::prompt::worker_system_prompt;
+use crate::session_entry::{SessionEntry, SessionIds};
+use crate::shared::Shared;
+use crate::workspace::{KernelDirError, ensure_kernel_copy, session_workspace};
+
+/// Why a session could not be started (SpawnSession maps each to a gRPC
+/// status).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StartError {
+    /// The kernel directory of the request is refused or cannot be copied.
+    #[error(transparent)]
+    KernelDir(#[from] KernelDirError),
+    /// The session's tools could not be built.
+    #[error("tools: {0}")]
+    Tools(#[from] ToolsError),
+    /// The session's tools could not be registered.
+    #[error("tool registry: {0}")]
+    Registry(#[from] RegistryError),
+    /// The session's model could not be set up.
+    #[error(transparent)]
+    Model(#[from] ModelChoiceError),
+    /// The session's checkpoint could not be read for its resume point.
+    #[error("checkpoint lookup: {0}")]
+    CheckpointLookup(#[source] BusError),
+    /// The slice's task consumer could not be opened.
+    #[error("task consumer: {0}")]
+    TaskConsumer(#[source] BusError),
+    /// The slice's lease could not be pointed at the session.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// Build the session's runtime on slice `index` (reserved by the caller),
+/// point the slice's lease at it, enter it in the table and start its task.
+pub(super) async fn start_session(
+    shared: &Arc<Shared>,
+    index: usize,
+    request: &v1::SpawnSessionRequest,
+) -> Result<Arc<SessionEntry>, StartError> {
+    let slice = &shared.slices[index];
+    let workspace = session_workspace(&shared.config.workspace_root, &request.session_id);
+    let mut kernel_copies = HashMap::new();
+    if !request.kernel_dir.trim().is_empty() {
+        let name = ensure_kernel_copy(&shared.config.kernel_root, &workspace, &request.kernel_dir)?;
+        kernel_copies.insert(request.kernel_dir.clone(), name);
+    }
+    let tools = ToolSet::builder(&workspace, slice.board.clone())
+        .spec(slice.spec.clone())
+        .lock(shared.hw_lock.clone())
+        .measure_defaults(shared.config.measure.clone())
+        .build()?
+        .with_results(
+            crate::results::BusResults::new(shared.results.clone()),
+            kernel_name_of(&request.kernel_dir),
+        );
+    let mut registry = ToolRegistry::new();
+    tools.register_all(&mut registry)?;
+    let model = session_model(shared, request)?;
+    let all_tools = tools.tools();
+    let system_prompt = worker_system_prompt(
+        &request.role,
+        &request.instructions,
+        &slice.slice,
+        &slice.spec,
+        &all_tools,
+    );
+    let hardware_tools = all_tools
+        .iter()
+        .filter(|t| t.needs_hardware())
+        .map(|t| t.name().to_owned())
+        .collect();
+    let policy = RiskPolicy::default().with_auto_approve(if request.auto_approve {
+        AutoApprove::UpToMedium
+    } else {
+        AutoApprove::LowOnly
+    });
+    let mut known_checkpoint = None;
+    let resumed_from_step = if request.resume {
+        match shared.checkpoints.get(&request.session_id).await {
+            Ok(Some(checkpoint)) => {
+                known_checkpoint = Some(KnownCheckpoint::of_stored(&checkpoint));
+                checkpoint.value.step
+            }
+            Ok(None) => 0,
+            // A record that is not a checkpoint never will be one: the
+            // session starts afresh rather than refusing every move.
+            Err(error) if error.is_undecodable() => {
+                tracing::warn!(%error, "stored checkpoint unreadable; the session starts afresh");
+                0
+            }
+            Err(error) => return Err(StartError::CheckpointLookup(error)),
+        }
+    } else {
+        0
+    };
+    let consumer = shared
+        .bus
+        .task_consumer(
+            &shared.worker_id,
+            TaskConsumerConfig {
+                slice_id: Some(slice.bus_id.clone()),
+                ack_wait: shared.config.task_ack_wait,
+                max_deliver: shared.config.task_max_deliver,
+                max_ack_pending: 1,
+                batch: 1,
+                // A task that comes back after a server restart is still
+                // resumed: the session knows it checkpointed that task.
+                memory_state: true,
+            },
+        )
+        .await
+        .map_err(StartError::TaskConsumer)?;
+    let lease_epoch = shared
+        .set_lease_session(index, &request.session_id, &request.job_id)
+        .await?;
+    let (entry, stop_rx) = SessionEntry::new(
+        SessionIds {
+            session_id: &request.session_id,
+            job_id: &request.job_id,
+            agent_id: &request.agent_id,
+            slice_index: index,
+        },
+        lease_epoch,
+        resumed_from_step,
+    );
+    let entry = Arc::new(entry);
+    let runtime = SessionRuntime {
+        tools,
+        registry,
+        model,
+        system_prompt,
+        workspace,
+        policy,
+        kernel_dir: request.kernel_dir.clone(),
+        budgets: request.budgets.unwrap_or_default(),
+        hardware_tools,
+        // Sampling settings only mean something to a real model.
+        temperature: request
+            .model
+            .as_ref()
+            .and_then(|m| m.temperature)
+            .map(|t| t as f32),
+        max_output_tokens: request
+            .model
+            .as_ref()
+            .map(|m| m.max_output_tokens)
+            .filter(|n| *n > 0),
+        engine: Mutex::new(None),
+        kernel_copies: Mutex::new(kernel_copies),
+        checkpoint: Arc::new(Mutex::new(known_checkpoint)),
+    };
+    let span = tracing::info_span!(
+        "worker.session",
+        session.id = %request.session_id,
+        job.id = %request.job_id,
+        agent.id = %request.agent_id,
+        slice.id = %slice.bus_id,
+        worker.id = %shared.worker_id,
+    );
+    if !request.traceparent.is_empty() {
+        let parent =
+            mtswarm_telemetry::propagation::context_from_traceparent(&request.traceparent, None);
+        if let Err(error) = mtswarm_telemetry::propagation::set_parent(&span, parent) {
+            tracing::debug!(%error, "SpawnSession traceparent not applied");
+        }
+    }
+    shared
+        .table()
+        .sessions
+        .insert(request.session_id.clone(), entry.clone());
+    let join = tokio::spawn(
+        run_session(shared.clone(), entry.clone(), runtime, consumer, stop_rx).instrument(span),
+    );
+    entry.set_join(join);
+    tracing::info!(session.id = %request.session_id, slice.id = %slice.bus_id, "session started");
+    Ok(entry)
+}
+
+/// The kernel's name as results are filed under it: the last component of
+/// the kernel directory (`examples/kernels/dgemm` -> `dgemm`).
+fn kernel_name_of(kernel_dir: &str) -> Option<String> {
+    std::path::Path::new(kernel_dir.trim())
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .filter(|name| !name.is_empty())
+}

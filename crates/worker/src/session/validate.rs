@@ -1,0 +1,200 @@
+//! Validation of a task before it runs: its attempt number, its size
+//! against the worker's limits, its deadline, its parameters (JSON, and
+//! their candidates against the kernel's tune.toml), its kernel copy in the
+//! workspace, and the budgets it runs with (the task's, else the
+//! session's). A task that fails any of these ends FAILED naming why.
+
+use mtswarm_bus::v1;
+use mtswarm_hw::tune::TuneError;
+use serde_json::{Value, json};
+
+use super::task_run::TaskRun;
+use crate::workspace::KernelDirError;
+
+/// Why a task is refused before it runs.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum InvalidTask {
+    /// Attempts are numbered from 1.
+    #[error("the task has attempt 0; attempts start at 1")]
+    AttemptZero,
+    /// A field of the task is over the worker's limit.
+    #[error(
+        "the task's {field} is {size} bytes, over the worker's limit of {limit} bytes ({name})"
+    )]
+    TooLarge {
+        field: &'static str,
+        size: usize,
+        limit: usize,
+        name: &'static str,
+    },
+    /// The task's deadline is not a valid time.
+    #[error("the task deadline is invalid: {0}")]
+    Deadline(#[source] prost_types::TimestampError),
+    /// The task's deadline passed before it started.
+    #[error("the task's deadline passed before it started")]
+    DeadlinePassed,
+    /// `parameters_json` does not parse.
+    #[error("parameters_json is not valid JSON: {0}")]
+    ParametersJson(#[source] serde_json::Error),
+    /// The task's kernel directory is refused or cannot be copied.
+    #[error(transparent)]
+    KernelDir(#[from] KernelDirError),
+    /// A candidate of the parameters is outside the kernel's tune space.
+    #[error("task parameters, candidate {index}: {source}")]
+    Defines {
+        index: usize,
+        #[source]
+        source: TuneError,
+    },
+}
+
+/// What a valid task runs with.
+pub(super) struct Prepared {
+    /// When the task's deadline cancels the run.
+    pub(super) deadline: Option<tokio::time::Instant>,
+    /// The task-parameter object (`{}` when none was given).
+    pub(super) parameters: Value,
+    /// The kernel copy's name in the workspace (`.` for none).
+    pub(super) kernel_name: String,
+    /// The budgets of this task.
+    pub(super) budgets: v1::Budgets,
+}
+
+impl TaskRun<'_> {
+    /// Check the task against the worker's rules and limits and get its
+    /// kernel copy ready.
+    pub(super) fn validate(&self) -> Result<Prepared, InvalidTask> {
+        let (shared, entry, runtime, task) = (self.shared, self.entry, self.runtime, &self.task);
+        if task.attempt == 0 {
+            return Err(InvalidTask::AttemptZero);
+        }
+        for (field, size, limit, name) in [
+            (
+                "parameters_json",
+                task.parameters_json.len(),
+                shared.config.max_task_parameters_bytes,
+                "max_task_parameters_bytes",
+            ),
+            (
+                "instructions",
+                task.instructions.len(),
+                shared.config.max_task_instructions_bytes,
+                "max_task_instructions_bytes",
+            ),
+        ] {
+            if size > limit {
+                return Err(InvalidTask::TooLarge {
+                    field,
+                    size,
+                    limit,
+                    name,
+                });
+            }
+        }
+        let deadline = match &task.deadline {
+            Some(ts) => {
+                let at = std::time::SystemTime::try_from(*ts).map_err(InvalidTask::Deadline)?;
+                match at.duration_since(std::time::SystemTime::now()) {
+                    Ok(left) => Some(tokio::time::Instant::now() + left),
+                    Err(_) => {
+                        return Err(InvalidTask::DeadlinePassed);
+                    }
+                }
+            }
+            None => None,
+        };
+        let parameters: Value = if task.parameters_json.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(&task.parameters_json).map_err(InvalidTask::ParametersJson)?
+        };
+        let kernel_dir = if task.kernel_dir.trim().is_empty() {
+            runtime.kernel_dir.clone()
+        } else {
+            task.kernel_dir.clone()
+        };
+        let kernel_name = if kernel_dir.trim().is_empty() {
+            String::from(".")
+        } else {
+            runtime.kernel_copy(&shared.config.kernel_root, &kernel_dir)?
+        };
+        check_task_defines(
+            &runtime.workspace.join(&kernel_name),
+            &parameters,
+            &shared.slices[entry.slice_index].spec,
+        )?;
+        Ok(Prepared {
+            deadline,
+            parameters,
+            kernel_name,
+            budgets: merge_budgets(&runtime.budgets, task.budgets.as_ref()),
+        })
+    }
+}
+
+/// The candidates of task parameters (`candidates`, `params`) checked
+/// against the kernel's tune.toml when it has one: a typo or a value
+/// outside the space fails the task with an error naming it, instead of
+/// tuning something else than asked.
+fn check_task_defines(
+    kernel_dir: &std::path::Path,
+    parameters: &Value,
+    spec: &mtswarm_hw::ChipSpec,
+) -> Result<(), InvalidTask> {
+    let file = kernel_dir.join("tune.toml");
+    if !file.is_file() || parameters.get("unchecked_defines") == Some(&Value::Bool(true)) {
+        return Ok(());
+    }
+    let Ok(space) = mtswarm_hw::tune::TuneSpace::load(&file) else {
+        // The tools report an unreadable tune.toml when they read it.
+        return Ok(());
+    };
+    let one = parameters.get("params").into_iter();
+    let many = parameters
+        .get("candidates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    for (index, candidate) in one.chain(many).enumerate() {
+        let Some(map) = candidate.as_object() else {
+            continue;
+        };
+        let defines: std::collections::BTreeMap<String, String> = map
+            .iter()
+            .map(|(k, v)| {
+                let text = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                (k.clone(), text)
+            })
+            .collect();
+        space
+            .check_defines(&defines, spec)
+            .map_err(|source| InvalidTask::Defines { index, source })?;
+    }
+    Ok(())
+}
+
+fn merge_budgets(session: &v1::Budgets, task: Option<&v1::Budgets>) -> v1::Budgets {
+    let task = task.copied().unwrap_or_default();
+    v1::Budgets {
+        max_steps: if task.max_steps > 0 {
+            task.max_steps
+        } else {
+            session.max_steps
+        },
+        max_tokens: if task.max_tokens > 0 {
+            task.max_tokens
+        } else {
+            session.max_tokens
+        },
+        device_seconds: if task.device_seconds > 0.0 {
+            task.device_seconds
+        } else {
+            session.device_seconds
+        },
+        wall_time_seconds: if task.wall_time_seconds > 0 {
+            task.wall_time_seconds
+        } else {
+            session.wall_time_seconds
+        },
+    }
+}

@@ -1,0 +1,120 @@
+//! The daemon's shared state: a plain struct of the handles the gRPC
+//! service, the sessions and the background tasks all use (configuration,
+//! bus stores, slices and their leases, the session table). It sits low in
+//! the layering: it knows sessions only as table entries, and the code that
+//! acts on it (leases, quarantine, sessions, the service) imports it, never
+//! the reverse.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mtswarm_bus::results::ResultsStore;
+use mtswarm_bus::{Approvals, Bus, Checkpoints, LeaseKeeper, Leases, Quarantine, Workers, v1};
+use mtswarm_hw::{Board, ChipSpec, HwLock, Slice};
+
+use crate::config::WorkerConfig;
+use crate::events::now_timestamp;
+use crate::health::SliceHealth;
+use crate::session_entry::SessionEntry;
+use crate::stop::StopMode;
+
+/// One slice the daemon owns.
+pub(crate) struct SliceEntry {
+    pub(crate) slice: Slice,
+    pub(crate) bus_id: String,
+    pub(crate) board: Arc<dyn Board>,
+    pub(crate) spec: ChipSpec,
+    pub(crate) lease: tokio::sync::Mutex<Option<LeaseKeeper>>,
+    /// Consecutive failed hardware runs (see [`crate::health`]).
+    pub(crate) health: Arc<SliceHealth>,
+}
+
+impl SliceEntry {
+    pub(crate) fn descriptor(&self) -> v1::SliceDescriptor {
+        v1::SliceDescriptor {
+            slice_id: self.bus_id.clone(),
+            board: self.slice.board.clone(),
+            cluster: self
+                .slice
+                .cluster
+                .and_then(|c| i32::try_from(c).ok())
+                .unwrap_or(-1),
+            cores: self.slice.cores,
+            backend: self.slice.backend.to_string(),
+        }
+    }
+}
+
+/// Sessions and which slice each one holds.
+#[derive(Default)]
+pub(crate) struct Table {
+    pub(crate) sessions: HashMap<String, Arc<SessionEntry>>,
+    /// Session id per slice index.
+    pub(crate) slice_owner: Vec<Option<String>>,
+}
+
+/// State shared by the gRPC service, the sessions and the background tasks.
+pub(crate) struct Shared {
+    pub(crate) config: WorkerConfig,
+    pub(crate) worker_id: String,
+    pub(crate) endpoint: String,
+    pub(crate) bus: Bus,
+    pub(crate) leases: Leases,
+    pub(crate) workers: Workers,
+    pub(crate) quarantine: Quarantine,
+    pub(crate) checkpoints: Checkpoints,
+    pub(crate) approvals: Approvals,
+    pub(crate) results: ResultsStore,
+    pub(crate) hw_lock: HwLock,
+    pub(crate) slices: Vec<SliceEntry>,
+    pub(crate) table: Mutex<Table>,
+    pub(crate) draining: AtomicBool,
+    pub(crate) api_key: Option<String>,
+    pub(crate) started_at: prost_types::Timestamp,
+}
+
+impl Shared {
+    pub(crate) fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn renew_every(&self) -> Duration {
+        (self.config.lease_ttl / 3).max(Duration::from_millis(200))
+    }
+
+    /// How often a running task tells JetStream it is still being worked on.
+    pub(crate) fn progress_interval(&self) -> Duration {
+        (self.config.task_ack_wait / 3).max(Duration::from_millis(300))
+    }
+
+    pub(crate) fn slice_index(&self, requested: &str) -> Option<usize> {
+        let wanted = requested.trim();
+        self.slices
+            .iter()
+            .position(|s| s.bus_id == wanted || s.slice.id() == wanted)
+    }
+
+    /// The worker record as of now.
+    pub(crate) fn record(&self) -> v1::WorkerRecord {
+        let active = self.table().sessions.len();
+        v1::WorkerRecord {
+            worker_id: self.worker_id.clone(),
+            endpoint: self.endpoint.clone(),
+            slices: self.slices.iter().map(SliceEntry::descriptor).collect(),
+            draining: self.draining.load(Ordering::SeqCst),
+            active_sessions: u32::try_from(active).unwrap_or(u32::MAX),
+            started_at: Some(self.started_at),
+            heartbeat_at: Some(now_timestamp()),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+
+    /// Ask every session to stop in `mode`.
+    pub(crate) fn stop_sessions(&self, mode: StopMode) {
+        for session in self.table().sessions.values() {
+            session.stop(mode.clone());
+        }
+    }
+}
