@@ -19,7 +19,234 @@ pub enum LeaderError {
     #[error("gRPC reflection service: {0}")]
     Reflection(String),
     #[error("job event stream: {0}")]
-    JobEvents(String),
+    JobEvents(#[source] JournalError),
     #[error("gRPC server failed: {0}")]
     Server(String),
+}
+
+/// A source error of a NATS client call, kept for its chain.
+pub type NatsSource = Box<dyn std::error::Error + Send + Sync>;
+
+/// Errors of the job event journal ([`crate::journal::Journal`]).
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The job id cannot name a journal subject.
+    #[error("{0}")]
+    Subject(#[from] mtswarm_bus::BusError),
+    /// The journal stream could not be created or updated.
+    #[error("cannot create stream {stream}: {source}")]
+    CreateStream {
+        stream: &'static str,
+        #[source]
+        source: NatsSource,
+    },
+    /// A publish to the job's subject failed.
+    #[error("publish to {subject}: {source}")]
+    Publish {
+        subject: String,
+        #[source]
+        source: NatsSource,
+    },
+    /// The stream did not acknowledge a confirmed append.
+    #[error("publish to {subject} not acknowledged: {source}")]
+    NotAcknowledged {
+        subject: String,
+        #[source]
+        source: NatsSource,
+    },
+    /// The journal stream could not be opened.
+    #[error("open stream {stream}: {source}")]
+    OpenStream {
+        stream: &'static str,
+        #[source]
+        source: NatsSource,
+    },
+    /// The ordered consumer of a watch could not be created.
+    #[error("ordered consumer on {stream}: {source}")]
+    Consumer {
+        stream: &'static str,
+        #[source]
+        source: NatsSource,
+    },
+    /// Reading the next entry failed.
+    #[error("reading {stream}: {source}")]
+    Read {
+        stream: &'static str,
+        #[source]
+        source: NatsSource,
+    },
+    /// An entry came without its stream metadata.
+    #[error("journal message metadata: {0}")]
+    Metadata(#[source] NatsSource),
+    /// An entry is not a `JobEvent`.
+    #[error("journal entry {sequence} is not a JobEvent: {source}")]
+    Decode {
+        sequence: u64,
+        #[source]
+        source: prost::DecodeError,
+    },
+}
+
+/// A slice selector that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SelectorError(#[from] pub mtswarm_hw::fleet::SelectorError);
+
+/// Why a SubmitJob request (or a file of the kernel directory) is refused;
+/// each variant names the field or path involved.
+#[derive(Debug, thiserror::Error)]
+pub enum ValidateError {
+    #[error("{what} {path:?} must be relative")]
+    NotRelative { what: &'static str, path: String },
+    #[error("{what} {path:?} must not contain `..`")]
+    ParentDir { what: &'static str, path: String },
+    #[error("kernel_dir is empty: name a kernel directory under the kernel root")]
+    EmptyKernelDir,
+    #[error("unknown kernel directory {kernel_dir:?}: no such directory under the kernel root {}", root.display())]
+    UnknownKernelDir {
+        kernel_dir: String,
+        root: std::path::PathBuf,
+    },
+    #[error("{path:?} does not exist in the kernel directory")]
+    NoSuchFile { path: String },
+    #[error("{path:?} leaves the kernel directory")]
+    OutsideKernelDir { path: String },
+    #[error("{path:?} is not a regular file")]
+    NotAFile { path: String },
+    #[error("bad budgets: {name} {value} exceeds the limit {limit}")]
+    BudgetOverLimit {
+        name: &'static str,
+        value: String,
+        limit: String,
+    },
+    #[error("bad budgets: device_seconds must be a finite number >= 0, got {0}")]
+    DeviceSecondsInvalid(f64),
+    #[error(
+        "bad budgets: max_tokens {0} is too small for a leader loop (at least 1000, or 0 for no limit)"
+    )]
+    MaxTokensTooSmall(u64),
+    #[error("model.base_url {0:?} must start with http:// or https://")]
+    ModelBaseUrl(String),
+    #[error("model.temperature {0} must be within 0..=2")]
+    ModelTemperature(f64),
+    #[error("spec is missing")]
+    MissingSpec,
+    #[error("goal is empty: describe what to tune")]
+    EmptyGoal,
+    #[error("goal is too large: {bytes} bytes (limit {limit})")]
+    GoalTooLarge { bytes: usize, limit: usize },
+    #[error("bad slice_selector: {0}")]
+    Selector(#[source] SelectorError),
+    #[error("num_agents {requested} exceeds the limit {limit}")]
+    TooManyAgents { requested: u32, limit: u32 },
+    #[error("goal references {count} files with @path (limit {limit})")]
+    TooManyAttachments { count: usize, limit: usize },
+    #[error("attachment @{reference}: {source}")]
+    Attachment {
+        reference: String,
+        #[source]
+        source: Box<ValidateError>,
+    },
+    #[error("attachment @{reference}: {source}")]
+    AttachmentIo {
+        reference: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("attachment @{reference} is too large: {size} bytes (limit {limit})")]
+    AttachmentTooLarge {
+        reference: String,
+        size: u64,
+        limit: u64,
+    },
+    #[error("attachments are too large together: more than {total} bytes (limit {limit})")]
+    AttachmentsTooLarge { total: u64, limit: u64 },
+    #[error("attachment @{reference} is not UTF-8 text")]
+    AttachmentNotUtf8 { reference: String },
+}
+
+/// Admission refused: both the run slots and the queue are full.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the leader is at its limits: max_active_jobs = {max_active} jobs running and max_queued_jobs = {max_queued} jobs queued; retry later"
+)]
+pub struct AdmissionError {
+    pub max_active: usize,
+    pub max_queued: usize,
+}
+
+/// A Worker service client that could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("worker endpoint {endpoint:?}: {source}")]
+pub struct WorkerClientError {
+    pub endpoint: String,
+    #[source]
+    pub source: mtswarm_auth::AuthError,
+}
+
+/// Why a `SpawnSession` for a placement did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error(transparent)]
+    Client(#[from] WorkerClientError),
+    /// The worker refused or could not be reached.
+    #[error("{code:?}: {message}")]
+    Refused { code: tonic::Code, message: String },
+}
+
+/// Why a job's results could not be replayed into its table.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("{0}")]
+    Subject(#[from] mtswarm_bus::BusError),
+    #[error("open stream {stream}: {source}")]
+    OpenStream {
+        stream: &'static str,
+        #[source]
+        source: NatsSource,
+    },
+    #[error("last result of job {job_id}: {source}")]
+    LastResult {
+        job_id: String,
+        #[source]
+        source: NatsSource,
+    },
+    #[error("replay consumer on {subject}: {source}")]
+    Consumer {
+        subject: String,
+        #[source]
+        source: NatsSource,
+    },
+    #[error("replay of {subject} stalled")]
+    Stalled { subject: String },
+    #[error("replay of {subject} ended early")]
+    EndedEarly { subject: String },
+    #[error("replay of {subject}: {source}")]
+    Read {
+        subject: String,
+        #[source]
+        source: NatsSource,
+    },
+}
+
+/// Why a job left behind by a previous leader could not be resumed.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error("the job's spec is no longer valid here: {0}")]
+    InvalidSpec(#[source] ValidateError),
+    #[error("the job's results could not be replayed: {0}")]
+    Replay(#[source] ReplayError),
+}
+
+/// Why an agent's session could not be cancelled.
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    /// The job has no agent of that name.
+    #[error("no agent named {agent_id:?} in this job")]
+    UnknownAgent { agent_id: String },
+    #[error(transparent)]
+    Client(#[from] WorkerClientError),
+    /// The worker answered `CancelSession` with an error.
+    #[error("worker {worker_id}: {message}")]
+    Worker { worker_id: String, message: String },
 }

@@ -71,6 +71,7 @@
 //! - Per-message work (results, events, approvals) is a lookup by id; none
 //!   of it scans all jobs.
 
+mod answer;
 pub mod approvals;
 pub mod config;
 mod daemon;
@@ -78,22 +79,28 @@ pub mod digest;
 pub mod error;
 pub mod fleet;
 mod grounding;
+mod ids;
+mod job;
 pub mod journal;
 pub mod outcome;
+mod placement;
 pub mod policy;
+mod prompt;
 mod reassign;
+mod result_consumer;
 pub mod results;
 pub mod runner;
 mod scheduler;
 mod service;
 mod shared;
 pub mod tools;
+mod trigger;
 pub mod validate;
 
 pub use config::{LeaderConfig, ModelFactory, SubmitLimits};
 pub use daemon::{LeaderDaemon, LeaderHandle};
 pub use error::LeaderError;
+pub use ids::LEADER_AGENT_ID;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
 pub use policy::BuiltinLeaderPolicy;
 pub use results::LeaderCounters;
-pub use runner::LEADER_AGENT_ID;

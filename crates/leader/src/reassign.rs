@@ -56,35 +56,12 @@ use mtswarm_bus::{KvChange, LeaseEvent, v1};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use crate::fleet::{parse_selector, read_fleet};
-use crate::runner::{LEADER_AGENT_ID, leader_session_id};
+use crate::fleet::parse_selector;
+use crate::ids::{LEADER_AGENT_ID, leader_session_id};
+use crate::job::{AgentEntry, JobContext};
+use crate::placement::{fleet_view, spawn_on};
 use crate::shared::Shared;
-use crate::tools::{AgentEntry, JobContext, spawn_on};
-
-/// Why an agent may have to move.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Trigger {
-    /// A slice's lease lapsed, was released, or names another session.
-    Lease {
-        slice_id: String,
-        reason: String,
-        cause_at: SystemTime,
-    },
-    /// A slice was quarantined.
-    Quarantined {
-        slice_id: String,
-        reason: String,
-        cause_at: SystemTime,
-    },
-    /// A fenced result of a task's current attempt.
-    Fenced {
-        job_id: String,
-        task_id: String,
-        attempt: u32,
-        reason: String,
-        cause_at: SystemTime,
-    },
-}
+use crate::trigger::Trigger;
 
 /// The latest lease record seen per slice (for lapse times).
 type LeaseCache = Arc<DashMap<String, v1::SliceLease>>;
@@ -524,15 +501,7 @@ impl Reassigner {
                 return false;
             }
         };
-        let view = match read_fleet(
-            &shared.workers,
-            &shared.leases,
-            &shared.quarantine,
-            selector.as_ref(),
-            shared.config.worker_stale_after,
-        )
-        .await
-        {
+        let view = match fleet_view(shared, selector.as_ref()).await {
             Ok(view) => view,
             Err(error) => {
                 tracing::warn!(%error, job_id = %context.job_id, agent_id, "fleet not readable; reassignment retried on the next sweep");
@@ -596,7 +565,7 @@ impl Reassigner {
             context
                 .agents()
                 .insert(agent_id.to_string(), candidate.clone());
-            match spawn_on(context, &candidate, &descriptor.slice_id, true).await {
+            match spawn_on(shared, context, &candidate, &descriptor.slice_id, true).await {
                 // A worker that still runs the session elsewhere answers
                 // with that placement: not a move.
                 Ok(response)
@@ -660,9 +629,9 @@ impl Reassigner {
             // slice. In the background: a dead worker only times out.
             let old = agent.clone();
             let new_slice = moved.slice_id.clone();
-            let context = context.clone();
+            let shared = self.shared.clone();
             tokio::spawn(async move {
-                let Ok(mut client) = context.shared.worker_client(&old.endpoint) else {
+                let Ok(mut client) = shared.worker_client(&old.endpoint) else {
                     return;
                 };
                 let request = v1::CancelSessionRequest {
@@ -698,7 +667,7 @@ impl Reassigner {
             assignment.slice_id = agent.slice_id.clone();
             assignment.session_id = agent.session_id.clone();
             assignment.resume_from_checkpoint = true;
-            assignment.result_token = context.shared.result_token(
+            assignment.result_token = self.shared.result_token(
                 &assignment.job_id,
                 &assignment.task_id,
                 assignment.attempt,

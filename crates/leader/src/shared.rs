@@ -1,6 +1,10 @@
 //! What every part of the daemon shares: the bus and its stores, the job
 //! journal, the result tables, the running job runners, the admission
 //! scheduler, the reassigner's trigger queue and the settings.
+//!
+//! A plain struct of handles, low in the layering: it imports only the
+//! types it holds (job state, result tables, journal, scheduler), never the
+//! parts that use it (runner, tools, reassigner, result consumer).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,12 +16,12 @@ use mtswarm_bus::{Approvals, Bus, Jobs, Leases, Quarantine, Workers, v1};
 use tonic::transport::Channel;
 
 use crate::config::{LeaderConfig, ModelFactory};
+use crate::error::WorkerClientError;
+use crate::job::{JobContext, PendingStart, RunnerHandle};
 use crate::journal::Journal;
-use crate::reassign::Trigger;
 use crate::results::ResultTable;
-use crate::runner::{PendingStart, RunnerHandle};
 use crate::scheduler::Scheduler;
-use crate::tools::JobContext;
+use crate::trigger::Trigger;
 
 /// A client of a worker daemon's `Worker` service, as the leader calls it.
 pub(crate) type WorkerClient = v1::worker_client::WorkerClient<
@@ -27,6 +31,7 @@ pub(crate) type WorkerClient = v1::worker_client::WorkerClient<
     >,
 >;
 
+/// The daemon's shared handles and settings (one per leader process).
 pub(crate) struct Shared {
     pub config: LeaderConfig,
     /// Canonical kernel root.
@@ -60,6 +65,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// A fresh job's context on this daemon's bus, jobs KV and result
+    /// tables (the job's table is registered here).
+    pub fn job_context(
+        &self,
+        job_id: String,
+        spec: v1::JobSpec,
+        kernel_dir: PathBuf,
+        deadline: std::time::SystemTime,
+    ) -> JobContext {
+        let results = self.results.job(&job_id);
+        JobContext::new(
+            job_id,
+            spec,
+            kernel_dir,
+            self.bus.clone(),
+            self.jobs.clone(),
+            results,
+            deadline,
+        )
+    }
+
     /// Hands a trigger to the reassigner (dropped when it has stopped).
     pub fn trigger_reassign(&self, trigger: Trigger) {
         let _ = self.reassign_tx.send(trigger);
@@ -100,13 +126,16 @@ impl Shared {
     /// trace context and gives up after the configured call timeout.
     /// The call presents the leader's token (`LeaderConfig::worker_auth`),
     /// over TLS for `https://` endpoints.
-    pub fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, String> {
+    pub fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, WorkerClientError> {
         let timeout: Duration = self.config.worker_call_timeout;
         let channel = self
             .config
             .worker_auth
             .endpoint(endpoint, timeout)
-            .map_err(|e| format!("worker endpoint {endpoint:?}: {e}"))?
+            .map_err(|source| WorkerClientError {
+                endpoint: endpoint.to_string(),
+                source,
+            })?
             .timeout(timeout)
             .connect_lazy();
         Ok(v1::worker_client::WorkerClient::with_interceptor(
