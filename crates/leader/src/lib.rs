@@ -23,8 +23,9 @@
 //! [`tools`]; every step's loop state is stored in
 //! `JobRecord.leader_state_json`. `spawn_agent` calls `Worker.SpawnSession`,
 //! `assign_task` publishes a `TaskAssignment` (attempt 1) from inside the
-//! tool span, and the single durable result consumer ([`results`]) fills the
-//! job's result table that `collect_result` waits on; `collect_result`
+//! tool span, and the single durable result consumer (`result_consumer`)
+//! fills the job's result table ([`results`]) that `collect_result` waits
+//! on; `collect_result`
 //! returns a compact summary within a fixed budget and `result_details`
 //! pages through the candidates ([`digest`]). When the loop answers, the
 //! job's typed outcome is computed from the accepted results' records in
@@ -59,6 +60,29 @@
 //! `MTSWARM_JOB_EVENTS` (subjects `mtswarm.jobevent.<job_id>`) into which
 //! the leader relays every agent event, approval request and decision,
 //! accepted task result and state change.
+//!
+//! # Modules, lowest layer first
+//!
+//! Each module imports only modules above it in this list (no cycles;
+//! `.ci/module_cycles.py` checks it):
+//!
+//! - `ids`: the leader's agent and session ids, call keys, task ids;
+//!   [`error`]: the error enums; `answer`: the final answer's JSON block.
+//! - [`config`], [`policy`] (the builtin leader model), [`fleet`] (joining
+//!   workers, leases and quarantine), [`validate`], `scheduler`
+//!   (admission), [`digest`] (tool output budgets).
+//! - [`results`]: the per-job result tables; [`journal`]: the job event
+//!   stream; `trigger`: the reassigner's queue messages.
+//! - `job`: the job's durable state (`JobContext`, agent entries, task
+//!   records and their writes into the `JobRecord`), the admitted and the
+//!   running job's handles.
+//! - `shared`: the daemon's shared handles (a plain struct).
+//! - `placement`: the one fleet view, `SpawnSession`, cancelling agents.
+//! - [`tools`] (one file per tool), `prompt`, [`approvals`] (the broker
+//!   and the leader loop's own approval wait), `result_consumer`,
+//!   `grounding` (the completion gate), [`outcome`], `reassign`.
+//! - [`runner`]: state transitions, resume, the event relay, the loop.
+//! - `service` (the `Control` gRPC service) and `daemon` (start, stop).
 //!
 //! # Invariants
 //!
@@ -99,7 +123,7 @@ pub mod validate;
 
 pub use config::{LeaderConfig, ModelFactory, SubmitLimits};
 pub use daemon::{LeaderDaemon, LeaderHandle};
-pub use error::LeaderError;
+pub use error::{LeaderError, ModelFactoryError};
 pub use ids::LEADER_AGENT_ID;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
 pub use policy::BuiltinLeaderPolicy;

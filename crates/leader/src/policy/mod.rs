@@ -189,13 +189,26 @@ impl<'a> History<'a> {
         self.results.get(call.id.as_str()).copied()
     }
 
-    /// The JSON result of a call, or the error text it got.
-    fn json_result(&self, call: &ToolCall) -> Result<Value, String> {
-        let content = self
-            .result(call)
-            .ok_or_else(|| format!("no result for {}", call.name))?;
-        serde_json::from_str(content).map_err(|_| content.to_string())
+    /// The JSON result of a call, or what it got instead.
+    fn json_result(&self, call: &ToolCall) -> Result<Value, CallResultError> {
+        let content = self.result(call).ok_or_else(|| CallResultError::Missing {
+            tool: call.name.clone(),
+        })?;
+        serde_json::from_str(content).map_err(|_| CallResultError::NotJson {
+            text: content.to_string(),
+        })
     }
+}
+
+/// Why a tool call of the history has no JSON result.
+#[derive(Debug, thiserror::Error)]
+enum CallResultError {
+    /// The call has no result message (yet).
+    #[error("no result for {tool}")]
+    Missing { tool: String },
+    /// The tool answered with text, not JSON: an error message (kept as is).
+    #[error("{text}")]
+    NotJson { text: String },
 }
 
 fn failure(error: &str) -> String {
@@ -264,7 +277,7 @@ impl BuiltinLeaderPolicy {
                     Some(agent) => agents.push(agent.to_string()),
                     None => refusals.push(value.to_string()),
                 },
-                Err(error) => refusals.push(error),
+                Err(error) => refusals.push(error.to_string()),
             }
         }
         if agents.is_empty() {
