@@ -6,20 +6,28 @@ use std::net::SocketAddr;
 /// Errors of [`crate::LeaderDaemon`].
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
+    /// The configuration cannot work (named in the message).
     #[error("invalid leader configuration: {0}")]
     InvalidConfig(String),
+    /// Connecting to NATS or setting up its streams and buckets failed.
     #[error("NATS: {0}")]
     Bus(#[from] mtswarm_bus::BusError),
+    /// The gRPC listener could not be bound.
     #[error("cannot bind the gRPC listener on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// The gRPC reflection service could not be built.
     #[error("gRPC reflection service: {0}")]
     Reflection(String),
+    /// The job event journal could not be set up.
     #[error("job event stream: {0}")]
     JobEvents(#[source] JournalError),
+    /// The gRPC server stopped with an error.
     #[error("gRPC server failed: {0}")]
     Server(String),
 }
@@ -36,42 +44,54 @@ pub enum JournalError {
     /// The journal stream could not be created or updated.
     #[error("cannot create stream {stream}: {source}")]
     CreateStream {
+        /// The JetStream stream involved.
         stream: &'static str,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
     /// A publish to the job's subject failed.
     #[error("publish to {subject}: {source}")]
     Publish {
+        /// The subject involved.
         subject: String,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
     /// The stream did not acknowledge a confirmed append.
     #[error("publish to {subject} not acknowledged: {source}")]
     NotAcknowledged {
+        /// The subject involved.
         subject: String,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
     /// The journal stream could not be opened.
     #[error("open stream {stream}: {source}")]
     OpenStream {
+        /// The JetStream stream involved.
         stream: &'static str,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
     /// The ordered consumer of a watch could not be created.
     #[error("ordered consumer on {stream}: {source}")]
     Consumer {
+        /// The JetStream stream involved.
         stream: &'static str,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
     /// Reading the next entry failed.
     #[error("reading {stream}: {source}")]
     Read {
+        /// The JetStream stream involved.
         stream: &'static str,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
@@ -81,7 +101,9 @@ pub enum JournalError {
     /// An entry is not a `JobEvent`.
     #[error("journal entry {sequence} is not a JobEvent: {source}")]
     Decode {
+        /// The entry's stream sequence.
         sequence: u64,
+        /// The underlying error.
         #[source]
         source: prost::DecodeError,
     },
@@ -98,33 +120,57 @@ pub struct SelectorError(#[from] pub mtswarm_hw::fleet::SelectorError);
 pub enum ValidateError {
     /// A path that must be relative is absolute.
     #[error("{what} {path:?} must be relative")]
-    NotRelative { what: &'static str, path: String },
+    NotRelative {
+        /// Which path the request named (`kernel_dir`, `path`).
+        what: &'static str,
+        /// The path as given.
+        path: String,
+    },
     /// A path climbs out with `..` (or names a root).
     #[error("{what} {path:?} must not contain `..`")]
-    ParentDir { what: &'static str, path: String },
+    ParentDir {
+        /// Which path the request named (`kernel_dir`, `path`).
+        what: &'static str,
+        /// The path as given.
+        path: String,
+    },
     /// No kernel directory given.
     #[error("kernel_dir is empty: name a kernel directory under the kernel root")]
     EmptyKernelDir,
     /// The kernel directory is not a directory under the kernel root.
     #[error("unknown kernel directory {kernel_dir:?}: no such directory under the kernel root {}", root.display())]
     UnknownKernelDir {
+        /// The kernel directory as given.
         kernel_dir: String,
+        /// The leader's kernel root.
         root: std::path::PathBuf,
     },
     /// The file does not exist.
     #[error("{path:?} does not exist in the kernel directory")]
-    NoSuchFile { path: String },
+    NoSuchFile {
+        /// The path as given.
+        path: String,
+    },
     /// The file resolves (through a link) outside the kernel directory.
     #[error("{path:?} leaves the kernel directory")]
-    OutsideKernelDir { path: String },
+    OutsideKernelDir {
+        /// The path as given.
+        path: String,
+    },
     /// The path names a directory or a special file.
     #[error("{path:?} is not a regular file")]
-    NotAFile { path: String },
+    NotAFile {
+        /// The path as given.
+        path: String,
+    },
     /// A budget above the leader's limit.
     #[error("bad budgets: {name} {value} exceeds the limit {limit}")]
     BudgetOverLimit {
+        /// The budget's field name.
         name: &'static str,
+        /// The requested value.
         value: String,
+        /// The leader's limit.
         limit: String,
     },
     /// `device_seconds` is negative or not finite.
@@ -149,43 +195,73 @@ pub enum ValidateError {
     EmptyGoal,
     /// The goal is above the size limit.
     #[error("goal is too large: {bytes} bytes (limit {limit})")]
-    GoalTooLarge { bytes: usize, limit: usize },
+    GoalTooLarge {
+        /// The goal's size in bytes.
+        bytes: usize,
+        /// The leader's limit.
+        limit: usize,
+    },
     /// The slice selector does not parse.
     #[error("bad slice_selector: {0}")]
     Selector(#[source] SelectorError),
     /// More agents requested than allowed.
     #[error("num_agents {requested} exceeds the limit {limit}")]
-    TooManyAgents { requested: u32, limit: u32 },
+    TooManyAgents {
+        /// The number of agents requested.
+        requested: u32,
+        /// The leader's limit.
+        limit: u32,
+    },
     /// More `@path` references than allowed.
     #[error("goal references {count} files with @path (limit {limit})")]
-    TooManyAttachments { count: usize, limit: usize },
+    TooManyAttachments {
+        /// The number of `@path` references.
+        count: usize,
+        /// The leader's limit.
+        limit: usize,
+    },
     /// An `@path` reference does not name a usable file.
     #[error("attachment @{reference}: {source}")]
     Attachment {
+        /// The `@path` reference.
         reference: String,
+        /// The underlying error.
         #[source]
         source: Box<ValidateError>,
     },
     /// An attachment could not be read.
     #[error("attachment @{reference}: {source}")]
     AttachmentIo {
+        /// The `@path` reference.
         reference: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
     /// One attachment is above the size limit.
     #[error("attachment @{reference} is too large: {size} bytes (limit {limit})")]
     AttachmentTooLarge {
+        /// The `@path` reference.
         reference: String,
+        /// The attachment's size in bytes.
         size: u64,
+        /// The leader's limit.
         limit: u64,
     },
     /// The attachments together are above the size limit.
     #[error("attachments are too large together: more than {total} bytes (limit {limit})")]
-    AttachmentsTooLarge { total: u64, limit: u64 },
+    AttachmentsTooLarge {
+        /// The attachments' size so far, in bytes.
+        total: u64,
+        /// The leader's limit.
+        limit: u64,
+    },
     /// An attachment is not text.
     #[error("attachment @{reference} is not UTF-8 text")]
-    AttachmentNotUtf8 { reference: String },
+    AttachmentNotUtf8 {
+        /// The `@path` reference.
+        reference: String,
+    },
 }
 
 /// Admission refused: both the run slots and the queue are full.
@@ -194,7 +270,9 @@ pub enum ValidateError {
     "the leader is at its limits: max_active_jobs = {max_active} jobs running and max_queued_jobs = {max_queued} jobs queued; retry later"
 )]
 pub struct AdmissionError {
+    /// The configured maximum of running jobs.
     pub max_active: usize,
+    /// The configured maximum of queued jobs.
     pub max_queued: usize,
 }
 
@@ -202,7 +280,9 @@ pub struct AdmissionError {
 #[derive(Debug, thiserror::Error)]
 #[error("worker endpoint {endpoint:?}: {source}")]
 pub struct WorkerClientError {
+    /// The worker endpoint as recorded.
     pub endpoint: String,
+    /// The underlying error.
     #[source]
     pub source: mtswarm_auth::AuthError,
 }
@@ -215,7 +295,12 @@ pub enum SpawnError {
     Client(#[from] WorkerClientError),
     /// The worker refused or could not be reached.
     #[error("{code:?}: {message}")]
-    Refused { code: tonic::Code, message: String },
+    Refused {
+        /// The gRPC status code.
+        code: tonic::Code,
+        /// The status message.
+        message: String,
+    },
 }
 
 /// Why a job's results could not be replayed into its table.
@@ -227,34 +312,48 @@ pub enum ReplayError {
     /// The results stream could not be opened.
     #[error("open stream {stream}: {source}")]
     OpenStream {
+        /// The JetStream stream involved.
         stream: &'static str,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
     /// The job's last stored result could not be looked up.
     #[error("last result of job {job_id}: {source}")]
     LastResult {
+        /// The job involved.
         job_id: String,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
     /// The replay's ordered consumer could not be created.
     #[error("replay consumer on {subject}: {source}")]
     Consumer {
+        /// The subject involved.
         subject: String,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
     /// No message arrived for too long.
     #[error("replay of {subject} stalled")]
-    Stalled { subject: String },
+    Stalled {
+        /// The subject involved.
+        subject: String,
+    },
     /// The replay ended before the last stored result.
     #[error("replay of {subject} ended early")]
-    EndedEarly { subject: String },
+    EndedEarly {
+        /// The subject involved.
+        subject: String,
+    },
     /// Reading the next result failed.
     #[error("replay of {subject}: {source}")]
     Read {
+        /// The subject involved.
         subject: String,
+        /// The underlying error.
         #[source]
         source: NatsSource,
     },
@@ -276,13 +375,21 @@ pub enum ResumeError {
 pub enum CancelError {
     /// The job has no agent of that name.
     #[error("no agent named {agent_id:?} in this job")]
-    UnknownAgent { agent_id: String },
+    UnknownAgent {
+        /// The agent id asked for.
+        agent_id: String,
+    },
     /// No client for the worker's endpoint.
     #[error(transparent)]
     Client(#[from] WorkerClientError),
     /// The worker answered `CancelSession` with an error.
     #[error("worker {worker_id}: {message}")]
-    Worker { worker_id: String, message: String },
+    Worker {
+        /// The agent's worker.
+        worker_id: String,
+        /// The status message.
+        message: String,
+    },
 }
 
 /// Why a [`crate::ModelFactory`] built no model for a job (the job fails
@@ -300,7 +407,9 @@ pub enum ModelFactoryError {
         "job names model {model:?} but its endpoint is not usable (set JobSpec.model.base_url or MTSWARM_LLM_URL): {source}"
     )]
     JobEndpoint {
+        /// The model the job names.
         model: String,
+        /// The underlying error.
         #[source]
         source: mtswarm_llm::ConfigError,
     },

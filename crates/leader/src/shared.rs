@@ -33,41 +33,41 @@ pub(crate) type WorkerClient = v1::worker_client::WorkerClient<
 
 /// The daemon's shared handles and settings (one per leader process).
 pub(crate) struct Shared {
-    pub config: LeaderConfig,
+    pub(crate) config: LeaderConfig,
     /// Canonical kernel root.
-    pub kernel_root: PathBuf,
-    pub model_factory: ModelFactory,
-    pub bus: Bus,
-    pub jobs: Jobs,
-    pub approvals: Approvals,
-    pub workers: Workers,
-    pub leases: Leases,
-    pub quarantine: Quarantine,
-    pub journal: Journal,
-    pub results: Arc<ResultTable>,
+    pub(crate) kernel_root: PathBuf,
+    pub(crate) model_factory: ModelFactory,
+    pub(crate) bus: Bus,
+    pub(crate) jobs: Jobs,
+    pub(crate) approvals: Approvals,
+    pub(crate) workers: Workers,
+    pub(crate) leases: Leases,
+    pub(crate) quarantine: Quarantine,
+    pub(crate) journal: Journal,
+    pub(crate) results: Arc<ResultTable>,
     /// Job runners of this process, by job id.
-    pub runners: DashMap<String, RunnerHandle>,
+    pub(crate) runners: DashMap<String, RunnerHandle>,
     /// Slices this leader is spawning a session on right now (slice id ->
     /// session id), so two spawns never race for one slice before the
     /// worker's lease shows the session.
-    pub claimed_slices: DashMap<String, String>,
+    pub(crate) claimed_slices: DashMap<String, String>,
     /// Becomes true when the daemon shuts down (ends WatchJob streams).
-    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
     /// Admission: running and queued jobs.
-    pub scheduler: Scheduler<PendingStart>,
+    pub(crate) scheduler: Scheduler<PendingStart>,
     /// Contexts of the jobs this leader runs (or is about to run), by job id.
-    pub contexts: DashMap<String, Arc<JobContext>>,
+    pub(crate) contexts: DashMap<String, Arc<JobContext>>,
     /// Reassignment triggers for the reassigner.
-    pub reassign_tx: tokio::sync::mpsc::UnboundedSender<Trigger>,
+    pub(crate) reassign_tx: tokio::sync::mpsc::UnboundedSender<Trigger>,
     /// Smallest lease TTL seen in the lease records, in milliseconds (0 =
     /// none seen yet: the configured default applies).
-    pub lease_ttl_ms: AtomicU64,
+    pub(crate) lease_ttl_ms: AtomicU64,
 }
 
 impl Shared {
     /// A fresh job's context on this daemon's bus, jobs KV and result
     /// tables (the job's table is registered here).
-    pub fn job_context(
+    pub(crate) fn job_context(
         &self,
         job_id: String,
         spec: v1::JobSpec,
@@ -87,13 +87,13 @@ impl Shared {
     }
 
     /// Hands a trigger to the reassigner (dropped when it has stopped).
-    pub fn trigger_reassign(&self, trigger: Trigger) {
+    pub(crate) fn trigger_reassign(&self, trigger: Trigger) {
         let _ = self.reassign_tx.send(trigger);
     }
 
     /// The lease TTL the leader assumes: the smallest `ttl_seconds` of the
     /// lease records seen, else the configured default.
-    pub fn lease_ttl(&self) -> Duration {
+    pub(crate) fn lease_ttl(&self) -> Duration {
         match self.lease_ttl_ms.load(Ordering::Relaxed) {
             0 => self.config.default_lease_ttl,
             ms => Duration::from_millis(ms),
@@ -101,7 +101,7 @@ impl Shared {
     }
 
     /// The result token of one task attempt (empty without a result key).
-    pub fn result_token(&self, job_id: &str, task_id: &str, attempt: u32) -> String {
+    pub(crate) fn result_token(&self, job_id: &str, task_id: &str, attempt: u32) -> String {
         self.config
             .result_key
             .as_ref()
@@ -110,7 +110,7 @@ impl Shared {
     }
 
     /// Learns the TTL of a lease record.
-    pub fn observe_lease_ttl(&self, ttl_seconds: u32) {
+    pub(crate) fn observe_lease_ttl(&self, ttl_seconds: u32) {
         if ttl_seconds == 0 {
             return;
         }
@@ -126,7 +126,7 @@ impl Shared {
     /// trace context and gives up after the configured call timeout.
     /// The call presents the leader's token (`LeaderConfig::worker_auth`),
     /// over TLS for `https://` endpoints.
-    pub fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, WorkerClientError> {
+    pub(crate) fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, WorkerClientError> {
         let timeout: Duration = self.config.worker_call_timeout;
         let channel = self
             .config

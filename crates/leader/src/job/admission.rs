@@ -12,12 +12,12 @@ use crate::validate::Attachment;
 /// A job admitted to run (now or when a slot frees): everything its runner
 /// needs.
 pub(crate) struct PendingStart {
-    pub context: Arc<JobContext>,
-    pub attachments: Vec<Attachment>,
+    pub(crate) context: Arc<JobContext>,
+    pub(crate) attachments: Vec<Attachment>,
     /// The `leader.job` span the runner runs in.
-    pub span: tracing::Span,
+    pub(crate) span: tracing::Span,
     /// The leader loop's checkpoint to continue from (resumed jobs).
-    pub resume_state: Option<String>,
+    pub(crate) resume_state: Option<String>,
 }
 
 impl crate::scheduler::Pending for PendingStart {
@@ -36,7 +36,7 @@ pub(crate) struct RunnerHandle {
 impl RunnerHandle {
     /// The handle of a runner task: `cancel` asks it to stop, `done`
     /// becomes true once it recorded the job's final state.
-    pub fn new(
+    pub(crate) fn new(
         cancel: watch::Sender<Option<String>>,
         done: watch::Receiver<bool>,
         task: tokio::task::JoinHandle<()>,
@@ -45,18 +45,18 @@ impl RunnerHandle {
     }
 
     /// Asks the runner to cancel the loop and the agents.
-    pub fn cancel(&self, reason: &str) {
+    pub(crate) fn cancel(&self, reason: &str) {
         self.cancel.send_replace(Some(reason.to_string()));
     }
 
     /// Becomes true once the runner recorded the job's final state.
-    pub fn done(&self) -> watch::Receiver<bool> {
+    pub(crate) fn done(&self) -> watch::Receiver<bool> {
         self.done.clone()
     }
 
     /// Stops the runner without recording a final state (daemon shutdown:
     /// the job stays RUNNING with its last checkpoint).
-    pub fn abort(&self) {
+    pub(crate) fn abort(&self) {
         self.task.abort();
     }
 }

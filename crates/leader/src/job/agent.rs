@@ -6,13 +6,21 @@ use mtswarm_bus::v1;
 /// One agent the job spawned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentEntry {
+    /// The agent's id in the job (the `spawn_agent` name).
     pub agent_id: String,
+    /// The worker session that runs it (kept when the agent moves).
     pub session_id: String,
+    /// The worker daemon it runs on.
     pub worker_id: String,
+    /// The slice it runs on.
     pub slice_id: String,
+    /// The worker daemon's gRPC endpoint.
     pub endpoint: String,
+    /// The agent's role (e.g. `tuner`).
     pub role: String,
+    /// Its standing instructions.
     pub instructions: String,
+    /// Cancelled: no more tasks, never moved.
     pub cancelled: bool,
     /// Call key of the `spawn_agent` call that created the agent.
     pub spawn_call_id: String,

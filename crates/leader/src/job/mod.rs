@@ -23,23 +23,23 @@ pub use agent::AgentEntry;
 
 /// Per-job state the tools work on.
 pub(crate) struct JobContext {
-    pub job_id: String,
-    pub spec: v1::JobSpec,
-    pub kernel_dir: PathBuf,
+    pub(crate) job_id: String,
+    pub(crate) spec: v1::JobSpec,
+    pub(crate) kernel_dir: PathBuf,
     /// The bus the job's tasks are published on.
-    pub bus: Bus,
+    pub(crate) bus: Bus,
     /// The jobs KV holding the job's record.
-    pub jobs: Jobs,
-    pub results: Arc<JobResults>,
-    pub agents: Mutex<BTreeMap<String, AgentEntry>>,
+    pub(crate) jobs: Jobs,
+    pub(crate) results: Arc<JobResults>,
+    pub(crate) agents: Mutex<BTreeMap<String, AgentEntry>>,
     /// The job's task records as last written to the job record, by task id.
-    pub tasks: Mutex<BTreeMap<String, v1::TaskRecord>>,
-    pub deadline: SystemTime,
+    pub(crate) tasks: Mutex<BTreeMap<String, v1::TaskRecord>>,
+    pub(crate) deadline: SystemTime,
 }
 
 impl JobContext {
     /// A fresh job's context (no agents, no tasks yet).
-    pub fn new(
+    pub(crate) fn new(
         job_id: String,
         spec: v1::JobSpec,
         kernel_dir: PathBuf,
@@ -69,16 +69,16 @@ impl JobContext {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn agent_list(&self) -> Vec<AgentEntry> {
+    pub(crate) fn agent_list(&self) -> Vec<AgentEntry> {
         self.agents().values().cloned().collect()
     }
 
-    pub fn agent(&self, agent_id: &str) -> Option<AgentEntry> {
+    pub(crate) fn agent(&self, agent_id: &str) -> Option<AgentEntry> {
         self.agents().get(agent_id).cloned()
     }
 
     /// Tasks of `agent_id` without a result, as last recorded.
-    pub fn pending_tasks_of(&self, agent_id: &str) -> Vec<v1::TaskRecord> {
+    pub(crate) fn pending_tasks_of(&self, agent_id: &str) -> Vec<v1::TaskRecord> {
         self.tasks()
             .values()
             .filter(|t| !t.done)

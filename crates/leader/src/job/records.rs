@@ -11,7 +11,7 @@ use super::{AgentEntry, JobContext};
 
 impl JobContext {
     /// Writes (inserts or replaces) the agent's placement into the job record.
-    pub async fn store_placement(&self, entry: &AgentEntry) -> Result<(), BusError> {
+    pub(crate) async fn store_placement(&self, entry: &AgentEntry) -> Result<(), BusError> {
         let placement = entry.to_placement();
         self.jobs
             .modify(&self.job_id, |record| {
@@ -48,7 +48,7 @@ impl JobContext {
 
     /// Writes (inserts or replaces) task records into the job record;
     /// `new_tasks` of them count towards `tasks_total`.
-    pub async fn store_tasks(
+    pub(crate) async fn store_tasks(
         &self,
         records: &[v1::TaskRecord],
         new_tasks: u32,
@@ -113,7 +113,10 @@ impl JobContext {
 
     /// Publishes an assignment whose record is already stored, then records
     /// the publish (`assigned_at`). `Err` = not published.
-    pub async fn publish_recorded(&self, assignment: &v1::TaskAssignment) -> Result<(), BusError> {
+    pub(crate) async fn publish_recorded(
+        &self,
+        assignment: &v1::TaskAssignment,
+    ) -> Result<(), BusError> {
         let mut task = assignment.clone();
         let now = prost_types::Timestamp::from(SystemTime::now());
         task.assigned_at = Some(now);

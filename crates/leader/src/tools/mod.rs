@@ -78,8 +78,8 @@ mod spawn_agent;
 /// What every leader tool works with: the job's state and the daemon's
 /// shared handles.
 pub(crate) struct ToolEnv {
-    pub job: Arc<JobContext>,
-    pub shared: Arc<Shared>,
+    pub(crate) job: Arc<JobContext>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 /// The registry of leader tools for one job.
