@@ -13,12 +13,13 @@ use mtswarm_bus::{BusConfig, TopologyConfig, v1};
 use mtswarm_core::{AutoApprove, ChatModel};
 use mtswarm_llm::{OpenAiClient, OpenAiConfig};
 
+use crate::error::ModelFactoryError;
 use crate::policy::BuiltinLeaderPolicy;
 
 /// Builds the model that drives one job's leader loop. Gets the job's spec;
 /// an `Err` fails the job with that message.
 pub type ModelFactory =
-    Arc<dyn Fn(&v1::JobSpec) -> Result<Arc<dyn ChatModel>, String> + Send + Sync>;
+    Arc<dyn Fn(&v1::JobSpec) -> Result<Arc<dyn ChatModel>, ModelFactoryError> + Send + Sync>;
 
 /// Bounds SubmitJob enforces (each violation is an INVALID_ARGUMENT naming it).
 #[derive(Debug, Clone, PartialEq)]
@@ -189,8 +190,8 @@ impl LeaderConfig {
     ) -> ModelFactory {
         Arc::new(move |spec: &v1::JobSpec| {
             if let Some(config) = &llm {
-                let client = OpenAiClient::new(config.clone())
-                    .map_err(|e| format!("leader model configuration: {e}"))?;
+                let client =
+                    OpenAiClient::new(config.clone()).map_err(ModelFactoryError::Client)?;
                 return Ok(Arc::new(client) as Arc<dyn ChatModel>);
             }
             if let Some(settings) = spec.model.as_ref().filter(|m| !m.model.is_empty()) {
@@ -200,7 +201,9 @@ impl LeaderConfig {
                 // JobSpec, nor to an endpoint a job chose.
                 let job_url = settings.base_url.trim();
                 if !job_url.is_empty() {
-                    endpoints.check(job_url).map_err(|e| e.to_string())?;
+                    endpoints
+                        .check(job_url)
+                        .map_err(ModelFactoryError::Endpoint)?;
                 }
                 let url = if job_url.is_empty() {
                     std::env::var(mtswarm_llm::openai::ENV_URL)
@@ -220,14 +223,11 @@ impl LeaderConfig {
                     }
                     other => std::env::var(other).ok(),
                 })
-                .map_err(|e| {
-                    format!(
-                        "job names model {:?} but its endpoint is not usable (set JobSpec.model.base_url or MTSWARM_LLM_URL): {e}",
-                        settings.model
-                    )
+                .map_err(|source| ModelFactoryError::JobEndpoint {
+                    model: settings.model.clone(),
+                    source,
                 })?;
-                let client = OpenAiClient::new(config)
-                    .map_err(|e| format!("leader model configuration: {e}"))?;
+                let client = OpenAiClient::new(config).map_err(ModelFactoryError::Client)?;
                 return Ok(Arc::new(client) as Arc<dyn ChatModel>);
             }
             Ok(Arc::new(BuiltinLeaderPolicy::new()) as Arc<dyn ChatModel>)

@@ -22,7 +22,8 @@ use tonic::transport::server::TcpIncoming;
 use crate::config::LeaderConfig;
 use crate::error::LeaderError;
 use crate::journal::{self, Journal};
-use crate::results::{LeaderCounters, ResultTable, consume_results};
+use crate::result_consumer::consume_results;
+use crate::results::{LeaderCounters, ResultTable};
 use crate::service::ControlService;
 use crate::shared::Shared;
 

@@ -17,6 +17,8 @@ use mtswarm_hw::SliceSelector;
 use mtswarm_hw::board::Slice;
 use mtswarm_hw::fleet::parse_backend;
 
+use crate::error::SelectorError;
+
 /// Workers and their slices with a state each.
 #[derive(Debug, Clone, Default)]
 pub struct FleetView {
@@ -48,13 +50,11 @@ pub fn selector_matches(selector: Option<&SliceSelector>, slice: &v1::FleetSlice
 }
 
 /// Parses a selector string; empty or `*` means every slice.
-pub fn parse_selector(text: &str) -> Result<Option<SliceSelector>, String> {
+pub fn parse_selector(text: &str) -> Result<Option<SliceSelector>, SelectorError> {
     if text.trim().is_empty() {
         return Ok(None);
     }
-    SliceSelector::parse(text)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    SliceSelector::parse(text).map(Some).map_err(SelectorError)
 }
 
 /// True when the worker's last heartbeat is older than `stale_after` (a

@@ -19,6 +19,8 @@ use futures::{Stream, StreamExt as _};
 use mtswarm_bus::{Bus, TopologyConfig, subjects, v1};
 use prost::Message as _;
 
+use crate::error::JournalError;
+
 /// Stream holding every job's events.
 pub const JOB_EVENTS_STREAM: &str = "MTSWARM_JOB_EVENTS";
 /// Wildcard of the journal subjects.
@@ -33,7 +35,7 @@ pub fn job_events_subject(job_id: &str) -> Result<String, mtswarm_bus::BusError>
 }
 
 /// Boxed stream of journal entries (sequence filled in).
-pub type JobEventStream = Pin<Box<dyn Stream<Item = Result<v1::JobEvent, String>> + Send>>;
+pub type JobEventStream = Pin<Box<dyn Stream<Item = Result<v1::JobEvent, JournalError>> + Send>>;
 
 /// Writer and reader of the job event journal.
 #[derive(Clone, Debug)]
@@ -47,7 +49,7 @@ fn now() -> prost_types::Timestamp {
 
 impl Journal {
     /// Creates or updates the journal stream (same limits as the events stream).
-    pub async fn ensure(bus: &Bus, topology: &TopologyConfig) -> Result<Self, String> {
+    pub async fn ensure(bus: &Bus, topology: &TopologyConfig) -> Result<Self, JournalError> {
         bus.jetstream()
             .create_or_update_stream(stream::Config {
                 name: JOB_EVENTS_STREAM.to_string(),
@@ -62,7 +64,10 @@ impl Journal {
                 ..Default::default()
             })
             .await
-            .map_err(|e| format!("cannot create stream {JOB_EVENTS_STREAM}: {e}"))?;
+            .map_err(|e| JournalError::CreateStream {
+                stream: JOB_EVENTS_STREAM,
+                source: Box::new(e),
+            })?;
         Ok(Self { bus: bus.clone() })
     }
 
@@ -83,14 +88,21 @@ impl Journal {
     }
 
     /// Appends an event without waiting for the stream (progress events).
-    pub async fn append(&self, job_id: &str, event: v1::job_event::Event) -> Result<(), String> {
-        let subject = job_events_subject(job_id).map_err(|e| e.to_string())?;
+    pub async fn append(
+        &self,
+        job_id: &str,
+        event: v1::job_event::Event,
+    ) -> Result<(), JournalError> {
+        let subject = job_events_subject(job_id)?;
         let payload = Self::message(job_id, event).encode_to_vec();
         self.bus
             .client()
             .publish_with_headers(subject.clone(), Self::headers(), payload.into())
             .await
-            .map_err(|e| format!("publish to {subject}: {e}"))
+            .map_err(|e| JournalError::Publish {
+                subject,
+                source: Box::new(e),
+            })
     }
 
     /// Appends an event and waits until the stream stored it (state changes).
@@ -98,29 +110,42 @@ impl Journal {
         &self,
         job_id: &str,
         event: v1::job_event::Event,
-    ) -> Result<u64, String> {
-        let subject = job_events_subject(job_id).map_err(|e| e.to_string())?;
+    ) -> Result<u64, JournalError> {
+        let subject = job_events_subject(job_id)?;
         let payload = Self::message(job_id, event).encode_to_vec();
         let ack = self
             .bus
             .jetstream()
             .publish_with_headers(subject.clone(), Self::headers(), payload.into())
             .await
-            .map_err(|e| format!("publish to {subject}: {e}"))?
+            .map_err(|e| JournalError::Publish {
+                subject: subject.clone(),
+                source: Box::new(e),
+            })?
             .await
-            .map_err(|e| format!("publish to {subject} not acknowledged: {e}"))?;
+            .map_err(|e| JournalError::NotAcknowledged {
+                subject: subject.clone(),
+                source: Box::new(e),
+            })?;
         Ok(ack.sequence)
     }
 
     /// The job's events from `from_sequence` (0 = oldest retained), then live.
-    pub async fn watch(&self, job_id: &str, from_sequence: u64) -> Result<JobEventStream, String> {
-        let filter_subject = job_events_subject(job_id).map_err(|e| e.to_string())?;
+    pub async fn watch(
+        &self,
+        job_id: &str,
+        from_sequence: u64,
+    ) -> Result<JobEventStream, JournalError> {
+        let filter_subject = job_events_subject(job_id)?;
         let stream = self
             .bus
             .jetstream()
             .get_stream_no_info(JOB_EVENTS_STREAM)
             .await
-            .map_err(|e| format!("open stream {JOB_EVENTS_STREAM}: {e}"))?;
+            .map_err(|e| JournalError::OpenStream {
+                stream: JOB_EVENTS_STREAM,
+                source: Box::new(e),
+            })?;
         let deliver_policy = if from_sequence == 0 {
             DeliverPolicy::All
         } else {
@@ -135,19 +160,28 @@ impl Journal {
                 ..Default::default()
             })
             .await
-            .map_err(|e| format!("ordered consumer on {JOB_EVENTS_STREAM}: {e}"))?;
+            .map_err(|e| JournalError::Consumer {
+                stream: JOB_EVENTS_STREAM,
+                source: Box::new(e),
+            })?;
         let messages = consumer
             .messages()
             .await
-            .map_err(|e| format!("ordered consumer on {JOB_EVENTS_STREAM}: {e}"))?;
+            .map_err(|e| JournalError::Consumer {
+                stream: JOB_EVENTS_STREAM,
+                source: Box::new(e),
+            })?;
         Ok(Box::pin(messages.map(|item| {
-            let message = item.map_err(|e| format!("reading {JOB_EVENTS_STREAM}: {e}"))?;
+            let message = item.map_err(|e| JournalError::Read {
+                stream: JOB_EVENTS_STREAM,
+                source: Box::new(e),
+            })?;
             let sequence = message
                 .info()
                 .map(|info| info.stream_sequence)
-                .map_err(|e| format!("journal message metadata: {e}"))?;
+                .map_err(JournalError::Metadata)?;
             let mut event = v1::JobEvent::decode(message.payload.as_ref())
-                .map_err(|e| format!("journal entry {sequence} is not a JobEvent: {e}"))?;
+                .map_err(|source| JournalError::Decode { sequence, source })?;
             event.sequence = sequence;
             Ok(event)
         })))
@@ -221,7 +255,7 @@ pub(crate) async fn relay_agent_events(
                 continue;
             }
         };
-        if event.agent_id == crate::runner::LEADER_AGENT_ID {
+        if event.agent_id == crate::ids::LEADER_AGENT_ID {
             // The job runner journals its own loop's events itself.
             continue;
         }

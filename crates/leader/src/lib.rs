@@ -23,8 +23,9 @@
 //! [`tools`]; every step's loop state is stored in
 //! `JobRecord.leader_state_json`. `spawn_agent` calls `Worker.SpawnSession`,
 //! `assign_task` publishes a `TaskAssignment` (attempt 1) from inside the
-//! tool span, and the single durable result consumer ([`results`]) fills the
-//! job's result table that `collect_result` waits on; `collect_result`
+//! tool span, and the single durable result consumer (`result_consumer`)
+//! fills the job's result table ([`results`]) that `collect_result` waits
+//! on; `collect_result`
 //! returns a compact summary within a fixed budget and `result_details`
 //! pages through the candidates ([`digest`]). When the loop answers, the
 //! job's typed outcome is computed from the accepted results' records in
@@ -60,6 +61,29 @@
 //! the leader relays every agent event, approval request and decision,
 //! accepted task result and state change.
 //!
+//! # Modules, lowest layer first
+//!
+//! Each module imports only modules above it in this list (no cycles;
+//! `.ci/module_cycles.py` checks it):
+//!
+//! - `ids`: the leader's agent and session ids, call keys, task ids;
+//!   [`error`]: the error enums; `answer`: the final answer's JSON block.
+//! - [`config`], [`policy`] (the builtin leader model), [`fleet`] (joining
+//!   workers, leases and quarantine), [`validate`], `scheduler`
+//!   (admission), [`digest`] (tool output budgets).
+//! - [`results`]: the per-job result tables; [`journal`]: the job event
+//!   stream; `trigger`: the reassigner's queue messages.
+//! - `job`: the job's durable state (`JobContext`, agent entries, task
+//!   records and their writes into the `JobRecord`), the admitted and the
+//!   running job's handles.
+//! - `shared`: the daemon's shared handles (a plain struct).
+//! - `placement`: the one fleet view, `SpawnSession`, cancelling agents.
+//! - [`tools`] (one file per tool), `prompt`, [`approvals`] (the broker
+//!   and the leader loop's own approval wait), `result_consumer`,
+//!   `grounding` (the completion gate), [`outcome`], `reassign`.
+//! - [`runner`]: state transitions, resume, the event relay, the loop.
+//! - `service` (the `Control` gRPC service) and `daemon` (start, stop).
+//!
 //! # Invariants
 //!
 //! - SubmitJob stores nothing unless the whole request is valid.
@@ -71,6 +95,7 @@
 //! - Per-message work (results, events, approvals) is a lookup by id; none
 //!   of it scans all jobs.
 
+mod answer;
 pub mod approvals;
 pub mod config;
 mod daemon;
@@ -78,22 +103,28 @@ pub mod digest;
 pub mod error;
 pub mod fleet;
 mod grounding;
+mod ids;
+mod job;
 pub mod journal;
 pub mod outcome;
+mod placement;
 pub mod policy;
+mod prompt;
 mod reassign;
+mod result_consumer;
 pub mod results;
 pub mod runner;
 mod scheduler;
 mod service;
 mod shared;
 pub mod tools;
+mod trigger;
 pub mod validate;
 
 pub use config::{LeaderConfig, ModelFactory, SubmitLimits};
 pub use daemon::{LeaderDaemon, LeaderHandle};
-pub use error::LeaderError;
+pub use error::{LeaderError, ModelFactoryError};
+pub use ids::LEADER_AGENT_ID;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
 pub use policy::BuiltinLeaderPolicy;
 pub use results::LeaderCounters;
-pub use runner::LEADER_AGENT_ID;

@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, HashMap};
 use mtswarm_bus::results::{CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
 use mtswarm_bus::v1;
 
+use crate::job::JobContext;
 use crate::results::TaskView;
 use crate::shared::Shared;
-use crate::tools::JobContext;
 
 /// Records read for one job's outcome at most.
 const MAX_OUTCOME_RECORDS: usize = 100_000;

@@ -21,15 +21,11 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use dashmap::DashMap;
-use futures::StreamExt as _;
-use mtswarm_bus::{ResultConsumerConfig, subjects, v1};
+use mtswarm_bus::v1;
 use tokio::sync::Notify;
-
-use crate::shared::Shared;
 
 /// What happened to an offered result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -339,14 +335,14 @@ pub struct LeaderCounters {
 
 #[derive(Debug, Default)]
 pub(crate) struct AtomicCounters {
-    accepted: AtomicU64,
-    restored: AtomicU64,
-    duplicate: AtomicU64,
-    stale: AtomicU64,
-    fenced: AtomicU64,
-    unknown_task: AtomicU64,
+    pub(crate) accepted: AtomicU64,
+    pub(crate) restored: AtomicU64,
+    pub(crate) duplicate: AtomicU64,
+    pub(crate) stale: AtomicU64,
+    pub(crate) fenced: AtomicU64,
+    pub(crate) unknown_task: AtomicU64,
     pub(crate) reassigned: AtomicU64,
-    forged: AtomicU64,
+    pub(crate) forged: AtomicU64,
 }
 
 impl AtomicCounters {
@@ -389,288 +385,6 @@ impl ResultTable {
     /// The counters so far.
     pub fn counters(&self) -> LeaderCounters {
         self.counters.snapshot()
-    }
-}
-
-/// Offers one result (from the live consumer or a replay) to its job's
-/// table and does what the outcome asks: record and journal an accepted
-/// result, log and count the rest, hand a fenced current attempt to the
-/// reassigner. Returns `None` when the job has no table here.
-pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> Option<Acceptance> {
-    let Some(job) = shared.results.get(&result.job_id) else {
-        tracing::debug!(
-            job_id = %result.job_id,
-            task_id = %result.task_id,
-            "result for a job not running on this leader; left in the results stream for its resume"
-        );
-        return None;
-    };
-    let counters = &shared.results.counters;
-    // Only the session the attempt was placed on got its token.
-    if let Some(key) = &shared.config.result_key
-        && !key.verify(
-            &result.job_id,
-            &result.task_id,
-            result.attempt,
-            &result.result_token,
-        )
-    {
-        counters.forged.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            job_id = %result.job_id,
-            task_id = %result.task_id,
-            attempt = result.attempt,
-            worker_id = %result.worker_id,
-            session_id = %result.session_id,
-            "result dropped: its token is not the one issued for this attempt"
-        );
-        return None;
-    }
-    let acceptance = job.offer(result);
-    match &acceptance {
-        Acceptance::Accepted => {
-            counters.accepted.fetch_add(1, Ordering::Relaxed);
-            accepted(shared, result).await;
-            job.publish_accepted(&result.task_id);
-        }
-        Acceptance::Restored => {
-            counters.restored.fetch_add(1, Ordering::Relaxed);
-        }
-        Acceptance::Duplicate => {
-            counters.duplicate.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(
-                job_id = %result.job_id,
-                task_id = %result.task_id,
-                attempt = result.attempt,
-                "duplicate result dropped (task already has a result)"
-            );
-        }
-        Acceptance::Stale { current_attempt } => {
-            counters.stale.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                job_id = %result.job_id,
-                task_id = %result.task_id,
-                attempt = result.attempt,
-                current_attempt,
-                fenced = result.fenced,
-                "result of a stale attempt dropped"
-            );
-        }
-        Acceptance::FencedCurrent => {
-            counters.fenced.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                job_id = %result.job_id,
-                task_id = %result.task_id,
-                attempt = result.attempt,
-                error = %result.error,
-                "fenced result of the current attempt; reassigning the task"
-            );
-            let cause_at = result
-                .finished_at
-                .and_then(|t| SystemTime::try_from(t).ok())
-                .unwrap_or_else(SystemTime::now);
-            shared.trigger_reassign(crate::reassign::Trigger::Fenced {
-                job_id: result.job_id.clone(),
-                task_id: result.task_id.clone(),
-                attempt: result.attempt,
-                reason: format!("fenced result: {}", result.error),
-                cause_at,
-            });
-        }
-        Acceptance::UnknownTask => {
-            counters.unknown_task.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                job_id = %result.job_id,
-                task_id = %result.task_id,
-                "result for a task this job never assigned dropped"
-            );
-        }
-    }
-    Some(acceptance)
-}
-
-/// Consumes `mtswarm.result.>` with the leader's durable consumer until
-/// `shutdown` fires: hands each result to [`handle_result`] and acks every
-/// message once handled. A result for a job not running here is acked too:
-/// the results stream keeps it, and the job's resume replays it (see the
-/// module docs). The consumer and its message stream are re-created with
-/// backoff whenever they fail (NATS restart), forever.
-pub(crate) async fn consume_results(
-    shared: Arc<Shared>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    const MAX_BACKOFF: Duration = Duration::from_secs(2);
-    let mut backoff = Duration::from_millis(200);
-    let consumer_name = shared.config.result_consumer_name.clone();
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        let messages = match shared
-            .bus
-            .result_consumer(ResultConsumerConfig::new(consumer_name.clone()))
-            .await
-        {
-            Ok(consumer) => consumer.messages().await,
-            Err(error) => Err(error),
-        };
-        let mut messages = match messages {
-            Ok(messages) => messages,
-            Err(error) => {
-                tracing::warn!(%error, ?backoff, "result consumer unavailable; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.changed() => return,
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(200);
-        let mut failures_in_a_row = 0u32;
-        loop {
-            let item = tokio::select! {
-                item = messages.next() => item,
-                _ = shutdown.changed() => return,
-            };
-            let Some(item) = item else { break };
-            let delivery = match item {
-                Ok(delivery) => delivery,
-                Err(error) => {
-                    // While the server is away the stream reports missed
-                    // heartbeats; after a few, re-create the consumer.
-                    failures_in_a_row += 1;
-                    tracing::warn!(%error, failures_in_a_row, "result delivery failed");
-                    if failures_in_a_row >= 3 {
-                        break;
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                        _ = shutdown.changed() => return,
-                    }
-                    continue;
-                }
-            };
-            failures_in_a_row = 0;
-            let result = delivery.message().clone();
-            handle_result(&shared, &result).await;
-            if let Err(error) = delivery.ack().await {
-                tracing::warn!(%error, task_id = %result.task_id, "result ack failed; it will be redelivered and deduplicated");
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = shutdown.changed() => return,
-        }
-    }
-}
-
-/// Offers every result stored so far on the job's results subject (oldest
-/// first) to its table; the table must be registered before. Returns the
-/// number of results read.
-pub(crate) async fn replay_job_results(shared: &Shared, job_id: &str) -> Result<usize, String> {
-    let subject = subjects::result(job_id).map_err(|e| e.to_string())?;
-    let stream = shared
-        .bus
-        .jetstream()
-        .get_stream_no_info(subjects::RESULTS_STREAM)
-        .await
-        .map_err(|e| format!("open stream {}: {e}", subjects::RESULTS_STREAM))?;
-    // Everything stored up to now; later results reach the live consumer,
-    // which finds the registered table.
-    let last = match stream.get_last_raw_message_by_subject(&subject).await {
-        Ok(message) => message.sequence,
-        Err(error)
-            if error.kind()
-                == async_nats::jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
-        {
-            return Ok(0);
-        }
-        Err(error) => return Err(format!("last result of job {job_id}: {error}")),
-    };
-    let consumer = stream
-        .create_consumer(pull::OrderedConfig {
-            filter_subject: subject.clone(),
-            deliver_policy: DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| format!("replay consumer on {subject}: {e}"))?;
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| format!("replay consumer on {subject}: {e}"))?;
-    let mut read = 0;
-    loop {
-        let message = tokio::time::timeout(Duration::from_secs(30), messages.next())
-            .await
-            .map_err(|_| format!("replay of {subject} stalled"))?;
-        let Some(message) = message else {
-            return Err(format!("replay of {subject} ended early"));
-        };
-        let message = message.map_err(|e| format!("replay of {subject}: {e}"))?;
-        let sequence = message.info().map(|i| i.stream_sequence).unwrap_or(last);
-        match mtswarm_bus::codec::decode::<v1::TaskResult>(
-            &subject,
-            message.headers.as_ref(),
-            &message.payload,
-        ) {
-            Ok(result) => {
-                read += 1;
-                handle_result(shared, &result).await;
-            }
-            Err(error) => tracing::warn!(%error, sequence, "undecodable result skipped in replay"),
-        }
-        if sequence >= last {
-            return Ok(read);
-        }
-    }
-}
-
-/// Records an accepted result: the task's record is marked done with its
-/// status, the job's counters and usage grow, and the result is journaled.
-async fn accepted(shared: &Shared, result: &v1::TaskResult) {
-    let usage = result.usage.unwrap_or_default();
-    let finished_at = result
-        .finished_at
-        .unwrap_or_else(|| prost_types::Timestamp::from(SystemTime::now()));
-    if let Err(error) = shared
-        .jobs
-        .modify(&result.job_id, |job| {
-            if let Some(task) = job.tasks.iter_mut().find(|t| {
-                t.assignment
-                    .as_ref()
-                    .is_some_and(|a| a.task_id == result.task_id)
-            }) {
-                if task.done {
-                    return;
-                }
-                task.done = true;
-                task.status = result.status;
-                task.finished_at = Some(finished_at);
-            }
-            job.tasks_done = job.tasks_done.saturating_add(1);
-            let total = job.usage.get_or_insert_with(Default::default);
-            total.steps = total.steps.saturating_add(usage.steps);
-            total.prompt_tokens = total.prompt_tokens.saturating_add(usage.prompt_tokens);
-            total.completion_tokens = total
-                .completion_tokens
-                .saturating_add(usage.completion_tokens);
-            total.device_seconds += usage.device_seconds;
-        })
-        .await
-    {
-        tracing::warn!(%error, job_id = %result.job_id, "job record not updated with a result");
-    }
-    if let Err(error) = shared
-        .journal
-        .append(
-            &result.job_id,
-            v1::job_event::Event::TaskResult(result.clone()),
-        )
-        .await
-    {
-        tracing::warn!(%error, job_id = %result.job_id, "task result not journaled");
     }
 }
 

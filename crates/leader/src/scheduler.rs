@@ -13,6 +13,8 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+use crate::error::AdmissionError;
+
 /// A place taken by [`Scheduler::reserve`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a reservation must be committed or cancelled"]
@@ -62,7 +64,7 @@ impl<P: Pending> Scheduler<P> {
 
     /// Takes a run place, else a queue place; `Err` names the limits when
     /// both are exhausted.
-    pub fn reserve(&self) -> Result<Ticket, String> {
+    pub fn reserve(&self) -> Result<Ticket, AdmissionError> {
         let mut state = self.lock();
         if state.running + state.reserved_run < self.max_active {
             state.reserved_run += 1;
@@ -72,10 +74,10 @@ impl<P: Pending> Scheduler<P> {
             state.reserved_queue += 1;
             return Ok(Ticket::Queue);
         }
-        Err(format!(
-            "the leader is at its limits: max_active_jobs = {} jobs running and max_queued_jobs = {} jobs queued; retry later",
-            self.max_active, self.max_queued
-        ))
+        Err(AdmissionError {
+            max_active: self.max_active,
+            max_queued: self.max_queued,
+        })
     }
 
     /// Gives a reservation back (the job was not stored).
@@ -175,7 +177,7 @@ mod tests {
             assert_eq!(ticket, Ticket::Queue);
             assert!(scheduler.commit(ticket, Job(id)).is_none());
         }
-        let refused = scheduler.reserve().expect_err("full");
+        let refused = scheduler.reserve().expect_err("full").to_string();
         assert!(refused.contains("max_active_jobs = 1"), "{refused}");
         assert!(refused.contains("max_queued_jobs = 2"), "{refused}");
         assert_eq!(scheduler.counts(), (1, 2));

@@ -13,11 +13,12 @@ use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
 use crate::approvals::{DecideError, decide};
-use crate::fleet::{parse_selector, read_fleet};
+use crate::fleet::parse_selector;
+use crate::job::PendingStart;
 use crate::journal::WATCH_IDLE_CHECK;
+use crate::placement::fleet_view;
 use crate::runner::{self, is_final};
 use crate::shared::Shared;
-use crate::tools::JobContext;
 use crate::validate::validate_submit;
 
 /// Roles that may read jobs (get, list, watch).
@@ -88,7 +89,7 @@ impl ControlService {
             &shared.kernel_root,
             &shared.config.limits,
         )
-        .map_err(Status::invalid_argument)?;
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let job_id = job_id_for(&request.idempotency_key)?;
         span.record("job.id", job_id.as_str());
         // A place is taken before the record is written, so a refusal
@@ -96,7 +97,7 @@ impl ControlService {
         let ticket = shared
             .scheduler
             .reserve()
-            .map_err(Status::resource_exhausted)?;
+            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
         let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
             .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
             .unwrap_or_default();
@@ -139,15 +140,14 @@ impl ControlService {
             } else {
                 shared.config.default_task_deadline
             };
-        let context = Arc::new(JobContext::new(
+        let context = Arc::new(shared.job_context(
             job_id.clone(),
             validated.spec,
             validated.kernel_dir,
-            shared.clone(),
             deadline,
         ));
         let job_span = tracing::info_span!(parent: &span, "leader.job", job.id = %job_id);
-        let pending = runner::PendingStart {
+        let pending = PendingStart {
             context,
             attachments: validated.attachments,
             span: job_span,
@@ -274,7 +274,7 @@ impl v1::control_server::Control for ControlService {
             .journal
             .watch(&job_id, request.from_sequence)
             .await
-            .map_err(Status::unavailable)?;
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         let shared = self.shared.clone();
         let mut shutdown = self.shared.shutdown.clone();
@@ -304,7 +304,7 @@ impl v1::control_server::Control for ControlService {
                         }
                     }
                     Ok(Some(Err(error))) => {
-                        let _ = tx.send(Err(Status::unavailable(error))).await;
+                        let _ = tx.send(Err(Status::unavailable(error.to_string()))).await;
                         return;
                     }
                     Ok(None) => {
@@ -385,7 +385,12 @@ impl v1::control_server::Control for ControlService {
                 // leader): it never starts now.
                 if let Some(queued) = self.shared.scheduler.remove_queued(&request.job_id) {
                     // A job resumed after a restart may have agents running.
-                    queued.context.cancel_all_agents("job cancelled").await;
+                    crate::placement::cancel_all_agents(
+                        &self.shared,
+                        &queued.context,
+                        "job cancelled",
+                    )
+                    .await;
                     self.shared.results.remove(&request.job_id);
                 }
                 runner::transition(
@@ -415,15 +420,9 @@ impl v1::control_server::Control for ControlService {
         let selector = parse_selector(&request.get_ref().slice_selector)
             .map_err(|e| Status::invalid_argument(format!("bad slice_selector: {e}")))?;
         let shared = &self.shared;
-        let view = read_fleet(
-            &shared.workers,
-            &shared.leases,
-            &shared.quarantine,
-            selector.as_ref(),
-            shared.config.worker_stale_after,
-        )
-        .await
-        .map_err(bus_status)?;
+        let view = fleet_view(shared, selector.as_ref())
+            .await
+            .map_err(bus_status)?;
         Ok(Response::new(v1::ListFleetResponse {
             slices: view.slices,
             workers: view.workers,

@@ -1,6 +1,10 @@
 //! What every part of the daemon shares: the bus and its stores, the job
 //! journal, the result tables, the running job runners, the admission
 //! scheduler, the reassigner's trigger queue and the settings.
+//!
+//! A plain struct of handles, low in the layering: it imports only the
+//! types it holds (job state, result tables, journal, scheduler), never the
+//! parts that use it (runner, tools, reassigner, result consumer).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,12 +16,12 @@ use mtswarm_bus::{Approvals, Bus, Jobs, Leases, Quarantine, Workers, v1};
 use tonic::transport::Channel;
 
 use crate::config::{LeaderConfig, ModelFactory};
+use crate::error::WorkerClientError;
+use crate::job::{JobContext, PendingStart, RunnerHandle};
 use crate::journal::Journal;
-use crate::reassign::Trigger;
 use crate::results::ResultTable;
-use crate::runner::{PendingStart, RunnerHandle};
 use crate::scheduler::Scheduler;
-use crate::tools::JobContext;
+use crate::trigger::Trigger;
 
 /// A client of a worker daemon's `Worker` service, as the leader calls it.
 pub(crate) type WorkerClient = v1::worker_client::WorkerClient<
@@ -27,47 +31,69 @@ pub(crate) type WorkerClient = v1::worker_client::WorkerClient<
     >,
 >;
 
+/// The daemon's shared handles and settings (one per leader process).
 pub(crate) struct Shared {
-    pub config: LeaderConfig,
+    pub(crate) config: LeaderConfig,
     /// Canonical kernel root.
-    pub kernel_root: PathBuf,
-    pub model_factory: ModelFactory,
-    pub bus: Bus,
-    pub jobs: Jobs,
-    pub approvals: Approvals,
-    pub workers: Workers,
-    pub leases: Leases,
-    pub quarantine: Quarantine,
-    pub journal: Journal,
-    pub results: Arc<ResultTable>,
+    pub(crate) kernel_root: PathBuf,
+    pub(crate) model_factory: ModelFactory,
+    pub(crate) bus: Bus,
+    pub(crate) jobs: Jobs,
+    pub(crate) approvals: Approvals,
+    pub(crate) workers: Workers,
+    pub(crate) leases: Leases,
+    pub(crate) quarantine: Quarantine,
+    pub(crate) journal: Journal,
+    pub(crate) results: Arc<ResultTable>,
     /// Job runners of this process, by job id.
-    pub runners: DashMap<String, RunnerHandle>,
+    pub(crate) runners: DashMap<String, RunnerHandle>,
     /// Slices this leader is spawning a session on right now (slice id ->
     /// session id), so two spawns never race for one slice before the
     /// worker's lease shows the session.
-    pub claimed_slices: DashMap<String, String>,
+    pub(crate) claimed_slices: DashMap<String, String>,
     /// Becomes true when the daemon shuts down (ends WatchJob streams).
-    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    pub(crate) shutdown: tokio::sync::watch::Receiver<bool>,
     /// Admission: running and queued jobs.
-    pub scheduler: Scheduler<PendingStart>,
+    pub(crate) scheduler: Scheduler<PendingStart>,
     /// Contexts of the jobs this leader runs (or is about to run), by job id.
-    pub contexts: DashMap<String, Arc<JobContext>>,
+    pub(crate) contexts: DashMap<String, Arc<JobContext>>,
     /// Reassignment triggers for the reassigner.
-    pub reassign_tx: tokio::sync::mpsc::UnboundedSender<Trigger>,
+    pub(crate) reassign_tx: tokio::sync::mpsc::UnboundedSender<Trigger>,
     /// Smallest lease TTL seen in the lease records, in milliseconds (0 =
     /// none seen yet: the configured default applies).
-    pub lease_ttl_ms: AtomicU64,
+    pub(crate) lease_ttl_ms: AtomicU64,
 }
 
 impl Shared {
+    /// A fresh job's context on this daemon's bus, jobs KV and result
+    /// tables (the job's table is registered here).
+    pub(crate) fn job_context(
+        &self,
+        job_id: String,
+        spec: v1::JobSpec,
+        kernel_dir: PathBuf,
+        deadline: std::time::SystemTime,
+    ) -> JobContext {
+        let results = self.results.job(&job_id);
+        JobContext::new(
+            job_id,
+            spec,
+            kernel_dir,
+            self.bus.clone(),
+            self.jobs.clone(),
+            results,
+            deadline,
+        )
+    }
+
     /// Hands a trigger to the reassigner (dropped when it has stopped).
-    pub fn trigger_reassign(&self, trigger: Trigger) {
+    pub(crate) fn trigger_reassign(&self, trigger: Trigger) {
         let _ = self.reassign_tx.send(trigger);
     }
 
     /// The lease TTL the leader assumes: the smallest `ttl_seconds` of the
     /// lease records seen, else the configured default.
-    pub fn lease_ttl(&self) -> Duration {
+    pub(crate) fn lease_ttl(&self) -> Duration {
         match self.lease_ttl_ms.load(Ordering::Relaxed) {
             0 => self.config.default_lease_ttl,
             ms => Duration::from_millis(ms),
@@ -75,7 +101,7 @@ impl Shared {
     }
 
     /// The result token of one task attempt (empty without a result key).
-    pub fn result_token(&self, job_id: &str, task_id: &str, attempt: u32) -> String {
+    pub(crate) fn result_token(&self, job_id: &str, task_id: &str, attempt: u32) -> String {
         self.config
             .result_key
             .as_ref()
@@ -84,7 +110,7 @@ impl Shared {
     }
 
     /// Learns the TTL of a lease record.
-    pub fn observe_lease_ttl(&self, ttl_seconds: u32) {
+    pub(crate) fn observe_lease_ttl(&self, ttl_seconds: u32) {
         if ttl_seconds == 0 {
             return;
         }
@@ -100,13 +126,16 @@ impl Shared {
     /// trace context and gives up after the configured call timeout.
     /// The call presents the leader's token (`LeaderConfig::worker_auth`),
     /// over TLS for `https://` endpoints.
-    pub fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, String> {
+    pub(crate) fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, WorkerClientError> {
         let timeout: Duration = self.config.worker_call_timeout;
         let channel = self
             .config
             .worker_auth
             .endpoint(endpoint, timeout)
-            .map_err(|e| format!("worker endpoint {endpoint:?}: {e}"))?
+            .map_err(|source| WorkerClientError {
+                endpoint: endpoint.to_string(),
+                source,
+            })?
             .timeout(timeout)
             .connect_lazy();
         Ok(v1::worker_client::WorkerClient::with_interceptor(

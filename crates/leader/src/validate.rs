@@ -12,6 +12,7 @@ use mtswarm_hw::SliceSelector;
 use regex::Regex;
 
 use crate::config::SubmitLimits;
+use crate::error::ValidateError;
 use crate::fleet::parse_selector;
 
 /// A file named by `@path` in the goal, read at submission.
@@ -38,31 +39,35 @@ static AT_PATH: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// Checks that `relative` is a plain relative path (no root, no `..`).
-fn plain_relative(what: &str, relative: &str) -> Result<(), String> {
+fn plain_relative(what: &'static str, relative: &str) -> Result<(), ValidateError> {
     let path = Path::new(relative);
     if path.is_absolute() {
-        return Err(format!("{what} {relative:?} must be relative"));
+        return Err(ValidateError::NotRelative {
+            what,
+            path: relative.to_string(),
+        });
     }
     if path
         .components()
         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
     {
-        return Err(format!("{what} {relative:?} must not contain `..`"));
+        return Err(ValidateError::ParentDir {
+            what,
+            path: relative.to_string(),
+        });
     }
     Ok(())
 }
 
 /// Resolves the job's kernel directory under `kernel_root` (canonical).
-pub fn resolve_kernel_dir(kernel_root: &Path, kernel_dir: &str) -> Result<PathBuf, String> {
+pub fn resolve_kernel_dir(kernel_root: &Path, kernel_dir: &str) -> Result<PathBuf, ValidateError> {
     if kernel_dir.trim().is_empty() {
-        return Err("kernel_dir is empty: name a kernel directory under the kernel root".into());
+        return Err(ValidateError::EmptyKernelDir);
     }
     plain_relative("kernel_dir", kernel_dir)?;
-    let unknown = || {
-        format!(
-            "unknown kernel directory {kernel_dir:?}: no such directory under the kernel root {}",
-            kernel_root.display()
-        )
+    let unknown = || ValidateError::UnknownKernelDir {
+        kernel_dir: kernel_dir.to_string(),
+        root: kernel_root.to_path_buf(),
     };
     let resolved = kernel_root
         .join(kernel_dir)
@@ -75,17 +80,24 @@ pub fn resolve_kernel_dir(kernel_root: &Path, kernel_dir: &str) -> Result<PathBu
 }
 
 /// Resolves a file below `kernel_dir` (canonical, confined, a regular file).
-pub fn resolve_file(kernel_dir: &Path, relative: &str) -> Result<PathBuf, String> {
+pub fn resolve_file(kernel_dir: &Path, relative: &str) -> Result<PathBuf, ValidateError> {
     plain_relative("path", relative)?;
-    let resolved = kernel_dir
-        .join(relative)
-        .canonicalize()
-        .map_err(|_| format!("{relative:?} does not exist in the kernel directory"))?;
+    let resolved =
+        kernel_dir
+            .join(relative)
+            .canonicalize()
+            .map_err(|_| ValidateError::NoSuchFile {
+                path: relative.to_string(),
+            })?;
     if !resolved.starts_with(kernel_dir) {
-        return Err(format!("{relative:?} leaves the kernel directory"));
+        return Err(ValidateError::OutsideKernelDir {
+            path: relative.to_string(),
+        });
     }
     if !resolved.is_file() {
-        return Err(format!("{relative:?} is not a regular file"));
+        return Err(ValidateError::NotAFile {
+            path: relative.to_string(),
+        });
     }
     Ok(resolved)
 }
@@ -104,52 +116,51 @@ pub fn at_references(goal: &str) -> Vec<String> {
     seen
 }
 
-fn check_budgets(budgets: &v1::Budgets, limits: &SubmitLimits) -> Result<(), String> {
+/// A budget above its limit.
+fn over_limit(name: &'static str, value: impl ToString, limit: impl ToString) -> ValidateError {
+    ValidateError::BudgetOverLimit {
+        name,
+        value: value.to_string(),
+        limit: limit.to_string(),
+    }
+}
+
+fn check_budgets(budgets: &v1::Budgets, limits: &SubmitLimits) -> Result<(), ValidateError> {
     if budgets.max_steps > limits.max_steps {
-        return Err(format!(
-            "bad budgets: max_steps {} exceeds the limit {}",
-            budgets.max_steps, limits.max_steps
-        ));
+        return Err(over_limit("max_steps", budgets.max_steps, limits.max_steps));
     }
     if !budgets.device_seconds.is_finite() || budgets.device_seconds < 0.0 {
-        return Err(format!(
-            "bad budgets: device_seconds must be a finite number >= 0, got {}",
-            budgets.device_seconds
-        ));
+        return Err(ValidateError::DeviceSecondsInvalid(budgets.device_seconds));
     }
     if budgets.device_seconds > limits.max_device_seconds {
-        return Err(format!(
-            "bad budgets: device_seconds {} exceeds the limit {}",
-            budgets.device_seconds, limits.max_device_seconds
+        return Err(over_limit(
+            "device_seconds",
+            budgets.device_seconds,
+            limits.max_device_seconds,
         ));
     }
     if budgets.wall_time_seconds > limits.max_wall_time_seconds {
-        return Err(format!(
-            "bad budgets: wall_time_seconds {} exceeds the limit {}",
-            budgets.wall_time_seconds, limits.max_wall_time_seconds
+        return Err(over_limit(
+            "wall_time_seconds",
+            budgets.wall_time_seconds,
+            limits.max_wall_time_seconds,
         ));
     }
     if budgets.max_tokens > 0 && budgets.max_tokens < 1_000 {
-        return Err(format!(
-            "bad budgets: max_tokens {} is too small for a leader loop (at least 1000, or 0 for no limit)",
-            budgets.max_tokens
-        ));
+        return Err(ValidateError::MaxTokensTooSmall(budgets.max_tokens));
     }
     Ok(())
 }
 
-fn check_model(model: &v1::ModelSettings) -> Result<(), String> {
+fn check_model(model: &v1::ModelSettings) -> Result<(), ValidateError> {
     let url = &model.base_url;
     if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(format!(
-            "model.base_url {:?} must start with http:// or https://",
-            model.base_url
-        ));
+        return Err(ValidateError::ModelBaseUrl(model.base_url.clone()));
     }
     if let Some(t) = model.temperature
         && !(0.0..=2.0).contains(&t)
     {
-        return Err(format!("model.temperature {t} must be within 0..=2"));
+        return Err(ValidateError::ModelTemperature(t));
     }
     Ok(())
 }
@@ -159,65 +170,69 @@ pub fn validate_submit(
     spec: Option<&v1::JobSpec>,
     kernel_root: &Path,
     limits: &SubmitLimits,
-) -> Result<ValidatedJob, String> {
-    let spec = spec.ok_or("spec is missing")?.clone();
+) -> Result<ValidatedJob, ValidateError> {
+    let spec = spec.ok_or(ValidateError::MissingSpec)?.clone();
     if spec.goal.trim().is_empty() {
-        return Err("goal is empty: describe what to tune".into());
+        return Err(ValidateError::EmptyGoal);
     }
     if spec.goal.len() > limits.max_goal_bytes {
-        return Err(format!(
-            "goal is too large: {} bytes (limit {})",
-            spec.goal.len(),
-            limits.max_goal_bytes
-        ));
+        return Err(ValidateError::GoalTooLarge {
+            bytes: spec.goal.len(),
+            limit: limits.max_goal_bytes,
+        });
     }
     let kernel_dir = resolve_kernel_dir(kernel_root, &spec.kernel_dir)?;
-    let selector =
-        parse_selector(&spec.slice_selector).map_err(|e| format!("bad slice_selector: {e}"))?;
+    let selector = parse_selector(&spec.slice_selector).map_err(ValidateError::Selector)?;
     if let Some(budgets) = &spec.budgets {
         check_budgets(budgets, limits)?;
     }
     if spec.num_agents > limits.max_agents {
-        return Err(format!(
-            "num_agents {} exceeds the limit {}",
-            spec.num_agents, limits.max_agents
-        ));
+        return Err(ValidateError::TooManyAgents {
+            requested: spec.num_agents,
+            limit: limits.max_agents,
+        });
     }
     if let Some(model) = &spec.model {
         check_model(model)?;
     }
     let references = at_references(&spec.goal);
     if references.len() > limits.max_attachments {
-        return Err(format!(
-            "goal references {} files with @path (limit {})",
-            references.len(),
-            limits.max_attachments
-        ));
+        return Err(ValidateError::TooManyAttachments {
+            count: references.len(),
+            limit: limits.max_attachments,
+        });
     }
     let mut attachments = Vec::new();
     let mut total: u64 = 0;
     for reference in references {
-        let path = resolve_file(&kernel_dir, &reference)
-            .map_err(|e| format!("attachment @{reference}: {e}"))?;
-        let size = std::fs::metadata(&path)
-            .map_err(|e| format!("attachment @{reference}: {e}"))?
-            .len();
+        let path =
+            resolve_file(&kernel_dir, &reference).map_err(|e| ValidateError::Attachment {
+                reference: reference.clone(),
+                source: Box::new(e),
+            })?;
+        let io_error = |source| ValidateError::AttachmentIo {
+            reference: reference.clone(),
+            source,
+        };
+        let size = std::fs::metadata(&path).map_err(io_error)?.len();
         if size > limits.max_attachment_bytes {
-            return Err(format!(
-                "attachment @{reference} is too large: {size} bytes (limit {})",
-                limits.max_attachment_bytes
-            ));
+            return Err(ValidateError::AttachmentTooLarge {
+                reference,
+                size,
+                limit: limits.max_attachment_bytes,
+            });
         }
         total = total.saturating_add(size);
         if total > limits.max_total_attachment_bytes {
-            return Err(format!(
-                "attachments are too large together: more than {} bytes (limit {})",
-                total, limits.max_total_attachment_bytes
-            ));
+            return Err(ValidateError::AttachmentsTooLarge {
+                total,
+                limit: limits.max_total_attachment_bytes,
+            });
         }
-        let bytes = std::fs::read(&path).map_err(|e| format!("attachment @{reference}: {e}"))?;
-        let content = String::from_utf8(bytes)
-            .map_err(|_| format!("attachment @{reference} is not UTF-8 text"))?;
+        let bytes = std::fs::read(&path).map_err(io_error)?;
+        let content = String::from_utf8(bytes).map_err(|_| ValidateError::AttachmentNotUtf8 {
+            reference: reference.clone(),
+        })?;
         attachments.push(Attachment {
             path: reference,
             content,
@@ -249,22 +264,26 @@ mod tests {
         assert!(
             resolve_kernel_dir(&root, "../k")
                 .unwrap_err()
+                .to_string()
                 .contains("..")
         );
         assert!(
             resolve_kernel_dir(&root, "/etc")
                 .unwrap_err()
+                .to_string()
                 .contains("relative")
         );
         assert!(
             resolve_kernel_dir(&root, "nope")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown kernel directory")
         );
         let k = resolve_kernel_dir(&root, "k").expect("k resolves");
         assert!(
             resolve_file(&k, "missing.c")
                 .unwrap_err()
+                .to_string()
                 .contains("does not exist")
         );
     }

@@ -24,7 +24,7 @@ pub fn calls(tool: &str, arguments: &[Value]) -> ScriptedTurn {
 
 /// Makes every job's leader loop replay `turns` (a fresh copy per job).
 pub fn script_leader(config: &mut LeaderConfig, turns: Vec<ScriptedTurn>) {
-    let factory = move |_spec: &v1::JobSpec| -> Result<Arc<dyn ChatModel>, String> {
+    let factory = move |_spec: &v1::JobSpec| -> Result<Arc<dyn ChatModel>, mtswarm_leader::ModelFactoryError> {
         Ok(Arc::new(ScriptedModel::new(turns.clone())) as Arc<dyn ChatModel>)
     };
     config.model_factory = Some(Arc::new(factory));

@@ -10,6 +10,8 @@
 //! Timed-out records are the exception: a worker writes its own timeout
 //! verdict, unsigned, after applying it.
 
+pub(crate) mod leader_wait;
+
 use std::time::SystemTime;
 
 use futures::StreamExt as _;

@@ -189,13 +189,26 @@ impl<'a> History<'a> {
         self.results.get(call.id.as_str()).copied()
     }
 
-    /// The JSON result of a call, or the error text it got.
-    fn json_result(&self, call: &ToolCall) -> Result<Value, String> {
-        let content = self
-            .result(call)
-            .ok_or_else(|| format!("no result for {}", call.name))?;
-        serde_json::from_str(content).map_err(|_| content.to_string())
+    /// The JSON result of a call, or what it got instead.
+    fn json_result(&self, call: &ToolCall) -> Result<Value, CallResultError> {
+        let content = self.result(call).ok_or_else(|| CallResultError::Missing {
+            tool: call.name.clone(),
+        })?;
+        serde_json::from_str(content).map_err(|_| CallResultError::NotJson {
+            text: content.to_string(),
+        })
     }
+}
+
+/// Why a tool call of the history has no JSON result.
+#[derive(Debug, thiserror::Error)]
+enum CallResultError {
+    /// The call has no result message (yet).
+    #[error("no result for {tool}")]
+    Missing { tool: String },
+    /// The tool answered with text, not JSON: an error message (kept as is).
+    #[error("{text}")]
+    NotJson { text: String },
 }
 
 fn failure(error: &str) -> String {
@@ -264,7 +277,7 @@ impl BuiltinLeaderPolicy {
                     Some(agent) => agents.push(agent.to_string()),
                     None => refusals.push(value.to_string()),
                 },
-                Err(error) => refusals.push(error),
+                Err(error) => refusals.push(error.to_string()),
             }
         }
         if agents.is_empty() {
@@ -614,208 +627,4 @@ fn turn_stream(turn: Turn) -> ModelStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SPACE: &str = r#"
-kernel = "k"
-[[param]]
-name = "A"
-values = [1, 2, 3]
-default = 1
-"#;
-
-    fn names(turn: &Turn) -> Vec<String> {
-        match turn {
-            Turn::Calls(calls) => calls.iter().map(|c| c.name.clone()).collect(),
-            Turn::Final(text) => vec![format!("final: {text}")],
-        }
-    }
-
-    fn answer(messages: &mut Vec<Message>, turn: &Turn, results: &[&str]) {
-        let Turn::Calls(calls) = turn else {
-            panic!("expected calls")
-        };
-        messages.push(Message::assistant("", calls.clone()));
-        for (call, result) in calls.iter().zip(results) {
-            messages.push(Message::tool(call.id.clone(), *result));
-        }
-    }
-
-    #[test]
-    fn plans_fleet_spawn_split_assign_collect_and_reports_the_best() {
-        let policy = BuiltinLeaderPolicy::new();
-        let mut messages = vec![
-            Message::system("leader"),
-            Message::user(format!(
-                "Tune it.\n\n{JOB_SPEC_PREFIX}{}",
-                json!({"num_agents": 0, "collect_timeout_seconds": 30})
-            )),
-        ];
-        let first = policy.decide(&messages);
-        assert_eq!(names(&first), vec!["list_fleet", "read_file"]);
-        let fleet = json!({"selector": "", "slices": [
-            {"slice_id": "b0-c0", "state": "free"}, {"slice_id": "b0-c1", "state": "leased"},
-            {"slice_id": "b0-c2", "state": "free"}]});
-        answer(&mut messages, &first, &[&fleet.to_string(), SPACE]);
-        let spawn = policy.decide(&messages);
-        assert_eq!(names(&spawn), vec!["spawn_agent", "spawn_agent"]);
-        let s1 = json!({"agent": "tuner-1", "slice_id": "b0-c0"}).to_string();
-        let s2 = json!({"agent": "tuner-2", "slice_id": "b0-c2"}).to_string();
-        answer(&mut messages, &spawn, &[&s1, &s2]);
-        let assign = policy.decide(&messages);
-        let Turn::Calls(calls) = &assign else {
-            panic!("expected assign calls")
-        };
-        let parts: Vec<Value> = calls
-            .iter()
-            .map(|c| serde_json::from_str::<Value>(&c.arguments).expect("json")["parameters"]["candidates"].clone())
-            .collect();
-        // Two agents share the three configurations: 2 + 1, each exactly once.
-        let sizes: Vec<usize> = parts
-            .iter()
-            .map(|p| p.as_array().map_or(0, Vec::len))
-            .collect();
-        assert_eq!(sizes, vec![2, 1]);
-        let mut all: Vec<i64> = parts
-            .iter()
-            .flat_map(|p| p.as_array().cloned().unwrap_or_default())
-            .filter_map(|c| c["A"].as_i64())
-            .collect();
-        all.sort_unstable();
-        assert_eq!(all, vec![1, 2, 3]);
-        let t1 = json!({"task_id": "t1"}).to_string();
-        let t2 = json!({"task_id": "t2"}).to_string();
-        answer(&mut messages, &assign, &[&t1, &t2]);
-        let collect = policy.decide(&messages);
-        let Turn::Calls(calls) = &collect else {
-            panic!("expected collect")
-        };
-        let args: Value = serde_json::from_str(&calls[0].arguments).expect("json");
-        assert_eq!(
-            args,
-            json!({"tasks": ["t1", "t2"], "mode": "all", "timeout_seconds": 30})
-        );
-        let collected = json!({"tasks": 2, "finished": 2, "timed_out": false,
-            "task_status": {"ok": 2}, "candidate_status": {"benchmarked": 3},
-            "best": {"params": {"A": "2"}, "gflops": 5.0, "peak_percent": 20.0,
-                     "agent": "tuner-2", "slice_id": "b0-c2", "task_id": "t2"},
-            "failed_tasks": [], "pending_tasks": [], "errors": [],
-            "agents": [{"agent": "tuner-2", "task_id": "t2", "status": "ok", "gflops": 5.0},
-                       {"agent": "tuner-1", "task_id": "t1", "status": "ok", "gflops": 3.0}],
-            "omitted": {}});
-        answer(&mut messages, &collect, &[&collected.to_string()]);
-        let Turn::Final(text) = policy.decide(&messages) else {
-            panic!("expected the answer")
-        };
-        let block = crate::runner::last_json_block(&text).expect("json block");
-        assert_eq!(block["best"]["agent"], "tuner-2");
-        assert_eq!(block["best"]["params"], json!({"A": "2"}));
-        assert_eq!(block["best"]["gflops"], json!(5.0));
-        assert_eq!(block["best"]["peak_percent"], json!(20.0));
-        assert_eq!(block["task_status"], json!({"ok": 2}));
-    }
-
-    #[test]
-    fn a_failed_partition_is_retried_once_on_an_agent_whose_task_succeeded() {
-        let policy = BuiltinLeaderPolicy::new();
-        let mut messages = vec![Message::user(format!(
-            "Tune.\n\n{JOB_SPEC_PREFIX}{}",
-            json!({"num_agents": 0, "collect_timeout_seconds": 30})
-        ))];
-        let first = policy.decide(&messages);
-        let fleet = json!({"selector": "", "slices": [
-            {"slice_id": "b0-c0", "state": "free"}, {"slice_id": "b0-c1", "state": "free"}]});
-        answer(&mut messages, &first, &[&fleet.to_string(), SPACE]);
-        let spawn = policy.decide(&messages);
-        let s1 = json!({"agent": "tuner-1", "slice_id": "b0-c0"}).to_string();
-        let s2 = json!({"agent": "tuner-2", "slice_id": "b0-c1"}).to_string();
-        answer(&mut messages, &spawn, &[&s1, &s2]);
-        let assign = policy.decide(&messages);
-        let Turn::Calls(assigned) = &assign else {
-            panic!("expected assign calls")
-        };
-        let first_part = serde_json::from_str::<Value>(&assigned[0].arguments).expect("json")
-            ["parameters"]["candidates"]
-            .clone();
-        let t1 = json!({"task_id": "t1"}).to_string();
-        let t2 = json!({"task_id": "t2"}).to_string();
-        answer(&mut messages, &assign, &[&t1, &t2]);
-        let collect = policy.decide(&messages);
-        let collected = json!({"tasks": 2, "finished": 2, "timed_out": false,
-            "task_status": {"ok": 1, "failed": 1},
-            "best": {"params": {"A": "2"}, "gflops": 5.0, "agent": "tuner-2",
-                     "slice_id": "b0-c1", "task_id": "t2"},
-            "failed_tasks": ["t1"], "pending_tasks": [],
-            "errors": [{"agent": "tuner-1", "error": "crashed"}],
-            "agents": [{"agent": "tuner-2", "task_id": "t2", "status": "ok", "gflops": 5.0},
-                       {"agent": "tuner-1", "task_id": "t1", "status": "failed", "gflops": null}],
-            "omitted": {}});
-        answer(&mut messages, &collect, &[&collected.to_string()]);
-        let again = policy.decide(&messages);
-        assert_eq!(names(&again), vec!["list_fleet"]);
-        // Both slices are busy now: the partition goes to tuner-2.
-        let busy = json!({"selector": "", "slices": [
-            {"slice_id": "b0-c0", "state": "leased"}, {"slice_id": "b0-c1", "state": "leased"}]});
-        answer(&mut messages, &again, &[&busy.to_string()]);
-        let retry = policy.decide(&messages);
-        let Turn::Calls(calls) = &retry else {
-            panic!("expected the retry assignment")
-        };
-        assert_eq!(calls.len(), 1);
-        assert_eq!(calls[0].name, "assign_task");
-        let args: Value = serde_json::from_str(&calls[0].arguments).expect("json");
-        assert_eq!(args["agent"], "tuner-2");
-        // tuner-1's partition (the failed one), unchanged.
-        assert_eq!(args["parameters"]["candidates"], first_part);
-        assert_eq!(first_part.as_array().map(Vec::len), Some(2));
-        let t3 = json!({"task_id": "t3"}).to_string();
-        answer(&mut messages, &retry, &[&t3]);
-        let recollect = policy.decide(&messages);
-        let Turn::Calls(calls) = &recollect else {
-            panic!("expected the second collect")
-        };
-        let args: Value = serde_json::from_str(&calls[0].arguments).expect("json");
-        assert_eq!(args["tasks"], json!(["t3"]));
-        // The retry failed too: no third round, the best of all is reported.
-        let collected = json!({"tasks": 1, "finished": 1, "timed_out": false,
-            "task_status": {"failed": 1}, "best": null, "failed_tasks": ["t3"],
-            "pending_tasks": [], "errors": [{"agent": "tuner-2", "error": "crashed again"}],
-            "agents": [{"agent": "tuner-2", "task_id": "t3", "status": "failed"}],
-            "omitted": {}});
-        answer(&mut messages, &recollect, &[&collected.to_string()]);
-        let Turn::Final(text) = policy.decide(&messages) else {
-            panic!("expected the answer")
-        };
-        let block = crate::runner::last_json_block(&text).expect("json block");
-        assert_eq!(block["best"]["task_id"], "t2");
-        assert_eq!(block["task_status"], json!({"ok": 1, "failed": 2}));
-    }
-
-    #[test]
-    fn no_free_slice_ends_with_an_error_answer() {
-        let policy = BuiltinLeaderPolicy::new();
-        let mut messages = vec![Message::user("Tune.")];
-        let first = policy.decide(&messages);
-        answer(
-            &mut messages,
-            &first,
-            &[
-                &json!({"selector": "cores>=99", "slices": []}).to_string(),
-                SPACE,
-            ],
-        );
-        let Turn::Final(text) = policy.decide(&messages) else {
-            panic!("expected a final answer")
-        };
-        let block = crate::runner::last_json_block(&text).expect("json block");
-        assert!(block["best"].is_null());
-        assert!(
-            block["error"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("no free slice"),
-            "{text}"
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,93 @@
+//! The job's durable state: its agents and task records in memory, and the
+//! writes that keep `JobRecord.agents` / `JobRecord.tasks` in step with them
+//! (see [`crate::tools`] for why placements and tasks are recorded before
+//! acting). Everything above (tools, placement, reassigner, runner) works on
+//! a [`JobContext`]; this module depends only on the bus and the job's
+//! result table.
+
+mod admission;
+mod agent;
+mod records;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use mtswarm_bus::{Bus, Jobs, v1};
+
+use crate::results::JobResults;
+
+pub(crate) use admission::{PendingStart, RunnerHandle};
+pub use agent::AgentEntry;
+
+/// Per-job state the tools work on.
+pub(crate) struct JobContext {
+    pub(crate) job_id: String,
+    pub(crate) spec: v1::JobSpec,
+    pub(crate) kernel_dir: PathBuf,
+    /// The bus the job's tasks are published on.
+    pub(crate) bus: Bus,
+    /// The jobs KV holding the job's record.
+    pub(crate) jobs: Jobs,
+    pub(crate) results: Arc<JobResults>,
+    pub(crate) agents: Mutex<BTreeMap<String, AgentEntry>>,
+    /// The job's task records as last written to the job record, by task id.
+    pub(crate) tasks: Mutex<BTreeMap<String, v1::TaskRecord>>,
+    pub(crate) deadline: SystemTime,
+}
+
+impl JobContext {
+    /// A fresh job's context (no agents, no tasks yet).
+    pub(crate) fn new(
+        job_id: String,
+        spec: v1::JobSpec,
+        kernel_dir: PathBuf,
+        bus: Bus,
+        jobs: Jobs,
+        results: Arc<JobResults>,
+        deadline: SystemTime,
+    ) -> Self {
+        Self {
+            job_id,
+            spec,
+            kernel_dir,
+            bus,
+            jobs,
+            results,
+            agents: Default::default(),
+            tasks: Default::default(),
+            deadline,
+        }
+    }
+
+    pub(crate) fn agents(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AgentEntry>> {
+        self.agents.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn tasks(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, v1::TaskRecord>> {
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn agent_list(&self) -> Vec<AgentEntry> {
+        self.agents().values().cloned().collect()
+    }
+
+    pub(crate) fn agent(&self, agent_id: &str) -> Option<AgentEntry> {
+        self.agents().get(agent_id).cloned()
+    }
+
+    /// Tasks of `agent_id` without a result, as last recorded.
+    pub(crate) fn pending_tasks_of(&self, agent_id: &str) -> Vec<v1::TaskRecord> {
+        self.tasks()
+            .values()
+            .filter(|t| !t.done)
+            .filter(|t| {
+                t.assignment
+                    .as_ref()
+                    .is_some_and(|a| a.agent_id == agent_id && self.results.is_pending(&a.task_id))
+            })
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,133 @@
+//! Placement: where a job's agents run. One view of the fleet for every
+//! part that needs it ([`fleet_view`]: tools, reassigner, prompt, the
+//! `ListFleet` RPC), starting a session on a slice ([`spawn_on`], used by
+//! `spawn_agent` and the reassigner) and cancelling agents
+//! ([`cancel_agent`], [`cancel_all_agents`]).
+
+use mtswarm_bus::{BusError, v1};
+use mtswarm_hw::SliceSelector;
+
+use crate::error::{CancelError, SpawnError};
+use crate::fleet::{FleetView, read_fleet};
+use crate::job::{AgentEntry, JobContext};
+use crate::shared::Shared;
+
+/// The fleet as this daemon sees it now: workers, leases and quarantine
+/// records joined, limited to `selector`, with workers older than the
+/// configured staleness offline.
+pub(crate) async fn fleet_view(
+    shared: &Shared,
+    selector: Option<&SliceSelector>,
+) -> Result<FleetView, BusError> {
+    read_fleet(
+        &shared.workers,
+        &shared.leases,
+        &shared.quarantine,
+        selector,
+        shared.config.worker_stale_after,
+    )
+    .await
+}
+
+/// Calls `Worker.SpawnSession` for `agent` on `slice_id` of the agent's
+/// worker (`agent.endpoint`).
+pub(crate) async fn spawn_on(
+    shared: &Shared,
+    job: &JobContext,
+    agent: &AgentEntry,
+    slice_id: &str,
+    resume: bool,
+) -> Result<v1::SpawnSessionResponse, SpawnError> {
+    let mut client = shared.worker_client(&agent.endpoint)?;
+    let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
+        .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
+        .unwrap_or_default();
+    let request = v1::SpawnSessionRequest {
+        job_id: job.job_id.clone(),
+        agent_id: agent.agent_id.clone(),
+        session_id: agent.session_id.clone(),
+        slice_id: slice_id.to_string(),
+        slice_selector: job.spec.slice_selector.clone(),
+        role: agent.role.clone(),
+        instructions: agent.instructions.clone(),
+        kernel_dir: job.spec.kernel_dir.clone(),
+        budgets: job.spec.budgets,
+        model: job.spec.model.clone(),
+        resume,
+        auto_approve: job.spec.auto_approve,
+        allow_shell: job.spec.allow_shell,
+        traceparent,
+    };
+    client
+        .spawn_session(request)
+        .await
+        .map(tonic::Response::into_inner)
+        .map_err(|status| SpawnError::Refused {
+            code: status.code(),
+            message: status.message().to_string(),
+        })
+}
+
+/// Cancels the agent's session, marks the agent cancelled (memory and job
+/// record), releases its slice claim and settles its unfinished tasks as
+/// cancelled. The agent counts as cancelled even when the worker could not
+/// be told (the error says so).
+pub(crate) async fn cancel_agent(
+    shared: &Shared,
+    job: &JobContext,
+    agent_id: &str,
+    reason: &str,
+) -> Result<bool, CancelError> {
+    let agent = job
+        .agent(agent_id)
+        .ok_or_else(|| CancelError::UnknownAgent {
+            agent_id: agent_id.to_string(),
+        })?;
+    let mut client = shared.worker_client(&agent.endpoint)?;
+    let cancelled = client
+        .cancel_session(v1::CancelSessionRequest {
+            session_id: agent.session_id.clone(),
+            reason: reason.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner().cancelled)
+        .map_err(|status| CancelError::Worker {
+            worker_id: agent.worker_id.clone(),
+            message: status.message().to_string(),
+        });
+    let updated = job.agents().get_mut(agent_id).map(|entry| {
+        entry.cancelled = true;
+        entry.clone()
+    });
+    if let Some(updated) = updated
+        && let Err(error) = job.store_placement(&updated).await
+    {
+        tracing::warn!(%error, job_id = %job.job_id, agent_id, "cancellation not recorded");
+    }
+    shared
+        .claimed_slices
+        .remove_if(&agent.slice_id, |_, session| *session == agent.session_id);
+    let mut settled = Vec::new();
+    for task_id in job.results.task_ids(Some(&[agent_id.to_string()])) {
+        if job.results.is_pending(&task_id) {
+            settled.push(task_id.clone());
+        }
+        job.results.settle(
+            &task_id,
+            v1::TaskStatus::Cancelled,
+            &format!("agent cancelled: {reason}"),
+        );
+    }
+    job.record_settled(&settled, v1::TaskStatus::Cancelled)
+        .await;
+    cancelled
+}
+
+/// Cancels every live agent's session (job cancelled or finished).
+pub(crate) async fn cancel_all_agents(shared: &Shared, job: &JobContext, reason: &str) {
+    for agent in job.agent_list() {
+        if !agent.cancelled {
+            let _ = cancel_agent(shared, job, &agent.agent_id, reason).await;
+        }
+    }
+}

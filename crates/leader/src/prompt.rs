@@ -1,0 +1,96 @@
+//! The leader loop's prompt: the system prompt (tools, the fleet as it is
+//! now, the job and the work plan) and the task message (the goal, the
+//! attached files and the machine-readable `job_spec:` line the builtin
+//! policy reads).
+
+use mtswarm_bus::v1;
+use serde_json::json;
+
+use crate::job::JobContext;
+use crate::placement::fleet_view;
+use crate::shared::Shared;
+use crate::validate::Attachment;
+
+pub(crate) async fn system_prompt(shared: &Shared, context: &JobContext) -> String {
+    let spec = &context.spec;
+    let selector = if spec.slice_selector.is_empty() {
+        "*"
+    } else {
+        &spec.slice_selector
+    };
+    let parsed = crate::fleet::parse_selector(&spec.slice_selector)
+        .ok()
+        .flatten();
+    let fleet = match fleet_view(shared, parsed.as_ref()).await {
+        Ok(view) => {
+            let free = view
+                .slices
+                .iter()
+                .filter(|s| s.state() == v1::SliceState::Free)
+                .count();
+            format!(
+                "{} worker daemon(s); {} slice(s) match the job's selector, {free} of them free right now",
+                view.workers.len(),
+                view.slices.len()
+            )
+        }
+        Err(error) => format!("unknown (the fleet could not be read: {error})"),
+    };
+    format!(
+        "You are the leader of an mtswarm tuning job: you tune a compute kernel for MT-3000 boards \
+by directing worker agents, each running on one slice of hardware.\n\n\
+Tools:\n\
+- list_fleet(selector?): slices matching a selector with their state (free/leased/quarantined).\n\
+- spawn_agent(selector?, role?, instructions?, name?): start a worker agent on a free matching slice; \
+`name` becomes its agent id.\n\
+- assign_task(agent, instructions, parameters): give an agent a task. parameters is a JSON object; \
+to split a tuning space use {{\"candidates\": [{{\"PARAM\": value, ...}}, ...]}} (each candidate a map of -D defines from tune.toml).\n\
+- collect_result(agents? | tasks?, mode any|all, timeout_seconds): wait for task results.\n\
+- cancel_agent(agent, reason?): stop an agent.\n\
+- read_file(path): read a file of the kernel directory (tune.toml describes the tuning space).\n\
+- job_status(): the job's agents and tasks.\n\n\
+Fleet: {fleet}.\n\
+Job: kernel directory {kernel}, slice selector {selector}, agents requested: {agents}.\n\n\
+Work plan: look at the fleet and tune.toml, spawn agents on free slices, split the tuning space among \
+them, assign, collect all results, then answer. Your final answer starts with a one-line summary and \
+ends with a ```json block: {{\"best\": {{\"params\": {{...}}, \"gflops\": n, \"peak_fraction\": n, \
+\"agent\": id, \"slice\": id}}, \"results\": [...]}} (or {{\"best\": null, \"error\": \"why\"}} when nothing worked).",
+        kernel = spec.kernel_dir,
+        agents = if spec.num_agents == 0 {
+            "leader decides".to_string()
+        } else {
+            spec.num_agents.to_string()
+        },
+    )
+}
+
+/// The task message: the goal, the attached files, and a machine-readable
+/// `job_spec:` line (last line) the builtin policy reads.
+pub(crate) fn user_input(
+    shared: &Shared,
+    context: &JobContext,
+    attachments: &[Attachment],
+) -> String {
+    let spec = &context.spec;
+    let mut text = spec.goal.trim().to_string();
+    for attachment in attachments {
+        text.push_str(&format!(
+            "\n\n--- @{} ---\n{}\n--- end of @{} ---",
+            attachment.path, attachment.content, attachment.path
+        ));
+    }
+    let collect_timeout = spec
+        .budgets
+        .map(|b| b.wall_time_seconds)
+        .filter(|s| *s > 0)
+        .unwrap_or(shared.config.default_collect_timeout.as_secs());
+    let machine = json!({
+        "job_id": context.job_id,
+        "kernel_dir": spec.kernel_dir,
+        "slice_selector": spec.slice_selector,
+        "num_agents": spec.num_agents,
+        "collect_timeout_seconds": collect_timeout,
+    });
+    text.push_str(&format!("\n\n{}{machine}", crate::policy::JOB_SPEC_PREFIX));
+    text
+}

@@ -1,0 +1,295 @@
+//! Moving an agent: choosing a free slice, `SpawnSession` there with
+//! `resume = true`, updating the placement, and re-publishing the agent's
+//! pending tasks as their next attempt (journaled as `task_reassigned`).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use mtswarm_bus::v1;
+use serde_json::json;
+
+use super::Reassigner;
+use crate::fleet::parse_selector;
+use crate::ids::{LEADER_AGENT_ID, leader_session_id};
+use crate::job::{AgentEntry, JobContext};
+use crate::placement::{fleet_view, spawn_on};
+
+impl Reassigner {
+    /// Moves the agent to a free slice and re-publishes its pending tasks.
+    /// False when it has to be tried again (no free slice, NATS away).
+    /// Unless `forced`, the slice the agent lost is a candidate too (first)
+    /// when its live worker holds it idle: the session ended (e.g. after
+    /// an idle timeout) but the slice is fine.
+    pub(super) async fn move_agent(
+        &mut self,
+        context: &Arc<JobContext>,
+        agent_id: &str,
+        reason: &str,
+        cause_at: SystemTime,
+        forced: bool,
+    ) -> bool {
+        let Some(agent) = context.agent(agent_id) else {
+            return true;
+        };
+        if agent.cancelled {
+            return true;
+        }
+        let pending = context.pending_tasks_of(agent_id);
+        if pending.is_empty() {
+            return true;
+        }
+        let shared = &self.shared;
+        let from_slice = agent.slice_id.clone();
+        let selector = match parse_selector(&context.spec.slice_selector) {
+            Ok(selector) => selector,
+            Err(error) => {
+                tracing::error!(job_id = %context.job_id, %error, "job selector unusable for a reassignment");
+                return false;
+            }
+        };
+        let view = match fleet_view(shared, selector.as_ref()).await {
+            Ok(view) => view,
+            Err(error) => {
+                tracing::warn!(%error, job_id = %context.job_id, agent_id, "fleet not readable; reassignment retried on the next sweep");
+                return false;
+            }
+        };
+        // A live worker holds a lease on each of its idle slices (naming no
+        // session); a FREE slice without one belongs to a worker that is
+        // not renewing (dead or stopped but not yet expired from the
+        // workers bucket): calling it would only time out.
+        let held: HashSet<(String, String)> = match shared.leases.list().await {
+            Ok(leases) => leases
+                .into_iter()
+                .map(|l| (l.value.slice_id, l.value.worker_id))
+                .collect(),
+            Err(error) => {
+                tracing::warn!(%error, job_id = %context.job_id, agent_id, "leases not readable; reassignment retried on the next sweep");
+                return false;
+            }
+        };
+        let mut moved: Option<AgentEntry> = None;
+        let mut refusals = Vec::new();
+        let same_slice_ok = !forced;
+        let mut candidates: Vec<&v1::FleetSlice> = view.slices.iter().collect();
+        candidates.sort_by_key(|s| s.slice.as_ref().is_none_or(|d| d.slice_id != from_slice));
+        for slice in candidates {
+            let Some(descriptor) = &slice.slice else {
+                continue;
+            };
+            if (descriptor.slice_id == from_slice && !same_slice_ok)
+                || slice.state() != v1::SliceState::Free
+                || !held.contains(&(descriptor.slice_id.clone(), slice.worker_id.clone()))
+            {
+                continue;
+            }
+            let Some(worker) = view
+                .workers
+                .iter()
+                .find(|w| w.worker_id == slice.worker_id && !w.draining)
+            else {
+                continue;
+            };
+            let claimed = match shared.claimed_slices.entry(descriptor.slice_id.clone()) {
+                // The agent's own claim on the slice it is on.
+                dashmap::Entry::Occupied(entry) => *entry.get() == agent.session_id,
+                dashmap::Entry::Vacant(entry) => {
+                    entry.insert(agent.session_id.clone());
+                    true
+                }
+            };
+            if !claimed {
+                continue;
+            }
+            let mut candidate = AgentEntry {
+                worker_id: worker.worker_id.clone(),
+                slice_id: descriptor.slice_id.clone(),
+                endpoint: worker.endpoint.clone(),
+                spawning: true,
+                ..agent.clone()
+            };
+            context
+                .agents()
+                .insert(agent_id.to_string(), candidate.clone());
+            match spawn_on(shared, context, &candidate, &descriptor.slice_id, true).await {
+                // A worker that still runs the session elsewhere answers
+                // with that placement: not a move.
+                Ok(response)
+                    if response.slice_id.is_empty() || response.slice_id == descriptor.slice_id =>
+                {
+                    candidate.spawning = false;
+                    candidate.moves = agent.moves.saturating_add(1);
+                    moved = Some(candidate);
+                    break;
+                }
+                Ok(response) => {
+                    refusals.push(format!(
+                        "{}: the session still runs on {}",
+                        descriptor.slice_id, response.slice_id
+                    ));
+                }
+                Err(refusal) => refusals.push(format!("{}: {refusal}", descriptor.slice_id)),
+            }
+            if descriptor.slice_id != from_slice {
+                shared.claimed_slices.remove(&descriptor.slice_id);
+            }
+            context.agents().insert(agent_id.to_string(), agent.clone());
+        }
+        let Some(moved) = moved else {
+            for task in &pending {
+                let Some(a) = &task.assignment else { continue };
+                if self.shortage_logged.insert((
+                    context.job_id.clone(),
+                    a.task_id.clone(),
+                    a.attempt,
+                )) {
+                    tracing::warn!(
+                        job_id = %context.job_id,
+                        agent_id,
+                        task_id = %a.task_id,
+                        attempt = a.attempt,
+                        reason,
+                        refusals = %refusals.join("; "),
+                        "no free slice to move the agent to; retrying on every sweep"
+                    );
+                }
+            }
+            return false;
+        };
+        if moved.slice_id != from_slice {
+            shared
+                .claimed_slices
+                .remove_if(&from_slice, |_, session| *session == agent.session_id);
+        }
+        context.agents().insert(agent_id.to_string(), moved.clone());
+        if let Err(error) = context.store_placement(&moved).await {
+            tracing::warn!(%error, job_id = %context.job_id, agent_id, "moved placement not recorded");
+        }
+        let to_slice = moved.slice_id.clone();
+        self.republish(context, &moved, pending, reason, cause_at, &from_slice)
+            .await;
+        tracing::info!(job_id = %context.job_id, agent_id, from_slice, to_slice, reason, "agent moved");
+        if agent.endpoint != moved.endpoint {
+            // The old worker may still run the session (quarantined slice,
+            // fenced run, a stopped process that comes back): free its
+            // slice. In the background: a dead worker only times out.
+            let old = agent.clone();
+            let new_slice = moved.slice_id.clone();
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                let Ok(mut client) = shared.worker_client(&old.endpoint) else {
+                    return;
+                };
+                let request = v1::CancelSessionRequest {
+                    session_id: old.session_id.clone(),
+                    reason: format!("session moved to slice {new_slice}"),
+                };
+                if let Err(status) = client.cancel_session(request).await {
+                    tracing::debug!(worker_id = %old.worker_id, error = %status.message(), "old session of a moved agent not cancelled");
+                }
+            });
+        }
+        true
+    }
+
+    /// Registers, records and publishes the next attempt of each of
+    /// `tasks` on the agent's (new) slice, and journals each move.
+    pub(super) async fn republish(
+        &mut self,
+        context: &Arc<JobContext>,
+        agent: &AgentEntry,
+        tasks: Vec<v1::TaskRecord>,
+        reason: &str,
+        cause_at: SystemTime,
+        from_slice: &str,
+    ) {
+        let mut records = Vec::new();
+        for mut record in tasks {
+            let Some(assignment) = record.assignment.as_mut() else {
+                continue;
+            };
+            assignment.attempt = assignment.attempt.saturating_add(1);
+            assignment.worker_id = agent.worker_id.clone();
+            assignment.slice_id = agent.slice_id.clone();
+            assignment.session_id = agent.session_id.clone();
+            assignment.resume_from_checkpoint = true;
+            assignment.result_token = self.shared.result_token(
+                &assignment.job_id,
+                &assignment.task_id,
+                assignment.attempt,
+            );
+            assignment.assigned_at = None;
+            // The new attempt is the only one accepted from now on, before
+            // anything can answer it.
+            context
+                .results
+                .register(&assignment.task_id, &agent.agent_id, assignment.attempt);
+            context
+                .tasks()
+                .insert(assignment.task_id.clone(), record.clone());
+            records.push(record);
+        }
+        if let Err(error) = context.store_tasks(&records, 0).await {
+            tracing::warn!(%error, job_id = %context.job_id, "reassigned tasks not recorded; the sweep publishes them");
+        }
+        for record in records {
+            let Some(assignment) = record.assignment else {
+                continue;
+            };
+            if let Err(error) = context.publish_recorded(&assignment).await {
+                tracing::warn!(%error, task_id = %assignment.task_id, "reassigned task not published; the sweep retries");
+                continue;
+            }
+            self.shared
+                .results
+                .counters
+                .reassigned
+                .fetch_add(1, Ordering::Relaxed);
+            let detected_ms = SystemTime::now()
+                .duration_since(cause_at)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            tracing::info!(
+                job_id = %context.job_id,
+                task_id = %assignment.task_id,
+                attempt = assignment.attempt,
+                agent_id = %agent.agent_id,
+                from_slice,
+                to_slice = %agent.slice_id,
+                reason,
+                detected_ms,
+                "task reassigned"
+            );
+            let payload = json!({
+                "type": "task_reassigned",
+                "task_id": assignment.task_id,
+                "attempt": assignment.attempt,
+                "agent": agent.agent_id,
+                "from_slice": from_slice,
+                "to_slice": agent.slice_id,
+                "reason": reason,
+                "detected_ms": detected_ms,
+            });
+            let event = v1::AgentEvent {
+                job_id: context.job_id.clone(),
+                agent_id: LEADER_AGENT_ID.to_string(),
+                session_id: leader_session_id(&context.job_id),
+                sequence: 0,
+                step: 0,
+                kind: v1::AgentEventKind::Log as i32,
+                payload_json: payload.to_string(),
+                timestamp: Some(prost_types::Timestamp::from(SystemTime::now())),
+            };
+            if let Err(error) = self
+                .shared
+                .journal
+                .append_confirmed(&context.job_id, v1::job_event::Event::AgentEvent(event))
+                .await
+            {
+                tracing::warn!(%error, job_id = %context.job_id, "reassignment not journaled");
+            }
+        }
+    }
+}

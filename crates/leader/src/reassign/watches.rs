@@ -1,0 +1,148 @@
+//! The reassigner's two watches: the leases KV (a lease that lapsed, was
+//! released or names another session) and the quarantine KV, each turned
+//! into [`Trigger`]s and re-created with backoff when it ends or fails.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt as _;
+use mtswarm_bus::{KvChange, LeaseEvent};
+use tokio::sync::watch;
+
+use super::{LeaseCache, MAX_BACKOFF, time_of};
+use crate::shared::Shared;
+use crate::trigger::Trigger;
+
+/// Sleeps `backoff` (doubling it up to [`MAX_BACKOFF`]); false on shutdown.
+async fn back_off(backoff: &mut Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+    let wait = *backoff;
+    *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => !*shutdown.borrow(),
+        _ = shutdown.changed() => false,
+    }
+}
+
+pub(super) async fn watch_leases(
+    shared: Arc<Shared>,
+    cache: LeaseCache,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let mut changes = match shared.leases.watch_with_current().await {
+            Ok(changes) => changes,
+            Err(error) => {
+                tracing::warn!(%error, "lease watch unavailable; retrying");
+                if !back_off(&mut backoff, &mut shutdown).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(200);
+        loop {
+            let change = tokio::select! {
+                change = changes.next() => change,
+                _ = shutdown.changed() => return,
+            };
+            let event = match change {
+                Some(Ok(event)) => event,
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "lease watch failed; re-creating it");
+                    break;
+                }
+                None => break,
+            };
+            match event {
+                LeaseEvent::Held(lease) => {
+                    let lease = lease.value;
+                    shared.observe_lease_ttl(lease.ttl_seconds);
+                    let slice_id = lease.slice_id.clone();
+                    let session = lease.session_id.clone();
+                    let previous = cache.insert(slice_id.clone(), lease);
+                    if previous.is_none_or(|p| p.session_id != session) {
+                        shared.trigger_reassign(Trigger::Lease {
+                            slice_id,
+                            reason: if session.is_empty() {
+                                "the slice's lease names no session".to_string()
+                            } else {
+                                format!("the slice's lease names session {session}")
+                            },
+                            cause_at: SystemTime::now(),
+                        });
+                    }
+                }
+                LeaseEvent::Released { slice_id } => {
+                    cache.remove(&slice_id);
+                    shared.trigger_reassign(Trigger::Lease {
+                        slice_id,
+                        reason: "the slice's lease was released".to_string(),
+                        cause_at: SystemTime::now(),
+                    });
+                }
+                LeaseEvent::Lapsed { slice_id } => {
+                    let expired_at = cache
+                        .remove(&slice_id)
+                        .and_then(|(_, lease)| time_of(lease.expires_at));
+                    shared.trigger_reassign(Trigger::Lease {
+                        slice_id,
+                        reason: "the slice's lease lapsed".to_string(),
+                        cause_at: expired_at.unwrap_or_else(SystemTime::now),
+                    });
+                }
+            }
+        }
+        if !back_off(&mut backoff, &mut shutdown).await {
+            return;
+        }
+    }
+}
+
+pub(super) async fn watch_quarantine(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let mut changes = match shared.quarantine.kv().watch().await {
+            Ok(changes) => changes,
+            Err(error) => {
+                tracing::warn!(%error, "quarantine watch unavailable; retrying");
+                if !back_off(&mut backoff, &mut shutdown).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(200);
+        loop {
+            let change = tokio::select! {
+                change = changes.next() => change,
+                _ = shutdown.changed() => return,
+            };
+            match change {
+                Some(Ok(KvChange::Put { key, value })) => {
+                    let record = value.value;
+                    shared.trigger_reassign(Trigger::Quarantined {
+                        slice_id: key,
+                        reason: format!("slice quarantined: {}", record.reason),
+                        cause_at: time_of(record.since).unwrap_or_else(SystemTime::now),
+                    });
+                }
+                Some(Ok(_)) => {}
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "quarantine watch failed; re-creating it");
+                    break;
+                }
+                None => break,
+            }
+        }
+        if !back_off(&mut backoff, &mut shutdown).await {
+            return;
+        }
+    }
+}

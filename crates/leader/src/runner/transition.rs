@@ -1,0 +1,85 @@
+//! Job state transitions: the one way a job's state changes. The jobs KV is
+//! written first (retried through a NATS restart), then the change is
+//! journaled, so a watcher that sees a final state can rely on the record.
+
+use std::time::{Duration, SystemTime};
+
+use mtswarm_bus::v1;
+
+use crate::shared::Shared;
+
+/// The current time as a protobuf timestamp.
+pub(crate) fn now() -> prost_types::Timestamp {
+    prost_types::Timestamp::from(SystemTime::now())
+}
+
+/// True for SUCCEEDED, FAILED and CANCELLED.
+pub fn is_final(state: v1::JobState) -> bool {
+    matches!(
+        state,
+        v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
+    )
+}
+
+/// Writes a state change to the job record (applying `change` too) and
+/// journals it. The journal entry follows the KV write so a watcher that
+/// sees a final state can rely on the record.
+pub(crate) async fn transition(
+    shared: &Shared,
+    job_id: &str,
+    current: v1::JobState,
+    reason: &str,
+    mut change: impl FnMut(&mut v1::JobRecord),
+) -> Option<v1::JobRecord> {
+    let mut previous = v1::JobState::Unspecified;
+    // A state change must not be lost to a NATS restart: retry with backoff
+    // (bounded, and not past the daemon's shutdown).
+    let mut backoff = Duration::from_millis(100);
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(120);
+    let written = loop {
+        let written = shared
+            .jobs
+            .modify(job_id, |record| {
+                previous = record.state();
+                if is_final(previous) {
+                    return;
+                }
+                record.state = current as i32;
+                record.updated_at = Some(now());
+                change(record);
+            })
+            .await;
+        match written {
+            Err(error)
+                if !matches!(error, mtswarm_bus::BusError::NotFound { .. })
+                    && tokio::time::Instant::now() < give_up
+                    && !*shared.shutdown.borrow() =>
+            {
+                tracing::warn!(%error, job_id, "job state not written yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            other => break other,
+        }
+    };
+    let record = match written {
+        Ok(versioned) => versioned.value,
+        Err(error) => {
+            tracing::error!(%error, job_id, state = current.as_str_name(), "job state not written");
+            return None;
+        }
+    };
+    if is_final(previous) {
+        return Some(record);
+    }
+    let event = v1::job_event::Event::StateChange(v1::JobStateChange {
+        previous: previous as i32,
+        current: current as i32,
+        reason: reason.to_string(),
+        outcome: record.outcome.clone().filter(|_| is_final(current)),
+    });
+    if let Err(error) = shared.journal.append_confirmed(job_id, event).await {
+        tracing::warn!(%error, job_id, "state change not journaled");
+    }
+    Some(record)
+}

@@ -1,0 +1,162 @@
+//! `assign_task`: give an agent a task, recorded before it is published; a
+//! re-executed call returns the recorded task.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mtswarm_bus::results::canonical_slice_id;
+use mtswarm_bus::v1;
+use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use serde_json::{Value, json};
+
+use super::{ToolEnv, output, text_arg};
+use crate::ids::{call_key, task_id_for};
+use crate::job::JobContext;
+use crate::shared::Shared;
+
+pub(super) struct AssignTask(pub(super) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for AssignTask {
+    tool_meta!(
+        "assign_task",
+        "Give a spawned agent a task: instructions plus a JSON object of parameters (e.g. {\"candidates\":[{...-D map...}]}). Returns the task id; results arrive through collect_result.",
+        Risk::Low,
+        false,
+        true
+    );
+    fn input_schema(&self) -> Value {
+        json!({"type":"object","properties":{
+            "agent":{"type":"string","description":"agent id from spawn_agent"},
+            "instructions":{"type":"string","description":"what the agent must do"},
+            "parameters":{"type":"object","description":"task parameters, e.g. {\"candidates\":[{\"MB\":64}]}"}
+        },"required":["agent","instructions"],"additionalProperties":false})
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let job = &self.0.job;
+        let key = call_key(ctx);
+        let known = job
+            .tasks()
+            .values()
+            .find(|t| t.assign_call_id == key)
+            .cloned();
+        if let Some(record) = known {
+            let assignment = record.assignment.unwrap_or_default();
+            return Ok(output(json!({
+                "task_id": assignment.task_id, "agent": assignment.agent_id,
+                "attempt": assignment.attempt,
+            })));
+        }
+        let agent_id = text_arg(&args, "agent")
+            .ok_or_else(|| ToolError::InvalidArgs("agent is required".into()))?;
+        let instructions = text_arg(&args, "instructions")
+            .ok_or_else(|| ToolError::InvalidArgs("instructions must not be empty".into()))?;
+        let parameters = match args.get("parameters") {
+            None | Some(Value::Null) => json!({}),
+            Some(Value::Object(map)) => Value::Object(map.clone()),
+            Some(other) => {
+                return Err(ToolError::InvalidArgs(format!(
+                    "parameters must be a JSON object, got {other}"
+                )));
+            }
+        };
+        let agent = job.agent(&agent_id).ok_or_else(|| {
+            ToolError::InvalidArgs(format!(
+                "no agent named {agent_id:?} in this job (spawn it first)"
+            ))
+        })?;
+        if agent.cancelled {
+            return Err(ToolError::InvalidArgs(format!(
+                "agent {agent_id:?} was cancelled"
+            )));
+        }
+        let task_id = task_id_for(&job.job_id, &key);
+        let measure_baseline = first_on_its_slice_kind(&self.0.shared, job, &agent.slice_id).await;
+        let task = v1::TaskAssignment {
+            task_id: task_id.clone(),
+            job_id: job.job_id.clone(),
+            attempt: 1,
+            agent_id: agent.agent_id.clone(),
+            session_id: agent.session_id.clone(),
+            worker_id: agent.worker_id.clone(),
+            slice_id: agent.slice_id.clone(),
+            instructions,
+            kernel_dir: job.spec.kernel_dir.clone(),
+            parameters_json: parameters.to_string(),
+            budgets: job.spec.budgets,
+            deadline: Some(prost_types::Timestamp::from(job.deadline)),
+            // Set once the publish is acknowledged (see the module docs).
+            assigned_at: None,
+            resume_from_checkpoint: false,
+            measure_baseline,
+            result_token: self.0.shared.result_token(&job.job_id, &task_id, 1),
+        };
+        let record = v1::TaskRecord {
+            assignment: Some(task.clone()),
+            done: false,
+            status: v1::TaskStatus::Unspecified as i32,
+            assign_call_id: key,
+            finished_at: None,
+        };
+        // Known before it is published, so even an instant result is accepted.
+        job.results.register(&task_id, &agent.agent_id, 1);
+        job.tasks().insert(task_id.clone(), record.clone());
+        if let Err(error) = job.store_tasks(std::slice::from_ref(&record), 1).await {
+            job.tasks().remove(&task_id);
+            job.results.settle(
+                &task_id,
+                v1::TaskStatus::Failed,
+                &format!("not recorded: {error}"),
+            );
+            return Err(ToolError::Failed(format!(
+                "task not recorded in the job record: {error}"
+            )));
+        }
+        if let Err(error) = job.publish_recorded(&task).await {
+            job.results.settle(
+                &task_id,
+                v1::TaskStatus::Failed,
+                &format!("not published: {error}"),
+            );
+            job.record_settled(std::slice::from_ref(&task_id), v1::TaskStatus::Failed)
+                .await;
+            return Err(ToolError::Failed(format!("task not published: {error}")));
+        }
+        Ok(output(
+            json!({"task_id": task_id, "agent": agent.agent_id, "attempt": 1}),
+        ))
+    }
+}
+
+/// The kind of a slice, as far as baselines go: what its figures are
+/// comparable with (`emulator/8`).
+fn slice_kind(descriptor: &v1::SliceDescriptor) -> String {
+    format!("{}/{}", descriptor.backend, descriptor.cores)
+}
+
+/// Whether a task for the agent on `slice_id` is the job's first on that
+/// kind of slice, so its worker measures the tune.toml baseline first. Read
+/// from the job's own task records (durable, so a leader restart does not
+/// measure again) and the fleet's slice descriptors; a fleet that cannot be
+/// read measures nothing (a missing speed-up, never a wrong one).
+async fn first_on_its_slice_kind(shared: &Shared, job: &JobContext, slice_id: &str) -> bool {
+    let workers = match shared.workers.list().await {
+        Ok(workers) => workers,
+        Err(error) => {
+            tracing::warn!(%error, job_id = %job.job_id, "fleet not read; no baseline measured with this task");
+            return false;
+        }
+    };
+    let kinds: HashMap<String, String> = workers
+        .iter()
+        .flat_map(|w| w.value.slices.iter())
+        .map(|d| (canonical_slice_id(&d.slice_id), slice_kind(d)))
+        .collect();
+    let Some(kind) = kinds.get(&canonical_slice_id(slice_id)) else {
+        return false;
+    };
+    !job.tasks()
+        .values()
+        .filter_map(|t| t.assignment.as_ref())
+        .any(|a| a.measure_baseline && kinds.get(&canonical_slice_id(&a.slice_id)) == Some(kind))
+}

@@ -1,0 +1,53 @@
+//! `job_status`: the job's agents and the state of its tasks.
+
+use std::sync::Arc;
+
+use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use serde_json::{Value, json};
+
+use super::{ToolEnv, output};
+
+/// Agents and pending tasks `job_status` lists at most.
+pub const STATUS_LIST_LIMIT: usize = 32;
+
+pub(super) struct JobStatus(pub(super) Arc<ToolEnv>);
+
+#[async_trait::async_trait]
+impl Tool for JobStatus {
+    tool_meta!(
+        "job_status",
+        "The job's agents and the state of its tasks.",
+        Risk::Low,
+        true,
+        true
+    );
+    fn input_schema(&self) -> Value {
+        json!({"type":"object","properties":{},"additionalProperties":false})
+    }
+    async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let job = &self.0.job;
+        let agents: Vec<Value> = job
+            .agent_list()
+            .into_iter()
+            .map(|a| {
+                json!({"agent": a.agent_id, "slice_id": a.slice_id, "worker_id": a.worker_id,
+                       "role": a.role, "cancelled": a.cancelled})
+            })
+            .collect();
+        let (total, done) = job.results.counts();
+        let pending = job.results.pending();
+        let mut omitted = serde_json::Map::new();
+        for (key, len) in [("agents", agents.len()), ("pending", pending.len())] {
+            if len > STATUS_LIST_LIMIT {
+                omitted.insert(key.to_string(), json!(len - STATUS_LIST_LIMIT));
+            }
+        }
+        let agents: Vec<Value> = agents.into_iter().take(STATUS_LIST_LIMIT).collect();
+        let pending: Vec<String> = pending.into_iter().take(STATUS_LIST_LIMIT).collect();
+        Ok(output(json!({
+            "job_id": job.job_id, "goal": crate::digest::short_goal(&job.spec.goal),
+            "kernel_dir": job.spec.kernel_dir, "agents": agents, "tasks_total": total,
+            "tasks_done": done, "pending": pending, "omitted": omitted,
+        })))
+    }
+}

@@ -1,0 +1,133 @@
+//! The leader's tools: how the leader loop sees and drives the fleet.
+//!
+//! | tool | arguments | result (JSON text) |
+//! |---|---|---|
+//! | `list_fleet` | `selector?` (default: the job's) | `{"slices":[{slice_id, worker_id, board, cluster, cores, backend, state, session_id?}], "free": n, "workers": n}` |
+//! | `spawn_agent` | `selector?`, `role?`, `instructions?`, `name?`, `slice_id?` | `{"agent", "session_id", "worker_id", "slice_id"}` |
+//! | `assign_task` | `agent`, `instructions`, `parameters?` (object) | `{"task_id", "agent", "attempt"}` |
+//! | `collect_result` | `agents?` or `tasks?` (default: every task), `mode?` any\|all, `timeout_seconds?` | a compact summary within a fixed budget ([`crate::digest::collect_summary`]): `{"tasks", "finished", "timed_out", "task_status", "candidate_status", "best", "failed_tasks", "pending_tasks", "errors", "agents", "omitted"}` |
+//! | `result_details` | `task?`, `agent?`, `status?` (candidate status), `page?`, `page_size?` | one page of candidate rows ([`crate::digest::details_page`]): `{"page", "pages", "total", "rows":[{task_id, agent, index, params, status, gflops?, median_seconds?, peak_percent?, reason?}]}` |
+//! | `cancel_agent` | `agent`, `reason?` | `{"agent", "cancelled"}` |
+//! | `read_file` | `path` (relative to the kernel dir) | the file's text |
+//! | `job_status` | none | `{"job_id", "agents":[...], "tasks_total", "tasks_done", "pending":[...]}` (lists cut at [`STATUS_LIST_LIMIT`], the rest counted under `omitted`) |
+//!
+//! Task parameters are free-form JSON objects passed to the worker agent in
+//! `TaskAssignment.parameters_json`; the builtin policies use
+//! `{"candidates":[{"MB":64,"NB":256,...}, ...]}` (each candidate a `-D` map).
+//!
+//! # Durable placements and idempotent re-execution
+//!
+//! `spawn_agent` writes the agent's `AgentPlacement` and `assign_task` the
+//! task's `TaskRecord` into the `JobRecord` BEFORE calling the worker /
+//! publishing, each with the identity of the tool call (the call key: the
+//! model's call id and the loop step, see [`call_key`]). A leader that
+//! resumes a job after a crash re-executes the interrupted calls: a known
+//! spawn call returns its agent (re-issuing the idempotent `SpawnSession`
+//! with `resume = true`), a known assign call returns its task without a
+//! second publish. A task record's `assignment.assigned_at` is set only
+//! once the publish was acknowledged, so an assignment recorded but never
+//! confirmed is published again on resume (same task id and attempt, so
+//! JetStream deduplicates it if it did go out). Task ids are derived from
+//! (job id, call key) with UUID v5, a second line of defence.
+//!
+//! One file per tool; this module registers them and holds the helpers
+//! they share. The job's state they work on is [`crate::job`], placement
+//! (fleet view, spawn, cancel) is [`crate::placement`].
+
+use std::sync::Arc;
+
+use mtswarm_core::{Tool, ToolOutput, ToolRegistry};
+use serde_json::Value;
+
+use crate::job::JobContext;
+use crate::shared::Shared;
+
+pub use crate::ids::{call_key, task_id_for};
+pub use crate::job::AgentEntry;
+pub use job_status::STATUS_LIST_LIMIT;
+
+macro_rules! tool_meta {
+    ($name:expr, $description:expr, $risk:expr, $read_only:expr, $concurrent:expr) => {
+        fn name(&self) -> &str {
+            $name
+        }
+        fn description(&self) -> &str {
+            $description
+        }
+        fn risk(&self) -> Risk {
+            $risk
+        }
+        fn read_only(&self) -> bool {
+            $read_only
+        }
+        fn concurrency_safe(&self) -> bool {
+            $concurrent
+        }
+    };
+}
+
+mod assign_task;
+mod cancel_agent;
+mod collect_result;
+mod job_status;
+mod list_fleet;
+mod read_file;
+mod result_details;
+mod spawn_agent;
+
+/// What every leader tool works with: the job's state and the daemon's
+/// shared handles.
+pub(crate) struct ToolEnv {
+    pub(crate) job: Arc<JobContext>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// The registry of leader tools for one job.
+pub(crate) fn registry(shared: Arc<Shared>, context: Arc<JobContext>) -> ToolRegistry {
+    let env = Arc::new(ToolEnv {
+        job: context,
+        shared,
+    });
+    let tools: Vec<Arc<dyn Tool>> = vec![
+        Arc::new(list_fleet::ListFleet(env.clone())),
+        Arc::new(spawn_agent::SpawnAgent(env.clone())),
+        Arc::new(assign_task::AssignTask(env.clone())),
+        Arc::new(collect_result::CollectResult(env.clone())),
+        Arc::new(result_details::ResultDetails(env.clone())),
+        Arc::new(cancel_agent::CancelAgent(env.clone())),
+        Arc::new(read_file::ReadFile(env.clone())),
+        Arc::new(job_status::JobStatus(env)),
+    ];
+    let mut registry = ToolRegistry::new();
+    for tool in tools {
+        // Names are distinct constants and schemas are static: cannot fail.
+        if let Err(error) = registry.register(tool) {
+            tracing::error!(%error, "leader tool not registered");
+        }
+    }
+    registry
+}
+
+pub(super) fn text_arg(args: &Value, name: &str) -> Option<String> {
+    args.get(name)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+pub(super) fn string_list(args: &Value, name: &str) -> Vec<String> {
+    match args.get(name) {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+        Some(Value::String(one)) if !one.is_empty() => vec![one.clone()],
+        _ => Vec::new(),
+    }
+}
+
+pub(super) fn output(value: Value) -> ToolOutput {
+    ToolOutput::text(value.to_string()).with_data(value)
+}

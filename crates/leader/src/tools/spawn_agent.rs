@@ -1,0 +1,214 @@
+//! `spawn_agent`: start a worker agent on a free slice, recorded before the
+//! worker is called; a re-executed call answers as the first did.
+
+use std::sync::Arc;
+
+use mtswarm_bus::{subjects, v1};
+use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use serde_json::{Value, json};
+
+use super::{ToolEnv, output, text_arg};
+use crate::fleet::parse_selector;
+use crate::ids::call_key;
+use crate::job::{AgentEntry, JobContext};
+use crate::placement::{fleet_view, spawn_on};
+use crate::shared::Shared;
+
+pub(super) struct SpawnAgent(pub(super) Arc<ToolEnv>);
+
+fn agent_name_ok(name: &str) -> Result<(), ToolError> {
+    subjects::validate_id("agent name", name).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+    if name == crate::ids::LEADER_AGENT_ID {
+        return Err(ToolError::InvalidArgs(format!(
+            "agent name {name:?} is reserved for the leader"
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl Tool for SpawnAgent {
+    tool_meta!(
+        "spawn_agent",
+        "Start a worker agent on a free slice matching the selector (default: the job's). Returns the agent id (the optional name) used by assign_task, collect_result and cancel_agent.",
+        Risk::Medium,
+        false,
+        false
+    );
+    fn input_schema(&self) -> Value {
+        json!({"type":"object","properties":{
+            "selector":{"type":"string","description":"slice selector; empty = the job's selector"},
+            "role":{"type":"string","description":"agent role, e.g. tuner"},
+            "instructions":{"type":"string","description":"standing instructions for the agent"},
+            "name":{"type":"string","description":"agent id to use ([A-Za-z0-9_-], unique in the job)"},
+            "slice_id":{"type":"string","description":"run on exactly this slice"}
+        },"additionalProperties":false})
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let job = &self.0.job;
+        let shared = &self.0.shared;
+        let key = call_key(ctx);
+        let known = job
+            .agents()
+            .values()
+            .find(|a| a.spawn_call_id == key)
+            .cloned();
+        if let Some(agent) = known {
+            return Ok(output(respawned(shared, job, &agent).await));
+        }
+        let agent_id = match text_arg(&args, "name") {
+            Some(name) => name,
+            None => format!("agent-{}", job.agents().len() + 1),
+        };
+        agent_name_ok(&agent_id)?;
+        if job.agents().contains_key(&agent_id) {
+            return Err(ToolError::InvalidArgs(format!(
+                "an agent named {agent_id:?} already exists in this job"
+            )));
+        }
+        let role = text_arg(&args, "role").unwrap_or_else(|| "tuner".to_string());
+        let instructions = text_arg(&args, "instructions").unwrap_or_default();
+        let selector_text =
+            text_arg(&args, "selector").unwrap_or_else(|| job.spec.slice_selector.clone());
+        let selector =
+            parse_selector(&selector_text).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let wanted_slice = text_arg(&args, "slice_id");
+        let view = fleet_view(shared, selector.as_ref())
+            .await
+            .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))?;
+        let session_id = format!(
+            "{}-{}",
+            job.job_id.chars().take(36).collect::<String>(),
+            agent_id
+        )
+        .chars()
+        .take(subjects::MAX_ID_LEN)
+        .collect::<String>();
+        let mut refusals = Vec::new();
+        for slice in &view.slices {
+            let Some(descriptor) = &slice.slice else {
+                continue;
+            };
+            if wanted_slice
+                .as_deref()
+                .is_some_and(|w| w != descriptor.slice_id)
+            {
+                continue;
+            }
+            if slice.state() != v1::SliceState::Free {
+                continue;
+            }
+            let Some(worker) = view.workers.iter().find(|w| w.worker_id == slice.worker_id) else {
+                continue;
+            };
+            if worker.draining {
+                continue;
+            }
+            // Claim locally first: a concurrent spawn skips this slice.
+            let claimed = match shared.claimed_slices.entry(descriptor.slice_id.clone()) {
+                dashmap::Entry::Occupied(_) => false,
+                dashmap::Entry::Vacant(entry) => {
+                    entry.insert(session_id.clone());
+                    true
+                }
+            };
+            if !claimed {
+                continue;
+            }
+            let mut entry = AgentEntry {
+                agent_id: agent_id.clone(),
+                session_id: session_id.clone(),
+                worker_id: worker.worker_id.clone(),
+                slice_id: descriptor.slice_id.clone(),
+                endpoint: worker.endpoint.clone(),
+                role: role.clone(),
+                instructions: instructions.clone(),
+                cancelled: false,
+                spawn_call_id: key.clone(),
+                moves: 0,
+                spawning: true,
+            };
+            job.agents().insert(agent_id.clone(), entry.clone());
+            // Recorded before the worker is called: a leader that crashes
+            // in between finds the agent when it re-executes this call.
+            if let Err(error) = job.store_placement(&entry).await {
+                shared.claimed_slices.remove(&descriptor.slice_id);
+                job.agents().remove(&agent_id);
+                return Err(ToolError::Failed(format!(
+                    "agent placement not stored in the job record: {error}"
+                )));
+            }
+            let outcome = spawn_on(shared, job, &entry, &descriptor.slice_id, false).await;
+            // The claim lasts as long as the agent (released by cancel_agent,
+            // which every job end calls), so this leader never places two
+            // sessions on one slice whatever the lease shows meanwhile.
+            match outcome {
+                Ok(response) => {
+                    if !response.slice_id.is_empty() {
+                        entry.slice_id = response.slice_id.clone();
+                    }
+                    if !response.worker_id.is_empty() {
+                        entry.worker_id = response.worker_id.clone();
+                    }
+                    entry.spawning = false;
+                    job.agents().insert(agent_id.clone(), entry.clone());
+                    if (entry.slice_id.as_str(), entry.worker_id.as_str())
+                        != (descriptor.slice_id.as_str(), worker.worker_id.as_str())
+                        && let Err(error) = job.store_placement(&entry).await
+                    {
+                        tracing::warn!(%error, job_id = %job.job_id, "agent placement not updated");
+                    }
+                    ctx.progress(
+                        format!("agent {agent_id} runs on {}", entry.slice_id),
+                        Some(1.0),
+                    );
+                    return Ok(output(json!({
+                        "agent": agent_id, "session_id": session_id,
+                        "worker_id": entry.worker_id, "slice_id": entry.slice_id, "role": role,
+                    })));
+                }
+                Err(refusal) => {
+                    shared.claimed_slices.remove(&descriptor.slice_id);
+                    refusals.push(format!("{}: {refusal}", descriptor.slice_id));
+                }
+            }
+        }
+        if job.agents().contains_key(&agent_id) {
+            job.forget_placement(&agent_id).await;
+        }
+        let detail = if refusals.is_empty() {
+            String::new()
+        } else {
+            format!(" (refused: {})", refusals.join("; "))
+        };
+        Err(ToolError::Failed(format!(
+            "no free slice matches selector {selector_text:?}{detail}"
+        )))
+    }
+}
+
+/// A re-executed `spawn_agent` call: the agent exists; make sure its session
+/// runs (SpawnSession is idempotent by session id; `resume` picks up its
+/// checkpoint if the session had to be started again) and answer as the
+/// first execution did. A session that cannot be confirmed is left to the
+/// reassigner, which moves an agent with pending tasks whose lease does not
+/// name its session.
+async fn respawned(shared: &Shared, job: &JobContext, agent: &AgentEntry) -> Value {
+    let mut answer = json!({
+        "agent": agent.agent_id, "session_id": agent.session_id,
+        "worker_id": agent.worker_id, "slice_id": agent.slice_id, "role": agent.role,
+    });
+    if agent.cancelled {
+        answer["cancelled"] = json!(true);
+        return answer;
+    }
+    shared
+        .claimed_slices
+        .entry(agent.slice_id.clone())
+        .or_insert_with(|| agent.session_id.clone());
+    if let Err(error) = spawn_on(shared, job, agent, &agent.slice_id, true).await {
+        tracing::warn!(job_id = %job.job_id, agent_id = %agent.agent_id, %error, "session of a re-executed spawn not confirmed");
+        answer["note"] = json!(format!("session not confirmed yet: {error}"));
+    }
+    answer
+}
