@@ -42,11 +42,15 @@ impl fmt::Display for BackendKind {
 /// cluster of a board with a number of cores.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Slice {
+    /// Board id from `fleet.toml` (the prefix of the slice id).
     pub board: String,
     /// `None` = the whole board (all clusters).
     #[serde(default)]
     pub cluster: Option<u32>,
+    /// DSP cores the slice offers (a run may use fewer); a whole board has
+    /// every cluster's cores.
     pub cores: u32,
+    /// The backend that drives the slice: its board's `backend` in `fleet.toml`.
     pub backend: BackendKind,
 }
 
@@ -71,6 +75,8 @@ impl fmt::Display for Slice {
 /// preprocessor parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BuildRequest {
+    /// The kernel directory: `kernel.c` and `host.c`, optionally `tune.toml`
+    /// and further harness files.
     pub kernel_dir: PathBuf,
     /// `-D NAME=VALUE` parameters (tuning knobs, problem sizes).
     #[serde(default)]
@@ -82,6 +88,7 @@ pub struct BuildRequest {
 /// A built kernel, ready to run on a slice of the backend that built it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Artifact {
+    /// The backend that built it; only slices of that backend can run it.
     pub backend: BackendKind,
     /// Directory with the launchable files.
     pub dir: PathBuf,
@@ -95,6 +102,8 @@ pub struct Artifact {
     /// Compiler output (warnings), kept for the model to read.
     #[serde(default)]
     pub log: String,
+    /// The `-D` defines it was built with (the request's; also part of
+    /// `kernel_hash`).
     #[serde(default)]
     pub defines: BTreeMap<String, String>,
     /// Provenance of the harness this build used: file name -> sha256 of
@@ -131,21 +140,32 @@ pub struct RunRequest {
 pub struct Counters {
     /// Floating-point operations the kernel executed (vector and scalar).
     pub flops: u64,
+    /// Bytes moved by DMA transfers, summed over the cores.
     pub dma_bytes: u64,
     /// Bytes moved over DDR, by DMA and by direct loads and stores.
     #[serde(default)]
     pub ddr_bytes: u64,
+    /// Cycles the cores spent waiting (DMA completion, barriers, direct DDR and
+    /// GSM accesses), summed over the cores.
     pub stall_cycles: u64,
 }
 
 /// One kernel execution inside a launch.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunSample {
+    /// The output matched the reference and no figure was flagged implausible.
     pub valid: bool,
+    /// Why the execution is invalid (`None` when it is valid).
     pub error: Option<String>,
+    /// Emulator only: the slowest core's modeled cycles of this execution.
     pub modeled_cycles: Option<u64>,
+    /// Kernel time of this execution, seconds: modeled on the emulator,
+    /// measured elsewhere.
     pub seconds: f64,
+    /// Largest absolute deviation from the reference, when the harness says.
     pub max_abs_err: Option<f64>,
+    /// Event counters of this execution (the sdk backend fills only `flops`,
+    /// with the harness's claim).
     pub counters: Counters,
     /// The input seed the harness drew this execution's inputs from.
     #[serde(default)]
@@ -158,15 +178,20 @@ pub struct RunSample {
 /// `samples` holds every execution in order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunOutcome {
+    /// Every execution was valid, the program ended normally and reported one
+    /// result per requested run.
     pub valid: bool,
+    /// The first reason the launch is invalid (`None` when it is valid).
     pub error: Option<String>,
     /// Emulator only: the slowest core's modeled cycles.
     pub modeled_cycles: Option<u64>,
     /// Kernel time: modeled on the emulator, measured elsewhere.
     pub seconds: f64,
+    /// GFLOP/s of the last execution: the harness's flops over `seconds`.
     pub gflops: f64,
     /// Fraction (0..1) of the modeled peak of the cores used.
     pub peak_fraction: f64,
+    /// Event counters of the last execution.
     pub counters: Counters,
     /// Largest absolute deviation from the reference, when the harness says.
     pub max_abs_err: Option<f64>,
@@ -175,6 +200,8 @@ pub struct RunOutcome {
     /// Last lines of the program's output, for diagnosis.
     #[serde(default)]
     pub output_tail: String,
+    /// Every execution of the launch, in order (empty when the harness reported
+    /// none).
     #[serde(default)]
     pub samples: Vec<RunSample>,
     /// Why a figure of this launch is implausible (see [`crate::plausibility`]);
@@ -189,7 +216,9 @@ pub struct RunOutcome {
 /// A hardware backend bound to one slice.
 #[async_trait::async_trait]
 pub trait Board: Send + Sync {
+    /// The slice this board drives.
     fn slice(&self) -> &Slice;
+    /// The slice's backend kind.
     fn backend(&self) -> BackendKind {
         self.slice().backend
     }
@@ -205,6 +234,7 @@ pub trait Board: Send + Sync {
 /// tune.toml `[model]` figures of one build: per execution.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ModelFigures {
+    /// Floating-point operations.
     pub flops: f64,
     /// DDR bytes.
     pub bytes: f64,
@@ -225,6 +255,8 @@ pub enum Flag {
 }
 
 impl Flag {
+    /// The reason in words, as it appears in a flagged sample's error and in
+    /// reports.
     pub fn describe(self) -> &'static str {
         match self {
             Self::AbovePeak => "above the modeled peak of the cores used",

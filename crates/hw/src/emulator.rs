@@ -46,6 +46,7 @@ impl EmulatorBoard {
         self
     }
 
+    /// Limits of each launched harness (default [`RunLimits::default`]).
     pub fn with_limits(mut self, limits: RunLimits) -> Self {
         self.toolchain.limits = limits;
         self
@@ -64,6 +65,7 @@ impl EmulatorBoard {
         self.toolchain.faults.as_ref().map(|f| *f.config())
     }
 
+    /// The chip model the emulator runs with.
     pub fn spec(&self) -> &ChipSpec {
         &self.toolchain.spec
     }

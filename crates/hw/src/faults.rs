@@ -21,8 +21,11 @@ use sha2::{Digest, Sha256};
 /// Fault rates of one slice: probabilities per launch in `0..=1`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct FaultConfig {
+    /// Probability that a launch hangs until the run timeout kills it.
     pub hang: f64,
+    /// Probability that the harness dies from SIGSEGV.
     pub crash: f64,
+    /// Probability that every buffer the kernel writes is corrupted.
     pub wrong: f64,
     /// Seed of the per-launch draws.
     pub seed: u64,
@@ -85,8 +88,11 @@ pub enum FaultsError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fault {
+    /// The harness never finishes; the run timeout kills it.
     Hang,
+    /// The harness dies from SIGSEGV.
     Crash,
+    /// Every buffer the kernel writes is corrupted, so the answer check fails.
     Wrong,
 }
 
@@ -190,27 +196,29 @@ impl FaultConfig {
     }
 }
 
-/// The fault state of one board: its rates and its launch counter.
+/// The fault state of one emulated slice: its rates and its launch counter.
 #[derive(Debug, Default)]
-pub struct FaultInjector {
+pub(crate) struct FaultInjector {
     config: FaultConfig,
     launches: AtomicU64,
 }
 
 impl FaultInjector {
-    pub fn new(config: FaultConfig) -> Self {
+    /// An injector drawing at these rates, its launch counter at 0.
+    pub(crate) fn new(config: FaultConfig) -> Self {
         Self {
             config,
             launches: AtomicU64::new(0),
         }
     }
 
-    pub fn config(&self) -> &FaultConfig {
+    /// The rates it draws against.
+    pub(crate) fn config(&self) -> &FaultConfig {
         &self.config
     }
 
     /// Count one launch and decide its fault.
-    pub fn next_launch(&self, slice_id: &str) -> Option<Fault> {
+    pub(crate) fn next_launch(&self, slice_id: &str) -> Option<Fault> {
         if self.config.is_off() {
             return None;
         }

@@ -115,6 +115,7 @@ impl HarnessSnapshot {
         })
     }
 
+    /// Relative path -> sha256 of each harness file of the snapshot.
     pub fn hashes(&self) -> &BTreeMap<String, String> {
         &self.hashes
     }

@@ -27,16 +27,20 @@ impl HostBoard {
         })
     }
 
+    /// Where the runtime sources and objects are cached (default
+    /// [`crate::emulator::default_cache_dir`]).
     pub fn with_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.toolchain.cache_dir = dir.into();
         self
     }
 
+    /// The C compiler to use (default `gcc`).
     pub fn with_compiler(mut self, compiler: impl Into<String>) -> Self {
         self.toolchain.compiler = compiler.into();
         self
     }
 
+    /// Limits of each launched harness (default [`RunLimits::default`]).
     pub fn with_limits(mut self, limits: RunLimits) -> Self {
         self.toolchain.limits = limits;
         self

@@ -19,10 +19,20 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 /// Why a slice could not be acquired.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LockError {
+    /// [`HwLock::try_acquire`] found the slice held or queued for.
     #[error("slice {slice} is busy")]
-    Busy { slice: String },
+    Busy {
+        /// Id of the slice.
+        slice: String,
+    },
+    /// [`HwLock::acquire_timeout`] gave up waiting.
     #[error("slice {slice} still busy after waiting {waited:?}")]
-    Timeout { slice: String, waited: Duration },
+    Timeout {
+        /// Id of the slice.
+        slice: String,
+        /// The time-out that passed.
+        waited: Duration,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -65,17 +75,25 @@ impl SliceLock {
 /// Statistics of one slice's lock.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LockStats {
+    /// Id of the slice the lock is keyed by.
     pub slice: String,
+    /// Holds granted so far.
     pub acquisitions: u64,
     /// Callers queued right now.
     pub waiting: u64,
+    /// Someone holds the slice right now.
     pub held: bool,
+    /// Queueing time summed over every acquisition.
     pub total_wait: Duration,
+    /// Longest queueing time of one acquisition.
     pub max_wait: Duration,
+    /// Queueing time of the latest acquisition.
     pub last_wait: Duration,
     /// Cumulative hold time, including the current hold so far.
     pub busy: Duration,
+    /// Longest single hold, including the current hold so far.
     pub max_hold: Duration,
+    /// Length of the latest completed hold.
     pub last_hold: Duration,
     /// Time since the lock for this slice was first used.
     pub elapsed: Duration,
@@ -92,6 +110,7 @@ impl LockStats {
         }
     }
 
+    /// Average queueing time per acquisition (zero before the first).
     pub fn mean_wait(&self) -> Duration {
         if self.acquisitions == 0 {
             Duration::ZERO
@@ -133,6 +152,7 @@ impl std::fmt::Debug for HwGuard {
 }
 
 impl HwGuard {
+    /// Id of the held slice.
     pub fn slice(&self) -> &str {
         &self.slice
     }
@@ -169,6 +189,7 @@ impl Drop for WaitingTicket<'_> {
 }
 
 impl HwLock {
+    /// No locks yet: each slice's lock is created on first use.
     pub fn new() -> Self {
         Self::default()
     }

@@ -82,13 +82,18 @@ impl Default for MeasureConfig {
 /// Robust statistics of the timed executions, seconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
+    /// Timed executions the statistics cover.
     pub count: usize,
+    /// Median time: GFLOPS, the peak fraction and the speedup derive from it.
     pub median: f64,
     /// Mean after dropping the single smallest and largest sample (plain
     /// mean below 3 samples).
     pub trimmed_mean: f64,
+    /// Fastest timed execution.
     pub min: f64,
+    /// Slowest timed execution.
     pub max: f64,
+    /// Population standard deviation of all timed executions.
     pub stddev: f64,
 }
 
@@ -124,11 +129,17 @@ impl Stats {
 /// One benchmark result. `stats`/`gflops` are present only when `valid`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measurement {
+    /// Id of the slice measured on.
     pub slice: String,
+    /// Backend of that slice.
     pub backend: BackendKind,
+    /// The artifact's compiler identity and flags.
     pub toolchain: String,
+    /// The artifact's kernel hash: which code was measured.
     pub kernel_hash: String,
+    /// The `-D` defines the artifact was built with.
     pub defines: std::collections::BTreeMap<String, String>,
+    /// DSP cores every launch used.
     pub cores: u32,
     /// Every execution (validation, warm-up and timed) produced the right answer.
     pub valid: bool,
@@ -136,6 +147,7 @@ pub struct Measurement {
     pub error: Option<String>,
     /// The validation launch failed: nothing was timed.
     pub failed_validation: bool,
+    /// Statistics of the timed executions' times (`None` unless valid).
     pub stats: Option<Stats>,
     /// Floating-point operations of one execution, as the harness reports.
     pub flops: Option<u64>,
@@ -143,12 +155,16 @@ pub struct Measurement {
     pub gflops: Option<f64>,
     /// Of the modeled peak of the cores used (0..1, more is suspicious).
     pub peak_fraction: Option<f64>,
+    /// Baseline time over the median (`None` without `baseline_seconds`).
     pub speedup_over_baseline: Option<f64>,
     /// Reasons the figure is not believable (empty = plausible).
     pub flags: Vec<String>,
+    /// The backend was treated as deterministic (modeled timing): fewer
+    /// repeats, no minimum total time.
     pub deterministic: bool,
     /// Timed executions, in order, kept raw.
     pub samples: Vec<RunSample>,
+    /// Harness launches made (validation, warm-up and timed).
     pub launches: u32,
     /// Wall time of all launches of this measurement.
     pub wall_seconds: f64,

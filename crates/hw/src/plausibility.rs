@@ -19,8 +19,11 @@ const SLACK: f64 = 1e-3;
 /// What one execution's figures are checked against.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds<'a> {
+    /// The chip model whose peak and bandwidth bound the figures.
     pub spec: &'a ChipSpec,
+    /// Cores the execution ran on (0 counts as 1).
     pub cores: u32,
+    /// The build's `[model]` figures (`None`: no roofline check).
     pub model: Option<ModelFigures>,
     /// The kernel's executed flops are observed (emulator) and comparable to
     /// the harness's claim.

@@ -6,7 +6,7 @@
 //! start processes (a fork bomb, a `setsid` child that outlives the job) or
 //! poison the shared caches. Each mechanism is a well-kept kernel feature:
 //!
-//! - a cleared environment with an allowlist (in `sdk::run_confined`);
+//! - a cleared environment with an allowlist (in [`crate::process::run_confined`]);
 //! - Landlock (the `landlock` crate): reads only below the allowed paths,
 //!   writes only below the writable ones, no TCP bind or connect;
 //! - seccomp (the `seccompiler` crate): no `socket`, and for launches no

@@ -13,24 +13,37 @@ use crate::HwError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChipSpec {
+    /// Chip name, shown to the model (its prompt and the board-info tool).
     pub name: String,
     /// ARMv8 host cores (the CPU zone).
     pub host_cores: u32,
+    /// DSP clusters per chip (ids `0..clusters`).
     pub clusters: u32,
+    /// DSP cores per cluster: the most cores a cluster slice can have.
     pub cores_per_cluster: u32,
     /// Vector processing elements (FP64 lanes) per core.
     pub vector_lanes: u32,
     /// FMA units per lane.
     pub fma_per_lane: u32,
+    /// 64-bit vector registers per lane, told to the model and usable in
+    /// `tune.toml` constraints.
     pub vector_registers: u32,
+    /// Scalar VLIW issue slots: the emulator charges a basic block its scalar
+    /// instructions over these.
     pub scalar_issue_slots: u32,
+    /// Vector VLIW issue slots: `fma_per_lane` for FMAs,
+    /// `model.vector_mem_slots` for loads and stores, the rest for broadcasts
+    /// and shuffles.
     pub vector_issue_slots: u32,
+    /// DSP clock, Hz: turns modeled cycles into seconds.
     pub clock_hz: f64,
     /// Scalar memory per core, bytes.
     pub sm_bytes: u64,
+    /// Most `scalar_malloc` buffers a core may hold at once.
     pub sm_max_buffers: u32,
     /// Array (vector) memory per core, bytes.
     pub am_bytes: u64,
+    /// Most `vector_malloc` buffers a core may hold at once.
     pub am_max_buffers: u32,
     /// Global shared memory per cluster, bytes.
     pub gsm_bytes: u64,
@@ -41,6 +54,7 @@ pub struct ChipSpec {
     pub ddr_bandwidth: f64,
     /// Fixed cost of starting one DMA transfer, cycles.
     pub dma_startup_cycles: u64,
+    /// Instruction latencies, as told to the model.
     pub latency: Latencies,
     /// Costs the emulator's cycle model needs beyond the published numbers.
     pub model: CostModel,
@@ -50,10 +64,15 @@ pub struct ChipSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Latencies {
+    /// `SLDW`: scalar load.
     pub sldw: u32,
+    /// `SVBCAST`: broadcast of a scalar into a vector.
     pub svbcast: u32,
+    /// `VFMULAD`: vector fused multiply-add.
     pub vfmulad: u32,
+    /// `VLDDW`: vector load.
     pub vlddw: u32,
+    /// `VSTDW`: vector store.
     pub vstdw: u32,
     /// Cost of reading the cycle counter (`get_clk`).
     pub get_clk: u32,
@@ -109,6 +128,7 @@ impl ChipSpec {
         Ok(spec)
     }
 
+    /// Load a spec from a TOML file (see [`ChipSpec::from_toml_str`]).
     pub fn load(path: &Path) -> Result<Self, HwError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| HwError::Config(format!("chip spec {}: {e}", path.display())))?;

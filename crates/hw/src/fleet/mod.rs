@@ -72,8 +72,13 @@ pub use selector::{SelectorError, SelectorOp, SelectorTerm, SliceSelector};
 /// One board of the fleet, validated, with its slices.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FleetBoard {
+    /// Board id, unique in the fleet, without '/', ',' or whitespace (the
+    /// prefix of its slice ids).
     pub id: String,
+    /// The backend of every slice of the board.
     pub backend: BackendKind,
+    /// The chip model: the built-in spec or `spec_file`, with the inline `spec`
+    /// overrides applied.
     pub spec: ChipSpec,
     /// Host the board is attached to (for `sdk` launch prefixes).
     pub host: Option<String>,
@@ -81,6 +86,7 @@ pub struct FleetBoard {
     pub launch_prefix: Vec<String>,
     /// Root of the MT-3000 toolchain installation (`sdk`).
     pub sdk_root: Option<PathBuf>,
+    /// The board's slices as `slicing` or `slices` cut it, never empty.
     pub slices: Vec<Slice>,
     /// Fault injection per slice id (`board0/c1`); slices without faults
     /// are absent.
@@ -97,6 +103,7 @@ impl FleetBoard {
 /// A validated fleet inventory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fleet {
+    /// The boards, in file order (at least one).
     pub boards: Vec<FleetBoard>,
 }
 
@@ -398,6 +405,7 @@ impl Fleet {
             .collect()
     }
 
+    /// The board with this id, if the fleet has it.
     pub fn board(&self, id: &str) -> Option<&FleetBoard> {
         self.boards.iter().find(|b| b.id == id)
     }

@@ -14,18 +14,26 @@ use crate::board::{BackendKind, Slice};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("slice selector `{input}`: {reason}")]
 pub struct SelectorError {
+    /// The selector text as given.
     pub input: String,
+    /// What is wrong, naming the term at fault.
     pub reason: String,
 }
 
 /// A comparison operator of a selector term.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SelectorOp {
+    /// `=` (for `board` and `id`: the pattern matches).
     Eq,
+    /// `!=`, the negation of `=`.
     Ne,
+    /// `>=` (`cluster` and `cores` only).
     Ge,
+    /// `<=` (`cluster` and `cores` only).
     Le,
+    /// `>` (`cluster` and `cores` only).
     Gt,
+    /// `<` (`cluster` and `cores` only).
     Lt,
 }
 
@@ -56,26 +64,40 @@ impl SelectorOp {
 /// One `key op value` condition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SelectorTerm {
+    /// `backend=`: the slice's backend kind.
     Backend {
+        /// `=` or `!=`.
         op: SelectorOp,
+        /// The backend compared with.
         backend: BackendKind,
     },
     /// `board=` / `id=` take a pattern where `*` matches any run of characters.
     Board {
+        /// `=` or `!=`.
         op: SelectorOp,
+        /// Board id pattern.
         pattern: String,
     },
+    /// `id=` (also spelled `slice=`): the slice id, e.g. `board0/c1`.
     Id {
+        /// `=` or `!=`.
         op: SelectorOp,
+        /// Slice id pattern.
         pattern: String,
     },
     /// `cluster=whole` matches whole-board slices.
     Cluster {
+        /// Any operator for a number, `=` or `!=` for `whole`; a whole-board
+        /// slice matches only `!=` a number.
         op: SelectorOp,
+        /// The cluster number; `None` for `whole`.
         cluster: Option<u32>,
     },
+    /// `cores`: the slice's core count.
     Cores {
+        /// Any operator.
         op: SelectorOp,
+        /// The count compared with.
         cores: u32,
     },
 }
@@ -120,10 +142,13 @@ impl SliceSelector {
         Self { terms: Vec::new() }
     }
 
+    /// The terms that must all hold (none for `*`).
     pub fn terms(&self) -> &[SelectorTerm] {
         &self.terms
     }
 
+    /// Parse selector text (`*`, or terms like `backend=emulator,cores>=8`);
+    /// the error names the term at fault.
     pub fn parse(input: &str) -> Result<Self, SelectorError> {
         let fail = |reason: String| SelectorError {
             input: input.to_owned(),

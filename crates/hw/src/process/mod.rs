@@ -30,9 +30,13 @@ pub(crate) use hash::verified;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ProcessLimits {
+    /// `RLIMIT_CPU`: CPU seconds before the step is killed by SIGXCPU.
     pub cpu_seconds: Option<u64>,
+    /// `RLIMIT_AS`: largest virtual address space, bytes.
     pub address_space_bytes: Option<u64>,
+    /// `RLIMIT_FSIZE`: largest file the step may write, bytes (default 1 GiB).
     pub file_size_bytes: Option<u64>,
+    /// `RLIMIT_NOFILE`: most open file descriptors (default 1024).
     pub open_files: Option<u64>,
     /// Allow core dumps (off by default: they fill disks).
     pub core_dumps: bool,
@@ -61,9 +65,13 @@ impl Default for ProcessLimits {
 /// What a finished process left behind.
 #[derive(Debug, Clone)]
 pub struct ProcessOutput {
+    /// How the process ended: exit code or signal.
     pub status: ExitStatus,
+    /// Standard output, decoded lossily as UTF-8, at most `max_output_bytes` of it.
     pub stdout: String,
+    /// Standard error, decoded lossily as UTF-8, at most `max_output_bytes` of it.
     pub stderr: String,
+    /// Wall time from spawn to exit.
     pub wall: Duration,
 }
 

@@ -20,11 +20,19 @@ fn tokens(list: &[&str]) -> Vec<String> {
 pub struct SdkConfig {
     /// Root of the toolchain installation (`bin/`, `lib/`, `include/`).
     pub sdk_root: Option<PathBuf>,
+    /// Extra directories `{includes}` passes as `-I` (before
+    /// `<sdk_root>/include`); confined steps may read them.
     pub include_dirs: Vec<PathBuf>,
+    /// Template compiling `kernel.c` for the DSP into `{out_dir}/kernel.o`.
     pub device_compile: Vec<String>,
+    /// Template linking the device object into `{out_dir}/kernel.out`.
     pub device_link: Vec<String>,
+    /// Template turning `kernel.out` into the loadable `{out_dir}/kernel.dat`.
     pub makedat: Vec<String>,
+    /// Template building the host harness `{out_dir}/host`.
     pub host_compile: Vec<String>,
+    /// Template of one launch of the harness (through `{launch_prefix}` when
+    /// the board is on another host).
     pub launch: Vec<String>,
     /// `yhrun -p PART -w NODE`, `ssh HOST`, or empty (run on this host).
     pub launch_prefix: Vec<String>,
@@ -32,7 +40,10 @@ pub struct SdkConfig {
     pub host: Option<String>,
     /// Extra environment for every step (e.g. `PATH`, `LD_LIBRARY_PATH`).
     pub env: BTreeMap<String, String>,
+    /// Time-out of each build step, seconds (0 counts as 1).
     pub build_timeout_seconds: u64,
+    /// Resource limits of every step; a launch without `cpu_seconds` gets its
+    /// timeout plus 5 s of CPU time.
     pub limits: ProcessLimits,
     /// Reported as the artifact's toolchain; default: the device compile
     /// command's program and flags.

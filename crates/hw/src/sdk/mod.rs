@@ -93,6 +93,8 @@ pub struct SdkBoard {
 }
 
 impl SdkBoard {
+    /// A board for `slice`, which must have backend `sdk`; rejects an invalid
+    /// config or spec.
     pub fn new(slice: Slice, spec: ChipSpec, config: SdkConfig) -> Result<Self, HwError> {
         if slice.backend != BackendKind::Sdk {
             return Err(HwError::Config(format!(
@@ -110,6 +112,7 @@ impl SdkBoard {
         })
     }
 
+    /// The templates and settings this board runs with.
     pub fn config(&self) -> &SdkConfig {
         &self.config
     }

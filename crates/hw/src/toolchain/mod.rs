@@ -42,7 +42,9 @@ const TAIL_CHARS: usize = 4000;
 /// timeout when not set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunLimits {
+    /// `RLIMIT_AS` of the harness, bytes (default 16 GiB; `None`: inherited).
     pub address_space_bytes: Option<u64>,
+    /// `RLIMIT_CPU` of the harness; `None`: (timeout + 1 s) x host threads + 1 s.
     pub cpu_seconds: Option<u64>,
 }
 

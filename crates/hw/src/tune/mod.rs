@@ -47,14 +47,29 @@ pub const MAX_CARTESIAN: usize = 1_000_000;
 /// Errors reading or using a tuning space. Messages name the file's problem.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TuneError {
+    /// The file cannot be read or does not parse as `tune.toml`.
     #[error("tune.toml: {0}")]
     Parse(String),
+    /// The file parses but breaks a rule (names, ranges, defaults, tolerance,
+    /// size of the space).
     #[error("tune.toml: {0}")]
     Invalid(String),
+    /// A configuration fails a constraint.
     #[error("configuration violates `{constraint}`")]
-    Violated { constraint: String },
+    Violated {
+        /// The constraint as written in the file.
+        constraint: String,
+    },
+    /// A constraint or `[model]` expression does not parse or evaluate.
     #[error("constraint `{constraint}`: {reason}")]
-    Expression { constraint: String, reason: String },
+    Expression {
+        /// The expression as written in the file.
+        constraint: String,
+        /// The evaluator's message.
+        reason: String,
+    },
+    /// A configuration or `-D` define outside the space (unknown name, value
+    /// not among its values).
     #[error("configuration: {0}")]
     Config(String),
 }
@@ -69,8 +84,11 @@ impl From<TuneError> for HwError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ParamValue {
+    /// An integer, e.g. a block size.
     Int(i64),
+    /// A floating-point number.
     Float(f64),
+    /// A word, e.g. a variant name.
     Str(String),
 }
 
@@ -97,9 +115,13 @@ impl ParamValue {
 /// A tunable parameter and the values it may take.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Param {
+    /// Parameter name: a C identifier, passed as `-D NAME=VALUE`.
     pub name: String,
+    /// The values a tuner may choose: `values`, or `range` expanded (never empty).
     pub values: Vec<ParamValue>,
+    /// The value of a configuration that does not set it; one of `values`.
     pub default: ParamValue,
+    /// What the parameter controls, free text from the file (shown in reports).
     pub description: Option<String>,
 }
 
@@ -109,7 +131,10 @@ pub type Config = BTreeMap<String, ParamValue>;
 /// A parsed `tune.toml`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TuneSpace {
+    /// Kernel name, the file's `kernel` key (non-empty).
     pub kernel: String,
+    /// The tunable parameters, in file order (the first varies slowest in
+    /// [`TuneSpace::configurations`]).
     pub params: Vec<Param>,
     /// Boolean expressions every configuration must satisfy.
     pub constraints: Vec<String>,
@@ -134,7 +159,9 @@ pub struct TuneSpace {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PerfModel {
+    /// Expression for the floating-point operations of one execution.
     pub flops: String,
+    /// Expression for the DDR bytes of one execution.
     pub bytes: String,
 }
 
@@ -222,6 +249,8 @@ impl TuneSpace {
         Self::from_toml_str(&text)
     }
 
+    /// Parse and validate `tune.toml` text; constraint and `[model]`
+    /// expressions are checked for syntax here.
     pub fn from_toml_str(text: &str) -> Result<Self, TuneError> {
         let raw: RawSpace = toml::from_str(text).map_err(|e| TuneError::Parse(e.to_string()))?;
         if raw.kernel.trim().is_empty() {
