@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use mtswarm_bus::testing::NatsServer;
+use mtswarm_bus::local_server::NatsServer;
 use mtswarm_bus::{Bus, BusConfig, Checkpoints, KvChange, codec, subjects, v1};
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;

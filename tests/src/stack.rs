@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use mtswarm_bus::testing::NatsServer;
+use mtswarm_bus::local_server::NatsServer;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;

@@ -141,9 +141,6 @@ pub enum BusError {
         stored_attempt: u32,
         attempt: u32,
     },
-
-    #[error("test NATS server: {0}")]
-    TestServer(String),
 }
 
 impl BusError {
