@@ -19,6 +19,7 @@ pub mod client;
 pub mod common;
 pub mod credentials;
 pub mod daemons;
+pub mod decision;
 pub mod demo;
 pub mod emu;
 pub mod render;
