@@ -22,6 +22,7 @@ pub mod daemons;
 pub mod decision;
 pub mod demo;
 pub mod emu;
+pub mod local_stack;
 pub mod render;
 pub mod report;
 pub mod results;
