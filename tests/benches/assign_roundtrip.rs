@@ -42,7 +42,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use mtswarm_bus::testing::NatsServer;
 use mtswarm_bus::testing::bench::{
-    ResultWaiters, route_results, run_noop_worker, sample, start_echo_responder,
+    ResultWaiters, echo_request, route_results, run_noop_worker, sample, start_echo_responder,
 };
 use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
 use mtswarm_proto::v1::worker_client::WorkerClient;
@@ -78,16 +78,7 @@ struct Harness {
     result_key: Option<mtswarm_auth::ResultKey>,
 }
 
-struct Cell {
-    mode: Mode,
-    in_flight: usize,
-    operations: usize,
-    p50: Duration,
-    p99: Duration,
-    per_second: f64,
-    server_cpu_per_op: Duration,
-    client_cpu_per_op: Duration,
-}
+type Cell = mtswarm_bus::testing::bench::Cell<Mode>;
 
 fn timestamp(at: SystemTime) -> mtswarm_proto::prost_types::Timestamp {
     mtswarm_proto::prost_types::Timestamp::from(at)
@@ -95,14 +86,7 @@ fn timestamp(at: SystemTime) -> mtswarm_proto::prost_types::Timestamp {
 
 async fn one_operation(harness: &Harness, mode: Mode) {
     match mode {
-        Mode::Raw => {
-            harness
-                .leader
-                .client()
-                .request("bench.echo", Bytes::from_static(b"ping"))
-                .await
-                .expect("request/reply");
-        }
+        Mode::Raw => echo_request(&harness.leader, "bench.echo").await,
         Mode::Floor | Mode::Assign | Mode::Secure => {
             let n = harness.next_task.fetch_add(1, Ordering::Relaxed);
             let session = &harness.sessions[(n as usize) % harness.sessions.len()];
@@ -171,16 +155,7 @@ async fn measure(
         },
     )
     .await;
-    Cell {
-        mode,
-        in_flight,
-        operations: sampled.operations,
-        p50: sampled.p50,
-        p99: sampled.p99,
-        per_second: sampled.per_second,
-        server_cpu_per_op: sampled.server_cpu_per_op,
-        client_cpu_per_op: sampled.client_cpu_per_op,
-    }
+    Cell::new(mode, in_flight, sampled)
 }
 
 /// The modes named in `BENCH_MODES` (comma-separated `raw`, `floor`,
@@ -265,12 +240,9 @@ async fn start_secure(
         &[],
     )
     .expect("credentials");
-    let authorization =
-        std::fs::read_to_string(&deployment.nats.authorization_file).expect("authorization");
-    let config = format!(
-        "{authorization}\n{}",
-        mtswarm_cli::credentials::nats_tls_block(&deployment.grpc)
-    );
+    let config = deployment
+        .nats_server_config()
+        .expect("nats-server configuration");
     let server = NatsServer::start_with_config(&config).expect("secure nats-server");
     let grpc = &deployment.grpc;
     let tls = mtswarm_bus::config::TlsConfig {
@@ -278,17 +250,13 @@ async fn start_secure(
         ca_file: Some(grpc.ca_file.clone()),
         client_cert: None,
     };
-    let mut leader_config = BusConfig::new(server.url()).with_name("bench-secure-leader");
-    leader_config.tls = tls.clone();
-    leader_config.nkey_seed = Some(
-        mtswarm_auth::generate::read_seed(
-            deployment
-                .nats
-                .seed_file(mtswarm_auth::generate::NATS_LEADER)
-                .expect("leader seed"),
+    let leader_config = deployment
+        .bus_config(
+            &server.url(),
+            mtswarm_auth::generate::NATS_LEADER,
+            "bench-secure-leader",
         )
-        .expect("seed"),
-    );
+        .expect("leader bus settings");
     let leader = Bus::connect(leader_config).await.expect("secure leader");
     leader
         .wait_connected(Duration::from_secs(10))

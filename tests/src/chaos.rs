@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use mtswarm_bus::testing::NatsServer;
+use mtswarm_bus::local_server::NatsServer;
 use mtswarm_bus::{Bus, BusConfig, Checkpoints, KvChange, codec, subjects, v1};
+use mtswarm_cli::local_stack::{LeaderProcessArgs, WorkerProcessArgs};
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
 use tokio::sync::watch;
@@ -170,15 +171,15 @@ impl ChaosStack {
             .join(format!("leader-{}.ready.json", self.leader_starts));
         let mut command = Command::new(&self.options.node_bin);
         command
-            .arg("leader")
-            .arg("--nats")
-            .arg(self.nats.url())
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--kernel-root")
-            .arg(crate::kernel_root())
-            .arg("--ready-file")
-            .arg(&ready)
+            .args(
+                LeaderProcessArgs {
+                    nats_url: self.nats.url(),
+                    listen: "127.0.0.1:0".into(),
+                    kernel_root: crate::kernel_root(),
+                    ready_file: ready.clone(),
+                }
+                .to_args(),
+            )
             .arg("--decision-key-file")
             .arg(&self.decision_key.seed_file)
             .args(&self.options.leader_args)
@@ -210,23 +211,19 @@ impl ChaosStack {
     fn worker_command(&self, board: &str, ready: &Path) -> Command {
         let mut command = Command::new(&self.options.node_bin);
         command
-            .arg("worker")
-            .arg("--nats")
-            .arg(self.nats.url())
-            .arg("--fleet")
-            .arg(&self.fleet_path)
-            .arg("--board")
-            .arg(board)
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--kernel-root")
-            .arg(crate::kernel_root())
-            .arg("--workspace-root")
-            .arg(self.dir.path().join("workspaces").join(board))
+            .args(
+                WorkerProcessArgs {
+                    nats_url: self.nats.url(),
+                    fleet: self.fleet_path.clone(),
+                    board: board.to_string(),
+                    kernel_root: crate::kernel_root(),
+                    workspace_root: self.dir.path().join("workspaces").join(board),
+                    ready_file: ready.to_path_buf(),
+                }
+                .to_args(),
+            )
             .arg("--lease-ttl")
             .arg(self.options.lease_ttl_seconds.to_string())
-            .arg("--ready-file")
-            .arg(ready)
             .arg("--leader-public-key-file")
             .arg(&self.decision_key.public_file)
             .args(&self.options.worker_args)

@@ -1,6 +1,6 @@
 //! Shared helpers for the workspace-level end-to-end tests: real processes
 //! (killed with their whole process group when the guard drops), readiness
-//! through `--ready-file` with a bounded wait, an in-process OTLP collector,
+//! through `--ready-file` with a bounded wait, an in-process OTLP collector (`mtswarm_telemetry::testing`),
 //! and paths to the example kernels and fleet files.
 //!
 //! The processes are the tests crate's own `mtswarm-node` binary, which runs
@@ -10,14 +10,13 @@
 //! sources under test.
 
 pub mod chaos;
-pub mod otlp;
 pub mod process;
 pub mod stack;
 
 use std::path::{Path, PathBuf};
 
 pub use chaos::{ChaosOptions, ChaosStack, Observer};
-pub use otlp::{CollectedSpan, OtlpCollector};
+pub use mtswarm_telemetry::testing::{CollectedSpan, OtlpCollector};
 pub use process::{NodeProcess, ReadyInfo};
 pub use stack::{StackOptions, TestStack};
 

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use mtswarm_bus::testing::NatsServer;
+use mtswarm_bus::local_server::NatsServer;
+use mtswarm_cli::local_stack::WorkerProcessArgs;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;
@@ -194,21 +195,17 @@ fn worker_command(
 ) -> Command {
     let mut command = Command::new(&options.node_bin);
     command
-        .arg("worker")
-        .arg("--nats")
-        .arg(nats_url)
-        .arg("--fleet")
-        .arg(fleet)
-        .arg("--board")
-        .arg(board)
-        .arg("--listen")
-        .arg("127.0.0.1:0")
-        .arg("--kernel-root")
-        .arg(&options.kernel_root)
-        .arg("--workspace-root")
-        .arg(dir.join("workspaces").join(board))
-        .arg("--ready-file")
-        .arg(ready)
+        .args(
+            WorkerProcessArgs {
+                nats_url: nats_url.to_string(),
+                fleet: fleet.to_path_buf(),
+                board: board.to_string(),
+                kernel_root: options.kernel_root.clone(),
+                workspace_root: dir.join("workspaces").join(board),
+                ready_file: ready.to_path_buf(),
+            }
+            .to_args(),
+        )
         .args(&options.worker_args)
         // The emulator runtime is built once per cache; share it between runs.
         .env("MTSWARM_CACHE_DIR", crate::emulator_cache_dir())

@@ -23,10 +23,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use mtswarm_bus::testing::NatsServer;
 use mtswarm_bus::testing::bench::{
-    ResultWaiters, route_results, run_noop_worker, sample, start_echo_responder,
+    ResultWaiters, echo_request, route_results, run_noop_worker, sample, start_echo_responder,
 };
 use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
 use tokio::sync::oneshot;
@@ -52,16 +51,7 @@ impl Mode {
     }
 }
 
-struct Cell {
-    mode: Mode,
-    in_flight: usize,
-    operations: usize,
-    p50: Duration,
-    p99: Duration,
-    per_second: f64,
-    server_cpu_per_op: Duration,
-    client_cpu_per_op: Duration,
-}
+type Cell = mtswarm_bus::testing::bench::Cell<Mode>;
 
 struct Harness {
     leader: Bus,
@@ -86,14 +76,7 @@ fn bench_task(task_id: String) -> v1::TaskAssignment {
 
 async fn one_operation(harness: &Harness, mode: Mode) {
     match mode {
-        Mode::Raw => {
-            harness
-                .leader
-                .client()
-                .request("bench.echo", Bytes::from_static(b"ping"))
-                .await
-                .expect("request/reply");
-        }
+        Mode::Raw => echo_request(&harness.leader, "bench.echo").await,
         Mode::Bus | Mode::BusPipelined => {
             let n = harness
                 .next_task
@@ -145,16 +128,7 @@ async fn measure(
         },
     )
     .await;
-    Cell {
-        mode,
-        in_flight,
-        operations: sampled.operations,
-        p50: sampled.p50,
-        p99: sampled.p99,
-        per_second: sampled.per_second,
-        server_cpu_per_op: sampled.server_cpu_per_op,
-        client_cpu_per_op: sampled.client_cpu_per_op,
-    }
+    Cell::new(mode, in_flight, sampled)
 }
 
 fn main() {

@@ -226,10 +226,6 @@ pub enum BusError {
         /// Attempt number of the refused write.
         attempt: u32,
     },
-
-    /// Starting or stopping a test `nats-server` failed.
-    #[error("test NATS server: {0}")]
-    TestServer(String),
 }
 
 impl BusError {

@@ -14,7 +14,9 @@
 //!   [`Approvals`], all over [`TypedKv`].
 //! - Every message is protobuf with a content-type header ([`codec`]) and
 //!   carries the publisher's W3C trace context ([`trace`]).
-//! - [`testing::NatsServer`] runs a real `nats-server` for tests.
+//! - [`local_server::NatsServer`] runs a real `nats-server` on a loopback
+//!   port for local stacks and tests; `testing` (cargo feature `testing`)
+//!   holds the benchmarks' shared pieces.
 //!
 //! Subjects, streams and buckets are listed in [`subjects`] (and README.md).
 
@@ -23,12 +25,14 @@ pub mod config;
 pub mod error;
 mod kv;
 mod leases;
+pub mod local_server;
 mod messaging;
 pub mod permissions;
 pub mod reopen;
 pub mod results;
 mod stores;
 pub mod subjects;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod topology;
 pub mod trace;

@@ -30,7 +30,7 @@ pub struct TelemetryArgs {
     /// OTLP transport: `grpc` or `http/protobuf`. Without it the standard
     /// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL
     /// variables are read, then gRPC.
-    #[arg(long, env = "MTSWARM_OTLP_PROTOCOL", global = true, value_parser = parse_otlp_protocol)]
+    #[arg(long, env = "MTSWARM_OTLP_PROTOCOL", global = true, value_parser = OtlpProtocol::parse)]
     pub otlp_protocol: Option<OtlpProtocol>,
     /// Log filter (tracing env-filter syntax, e.g. `info,mtswarm_worker=debug`).
     #[arg(long = "log", env = "MTSWARM_LOG", global = true)]
@@ -38,10 +38,6 @@ pub struct TelemetryArgs {
     /// Logs as JSON lines (for log shippers).
     #[arg(long, env = "MTSWARM_LOG_JSON", global = true)]
     pub log_json: bool,
-}
-
-fn parse_otlp_protocol(value: &str) -> Result<OtlpProtocol, String> {
-    OtlpProtocol::parse(value).map_err(|error| error.to_string())
 }
 
 impl TelemetryArgs {

@@ -99,6 +99,29 @@ impl Deployment {
             .find(|(b, _)| b == board)
             .and_then(|(_, worker)| self.nats.seed_file(&worker.worker_id))
     }
+
+    /// The nats-server configuration of a stack with these credentials:
+    /// only the generated identities connect, each with its own
+    /// permissions, over TLS.
+    pub fn nats_server_config(&self) -> anyhow::Result<String> {
+        let authorization = std::fs::read_to_string(&self.nats.authorization_file)
+            .context("reading the NATS authorization block")?;
+        Ok(format!("{authorization}\n{}", nats_tls_block(&self.grpc)))
+    }
+
+    /// Bus settings of the NATS identity `identity` (e.g.
+    /// [`generate::NATS_LEADER`]) over TLS, as connection `name`.
+    pub fn bus_config(&self, url: &str, identity: &str, name: &str) -> anyhow::Result<BusConfig> {
+        let mut config = BusConfig::new(url).with_name(name);
+        config.nkey_seed = Some(generate::read_seed(
+            self.nats
+                .seed_file(identity)
+                .with_context(|| format!("no NATS identity {identity} was generated"))?,
+        )?);
+        config.tls.require_tls = true;
+        config.tls.ca_file = Some(self.grpc.ca_file.clone());
+        Ok(config)
+    }
 }
 
 /// The worker daemons of a fleet (default worker ids) with their slices.

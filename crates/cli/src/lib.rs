@@ -3,12 +3,16 @@
 //! and prints. Each command family lives in its own module:
 //!
 //! - [`up`]: a whole local stack (nats-server, leader, one worker per board);
+//! - [`demo`]: a private stack that tunes one kernel end to end and reports;
+//! - [`local_stack`]: the stack both of them start and stop (and whose
+//!   process command lines the tests' stacks use);
 //! - [`daemons`]: `leader` and `worker`, thin wrappers over the daemons;
 //! - [`client`]: `submit`, `jobs`, `fleet`, `quarantine`, `approvals`,
 //!   `approve`/`deny`, `tasks` against the leader's Control service;
 //! - [`results`]: `results`, the results store read over NATS;
 //! - [`report`]: `report`, the HTML report of any job;
 //! - [`watch`]: live progress of a job, with interactive approvals;
+//! - [`decision`]: deciding one approval (`approve`/`deny` and `watch`);
 //! - `emu`: build and run one kernel on the emulator.
 //!
 //! The library form exists so that other binaries (the end-to-end tests'
@@ -19,8 +23,10 @@ pub mod client;
 pub mod common;
 pub mod credentials;
 pub mod daemons;
+pub mod decision;
 pub mod demo;
 pub mod emu;
+pub mod local_stack;
 pub mod render;
 pub mod report;
 pub mod results;

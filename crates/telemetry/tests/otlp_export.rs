@@ -2,108 +2,29 @@
 //! `TraceService` server on 127.0.0.1:0), with parent/child links intact
 //! across a real gRPC hop whose trace context travels in request metadata.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use mtswarm_telemetry::grpc::{TraceContextInterceptor, server_span};
+use mtswarm_telemetry::testing::{CollectedSpan, OtlpCollector};
 use mtswarm_telemetry::{TelemetryConfig, init, init_scoped, propagation};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::trace::v1::Span;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tonic::transport::server::TcpIncoming;
-use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
-/// Collector that forwards every export request to the test.
-struct Collector {
-    exports: mpsc::Sender<ExportTraceServiceRequest>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        self.exports
-            .send(request.into_inner())
-            .await
-            .map_err(|_| Status::unavailable("test stopped listening"))?;
-        Ok(Response::new(ExportTraceServiceResponse {
-            partial_success: None,
-        }))
-    }
-}
-
-async fn start_collector() -> (SocketAddr, mpsc::Receiver<ExportTraceServiceRequest>) {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind collector");
-    let addr = listener.local_addr().expect("collector addr");
-    let (tx, rx) = mpsc::channel(1024);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(Collector { exports: tx }))
-            .serve_with_incoming(TcpIncoming::from(listener)),
-    );
-    (addr, rx)
-}
-
-/// An exported span together with its resource's `service.name`.
-#[derive(Debug, Clone)]
-struct Received {
-    service_name: String,
-    span: Span,
-}
-
-/// Reads exports until every name in `wanted` was seen, or fails after a timeout.
-async fn collect_spans(
-    exports: &mut mpsc::Receiver<ExportTraceServiceRequest>,
-    wanted: &[&str],
-) -> Vec<Received> {
-    let mut received = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !wanted
-        .iter()
-        .all(|name| received.iter().any(|r: &Received| r.span.name == *name))
-    {
-        let request = tokio::time::timeout_at(deadline, exports.recv())
-            .await
-            .unwrap_or_else(|_| panic!("spans {wanted:?} not exported in time; got {received:?}"))
-            .expect("collector alive");
-        for resource_spans in request.resource_spans {
-            let service_name = resource_spans
-                .resource
+/// The spans received once every name in `wanted` was seen; fails after a timeout.
+async fn collect_spans(collector: &OtlpCollector, wanted: &[&str]) -> Vec<CollectedSpan> {
+    let (done, spans) = collector
+        .wait_until(Duration::from_secs(20), |spans| {
+            wanted
                 .iter()
-                .flat_map(|r| r.attributes.iter())
-                .find(|kv| kv.key == "service.name")
-                .and_then(|kv| kv.value.as_ref()?.value.clone())
-                .map(|value| match value {
-                    Value::StringValue(s) => s,
-                    other => format!("{other:?}"),
-                })
-                .unwrap_or_default();
-            for scope_spans in resource_spans.scope_spans {
-                for span in scope_spans.spans {
-                    received.push(Received {
-                        service_name: service_name.clone(),
-                        span,
-                    });
-                }
-            }
-        }
-    }
-    received
+                .all(|name| spans.iter().any(|s| s.span.name == *name))
+        })
+        .await;
+    assert!(done, "spans {wanted:?} not exported in time; got {spans:?}");
+    spans
 }
 
-fn find<'a>(received: &'a [Received], name: &str) -> &'a Received {
+fn find<'a>(received: &'a [CollectedSpan], name: &str) -> &'a CollectedSpan {
     received
         .iter()
         .find(|r| r.span.name == name)
@@ -113,9 +34,9 @@ fn find<'a>(received: &'a [Received], name: &str) -> &'a Received {
 /// The only test in this binary that installs the global subscriber.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_exports_spans_linked_across_a_grpc_hop() {
-    let (collector_addr, mut exports) = start_collector().await;
+    let collector = OtlpCollector::start().await.expect("collector");
     let mut config = TelemetryConfig::new("telemetry-grpc-test");
-    config.otlp_endpoint = Some(format!("http://{collector_addr}"));
+    config.otlp_endpoint = Some(collector.endpoint());
     config.log_filter = Some("info".into());
     let mut guard = init(config).expect("init telemetry");
     assert!(guard.is_exporting());
@@ -162,7 +83,7 @@ async fn init_exports_spans_linked_across_a_grpc_hop() {
     guard.shutdown().expect("flush and shutdown");
 
     let server_name = "/grpc.health.v1.Health/Check";
-    let received = collect_spans(&mut exports, &["client.check", server_name]).await;
+    let received = collect_spans(&collector, &["client.check", server_name]).await;
     let client = find(&received, "client.check");
     let server = find(&received, server_name);
     assert_eq!(client.service_name, "telemetry-grpc-test");
@@ -179,9 +100,9 @@ async fn init_exports_spans_linked_across_a_grpc_hop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_setup_exports_local_and_propagated_children() {
-    let (collector_addr, mut exports) = start_collector().await;
+    let collector = OtlpCollector::start().await.expect("collector");
     let mut config = TelemetryConfig::new("telemetry-scoped-test");
-    config.otlp_endpoint = Some(format!("http://{collector_addr}"));
+    config.otlp_endpoint = Some(collector.endpoint());
     config.log_filter = Some("debug".into());
     let mut telemetry = init_scoped(config).expect("scoped telemetry");
 
@@ -197,7 +118,7 @@ async fn scoped_setup_exports_local_and_propagated_children() {
     drop(remote);
     telemetry.shutdown().expect("flush");
 
-    let received = collect_spans(&mut exports, &["job", "step", "remote.consume"]).await;
+    let received = collect_spans(&collector, &["job", "step", "remote.consume"]).await;
     let job = find(&received, "job");
     let step = find(&received, "step");
     let remote = find(&received, "remote.consume");

@@ -6,39 +6,28 @@
 use std::time::Duration;
 
 use mtswarm_proto::v1;
-use mtswarm_tests::chaos::{ChaosOptions, ChaosStack, tasks_of};
+use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
 use crate::support::{
-    accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report, submit, tally,
-    vecadd_job, wait_checkpoint, wait_final,
+    MidJob, accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report,
+    start_mid_job, tally, wait_final,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn job_survives_the_leader_being_killed_and_replaced() {
     let _serial = one_at_a_time().await;
-    let mut stack =
-        ChaosStack::start(ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2))).await;
-    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-    let started = tokio::time::Instant::now();
-    let job_id = submit(
-        &mut control,
-        vecadd_job("Tune vecadd; the leader will die", 2, true),
+    // Both tasks are out and one of them is under way: mid-job.
+    let MidJob {
+        mut stack,
+        job_id,
+        submitted_at: started,
+        ..
+    } = start_mid_job(
+        ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2)),
+        "Tune vecadd; the leader will die",
     )
     .await;
-
-    // Both tasks are out and one of them is under way: mid-job.
-    let job = job_id.clone();
-    let assigned = stack
-        .observer
-        .wait_for("both task assignments", Duration::from_secs(60), |seen| {
-            let tasks = tasks_of(seen, &job);
-            (tasks.len() >= 2).then(|| tasks.into_iter().map(|(_, t)| t).collect::<Vec<_>>())
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
-    wait_checkpoint(&stack, &assigned[0], 2).await;
     stack.kill_leader();
     let killed_at = tokio::time::Instant::now();
     stack.start_leader();

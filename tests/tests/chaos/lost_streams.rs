@@ -8,36 +8,24 @@ use std::time::Duration;
 
 use mtswarm_bus::subjects;
 use mtswarm_proto::v1;
-use mtswarm_tests::chaos::{ChaosOptions, ChaosStack, tasks_of};
+use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
 use crate::support::{
-    accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report, submit, tally,
-    vecadd_job, wait_checkpoint, wait_final,
+    MidJob, accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report,
+    start_mid_job, tally, wait_final,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn job_completes_after_its_results_stream_is_deleted() {
     let _serial = one_at_a_time().await;
     let options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
-    let stack = ChaosStack::start(options).await;
-    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-    let job_id = submit(
-        &mut control,
-        vecadd_job("Tune vecadd; its results stream will vanish", 2, true),
-    )
-    .await;
-    let job = job_id.clone();
-    let assigned = stack
-        .observer
-        .wait_for("both task assignments", Duration::from_secs(60), |seen| {
-            let tasks = tasks_of(seen, &job);
-            (tasks.len() >= 2).then(|| tasks.into_iter().map(|(_, t)| t).collect::<Vec<_>>())
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
-    wait_checkpoint(&stack, &assigned[0], 2).await;
+    let MidJob {
+        stack,
+        mut control,
+        job_id,
+        ..
+    } = start_mid_job(options, "Tune vecadd; its results stream will vanish").await;
 
     stack
         .observer

@@ -1,8 +1,8 @@
 //! Helpers shared by the chaos scenarios: one scenario at a time (they
 //! measure recovery times, which a second fleet on the same cores would
 //! distort), job submission with the builtin policies, waiting for a job's
-//! end across leader restarts, the accepted results, and the figures every
-//! scenario prints.
+//! end across leader restarts, the accepted results, the figures every
+//! scenario prints, and the opening of the mid-job scenarios.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -10,7 +10,9 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use mtswarm_proto::v1;
-use mtswarm_tests::chaos::{ChaosStack, Observation, Seen, connect_control};
+use mtswarm_tests::chaos::{
+    ChaosOptions, ChaosStack, Observation, Seen, connect_control, tasks_of,
+};
 use mtswarm_tests::stack::Control;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
@@ -346,5 +348,42 @@ pub async fn wait_leader_log(stack: &ChaosStack, text: &str, timeout: Duration) 
             return false;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A scenario at the point where its fault is injected: a two-agent vecadd
+/// job submitted, both tasks assigned, the first one checkpointed at step 2
+/// or later.
+pub struct MidJob {
+    pub stack: ChaosStack,
+    pub control: Control,
+    pub job_id: String,
+    /// Just before the job was submitted.
+    pub submitted_at: Instant,
+}
+
+/// Starts `options`' fleet (two free slices), submits a two-agent vecadd
+/// job with `goal` and waits until it is under way (see [`MidJob`]).
+pub async fn start_mid_job(options: ChaosOptions, goal: &str) -> MidJob {
+    let stack = ChaosStack::start(options).await;
+    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
+    let mut control = stack.control().await;
+    let submitted_at = Instant::now();
+    let job_id = submit(&mut control, vecadd_job(goal, 2, true)).await;
+    let job = job_id.clone();
+    let assigned = stack
+        .observer
+        .wait_for("both task assignments", Duration::from_secs(60), |seen| {
+            let tasks = tasks_of(seen, &job);
+            (tasks.len() >= 2).then(|| tasks.into_iter().map(|(_, t)| t).collect::<Vec<_>>())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
+    wait_checkpoint(&stack, &assigned[0], 2).await;
+    MidJob {
+        stack,
+        control,
+        job_id,
+        submitted_at,
     }
 }

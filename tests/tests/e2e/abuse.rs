@@ -30,6 +30,33 @@ fn pass(request: Request<()>) -> Result<Request<()>, Status> {
     Ok(request)
 }
 
+/// The job once it is no longer queued or running; `None` (after a short
+/// pause) while it still is. Panics with the job after `deadline`.
+async fn finished_job(
+    admin: &mut Control,
+    job_id: &str,
+    deadline: Instant,
+) -> Option<v1::JobRecord> {
+    let record = admin
+        .get_job(v1::GetJobRequest {
+            job_id: job_id.to_string(),
+        })
+        .await
+        .expect("get")
+        .into_inner()
+        .job
+        .expect("job");
+    if !matches!(record.state(), v1::JobState::Queued | v1::JobState::Running) {
+        return Some(record);
+    }
+    assert!(
+        Instant::now() < deadline,
+        "the job did not finish: {record:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    None
+}
+
 /// A running `mtswarm up` and what it wrote for its clients.
 struct SecureUp {
     up: NodeProcess,
@@ -511,23 +538,9 @@ async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
                 assert_eq!(decision.map(|d| d.decided_by).as_deref(), Some("approver"));
             }
         }
-        let record = admin
-            .get_job(v1::GetJobRequest {
-                job_id: job_id.clone(),
-            })
-            .await
-            .expect("get")
-            .into_inner()
-            .job
-            .expect("job");
-        if !matches!(record.state(), v1::JobState::Queued | v1::JobState::Running) {
+        if let Some(record) = finished_job(&mut admin, &job_id, deadline).await {
             break record;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the job did not finish: {record:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert_eq!(record.state(), v1::JobState::Succeeded, "{record:?}");
     assert!(
@@ -716,23 +729,9 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
                 assert_eq!(decision.signature.len(), 64, "{decision:?}");
             }
         }
-        let record = admin
-            .get_job(v1::GetJobRequest {
-                job_id: job_id.clone(),
-            })
-            .await
-            .expect("get")
-            .into_inner()
-            .job
-            .expect("job");
-        if !matches!(record.state(), v1::JobState::Queued | v1::JobState::Running) {
+        if let Some(record) = finished_job(&mut admin, &job_id, deadline).await {
             break record;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the job did not finish: {record:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert_eq!(record.state(), v1::JobState::Succeeded, "{record:?}");
 

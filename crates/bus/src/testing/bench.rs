@@ -176,6 +176,46 @@ pub async fn start_echo_responder(responder: &Bus, requester: &Bus, subject: &st
     }
 }
 
+/// One core NATS request/reply on `subject` (answered by
+/// [`start_echo_responder`]): the raw round trip every bench compares with.
+pub async fn echo_request(requester: &Bus, subject: &str) {
+    requester
+        .client()
+        .request(subject.to_string(), bytes::Bytes::from_static(b"ping"))
+        .await
+        .expect("request/reply");
+}
+
+/// One row of a bench table: what [`sample`] measured for `mode` with
+/// `in_flight` operations at a time.
+#[derive(Debug, Clone)]
+pub struct Cell<M> {
+    pub mode: M,
+    pub in_flight: usize,
+    pub operations: usize,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub per_second: f64,
+    pub server_cpu_per_op: Duration,
+    pub client_cpu_per_op: Duration,
+}
+
+impl<M> Cell<M> {
+    /// The row of `mode` at `in_flight` from its measurement.
+    pub fn new(mode: M, in_flight: usize, sampled: Sampled) -> Self {
+        Self {
+            mode,
+            in_flight,
+            operations: sampled.operations,
+            p50: sampled.p50,
+            p99: sampled.p99,
+            per_second: sampled.per_second,
+            server_cpu_per_op: sampled.server_cpu_per_op,
+            client_cpu_per_op: sampled.client_cpu_per_op,
+        }
+    }
+}
+
 /// What [`sample`] measured.
 #[derive(Debug, Clone)]
 pub struct Sampled {

@@ -1,7 +1,9 @@
-//! An in-process OTLP/gRPC trace collector (the `TraceService` of
-//! opentelemetry-proto served by tonic on 127.0.0.1:0): processes under test
-//! export to it through `OTEL_EXPORTER_OTLP_ENDPOINT`, and the test reads back
-//! every span with the `service.name` of the process that sent it.
+//! An in-process OTLP/gRPC trace collector for tests (the `TraceService` of
+//! opentelemetry-proto served by tonic on 127.0.0.1:0), behind the cargo
+//! feature `testing`: this crate's own export tests and the end-to-end tests
+//! export to it (directly, or through `OTEL_EXPORTER_OTLP_ENDPOINT` from
+//! processes under test) and read back every span with the `service.name`
+//! of the process that sent it.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -23,14 +25,18 @@ use tonic::{Request, Response, Status};
 /// One exported span with the exporting process's `service.name`.
 #[derive(Debug, Clone)]
 pub struct CollectedSpan {
+    /// The `service.name` of the exporting process.
     pub service_name: String,
+    /// The span as exported.
     pub span: Span,
 }
 
 impl CollectedSpan {
+    /// The trace id in hex.
     pub fn trace_id_hex(&self) -> String {
         hex(&self.span.trace_id)
     }
+    /// The span id in hex.
     pub fn span_id_hex(&self) -> String {
         hex(&self.span.span_id)
     }

@@ -1,0 +1,115 @@
+//! `mtswarm approvals` (pending approval requests) and `mtswarm approve` /
+//! `mtswarm deny`.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use mtswarm_proto::v1;
+use serde_json::json;
+
+use super::output::print_json;
+use crate::common::{LeaderArgs, rpc_error};
+use crate::decision::decide_approval;
+use crate::render;
+
+#[derive(Debug, Args)]
+pub struct ApprovalsCmd {
+    /// Only approvals of this job.
+    #[arg(long, env = "MTSWARM_JOB")]
+    pub job: Option<String>,
+    /// Decided approvals too (default: pending only).
+    #[arg(long, env = "MTSWARM_ALL_APPROVALS")]
+    pub all: bool,
+    /// JSON output.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DecideCmd {
+    /// The approval id (see `mtswarm approvals`).
+    pub approval_id: String,
+    /// Why (recorded with the decision and shown to the agent).
+    #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
+    pub reason: String,
+    /// JSON output: the decided approval record.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+pub async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
+    let mut control = cmd.leader.connect().await?;
+    let states = if cmd.all {
+        Vec::new()
+    } else {
+        vec![v1::ApprovalState::Pending as i32]
+    };
+    let list = control
+        .list_approvals(v1::ListApprovalsRequest {
+            job_id: cmd.job.clone().unwrap_or_default(),
+            states,
+        })
+        .await
+        .map_err(|status| rpc_error("listing approvals", &cmd.leader.url(), status))?
+        .into_inner();
+    if cmd.json {
+        print_json(&json!({
+            "approvals": list.approvals.iter().map(render::approval).collect::<Vec<_>>(),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.approvals.is_empty() {
+        println!("no {}approvals", if cmd.all { "" } else { "pending " });
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<38} {:<9} {:<7} {:<14} {:<16} ARGUMENTS",
+        "APPROVAL", "STATE", "RISK", "AGENT", "TOOL"
+    );
+    for record in &list.approvals {
+        let value = render::approval(record);
+        println!(
+            "{:<38} {:<9} {:<7} {:<14} {:<16} {}",
+            render::compact(&value["approval_id"], 38),
+            render::compact(&value["state"], 9),
+            render::compact(&value["risk"], 7),
+            render::compact(&value["agent_id"], 14),
+            render::compact(&value["tool"], 16),
+            render::compact(&value["arguments"], 60)
+        );
+    }
+    println!("decide with: mtswarm approve ID | mtswarm deny ID --reason \"...\"");
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn decide(cmd: DecideCmd, verdict: v1::ApprovalVerdict) -> anyhow::Result<ExitCode> {
+    let mut control = cmd.leader.connect().await?;
+    let record = decide_approval(
+        &mut control,
+        &cmd.leader.url(),
+        &cmd.approval_id,
+        verdict,
+        &cmd.reason,
+    )
+    .await?;
+    if cmd.json {
+        print_json(&render::approval(&record));
+    } else {
+        let request = record.request.clone().unwrap_or_default();
+        println!(
+            "{} {} ({} of agent {})",
+            match verdict {
+                v1::ApprovalVerdict::Approve => "approved",
+                _ => "denied",
+            },
+            cmd.approval_id,
+            request.tool_name,
+            request.agent_id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

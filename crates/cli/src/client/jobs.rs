@@ -1,0 +1,180 @@
+//! `mtswarm jobs` (a list, or one job in detail) and `mtswarm cancel`.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use mtswarm_proto::v1;
+use serde_json::{Value, json};
+
+use super::output::print_json;
+use crate::common::{LeaderArgs, local_identity, rpc_error};
+use crate::render;
+
+#[derive(Debug, Args)]
+pub struct JobsCmd {
+    /// Only jobs in these states (queued, running, succeeded, failed, cancelled).
+    #[arg(long = "state", env = "MTSWARM_JOB_STATES", value_delimiter = ',')]
+    pub states: Vec<String>,
+    /// Show one job in full.
+    pub job_id: Option<String>,
+    /// JSON output.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelCmd {
+    pub job_id: String,
+    /// Why (recorded as the job's error).
+    #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
+    pub reason: String,
+    /// JSON output: `{"job_id", "state"}`.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// `mtswarm cancel JOB`: stops the job's loop and its agents. Exit 0 when
+/// the job is CANCELLED now (or was before), 1 when it had already ended
+/// otherwise.
+pub async fn cancel(cmd: CancelCmd) -> anyhow::Result<ExitCode> {
+    let reason = if cmd.reason.trim().is_empty() {
+        format!("cancelled by {}", local_identity())
+    } else {
+        format!("{} (by {})", cmd.reason.trim(), local_identity())
+    };
+    let mut control = cmd.leader.connect().await?;
+    let response = control
+        .cancel_job(v1::CancelJobRequest {
+            job_id: cmd.job_id.clone(),
+            reason,
+        })
+        .await
+        .map_err(|status| rpc_error("cancelling the job", &cmd.leader.url(), status))?
+        .into_inner();
+    let state = response.state();
+    if cmd.json {
+        print_json(&json!({"job_id": cmd.job_id, "state": render::job_state(state)}));
+    } else if state == v1::JobState::Cancelled {
+        println!("job {} cancelled", cmd.job_id);
+    } else {
+        println!(
+            "job {} is {}: not cancelled",
+            cmd.job_id,
+            render::job_state(state)
+        );
+    }
+    Ok(if state == v1::JobState::Cancelled {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
+    let mut control = cmd.leader.connect().await?;
+    if let Some(job_id) = &cmd.job_id {
+        let job = control
+            .get_job(v1::GetJobRequest {
+                job_id: job_id.clone(),
+            })
+            .await
+            .map_err(|status| rpc_error("getting the job", &cmd.leader.url(), status))?
+            .into_inner()
+            .job
+            .context("the leader answered without a job")?;
+        let value = render::job(&job);
+        if cmd.json {
+            print_json(&value);
+        } else {
+            print_job_detail(&value);
+            for line in render::outcome_lines(job.outcome.as_ref()) {
+                println!("{line}");
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut states = Vec::new();
+    for name in &cmd.states {
+        let state = render::parse_job_state(name).with_context(|| {
+            format!("unknown job state {name:?} (queued, running, succeeded, failed, cancelled)")
+        })?;
+        states.push(state as i32);
+    }
+    let mut jobs = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = control
+            .list_jobs(v1::ListJobsRequest {
+                states: states.clone(),
+                page_size: 0,
+                page_token: page_token.clone(),
+            })
+            .await
+            .map_err(|status| rpc_error("listing jobs", &cmd.leader.url(), status))?
+            .into_inner();
+        jobs.extend(page.jobs);
+        if page.next_page_token.is_empty() || page.next_page_token == page_token {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    if cmd.json {
+        print_json(&json!({ "jobs": jobs.iter().map(render::job).collect::<Vec<_>>() }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if jobs.is_empty() {
+        println!("no jobs");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<38} {:<10} {:<12} {:>6} {:>7}  GOAL",
+        "JOB", "STATE", "KERNEL", "AGENTS", "TASKS"
+    );
+    for job in &jobs {
+        let spec = job.spec.clone().unwrap_or_default();
+        println!(
+            "{:<38} {:<10} {:<12} {:>6} {:>3}/{:<3}  {}",
+            job.job_id,
+            render::job_state(job.state()),
+            render::truncate(&spec.kernel_dir, 12),
+            job.agent_ids.len(),
+            job.tasks_done,
+            job.tasks_total,
+            render::truncate(&spec.goal, 50)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_job_detail(job: &Value) {
+    let field = |name: &str| render::compact(&job[name], 200);
+    println!("job       {}", field("job_id"));
+    println!("state     {}", field("state"));
+    println!("goal      {}", field("goal"));
+    println!("kernel    {}", field("kernel_dir"));
+    if !field("slice_selector").is_empty() {
+        println!("selector  {}", field("slice_selector"));
+    }
+    println!("agents    {}", field("agent_ids"));
+    println!("tasks     {}/{}", field("tasks_done"), field("tasks_total"));
+    for (label, name) in [
+        ("created", "created_at"),
+        ("started", "started_at"),
+        ("finished", "finished_at"),
+    ] {
+        if !job[name].is_null() {
+            println!("{label:<9} {}", field(name));
+        }
+    }
+    if !field("summary").is_empty() {
+        println!("summary   {}", field("summary"));
+    }
+    if !field("error").is_empty() {
+        println!("error     {}", field("error"));
+    }
+}

@@ -1,0 +1,137 @@
+//! `mtswarm submit`: submits a job and, with `--watch`, follows it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use mtswarm_proto::v1;
+use serde_json::json;
+
+use super::output::print_json;
+use crate::common::{LeaderArgs, rpc_error};
+use crate::watch::{WatchOptions, watch_job};
+
+#[derive(Debug, Args)]
+pub struct SubmitCmd {
+    /// What to achieve; `@path` names a file of the kernel directory to attach.
+    pub goal: String,
+    /// Kernel directory, relative to the leader's kernel root.
+    #[arg(long = "kernel", short = 'k', env = "MTSWARM_KERNEL")]
+    pub kernel: PathBuf,
+    /// Slices the job may use, e.g. "backend=emulator,cores>=8" (empty = any).
+    #[arg(long, short = 's', env = "MTSWARM_SELECTOR", default_value = "")]
+    pub selector: String,
+    /// Number of worker agents (0 = the leader decides).
+    #[arg(
+        long = "agents",
+        short = 'n',
+        env = "MTSWARM_AGENTS",
+        default_value_t = 0
+    )]
+    pub agents: u32,
+    /// Maximum ReAct steps per loop (0 = server default).
+    #[arg(long, env = "MTSWARM_MAX_STEPS", default_value_t = 0)]
+    pub max_steps: u32,
+    /// Maximum model tokens (0 = unlimited).
+    #[arg(long, env = "MTSWARM_MAX_TOKENS", default_value_t = 0)]
+    pub max_tokens: u64,
+    /// Maximum board time in seconds (0 = unlimited).
+    #[arg(long, env = "MTSWARM_DEVICE_SECONDS", default_value_t = 0.0)]
+    pub device_seconds: f64,
+    /// Maximum wall time of the job in seconds (0 = server default).
+    #[arg(long, env = "MTSWARM_WALL_TIME", default_value_t = 0)]
+    pub wall_time: u64,
+    /// OpenAI-compatible model for the agents (absent = builtin policies).
+    #[arg(long, env = "MTSWARM_JOB_MODEL")]
+    pub model: Option<String>,
+    /// Base URL of that model's endpoint (empty = the daemons' MTSWARM_LLM_URL).
+    #[arg(long, env = "MTSWARM_JOB_MODEL_URL")]
+    pub model_url: Option<String>,
+    /// Run medium-risk tools (benchmarks, edits) without asking for approval.
+    #[arg(long, env = "MTSWARM_AUTO_APPROVE")]
+    pub auto_approve: bool,
+    /// Enable the `shell` tool (every call still needs approval).
+    #[arg(long, env = "MTSWARM_ALLOW_SHELL")]
+    pub allow_shell: bool,
+    /// A retried submit with the same key returns the same job.
+    #[arg(long, env = "MTSWARM_IDEMPOTENCY_KEY", default_value = "")]
+    pub idempotency_key: String,
+    /// Follow the job's progress after submitting (like `mtswarm watch`).
+    #[arg(long, short = 'w', env = "MTSWARM_WATCH")]
+    pub watch: bool,
+    /// Never ask about approvals while watching.
+    #[arg(long, env = "MTSWARM_NO_PROMPT")]
+    pub no_prompt: bool,
+    /// JSON output (with --watch: one JSON object per event).
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+pub async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
+    if !cmd.device_seconds.is_finite() || cmd.device_seconds < 0.0 {
+        bail!("--device-seconds must be a non-negative number");
+    }
+    let kernel_dir = cmd
+        .kernel
+        .to_str()
+        .context("--kernel must be valid UTF-8")?
+        .to_string();
+    let model = match (&cmd.model, &cmd.model_url) {
+        (None, None) => None,
+        (None, Some(_)) => bail!("--model-url needs --model"),
+        (Some(model), url) => Some(v1::ModelSettings {
+            base_url: url.clone().unwrap_or_default(),
+            model: model.clone(),
+            temperature: None,
+            max_output_tokens: 0,
+        }),
+    };
+    let spec = v1::JobSpec {
+        goal: cmd.goal.clone(),
+        kernel_dir,
+        slice_selector: cmd.selector.clone(),
+        budgets: Some(v1::Budgets {
+            max_steps: cmd.max_steps,
+            max_tokens: cmd.max_tokens,
+            device_seconds: cmd.device_seconds,
+            wall_time_seconds: cmd.wall_time,
+        }),
+        num_agents: cmd.agents,
+        model,
+        auto_approve: cmd.auto_approve,
+        allow_shell: cmd.allow_shell,
+    };
+    let span = tracing::info_span!("mtswarm.submit", kernel = %cmd.kernel.display());
+    let _entered = span.enter();
+    let mut control = cmd.leader.connect().await?;
+    let response = control
+        .submit_job(v1::SubmitJobRequest {
+            spec: Some(spec),
+            idempotency_key: cmd.idempotency_key.clone(),
+        })
+        .await
+        .map_err(|status| rpc_error("submitting the job", &cmd.leader.url(), status))?
+        .into_inner();
+    if cmd.json && !cmd.watch {
+        print_json(&json!({ "job_id": response.job_id }));
+    } else if !cmd.json {
+        println!("submitted job {}", response.job_id);
+    }
+    if !cmd.watch {
+        return Ok(ExitCode::SUCCESS);
+    }
+    watch_job(
+        &mut control,
+        &cmd.leader.url(),
+        &response.job_id,
+        WatchOptions {
+            from_sequence: 0,
+            json: cmd.json,
+            prompt: !cmd.no_prompt,
+        },
+    )
+    .await
+}

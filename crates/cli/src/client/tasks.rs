@@ -1,0 +1,251 @@
+//! `mtswarm tasks`: the task results of a job, as a table, JSON lines or CSV.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, ValueEnum};
+use mtswarm_proto::v1;
+use tokio_stream::StreamExt as _;
+
+use crate::common::{LeaderArgs, rpc_error};
+use crate::render;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ResultsFormat {
+    Table,
+    Jsonl,
+    Csv,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StatusFilter {
+    Ok,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Debug, Args)]
+pub struct TasksCmd {
+    pub job_id: String,
+    /// Only results of this agent.
+    #[arg(long, env = "MTSWARM_AGENT")]
+    pub agent: Option<String>,
+    /// Only results with this status.
+    #[arg(long, value_enum, env = "MTSWARM_RESULT_STATUS")]
+    pub status: Option<StatusFilter>,
+    /// Only the latest attempt of each task (default: every attempt).
+    #[arg(long, env = "MTSWARM_LATEST")]
+    pub latest: bool,
+    /// Wait for the job to finish instead of printing what exists now.
+    #[arg(long, env = "MTSWARM_FOLLOW")]
+    pub follow: bool,
+    /// table for people, jsonl (one JSON object per result) or csv.
+    #[arg(long, value_enum, env = "MTSWARM_RESULTS_FORMAT", default_value_t = ResultsFormat::Table)]
+    pub format: ResultsFormat,
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// How long `tasks` (without `--follow`) waits for more replayed events
+/// of a running job before it prints what it has.
+const RESULTS_IDLE: Duration = Duration::from_millis(750);
+
+pub async fn tasks(cmd: TasksCmd) -> anyhow::Result<ExitCode> {
+    let mut control = cmd.leader.connect().await?;
+    let leader = cmd.leader.url();
+    let job = control
+        .get_job(v1::GetJobRequest {
+            job_id: cmd.job_id.clone(),
+        })
+        .await
+        .map_err(|status| rpc_error("getting the job", &leader, status))?
+        .into_inner()
+        .job
+        .context("the leader answered without a job")?;
+    let final_state = matches!(
+        job.state(),
+        v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
+    );
+    let mut stream = control
+        .watch_job(v1::WatchJobRequest {
+            job_id: cmd.job_id.clone(),
+            from_sequence: 0,
+        })
+        .await
+        .map_err(|status| rpc_error("reading the job's events", &leader, status))?
+        .into_inner();
+    let mut results: Vec<v1::TaskResult> = Vec::new();
+    loop {
+        // A finished job's stream ends by itself; a running job's stream is
+        // read until it goes quiet, unless --follow waits for the end.
+        let next = if final_state || cmd.follow {
+            stream.next().await
+        } else {
+            match tokio::time::timeout(RESULTS_IDLE, stream.next()).await {
+                Ok(next) => next,
+                Err(_) => break,
+            }
+        };
+        match next {
+            None => break,
+            Some(Err(status)) => {
+                return Err(rpc_error("reading the job's events", &leader, status));
+            }
+            Some(Ok(event)) => {
+                if let Some(v1::job_event::Event::TaskResult(result)) = event.event {
+                    results.push(result);
+                }
+            }
+        }
+    }
+    let results = filter_results(results, &cmd);
+    match cmd.format {
+        ResultsFormat::Jsonl => {
+            for result in &results {
+                println!("{}", render::task_result(result));
+            }
+        }
+        ResultsFormat::Csv => print_csv(&results),
+        ResultsFormat::Table => {
+            if results.is_empty() {
+                println!("no results yet (job is {})", render::job_state(job.state()));
+            } else {
+                println!(
+                    "{:<38} {:>3} {:<14} {:<16} {:<9} SUMMARY",
+                    "TASK", "TRY", "AGENT", "SLICE", "STATUS"
+                );
+                for r in &results {
+                    let text = if r.error.is_empty() {
+                        &r.summary
+                    } else {
+                        &r.error
+                    };
+                    println!(
+                        "{:<38} {:>3} {:<14} {:<16} {:<9} {}",
+                        r.task_id,
+                        r.attempt,
+                        render::truncate(&r.agent_id, 14),
+                        render::truncate(&r.slice_id, 16),
+                        render::task_status(r.status()),
+                        render::truncate(text, 70)
+                    );
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn filter_results(results: Vec<v1::TaskResult>, cmd: &TasksCmd) -> Vec<v1::TaskResult> {
+    let wanted_status = cmd.status.map(|s| match s {
+        StatusFilter::Ok => v1::TaskStatus::Ok,
+        StatusFilter::Failed => v1::TaskStatus::Failed,
+        StatusFilter::Cancelled => v1::TaskStatus::Cancelled,
+    });
+    let mut kept: Vec<v1::TaskResult> = results
+        .into_iter()
+        .filter(|r| cmd.agent.as_ref().is_none_or(|a| &r.agent_id == a))
+        .filter(|r| wanted_status.is_none_or(|s| r.status() == s))
+        .collect();
+    if cmd.latest {
+        let mut latest: Vec<v1::TaskResult> = Vec::new();
+        for result in kept {
+            match latest.iter_mut().find(|r| r.task_id == result.task_id) {
+                Some(existing) if existing.attempt < result.attempt => *existing = result,
+                Some(_) => {}
+                None => latest.push(result),
+            }
+        }
+        kept = latest;
+    }
+    kept
+}
+
+/// One CSV field, quoted when it contains a separator, quote or newline.
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
+}
+
+fn print_csv(results: &[v1::TaskResult]) {
+    println!(
+        "task_id,attempt,agent_id,session_id,worker_id,slice_id,status,summary,error,steps,device_seconds,wall_seconds,finished_at,result_json"
+    );
+    for r in results {
+        let usage = r.usage.unwrap_or_default();
+        let fields = [
+            r.task_id.clone(),
+            r.attempt.to_string(),
+            r.agent_id.clone(),
+            r.session_id.clone(),
+            r.worker_id.clone(),
+            r.slice_id.clone(),
+            render::task_status(r.status()),
+            r.summary.clone(),
+            r.error.clone(),
+            usage.steps.to_string(),
+            usage.device_seconds.to_string(),
+            usage.wall_seconds.to_string(),
+            render::timestamp(r.finished_at.as_ref()).unwrap_or_default(),
+            r.result_json.clone(),
+        ];
+        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
+        println!("{}", line.join(","));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_fields_are_quoted_only_when_needed() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+    }
+
+    fn result(task: &str, attempt: u32, agent: &str, status: v1::TaskStatus) -> v1::TaskResult {
+        v1::TaskResult {
+            task_id: task.into(),
+            attempt,
+            agent_id: agent.into(),
+            status: status as i32,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn results_filter_by_agent_status_and_latest_attempt() {
+        let all = vec![
+            result("t1", 1, "a", v1::TaskStatus::Failed),
+            result("t1", 2, "a", v1::TaskStatus::Ok),
+            result("t2", 1, "b", v1::TaskStatus::Ok),
+        ];
+        let cmd = |agent: Option<&str>, status: Option<StatusFilter>, latest: bool| TasksCmd {
+            job_id: "j".into(),
+            agent: agent.map(str::to_string),
+            status,
+            latest,
+            follow: false,
+            format: ResultsFormat::Table,
+            leader: LeaderArgs::for_url("", 1.0),
+        };
+        assert_eq!(
+            filter_results(all.clone(), &cmd(Some("a"), None, false)).len(),
+            2
+        );
+        assert_eq!(
+            filter_results(all.clone(), &cmd(None, Some(StatusFilter::Ok), false)).len(),
+            2
+        );
+        let latest = filter_results(all, &cmd(None, None, true));
+        assert_eq!(latest.len(), 2);
+        assert_eq!(latest[0].attempt, 2);
+    }
+}

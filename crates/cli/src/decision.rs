@@ -1,0 +1,34 @@
+//! Deciding one approval request as the local user: shared by `mtswarm
+//! approve` / `deny` and the interactive approvals of `mtswarm watch`, so
+//! both send the same request with the same decider.
+
+use anyhow::Context as _;
+use mtswarm_proto::v1;
+
+use crate::common::{local_identity, rpc_error};
+
+/// DecideApproval with the local identity as the decider.
+pub async fn decide_approval(
+    control: &mut crate::common::Control,
+    leader: &str,
+    approval_id: &str,
+    verdict: v1::ApprovalVerdict,
+    reason: &str,
+) -> anyhow::Result<v1::ApprovalRecord> {
+    let what = match verdict {
+        v1::ApprovalVerdict::Approve => format!("approving {approval_id}"),
+        _ => format!("denying {approval_id}"),
+    };
+    control
+        .decide_approval(v1::DecideApprovalRequest {
+            approval_id: approval_id.to_string(),
+            verdict: verdict as i32,
+            reason: reason.to_string(),
+            decided_by: local_identity(),
+        })
+        .await
+        .map_err(|status| rpc_error(&what, leader, status))?
+        .into_inner()
+        .approval
+        .context("the leader answered without the approval record")
+}
