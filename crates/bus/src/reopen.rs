@@ -88,7 +88,7 @@ where
                 return Some(opened);
             }
             Err(error) => {
-                tracing::warn!(%error, what, "cannot open yet; retrying");
+                tracing::warn!(%error, "{what} unavailable; retrying");
                 if !backoff.sleep_or_shutdown(shutdown).await {
                     return None;
                 }

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::stream;
 use futures::{Stream, StreamExt as _};
-use mtswarm_bus::{Bus, TopologyConfig, subjects, v1};
+use mtswarm_bus::{Backoff, Bus, TopologyConfig, reopen, subjects, v1};
 use prost::Message as _;
 
 use crate::error::JournalError;
@@ -197,25 +197,19 @@ pub(crate) async fn relay_agent_events(
     journal: Journal,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let subscribe = || bus.client().subscribe(subjects::ALL_EVENTS.to_string());
     // The client re-subscribes by itself after a reconnect; the loop only
     // re-subscribes when the subscription could not be made or ended.
-    let mut subscriber = loop {
-        match bus
-            .client()
-            .subscribe(subjects::ALL_EVENTS.to_string())
-            .await
-        {
-            Ok(subscriber) => break subscriber,
-            Err(error) => {
-                tracing::warn!(%error, "cannot subscribe to agent events yet; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.changed() => return,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
+    let Some(mut subscriber) = reopen(
+        "agent events subscription",
+        &mut backoff,
+        &mut shutdown,
+        subscribe,
+    )
+    .await
+    else {
+        return;
     };
     loop {
         let message = tokio::select! {
@@ -227,19 +221,16 @@ pub(crate) async fn relay_agent_events(
                 break;
             }
             tracing::warn!("agent event subscription ended; subscribing again");
-            match bus
-                .client()
-                .subscribe(subjects::ALL_EVENTS.to_string())
-                .await
+            match reopen(
+                "agent events subscription",
+                &mut backoff,
+                &mut shutdown,
+                subscribe,
+            )
+            .await
             {
-                Ok(again) => subscriber = again,
-                Err(error) => {
-                    tracing::warn!(%error, "agent events not subscribed; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = shutdown.changed() => return,
-                    }
-                }
+                Some(again) => subscriber = again,
+                None => return,
             }
             continue;
         };

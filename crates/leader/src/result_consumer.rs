@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt as _;
-use mtswarm_bus::{ResultConsumerConfig, subjects, v1};
+use mtswarm_bus::{Backoff, ResultConsumerConfig, reopen, subjects, v1};
 
 use crate::error::ReplayError;
 use crate::results::Acceptance;
@@ -124,34 +124,21 @@ pub(crate) async fn consume_results(
     shared: Arc<Shared>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    const MAX_BACKOFF: Duration = Duration::from_secs(2);
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
     let consumer_name = shared.config.result_consumer_name.clone();
-    loop {
-        if *shutdown.borrow() {
-            return;
-        }
-        let messages = match shared
+    let open = || async {
+        shared
             .bus
             .result_consumer(ResultConsumerConfig::new(consumer_name.clone()))
+            .await?
+            .messages()
             .await
-        {
-            Ok(consumer) => consumer.messages().await,
-            Err(error) => Err(error),
+    };
+    loop {
+        let Some(mut messages) = reopen("result consumer", &mut backoff, &mut shutdown, open).await
+        else {
+            return;
         };
-        let mut messages = match messages {
-            Ok(messages) => messages,
-            Err(error) => {
-                tracing::warn!(%error, ?backoff, "result consumer unavailable; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.changed() => return,
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-        };
-        backoff = Duration::from_millis(200);
         let mut failures_in_a_row = 0u32;
         loop {
             let item = tokio::select! {
@@ -183,9 +170,8 @@ pub(crate) async fn consume_results(
                 tracing::warn!(%error, task_id = %result.task_id, "result ack failed; it will be redelivered and deduplicated");
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = shutdown.changed() => return,
+        if !backoff.sleep_or_shutdown(&mut shutdown).await {
+            return;
         }
     }
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mtswarm_bus::{KvChange, v1};
+use mtswarm_bus::{Backoff, KvChange, v1};
 use tokio::sync::mpsc;
 
 use crate::events::now_timestamp;
@@ -25,10 +25,6 @@ use crate::stop::StopMode;
 
 /// Longest pause between retries of a failed write or watch.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-
-fn next_backoff(current: Duration) -> Duration {
-    (current * 2).min(MAX_BACKOFF)
-}
 
 /// Fence the session running on the slice, if any.
 pub(crate) fn fence_slice(shared: &Shared, slice_index: usize, reason: &str) {
@@ -74,7 +70,7 @@ pub(crate) async fn monitor(
             report.slice_index,
             &format!("slice {} quarantined: {reason}", entry.bus_id),
         );
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
         loop {
             match shared.quarantine.put(&record).await {
                 Ok(_) => {
@@ -84,8 +80,7 @@ pub(crate) async fn monitor(
                 }
                 Err(error) => {
                     tracing::warn!(slice.id = %entry.bus_id, %error, "quarantine record not written; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = next_backoff(backoff);
+                    backoff.sleep().await;
                 }
             }
         }
@@ -94,11 +89,11 @@ pub(crate) async fn monitor(
 
 /// Fence the sessions of slices quarantined by anyone, for the daemon's life.
 pub(crate) async fn watch(shared: Arc<Shared>) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
     loop {
         match shared.quarantine.kv().watch().await {
             Ok(mut changes) => {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 while let Some(change) = changes.next().await {
                     match change {
                         Ok(KvChange::Put { key, value }) => {
@@ -123,8 +118,7 @@ pub(crate) async fn watch(shared: Arc<Shared>) {
                 tracing::warn!(%error, "quarantine watch unavailable; retrying");
             }
         }
-        tokio::time::sleep(backoff).await;
-        backoff = next_backoff(backoff);
+        backoff.sleep().await;
     }
 }
 

@@ -435,14 +435,16 @@ impl MeasurementRecorder {
     /// logs) after [`RECORD_PATIENCE`]; the record id deduplicates retries.
     async fn store_patiently(&self, record: &ResultRecord) {
         let give_up = tokio::time::Instant::now() + RECORD_PATIENCE;
-        let mut backoff = std::time::Duration::from_millis(100);
+        let mut backoff = mtswarm_bus::Backoff::new(
+            std::time::Duration::from_millis(100),
+            std::time::Duration::from_secs(2),
+        );
         loop {
             match self.store.record(record).await {
                 Ok(_) => return,
                 Err(error) if tokio::time::Instant::now() < give_up => {
                     tracing::debug!(%error, record_id = %record.record_id, "record not stored yet; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+                    backoff.sleep().await;
                 }
                 Err(error) => {
                     tracing::warn!(%error, record_id = %record.record_id, "could not store the candidate record");

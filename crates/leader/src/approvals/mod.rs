@@ -15,7 +15,7 @@ pub(crate) mod leader_wait;
 use std::time::SystemTime;
 
 use futures::StreamExt as _;
-use mtswarm_bus::{Approvals, Bus, BusError, Versioned, v1};
+use mtswarm_bus::{Approvals, Backoff, Bus, BusError, Versioned, reopen, v1};
 
 use crate::journal::Journal;
 
@@ -63,7 +63,10 @@ pub(crate) async fn relay_requests(
     journal: Journal,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut backoff = std::time::Duration::from_millis(200);
+    let mut backoff = Backoff::new(
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_secs(5),
+    );
     let mut requests = None;
     loop {
         if *shutdown.borrow() {
@@ -72,19 +75,16 @@ pub(crate) async fn relay_requests(
         let Some(stream) = requests.as_mut() else {
             // The client re-subscribes by itself after a reconnect; this
             // only runs when the subscription could not be made or ended.
-            match bus.subscribe_approval_requests(None).await {
-                Ok(stream) => {
-                    requests = Some(stream);
-                    backoff = std::time::Duration::from_millis(200);
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "cannot subscribe to approval requests yet; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = shutdown.changed() => break,
-                    }
-                    backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
-                }
+            match reopen(
+                "approval requests subscription",
+                &mut backoff,
+                &mut shutdown,
+                || bus.subscribe_approval_requests(None),
+            )
+            .await
+            {
+                Some(stream) => requests = Some(stream),
+                None => break,
             }
             continue;
         };

@@ -6,44 +6,27 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
-use mtswarm_bus::{KvChange, LeaseEvent};
+use mtswarm_bus::{Backoff, KvChange, LeaseEvent, reopen};
 use tokio::sync::watch;
 
 use super::{LeaseCache, MAX_BACKOFF, time_of};
 use crate::shared::Shared;
 use crate::trigger::Trigger;
 
-/// Sleeps `backoff` (doubling it up to [`MAX_BACKOFF`]); false on shutdown.
-async fn back_off(backoff: &mut Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
-    let wait = *backoff;
-    *backoff = (*backoff * 2).min(MAX_BACKOFF);
-    tokio::select! {
-        _ = tokio::time::sleep(wait) => !*shutdown.borrow(),
-        _ = shutdown.changed() => false,
-    }
-}
-
 pub(super) async fn watch_leases(
     shared: Arc<Shared>,
     cache: LeaseCache,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), MAX_BACKOFF);
     loop {
-        if *shutdown.borrow() {
+        let Some(mut changes) = reopen("lease watch", &mut backoff, &mut shutdown, || {
+            shared.leases.watch_with_current()
+        })
+        .await
+        else {
             return;
-        }
-        let mut changes = match shared.leases.watch_with_current().await {
-            Ok(changes) => changes,
-            Err(error) => {
-                tracing::warn!(%error, "lease watch unavailable; retrying");
-                if !back_off(&mut backoff, &mut shutdown).await {
-                    return;
-                }
-                continue;
-            }
         };
-        backoff = Duration::from_millis(200);
         loop {
             let change = tokio::select! {
                 change = changes.next() => change,
@@ -96,29 +79,22 @@ pub(super) async fn watch_leases(
                 }
             }
         }
-        if !back_off(&mut backoff, &mut shutdown).await {
+        if !backoff.sleep_or_shutdown(&mut shutdown).await {
             return;
         }
     }
 }
 
 pub(super) async fn watch_quarantine(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), MAX_BACKOFF);
     loop {
-        if *shutdown.borrow() {
+        let Some(mut changes) = reopen("quarantine watch", &mut backoff, &mut shutdown, || {
+            shared.quarantine.kv().watch()
+        })
+        .await
+        else {
             return;
-        }
-        let mut changes = match shared.quarantine.kv().watch().await {
-            Ok(changes) => changes,
-            Err(error) => {
-                tracing::warn!(%error, "quarantine watch unavailable; retrying");
-                if !back_off(&mut backoff, &mut shutdown).await {
-                    return;
-                }
-                continue;
-            }
         };
-        backoff = Duration::from_millis(200);
         loop {
             let change = tokio::select! {
                 change = changes.next() => change,
@@ -141,7 +117,7 @@ pub(super) async fn watch_quarantine(shared: Arc<Shared>, mut shutdown: watch::R
                 None => break,
             }
         }
-        if !back_off(&mut backoff, &mut shutdown).await {
+        if !backoff.sleep_or_shutdown(&mut shutdown).await {
             return;
         }
     }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use mtswarm_bus::v1;
+use mtswarm_bus::{Backoff, v1};
 
 use crate::shared::Shared;
 
@@ -34,7 +34,7 @@ pub(crate) async fn transition(
     let mut previous = v1::JobState::Unspecified;
     // A state change must not be lost to a NATS restart: retry with backoff
     // (bounded, and not past the daemon's shutdown).
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let give_up = tokio::time::Instant::now() + Duration::from_secs(120);
     let written = loop {
         let written = shared
@@ -56,8 +56,7 @@ pub(crate) async fn transition(
                     && !*shared.shutdown.borrow() =>
             {
                 tracing::warn!(%error, job_id, "job state not written yet; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.sleep().await;
             }
             other => break other,
         }

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use mtswarm_bus::v1;
+use mtswarm_bus::{Backoff, v1};
 use serde_json::json;
 
 use super::result::first_line;
@@ -141,14 +141,14 @@ impl TaskRun<'_> {
 /// write is retried with backoff until a shared deadline.
 struct Patience {
     give_up: Instant,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 impl Patience {
     fn new(patience: Duration) -> Self {
         Self {
             give_up: Instant::now() + patience,
-            backoff: Duration::from_millis(200),
+            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(5)),
         }
     }
 
@@ -160,8 +160,7 @@ impl Patience {
             return false;
         }
         tracing::warn!(%error, "{what} yet; retrying");
-        tokio::time::sleep(self.backoff).await;
-        self.backoff = (self.backoff * 2).min(Duration::from_secs(5));
+        self.backoff.sleep().await;
         true
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mtswarm_bus::{Delivery, v1};
+use mtswarm_bus::{Backoff, Delivery, v1};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -147,7 +147,7 @@ async fn reopen_tasks(
     consumer: &mtswarm_bus::TaskConsumer,
     stop: &mut watch::Receiver<StopMode>,
 ) -> mtswarm_bus::DeliveryStream<v1::TaskAssignment> {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         match consumer.messages().await {
             Ok(messages) => {
@@ -159,14 +159,13 @@ async fn reopen_tasks(
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = backoff.sleep() => {}
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() != StopMode::Run {
                     return Box::pin(futures::stream::empty());
                 }
             }
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
