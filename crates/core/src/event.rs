@@ -7,18 +7,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+// Defined with the approval policy (the loop state builds it too); kept
+// here as well because it is what the `ApprovalRequired` event carries.
+pub use crate::policy::ApprovalRequest;
 use crate::state::{Node, StopReason, TransitionReason, Verdict};
 use crate::tool::{Effect, Risk};
-
-/// One call waiting for a human decision.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalRequest {
-    pub call_id: String,
-    pub tool: String,
-    pub arguments: serde_json::Value,
-    pub risk: Risk,
-    pub step: u32,
-}
 
 /// An event of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

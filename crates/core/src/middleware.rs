@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
+use crate::error::CompactionError;
 use crate::model::{ChatRequest, FinishReason, ModelError, ToolCall, Usage};
 use crate::policy::Permission;
 use crate::state::{Node, TransitionReason};
@@ -25,7 +26,8 @@ use crate::tool::{Risk, ToolError, ToolOutput};
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-type Layer<'a, I, O> = fn(&'a dyn Middleware, I, Next<'a, I, O>) -> BoxFuture<'a, O>;
+/// One hook of [`Middleware`], as the chain calls it.
+pub(crate) type Layer<'a, I, O> = fn(&'a dyn Middleware, I, Next<'a, I, O>) -> BoxFuture<'a, O>;
 
 /// The rest of the onion: the inner middlewares, then the engine.
 pub struct Next<'a, I, O> {
@@ -226,8 +228,8 @@ pub trait Middleware: Send + Sync {
     fn on_compress_context<'a>(
         &'a self,
         input: CompressionInput,
-        next: Next<'a, CompressionInput, Result<CompressionReport, String>>,
-    ) -> BoxFuture<'a, Result<CompressionReport, String>> {
+        next: Next<'a, CompressionInput, Result<CompressionReport, CompactionError>>,
+    ) -> BoxFuture<'a, Result<CompressionReport, CompactionError>> {
         next.run(input)
     }
     /// Around the assembly of the system prompt for a model call.

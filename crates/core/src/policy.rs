@@ -9,6 +9,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::tool::Risk;
 
+/// One call waiting for a human decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: serde_json::Value,
+    pub risk: Risk,
+    pub step: u32,
+}
+
 /// How much risk is approved without asking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -389,9 +389,9 @@ impl LoopState {
     }
     /// The approval requests of a paused loop (what the approval broker
     /// shows), rebuilt from the state alone.
-    pub fn approval_requests(&self) -> Vec<crate::event::ApprovalRequest> {
+    pub fn approval_requests(&self) -> Vec<crate::policy::ApprovalRequest> {
         self.awaiting_approval()
-            .map(|c| crate::event::ApprovalRequest {
+            .map(|c| crate::policy::ApprovalRequest {
                 call_id: c.call.id.clone(),
                 tool: c.call.name.clone(),
                 arguments: c.arguments.clone().unwrap_or(serde_json::Value::Null),

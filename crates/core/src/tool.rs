@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::NormalizeError;
+
 /// How dangerous a call is; decides whether it needs approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -168,8 +170,9 @@ pub trait Tool: Send + Sync {
     }
     /// Repair what models commonly get wrong before schema validation
     /// (numbers as strings, a single item where a list is expected, ...).
-    /// Returns a clear message when the arguments cannot be repaired.
-    fn normalize(&self, args: serde_json::Value) -> Result<serde_json::Value, String> {
+    /// Returns [`NormalizeError::InvalidArguments`], naming the field, when
+    /// the arguments cannot be repaired.
+    fn normalize(&self, args: serde_json::Value) -> Result<serde_json::Value, NormalizeError> {
         Ok(args)
     }
     async fn call(

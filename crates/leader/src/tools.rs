@@ -895,7 +895,7 @@ impl Tool for CollectResult {
             "timeout_seconds":{"type":"number","minimum":0}
         },"additionalProperties":false})
     }
-    fn normalize(&self, mut args: Value) -> Result<Value, String> {
+    fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         // A single id where a list is expected, and numbers as strings.
         if let Some(map) = args.as_object_mut() {
             for key in ["agents", "tasks"] {
@@ -904,10 +904,11 @@ impl Tool for CollectResult {
                 }
             }
             if let Some(Value::String(text)) = map.get("timeout_seconds").cloned() {
-                let seconds: f64 = text
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("timeout_seconds {text:?} is not a number"))?;
+                let seconds: f64 = text.trim().parse().map_err(|_| {
+                    mtswarm_core::NormalizeError::invalid(format!(
+                        "timeout_seconds {text:?} is not a number"
+                    ))
+                })?;
                 map.insert("timeout_seconds".into(), json!(seconds));
             }
         }
@@ -989,15 +990,16 @@ impl Tool for ResultDetails {
             "page_size":{"type":"integer","minimum":1,"maximum":crate::digest::MAX_PAGE_SIZE}
         },"additionalProperties":false})
     }
-    fn normalize(&self, mut args: Value) -> Result<Value, String> {
+    fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         // Numbers as strings.
         if let Some(map) = args.as_object_mut() {
             for key in ["page", "page_size"] {
                 if let Some(Value::String(text)) = map.get(key).cloned() {
-                    let n: u64 = text
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("{key} {text:?} is not a whole number"))?;
+                    let n: u64 = text.trim().parse().map_err(|_| {
+                        mtswarm_core::NormalizeError::invalid(format!(
+                            "{key} {text:?} is not a whole number"
+                        ))
+                    })?;
                     map.insert(key.to_string(), json!(n));
                 }
             }

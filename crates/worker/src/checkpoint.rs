@@ -305,13 +305,14 @@ impl SinkInner {
 
 #[async_trait::async_trait]
 impl CheckpointSink for KvCheckpointSink {
-    async fn save(&self, state: &LoopState) -> Result<(), String> {
+    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
+        let store = |reason| mtswarm_core::CheckpointError::Store { reason };
         let inner = &self.inner;
         if inner.frozen.load(Ordering::SeqCst) || inner.fenced() {
             return Ok(());
         }
         if is_durable_point(state) {
-            let checkpoint = inner.checkpoint_of(state)?;
+            let checkpoint = inner.checkpoint_of(state).map_err(store)?;
             let generation = {
                 let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
                 // This state supersedes whatever waits to be written.
@@ -320,7 +321,10 @@ impl CheckpointSink for KvCheckpointSink {
                 pending.next_generation
             };
             let mut written = inner.writer.lock().await;
-            return inner.write(&mut written, generation, &checkpoint).await;
+            return inner
+                .write(&mut written, generation, &checkpoint)
+                .await
+                .map_err(store);
         }
         let schedule = {
             let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
