@@ -92,7 +92,10 @@
 //! - The extension points fail with the typed errors of [`error`]
 //!   ([`NormalizeError`], [`CheckpointError`], [`CompactionError`]); none of
 //!   them ends a run.
+//! - [`answer::last_json`] reads the JSON block an answer ends with (the
+//!   rules are in [`answer`]).
 
+pub mod answer;
 pub mod clock;
 pub mod context;
 pub mod engine;
