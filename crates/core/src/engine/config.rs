@@ -41,8 +41,11 @@ impl Default for RecoveryConfig {
 /// What is appended to every model view as a trailing system message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InjectionConfig {
+    /// The current time (RFC 3339).
     pub time: bool,
+    /// The working state, the latest change and the evidence per kind.
     pub working_state: bool,
+    /// Context tokens used of the window, steps taken, tokens spent.
     pub context_usage: bool,
 }
 
@@ -71,15 +74,21 @@ pub struct EngineConfig {
     /// normally enforce their own limits; when set, this needs a tokio
     /// runtime with the time driver enabled.
     pub tool_timeout: Option<Duration>,
+    /// What the model sees of the history, and when it is compacted.
     pub context: ContextConfig,
+    /// Bounds of the recovery paths.
     pub recovery: RecoveryConfig,
+    /// Approval timeout and its default decision.
     pub approval: ApprovalConfig,
+    /// The evidence the completion gate asks for.
     pub gate: GateConfig,
+    /// What the trailing system message of the model view carries.
     pub injection: InjectionConfig,
     /// Tool groups active from the start.
     pub initial_groups: Vec<String>,
     /// Passed to the model with every request.
     pub max_output_tokens: Option<u32>,
+    /// Passed to the model with every request but summarization requests.
     pub temperature: Option<f32>,
 }
 

@@ -36,9 +36,11 @@ pub struct RunHandle {
 }
 
 impl RunHandle {
+    /// A handle that steers the run (and can be cloned and moved away).
     pub fn control(&self) -> RunControl {
         self.control.clone()
     }
+    /// Same as [`RunControl::cancel`].
     pub fn cancel(&self) {
         self.control.cancel();
     }

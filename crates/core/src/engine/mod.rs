@@ -61,12 +61,16 @@ use stream::Emitter;
 /// Errors of the engine's API (never of a run: runs end with an [`Outcome`]).
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// The checkpoint is of a run that already reached `Done`.
     #[error("the checkpoint's run already ended")]
     AlreadyFinished,
+    /// Decisions were given for a checkpoint that waits for none.
     #[error("the checkpoint is not paused for approval")]
     NotPaused,
+    /// A decision names a call (by id) that is not waiting for approval.
     #[error("no call '{0}' is waiting for approval in this checkpoint")]
     UnknownCall(String),
+    /// The [`RunStream`] was dropped before the run produced its outcome.
     #[error("the run was dropped before it ended")]
     RunDropped,
 }
@@ -77,20 +81,28 @@ pub enum EngineError {
 pub enum Outcome {
     /// An accepted answer.
     Final {
+        /// The answer.
         text: String,
+        /// What the completion gate said about it.
         verdict: Verdict,
+        /// The state at the end.
         state: LoopState,
     },
     /// Waiting for decisions; resume with [`Engine::resume_with_decisions`]
     /// or [`Engine::resume_with_timeout_default`].
     Paused {
+        /// The state to resume from.
         checkpoint: LoopState,
+        /// The calls waiting for a decision.
         approvals: Vec<ApprovalRequest>,
     },
     /// Ended without an accepted answer.
     Stopped {
+        /// Why it stopped.
         reason: StopReason,
+        /// The stop, in words (also the `Stopped` event's message).
         message: String,
+        /// The state at the end.
         state: LoopState,
     },
 }
@@ -121,6 +133,10 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine over `model` and the tools of `registry`, deciding
+    /// approvals with `policy` and serializing hardware calls through
+    /// `lock`; system clock, chars-per-token estimate, the evidence gate of
+    /// `config.gate`, no middleware and no checkpoint sink.
     pub fn new(
         config: EngineConfig,
         model: Arc<dyn ChatModel>,
@@ -152,10 +168,12 @@ impl Engine {
         self.middlewares = Arc::from(all);
         self
     }
+    /// Replace the system clock (tests use a manual one).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
+    /// Replace the chars-per-token estimate of the context size.
     pub fn with_estimator(mut self, estimator: Arc<dyn TokenEstimator>) -> Self {
         self.estimator = estimator;
         self
@@ -165,14 +183,17 @@ impl Engine {
         self.gate = gate;
         self
     }
+    /// Save the state after every transition to `sink`.
     pub fn with_checkpoint_sink(mut self, sink: Arc<dyn CheckpointSink>) -> Self {
         self.sink = Some(sink);
         self
     }
 
+    /// The configuration runs use.
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
+    /// The tools runs can call.
     pub fn registry(&self) -> &ToolRegistry {
         &self.registry
     }
