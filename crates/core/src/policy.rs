@@ -12,10 +12,15 @@ use crate::tool::Risk;
 /// One call waiting for a human decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRequest {
+    /// The call's id; decisions name it.
     pub call_id: String,
+    /// The tool.
     pub tool: String,
+    /// The validated arguments.
     pub arguments: serde_json::Value,
+    /// The call's risk as the policy judged it.
     pub risk: Risk,
+    /// The step the call was made in.
     pub step: u32,
 }
 
