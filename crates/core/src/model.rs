@@ -14,9 +14,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// Instructions (the system prompt, injected context, summaries).
     System,
+    /// The task and the engine's feedback.
     User,
+    /// The model.
     Assistant,
+    /// A tool's result.
     Tool,
 }
 
@@ -25,16 +29,21 @@ pub enum Role {
 /// decides what to do about that.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The call's id (may be empty; the engine then gives it one).
     pub id: String,
+    /// The tool.
     pub name: String,
+    /// The raw JSON text of the arguments.
     pub arguments: String,
 }
 
 /// A chat message in the OpenAI-compatible shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who said it.
     pub role: Role,
     #[serde(default)]
+    /// The text.
     pub content: String,
     /// Tool calls requested by an assistant message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -45,12 +54,15 @@ pub struct Message {
 }
 
 impl Message {
+    /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
         Self::plain(Role::System, content)
     }
+    /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
         Self::plain(Role::User, content)
     }
+    /// An assistant message, with the tool calls it requested.
     pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
         Self {
             role: Role::Assistant,
@@ -59,6 +71,7 @@ impl Message {
             tool_call_id: None,
         }
     }
+    /// The result of call `call_id`.
     pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
         Self {
             role: Role::Tool,
@@ -80,7 +93,9 @@ impl Message {
 /// A tool as advertised to the model (OpenAI "function" tool).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The tool's name.
     pub name: String,
+    /// What it does.
     pub description: String,
     /// JSON Schema of the arguments object.
     pub parameters: serde_json::Value,
@@ -91,8 +106,11 @@ pub struct ToolSpec {
 #[serde(rename_all = "snake_case")]
 pub enum ToolChoice {
     #[default]
+    /// The model decides.
     Auto,
+    /// No tools on this turn.
     None,
+    /// Some tool must be called.
     Required,
     /// Force one named tool.
     Tool(String),
@@ -101,21 +119,28 @@ pub enum ToolChoice {
 /// Everything a model needs for one turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
+    /// The conversation, oldest first.
     pub messages: Vec<Message>,
     #[serde(default)]
+    /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
     #[serde(default)]
+    /// How it may use them.
     pub tool_choice: ToolChoice,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The output limit.
     pub max_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The sampling temperature.
     pub temperature: Option<f32>,
 }
 
 /// Token usage reported by the model for one turn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens sent to the model.
     pub input_tokens: u64,
+    /// Tokens the model produced.
     pub output_tokens: u64,
 }
 
@@ -123,10 +148,15 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
+    /// The model finished its turn.
     Stop,
+    /// The model stopped to have tools called.
     ToolCalls,
+    /// The output limit was reached.
     Length,
+    /// The provider filtered the output.
     ContentFilter,
+    /// Any other reason, as the provider named it.
     Other(String),
 }
 
@@ -137,20 +167,27 @@ pub enum FinishReason {
 pub enum ModelEvent {
     /// Reasoning text ("thinking") that is not part of the answer.
     ThinkingDelta {
+        /// The next piece of it.
         text: String,
     },
     /// A piece of the visible answer text.
     TextDelta {
+        /// The next piece of it.
         text: String,
     },
     /// A complete tool call.
     ToolCall {
+        /// The call.
         call: ToolCall,
     },
+    /// Token usage (possibly several times per turn; they add up).
     Usage {
+        /// The usage.
         usage: Usage,
     },
+    /// The end of the turn.
     Finish {
+        /// Why it ended.
         reason: FinishReason,
     },
 }
@@ -161,20 +198,28 @@ pub enum ModelEvent {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum ModelError {
     #[error("prompt too long for the model's context window: {0}")]
+    /// The prompt does not fit the context window (compaction may help).
     PromptTooLong(String),
     #[error("rate limited by the model endpoint (gave up after retries): {0}")]
+    /// The endpoint kept answering "rate limited".
     RateLimited(String),
     #[error("model endpoint rejected the credentials: {0}")]
+    /// The endpoint rejected the credentials.
     Auth(String),
     #[error("model endpoint rejected the request: {0}")]
+    /// The endpoint rejected the request.
     BadRequest(String),
     #[error("model endpoint unavailable: {0}")]
+    /// The endpoint could not be reached or failed.
     Unavailable(String),
     #[error("model call timed out after {0} ms")]
+    /// No answer within the timeout (milliseconds).
     Timeout(u64),
     #[error("malformed model stream: {0}")]
+    /// The stream did not follow the protocol.
     Protocol(String),
     #[error("model error: {0}")]
+    /// Anything else.
     Other(String),
 }
 
