@@ -42,8 +42,8 @@ pub struct ToolCall {
 pub struct Message {
     /// Who said it.
     pub role: Role,
-    #[serde(default)]
     /// The text.
+    #[serde(default)]
     pub content: String,
     /// Tool calls requested by an assistant message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -105,8 +105,8 @@ pub struct ToolSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolChoice {
-    #[default]
     /// The model decides.
+    #[default]
     Auto,
     /// No tools on this turn.
     None,
@@ -121,17 +121,17 @@ pub enum ToolChoice {
 pub struct ChatRequest {
     /// The conversation, oldest first.
     pub messages: Vec<Message>,
-    #[serde(default)]
     /// The tools the model may call.
-    pub tools: Vec<ToolSpec>,
     #[serde(default)]
+    pub tools: Vec<ToolSpec>,
     /// How it may use them.
+    #[serde(default)]
     pub tool_choice: ToolChoice,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     /// The output limit.
-    pub max_tokens: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
     /// The sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
 }
 
@@ -197,29 +197,29 @@ pub enum ModelEvent {
 /// context length was exceeded is `PromptTooLong`, not `BadRequest`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum ModelError {
-    #[error("prompt too long for the model's context window: {0}")]
     /// The prompt does not fit the context window (compaction may help).
+    #[error("prompt too long for the model's context window: {0}")]
     PromptTooLong(String),
-    #[error("rate limited by the model endpoint (gave up after retries): {0}")]
     /// The endpoint kept answering "rate limited".
+    #[error("rate limited by the model endpoint (gave up after retries): {0}")]
     RateLimited(String),
-    #[error("model endpoint rejected the credentials: {0}")]
     /// The endpoint rejected the credentials.
+    #[error("model endpoint rejected the credentials: {0}")]
     Auth(String),
-    #[error("model endpoint rejected the request: {0}")]
     /// The endpoint rejected the request.
+    #[error("model endpoint rejected the request: {0}")]
     BadRequest(String),
-    #[error("model endpoint unavailable: {0}")]
     /// The endpoint could not be reached or failed.
+    #[error("model endpoint unavailable: {0}")]
     Unavailable(String),
-    #[error("model call timed out after {0} ms")]
     /// No answer within the timeout (milliseconds).
+    #[error("model call timed out after {0} ms")]
     Timeout(u64),
-    #[error("malformed model stream: {0}")]
     /// The stream did not follow the protocol.
+    #[error("malformed model stream: {0}")]
     Protocol(String),
-    #[error("model error: {0}")]
     /// Anything else.
+    #[error("model error: {0}")]
     Other(String),
 }
 

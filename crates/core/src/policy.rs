@@ -40,6 +40,7 @@ pub enum AutoApprove {
 }
 
 impl AutoApprove {
+    /// Whether a call of `risk` runs without asking.
     pub fn approves(self, risk: Risk) -> bool {
         match self {
             Self::Never => false,
@@ -54,8 +55,11 @@ impl AutoApprove {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum ApprovalDecision {
+    /// Let the call run.
     Approve,
+    /// Refuse it; the model is told why.
     Deny {
+        /// Why, for the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
@@ -65,10 +69,13 @@ pub enum ApprovalDecision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "permission", rename_all = "snake_case")]
 pub enum Permission {
+    /// Run without asking.
     Allow,
     /// Pause for a human decision.
     Ask,
+    /// Refuse; the model is told why.
     Deny {
+        /// Why, for the model.
         reason: String,
     },
 }
@@ -80,6 +87,7 @@ pub struct RiskPolicy {
     pub defaults: HashMap<String, Risk>,
     /// Per-job overrides, consulted first.
     pub overrides: HashMap<String, Risk>,
+    /// How much risk runs without asking.
     pub auto_approve: AutoApprove,
 }
 
@@ -130,11 +138,13 @@ impl RiskPolicy {
             .unwrap_or(declared)
     }
 
+    /// Judge `tool` as `risk`, whatever it declares.
     pub fn with_override(mut self, tool: impl Into<String>, risk: Risk) -> Self {
         self.overrides.insert(tool.into(), risk);
         self
     }
 
+    /// Set how much risk runs without asking.
     pub fn with_auto_approve(mut self, mode: AutoApprove) -> Self {
         self.auto_approve = mode;
         self
@@ -153,6 +163,7 @@ impl RiskPolicy {
 /// How long a paused loop waits for decisions, and what happens then.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalConfig {
+    /// How long a paused call waits for a decision.
     pub timeout: Duration,
     /// Applied to every undecided call when the timeout passes.
     pub on_timeout: ApprovalDecision,

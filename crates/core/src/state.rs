@@ -92,8 +92,8 @@ pub struct Transition {
     pub step: u32,
     /// Milliseconds since the Unix epoch, from the engine's clock.
     pub at_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     /// More about why, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
 
@@ -138,8 +138,8 @@ pub struct PendingCall {
     /// got that far).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     /// The call's risk as the policy judged it (once routed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk: Option<Risk>,
     /// Where it stands.
     pub status: CallStatus,

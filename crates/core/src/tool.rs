@@ -43,8 +43,8 @@ pub enum Effect {
         kind: String,
         /// Whether the verification passed.
         passed: bool,
-        #[serde(default)]
         /// The figures of the verification, for the answer and the gate.
+        #[serde(default)]
         summary: serde_json::Value,
     },
     /// Set one field of the working state (e.g. `source_file`,
@@ -55,8 +55,8 @@ pub enum Effect {
         key: String,
         /// The value to set (or to append).
         value: serde_json::Value,
-        #[serde(default)]
         /// Append to an array field instead of setting it.
+        #[serde(default)]
         append: bool,
     },
 }
@@ -70,8 +70,8 @@ pub struct ToolOutput {
     /// Optional structured form of the result, for events and policies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     /// The side effects the engine must fold in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub effects: Vec<Effect>,
 }
 
@@ -106,11 +106,11 @@ pub enum ToolError {
     /// The tool ran and failed (compile error, capacity exceeded, ...).
     #[error("{0}")]
     Failed(String),
-    #[error("timed out after {0:?}")]
     /// The call ran longer than the engine's tool timeout.
+    #[error("timed out after {0:?}")]
     Timeout(Duration),
-    #[error("cancelled")]
     /// The call was cancelled.
+    #[error("cancelled")]
     Cancelled,
 }
 
