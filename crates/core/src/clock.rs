@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
 }
 
@@ -30,14 +31,17 @@ pub struct ManualClock {
 }
 
 impl ManualClock {
+    /// A clock standing at `start_ms`.
     pub fn new(start_ms: u64) -> Self {
         Self {
             now: Arc::new(AtomicU64::new(start_ms)),
         }
     }
+    /// Move the clock forward by `ms`.
     pub fn advance_ms(&self, ms: u64) {
         self.now.fetch_add(ms, Ordering::SeqCst);
     }
+    /// Set the clock to `ms`.
     pub fn set_ms(&self, ms: u64) {
         self.now.store(ms, Ordering::SeqCst);
     }

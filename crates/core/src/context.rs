@@ -11,6 +11,7 @@ use crate::model::{Message, Role};
 
 /// Estimates how many tokens a message costs.
 pub trait TokenEstimator: Send + Sync {
+    /// Estimated tokens of `message`.
     fn estimate(&self, message: &Message) -> u64;
 }
 

@@ -34,13 +34,16 @@ impl Default for GateConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum GateVerdict {
+    /// The answer is supported by valid evidence.
     Pass,
     /// Reject; `feedback` is injected as a user message.
     Fail {
+        /// Why, fed back to the model as the next user message.
         feedback: String,
     },
     /// Accept, flagged as not verified.
     Unverified {
+        /// The evidence kinds that were missing.
         missing: Vec<String>,
     },
 }
@@ -48,6 +51,7 @@ pub enum GateVerdict {
 /// Judges final answers. The default is [`EvidenceGate`]; jobs with other
 /// acceptance rules plug in their own.
 pub trait CompletionGate: Send + Sync {
+    /// Judge `answer` against the evidence and the working state.
     fn evaluate(
         &self,
         answer: &str,
@@ -59,6 +63,7 @@ pub trait CompletionGate: Send + Sync {
 /// The gate driven by [`GateConfig`].
 #[derive(Debug, Clone, Default)]
 pub struct EvidenceGate {
+    /// What evidence it asks for.
     pub config: GateConfig,
 }
 

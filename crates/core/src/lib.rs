@@ -86,10 +86,20 @@
 //!   [`TracingMiddleware`] opens `react.step`, `gen_ai.chat` and `tool.call`
 //!   spans.
 //! - [`testing::ScriptedModel`] replays scripted turns.
+//!
+//! # Around the loop
+//!
+//! - The extension points fail with the typed errors of [`error`]
+//!   ([`NormalizeError`], [`CheckpointError`], [`CompactionError`]); none of
+//!   them ends a run.
+//! - [`answer::last_json`] reads the JSON block an answer ends with (the
+//!   rules are in [`answer`]).
 
+pub mod answer;
 pub mod clock;
 pub mod context;
 pub mod engine;
+pub mod error;
 pub mod event;
 pub mod gate;
 pub mod lock;
@@ -108,6 +118,7 @@ pub use engine::{
     CheckpointSink, Engine, EngineConfig, EngineError, InjectionConfig, Outcome, RecoveryConfig,
     RunControl, RunHandle, RunStream,
 };
+pub use error::{CheckpointError, CompactionError, NormalizeError};
 pub use event::{ApprovalRequest, Event, EventKind};
 pub use gate::{CompletionGate, EvidenceGate, GateConfig, GateVerdict};
 pub use lock::{LocalResourceLock, ResourceGuard, ResourceLock};

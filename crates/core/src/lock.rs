@@ -35,6 +35,7 @@ impl std::fmt::Debug for ResourceGuard {
 /// One holder at a time per named resource; waiters are served in order.
 #[async_trait::async_trait]
 pub trait ResourceLock: Send + Sync {
+    /// Wait until `resource` is free and hold it until the guard drops.
     async fn acquire(&self, resource: &str) -> ResourceGuard;
 }
 

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
+use crate::error::CompactionError;
 use crate::model::{ChatRequest, FinishReason, ModelError, ToolCall, Usage};
 use crate::policy::Permission;
 use crate::state::{Node, TransitionReason};
@@ -25,7 +26,8 @@ use crate::tool::{Risk, ToolError, ToolOutput};
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-type Layer<'a, I, O> = fn(&'a dyn Middleware, I, Next<'a, I, O>) -> BoxFuture<'a, O>;
+/// One hook of [`Middleware`], as the chain calls it.
+pub(crate) type Layer<'a, I, O> = fn(&'a dyn Middleware, I, Next<'a, I, O>) -> BoxFuture<'a, O>;
 
 /// The rest of the onion: the inner middlewares, then the engine.
 pub struct Next<'a, I, O> {
@@ -70,7 +72,9 @@ pub(crate) fn run_chain<'a, I: Send + 'a, O: Send + 'a>(
 /// Where a step or node runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepInfo {
+    /// The session.
     pub session_id: Arc<str>,
+    /// The step.
     pub step: u32,
     /// The node the step (or phase) starts at; a resumed step may start
     /// past reasoning.
@@ -80,15 +84,20 @@ pub struct StepInfo {
 /// What a step or node did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepReport {
+    /// The node it ended at.
     pub node: Node,
+    /// The reason of its last transition.
     pub reason: Option<TransitionReason>,
 }
 
 /// One model call.
 #[derive(Debug, Clone)]
 pub struct ModelCallInput {
+    /// The session.
     pub session_id: Arc<str>,
+    /// The step.
     pub step: u32,
+    /// The model's name.
     pub model: String,
     /// True for the summarization request of a compaction.
     pub summarization: bool,
@@ -100,26 +109,37 @@ pub struct ModelCallInput {
 /// A whole model turn, assembled from the stream.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelTurn {
+    /// The visible text.
     pub text: String,
+    /// The reasoning text.
     pub thinking: String,
+    /// The tool calls, in the model's order.
     pub tool_calls: Vec<ToolCall>,
+    /// Token usage, if the model reported it.
     pub usage: Option<Usage>,
+    /// Why the model stopped, if it said.
     pub finish: Option<FinishReason>,
 }
 
 /// One call about to be executed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCallInfo {
+    /// The session.
     pub session_id: Arc<str>,
+    /// The step.
     pub step: u32,
+    /// The call.
     pub call_id: String,
+    /// The tool.
     pub tool: String,
+    /// The call's risk.
     pub risk: Risk,
 }
 
 /// The result of one executed call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCallOutcome {
+    /// What the tool returned (a timeout is `ToolError::Timeout`).
     pub result: Result<ToolOutput, ToolError>,
     /// Time spent waiting for the resource lock (hardware tools only).
     pub lock_wait: Option<Duration>,
@@ -130,11 +150,17 @@ pub struct ToolCallOutcome {
 /// One permission check.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PermissionInput {
+    /// The session.
     pub session_id: Arc<str>,
+    /// The step.
     pub step: u32,
+    /// The call.
     pub call_id: String,
+    /// The tool.
     pub tool: String,
+    /// The validated arguments.
     pub arguments: serde_json::Value,
+    /// The call's risk as the policy judged it.
     pub risk: Risk,
 }
 
@@ -150,24 +176,33 @@ pub enum CompactionTrigger {
 /// One compaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompressionInput {
+    /// The session.
     pub session_id: Arc<str>,
+    /// The step.
     pub step: u32,
+    /// Why it runs.
     pub trigger: CompactionTrigger,
+    /// Estimated tokens of the view before.
     pub tokens_before: u64,
 }
 
 /// What a compaction did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompressionReport {
+    /// History messages the summary now stands for.
     pub summarized_messages: usize,
+    /// Estimated tokens of the view after.
     pub tokens_after: u64,
 }
 
 /// The system prompt about to be sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SystemPromptInput {
+    /// The session.
     pub session_id: Arc<str>,
+    /// The step.
     pub step: u32,
+    /// The prompt; the hook's output replaces it.
     pub prompt: String,
 }
 
@@ -226,8 +261,8 @@ pub trait Middleware: Send + Sync {
     fn on_compress_context<'a>(
         &'a self,
         input: CompressionInput,
-        next: Next<'a, CompressionInput, Result<CompressionReport, String>>,
-    ) -> BoxFuture<'a, Result<CompressionReport, String>> {
+        next: Next<'a, CompressionInput, Result<CompressionReport, CompactionError>>,
+    ) -> BoxFuture<'a, Result<CompressionReport, CompactionError>> {
         next.run(input)
     }
     /// Around the assembly of the system prompt for a model call.

@@ -14,9 +14,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// Instructions (the system prompt, injected context, summaries).
     System,
+    /// The task and the engine's feedback.
     User,
+    /// The model.
     Assistant,
+    /// A tool's result.
     Tool,
 }
 
@@ -25,15 +29,20 @@ pub enum Role {
 /// decides what to do about that.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The call's id (may be empty; the engine then gives it one).
     pub id: String,
+    /// The tool.
     pub name: String,
+    /// The raw JSON text of the arguments.
     pub arguments: String,
 }
 
 /// A chat message in the OpenAI-compatible shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who said it.
     pub role: Role,
+    /// The text.
     #[serde(default)]
     pub content: String,
     /// Tool calls requested by an assistant message.
@@ -45,12 +54,15 @@ pub struct Message {
 }
 
 impl Message {
+    /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
         Self::plain(Role::System, content)
     }
+    /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
         Self::plain(Role::User, content)
     }
+    /// An assistant message, with the tool calls it requested.
     pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
         Self {
             role: Role::Assistant,
@@ -59,6 +71,7 @@ impl Message {
             tool_call_id: None,
         }
     }
+    /// The result of call `call_id`.
     pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> Self {
         Self {
             role: Role::Tool,
@@ -80,7 +93,9 @@ impl Message {
 /// A tool as advertised to the model (OpenAI "function" tool).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// The tool's name.
     pub name: String,
+    /// What it does.
     pub description: String,
     /// JSON Schema of the arguments object.
     pub parameters: serde_json::Value,
@@ -90,9 +105,12 @@ pub struct ToolSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolChoice {
+    /// The model decides.
     #[default]
     Auto,
+    /// No tools on this turn.
     None,
+    /// Some tool must be called.
     Required,
     /// Force one named tool.
     Tool(String),
@@ -101,13 +119,18 @@ pub enum ToolChoice {
 /// Everything a model needs for one turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
+    /// The conversation, oldest first.
     pub messages: Vec<Message>,
+    /// The tools the model may call.
     #[serde(default)]
     pub tools: Vec<ToolSpec>,
+    /// How it may use them.
     #[serde(default)]
     pub tool_choice: ToolChoice,
+    /// The output limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// The sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
 }
@@ -115,7 +138,9 @@ pub struct ChatRequest {
 /// Token usage reported by the model for one turn.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Tokens sent to the model.
     pub input_tokens: u64,
+    /// Tokens the model produced.
     pub output_tokens: u64,
 }
 
@@ -123,10 +148,15 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
+    /// The model finished its turn.
     Stop,
+    /// The model stopped to have tools called.
     ToolCalls,
+    /// The output limit was reached.
     Length,
+    /// The provider filtered the output.
     ContentFilter,
+    /// Any other reason, as the provider named it.
     Other(String),
 }
 
@@ -137,20 +167,27 @@ pub enum FinishReason {
 pub enum ModelEvent {
     /// Reasoning text ("thinking") that is not part of the answer.
     ThinkingDelta {
+        /// The next piece of it.
         text: String,
     },
     /// A piece of the visible answer text.
     TextDelta {
+        /// The next piece of it.
         text: String,
     },
     /// A complete tool call.
     ToolCall {
+        /// The call.
         call: ToolCall,
     },
+    /// Token usage (possibly several times per turn; they add up).
     Usage {
+        /// The usage.
         usage: Usage,
     },
+    /// The end of the turn.
     Finish {
+        /// Why it ended.
         reason: FinishReason,
     },
 }
@@ -160,20 +197,28 @@ pub enum ModelEvent {
 /// context length was exceeded is `PromptTooLong`, not `BadRequest`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum ModelError {
+    /// The prompt does not fit the context window (compaction may help).
     #[error("prompt too long for the model's context window: {0}")]
     PromptTooLong(String),
+    /// The endpoint kept answering "rate limited".
     #[error("rate limited by the model endpoint (gave up after retries): {0}")]
     RateLimited(String),
+    /// The endpoint rejected the credentials.
     #[error("model endpoint rejected the credentials: {0}")]
     Auth(String),
+    /// The endpoint rejected the request.
     #[error("model endpoint rejected the request: {0}")]
     BadRequest(String),
+    /// The endpoint could not be reached or failed.
     #[error("model endpoint unavailable: {0}")]
     Unavailable(String),
+    /// No answer within the timeout (milliseconds).
     #[error("model call timed out after {0} ms")]
     Timeout(u64),
+    /// The stream did not follow the protocol.
     #[error("malformed model stream: {0}")]
     Protocol(String),
+    /// Anything else.
     #[error("model error: {0}")]
     Other(String),
 }

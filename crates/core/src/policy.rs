@@ -9,6 +9,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::tool::Risk;
 
+/// One call waiting for a human decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequest {
+    /// The call's id; decisions name it.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The validated arguments.
+    pub arguments: serde_json::Value,
+    /// The call's risk as the policy judged it.
+    pub risk: Risk,
+    /// The step the call was made in.
+    pub step: u32,
+}
+
 /// How much risk is approved without asking.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -25,6 +40,7 @@ pub enum AutoApprove {
 }
 
 impl AutoApprove {
+    /// Whether a call of `risk` runs without asking.
     pub fn approves(self, risk: Risk) -> bool {
         match self {
             Self::Never => false,
@@ -39,8 +55,11 @@ impl AutoApprove {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum ApprovalDecision {
+    /// Let the call run.
     Approve,
+    /// Refuse it; the model is told why.
     Deny {
+        /// Why, for the model.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
@@ -50,10 +69,13 @@ pub enum ApprovalDecision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "permission", rename_all = "snake_case")]
 pub enum Permission {
+    /// Run without asking.
     Allow,
     /// Pause for a human decision.
     Ask,
+    /// Refuse; the model is told why.
     Deny {
+        /// Why, for the model.
         reason: String,
     },
 }
@@ -65,6 +87,7 @@ pub struct RiskPolicy {
     pub defaults: HashMap<String, Risk>,
     /// Per-job overrides, consulted first.
     pub overrides: HashMap<String, Risk>,
+    /// How much risk runs without asking.
     pub auto_approve: AutoApprove,
 }
 
@@ -115,11 +138,13 @@ impl RiskPolicy {
             .unwrap_or(declared)
     }
 
+    /// Judge `tool` as `risk`, whatever it declares.
     pub fn with_override(mut self, tool: impl Into<String>, risk: Risk) -> Self {
         self.overrides.insert(tool.into(), risk);
         self
     }
 
+    /// Set how much risk runs without asking.
     pub fn with_auto_approve(mut self, mode: AutoApprove) -> Self {
         self.auto_approve = mode;
         self
@@ -138,6 +163,7 @@ impl RiskPolicy {
 /// How long a paused loop waits for decisions, and what happens then.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalConfig {
+    /// How long a paused call waits for a decision.
     pub timeout: Duration,
     /// Applied to every undecided call when the timeout passes.
     pub on_timeout: ApprovalDecision,

@@ -12,10 +12,17 @@ use crate::tool::Tool;
 /// Why a tool could not be registered.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
+    /// Two tools share a name.
     #[error("tool '{0}' is registered twice")]
     Duplicate(String),
+    /// A tool's input schema does not compile.
     #[error("tool '{tool}' has an invalid input schema: {message}")]
-    InvalidSchema { tool: String, message: String },
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// The schema compiler's complaint.
+        message: String,
+    },
 }
 
 /// A registered tool with its compiled argument validator (shared, so a
@@ -23,7 +30,9 @@ pub enum RegistryError {
 /// schemas).
 #[derive(Clone)]
 pub struct RegisteredTool {
+    /// The tool.
     pub tool: Arc<dyn Tool>,
+    /// What the model is told about it.
     pub spec: ToolSpec,
     /// `None`: always available; `Some(g)`: only while group `g` is active.
     pub group: Option<String>,
@@ -34,11 +43,15 @@ pub struct RegisteredTool {
 /// feeds its own [`crate::RiskTracker`] counter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallRejection {
+    /// No tool of that name is registered.
     UnknownTool(String),
+    /// The tool exists but is not in the active groups or the allowlist.
     NotAllowed(String),
     /// The arguments are not JSON (a protocol error of the model).
     Protocol(String),
+    /// The tool could not repair the arguments ([`crate::Tool::normalize`]).
     Normalize(String),
+    /// The arguments failed the tool's schema.
     Schema(String),
 }
 
@@ -65,6 +78,7 @@ pub struct ToolRegistry {
 }
 
 impl ToolRegistry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -124,6 +138,7 @@ impl ToolRegistry {
         Ok(())
     }
 
+    /// The tool registered under `name`.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
         self.tools.get(name)
     }

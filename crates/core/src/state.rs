@@ -67,8 +67,11 @@ pub enum TransitionReason {
     ModelRecoveryRetry,
     /// A model error could not be recovered from.
     ModelError,
+    /// The step limit was reached.
     MaxStepsExceeded,
+    /// The token budget was spent.
     TokenBudgetExceeded,
+    /// The wall-time limit passed.
     WallTimeExceeded,
     /// The run was cancelled from outside.
     Cancelled,
@@ -79,13 +82,17 @@ pub enum TransitionReason {
 /// One recorded move of the state machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transition {
+    /// The node left.
     pub from: Node,
     /// `step` is the step of the state the transition leads to.
     pub to: Node,
+    /// Why.
     pub reason: TransitionReason,
+    /// The step of the state the transition leads to.
     pub step: u32,
     /// Milliseconds since the Unix epoch, from the engine's clock.
     pub at_ms: u64,
+    /// More about why, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
@@ -99,17 +106,25 @@ pub enum CallStatus {
     /// Routing refused it (unknown tool, not allowed, bad arguments, denied
     /// by a permission check); `observation` tells the model why.
     Rejected {
+        /// What the model is told.
         observation: String,
     },
+    /// Waits for a human decision.
     AwaitingApproval,
+    /// Allowed to run (by the policy or a human).
     Approved,
+    /// A human or the approval timeout denied it; `observation` tells the
+    /// model why.
     Denied {
+        /// What the model is told.
         observation: String,
     },
     /// It ran. `observation` is the full text the model will see (before
     /// truncation for the view).
     Finished {
+        /// Whether the call succeeded.
         ok: bool,
+        /// What the model is told.
         observation: String,
     },
 }
@@ -117,13 +132,16 @@ pub enum CallStatus {
 /// One call the model requested in the current step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingCall {
+    /// The call as the model made it (with an id given if it had none).
     pub call: ToolCall,
     /// Arguments after parsing, normalization and validation (when they
     /// got that far).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<serde_json::Value>,
+    /// The call's risk as the policy judged it (once routed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk: Option<Risk>,
+    /// Where it stands.
     pub status: CallStatus,
     /// Effects of a successful call, folded in at the observation node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -134,13 +152,21 @@ pub struct PendingCall {
 /// stop the loop on their own; they explain why a run went badly.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RiskTracker {
+    /// Calls to tools outside the allowlist of the active groups.
     pub tool_not_allowed: u32,
+    /// Calls to tools that do not exist.
     pub unknown_tool: u32,
+    /// Calls whose arguments were not JSON.
     pub protocol_errors: u32,
+    /// Calls whose arguments the tool could not repair.
     pub normalize_errors: u32,
+    /// Calls whose arguments failed the schema.
     pub schema_errors: u32,
+    /// Calls a human (or the approval timeout) denied.
     pub denied_approvals: u32,
+    /// Calls the permission check denied.
     pub permission_denied: u32,
+    /// Calls that ran and failed.
     pub tool_errors: u32,
 }
 
@@ -162,11 +188,14 @@ pub struct RecoveryCounters {
 /// Tokens spent so far (reported by the model, or estimated).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUsage {
+    /// Tokens sent to the model.
     pub input_tokens: u64,
+    /// Tokens the model produced.
     pub output_tokens: u64,
 }
 
 impl TokenUsage {
+    /// Input plus output tokens (saturating).
     pub fn total(&self) -> u64 {
         self.input_tokens.saturating_add(self.output_tokens)
     }
@@ -187,9 +216,11 @@ pub struct ContextProjection {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
 pub enum Verdict {
+    /// The required evidence was there.
     Pass,
     /// Accepted without the required evidence (best-effort jobs).
     Unverified {
+        /// The evidence kinds that were missing.
         missing: Vec<String>,
     },
 }
@@ -198,15 +229,23 @@ pub enum Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
+    /// The step limit was reached.
     MaxSteps,
+    /// The token budget was spent.
     TokenBudget,
+    /// The wall-time limit passed.
     WallTime,
+    /// The completion gate kept rejecting the answer.
     CompletionGateFailed,
+    /// The model kept replying with neither text nor tool calls.
     EmptyReply,
+    /// The model kept sending unparseable tool-call arguments.
     ProtocolErrors,
     /// The prompt stayed too long after compaction.
     PromptTooLong,
+    /// The model call failed and could not be recovered from.
     ModelError,
+    /// The run was cancelled from outside.
     Cancelled,
     /// A middleware declined to run a node.
     Aborted,
@@ -216,8 +255,20 @@ pub enum StopReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "end", rename_all = "snake_case")]
 pub enum RunEnd {
-    Final { text: String, verdict: Verdict },
-    Stopped { reason: StopReason, message: String },
+    /// An accepted answer.
+    Final {
+        /// The answer.
+        text: String,
+        /// What the completion gate said about it.
+        verdict: Verdict,
+    },
+    /// Ended without one.
+    Stopped {
+        /// Why.
+        reason: StopReason,
+        /// The stop, in words.
+        message: String,
+    },
 }
 
 /// The immutable, serializable state of one session's loop: a checkpoint.
@@ -321,9 +372,11 @@ impl LoopState {
         self.node = to;
     }
 
+    /// The session this state belongs to.
     pub fn session_id(&self) -> &str {
         &self.session_id
     }
+    /// The system prompt the run started with.
     pub fn system_prompt(&self) -> &str {
         &self.system_prompt
     }
@@ -331,6 +384,7 @@ impl LoopState {
     pub fn node(&self) -> Node {
         self.node
     }
+    /// The current step.
     pub fn step(&self) -> u32 {
         self.step
     }
@@ -338,6 +392,7 @@ impl LoopState {
     pub fn history(&self) -> &[Message] {
         &self.history
     }
+    /// Which part of the history the model sees.
     pub fn projection(&self) -> &ContextProjection {
         &self.projection
     }
@@ -345,27 +400,35 @@ impl LoopState {
     pub fn calls(&self) -> &[PendingCall] {
         &self.calls
     }
+    /// The working state the tools' effects built.
     pub fn working_state(&self) -> &WorkingState {
         &self.working
     }
+    /// The evidence recorded so far.
     pub fn evidence(&self) -> &EvidenceLedger {
         &self.evidence
     }
+    /// Tokens spent so far.
     pub fn usage(&self) -> TokenUsage {
         self.usage
     }
+    /// Milliseconds the run was active (pauses excluded).
     pub fn active_ms(&self) -> u64 {
         self.active_ms
     }
+    /// The retry counters of the recovery paths.
     pub fn recovery(&self) -> &RecoveryCounters {
         &self.recovery
     }
+    /// The counts of the model's misuse of tools.
     pub fn risk(&self) -> &RiskTracker {
         &self.risk
     }
+    /// The tool groups active now.
     pub fn active_groups(&self) -> &[String] {
         &self.active_groups
     }
+    /// Every transition so far, in order.
     pub fn transitions(&self) -> &[Transition] {
         &self.transitions
     }
@@ -389,9 +452,9 @@ impl LoopState {
     }
     /// The approval requests of a paused loop (what the approval broker
     /// shows), rebuilt from the state alone.
-    pub fn approval_requests(&self) -> Vec<crate::event::ApprovalRequest> {
+    pub fn approval_requests(&self) -> Vec<crate::policy::ApprovalRequest> {
         self.awaiting_approval()
-            .map(|c| crate::event::ApprovalRequest {
+            .map(|c| crate::policy::ApprovalRequest {
                 call_id: c.call.id.clone(),
                 tool: c.call.name.clone(),
                 arguments: c.arguments.clone().unwrap_or(serde_json::Value::Null),

@@ -107,6 +107,7 @@ pub struct ScriptedModel {
 }
 
 impl ScriptedModel {
+    /// A model that replays `turns`, one per request, in order.
     pub fn new(turns: impl IntoIterator<Item = ScriptedTurn>) -> Self {
         Self {
             name: "scripted".to_owned(),
@@ -116,6 +117,7 @@ impl ScriptedModel {
         }
     }
 
+    /// Report `name` as the model name.
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
         self

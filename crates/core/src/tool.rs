@@ -10,12 +10,17 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::NormalizeError;
+
 /// How dangerous a call is; decides whether it needs approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Risk {
+    /// Runs without asking under the default policy.
     Low,
+    /// Asks unless the job approves up to medium risk.
     Medium,
+    /// Asks unless the job approves everything.
     High,
 }
 
@@ -27,12 +32,18 @@ pub enum Risk {
 pub enum Effect {
     /// Code or data the answer depends on changed (write_file, apply_patch):
     /// every piece of verification evidence taken before it is void.
-    Mutation { target: String },
+    Mutation {
+        /// What changed (e.g. the file's path).
+        target: String,
+    },
     /// Verification happened (validate, benchmark). Counts for the completion
     /// gate only if taken after the latest mutation and `passed`.
     Evidence {
+        /// What was verified (e.g. `validate`, `benchmark`).
         kind: String,
+        /// Whether the verification passed.
         passed: bool,
+        /// The figures of the verification, for the answer and the gate.
         #[serde(default)]
         summary: serde_json::Value,
     },
@@ -40,8 +51,11 @@ pub enum Effect {
     /// `current_candidates`). `append` pushes onto an array field instead
     /// (e.g. `compile_results`, `benchmark_results`).
     State {
+        /// The field.
         key: String,
+        /// The value to set (or to append).
         value: serde_json::Value,
+        /// Append to an array field instead of setting it.
         #[serde(default)]
         append: bool,
     },
@@ -56,21 +70,25 @@ pub struct ToolOutput {
     /// Optional structured form of the result, for events and policies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<serde_json::Value>,
+    /// The side effects the engine must fold in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub effects: Vec<Effect>,
 }
 
 impl ToolOutput {
+    /// An output with only `content`.
     pub fn text(content: impl Into<String>) -> Self {
         Self {
             content: content.into(),
             ..Self::default()
         }
     }
+    /// Add structured data.
     pub fn with_data(mut self, data: serde_json::Value) -> Self {
         self.data = Some(data);
         self
     }
+    /// Add a side effect.
     pub fn with_effect(mut self, effect: Effect) -> Self {
         self.effects.push(effect);
         self
@@ -88,8 +106,10 @@ pub enum ToolError {
     /// The tool ran and failed (compile error, capacity exceeded, ...).
     #[error("{0}")]
     Failed(String),
+    /// The call ran longer than the engine's tool timeout.
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    /// The call was cancelled.
     #[error("cancelled")]
     Cancelled,
 }
@@ -97,6 +117,7 @@ pub enum ToolError {
 /// A progress report from inside a long call (TOOL_STATE_UPDATE events).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolProgress {
+    /// What the tool is doing.
     pub message: String,
     /// 0..1 when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,13 +127,18 @@ pub struct ToolProgress {
 /// Per-call context handed to a tool.
 #[derive(Clone)]
 pub struct ToolContext {
+    /// The session the call belongs to.
     pub session_id: String,
+    /// The call.
     pub call_id: String,
+    /// The step the call was made in.
     pub step: u32,
     progress: Option<tokio::sync::mpsc::UnboundedSender<(String, ToolProgress)>>,
 }
 
 impl ToolContext {
+    /// The context of one call; no progress channel until
+    /// [`ToolContext::with_progress`].
     pub fn new(session_id: impl Into<String>, call_id: impl Into<String>, step: u32) -> Self {
         Self {
             session_id: session_id.into(),
@@ -148,10 +174,13 @@ impl ToolContext {
 /// A tool the engine can route, approve, schedule and call.
 #[async_trait::async_trait]
 pub trait Tool: Send + Sync {
+    /// The name the model calls it by (unique in a registry).
     fn name(&self) -> &str;
+    /// What it does, for the model.
     fn description(&self) -> &str;
     /// JSON Schema of the arguments object (generate it with schemars).
     fn input_schema(&self) -> serde_json::Value;
+    /// The risk when no policy override names the tool.
     fn risk(&self) -> Risk;
     /// Changes nothing outside the tool's own process.
     fn read_only(&self) -> bool;
@@ -168,10 +197,12 @@ pub trait Tool: Send + Sync {
     }
     /// Repair what models commonly get wrong before schema validation
     /// (numbers as strings, a single item where a list is expected, ...).
-    /// Returns a clear message when the arguments cannot be repaired.
-    fn normalize(&self, args: serde_json::Value) -> Result<serde_json::Value, String> {
+    /// Returns [`NormalizeError::InvalidArguments`], naming the field, when
+    /// the arguments cannot be repaired.
+    fn normalize(&self, args: serde_json::Value) -> Result<serde_json::Value, NormalizeError> {
         Ok(args)
     }
+    /// Run the call with arguments that passed normalization and the schema.
     async fn call(
         &self,
         args: serde_json::Value,

@@ -16,14 +16,19 @@ use crate::tool::Effect;
 /// benchmarked, ...). Known fields are typed; anything else goes to `extra`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkingState {
+    /// The kernel source the session works on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_file: Option<String>,
+    /// The optimization mode the task asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub optimization_mode: Option<String>,
+    /// Every compile result, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compile_results: Vec<serde_json::Value>,
+    /// Every benchmark result, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub benchmark_results: Vec<serde_json::Value>,
+    /// The candidates under consideration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_candidates: Option<serde_json::Value>,
     /// Free keys set by tools.
@@ -88,11 +93,15 @@ fn set_list(list: &mut Vec<serde_json::Value>, value: serde_json::Value, append:
 /// One piece of verification evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvidenceRecord {
+    /// What was verified (e.g. `validate`, `benchmark`).
     pub kind: String,
+    /// Whether it passed.
     pub passed: bool,
+    /// The step it was recorded in.
     pub step: u32,
     /// Position in the effect order of the run (mutations share it).
     pub seq: u64,
+    /// The figures of the verification.
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub summary: serde_json::Value,
 }
@@ -100,17 +109,23 @@ pub struct EvidenceRecord {
 /// The latest change to what the answer depends on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MutationRecord {
+    /// What changed.
     pub target: String,
+    /// The step it changed in.
     pub step: u32,
+    /// Position in the effect order of the run.
     pub seq: u64,
 }
 
 /// Evidence and mutations in the order they happened.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvidenceLedger {
+    /// Every piece of evidence, in order.
     pub records: Vec<EvidenceRecord>,
+    /// The latest mutation, which voids the evidence before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_mutation: Option<MutationRecord>,
+    /// The position the next effect gets.
     pub next_seq: u64,
 }
 

@@ -367,9 +367,19 @@ struct JsonSink(Mutex<Vec<String>>);
 
 #[async_trait::async_trait]
 impl CheckpointSink for JsonSink {
-    async fn save(&self, state: &LoopState) -> Result<(), String> {
-        let json = state.to_json().map_err(|e| e.to_string())?;
-        self.0.lock().map_err(|e| e.to_string())?.push(json);
+    async fn save(&self, state: &LoopState) -> Result<(), CheckpointError> {
+        let json = state
+            .to_json()
+            .map_err(|source| CheckpointError::Serialize {
+                what: "loop state",
+                source,
+            })?;
+        self.0
+            .lock()
+            .map_err(|e| CheckpointError::Store {
+                reason: e.to_string(),
+            })?
+            .push(json);
         Ok(())
     }
 }

@@ -117,7 +117,7 @@ macro_rules! tool_basics {
         fn concurrency_safe(&self) -> bool {
             $concurrent
         }
-        fn normalize(&self, args: Value) -> Result<Value, String> {
+        fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
             $crate::normalize::normalize_args(args, &$shape)
         }
     };

@@ -5,6 +5,7 @@
 //! string. Anything that cannot be repaired is left for the schema check or
 //! reported with a message that names the field.
 
+use mtswarm_core::NormalizeError;
 use serde_json::{Map, Value};
 
 /// What a tool's arguments look like, for the repairs.
@@ -97,7 +98,11 @@ fn repair_map(field: &str, value: Value) -> Result<Value, String> {
 }
 
 /// Apply the repairs of `shape` to `args`.
-pub(crate) fn normalize_args(args: Value, shape: &Shape) -> Result<Value, String> {
+pub(crate) fn normalize_args(args: Value, shape: &Shape) -> Result<Value, NormalizeError> {
+    repair(args, shape).map_err(NormalizeError::invalid)
+}
+
+fn repair(args: Value, shape: &Shape) -> Result<Value, String> {
     let args = match args {
         Value::Null => Value::Object(Map::new()),
         Value::String(text) if text.trim().is_empty() => Value::Object(Map::new()),
@@ -224,10 +229,10 @@ mod tests {
     #[test]
     fn unrepairable_arguments_name_the_field() {
         let err = normalize_args(json!({"limit": "many"}), &SHAPE).expect_err("bad int");
-        assert!(err.contains("`limit`"), "{err}");
+        assert!(err.to_string().contains("`limit`"), "{err}");
         let err = normalize_args(json!([1, 2]), &SHAPE).expect_err("not an object");
-        assert!(err.contains("JSON object"), "{err}");
+        assert!(err.to_string().contains("JSON object"), "{err}");
         let err = normalize_args(json!({"recursive": "maybe"}), &SHAPE).expect_err("bad bool");
-        assert!(err.contains("`recursive`"), "{err}");
+        assert!(err.to_string().contains("`recursive`"), "{err}");
     }
 }

@@ -332,7 +332,7 @@ impl Tool for QueryResultsTool {
         true
     }
 
-    fn normalize(&self, args: Value) -> Result<Value, String> {
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         normalize_args(args, &QUERY_RESULTS_SHAPE)
     }
 

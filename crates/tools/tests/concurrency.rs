@@ -61,7 +61,7 @@ impl Tool for Recording {
     fn resource(&self) -> Option<String> {
         self.inner.resource()
     }
-    fn normalize(&self, args: Value) -> Result<Value, String> {
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         self.inner.normalize(args)
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

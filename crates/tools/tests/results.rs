@@ -63,7 +63,9 @@ fn tool() -> QueryResultsTool {
 }
 
 async fn run(tool: &QueryResultsTool, args: Value) -> Result<mtswarm_core::ToolOutput, ToolError> {
-    let args = tool.normalize(args).map_err(ToolError::InvalidArgs)?;
+    let args = tool
+        .normalize(args)
+        .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
     tool.call(args, &common::ctx()).await
 }
 

@@ -321,13 +321,16 @@ impl SinkInner {
 
 #[async_trait::async_trait]
 impl CheckpointSink for KvCheckpointSink {
-    async fn save(&self, state: &LoopState) -> Result<(), String> {
+    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
+        let store = |reason| mtswarm_core::CheckpointError::Store { reason };
         let inner = &self.inner;
         if inner.frozen.load(Ordering::SeqCst) || inner.fenced() {
             return Ok(());
         }
         if is_durable_point(state) {
-            let checkpoint = inner.checkpoint_of(state).map_err(|e| e.to_string())?;
+            let checkpoint = inner
+                .checkpoint_of(state)
+                .map_err(|e| store(e.to_string()))?;
             let generation = {
                 let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
                 // This state supersedes whatever waits to be written.
@@ -339,7 +342,7 @@ impl CheckpointSink for KvCheckpointSink {
             return inner
                 .write(&mut written, generation, &checkpoint)
                 .await
-                .map_err(|e| e.to_string());
+                .map_err(|e| store(e.to_string()));
         }
         let schedule = {
             let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());

@@ -113,9 +113,9 @@ impl Tool for FnTool {
     fn resource(&self) -> Option<String> {
         self.resource.clone()
     }
-    fn normalize(&self, args: Value) -> Result<Value, String> {
+    fn normalize(&self, args: Value) -> Result<Value, NormalizeError> {
         match &self.normalize_error {
-            Some(message) => Err(message.clone()),
+            Some(message) => Err(NormalizeError::invalid(message.clone())),
             None => Ok(args),
         }
     }

@@ -209,10 +209,13 @@ struct JobCheckpointSink {
 
 #[async_trait::async_trait]
 impl CheckpointSink for JobCheckpointSink {
-    async fn save(&self, state: &LoopState) -> Result<(), String> {
+    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
         let json = state
             .to_json()
-            .map_err(|e| format!("leader state not serializable: {e}"))?;
+            .map_err(|source| mtswarm_core::CheckpointError::Serialize {
+                what: "leader state",
+                source,
+            })?;
         self.shared
             .jobs
             .modify(&self.job_id, |record| {
@@ -221,7 +224,9 @@ impl CheckpointSink for JobCheckpointSink {
             })
             .await
             .map(|_| ())
-            .map_err(|e| format!("leader checkpoint not stored: {e}"))
+            .map_err(|e| mtswarm_core::CheckpointError::Store {
+                reason: format!("leader checkpoint not stored: {e}"),
+            })
     }
 }
 

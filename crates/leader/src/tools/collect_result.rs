@@ -27,7 +27,7 @@ impl Tool for CollectResult {
             "timeout_seconds":{"type":"number","minimum":0}
         },"additionalProperties":false})
     }
-    fn normalize(&self, mut args: Value) -> Result<Value, String> {
+    fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         // A single id where a list is expected, and numbers as strings.
         if let Some(map) = args.as_object_mut() {
             for key in ["agents", "tasks"] {
@@ -36,10 +36,11 @@ impl Tool for CollectResult {
                 }
             }
             if let Some(Value::String(text)) = map.get("timeout_seconds").cloned() {
-                let seconds: f64 = text
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("timeout_seconds {text:?} is not a number"))?;
+                let seconds: f64 = text.trim().parse().map_err(|_| {
+                    mtswarm_core::NormalizeError::invalid(format!(
+                        "timeout_seconds {text:?} is not a number"
+                    ))
+                })?;
                 map.insert("timeout_seconds".into(), json!(seconds));
             }
         }

@@ -27,15 +27,16 @@ impl Tool for ResultDetails {
             "page_size":{"type":"integer","minimum":1,"maximum":crate::digest::MAX_PAGE_SIZE}
         },"additionalProperties":false})
     }
-    fn normalize(&self, mut args: Value) -> Result<Value, String> {
+    fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         // Numbers as strings.
         if let Some(map) = args.as_object_mut() {
             for key in ["page", "page_size"] {
                 if let Some(Value::String(text)) = map.get(key).cloned() {
-                    let n: u64 = text
-                        .trim()
-                        .parse()
-                        .map_err(|_| format!("{key} {text:?} is not a whole number"))?;
+                    let n: u64 = text.trim().parse().map_err(|_| {
+                        mtswarm_core::NormalizeError::invalid(format!(
+                            "{key} {text:?} is not a whole number"
+                        ))
+                    })?;
                     map.insert(key.to_string(), json!(n));
                 }
             }

@@ -166,7 +166,9 @@ pub fn ctx() -> ToolContext {
 /// Normalize then call, as the engine does.
 pub async fn call(tools: &ToolSet, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
     let tool: Arc<dyn Tool> = tools.get(name).unwrap_or_else(|| panic!("no tool {name}"));
-    let args = tool.normalize(args).map_err(ToolError::InvalidArgs)?;
+    let args = tool
+        .normalize(args)
+        .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
     tool.call(args, &ctx()).await
 }
 
