@@ -74,7 +74,7 @@ pub fn claimed_gflops(answer: &str) -> Vec<f64> {
         .captures_iter(answer)
         .filter_map(|c| c.get(1)?.as_str().parse().ok())
         .collect();
-    if let Some(block) = crate::answer::last_json_block(answer)
+    if let Some(block) = mtswarm_core::answer::last_json(answer)
         && let Some(g) = block["best"]["gflops"].as_f64()
     {
         claims.push(g);

@@ -67,7 +67,8 @@
 //! `.ci/module_cycles.py` checks it):
 //!
 //! - `ids`: the leader's agent and session ids, call keys, task ids;
-//!   [`error`]: the error enums; `answer`: the final answer's JSON block.
+//!   [`error`]: the error enums (the final answer's JSON block is read by
+//!   `mtswarm_core::answer`).
 //! - [`config`], [`policy`] (the builtin leader model), [`fleet`] (joining
 //!   workers, leases and quarantine), [`validate`], `scheduler`
 //!   (admission), [`digest`] (tool output budgets).
@@ -95,7 +96,6 @@
 //! - Per-message work (results, events, approvals) is a lookup by id; none
 //!   of it scans all jobs.
 
-mod answer;
 pub mod approvals;
 pub mod config;
 mod daemon;

@@ -79,7 +79,7 @@ use mtswarm_core::model::{FinishReason, ModelEvent};
 use mtswarm_core::{ChatModel, ChatRequest, Message, ModelError, ModelStream, Role, ToolCall};
 use serde_json::{Value, json};
 
-pub use outcome::{CandidateOutcome, answer_json};
+pub use outcome::CandidateOutcome;
 pub use params::{
     DEFAULT_FINALISTS, KERNEL_DIR_LINE, MAX_COMPILE_DEPTH, PARAMETERS_LINE, Strategy,
     TaskParameters, TaskParametersError, render_task_message,

@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use mtswarm_core::answer::last_json;
 use mtswarm_core::{Message, ToolCall};
 use mtswarm_worker::policy::search::MAX_ADAPTIVE_DEPTH;
-use mtswarm_worker::policy::{Decision, answer_json, decide, render_task_message};
+use mtswarm_worker::policy::{Decision, decide, render_task_message};
 use serde_json::{Value, json};
 
 /// A simulated slice: per candidate (by `X` define) a time and a bound.
@@ -135,7 +136,7 @@ impl World {
         ];
         for _ in 0..500 {
             let calls = match decide(&history) {
-                Decision::Final(text) => return answer_json(&text).expect("json block"),
+                Decision::Final(text) => return last_json(&text).expect("json block"),
                 Decision::Call(call) => vec![call],
                 Decision::Calls(calls) => calls,
             };

@@ -96,7 +96,7 @@ fn plans_fleet_spawn_split_assign_collect_and_reports_the_best() {
     let Turn::Final(text) = policy.decide(&messages) else {
         panic!("expected the answer")
     };
-    let block = crate::answer::last_json_block(&text).expect("json block");
+    let block = mtswarm_core::answer::last_json(&text).expect("json block");
     assert_eq!(block["best"]["agent"], "tuner-2");
     assert_eq!(block["best"]["params"], json!({"A": "2"}));
     assert_eq!(block["best"]["gflops"], json!(5.0));
@@ -175,7 +175,7 @@ fn a_failed_partition_is_retried_once_on_an_agent_whose_task_succeeded() {
     let Turn::Final(text) = policy.decide(&messages) else {
         panic!("expected the answer")
     };
-    let block = crate::answer::last_json_block(&text).expect("json block");
+    let block = mtswarm_core::answer::last_json(&text).expect("json block");
     assert_eq!(block["best"]["task_id"], "t2");
     assert_eq!(block["task_status"], json!({"ok": 1, "failed": 2}));
 }
@@ -196,7 +196,7 @@ fn no_free_slice_ends_with_an_error_answer() {
     let Turn::Final(text) = policy.decide(&messages) else {
         panic!("expected a final answer")
     };
-    let block = crate::answer::last_json_block(&text).expect("json block");
+    let block = mtswarm_core::answer::last_json(&text).expect("json block");
     assert!(block["best"].is_null());
     assert!(
         block["error"]

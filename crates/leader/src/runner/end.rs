@@ -5,7 +5,7 @@
 use mtswarm_bus::v1;
 use mtswarm_core::LoopState;
 
-use crate::answer::last_json_block;
+use mtswarm_core::answer::last_json;
 
 /// How the leader loop ended.
 pub(super) struct JobEnd {
@@ -61,7 +61,7 @@ pub(super) fn usage_of(state: &LoopState) -> v1::Usage {
 /// The loop answered: the job's state is decided by its outcome
 /// ([`JobEnd::settle`]); the answer is kept beside it.
 pub(super) fn final_answer(text: &str, state: &LoopState) -> JobEnd {
-    let block = last_json_block(text);
+    let block = last_json(text);
     let summary: String = text
         .lines()
         .map(str::trim)

@@ -51,7 +51,6 @@ pub use self::relay::agent_event;
 pub(crate) use self::resume::resume_job;
 pub use self::transition::is_final;
 pub(crate) use self::transition::transition;
-pub use crate::answer::last_json_block;
 pub use crate::ids::{LEADER_AGENT_ID, leader_session_id};
 
 /// Characters of the model's final answer kept in the job record (the

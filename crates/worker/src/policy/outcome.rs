@@ -1,14 +1,14 @@
 //! What the policy reads out of tool results and writes into its answer:
 //! one [`CandidateOutcome`] per candidate, the patterns that find artifacts
 //! and figures in tool results, and the answer's ```` ```json ```` block
-//! ([`answer_json`] reads it back).
+//! (`mtswarm_core::answer::last_json` reads it back).
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// One candidate's figures as the policy saw them in the benchmark result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,12 +90,4 @@ pub(crate) fn final_error(reason: &str) -> String {
         "The task could not be run: {reason}\n```json\n{}\n```",
         json!({"error": reason, "best": null})
     )
-}
-
-/// Extract the last ```` ```json ```` block of an answer, if any.
-pub fn answer_json(text: &str) -> Option<Value> {
-    let start = text.rfind("```json")? + "```json".len();
-    let body = &text[start..];
-    let end = body.find("```")?;
-    serde_json::from_str(body[..end].trim()).ok()
 }

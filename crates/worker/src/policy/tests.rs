@@ -1,6 +1,7 @@
 //! The sequential plan, walked through conversations.
 
 use super::*;
+use mtswarm_core::answer::last_json;
 
 fn task(params: Value) -> Vec<Message> {
     vec![
@@ -57,7 +58,7 @@ fn walks_compile_validate_benchmark_per_candidate_and_picks_the_fastest() {
     let Decision::Final(text) = decide(&history) else {
         panic!("expected the final answer");
     };
-    let body = answer_json(&text).expect("json block");
+    let body = last_json(&text).expect("json block");
     assert_eq!(
         body["best"]["defines"],
         json!({"BUF": "2", "CHUNK": "1024"})
@@ -84,7 +85,7 @@ fn a_denied_validation_drops_the_candidate() {
     let Decision::Final(text) = decide(&history) else {
         panic!("expected final");
     };
-    let body = answer_json(&text).expect("json");
+    let body = last_json(&text).expect("json");
     assert!(body["best"].is_null());
     assert!(
         body["candidates"][0]["failure"]

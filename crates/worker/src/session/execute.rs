@@ -23,9 +23,10 @@ use crate::approval::{self, ApprovalWait};
 use crate::checkpoint::KvCheckpointSink;
 use crate::config::DefaultVerdict;
 use crate::events::EventPublisher;
-use crate::policy::{answer_json, render_task_message};
+use crate::policy::render_task_message;
 use crate::results::MeasurementRecorder;
 use crate::stop::StopMode;
+use mtswarm_core::answer::last_json;
 
 use v1::AgentEventKind as Kind;
 use v1::SessionState;
@@ -136,7 +137,7 @@ impl TaskRun<'_> {
                     return Ok(Driven::Fenced);
                 }
                 let answer = match &outcome {
-                    Outcome::Final { text, .. } => answer_json(text),
+                    Outcome::Final { text, .. } => last_json(text),
                     _ => None,
                 };
                 recorder.finish(answer.as_ref()).await;

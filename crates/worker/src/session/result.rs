@@ -11,8 +11,8 @@ use tokio::sync::watch;
 
 use super::task_run::TaskRun;
 use crate::events::now_timestamp;
-use crate::policy::answer_json;
 use crate::stop::StopMode;
+use mtswarm_core::answer::last_json;
 
 use v1::AgentEventKind as Kind;
 
@@ -113,7 +113,7 @@ fn result_json(
         "benchmarks": working.benchmark_results,
         "evidence": evidence,
         "answer": answer,
-        "answer_json": answer.and_then(answer_json),
+        "answer_json": answer.and_then(last_json),
         "verdict": verdict,
         "stop_reason": stop,
         "steps": state.step(),

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use mtswarm_core::answer::last_json;
 use mtswarm_core::{AutoApprove, Engine, EngineConfig, Outcome, RiskPolicy, ToolRegistry};
 use mtswarm_hw::lock::HwLock;
 use mtswarm_hw::measure::{MeasureConfig, measure};
@@ -17,7 +18,7 @@ use mtswarm_hw::tune::{ParamValue, TuneSpace};
 use mtswarm_hw::{BackendKind, Board, BuildRequest, ChipSpec, EmulatorBoard, Slice};
 use mtswarm_tools::{ToolSet, TuningPhase};
 use mtswarm_worker::BuiltinWorkerPolicy;
-use mtswarm_worker::policy::{answer_json, render_task_message};
+use mtswarm_worker::policy::render_task_message;
 use serde_json::Value;
 
 pub const CORES: u32 = 2;
@@ -230,7 +231,7 @@ pub async fn run_policy(parameters: Value) -> PolicyRun {
         .flat_map(|m| m.tool_calls.iter())
         .filter(|c| c.name == "validate" || c.name == "benchmark")
         .count();
-    let answer = answer_json(&text).expect("the answer has a json block");
+    let answer = last_json(&text).expect("the answer has a json block");
     let phase = resource_lock
         .tuning_phase(&slice().id())
         .expect("the slice lock was used");
