@@ -32,9 +32,13 @@ pub struct SubmitLimits {
     pub max_total_attachment_bytes: u64,
     /// Most `@path` references in one goal.
     pub max_attachments: usize,
+    /// Largest `Budgets.max_steps` a job may ask for.
     pub max_steps: u32,
+    /// Largest `Budgets.wall_time_seconds` a job may ask for, in seconds.
     pub max_wall_time_seconds: u64,
+    /// Largest `Budgets.device_seconds` a job may ask for, in seconds.
     pub max_device_seconds: f64,
+    /// Largest `JobSpec.num_agents`.
     pub max_agents: u32,
 }
 
@@ -72,6 +76,7 @@ pub struct LeaderConfig {
     pub kernel_root: PathBuf,
     /// Durable name of the leader's result consumer (`results-<name>`).
     pub result_consumer_name: String,
+    /// Bounds every SubmitJob request is checked against.
     pub limits: SubmitLimits,
     /// Model of each job's leader loop; `None` = [`LeaderConfig::default_model_factory`]
     /// with [`LeaderConfig::llm`].
@@ -82,8 +87,10 @@ pub struct LeaderConfig {
     /// Which risks the leader loop runs without asking (spawn_agent and
     /// cancel_agent are medium).
     pub auto_approve: AutoApprove,
-    /// Default `collect_result` timeout and the upper bound a model may ask for.
+    /// `collect_result` timeout when the model gives none.
     pub default_collect_timeout: Duration,
+    /// Longest `collect_result` timeout a model may ask for (longer requests
+    /// are cut to it).
     pub max_collect_timeout: Duration,
     /// Deadline given to tasks when the job sets no wall time.
     pub default_task_deadline: Duration,
@@ -171,9 +178,6 @@ impl LeaderConfig {
         }
     }
 
-    /// `llm` when configured; else an OpenAI-compatible client when the job
-    /// names a model (`JobSpec.model.model`, with its base URL or the
-    /// `MTSWARM_LLM_URL` environment); else [`BuiltinLeaderPolicy`].
     /// The allowlist in effect: `model_endpoints` plus the daemon's own
     /// endpoint.
     pub fn endpoints(&self) -> ModelEndpoints {
@@ -184,6 +188,11 @@ impl LeaderConfig {
         ModelEndpoints::new(self.model_endpoints.clone(), own.as_deref())
     }
 
+    /// `llm` when configured; else an OpenAI-compatible client when the job
+    /// names a model (`JobSpec.model.model`, with its base URL or the
+    /// `MTSWARM_LLM_URL` environment); else [`BuiltinLeaderPolicy`].
+    /// A job's base URL must pass `endpoints`, and the API key goes only to
+    /// the daemon's own endpoint.
     pub fn default_model_factory(
         llm: Option<OpenAiConfig>,
         endpoints: ModelEndpoints,

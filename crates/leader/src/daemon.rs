@@ -30,10 +30,12 @@ use crate::shared::Shared;
 /// How long shutdown waits for open gRPC calls to finish.
 const SERVER_STOP_WAIT: Duration = Duration::from_secs(10);
 
-/// The leader daemon.
+/// Entry point of the leader daemon; [`LeaderDaemon::start`] runs one.
 pub struct LeaderDaemon;
 
-/// A running leader.
+/// A running leader: its gRPC server, job runners and background loops.
+/// Stop it with [`LeaderHandle::shutdown`] (or [`LeaderHandle::abort`] in
+/// restart tests).
 pub struct LeaderHandle {
     grpc_addr: SocketAddr,
     /// `https` when the server has a TLS certificate.
@@ -287,7 +289,8 @@ impl LeaderHandle {
         }
     }
 
-    /// The bound gRPC address.
+    /// The address the `Control` server listens on (the actual port when
+    /// the configuration asked for port 0).
     pub fn grpc_addr(&self) -> SocketAddr {
         self.grpc_addr
     }

@@ -29,8 +29,9 @@ use crate::results::TaskView;
 pub const COLLECT_BUDGET_BYTES: usize = 6 * 1024;
 /// Largest `result_details` page, bytes of JSON.
 pub const DETAILS_BUDGET_BYTES: usize = 12 * 1024;
-/// Rows of a details page unless asked otherwise, and at most.
+/// Rows of a details page unless asked otherwise.
 pub const DEFAULT_PAGE_SIZE: usize = 20;
+/// Most rows of a details page (a larger `page_size` is cut to it).
 pub const MAX_PAGE_SIZE: usize = 40;
 /// Characters of an error or reason kept in a summary or a row.
 const SHORT_TEXT: usize = 100;
@@ -257,12 +258,15 @@ pub fn collect_summary(views: &[TaskView], timed_out: bool) -> Value {
 /// Filters of [`details_page`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DetailsQuery {
+    /// Only this task's candidates; `None` = every task.
     pub task: Option<String>,
+    /// Only this agent's tasks; `None` = every agent.
     pub agent: Option<String>,
     /// A candidate status name (benchmarked, invalid, ...).
     pub status: Option<String>,
-    /// 1-based.
+    /// 1-based; 0 reads as 1.
     pub page: usize,
+    /// Rows per page; 0 = [`DEFAULT_PAGE_SIZE`], at most [`MAX_PAGE_SIZE`].
     pub page_size: usize,
 }
 

@@ -22,7 +22,12 @@ use crate::error::SelectorError;
 /// Workers and their slices with a state each.
 #[derive(Debug, Clone, Default)]
 pub struct FleetView {
+    /// The slices the selector matched, by slice id, each with its state;
+    /// a slice only a lease still names (its worker is gone) appears only
+    /// when there is no selector.
     pub slices: Vec<v1::FleetSlice>,
+    /// Every worker record, stale ones included, by worker id (not
+    /// filtered by the selector).
     pub workers: Vec<v1::WorkerRecord>,
 }
 

@@ -19,20 +19,21 @@ use serde_json::Value;
 
 use crate::results::JobResults;
 
-static GFLOPS_CLAIM: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)([0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?)\s*GFLOP").expect("literal regex")
-});
+/// `<number> GFLOP...` in an answer's text. `None` only if the literal
+/// pattern were invalid (the tests' claims show it compiles).
+static GFLOPS_CLAIM: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"(?i)([0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?)\s*GFLOP").ok());
 
 /// Figures listed in the feedback at most.
 const FEEDBACK_FIGURES: usize = 8;
 
 /// Rejects answers whose GFLOPS claims no accepted result backs.
-pub struct GroundedAnswerGate {
+pub(crate) struct GroundedAnswerGate {
     results: Arc<JobResults>,
 }
 
 impl GroundedAnswerGate {
-    pub fn new(results: Arc<JobResults>) -> Self {
+    pub(crate) fn new(results: Arc<JobResults>) -> Self {
         Self { results }
     }
 
@@ -69,9 +70,10 @@ fn collect_gflops(value: &Value, out: &mut Vec<f64>) {
 }
 
 /// The GFLOPS figures an answer claims.
-pub fn claimed_gflops(answer: &str) -> Vec<f64> {
+pub(crate) fn claimed_gflops(answer: &str) -> Vec<f64> {
     let mut claims: Vec<f64> = GFLOPS_CLAIM
-        .captures_iter(answer)
+        .iter()
+        .flat_map(|re| re.captures_iter(answer))
         .filter_map(|c| c.get(1)?.as_str().parse().ok())
         .collect();
     if let Some(block) = mtswarm_core::answer::last_json(answer)

@@ -30,6 +30,9 @@ use tokio::sync::Notify;
 /// What happened to an offered result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acceptance {
+    /// The current attempt's first result: the task's outcome, visible to
+    /// `collect_result` once the caller recorded and journaled it and
+    /// called [`JobResults::publish_accepted`].
     Accepted,
     /// Accepted into the table of a resumed job whose record already
     /// counted the task as done (the replay after a restart).
@@ -38,6 +41,7 @@ pub enum Acceptance {
     Duplicate,
     /// The result's attempt is not the task's current one.
     Stale {
+        /// The attempt whose result the table waits for.
         current_attempt: u32,
     },
     /// A fenced result (`fenced == true`) of the current attempt: the worker
@@ -75,10 +79,16 @@ pub struct JobResults {
 /// A task as `collect_result` reports it.
 #[derive(Debug, Clone)]
 pub struct TaskView {
+    /// Task id as `assign_task` returned it.
     pub task_id: String,
+    /// The agent the task is assigned to.
     pub agent_id: String,
+    /// The current attempt (1 = first; each reassignment adds one).
     pub attempt: u32,
+    /// The accepted result, or the local settlement of a task whose agent
+    /// was cancelled; `None` while the task is pending.
     pub result: Option<v1::TaskResult>,
+    /// An earlier `collect_result` already handed this result to the model.
     pub delivered: bool,
 }
 
@@ -373,6 +383,8 @@ impl ResultTable {
         self.jobs.entry(job_id.to_string()).or_default().clone()
     }
 
+    /// The table of `job_id` if it has one (`None`: not run by this leader,
+    /// or finished and removed).
     pub fn get(&self, job_id: &str) -> Option<Arc<JobResults>> {
         self.jobs.get(job_id).map(|e| e.clone())
     }

@@ -45,7 +45,7 @@ pub(crate) struct Scheduler<P> {
 }
 
 impl<P: Pending> Scheduler<P> {
-    pub fn new(max_active: usize, max_queued: usize) -> Self {
+    pub(crate) fn new(max_active: usize, max_queued: usize) -> Self {
         Self {
             max_active: max_active.max(1),
             max_queued,
@@ -64,7 +64,7 @@ impl<P: Pending> Scheduler<P> {
 
     /// Takes a run place, else a queue place; `Err` names the limits when
     /// both are exhausted.
-    pub fn reserve(&self) -> Result<Ticket, AdmissionError> {
+    pub(crate) fn reserve(&self) -> Result<Ticket, AdmissionError> {
         let mut state = self.lock();
         if state.running + state.reserved_run < self.max_active {
             state.reserved_run += 1;
@@ -81,7 +81,7 @@ impl<P: Pending> Scheduler<P> {
     }
 
     /// Gives a reservation back (the job was not stored).
-    pub fn cancel(&self, ticket: Ticket) {
+    pub(crate) fn cancel(&self, ticket: Ticket) {
         let mut state = self.lock();
         match ticket {
             Ticket::Run => state.reserved_run = state.reserved_run.saturating_sub(1),
@@ -91,7 +91,7 @@ impl<P: Pending> Scheduler<P> {
 
     /// Turns a reservation into a job: returns it back when it must start
     /// now, or keeps it queued (then `None`).
-    pub fn commit(&self, ticket: Ticket, pending: P) -> Option<P> {
+    pub(crate) fn commit(&self, ticket: Ticket, pending: P) -> Option<P> {
         let mut state = self.lock();
         match ticket {
             Ticket::Run => {
@@ -116,7 +116,7 @@ impl<P: Pending> Scheduler<P> {
 
     /// Adds a job without checking the limits (jobs resumed at start: they
     /// were accepted before) and returns it when it may start now.
-    pub fn admit_resumed(&self, pending: P) -> Option<P> {
+    pub(crate) fn admit_resumed(&self, pending: P) -> Option<P> {
         let mut state = self.lock();
         if state.queued.is_empty() && state.running + state.reserved_run < self.max_active {
             state.running += 1;
@@ -129,7 +129,7 @@ impl<P: Pending> Scheduler<P> {
 
     /// A running job ended: frees its slot and returns the next queued job
     /// to start, if any.
-    pub fn finished(&self) -> Option<P> {
+    pub(crate) fn finished(&self) -> Option<P> {
         let mut state = self.lock();
         state.running = state.running.saturating_sub(1);
         if state.running + state.reserved_run < self.max_active
@@ -142,14 +142,14 @@ impl<P: Pending> Scheduler<P> {
     }
 
     /// Removes a queued job (cancelled before it started) and returns it.
-    pub fn remove_queued(&self, job_id: &str) -> Option<P> {
+    pub(crate) fn remove_queued(&self, job_id: &str) -> Option<P> {
         let mut state = self.lock();
         let index = state.queued.iter().position(|p| p.job_id() == job_id)?;
         state.queued.remove(index)
     }
 
     /// (running, queued) counts.
-    pub fn counts(&self) -> (usize, usize) {
+    pub(crate) fn counts(&self) -> (usize, usize) {
         let state = self.lock();
         (state.running, state.queued.len())
     }

@@ -20,23 +20,28 @@ use crate::fleet::parse_selector;
 pub struct Attachment {
     /// As written in the goal, relative to the kernel directory.
     pub path: String,
+    /// The file's text (attachments must be UTF-8).
     pub content: String,
 }
 
 /// A request that passed validation.
 #[derive(Debug, Clone)]
 pub struct ValidatedJob {
+    /// The request's spec, unchanged.
     pub spec: v1::JobSpec,
     /// Canonical kernel directory.
     pub kernel_dir: PathBuf,
+    /// The parsed `JobSpec.slice_selector`; `None` = every slice.
     pub selector: Option<SliceSelector>,
+    /// The goal's `@path` files, in order of first appearance.
     pub attachments: Vec<Attachment>,
 }
 
 /// `@path` after start of text, whitespace or an opening bracket/quote.
-static AT_PATH: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?:^|[\s(\[{"'`])@([A-Za-z0-9_][A-Za-z0-9_./-]*)"#).expect("valid regex")
-});
+/// `None` only if the literal pattern were invalid (the tests' references
+/// show it compiles).
+static AT_PATH: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r#"(?:^|[\s(\[{"'`])@([A-Za-z0-9_][A-Za-z0-9_./-]*)"#).ok());
 
 /// Checks that `relative` is a plain relative path (no root, no `..`).
 fn plain_relative(what: &'static str, relative: &str) -> Result<(), ValidateError> {
@@ -105,7 +110,7 @@ pub fn resolve_file(kernel_dir: &Path, relative: &str) -> Result<PathBuf, Valida
 /// The distinct `@path` references of `goal`, in order of appearance.
 pub fn at_references(goal: &str) -> Vec<String> {
     let mut seen = Vec::new();
-    for capture in AT_PATH.captures_iter(goal) {
+    for capture in AT_PATH.iter().flat_map(|re| re.captures_iter(goal)) {
         let raw = capture.get(1).map(|m| m.as_str()).unwrap_or_default();
         // Sentence punctuation is not part of the path.
         let path = raw.trim_end_matches(['.', ',', ';', ':']).to_string();

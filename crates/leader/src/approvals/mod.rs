@@ -22,14 +22,26 @@ use crate::journal::Journal;
 /// Why a decision was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum DecideError {
+    /// The request is unusable: a bad approval id, an unspecified verdict or
+    /// a decision the approvals store refuses; the text says which.
     #[error("{0}")]
     Invalid(String),
+    /// No approval record has this id (the approval id).
     #[error("approval {0} not found")]
     NotFound(String),
+    /// The record is no longer pending; the first decision stands.
     #[error("approval {approval_id} is already decided ({state})")]
-    AlreadyDecided { approval_id: String, state: String },
+    AlreadyDecided {
+        /// Approval id from the request.
+        approval_id: String,
+        /// The stored state as its protobuf enum name, or "changed
+        /// concurrently" when the record could not be read back.
+        state: String,
+    },
+    /// Reading or writing the approvals KV failed.
     #[error("{0}")]
     Bus(BusError),
+    /// The leader's decision key could not sign the decision.
     #[error("{0}")]
     Sign(mtswarm_auth::SignatureError),
 }

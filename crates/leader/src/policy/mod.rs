@@ -28,7 +28,7 @@
 //!    "task_id"}, "task_status", "candidate_status", "pending"}`, or
 //!    `{"best": null, "error"}`. The job's outcome does not come from this
 //!    answer (see [`crate::outcome`]); the completion gate checks that its
-//!    figures are backed ([`crate::grounding`]).
+//!    figures are backed (`grounding`).
 //!
 //! The retry round's calls have ids starting with `retry-`, which is how
 //! the policy tells the rounds apart when it reads the conversation.
@@ -145,7 +145,9 @@ impl BuiltinLeaderPolicy {
 /// What the policy does next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Turn {
+    /// Tool calls to make this turn (streamed as one assistant message).
     Calls(Vec<ToolCall>),
+    /// The final answer text, or a failure message when the plan cannot go on.
     Final(String),
 }
 

@@ -18,10 +18,10 @@
 //! (a fresh start when empty). Tool calls the loop re-executes are
 //! idempotent by call key (see [`crate::tools`]).
 //!
-//! Parts: [`transition`] (the state changes), `resume` (rebuilding a left
+//! Parts: `transition` (the state changes), `resume` (rebuilding a left
 //! job), `relay` (the loop's events onto the bus and into the journal),
 //! `end` (how the loop ended); the loop's approval pauses are in
-//! [`crate::approvals`], its prompt in [`crate::prompt`].
+//! [`crate::approvals`], its prompt in `prompt`.
 
 mod end;
 mod relay;

@@ -31,8 +31,8 @@
 //! (job id, call key) with UUID v5, a second line of defence.
 //!
 //! One file per tool; this module registers them and holds the helpers
-//! they share. The job's state they work on is [`crate::job`], placement
-//! (fleet view, spawn, cancel) is [`crate::placement`].
+//! they share. The job's state they work on is `job`, placement
+//! (fleet view, spawn, cancel) is `placement`.
 
 use std::sync::Arc;
 
