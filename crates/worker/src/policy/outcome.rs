@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use regex::Regex;
+use regex::{Captures, Regex};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -54,16 +54,38 @@ impl CandidateOutcome {
     }
 }
 
-pub(crate) static ARTIFACT: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"as artifact (b[0-9]+)").expect("literal regex"));
-pub(crate) static MEDIAN: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"median ([0-9.]+(?:[eE][-+]?[0-9]+)?) s").expect("literal regex"));
-pub(crate) static GFLOPS: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"([0-9.]+) GFLOPS").expect("literal regex"));
-pub(crate) static PEAK: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\(([0-9.]+)% of peak\)").expect("literal regex"));
+/// A regular expression written in this crate. One that does not compile
+/// is a bug the tests catch; in a running daemon it is logged once and
+/// matches nothing, so a tool result reads as having no such figure rather
+/// than taking the worker down.
+pub(crate) struct Pattern(Option<Regex>);
 
-pub(crate) fn capture_f64(re: &Regex, text: &str) -> Option<f64> {
+impl Pattern {
+    pub(crate) fn new(pattern: &str) -> Self {
+        match Regex::new(pattern) {
+            Ok(re) => Self(Some(re)),
+            Err(error) => {
+                tracing::error!(%error, pattern, "built-in pattern does not compile; it matches nothing");
+                Self(None)
+            }
+        }
+    }
+
+    /// [`Regex::captures`], or `None` when the pattern did not compile.
+    pub(crate) fn captures<'t>(&self, text: &'t str) -> Option<Captures<'t>> {
+        self.0.as_ref()?.captures(text)
+    }
+}
+
+pub(crate) static ARTIFACT: LazyLock<Pattern> =
+    LazyLock::new(|| Pattern::new(r"as artifact (b[0-9]+)"));
+pub(crate) static MEDIAN: LazyLock<Pattern> =
+    LazyLock::new(|| Pattern::new(r"median ([0-9.]+(?:[eE][-+]?[0-9]+)?) s"));
+pub(crate) static GFLOPS: LazyLock<Pattern> = LazyLock::new(|| Pattern::new(r"([0-9.]+) GFLOPS"));
+pub(crate) static PEAK: LazyLock<Pattern> =
+    LazyLock::new(|| Pattern::new(r"\(([0-9.]+)% of peak\)"));
+
+pub(crate) fn capture_f64(re: &Pattern, text: &str) -> Option<f64> {
     re.captures(text)
         .and_then(|c| c.get(1))
         .and_then(|m| m.as_str().parse().ok())
@@ -98,4 +120,32 @@ pub fn answer_json(text: &str) -> Option<Value> {
     let body = &text[start..];
     let end = body.find("```")?;
     serde_json::from_str(body[..end].trim()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pattern_compiles_and_reads_a_benchmark_line() {
+        for pattern in [&ARTIFACT, &MEDIAN, &GFLOPS, &PEAK] {
+            assert!(pattern.0.is_some());
+        }
+        let line = "artifact b2 on 4 cores: median 1.0000e-4 s, trimmed mean 1e-4 s \
+                    over 3 runs (min 1, max 2), 10.00 GFLOPS (2.0% of peak)";
+        assert_eq!(capture_f64(&MEDIAN, line), Some(1.0e-4));
+        assert_eq!(capture_f64(&GFLOPS, line), Some(10.0));
+        assert_eq!(capture_f64(&PEAK, line), Some(2.0));
+        let compiled = "compiled as artifact b7 (defines N=4)";
+        let artifact = ARTIFACT.captures(compiled).and_then(|c| c.get(1));
+        assert_eq!(artifact.map(|m| m.as_str()), Some("b7"));
+    }
+
+    #[test]
+    fn a_pattern_that_does_not_compile_matches_nothing() {
+        let broken = Pattern::new("(unclosed");
+        assert!(broken.0.is_none());
+        assert!(broken.captures("(unclosed").is_none());
+        assert_eq!(capture_f64(&broken, "(unclosed"), None);
+    }
 }
