@@ -13,14 +13,22 @@ use serde_json::{Value, json};
 /// One candidate's figures as the policy saw them in the benchmark result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CandidateOutcome {
+    /// Position in the task's candidate list (0-based; the `c<index>` of call ids).
     pub index: usize,
+    /// The candidate's `-D` map, values as text.
     pub defines: BTreeMap<String, String>,
+    /// Artifact id of its last successful compile (`b<n>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact: Option<String>,
+    /// Median of the benchmark's timed runs, seconds; `None` until benchmarked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub median_seconds: Option<f64>,
+    /// Throughput the benchmark reported, GFLOPS (absent when its runs
+    /// counted no flops).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gflops: Option<f64>,
+    /// Share of the modeled peak of the cores used, percent, as the
+    /// benchmark reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_percent: Option<f64>,
     /// Why the candidate has no figure (compile error, invalid, denied, ...).

@@ -128,12 +128,20 @@ pub fn render_task_message(
 /// What the policy was asked to do.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TaskParameters {
+    /// `"noop": true`: answer at once without tools (no candidates needed).
     pub noop: bool,
+    /// Kernel directory relative to the kernel root: the object's
+    /// `kernel_dir`, else the task message's `Kernel directory:` line.
     pub kernel_dir: String,
     /// `-D` maps, values as text.
     pub candidates: Vec<BTreeMap<String, String>>,
+    /// DSP cores of every validate and benchmark; `None`: all cores of the slice.
     pub cores: Option<u32>,
+    /// Untimed executions before a benchmark times (0 allowed); `None`:
+    /// the benchmark tool's default.
     pub warmup: Option<u32>,
+    /// Minimum timed executions per benchmark; `None`: the benchmark
+    /// tool's default.
     pub repeats: Option<u32>,
     /// Kernel executions checked by each validate (the tool's default: 2).
     pub validate_runs: Option<u32>,
