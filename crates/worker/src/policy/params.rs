@@ -145,9 +145,11 @@ pub struct TaskParameters {
     pub repeats: Option<u32>,
     /// Kernel executions checked by each validate (the tool's default: 2).
     pub validate_runs: Option<u32>,
-    /// Hardware calls (validate + benchmark) allowed in the whole task.
+    /// Hardware calls (validate + benchmark) allowed in the whole task;
+    /// `None`: no limit.
     pub max_evaluations: Option<u32>,
-    /// `None`: chosen from the list size and the budget.
+    /// The plan the task asked for; `None`: chosen from the list size and
+    /// the budget (see [`TaskParameters::strategy()`]).
     pub strategy: Option<Strategy>,
     /// Screened candidates that get a full benchmark (search plan).
     pub finalists: u32,
