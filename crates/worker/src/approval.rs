@@ -63,7 +63,9 @@ pub(crate) struct ApprovalWait<'a> {
     pub(crate) step: u32,
 }
 
-/// The approval id of one call of one task of one session.
+/// The approval id of one call of one task of one session: `ap-` and 32 hex
+/// digits of a SHA-256 over the three ids, so a session resumed on another
+/// worker asking again for the same call finds the same approval record.
 pub fn approval_id(session_id: &str, task_id: &str, call_id: &str) -> String {
     let mut hash = Sha256::new();
     for part in [session_id, task_id, call_id] {

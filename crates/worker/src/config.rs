@@ -52,9 +52,13 @@ pub type ModelFactory = Arc<dyn Fn(&SessionModelContext) -> Arc<dyn ChatModel> +
 /// What a [`ModelFactory`] knows about the session it builds a model for.
 #[derive(Debug, Clone)]
 pub struct SessionModelContext {
+    /// Session id the leader chose in `SpawnSessionRequest.session_id`.
     pub session_id: String,
+    /// Job the session works for.
     pub job_id: String,
+    /// Agent the session runs, unique within the job.
     pub agent_id: String,
+    /// Agent role from the request (e.g. `tuner`, `analyst`); may be empty.
     pub role: String,
 }
 
@@ -66,7 +70,14 @@ pub enum WorkerModel {
     Builtin,
     /// An OpenAI-compatible endpoint for every session without its own
     /// `ModelSettings` (API key from [`WorkerConfig::llm_api_key_env`]).
-    OpenAi { base_url: String, model: String },
+    OpenAi {
+        /// Endpoint root (`--llm-url`); requests go to
+        /// `{base_url}/chat/completions`. The only endpoint that receives
+        /// the API key.
+        base_url: String,
+        /// Model name sent in each request (`--model`).
+        model: String,
+    },
     /// Replay a recorded cassette (`--llm-replay FILE`), one fresh replay per
     /// session, requests not compared. Overrides `ModelSettings`.
     Replay(PathBuf),
@@ -92,8 +103,10 @@ impl fmt::Debug for WorkerModel {
 /// Verdict applied to an approval nobody decided within the timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DefaultVerdict {
+    /// The call is denied with the reason "approval timed out" (the default).
     #[default]
     Deny,
+    /// The call runs as if approved.
     Approve,
 }
 

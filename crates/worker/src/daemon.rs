@@ -340,6 +340,7 @@ impl WorkerHandle {
         &self.shared.endpoint
     }
 
+    /// The worker id in use: configured, or `worker-<board>`.
     pub fn worker_id(&self) -> &str {
         &self.shared.worker_id
     }

@@ -1,7 +1,7 @@
 //! Turning a session's engine events (and the session's own milestones)
 //! into `AgentEvent`s on `mtswarm.event.<job>.<agent>`, numbered per session
 //! without gaps. Everything a session publishes goes through one
-//! [`EventPublisher`], so its sequence is the order of publication.
+//! `EventPublisher`, so its sequence is the order of publication.
 //!
 //! A session that resumes in another process continues the numbering: at
 //! start the publisher reads the last event of its agent from the events

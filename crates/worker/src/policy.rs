@@ -90,10 +90,13 @@ use outcome::final_error;
 /// What the policy does next.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
+    /// One tool call; its id encodes the candidate (`c<index>-<tool>`).
     Call(ToolCall),
     /// Several calls in one step (the engine runs concurrency-safe ones
     /// together, e.g. a compile while the slice benchmarks).
     Calls(Vec<ToolCall>),
+    /// The final answer text, ending with its ```` ```json ```` block
+    /// (also how a task that cannot run is reported).
     Final(String),
 }
 
@@ -181,6 +184,8 @@ impl Default for BuiltinWorkerPolicy {
 }
 
 impl BuiltinWorkerPolicy {
+    /// The policy; its model name is `builtin-worker`. It keeps no state:
+    /// every answer is derived from the conversation.
     pub fn new() -> Self {
         Self {
             name: "builtin-worker".to_owned(),

@@ -12,7 +12,8 @@ use crate::session::spawn_session;
 use crate::shared::Shared;
 use crate::stop::StopMode;
 
-/// The service implementation.
+/// The daemon's `mtswarm.v1.Worker` service over its shared state;
+/// [`WorkerDaemon::start`](crate::WorkerDaemon::start) builds and serves it.
 pub struct WorkerService {
     shared: Arc<Shared>,
 }

@@ -128,18 +128,28 @@ pub fn render_task_message(
 /// What the policy was asked to do.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TaskParameters {
+    /// `"noop": true`: answer at once without tools (no candidates needed).
     pub noop: bool,
+    /// Kernel directory relative to the kernel root: the object's
+    /// `kernel_dir`, else the task message's `Kernel directory:` line.
     pub kernel_dir: String,
     /// `-D` maps, values as text.
     pub candidates: Vec<BTreeMap<String, String>>,
+    /// DSP cores of every validate and benchmark; `None`: all cores of the slice.
     pub cores: Option<u32>,
+    /// Untimed executions before a benchmark times (0 allowed); `None`:
+    /// the benchmark tool's default.
     pub warmup: Option<u32>,
+    /// Minimum timed executions per benchmark; `None`: the benchmark
+    /// tool's default.
     pub repeats: Option<u32>,
     /// Kernel executions checked by each validate (the tool's default: 2).
     pub validate_runs: Option<u32>,
-    /// Hardware calls (validate + benchmark) allowed in the whole task.
+    /// Hardware calls (validate + benchmark) allowed in the whole task;
+    /// `None`: no limit.
     pub max_evaluations: Option<u32>,
-    /// `None`: chosen from the list size and the budget.
+    /// The plan the task asked for; `None`: chosen from the list size and
+    /// the budget (see [`TaskParameters::strategy()`]).
     pub strategy: Option<Strategy>,
     /// Screened candidates that get a full benchmark (search plan).
     pub finalists: u32,

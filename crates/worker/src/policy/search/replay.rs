@@ -6,21 +6,19 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::LazyLock;
 
 use mtswarm_core::{Message, Role, ToolCall};
-use regex::Regex;
 
 use super::model::{AdditiveModel, distance, pairs};
 use super::{EXPLORATION, PRUNE_MARGIN, SLICE_IDLE};
 use crate::policy::outcome::{
-    ARTIFACT, CandidateOutcome, GFLOPS, MEDIAN, PEAK, capture_f64, first_line,
+    ARTIFACT, CandidateOutcome, GFLOPS, MEDIAN, PEAK, Pattern, capture_f64, first_line,
 };
 use crate::policy::params::TaskParameters;
 use crate::policy::{MAX_RECOMPILES, artifact_missing};
 
-static BOUND: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"bound ([0-9.]+(?:[eE][-+]?[0-9]+)?) s").expect("literal regex"));
-static SCREEN_TIME: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r": valid: ([0-9.]+(?:[eE][-+]?[0-9]+)?) s").expect("literal regex")
-});
+static BOUND: LazyLock<Pattern> =
+    LazyLock::new(|| Pattern::new(r"bound ([0-9.]+(?:[eE][-+]?[0-9]+)?) s"));
+static SCREEN_TIME: LazyLock<Pattern> =
+    LazyLock::new(|| Pattern::new(r": valid: ([0-9.]+(?:[eE][-+]?[0-9]+)?) s"));
 
 /// What the conversation says about one candidate.
 #[derive(Debug, Clone, Default)]
@@ -344,5 +342,18 @@ impl State {
             .filter(|&i| self.known[i].building.is_some())
             .min_by(order);
         Some(built.or(building).unwrap_or(top))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimate_and_screen_patterns_read_their_figures() {
+        let estimate = "mm on 4 cores: bound 2.000e-4 s = 10.0 GFLOPS (peak 50.0 GFLOPS)";
+        assert_eq!(capture_f64(&BOUND, estimate), Some(2.0e-4));
+        let screen = "validation PASSED for artifact b1 on 4 cores (1 executions): valid: 1.5e-3 s";
+        assert_eq!(capture_f64(&SCREEN_TIME, screen), Some(1.5e-3));
     }
 }
