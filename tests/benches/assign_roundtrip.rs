@@ -34,6 +34,8 @@
 //! `cargo bench -p mtswarm-tests --bench assign_roundtrip`
 //! (`BENCH_MODES=assign` runs only the named modes, for profiling).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

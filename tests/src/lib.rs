@@ -9,6 +9,8 @@
 //! prior manual `cargo build` is needed and the binary always matches the
 //! sources under test.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 pub mod chaos;
 pub mod process;
 pub mod stack;

@@ -3,6 +3,8 @@
 //! load with the real fleet parser (and match the worker StatefulSet), and
 //! the nats-server configuration is accepted by nats-server itself.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -12,6 +12,8 @@
 //! picks the next turn from how many tool results the conversation already
 //! holds, so a retried request gets the same answer.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -8,6 +8,8 @@
 //! This binary installs the global tracing subscriber, so it holds this one
 //! test only.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 // Shared with the e2e binary; this test uses only part of it.
 #[allow(dead_code)]
 #[path = "e2e/support.rs"]

@@ -19,6 +19,8 @@
 //! and of the benchmark process (clients: leader and worker) per operation is
 //! printed, which shows where the time of the bus path goes.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -33,6 +33,8 @@ pub mod results;
 mod stores;
 pub mod subjects;
 #[cfg(any(test, feature = "testing"))]
+// Test support: a failed setup step panics, which fails the test or bench.
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 pub mod testing;
 mod topology;
 pub mod trace;

@@ -3,6 +3,8 @@
 //! deleted while the system runs is re-created when an operation notices.
 //! Real nats-server, one per test.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::{setup, task, within};

@@ -1,5 +1,7 @@
 //! Streams, consumers and KV stores against a real nats-server (one per test).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::time::Duration;

@@ -2,6 +2,8 @@
 //! filter, deduplication by record id, best-per-kernel, and the JSONL / CSV
 //! exports read back.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::collections::BTreeMap;

@@ -1,6 +1,8 @@
 //! W3C trace context crosses NATS: the consumer's span joins the publisher's
 //! trace, through JetStream (tasks) and core NATS (events).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::{setup, task, within};

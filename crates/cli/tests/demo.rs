@@ -4,6 +4,8 @@
 //! process the demo starts (nats-server's store, worker workspaces, builds)
 //! names a path under it: after the demo exits, no process may still do so.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,6 +1,8 @@
 //! `mtswarm emu run` end to end: the real binary, real gcc, the example
 //! kernels.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

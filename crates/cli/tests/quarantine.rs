@@ -4,6 +4,8 @@
 //! writes them; the binary shows the slice quarantined with its reason and
 //! failure count, lifts it, and shows it free again.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;

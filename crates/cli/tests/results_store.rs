@@ -3,6 +3,8 @@
 //! binary filtered by job, kernel, slice, backend, validity and time, as a
 //! table, JSON lines, CSV, one JSON object, or into a file.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

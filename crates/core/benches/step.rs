@@ -2,6 +2,8 @@
 //! tool call per step, so everything measured is the engine (view building,
 //! routing, validation, scheduling, events, state transitions).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

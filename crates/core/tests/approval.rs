@@ -2,6 +2,8 @@
 //! engine, resume with approve / deny / timeout; resume from any mid-run
 //! checkpoint.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 // Tests tweak one knob of the defaults at a time.
 #![allow(clippy::field_reassign_with_default)]
 

@@ -2,6 +2,8 @@
 //! the others in the model's order, hardware calls one at a time per
 //! resource; progress reports become events.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};

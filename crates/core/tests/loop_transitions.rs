@@ -1,6 +1,8 @@
 //! The state machine's nodes and transition reasons on the happy path, the
 //! budgets, and the model-error recovery paths.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 // Tests tweak one knob of the defaults at a time.
 #![allow(clippy::field_reassign_with_default)]
 

@@ -1,6 +1,8 @@
 //! Middleware onion order, hooks that change inputs and outputs, and the
 //! tracing middleware's span tree.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::collections::HashMap;

@@ -3,6 +3,8 @@
 //! cores (what a worker pays per candidate), the build alone and the run
 //! alone.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::path::Path;
 use std::time::Duration;
 

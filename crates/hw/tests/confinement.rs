@@ -6,6 +6,8 @@
 //! the PID namespace, a missing compiler, and a confined local launch of the
 //! sdk backend. Real gcc, real shells, real processes.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use std::collections::BTreeMap;

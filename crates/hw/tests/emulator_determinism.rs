@@ -2,6 +2,8 @@
 //! modeled cycles whatever the host scheduler does, across launches, across
 //! executions inside one launch, and across rebuilds.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use std::time::Duration;

@@ -3,6 +3,8 @@
 //! blocking fails with the capacity error, and a compute-bound configuration
 //! scales with cores.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use emulator_support::*;

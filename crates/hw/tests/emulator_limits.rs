@@ -4,6 +4,8 @@
 //! timeout, and a kernel that turns wrong after its first execution is
 //! reported invalid on every later one.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use std::time::{Duration, Instant};

@@ -5,6 +5,8 @@
 //! or exceeds the peak, and a scalar loop straight from DDR models slower
 //! than the tuned DMA vecadd.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use emulator_support::*;

@@ -2,6 +2,8 @@
 //! however it is unrolled, asynchronous double buffering hides transfer
 //! time, and the DMA bandwidth is shared by the cores of the group.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use emulator_support::*;

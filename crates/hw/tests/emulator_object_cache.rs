@@ -3,6 +3,8 @@
 //! recompile it, while a define it does read (or a changed source) does,
 //! and a harness linked from a cached object runs and validates.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use std::path::Path;

@@ -4,6 +4,8 @@
 //! `faults` tables of fleet.toml are validated with errors that name the
 //! board and the key.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use std::path::Path;

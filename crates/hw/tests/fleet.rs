@@ -1,5 +1,7 @@
 //! Fleet inventory parsing, validation errors and slice selectors.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::path::{Path, PathBuf};
 
 use mtswarm_hw::fleet::{Fleet, SliceSelector};

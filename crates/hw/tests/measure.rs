@@ -1,6 +1,8 @@
 //! Measurement policy over a scripted board: validation before timing,
 //! re-validation of timed executions, repeat counts, statistics, flags.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;

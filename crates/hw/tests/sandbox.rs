@@ -6,6 +6,8 @@
 //! time already, see `emulator_loopholes.rs`), so the launch's confinement is
 //! what stops them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod emulator_support;
 
 use std::collections::BTreeMap;

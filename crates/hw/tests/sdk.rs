@@ -2,6 +2,8 @@
 //! every fake tool records its argv; the fake launcher runs a fake harness
 //! that prints MTSWARM_TIME / MTSWARM_RESULT lines.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

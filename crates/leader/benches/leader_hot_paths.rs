@@ -2,6 +2,8 @@
 //! a result to its job's table (per result; must not grow with the number
 //! of jobs) and one builtin-policy decision on a realistic conversation.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};

@@ -3,6 +3,8 @@
 //! role (PERMISSION_DENIED names it), `submitted_by` and `decided_by` come
 //! from the credential, and only an admin cancels another identity's job.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::Arc;

@@ -4,6 +4,8 @@
 //! skipped with a warning, and the unresumable job ends FAILED with its
 //! reason instead of stopping the leader (a crash loop under Kubernetes).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::Arc;

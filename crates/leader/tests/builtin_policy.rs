@@ -3,6 +3,8 @@
 //! tune.toml space between them, collects both results and answers with
 //! the faster one.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -2,6 +2,8 @@
 //! QUARANTINED with its record; the slices of a worker whose record is
 //! stale, or gone while a lease still names the slice, are OFFLINE.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::Arc;

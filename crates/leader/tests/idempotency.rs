@@ -4,6 +4,8 @@
 //! calls again; they find the agent and the task in the job record and
 //! neither spawn a second agent nor publish the task again.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::Arc;

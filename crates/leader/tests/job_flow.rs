@@ -5,6 +5,8 @@
 //! attempt that is not current and a second copy of the accepted result.
 //! WatchJob streams it all up to the final state.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::Arc;

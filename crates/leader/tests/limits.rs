@@ -6,6 +6,8 @@
 //! state. An oversize gRPC message is refused by the server's size cap.
 //! (The queue's first-in-first-out order is a unit test of the scheduler.)
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::collections::BTreeSet;

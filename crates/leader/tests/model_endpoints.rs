@@ -6,6 +6,8 @@
 //! One test per binary: it sets the daemon's environment (key and own
 //! endpoint) before any thread starts.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::time::Duration;

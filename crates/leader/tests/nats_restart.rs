@@ -3,6 +3,8 @@
 //! start on the same port. After the restart a job still runs end to end,
 //! including a reassignment after its worker dies.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::*;

@@ -4,6 +4,8 @@
 //! from the checkpoint. The dead attempt's late result is dropped; the new
 //! attempt's result is the task's outcome.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::*;

@@ -5,6 +5,8 @@
 //! job's results, accepts each task's result once and finishes the job;
 //! no task is published twice.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::Arc;

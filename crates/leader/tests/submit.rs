@@ -3,6 +3,8 @@
 //! stored once per idempotency key, its `@path` references reach the
 //! leader's model; the server has health and reflection.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::Arc;

@@ -1,6 +1,8 @@
 //! Record/replay: a recorded session replays to the same events, and replay
 //! reports exhaustion and divergence clearly.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::time::Duration;
 
 use futures::StreamExt;

@@ -1,6 +1,8 @@
 //! The OpenAI-compatible client against a real HTTP server on loopback that
 //! serves genuine SSE bodies, including bodies cut into many small writes.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -3,6 +3,8 @@
 //! checks them with the reflection and health clients, as grpcurl and
 //! Kubernetes gRPC probes would.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Rendering cost of large jobs: building a report from 10,000 records and
 //! rendering its HTML (10,000 points, 10,000 busy bars) and terminal tables.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::BTreeMap;
 
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -7,6 +7,8 @@
 //!
 //! Prints the terminal tables and the JSON summary; writes the HTML report.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::io::BufReader;
 
 use mtswarm_bus::results::read_jsonl;

@@ -3,6 +3,8 @@
 //! terminal tables and the JSON summary carry the outcome; records convert
 //! from typed measurements and into the tools' `PastResult`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::BTreeMap;
 
 use mtswarm_bus::ResultRecord;

@@ -2,6 +2,8 @@
 //! `TraceService` server on 127.0.0.1:0), with parent/child links intact
 //! across a real gRPC hop whose trace context travels in request metadata.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::time::Duration;
 
 use mtswarm_telemetry::grpc::{TraceContextInterceptor, server_span};

@@ -4,6 +4,8 @@
 //! `http/protobuf`, and spans are exported even when the log filter is
 //! quieter than their level.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::time::Duration;
 
 use axum::body::Bytes;

@@ -2,6 +2,8 @@
 //! confining a path, the static kernel analysis, and an uncontended slice
 //! lock round trip.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::collections::BTreeMap;
 use std::path::Path;
 

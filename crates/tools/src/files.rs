@@ -305,6 +305,7 @@ pub struct GrepArgs {
     /// File or directory relative to the workspace (default: everything).
     #[serde(default)]
     pub path: Option<String>,
+    /// Match regardless of letter case (default: false).
     #[serde(default)]
     pub case_insensitive: Option<bool>,
     /// Only files whose names end with one of these (e.g. [".c", ".h"]).

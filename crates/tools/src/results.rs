@@ -36,10 +36,15 @@ pub const SOURCE_LIMIT: usize = 2_000;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PastStats {
+    /// Timed executions the statistics cover.
     pub count: u64,
+    /// Median execution time.
     pub median: f64,
+    /// Mean after trimming the outliers.
     pub trimmed_mean: f64,
+    /// Fastest execution.
     pub min: f64,
+    /// Slowest execution.
     pub max: f64,
 }
 
@@ -48,20 +53,35 @@ pub struct PastStats {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PastResult {
+    /// The record's id (deduplicates retries).
     pub record_id: String,
+    /// Job that measured it.
     pub job_id: String,
+    /// Slice it ran on (bus spelling, e.g. `board0-c1`).
     pub slice_id: String,
+    /// Backend that ran it (`emulator`, `sdk`, `host`).
     pub backend: String,
+    /// Kernel name.
     pub kernel: String,
+    /// Content hash of the kernel directory that was built.
     pub kernel_hash: String,
+    /// The `-D` parameters of the candidate.
     pub params: BTreeMap<String, String>,
+    /// DSP cores the launch used.
     pub cores: u32,
+    /// Timing statistics; `None` when it was not benchmarked.
     pub stats: Option<PastStats>,
+    /// Achieved GFLOPS; `None` when not measured.
     pub gflops: Option<f64>,
+    /// Fraction of the slice's peak GFLOPS; `None` when not measured.
     pub peak_fraction: Option<f64>,
+    /// Whether its output matched the reference.
     pub valid: bool,
+    /// Why it failed, when it did.
     pub error: Option<String>,
+    /// Plausibility flags raised on the measurement.
     pub flags: Vec<String>,
+    /// Who measured it: the model or builtin policy of the session.
     pub model: String,
     /// Milliseconds since the Unix epoch.
     pub timestamp_ms: u64,
@@ -104,6 +124,7 @@ pub struct InMemoryResults {
 }
 
 impl InMemoryResults {
+    /// A source holding `records`.
     pub fn new(records: Vec<PastResult>) -> Self {
         Self {
             records: RwLock::new(records),
@@ -186,6 +207,7 @@ pub struct QueryResultsTool {
 }
 
 impl QueryResultsTool {
+    /// The tool over `source`, with no default kernel.
     pub fn new(source: Arc<dyn ResultsSource>) -> Self {
         Self {
             source,

@@ -4,6 +4,8 @@
 //! joined), and through the real `mtswarm_core::Engine` executing a scripted
 //! model's batch.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::atomic::Ordering;

@@ -1,5 +1,7 @@
 //! File tools: happy paths, bad inputs, traversal and symlink escapes.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::sync::Arc;

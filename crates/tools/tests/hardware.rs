@@ -2,6 +2,8 @@
 //! shipped emulator with the vecadd example, bad inputs, stale artifacts,
 //! and wrong-answer kernels that must never get a benchmark figure.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::path::PathBuf;

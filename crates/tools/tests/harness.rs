@@ -3,6 +3,8 @@
 //! back is not the one that builds and runs (the pristine one is, and its
 //! hash is in the result).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::path::PathBuf;

@@ -1,6 +1,8 @@
 //! query_results over the in-memory results source: ranking, same vs
 //! similar kernels, limits, the tool set hook, and bad arguments.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::collections::BTreeMap;

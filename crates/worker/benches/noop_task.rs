@@ -7,6 +7,8 @@
 //!
 //! `cargo bench -p mtswarm-worker --bench noop_task`
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -5,6 +5,8 @@
 //! model as a denial observation; with no decision the default verdict
 //! applies after the timeout.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::time::Duration;

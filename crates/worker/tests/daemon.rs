@@ -3,6 +3,8 @@
 //! CancelSession, Drain, a no-op task, and the slice leases in KV from start
 //! to shutdown.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::time::Duration;

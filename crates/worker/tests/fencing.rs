@@ -3,6 +3,8 @@
 //! attempt took over the session's checkpoint, and when the slice's lease
 //! is lost.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::*;

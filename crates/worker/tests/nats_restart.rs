@@ -3,6 +3,8 @@
 //! worker record and the quarantine watch come back by themselves, and the
 //! next task still runs on the same session.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::time::Duration;

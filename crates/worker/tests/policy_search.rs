@@ -10,6 +10,8 @@
 //! One evaluation is one hardware call on a candidate (validate or
 //! benchmark); random search spends one per drawn configuration.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod policy_support;
 
 use policy_support::*;

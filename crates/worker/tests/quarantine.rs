@@ -3,6 +3,8 @@
 //! ends the session's task with a fenced result, refuses the slice in
 //! SpawnSession, and takes it again once the record is lifted.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! there with `resume_from_checkpoint` continues from the checkpoint's step
 //! instead of starting over, and the session's event numbering continues.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::*;

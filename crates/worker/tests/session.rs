@@ -3,6 +3,8 @@
 //! its events arrive in order with gapless sequences and a checkpoint is
 //! written after every step.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::*;

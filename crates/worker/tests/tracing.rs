@@ -1,6 +1,8 @@
 //! The task's span joins the trace of whoever published the task: the
 //! worker's result and its agent events carry the publisher's trace id.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use common::*;

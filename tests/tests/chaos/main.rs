@@ -17,6 +17,8 @@
 //! `CHAOS-FIGURES ...` lines (`-- --nocapture` shows them; `deploy/soak.sh`
 //! collects them).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod approvals;
 mod burst;
 mod fencing;

@@ -2,6 +2,8 @@
 //! (in this process, so tests can script its model) and worker daemons as
 //! separate `mtswarm-node` processes, talking gRPC over loopback.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod abuse;
 mod approvals;
 mod cli_client;

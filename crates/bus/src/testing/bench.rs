@@ -190,13 +190,21 @@ pub async fn echo_request(requester: &Bus, subject: &str) {
 /// `in_flight` operations at a time.
 #[derive(Debug, Clone)]
 pub struct Cell<M> {
+    /// What was measured (the bench's own mode type).
     pub mode: M,
+    /// Operations kept running at a time.
     pub in_flight: usize,
+    /// Operations completed in the measured window (warm-up excluded).
     pub operations: usize,
+    /// Median latency of one operation.
     pub p50: Duration,
+    /// 99th-percentile latency of one operation.
     pub p99: Duration,
+    /// Completed operations per second of wall time.
     pub per_second: f64,
+    /// nats-server CPU time (user + system) per operation.
     pub server_cpu_per_op: Duration,
+    /// This process's CPU time (user + system) per operation.
     pub client_cpu_per_op: Duration,
 }
 
@@ -219,11 +227,17 @@ impl<M> Cell<M> {
 /// What [`sample`] measured.
 #[derive(Debug, Clone)]
 pub struct Sampled {
+    /// Operations completed in the measured window (warm-up excluded).
     pub operations: usize,
+    /// Median latency of one operation.
     pub p50: Duration,
+    /// 99th-percentile latency of one operation.
     pub p99: Duration,
+    /// Completed operations per second of wall time.
     pub per_second: f64,
+    /// nats-server CPU time (user + system) per operation.
     pub server_cpu_per_op: Duration,
+    /// This process's CPU time (user + system) per operation.
     pub client_cpu_per_op: Duration,
 }
 
