@@ -21,14 +21,14 @@ use tokio_stream::StreamExt as _;
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
 /// Held for the whole scenario.
-pub async fn one_at_a_time() -> MutexGuard<'static, ()> {
+pub(crate) async fn one_at_a_time() -> MutexGuard<'static, ()> {
     SERIAL.lock().await
 }
 
 /// A job run by the builtin leader policy over vecadd's tuning space (ten
 /// candidates), split among `agents` agents on the first free slices in
 /// slice-id order.
-pub fn vecadd_job(goal: &str, agents: u32, auto_approve: bool) -> v1::JobSpec {
+pub(crate) fn vecadd_job(goal: &str, agents: u32, auto_approve: bool) -> v1::JobSpec {
     v1::JobSpec {
         goal: goal.to_string(),
         kernel_dir: "vecadd".to_string(),
@@ -44,7 +44,7 @@ pub fn vecadd_job(goal: &str, agents: u32, auto_approve: bool) -> v1::JobSpec {
     }
 }
 
-pub async fn submit(control: &mut Control, spec: v1::JobSpec) -> String {
+pub(crate) async fn submit(control: &mut Control, spec: v1::JobSpec) -> String {
     control
         .submit_job(v1::SubmitJobRequest {
             spec: Some(spec),
@@ -56,7 +56,7 @@ pub async fn submit(control: &mut Control, spec: v1::JobSpec) -> String {
         .job_id
 }
 
-pub fn is_final(state: v1::JobState) -> bool {
+pub(crate) fn is_final(state: v1::JobState) -> bool {
     matches!(
         state,
         v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
@@ -65,7 +65,11 @@ pub fn is_final(state: v1::JobState) -> bool {
 
 /// Waits until the job is final, asking whichever leader currently runs
 /// (calls fail while none does; those are retried until the deadline).
-pub async fn wait_final(stack: &ChaosStack, job_id: &str, timeout: Duration) -> v1::JobRecord {
+pub(crate) async fn wait_final(
+    stack: &ChaosStack,
+    job_id: &str,
+    timeout: Duration,
+) -> v1::JobRecord {
     let deadline = Instant::now() + timeout;
     let mut last: Option<v1::JobRecord> = None;
     let mut last_error = String::new();
@@ -98,7 +102,7 @@ pub async fn wait_final(stack: &ChaosStack, job_id: &str, timeout: Duration) -> 
 }
 
 /// The job's whole WatchJob stream (the job is final, so it ends).
-pub async fn job_events(control: &mut Control, job_id: &str) -> Vec<v1::JobEvent> {
+pub(crate) async fn job_events(control: &mut Control, job_id: &str) -> Vec<v1::JobEvent> {
     let mut stream = control
         .watch_job(v1::WatchJobRequest {
             job_id: job_id.to_string(),
@@ -120,7 +124,7 @@ pub async fn job_events(control: &mut Control, job_id: &str) -> Vec<v1::JobEvent
 }
 
 /// The results the leader accepted (journaled on the job's stream).
-pub fn accepted_results(events: &[v1::JobEvent]) -> Vec<v1::TaskResult> {
+pub(crate) fn accepted_results(events: &[v1::JobEvent]) -> Vec<v1::TaskResult> {
     events
         .iter()
         .filter_map(|e| match &e.event {
@@ -131,7 +135,7 @@ pub fn accepted_results(events: &[v1::JobEvent]) -> Vec<v1::TaskResult> {
 }
 
 /// The leader's log events of `kind` (e.g. `task_reassigned`) on the job's stream.
-pub fn leader_log_events(events: &[v1::JobEvent], kind: &str) -> Vec<serde_json::Value> {
+pub(crate) fn leader_log_events(events: &[v1::JobEvent], kind: &str) -> Vec<serde_json::Value> {
     events
         .iter()
         .filter_map(|e| match &e.event {
@@ -142,7 +146,7 @@ pub fn leader_log_events(events: &[v1::JobEvent], kind: &str) -> Vec<serde_json:
 }
 
 /// Per task id: how many accepted results.
-pub fn accepted_per_task(accepted: &[v1::TaskResult]) -> BTreeMap<String, usize> {
+pub(crate) fn accepted_per_task(accepted: &[v1::TaskResult]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for result in accepted {
         *counts.entry(result.task_id.clone()).or_insert(0) += 1;
@@ -152,7 +156,7 @@ pub fn accepted_per_task(accepted: &[v1::TaskResult]) -> BTreeMap<String, usize>
 
 /// The fate of every task the observer saw assigned for a job.
 #[derive(Debug, Clone, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// Distinct task ids published.
     pub tasks: usize,
     /// Tasks without an accepted result.
@@ -167,7 +171,11 @@ pub struct Tally {
     pub highest_attempt: u32,
 }
 
-pub fn tally(observations: &[Observation], job_id: &str, accepted: &[v1::TaskResult]) -> Tally {
+pub(crate) fn tally(
+    observations: &[Observation],
+    job_id: &str,
+    accepted: &[v1::TaskResult],
+) -> Tally {
     let mut publishes: BTreeMap<(String, u32), usize> = BTreeMap::new();
     let mut results_seen = 0;
     for observation in observations {
@@ -198,7 +206,7 @@ pub fn tally(observations: &[Observation], job_id: &str, accepted: &[v1::TaskRes
 /// Prints one scenario's figures as `CHAOS-FIGURES scenario=NAME key=value ...`
 /// (cargo shows them with `--nocapture`) and appends the same line to the
 /// file named by `MTSWARM_CHAOS_FIGURES`, when set (deploy/soak.sh reads it).
-pub fn report(scenario: &str, figures: &[(&str, String)]) {
+pub(crate) fn report(scenario: &str, figures: &[(&str, String)]) {
     let mut line = format!("CHAOS-FIGURES scenario={scenario}");
     for (key, value) in figures {
         let _ = write!(line, " {key}={value}");
@@ -221,12 +229,12 @@ pub fn report(scenario: &str, figures: &[(&str, String)]) {
 }
 
 /// Milliseconds of a duration, for figures.
-pub fn ms(duration: Duration) -> String {
+pub(crate) fn ms(duration: Duration) -> String {
     duration.as_millis().to_string()
 }
 
 /// The first assignment of `job_id`.
-pub async fn first_assignment(stack: &ChaosStack, job_id: &str) -> v1::TaskAssignment {
+pub(crate) async fn first_assignment(stack: &ChaosStack, job_id: &str) -> v1::TaskAssignment {
     let job = job_id.to_string();
     stack
         .observer
@@ -247,7 +255,11 @@ pub async fn first_assignment(stack: &ChaosStack, job_id: &str) -> v1::TaskAssig
 /// Waits until the session running `task` checkpointed step `min_step` or
 /// later of that attempt; fails if the task's result arrived first (the
 /// workload is then too small to interrupt mid-task).
-pub async fn wait_checkpoint(stack: &ChaosStack, task: &v1::TaskAssignment, min_step: u32) -> u32 {
+pub(crate) async fn wait_checkpoint(
+    stack: &ChaosStack,
+    task: &v1::TaskAssignment,
+    min_step: u32,
+) -> u32 {
     let found = stack
         .observer
         .wait_for(
@@ -285,7 +297,7 @@ pub async fn wait_checkpoint(stack: &ChaosStack, task: &v1::TaskAssignment, min_
 }
 
 /// Waits for the publish of `task_id` with `attempt`; returns when it was seen.
-pub async fn wait_attempt(
+pub(crate) async fn wait_attempt(
     stack: &ChaosStack,
     job_id: &str,
     task_id: &str,
@@ -308,7 +320,7 @@ pub async fn wait_attempt(
 }
 
 /// The `task_started` payload of `task_id` / `attempt`, once published.
-pub async fn wait_task_started(
+pub(crate) async fn wait_task_started(
     stack: &ChaosStack,
     job_id: &str,
     task_id: &str,
@@ -338,7 +350,7 @@ pub async fn wait_task_started(
 
 /// Waits until `text` appears in the leader's log (logs are written a
 /// moment after the event they describe).
-pub async fn wait_leader_log(stack: &ChaosStack, text: &str, timeout: Duration) -> bool {
+pub(crate) async fn wait_leader_log(stack: &ChaosStack, text: &str, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         if stack.leader_logs().contains(text) {
@@ -354,7 +366,7 @@ pub async fn wait_leader_log(stack: &ChaosStack, text: &str, timeout: Duration) 
 /// A scenario at the point where its fault is injected: a two-agent vecadd
 /// job submitted, both tasks assigned, the first one checkpointed at step 2
 /// or later.
-pub struct MidJob {
+pub(crate) struct MidJob {
     pub stack: ChaosStack,
     pub control: Control,
     pub job_id: String,
@@ -364,7 +376,7 @@ pub struct MidJob {
 
 /// Starts `options`' fleet (two free slices), submits a two-agent vecadd
 /// job with `goal` and waits until it is under way (see [`MidJob`]).
-pub async fn start_mid_job(options: ChaosOptions, goal: &str) -> MidJob {
+pub(crate) async fn start_mid_job(options: ChaosOptions, goal: &str) -> MidJob {
     let stack = ChaosStack::start(options).await;
     stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
     let mut control = stack.control().await;

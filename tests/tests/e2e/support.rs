@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio_stream::StreamExt as _;
 
 /// One leader turn calling `tool` once per argument object.
-pub fn calls(tool: &str, arguments: &[Value]) -> ScriptedTurn {
+pub(crate) fn calls(tool: &str, arguments: &[Value]) -> ScriptedTurn {
     ScriptedTurn::tool_calls(arguments.iter().enumerate().map(|(index, args)| ToolCall {
         id: format!("{tool}-{index}"),
         name: tool.to_string(),
@@ -23,7 +23,7 @@ pub fn calls(tool: &str, arguments: &[Value]) -> ScriptedTurn {
 }
 
 /// Makes every job's leader loop replay `turns` (a fresh copy per job).
-pub fn script_leader(config: &mut LeaderConfig, turns: Vec<ScriptedTurn>) {
+pub(crate) fn script_leader(config: &mut LeaderConfig, turns: Vec<ScriptedTurn>) {
     let factory = move |_spec: &v1::JobSpec| -> Result<Arc<dyn ChatModel>, mtswarm_leader::ModelFactoryError> {
         Ok(Arc::new(ScriptedModel::new(turns.clone())) as Arc<dyn ChatModel>)
     };
@@ -33,7 +33,7 @@ pub fn script_leader(config: &mut LeaderConfig, turns: Vec<ScriptedTurn>) {
 /// The leader script of a job that runs one task per agent: spawn the
 /// agents (each `(name, selector)`), give each a task with `parameters`,
 /// collect all results, answer.
-pub fn fan_out_script(agents: &[(&str, &str)], parameters: &Value) -> Vec<ScriptedTurn> {
+pub(crate) fn fan_out_script(agents: &[(&str, &str)], parameters: &Value) -> Vec<ScriptedTurn> {
     let spawns: Vec<Value> = agents
         .iter()
         .map(|(name, selector)| {
@@ -61,11 +61,11 @@ pub fn fan_out_script(agents: &[(&str, &str)], parameters: &Value) -> Vec<Script
 }
 
 /// Task parameters for one quick vecadd run on 2 cores.
-pub fn quick_vecadd_parameters() -> Value {
+pub(crate) fn quick_vecadd_parameters() -> Value {
     json!({"params": {"CHUNK": 1024, "BUF": 2}, "cores": 2, "warmup": 0, "repeats": 1})
 }
 
-pub fn job_spec(goal: &str, kernel_dir: &str, auto_approve: bool) -> v1::JobSpec {
+pub(crate) fn job_spec(goal: &str, kernel_dir: &str, auto_approve: bool) -> v1::JobSpec {
     v1::JobSpec {
         goal: goal.to_string(),
         kernel_dir: kernel_dir.to_string(),
@@ -81,7 +81,7 @@ pub fn job_spec(goal: &str, kernel_dir: &str, auto_approve: bool) -> v1::JobSpec
     }
 }
 
-pub async fn submit(control: &mut Control, spec: v1::JobSpec) -> String {
+pub(crate) async fn submit(control: &mut Control, spec: v1::JobSpec) -> String {
     control
         .submit_job(v1::SubmitJobRequest {
             spec: Some(spec),
@@ -95,7 +95,7 @@ pub async fn submit(control: &mut Control, spec: v1::JobSpec) -> String {
 
 /// Reads the job's stream from the start until it ends (the job is final),
 /// at most `timeout`.
-pub async fn watch_to_end(
+pub(crate) async fn watch_to_end(
     control: &mut Control,
     job_id: &str,
     timeout: Duration,
@@ -123,7 +123,7 @@ pub async fn watch_to_end(
     }
 }
 
-pub async fn get_job(control: &mut Control, job_id: &str) -> v1::JobRecord {
+pub(crate) async fn get_job(control: &mut Control, job_id: &str) -> v1::JobRecord {
     control
         .get_job(v1::GetJobRequest {
             job_id: job_id.to_string(),
@@ -135,7 +135,7 @@ pub async fn get_job(control: &mut Control, job_id: &str) -> v1::JobRecord {
         .expect("a job record")
 }
 
-pub fn task_results(events: &[v1::JobEvent]) -> Vec<v1::TaskResult> {
+pub(crate) fn task_results(events: &[v1::JobEvent]) -> Vec<v1::TaskResult> {
     events
         .iter()
         .filter_map(|e| match &e.event {
@@ -145,7 +145,7 @@ pub fn task_results(events: &[v1::JobEvent]) -> Vec<v1::TaskResult> {
         .collect()
 }
 
-pub fn agent_events(events: &[v1::JobEvent]) -> Vec<v1::AgentEvent> {
+pub(crate) fn agent_events(events: &[v1::JobEvent]) -> Vec<v1::AgentEvent> {
     events
         .iter()
         .filter_map(|e| match &e.event {

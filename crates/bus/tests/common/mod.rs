@@ -9,16 +9,16 @@ use mtswarm_bus::testing::NatsServer;
 use mtswarm_bus::{Bus, BusConfig, TopologyConfig, v1};
 
 /// Upper bound for any single wait in these tests.
-pub const WAIT: Duration = Duration::from_secs(15);
+pub(crate) const WAIT: Duration = Duration::from_secs(15);
 
-pub async fn start_server() -> NatsServer {
+pub(crate) async fn start_server() -> NatsServer {
     tokio::task::spawn_blocking(NatsServer::start)
         .await
         .expect("start task")
         .expect("nats-server starts")
 }
 
-pub async fn connect(server: &NatsServer, name: &str) -> Bus {
+pub(crate) async fn connect(server: &NatsServer, name: &str) -> Bus {
     let bus = Bus::connect(BusConfig::new(server.url()).with_name(name))
         .await
         .expect("connect");
@@ -27,7 +27,7 @@ pub async fn connect(server: &NatsServer, name: &str) -> Bus {
 }
 
 /// A server, a connected bus and the topology.
-pub async fn setup() -> (NatsServer, Bus) {
+pub(crate) async fn setup() -> (NatsServer, Bus) {
     let server = start_server().await;
     let bus = connect(&server, "test").await;
     bus.ensure_topology(&TopologyConfig::default())
@@ -37,13 +37,18 @@ pub async fn setup() -> (NatsServer, Bus) {
 }
 
 /// Awaits `future` at most [`WAIT`], naming what was awaited on timeout.
-pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+pub(crate) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(WAIT, future)
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
-pub fn task(task_id: &str, attempt: u32, worker_id: &str, slice_id: &str) -> v1::TaskAssignment {
+pub(crate) fn task(
+    task_id: &str,
+    attempt: u32,
+    worker_id: &str,
+    slice_id: &str,
+) -> v1::TaskAssignment {
     v1::TaskAssignment {
         task_id: task_id.into(),
         job_id: "job1".into(),

@@ -20,7 +20,7 @@ type Behaviour = Arc<
 >;
 
 /// A tool whose flags and behaviour are set by the test.
-pub struct FnTool {
+pub(crate) struct FnTool {
     pub name: String,
     pub risk: Risk,
     pub concurrency_safe: bool,
@@ -31,7 +31,7 @@ pub struct FnTool {
 }
 
 impl FnTool {
-    pub fn new<F, Fut>(name: &str, behaviour: F) -> Self
+    pub(crate) fn new<F, Fut>(name: &str, behaviour: F) -> Self
     where
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
@@ -47,7 +47,7 @@ impl FnTool {
         }
     }
     /// A tool answering with a fixed text.
-    pub fn echo(name: &str, reply: &str) -> Self {
+    pub(crate) fn echo(name: &str, reply: &str) -> Self {
         let reply = reply.to_owned();
         Self::new(name, move |_, _| {
             let reply = reply.clone();
@@ -55,7 +55,7 @@ impl FnTool {
         })
     }
     /// A tool answering with fixed effects.
-    pub fn with_effects(name: &str, effects: Vec<Effect>) -> Self {
+    pub(crate) fn with_effects(name: &str, effects: Vec<Effect>) -> Self {
         Self::new(name, move |_, _| {
             let effects = effects.clone();
             async move {
@@ -65,23 +65,23 @@ impl FnTool {
             }
         })
     }
-    pub fn risk(mut self, risk: Risk) -> Self {
+    pub(crate) fn risk(mut self, risk: Risk) -> Self {
         self.risk = risk;
         self
     }
-    pub fn concurrent(mut self) -> Self {
+    pub(crate) fn concurrent(mut self) -> Self {
         self.concurrency_safe = true;
         self
     }
-    pub fn hardware(mut self, resource: &str) -> Self {
+    pub(crate) fn hardware(mut self, resource: &str) -> Self {
         self.resource = Some(resource.to_owned());
         self
     }
-    pub fn schema(mut self, schema: Value) -> Self {
+    pub(crate) fn schema(mut self, schema: Value) -> Self {
         self.schema = schema;
         self
     }
-    pub fn failing_normalize(mut self, message: &str) -> Self {
+    pub(crate) fn failing_normalize(mut self, message: &str) -> Self {
         self.normalize_error = Some(message.to_owned());
         self
     }
@@ -124,7 +124,7 @@ impl Tool for FnTool {
     }
 }
 
-pub fn registry(tools: Vec<FnTool>) -> ToolRegistry {
+pub(crate) fn registry(tools: Vec<FnTool>) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     for tool in tools {
         registry.register(Arc::new(tool)).expect("valid test tool");
@@ -132,7 +132,7 @@ pub fn registry(tools: Vec<FnTool>) -> ToolRegistry {
     registry
 }
 
-pub fn engine(
+pub(crate) fn engine(
     config: EngineConfig,
     turns: Vec<ScriptedTurn>,
     registry: ToolRegistry,
@@ -150,32 +150,32 @@ pub fn engine(
     (engine, model)
 }
 
-pub fn auto_all() -> RiskPolicy {
+pub(crate) fn auto_all() -> RiskPolicy {
     RiskPolicy::default().with_auto_approve(AutoApprove::All)
 }
 
 /// Drive a run to its end, failing the test instead of hanging.
-pub async fn run(stream: RunStream) -> (Vec<Event>, Outcome) {
+pub(crate) async fn run(stream: RunStream) -> (Vec<Event>, Outcome) {
     tokio::time::timeout(Duration::from_secs(10), stream.collect_all())
         .await
         .expect("the run finished within 10 s")
 }
 
-pub fn final_text(outcome: &Outcome) -> &str {
+pub(crate) fn final_text(outcome: &Outcome) -> &str {
     match outcome {
         Outcome::Final { text, .. } => text,
         other => panic!("expected a final answer, got {other:?}"),
     }
 }
 
-pub fn stop_reason(outcome: &Outcome) -> StopReason {
+pub(crate) fn stop_reason(outcome: &Outcome) -> StopReason {
     match outcome {
         Outcome::Stopped { reason, .. } => *reason,
         other => panic!("expected a stop, got {other:?}"),
     }
 }
 
-pub fn tool_results(events: &[Event]) -> Vec<(String, bool, String)> {
+pub(crate) fn tool_results(events: &[Event]) -> Vec<(String, bool, String)> {
     events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -190,7 +190,7 @@ pub fn tool_results(events: &[Event]) -> Vec<(String, bool, String)> {
         .collect()
 }
 
-pub fn call(id: &str, name: &str, args: &str) -> ToolCall {
+pub(crate) fn call(id: &str, name: &str, args: &str) -> ToolCall {
     ToolCall {
         id: id.to_owned(),
         name: name.to_owned(),
@@ -199,7 +199,7 @@ pub fn call(id: &str, name: &str, args: &str) -> ToolCall {
 }
 
 /// The content of the tool message answering `call_id` in the history.
-pub fn observation<'a>(state: &'a LoopState, call_id: &str) -> &'a str {
+pub(crate) fn observation<'a>(state: &'a LoopState, call_id: &str) -> &'a str {
     state
         .history()
         .iter()

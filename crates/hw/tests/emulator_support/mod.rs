@@ -11,15 +11,15 @@ use mtswarm_hw::{
     BackendKind, Board, BuildRequest, ChipSpec, HwError, RunOutcome, RunRequest, Slice,
 };
 
-pub fn kernels_dir() -> PathBuf {
+pub(crate) fn kernels_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels")
 }
 
-pub fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu-cache")
 }
 
-pub fn slice(cores: u32) -> Slice {
+pub(crate) fn slice(cores: u32) -> Slice {
     Slice {
         board: "test".into(),
         cluster: Some(0),
@@ -28,18 +28,18 @@ pub fn slice(cores: u32) -> Slice {
     }
 }
 
-pub fn board(cores: u32) -> EmulatorBoard {
+pub(crate) fn board(cores: u32) -> EmulatorBoard {
     board_with_spec(cores, ChipSpec::default())
 }
 
-pub fn board_with_spec(cores: u32, spec: ChipSpec) -> EmulatorBoard {
+pub(crate) fn board_with_spec(cores: u32, spec: ChipSpec) -> EmulatorBoard {
     EmulatorBoard::new(slice(cores), spec)
         .expect("valid slice")
         .with_cache_dir(cache_dir())
 }
 
 /// The tune.toml defaults of `kernel` with `overrides` on top.
-pub fn defines(kernel: &str, overrides: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn defines(kernel: &str, overrides: &[(&str, &str)]) -> BTreeMap<String, String> {
     let space = TuneSpace::load(&kernels_dir().join(kernel)).expect("tune.toml parses");
     let mut d = space.defines(&space.default_config());
     for (k, v) in overrides {
@@ -48,12 +48,12 @@ pub fn defines(kernel: &str, overrides: &[(&str, &str)]) -> BTreeMap<String, Str
     d
 }
 
-pub fn config_defines(kernel: &str, config: &Config) -> BTreeMap<String, String> {
+pub(crate) fn config_defines(kernel: &str, config: &Config) -> BTreeMap<String, String> {
     let space = TuneSpace::load(&kernels_dir().join(kernel)).expect("tune.toml parses");
     space.defines(config)
 }
 
-pub async fn build_and_run(
+pub(crate) async fn build_and_run(
     board: &EmulatorBoard,
     kernel_dir: &Path,
     defines: BTreeMap<String, String>,
@@ -83,7 +83,7 @@ pub async fn build_and_run(
 
 /// A kernel directory in a temp dir: the vecadd harness with `kernel_c` as
 /// its device code (which must define `vecadd_kernel`).
-pub fn fixture(kernel_c: &str) -> tempfile::TempDir {
+pub(crate) fn fixture(kernel_c: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::copy(
         kernels_dir().join("vecadd/host.c"),
@@ -95,7 +95,7 @@ pub fn fixture(kernel_c: &str) -> tempfile::TempDir {
 }
 
 /// Device code around `body`, with the vecadd entry signature.
-pub fn kernel_with_body(prelude: &str, body: &str) -> String {
+pub(crate) fn kernel_with_body(prelude: &str, body: &str) -> String {
     format!(
         "#include <stdint.h>\n#include <compiler/m3000.h>\n#include <hthread_device.h>\n{prelude}\n\
          __global__ void vecadd_kernel(uint64_t n, uint64_t e, double *a, double *b, double *c) {{\n\

@@ -23,19 +23,19 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
 /// Upper bound of every wait in these tests.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
-pub type Control = v1::control_client::ControlClient<tonic::transport::Channel>;
+pub(crate) type Control = v1::control_client::ControlClient<tonic::transport::Channel>;
 
 /// Awaits `future` at most [`WAIT`], naming what was awaited on timeout.
-pub async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+pub(crate) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(WAIT, future)
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
 }
 
 /// Re-checks `check` until it returns `Some`, at most [`WAIT`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -51,13 +51,13 @@ where
     .await
 }
 
-pub struct Env {
+pub(crate) struct Env {
     pub nats: NatsServer,
     pub bus: Bus,
     pub kernel_root: tempfile::TempDir,
 }
 
-pub const TUNE_TOML: &str = r#"
+pub(crate) const TUNE_TOML: &str = r#"
 kernel = "k1"
 [[param]]
 name = "A"
@@ -66,7 +66,7 @@ default = 1
 "#;
 
 impl Env {
-    pub async fn start() -> Env {
+    pub(crate) async fn start() -> Env {
         let nats = tokio::task::spawn_blocking(NatsServer::start)
             .await
             .expect("start task")
@@ -95,23 +95,23 @@ impl Env {
         }
     }
 
-    pub fn config(&self) -> LeaderConfig {
+    pub(crate) fn config(&self) -> LeaderConfig {
         LeaderConfig::new(self.nats.url(), self.kernel_root.path())
     }
 
-    pub async fn leader(&self, model: Arc<dyn ChatModel>) -> LeaderHandle {
+    pub(crate) async fn leader(&self, model: Arc<dyn ChatModel>) -> LeaderHandle {
         let config = self
             .config()
             .with_model_factory(Arc::new(move |_spec: &v1::JobSpec| Ok(model.clone())));
         LeaderDaemon::start(config).await.expect("leader starts")
     }
 
-    pub fn kernel_dir(&self) -> PathBuf {
+    pub(crate) fn kernel_dir(&self) -> PathBuf {
         self.kernel_root.path().join("k1")
     }
 }
 
-pub async fn control(leader: &LeaderHandle) -> Control {
+pub(crate) async fn control(leader: &LeaderHandle) -> Control {
     let channel = tonic::transport::Endpoint::from_shared(leader.grpc_url())
         .expect("endpoint")
         .connect_timeout(WAIT)
@@ -122,7 +122,7 @@ pub async fn control(leader: &LeaderHandle) -> Control {
 }
 
 /// The task stream of `worker_id` (all its slices), as a worker reads it.
-pub async fn task_stream(
+pub(crate) async fn task_stream(
     bus: &Bus,
     worker_id: &str,
 ) -> mtswarm_bus::DeliveryStream<v1::TaskAssignment> {
@@ -134,7 +134,7 @@ pub async fn task_stream(
         .unwrap_or_else(|e| panic!("{worker_id} tasks: {e}"))
 }
 
-pub fn spec(goal: &str) -> v1::JobSpec {
+pub(crate) fn spec(goal: &str) -> v1::JobSpec {
     v1::JobSpec {
         goal: goal.to_string(),
         kernel_dir: "k1".to_string(),
@@ -144,7 +144,7 @@ pub fn spec(goal: &str) -> v1::JobSpec {
 
 /// Reads a job's events until its stream ends (final state).
 /// Submits a job with [`spec`]`(goal)` and returns its id.
-pub async fn submit(control: &mut Control, goal: &str) -> String {
+pub(crate) async fn submit(control: &mut Control, goal: &str) -> String {
     control
         .submit_job(v1::SubmitJobRequest {
             spec: Some(spec(goal)),
@@ -156,7 +156,11 @@ pub async fn submit(control: &mut Control, goal: &str) -> String {
         .job_id
 }
 
-pub async fn watch_to_end(control: &mut Control, job_id: &str, from: u64) -> Vec<v1::JobEvent> {
+pub(crate) async fn watch_to_end(
+    control: &mut Control,
+    job_id: &str,
+    from: u64,
+) -> Vec<v1::JobEvent> {
     let mut stream = control
         .watch_job(v1::WatchJobRequest {
             job_id: job_id.to_string(),
@@ -175,7 +179,7 @@ pub async fn watch_to_end(control: &mut Control, job_id: &str, from: u64) -> Vec
     events
 }
 
-pub fn final_state(events: &[v1::JobEvent]) -> Option<v1::JobState> {
+pub(crate) fn final_state(events: &[v1::JobEvent]) -> Option<v1::JobState> {
     events.iter().rev().find_map(|e| match &e.event {
         Some(v1::job_event::Event::StateChange(c)) => Some(c.current()),
         _ => None,
@@ -184,7 +188,7 @@ pub fn final_state(events: &[v1::JobEvent]) -> Option<v1::JobState> {
 
 /// A [`ChatModel`] that plays a script and holds turn `gate_turn` (0-based)
 /// until [`GatedModel::open`] is called.
-pub struct GatedModel {
+pub(crate) struct GatedModel {
     pub inner: ScriptedModel,
     gate_turn: usize,
     turns: std::sync::atomic::AtomicUsize,
@@ -192,7 +196,7 @@ pub struct GatedModel {
 }
 
 impl GatedModel {
-    pub fn new(inner: ScriptedModel, gate_turn: usize) -> Self {
+    pub(crate) fn new(inner: ScriptedModel, gate_turn: usize) -> Self {
         Self {
             inner,
             gate_turn,
@@ -200,7 +204,7 @@ impl GatedModel {
             gate: Semaphore::new(0),
         }
     }
-    pub fn open(&self) {
+    pub(crate) fn open(&self) {
         self.gate.add_permits(1);
     }
 }
@@ -225,7 +229,7 @@ impl ChatModel for GatedModel {
 
 /// What the fake worker saw.
 #[derive(Debug)]
-pub enum WorkerCall {
+pub(crate) enum WorkerCall {
     Spawn(Box<v1::SpawnSessionRequest>),
     Cancel(v1::CancelSessionRequest),
 }
@@ -239,7 +243,7 @@ struct FakeWorkerService {
 
 /// The fake worker's lease on its slice, renewed like a real worker's (the
 /// session it names is set by SpawnSession).
-pub struct FakeLease {
+pub(crate) struct FakeLease {
     leases: Leases,
     held: tokio::sync::Mutex<Option<Versioned<v1::SliceLease>>>,
 }
@@ -319,12 +323,12 @@ impl v1::worker_server::Worker for FakeWorkerService {
 
 /// Lease TTL of the fake workers (the smallest the KV allows, so a killed
 /// fake worker's lease lapses fast).
-pub const FAKE_LEASE_TTL: Duration = Duration::from_secs(1);
+pub(crate) const FAKE_LEASE_TTL: Duration = Duration::from_secs(1);
 
 /// A Worker gRPC server on 127.0.0.1:0 with one slice, registered in the
 /// workers KV and holding the slice's lease (renewed every third of
 /// [`FAKE_LEASE_TTL`]). Calls arrive on `calls`.
-pub struct FakeWorker {
+pub(crate) struct FakeWorker {
     pub worker_id: String,
     pub slice_id: String,
     pub addr: SocketAddr,
@@ -342,7 +346,7 @@ impl Drop for FakeWorker {
 }
 
 impl FakeWorker {
-    pub async fn start(bus: &Bus, worker_id: &str, board: &str) -> FakeWorker {
+    pub(crate) async fn start(bus: &Bus, worker_id: &str, board: &str) -> FakeWorker {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let slice_id = format!("{board}-c0");
@@ -416,7 +420,7 @@ impl FakeWorker {
     /// What a crash looks like to the rest of the system: the gRPC server
     /// stops, the lease is no longer renewed (it lapses after its TTL) and
     /// the worker record is gone.
-    pub async fn kill(&self) {
+    pub(crate) async fn kill(&self) {
         self.server.abort();
         self.renewal.abort();
         Workers::open(&self.bus)
@@ -431,7 +435,7 @@ impl FakeWorker {
 /// The leader conversation most tests need: spawn agent `a1` on
 /// `slice_id`, give it one task with one candidate, collect it, and answer
 /// with a best result of `gflops`.
-pub fn one_task_script(slice_id: &str, gflops: f64) -> Arc<ConversationScript> {
+pub(crate) fn one_task_script(slice_id: &str, gflops: f64) -> Arc<ConversationScript> {
     let spawn = serde_json::json!({"name": "a1", "slice_id": slice_id, "instructions": "tune"});
     Arc::new(ConversationScript::new(
         vec![
@@ -458,21 +462,21 @@ pub fn one_task_script(slice_id: &str, gflops: f64) -> Arc<ConversationScript> {
 /// the answer after i assistant messages), so a leader that resumes a job
 /// from its checkpoint gets the turn the conversation is at. Turn
 /// `hold_at` waits until [`ConversationScript::release`].
-pub struct ConversationScript {
+pub(crate) struct ConversationScript {
     turns: Vec<ScriptedTurn>,
     hold_at: Option<usize>,
     gate: Semaphore,
 }
 
 impl ConversationScript {
-    pub fn new(turns: Vec<ScriptedTurn>, hold_at: Option<usize>) -> Self {
+    pub(crate) fn new(turns: Vec<ScriptedTurn>, hold_at: Option<usize>) -> Self {
         Self {
             turns,
             hold_at,
             gate: Semaphore::new(0),
         }
     }
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.gate.add_permits(1_000);
     }
 }
@@ -506,7 +510,7 @@ impl ChatModel for ConversationScript {
 
 /// Stores the measurement record a worker writes for a benchmarked
 /// candidate (the job's outcome is computed from these).
-pub async fn record_measurement(
+pub(crate) async fn record_measurement(
     bus: &Bus,
     task: &v1::TaskAssignment,
     defines: &serde_json::Value,
@@ -562,7 +566,7 @@ pub async fn record_measurement(
 /// Publishes a task result the way a worker does: an OK, unfenced result
 /// is preceded by the measurement record of its best candidate (from its
 /// `result_json`, 1 GFLOP/s when it names none).
-pub async fn publish_measured(
+pub(crate) async fn publish_measured(
     bus: &Bus,
     result: &v1::TaskResult,
 ) -> Result<(), mtswarm_bus::BusError> {
@@ -587,7 +591,7 @@ pub async fn publish_measured(
 /// Answers every task of `worker_id` with an OK result whose best GFLOP/s is
 /// `gflops_of(task)`, until the returned task is aborted. Each task's
 /// headers are sent on the channel.
-pub fn answer_tasks(
+pub(crate) fn answer_tasks(
     bus: &Bus,
     worker_id: &str,
     gflops_of: fn(&v1::TaskAssignment) -> f64,
@@ -600,7 +604,7 @@ pub fn answer_tasks(
 
 /// [`answer_tasks`] with the result status chosen per task (a FAILED result
 /// carries no best configuration).
-pub fn answer_tasks_with(
+pub(crate) fn answer_tasks_with(
     bus: &Bus,
     worker_id: &str,
     gflops_of: fn(&v1::TaskAssignment) -> f64,

@@ -7,7 +7,7 @@ use quick_xml::events::{BytesStart, Event};
 
 /// Elements of an XML document, with their attributes, in document order;
 /// fails when the document is not well-formed (unbalanced tags, bad escapes).
-pub fn parse_xml(text: &str) -> Vec<(String, HashMap<String, String>)> {
+pub(crate) fn parse_xml(text: &str) -> Vec<(String, HashMap<String, String>)> {
     let mut reader = quick_xml::Reader::from_str(text);
     let mut elements = Vec::new();
     let attributes = |e: &BytesStart<'_>| -> HashMap<String, String> {
@@ -53,7 +53,7 @@ pub fn parse_xml(text: &str) -> Vec<(String, HashMap<String, String>)> {
     elements
 }
 
-pub fn class_of(element: &(String, HashMap<String, String>)) -> Vec<&str> {
+pub(crate) fn class_of(element: &(String, HashMap<String, String>)) -> Vec<&str> {
     element
         .1
         .get("class")
@@ -62,7 +62,7 @@ pub fn class_of(element: &(String, HashMap<String, String>)) -> Vec<&str> {
 }
 
 /// Elements between the start of the element with `id` and its end.
-pub fn inside<'a>(html: &'a str, tag: &str, id: &str) -> &'a str {
+pub(crate) fn inside<'a>(html: &'a str, tag: &str, id: &str) -> &'a str {
     let attribute = html
         .find(&format!("id=\"{id}\""))
         .unwrap_or_else(|| panic!("{tag}#{id} present"));

@@ -19,7 +19,7 @@ use serde_json::Value;
 /// execution wrong), `WRONG_LATER` (first execution right, the rest wrong),
 /// `SYNTAX_ERROR` (does not compile). Runs take `run_time` and record their
 /// intervals and the most launches ever in flight at once.
-pub struct ScriptedBoard {
+pub(crate) struct ScriptedBoard {
     pub slice: Slice,
     pub run_time: Duration,
     pub in_flight: AtomicU32,
@@ -31,7 +31,7 @@ pub struct ScriptedBoard {
 }
 
 impl ScriptedBoard {
-    pub fn new(backend: BackendKind) -> Self {
+    pub(crate) fn new(backend: BackendKind) -> Self {
         Self {
             slice: Slice {
                 board: "fake0".into(),
@@ -143,28 +143,32 @@ impl ScriptedBoard {
     }
 }
 
-pub const GOOD_KERNEL: &str = "#include <hthread_device.h>\n#ifndef N\n#define N 1024\n#endif\n__global__ void k(double *a) {\n  double *buf = vector_malloc(N * sizeof(double));\n  for (int i = 0; i < N; i++) {\n    a[i] = a[i] * 2.0;\n  }\n}\n";
+pub(crate) const GOOD_KERNEL: &str = "#include <hthread_device.h>\n#ifndef N\n#define N 1024\n#endif\n__global__ void k(double *a) {\n  double *buf = vector_malloc(N * sizeof(double));\n  for (int i = 0; i < N; i++) {\n    a[i] = a[i] * 2.0;\n  }\n}\n";
 
 /// A workspace holding kernel.c / host.c with `kernel` as device code.
-pub fn workspace_with(kernel: &str) -> tempfile::TempDir {
+pub(crate) fn workspace_with(kernel: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("kernel.c"), kernel).expect("kernel.c");
     std::fs::write(dir.path().join("host.c"), "int main(void) { return 0; }\n").expect("host.c");
     dir
 }
 
-pub fn toolset(workspace: &Path, board: Arc<dyn Board>) -> ToolSet {
+pub(crate) fn toolset(workspace: &Path, board: Arc<dyn Board>) -> ToolSet {
     ToolSet::builder(workspace, board)
         .build()
         .expect("tool set")
 }
 
-pub fn ctx() -> ToolContext {
+pub(crate) fn ctx() -> ToolContext {
     ToolContext::new("session-test", "call-1", 1)
 }
 
 /// Normalize then call, as the engine does.
-pub async fn call(tools: &ToolSet, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
+pub(crate) async fn call(
+    tools: &ToolSet,
+    name: &str,
+    args: Value,
+) -> Result<ToolOutput, ToolError> {
     let tool: Arc<dyn Tool> = tools.get(name).unwrap_or_else(|| panic!("no tool {name}"));
     let args = tool
         .normalize(args)
@@ -172,18 +176,18 @@ pub async fn call(tools: &ToolSet, name: &str, args: Value) -> Result<ToolOutput
     tool.call(args, &ctx()).await
 }
 
-pub fn invalid_args(result: Result<ToolOutput, ToolError>) -> String {
+pub(crate) fn invalid_args(result: Result<ToolOutput, ToolError>) -> String {
     match result {
         Err(ToolError::InvalidArgs(msg)) => msg,
         other => panic!("expected InvalidArgs, got {other:?}"),
     }
 }
 
-pub fn examples_dir() -> PathBuf {
+pub(crate) fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels")
 }
 
-pub fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for entry in std::fs::read_dir(from).expect("read_dir") {
         let entry = entry.expect("entry");
@@ -193,7 +197,7 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-pub fn defines(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn defines(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -16,16 +16,16 @@ use tonic::transport::Channel;
 use v1::worker_client::WorkerClient;
 
 /// Longest any single wait in these tests may take.
-pub const WAIT: Duration = Duration::from_secs(120);
+pub(crate) const WAIT: Duration = Duration::from_secs(120);
 
-pub struct Env {
+pub(crate) struct Env {
     pub nats: NatsServer,
     pub bus: Bus,
     pub dir: tempfile::TempDir,
     pub fleet: PathBuf,
 }
 
-pub fn kernel_root() -> PathBuf {
+pub(crate) fn kernel_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels")
 }
 
@@ -43,7 +43,7 @@ slices = [{ cluster = 0, cores = 4 }, { cluster = 1, cores = 4 }]
 "#;
 
 /// Logs to stderr when `MTSWARM_TEST_LOG` holds a filter (e.g. `info`).
-pub fn init_logs() {
+pub(crate) fn init_logs() {
     if let Ok(filter) = std::env::var("MTSWARM_TEST_LOG") {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(filter)
@@ -53,12 +53,12 @@ pub fn init_logs() {
 }
 
 impl Env {
-    pub async fn start() -> Env {
+    pub(crate) async fn start() -> Env {
         Self::start_with_fleet(FLEET).await
     }
 
     /// An environment whose fleet file is `fleet` (TOML).
-    pub async fn start_with_fleet(fleet_toml: &str) -> Env {
+    pub(crate) async fn start_with_fleet(fleet_toml: &str) -> Env {
         init_logs();
         let nats = NatsServer::start().expect("nats-server");
         let bus = Bus::connect(BusConfig::new(nats.url()).with_name("test"))
@@ -79,7 +79,7 @@ impl Env {
         }
     }
 
-    pub fn config(&self, board: &str) -> WorkerConfig {
+    pub(crate) fn config(&self, board: &str) -> WorkerConfig {
         let mut config = WorkerConfig::new(&self.fleet, board);
         config.nats_urls = vec![self.nats.url()];
         config.kernel_root = kernel_root();
@@ -99,18 +99,18 @@ impl Env {
         config
     }
 
-    pub async fn daemon(&self, config: WorkerConfig) -> WorkerHandle {
+    pub(crate) async fn daemon(&self, config: WorkerConfig) -> WorkerHandle {
         WorkerDaemon::start(config).await.expect("daemon starts")
     }
 }
 
-pub async fn client(handle: &WorkerHandle) -> WorkerClient<Channel> {
+pub(crate) async fn client(handle: &WorkerHandle) -> WorkerClient<Channel> {
     WorkerClient::connect(format!("http://{}", handle.grpc_addr()))
         .await
         .expect("gRPC connect")
 }
 
-pub fn spawn_request(
+pub(crate) fn spawn_request(
     job: &str,
     agent: &str,
     session: &str,
@@ -128,7 +128,7 @@ pub fn spawn_request(
 }
 
 /// Where a test task goes: its job, agent, session, worker and slice.
-pub struct Place<'a> {
+pub(crate) struct Place<'a> {
     pub job: &'a str,
     pub agent: &'a str,
     pub session: &'a str,
@@ -136,7 +136,7 @@ pub struct Place<'a> {
     pub slice: &'a str,
 }
 
-pub fn task(
+pub(crate) fn task(
     place: Place<'_>,
     task_id: &str,
     attempt: u32,
@@ -165,7 +165,7 @@ pub fn task(
 }
 
 /// Next item of a stream, failing the test after [`WAIT`].
-pub async fn next<S, T>(stream: &mut S, what: &str) -> T
+pub(crate) async fn next<S, T>(stream: &mut S, what: &str) -> T
 where
     S: Stream<Item = T> + Unpin,
 {
@@ -176,7 +176,7 @@ where
 }
 
 /// The next result of `job` from a fresh durable result consumer.
-pub async fn results(
+pub(crate) async fn results(
     bus: &Bus,
     job: &str,
     name: &str,
@@ -191,12 +191,12 @@ pub async fn results(
         .expect("results")
 }
 
-pub fn payload(event: &v1::AgentEvent) -> Value {
+pub(crate) fn payload(event: &v1::AgentEvent) -> Value {
     serde_json::from_str(&event.payload_json).expect("event payload is JSON")
 }
 
 /// Collect a job's events until `done` says so.
-pub async fn events_until(
+pub(crate) async fn events_until(
     stream: &mut mtswarm_bus::ReceivedStream<v1::AgentEvent>,
     all: &mut Vec<v1::AgentEvent>,
     mut done: impl FnMut(&v1::AgentEvent) -> bool,
@@ -213,19 +213,19 @@ pub async fn events_until(
     }
 }
 
-pub fn is_kind(event: &v1::AgentEvent, kind: v1::AgentEventKind) -> bool {
+pub(crate) fn is_kind(event: &v1::AgentEvent, kind: v1::AgentEventKind) -> bool {
     event.kind == kind as i32
 }
 
 /// The LOG event that ends a task attempt.
-pub fn task_finished(event: &v1::AgentEvent, attempt: u32) -> bool {
+pub(crate) fn task_finished(event: &v1::AgentEvent, attempt: u32) -> bool {
     is_kind(event, v1::AgentEventKind::Log) && {
         let p = payload(event);
         p["type"] == "task_finished" && p["attempt"] == attempt
     }
 }
 
-pub fn assert_gapless(events: &[v1::AgentEvent], from: u64) {
+pub(crate) fn assert_gapless(events: &[v1::AgentEvent], from: u64) {
     for (i, event) in events.iter().enumerate() {
         assert_eq!(
             event.sequence,
@@ -238,7 +238,7 @@ pub fn assert_gapless(events: &[v1::AgentEvent], from: u64) {
 
 /// The payload of `session`'s `session_finished` event (each wait bounded by
 /// [`WAIT`]).
-pub async fn session_finished(
+pub(crate) async fn session_finished(
     stream: &mut mtswarm_bus::ReceivedStream<v1::AgentEvent>,
     session: &str,
 ) -> Value {

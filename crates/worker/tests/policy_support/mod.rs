@@ -21,9 +21,9 @@ use mtswarm_worker::BuiltinWorkerPolicy;
 use mtswarm_worker::policy::render_task_message;
 use serde_json::Value;
 
-pub const CORES: u32 = 2;
+pub(crate) const CORES: u32 = 2;
 
-pub fn slice() -> Slice {
+pub(crate) fn slice() -> Slice {
     Slice {
         board: "emu0".into(),
         cluster: Some(0),
@@ -39,7 +39,7 @@ fn repo_kernel(name: &str) -> PathBuf {
 }
 
 /// A workspace holding a copy of the dgemm kernel directory as `dgemm`.
-pub fn workspace() -> tempfile::TempDir {
+pub(crate) fn workspace() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     let dst = dir.path().join("dgemm");
     std::fs::create_dir_all(&dst).expect("mkdir");
@@ -55,12 +55,12 @@ pub fn workspace() -> tempfile::TempDir {
 /// The dgemm space at a small size (M=128, N=512, K=128) with a few knobs
 /// fixed, so that measuring every configuration stays quick: the `-D` maps
 /// of all its configurations, in the tuning-space order.
-pub fn reduced_space() -> Vec<BTreeMap<String, String>> {
+pub(crate) fn reduced_space() -> Vec<BTreeMap<String, String>> {
     reduced_space_sized(128, 512, 128)
 }
 
 /// [`reduced_space`] with other problem sizes.
-pub fn reduced_space_sized(m: i64, n: i64, k: i64) -> Vec<BTreeMap<String, String>> {
+pub(crate) fn reduced_space_sized(m: i64, n: i64, k: i64) -> Vec<BTreeMap<String, String>> {
     let mut space = TuneSpace::load(&repo_kernel("dgemm")).expect("dgemm tune.toml");
     for (name, value) in [("M", m), ("N", n), ("K", k)] {
         space.sizes.insert(name.into(), ParamValue::Int(value));
@@ -90,14 +90,14 @@ pub fn reduced_space_sized(m: i64, n: i64, k: i64) -> Vec<BTreeMap<String, Strin
         .collect()
 }
 
-pub fn board() -> Arc<dyn Board> {
+pub(crate) fn board() -> Arc<dyn Board> {
     Arc::new(EmulatorBoard::new(slice(), ChipSpec::default()).expect("emulator board"))
 }
 
 /// Median seconds of every configuration, benchmarked directly with the hw
 /// crate (compile, then `measure` with the tools' defaults on all cores of
 /// the slice; no warm-up: the emulator's modeled time is deterministic).
-pub async fn measure_all(configs: &[BTreeMap<String, String>]) -> Vec<Option<f64>> {
+pub(crate) async fn measure_all(configs: &[BTreeMap<String, String>]) -> Vec<Option<f64>> {
     let ws = workspace();
     let board = board();
     let spec = ChipSpec::default();
@@ -129,7 +129,7 @@ pub async fn measure_all(configs: &[BTreeMap<String, String>]) -> Vec<Option<f64
 }
 
 /// What one policy run produced.
-pub struct PolicyRun {
+pub(crate) struct PolicyRun {
     pub answer: Value,
     pub best_seconds: Option<f64>,
     pub evaluations: u64,
@@ -147,7 +147,7 @@ pub struct PolicyRun {
 
 impl PolicyRun {
     /// Slice-lock busy time over the tuning phase.
-    pub fn utilization(&self) -> f64 {
+    pub(crate) fn utilization(&self) -> f64 {
         self.phase.utilization()
     }
 }
@@ -155,7 +155,7 @@ impl PolicyRun {
 /// Run the builtin worker policy through the engine with the real tools on
 /// a fresh emulated slice, with these task parameters. With the environment
 /// variable `POLICY_TEST_LOG` set, prints when each tool call finished.
-pub async fn run_policy(parameters: Value) -> PolicyRun {
+pub(crate) async fn run_policy(parameters: Value) -> PolicyRun {
     let ws = workspace();
     let lock = HwLock::new();
     let tools = ToolSet::builder(ws.path(), board())
@@ -262,10 +262,10 @@ pub async fn run_policy(parameters: Value) -> PolicyRun {
 }
 
 /// splitmix64: a fixed-seed generator for reproducible random search.
-pub struct SplitMix(pub u64);
+pub(crate) struct SplitMix(pub u64);
 
 impl SplitMix {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -274,7 +274,7 @@ impl SplitMix {
     }
 
     /// `n` distinct indices out of `0..len`, uniformly (partial shuffle).
-    pub fn sample(&mut self, len: usize, n: usize) -> Vec<usize> {
+    pub(crate) fn sample(&mut self, len: usize, n: usize) -> Vec<usize> {
         let mut all: Vec<usize> = (0..len).collect();
         for i in 0..n.min(len) {
             let j = i + (self.next() % (len - i) as u64) as usize;
