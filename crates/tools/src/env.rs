@@ -41,7 +41,7 @@ pub struct BuildReport {
 }
 
 /// How a background build ended: its report, or why it failed.
-pub type BuildResult = Result<BuildReport, String>;
+pub type BuildResult = Result<BuildReport, mtswarm_core::ToolError>;
 
 /// The state of a background build: `None` while it runs.
 pub type BuildWatch = tokio::sync::watch::Receiver<Option<BuildResult>>;

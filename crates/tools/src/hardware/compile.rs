@@ -218,7 +218,7 @@ impl Tool for Compile {
                     Some(env) => Ok(record_build(&env, job, artifact)),
                     None => return,
                 },
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(e),
             };
             publish.send_replace(Some(result));
         });

@@ -111,7 +111,7 @@ impl Tool for WaitBuild {
                 }
                 Ok(build_output(report))
             }
-            Some(Err(error)) => Err(ToolError::Failed(error)),
+            Some(Err(error)) => Err(ToolError::Failed(error.to_string())),
             None => Err(ToolError::Failed(format!(
                 "the background build of `{id}` reported nothing"
             ))),
