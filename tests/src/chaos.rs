@@ -47,6 +47,8 @@ pub struct ChaosOptions {
 }
 
 impl ChaosOptions {
+    /// Options for `fleet_toml` run by `node_bin`: 2 s leases, no extra
+    /// arguments or environment.
     pub fn new(node_bin: PathBuf, fleet_toml: String) -> Self {
         Self {
             node_bin,
@@ -63,18 +65,27 @@ impl ChaosOptions {
 /// One worker daemon of the fleet.
 #[derive(Debug)]
 pub struct FleetWorker {
+    /// Board id of the fleet.toml this daemon serves.
     pub board: String,
+    /// The `mtswarm-node worker` process (kill, stop, read its logs).
     pub process: NodeProcess,
+    /// What it wrote to its ready file: gRPC URL and worker id.
     pub ready: ReadyInfo,
 }
 
 /// The running fleet. Dropping it kills every process and the server.
 pub struct ChaosStack {
+    /// The nats-server (file store; stop and restart it on the same port).
     pub nats: NatsServer,
+    /// What the stack was started with; leader restarts reuse it.
     pub options: ChaosOptions,
+    /// gRPC URL of the current leader (changes when a new leader starts).
     pub leader_url: String,
+    /// The running workers in fleet order; killed ones are moved out.
     pub workers: Vec<FleetWorker>,
+    /// Records what flows over the bus since the stack started.
     pub observer: Observer,
+    /// The fleet.toml written for the workers (in the stack's directory).
     pub fleet_path: PathBuf,
     leader: Option<NodeProcess>,
     /// Leaders killed earlier, kept for their logs.
@@ -358,7 +369,9 @@ pub enum Seen {
 /// One observation and when it arrived.
 #[derive(Debug, Clone)]
 pub struct Observation {
+    /// When the observer received it.
     pub at: Instant,
+    /// What it was.
     pub seen: Seen,
 }
 

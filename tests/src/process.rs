@@ -59,10 +59,12 @@ impl NodeProcess {
         })
     }
 
+    /// The label given to [`NodeProcess::spawn`] (`leader #1`, `worker board0`).
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// OS process id, which is also its process group id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -48,6 +48,8 @@ pub struct StackOptions {
 }
 
 impl StackOptions {
+    /// Options for `fleet_toml` run by `node_bin`: the leader's default
+    /// configuration, no tracing, no extra worker arguments.
     pub fn new(node_bin: PathBuf, fleet_toml: String) -> Self {
         Self {
             node_bin,
@@ -66,11 +68,17 @@ pub type Control = ControlClient<InterceptedService<Channel, TraceContextInterce
 /// A running stack; everything stops when it drops (worker processes are
 /// killed, the leader's tasks end with the runtime, nats-server is killed).
 pub struct TestStack {
+    /// The nats-server every part uses.
     pub nats: NatsServer,
+    /// The in-process leader; `None` once [`TestStack::shutdown`] took it.
     pub leader: Option<LeaderHandle>,
+    /// `http://ADDR` of the in-process leader's Control service.
     pub leader_url: String,
+    /// One `mtswarm-node worker` process per board, in fleet order.
     pub workers: Vec<NodeProcess>,
+    /// Ready-file contents of `workers`, same order.
     pub worker_ready: Vec<ReadyInfo>,
+    /// The fleet.toml written for the workers (in the stack's directory).
     pub fleet_path: PathBuf,
     dir: tempfile::TempDir,
 }

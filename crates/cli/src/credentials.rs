@@ -63,6 +63,7 @@ impl NatsSecurityArgs {
     }
 }
 
+/// Arguments of `mtswarm credentials`: where to write and for which fleet.
 #[derive(Debug, Args)]
 pub struct CredentialsCmd {
     /// Directory to write into (created).
@@ -80,7 +81,9 @@ pub struct CredentialsCmd {
 /// Everything of one deployment, as written.
 #[derive(Debug, Clone)]
 pub struct Deployment {
+    /// CA, server certificate and bearer-token identities of the gRPC services.
     pub grpc: GrpcCredentials,
+    /// nats-server authorization block and the nkey seed of every NATS user.
     pub nats: NatsCredentials,
     /// The leader's result key (`--result-key-file`).
     pub result_key_file: PathBuf,
@@ -188,6 +191,8 @@ pub fn nats_tls_block(grpc: &GrpcCredentials) -> String {
     )
 }
 
+/// `mtswarm credentials`: writes a deployment's credentials for the fleet
+/// into `--out` and prints which daemon flag takes which file.
 pub fn credentials(cmd: CredentialsCmd) -> anyhow::Result<ExitCode> {
     let fleet = Fleet::load(&cmd.fleet)
         .with_context(|| format!("loading the fleet {}", cmd.fleet.display()))?;

@@ -22,6 +22,8 @@ use crate::credentials::NatsSecurityArgs;
 /// Default NATS URL of every process.
 pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
 
+/// The model endpoint a daemon's agents use by default, its API key and the
+/// other endpoints jobs may name.
 #[derive(Debug, Clone, Args)]
 pub struct LlmArgs {
     /// OpenAI-compatible endpoint (vLLM, Ollama, ...); absent = builtin policy.
@@ -108,6 +110,8 @@ impl GrpcServerArgs {
     }
 }
 
+/// Arguments of `mtswarm leader`: the bus, the Control server, the job
+/// limits, the keys and the model.
 #[derive(Debug, Args)]
 pub struct LeaderCmd {
     /// NATS server URL(s), comma-separated.
@@ -116,6 +120,7 @@ pub struct LeaderCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    /// The leader's nkey seed and the NATS TLS settings.
     #[command(flatten)]
     pub nats_security: NatsSecurityArgs,
     /// gRPC listen address (port 0 picks a free port).
@@ -136,6 +141,7 @@ pub struct LeaderCmd {
     /// Largest gRPC message the Control server accepts or sends, in bytes.
     #[arg(long, env = "MTSWARM_GRPC_MAX_MESSAGE_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub grpc_max_message_bytes: usize,
+    /// Who may call the Control server and its TLS certificate.
     #[command(flatten)]
     pub grpc: GrpcServerArgs,
     /// File holding the token (role `leader`) presented to worker daemons.
@@ -153,10 +159,13 @@ pub struct LeaderCmd {
     /// public key.
     #[arg(long, env = "MTSWARM_DECISION_KEY_FILE")]
     pub decision_key_file: Option<PathBuf>,
+    /// The model of the leader agents.
     #[command(flatten)]
     pub llm: LlmArgs,
 }
 
+/// Arguments of `mtswarm worker`: the bus, the board it serves, its gRPC
+/// server, the session limits and the model.
 #[derive(Debug, Args)]
 pub struct WorkerCmd {
     /// NATS server URL(s), comma-separated.
@@ -165,6 +174,7 @@ pub struct WorkerCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    /// The worker's nkey seed and the NATS TLS settings.
     #[command(flatten)]
     pub nats_security: NatsSecurityArgs,
     /// Fleet inventory (fleet.toml).
@@ -224,8 +234,10 @@ pub struct WorkerCmd {
     /// Write `{"grpc": URL, "worker_id": ID}` here once serving.
     #[arg(long, env = "MTSWARM_READY_FILE")]
     pub ready_file: Option<PathBuf>,
+    /// Who may call the Worker server (the leader) and its TLS certificate.
     #[command(flatten)]
     pub grpc: GrpcServerArgs,
+    /// The model of the worker agents.
     #[command(flatten)]
     pub llm: LlmArgs,
 }
@@ -265,6 +277,8 @@ fn bus_config(
     Ok(config)
 }
 
+/// `mtswarm leader`: runs the leader daemon until SIGINT/SIGTERM, then shuts
+/// it down and flushes traces. Exit 0 after a requested stop.
 pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let mut guard = telemetry.init("mtswarm-leader")?;
     if !cmd.kernel_root.is_dir() {
@@ -336,6 +350,8 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// `mtswarm worker`: runs one board's worker daemon until SIGINT/SIGTERM.
+/// Exit 0 after a requested stop.
 pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let mut guard = telemetry.init("mtswarm-worker")?;
     // Sessions read the key from the environment or its file; a key on the

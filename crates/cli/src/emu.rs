@@ -17,6 +17,7 @@ use mtswarm_hw::{
 };
 use serde_json::json;
 
+/// Arguments of `mtswarm emu`: which emulator subcommand to run.
 #[derive(Debug, Args)]
 pub struct EmuArgs {
     #[command(subcommand)]
@@ -72,6 +73,9 @@ struct RunArgs {
     json: bool,
 }
 
+/// `mtswarm emu run`: builds and runs the kernel. Exit 0 when the run was
+/// valid (every execution matched the reference), 1 otherwise, also when
+/// the build or run failed.
 pub async fn main(args: EmuArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         EmuCommand::Run(run) => run_command(run).await,

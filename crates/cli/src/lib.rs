@@ -40,6 +40,7 @@ use mtswarm_proto::v1::ApprovalVerdict;
 
 use crate::common::TelemetryArgs;
 
+/// The `mtswarm` command line: global telemetry flags and one command.
 #[derive(Debug, Parser)]
 #[command(
     name = "mtswarm",
@@ -51,12 +52,16 @@ use crate::common::TelemetryArgs;
     after_help = EXIT_CODES
 )]
 pub struct Cli {
+    /// Logging and trace export flags shared by every command.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
+    /// The command to run.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Every top-level `mtswarm` command; client commands are flattened in
+/// from [`ClientCommand`].
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a local stack: nats-server, the leader and one worker per board.
@@ -69,6 +74,7 @@ pub enum Command {
     Worker(daemons::WorkerCmd),
     /// Write a deployment's credentials: certificates, tokens, NATS identities.
     Credentials(credentials::CredentialsCmd),
+    /// The commands that talk to a running leader (submit, jobs, fleet, ...).
     #[command(flatten)]
     Client(ClientCommand),
     /// The MT-3000 emulator that ships with mtswarm.

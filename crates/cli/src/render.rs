@@ -16,30 +16,37 @@ pub fn short_name(proto_name: &str, prefix: &str) -> String {
         .to_ascii_lowercase()
 }
 
+/// A job state as `mtswarm` prints it: `queued`, `running`, `succeeded`, ...
 pub fn job_state(state: v1::JobState) -> String {
     short_name(state.as_str_name(), "JOB_STATE_")
 }
 
+/// A slice state as `mtswarm fleet` prints it: `free`, `leased`, `quarantined`, `offline`.
 pub fn slice_state(state: v1::SliceState) -> String {
     short_name(state.as_str_name(), "SLICE_STATE_")
 }
 
+/// An approval state as printed: `pending`, `approved` or `denied`.
 pub fn approval_state(state: v1::ApprovalState) -> String {
     short_name(state.as_str_name(), "APPROVAL_STATE_")
 }
 
+/// An approval verdict as printed: `approve` or `deny`.
 pub fn verdict(verdict: v1::ApprovalVerdict) -> String {
     short_name(verdict.as_str_name(), "APPROVAL_VERDICT_")
 }
 
+/// A tool's risk level as printed: `low`, `medium` or `high`.
 pub fn risk(risk: v1::RiskLevel) -> String {
     short_name(risk.as_str_name(), "RISK_LEVEL_")
 }
 
+/// A task status as printed: `ok`, `failed` or `cancelled`.
 pub fn task_status(status: v1::TaskStatus) -> String {
     short_name(status.as_str_name(), "TASK_STATUS_")
 }
 
+/// An agent event kind as printed (`tool_call`, `tool_result`, `error`, ...).
 pub fn event_kind(kind: v1::AgentEventKind) -> String {
     short_name(kind.as_str_name(), "AGENT_EVENT_KIND_")
 }
@@ -94,6 +101,7 @@ pub fn embedded_json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
 }
 
+/// A job's budgets (0 = unlimited or the server default); `null` when unset.
 pub fn budgets(b: Option<&v1::Budgets>) -> Value {
     match b {
         None => Value::Null,
@@ -106,6 +114,7 @@ pub fn budgets(b: Option<&v1::Budgets>) -> Value {
     }
 }
 
+/// Steps, tokens and seconds spent; `null` when the record carries none.
 pub fn usage(u: Option<&v1::Usage>) -> Value {
     match u {
         None => Value::Null,
@@ -119,6 +128,8 @@ pub fn usage(u: Option<&v1::Usage>) -> Value {
     }
 }
 
+/// One job for `--json`: its spec flattened in, states and timestamps
+/// readable, `result_json` parsed, the outcome with [`outcome`].
 pub fn job(job: &v1::JobRecord) -> Value {
     let spec = job.spec.clone().unwrap_or_default();
     json!({
@@ -168,6 +179,8 @@ pub fn outcome(outcome: Option<&v1::JobOutcome>) -> Value {
     })
 }
 
+/// The best configuration of a job: its parameters, figures (GFLOPS,
+/// median seconds, % of peak), where it ran and the records behind it.
 pub fn best_candidate(b: &v1::BestCandidate) -> Value {
     let params: std::collections::BTreeMap<&String, &String> = b.params.iter().collect();
     json!({
@@ -276,6 +289,8 @@ pub fn job_exit_code(job: &v1::JobRecord) -> u8 {
     }
 }
 
+/// A slice's identity; `cluster` is `null` when the slice is a whole board
+/// (the proto's -1); the whole value is `null` when absent.
 pub fn slice_descriptor(s: Option<&v1::SliceDescriptor>) -> Value {
     match s {
         None => Value::Null,
@@ -289,6 +304,8 @@ pub fn slice_descriptor(s: Option<&v1::SliceDescriptor>) -> Value {
     }
 }
 
+/// One row of `mtswarm fleet --json`: the slice, its worker and state, its
+/// lease or quarantine (`null` when none) and its lock utilization (0..1).
 pub fn fleet_slice(s: &v1::FleetSlice) -> Value {
     let descriptor = s.slice.clone().unwrap_or_default();
     json!({
@@ -316,6 +333,8 @@ pub fn fleet_slice(s: &v1::FleetSlice) -> Value {
     })
 }
 
+/// One worker daemon as `mtswarm fleet --json` lists it: endpoint, slices,
+/// load and heartbeat.
 pub fn worker(w: &v1::WorkerRecord) -> Value {
     json!({
         "worker_id": w.worker_id,
@@ -329,6 +348,8 @@ pub fn worker(w: &v1::WorkerRecord) -> Value {
     })
 }
 
+/// What an agent asked to run: the tool, its parsed arguments, the risk and
+/// what happens when nobody decides in time.
 pub fn approval_request(r: &v1::ApprovalRequest) -> Value {
     json!({
         "approval_id": r.approval_id,
@@ -346,6 +367,7 @@ pub fn approval_request(r: &v1::ApprovalRequest) -> Value {
     })
 }
 
+/// Who decided an approval, how, when and why (`timed_out` when nobody did).
 pub fn approval_decision(d: &v1::ApprovalDecision) -> Value {
     json!({
         "approval_id": d.approval_id,
@@ -359,6 +381,8 @@ pub fn approval_decision(d: &v1::ApprovalDecision) -> Value {
     })
 }
 
+/// One approval for `--json`: the request's fields plus `state` and the
+/// `decision` (`null` while pending).
 pub fn approval(record: &v1::ApprovalRecord) -> Value {
     let mut value = record
         .request
@@ -379,6 +403,8 @@ pub fn approval(record: &v1::ApprovalRecord) -> Value {
     value
 }
 
+/// One task attempt's result for `--json` (`result_json` parsed): one line
+/// of `mtswarm tasks --format jsonl`.
 pub fn task_result(r: &v1::TaskResult) -> Value {
     json!({
         "task_id": r.task_id,
@@ -397,6 +423,8 @@ pub fn task_result(r: &v1::TaskResult) -> Value {
     })
 }
 
+/// One event of an agent's session (a tool call, its result, a state
+/// transition ...) with its parsed payload.
 pub fn agent_event(e: &v1::AgentEvent) -> Value {
     json!({
         "job_id": e.job_id,

@@ -26,10 +26,13 @@ use crate::render;
 /// Records a report reads at most.
 const REPORT_RECORD_LIMIT: usize = 100_000;
 
+/// Arguments of `mtswarm report`: the job, where its kernel and the results
+/// store are, and where the HTML goes.
 #[derive(Debug, Args)]
 pub struct ReportCmd {
+    /// The job to report on (see `mtswarm jobs`).
     pub job_id: String,
-    /// Where to write the HTML (default: ./mtswarm-report-<job>.html).
+    /// Where to write the HTML (default: `./mtswarm-report-<job>.html`).
     #[arg(long, short = 'o', env = "MTSWARM_REPORT_OUT")]
     pub out: Option<PathBuf>,
     /// Print the report's summary as one JSON object.
@@ -52,8 +55,10 @@ pub struct ReportCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    /// The nkey seed and NATS TLS settings for reading the results store.
     #[command(flatten)]
     pub nats_security: crate::credentials::NatsSecurityArgs,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
@@ -114,6 +119,8 @@ pub fn job_report(
     report
 }
 
+/// `mtswarm report JOB`: reads the job from the leader and its records from
+/// the results store, writes the HTML report and prints its summary.
 pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let job = control

@@ -20,6 +20,7 @@ use crate::credentials::NatsSecurityArgs;
 use crate::daemons::DEFAULT_NATS;
 use crate::render;
 
+/// How `mtswarm results` prints the records (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {
     /// A table for people.
@@ -30,6 +31,8 @@ pub enum ExportFormat {
     Csv,
 }
 
+/// Arguments of `mtswarm results`: the record filters, the output and the
+/// NATS connection to the results store.
 #[derive(Debug, Args)]
 pub struct ResultsCmd {
     /// Only records of this job (same as --job).
@@ -79,6 +82,7 @@ pub struct ResultsCmd {
     /// NATS credentials file (.creds).
     #[arg(long, env = "MTSWARM_NATS_CREDS")]
     pub nats_creds: Option<PathBuf>,
+    /// The nkey seed and NATS TLS settings for reading the results store.
     #[command(flatten)]
     pub nats_security: NatsSecurityArgs,
 }
@@ -214,6 +218,8 @@ pub async fn connect_store(
     Ok((bus, store))
 }
 
+/// `mtswarm results`: reads the matching records straight from the results
+/// store over NATS and prints or exports them. Exit 0 on any match count.
 pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
     let query = cmd.query(SystemTime::now())?;
     let (bus, store) = connect_store(&cmd.nats, cmd.nats_creds.clone(), &cmd.nats_security).await?;

@@ -47,6 +47,8 @@ backend = "emulator"
 slicing = "per-cluster"
 "#;
 
+/// Arguments of `mtswarm up`: the NATS server, the fleet and where the
+/// leader listens.
 #[derive(Debug, Args)]
 pub struct UpCmd {
     /// Use this NATS server instead of starting one.
@@ -73,6 +75,9 @@ pub struct UpCmd {
     pub json: bool,
 }
 
+/// `mtswarm up`: starts nats-server (unless `--nats`), the leader and one
+/// worker per board, prints the endpoints and runs until SIGINT/SIGTERM
+/// (exit 0) or until a part exits (an error that stops the rest).
 pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let _guard = telemetry.init_client()?;
     let state = tempfile::Builder::new()

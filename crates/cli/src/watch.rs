@@ -28,8 +28,10 @@ use crate::common::{Control, LeaderArgs, rpc_error};
 use crate::decision::decide_approval;
 use crate::render;
 
+/// Arguments of `mtswarm watch`: the job, where to resume and how to show it.
 #[derive(Debug, Args)]
 pub struct WatchCmd {
+    /// The job to follow (see `mtswarm jobs`).
     pub job_id: String,
     /// Resume from this event sequence (0 = from the start).
     #[arg(long, env = "MTSWARM_FROM_SEQUENCE", default_value_t = 0)]
@@ -40,6 +42,7 @@ pub struct WatchCmd {
     /// Never ask about approvals (leave them to `mtswarm approve`/`deny`).
     #[arg(long, env = "MTSWARM_NO_PROMPT")]
     pub no_prompt: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
@@ -47,12 +50,16 @@ pub struct WatchCmd {
 /// How to watch.
 #[derive(Debug, Clone, Copy)]
 pub struct WatchOptions {
+    /// First event sequence to replay (0 = from the job's first event).
     pub from_sequence: u64,
+    /// One JSON object per event on stdout instead of the live view.
     pub json: bool,
     /// Ask about approvals when stdin and stdout are terminals.
     pub prompt: bool,
 }
 
+/// `mtswarm watch JOB`: follows the job's events until it ends; exits as
+/// [`render::job_exit_code`] maps the end (see `--help`).
 pub async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     watch_job(

@@ -12,6 +12,7 @@ use crate::common::{LeaderArgs, rpc_error};
 use crate::decision::decide_approval;
 use crate::render;
 
+/// Arguments of `mtswarm approvals`: which approval requests to list.
 #[derive(Debug, Args)]
 pub struct ApprovalsCmd {
     /// Only approvals of this job.
@@ -23,10 +24,12 @@ pub struct ApprovalsCmd {
     /// JSON output.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
 
+/// Arguments of `mtswarm approve` and `mtswarm deny`: one approval and why.
 #[derive(Debug, Args)]
 pub struct DecideCmd {
     /// The approval id (see `mtswarm approvals`).
@@ -37,10 +40,13 @@ pub struct DecideCmd {
     /// JSON output: the decided approval record.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
 
+/// `mtswarm approvals`: prints the pending (or, with `--all`, every)
+/// approval request as a table or JSON. Exit 0 on any answer of the leader.
 pub async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let states = if cmd.all {
@@ -86,6 +92,8 @@ pub async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `mtswarm approve` / `mtswarm deny`: records `verdict` on one approval and
+/// prints the decided record. Exit 0 once the leader accepted the decision.
 pub async fn decide(cmd: DecideCmd, verdict: v1::ApprovalVerdict) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let record = decide_approval(

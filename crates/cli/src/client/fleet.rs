@@ -10,6 +10,7 @@ use super::output::print_json;
 use crate::common::{LeaderArgs, rpc_error};
 use crate::render;
 
+/// Arguments of `mtswarm fleet`: which slices to list and how.
 #[derive(Debug, Args)]
 pub struct FleetCmd {
     /// Only slices matching this selector.
@@ -18,10 +19,13 @@ pub struct FleetCmd {
     /// JSON output: `{"slices": [...], "workers": [...]}`.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
 
+/// `mtswarm fleet`: prints every slice with its worker, state, lock
+/// utilization and lease or quarantine, then a count per state.
 pub async fn fleet(cmd: FleetCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let fleet = control

@@ -11,6 +11,7 @@ use super::output::print_json;
 use crate::common::{LeaderArgs, local_identity, rpc_error};
 use crate::render;
 
+/// Arguments of `mtswarm jobs`: a filtered list, or one job in detail.
 #[derive(Debug, Args)]
 pub struct JobsCmd {
     /// Only jobs in these states (queued, running, succeeded, failed, cancelled).
@@ -21,12 +22,15 @@ pub struct JobsCmd {
     /// JSON output.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
 
+/// Arguments of `mtswarm cancel`: the job to stop and why.
 #[derive(Debug, Args)]
 pub struct CancelCmd {
+    /// The job to cancel (see `mtswarm jobs`).
     pub job_id: String,
     /// Why (recorded as the job's error).
     #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
@@ -34,6 +38,7 @@ pub struct CancelCmd {
     /// JSON output: `{"job_id", "state"}`.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
@@ -75,6 +80,8 @@ pub async fn cancel(cmd: CancelCmd) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `mtswarm jobs [JOB]`: with a job id, that job in full and its outcome;
+/// without, every job (all pages) in the given states. Exit 0 on any answer.
 pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     if let Some(job_id) = &cmd.job_id {

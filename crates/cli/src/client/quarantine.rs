@@ -12,15 +12,18 @@ use super::output::print_json;
 use crate::common::{LeaderArgs, local_identity, rpc_error};
 use crate::render;
 
+/// Arguments of `mtswarm quarantine list`.
 #[derive(Debug, Args)]
 pub struct QuarantineListCmd {
     /// JSON output: `{"quarantined": [...]}`.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
 
+/// Arguments of `mtswarm quarantine lift`: the slice to return to service.
 #[derive(Debug, Args)]
 pub struct QuarantineLiftCmd {
     /// The slice, as `mtswarm fleet` shows it (board0-c1; board0/c1 is read the same).
@@ -31,6 +34,7 @@ pub struct QuarantineLiftCmd {
     /// JSON output: `{"slice_id", "lifted", "previous"}`.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
@@ -49,6 +53,8 @@ fn quarantine_entry(slice: &v1::FleetSlice, q: &v1::SliceQuarantine) -> Value {
     })
 }
 
+/// `mtswarm quarantine list`: every quarantined slice with its failure
+/// count, since when, by whom and why.
 pub async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let fleet = control
@@ -91,6 +97,8 @@ pub async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
+/// `mtswarm quarantine lift SLICE`: returns the slice to service. Exit 0
+/// also when it was not quarantined (the output says so).
 pub async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<ExitCode> {
     // `board0/c1` and `board0-c1` name the same slice; anything else that
     // is not an id is left for the leader to refuse.

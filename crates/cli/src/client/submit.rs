@@ -12,6 +12,8 @@ use super::output::print_json;
 use crate::common::{LeaderArgs, rpc_error};
 use crate::watch::{WatchOptions, watch_job};
 
+/// Arguments of `mtswarm submit`: the job's spec, budgets and policy, and
+/// whether to follow it.
 #[derive(Debug, Args)]
 pub struct SubmitCmd {
     /// What to achieve; `@path` names a file of the kernel directory to attach.
@@ -66,10 +68,13 @@ pub struct SubmitCmd {
     /// JSON output (with --watch: one JSON object per event).
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
 
+/// `mtswarm submit GOAL`: submits the job and prints its id; with
+/// `--watch` follows it and exits as `mtswarm watch` does.
 pub async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
     if !cmd.device_seconds.is_finite() || cmd.device_seconds < 0.0 {
         bail!("--device-seconds must be a non-negative number");

@@ -11,22 +11,32 @@ use tokio_stream::StreamExt as _;
 use crate::common::{LeaderArgs, rpc_error};
 use crate::render;
 
+/// How `mtswarm tasks` prints the results (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ResultsFormat {
+    /// Aligned columns for people.
     Table,
+    /// One JSON object per result, one per line.
     Jsonl,
+    /// A header row, then one row per result.
     Csv,
 }
 
+/// The task status `mtswarm tasks --status` keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum StatusFilter {
+    /// The agent finished its task.
     Ok,
+    /// The task failed; the result's error says why.
     Failed,
+    /// The task was cancelled before it finished.
     Cancelled,
 }
 
+/// Arguments of `mtswarm tasks`: whose results, which ones and in what form.
 #[derive(Debug, Args)]
 pub struct TasksCmd {
+    /// The job whose task results to print.
     pub job_id: String,
     /// Only results of this agent.
     #[arg(long, env = "MTSWARM_AGENT")]
@@ -43,6 +53,7 @@ pub struct TasksCmd {
     /// table for people, jsonl (one JSON object per result) or csv.
     #[arg(long, value_enum, env = "MTSWARM_RESULTS_FORMAT", default_value_t = ResultsFormat::Table)]
     pub format: ResultsFormat,
+    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
 }
@@ -51,6 +62,8 @@ pub struct TasksCmd {
 /// of a running job before it prints what it has.
 const RESULTS_IDLE: Duration = Duration::from_millis(750);
 
+/// `mtswarm tasks JOB`: replays the job's task results (until it goes
+/// quiet, or with `--follow` until the job ends), filters and prints them.
 pub async fn tasks(cmd: TasksCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let leader = cmd.leader.url();

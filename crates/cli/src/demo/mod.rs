@@ -70,6 +70,8 @@ use utilization::{phase_utilization, tuning_phases};
 /// How long the results store may take to show the job's last records.
 const RESULTS_SETTLE: Duration = Duration::from_secs(10);
 
+/// Arguments of `mtswarm demo`: the kernel, the private stack's size and
+/// where the report goes.
 #[derive(Debug, Args)]
 pub struct DemoCmd {
     /// Kernel directory to tune (kernel.c, host.c, tune.toml).
@@ -97,7 +99,7 @@ pub struct DemoCmd {
     /// pinning parameters to their defaults (last parameter first).
     #[arg(long, env = "MTSWARM_DEMO_MAX_CANDIDATES")]
     pub max_candidates: Option<usize>,
-    /// Where to write the HTML report (default: mtswarm-demo-<job>.html here).
+    /// Where to write the HTML report (default: `mtswarm-demo-<job>.html` here).
     #[arg(long, env = "MTSWARM_DEMO_REPORT")]
     pub report: Option<PathBuf>,
     /// Give up on the job after this many seconds.
@@ -117,6 +119,8 @@ pub struct DemoCmd {
     pub json: bool,
 }
 
+/// `mtswarm demo`: runs the whole demo in a temporary directory and stops
+/// the private stack however it ends (exit 130 on SIGINT/SIGTERM).
 pub async fn demo(cmd: DemoCmd) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let state = tempfile::Builder::new()
