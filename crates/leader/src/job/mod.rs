@@ -69,6 +69,18 @@ impl JobContext {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Assignments recorded but not confirmed published (a failed publish,
+    /// or a crash between record and publish) whose result is still
+    /// pending: what a resume and the sweep publish again.
+    pub(crate) fn unconfirmed_assignments(&self) -> Vec<v1::TaskAssignment> {
+        self.tasks()
+            .values()
+            .filter(|t| !t.done)
+            .filter_map(|t| t.assignment.clone())
+            .filter(|a| a.assigned_at.is_none() && self.results.is_pending(&a.task_id))
+            .collect()
+    }
+
     pub(crate) fn agent_list(&self) -> Vec<AgentEntry> {
         self.agents().values().cloned().collect()
     }

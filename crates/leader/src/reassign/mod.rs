@@ -274,13 +274,7 @@ impl Reassigner {
             // Assignments recorded but not confirmed published (a failed
             // publish, or a crash between record and publish): publish
             // again; the stream drops a copy of a publish that did go out.
-            let unconfirmed: Vec<v1::TaskAssignment> = context
-                .tasks()
-                .values()
-                .filter(|t| !t.done)
-                .filter_map(|t| t.assignment.clone())
-                .filter(|a| a.assigned_at.is_none() && context.results.is_pending(&a.task_id))
-                .collect();
+            let unconfirmed = context.unconfirmed_assignments();
             for assignment in unconfirmed {
                 if let Err(error) = context.publish_recorded(&assignment).await {
                     tracing::warn!(%error, task_id = %assignment.task_id, "task publish retry failed");

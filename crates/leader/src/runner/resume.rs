@@ -104,13 +104,7 @@ pub(crate) async fn resume_job(
             "result recorded before a leader restart; no longer in the results stream",
         );
     }
-    let unconfirmed: Vec<v1::TaskAssignment> = context
-        .tasks()
-        .values()
-        .filter(|t| !t.done)
-        .filter_map(|t| t.assignment.clone())
-        .filter(|a| a.assigned_at.is_none() && context.results.is_pending(&a.task_id))
-        .collect();
+    let unconfirmed = context.unconfirmed_assignments();
     for assignment in unconfirmed {
         if let Err(error) = context.publish_recorded(&assignment).await {
             tracing::warn!(job_id, %error, task_id = %assignment.task_id, "unconfirmed task not published; the sweep retries");
