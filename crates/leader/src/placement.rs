@@ -2,7 +2,7 @@
 //! part that needs it ([`fleet_view`]: tools, reassigner, prompt, the
 //! `ListFleet` RPC), starting a session on a slice ([`spawn_on`], used by
 //! `spawn_agent` and the reassigner) and cancelling agents
-//! ([`cancel_agent`], [`cancel_all_agents`]).
+//! ([`cancel_agent`], [`cancel_all_agents`], [`stop_session`]).
 
 use mtswarm_bus::{BusError, v1};
 use mtswarm_hw::SliceSelector;
@@ -68,10 +68,11 @@ pub(crate) async fn spawn_on(
         })
 }
 
-/// Cancels the agent's session, marks the agent cancelled (memory and job
-/// record), releases its slice claim and settles its unfinished tasks as
-/// cancelled. The agent counts as cancelled even when the worker could not
-/// be told (the error says so).
+/// Marks the agent cancelled (memory and job record), cancels its session,
+/// releases its slice claim and settles its unfinished tasks as cancelled.
+/// The agent counts as cancelled even when the worker could not be told
+/// (the error says so). A spawn or move of the agent in flight sees the
+/// mark when it places the agent and stops the session it started.
 pub(crate) async fn cancel_agent(
     shared: &Shared,
     job: &JobContext,
@@ -79,31 +80,14 @@ pub(crate) async fn cancel_agent(
     reason: &str,
 ) -> Result<bool, CancelError> {
     let agent = job
-        .agent(agent_id)
+        .mark_cancelled(agent_id)
         .ok_or_else(|| CancelError::UnknownAgent {
             agent_id: agent_id.to_string(),
         })?;
-    let mut client = shared.worker_client(&agent.endpoint)?;
-    let cancelled = client
-        .cancel_session(v1::CancelSessionRequest {
-            session_id: agent.session_id.clone(),
-            reason: reason.to_string(),
-        })
-        .await
-        .map(|r| r.into_inner().cancelled)
-        .map_err(|status| CancelError::Worker {
-            worker_id: agent.worker_id.clone(),
-            message: status.message().to_string(),
-        });
-    let updated = job.agents().get_mut(agent_id).map(|entry| {
-        entry.cancelled = true;
-        entry.clone()
-    });
-    if let Some(updated) = updated
-        && let Err(error) = job.store_placement(&updated).await
-    {
+    if let Err(error) = job.store_placement(&agent).await {
         tracing::warn!(%error, job_id = %job.job_id, agent_id, "cancellation not recorded");
     }
+    let cancelled = stop_session(shared, &agent, reason).await;
     shared
         .claimed_slices
         .remove_if(&agent.slice_id, |_, session| *session == agent.session_id);
@@ -121,6 +105,27 @@ pub(crate) async fn cancel_agent(
     job.record_settled(&settled, v1::TaskStatus::Cancelled)
         .await;
     cancelled
+}
+
+/// Calls `Worker.CancelSession` for the agent's session on its worker
+/// (`agent.endpoint`): true when the worker ran it and stops it now.
+pub(crate) async fn stop_session(
+    shared: &Shared,
+    agent: &AgentEntry,
+    reason: &str,
+) -> Result<bool, CancelError> {
+    let mut client = shared.worker_client(&agent.endpoint)?;
+    client
+        .cancel_session(v1::CancelSessionRequest {
+            session_id: agent.session_id.clone(),
+            reason: reason.to_string(),
+        })
+        .await
+        .map(|r| r.into_inner().cancelled)
+        .map_err(|status| CancelError::Worker {
+            worker_id: agent.worker_id.clone(),
+            message: status.message().to_string(),
+        })
 }
 
 /// Cancels every live agent's session (job cancelled or finished).

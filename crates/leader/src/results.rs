@@ -170,6 +170,26 @@ impl JobResults {
         self.changed.notify_waiters();
     }
 
+    /// Waits, at most `timeout`, until no accepted result is still being
+    /// recorded ([`JobResults::publish_accepted`] not called yet), so that
+    /// a job ending as its last result arrives counts that result instead
+    /// of settling the task as cancelled. False when `timeout` passed.
+    pub async fn wait_recorded(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a publish in between still wakes.
+            notified.as_mut().enable();
+            if !self.lock().values().any(|t| t.accepting.is_some()) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return false;
+            }
+        }
+    }
+
     /// Settles a task locally (e.g. its agent was cancelled) unless it has
     /// a result already.
     pub fn settle(&self, task_id: &str, status: v1::TaskStatus, error: &str) {

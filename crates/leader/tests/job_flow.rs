@@ -266,3 +266,65 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
     assert_eq!(final_state(&tail), Some(v1::JobState::Succeeded));
     leader.shutdown().await.expect("shutdown");
 }
+
+/// A job cancelled while a SpawnSession is in flight: the worker is told to
+/// cancel before the session exists, so the leader must stop the session
+/// once the spawn completes, and the agent stays cancelled.
+#[tokio::test]
+async fn a_job_cancelled_while_an_agent_spawns_stops_that_session() {
+    let env = Env::start().await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut worker = FakeWorker::start_with_gate(&env.bus, "fw1", "fb0", Some(gate.clone())).await;
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedTurn::call("c1", "spawn_agent", r#"{"name":"a1","slice_id":"fb0-c0"}"#),
+        ScriptedTurn::text("spawned"),
+    ]));
+    let leader = env.leader(model).await;
+    let mut control = control(&leader).await;
+    let job_id = submit(&mut control, "Tune k1.").await;
+    let Some(WorkerCall::SpawnArrived(session_id)) =
+        within("the SpawnSession", worker.calls.recv()).await
+    else {
+        panic!("expected the SpawnSession first");
+    };
+    let cancelled = control
+        .cancel_job(v1::CancelJobRequest {
+            job_id: job_id.clone(),
+            reason: "test".into(),
+        })
+        .await
+        .expect("CancelJob")
+        .into_inner();
+    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
+    // The session starts only now, after the cancellation.
+    gate.add_permits(1);
+    let mut spawned = false;
+    loop {
+        match within("the session's cancellation", worker.calls.recv()).await {
+            Some(WorkerCall::Spawn(spawn)) => {
+                assert_eq!(spawn.session_id, session_id);
+                spawned = true;
+            }
+            Some(WorkerCall::Cancel(cancel)) if spawned => {
+                assert_eq!(cancel.session_id, session_id);
+                break;
+            }
+            Some(other) => eprintln!("before the spawn completed: {other:?}"),
+            None => panic!("the fake worker stopped"),
+        }
+    }
+    let job = control
+        .get_job(v1::GetJobRequest { job_id })
+        .await
+        .expect("GetJob")
+        .into_inner()
+        .job
+        .expect("the job record");
+    assert_eq!(job.state(), v1::JobState::Cancelled);
+    assert!(
+        job.agents.iter().all(|a| a.cancelled),
+        "the agent stays cancelled: {:?}",
+        job.agents
+    );
+    leader.shutdown().await.expect("shutdown");
+}

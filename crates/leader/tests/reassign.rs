@@ -221,7 +221,7 @@ async fn a_fenced_result_of_the_current_attempt_moves_the_task_at_once() {
     let spawned_on_second = std::iter::from_fn(|| second.calls.try_recv().ok())
         .filter_map(|c| match c {
             WorkerCall::Spawn(s) => Some(s),
-            WorkerCall::Cancel(_) => None,
+            WorkerCall::Cancel(_) | WorkerCall::SpawnArrived(_) => None,
         })
         .collect::<Vec<_>>();
     assert_eq!(spawned_on_second.len(), 1);
@@ -292,5 +292,76 @@ async fn a_quarantined_slice_moves_its_agent_and_the_old_session_is_cancelled() 
         other => panic!("expected a cancel, got {other:?}"),
     }
     answer.abort();
+    leader.shutdown().await.expect("shutdown");
+}
+
+/// A job cancelled while its agent is being moved: the new worker is told
+/// to cancel before the moved session exists, so the leader stops it once
+/// the spawn completes, and the agent stays cancelled (the move does not
+/// overwrite the cancellation).
+#[tokio::test]
+async fn a_job_cancelled_during_a_move_stops_the_moved_session() {
+    let env = Env::start().await;
+    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let mut second = FakeWorker::start_with_gate(&env.bus, "fw2", "fb2", Some(gate.clone())).await;
+    let leader = env.leader(one_task_script("fb1-c0", 2.0)).await;
+    let mut control = control(&leader).await;
+    let mut first_tasks = task_stream(&env.bus, "fw1").await;
+    let job_id = submit(&mut control, "Tune k1.").await;
+    let Some(WorkerCall::Spawn(spawn)) = within("the first spawn", first.calls.recv()).await else {
+        panic!("expected SpawnSession on fw1");
+    };
+    within("attempt 1", first_tasks.next())
+        .await
+        .expect("a task")
+        .expect("decodable");
+    first.kill().await;
+    let Some(WorkerCall::SpawnArrived(moving)) =
+        within("the move to fw2", second.calls.recv()).await
+    else {
+        panic!("expected SpawnSession on fw2");
+    };
+    assert_eq!(moving, spawn.session_id);
+    let cancelled = control
+        .cancel_job(v1::CancelJobRequest {
+            job_id: job_id.clone(),
+            reason: "test".into(),
+        })
+        .await
+        .expect("CancelJob")
+        .into_inner();
+    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
+    gate.add_permits(1);
+    let mut spawned = false;
+    loop {
+        match within("the moved session's cancellation", second.calls.recv()).await {
+            Some(WorkerCall::Spawn(moved)) => {
+                assert!(moved.resume);
+                spawned = true;
+            }
+            Some(WorkerCall::Cancel(cancel)) if spawned => {
+                assert_eq!(cancel.session_id, spawn.session_id);
+                break;
+            }
+            Some(other) => eprintln!("before the move completed: {other:?}"),
+            None => panic!("the fake worker stopped"),
+        }
+    }
+    let record = eventually("the cancelled agent in the job record", || {
+        let env = &env;
+        let job_id = job_id.clone();
+        async move {
+            let record = Jobs::open(&env.bus).await.ok()?.get(&job_id).await.ok()??;
+            record
+                .value
+                .agents
+                .iter()
+                .all(|a| a.cancelled)
+                .then_some(record.value)
+        }
+    })
+    .await;
+    assert_eq!(record.state(), v1::JobState::Cancelled);
     leader.shutdown().await.expect("shutdown");
 }

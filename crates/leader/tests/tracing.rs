@@ -60,7 +60,12 @@ async fn the_job_is_one_trace_from_submit_to_the_task_headers() {
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1.").await;
     let events = watch_to_end(&mut control, &job_id, 0).await;
-    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    assert_eq!(
+        final_state(&events),
+        Some(v1::JobState::Succeeded),
+        "{:#?}",
+        events.last()
+    );
     let (_, headers) = within("the task", tasks.recv()).await.expect("task");
     let record = control
         .get_job(v1::GetJobRequest { job_id })

@@ -89,6 +89,41 @@ impl JobContext {
         self.agents().get(agent_id).cloned()
     }
 
+    /// Puts `entry` in place of its agent's entry unless the agent was
+    /// cancelled meanwhile: a cancellation that races a spawn or a move
+    /// wins, and the caller stops the session it started (the worker may
+    /// have been told to cancel before that session existed). A cancelled
+    /// agent keeps the placement `entry` names, so what is recorded says
+    /// where its session ran. False when the agent is cancelled or gone.
+    pub(crate) fn place_agent(&self, entry: &AgentEntry) -> bool {
+        let mut agents = self.agents();
+        match agents.get_mut(&entry.agent_id) {
+            Some(current) if current.cancelled => {
+                *current = AgentEntry {
+                    cancelled: true,
+                    spawning: false,
+                    ..entry.clone()
+                };
+                false
+            }
+            Some(current) => {
+                *current = entry.clone();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Marks the agent cancelled and returns its entry as it is at that
+    /// moment; `None` for an unknown agent. Marking comes first so that a
+    /// spawn or move in flight sees it when it places the agent.
+    pub(crate) fn mark_cancelled(&self, agent_id: &str) -> Option<AgentEntry> {
+        let mut agents = self.agents();
+        let entry = agents.get_mut(agent_id)?;
+        entry.cancelled = true;
+        Some(entry.clone())
+    }
+
     /// Tasks of `agent_id` without a result, as last recorded.
     pub(crate) fn pending_tasks_of(&self, agent_id: &str) -> Vec<v1::TaskRecord> {
         self.tasks()

@@ -14,7 +14,7 @@ use super::Reassigner;
 use crate::fleet::parse_selector;
 use crate::ids::{LEADER_AGENT_ID, leader_session_id};
 use crate::job::{AgentEntry, JobContext};
-use crate::placement::{fleet_view, spawn_on};
+use crate::placement::{fleet_view, spawn_on, stop_session};
 
 impl Reassigner {
     /// Moves the agent to a free slice and re-publishes its pending tasks.
@@ -110,9 +110,13 @@ impl Reassigner {
                 spawning: true,
                 ..agent.clone()
             };
-            context
-                .agents()
-                .insert(agent_id.to_string(), candidate.clone());
+            if !context.place_agent(&candidate) {
+                // Cancelled since the move began: nothing to move.
+                if descriptor.slice_id != from_slice {
+                    shared.claimed_slices.remove(&descriptor.slice_id);
+                }
+                return true;
+            }
             match spawn_on(shared, context, &candidate, &descriptor.slice_id, true).await {
                 // A worker that still runs the session elsewhere answers
                 // with that placement: not a move.
@@ -135,7 +139,9 @@ impl Reassigner {
             if descriptor.slice_id != from_slice {
                 shared.claimed_slices.remove(&descriptor.slice_id);
             }
-            context.agents().insert(agent_id.to_string(), agent.clone());
+            if !context.place_agent(&agent) {
+                return true;
+            }
         }
         let Some(moved) = moved else {
             for task in &pending {
@@ -163,7 +169,19 @@ impl Reassigner {
                 .claimed_slices
                 .remove_if(&from_slice, |_, session| *session == agent.session_id);
         }
-        context.agents().insert(agent_id.to_string(), moved.clone());
+        if !context.place_agent(&moved) {
+            // Cancelled while the new session started: the cancellation may
+            // have reached the worker before that session existed.
+            if let Err(error) = stop_session(shared, &moved, "agent cancelled while moving").await {
+                tracing::warn!(%error, job_id = %context.job_id, agent_id, "session of an agent cancelled while moving not stopped");
+            }
+            for slice_id in [&moved.slice_id, &from_slice] {
+                shared
+                    .claimed_slices
+                    .remove_if(slice_id, |_, session| *session == agent.session_id);
+            }
+            return true;
+        }
         if let Err(error) = context.store_placement(&moved).await {
             tracing::warn!(%error, job_id = %context.job_id, agent_id, "moved placement not recorded");
         }

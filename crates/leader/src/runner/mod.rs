@@ -57,6 +57,10 @@ pub use crate::ids::{LEADER_AGENT_ID, leader_session_id};
 /// record is one KV value; the outcome carries what was achieved).
 const MAX_FINAL_ANSWER_CHARS: usize = 32 * 1024;
 
+/// How long a job's end waits for results accepted but still being
+/// recorded and journaled (a few KV and stream writes).
+const RECORDING_WAIT: Duration = Duration::from_secs(5);
+
 /// Starts the runner of an admitted job inside its span (the caller took a
 /// run slot from the scheduler).
 pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
@@ -135,6 +139,9 @@ async fn run(
     let started = std::time::Instant::now();
     let mut end = drive(&shared, &context, &attachments, resume_state, &mut cancel).await;
     end.usage.wall_seconds = started.elapsed().as_secs_f64();
+    if !context.results.wait_recorded(RECORDING_WAIT).await {
+        tracing::warn!(%job_id, "a result still being recorded as the job ended; its task counts as cancelled");
+    }
     crate::placement::cancel_all_agents(
         &shared,
         &context,

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use mtswarm_bus::{subjects, v1};
 use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use super::{ToolEnv, output, text_arg};
+use crate::error::SpawnError;
 use crate::fleet::parse_selector;
 use crate::ids::call_key;
 use crate::job::{AgentEntry, JobContext};
-use crate::placement::{fleet_view, spawn_on};
+use crate::placement::{fleet_view, spawn_on, stop_session};
 use crate::shared::Shared;
 
 pub(super) struct SpawnAgent(pub(super) Arc<ToolEnv>);
@@ -115,7 +117,7 @@ impl Tool for SpawnAgent {
             if !claimed {
                 continue;
             }
-            let mut entry = AgentEntry {
+            let entry = AgentEntry {
                 agent_id: agent_id.clone(),
                 session_id: session_id.clone(),
                 worker_id: worker.worker_id.clone(),
@@ -128,7 +130,18 @@ impl Tool for SpawnAgent {
                 moves: 0,
                 spawning: true,
             };
-            job.agents().insert(agent_id.clone(), entry.clone());
+            // A later slice after a refusal: the agent exists already and
+            // a job cancellation may have marked it meanwhile.
+            let placed = if job.agents().contains_key(&agent_id) {
+                job.place_agent(&entry)
+            } else {
+                job.agents().insert(agent_id.clone(), entry.clone());
+                true
+            };
+            if !placed {
+                shared.claimed_slices.remove(&descriptor.slice_id);
+                return Err(cancelled_while_spawning(&agent_id));
+            }
             // Recorded before the worker is called: a leader that crashes
             // in between finds the agent when it re-executes this call.
             if let Err(error) = job.store_placement(&entry).await {
@@ -138,26 +151,23 @@ impl Tool for SpawnAgent {
                     "agent placement not stored in the job record: {error}"
                 )));
             }
-            let outcome = spawn_on(shared, job, &entry, &descriptor.slice_id, false).await;
             // The claim lasts as long as the agent (released by cancel_agent,
             // which every job end calls), so this leader never places two
             // sessions on one slice whatever the lease shows meanwhile.
-            match outcome {
-                Ok(response) => {
-                    if !response.slice_id.is_empty() {
-                        entry.slice_id = response.slice_id.clone();
-                    }
-                    if !response.worker_id.is_empty() {
-                        entry.worker_id = response.worker_id.clone();
-                    }
-                    entry.spawning = false;
-                    job.agents().insert(agent_id.clone(), entry.clone());
-                    if (entry.slice_id.as_str(), entry.worker_id.as_str())
-                        != (descriptor.slice_id.as_str(), worker.worker_id.as_str())
-                        && let Err(error) = job.store_placement(&entry).await
-                    {
-                        tracing::warn!(%error, job_id = %job.job_id, "agent placement not updated");
-                    }
+            let started = tokio::spawn(
+                start_session(
+                    self.0.clone(),
+                    entry.clone(),
+                    descriptor.slice_id.clone(),
+                    worker.worker_id.clone(),
+                )
+                // The span carries the trace context SpawnSession propagates.
+                .instrument(tracing::Span::current()),
+            )
+            .await
+            .map_err(|e| ToolError::Failed(format!("spawning the session failed: {e}")))?;
+            match started {
+                Started::Placed(entry) => {
                     ctx.progress(
                         format!("agent {agent_id} runs on {}", entry.slice_id),
                         Some(1.0),
@@ -167,7 +177,8 @@ impl Tool for SpawnAgent {
                         "worker_id": entry.worker_id, "slice_id": entry.slice_id, "role": role,
                     })));
                 }
-                Err(refusal) => {
+                Started::Cancelled => return Err(cancelled_while_spawning(&agent_id)),
+                Started::Refused(refusal) => {
                     shared.claimed_slices.remove(&descriptor.slice_id);
                     refusals.push(format!("{}: {refusal}", descriptor.slice_id));
                 }
@@ -185,6 +196,66 @@ impl Tool for SpawnAgent {
             "no free slice matches selector {selector_text:?}{detail}"
         )))
     }
+}
+
+/// How [`start_session`] ended.
+enum Started {
+    /// The session runs; the agent's entry as placed.
+    Placed(AgentEntry),
+    /// The agent was cancelled meanwhile; its session is stopped.
+    Cancelled,
+    /// The worker refused the session.
+    Refused(SpawnError),
+}
+
+/// Calls `SpawnSession` and places the agent. Spawned as a task of its own
+/// so that it runs to the end even when the tool call is dropped (the
+/// job's loop was cancelled): a spawn cut off between the worker starting
+/// the session and the leader placing it would leave a session that no
+/// cancellation reaches. An agent cancelled meanwhile (the worker may have
+/// been told before the session existed) has the new session stopped here.
+async fn start_session(
+    env: Arc<ToolEnv>,
+    mut entry: AgentEntry,
+    slice_id: String,
+    worker_id: String,
+) -> Started {
+    let (shared, job) = (&env.shared, &env.job);
+    let response = match spawn_on(shared, job, &entry, &slice_id, false).await {
+        Ok(response) => response,
+        Err(refusal) => return Started::Refused(refusal),
+    };
+    if !response.slice_id.is_empty() {
+        entry.slice_id = response.slice_id.clone();
+    }
+    if !response.worker_id.is_empty() {
+        entry.worker_id = response.worker_id.clone();
+    }
+    entry.spawning = false;
+    if !job.place_agent(&entry) {
+        if let Err(error) = stop_session(shared, &entry, "agent cancelled while spawning").await {
+            tracing::warn!(%error, job_id = %job.job_id, agent_id = %entry.agent_id, "session of an agent cancelled while spawning not stopped");
+        }
+        for slice in [&entry.slice_id, &slice_id] {
+            shared
+                .claimed_slices
+                .remove_if(slice, |_, session| *session == entry.session_id);
+        }
+        return Started::Cancelled;
+    }
+    if (entry.slice_id.as_str(), entry.worker_id.as_str())
+        != (slice_id.as_str(), worker_id.as_str())
+        && let Err(error) = job.store_placement(&entry).await
+    {
+        tracing::warn!(%error, job_id = %job.job_id, "agent placement not updated");
+    }
+    Started::Placed(entry)
+}
+
+fn cancelled_while_spawning(agent_id: &str) -> ToolError {
+    ToolError::Failed(format!(
+        "agent {agent_id:?} was cancelled while its session started"
+    ))
 }
 
 /// A re-executed `spawn_agent` call: the agent exists; make sure its session

@@ -230,6 +230,8 @@ impl ChatModel for GatedModel {
 /// What the fake worker saw.
 #[derive(Debug)]
 pub(crate) enum WorkerCall {
+    /// A SpawnSession reached a gated worker and waits for its gate.
+    SpawnArrived(String),
     Spawn(Box<v1::SpawnSessionRequest>),
     Cancel(v1::CancelSessionRequest),
 }
@@ -239,6 +241,9 @@ struct FakeWorkerService {
     slice_id: String,
     calls: mpsc::UnboundedSender<WorkerCall>,
     lease: Arc<FakeLease>,
+    /// When set, every SpawnSession waits for a permit before it starts
+    /// the session.
+    spawn_gate: Option<Arc<Semaphore>>,
 }
 
 /// The fake worker's lease on its slice, renewed like a real worker's (the
@@ -278,6 +283,16 @@ impl v1::worker_server::Worker for FakeWorkerService {
         request: Request<v1::SpawnSessionRequest>,
     ) -> Result<Response<v1::SpawnSessionResponse>, Status> {
         let request = request.into_inner();
+        if let Some(gate) = &self.spawn_gate {
+            let _ = self
+                .calls
+                .send(WorkerCall::SpawnArrived(request.session_id.clone()));
+            let permit = gate
+                .acquire()
+                .await
+                .map_err(|_| Status::unavailable("spawn gate closed"))?;
+            permit.forget();
+        }
         if !request.slice_id.is_empty() && request.slice_id != self.slice_id {
             return Err(Status::not_found(format!(
                 "slice {} is not on worker {}",
@@ -347,6 +362,17 @@ impl Drop for FakeWorker {
 
 impl FakeWorker {
     pub(crate) async fn start(bus: &Bus, worker_id: &str, board: &str) -> FakeWorker {
+        Self::start_with_gate(bus, worker_id, board, None).await
+    }
+
+    /// A fake worker whose SpawnSession calls each wait for a permit of
+    /// `gate` (announced as [`WorkerCall::SpawnArrived`]).
+    pub(crate) async fn start_with_gate(
+        bus: &Bus,
+        worker_id: &str,
+        board: &str,
+        spawn_gate: Option<Arc<Semaphore>>,
+    ) -> FakeWorker {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let slice_id = format!("{board}-c0");
@@ -381,6 +407,7 @@ impl FakeWorker {
             slice_id: slice_id.clone(),
             calls: tx,
             lease,
+            spawn_gate,
         };
         let server = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
