@@ -5,7 +5,7 @@
 use mtswarm_bus::{BusError, KeptLease, LeaseKeeper, LeaseRequest};
 
 use crate::error::WorkerError;
-use crate::shared::Shared;
+use crate::shared::{Shared, SliceEntry};
 use crate::stop::StopMode;
 
 /// Why a slice's lease could not be pointed at a session.
@@ -107,17 +107,9 @@ impl Shared {
                 }
                 continue;
             }
-            let request = LeaseRequest {
-                slice_id: entry.bus_id.clone(),
-                worker_id: self.worker_id.clone(),
-                session_id: String::new(),
-                job_id: String::new(),
-                ttl: self.config.lease_ttl,
-            };
-            match self.leases.reclaim(&request).await {
-                Ok(held) => {
+            match self.reclaim_idle(entry).await {
+                Ok(()) => {
                     tracing::info!(slice.id = %entry.bus_id, "slice lease re-acquired");
-                    *entry.lease.lock().await = Some(self.leases.keep(held, self.renew_every()));
                 }
                 Err(error) => {
                     tracing::debug!(slice.id = %entry.bus_id, %error, "slice lease not re-acquired yet");
@@ -131,17 +123,8 @@ impl Shared {
     /// On failure the leases taken so far are released.
     pub(crate) async fn take_leases(&self) -> Result<(), WorkerError> {
         for entry in &self.slices {
-            let request = LeaseRequest {
-                slice_id: entry.bus_id.clone(),
-                worker_id: self.worker_id.clone(),
-                session_id: String::new(),
-                job_id: String::new(),
-                ttl: self.config.lease_ttl,
-            };
-            match self.leases.reclaim(&request).await {
-                Ok(held) => {
-                    *entry.lease.lock().await = Some(self.leases.keep(held, self.renew_every()));
-                }
+            match self.reclaim_idle(entry).await {
+                Ok(()) => {}
                 Err(BusError::LeaseHeld {
                     holder_worker_id, ..
                 }) => {
@@ -157,6 +140,21 @@ impl Shared {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Reclaim `entry`'s lease naming no session (a restarted daemon gets
+    /// its own back) and keep it renewed from now on.
+    async fn reclaim_idle(&self, entry: &SliceEntry) -> Result<(), BusError> {
+        let request = LeaseRequest {
+            slice_id: entry.bus_id.clone(),
+            worker_id: self.worker_id.clone(),
+            session_id: String::new(),
+            job_id: String::new(),
+            ttl: self.config.lease_ttl,
+        };
+        let held = self.leases.reclaim(&request).await?;
+        *entry.lease.lock().await = Some(self.leases.keep(held, self.renew_every()));
         Ok(())
     }
 
