@@ -60,6 +60,36 @@ impl CandidateOutcome {
             skipped: None,
         }
     }
+
+    /// Read a benchmark tool result into the figures (or the failure);
+    /// true when it gave a median and did not fail.
+    pub(crate) fn read_benchmark(&mut self, content: &str) -> bool {
+        let median = capture_f64(&MEDIAN, content);
+        let ok = median.is_some()
+            && !content.starts_with("error")
+            && !content.contains("benchmark FAILED");
+        if ok {
+            self.median_seconds = median;
+            self.gflops = capture_f64(&GFLOPS, content);
+            self.peak_percent = capture_f64(&PEAK, content);
+        } else {
+            self.failure = Some(format!("benchmark: {}", first_line(content)));
+        }
+        ok
+    }
+
+    /// The candidate's defines and figures for an answer's headline:
+    /// `N=4 with median 1.0000e-4 s, 10.00 GFLOPS`.
+    pub(crate) fn figures_text(&self) -> String {
+        format!(
+            "{} with median {:.4e} s{}",
+            defines_text(&self.defines),
+            self.median_seconds.unwrap_or_default(),
+            self.gflops
+                .map(|g| format!(", {g:.2} GFLOPS"))
+                .unwrap_or_default()
+        )
+    }
 }
 
 /// A regular expression written in this crate. One that does not compile
@@ -92,6 +122,14 @@ pub(crate) static MEDIAN: LazyLock<Pattern> =
 pub(crate) static GFLOPS: LazyLock<Pattern> = LazyLock::new(|| Pattern::new(r"([0-9.]+) GFLOPS"));
 pub(crate) static PEAK: LazyLock<Pattern> =
     LazyLock::new(|| Pattern::new(r"\(([0-9.]+)% of peak\)"));
+
+/// The artifact id (`b<n>`) a compile or build result names, if any.
+pub(crate) fn artifact_id(content: &str) -> Option<String> {
+    ARTIFACT
+        .captures(content)
+        .and_then(|c| c.get(1))
+        .map(|m| m.as_str().to_owned())
+}
 
 pub(crate) fn capture_f64(re: &Pattern, text: &str) -> Option<f64> {
     re.captures(text)
@@ -137,8 +175,7 @@ mod tests {
         assert_eq!(capture_f64(&GFLOPS, line), Some(10.0));
         assert_eq!(capture_f64(&PEAK, line), Some(2.0));
         let compiled = "compiled as artifact b7 (defines N=4)";
-        let artifact = ARTIFACT.captures(compiled).and_then(|c| c.get(1));
-        assert_eq!(artifact.map(|m| m.as_str()), Some("b7"));
+        assert_eq!(artifact_id(compiled).as_deref(), Some("b7"));
     }
 
     #[test]

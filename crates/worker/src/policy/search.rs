@@ -67,7 +67,6 @@ use serde_json::{Value, json};
 
 pub use super::params::DEFAULT_COMPILE_DEPTH;
 
-use super::outcome::defines_text;
 use super::params::TaskParameters;
 use super::{Decision, MAX_RECOMPILES};
 use replay::{Known, State, replay};
@@ -362,15 +361,11 @@ fn final_answer(params: &TaskParameters, state: &State) -> String {
     let budget_text = budget.map(|b| format!(" of {b}")).unwrap_or_default();
     let headline = match &best {
         Some(b) => format!(
-            "Searched {} candidates with {} evaluations{budget_text}: screened {screened}, pruned {pruned}, benchmarked {}. Best: {} with median {:.4e} s{}.",
+            "Searched {} candidates with {} evaluations{budget_text}: screened {screened}, pruned {pruned}, benchmarked {}. Best: {}.",
             outcomes.len(),
             state.evaluations,
             state.benchmarks,
-            defines_text(&b.defines),
-            b.median_seconds.unwrap_or_default(),
-            b.gflops
-                .map(|g| format!(", {g:.2} GFLOPS"))
-                .unwrap_or_default()
+            b.figures_text()
         ),
         None => format!(
             "No candidate of {} produced a valid benchmark figure ({} evaluations{budget_text}).",

@@ -7,9 +7,7 @@ use std::collections::HashMap;
 use mtswarm_core::{Message, Role, ToolCall};
 use serde_json::json;
 
-use super::outcome::{
-    ARTIFACT, CandidateOutcome, GFLOPS, MEDIAN, PEAK, capture_f64, defines_text, first_line,
-};
+use super::outcome::{CandidateOutcome, artifact_id, first_line};
 use super::params::TaskParameters;
 use super::{Decision, MAX_RECOMPILES, artifact_missing, hardware_call, parse_call_id};
 
@@ -48,22 +46,16 @@ pub(super) fn decide(params: &TaskParameters, messages: &[Message]) -> Decision 
             outcome.failure = None;
         }
         let ok = match tool {
-            "compile" => {
-                let artifact = ARTIFACT
-                    .captures(content)
-                    .and_then(|c| c.get(1))
-                    .map(|m| m.as_str().to_owned());
-                match artifact {
-                    Some(a) if content.starts_with("compiled") => {
-                        outcome.artifact = Some(a);
-                        true
-                    }
-                    _ => {
-                        outcome.failure = Some(format!("compile: {}", first_line(content)));
-                        false
-                    }
+            "compile" => match artifact_id(content) {
+                Some(a) if content.starts_with("compiled") => {
+                    outcome.artifact = Some(a);
+                    true
                 }
-            }
+                _ => {
+                    outcome.failure = Some(format!("compile: {}", first_line(content)));
+                    false
+                }
+            },
             "validate" => {
                 let ok = content.contains("validation PASSED");
                 if !ok {
@@ -71,20 +63,7 @@ pub(super) fn decide(params: &TaskParameters, messages: &[Message]) -> Decision 
                 }
                 ok
             }
-            "benchmark" => {
-                let median = capture_f64(&MEDIAN, content);
-                let ok = median.is_some()
-                    && !content.starts_with("error")
-                    && !content.contains("benchmark FAILED");
-                if ok {
-                    outcome.median_seconds = median;
-                    outcome.gflops = capture_f64(&GFLOPS, content);
-                    outcome.peak_percent = capture_f64(&PEAK, content);
-                } else {
-                    outcome.failure = Some(format!("benchmark: {}", first_line(content)));
-                }
-                ok
-            }
+            "benchmark" => outcome.read_benchmark(content),
             _ => continue,
         };
         let missing = !ok && tool != "compile" && artifact_missing(content);
@@ -159,14 +138,10 @@ fn final_answer(outcomes: &[CandidateOutcome]) -> String {
         .copied();
     let headline = match best {
         Some(b) => format!(
-            "Benchmarked {} of {} candidates. Best: {} with median {:.4e} s{}.",
+            "Benchmarked {} of {} candidates. Best: {}.",
             measured.len(),
             outcomes.len(),
-            defines_text(&b.defines),
-            b.median_seconds.unwrap_or_default(),
-            b.gflops
-                .map(|g| format!(", {g:.2} GFLOPS"))
-                .unwrap_or_default()
+            b.figures_text()
         ),
         None => format!(
             "No candidate of {} produced a valid benchmark figure.",

@@ -18,6 +18,20 @@ fn call_of(d: Decision) -> ToolCall {
     }
 }
 
+/// Append `call` and the tool's `result` for it to the conversation.
+fn push_result(history: &mut Vec<Message>, call: &ToolCall, result: &str) {
+    history.push(Message::assistant("", vec![call.clone()]));
+    history.push(Message::tool(call.id.clone(), result));
+}
+
+/// Let the policy make its next call and answer it with `result`; returns
+/// the call.
+fn answer_next(history: &mut Vec<Message>, result: &str) -> ToolCall {
+    let call = call_of(decide(history));
+    push_result(history, &call, result);
+    call
+}
+
 #[test]
 fn walks_compile_validate_benchmark_per_candidate_and_picks_the_fastest() {
     let mut history = task(json!({"candidates": [{"CHUNK": 512}, {"CHUNK": 1024, "BUF": "2"}]}));
@@ -42,19 +56,18 @@ fn walks_compile_validate_benchmark_per_candidate_and_picks_the_fastest() {
     assert_eq!(first.id, "c0-compile");
     let mut current = first;
     for (reply, next_tool) in replies {
-        history.push(Message::assistant("", vec![current.clone()]));
-        history.push(Message::tool(current.id.clone(), reply));
+        push_result(&mut history, &current, reply);
         current = call_of(decide(&history));
         assert_eq!(current.name, next_tool, "after {reply}");
     }
     assert_eq!(current.id, "c1-benchmark");
     let args: Value = serde_json::from_str(&current.arguments).unwrap();
     assert_eq!(args["artifact"], "b2");
-    history.push(Message::assistant("", vec![current.clone()]));
-    history.push(Message::tool(
-        current.id.clone(),
+    push_result(
+        &mut history,
+        &current,
         "artifact b2 on 4 cores: median 1.0000e-4 s, trimmed mean 1e-4 s over 3 runs (min 1, max 2), 10.00 GFLOPS (2.0% of peak)",
-    ));
+    );
     let Decision::Final(text) = decide(&history) else {
         panic!("expected the final answer");
     };
@@ -70,18 +83,11 @@ fn walks_compile_validate_benchmark_per_candidate_and_picks_the_fastest() {
 #[test]
 fn a_denied_validation_drops_the_candidate() {
     let mut history = task(json!({"params": {"CHUNK": 512}}));
-    let compile = call_of(decide(&history));
-    history.push(Message::assistant("", vec![compile.clone()]));
-    history.push(Message::tool(
-        compile.id,
-        "compiled vecadd as artifact b1 (k)",
-    ));
-    let validate = call_of(decide(&history));
-    history.push(Message::assistant("", vec![validate.clone()]));
-    history.push(Message::tool(
-        validate.id,
+    answer_next(&mut history, "compiled vecadd as artifact b1 (k)");
+    answer_next(
+        &mut history,
         "error: the call to 'validate' was denied by the reviewer: no",
-    ));
+    );
     let Decision::Final(text) = decide(&history) else {
         panic!("expected final");
     };
@@ -98,26 +104,14 @@ fn a_denied_validation_drops_the_candidate() {
 #[test]
 fn an_unknown_artifact_after_a_resume_is_compiled_again() {
     let mut history = task(json!({"params": {"CHUNK": 512}}));
-    let compile = call_of(decide(&history));
-    history.push(Message::assistant("", vec![compile.clone()]));
-    history.push(Message::tool(
-        compile.id,
-        "compiled vecadd as artifact b1 (k)",
-    ));
-    let validate = call_of(decide(&history));
-    history.push(Message::assistant("", vec![validate.clone()]));
-    history.push(Message::tool(
-        validate.id,
+    answer_next(&mut history, "compiled vecadd as artifact b1 (k)");
+    answer_next(
+        &mut history,
         "error: invalid arguments: unknown artifact `b1` (compiled so far: none)",
-    ));
-    let again = call_of(decide(&history));
+    );
+    let again = answer_next(&mut history, "compiled vecadd as artifact b1 (k)");
     assert_eq!(again.name, "compile");
     assert_eq!(again.id, "c0-compile-r1");
-    history.push(Message::assistant("", vec![again.clone()]));
-    history.push(Message::tool(
-        again.id,
-        "compiled vecadd as artifact b1 (k)",
-    ));
     let validate = call_of(decide(&history));
     assert_eq!(validate.name, "validate");
 }

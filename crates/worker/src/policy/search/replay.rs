@@ -9,9 +9,7 @@ use mtswarm_core::{Message, Role, ToolCall};
 
 use super::model::{AdditiveModel, distance, pairs};
 use super::{EXPLORATION, PRUNE_MARGIN, SLICE_IDLE};
-use crate::policy::outcome::{
-    ARTIFACT, CandidateOutcome, GFLOPS, MEDIAN, PEAK, Pattern, capture_f64, first_line,
-};
+use crate::policy::outcome::{CandidateOutcome, Pattern, artifact_id, capture_f64, first_line};
 use crate::policy::params::TaskParameters;
 use crate::policy::{MAX_RECOMPILES, artifact_missing};
 
@@ -134,10 +132,7 @@ fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall
         }
         "compile" => {
             known.compiles += 1;
-            let artifact = ARTIFACT
-                .captures(content)
-                .and_then(|c| c.get(1))
-                .map(|m| m.as_str().to_owned());
+            let artifact = artifact_id(content);
             let background = content.starts_with("building") && content.contains("background");
             match artifact {
                 Some(a) if content.starts_with("compiled") || background => {
@@ -172,10 +167,7 @@ fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall
             if content.contains(SLICE_IDLE) {
                 state.late_builds += 1;
             }
-            let artifact = ARTIFACT
-                .captures(content)
-                .and_then(|c| c.get(1))
-                .map(|m| m.as_str().to_owned());
+            let artifact = artifact_id(content);
             match artifact {
                 Some(a) if content.starts_with("compiled") => {
                     outcome.artifact = Some(a);
@@ -216,17 +208,7 @@ fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall
             } else {
                 state.benchmarks += 1;
                 known.benchmarked = true;
-                let median = capture_f64(&MEDIAN, content);
-                if median.is_some()
-                    && !content.starts_with("error")
-                    && !content.contains("benchmark FAILED")
-                {
-                    outcome.median_seconds = median;
-                    outcome.gflops = capture_f64(&GFLOPS, content);
-                    outcome.peak_percent = capture_f64(&PEAK, content);
-                } else {
-                    outcome.failure = Some(format!("benchmark: {}", first_line(content)));
-                }
+                outcome.read_benchmark(content);
             }
         }
         _ => {}
