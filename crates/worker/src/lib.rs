@@ -110,7 +110,7 @@
 //!   slices, the session table); `session_entry`: a session as the table
 //!   knows it; `stop`: how a session is asked to stop;
 //! - leaves: [`config`], [`error`], [`events`], `health`, `checkpoint`,
-//!   `results`, [`policy`], [`prompt`], [`workspace`].
+//!   `results`, [`policy`], [`prompt`], `text`, [`workspace`].
 
 pub mod approval;
 mod checkpoint;
@@ -130,6 +130,7 @@ mod session;
 mod session_entry;
 mod shared;
 mod stop;
+mod text;
 pub mod workspace;
 
 pub use checkpoint::CHECKPOINT_FORMAT_VERSION;

@@ -22,6 +22,7 @@ use crate::events::now_timestamp;
 use crate::health::FailingSlice;
 use crate::shared::Shared;
 use crate::stop::StopMode;
+use crate::text::first_line;
 
 /// Longest pause between retries of a failed write or watch.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -120,14 +121,4 @@ pub(crate) async fn watch(shared: Arc<Shared>) {
         }
         backoff.sleep().await;
     }
-}
-
-fn first_line(text: &str) -> String {
-    text.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-        .chars()
-        .take(300)
-        .collect()
 }

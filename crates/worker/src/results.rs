@@ -18,6 +18,8 @@ use mtswarm_tools::results::{PastResult, ResultsQuery, ResultsSource, ResultsSou
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
+use crate::text::first_line;
+
 /// How long a record is retried while NATS is unreachable.
 const RECORD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -109,16 +111,6 @@ fn defines_of(value: &Value) -> Option<BTreeMap<String, String>> {
             })
             .collect(),
     )
-}
-
-fn first_line(text: &str) -> String {
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or_default()
-        .chars()
-        .take(300)
-        .collect()
 }
 
 /// `cand-<16 hex>`: a stable id of a candidate's defines within an attempt.

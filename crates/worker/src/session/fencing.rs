@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use mtswarm_bus::{Backoff, v1};
 use serde_json::json;
 
-use super::result::first_line;
 use super::task_run::TaskRun;
 use crate::events::now_timestamp;
 use crate::stop::StopMode;
+use crate::text::first_line;
 
 use v1::AgentEventKind as Kind;
 

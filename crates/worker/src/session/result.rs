@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::task_run::TaskRun;
 use crate::events::now_timestamp;
 use crate::stop::StopMode;
+use crate::text::first_line;
 use mtswarm_core::answer::last_json;
 
 use v1::AgentEventKind as Kind;
@@ -36,16 +37,6 @@ impl TaskEnd {
             state: None,
         }
     }
-}
-
-pub(super) fn first_line(text: &str) -> String {
-    text.lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim()
-        .chars()
-        .take(300)
-        .collect()
 }
 
 pub(super) fn task_end(outcome: Outcome, stop: &watch::Receiver<StopMode>) -> TaskEnd {
