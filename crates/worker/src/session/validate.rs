@@ -173,28 +173,23 @@ fn check_task_defines(
     Ok(())
 }
 
+/// Each budget of the task where it sets one (above zero), else the session's.
 fn merge_budgets(session: &v1::Budgets, task: Option<&v1::Budgets>) -> v1::Budgets {
     let task = task.copied().unwrap_or_default();
     v1::Budgets {
-        max_steps: if task.max_steps > 0 {
-            task.max_steps
-        } else {
-            session.max_steps
-        },
-        max_tokens: if task.max_tokens > 0 {
-            task.max_tokens
-        } else {
-            session.max_tokens
-        },
-        device_seconds: if task.device_seconds > 0.0 {
-            task.device_seconds
-        } else {
-            session.device_seconds
-        },
-        wall_time_seconds: if task.wall_time_seconds > 0 {
-            task.wall_time_seconds
-        } else {
-            session.wall_time_seconds
-        },
+        max_steps: set_or(task.max_steps, session.max_steps),
+        max_tokens: set_or(task.max_tokens, session.max_tokens),
+        device_seconds: set_or(task.device_seconds, session.device_seconds),
+        wall_time_seconds: set_or(task.wall_time_seconds, session.wall_time_seconds),
+    }
+}
+
+/// `value` when it is set (above zero, the proto's "unset" being zero),
+/// else `fallback`.
+fn set_or<T: PartialOrd + Default>(value: T, fallback: T) -> T {
+    if value > T::default() {
+        value
+    } else {
+        fallback
     }
 }
