@@ -15,29 +15,8 @@ use common::*;
 use mtswarm_bus::{Approvals, v1};
 use serde_json::json;
 
-fn decision(
-    request: &v1::ApprovalRequest,
-    verdict: v1::ApprovalVerdict,
-    reason: &str,
-) -> v1::ApprovalDecision {
-    v1::ApprovalDecision {
-        approval_id: request.approval_id.clone(),
-        job_id: request.job_id.clone(),
-        session_id: request.session_id.clone(),
-        call_id: request.call_id.clone(),
-        verdict: verdict as i32,
-        reason: reason.into(),
-        decided_by: "reviewer".into(),
-        ..Default::default()
-    }
-}
-
 fn tool_result(events: &[v1::AgentEvent], call_id: &str) -> Option<serde_json::Value> {
-    events
-        .iter()
-        .filter(|e| is_kind(e, v1::AgentEventKind::ToolResult))
-        .map(payload)
-        .find(|p| p["call_id"] == call_id)
+    payloads_of(events, v1::AgentEventKind::ToolResult).find(|p| p["call_id"] == call_id)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,69 +24,31 @@ async fn approve_on_the_subject_runs_the_tool_and_deny_in_kv_gives_a_denial() {
     let env = Env::start().await;
     let handle = env.daemon(env.config("emu0")).await;
     let slice = handle.slice_ids()[0].clone();
-    let mut grpc = client(&handle).await;
     let approvals = Approvals::open(&env.bus).await.expect("approvals");
-    let mut requests = env
-        .bus
-        .subscribe_approval_requests(Some("jobA"))
-        .await
-        .expect("requests");
-    let mut events = env.bus.subscribe_events("jobA").await.expect("events");
-    // Make sure the subscriptions reached the server before anything is published.
-    env.bus.flush().await.expect("flush");
-    let mut results = results(&env.bus, "jobA", "ta").await;
+    let mut watch = env.watch("jobA", "ta").await;
 
     // auto_approve off: validate and benchmark (medium risk) need a human.
-    grpc.spawn_session(spawn_request("jobA", "agentA", "sessA", &slice))
-        .await
-        .expect("spawn");
+    let session = Session::on(&handle, &slice, "jobA", "agentA", "sessA");
+    spawn(&handle, session.spawn_request()).await;
     let params = json!({"params": {"N": 16384, "CHUNK": 256}, "repeats": 3});
-    env.bus
-        .publish_task(&task(
-            Place {
-                job: "jobA",
-                agent: "agentA",
-                session: "sessA",
-                worker: handle.worker_id(),
-                slice: &slice,
-            },
-            "taskA",
-            1,
-            params,
-        ))
-        .await
-        .expect("publish");
+    env.publish(&session.task("taskA", 1, params)).await;
 
-    let request = next(&mut requests, "the validate approval request")
-        .await
-        .expect("request")
-        .message;
+    let request = next_message(&mut watch.requests, "the validate approval request").await;
     assert_eq!(request.tool_name, "validate");
     assert_eq!(request.session_id, "sessA");
     assert_eq!(request.risk, v1::RiskLevel::Medium as i32);
-    let record = approvals
-        .get(&request.approval_id)
-        .await
-        .expect("get")
-        .expect("stored");
-    assert_eq!(record.value.state(), v1::ApprovalState::Pending);
+    let record = approval_record(&approvals, &request.approval_id).await;
+    assert_eq!(record.state(), v1::ApprovalState::Pending);
 
     // APPROVE, only as a message: the worker records it and runs the tool.
     env.bus
-        .publish_approval_decision(&decision(&request, v1::ApprovalVerdict::Approve, ""))
+        .publish_approval_decision(&approve(&request))
         .await
         .expect("publish decision");
-    let benchmark = next(&mut requests, "the benchmark approval request")
-        .await
-        .expect("request")
-        .message;
+    let benchmark = next_message(&mut watch.requests, "the benchmark approval request").await;
     assert_eq!(benchmark.tool_name, "benchmark");
-    let record = approvals
-        .get(&request.approval_id)
-        .await
-        .expect("get")
-        .expect("stored");
-    assert_eq!(record.value.state(), v1::ApprovalState::Approved);
+    let record = approval_record(&approvals, &request.approval_id).await;
+    assert_eq!(record.state(), v1::ApprovalState::Approved);
 
     // DENY, only in the bucket (as if the notification were lost).
     approvals
@@ -119,17 +60,13 @@ async fn approve_on_the_subject_runs_the_tool_and_deny_in_kv_gives_a_denial() {
         .await
         .expect("decide");
 
-    let result = next(&mut results, "the result")
-        .await
-        .expect("result")
-        .message()
-        .clone();
+    let result = next_result(&mut watch.results, "the result").await;
     assert_eq!(result.status, v1::TaskStatus::Ok as i32, "{result:?}");
     let body: serde_json::Value = serde_json::from_str(&result.result_json).expect("json");
     assert!(body["best"].is_null(), "the benchmark never ran: {body}");
 
     let mut all = Vec::new();
-    events_until(&mut events, &mut all, |e| task_finished(e, 1)).await;
+    events_until(&mut watch.events, &mut all, |e| task_finished(e, 1)).await;
     assert_gapless(&all, 1);
     let validated = tool_result(&all, &request.call_id).expect("validate result");
     assert_eq!(validated["ok"], true, "{validated}");
@@ -146,11 +83,8 @@ async fn approve_on_the_subject_runs_the_tool_and_deny_in_kv_gives_a_denial() {
         content.contains("denied by the reviewer") && content.contains("not on this board today"),
         "{content}"
     );
-    let decided: Vec<serde_json::Value> = all
-        .iter()
-        .filter(|e| is_kind(e, v1::AgentEventKind::ApprovalDecided))
-        .map(payload)
-        .collect();
+    let decided: Vec<serde_json::Value> =
+        payloads_of(&all, v1::AgentEventKind::ApprovalDecided).collect();
     assert_eq!(decided.len(), 2, "{decided:?}");
     assert_eq!(decided[0]["verdict"], "APPROVAL_VERDICT_APPROVE");
     assert_eq!(decided[1]["verdict"], "APPROVAL_VERDICT_DENY");
@@ -171,71 +105,34 @@ async fn no_decision_applies_the_default_verdict_after_the_timeout() {
     config.approval_timeout = Duration::from_secs(2);
     let handle = env.daemon(config).await;
     let slice = handle.slice_ids()[1].clone();
-    let mut grpc = client(&handle).await;
     let approvals = Approvals::open(&env.bus).await.expect("approvals");
-    let mut requests = env
-        .bus
-        .subscribe_approval_requests(Some("jobT"))
-        .await
-        .expect("requests");
     let mut decisions = env
         .bus
         .subscribe_approval_decisions("sessT")
         .await
         .expect("decisions");
-    let mut events = env.bus.subscribe_events("jobT").await.expect("events");
-    // Make sure the subscriptions reached the server before anything is published.
-    env.bus.flush().await.expect("flush");
-    let mut results = results(&env.bus, "jobT", "tt").await;
+    // Flushed with the job's subscriptions.
+    let mut watch = env.watch("jobT", "tt").await;
 
-    grpc.spawn_session(spawn_request("jobT", "agentT", "sessT", &slice))
-        .await
-        .expect("spawn");
+    let session = Session::on(&handle, &slice, "jobT", "agentT", "sessT");
+    spawn(&handle, session.spawn_request()).await;
     let params = json!({"params": {"N": 16384, "CHUNK": 256}});
-    env.bus
-        .publish_task(&task(
-            Place {
-                job: "jobT",
-                agent: "agentT",
-                session: "sessT",
-                worker: handle.worker_id(),
-                slice: &slice,
-            },
-            "taskT",
-            1,
-            params,
-        ))
-        .await
-        .expect("publish");
+    env.publish(&session.task("taskT", 1, params)).await;
 
-    let request = next(&mut requests, "the approval request")
-        .await
-        .expect("request")
-        .message;
+    let request = next_message(&mut watch.requests, "the approval request").await;
     assert_eq!(request.timeout_seconds, 2);
     assert_eq!(request.default_verdict, v1::ApprovalVerdict::Deny as i32);
-    let timed_out = next(&mut decisions, "the timeout decision")
-        .await
-        .expect("decision")
-        .message;
+    let timed_out = next_message(&mut decisions, "the timeout decision").await;
     assert_eq!(timed_out.approval_id, request.approval_id);
     assert!(timed_out.timed_out);
     assert_eq!(timed_out.verdict(), v1::ApprovalVerdict::Deny);
-    let record = approvals
-        .get(&request.approval_id)
-        .await
-        .expect("get")
-        .expect("stored");
-    assert_eq!(record.value.state(), v1::ApprovalState::Denied);
+    let record = approval_record(&approvals, &request.approval_id).await;
+    assert_eq!(record.state(), v1::ApprovalState::Denied);
 
-    let result = next(&mut results, "the result")
-        .await
-        .expect("result")
-        .message()
-        .clone();
+    let result = next_result(&mut watch.results, "the result").await;
     assert_eq!(result.status, v1::TaskStatus::Ok as i32);
     let mut all = Vec::new();
-    events_until(&mut events, &mut all, |e| task_finished(e, 1)).await;
+    events_until(&mut watch.events, &mut all, |e| task_finished(e, 1)).await;
     let denied = tool_result(&all, &request.call_id).expect("denied call result");
     assert_eq!(denied["ok"], false);
     assert!(

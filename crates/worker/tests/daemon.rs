@@ -30,12 +30,7 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     let workers = Workers::open(&env.bus).await.expect("workers");
 
     // Health: SERVING for the Worker service once started.
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", handle.grpc_addr()))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("channel");
-    let health = HealthClient::new(channel.clone())
+    let health = HealthClient::new(channel(&handle).await)
         .check(HealthCheckRequest {
             service: "mtswarm.v1.Worker".into(),
         })
@@ -119,41 +114,16 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     // A task for another session on s2's slice is terminated without a
     // result; the no-op task behind it answers without tools.
     let mut results = results(&env.bus, "jobD", "td").await;
-    env.bus
-        .publish_task(&task(
-            Place {
-                job: "jobD",
-                agent: "a2",
-                session: "someone-else",
-                worker: handle.worker_id(),
-                slice: "emu0-c1",
-            },
-            "stray1",
-            1,
-            json!({"noop": true}),
-        ))
-        .await
-        .expect("publish stray");
-    env.bus
-        .publish_task(&task(
-            Place {
-                job: "jobD",
-                agent: "a2",
-                session: "s2",
-                worker: handle.worker_id(),
-                slice: "emu0-c1",
-            },
-            "noop1",
-            1,
-            json!({"noop": true}),
-        ))
-        .await
-        .expect("publish noop");
-    let result = next(&mut results, "the no-op result")
-        .await
-        .expect("result")
-        .message()
-        .clone();
+    let s2 = Session::on(&handle, "emu0-c1", "jobD", "a2", "s2");
+    let stray = Session {
+        id: "someone-else".into(),
+        ..s2.clone()
+    };
+    env.publish(&stray.task("stray1", 1, json!({"noop": true})))
+        .await;
+    env.publish(&s2.task("noop1", 1, json!({"noop": true})))
+        .await;
+    let result = next_result(&mut results, "the no-op result").await;
     assert_eq!(result.task_id, "noop1", "the stray task got a result");
     assert_eq!(result.status, v1::TaskStatus::Ok as i32, "{result:?}");
     let body: serde_json::Value = serde_json::from_str(&result.result_json).expect("json");
@@ -162,26 +132,9 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     // A later task of the session with a lower attempt number than the
     // previous one is not mistaken for a stale attempt.
     for (task_id, attempt) in [("noop2", 3), ("noop3", 1)] {
-        env.bus
-            .publish_task(&task(
-                Place {
-                    job: "jobD",
-                    agent: "a2",
-                    session: "s2",
-                    worker: handle.worker_id(),
-                    slice: "emu0-c1",
-                },
-                task_id,
-                attempt,
-                json!({"noop": true}),
-            ))
-            .await
-            .expect("publish");
-        let result = next(&mut results, task_id)
-            .await
-            .expect("result")
-            .message()
-            .clone();
+        env.publish(&s2.task(task_id, attempt, json!({"noop": true})))
+            .await;
+        let result = next_result(&mut results, task_id).await;
         assert_eq!(
             (result.task_id.as_str(), result.attempt),
             (task_id, attempt)
@@ -328,12 +281,7 @@ async fn a_second_daemon_for_the_board_and_quarantined_slices_are_refused_and_re
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", handle.grpc_addr()))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("channel");
-    let mut reflection = ServerReflectionClient::new(channel);
+    let mut reflection = ServerReflectionClient::new(channel(&handle).await);
     let request = ServerReflectionRequest {
         host: String::new(),
         message_request: Some(MessageRequest::ListServices(String::new())),

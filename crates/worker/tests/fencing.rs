@@ -11,18 +11,6 @@ use common::*;
 use mtswarm_bus::{Approvals, Checkpoints, Leases, v1};
 use serde_json::json;
 
-fn approve(request: &v1::ApprovalRequest) -> v1::ApprovalDecision {
-    v1::ApprovalDecision {
-        approval_id: request.approval_id.clone(),
-        job_id: request.job_id.clone(),
-        session_id: request.session_id.clone(),
-        call_id: request.call_id.clone(),
-        verdict: v1::ApprovalVerdict::Approve as i32,
-        decided_by: "reviewer".into(),
-        ..Default::default()
-    }
-}
-
 fn params() -> serde_json::Value {
     json!({
         "candidates": [{"N": 4096, "CHUNK": 256}, {"N": 4096, "CHUNK": 1024}],
@@ -37,73 +25,25 @@ struct Paused {
     handle: mtswarm_worker::WorkerHandle,
     slice: String,
     request: v1::ApprovalRequest,
-    events: mtswarm_bus::ReceivedStream<v1::AgentEvent>,
-    results: mtswarm_bus::DeliveryStream<v1::TaskResult>,
+    watch: JobWatch,
 }
 
 async fn paused_attempt(job: &str) -> Paused {
     let env = Env::start().await;
     let handle = env.daemon(env.config("emu0")).await;
     let slice = handle.slice_ids()[0].clone();
-    let mut requests = env
-        .bus
-        .subscribe_approval_requests(Some(job))
-        .await
-        .expect("requests");
-    let events = env.bus.subscribe_events(job).await.expect("events");
-    env.bus.flush().await.expect("flush");
-    let results = results(&env.bus, job, "tf").await;
-    client(&handle)
-        .await
-        .spawn_session(spawn_request(job, "agentF", "sessF", &slice))
-        .await
-        .expect("spawn");
-    env.bus
-        .publish_task(&task(
-            Place {
-                job,
-                agent: "agentF",
-                session: "sessF",
-                worker: handle.worker_id(),
-                slice: &slice,
-            },
-            "taskF",
-            1,
-            params(),
-        ))
-        .await
-        .expect("publish");
-    let request = next(&mut requests, "the approval request")
-        .await
-        .expect("request")
-        .message;
+    let mut watch = env.watch(job, "tf").await;
+    let session = Session::on(&handle, &slice, job, "agentF", "sessF");
+    spawn(&handle, session.spawn_request()).await;
+    env.publish(&session.task("taskF", 1, params())).await;
+    let request = next_message(&mut watch.requests, "the approval request").await;
     Paused {
         env,
         handle,
         slice,
         request,
-        events,
-        results,
+        watch,
     }
-}
-
-async fn fenced_result(
-    results: &mut mtswarm_bus::DeliveryStream<v1::TaskResult>,
-) -> v1::TaskResult {
-    let result = next(results, "the fenced result")
-        .await
-        .expect("result")
-        .message()
-        .clone();
-    assert!(result.fenced, "{result:?}");
-    assert_eq!(result.attempt, 1, "{result:?}");
-    assert_eq!(
-        result.status,
-        v1::TaskStatus::Cancelled as i32,
-        "{result:?}"
-    );
-    assert!(result.error.starts_with("fenced off: "), "{}", result.error);
-    result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,12 +55,7 @@ async fn a_run_fenced_by_a_later_attempt_publishes_a_fenced_result() {
     let approvals = Approvals::open(&paused.env.bus).await.expect("approvals");
 
     // Attempt 2 of the task took the session over elsewhere.
-    let mut stored = checkpoints
-        .get("sessF")
-        .await
-        .expect("get")
-        .expect("checkpoint of attempt 1")
-        .value;
+    let mut stored = checkpoint(&checkpoints, "sessF").await;
     assert_eq!(stored.attempt, 1);
     stored.attempt = 2;
     stored.updated_at = None;
@@ -134,18 +69,12 @@ async fn a_run_fenced_by_a_later_attempt_publishes_a_fenced_result() {
         .decide(&approve(&paused.request))
         .await
         .expect("decide");
-    let result = fenced_result(&mut paused.results).await;
+    let result = fenced_result(&mut paused.watch.results).await;
     assert!(result.error.contains("later attempt"), "{}", result.error);
     // Attempt 1 never overwrote attempt 2's checkpoint.
-    let after = checkpoints
-        .get("sessF")
-        .await
-        .expect("get")
-        .expect("checkpoint")
-        .value;
-    assert_eq!(after.attempt, 2);
+    assert_eq!(checkpoint(&checkpoints, "sessF").await.attempt, 2);
     let mut seen = Vec::new();
-    let finished = events_until(&mut paused.events, &mut seen, |e| task_finished(e, 1)).await;
+    let finished = events_until(&mut paused.watch.events, &mut seen, |e| task_finished(e, 1)).await;
     assert_eq!(payload(&finished)["fenced"], true);
     paused.handle.shutdown().await.expect("shutdown");
 }
@@ -168,18 +97,12 @@ async fn lease_loss_fences_the_running_attempt_and_ends_the_session() {
         .delete(&paused.slice, None)
         .await
         .expect("delete the lease");
-    let result = fenced_result(&mut paused.results).await;
+    let result = fenced_result(&mut paused.watch.results).await;
     assert!(
         result.error.contains("lease") && result.error.contains(&paused.slice),
         "{}",
         result.error
     );
-    let finished = session_finished(&mut paused.events, "sessF").await;
-    assert!(
-        finished["reason"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("fenced off:")),
-        "{finished}"
-    );
+    fenced_session_end(&mut paused.watch.events, "sessF").await;
     paused.handle.shutdown().await.expect("shutdown");
 }

@@ -9,6 +9,21 @@ use common::*;
 use mtswarm_bus::v1;
 use serde_json::json;
 
+/// Publish `task` and check that its result is FAILED naming `limit`.
+async fn fails_naming(
+    env: &Env,
+    results: &mut mtswarm_bus::DeliveryStream<v1::TaskResult>,
+    task: &v1::TaskAssignment,
+    limit: &str,
+) -> v1::TaskResult {
+    env.publish(task).await;
+    let result = next_result(results, &task.task_id).await;
+    assert_eq!(result.task_id, task.task_id);
+    assert_eq!(result.status, v1::TaskStatus::Failed as i32, "{result:?}");
+    assert!(result.error.contains(limit), "{}", result.error);
+    result
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversize_task_payloads_fail_naming_the_limit() {
     let env = Env::start().await;
@@ -18,73 +33,28 @@ async fn oversize_task_payloads_fail_naming_the_limit() {
     let handle = env.daemon(config).await;
     let slice = handle.slice_ids()[0].clone();
     let mut results = results(&env.bus, "jobL", "tl").await;
-    let mut spawn = spawn_request("jobL", "agentL", "sessL", &slice);
-    spawn.auto_approve = true;
-    client(&handle)
-        .await
-        .spawn_session(spawn)
-        .await
-        .expect("spawn");
+    let session = Session::on(&handle, &slice, "jobL", "agentL", "sessL");
+    spawn(&handle, session.auto_approved()).await;
 
     let big = json!({"candidates": [{"N": 4096}], "note": "x".repeat(2000)});
-    let oversize_parameters = task(
-        Place {
-            job: "jobL",
-            agent: "agentL",
-            session: "sessL",
-            worker: handle.worker_id(),
-            slice: &slice,
-        },
-        "taskL1",
-        1,
-        big,
-    );
-    env.bus
-        .publish_task(&oversize_parameters)
-        .await
-        .expect("publish");
-    let result = next(&mut results, "result 1")
-        .await
-        .expect("result")
-        .message()
-        .clone();
-    assert_eq!(result.task_id, "taskL1");
-    assert_eq!(result.status, v1::TaskStatus::Failed as i32, "{result:?}");
-    assert!(
-        result.error.contains("max_task_parameters_bytes"),
-        "{}",
-        result.error
-    );
+    let oversize_parameters = session.task("taskL1", 1, big);
+    let result = fails_naming(
+        &env,
+        &mut results,
+        &oversize_parameters,
+        "max_task_parameters_bytes",
+    )
+    .await;
     assert!(!result.fenced);
 
-    let mut oversize_instructions = task(
-        Place {
-            job: "jobL",
-            agent: "agentL",
-            session: "sessL",
-            worker: handle.worker_id(),
-            slice: &slice,
-        },
-        "taskL2",
-        1,
-        json!({"noop": true}),
-    );
+    let mut oversize_instructions = session.task("taskL2", 1, json!({"noop": true}));
     oversize_instructions.instructions = "y".repeat(600);
-    env.bus
-        .publish_task(&oversize_instructions)
-        .await
-        .expect("publish");
-    let result = next(&mut results, "result 2")
-        .await
-        .expect("result")
-        .message()
-        .clone();
-    assert_eq!(result.task_id, "taskL2");
-    assert_eq!(result.status, v1::TaskStatus::Failed as i32, "{result:?}");
-    assert!(
-        result.error.contains("max_task_instructions_bytes"),
-        "{}",
-        result.error
-    );
+    fails_naming(
+        &env,
+        &mut results,
+        &oversize_instructions,
+        "max_task_instructions_bytes",
+    )
+    .await;
     handle.shutdown().await.expect("shutdown");
 }

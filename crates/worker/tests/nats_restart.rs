@@ -22,34 +22,14 @@ async fn a_session_survives_a_server_restart() {
     config.worker_ttl = Duration::from_secs(10);
     let handle = env.daemon(config).await;
     let slice = handle.slice_ids()[0].clone();
-    let mut spawn = spawn_request("jobN", "agentN", "sessN", &slice);
-    spawn.auto_approve = true;
-    client(&handle)
-        .await
-        .spawn_session(spawn)
-        .await
-        .expect("spawn");
+    let session = Session::on(&handle, &slice, "jobN", "agentN", "sessN");
+    spawn(&handle, session.auto_approved()).await;
 
-    let first = task(
-        Place {
-            job: "jobN",
-            agent: "agentN",
-            session: "sessN",
-            worker: handle.worker_id(),
-            slice: &slice,
-        },
-        "taskN1",
-        1,
-        json!({"noop": true}),
-    );
     {
         let mut results = results(&env.bus, "jobN", "tn1").await;
-        env.bus.publish_task(&first).await.expect("publish 1");
-        let result = next(&mut results, "result 1")
-            .await
-            .expect("result")
-            .message()
-            .clone();
+        env.publish(&session.task("taskN1", 1, json!({"noop": true})))
+            .await;
+        let result = next_result(&mut results, "result 1").await;
         assert_eq!(result.task_id, "taskN1");
         assert_eq!(result.status, v1::TaskStatus::Ok as i32, "{result:?}");
     }
@@ -83,19 +63,12 @@ async fn a_session_survives_a_server_restart() {
         .expect("test client reconnects");
 
     let mut results = results(&env.bus, "jobN", "tn2").await;
-    let second = task(
-        Place {
-            job: "jobN",
-            agent: "agentN",
-            session: "sessN",
-            worker: handle.worker_id(),
-            slice: &slice,
-        },
+    let second = session.task(
         "taskN2",
         1,
         json!({"candidates": [{"N": 4096, "CHUNK": 256}], "repeats": 3}),
     );
-    env.bus.publish_task(&second).await.expect("publish 2");
+    env.publish(&second).await;
     let result = loop {
         let delivery = next(&mut results, "result 2").await.expect("result");
         if delivery.message().task_id == "taskN2" {

@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use mtswarm_bus::{Quarantine, v1};
+use mtswarm_bus::Quarantine;
 use serde_json::json;
 
 const FLAKY_FLEET: &str = r#"
@@ -27,60 +27,23 @@ async fn a_slice_failing_n_runs_in_a_row_is_quarantined_and_its_session_fenced()
     let slice = handle.slice_ids()[0].clone();
     assert_eq!(slice, "flaky-c0");
     let quarantine = Quarantine::open(&env.bus).await.expect("quarantine bucket");
-    let mut events = env.bus.subscribe_events("jobQ").await.expect("events");
-    env.bus.flush().await.expect("flush");
-    let mut results = results(&env.bus, "jobQ", "tq").await;
+    let mut watch = env.watch("jobQ", "tq").await;
     let mut grpc = client(&handle).await;
 
-    let mut spawn = spawn_request("jobQ", "agentQ", "sessQ", &slice);
-    spawn.auto_approve = true;
+    let session = Session::on(&handle, &slice, "jobQ", "agentQ", "sessQ");
+    let mut spawn = session.auto_approved();
     grpc.spawn_session(spawn.clone()).await.expect("spawn");
     let params = json!({
         "candidates": [{"N": 4096, "CHUNK": 256}, {"N": 4096, "CHUNK": 1024}, {"N": 4096, "CHUNK": 2048}],
         "repeats": 3
     });
-    env.bus
-        .publish_task(&task(
-            Place {
-                job: "jobQ",
-                agent: "agentQ",
-                session: "sessQ",
-                worker: handle.worker_id(),
-                slice: &slice,
-            },
-            "taskQ",
-            1,
-            params,
-        ))
-        .await
-        .expect("publish");
+    env.publish(&session.task("taskQ", 1, params)).await;
 
-    let result = next(&mut results, "the fenced result")
-        .await
-        .expect("result")
-        .message()
-        .clone();
-    assert!(result.fenced, "{result:?}");
-    assert_eq!(
-        result.status,
-        v1::TaskStatus::Cancelled as i32,
-        "{result:?}"
-    );
-    assert!(
-        result.error.starts_with("fenced off:") && result.error.contains("quarantined"),
-        "{}",
-        result.error
-    );
-    assert_eq!(result.attempt, 1);
+    let result = fenced_result(&mut watch.results).await;
+    assert!(result.error.contains("quarantined"), "{}", result.error);
 
     // The session ends on the fence; the record names the count and the worker.
-    let finished = session_finished(&mut events, "sessQ").await;
-    assert!(
-        finished["reason"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("fenced off:")),
-        "{finished}"
-    );
+    fenced_session_end(&mut watch.events, "sessQ").await;
     let record = quarantine
         .get(&slice)
         .await

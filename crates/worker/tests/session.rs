@@ -20,16 +20,16 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
     assert_eq!(slice, "emu0-c0");
     let mut grpc = client(&handle).await;
 
-    let mut events = env.bus.subscribe_events("job1").await.expect("events");
-    // Make sure the subscriptions reached the server before anything is published.
-    env.bus.flush().await.expect("flush");
+    let mut watch = env.watch("job1", "t1").await;
     let checkpoints = Checkpoints::open(&env.bus).await.expect("checkpoints");
     let mut checkpoint_watch = checkpoints.kv().watch().await.expect("watch");
-    let mut results = results(&env.bus, "job1", "t1").await;
 
-    let mut spawn = spawn_request("job1", "agent1", "sess1", &slice);
-    spawn.auto_approve = true;
-    let spawned = grpc.spawn_session(spawn).await.expect("spawn").into_inner();
+    let session = Session::on(&handle, &slice, "job1", "agent1", "sess1");
+    let spawned = grpc
+        .spawn_session(session.auto_approved())
+        .await
+        .expect("spawn")
+        .into_inner();
     assert_eq!(spawned.slice_id, slice);
     assert_eq!(spawned.worker_id, handle.worker_id());
 
@@ -37,25 +37,9 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
         "candidates": [{"N": 16384, "CHUNK": 256}, {"N": 16384, "CHUNK": 2048}],
         "repeats": 3
     });
-    let assignment = task(
-        Place {
-            job: "job1",
-            agent: "agent1",
-            session: "sess1",
-            worker: handle.worker_id(),
-            slice: &slice,
-        },
-        "task1",
-        1,
-        params,
-    );
-    env.bus
-        .publish_task(&assignment)
-        .await
-        .expect("publish task");
+    env.publish(&session.task("task1", 1, params)).await;
 
-    let delivery = next(&mut results, "the task result").await.expect("result");
-    let result = delivery.message().clone();
+    let result = next_result(&mut watch.results, "the task result").await;
     assert_eq!(result.task_id, "task1");
     assert_eq!(result.attempt, 1);
     assert_eq!(result.session_id, "sess1");
@@ -113,13 +97,11 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
 
     // Events: in order, gapless from 1, all tool calls of the plan.
     let mut all = Vec::new();
-    events_until(&mut events, &mut all, |e| task_finished(e, 1)).await;
+    events_until(&mut watch.events, &mut all, |e| task_finished(e, 1)).await;
     assert_gapless(&all, 1);
     assert!(is_kind(&all[0], v1::AgentEventKind::SessionStarted));
-    let calls: Vec<String> = all
-        .iter()
-        .filter(|e| is_kind(e, v1::AgentEventKind::ToolCall))
-        .map(|e| payload(e)["name"].as_str().unwrap_or("").to_owned())
+    let calls: Vec<String> = payloads_of(&all, v1::AgentEventKind::ToolCall)
+        .map(|p| p["name"].as_str().unwrap_or("").to_owned())
         .collect();
     assert_eq!(
         calls,
@@ -132,11 +114,8 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
             "benchmark"
         ]
     );
-    let tool_results: Vec<serde_json::Value> = all
-        .iter()
-        .filter(|e| is_kind(e, v1::AgentEventKind::ToolResult))
-        .map(payload)
-        .collect();
+    let tool_results: Vec<serde_json::Value> =
+        payloads_of(&all, v1::AgentEventKind::ToolResult).collect();
     assert!(
         tool_results.iter().all(|r| r["ok"] == true),
         "{tool_results:?}"
@@ -197,21 +176,9 @@ async fn a_spent_device_seconds_budget_stops_the_task() {
     let handle = env.daemon(env.config("emu0")).await;
     let slice = handle.slice_ids()[1].clone();
     let mut results = results(&env.bus, "jobB", "tb").await;
-    let mut spawn = spawn_request("jobB", "agentB", "sessB", &slice);
-    spawn.auto_approve = true;
-    client(&handle)
-        .await
-        .spawn_session(spawn)
-        .await
-        .expect("spawn");
-    let mut assignment = task(
-        Place {
-            job: "jobB",
-            agent: "agentB",
-            session: "sessB",
-            worker: handle.worker_id(),
-            slice: &slice,
-        },
+    let session = Session::on(&handle, &slice, "jobB", "agentB", "sessB");
+    spawn(&handle, session.auto_approved()).await;
+    let mut assignment = session.task(
         "taskB",
         1,
         json!({"candidates": [{"N": 16384, "CHUNK": 256}, {"N": 16384, "CHUNK": 1024}]}),
@@ -220,12 +187,8 @@ async fn a_spent_device_seconds_budget_stops_the_task() {
         device_seconds: 1e-9,
         ..Default::default()
     });
-    env.bus.publish_task(&assignment).await.expect("publish");
-    let result = next(&mut results, "the result")
-        .await
-        .expect("result")
-        .message()
-        .clone();
+    env.publish(&assignment).await;
+    let result = next_result(&mut results, "the result").await;
     assert_eq!(result.status, v1::TaskStatus::Failed as i32, "{result:?}");
     assert!(
         result.error.contains("device-seconds budget exhausted"),

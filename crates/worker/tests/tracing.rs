@@ -21,37 +21,22 @@ async fn the_task_span_continues_the_publishers_trace() {
     let env = Env::start().await;
     let handle = env.daemon(env.config("emu0")).await;
     let slice = handle.slice_ids()[0].clone();
-    let mut events = env.bus.subscribe_events("jobX").await.expect("events");
-    // Make sure the subscriptions reached the server before anything is published.
-    env.bus.flush().await.expect("flush");
-    let mut results = results(&env.bus, "jobX", "tx").await;
-    client(&handle)
-        .await
-        .spawn_session(spawn_request("jobX", "agentX", "sessX", &slice))
-        .await
-        .expect("spawn");
+    let mut watch = env.watch("jobX", "tx").await;
+    let session = Session::on(&handle, &slice, "jobX", "agentX", "sessX");
+    spawn(&handle, session.spawn_request()).await;
 
     let assign = tracing::info_span!("leader.assign_task");
     let leader_trace = propagation::trace_id(&assign).expect("traced");
-    let assignment = task(
-        Place {
-            job: "jobX",
-            agent: "agentX",
-            session: "sessX",
-            worker: handle.worker_id(),
-            slice: &slice,
-        },
-        "taskX",
-        1,
-        json!({"noop": true}),
-    );
+    let assignment = session.task("taskX", 1, json!({"noop": true}));
     env.bus
         .publish_task(&assignment)
         .instrument(assign)
         .await
         .expect("publish");
 
-    let delivery = next(&mut results, "the result").await.expect("result");
+    let delivery = next(&mut watch.results, "the result")
+        .await
+        .expect("result");
     assert_eq!(delivery.message().status, v1::TaskStatus::Ok as i32);
     let span = tracing::info_span!(parent: None, "check.result");
     assert!(delivery.set_span_parent(&span).expect("parent"));
@@ -60,7 +45,7 @@ async fn the_task_span_continues_the_publishers_trace() {
     // Every event of the task's run is in the same trace.
     let mut in_task = 0;
     loop {
-        let received = next(&mut events, "events").await.expect("event");
+        let received = next(&mut watch.events, "events").await.expect("event");
         let p = payload(&received.message);
         if p.get("engine_seq").is_some() {
             let span = tracing::info_span!(parent: None, "check.event");

@@ -1,6 +1,7 @@
 //! Shared pieces of the worker daemon tests: a real nats-server, a fleet
 //! file with emulator boards, a daemon config with short timeouts, gRPC
-//! clients, task publishing and bounded waits on bus streams.
+//! clients, sessions and their tasks, approval decisions, stored records
+//! and bounded waits on bus streams.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -102,12 +103,53 @@ impl Env {
     pub(crate) async fn daemon(&self, config: WorkerConfig) -> WorkerHandle {
         WorkerDaemon::start(config).await.expect("daemon starts")
     }
+
+    /// Publish `task` on the bus.
+    pub(crate) async fn publish(&self, task: &v1::TaskAssignment) {
+        self.bus
+            .publish_task(task)
+            .await
+            .unwrap_or_else(|error| panic!("publish {}: {error}", task.task_id));
+    }
+
+    /// Subscribe to `job`'s approval requests and events (flushed, so they
+    /// reached the server before anything is published) and open a durable
+    /// result consumer `consumer` for its results.
+    pub(crate) async fn watch(&self, job: &str, consumer: &str) -> JobWatch {
+        let requests = self
+            .bus
+            .subscribe_approval_requests(Some(job))
+            .await
+            .expect("approval requests");
+        let events = self.bus.subscribe_events(job).await.expect("events");
+        self.bus.flush().await.expect("flush");
+        JobWatch {
+            requests,
+            events,
+            results: results(&self.bus, job, consumer).await,
+        }
+    }
+}
+
+/// What a test sees of one job: its approval requests, its agent events and
+/// its task results.
+pub(crate) struct JobWatch {
+    pub requests: mtswarm_bus::ReceivedStream<v1::ApprovalRequest>,
+    pub events: mtswarm_bus::ReceivedStream<v1::AgentEvent>,
+    pub results: mtswarm_bus::DeliveryStream<v1::TaskResult>,
+}
+
+/// A plain-text gRPC channel to the daemon.
+pub(crate) async fn channel(handle: &WorkerHandle) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{}", handle.grpc_addr()))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("gRPC connect")
 }
 
 pub(crate) async fn client(handle: &WorkerHandle) -> WorkerClient<Channel> {
-    WorkerClient::connect(format!("http://{}", handle.grpc_addr()))
-        .await
-        .expect("gRPC connect")
+    WorkerClient::new(channel(handle).await)
 }
 
 pub(crate) fn spawn_request(
@@ -127,40 +169,77 @@ pub(crate) fn spawn_request(
     }
 }
 
-/// Where a test task goes: its job, agent, session, worker and slice.
-pub(crate) struct Place<'a> {
-    pub job: &'a str,
-    pub agent: &'a str,
-    pub session: &'a str,
-    pub worker: &'a str,
-    pub slice: &'a str,
+/// SpawnSession on `handle`'s daemon over a fresh client; the spawn must
+/// succeed.
+pub(crate) async fn spawn(
+    handle: &WorkerHandle,
+    request: v1::SpawnSessionRequest,
+) -> v1::SpawnSessionResponse {
+    let session = request.session_id.clone();
+    client(handle)
+        .await
+        .spawn_session(request)
+        .await
+        .unwrap_or_else(|status| panic!("spawn {session}: {status}"))
+        .into_inner()
 }
 
-pub(crate) fn task(
-    place: Place<'_>,
-    task_id: &str,
-    attempt: u32,
-    parameters: Value,
-) -> v1::TaskAssignment {
-    let Place {
-        job,
-        agent,
-        session,
-        worker,
-        slice,
-    } = place;
-    v1::TaskAssignment {
-        task_id: task_id.into(),
-        job_id: job.into(),
-        attempt,
-        agent_id: agent.into(),
-        session_id: session.into(),
-        worker_id: worker.into(),
-        slice_id: slice.into(),
-        instructions: "Find the fastest configuration.".into(),
-        kernel_dir: "vecadd".into(),
-        parameters_json: parameters.to_string(),
-        ..Default::default()
+/// A test session: its job, agent and session ids, and the worker and
+/// slice its tasks go to.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    pub job: String,
+    pub agent: String,
+    pub id: String,
+    pub worker: String,
+    pub slice: String,
+}
+
+impl Session {
+    /// Session `id` of `job` (agent `agent`) on `slice` of `handle`'s daemon.
+    pub(crate) fn on(handle: &WorkerHandle, slice: &str, job: &str, agent: &str, id: &str) -> Self {
+        Self {
+            job: job.into(),
+            agent: agent.into(),
+            id: id.into(),
+            worker: handle.worker_id().into(),
+            slice: slice.into(),
+        }
+    }
+
+    /// The SpawnSession request for this session (no auto-approval).
+    pub(crate) fn spawn_request(&self) -> v1::SpawnSessionRequest {
+        spawn_request(&self.job, &self.agent, &self.id, &self.slice)
+    }
+
+    /// The same request with `auto_approve`.
+    pub(crate) fn auto_approved(&self) -> v1::SpawnSessionRequest {
+        v1::SpawnSessionRequest {
+            auto_approve: true,
+            ..self.spawn_request()
+        }
+    }
+
+    /// Attempt `attempt` of task `task_id` for this session.
+    pub(crate) fn task(
+        &self,
+        task_id: &str,
+        attempt: u32,
+        parameters: Value,
+    ) -> v1::TaskAssignment {
+        v1::TaskAssignment {
+            task_id: task_id.into(),
+            job_id: self.job.clone(),
+            attempt,
+            agent_id: self.agent.clone(),
+            session_id: self.id.clone(),
+            worker_id: self.worker.clone(),
+            slice_id: self.slice.clone(),
+            instructions: "Find the fastest configuration.".into(),
+            kernel_dir: "vecadd".into(),
+            parameters_json: parameters.to_string(),
+            ..Default::default()
+        }
     }
 }
 
@@ -191,6 +270,91 @@ pub(crate) async fn results(
         .expect("results")
 }
 
+/// The next task result of a result stream (each wait bounded by [`WAIT`]).
+pub(crate) async fn next_result(
+    results: &mut mtswarm_bus::DeliveryStream<v1::TaskResult>,
+    what: &str,
+) -> v1::TaskResult {
+    next(results, what)
+        .await
+        .unwrap_or_else(|error| panic!("{what}: {error}"))
+        .message()
+        .clone()
+}
+
+/// The next message of a core NATS subscription (bounded by [`WAIT`]).
+pub(crate) async fn next_message<T>(stream: &mut mtswarm_bus::ReceivedStream<T>, what: &str) -> T {
+    next(stream, what)
+        .await
+        .unwrap_or_else(|error| panic!("{what}: {error}"))
+        .message
+}
+
+/// A FENCED, CANCELLED result of attempt 1 whose error says `fenced off: `.
+pub(crate) async fn fenced_result(
+    results: &mut mtswarm_bus::DeliveryStream<v1::TaskResult>,
+) -> v1::TaskResult {
+    let result = next_result(results, "the fenced result").await;
+    assert!(result.fenced, "{result:?}");
+    assert_eq!(result.attempt, 1, "{result:?}");
+    assert_eq!(
+        result.status,
+        v1::TaskStatus::Cancelled as i32,
+        "{result:?}"
+    );
+    assert!(result.error.starts_with("fenced off: "), "{}", result.error);
+    result
+}
+
+/// A decision on `request` by "reviewer".
+pub(crate) fn decision(
+    request: &v1::ApprovalRequest,
+    verdict: v1::ApprovalVerdict,
+    reason: &str,
+) -> v1::ApprovalDecision {
+    v1::ApprovalDecision {
+        approval_id: request.approval_id.clone(),
+        job_id: request.job_id.clone(),
+        session_id: request.session_id.clone(),
+        call_id: request.call_id.clone(),
+        verdict: verdict as i32,
+        reason: reason.into(),
+        decided_by: "reviewer".into(),
+        ..Default::default()
+    }
+}
+
+/// An APPROVE of `request` with no reason.
+pub(crate) fn approve(request: &v1::ApprovalRequest) -> v1::ApprovalDecision {
+    decision(request, v1::ApprovalVerdict::Approve, "")
+}
+
+/// The stored approval record `approval_id` (it must exist).
+pub(crate) async fn approval_record(
+    approvals: &mtswarm_bus::Approvals,
+    approval_id: &str,
+) -> v1::ApprovalRecord {
+    approvals
+        .get(approval_id)
+        .await
+        .expect("get the approval")
+        .expect("approval record stored")
+        .value
+}
+
+/// The stored checkpoint of `session` (it must exist).
+pub(crate) async fn checkpoint(
+    checkpoints: &mtswarm_bus::Checkpoints,
+    session: &str,
+) -> v1::SessionCheckpoint {
+    checkpoints
+        .get(session)
+        .await
+        .expect("get the checkpoint")
+        .expect("checkpoint stored")
+        .value
+}
+
 pub(crate) fn payload(event: &v1::AgentEvent) -> Value {
     serde_json::from_str(&event.payload_json).expect("event payload is JSON")
 }
@@ -215,6 +379,23 @@ pub(crate) async fn events_until(
 
 pub(crate) fn is_kind(event: &v1::AgentEvent, kind: v1::AgentEventKind) -> bool {
     event.kind == kind as i32
+}
+
+/// The payloads of the events of `kind`, in order.
+pub(crate) fn payloads_of(
+    events: &[v1::AgentEvent],
+    kind: v1::AgentEventKind,
+) -> impl Iterator<Item = Value> + '_ {
+    events.iter().filter(move |e| is_kind(e, kind)).map(payload)
+}
+
+/// The payload of the `task_started` event of `attempt`.
+pub(crate) fn task_started(events: &[v1::AgentEvent], attempt: u32) -> Value {
+    events
+        .iter()
+        .map(payload)
+        .find(|p| p["type"] == "task_started" && p["attempt"] == attempt)
+        .unwrap_or_else(|| panic!("task_started of attempt {attempt}"))
 }
 
 /// The LOG event that ends a task attempt.
@@ -248,4 +429,19 @@ pub(crate) async fn session_finished(
     })
     .await;
     payload(&event)
+}
+
+/// Wait for `session`'s `session_finished` event and check that the
+/// session ended on a fence.
+pub(crate) async fn fenced_session_end(
+    stream: &mut mtswarm_bus::ReceivedStream<v1::AgentEvent>,
+    session: &str,
+) {
+    let finished = session_finished(stream, session).await;
+    assert!(
+        finished["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("fenced off:")),
+        "{finished}"
+    );
 }
