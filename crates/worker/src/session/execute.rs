@@ -18,7 +18,7 @@ use super::drive::{Driven, Segment};
 use super::result::TaskEnd;
 use super::runtime::SessionRuntime;
 use super::task_run::TaskRun;
-use super::validate::Prepared;
+use super::validate::{Prepared, set_or};
 use crate::approval::{self, ApprovalWait};
 use crate::checkpoint::KvCheckpointSink;
 use crate::config::DefaultVerdict;
@@ -184,11 +184,7 @@ impl TaskRun<'_> {
             DefaultVerdict::Approve => ApprovalDecision::Approve,
         };
         EngineConfig {
-            max_steps: if budgets.max_steps > 0 {
-                budgets.max_steps
-            } else {
-                shared.config.default_max_steps
-            },
+            max_steps: set_or(budgets.max_steps, shared.config.default_max_steps),
             token_budget: (budgets.max_tokens > 0).then_some(budgets.max_tokens),
             wall_time: (budgets.wall_time_seconds > 0)
                 .then(|| Duration::from_secs(budgets.wall_time_seconds)),

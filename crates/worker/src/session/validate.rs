@@ -186,7 +186,7 @@ fn merge_budgets(session: &v1::Budgets, task: Option<&v1::Budgets>) -> v1::Budge
 
 /// `value` when it is set (above zero, the proto's "unset" being zero),
 /// else `fallback`.
-fn set_or<T: PartialOrd + Default>(value: T, fallback: T) -> T {
+pub(super) fn set_or<T: PartialOrd + Default>(value: T, fallback: T) -> T {
     if value > T::default() {
         value
     } else {
