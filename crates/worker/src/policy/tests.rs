@@ -80,14 +80,19 @@ fn walks_compile_validate_benchmark_per_candidate_and_picks_the_fastest() {
     assert_eq!(body["best"]["gflops"], json!(10.0));
 }
 
-#[test]
-fn a_denied_validation_drops_the_candidate() {
+/// A one-candidate task whose compile succeeded and whose validation of
+/// artifact `b1` answered `result`.
+fn validated(result: &str) -> Vec<Message> {
     let mut history = task(json!({"params": {"CHUNK": 512}}));
     answer_next(&mut history, "compiled vecadd as artifact b1 (k)");
-    answer_next(
-        &mut history,
-        "error: the call to 'validate' was denied by the reviewer: no",
-    );
+    let validate = answer_next(&mut history, result);
+    assert_eq!(validate.name, "validate");
+    history
+}
+
+#[test]
+fn a_denied_validation_drops_the_candidate() {
+    let history = validated("error: the call to 'validate' was denied by the reviewer: no");
     let Decision::Final(text) = decide(&history) else {
         panic!("expected final");
     };
@@ -103,12 +108,8 @@ fn a_denied_validation_drops_the_candidate() {
 
 #[test]
 fn an_unknown_artifact_after_a_resume_is_compiled_again() {
-    let mut history = task(json!({"params": {"CHUNK": 512}}));
-    answer_next(&mut history, "compiled vecadd as artifact b1 (k)");
-    answer_next(
-        &mut history,
-        "error: invalid arguments: unknown artifact `b1` (compiled so far: none)",
-    );
+    let mut history =
+        validated("error: invalid arguments: unknown artifact `b1` (compiled so far: none)");
     let again = answer_next(&mut history, "compiled vecadd as artifact b1 (k)");
     assert_eq!(again.name, "compile");
     assert_eq!(again.id, "c0-compile-r1");
