@@ -37,7 +37,7 @@ async fn approve_on_the_subject_runs_the_tool_and_deny_in_kv_gives_a_denial() {
     assert_eq!(request.tool_name, "validate");
     assert_eq!(request.session_id, "sessA");
     assert_eq!(request.risk, v1::RiskLevel::Medium as i32);
-    let record = approval_record(&approvals, &request.approval_id).await;
+    let record = stored(approvals.kv(), &request.approval_id).await;
     assert_eq!(record.state(), v1::ApprovalState::Pending);
 
     // APPROVE, only as a message: the worker records it and runs the tool.
@@ -47,7 +47,7 @@ async fn approve_on_the_subject_runs_the_tool_and_deny_in_kv_gives_a_denial() {
         .expect("publish decision");
     let benchmark = next_message(&mut watch.requests, "the benchmark approval request").await;
     assert_eq!(benchmark.tool_name, "benchmark");
-    let record = approval_record(&approvals, &request.approval_id).await;
+    let record = stored(approvals.kv(), &request.approval_id).await;
     assert_eq!(record.state(), v1::ApprovalState::Approved);
 
     // DENY, only in the bucket (as if the notification were lost).
@@ -126,7 +126,7 @@ async fn no_decision_applies_the_default_verdict_after_the_timeout() {
     assert_eq!(timed_out.approval_id, request.approval_id);
     assert!(timed_out.timed_out);
     assert_eq!(timed_out.verdict(), v1::ApprovalVerdict::Deny);
-    let record = approval_record(&approvals, &request.approval_id).await;
+    let record = stored(approvals.kv(), &request.approval_id).await;
     assert_eq!(record.state(), v1::ApprovalState::Denied);
 
     let result = next_result(&mut watch.results, "the result").await;

@@ -34,6 +34,18 @@ async fn client(url: &str, auth: &ClientAuth) -> Client {
     v1::worker_client::WorkerClient::with_interceptor(channel, auth.interceptor(pass as Pass))
 }
 
+/// A Drain (which would make the daemon refuse new sessions) that must be
+/// refused; returns the status.
+async fn refused_drain(client: &mut Client) -> Status {
+    client
+        .drain(v1::DrainRequest {
+            reason: "attack".into(),
+            grace_seconds: 1,
+        })
+        .await
+        .expect_err("the drain is refused")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn only_the_leader_identity_may_call_the_worker_service() {
     let env = Env::start().await;
@@ -61,13 +73,7 @@ async fn only_the_leader_identity_may_call_the_worker_service() {
     };
 
     let mut anonymous = client(&url, &ca).await;
-    let drained = anonymous
-        .drain(v1::DrainRequest {
-            reason: "attack".into(),
-            grace_seconds: 1,
-        })
-        .await
-        .expect_err("anonymous drain");
+    let drained = refused_drain(&mut anonymous).await;
     assert_eq!(drained.code(), Code::Unauthenticated, "{drained:?}");
     let spawned = anonymous
         .spawn_session(spawn_request("j", "a", "s-anon", &slice))
@@ -77,13 +83,7 @@ async fn only_the_leader_identity_may_call_the_worker_service() {
 
     // A person's identity, even an admin, is not the leader.
     let mut admin = client(&url, &token("admin")).await;
-    let denied = admin
-        .drain(v1::DrainRequest {
-            reason: "attack".into(),
-            grace_seconds: 1,
-        })
-        .await
-        .expect_err("admin drain");
+    let denied = refused_drain(&mut admin).await;
     assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
     assert!(denied.message().contains("`leader`"), "{denied:?}");
 

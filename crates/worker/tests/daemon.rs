@@ -40,18 +40,13 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     assert_eq!(health.status(), ServingStatus::Serving);
 
     // Registration and leases.
-    let record = workers
-        .kv()
-        .get(handle.worker_id())
-        .await
-        .expect("get")
-        .expect("registered");
-    assert_eq!(record.value.endpoint, handle.endpoint());
-    assert_eq!(record.value.slices.len(), 2);
+    let record = stored(workers.kv(), handle.worker_id()).await;
+    assert_eq!(record.endpoint, handle.endpoint());
+    assert_eq!(record.slices.len(), 2);
     for slice in &slices {
-        let lease = leases.get(slice).await.expect("get").expect("leased");
-        assert_eq!(lease.value.worker_id, handle.worker_id());
-        assert!(lease.value.session_id.is_empty());
+        let lease = stored(leases.kv(), slice).await;
+        assert_eq!(lease.worker_id, handle.worker_id());
+        assert!(lease.session_id.is_empty());
     }
 
     // Spawn, then the same request again: same answer.
@@ -67,34 +62,36 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         .expect("spawn s1 again")
         .into_inner();
     assert_eq!(again, first);
-    let lease = leases.get("emu0-c0").await.expect("get").expect("leased");
-    assert_eq!(lease.value.session_id, "s1");
-    assert_eq!(lease.value.job_id, "jobD");
-    assert_eq!(lease.value.epoch, first.lease_epoch);
+    let lease = stored(leases.kv(), "emu0-c0").await;
+    assert_eq!(lease.session_id, "s1");
+    assert_eq!(lease.job_id, "jobD");
+    assert_eq!(lease.epoch, first.lease_epoch);
 
     // Refusals.
-    let busy = grpc
-        .spawn_session(spawn_request("jobD", "a2", "s2", "emu0-c0"))
-        .await
-        .expect_err("busy slice");
-    assert_eq!(busy.code(), Code::FailedPrecondition, "{busy}");
-    let unknown = grpc
-        .spawn_session(spawn_request("jobD", "a2", "s2", "emu9-c0"))
-        .await
-        .expect_err("unknown slice");
-    assert_eq!(unknown.code(), Code::NotFound, "{unknown}");
-    let bad_id = grpc
-        .spawn_session(spawn_request("jobD", "a2", "s.2", ""))
-        .await
-        .expect_err("bad id");
-    assert_eq!(bad_id.code(), Code::InvalidArgument, "{bad_id}");
-    let mut bad_kernel = spawn_request("jobD", "a2", "s2", "");
-    bad_kernel.kernel_dir = "../secrets".into();
-    let bad_kernel = grpc
-        .spawn_session(bad_kernel)
-        .await
-        .expect_err("bad kernel dir");
-    assert_eq!(bad_kernel.code(), Code::InvalidArgument, "{bad_kernel}");
+    let bad_kernel = v1::SpawnSessionRequest {
+        kernel_dir: "../secrets".into(),
+        ..spawn_request("jobD", "a2", "s2", "")
+    };
+    for (request, code, what) in [
+        (
+            spawn_request("jobD", "a2", "s2", "emu0-c0"),
+            Code::FailedPrecondition,
+            "busy slice",
+        ),
+        (
+            spawn_request("jobD", "a2", "s2", "emu9-c0"),
+            Code::NotFound,
+            "unknown slice",
+        ),
+        (
+            spawn_request("jobD", "a2", "s.2", ""),
+            Code::InvalidArgument,
+            "bad id",
+        ),
+        (bad_kernel, Code::InvalidArgument, "bad kernel dir"),
+    ] {
+        refused_spawn(&mut grpc, request, code, what).await;
+    }
 
     // Any free slice by selector, then the session limit.
     let mut by_selector = spawn_request("jobD", "a2", "s2", "");
@@ -105,11 +102,13 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         .expect("spawn s2")
         .into_inner();
     assert_eq!(second.slice_id, "emu0-c1");
-    let full = grpc
-        .spawn_session(spawn_request("jobD", "a3", "s3", ""))
-        .await
-        .expect_err("max sessions");
-    assert_eq!(full.code(), Code::ResourceExhausted, "{full}");
+    refused_spawn(
+        &mut grpc,
+        spawn_request("jobD", "a3", "s3", ""),
+        Code::ResourceExhausted,
+        "max sessions",
+    )
+    .await;
 
     // A task for another session on s2's slice is terminated without a
     // result; the no-op task behind it answers without tools.
@@ -199,11 +198,13 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     })
     .await
     .expect("drain");
-    let drained = grpc
-        .spawn_session(spawn_request("jobD", "a4", "s4", ""))
-        .await
-        .expect_err("draining");
-    assert_eq!(drained.code(), Code::FailedPrecondition, "{drained}");
+    refused_spawn(
+        &mut grpc,
+        spawn_request("jobD", "a4", "s4", ""),
+        Code::FailedPrecondition,
+        "draining",
+    )
+    .await;
     let status = grpc
         .status(v1::StatusRequest {})
         .await
@@ -255,11 +256,13 @@ async fn a_second_daemon_for_the_board_and_quarantined_slices_are_refused_and_re
         .await
         .expect("quarantine put");
     let mut grpc = client(&handle).await;
-    let refused = grpc
-        .spawn_session(spawn_request("jobQ", "q1", "sq1", "emu0-c0"))
-        .await
-        .expect_err("quarantined");
-    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+    let refused = refused_spawn(
+        &mut grpc,
+        spawn_request("jobQ", "q1", "sq1", "emu0-c0"),
+        Code::FailedPrecondition,
+        "quarantined",
+    )
+    .await;
     assert!(refused.message().contains("runs keep hanging"), "{refused}");
     let status = grpc
         .status(v1::StatusRequest {})

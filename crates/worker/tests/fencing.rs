@@ -55,12 +55,12 @@ async fn a_run_fenced_by_a_later_attempt_publishes_a_fenced_result() {
     let approvals = Approvals::open(&paused.env.bus).await.expect("approvals");
 
     // Attempt 2 of the task took the session over elsewhere.
-    let mut stored = checkpoint(&checkpoints, "sessF").await;
-    assert_eq!(stored.attempt, 1);
-    stored.attempt = 2;
-    stored.updated_at = None;
+    let mut taken_over = stored(checkpoints.kv(), "sessF").await;
+    assert_eq!(taken_over.attempt, 1);
+    taken_over.attempt = 2;
+    taken_over.updated_at = None;
     checkpoints
-        .put(&stored)
+        .put(&taken_over)
         .await
         .expect("attempt 2 checkpoint");
 
@@ -72,7 +72,7 @@ async fn a_run_fenced_by_a_later_attempt_publishes_a_fenced_result() {
     let result = fenced_result(&mut paused.watch.results).await;
     assert!(result.error.contains("later attempt"), "{}", result.error);
     // Attempt 1 never overwrote attempt 2's checkpoint.
-    assert_eq!(checkpoint(&checkpoints, "sessF").await.attempt, 2);
+    assert_eq!(stored(checkpoints.kv(), "sessF").await.attempt, 2);
     let mut seen = Vec::new();
     let finished = events_until(&mut paused.watch.events, &mut seen, |e| task_finished(e, 1)).await;
     assert_eq!(payload(&finished)["fenced"], true);
@@ -83,12 +83,8 @@ async fn a_run_fenced_by_a_later_attempt_publishes_a_fenced_result() {
 async fn lease_loss_fences_the_running_attempt_and_ends_the_session() {
     let mut paused = paused_attempt("jobF2").await;
     let leases = Leases::open(&paused.env.bus).await.expect("leases");
-    let lease = leases
-        .get(&paused.slice)
-        .await
-        .expect("get")
-        .expect("the slice's lease");
-    assert_eq!(lease.value.session_id, "sessF");
+    let lease = stored(leases.kv(), &paused.slice).await;
+    assert_eq!(lease.session_id, "sessF");
 
     // The lease is gone under the worker (what a lapse or a takeover does):
     // its next renewal is refused.

@@ -82,9 +82,9 @@ async fn a_session_survives_a_server_restart() {
 
     // The lease still names the session and the worker is still registered.
     let leases = Leases::open(&env.bus).await.expect("leases");
-    let lease = leases.get(&slice).await.expect("get").expect("lease held");
-    assert_eq!(lease.value.session_id, "sessN");
-    assert_eq!(lease.value.worker_id, handle.worker_id());
+    let lease = stored(leases.kv(), &slice).await;
+    assert_eq!(lease.session_id, "sessN");
+    assert_eq!(lease.worker_id, handle.worker_id());
     let workers = Workers::open(&env.bus).await.expect("workers");
     assert!(
         workers

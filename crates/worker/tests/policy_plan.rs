@@ -152,13 +152,46 @@ impl World {
         panic!("the policy did not finish in 500 turns");
     }
 
+    /// Every call of the run, in order.
+    fn calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.steps.iter().flatten()
+    }
+
+    /// The calls of `tool`, in order.
+    fn calls_of<'a>(&'a self, tool: &'a str) -> impl Iterator<Item = &'a ToolCall> {
+        self.calls().filter(move |c| c.name == tool)
+    }
+
     fn hardware_calls(&self) -> usize {
-        self.steps
-            .iter()
-            .flatten()
+        self.calls()
             .filter(|c| c.name == "validate" || c.name == "benchmark")
             .count()
     }
+}
+
+/// Candidate `X = x` takes `1 + x` seconds (the list is in speed order),
+/// with a bound of 0.5 s.
+fn rising_landscape(n: u32) -> Vec<(u32, f64, f64)> {
+    (0..n).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect()
+}
+
+/// The answer names a best candidate with a median.
+fn assert_has_best(answer: &Value) {
+    assert!(
+        answer["best"]["median_seconds"].as_f64().is_some(),
+        "{answer}"
+    );
+}
+
+/// How many of the answer's candidates were skipped for a reason that
+/// satisfies `why`.
+fn skipped(answer: &Value, why: impl Fn(&str) -> bool) -> usize {
+    answer["candidates"]
+        .as_array()
+        .expect("candidates")
+        .iter()
+        .filter(|c| c["skipped"].as_str().is_some_and(&why))
+        .count()
 }
 
 fn candidates(n: u32) -> Vec<Value> {
@@ -167,7 +200,7 @@ fn candidates(n: u32) -> Vec<Value> {
 
 #[test]
 fn the_next_builds_run_in_the_background_of_the_hardware_calls() {
-    let landscape: Vec<(u32, f64, f64)> = (0..6).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let landscape = rising_landscape(6);
     let mut world = World::new(&landscape);
     let answer = world.run(json!({"candidates": candidates(6)}));
     assert_eq!(answer["strategy"], "search");
@@ -241,7 +274,7 @@ fn builds_ahead(world: &World, step: usize) -> usize {
 
 #[test]
 fn builds_the_slice_waits_for_make_the_policy_build_further_ahead() {
-    let landscape: Vec<(u32, f64, f64)> = (0..20).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let landscape = rising_landscape(20);
     let mut prompt = World::new(&landscape);
     prompt.run(json!({"candidates": candidates(20)}));
     let mut late = World::new(&landscape);
@@ -284,33 +317,17 @@ fn the_budget_bounds_the_hardware_calls_and_the_answer_says_so() {
     assert_eq!(world.hardware_calls(), 5);
     assert_eq!(answer["evaluations"], 5);
     assert_eq!(answer["max_evaluations"], 5);
-    let benchmarks = world
-        .steps
-        .iter()
-        .flatten()
-        .filter(|c| c.name == "benchmark")
-        .count();
+    let benchmarks = world.calls_of("benchmark").count();
     assert_eq!(benchmarks, 2, "the default two finalists");
-    assert!(
-        answer["best"]["median_seconds"].as_f64().is_some(),
-        "{answer}"
-    );
-    let skipped = answer["candidates"]
-        .as_array()
-        .expect("candidates")
-        .iter()
-        .filter(|c| c["skipped"].as_str().is_some_and(|s| s.contains("budget")))
-        .count();
-    assert!(skipped >= 15, "{answer}");
+    assert_has_best(&answer);
+    let skipped_for_budget = skipped(&answer, |s| s.contains("budget"));
+    assert!(skipped_for_budget >= 15, "{answer}");
 
     // A budget of one: a single benchmark of the best-ranked candidate.
     let mut world = World::new(&landscape);
     let answer = world.run(json!({"candidates": candidates(20), "max_evaluations": 1}));
     assert_eq!(world.hardware_calls(), 1);
-    assert!(
-        answer["best"]["median_seconds"].as_f64().is_some(),
-        "{answer}"
-    );
+    assert_has_best(&answer);
 }
 
 #[test]
@@ -327,24 +344,9 @@ fn candidates_whose_bound_cannot_beat_the_best_are_never_run() {
         .collect();
     let mut world = World::new(&landscape);
     let answer = world.run(json!({"candidates": candidates(8)}));
-    let ran: Vec<String> = world
-        .steps
-        .iter()
-        .flatten()
-        .filter(|c| c.name == "validate")
-        .map(|c| c.id.clone())
-        .collect();
+    let ran: Vec<String> = world.calls_of("validate").map(|c| c.id.clone()).collect();
     assert_eq!(ran.len(), 4, "{ran:?}");
-    let pruned = answer["candidates"]
-        .as_array()
-        .expect("candidates")
-        .iter()
-        .filter(|c| {
-            c["skipped"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("pruned"))
-        })
-        .count();
+    let pruned = skipped(&answer, |s| s.starts_with("pruned"));
     assert_eq!(pruned, 4, "{answer}");
     assert_eq!(answer["best"]["defines"]["X"], "0");
 }
@@ -356,13 +358,7 @@ fn candidates_that_overflow_on_chip_memory_are_never_built() {
     // The fastest would be X=4, but its footprint does not fit.
     world.over_capacity = vec!["4".to_owned()];
     let answer = world.run(json!({"candidates": candidates(5)}));
-    let built: Vec<String> = world
-        .steps
-        .iter()
-        .flatten()
-        .filter(|c| c.name == "compile")
-        .map(|c| c.id.clone())
-        .collect();
+    let built: Vec<String> = world.calls_of("compile").map(|c| c.id.clone()).collect();
     assert!(!built.contains(&"c4-compile".to_owned()), "{built:?}");
     assert_eq!(built.len(), 4, "{built:?}");
     assert!(
@@ -376,62 +372,36 @@ fn candidates_that_overflow_on_chip_memory_are_never_built() {
 
 #[test]
 fn a_kernel_without_a_model_is_estimated_once_and_keeps_the_list_order() {
-    let landscape: Vec<(u32, f64, f64)> = (0..4).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let landscape = rising_landscape(4);
     let mut world = World::new(&landscape);
     world.no_model = true;
     let answer = world.run(json!({"candidates": candidates(4), "max_evaluations": 3}));
-    let estimates = world
-        .steps
-        .iter()
-        .flatten()
-        .filter(|c| c.name == "estimate")
-        .count();
+    let estimates = world.calls_of("estimate").count();
     assert_eq!(estimates, 1);
-    let first_validate = world
-        .steps
-        .iter()
-        .flatten()
-        .find(|c| c.name == "validate")
-        .expect("a validate");
+    let first_validate = world.calls_of("validate").next().expect("a validate");
     assert_eq!(first_validate.id, "c0-validate");
-    assert!(
-        answer["best"]["median_seconds"].as_f64().is_some(),
-        "{answer}"
-    );
+    assert_has_best(&answer);
 }
 
 #[test]
 fn a_lost_artifact_is_compiled_again_and_does_not_count() {
-    let landscape: Vec<(u32, f64, f64)> = (0..4).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let landscape = rising_landscape(4);
     let mut world = World::new(&landscape);
     world.lose_artifacts_once = true;
     let answer = world.run(json!({"candidates": candidates(4), "max_evaluations": 4}));
-    let ids: Vec<&str> = world
-        .steps
-        .iter()
-        .flatten()
-        .map(|c| c.id.as_str())
-        .collect();
+    let ids: Vec<&str> = world.calls().map(|c| c.id.as_str()).collect();
     assert!(ids.iter().any(|id| id.ends_with("-compile-r1")), "{ids:?}");
     assert!(ids.iter().any(|id| id.ends_with("-validate-r1")), "{ids:?}");
     assert_eq!(answer["evaluations"], 4, "{answer}");
-    assert!(
-        answer["best"]["median_seconds"].as_f64().is_some(),
-        "{answer}"
-    );
+    assert_has_best(&answer);
 }
 
 #[test]
 fn short_lists_keep_the_sequential_plan_and_bad_settings_are_explained() {
-    let landscape: Vec<(u32, f64, f64)> = (0..2).map(|x| (x, 1.0 + f64::from(x), 0.5)).collect();
+    let landscape = rising_landscape(2);
     let mut world = World::new(&landscape);
     let answer = world.run(json!({"candidates": candidates(2)}));
-    let tools: Vec<&str> = world
-        .steps
-        .iter()
-        .flatten()
-        .map(|c| c.name.as_str())
-        .collect();
+    let tools: Vec<&str> = world.calls().map(|c| c.name.as_str()).collect();
     assert_eq!(
         tools,
         [

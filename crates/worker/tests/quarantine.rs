@@ -44,12 +44,7 @@ async fn a_slice_failing_n_runs_in_a_row_is_quarantined_and_its_session_fenced()
 
     // The session ends on the fence; the record names the count and the worker.
     fenced_session_end(&mut watch.events, "sessQ").await;
-    let record = quarantine
-        .get(&slice)
-        .await
-        .expect("read")
-        .expect("quarantine record")
-        .value;
+    let record = stored(quarantine.kv(), &slice).await;
     assert_eq!(record.consecutive_failures, 2, "{record:?}");
     assert_eq!(record.by, handle.worker_id());
     assert_eq!(record.worker_id, handle.worker_id());
@@ -57,11 +52,13 @@ async fn a_slice_failing_n_runs_in_a_row_is_quarantined_and_its_session_fenced()
 
     // Refused while quarantined, even under another session id.
     spawn.session_id = "sessQ2".into();
-    let refused = grpc
-        .spawn_session(spawn.clone())
-        .await
-        .expect_err("a quarantined slice is refused");
-    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    let refused = refused_spawn(
+        &mut grpc,
+        spawn.clone(),
+        tonic::Code::FailedPrecondition,
+        "a quarantined slice",
+    )
+    .await;
     assert!(
         refused.message().contains("quarantined"),
         "{}",
@@ -70,11 +67,13 @@ async fn a_slice_failing_n_runs_in_a_row_is_quarantined_and_its_session_fenced()
     // A selector never lands on it either.
     let mut by_selector = spawn_request("jobQ", "agentQ3", "sessQ3", "");
     by_selector.slice_selector = "cluster=0".into();
-    let refused = grpc
-        .spawn_session(by_selector)
-        .await
-        .expect_err("no free matching slice");
-    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    refused_spawn(
+        &mut grpc,
+        by_selector,
+        tonic::Code::FailedPrecondition,
+        "no free matching slice",
+    )
+    .await;
 
     // Lifted: back in service.
     quarantine.lift(&slice).await.expect("lift");

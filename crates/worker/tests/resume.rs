@@ -38,7 +38,7 @@ async fn paused_on_first_worker(
     let request = next_message(requests, "the approval request").await;
     assert_eq!(request.tool_name, "validate");
     let checkpoints = Checkpoints::open(&env.bus).await.expect("checkpoints");
-    let paused = checkpoint(&checkpoints, moving.session).await;
+    let paused = stored(checkpoints.kv(), moving.session).await;
     assert_eq!(paused.attempt, 1);
     (first, request, paused.step)
 }
@@ -148,23 +148,29 @@ async fn a_reassigned_task_resumes_from_the_sessions_checkpoint() {
     second.shutdown().await.expect("shutdown");
 }
 
-/// The one-candidate session the tests below move.
-fn moving(job: &'static str, session: &'static str) -> Moving<'static> {
-    Moving {
+/// A fresh environment, its approvals bucket, a watch on `job` and the
+/// one-candidate session `session` of `job` the tests below move.
+async fn moving_one_candidate(
+    job: &'static str,
+    session: &'static str,
+    consumer: &str,
+) -> (Env, Approvals, JobWatch, Moving<'static>) {
+    let env = Env::start().await;
+    let approvals = Approvals::open(&env.bus).await.expect("approvals");
+    let watch = env.watch(job, consumer).await;
+    let moving = Moving {
         job,
         agent: "agentM",
         session,
         task: "taskM",
         params: json!({"candidates": [{"N": 4096, "CHUNK": 256}], "repeats": 3}),
-    }
+    };
+    (env, approvals, watch, moving)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_moved_to_another_daemon_resumes_from_the_checkpoint() {
-    let env = Env::start().await;
-    let approvals = Approvals::open(&env.bus).await.expect("approvals");
-    let mut watch = env.watch("jobM", "tm").await;
-    let moving = moving("jobM", "sessM");
+    let (env, approvals, mut watch, moving) = moving_one_candidate("jobM", "sessM", "tm").await;
 
     let (first, request, paused_step) =
         paused_on_first_worker(&env, env.config("emu0"), &moving, &mut watch.requests).await;
@@ -224,10 +230,7 @@ async fn a_session_moved_to_another_daemon_resumes_from_the_checkpoint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undecided_approval_times_out_from_its_original_request_to_deny() {
-    let env = Env::start().await;
-    let approvals = Approvals::open(&env.bus).await.expect("approvals");
-    let mut watch = env.watch("jobT", "tt").await;
-    let moving = moving("jobT", "sessT");
+    let (env, approvals, mut watch, moving) = moving_one_candidate("jobT", "sessT", "tt").await;
     let timeout = std::time::Duration::from_secs(6);
     let mut config_a = env.config("emu0");
     config_a.approval_timeout = timeout;
@@ -248,7 +251,7 @@ async fn an_undecided_approval_times_out_from_its_original_request_to_deny() {
 
     let result = next_result(&mut watch.results, "the result").await;
     assert_eq!(result.attempt, 2, "{result:?}");
-    let record = approval_record(&approvals, &request.approval_id).await;
+    let record = stored(approvals.kv(), &request.approval_id).await;
     assert_eq!(record.state(), v1::ApprovalState::Denied, "{record:?}");
     let decision = record.decision.expect("decision");
     assert!(decision.timed_out, "{decision:?}");

@@ -144,15 +144,10 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
             "no checkpoint at step {step}: {steps:?}"
         );
     }
-    let stored = checkpoints
-        .get("sess1")
-        .await
-        .expect("get")
-        .expect("stored");
-    let state = mtswarm_core::LoopState::from_json(
-        std::str::from_utf8(&stored.value.state_json).expect("utf8"),
-    )
-    .expect("state");
+    let last = stored(checkpoints.kv(), "sess1").await;
+    let state =
+        mtswarm_core::LoopState::from_json(std::str::from_utf8(&last.state_json).expect("utf8"))
+            .expect("state");
     assert_eq!(state.node(), mtswarm_core::Node::Done);
 
     // Status lists the session as idle again, on its slice.

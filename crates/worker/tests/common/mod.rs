@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, v1};
+use mtswarm_bus::{Bus, BusConfig, BusMessage, ResultConsumerConfig, TypedKv, v1};
 use mtswarm_hw::measure::MeasureConfig;
 use mtswarm_worker::{WorkerConfig, WorkerDaemon, WorkerHandle};
 use serde_json::Value;
@@ -184,6 +184,22 @@ pub(crate) async fn spawn(
         .into_inner()
 }
 
+/// SpawnSession on `grpc` that must be refused with `code` (`what` names
+/// the case); returns the status.
+pub(crate) async fn refused_spawn(
+    grpc: &mut WorkerClient<Channel>,
+    request: v1::SpawnSessionRequest,
+    code: tonic::Code,
+    what: &str,
+) -> tonic::Status {
+    let status = match grpc.spawn_session(request).await {
+        Ok(response) => panic!("{what}: spawned {:?}", response.into_inner()),
+        Err(status) => status,
+    };
+    assert_eq!(status.code(), code, "{what}: {status}");
+    status
+}
+
 /// A test session: its job, agent and session ids, and the worker and
 /// slice its tasks go to.
 #[derive(Debug, Clone)]
@@ -329,29 +345,13 @@ pub(crate) fn approve(request: &v1::ApprovalRequest) -> v1::ApprovalDecision {
     decision(request, v1::ApprovalVerdict::Approve, "")
 }
 
-/// The stored approval record `approval_id` (it must exist).
-pub(crate) async fn approval_record(
-    approvals: &mtswarm_bus::Approvals,
-    approval_id: &str,
-) -> v1::ApprovalRecord {
-    approvals
-        .get(approval_id)
+/// The value stored under `key` in a bucket (it must be there): an
+/// approval record, a checkpoint, a lease, a worker or quarantine record.
+pub(crate) async fn stored<T: BusMessage>(kv: &TypedKv<T>, key: &str) -> T {
+    kv.get(key)
         .await
-        .expect("get the approval")
-        .expect("approval record stored")
-        .value
-}
-
-/// The stored checkpoint of `session` (it must exist).
-pub(crate) async fn checkpoint(
-    checkpoints: &mtswarm_bus::Checkpoints,
-    session: &str,
-) -> v1::SessionCheckpoint {
-    checkpoints
-        .get(session)
-        .await
-        .expect("get the checkpoint")
-        .expect("checkpoint stored")
+        .unwrap_or_else(|error| panic!("get {key}: {error}"))
+        .unwrap_or_else(|| panic!("nothing stored under {key}"))
         .value
 }
 
