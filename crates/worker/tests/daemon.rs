@@ -22,6 +22,10 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     let env = Env::start().await;
     let mut config = env.config("emu0");
     config.max_sessions = 2;
+    // Nothing here waits for a lease to lapse; a longer TTL keeps a renewal
+    // delayed by a loaded machine from fencing s1 before the test cancels it.
+    config.lease_ttl = Duration::from_secs(15);
+    config.worker_ttl = Duration::from_secs(15);
     let handle = env.daemon(config).await;
     let slices = handle.slice_ids();
     assert_eq!(slices, ["emu0-c0", "emu0-c1"]);
