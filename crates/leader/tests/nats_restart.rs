@@ -8,7 +8,6 @@
 mod common;
 
 use common::*;
-use futures::StreamExt as _;
 use mtswarm_bus::ConnectionState;
 use mtswarm_bus::v1;
 
@@ -50,10 +49,7 @@ async fn the_leader_survives_a_nats_restart() {
     let mut first_tasks = task_stream(&env.bus, "fn1").await;
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1 after a NATS restart.").await;
-    let first = within("the task on fn1", first_tasks.next())
-        .await
-        .expect("a task")
-        .expect("decodable");
+    let first = next_task(&mut first_tasks, "the task on fn1").await;
     assert_eq!(first.message().attempt, 1);
     dying.kill().await;
     let (moved, _) = within("the task re-published on fn2", answered.recv())

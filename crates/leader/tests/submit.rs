@@ -149,15 +149,7 @@ async fn a_valid_job_is_stored_once_per_key_and_sees_its_attachments() {
     assert_eq!(final_state(&events), Some(v1::JobState::Failed));
     let jobs = Jobs::open(&env.bus).await.expect("jobs bucket");
     assert_eq!(jobs.list().await.expect("list").len(), 1, "one job stored");
-    let job = control
-        .get_job(v1::GetJobRequest {
-            job_id: first.clone(),
-        })
-        .await
-        .expect("get_job")
-        .into_inner()
-        .job
-        .expect("job");
+    let job = get_job(&mut control, &first).await.expect("get_job");
     assert_eq!(job.state(), v1::JobState::Failed);
     assert_eq!(job.error, "no task was assigned");
     assert_eq!(job.summary, "Nothing to tune.");
@@ -192,10 +184,7 @@ async fn a_valid_job_is_stored_once_per_key_and_sees_its_attachments() {
         .expect("list_jobs")
         .into_inner();
     assert_eq!(listed.jobs.len(), 1);
-    let unknown = control
-        .get_job(v1::GetJobRequest {
-            job_id: "nope".into(),
-        })
+    let unknown = get_job(&mut control, "nope")
         .await
         .expect_err("unknown job");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
