@@ -39,23 +39,6 @@ async fn pending_ids(control: &mut Control, job_id: &str) -> Vec<String> {
         .collect()
 }
 
-/// Decides `approval_id` with `verdict` (no reason, no decider); the
-/// decided record or the refusal.
-async fn decide(
-    control: &mut Control,
-    approval_id: &str,
-    verdict: v1::ApprovalVerdict,
-) -> Result<v1::ApprovalRecord, Status> {
-    control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: approval_id.into(),
-            verdict: verdict as i32,
-            ..Default::default()
-        })
-        .await
-        .map(|response| response.into_inner().approval.expect("the decided record"))
-}
-
 #[tokio::test]
 async fn approvals_are_listed_watched_decided_once_and_published() {
     let env = Env::start().await;
@@ -98,18 +81,15 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
     .await;
     assert_eq!(listed, vec!["ap1".to_string(), "ap2".to_string()]);
 
-    let decided = control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: "ap1".into(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            reason: "looks fine".into(),
-            decided_by: "alice".into(),
-        })
-        .await
-        .expect("decide")
-        .into_inner()
-        .approval
-        .expect("record");
+    let decided = decide(
+        &mut control,
+        "ap1",
+        v1::ApprovalVerdict::Approve,
+        "looks fine",
+        "alice",
+    )
+    .await
+    .expect("decide");
     assert_eq!(decided.state(), v1::ApprovalState::Approved);
 
     let published = within("the published decision", decisions.next())
@@ -135,13 +115,19 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
         Some("looks fine")
     );
 
-    let twice = decide(&mut control, "ap1", v1::ApprovalVerdict::Deny)
+    let twice = decide(&mut control, "ap1", v1::ApprovalVerdict::Deny, "", "")
         .await
         .expect_err("second decision");
     assert_eq!(twice.code(), tonic::Code::FailedPrecondition, "{twice:?}");
-    let unspecified = decide(&mut control, "ap2", v1::ApprovalVerdict::Unspecified)
-        .await
-        .expect_err("unspecified verdict");
+    let unspecified = decide(
+        &mut control,
+        "ap2",
+        v1::ApprovalVerdict::Unspecified,
+        "",
+        "",
+    )
+    .await
+    .expect_err("unspecified verdict");
     assert_eq!(
         unspecified.code(),
         tonic::Code::InvalidArgument,
@@ -151,7 +137,7 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
         pending_ids(&mut probe, &job_id).await,
         vec!["ap2".to_string()]
     );
-    let unknown = decide(&mut control, "nope", v1::ApprovalVerdict::Approve)
+    let unknown = decide(&mut control, "nope", v1::ApprovalVerdict::Approve, "", "")
         .await
         .expect_err("unknown approval");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
@@ -210,15 +196,15 @@ async fn the_leader_loop_waits_for_a_decision_on_its_own_medium_risk_call() {
         "nothing spawned before the decision"
     );
 
-    control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: approval.approval_id.clone(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            reason: String::new(),
-            decided_by: "bob".into(),
-        })
-        .await
-        .expect("decide");
+    decide(
+        &mut control,
+        &approval.approval_id,
+        v1::ApprovalVerdict::Approve,
+        "",
+        "bob",
+    )
+    .await
+    .expect("decide");
     let spawn = worker.next_spawn("the approved spawn").await;
     assert_eq!(spawn.agent_id, "a1");
     let events = watch_to_end(&mut control, &job_id, 0).await;

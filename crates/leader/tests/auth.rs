@@ -133,14 +133,14 @@ async fn plaintext_and_anonymous_calls_are_refused() {
     // The abuses of an anonymous caller: deciding, cancelling, submitting.
     let job_id = secured.submit("submitter").await;
     assert_refused(
-        anonymous
-            .decide_approval(v1::DecideApprovalRequest {
-                approval_id: "ap1".into(),
-                verdict: v1::ApprovalVerdict::Approve as i32,
-                reason: String::new(),
-                decided_by: "alice".into(),
-            })
-            .await,
+        decide(
+            &mut anonymous,
+            "ap1",
+            v1::ApprovalVerdict::Approve,
+            "",
+            "alice",
+        )
+        .await,
         Code::Unauthenticated,
         "credential",
     );
@@ -187,13 +187,7 @@ async fn each_call_needs_its_role_and_names_it() {
         .expect("a submitter reads its job");
     assert_eq!(record.submitted_by, "submitter");
     assert_refused(
-        submitter
-            .decide_approval(v1::DecideApprovalRequest {
-                approval_id: "ap1".into(),
-                verdict: v1::ApprovalVerdict::Approve as i32,
-                ..Default::default()
-            })
-            .await,
+        decide(&mut submitter, "ap1", v1::ApprovalVerdict::Approve, "", "").await,
         Code::PermissionDenied,
         "`approve`",
     );
@@ -279,20 +273,15 @@ async fn the_decider_is_the_credential_not_the_request_field() {
         async move { approvals.get("ap-cred").await.ok().flatten() }
     })
     .await;
-    let decided = secured
-        .client(Some("approver"))
-        .await
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: "ap-cred".into(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            reason: "fine".into(),
-            decided_by: "someone-else".into(),
-        })
-        .await
-        .expect("decide")
-        .into_inner()
-        .approval
-        .expect("record");
+    let decided = decide(
+        &mut secured.client(Some("approver")).await,
+        "ap-cred",
+        v1::ApprovalVerdict::Approve,
+        "fine",
+        "someone-else",
+    )
+    .await
+    .expect("decide");
     let decision = decided.decision.expect("decision");
     assert_eq!(decision.decided_by, "approver");
     secured.model.open();

@@ -16,25 +16,10 @@ use mtswarm_bus::{Jobs, KvChange, v1};
 use mtswarm_core::testing::ScriptedTurn;
 use mtswarm_core::{LoopState, Node};
 
+/// One task of agent `a1` on `fi1-c0`.
 fn script() -> Vec<ScriptedTurn> {
-    vec![
-        ScriptedTurn::call(
-            "s1",
-            "spawn_agent",
-            r#"{"name":"a1","slice_id":"fi1-c0","instructions":"tune"}"#,
-        ),
-        ScriptedTurn::call(
-            "t1",
-            "assign_task",
-            r#"{"agent":"a1","instructions":"part 1","parameters":{"candidates":[{"A":1}]}}"#,
-        ),
-        ScriptedTurn::call(
-            "c1",
-            "collect_result",
-            r#"{"mode":"all","timeout_seconds":60}"#,
-        ),
-        ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
-    ]
+    let assign = ScriptedTurn::tool_calls([assign_call("t1", "part 1", 1)]);
+    spawn_assign_collect("fi1-c0", assign, 2.0)
 }
 
 /// True when the checkpoint is about to run a `spawn_agent` call.

@@ -209,13 +209,14 @@ async fn a_job_cancelled_while_an_agent_spawns_stops_that_session() {
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1.").await;
     let session_id = worker.next_spawn_arrival("the SpawnSession").await;
-    let cancelled = cancel_job(&mut control, &job_id, "test").await;
-    assert_eq!(cancelled.expect("CancelJob"), v1::JobState::Cancelled);
-    // The session starts only now, after the cancellation.
-    gate.add_permits(1);
-    let (spawns, cancel) = worker
-        .spawns_then_cancel("the session's cancellation")
-        .await;
+    let (spawns, cancel) = cancel_while_spawning(
+        &mut control,
+        &job_id,
+        &gate,
+        &mut worker,
+        "the session's cancellation",
+    )
+    .await;
     assert!(spawns.iter().all(|spawn| spawn.session_id == session_id));
     assert_eq!(cancel.session_id, session_id);
     let job = get_job(&mut control, &job_id).await.expect("GetJob");

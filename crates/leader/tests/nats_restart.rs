@@ -15,6 +15,17 @@ fn gflops(_: &v1::TaskAssignment) -> f64 {
     3.0
 }
 
+/// Waits until the leader's connection is in state `wanted`.
+async fn reach(
+    state: &mut tokio::sync::watch::Receiver<ConnectionState>,
+    wanted: ConnectionState,
+    what: &str,
+) {
+    within(what, state.wait_for(|s| *s == wanted))
+        .await
+        .expect("state");
+}
+
 #[tokio::test]
 async fn the_leader_survives_a_nats_restart() {
     let mut env = Env::start().await;
@@ -23,20 +34,18 @@ async fn the_leader_survives_a_nats_restart() {
     let mut state = leader.bus().connection_state();
 
     env.nats.stop().expect("stop nats-server");
-    within("the leader to see the disconnect", async {
-        state
-            .wait_for(|s| *s == ConnectionState::Disconnected)
-            .await
-            .expect("state")
-    })
+    reach(
+        &mut state,
+        ConnectionState::Disconnected,
+        "the leader to see the disconnect",
+    )
     .await;
     env.nats.restart().expect("restart nats-server");
-    within("the leader to reconnect", async {
-        state
-            .wait_for(|s| *s == ConnectionState::Connected)
-            .await
-            .expect("state")
-    })
+    reach(
+        &mut state,
+        ConnectionState::Connected,
+        "the leader to reconnect",
+    )
     .await;
     env.bus
         .wait_connected(WAIT)

@@ -15,32 +15,13 @@ use common::*;
 use mtswarm_bus::v1;
 use mtswarm_core::testing::ScriptedTurn;
 
+/// Two tasks of agent `a1` on `fr1-c0`, assigned in one turn.
 fn script() -> Vec<ScriptedTurn> {
-    vec![
-        ScriptedTurn::call(
-            "s1",
-            "spawn_agent",
-            r#"{"name":"a1","slice_id":"fr1-c0","instructions":"tune"}"#,
-        ),
-        ScriptedTurn::tool_calls([
-            mtswarm_core::ToolCall {
-                id: "t1".into(),
-                name: "assign_task".into(),
-                arguments: r#"{"agent":"a1","instructions":"part 1","parameters":{"candidates":[{"A":1}]}}"#.into(),
-            },
-            mtswarm_core::ToolCall {
-                id: "t2".into(),
-                name: "assign_task".into(),
-                arguments: r#"{"agent":"a1","instructions":"part 2","parameters":{"candidates":[{"A":2}]}}"#.into(),
-            },
-        ]),
-        ScriptedTurn::call(
-            "c1",
-            "collect_result",
-            r#"{"mode":"all","timeout_seconds":60}"#,
-        ),
-        ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
-    ]
+    let assign = ScriptedTurn::tool_calls([
+        assign_call("t1", "part 1", 1),
+        assign_call("t2", "part 2", 2),
+    ]);
+    spawn_assign_collect("fr1-c0", assign, 2.0)
 }
 
 fn result_for(task: &v1::TaskAssignment, gflops: f64) -> v1::TaskResult {

@@ -66,13 +66,8 @@ pub(crate) struct Env {
     pub kernel_root: tempfile::TempDir,
 }
 
-pub(crate) const TUNE_TOML: &str = r#"
-kernel = "k1"
-[[param]]
-name = "A"
-values = [1, 2, 3]
-default = 1
-"#;
+/// The tuning space of kernel `k1` (three values of `A`).
+pub(crate) const TUNE_TOML: &str = include_str!("../fixtures/tune.toml");
 
 impl Env {
     pub(crate) async fn start() -> Env {
@@ -245,6 +240,42 @@ pub(crate) async fn cancel_job<T: Transport>(
         })
         .await
         .map(|response| response.into_inner().state())
+}
+
+/// Cancels the job (asserting it is CANCELLED) while `worker` holds a
+/// SpawnSession at `gate`, then lets the spawn through; the spawns that
+/// completed and the CancelSession that followed them.
+pub(crate) async fn cancel_while_spawning(
+    control: &mut Control,
+    job_id: &str,
+    gate: &tokio::sync::Semaphore,
+    worker: &mut FakeWorker,
+    what: &str,
+) -> (Vec<v1::SpawnSessionRequest>, v1::CancelSessionRequest) {
+    let cancelled = cancel_job(control, job_id, "test").await;
+    assert_eq!(cancelled.expect("CancelJob"), v1::JobState::Cancelled);
+    // The session starts only now, after the cancellation.
+    gate.add_permits(1);
+    worker.spawns_then_cancel(what).await
+}
+
+/// Decides `approval_id`; the decided record or the refusal.
+pub(crate) async fn decide<T: Transport>(
+    control: &mut Client<T>,
+    approval_id: &str,
+    verdict: v1::ApprovalVerdict,
+    reason: &str,
+    decided_by: &str,
+) -> Result<v1::ApprovalRecord, Status> {
+    control
+        .decide_approval(v1::DecideApprovalRequest {
+            approval_id: approval_id.into(),
+            verdict: verdict as i32,
+            reason: reason.into(),
+            decided_by: decided_by.into(),
+        })
+        .await
+        .map(|response| response.into_inner().approval.expect("the decided record"))
 }
 
 /// Reads a job's events until its stream ends (final state).

@@ -5,8 +5,17 @@
 use std::sync::Arc;
 
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
-use mtswarm_core::{ChatModel, ChatRequest, ModelError, ModelStream};
+use mtswarm_core::{ChatModel, ChatRequest, ModelError, ModelStream, ToolCall};
+use serde_json::json;
 use tokio::sync::Semaphore;
+
+/// Waits until `gate` has a permit (the permit goes back at once).
+async fn pass(gate: &Semaphore) -> Result<(), ModelError> {
+    gate.acquire()
+        .await
+        .map(drop)
+        .map_err(|_| ModelError::Other("gate closed".into()))
+}
 
 /// A [`ChatModel`] that plays a script and holds turn `gate_turn` (0-based)
 /// until [`GatedModel::open`] is called.
@@ -44,38 +53,55 @@ impl ChatModel for GatedModel {
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
         let turn = self.turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if turn == self.gate_turn {
-            let _permit = self
-                .gate
-                .acquire()
-                .await
-                .map_err(|_| ModelError::Other("gate closed".into()))?;
+            pass(&self.gate).await?;
         }
         self.inner.stream(request).await
     }
 }
 
-/// The leader conversation most tests need: spawn agent `a1` on
-/// `slice_id`, give it one task with one candidate, collect it, and answer
-/// with a best result of `gflops`.
+/// A leader conversation: spawn agent `a1` on `slice_id` (call `c1`), the
+/// `assign` turn, collect every result (call `c3`), and answer with a best
+/// result of `gflops`.
+pub(crate) fn spawn_assign_collect(
+    slice_id: &str,
+    assign: ScriptedTurn,
+    gflops: f64,
+) -> Vec<ScriptedTurn> {
+    let spawn = json!({"name": "a1", "slice_id": slice_id, "instructions": "tune"});
+    vec![
+        ScriptedTurn::call("c1", "spawn_agent", &spawn.to_string()),
+        assign,
+        ScriptedTurn::call(
+            "c3",
+            "collect_result",
+            r#"{"mode":"all","timeout_seconds":60}"#,
+        ),
+        ScriptedTurn::text(format!(
+            "Done.\n```json\n{{\"best\":{{\"gflops\":{gflops:?}}}}}\n```"
+        )),
+    ]
+}
+
+/// An `assign_task` call (id `id`) giving agent `a1` one candidate, `A = a`.
+pub(crate) fn assign_call(id: &str, instructions: &str, a: u32) -> ToolCall {
+    let arguments = json!({
+        "agent": "a1",
+        "instructions": instructions,
+        "parameters": {"candidates": [{"A": a}]},
+    });
+    ToolCall {
+        id: id.into(),
+        name: "assign_task".into(),
+        arguments: arguments.to_string(),
+    }
+}
+
+/// The leader conversation most tests need: [`spawn_assign_collect`] with
+/// one task of one candidate (call `c2`).
 pub(crate) fn one_task_script(slice_id: &str, gflops: f64) -> Arc<ConversationScript> {
-    let spawn = serde_json::json!({"name": "a1", "slice_id": slice_id, "instructions": "tune"});
+    let assign = ScriptedTurn::tool_calls([assign_call("c2", "try", 1)]);
     Arc::new(ConversationScript::new(
-        vec![
-            ScriptedTurn::call("c1", "spawn_agent", &spawn.to_string()),
-            ScriptedTurn::call(
-                "c2",
-                "assign_task",
-                r#"{"agent":"a1","instructions":"try","parameters":{"candidates":[{"A":1}]}}"#,
-            ),
-            ScriptedTurn::call(
-                "c3",
-                "collect_result",
-                r#"{"mode":"all","timeout_seconds":60}"#,
-            ),
-            ScriptedTurn::text(format!(
-                "Done.\n```json\n{{\"best\":{{\"gflops\":{gflops:?}}}}}\n```"
-            )),
-        ],
+        spawn_assign_collect(slice_id, assign, gflops),
         None,
     ))
 }
@@ -115,11 +141,7 @@ impl ChatModel for ConversationScript {
             .filter(|m| m.role == mtswarm_core::Role::Assistant)
             .count();
         if self.hold_at == Some(index) {
-            let _permit = self
-                .gate
-                .acquire()
-                .await
-                .map_err(|_| ModelError::Other("gate closed".into()))?;
+            pass(&self.gate).await?;
         }
         let turn = self
             .turns
