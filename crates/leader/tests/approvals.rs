@@ -47,14 +47,7 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
     let leader = env.leader(model.clone()).await;
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1.").await;
-    let mut watch = control
-        .watch_job(v1::WatchJobRequest {
-            job_id: job_id.clone(),
-            from_sequence: 0,
-        })
-        .await
-        .expect("watch")
-        .into_inner();
+    let mut watch = watch(&mut control, &job_id, 0).await;
     let mut decisions = env
         .bus
         .subscribe_approval_decisions("sess-1")

@@ -278,20 +278,29 @@ pub(crate) async fn decide<T: Transport>(
         .map(|response| response.into_inner().approval.expect("the decided record"))
 }
 
-/// Reads a job's events until its stream ends (final state).
-pub(crate) async fn watch_to_end(
+/// A job's event stream from sequence `from` (0 = from the start).
+pub(crate) async fn watch(
     control: &mut Control,
     job_id: &str,
     from: u64,
-) -> Vec<v1::JobEvent> {
-    let mut stream = control
+) -> tonic::Streaming<v1::JobEvent> {
+    control
         .watch_job(v1::WatchJobRequest {
             job_id: job_id.to_string(),
             from_sequence: from,
         })
         .await
         .expect("watch_job")
-        .into_inner();
+        .into_inner()
+}
+
+/// Reads a job's events until its stream ends (final state).
+pub(crate) async fn watch_to_end(
+    control: &mut Control,
+    job_id: &str,
+    from: u64,
+) -> Vec<v1::JobEvent> {
+    let mut stream = watch(control, job_id, from).await;
     let mut events = Vec::new();
     within("the end of the job's event stream", async {
         while let Some(event) = stream.message().await.expect("watch stream item") {

@@ -3,9 +3,8 @@
 //! task loop that answers every task of a fake worker.
 
 use mtswarm_bus::{Bus, v1};
-use tokio::sync::mpsc;
-
 use serde_json::json;
+use tokio::sync::mpsc;
 
 use super::task_stream;
 
