@@ -103,13 +103,7 @@ impl<P: Pending> Scheduler<P> {
                 state.reserved_queue = state.reserved_queue.saturating_sub(1);
                 // A slot may have freed since the reservation while the
                 // queue was empty: nobody would wake this job otherwise.
-                if state.queued.is_empty() && state.running + state.reserved_run < self.max_active {
-                    state.running += 1;
-                    Some(pending)
-                } else {
-                    state.queued.push_back(pending);
-                    None
-                }
+                self.start_or_queue(&mut state, pending)
             }
         }
     }
@@ -118,6 +112,12 @@ impl<P: Pending> Scheduler<P> {
     /// were accepted before) and returns it when it may start now.
     pub(crate) fn admit_resumed(&self, pending: P) -> Option<P> {
         let mut state = self.lock();
+        self.start_or_queue(&mut state, pending)
+    }
+
+    /// Starts `pending` when nothing waits before it and a run slot is
+    /// free (returning it), else queues it at the back.
+    fn start_or_queue(&self, state: &mut State<P>, pending: P) -> Option<P> {
         if state.queued.is_empty() && state.running + state.reserved_run < self.max_active {
             state.running += 1;
             Some(pending)

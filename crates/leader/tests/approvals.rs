@@ -13,36 +13,29 @@ use common::*;
 use futures::StreamExt as _;
 use mtswarm_bus::{Approvals, v1};
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
+use tonic::Status;
 
-fn request(job_id: &str, approval_id: &str, session_id: &str) -> v1::ApprovalRequest {
-    v1::ApprovalRequest {
-        approval_id: approval_id.into(),
-        job_id: job_id.into(),
-        agent_id: "a1".into(),
-        session_id: session_id.into(),
-        call_id: format!("call-{approval_id}"),
-        tool_name: "benchmark".into(),
-        arguments_json: r#"{"artifact":"b1"}"#.into(),
-        risk: v1::RiskLevel::Medium as i32,
-        reason: "medium risk".into(),
-        timeout_seconds: 600,
-        default_verdict: v1::ApprovalVerdict::Deny as i32,
-        ..Default::default()
-    }
-}
-
-async fn pending_ids(control: &mut Control, job_id: &str) -> Vec<String> {
-    control
+/// The requests of the job's pending approvals, as ListApprovals answers.
+async fn pending(control: &mut Control, job_id: &str) -> Result<Vec<v1::ApprovalRequest>, Status> {
+    Ok(control
         .list_approvals(v1::ListApprovalsRequest {
             job_id: job_id.into(),
             states: vec![v1::ApprovalState::Pending as i32],
         })
-        .await
-        .expect("list_approvals")
+        .await?
         .into_inner()
         .approvals
         .into_iter()
-        .filter_map(|a| a.request.map(|r| r.approval_id))
+        .filter_map(|a| a.request)
+        .collect())
+}
+
+async fn pending_ids(control: &mut Control, job_id: &str) -> Vec<String> {
+    pending(control, job_id)
+        .await
+        .expect("list_approvals")
+        .into_iter()
+        .map(|r| r.approval_id)
         .collect()
 }
 
@@ -50,21 +43,11 @@ async fn pending_ids(control: &mut Control, job_id: &str) -> Vec<String> {
 async fn approvals_are_listed_watched_decided_once_and_published() {
     let env = Env::start().await;
     // The leader's first model turn is held, so the job stays RUNNING.
-    let model = Arc::new(GatedModel::new(
-        ScriptedModel::new([ScriptedTurn::text("done")]),
-        0,
-    ));
+    let model = Arc::new(GatedModel::held_answer("done"));
     let leader = env.leader(model.clone()).await;
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1.").await;
-    let mut watch = control
-        .watch_job(v1::WatchJobRequest {
-            job_id: job_id.clone(),
-            from_sequence: 0,
-        })
-        .await
-        .expect("watch")
-        .into_inner();
+    let mut watch = watch(&mut control, &job_id, 0).await;
     let mut decisions = env
         .bus
         .subscribe_approval_decisions("sess-1")
@@ -72,11 +55,11 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
         .expect("decision subscription");
 
     env.bus
-        .publish_approval_request(&request(&job_id, "ap1", "sess-1"))
+        .publish_approval_request(&approval_request(&job_id, "ap1", "sess-1"))
         .await
         .expect("publish request");
     env.bus
-        .publish_approval_request(&request(&job_id, "ap2", "sess-1"))
+        .publish_approval_request(&approval_request(&job_id, "ap2", "sess-1"))
         .await
         .expect("publish request");
     let mut probe = control.clone();
@@ -91,18 +74,15 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
     .await;
     assert_eq!(listed, vec!["ap1".to_string(), "ap2".to_string()]);
 
-    let decided = control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: "ap1".into(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            reason: "looks fine".into(),
-            decided_by: "alice".into(),
-        })
-        .await
-        .expect("decide")
-        .into_inner()
-        .approval
-        .expect("record");
+    let decided = decide(
+        &mut control,
+        "ap1",
+        v1::ApprovalVerdict::Approve,
+        "looks fine",
+        "alice",
+    )
+    .await
+    .expect("decide");
     assert_eq!(decided.state(), v1::ApprovalState::Approved);
 
     let published = within("the published decision", decisions.next())
@@ -128,23 +108,19 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
         Some("looks fine")
     );
 
-    let twice = control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: "ap1".into(),
-            verdict: v1::ApprovalVerdict::Deny as i32,
-            ..Default::default()
-        })
+    let twice = decide(&mut control, "ap1", v1::ApprovalVerdict::Deny, "", "")
         .await
         .expect_err("second decision");
     assert_eq!(twice.code(), tonic::Code::FailedPrecondition, "{twice:?}");
-    let unspecified = control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: "ap2".into(),
-            verdict: v1::ApprovalVerdict::Unspecified as i32,
-            ..Default::default()
-        })
-        .await
-        .expect_err("unspecified verdict");
+    let unspecified = decide(
+        &mut control,
+        "ap2",
+        v1::ApprovalVerdict::Unspecified,
+        "",
+        "",
+    )
+    .await
+    .expect_err("unspecified verdict");
     assert_eq!(
         unspecified.code(),
         tonic::Code::InvalidArgument,
@@ -154,25 +130,13 @@ async fn approvals_are_listed_watched_decided_once_and_published() {
         pending_ids(&mut probe, &job_id).await,
         vec!["ap2".to_string()]
     );
-    let unknown = control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: "nope".into(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            ..Default::default()
-        })
+    let unknown = decide(&mut control, "nope", v1::ApprovalVerdict::Approve, "", "")
         .await
         .expect_err("unknown approval");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 
-    let cancelled = control
-        .cancel_job(v1::CancelJobRequest {
-            job_id: job_id.clone(),
-            reason: "test over".into(),
-        })
-        .await
-        .expect("cancel")
-        .into_inner();
-    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
+    let cancelled = cancel_job(&mut control, &job_id, "test over").await;
+    assert_eq!(cancelled.expect("cancel"), v1::JobState::Cancelled);
 
     let mut requested = Vec::new();
     let mut decided_events = Vec::new();
@@ -205,32 +169,16 @@ async fn the_leader_loop_waits_for_a_decision_on_its_own_medium_risk_call() {
         ScriptedTurn::call("c1", "spawn_agent", r#"{"name":"a1"}"#),
         ScriptedTurn::text("spawned"),
     ]));
-    let mut config = env
-        .config()
-        .with_model_factory(Arc::new(move |_: &v1::JobSpec| Ok(model.clone())));
+    let mut config = env.config_with_model(model);
     config.auto_approve = mtswarm_core::AutoApprove::LowOnly;
-    let leader = mtswarm_leader::LeaderDaemon::start(config)
-        .await
-        .expect("leader");
+    let leader = start_leader(config).await;
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1.").await;
     let probe = control.clone();
     let approval = eventually("the leader's approval request", || {
         let mut probe = probe.clone();
         let job_id = job_id.clone();
-        async move {
-            probe
-                .list_approvals(v1::ListApprovalsRequest {
-                    job_id,
-                    states: vec![v1::ApprovalState::Pending as i32],
-                })
-                .await
-                .ok()?
-                .into_inner()
-                .approvals
-                .into_iter()
-                .find_map(|a| a.request)
-        }
+        async move { pending(&mut probe, &job_id).await.ok()?.into_iter().next() }
     })
     .await;
     assert_eq!(approval.agent_id, "leader");
@@ -241,19 +189,16 @@ async fn the_leader_loop_waits_for_a_decision_on_its_own_medium_risk_call() {
         "nothing spawned before the decision"
     );
 
-    control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: approval.approval_id.clone(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            reason: String::new(),
-            decided_by: "bob".into(),
-        })
-        .await
-        .expect("decide");
-    let Some(WorkerCall::Spawn(spawn)) = within("the approved spawn", worker.calls.recv()).await
-    else {
-        panic!("expected the approved spawn");
-    };
+    decide(
+        &mut control,
+        &approval.approval_id,
+        v1::ApprovalVerdict::Approve,
+        "",
+        "bob",
+    )
+    .await
+    .expect("decide");
+    let spawn = worker.next_spawn("the approved spawn").await;
     assert_eq!(spawn.agent_id, "a1");
     let events = watch_to_end(&mut control, &job_id, 0).await;
     // No task ran, so there is no measurement: the answer alone is no success.

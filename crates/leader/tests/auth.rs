@@ -13,8 +13,7 @@ use common::*;
 use mtswarm_auth::generate::{GrpcCredentials, default_identities, grpc_credentials};
 use mtswarm_auth::{ClientAuth, Role, ServerSecurity};
 use mtswarm_bus::{Approvals, v1};
-use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
-use mtswarm_leader::{LeaderDaemon, LeaderHandle};
+use mtswarm_leader::LeaderHandle;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
@@ -53,22 +52,16 @@ impl Secured {
         )
         .expect("security");
         // The job stays RUNNING on its first model turn.
-        let model = Arc::new(GatedModel::new(
-            ScriptedModel::new([ScriptedTurn::text("done")]),
-            0,
-        ));
+        let model = Arc::new(GatedModel::held_answer("done"));
         // Every job gets its own held model, so each stays RUNNING until
         // cancelled (the shared one only holds the first job).
         let mut config = env
             .config()
             .with_model_factory(Arc::new(move |_: &v1::JobSpec| {
-                Ok(Arc::new(GatedModel::new(
-                    ScriptedModel::new([ScriptedTurn::text("done")]),
-                    0,
-                )) as Arc<dyn mtswarm_core::ChatModel>)
+                Ok(Arc::new(GatedModel::held_answer("done")) as Arc<dyn mtswarm_core::ChatModel>)
             }));
         config.security = security;
-        let leader = LeaderDaemon::start(config).await.expect("leader starts");
+        let leader = start_leader(config).await;
         Secured {
             env,
             leader,
@@ -104,16 +97,7 @@ impl Secured {
     }
 
     async fn submit(&self, identity: &str) -> String {
-        self.client(Some(identity))
-            .await
-            .submit_job(v1::SubmitJobRequest {
-                spec: Some(spec("Tune k1.")),
-                idempotency_key: String::new(),
-            })
-            .await
-            .expect("submit")
-            .into_inner()
-            .job_id
+        submit(&mut self.client(Some(identity)).await, "Tune k1.").await
     }
 }
 
@@ -149,24 +133,19 @@ async fn plaintext_and_anonymous_calls_are_refused() {
     // The abuses of an anonymous caller: deciding, cancelling, submitting.
     let job_id = secured.submit("submitter").await;
     assert_refused(
-        anonymous
-            .decide_approval(v1::DecideApprovalRequest {
-                approval_id: "ap1".into(),
-                verdict: v1::ApprovalVerdict::Approve as i32,
-                reason: String::new(),
-                decided_by: "alice".into(),
-            })
-            .await,
+        decide(
+            &mut anonymous,
+            "ap1",
+            v1::ApprovalVerdict::Approve,
+            "",
+            "alice",
+        )
+        .await,
         Code::Unauthenticated,
         "credential",
     );
     assert_refused(
-        anonymous
-            .cancel_job(v1::CancelJobRequest {
-                job_id: job_id.clone(),
-                reason: "mine now".into(),
-            })
-            .await,
+        cancel_job(&mut anonymous, &job_id, "mine now").await,
         Code::Unauthenticated,
         "credential",
     );
@@ -187,23 +166,13 @@ async fn plaintext_and_anonymous_calls_are_refused() {
         forged.interceptor(pass as Pass),
     );
     assert_refused(
-        forged
-            .get_job(v1::GetJobRequest {
-                job_id: job_id.clone(),
-            })
-            .await,
+        get_job(&mut forged, &job_id).await,
         Code::Unauthenticated,
         "unknown credential",
     );
-    let record = secured
-        .client(Some("admin"))
+    let record = get_job(&mut secured.client(Some("admin")).await, &job_id)
         .await
-        .get_job(v1::GetJobRequest { job_id })
-        .await
-        .expect("get")
-        .into_inner()
-        .job
-        .expect("job");
+        .expect("get");
     assert_ne!(record.state(), v1::JobState::Cancelled);
     secured.model.open();
 }
@@ -213,24 +182,12 @@ async fn each_call_needs_its_role_and_names_it() {
     let secured = Secured::start().await;
     let mut submitter = secured.client(Some("submitter")).await;
     let job_id = secured.submit("submitter").await;
-    let record = submitter
-        .get_job(v1::GetJobRequest {
-            job_id: job_id.clone(),
-        })
+    let record = get_job(&mut submitter, &job_id)
         .await
-        .expect("a submitter reads its job")
-        .into_inner()
-        .job
-        .expect("job");
+        .expect("a submitter reads its job");
     assert_eq!(record.submitted_by, "submitter");
     assert_refused(
-        submitter
-            .decide_approval(v1::DecideApprovalRequest {
-                approval_id: "ap1".into(),
-                verdict: v1::ApprovalVerdict::Approve as i32,
-                ..Default::default()
-            })
-            .await,
+        decide(&mut submitter, "ap1", v1::ApprovalVerdict::Approve, "", "").await,
         Code::PermissionDenied,
         "`approve`",
     );
@@ -251,12 +208,7 @@ async fn each_call_needs_its_role_and_names_it() {
     );
     let mut approver = secured.client(Some("approver")).await;
     assert_refused(
-        approver
-            .submit_job(v1::SubmitJobRequest {
-                spec: Some(spec("Tune k1.")),
-                idempotency_key: String::new(),
-            })
-            .await,
+        try_submit(&mut approver, spec("Tune k1.")).await,
         Code::PermissionDenied,
         "`submit`",
     );
@@ -284,25 +236,13 @@ async fn only_the_owner_or_an_admin_cancels_a_job() {
     let job_id = secured.submit("submitter").await;
     let mut bob = secured.client(Some("bob")).await;
     assert_refused(
-        bob.cancel_job(v1::CancelJobRequest {
-            job_id: job_id.clone(),
-            reason: "not mine".into(),
-        })
-        .await,
+        cancel_job(&mut bob, &job_id, "not mine").await,
         Code::PermissionDenied,
         "`admin`",
     );
-    let state = secured
-        .client(Some("submitter"))
-        .await
-        .get_job(v1::GetJobRequest {
-            job_id: job_id.clone(),
-        })
+    let state = get_job(&mut secured.client(Some("submitter")).await, &job_id)
         .await
         .expect("get")
-        .into_inner()
-        .job
-        .expect("job")
         .state();
     assert!(
         matches!(state, v1::JobState::Queued | v1::JobState::Running),
@@ -310,48 +250,21 @@ async fn only_the_owner_or_an_admin_cancels_a_job() {
     );
     // Bob cancels his own; an admin cancels anyone's.
     let own = secured.submit("bob").await;
-    let cancelled = bob
-        .cancel_job(v1::CancelJobRequest {
-            job_id: own,
-            reason: "mine".into(),
-        })
-        .await
-        .expect("own job")
-        .into_inner();
-    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
-    let cancelled = secured
-        .client(Some("admin"))
-        .await
-        .cancel_job(v1::CancelJobRequest {
-            job_id,
-            reason: "admin".into(),
-        })
-        .await
-        .expect("admin cancels")
-        .into_inner();
-    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
+    let cancelled = cancel_job(&mut bob, &own, "mine").await;
+    assert_eq!(cancelled.expect("own job"), v1::JobState::Cancelled);
+    let mut admin = secured.client(Some("admin")).await;
+    let cancelled = cancel_job(&mut admin, &job_id, "admin").await;
+    assert_eq!(cancelled.expect("admin cancels"), v1::JobState::Cancelled);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_decider_is_the_credential_not_the_request_field() {
     let secured = Secured::start().await;
     let job_id = secured.submit("submitter").await;
-    let request = v1::ApprovalRequest {
-        approval_id: "ap-cred".into(),
-        job_id: job_id.clone(),
-        agent_id: "a1".into(),
-        session_id: "sess-cred".into(),
-        call_id: "call-1".into(),
-        tool_name: "benchmark".into(),
-        risk: v1::RiskLevel::Medium as i32,
-        timeout_seconds: 600,
-        default_verdict: v1::ApprovalVerdict::Deny as i32,
-        ..Default::default()
-    };
     secured
         .env
         .bus
-        .publish_approval_request(&request)
+        .publish_approval_request(&approval_request(&job_id, "ap-cred", "sess-cred"))
         .await
         .expect("publish request");
     let approvals = Approvals::open(&secured.env.bus).await.expect("bucket");
@@ -360,20 +273,15 @@ async fn the_decider_is_the_credential_not_the_request_field() {
         async move { approvals.get("ap-cred").await.ok().flatten() }
     })
     .await;
-    let decided = secured
-        .client(Some("approver"))
-        .await
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: "ap-cred".into(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            reason: "fine".into(),
-            decided_by: "someone-else".into(),
-        })
-        .await
-        .expect("decide")
-        .into_inner()
-        .approval
-        .expect("record");
+    let decided = decide(
+        &mut secured.client(Some("approver")).await,
+        "ap-cred",
+        v1::ApprovalVerdict::Approve,
+        "fine",
+        "someone-else",
+    )
+    .await
+    .expect("decide");
     let decision = decided.decision.expect("decision");
     assert_eq!(decision.decided_by, "approver");
     secured.model.open();

@@ -67,14 +67,7 @@ async fn a_leader_starts_and_serves_with_junk_in_every_bucket() {
     let hollow = eventually("the hollow job to fail", || {
         let mut control = control.clone();
         async move {
-            let job = control
-                .get_job(v1::GetJobRequest {
-                    job_id: "hollow".into(),
-                })
-                .await
-                .ok()?
-                .into_inner()
-                .job?;
+            let job = get_job(&mut control, "hollow").await.ok()?;
             (job.state() == v1::JobState::Failed).then_some(job)
         }
     })

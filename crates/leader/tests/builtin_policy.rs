@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 
 use common::*;
 use mtswarm_bus::v1;
-use mtswarm_leader::LeaderDaemon;
 use serde_json::{Value, json};
 
 fn by_worker(task: &v1::TaskAssignment) -> f64 {
@@ -25,19 +24,11 @@ async fn builtin_policy_splits_the_space_and_reports_the_best() {
     let mut second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
     let (answer1, mut tasks1) = answer_tasks(&env.bus, "fw1", by_worker);
     let (answer2, mut tasks2) = answer_tasks(&env.bus, "fw2", by_worker);
-    let leader = LeaderDaemon::start(env.config()).await.expect("leader");
+    let leader = start_leader(env.config()).await;
     let mut control = control(&leader).await;
     let mut job = spec("Tune k1 on the emulator.");
     job.slice_selector = "backend=emulator".into();
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(job),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = try_submit(&mut control, job).await.expect("submit");
     let events = watch_to_end(&mut control, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
 
@@ -60,13 +51,7 @@ async fn builtin_policy_splits_the_space_and_reports_the_best() {
     assert_eq!(all, expected, "the space is split without loss or overlap");
     assert!(!candidates(&task1).is_empty() && !candidates(&task2).is_empty());
 
-    let record = control
-        .get_job(v1::GetJobRequest { job_id })
-        .await
-        .expect("get_job")
-        .into_inner()
-        .job
-        .expect("job");
+    let record = get_job(&mut control, &job_id).await.expect("get_job");
     let result: Value = serde_json::from_str(&record.result_json).expect("result json");
     assert_eq!(result["best"]["gflops"], json!(20.0));
     assert_eq!(result["best"]["slice_id"], json!("fb2-c0"));
@@ -82,9 +67,7 @@ async fn builtin_policy_splits_the_space_and_reports_the_best() {
     assert_eq!(record.agent_ids.len(), 2);
     assert_eq!((record.tasks_total, record.tasks_done), (2, 2));
     for worker in [&mut first, &mut second] {
-        let Some(WorkerCall::Spawn(spawn)) = within("a spawn", worker.calls.recv()).await else {
-            panic!("expected a spawn");
-        };
+        let spawn = worker.next_spawn("a spawn").await;
         assert_eq!(spawn.role, "tuner");
     }
     answer1.abort();
@@ -121,19 +104,11 @@ async fn builtin_policy_retries_a_failed_partition_on_another_agent() {
         answers.push(answer);
         tasks.push(received);
     }
-    let leader = LeaderDaemon::start(env.config()).await.expect("leader");
+    let leader = start_leader(env.config()).await;
     let mut control = control(&leader).await;
     let mut job = spec("Tune k1 on two agents.");
     job.num_agents = 2;
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(job),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = try_submit(&mut control, job).await.expect("submit");
     let events = watch_to_end(&mut control, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
 
@@ -153,13 +128,7 @@ async fn builtin_policy_retries_a_failed_partition_on_another_agent() {
     assert_eq!(retried.agent_id, "tuner-retry-1");
     assert!(tasks[2].try_recv().is_err(), "retried once");
 
-    let record = control
-        .get_job(v1::GetJobRequest { job_id })
-        .await
-        .expect("get_job")
-        .into_inner()
-        .job
-        .expect("job");
+    let record = get_job(&mut control, &job_id).await.expect("get_job");
     let result: Value = serde_json::from_str(&record.result_json).expect("result json");
     assert_eq!(result["best"]["gflops"], json!(30.0));
     assert_eq!(result["best"]["agent"], json!("tuner-retry-1"));

@@ -12,31 +12,14 @@ use std::sync::Arc;
 
 use common::*;
 use futures::StreamExt as _;
-use mtswarm_bus::{Jobs, KvChange, subjects, v1};
+use mtswarm_bus::{Jobs, KvChange, v1};
 use mtswarm_core::testing::ScriptedTurn;
 use mtswarm_core::{LoopState, Node};
-use mtswarm_leader::LeaderDaemon;
-use serde_json::{Value, json};
 
+/// One task of agent `a1` on `fi1-c0`.
 fn script() -> Vec<ScriptedTurn> {
-    vec![
-        ScriptedTurn::call(
-            "s1",
-            "spawn_agent",
-            r#"{"name":"a1","slice_id":"fi1-c0","instructions":"tune"}"#,
-        ),
-        ScriptedTurn::call(
-            "t1",
-            "assign_task",
-            r#"{"agent":"a1","instructions":"part 1","parameters":{"candidates":[{"A":1}]}}"#,
-        ),
-        ScriptedTurn::call(
-            "c1",
-            "collect_result",
-            r#"{"mode":"all","timeout_seconds":60}"#,
-        ),
-        ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
-    ]
+    let assign = ScriptedTurn::tool_calls([assign_call("t1", "part 1", 1)]);
+    spawn_assign_collect("fi1-c0", assign, 2.0)
 }
 
 /// True when the checkpoint is about to run a `spawn_agent` call.
@@ -73,21 +56,21 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
         }
     })
     .await;
-    let delivery = within("the task", tasks.next())
-        .await
-        .expect("a task")
-        .expect("decodable");
+    let delivery = next_task(&mut tasks, "the task").await;
     let task = delivery.message().clone();
     delivery.ack().await.expect("ack");
-    eventually("leader A to record the task's publish", || async {
-        let record = jobs.get(&job_id).await.ok()??.value;
-        record
-            .tasks
-            .first()
-            .and_then(|t| t.assignment.as_ref())
-            .and_then(|a| a.assigned_at)
-            .map(|_| ())
-    })
+    record_when(
+        &env.bus,
+        &job_id,
+        "leader A to record the task's publish",
+        |record| {
+            record
+                .tasks
+                .first()
+                .and_then(|t| t.assignment.as_ref())
+                .is_some_and(|a| a.assigned_at.is_some())
+        },
+    )
     .await;
     leader_a.abort().await;
     // The crash lost every checkpoint after the one before the spawn.
@@ -97,54 +80,28 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
     .await
     .expect("rewind the leader checkpoint");
 
-    let model_b = Arc::new(ConversationScript::new(script(), None));
-    let config = env
-        .config()
-        .with_model_factory(Arc::new(move |_spec: &v1::JobSpec| Ok(model_b.clone())));
-    let leader_b = LeaderDaemon::start(config).await.expect("leader B starts");
+    let leader_b = env
+        .leader(Arc::new(ConversationScript::new(script(), None)))
+        .await;
     let mut control_b = control(&leader_b).await;
-    publish_measured(
-        &env.bus,
-        &v1::TaskResult {
-            task_id: task.task_id.clone(),
-            attempt: 1,
-            job_id: job_id.clone(),
-            agent_id: "a1".into(),
-            session_id: task.session_id.clone(),
-            worker_id: task.worker_id.clone(),
-            slice_id: task.slice_id.clone(),
-            status: v1::TaskStatus::Ok as i32,
-            result_json: json!({"best": {"gflops": 2.0}}).to_string(),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("result");
+    assert_eq!(
+        (task.job_id.as_str(), task.agent_id.as_str()),
+        (job_id.as_str(), "a1")
+    );
+    publish_measured(&env.bus, &ok_result(&task, 1, 2.0))
+        .await
+        .expect("result");
     let events = watch_to_end(&mut control_b, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
 
     // Both executions of the assign call answered with the same task.
-    let assigned: Vec<String> = events
+    let assigned: Vec<String> = leader_tool_outputs(&events, "assign_task")
         .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::AgentEvent(a)) if a.agent_id == "leader" => {
-                let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
-                (payload["type"] == "tool_result" && payload["name"] == "assign_task")
-                    .then(|| serde_json::from_str::<Value>(payload["content"].as_str()?).ok())
-                    .flatten()
-                    .and_then(|c| c["task_id"].as_str().map(str::to_string))
-            }
-            _ => None,
-        })
+        .filter_map(|c| c["task_id"].as_str().map(str::to_string))
         .collect();
     assert_eq!(assigned, vec![task.task_id.clone(), task.task_id.clone()]);
 
-    let mut spawns = Vec::new();
-    while let Ok(call) = worker.calls.try_recv() {
-        if let WorkerCall::Spawn(spawn) = call {
-            spawns.push(spawn);
-        }
-    }
+    let spawns = worker.spawns_so_far();
     assert_eq!(
         spawns.len(),
         2,
@@ -161,13 +118,10 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
     assert_eq!(record.tasks.len(), 1);
     assert_eq!((record.tasks_total, record.tasks_done), (1, 1));
     assert_eq!(record.tasks[0].assign_call_id, "t1@2");
-    let mut stream = env
-        .bus
-        .jetstream()
-        .get_stream(subjects::TASKS_STREAM)
-        .await
-        .expect("tasks stream");
-    let info = stream.info().await.expect("stream info");
-    assert_eq!(info.state.last_sequence, 1, "the task was published once");
+    assert_eq!(
+        tasks_published(&env.bus).await,
+        1,
+        "the task was published once"
+    );
     leader_b.shutdown().await.expect("shutdown");
 }

@@ -13,29 +13,17 @@ use std::sync::Arc;
 
 use async_nats::jetstream::consumer::PullConsumer;
 use common::*;
-use futures::StreamExt as _;
 use mtswarm_bus::{subjects, v1};
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
-use prost::Message as _;
 use serde_json::{Value, json};
 
 fn result_for(task: &v1::TaskAssignment, attempt: u32, gflops: f64) -> v1::TaskResult {
     v1::TaskResult {
-        task_id: task.task_id.clone(),
-        attempt,
-        job_id: task.job_id.clone(),
-        agent_id: task.agent_id.clone(),
-        session_id: task.session_id.clone(),
-        worker_id: task.worker_id.clone(),
-        slice_id: task.slice_id.clone(),
-        status: v1::TaskStatus::Ok as i32,
-        summary: format!("attempt {attempt}"),
-        result_json: json!({"best": {"defines": {"A": "1"}, "gflops": gflops}}).to_string(),
         usage: Some(v1::Usage {
             steps: 3,
             ..Default::default()
         }),
-        ..Default::default()
+        ..ok_result(task, attempt, gflops)
     }
 }
 
@@ -85,18 +73,13 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
 
     let job_id = submit(&mut control, "Tune k1.").await;
 
-    let Some(WorkerCall::Spawn(spawn)) = within("SpawnSession", worker.calls.recv()).await else {
-        panic!("expected a SpawnSession call first");
-    };
+    let spawn = worker.next_spawn("SpawnSession").await;
     assert_eq!(spawn.job_id, job_id);
     assert_eq!(spawn.agent_id, "a1");
     assert_eq!(spawn.slice_id, "fb0-c0");
     assert_eq!(spawn.kernel_dir, "k1");
 
-    let delivery = within("the task", task_stream.next())
-        .await
-        .expect("a task")
-        .expect("a decodable task");
+    let delivery = next_task(&mut task_stream, "the task").await;
     let task = delivery.message().clone();
     assert_eq!(task.job_id, job_id);
     assert_eq!(task.agent_id, "a1");
@@ -125,25 +108,8 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         .expect("result");
     // A second copy under another message id, so the stream keeps it and
     // the leader's own deduplication has to drop it.
-    let copy = result_for(&task, 1, 7.0);
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(
-        "Content-Type",
-        "application/x-protobuf; proto=mtswarm.v1.TaskResult",
-    );
-    headers.insert("Nats-Msg-Id", "copy-of-the-result");
-    let copy_ack = env
-        .bus
-        .jetstream()
-        .publish_with_headers(
-            subjects::result(&job_id).expect("subject"),
-            headers,
-            copy.encode_to_vec().into(),
-        )
-        .await
-        .expect("publish copy")
-        .await
-        .expect("copy stored");
+    let copy_sequence =
+        publish_copy(&env.bus, &result_for(&task, 1, 7.0), "copy-of-the-result").await;
     delivery.ack().await.expect("task ack");
 
     // Wait until the leader's consumer has acknowledged the copy.
@@ -161,7 +127,7 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
                 .await
                 .ok()?;
             let info = consumer.info().await.ok()?;
-            (info.ack_floor.stream_sequence >= copy_ack.sequence).then_some(())
+            (info.ack_floor.stream_sequence >= copy_sequence).then_some(())
         }
     })
     .await;
@@ -169,15 +135,8 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
 
     let events = watch_to_end(&mut control, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
-    let states: Vec<v1::JobState> = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::StateChange(c)) => Some(c.current()),
-            _ => None,
-        })
-        .collect();
     assert_eq!(
-        states,
+        states(&events),
         vec![
             v1::JobState::Queued,
             v1::JobState::Running,
@@ -186,65 +145,35 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
     );
     let sequences: Vec<u64> = events.iter().map(|e| e.sequence).collect();
     assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
-    let results: Vec<&v1::TaskResult> = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::TaskResult(r)) => Some(r),
-            _ => None,
-        })
-        .collect();
+    let results = task_results(&events);
     assert_eq!(results.len(), 1, "one accepted result: {results:?}");
     assert_eq!(results[0].attempt, 1);
-    let worker_sequences: Vec<u64> = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::AgentEvent(a)) if a.agent_id == "a1" => Some(a.sequence),
-            _ => None,
-        })
+    let worker_sequences: Vec<u64> = agent_events(&events)
+        .filter(|a| a.agent_id == "a1")
+        .map(|a| a.sequence)
         .collect();
     assert_eq!(worker_sequences, vec![1, 2], "worker events in order");
-    let leader_tools: Vec<String> = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::AgentEvent(a))
-                if a.agent_id == "leader" && a.kind() == v1::AgentEventKind::ToolResult =>
-            {
-                let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
-                Some(payload["name"].as_str()?.to_string())
-            }
-            _ => None,
+    let leader_tools: Vec<String> = agent_events(&events)
+        .filter(|a| a.agent_id == "leader" && a.kind() == v1::AgentEventKind::ToolResult)
+        .filter_map(|a| {
+            let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
+            Some(payload["name"].as_str()?.to_string())
         })
         .collect();
     assert_eq!(
         leader_tools,
         vec!["list_fleet", "spawn_agent", "assign_task", "collect_result"]
     );
-    let collected = events
-        .iter()
-        .find_map(|e| match &e.event {
-            Some(v1::job_event::Event::AgentEvent(a)) if a.agent_id == "leader" => {
-                let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
-                (payload["name"] == "collect_result" && payload["type"] == "tool_result")
-                    .then(|| serde_json::from_str::<Value>(payload["content"].as_str()?).ok())
-                    .flatten()
-            }
-            _ => None,
-        })
+    let collected = leader_tool_outputs(&events, "collect_result")
+        .into_iter()
+        .next()
         .expect("collect_result output");
     // The compact summary: the accepted attempt's figure, not the stale one.
     assert_eq!(collected["task_status"], json!({"ok": 1}));
     assert_eq!(collected["best"]["gflops"], json!(1.5));
     assert_eq!(collected["timed_out"], json!(false));
 
-    let job = control
-        .get_job(v1::GetJobRequest {
-            job_id: job_id.clone(),
-        })
-        .await
-        .expect("get_job")
-        .into_inner()
-        .job
-        .expect("job");
+    let job = get_job(&mut control, &job_id).await.expect("get_job");
     assert_eq!(job.state(), v1::JobState::Succeeded);
     assert_eq!(job.agent_ids, vec!["a1".to_string()]);
     assert_eq!((job.tasks_total, job.tasks_done), (1, 1));
@@ -253,10 +182,7 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         json!(1.5)
     );
     // The job's end releases its agents.
-    let Some(WorkerCall::Cancel(cancel)) = within("CancelSession", worker.calls.recv()).await
-    else {
-        panic!("expected the agent's session to be cancelled at the end");
-    };
+    let cancel = worker.next_cancel("CancelSession").await;
     assert_eq!(cancel.session_id, spawn.session_id);
 
     // Replay from the middle gives the tail, ending with the final state.
@@ -282,44 +208,18 @@ async fn a_job_cancelled_while_an_agent_spawns_stops_that_session() {
     let leader = env.leader(model).await;
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1.").await;
-    let Some(WorkerCall::SpawnArrived(session_id)) =
-        within("the SpawnSession", worker.calls.recv()).await
-    else {
-        panic!("expected the SpawnSession first");
-    };
-    let cancelled = control
-        .cancel_job(v1::CancelJobRequest {
-            job_id: job_id.clone(),
-            reason: "test".into(),
-        })
-        .await
-        .expect("CancelJob")
-        .into_inner();
-    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
-    // The session starts only now, after the cancellation.
-    gate.add_permits(1);
-    let mut spawned = false;
-    loop {
-        match within("the session's cancellation", worker.calls.recv()).await {
-            Some(WorkerCall::Spawn(spawn)) => {
-                assert_eq!(spawn.session_id, session_id);
-                spawned = true;
-            }
-            Some(WorkerCall::Cancel(cancel)) if spawned => {
-                assert_eq!(cancel.session_id, session_id);
-                break;
-            }
-            Some(other) => eprintln!("before the spawn completed: {other:?}"),
-            None => panic!("the fake worker stopped"),
-        }
-    }
-    let job = control
-        .get_job(v1::GetJobRequest { job_id })
-        .await
-        .expect("GetJob")
-        .into_inner()
-        .job
-        .expect("the job record");
+    let session_id = worker.next_spawn_arrival("the SpawnSession").await;
+    let (spawns, cancel) = cancel_while_spawning(
+        &mut control,
+        &job_id,
+        &gate,
+        &mut worker,
+        "the session's cancellation",
+    )
+    .await;
+    assert!(spawns.iter().all(|spawn| spawn.session_id == session_id));
+    assert_eq!(cancel.session_id, session_id);
+    let job = get_job(&mut control, &job_id).await.expect("GetJob");
     assert_eq!(job.state(), v1::JobState::Cancelled);
     assert!(
         job.agents.iter().all(|a| a.cancelled),

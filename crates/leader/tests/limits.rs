@@ -18,7 +18,6 @@ use futures::StreamExt as _;
 use mtswarm_bus::v1;
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_core::{ChatModel, ChatRequest, ModelError, ModelStream};
-use mtswarm_leader::LeaderDaemon;
 use tokio::sync::watch;
 
 /// Answers at once, but only after the test opens the gate.
@@ -62,7 +61,7 @@ async fn a_burst_of_1000_submits_is_each_accepted_or_refused() {
     config.max_active_jobs = MAX_ACTIVE;
     config.max_queued_jobs = MAX_QUEUED;
     config.grpc_max_message_bytes = 64 * 1024;
-    let leader = LeaderDaemon::start(config).await.expect("leader");
+    let leader = start_leader(config).await;
     let control = control(&leader).await;
 
     let outcomes: Vec<Result<String, tonic::Status>> = within(
@@ -70,15 +69,7 @@ async fn a_burst_of_1000_submits_is_each_accepted_or_refused() {
         futures::stream::iter(0..BURST)
             .map(|i| {
                 let mut control = control.clone();
-                async move {
-                    control
-                        .submit_job(v1::SubmitJobRequest {
-                            spec: Some(spec(&format!("burst job {i}"))),
-                            idempotency_key: String::new(),
-                        })
-                        .await
-                        .map(|r| r.into_inner().job_id)
-                }
+                async move { try_submit(&mut control, spec(&format!("burst job {i}"))).await }
             })
             .buffer_unordered(64)
             .collect(),
@@ -134,11 +125,7 @@ async fn a_burst_of_1000_submits_is_each_accepted_or_refused() {
     );
 
     // An oversize request is refused by the message size cap.
-    let oversize = lister
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec(&"x".repeat(128 * 1024))),
-            idempotency_key: String::new(),
-        })
+    let oversize = try_submit(&mut lister, spec(&"x".repeat(128 * 1024)))
         .await
         .expect_err("over the 64 KiB cap");
     assert_eq!(oversize.code(), tonic::Code::OutOfRange, "{oversize:?}");

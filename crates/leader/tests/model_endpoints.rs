@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use common::*;
 use mtswarm_bus::v1;
-use mtswarm_leader::LeaderDaemon;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 
@@ -68,7 +67,7 @@ fn jobs_name_only_allowed_endpoints_and_the_key_stays_home() {
         let (allowed_url, mut allowed) = listener().await;
         let mut config = env.config();
         config.model_endpoints = vec![allowed_url.clone()];
-        let leader = LeaderDaemon::start(config).await.expect("leader starts");
+        let leader = start_leader(config).await;
         let mut control = control(&leader).await;
         let with_model = |url: &str| v1::JobSpec {
             model: Some(v1::ModelSettings {
@@ -79,22 +78,14 @@ fn jobs_name_only_allowed_endpoints_and_the_key_stays_home() {
             ..spec("Tune k1.")
         };
 
-        let refused = control
-            .submit_job(v1::SubmitJobRequest {
-                spec: Some(with_model(&evil_url)),
-                idempotency_key: String::new(),
-            })
+        let refused = try_submit(&mut control, with_model(&evil_url))
             .await
             .expect_err("an endpoint off the allowlist");
         assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
         assert!(refused.message().contains("allowlist"), "{refused:?}");
 
         // An allowed endpoint is called, without the daemon's key.
-        control
-            .submit_job(v1::SubmitJobRequest {
-                spec: Some(with_model(&allowed_url)),
-                idempotency_key: String::new(),
-            })
+        try_submit(&mut control, with_model(&allowed_url))
             .await
             .expect("an allowed endpoint");
         let head = within("the leader's call to the allowed endpoint", allowed.recv())

@@ -8,12 +8,22 @@
 mod common;
 
 use common::*;
-use futures::StreamExt as _;
 use mtswarm_bus::ConnectionState;
 use mtswarm_bus::v1;
 
 fn gflops(_: &v1::TaskAssignment) -> f64 {
     3.0
+}
+
+/// Waits until the leader's connection is in state `wanted`.
+async fn reach(
+    state: &mut tokio::sync::watch::Receiver<ConnectionState>,
+    wanted: ConnectionState,
+    what: &str,
+) {
+    within(what, state.wait_for(|s| *s == wanted))
+        .await
+        .expect("state");
 }
 
 #[tokio::test]
@@ -24,20 +34,18 @@ async fn the_leader_survives_a_nats_restart() {
     let mut state = leader.bus().connection_state();
 
     env.nats.stop().expect("stop nats-server");
-    within("the leader to see the disconnect", async {
-        state
-            .wait_for(|s| *s == ConnectionState::Disconnected)
-            .await
-            .expect("state")
-    })
+    reach(
+        &mut state,
+        ConnectionState::Disconnected,
+        "the leader to see the disconnect",
+    )
     .await;
     env.nats.restart().expect("restart nats-server");
-    within("the leader to reconnect", async {
-        state
-            .wait_for(|s| *s == ConnectionState::Connected)
-            .await
-            .expect("state")
-    })
+    reach(
+        &mut state,
+        ConnectionState::Connected,
+        "the leader to reconnect",
+    )
     .await;
     env.bus
         .wait_connected(WAIT)
@@ -50,10 +58,7 @@ async fn the_leader_survives_a_nats_restart() {
     let mut first_tasks = task_stream(&env.bus, "fn1").await;
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1 after a NATS restart.").await;
-    let first = within("the task on fn1", first_tasks.next())
-        .await
-        .expect("a task")
-        .expect("decodable");
+    let first = next_task(&mut first_tasks, "the task on fn1").await;
     assert_eq!(first.message().attempt, 1);
     dying.kill().await;
     let (moved, _) = within("the task re-published on fn2", answered.recv())

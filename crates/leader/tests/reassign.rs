@@ -8,58 +8,70 @@
 
 mod common;
 
-use common::*;
-use futures::StreamExt as _;
-use mtswarm_bus::{Jobs, v1};
-use serde_json::{Value, json};
+use std::sync::Arc;
 
-fn result_for(task: &v1::TaskAssignment, attempt: u32, gflops: f64) -> v1::TaskResult {
-    v1::TaskResult {
-        task_id: task.task_id.clone(),
-        attempt,
-        job_id: task.job_id.clone(),
-        agent_id: task.agent_id.clone(),
-        session_id: task.session_id.clone(),
-        worker_id: task.worker_id.clone(),
-        slice_id: task.slice_id.clone(),
-        status: v1::TaskStatus::Ok as i32,
-        summary: format!("attempt {attempt}"),
-        result_json: json!({"best": {"defines": {"A": "1"}, "gflops": gflops}}).to_string(),
-        ..Default::default()
+use common::*;
+use mtswarm_bus::{DeliveryStream, v1};
+use mtswarm_leader::LeaderHandle;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+/// An agent's slice and a free one to move it to: fake workers `fw1`
+/// (slice `fb1-c0`) and `fw2` (`fb2-c0`, its spawns held at `second_gate`
+/// when given), a leader on [`one_task_script`] for `fb1-c0`, a client and
+/// fw1's task stream.
+struct Move {
+    first_tasks: DeliveryStream<v1::TaskAssignment>,
+    control: Control,
+    leader: LeaderHandle,
+    second: FakeWorker,
+    first: FakeWorker,
+    env: Env,
+}
+
+impl Move {
+    /// Submits the job; its id and the task's first attempt on fw1.
+    async fn first_attempt(&mut self) -> (String, mtswarm_bus::Delivery<v1::TaskAssignment>) {
+        let job_id = submit(&mut self.control, "Tune k1.").await;
+        let delivery = next_task(&mut self.first_tasks, "attempt 1").await;
+        (job_id, delivery)
+    }
+
+    async fn start(second_gate: Option<Arc<Semaphore>>) -> Move {
+        let env = Env::start().await;
+        let first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
+        let second = FakeWorker::start_with_gate(&env.bus, "fw2", "fb2", second_gate).await;
+        let leader = env.leader(one_task_script("fb1-c0", 2.0)).await;
+        let control = control(&leader).await;
+        let first_tasks = task_stream(&env.bus, "fw1").await;
+        Move {
+            first_tasks,
+            control,
+            leader,
+            second,
+            first,
+            env,
+        }
     }
 }
 
 #[tokio::test]
 async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
-    let env = Env::start().await;
-    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
-    let mut second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
-    let model = one_task_script("fb1-c0", 2.0);
-    let leader = env.leader(model).await;
-    let mut control = control(&leader).await;
-    let mut first_tasks = task_stream(&env.bus, "fw1").await;
-    let mut second_tasks = task_stream(&env.bus, "fw2").await;
+    let mut setup = Move::start(None).await;
+    let mut second_tasks = task_stream(&setup.env.bus, "fw2").await;
 
-    let job_id = submit(&mut control, "Tune k1.").await;
-    let Some(WorkerCall::Spawn(spawn)) = within("the first spawn", first.calls.recv()).await else {
-        panic!("expected SpawnSession on fw1");
-    };
+    let job_id = submit(&mut setup.control, "Tune k1.").await;
+    let spawn = setup.first.next_spawn("the first spawn").await;
     assert!(!spawn.resume);
-    let delivery = within("attempt 1", first_tasks.next())
-        .await
-        .expect("a task")
-        .expect("decodable");
+    let delivery = next_task(&mut setup.first_tasks, "attempt 1").await;
     let task = delivery.message().clone();
     assert_eq!((task.attempt, task.slice_id.as_str()), (1, "fb1-c0"));
     assert!(!task.resume_from_checkpoint);
     // fw1 dies holding the task: its lease lapses one TTL later.
     let killed = std::time::Instant::now();
-    first.kill().await;
+    setup.first.kill().await;
 
-    let Some(WorkerCall::Spawn(moved)) = within("the move to fw2", second.calls.recv()).await
-    else {
-        panic!("expected SpawnSession on fw2");
-    };
+    let moved = setup.second.next_spawn("the move to fw2").await;
     assert_eq!(
         moved.session_id, spawn.session_id,
         "the session keeps its id"
@@ -70,10 +82,7 @@ async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
         moved.resume,
         "the moved session resumes from its checkpoint"
     );
-    let again = within("attempt 2", second_tasks.next())
-        .await
-        .expect("a task")
-        .expect("decodable");
+    let again = next_task(&mut second_tasks, "attempt 2").await;
     let retried = again.message().clone();
     println!(
         "kill to re-published attempt: {} ms (lease TTL {} ms)",
@@ -90,39 +99,24 @@ async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
     assert_eq!(retried.session_id, spawn.session_id);
 
     // The dead attempt's late result is fenced off; the live one counts.
-    publish_measured(&env.bus, &result_for(&task, 1, 99.0))
+    publish_measured(&setup.env.bus, &ok_result(&task, 1, 99.0))
         .await
         .expect("late result");
     eventually("the stale result to be counted", || async {
-        (leader.counters().stale == 1).then_some(())
+        (setup.leader.counters().stale == 1).then_some(())
     })
     .await;
-    publish_measured(&env.bus, &result_for(&retried, 2, 2.0))
+    publish_measured(&setup.env.bus, &ok_result(&retried, 2, 2.0))
         .await
         .expect("result of attempt 2");
     again.ack().await.expect("ack");
 
-    let events = watch_to_end(&mut control, &job_id, 0).await;
+    let events = watch_to_end(&mut setup.control, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
-    let accepted: Vec<&v1::TaskResult> = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::TaskResult(r)) => Some(r),
-            _ => None,
-        })
-        .collect();
+    let accepted = task_results(&events);
     assert_eq!(accepted.len(), 1);
     assert_eq!(accepted[0].attempt, 2);
-    let moves: Vec<Value> = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::AgentEvent(a)) if a.kind() == v1::AgentEventKind::Log => {
-                serde_json::from_str::<Value>(&a.payload_json).ok()
-            }
-            _ => None,
-        })
-        .filter(|p| p["type"] == "task_reassigned")
-        .collect();
+    let moves = logs_of_type(&events, "task_reassigned");
     assert_eq!(moves.len(), 1, "{moves:?}");
     let reassigned = &moves[0];
     assert_eq!(reassigned["task_id"], json!(task.task_id));
@@ -141,14 +135,7 @@ async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
         "{detected_ms}"
     );
 
-    let record = Jobs::open(&env.bus)
-        .await
-        .expect("jobs")
-        .get(&job_id)
-        .await
-        .expect("read")
-        .expect("job")
-        .value;
+    let record = job_record(&setup.env.bus, &job_id).await;
     assert_eq!(record.agents.len(), 1);
     assert_eq!(record.agents[0].moves, 1);
     assert_eq!(record.agents[0].slice_id, "fb2-c0");
@@ -159,37 +146,29 @@ async fn lapsed_lease_moves_the_task_with_the_next_attempt() {
     assert!(record.tasks[0].done);
     assert_eq!(record.tasks[0].status(), v1::TaskStatus::Ok);
     assert_eq!((record.tasks_total, record.tasks_done), (1, 1));
-    let counters = leader.counters();
+    let counters = setup.leader.counters();
     assert_eq!(
         (counters.accepted, counters.stale, counters.reassigned),
         (1, 1, 1)
     );
-    leader.shutdown().await.expect("shutdown");
+    setup.leader.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test]
 async fn a_fenced_result_of_the_current_attempt_moves_the_task_at_once() {
-    let env = Env::start().await;
-    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
-    let mut second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
-    let model = one_task_script("fb1-c0", 2.0);
-    let leader = env.leader(model).await;
-    let mut control = control(&leader).await;
-    let mut first_tasks = task_stream(&env.bus, "fw1").await;
-    let (answer, mut answered) = answer_tasks(&env.bus, "fw2", |_| 2.0);
-    let job_id = submit(&mut control, "Tune k1.").await;
-    let delivery = within("attempt 1", first_tasks.next())
-        .await
-        .expect("a task")
-        .expect("decodable");
+    let mut setup = Move::start(None).await;
+    let (answer, mut answered) = answer_tasks(&setup.env.bus, "fw2", |_| 2.0);
+    let (job_id, delivery) = setup.first_attempt().await;
     let task = delivery.message().clone();
     // fw1 stays alive (its lease still names the session) but fences its run.
-    let mut fenced = result_for(&task, 1, 0.0);
+    let mut fenced = ok_result(&task, 1, 0.0);
     fenced.fenced = true;
     fenced.status = v1::TaskStatus::Cancelled as i32;
     fenced.result_json.clear();
     fenced.error = "fenced off: checkpoint refused as a stale attempt".into();
-    env.bus
+    setup
+        .env
+        .bus
         .publish_result(&fenced)
         .await
         .expect("fenced result");
@@ -203,51 +182,33 @@ async fn a_fenced_result_of_the_current_attempt_moves_the_task_at_once() {
         (task.task_id.as_str(), 2)
     );
     assert!(moved.resume_from_checkpoint);
-    let events = watch_to_end(&mut control, &job_id, 0).await;
+    let events = watch_to_end(&mut setup.control, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
-    let accepted: Vec<u32> = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::TaskResult(r)) => Some(r.attempt),
-            _ => None,
-        })
-        .collect();
+    let accepted: Vec<u32> = task_results(&events).iter().map(|r| r.attempt).collect();
     assert_eq!(accepted, vec![2], "the fenced result is never the outcome");
-    let counters = leader.counters();
+    let counters = setup.leader.counters();
     assert_eq!(
         (counters.fenced, counters.accepted, counters.reassigned),
         (1, 1, 1)
     );
-    let spawned_on_second = std::iter::from_fn(|| second.calls.try_recv().ok())
-        .filter_map(|c| match c {
-            WorkerCall::Spawn(s) => Some(s),
-            WorkerCall::Cancel(_) | WorkerCall::SpawnArrived(_) => None,
-        })
-        .collect::<Vec<_>>();
+    let spawned_on_second = setup.second.spawns_so_far();
     assert_eq!(spawned_on_second.len(), 1);
     assert!(spawned_on_second[0].resume);
-    assert!(matches!(first.calls.try_recv(), Ok(WorkerCall::Spawn(_))));
+    assert!(matches!(
+        setup.first.calls.try_recv(),
+        Ok(WorkerCall::Spawn(_))
+    ));
     answer.abort();
-    leader.shutdown().await.expect("shutdown");
+    setup.leader.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test]
 async fn a_quarantined_slice_moves_its_agent_and_the_old_session_is_cancelled() {
-    let env = Env::start().await;
-    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
-    let _second = FakeWorker::start(&env.bus, "fw2", "fb2").await;
-    let model = one_task_script("fb1-c0", 2.0);
-    let leader = env.leader(model).await;
-    let mut control = control(&leader).await;
-    let mut first_tasks = task_stream(&env.bus, "fw1").await;
-    let (answer, mut answered) = answer_tasks(&env.bus, "fw2", |_| 2.0);
-    let job_id = submit(&mut control, "Tune k1.").await;
-    let delivery = within("attempt 1", first_tasks.next())
-        .await
-        .expect("a task")
-        .expect("decodable");
+    let mut setup = Move::start(None).await;
+    let (answer, mut answered) = answer_tasks(&setup.env.bus, "fw2", |_| 2.0);
+    let (job_id, delivery) = setup.first_attempt().await;
     delivery.ack().await.expect("ack");
-    mtswarm_bus::Quarantine::open(&env.bus)
+    mtswarm_bus::Quarantine::open(&setup.env.bus)
         .await
         .expect("quarantine")
         .put(&v1::SliceQuarantine {
@@ -264,35 +225,22 @@ async fn a_quarantined_slice_moves_its_agent_and_the_old_session_is_cancelled() 
         .await
         .expect("a task");
     assert_eq!(moved.attempt, 2);
-    let events = watch_to_end(&mut control, &job_id, 0).await;
+    let events = watch_to_end(&mut setup.control, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
-    let reasons: Vec<String> = events
+    let reasons: Vec<String> = logs_of_type(&events, "task_reassigned")
         .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::AgentEvent(a)) if a.kind() == v1::AgentEventKind::Log => {
-                let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
-                (payload["type"] == "task_reassigned")
-                    .then(|| payload["reason"].as_str().map(str::to_string))
-                    .flatten()
-            }
-            _ => None,
-        })
+        .filter_map(|p| p["reason"].as_str().map(str::to_string))
         .collect();
     assert_eq!(
         reasons,
         vec!["slice quarantined: 3 crashes in a row".to_string()]
     );
     // fw1 saw the spawn, then the cancel of its copy of the moved session.
-    let spawn = match within("fw1's spawn", first.calls.recv()).await {
-        Some(WorkerCall::Spawn(spawn)) => spawn,
-        other => panic!("expected a spawn, got {other:?}"),
-    };
-    match within("fw1's cancel", first.calls.recv()).await {
-        Some(WorkerCall::Cancel(cancel)) => assert_eq!(cancel.session_id, spawn.session_id),
-        other => panic!("expected a cancel, got {other:?}"),
-    }
+    let spawn = setup.first.next_spawn("fw1's spawn").await;
+    let cancel = setup.first.next_cancel("fw1's cancel").await;
+    assert_eq!(cancel.session_id, spawn.session_id);
     answer.abort();
-    leader.shutdown().await.expect("shutdown");
+    setup.leader.shutdown().await.expect("shutdown");
 }
 
 /// A job cancelled while its agent is being moved: the new worker is told
@@ -301,67 +249,31 @@ async fn a_quarantined_slice_moves_its_agent_and_the_old_session_is_cancelled() 
 /// overwrite the cancellation).
 #[tokio::test]
 async fn a_job_cancelled_during_a_move_stops_the_moved_session() {
-    let env = Env::start().await;
-    let mut first = FakeWorker::start(&env.bus, "fw1", "fb1").await;
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-    let mut second = FakeWorker::start_with_gate(&env.bus, "fw2", "fb2", Some(gate.clone())).await;
-    let leader = env.leader(one_task_script("fb1-c0", 2.0)).await;
-    let mut control = control(&leader).await;
-    let mut first_tasks = task_stream(&env.bus, "fw1").await;
-    let job_id = submit(&mut control, "Tune k1.").await;
-    let Some(WorkerCall::Spawn(spawn)) = within("the first spawn", first.calls.recv()).await else {
-        panic!("expected SpawnSession on fw1");
-    };
-    within("attempt 1", first_tasks.next())
-        .await
-        .expect("a task")
-        .expect("decodable");
-    first.kill().await;
-    let Some(WorkerCall::SpawnArrived(moving)) =
-        within("the move to fw2", second.calls.recv()).await
-    else {
-        panic!("expected SpawnSession on fw2");
-    };
+    let gate = Arc::new(Semaphore::new(0));
+    let mut setup = Move::start(Some(gate.clone())).await;
+    let job_id = submit(&mut setup.control, "Tune k1.").await;
+    let spawn = setup.first.next_spawn("the first spawn").await;
+    next_task(&mut setup.first_tasks, "attempt 1").await;
+    setup.first.kill().await;
+    let moving = setup.second.next_spawn_arrival("the move to fw2").await;
     assert_eq!(moving, spawn.session_id);
-    let cancelled = control
-        .cancel_job(v1::CancelJobRequest {
-            job_id: job_id.clone(),
-            reason: "test".into(),
-        })
-        .await
-        .expect("CancelJob")
-        .into_inner();
-    assert_eq!(cancelled.state(), v1::JobState::Cancelled);
-    gate.add_permits(1);
-    let mut spawned = false;
-    loop {
-        match within("the moved session's cancellation", second.calls.recv()).await {
-            Some(WorkerCall::Spawn(moved)) => {
-                assert!(moved.resume);
-                spawned = true;
-            }
-            Some(WorkerCall::Cancel(cancel)) if spawned => {
-                assert_eq!(cancel.session_id, spawn.session_id);
-                break;
-            }
-            Some(other) => eprintln!("before the move completed: {other:?}"),
-            None => panic!("the fake worker stopped"),
-        }
-    }
-    let record = eventually("the cancelled agent in the job record", || {
-        let env = &env;
-        let job_id = job_id.clone();
-        async move {
-            let record = Jobs::open(&env.bus).await.ok()?.get(&job_id).await.ok()??;
-            record
-                .value
-                .agents
-                .iter()
-                .all(|a| a.cancelled)
-                .then_some(record.value)
-        }
-    })
+    let (moved, cancel) = cancel_while_spawning(
+        &mut setup.control,
+        &job_id,
+        &gate,
+        &mut setup.second,
+        "the moved session's cancellation",
+    )
+    .await;
+    assert!(moved.iter().all(|moved| moved.resume));
+    assert_eq!(cancel.session_id, spawn.session_id);
+    let record = record_when(
+        &setup.env.bus,
+        &job_id,
+        "the cancelled agent in the job record",
+        |record| record.agents.iter().all(|a| a.cancelled),
+    )
     .await;
     assert_eq!(record.state(), v1::JobState::Cancelled);
-    leader.shutdown().await.expect("shutdown");
+    setup.leader.shutdown().await.expect("shutdown");
 }

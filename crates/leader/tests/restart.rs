@@ -12,57 +12,26 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use futures::StreamExt as _;
-use mtswarm_bus::{Jobs, subjects, v1};
+use mtswarm_bus::v1;
 use mtswarm_core::testing::ScriptedTurn;
-use mtswarm_leader::LeaderDaemon;
-use serde_json::json;
 
+/// Two tasks of agent `a1` on `fr1-c0`, assigned in one turn.
 fn script() -> Vec<ScriptedTurn> {
-    vec![
-        ScriptedTurn::call(
-            "s1",
-            "spawn_agent",
-            r#"{"name":"a1","slice_id":"fr1-c0","instructions":"tune"}"#,
-        ),
-        ScriptedTurn::tool_calls([
-            mtswarm_core::ToolCall {
-                id: "t1".into(),
-                name: "assign_task".into(),
-                arguments: r#"{"agent":"a1","instructions":"part 1","parameters":{"candidates":[{"A":1}]}}"#.into(),
-            },
-            mtswarm_core::ToolCall {
-                id: "t2".into(),
-                name: "assign_task".into(),
-                arguments: r#"{"agent":"a1","instructions":"part 2","parameters":{"candidates":[{"A":2}]}}"#.into(),
-            },
-        ]),
-        ScriptedTurn::call(
-            "c1",
-            "collect_result",
-            r#"{"mode":"all","timeout_seconds":60}"#,
-        ),
-        ScriptedTurn::text("Done.\n```json\n{\"best\":{\"gflops\":2.0}}\n```"),
-    ]
+    let assign = ScriptedTurn::tool_calls([
+        assign_call("t1", "part 1", 1),
+        assign_call("t2", "part 2", 2),
+    ]);
+    spawn_assign_collect("fr1-c0", assign, 2.0)
 }
 
 fn result_for(task: &v1::TaskAssignment, gflops: f64) -> v1::TaskResult {
     v1::TaskResult {
-        task_id: task.task_id.clone(),
-        attempt: task.attempt,
-        job_id: task.job_id.clone(),
-        agent_id: task.agent_id.clone(),
-        session_id: task.session_id.clone(),
-        worker_id: task.worker_id.clone(),
-        slice_id: task.slice_id.clone(),
-        status: v1::TaskStatus::Ok as i32,
         summary: "benchmarked".into(),
-        result_json: json!({"best": {"defines": {"A": "1"}, "gflops": gflops}}).to_string(),
         usage: Some(v1::Usage {
             steps: 1,
             ..Default::default()
         }),
-        ..Default::default()
+        ..ok_result(task, task.attempt, gflops)
     }
 }
 
@@ -79,10 +48,7 @@ async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
     let job_id = submit(&mut control_a, "Tune k1.").await;
     let mut received = Vec::new();
     for _ in 0..2 {
-        let delivery = within("a task", tasks.next())
-            .await
-            .expect("a task")
-            .expect("decodable");
+        let delivery = next_task(&mut tasks, "a task").await;
         delivery.ack().await.expect("ack");
         received.push(delivery.message().clone());
     }
@@ -90,11 +56,12 @@ async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
     publish_measured(&env.bus, &result_for(&received[0], 1.0))
         .await
         .expect("first result");
-    let jobs = Jobs::open(&env.bus).await.expect("jobs");
-    eventually("leader A to record the first result", || async {
-        let record = jobs.get(&job_id).await.ok()??.value;
-        (record.tasks_done == 1).then_some(())
-    })
+    record_when(
+        &env.bus,
+        &job_id,
+        "leader A to record the first result",
+        |record| record.tasks_done == 1,
+    )
     .await;
     leader_a.abort().await;
 
@@ -104,49 +71,18 @@ async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
         .expect("second result");
     let mut copy = result_for(&received[0], 7.0);
     copy.summary = "copy".into();
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(
-        "Content-Type",
-        "application/x-protobuf; proto=mtswarm.v1.TaskResult",
-    );
-    headers.insert("Nats-Msg-Id", "a-copy-of-the-first-result");
-    env.bus
-        .jetstream()
-        .publish_with_headers(
-            subjects::result(&job_id).expect("subject"),
-            headers,
-            prost::Message::encode_to_vec(&copy).into(),
-        )
-        .await
-        .expect("publish copy")
-        .await
-        .expect("copy stored");
-    let running = Jobs::open(&env.bus)
-        .await
-        .expect("jobs")
-        .get(&job_id)
-        .await
-        .expect("read")
-        .expect("job")
-        .value;
+    publish_copy(&env.bus, &copy, "a-copy-of-the-first-result").await;
+    let running = job_record(&env.bus, &job_id).await;
     assert_eq!(running.state(), v1::JobState::Running, "A left it running");
 
-    let model_b = Arc::new(ConversationScript::new(script(), None));
-    let config = env
-        .config()
-        .with_model_factory(Arc::new(move |_spec: &v1::JobSpec| Ok(model_b.clone())));
-    let leader_b = LeaderDaemon::start(config).await.expect("leader B starts");
+    let leader_b = env
+        .leader(Arc::new(ConversationScript::new(script(), None)))
+        .await;
     let mut control_b = control(&leader_b).await;
     let events = watch_to_end(&mut control_b, &job_id, 0).await;
     assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
 
-    let results: Vec<&v1::TaskResult> = events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::TaskResult(r)) => Some(r),
-            _ => None,
-        })
-        .collect();
+    let results = task_results(&events);
     let mut ids: Vec<&str> = results.iter().map(|r| r.task_id.as_str()).collect();
     ids.sort_unstable();
     let mut expected: Vec<&str> = received.iter().map(|t| t.task_id.as_str()).collect();
@@ -154,14 +90,7 @@ async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
     assert_eq!(ids, expected, "one accepted result per task");
     assert!(results.iter().all(|r| r.summary != "copy"));
 
-    let record = Jobs::open(&env.bus)
-        .await
-        .expect("jobs")
-        .get(&job_id)
-        .await
-        .expect("read")
-        .expect("job")
-        .value;
+    let record = job_record(&env.bus, &job_id).await;
     assert_eq!((record.tasks_total, record.tasks_done), (2, 2));
     assert!(record.tasks.iter().all(|t| t.done));
     assert_eq!(record.usage.map(|u| u.steps >= 2), Some(true));
@@ -171,13 +100,10 @@ async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
     assert_eq!(counters.duplicate, 1, "the copy is a duplicate");
 
     // Every task was stored in the tasks stream once.
-    let mut stream = env
-        .bus
-        .jetstream()
-        .get_stream(subjects::TASKS_STREAM)
-        .await
-        .expect("tasks stream");
-    let info = stream.info().await.expect("stream info");
-    assert_eq!(info.state.last_sequence, 2, "no task published twice");
+    assert_eq!(
+        tasks_published(&env.bus).await,
+        2,
+        "no task published twice"
+    );
     leader_b.shutdown().await.expect("shutdown");
 }

@@ -14,10 +14,20 @@ use mtswarm_bus::{Jobs, v1};
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use tokio_stream::StreamExt as _;
 
-fn budgets(f: impl FnOnce(&mut v1::Budgets)) -> Option<v1::Budgets> {
-    let mut budgets = v1::Budgets::default();
-    f(&mut budgets);
-    Some(budgets)
+/// `spec("tune")` changed by `change`.
+fn tune_with(change: impl FnOnce(&mut v1::JobSpec)) -> Option<v1::JobSpec> {
+    let mut spec = spec("tune");
+    change(&mut spec);
+    Some(spec)
+}
+
+/// `spec("tune")` with the default budgets changed by `change`.
+fn budgets_with(change: impl FnOnce(&mut v1::Budgets)) -> Option<v1::JobSpec> {
+    tune_with(|spec| {
+        let mut budgets = v1::Budgets::default();
+        change(&mut budgets);
+        spec.budgets = Some(budgets);
+    })
 }
 
 #[tokio::test]
@@ -26,7 +36,7 @@ async fn invalid_submissions_name_the_problem_and_store_nothing() {
     let leader = env.leader(Arc::new(ScriptedModel::new([]))).await;
     let mut control = control(&leader).await;
 
-    let mut cases: Vec<(&str, Option<v1::JobSpec>, &str)> = vec![
+    let cases: Vec<(&str, Option<v1::JobSpec>, &str)> = vec![
         ("missing spec", None, "spec is missing"),
         ("empty goal", Some(spec("   ")), "goal is empty"),
         (
@@ -34,62 +44,52 @@ async fn invalid_submissions_name_the_problem_and_store_nothing() {
             Some(spec(&"x".repeat(70 * 1024))),
             "goal is too large",
         ),
+        (
+            "unknown kernel",
+            tune_with(|s| s.kernel_dir = "no-such-kernel".into()),
+            "unknown kernel directory",
+        ),
+        (
+            "escaping kernel dir",
+            tune_with(|s| s.kernel_dir = "../k1".into()),
+            "must not contain `..`",
+        ),
+        (
+            "bad selector",
+            tune_with(|s| s.slice_selector = "colour=red".into()),
+            "slice_selector",
+        ),
+        (
+            "bad selector operator",
+            tune_with(|s| s.slice_selector = "backend>=emulator".into()),
+            "slice_selector",
+        ),
+        (
+            "oversize attachment",
+            Some(spec("look at @big.bin")),
+            "attachment @big.bin is too large",
+        ),
+        (
+            "missing attachment",
+            Some(spec("look at @missing.c")),
+            "attachment @missing.c",
+        ),
+        (
+            "negative device seconds",
+            budgets_with(|b| b.device_seconds = -1.0),
+            "bad budgets: device_seconds",
+        ),
+        (
+            "too many steps",
+            budgets_with(|b| b.max_steps = 1_000_000),
+            "bad budgets: max_steps",
+        ),
+        (
+            "wall time",
+            budgets_with(|b| b.wall_time_seconds = 365 * 24 * 3600),
+            "bad budgets: wall_time_seconds",
+        ),
     ];
-    let mut unknown_kernel = spec("tune");
-    unknown_kernel.kernel_dir = "no-such-kernel".into();
-    cases.push((
-        "unknown kernel",
-        Some(unknown_kernel),
-        "unknown kernel directory",
-    ));
-    let mut escaping_kernel = spec("tune");
-    escaping_kernel.kernel_dir = "../k1".into();
-    cases.push((
-        "escaping kernel dir",
-        Some(escaping_kernel),
-        "must not contain `..`",
-    ));
-    let mut bad_selector = spec("tune");
-    bad_selector.slice_selector = "colour=red".into();
-    cases.push(("bad selector", Some(bad_selector), "slice_selector"));
-    let mut bad_operator = spec("tune");
-    bad_operator.slice_selector = "backend>=emulator".into();
-    cases.push((
-        "bad selector operator",
-        Some(bad_operator),
-        "slice_selector",
-    ));
-    cases.push((
-        "oversize attachment",
-        Some(spec("look at @big.bin")),
-        "attachment @big.bin is too large",
-    ));
-    cases.push((
-        "missing attachment",
-        Some(spec("look at @missing.c")),
-        "attachment @missing.c",
-    ));
-    let mut negative_device = spec("tune");
-    negative_device.budgets = budgets(|b| b.device_seconds = -1.0);
-    cases.push((
-        "negative device seconds",
-        Some(negative_device),
-        "bad budgets: device_seconds",
-    ));
-    let mut too_many_steps = spec("tune");
-    too_many_steps.budgets = budgets(|b| b.max_steps = 1_000_000);
-    cases.push((
-        "too many steps",
-        Some(too_many_steps),
-        "bad budgets: max_steps",
-    ));
-    let mut long_wall = spec("tune");
-    long_wall.budgets = budgets(|b| b.wall_time_seconds = 365 * 24 * 3600);
-    cases.push((
-        "wall time",
-        Some(long_wall),
-        "bad budgets: wall_time_seconds",
-    ));
 
     for (name, spec, expected) in cases {
         let status = control
@@ -149,15 +149,7 @@ async fn a_valid_job_is_stored_once_per_key_and_sees_its_attachments() {
     assert_eq!(final_state(&events), Some(v1::JobState::Failed));
     let jobs = Jobs::open(&env.bus).await.expect("jobs bucket");
     assert_eq!(jobs.list().await.expect("list").len(), 1, "one job stored");
-    let job = control
-        .get_job(v1::GetJobRequest {
-            job_id: first.clone(),
-        })
-        .await
-        .expect("get_job")
-        .into_inner()
-        .job
-        .expect("job");
+    let job = get_job(&mut control, &first).await.expect("get_job");
     assert_eq!(job.state(), v1::JobState::Failed);
     assert_eq!(job.error, "no task was assigned");
     assert_eq!(job.summary, "Nothing to tune.");
@@ -192,10 +184,7 @@ async fn a_valid_job_is_stored_once_per_key_and_sees_its_attachments() {
         .expect("list_jobs")
         .into_inner();
     assert_eq!(listed.jobs.len(), 1);
-    let unknown = control
-        .get_job(v1::GetJobRequest {
-            job_id: "nope".into(),
-        })
+    let unknown = get_job(&mut control, "nope")
         .await
         .expect_err("unknown job");
     assert_eq!(unknown.code(), tonic::Code::NotFound);

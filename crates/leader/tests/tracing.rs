@@ -67,13 +67,7 @@ async fn the_job_is_one_trace_from_submit_to_the_task_headers() {
         events.last()
     );
     let (_, headers) = within("the task", tasks.recv()).await.expect("task");
-    let record = control
-        .get_job(v1::GetJobRequest { job_id })
-        .await
-        .expect("get_job")
-        .into_inner()
-        .job
-        .expect("job");
+    let record = get_job(&mut control, &job_id).await.expect("get_job");
     leader.shutdown().await.expect("shutdown");
     answer.abort();
     provider.force_flush().expect("flush");

@@ -2,19 +2,42 @@
 
 use super::*;
 
-const SPACE: &str = r#"
-kernel = "k"
-[[param]]
-name = "A"
-values = [1, 2, 3]
-default = 1
-"#;
+/// The tuning space the integration tests' kernel has (three values of `A`).
+const SPACE: &str = include_str!("../../tests/fixtures/tune.toml");
 
 fn names(turn: &Turn) -> Vec<String> {
     match turn {
         Turn::Calls(calls) => calls.iter().map(|c| c.name.clone()).collect(),
         Turn::Final(text) => vec![format!("final: {text}")],
     }
+}
+
+/// Plays the opening on `fleet` (and [`SPACE`]) up to the assignment: the
+/// policy's first turn, its spawn turn (answered with `tuner-1` and
+/// `tuner-2` on `slices`) and its assign turn.
+fn opening(
+    policy: &BuiltinLeaderPolicy,
+    messages: &mut Vec<Message>,
+    fleet: &Value,
+    slices: [&str; 2],
+) -> [Turn; 3] {
+    let first = policy.decide(messages);
+    answer(messages, &first, &[&fleet.to_string(), SPACE]);
+    let spawn = policy.decide(messages);
+    let spawned = [("tuner-1", slices[0]), ("tuner-2", slices[1])]
+        .map(|(agent, slice_id)| json!({"agent": agent, "slice_id": slice_id}).to_string());
+    answer(messages, &spawn, &[&spawned[0], &spawned[1]]);
+    let assign = policy.decide(messages);
+    [first, spawn, assign]
+}
+
+/// The JSON block that ends the policy's answer to `messages` (which must
+/// be its final turn).
+fn final_block(policy: &BuiltinLeaderPolicy, messages: &[Message]) -> Value {
+    let Turn::Final(text) = policy.decide(messages) else {
+        panic!("expected the answer")
+    };
+    mtswarm_core::answer::last_json(&text).expect("json block")
 }
 
 fn answer(messages: &mut Vec<Message>, turn: &Turn, results: &[&str]) {
@@ -37,18 +60,12 @@ fn plans_fleet_spawn_split_assign_collect_and_reports_the_best() {
             json!({"num_agents": 0, "collect_timeout_seconds": 30})
         )),
     ];
-    let first = policy.decide(&messages);
-    assert_eq!(names(&first), vec!["list_fleet", "read_file"]);
     let fleet = json!({"selector": "", "slices": [
         {"slice_id": "b0-c0", "state": "free"}, {"slice_id": "b0-c1", "state": "leased"},
         {"slice_id": "b0-c2", "state": "free"}]});
-    answer(&mut messages, &first, &[&fleet.to_string(), SPACE]);
-    let spawn = policy.decide(&messages);
+    let [first, spawn, assign] = opening(&policy, &mut messages, &fleet, ["b0-c0", "b0-c2"]);
+    assert_eq!(names(&first), vec!["list_fleet", "read_file"]);
     assert_eq!(names(&spawn), vec!["spawn_agent", "spawn_agent"]);
-    let s1 = json!({"agent": "tuner-1", "slice_id": "b0-c0"}).to_string();
-    let s2 = json!({"agent": "tuner-2", "slice_id": "b0-c2"}).to_string();
-    answer(&mut messages, &spawn, &[&s1, &s2]);
-    let assign = policy.decide(&messages);
     let Turn::Calls(calls) = &assign else {
         panic!("expected assign calls")
     };
@@ -93,10 +110,7 @@ fn plans_fleet_spawn_split_assign_collect_and_reports_the_best() {
                    {"agent": "tuner-1", "task_id": "t1", "status": "ok", "gflops": 3.0}],
         "omitted": {}});
     answer(&mut messages, &collect, &[&collected.to_string()]);
-    let Turn::Final(text) = policy.decide(&messages) else {
-        panic!("expected the answer")
-    };
-    let block = mtswarm_core::answer::last_json(&text).expect("json block");
+    let block = final_block(&policy, &messages);
     assert_eq!(block["best"]["agent"], "tuner-2");
     assert_eq!(block["best"]["params"], json!({"A": "2"}));
     assert_eq!(block["best"]["gflops"], json!(5.0));
@@ -111,15 +125,9 @@ fn a_failed_partition_is_retried_once_on_an_agent_whose_task_succeeded() {
         "Tune.\n\n{JOB_SPEC_PREFIX}{}",
         json!({"num_agents": 0, "collect_timeout_seconds": 30})
     ))];
-    let first = policy.decide(&messages);
     let fleet = json!({"selector": "", "slices": [
         {"slice_id": "b0-c0", "state": "free"}, {"slice_id": "b0-c1", "state": "free"}]});
-    answer(&mut messages, &first, &[&fleet.to_string(), SPACE]);
-    let spawn = policy.decide(&messages);
-    let s1 = json!({"agent": "tuner-1", "slice_id": "b0-c0"}).to_string();
-    let s2 = json!({"agent": "tuner-2", "slice_id": "b0-c1"}).to_string();
-    answer(&mut messages, &spawn, &[&s1, &s2]);
-    let assign = policy.decide(&messages);
+    let [_, _, assign] = opening(&policy, &mut messages, &fleet, ["b0-c0", "b0-c1"]);
     let Turn::Calls(assigned) = &assign else {
         panic!("expected assign calls")
     };
@@ -172,10 +180,7 @@ fn a_failed_partition_is_retried_once_on_an_agent_whose_task_succeeded() {
         "agents": [{"agent": "tuner-2", "task_id": "t3", "status": "failed"}],
         "omitted": {}});
     answer(&mut messages, &recollect, &[&collected.to_string()]);
-    let Turn::Final(text) = policy.decide(&messages) else {
-        panic!("expected the answer")
-    };
-    let block = mtswarm_core::answer::last_json(&text).expect("json block");
+    let block = final_block(&policy, &messages);
     assert_eq!(block["best"]["task_id"], "t2");
     assert_eq!(block["task_status"], json!({"ok": 1, "failed": 2}));
 }

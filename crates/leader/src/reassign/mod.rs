@@ -152,6 +152,20 @@ impl Reassigner {
             .collect()
     }
 
+    /// The movable agents placed on `slice_id`, each with its job; a job's
+    /// agents are listed when the iteration reaches it.
+    fn movable_on(
+        contexts: Vec<Arc<JobContext>>,
+        slice_id: &str,
+    ) -> impl Iterator<Item = (Arc<JobContext>, AgentEntry)> + '_ {
+        contexts.into_iter().flat_map(move |context| {
+            Self::movable(&context)
+                .into_iter()
+                .filter(move |agent| agent.slice_id == slice_id)
+                .map(move |agent| (context.clone(), agent))
+        })
+    }
+
     /// True when the slice's live lease names `session_id`; `None` when the
     /// lease cannot be read (NATS away): then nothing is decided.
     async fn lease_names(&self, slice_id: &str, session_id: &str) -> Option<bool> {
@@ -175,17 +189,12 @@ impl Reassigner {
                 reason,
                 cause_at,
             } => {
-                for context in self.contexts() {
-                    for agent in Self::movable(&context) {
-                        if agent.slice_id != slice_id {
-                            continue;
-                        }
-                        if self.lease_names(&slice_id, &agent.session_id).await != Some(false) {
-                            continue;
-                        }
-                        self.move_agent(&context, &agent.agent_id, &reason, cause_at, false)
-                            .await;
+                for (context, agent) in Self::movable_on(self.contexts(), &slice_id) {
+                    if self.lease_names(&slice_id, &agent.session_id).await != Some(false) {
+                        continue;
                     }
+                    self.move_agent(&context, &agent.agent_id, &reason, cause_at, false)
+                        .await;
                 }
             }
             Trigger::Quarantined {
@@ -193,12 +202,8 @@ impl Reassigner {
                 reason,
                 cause_at,
             } => {
-                for context in self.contexts() {
-                    for agent in Self::movable(&context) {
-                        if agent.slice_id == slice_id {
-                            self.forced_move(&context, &agent, &reason, cause_at).await;
-                        }
-                    }
+                for (context, agent) in Self::movable_on(self.contexts(), &slice_id) {
+                    self.forced_move(&context, &agent, &reason, cause_at).await;
                 }
             }
             Trigger::Fenced {

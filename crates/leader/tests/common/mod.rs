@@ -1,26 +1,35 @@
 //! Shared setup of the leader's integration tests: a real nats-server, a
 //! kernel root in a temporary directory, a leader on 127.0.0.1:0, a gRPC
-//! client, a fake worker daemon (a real Worker gRPC server registered in
-//! the workers KV), and a model whose turns can be held back until the test
-//! releases them.
+//! client and what tests ask of it, and readers of a job's events and
+//! record. The fake worker daemon, the scripted models and the results a
+//! worker publishes have a module each.
 
 #![allow(dead_code)]
 
+mod models;
+mod results;
+mod worker;
+
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, LeaseRequest, Leases, TopologyConfig, Versioned, Workers, v1};
-use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
-use mtswarm_core::{ChatModel, ChatRequest, ModelError, ModelStream};
+use mtswarm_bus::{Bus, BusConfig, Jobs, TopologyConfig, subjects, v1};
+use mtswarm_core::ChatModel;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc};
-use tonic::transport::server::TcpIncoming;
-use tonic::{Request, Response, Status};
+use serde_json::Value;
+use tonic::Status;
+use tonic::codegen::{Body, Bytes, StdError};
+
+// Not every test binary uses every module.
+#[allow(unused_imports)]
+pub(crate) use models::*;
+#[allow(unused_imports)]
+pub(crate) use results::*;
+#[allow(unused_imports)]
+pub(crate) use worker::*;
 
 /// Upper bound of every wait in these tests.
 pub(crate) const WAIT: Duration = Duration::from_secs(20);
@@ -57,13 +66,8 @@ pub(crate) struct Env {
     pub kernel_root: tempfile::TempDir,
 }
 
-pub(crate) const TUNE_TOML: &str = r#"
-kernel = "k1"
-[[param]]
-name = "A"
-values = [1, 2, 3]
-default = 1
-"#;
+/// The tuning space of kernel `k1` (three values of `A`).
+pub(crate) const TUNE_TOML: &str = include_str!("../fixtures/tune.toml");
 
 impl Env {
     pub(crate) async fn start() -> Env {
@@ -99,16 +103,25 @@ impl Env {
         LeaderConfig::new(self.nats.url(), self.kernel_root.path())
     }
 
+    /// [`Env::config`] with every job's leader loop on `model`.
+    pub(crate) fn config_with_model(&self, model: Arc<dyn ChatModel>) -> LeaderConfig {
+        self.config()
+            .with_model_factory(Arc::new(move |_spec: &v1::JobSpec| Ok(model.clone())))
+    }
+
+    /// A leader whose every job runs on `model`.
     pub(crate) async fn leader(&self, model: Arc<dyn ChatModel>) -> LeaderHandle {
-        let config = self
-            .config()
-            .with_model_factory(Arc::new(move |_spec: &v1::JobSpec| Ok(model.clone())));
-        LeaderDaemon::start(config).await.expect("leader starts")
+        start_leader(self.config_with_model(model)).await
     }
 
     pub(crate) fn kernel_dir(&self) -> PathBuf {
         self.kernel_root.path().join("k1")
     }
+}
+
+/// Starts a leader daemon on `config`.
+pub(crate) async fn start_leader(config: LeaderConfig) -> LeaderHandle {
+    LeaderDaemon::start(config).await.expect("leader starts")
 }
 
 pub(crate) async fn control(leader: &LeaderHandle) -> Control {
@@ -134,6 +147,18 @@ pub(crate) async fn task_stream(
         .unwrap_or_else(|e| panic!("{worker_id} tasks: {e}"))
 }
 
+/// The next task on `tasks` (it must come within [`WAIT`] and decode).
+pub(crate) async fn next_task(
+    tasks: &mut mtswarm_bus::DeliveryStream<v1::TaskAssignment>,
+    what: &str,
+) -> mtswarm_bus::Delivery<v1::TaskAssignment> {
+    use futures::StreamExt as _;
+    within(what, tasks.next())
+        .await
+        .expect("a task")
+        .expect("a decodable task")
+}
+
 pub(crate) fn spec(goal: &str) -> v1::JobSpec {
     v1::JobSpec {
         goal: goal.to_string(),
@@ -142,33 +167,140 @@ pub(crate) fn spec(goal: &str) -> v1::JobSpec {
     }
 }
 
-/// Reads a job's events until its stream ends (final state).
-/// Submits a job with [`spec`]`(goal)` and returns its id.
-pub(crate) async fn submit(control: &mut Control, goal: &str) -> String {
+/// What a Control client may be carried over: a plain channel, or one with
+/// an interceptor (the tests with credentials).
+pub(crate) trait Transport:
+    tonic::client::GrpcService<
+        tonic::body::Body,
+        Error: Into<StdError>,
+        ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
+    >
+{
+}
+
+impl<T> Transport for T where
+    T: tonic::client::GrpcService<
+            tonic::body::Body,
+            Error: Into<StdError>,
+            ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
+        >
+{
+}
+
+/// A Control client over any [`Transport`].
+pub(crate) type Client<T> = v1::control_client::ControlClient<T>;
+
+/// Submits `spec` without an idempotency key; the job id or the refusal.
+pub(crate) async fn try_submit<T: Transport>(
+    control: &mut Client<T>,
+    spec: v1::JobSpec,
+) -> Result<String, Status> {
     control
         .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec(goal)),
+            spec: Some(spec),
             idempotency_key: String::new(),
         })
         .await
-        .expect("submit")
-        .into_inner()
-        .job_id
+        .map(|response| response.into_inner().job_id)
 }
 
-pub(crate) async fn watch_to_end(
+/// Submits a job with [`spec`]`(goal)` and returns its id.
+pub(crate) async fn submit<T: Transport>(control: &mut Client<T>, goal: &str) -> String {
+    try_submit(control, spec(goal)).await.expect("submit")
+}
+
+/// The job's record as `GetJob` answers it, or the refusal.
+pub(crate) async fn get_job<T: Transport>(
+    control: &mut Client<T>,
+    job_id: &str,
+) -> Result<v1::JobRecord, Status> {
+    control
+        .get_job(v1::GetJobRequest {
+            job_id: job_id.to_string(),
+        })
+        .await
+        .map(|response| {
+            response
+                .into_inner()
+                .job
+                .expect("GetJob answers with the job")
+        })
+}
+
+/// Cancels the job; the state `CancelJob` answers with, or the refusal.
+pub(crate) async fn cancel_job<T: Transport>(
+    control: &mut Client<T>,
+    job_id: &str,
+    reason: &str,
+) -> Result<v1::JobState, Status> {
+    control
+        .cancel_job(v1::CancelJobRequest {
+            job_id: job_id.to_string(),
+            reason: reason.to_string(),
+        })
+        .await
+        .map(|response| response.into_inner().state())
+}
+
+/// Cancels the job (asserting it is CANCELLED) while `worker` holds a
+/// SpawnSession at `gate`, then lets the spawn through; the spawns that
+/// completed and the CancelSession that followed them.
+pub(crate) async fn cancel_while_spawning(
+    control: &mut Control,
+    job_id: &str,
+    gate: &tokio::sync::Semaphore,
+    worker: &mut FakeWorker,
+    what: &str,
+) -> (Vec<v1::SpawnSessionRequest>, v1::CancelSessionRequest) {
+    let cancelled = cancel_job(control, job_id, "test").await;
+    assert_eq!(cancelled.expect("CancelJob"), v1::JobState::Cancelled);
+    // The session starts only now, after the cancellation.
+    gate.add_permits(1);
+    worker.spawns_then_cancel(what).await
+}
+
+/// Decides `approval_id`; the decided record or the refusal.
+pub(crate) async fn decide<T: Transport>(
+    control: &mut Client<T>,
+    approval_id: &str,
+    verdict: v1::ApprovalVerdict,
+    reason: &str,
+    decided_by: &str,
+) -> Result<v1::ApprovalRecord, Status> {
+    control
+        .decide_approval(v1::DecideApprovalRequest {
+            approval_id: approval_id.into(),
+            verdict: verdict as i32,
+            reason: reason.into(),
+            decided_by: decided_by.into(),
+        })
+        .await
+        .map(|response| response.into_inner().approval.expect("the decided record"))
+}
+
+/// A job's event stream from sequence `from` (0 = from the start).
+pub(crate) async fn watch(
     control: &mut Control,
     job_id: &str,
     from: u64,
-) -> Vec<v1::JobEvent> {
-    let mut stream = control
+) -> tonic::Streaming<v1::JobEvent> {
+    control
         .watch_job(v1::WatchJobRequest {
             job_id: job_id.to_string(),
             from_sequence: from,
         })
         .await
         .expect("watch_job")
-        .into_inner();
+        .into_inner()
+}
+
+/// Reads a job's events until its stream ends (final state).
+pub(crate) async fn watch_to_end(
+    control: &mut Control,
+    job_id: &str,
+    from: u64,
+) -> Vec<v1::JobEvent> {
+    let mut stream = watch(control, job_id, from).await;
     let mut events = Vec::new();
     within("the end of the job's event stream", async {
         while let Some(event) = stream.message().await.expect("watch stream item") {
@@ -179,513 +311,128 @@ pub(crate) async fn watch_to_end(
     events
 }
 
+/// The job's state changes among `events`, in order.
+pub(crate) fn states(events: &[v1::JobEvent]) -> Vec<v1::JobState> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::StateChange(c)) => Some(c.current()),
+            _ => None,
+        })
+        .collect()
+}
+
 pub(crate) fn final_state(events: &[v1::JobEvent]) -> Option<v1::JobState> {
-    events.iter().rev().find_map(|e| match &e.event {
-        Some(v1::job_event::Event::StateChange(c)) => Some(c.current()),
+    states(events).last().copied()
+}
+
+/// The accepted task results among `events`, in order.
+pub(crate) fn task_results(events: &[v1::JobEvent]) -> Vec<&v1::TaskResult> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Some(v1::job_event::Event::TaskResult(r)) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The agent events among `events`, in order.
+pub(crate) fn agent_events(events: &[v1::JobEvent]) -> impl Iterator<Item = &v1::AgentEvent> {
+    events.iter().filter_map(|e| match &e.event {
+        Some(v1::job_event::Event::AgentEvent(a)) => Some(a),
         _ => None,
     })
 }
 
-/// A [`ChatModel`] that plays a script and holds turn `gate_turn` (0-based)
-/// until [`GatedModel::open`] is called.
-pub(crate) struct GatedModel {
-    pub inner: ScriptedModel,
-    gate_turn: usize,
-    turns: std::sync::atomic::AtomicUsize,
-    gate: Semaphore,
+/// The JSON payloads of the log events of type `kind` (e.g.
+/// `task_reassigned`), in order.
+pub(crate) fn logs_of_type(events: &[v1::JobEvent], kind: &str) -> Vec<Value> {
+    agent_events(events)
+        .filter(|a| a.kind() == v1::AgentEventKind::Log)
+        .filter_map(|a| serde_json::from_str::<Value>(&a.payload_json).ok())
+        .filter(|p| p["type"] == kind)
+        .collect()
 }
 
-impl GatedModel {
-    pub(crate) fn new(inner: ScriptedModel, gate_turn: usize) -> Self {
-        Self {
-            inner,
-            gate_turn,
-            turns: Default::default(),
-            gate: Semaphore::new(0),
-        }
-    }
-    pub(crate) fn open(&self) {
-        self.gate.add_permits(1);
-    }
-}
-
-#[async_trait::async_trait]
-impl ChatModel for GatedModel {
-    fn model_name(&self) -> &str {
-        "gated-script"
-    }
-    async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
-        let turn = self.turns.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if turn == self.gate_turn {
-            let _permit = self
-                .gate
-                .acquire()
-                .await
-                .map_err(|_| ModelError::Other("gate closed".into()))?;
-        }
-        self.inner.stream(request).await
-    }
-}
-
-/// What the fake worker saw.
-#[derive(Debug)]
-pub(crate) enum WorkerCall {
-    /// A SpawnSession reached a gated worker and waits for its gate.
-    SpawnArrived(String),
-    Spawn(Box<v1::SpawnSessionRequest>),
-    Cancel(v1::CancelSessionRequest),
-}
-
-struct FakeWorkerService {
-    worker_id: String,
-    slice_id: String,
-    calls: mpsc::UnboundedSender<WorkerCall>,
-    lease: Arc<FakeLease>,
-    /// When set, every SpawnSession waits for a permit before it starts
-    /// the session.
-    spawn_gate: Option<Arc<Semaphore>>,
-}
-
-/// The fake worker's lease on its slice, renewed like a real worker's (the
-/// session it names is set by SpawnSession).
-pub(crate) struct FakeLease {
-    leases: Leases,
-    held: tokio::sync::Mutex<Option<Versioned<v1::SliceLease>>>,
-}
-
-impl FakeLease {
-    /// Renews the lease, naming `session` when given.
-    async fn renew(&self, session: Option<(&str, &str)>) {
-        let mut held = self.held.lock().await;
-        let Some(current) = held.as_ref() else { return };
-        let renewed = self
-            .leases
-            .renew_with(current, |lease| {
-                if let Some((session_id, job_id)) = session {
-                    lease.session_id = session_id.to_string();
-                    lease.job_id = job_id.to_string();
-                }
-            })
-            .await;
-        match renewed {
-            Ok(renewed) => *held = Some(renewed),
-            Err(error) => {
-                eprintln!("fake worker lease not renewed: {error}");
-            }
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl v1::worker_server::Worker for FakeWorkerService {
-    async fn spawn_session(
-        &self,
-        request: Request<v1::SpawnSessionRequest>,
-    ) -> Result<Response<v1::SpawnSessionResponse>, Status> {
-        let request = request.into_inner();
-        if let Some(gate) = &self.spawn_gate {
-            let _ = self
-                .calls
-                .send(WorkerCall::SpawnArrived(request.session_id.clone()));
-            let permit = gate
-                .acquire()
-                .await
-                .map_err(|_| Status::unavailable("spawn gate closed"))?;
-            permit.forget();
-        }
-        if !request.slice_id.is_empty() && request.slice_id != self.slice_id {
-            return Err(Status::not_found(format!(
-                "slice {} is not on worker {}",
-                request.slice_id, self.worker_id
-            )));
-        }
-        self.lease
-            .renew(Some((&request.session_id, &request.job_id)))
-            .await;
-        let response = v1::SpawnSessionResponse {
-            session_id: request.session_id.clone(),
-            worker_id: self.worker_id.clone(),
-            slice_id: self.slice_id.clone(),
-            lease_epoch: 1,
-            resumed_from_step: 0,
-        };
-        let _ = self.calls.send(WorkerCall::Spawn(Box::new(request)));
-        Ok(Response::new(response))
-    }
-    async fn cancel_session(
-        &self,
-        request: Request<v1::CancelSessionRequest>,
-    ) -> Result<Response<v1::CancelSessionResponse>, Status> {
-        let _ = self.calls.send(WorkerCall::Cancel(request.into_inner()));
-        Ok(Response::new(v1::CancelSessionResponse { cancelled: true }))
-    }
-    async fn drain(
-        &self,
-        _: Request<v1::DrainRequest>,
-    ) -> Result<Response<v1::DrainResponse>, Status> {
-        Ok(Response::new(v1::DrainResponse::default()))
-    }
-    async fn status(
-        &self,
-        _: Request<v1::StatusRequest>,
-    ) -> Result<Response<v1::StatusResponse>, Status> {
-        Ok(Response::new(v1::StatusResponse {
-            worker_id: self.worker_id.clone(),
-            ..Default::default()
-        }))
-    }
-}
-
-/// Lease TTL of the fake workers (the smallest the KV allows, so a killed
-/// fake worker's lease lapses fast).
-pub(crate) const FAKE_LEASE_TTL: Duration = Duration::from_secs(1);
-
-/// A Worker gRPC server on 127.0.0.1:0 with one slice, registered in the
-/// workers KV and holding the slice's lease (renewed every third of
-/// [`FAKE_LEASE_TTL`]). Calls arrive on `calls`.
-pub(crate) struct FakeWorker {
-    pub worker_id: String,
-    pub slice_id: String,
-    pub addr: SocketAddr,
-    pub calls: mpsc::UnboundedReceiver<WorkerCall>,
-    server: tokio::task::JoinHandle<()>,
-    renewal: tokio::task::JoinHandle<()>,
-    bus: Bus,
-}
-
-impl Drop for FakeWorker {
-    fn drop(&mut self) {
-        self.server.abort();
-        self.renewal.abort();
-    }
-}
-
-impl FakeWorker {
-    pub(crate) async fn start(bus: &Bus, worker_id: &str, board: &str) -> FakeWorker {
-        Self::start_with_gate(bus, worker_id, board, None).await
-    }
-
-    /// A fake worker whose SpawnSession calls each wait for a permit of
-    /// `gate` (announced as [`WorkerCall::SpawnArrived`]).
-    pub(crate) async fn start_with_gate(
-        bus: &Bus,
-        worker_id: &str,
-        board: &str,
-        spawn_gate: Option<Arc<Semaphore>>,
-    ) -> FakeWorker {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let slice_id = format!("{board}-c0");
-        let (tx, calls) = mpsc::unbounded_channel();
-        let leases = Leases::open(bus).await.expect("leases bucket");
-        let held = leases
-            .acquire(&LeaseRequest {
-                slice_id: slice_id.clone(),
-                worker_id: worker_id.to_string(),
-                session_id: String::new(),
-                job_id: String::new(),
-                ttl: FAKE_LEASE_TTL,
-            })
-            .await
-            .expect("slice lease");
-        let lease = Arc::new(FakeLease {
-            leases,
-            held: tokio::sync::Mutex::new(Some(held)),
-        });
-        let renewal = {
-            let lease = lease.clone();
-            tokio::spawn(async move {
-                let mut ticker = tokio::time::interval(FAKE_LEASE_TTL / 3);
-                loop {
-                    ticker.tick().await;
-                    lease.renew(None).await;
-                }
-            })
-        };
-        let service = FakeWorkerService {
-            worker_id: worker_id.to_string(),
-            slice_id: slice_id.clone(),
-            calls: tx,
-            lease,
-            spawn_gate,
-        };
-        let server = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(v1::worker_server::WorkerServer::new(service))
-                .serve_with_incoming(TcpIncoming::from(listener))
-                .await;
-        });
-        let record = v1::WorkerRecord {
-            worker_id: worker_id.to_string(),
-            endpoint: format!("http://{addr}"),
-            slices: vec![v1::SliceDescriptor {
-                slice_id: slice_id.clone(),
-                board: board.to_string(),
-                cluster: 0,
-                cores: 8,
-                backend: "emulator".to_string(),
-            }],
-            ..Default::default()
-        };
-        Workers::open(bus)
-            .await
-            .expect("workers bucket")
-            .register(&record, Duration::from_secs(60))
-            .await
-            .expect("register worker");
-        FakeWorker {
-            worker_id: worker_id.to_string(),
-            slice_id,
-            addr,
-            calls,
-            server,
-            renewal,
-            bus: bus.clone(),
-        }
-    }
-
-    /// What a crash looks like to the rest of the system: the gRPC server
-    /// stops, the lease is no longer renewed (it lapses after its TTL) and
-    /// the worker record is gone.
-    pub(crate) async fn kill(&self) {
-        self.server.abort();
-        self.renewal.abort();
-        Workers::open(&self.bus)
-            .await
-            .expect("workers bucket")
-            .deregister(&self.worker_id)
-            .await
-            .expect("deregister the killed worker");
-    }
-}
-
-/// The leader conversation most tests need: spawn agent `a1` on
-/// `slice_id`, give it one task with one candidate, collect it, and answer
-/// with a best result of `gflops`.
-pub(crate) fn one_task_script(slice_id: &str, gflops: f64) -> Arc<ConversationScript> {
-    let spawn = serde_json::json!({"name": "a1", "slice_id": slice_id, "instructions": "tune"});
-    Arc::new(ConversationScript::new(
-        vec![
-            ScriptedTurn::call("c1", "spawn_agent", &spawn.to_string()),
-            ScriptedTurn::call(
-                "c2",
-                "assign_task",
-                r#"{"agent":"a1","instructions":"try","parameters":{"candidates":[{"A":1}]}}"#,
-            ),
-            ScriptedTurn::call(
-                "c3",
-                "collect_result",
-                r#"{"mode":"all","timeout_seconds":60}"#,
-            ),
-            ScriptedTurn::text(format!(
-                "Done.\n```json\n{{\"best\":{{\"gflops\":{gflops:?}}}}}\n```"
-            )),
-        ],
-        None,
-    ))
-}
-
-/// A model that plays `turns` by position in the conversation (turn i =
-/// the answer after i assistant messages), so a leader that resumes a job
-/// from its checkpoint gets the turn the conversation is at. Turn
-/// `hold_at` waits until [`ConversationScript::release`].
-pub(crate) struct ConversationScript {
-    turns: Vec<ScriptedTurn>,
-    hold_at: Option<usize>,
-    gate: Semaphore,
-}
-
-impl ConversationScript {
-    pub(crate) fn new(turns: Vec<ScriptedTurn>, hold_at: Option<usize>) -> Self {
-        Self {
-            turns,
-            hold_at,
-            gate: Semaphore::new(0),
-        }
-    }
-    pub(crate) fn release(&self) {
-        self.gate.add_permits(1_000);
-    }
-}
-
-#[async_trait::async_trait]
-impl ChatModel for ConversationScript {
-    fn model_name(&self) -> &str {
-        "conversation-script"
-    }
-    async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
-        let index = request
-            .messages
-            .iter()
-            .filter(|m| m.role == mtswarm_core::Role::Assistant)
-            .count();
-        if self.hold_at == Some(index) {
-            let _permit = self
-                .gate
-                .acquire()
-                .await
-                .map_err(|_| ModelError::Other("gate closed".into()))?;
-        }
-        let turn = self
-            .turns
-            .get(index)
-            .cloned()
-            .ok_or_else(|| ModelError::Other(format!("no scripted turn {index}")))?;
-        ScriptedModel::new([turn]).stream(request).await
-    }
-}
-
-/// Stores the measurement record a worker writes for a benchmarked
-/// candidate (the job's outcome is computed from these).
-pub(crate) async fn record_measurement(
-    bus: &Bus,
-    task: &v1::TaskAssignment,
-    defines: &serde_json::Value,
-    gflops: f64,
-) {
-    use mtswarm_bus::results::{CandidateStatus, ResultRecord, ResultStats, ResultsStore};
-    let params = defines
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        v.as_str().map_or_else(|| v.to_string(), str::to_owned),
-                    )
-                })
-                .collect()
+/// What the leader's `tool` calls answered (their JSON content), in order.
+pub(crate) fn leader_tool_outputs(events: &[v1::JobEvent], tool: &str) -> Vec<Value> {
+    agent_events(events)
+        .filter(|a| a.agent_id == "leader")
+        .filter_map(|a| {
+            let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
+            (payload["type"] == "tool_result" && payload["name"] == tool)
+                .then(|| serde_json::from_str::<Value>(payload["content"].as_str()?).ok())
+                .flatten()
         })
-        .unwrap_or_default();
-    let record = ResultRecord {
-        record_id: format!("{}.{}.{}.bench", task.job_id, task.task_id, task.attempt),
-        job_id: task.job_id.clone(),
-        task_id: task.task_id.clone(),
-        attempt: task.attempt,
-        agent_id: task.agent_id.clone(),
-        session_id: task.session_id.clone(),
-        worker_id: task.worker_id.clone(),
-        slice_id: task.slice_id.clone(),
-        backend: "emulator".into(),
-        kernel: "k".into(),
-        kernel_hash: "feedface".into(),
-        params,
-        cores: 8,
-        samples: vec![0.01; 3],
-        stats: Some(ResultStats {
-            count: 3,
-            median: 0.01,
-            trimmed_mean: 0.01,
-            min: 0.01,
-            max: 0.01,
-            stddev: 0.0,
-        }),
-        gflops: Some(gflops),
-        peak_fraction: Some(0.125),
-        valid: true,
-        status: CandidateStatus::Benchmarked,
-        ..ResultRecord::default()
-    };
-    let store = ResultsStore::open(bus).await.expect("results store");
-    store.record(&record).await.expect("store the measurement");
+        .collect()
 }
 
-/// Publishes a task result the way a worker does: an OK, unfenced result
-/// is preceded by the measurement record of its best candidate (from its
-/// `result_json`, 1 GFLOP/s when it names none).
-pub(crate) async fn publish_measured(
-    bus: &Bus,
-    result: &v1::TaskResult,
-) -> Result<(), mtswarm_bus::BusError> {
-    if result.status() == v1::TaskStatus::Ok && !result.fenced {
-        let body: serde_json::Value = serde_json::from_str(&result.result_json).unwrap_or_default();
-        let task = v1::TaskAssignment {
-            task_id: result.task_id.clone(),
-            job_id: result.job_id.clone(),
-            attempt: result.attempt,
-            agent_id: result.agent_id.clone(),
-            session_id: result.session_id.clone(),
-            worker_id: result.worker_id.clone(),
-            slice_id: result.slice_id.clone(),
-            ..Default::default()
-        };
-        let gflops = body["best"]["gflops"].as_f64().unwrap_or(1.0);
-        record_measurement(bus, &task, &body["best"]["defines"], gflops).await;
-    }
-    bus.publish_result(result).await.map(|_| ())
+/// The job's record as stored in the jobs KV.
+pub(crate) async fn job_record(bus: &Bus, job_id: &str) -> v1::JobRecord {
+    Jobs::open(bus)
+        .await
+        .expect("jobs bucket")
+        .get(job_id)
+        .await
+        .expect("read the job record")
+        .expect("the job record exists")
+        .value
 }
 
-/// Answers every task of `worker_id` with an OK result whose best GFLOP/s is
-/// `gflops_of(task)`, until the returned task is aborted. Each task's
-/// headers are sent on the channel.
-pub(crate) fn answer_tasks(
+/// The job's stored record once `ready` holds for it, at most [`WAIT`].
+pub(crate) async fn record_when(
     bus: &Bus,
-    worker_id: &str,
-    gflops_of: fn(&v1::TaskAssignment) -> f64,
-) -> (
-    tokio::task::JoinHandle<()>,
-    mpsc::UnboundedReceiver<(v1::TaskAssignment, async_nats::HeaderMap)>,
-) {
-    answer_tasks_with(bus, worker_id, gflops_of, |_| v1::TaskStatus::Ok)
-}
-
-/// [`answer_tasks`] with the result status chosen per task (a FAILED result
-/// carries no best configuration).
-pub(crate) fn answer_tasks_with(
-    bus: &Bus,
-    worker_id: &str,
-    gflops_of: fn(&v1::TaskAssignment) -> f64,
-    status_of: fn(&v1::TaskAssignment) -> v1::TaskStatus,
-) -> (
-    tokio::task::JoinHandle<()>,
-    mpsc::UnboundedReceiver<(v1::TaskAssignment, async_nats::HeaderMap)>,
-) {
-    use futures::StreamExt as _;
-    let bus = bus.clone();
-    let worker_id = worker_id.to_string();
-    let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(async move {
-        let mut tasks = task_stream(&bus, &worker_id).await;
-        while let Some(Ok(delivery)) = tasks.next().await {
-            let task = delivery.message().clone();
-            let parameters: serde_json::Value =
-                serde_json::from_str(&task.parameters_json).unwrap_or_default();
-            let best = parameters["candidates"][0].clone();
-            let status = status_of(&task);
-            let result_json = if status == v1::TaskStatus::Ok {
-                serde_json::json!({
-                    "best": {"defines": best, "gflops": gflops_of(&task), "peak_percent": 12.5},
-                    "candidates": parameters["candidates"],
-                })
-                .to_string()
-            } else {
-                String::new()
-            };
-            let result = v1::TaskResult {
-                task_id: task.task_id.clone(),
-                attempt: task.attempt,
-                job_id: task.job_id.clone(),
-                agent_id: task.agent_id.clone(),
-                session_id: task.session_id.clone(),
-                worker_id: task.worker_id.clone(),
-                slice_id: task.slice_id.clone(),
-                status: status as i32,
-                summary: "benchmarked".into(),
-                error: if status == v1::TaskStatus::Ok {
-                    String::new()
-                } else {
-                    "every candidate crashed".into()
-                },
-                result_json,
-                ..Default::default()
-            };
-            if status == v1::TaskStatus::Ok {
-                record_measurement(&bus, &task, &best, gflops_of(&task)).await;
-            }
-            bus.publish_result(&result).await.expect("publish result");
-            delivery.ack().await.expect("ack");
-            let _ = tx.send((task, delivery.headers().clone()));
+    job_id: &str,
+    what: &str,
+    ready: impl Fn(&v1::JobRecord) -> bool,
+) -> v1::JobRecord {
+    let jobs = Jobs::open(bus).await.expect("jobs bucket");
+    let ready = &ready;
+    eventually(what, || {
+        let jobs = jobs.clone();
+        async move {
+            let record = jobs.get(job_id).await.ok()??.value;
+            ready(&record).then_some(record)
         }
-    });
-    (task, rx)
+    })
+    .await
+}
+
+/// How many tasks were ever stored in the tasks stream.
+pub(crate) async fn tasks_published(bus: &Bus) -> u64 {
+    let mut stream = bus
+        .jetstream()
+        .get_stream(subjects::TASKS_STREAM)
+        .await
+        .expect("tasks stream");
+    stream
+        .info()
+        .await
+        .expect("stream info")
+        .state
+        .last_sequence
+}
+
+/// A medium-risk `benchmark` approval request of agent `a1`'s session
+/// `session_id`, denied by default after 600 s.
+pub(crate) fn approval_request(
+    job_id: &str,
+    approval_id: &str,
+    session_id: &str,
+) -> v1::ApprovalRequest {
+    v1::ApprovalRequest {
+        approval_id: approval_id.into(),
+        job_id: job_id.into(),
+        agent_id: "a1".into(),
+        session_id: session_id.into(),
+        call_id: format!("call-{approval_id}"),
+        tool_name: "benchmark".into(),
+        arguments_json: r#"{"artifact":"b1"}"#.into(),
+        risk: v1::RiskLevel::Medium as i32,
+        reason: "medium risk".into(),
+        timeout_seconds: 600,
+        default_verdict: v1::ApprovalVerdict::Deny as i32,
+        ..Default::default()
+    }
 }
