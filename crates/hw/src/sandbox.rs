@@ -159,7 +159,9 @@ impl Policy {
                 return Ok(Vec::new());
             }
         };
-        let err = |e: seccompiler::BackendError| HwError::Launch(format!("seccomp filter: {e}"));
+        let err = |e: seccompiler::BackendError| {
+            HwError::launch_caused(format!("seccomp filter: {e}"), e)
+        };
         let mut denied: std::collections::BTreeMap<i64, Vec<SeccompRule>> = Default::default();
         denied.insert(libc::SYS_socket, Vec::new());
         denied.insert(libc::SYS_socketpair, Vec::new());

@@ -131,7 +131,8 @@ async fn compile_errors_carry_the_compilers_message() {
         .await
         .expect_err("does not compile");
     match err {
-        HwError::Compile(msg) => {
+        HwError::Compile(detail) => {
+            let msg = detail.message();
             assert!(msg.starts_with("kernel.c"), "{msg}");
             assert!(msg.contains("error"), "{msg}");
         }

@@ -19,7 +19,7 @@ async fn build_error(kernel_c: &str) -> String {
     let dir = fixture(kernel_c);
     let d = defines("vecadd", SMALL);
     match build_and_run(&board(4), dir.path(), d, 4, 1).await {
-        Err(HwError::Compile(msg)) => msg,
+        Err(HwError::Compile(detail)) => detail.message().to_owned(),
         other => panic!("expected a refused build, got {other:?}"),
     }
 }
@@ -79,7 +79,7 @@ async fn instrumentation_off_attributes_and_pragmas_are_refused_by_name_and_line
     ] {
         let dir = fixture(&scalar_vecadd(prelude, attrs));
         let msg = match build_and_run(&board(4), dir.path(), defines("vecadd", SMALL), 4, 1).await {
-            Err(HwError::Compile(msg)) => msg,
+            Err(HwError::Compile(detail)) => detail.message().to_owned(),
             other => panic!("{construct}: expected a refused build, got {other:?}"),
         };
         assert!(msg.contains("refused"), "{construct}: {msg}");

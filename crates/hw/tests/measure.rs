@@ -53,7 +53,7 @@ impl Board for ScriptedBoard {
         &self.slice
     }
     async fn build(&self, _request: &BuildRequest) -> Result<Artifact, HwError> {
-        Err(HwError::Compile("not used".into()))
+        Err(HwError::compile("not used"))
     }
     async fn run(&self, _artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
         self.launches.lock().expect("launches").push(request.runs);

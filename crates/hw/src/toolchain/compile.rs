@@ -69,7 +69,9 @@ pub(super) async fn compile_step(
     )
     .await
     .map_err(|e| match e {
-        HwError::Timeout(t) => HwError::Compile(format!("{what}: compiler timed out after {t:?}")),
+        HwError::Timeout(t) => {
+            HwError::compile_caused(format!("{what}: compiler timed out after {t:?}"), e)
+        }
         other => other,
     })?;
     if out.status.success() {
@@ -79,7 +81,7 @@ pub(super) async fn compile_step(
         if msg.is_empty() {
             msg = format!("compiler exited with {}", out.status);
         }
-        Err(HwError::Compile(format!("{what}: {msg}")))
+        Err(HwError::compile(format!("{what}: {msg}")))
     }
 }
 
@@ -94,9 +96,11 @@ pub(super) async fn compile_kernel_step(
 ) -> Result<String, HwError> {
     match compile_step(argv, cwd, what, allowed).await {
         Ok(log) => Ok(device_check::scrub_diagnostics(&log, allowed)),
-        Err(HwError::Compile(msg)) => Err(HwError::Compile(device_check::scrub_diagnostics(
-            &msg, allowed,
-        ))),
+        Err(HwError::Compile(detail)) => {
+            Err(HwError::Compile(detail.map_message(|msg| {
+                device_check::scrub_diagnostics(msg, allowed)
+            })))
+        }
         Err(e) => Err(e),
     }
 }
@@ -119,7 +123,7 @@ pub(super) async fn object_symbols(object: &Path) -> Result<(Vec<String>, Vec<St
     )
     .await?;
     if !out.status.success() {
-        return Err(HwError::Compile(format!(
+        return Err(HwError::compile(format!(
             "nm {}: {}",
             object.display(),
             tail(out.stderr.trim(), 500)

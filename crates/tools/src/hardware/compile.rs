@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
-use mtswarm_hw::{Artifact, Board, BuildRequest, HwError};
+use mtswarm_hw::{Artifact, Board, BuildRequest};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -82,10 +82,8 @@ pub(crate) async fn run_build(
         })
         .await;
     let _ = std::fs::remove_dir_all(&job.staged_dir);
-    built.map_err(|e| match e {
-        HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
-        other => hw_error(other),
-    })
+    // A compile error reads `compile failed: <diagnostics>`.
+    built.map_err(hw_error)
 }
 
 /// Record a finished build in the session and describe it.

@@ -74,10 +74,11 @@ impl Board for ScriptedBoard {
 
 impl ScriptedBoard {
     fn build_now(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
-        let source = std::fs::read_to_string(request.kernel_dir.join("kernel.c"))
-            .map_err(|e| HwError::Kernel(format!("{}: {e}", request.kernel_dir.display())))?;
+        let source = std::fs::read_to_string(request.kernel_dir.join("kernel.c")).map_err(|e| {
+            HwError::kernel_caused(format!("{}: {e}", request.kernel_dir.display()), e)
+        })?;
         if source.contains("SYNTAX_ERROR") {
-            return Err(HwError::Compile("kernel.c:1: error: expected ';'".into()));
+            return Err(HwError::compile("kernel.c:1: error: expected ';'"));
         }
         std::fs::create_dir_all(&request.out_dir)?;
         std::fs::write(request.out_dir.join("kernel.c"), &source)?;
