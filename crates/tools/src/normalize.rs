@@ -56,6 +56,18 @@ pub(crate) struct Shape {
     pub aliases: &'static [(&'static str, &'static str)],
 }
 
+impl Shape {
+    /// No repairs: what a tool's shape leaves out (`..Shape::NONE`).
+    pub(crate) const NONE: Shape = Shape {
+        integers: &[],
+        numbers: &[],
+        bools: &[],
+        lists: &[],
+        maps: &[],
+        aliases: &[],
+    };
+}
+
 fn parse_number(text: &str) -> Option<f64> {
     let cleaned: String = text
         .trim()

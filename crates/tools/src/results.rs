@@ -186,10 +186,7 @@ pub struct QueryResultsArgs {
 
 const QUERY_RESULTS_SHAPE: Shape = Shape {
     integers: &["limit"],
-    numbers: &[],
     bools: &["same_kernel_only"],
-    lists: &[],
-    maps: &[],
     aliases: &[
         ("name", "kernel"),
         ("kernel_name", "kernel"),
@@ -198,6 +195,7 @@ const QUERY_RESULTS_SHAPE: Shape = Shape {
         ("max_results", "limit"),
         ("exact", "same_kernel_only"),
     ],
+    ..Shape::NONE
 };
 
 /// The query_results tool.
