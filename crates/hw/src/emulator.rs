@@ -6,32 +6,20 @@
 //! protocol) are in `emu/`, the build and launch machinery it shares with
 //! the `host` backend in [`crate::toolchain`].
 
-use crate::board::BackendKind;
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::spec::ChipSpec;
-use crate::toolchain::{ToolchainBackend, ToolchainBoard, sealed};
+use crate::toolchain::ToolchainBoard;
 
 // Where callers have always found them.
 pub use crate::emu::instrument::charge_basic_blocks;
 pub use crate::emu::runtime::{default_cache_dir, materialize_runtime, spec_string};
 pub use crate::toolchain::{EMULATED_LAUNCH_NICENESS, RunLimits};
 
-/// The emulator backend of a [`ToolchainBoard`]: instrumented builds,
-/// modeled cycles.
-#[derive(Debug, Clone, Copy)]
-pub enum Emulator {}
-
-impl sealed::Sealed for Emulator {
-    const BACKEND: BackendKind = BackendKind::Emulator;
-}
-
-impl ToolchainBackend for Emulator {}
-
 /// The MT-3000 emulator on one slice (backend `emulator`).
-pub type EmulatorBoard = ToolchainBoard<Emulator>;
+pub type EmulatorBoard = ToolchainBoard<true>;
 
 /// What only the emulator has: fault injection and the chip model it runs.
-impl ToolchainBoard<Emulator> {
+impl ToolchainBoard<true> {
     /// Inject faults into launches at these rates (see [`crate::faults`]);
     /// the launch counter starts at 0. Rates of 0 turn injection off.
     pub fn with_faults(mut self, faults: FaultConfig) -> Self {

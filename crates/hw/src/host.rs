@@ -4,21 +4,10 @@
 //! `hthread_group_wait`. For kernels that are not MT-3000 specific, and for
 //! checking a kernel's correctness at native speed.
 
-use crate::board::BackendKind;
-use crate::toolchain::{ToolchainBackend, ToolchainBoard, sealed};
-
-/// The host backend of a [`ToolchainBoard`]: native builds, wall-clock time.
-#[derive(Debug, Clone, Copy)]
-pub enum Host {}
-
-impl sealed::Sealed for Host {
-    const BACKEND: BackendKind = BackendKind::Host;
-}
-
-impl ToolchainBackend for Host {}
+use crate::toolchain::ToolchainBoard;
 
 /// The host CPU as a slice (backend `host`). Capacity limits of the spec
 /// still apply (the same runtime enforces them); `peak_fraction` is 0 since
 /// the host's peak is not modeled. `new(slice, spec)` gives a host slice
 /// with `slice.cores` worker threads per group.
-pub type HostBoard = ToolchainBoard<Host>;
+pub type HostBoard = ToolchainBoard<false>;

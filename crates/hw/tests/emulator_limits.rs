@@ -102,9 +102,7 @@ async fn gsm_capacity_names_the_limit() {
 
 #[tokio::test]
 async fn more_than_a_cluster_of_cores_is_an_error() {
-    let dir = kernels_dir().join("vecadd");
-    let d = defines("vecadd", &[("CORES", "25")]);
-    match build_and_run(&board(24), &dir, d, 24, 1).await {
+    match run_example("vecadd", &[("CORES", "25")], 24, 1).await {
         Err(HwError::Capacity(msg)) => {
             assert!(
                 msg.contains("a cluster has 24 cores (cores_per_cluster)"),
@@ -179,16 +177,9 @@ async fn a_hanging_kernel_is_killed_at_the_timeout() {
 
 #[tokio::test]
 async fn a_kernel_wrong_after_its_first_execution_is_caught_on_every_later_run() {
-    let dir = kernels_dir().join("vecadd");
-    let outcome = build_and_run(
-        &board(2),
-        &dir,
-        defines("vecadd", &[("FAULT_AFTER", "1")]),
-        2,
-        4,
-    )
-    .await
-    .expect("runs");
+    let outcome = run_example("vecadd", &[("FAULT_AFTER", "1")], 2, 4)
+        .await
+        .expect("runs");
     assert!(!outcome.valid);
     assert_eq!(outcome.samples.len(), 4);
     assert!(outcome.samples[0].valid, "{:?}", outcome.samples[0]);
@@ -202,9 +193,7 @@ async fn a_kernel_wrong_after_its_first_execution_is_caught_on_every_later_run()
             "{sample:?}"
         );
     }
-    let clean = build_and_run(&board(2), &dir, defines("vecadd", &[]), 2, 4)
-        .await
-        .expect("runs");
+    let clean = run_example("vecadd", &[], 2, 4).await.expect("runs");
     assert!(clean.valid && clean.samples.iter().all(|s| s.valid));
 }
 
@@ -212,9 +201,7 @@ async fn a_kernel_wrong_after_its_first_execution_is_caught_on_every_later_run()
 async fn the_spec_drives_the_model() {
     let dir = kernels_dir().join("vecadd");
     let d = defines("vecadd", &[]);
-    let fast = build_and_run(&board(2), &dir, d.clone(), 2, 1)
-        .await
-        .expect("runs");
+    let fast = run_example("vecadd", &[], 2, 1).await.expect("runs");
     let slow_spec = ChipSpec {
         ddr_bandwidth: ChipSpec::default().ddr_bandwidth / 2.0,
         ..ChipSpec::default()
@@ -231,15 +218,9 @@ async fn the_spec_drives_the_model() {
 #[tokio::test]
 async fn every_example_kernel_is_valid_at_its_defaults() {
     for kernel in ["vecadd", "dgemm", "spmv", "stencil2d"] {
-        let outcome = build_and_run(
-            &board(2),
-            &kernels_dir().join(kernel),
-            defines(kernel, &[]),
-            2,
-            2,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+        let outcome = run_example(kernel, &[], 2, 2)
+            .await
+            .unwrap_or_else(|e| panic!("{kernel}: {e}"));
         assert!(outcome.valid, "{kernel}: {:?}", outcome.error);
         assert!(
             outcome.peak_fraction > 0.0 && outcome.peak_fraction <= 1.0,

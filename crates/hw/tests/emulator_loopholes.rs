@@ -245,15 +245,7 @@ async fn physics_holds_and_direct_ddr_is_slower_than_dma() {
     let spec = ChipSpec::default();
     let direct = scalar_vecadd("", "");
     let direct_outcome = run(&direct, 24, 2, &[]).await;
-    let dma = build_and_run(
-        &board(24),
-        &kernels_dir().join("vecadd"),
-        defines("vecadd", &[]),
-        24,
-        2,
-    )
-    .await
-    .expect("runs");
+    let dma = run_example("vecadd", &[], 24, 2).await.expect("runs");
     assert!(
         direct_outcome.valid && dma.valid,
         "{direct_outcome:?} {dma:?}"
@@ -281,15 +273,7 @@ async fn physics_holds_and_direct_ddr_is_slower_than_dma() {
         ("stencil2d", vec![]),
         ("vecadd", vec![("BUF", "1"), ("CHUNK", "256")]),
     ] {
-        let outcome = build_and_run(
-            &board(24),
-            &kernels_dir().join(kernel),
-            defines(kernel, &overrides),
-            24,
-            1,
-        )
-        .await
-        .expect("runs");
+        let outcome = run_example(kernel, &overrides, 24, 1).await.expect("runs");
         assert!(outcome.valid, "{kernel} {overrides:?}: {:?}", outcome.error);
         checked.push((kernel, outcome));
     }

@@ -1,54 +1,37 @@
 //! The one `Board` over the C toolchain: the `emulator` and `host` backends
 //! are the same board (same builder, same build and launch) and differ only
-//! in the flavour their marker type names.
+//! in the flavour of the build, which its `EMULATED` parameter chooses.
 
-use std::fmt;
-use std::marker::PhantomData;
 use std::path::PathBuf;
 
 use super::{Flavor, RunLimits, Toolchain};
 use crate::HwError;
-use crate::board::{Artifact, BackendKind, Board, BuildRequest, RunOutcome, RunRequest, Slice};
+use crate::board::{Artifact, Board, BuildRequest, RunOutcome, RunRequest, Slice};
 use crate::spec::ChipSpec;
 
-pub(crate) mod sealed {
-    /// Only this crate's backends are toolchain backends.
-    pub trait Sealed {
-        /// The backend kind of the board's slice and artifacts.
-        const BACKEND: crate::board::BackendKind;
-    }
+/// A board whose kernels are compiled by the host C compiler against the
+/// hthreads runtime and launched as confined processes: instrumented, with
+/// modeled cycles, when `EMULATED` ([`crate::EmulatorBoard`]), natively with
+/// wall-clock time otherwise ([`crate::HostBoard`]).
+#[derive(Debug, Clone)]
+pub struct ToolchainBoard<const EMULATED: bool> {
+    pub(crate) toolchain: Toolchain,
 }
 
-/// The flavour of the shared build/run machinery `B` uses: only the
-/// emulator instruments; the host backend is the native build.
-fn flavor<B: ToolchainBackend>() -> Flavor {
-    if B::BACKEND == BackendKind::Emulator {
+impl<const EMULATED: bool> ToolchainBoard<EMULATED> {
+    /// The flavour of the shared build/run machinery.
+    const FLAVOR: Flavor = if EMULATED {
         Flavor::Emulated
     } else {
         Flavor::Native
-    }
-}
+    };
 
-/// A backend built on the C toolchain: [`crate::emulator::Emulator`] or
-/// [`crate::host::Host`].
-pub trait ToolchainBackend: sealed::Sealed + Send + Sync + 'static {}
-
-/// A board whose kernels are compiled by the host C compiler against the
-/// hthreads runtime and launched as confined processes; `B` chooses the
-/// backend ([`crate::EmulatorBoard`], [`crate::HostBoard`]).
-pub struct ToolchainBoard<B: ToolchainBackend> {
-    pub(crate) toolchain: Toolchain,
-    backend: PhantomData<fn() -> B>,
-}
-
-impl<B: ToolchainBackend> ToolchainBoard<B> {
     /// A board for `slice` modeled with `spec`; uses `gcc` and
     /// [`crate::emulator::default_cache_dir`]. Rejects slices the chip
     /// cannot have.
     pub fn new(slice: Slice, spec: ChipSpec) -> Result<Self, HwError> {
         Ok(Self {
-            toolchain: Toolchain::new(slice, spec, B::BACKEND)?,
-            backend: PhantomData,
+            toolchain: Toolchain::new(slice, spec, Self::FLAVOR.backend())?,
         })
     }
 
@@ -71,34 +54,17 @@ impl<B: ToolchainBackend> ToolchainBoard<B> {
     }
 }
 
-impl<B: ToolchainBackend> Clone for ToolchainBoard<B> {
-    fn clone(&self) -> Self {
-        Self {
-            toolchain: self.toolchain.clone(),
-            backend: PhantomData,
-        }
-    }
-}
-
-impl<B: ToolchainBackend> fmt::Debug for ToolchainBoard<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolchainBoard")
-            .field("toolchain", &self.toolchain)
-            .finish()
-    }
-}
-
 #[async_trait::async_trait]
-impl<B: ToolchainBackend> Board for ToolchainBoard<B> {
+impl<const EMULATED: bool> Board for ToolchainBoard<EMULATED> {
     fn slice(&self) -> &Slice {
         &self.toolchain.slice
     }
 
     async fn build(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
-        self.toolchain.build(request, flavor::<B>()).await
+        self.toolchain.build(request, Self::FLAVOR).await
     }
 
     async fn run(&self, artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
-        self.toolchain.run(artifact, request, flavor::<B>()).await
+        self.toolchain.run(artifact, request, Self::FLAVOR).await
     }
 }

@@ -23,8 +23,7 @@ mod compile;
 mod run;
 
 pub(crate) use crate::emu::Flavor;
-pub(crate) use board::sealed;
-pub use board::{ToolchainBackend, ToolchainBoard};
+pub use board::ToolchainBoard;
 pub use run::EMULATED_LAUNCH_NICENESS;
 
 /// Flags shared by every compile. `-fno-ivopts` only shortens the host
