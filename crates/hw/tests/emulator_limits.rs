@@ -31,73 +31,103 @@ async fn capacity_error(kernel_c: &str, board: &EmulatorBoard, cores: u32) -> St
     }
 }
 
+/// Device code of `prelude` and `body` is refused on `board` as over a
+/// capacity, with a message naming every one of `needles`.
+async fn assert_capacity_error(
+    prelude: &str,
+    body: &str,
+    board: &EmulatorBoard,
+    cores: u32,
+    needles: &[&str],
+) {
+    let msg = capacity_error(&kernel_with_body(prelude, body), board, cores).await;
+    for needle in needles {
+        assert!(msg.contains(needle), "{needle}: {msg}");
+    }
+}
+
 #[tokio::test]
 async fn am_capacity_names_the_limit_and_follows_the_spec() {
-    let kernel = kernel_with_body("", "vector_malloc(800000);");
-    let msg = capacity_error(&kernel, &board(2), 2).await;
-    assert!(
-        msg.contains("AM capacity exceeded (786432 bytes per core"),
-        "{msg}"
-    );
-    assert!(msg.contains("vector_malloc(800000) on core"), "{msg}");
+    assert_capacity_error(
+        "",
+        "vector_malloc(800000);",
+        &board(2),
+        2,
+        &[
+            "AM capacity exceeded (786432 bytes per core",
+            "vector_malloc(800000) on core",
+        ],
+    )
+    .await;
     // The number comes from the spec, not the runtime.
     let spec = ChipSpec {
         am_bytes: 900_000,
         ..ChipSpec::default()
     };
-    let kernel = kernel_with_body("", "vector_malloc(950000);");
-    let msg = capacity_error(&kernel, &board_with_spec(2, spec), 2).await;
-    assert!(msg.contains("900000 bytes per core"), "{msg}");
+    assert_capacity_error(
+        "",
+        "vector_malloc(950000);",
+        &board_with_spec(2, spec),
+        2,
+        &["900000 bytes per core"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn am_buffer_count_names_the_limit() {
-    let kernel = kernel_with_body("", "for (int i = 0; i < 65; i++) vector_malloc(128);");
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(
-        msg.contains("AM buffer limit exceeded (64 vector_malloc buffers per core)"),
-        "{msg}"
-    );
+    assert_capacity_error(
+        "",
+        "for (int i = 0; i < 65; i++) vector_malloc(128);",
+        &board(1),
+        1,
+        &["AM buffer limit exceeded (64 vector_malloc buffers per core)"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn sm_capacity_and_buffer_count_name_the_limits() {
-    let kernel = kernel_with_body("", "scalar_malloc(65537);");
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(
-        msg.contains("SM capacity exceeded (65536 bytes per core"),
-        "{msg}"
-    );
-    let kernel = kernel_with_body("", "for (int i = 0; i < 33; i++) scalar_malloc(16);");
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(
-        msg.contains("SM buffer limit exceeded (32 scalar_malloc buffers per core)"),
-        "{msg}"
-    );
+    assert_capacity_error(
+        "",
+        "scalar_malloc(65537);",
+        &board(1),
+        1,
+        &["SM capacity exceeded (65536 bytes per core"],
+    )
+    .await;
+    assert_capacity_error(
+        "",
+        "for (int i = 0; i < 33; i++) scalar_malloc(16);",
+        &board(1),
+        1,
+        &["SM buffer limit exceeded (32 scalar_malloc buffers per core)"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_stack_frame_larger_than_sm_is_a_capacity_error() {
-    let kernel = kernel_with_body(
+    assert_capacity_error(
         "",
         "volatile double big[9000]; big[get_thread_id()] = 1.0; c[0] = big[0];",
-    );
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(msg.contains("vecadd_kernel needs a"), "{msg}");
-    assert!(msg.contains("SM capacity exceeded"), "{msg}");
+        &board(1),
+        1,
+        &["vecadd_kernel needs a", "SM capacity exceeded"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn gsm_capacity_names_the_limit() {
-    let kernel = kernel_with_body(
+    assert_capacity_error(
         "static double big[6291456 / 8 + 16] __gsm__;",
         "big[get_thread_id()] = 1.0;",
-    );
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(
-        msg.contains("GSM capacity exceeded (6291456 bytes per cluster"),
-        "{msg}"
-    );
+        &board(1),
+        1,
+        &["GSM capacity exceeded (6291456 bytes per cluster"],
+    )
+    .await;
 }
 
 #[tokio::test]
