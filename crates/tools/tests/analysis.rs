@@ -5,19 +5,14 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{ScriptedBoard, assert_refused, call, toolset, vecadd_workspace};
+use common::{assert_refused, call, scripted_tools, vecadd_workspace};
 use mtswarm_core::Effect;
 use mtswarm_hw::{BackendKind, ChipSpec};
 use serde_json::json;
 
 fn setup() -> (tempfile::TempDir, mtswarm_tools::ToolSet) {
     let ws = vecadd_workspace();
-    let tools = toolset(
-        ws.path(),
-        Arc::new(ScriptedBoard::new(BackendKind::Emulator)),
-    );
+    let tools = scripted_tools(ws.path(), BackendKind::Emulator);
     (ws, tools)
 }
 

@@ -4,21 +4,14 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{
-    GOOD_KERNEL, ScriptedBoard, assert_refused, call, invalid_args, toolset, workspace_with,
-};
+use common::{GOOD_KERNEL, assert_refused, call, invalid_args, scripted_tools, workspace_with};
 use mtswarm_core::Effect;
 use mtswarm_hw::BackendKind;
 use serde_json::json;
 
 fn setup() -> (tempfile::TempDir, mtswarm_tools::ToolSet) {
     let ws = workspace_with(GOOD_KERNEL);
-    let tools = toolset(
-        ws.path(),
-        Arc::new(ScriptedBoard::new(BackendKind::Emulator)),
-    );
+    let tools = scripted_tools(ws.path(), BackendKind::Emulator);
     (ws, tools)
 }
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use common::{
-    GOOD_KERNEL, ScriptedBoard, assert_refused, call, emulator_board, invalid_args, toolset,
-    vecadd_workspace, workspace_with,
+    GOOD_KERNEL, ScriptedBoard, assert_refused, call, emulator_board, invalid_args, scripted_tools,
+    toolset, vecadd_workspace, workspace_with,
 };
 use mtswarm_core::{Effect, ToolError, ToolOutput};
 use mtswarm_hw::BackendKind;
@@ -168,7 +168,7 @@ async fn wrong_answer_fails_validation_before_any_timing() {
 #[tokio::test]
 async fn kernel_wrong_on_later_runs_is_caught_by_benchmark() {
     let ws = workspace_with(&GOOD_KERNEL.replace("* 2.0", "* 2.0 /* WRONG_LATER */"));
-    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
     call(&tools, "compile", json!({})).await.expect("compile");
     // Without warm-up the first timed execution must catch it.
     let out = call(&tools, "benchmark", json!({"warmup": "0"}))
@@ -190,7 +190,7 @@ async fn kernel_wrong_on_later_runs_is_caught_by_benchmark() {
 #[tokio::test]
 async fn hardware_tools_reject_bad_input() {
     let ws = workspace_with(GOOD_KERNEL);
-    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
     assert_refused(
         &tools,
         &[
@@ -237,7 +237,7 @@ async fn hardware_tools_reject_bad_input() {
 #[tokio::test]
 async fn artifacts_built_before_an_edit_are_refused() {
     let ws = workspace_with(GOOD_KERNEL);
-    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
     call(&tools, "compile", json!({})).await.expect("compile");
     call(&tools, "validate", json!({}))
         .await
@@ -269,7 +269,7 @@ async fn artifacts_built_before_an_edit_are_refused() {
 #[tokio::test]
 async fn hardware_tools_declare_the_slice_as_their_resource() {
     let ws = workspace_with(GOOD_KERNEL);
-    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
     for name in ["run", "validate", "benchmark"] {
         let tool = tools.get(name).expect("tool");
         assert!(

@@ -162,6 +162,11 @@ pub(crate) fn toolset(workspace: &Path, board: Arc<dyn Board>) -> ToolSet {
         .expect("tool set")
 }
 
+/// The tool set over a fresh [`ScriptedBoard`] of `backend`.
+pub(crate) fn scripted_tools(workspace: &Path, backend: BackendKind) -> ToolSet {
+    toolset(workspace, Arc::new(ScriptedBoard::new(backend)))
+}
+
 pub(crate) fn ctx() -> ToolContext {
     ToolContext::new("session-test", "call-1", 1)
 }
