@@ -69,8 +69,8 @@ pub fn is_harness_file(kernel_dir: &Path, relative: &str) -> bool {
 
 /// sha256 of a file, hex.
 pub fn file_hash(path: &Path) -> Result<String, HwError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| HwError::Kernel(format!("{}: {e}", path.display())))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| HwError::kernel_caused(format!("{}: {e}", path.display()), e))?;
     Ok(hex::encode(Sha256::digest(&bytes)))
 }
 
@@ -132,7 +132,7 @@ impl HarnessSnapshot {
             let source = self.dir.join(file);
             let actual = file_hash(&source)?;
             if &actual != expected {
-                return Err(HwError::Kernel(format!(
+                return Err(HwError::kernel(format!(
                     "harness file {file} changed since the session started (sha256 {actual}, \
                      expected {expected})"
                 )));

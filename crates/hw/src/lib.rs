@@ -29,7 +29,7 @@ pub use board::{
     Artifact, BackendKind, Board, BuildRequest, Counters, RunOutcome, RunRequest, Slice,
 };
 pub use emulator::EmulatorBoard;
-pub use error::HwError;
+pub use error::{ErrorDetail, HwError};
 pub use faults::{Fault, FaultConfig, FaultsError};
 pub use fleet::{Fleet, FleetBoard, SliceSelector};
 pub use host::HostBoard;

@@ -159,7 +159,9 @@ impl Policy {
                 return Ok(Vec::new());
             }
         };
-        let err = |e: seccompiler::BackendError| HwError::Launch(format!("seccomp filter: {e}"));
+        let err = |e: seccompiler::BackendError| {
+            HwError::launch_caused(format!("seccomp filter: {e}"), e)
+        };
         let mut denied: std::collections::BTreeMap<i64, Vec<SeccompRule>> = Default::default();
         denied.insert(libc::SYS_socket, Vec::new());
         denied.insert(libc::SYS_socketpair, Vec::new());
@@ -186,25 +188,30 @@ impl Policy {
             // answers ENOSYS, and the C library falls back to clone.
             let mut clone3: std::collections::BTreeMap<i64, Vec<SeccompRule>> = Default::default();
             clone3.insert(libc::SYS_clone3, Vec::new());
-            let filter = SeccompFilter::new(
-                clone3,
-                SeccompAction::Allow,
-                SeccompAction::Errno(libc::ENOSYS as u32),
-                arch,
-            )
-            .map_err(err)?;
-            filters.push(BpfProgram::try_from(filter).map_err(err)?);
+            filters.push(deny_with(clone3, libc::ENOSYS, arch)?);
         }
-        let filter = SeccompFilter::new(
-            denied,
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EPERM as u32),
-            arch,
-        )
-        .map_err(err)?;
-        filters.push(BpfProgram::try_from(filter).map_err(err)?);
+        filters.push(deny_with(denied, libc::EPERM, arch)?);
         Ok(filters)
     }
+}
+
+/// A filter that lets every system call through except those of `rules`,
+/// which fail with `errno`.
+fn deny_with(
+    rules: std::collections::BTreeMap<i64, Vec<SeccompRule>>,
+    errno: i32,
+    arch: TargetArch,
+) -> Result<BpfProgram, HwError> {
+    let err =
+        |e: seccompiler::BackendError| HwError::launch_caused(format!("seccomp filter: {e}"), e);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(errno as u32),
+        arch,
+    )
+    .map_err(err)?;
+    BpfProgram::try_from(filter).map_err(err)
 }
 
 /// Whether this process may create a network namespace (checked once, in a

@@ -9,8 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
 mod emulator_support;
+mod sdk_support;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use emulator_support::*;
 use mtswarm_hw::emulator::EmulatorBoard;
-use mtswarm_hw::sdk::{ProcessLimits, SdkBoard, SdkConfig, run_confined};
-use mtswarm_hw::{BackendKind, Board, BuildRequest, ChipSpec, HwError, RunRequest, Slice};
+use mtswarm_hw::sdk::{ProcessLimits, SdkBoard};
+use mtswarm_hw::{Board, BuildRequest, ChipSpec, HwError, RunRequest};
+use sdk_support::{confined, fake_sdk_config, fixture_kernel, sdk_slice};
 
 /// Tests of this binary that build run one at a time: the cgroup checks look
 /// at all of this process's build groups.
@@ -165,13 +166,11 @@ async fn a_setsid_grandchild_of_any_step_dies_with_it() {
         "setsid sh -c 'echo started > marker.tmp; mv marker.tmp marker; exec sleep {token}' \
          </dev/null >/dev/null 2>&1 &\nwhile [ ! -s marker ]; do :; done"
     );
-    let out = run_confined(
-        &["sh".to_owned(), "-c".to_owned(), script],
+    let out = confined(
+        &["sh", "-c", &script],
         tmp.path(),
-        &BTreeMap::new(),
         Duration::from_secs(20),
         &ProcessLimits::default(),
-        1 << 16,
     )
     .await
     .expect("runs");
@@ -247,13 +246,11 @@ async fn exit_codes_and_signals_come_through_the_pid_namespace() {
     let run = |script: &'static str| {
         let cwd = tmp.path().to_path_buf();
         async move {
-            run_confined(
-                &["sh".to_owned(), "-c".to_owned(), script.to_owned()],
+            confined(
+                &["sh", "-c", script],
                 &cwd,
-                &BTreeMap::new(),
                 Duration::from_secs(10),
                 &ProcessLimits::default(),
-                1 << 16,
             )
             .await
             .expect("runs")
@@ -280,50 +277,15 @@ async fn exit_codes_and_signals_come_through_the_pid_namespace() {
     }
 }
 
-fn sdk_fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sdk")
-}
-
 /// An sdk board on the fake toolchain launching on this host.
 fn local_sdk_board(tmp: &Path, launch: Option<Vec<String>>) -> (SdkBoard, BuildRequest) {
-    let out_dir = tmp.join("build");
-    let kernel_dir = tmp.join("kernel");
-    std::fs::create_dir_all(&kernel_dir).expect("kernel dir");
-    for f in ["kernel.c", "host.c"] {
-        std::fs::copy(sdk_fixtures().join("kernel").join(f), kernel_dir.join(f)).expect("copy");
-    }
-    let path = format!(
-        "{}:{}",
-        sdk_fixtures().join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let mut config = SdkConfig {
-        sdk_root: Some(sdk_fixtures()),
-        env: BTreeMap::from([
-            ("PATH".to_string(), path),
-            (
-                "MTSWARM_FAKE_LOG".to_string(),
-                out_dir.join("argv.log").display().to_string(),
-            ),
-        ]),
-        build_timeout_seconds: 30,
-        ..SdkConfig::default()
-    };
+    let request = fixture_kernel(tmp);
+    let mut config = fake_sdk_config(&request.out_dir.join("argv.log"));
     if let Some(launch) = launch {
         config.launch = launch;
     }
-    let slice = Slice {
-        board: "local".into(),
-        cluster: Some(0),
-        cores: 24,
-        backend: BackendKind::Sdk,
-    };
-    let board = SdkBoard::new(slice, ChipSpec::default(), config).expect("sdk board");
-    let request = BuildRequest {
-        kernel_dir,
-        defines: BTreeMap::new(),
-        out_dir,
-    };
+    let board =
+        SdkBoard::new(sdk_slice("local", 0), ChipSpec::default(), config).expect("sdk board");
     (board, request)
 }
 

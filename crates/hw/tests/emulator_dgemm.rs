@@ -65,20 +65,12 @@ async fn dgemm_best_configuration_of_the_space_reaches_85_percent_of_peak() {
 
 #[tokio::test]
 async fn dgemm_default_is_near_peak_and_naive_is_a_few_percent() {
-    let dir = kernels_dir().join("dgemm");
-    let board = board(CORES);
-    let blocked = build_and_run(&board, &dir, defines("dgemm", &[]), CORES, 1)
+    let blocked = run_example("dgemm", &[], CORES, 1)
         .await
         .expect("blocked runs");
-    let naive = build_and_run(
-        &board,
-        &dir,
-        defines("dgemm", &[("VARIANT", "naive")]),
-        CORES,
-        1,
-    )
-    .await
-    .expect("naive runs");
+    let naive = run_example("dgemm", &[("VARIANT", "naive")], CORES, 1)
+        .await
+        .expect("naive runs");
     eprintln!(
         "dgemm default {:.1}% of peak, naive {:.2}%",
         blocked.peak_fraction * 100.0,
@@ -100,10 +92,9 @@ async fn dgemm_default_is_near_peak_and_naive_is_a_few_percent() {
 
 #[tokio::test]
 async fn dgemm_blocking_that_overflows_am_is_a_capacity_error() {
-    let dir = kernels_dir().join("dgemm");
     let spec = ChipSpec::default();
     let over = [("MB", "32"), ("NB", "512"), ("KB", "128"), ("BUF", "2")];
-    let err = build_and_run(&board(CORES), &dir, defines("dgemm", &over), CORES, 1)
+    let err = run_example("dgemm", &over, CORES, 1)
         .await
         .expect_err("must not fit");
     match err {
@@ -118,14 +109,8 @@ async fn dgemm_blocking_that_overflows_am_is_a_capacity_error() {
 
 #[tokio::test]
 async fn dgemm_doubling_cores_on_a_compute_bound_config_scales() {
-    let dir = kernels_dir().join("dgemm");
-    let d = defines("dgemm", &[]);
-    let one = build_and_run(&board(1), &dir, d.clone(), 1, 1)
-        .await
-        .expect("1 core");
-    let two = build_and_run(&board(2), &dir, d, 2, 1)
-        .await
-        .expect("2 cores");
+    let one = run_example("dgemm", &[], 1, 1).await.expect("1 core");
+    let two = run_example("dgemm", &[], 2, 1).await.expect("2 cores");
     let ratio =
         one.modeled_cycles.expect("cycles") as f64 / two.modeled_cycles.expect("cycles") as f64;
     eprintln!("dgemm 1 -> 2 cores: {ratio:.3}x");

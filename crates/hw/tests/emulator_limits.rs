@@ -31,80 +31,108 @@ async fn capacity_error(kernel_c: &str, board: &EmulatorBoard, cores: u32) -> St
     }
 }
 
+/// Device code of `prelude` and `body` is refused on `board` as over a
+/// capacity, with a message naming every one of `needles`.
+async fn assert_capacity_error(
+    prelude: &str,
+    body: &str,
+    board: &EmulatorBoard,
+    cores: u32,
+    needles: &[&str],
+) {
+    let msg = capacity_error(&kernel_with_body(prelude, body), board, cores).await;
+    for needle in needles {
+        assert!(msg.contains(needle), "{needle}: {msg}");
+    }
+}
+
 #[tokio::test]
 async fn am_capacity_names_the_limit_and_follows_the_spec() {
-    let kernel = kernel_with_body("", "vector_malloc(800000);");
-    let msg = capacity_error(&kernel, &board(2), 2).await;
-    assert!(
-        msg.contains("AM capacity exceeded (786432 bytes per core"),
-        "{msg}"
-    );
-    assert!(msg.contains("vector_malloc(800000) on core"), "{msg}");
+    assert_capacity_error(
+        "",
+        "vector_malloc(800000);",
+        &board(2),
+        2,
+        &[
+            "AM capacity exceeded (786432 bytes per core",
+            "vector_malloc(800000) on core",
+        ],
+    )
+    .await;
     // The number comes from the spec, not the runtime.
     let spec = ChipSpec {
         am_bytes: 900_000,
         ..ChipSpec::default()
     };
-    let kernel = kernel_with_body("", "vector_malloc(950000);");
-    let msg = capacity_error(&kernel, &board_with_spec(2, spec), 2).await;
-    assert!(msg.contains("900000 bytes per core"), "{msg}");
+    assert_capacity_error(
+        "",
+        "vector_malloc(950000);",
+        &board_with_spec(2, spec),
+        2,
+        &["900000 bytes per core"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn am_buffer_count_names_the_limit() {
-    let kernel = kernel_with_body("", "for (int i = 0; i < 65; i++) vector_malloc(128);");
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(
-        msg.contains("AM buffer limit exceeded (64 vector_malloc buffers per core)"),
-        "{msg}"
-    );
+    assert_capacity_error(
+        "",
+        "for (int i = 0; i < 65; i++) vector_malloc(128);",
+        &board(1),
+        1,
+        &["AM buffer limit exceeded (64 vector_malloc buffers per core)"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn sm_capacity_and_buffer_count_name_the_limits() {
-    let kernel = kernel_with_body("", "scalar_malloc(65537);");
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(
-        msg.contains("SM capacity exceeded (65536 bytes per core"),
-        "{msg}"
-    );
-    let kernel = kernel_with_body("", "for (int i = 0; i < 33; i++) scalar_malloc(16);");
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(
-        msg.contains("SM buffer limit exceeded (32 scalar_malloc buffers per core)"),
-        "{msg}"
-    );
+    assert_capacity_error(
+        "",
+        "scalar_malloc(65537);",
+        &board(1),
+        1,
+        &["SM capacity exceeded (65536 bytes per core"],
+    )
+    .await;
+    assert_capacity_error(
+        "",
+        "for (int i = 0; i < 33; i++) scalar_malloc(16);",
+        &board(1),
+        1,
+        &["SM buffer limit exceeded (32 scalar_malloc buffers per core)"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_stack_frame_larger_than_sm_is_a_capacity_error() {
-    let kernel = kernel_with_body(
+    assert_capacity_error(
         "",
         "volatile double big[9000]; big[get_thread_id()] = 1.0; c[0] = big[0];",
-    );
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(msg.contains("vecadd_kernel needs a"), "{msg}");
-    assert!(msg.contains("SM capacity exceeded"), "{msg}");
+        &board(1),
+        1,
+        &["vecadd_kernel needs a", "SM capacity exceeded"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn gsm_capacity_names_the_limit() {
-    let kernel = kernel_with_body(
+    assert_capacity_error(
         "static double big[6291456 / 8 + 16] __gsm__;",
         "big[get_thread_id()] = 1.0;",
-    );
-    let msg = capacity_error(&kernel, &board(1), 1).await;
-    assert!(
-        msg.contains("GSM capacity exceeded (6291456 bytes per cluster"),
-        "{msg}"
-    );
+        &board(1),
+        1,
+        &["GSM capacity exceeded (6291456 bytes per cluster"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn more_than_a_cluster_of_cores_is_an_error() {
-    let dir = kernels_dir().join("vecadd");
-    let d = defines("vecadd", &[("CORES", "25")]);
-    match build_and_run(&board(24), &dir, d, 24, 1).await {
+    match run_example("vecadd", &[("CORES", "25")], 24, 1).await {
         Err(HwError::Capacity(msg)) => {
             assert!(
                 msg.contains("a cluster has 24 cores (cores_per_cluster)"),
@@ -131,7 +159,8 @@ async fn compile_errors_carry_the_compilers_message() {
         .await
         .expect_err("does not compile");
     match err {
-        HwError::Compile(msg) => {
+        HwError::Compile(detail) => {
+            let msg = detail.message();
             assert!(msg.starts_with("kernel.c"), "{msg}");
             assert!(msg.contains("error"), "{msg}");
         }
@@ -178,16 +207,9 @@ async fn a_hanging_kernel_is_killed_at_the_timeout() {
 
 #[tokio::test]
 async fn a_kernel_wrong_after_its_first_execution_is_caught_on_every_later_run() {
-    let dir = kernels_dir().join("vecadd");
-    let outcome = build_and_run(
-        &board(2),
-        &dir,
-        defines("vecadd", &[("FAULT_AFTER", "1")]),
-        2,
-        4,
-    )
-    .await
-    .expect("runs");
+    let outcome = run_example("vecadd", &[("FAULT_AFTER", "1")], 2, 4)
+        .await
+        .expect("runs");
     assert!(!outcome.valid);
     assert_eq!(outcome.samples.len(), 4);
     assert!(outcome.samples[0].valid, "{:?}", outcome.samples[0]);
@@ -201,9 +223,7 @@ async fn a_kernel_wrong_after_its_first_execution_is_caught_on_every_later_run()
             "{sample:?}"
         );
     }
-    let clean = build_and_run(&board(2), &dir, defines("vecadd", &[]), 2, 4)
-        .await
-        .expect("runs");
+    let clean = run_example("vecadd", &[], 2, 4).await.expect("runs");
     assert!(clean.valid && clean.samples.iter().all(|s| s.valid));
 }
 
@@ -211,9 +231,7 @@ async fn a_kernel_wrong_after_its_first_execution_is_caught_on_every_later_run()
 async fn the_spec_drives_the_model() {
     let dir = kernels_dir().join("vecadd");
     let d = defines("vecadd", &[]);
-    let fast = build_and_run(&board(2), &dir, d.clone(), 2, 1)
-        .await
-        .expect("runs");
+    let fast = run_example("vecadd", &[], 2, 1).await.expect("runs");
     let slow_spec = ChipSpec {
         ddr_bandwidth: ChipSpec::default().ddr_bandwidth / 2.0,
         ..ChipSpec::default()
@@ -230,15 +248,9 @@ async fn the_spec_drives_the_model() {
 #[tokio::test]
 async fn every_example_kernel_is_valid_at_its_defaults() {
     for kernel in ["vecadd", "dgemm", "spmv", "stencil2d"] {
-        let outcome = build_and_run(
-            &board(2),
-            &kernels_dir().join(kernel),
-            defines(kernel, &[]),
-            2,
-            2,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{kernel}: {e}"));
+        let outcome = run_example(kernel, &[], 2, 2)
+            .await
+            .unwrap_or_else(|e| panic!("{kernel}: {e}"));
         assert!(outcome.valid, "{kernel}: {:?}", outcome.error);
         assert!(
             outcome.peak_fraction > 0.0 && outcome.peak_fraction <= 1.0,

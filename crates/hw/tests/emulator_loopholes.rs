@@ -19,7 +19,7 @@ async fn build_error(kernel_c: &str) -> String {
     let dir = fixture(kernel_c);
     let d = defines("vecadd", SMALL);
     match build_and_run(&board(4), dir.path(), d, 4, 1).await {
-        Err(HwError::Compile(msg)) => msg,
+        Err(HwError::Compile(detail)) => detail.message().to_owned(),
         other => panic!("expected a refused build, got {other:?}"),
     }
 }
@@ -79,7 +79,7 @@ async fn instrumentation_off_attributes_and_pragmas_are_refused_by_name_and_line
     ] {
         let dir = fixture(&scalar_vecadd(prelude, attrs));
         let msg = match build_and_run(&board(4), dir.path(), defines("vecadd", SMALL), 4, 1).await {
-            Err(HwError::Compile(msg)) => msg,
+            Err(HwError::Compile(detail)) => detail.message().to_owned(),
             other => panic!("{construct}: expected a refused build, got {other:?}"),
         };
         assert!(msg.contains("refused"), "{construct}: {msg}");
@@ -245,15 +245,7 @@ async fn physics_holds_and_direct_ddr_is_slower_than_dma() {
     let spec = ChipSpec::default();
     let direct = scalar_vecadd("", "");
     let direct_outcome = run(&direct, 24, 2, &[]).await;
-    let dma = build_and_run(
-        &board(24),
-        &kernels_dir().join("vecadd"),
-        defines("vecadd", &[]),
-        24,
-        2,
-    )
-    .await
-    .expect("runs");
+    let dma = run_example("vecadd", &[], 24, 2).await.expect("runs");
     assert!(
         direct_outcome.valid && dma.valid,
         "{direct_outcome:?} {dma:?}"
@@ -281,15 +273,7 @@ async fn physics_holds_and_direct_ddr_is_slower_than_dma() {
         ("stencil2d", vec![]),
         ("vecadd", vec![("BUF", "1"), ("CHUNK", "256")]),
     ] {
-        let outcome = build_and_run(
-            &board(24),
-            &kernels_dir().join(kernel),
-            defines(kernel, &overrides),
-            24,
-            1,
-        )
-        .await
-        .expect("runs");
+        let outcome = run_example(kernel, &overrides, 24, 1).await.expect("runs");
         assert!(outcome.valid, "{kernel} {overrides:?}: {:?}", outcome.error);
         checked.push((kernel, outcome));
     }

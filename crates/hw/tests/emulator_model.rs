@@ -51,11 +51,10 @@ async fn unrolling_scalar_code_does_not_make_it_free() {
 
 #[tokio::test]
 async fn double_buffering_hides_transfer_time() {
-    let dir = kernels_dir().join("stencil2d");
-    let single = build_and_run(&board(2), &dir, defines("stencil2d", &[("BUF", "1")]), 2, 1)
+    let single = run_example("stencil2d", &[("BUF", "1")], 2, 1)
         .await
         .expect("runs");
-    let double = build_and_run(&board(2), &dir, defines("stencil2d", &[("BUF", "2")]), 2, 1)
+    let double = run_example("stencil2d", &[("BUF", "2")], 2, 1)
         .await
         .expect("runs");
     let (s, d) = (
@@ -71,12 +70,8 @@ async fn double_buffering_hides_transfer_time() {
 
 #[tokio::test]
 async fn a_bandwidth_bound_kernel_does_not_scale_with_cores() {
-    let dir = kernels_dir().join("vecadd");
-    let d = defines("vecadd", &[]);
-    let two = build_and_run(&board(2), &dir, d.clone(), 2, 1)
-        .await
-        .expect("runs");
-    let eight = build_and_run(&board(8), &dir, d, 8, 1).await.expect("runs");
+    let two = run_example("vecadd", &[], 2, 1).await.expect("runs");
+    let eight = run_example("vecadd", &[], 8, 1).await.expect("runs");
     let ratio =
         two.modeled_cycles.expect("cycles") as f64 / eight.modeled_cycles.expect("cycles") as f64;
     // The cluster's DDR bandwidth is shared: 4x the cores, about the same time.

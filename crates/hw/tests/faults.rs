@@ -138,6 +138,15 @@ async fn configured_rates_hang_crash_and_corrupt_runs_deterministically() {
     assert_ne!(other_seed, same_seed, "another seed, another sequence");
 }
 
+/// The fleet file `text` is refused with a message naming every one of
+/// `needles`.
+fn assert_fleet_refused(text: &str, needles: &[&str]) {
+    let error = fleet_error(text);
+    for needle in needles {
+        assert!(error.contains(needle), "{needle}: {error}");
+    }
+}
+
 fn fleet_error(text: &str) -> String {
     Fleet::from_toml_str(text, Path::new("."))
         .expect_err("invalid fleet")
@@ -195,49 +204,33 @@ slicing = "per-cluster"
 
 #[test]
 fn fleet_fault_mistakes_name_the_board_and_key() {
-    let error =
-        fleet_error("[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nfaults = { crash = 1.5 }\n");
-    assert!(
-        error.contains("board `b0`") && error.contains("faults.crash"),
-        "{error}"
+    assert_fleet_refused(
+        "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nfaults = { crash = 1.5 }\n",
+        &["board `b0`", "faults.crash", "0..=1"],
     );
-    assert!(error.contains("0..=1"), "{error}");
 
-    let error = fleet_error(
+    assert_fleet_refused(
         "[[board]]\nid = \"b1\"\nbackend = \"emulator\"\nslices = [{ cluster = 1, faults = { hnag = 0.1 } }]\n",
-    );
-    assert!(
-        error.contains("board `b1`")
-            && error.contains("cluster 1")
-            && error.contains("faults.hnag"),
-        "{error}"
+        &["board `b1`", "cluster 1", "faults.hnag"],
     );
 
-    let error =
-        fleet_error("[[board]]\nid = \"b2\"\nbackend = \"emulator\"\nfaults = { seed = -1 }\n");
-    assert!(
-        error.contains("board `b2`") && error.contains("faults.seed"),
-        "{error}"
+    assert_fleet_refused(
+        "[[board]]\nid = \"b2\"\nbackend = \"emulator\"\nfaults = { seed = -1 }\n",
+        &["board `b2`", "faults.seed"],
     );
 
-    let error = fleet_error(
+    assert_fleet_refused(
         "[[board]]\nid = \"b3\"\nbackend = \"emulator\"\nfaults = { wrong = \"often\" }\n",
-    );
-    assert!(
-        error.contains("board `b3`") && error.contains("faults.wrong"),
-        "{error}"
+        &["board `b3`", "faults.wrong"],
     );
 
-    let error =
-        fleet_error("[[board]]\nid = \"n0\"\nbackend = \"sdk\"\nfaults = { crash = 0.5 }\n");
-    assert!(
-        error.contains("board `n0`") && error.contains("emulator"),
-        "{error}"
+    assert_fleet_refused(
+        "[[board]]\nid = \"n0\"\nbackend = \"sdk\"\nfaults = { crash = 0.5 }\n",
+        &["board `n0`", "emulator"],
     );
 
-    let error = fleet_error("[[board]]\nid = \"b4\"\nbackend = \"emulator\"\nfaults = 0.5\n");
-    assert!(
-        error.contains("board `b4`") && error.contains("table"),
-        "{error}"
+    assert_fleet_refused(
+        "[[board]]\nid = \"b4\"\nbackend = \"emulator\"\nfaults = 0.5\n",
+        &["board `b4`", "table"],
     );
 }

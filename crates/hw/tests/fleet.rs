@@ -17,6 +17,15 @@ fn parse(text: &str) -> Result<Fleet, HwError> {
     Fleet::from_toml_str(text, &fixture(""))
 }
 
+/// The fleet file `text` is refused with a message naming every one of
+/// `needles`.
+fn assert_refused(text: &str, needles: &[&str]) {
+    let msg = error_of(text);
+    for needle in needles {
+        assert!(msg.contains(needle), "{needle}: {msg}");
+    }
+}
+
 fn error_of(text: &str) -> String {
     match parse(text) {
         Ok(fleet) => panic!("expected an error, got {fleet:?}"),
@@ -60,71 +69,76 @@ fn example_fleet_loads_with_its_slices_and_specs() {
 
 #[test]
 fn unknown_backend_is_named() {
-    let msg = error_of("[[board]]\nid = \"b0\"\nbackend = \"fpga\"\n");
-    assert!(msg.contains("board `b0`"), "{msg}");
-    assert!(msg.contains("unknown backend `fpga`"), "{msg}");
+    assert_refused(
+        "[[board]]\nid = \"b0\"\nbackend = \"fpga\"\n",
+        &["board `b0`", "unknown backend `fpga`"],
+    );
 }
 
 #[test]
 fn cluster_out_of_range_is_rejected() {
-    let msg = error_of(
+    assert_refused(
         "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslices = [{cluster = 4, cores = 8}]\n",
+        &["cluster 4 is out of range 0..4"],
     );
-    assert!(msg.contains("cluster 4 is out of range 0..4"), "{msg}");
 }
 
 #[test]
 fn too_many_cores_are_rejected_against_the_spec() {
-    let msg = error_of(
+    assert_refused(
         "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslices = [{cluster = 0, cores = 25}]\n",
+        &["cores = 25", "1..=24"],
     );
-    assert!(msg.contains("cores = 25"), "{msg}");
-    assert!(msg.contains("1..=24"), "{msg}");
     // The same count is fine once the spec allows it.
     let fleet = parse(
         "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nspec = { cores_per_cluster = 32 }\nslices = [{cluster = 0, cores = 25}]\n",
     )
     .expect("32-core spec");
     assert_eq!(fleet.slices()[0].cores, 25);
-    let msg = error_of(
+    assert_refused(
         "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslicing = \"per-cluster\"\ncores = 0\n",
+        &["cores = 0"],
     );
-    assert!(msg.contains("cores = 0"), "{msg}");
 }
 
 #[test]
 fn duplicate_ids_and_clusters_are_rejected() {
-    let msg = error_of(
+    assert_refused(
         "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\n[[board]]\nid = \"b0\"\nbackend = \"host\"\n",
+        &["duplicate board id `b0`"],
     );
-    assert!(msg.contains("duplicate board id `b0`"), "{msg}");
-    let msg = error_of(
+    assert_refused(
         "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslices = [{cluster = 1}, {cluster = 1}]\n",
+        &["cluster 1 is listed twice"],
     );
-    assert!(msg.contains("cluster 1 is listed twice"), "{msg}");
 }
 
 #[test]
 fn structural_mistakes_are_named() {
-    let msg = error_of(
+    assert_refused(
         "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslicing = \"per-cluster\"\nslices = [{cluster = 0}]\n",
+        &["either `slicing` or `slices`"],
     );
-    assert!(msg.contains("either `slicing` or `slices`"), "{msg}");
-    let msg = error_of("[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslicing = \"per-core\"\n");
-    assert!(msg.contains("unknown slicing `per-core`"), "{msg}");
-    let msg = error_of("[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslicng = \"whole\"\n");
-    assert!(msg.contains("slicng"), "{msg}");
-    let msg = error_of(
+    assert_refused(
+        "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslicing = \"per-core\"\n",
+        &["unknown slicing `per-core`"],
+    );
+    assert_refused(
+        "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nslicng = \"whole\"\n",
+        &["slicng"],
+    );
+    assert_refused(
         "[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nspec = { cores_per_clustr = 8 }\n",
+        &["cores_per_clustr"],
     );
-    assert!(msg.contains("cores_per_clustr"), "{msg}");
     let msg =
         error_of("[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nspec = { clock_hz = 0.0 }\n");
     assert!(msg.contains("clock_hz must be positive"), "{msg}");
-    let msg = error_of("[[board]]\nid = \"a/b\"\nbackend = \"emulator\"\n");
-    assert!(msg.contains("may not contain"), "{msg}");
-    let msg = error_of("");
-    assert!(msg.contains("no [[board]]"), "{msg}");
+    assert_refused(
+        "[[board]]\nid = \"a/b\"\nbackend = \"emulator\"\n",
+        &["may not contain"],
+    );
+    assert_refused("", &["no [[board]]"]);
     let msg =
         error_of("[[board]]\nid = \"b0\"\nbackend = \"emulator\"\nspec_file = \"missing.toml\"\n");
     assert!(msg.contains("missing.toml"), "{msg}");

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use mtswarm_hw::board::RunSample;
-use mtswarm_hw::measure::{MeasureConfig, Stats, measure};
+use mtswarm_hw::measure::{MeasureConfig, Measurement, Stats, measure};
 use mtswarm_hw::{
     Artifact, BackendKind, Board, BuildRequest, ChipSpec, Counters, HwError, RunOutcome,
     RunRequest, Slice,
@@ -53,7 +53,7 @@ impl Board for ScriptedBoard {
         &self.slice
     }
     async fn build(&self, _request: &BuildRequest) -> Result<Artifact, HwError> {
-        Err(HwError::Compile("not used".into()))
+        Err(HwError::compile("not used"))
     }
     async fn run(&self, _artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
         self.launches.lock().expect("launches").push(request.runs);
@@ -114,17 +114,18 @@ fn config() -> MeasureConfig {
     }
 }
 
+/// Measures on `board` with an artifact built for its backend.
+async fn measure_on(board: &ScriptedBoard, cfg: &MeasureConfig) -> Measurement {
+    let artifact = artifact(board.slice.backend);
+    measure(board, &artifact, &ChipSpec::default(), cfg)
+        .await
+        .expect("measure")
+}
+
 #[tokio::test]
 async fn wrong_answer_gets_no_timing_at_all() {
     let board = ScriptedBoard::new(BackendKind::Host, |_| false);
-    let m = measure(
-        &board,
-        &artifact(BackendKind::Host),
-        &ChipSpec::default(),
-        &config(),
-    )
-    .await
-    .expect("measure");
+    let m = measure_on(&board, &config()).await;
     assert!(!m.valid);
     assert!(m.failed_validation);
     assert!(m.stats.is_none() && m.gflops.is_none());
@@ -146,14 +147,7 @@ async fn kernel_wrong_on_a_later_timed_run_is_invalid() {
     // Right for validation (0), warm-up (1, 2) and the first timed runs,
     // wrong from execution 6 on.
     let board = ScriptedBoard::new(BackendKind::Host, |n| n < 6);
-    let m = measure(
-        &board,
-        &artifact(BackendKind::Host),
-        &ChipSpec::default(),
-        &config(),
-    )
-    .await
-    .expect("measure");
+    let m = measure_on(&board, &config()).await;
     assert!(!m.valid);
     assert!(!m.failed_validation);
     assert!(
@@ -174,14 +168,7 @@ async fn deterministic_backend_still_times_two_executions() {
         min_repeats_deterministic: 1,
         ..config()
     };
-    let m = measure(
-        &board,
-        &artifact(BackendKind::Emulator),
-        &ChipSpec::default(),
-        &cfg,
-    )
-    .await
-    .expect("measure");
+    let m = measure_on(&board, &cfg).await;
     assert!(m.deterministic);
     assert!(!m.valid, "the second timed execution was wrong");
     assert_eq!(board.launches(), [1, 2, 2]);
@@ -198,14 +185,7 @@ async fn deterministic_backend_still_times_two_executions() {
 #[tokio::test]
 async fn valid_kernel_gets_robust_statistics_and_tags() {
     let board = ScriptedBoard::new(BackendKind::Host, |_| true);
-    let m = measure(
-        &board,
-        &artifact(BackendKind::Host),
-        &ChipSpec::default(),
-        &config(),
-    )
-    .await
-    .expect("measure");
+    let m = measure_on(&board, &config()).await;
     assert!(m.valid && m.flags.is_empty(), "{m:?}");
     assert!(m.trustworthy());
     let stats = m.stats.clone().expect("stats");
@@ -239,14 +219,7 @@ async fn min_duration_adds_repeats_on_real_timing() {
         max_repeats: 1000,
         ..config()
     };
-    let m = measure(
-        &board,
-        &artifact(BackendKind::Host),
-        &ChipSpec::default(),
-        &cfg,
-    )
-    .await
-    .expect("measure");
+    let m = measure_on(&board, &cfg).await;
     let total: f64 = m.samples.iter().map(|s| s.seconds).sum();
     assert!(
         total >= 0.02,
@@ -260,14 +233,7 @@ async fn min_duration_adds_repeats_on_real_timing() {
         ..cfg
     };
     let board = ScriptedBoard::new(BackendKind::Host, |_| true);
-    let m = measure(
-        &board,
-        &artifact(BackendKind::Host),
-        &ChipSpec::default(),
-        &capped,
-    )
-    .await
-    .expect("measure");
+    let m = measure_on(&board, &capped).await;
     assert_eq!(m.samples.len(), 6);
 }
 
@@ -276,14 +242,7 @@ async fn implausible_figures_are_flagged() {
     let mut board = ScriptedBoard::new(BackendKind::Host, |_| true);
     // 1e15 flop in 1 ms on 8 cores is far beyond the modeled peak.
     board.flops = 1_000_000_000_000_000;
-    let m = measure(
-        &board,
-        &artifact(BackendKind::Host),
-        &ChipSpec::default(),
-        &config(),
-    )
-    .await
-    .expect("measure");
+    let m = measure_on(&board, &config()).await;
     assert!(m.valid);
     assert!(
         m.flags
@@ -300,14 +259,7 @@ async fn implausible_figures_are_flagged() {
         max_plausible_speedup: 50.0,
         ..config()
     };
-    let m = measure(
-        &board,
-        &artifact(BackendKind::Host),
-        &ChipSpec::default(),
-        &cfg,
-    )
-    .await
-    .expect("measure");
+    let m = measure_on(&board, &cfg).await;
     assert!(m.speedup_over_baseline.expect("speedup") > 50.0);
     assert!(
         m.flags.iter().any(|f| f.contains("over the baseline")),

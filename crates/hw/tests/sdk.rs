@@ -4,17 +4,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
+mod sdk_support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mtswarm_hw::measure::{MeasureConfig, measure};
-use mtswarm_hw::sdk::{SdkBoard, SdkConfig, parse_harness_output};
-use mtswarm_hw::{BackendKind, Board, BuildRequest, ChipSpec, HwError, RunRequest, Slice};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sdk")
-}
+use mtswarm_hw::sdk::{ProcessLimits, SdkBoard, SdkConfig, parse_harness_output};
+use mtswarm_hw::{Artifact, BackendKind, Board, BuildRequest, ChipSpec, HwError, RunRequest};
+use sdk_support::{confined, fake_sdk_config, fixture_kernel, fixtures, sdk_slice};
 
 struct Setup {
     _tmp: tempfile::TempDir,
@@ -24,23 +23,16 @@ struct Setup {
     board: SdkBoard,
 }
 
-fn setup(timeout_s: u64) -> Setup {
+fn setup() -> Setup {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let out_dir = tmp.path().join("build");
+    let BuildRequest {
+        kernel_dir,
+        out_dir,
+        ..
+    } = fixture_kernel(tmp.path());
     // Inside the build directory: a build step writes nothing else.
     let log = out_dir.join("argv.log");
-    let kernel_dir = tmp.path().join("kernel");
-    std::fs::create_dir_all(&kernel_dir).expect("kernel dir");
-    for f in ["kernel.c", "host.c"] {
-        std::fs::copy(fixtures().join("kernel").join(f), kernel_dir.join(f)).expect("copy kernel");
-    }
-    let path = format!(
-        "{}:{}",
-        fixtures().join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let config = SdkConfig {
-        sdk_root: Some(fixtures()),
         launch_prefix: vec![
             "yhrun".into(),
             "-p".into(),
@@ -48,26 +40,45 @@ fn setup(timeout_s: u64) -> Setup {
             "-w".into(),
             "node17".into(),
         ],
-        env: BTreeMap::from([
-            ("PATH".to_string(), path),
-            ("MTSWARM_FAKE_LOG".to_string(), log.display().to_string()),
-        ]),
-        build_timeout_seconds: timeout_s,
-        ..SdkConfig::default()
+        ..fake_sdk_config(&log)
     };
-    let slice = Slice {
-        board: "node17".into(),
-        cluster: Some(2),
-        cores: 24,
-        backend: BackendKind::Sdk,
-    };
-    let board = SdkBoard::new(slice, ChipSpec::default(), config).expect("sdk board");
+    let board =
+        SdkBoard::new(sdk_slice("node17", 2), ChipSpec::default(), config).expect("sdk board");
     Setup {
         _tmp: tmp,
         log,
         out_dir,
         kernel_dir,
         board,
+    }
+}
+
+impl Setup {
+    /// A build of the fixture kernel with `defines`.
+    fn request(&self, defines: BTreeMap<String, String>) -> BuildRequest {
+        BuildRequest {
+            kernel_dir: self.kernel_dir.clone(),
+            defines,
+            out_dir: self.out_dir.clone(),
+        }
+    }
+
+    async fn build(&self, defines: BTreeMap<String, String>) -> Result<Artifact, HwError> {
+        self.board.build(&self.request(defines)).await
+    }
+}
+
+/// One define, `name=value`.
+fn define(name: &str, value: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(name.to_string(), value.to_string())])
+}
+
+fn run_request(cores: u32, runs: u32, timeout: Duration) -> RunRequest {
+    RunRequest {
+        cores,
+        runs,
+        timeout,
+        args: vec![],
     }
 }
 
@@ -85,20 +96,12 @@ fn strs(v: &[String]) -> Vec<&str> {
 
 #[tokio::test]
 async fn sdk_issues_the_documented_commands_and_parses_results() {
-    let s = setup(30);
+    let s = setup();
     let defines = BTreeMap::from([
         ("N".to_string(), "4096".to_string()),
         ("UNROLL".to_string(), "4".to_string()),
     ]);
-    let artifact = s
-        .board
-        .build(&BuildRequest {
-            kernel_dir: s.kernel_dir.clone(),
-            defines: defines.clone(),
-            out_dir: s.out_dir.clone(),
-        })
-        .await
-        .expect("build");
+    let artifact = s.build(defines.clone()).await.expect("build");
     let out = std::fs::canonicalize(&s.out_dir).expect("out dir");
     let kdir = std::fs::canonicalize(&s.kernel_dir).expect("kernel dir");
     let root = fixtures();
@@ -170,15 +173,7 @@ async fn sdk_issues_the_documented_commands_and_parses_results() {
 
     let outcome = s
         .board
-        .run(
-            &artifact,
-            &RunRequest {
-                cores: 8,
-                runs: 3,
-                timeout: Duration::from_secs(30),
-                args: vec![],
-            },
-        )
+        .run(&artifact, &run_request(8, 3, Duration::from_secs(30)))
         .await
         .expect("run");
     let calls = recorded(&s.log);
@@ -217,45 +212,20 @@ async fn sdk_issues_the_documented_commands_and_parses_results() {
 
 #[tokio::test]
 async fn sdk_kernel_hash_changes_with_defines_and_source() {
-    let s = setup(30);
-    let build = |defines: BTreeMap<String, String>| BuildRequest {
-        kernel_dir: s.kernel_dir.clone(),
-        defines,
-        out_dir: s.out_dir.clone(),
-    };
-    let a = s
-        .board
-        .build(&build(BTreeMap::new()))
-        .await
-        .expect("build a");
-    let b = s
-        .board
-        .build(&build(BTreeMap::from([("N".to_string(), "8".to_string())])))
-        .await
-        .expect("build b");
+    let s = setup();
+    let a = s.build(BTreeMap::new()).await.expect("build a");
+    let b = s.build(define("N", "8")).await.expect("build b");
     assert_ne!(a.kernel_hash, b.kernel_hash);
     std::fs::write(s.kernel_dir.join("kernel.c"), "/* changed */").expect("edit");
-    let c = s
-        .board
-        .build(&build(BTreeMap::new()))
-        .await
-        .expect("build c");
+    let c = s.build(BTreeMap::new()).await.expect("build c");
     assert_ne!(a.kernel_hash, c.kernel_hash);
 }
 
 #[tokio::test]
 async fn sdk_compile_errors_and_bad_inputs_are_clear() {
-    let s = setup(30);
+    let s = setup();
     std::fs::write(s.kernel_dir.join("kernel.c"), "SYNTAX_ERROR").expect("write");
-    let err = s
-        .board
-        .build(&BuildRequest {
-            kernel_dir: s.kernel_dir.clone(),
-            defines: BTreeMap::new(),
-            out_dir: s.out_dir.clone(),
-        })
-        .await
-        .expect_err("compile error");
+    let err = s.build(BTreeMap::new()).await.expect_err("compile error");
     let msg = err.to_string();
     assert!(
         msg.contains("MT-3000-gcc") && msg.contains("expected ';'"),
@@ -263,12 +233,7 @@ async fn sdk_compile_errors_and_bad_inputs_are_clear() {
     );
 
     let err = s
-        .board
-        .build(&BuildRequest {
-            kernel_dir: s.kernel_dir.clone(),
-            defines: BTreeMap::from([("N; rm -rf /".to_string(), "1".to_string())]),
-            out_dir: s.out_dir.clone(),
-        })
+        .build(define("N; rm -rf /", "1"))
         .await
         .expect_err("bad define");
     assert!(err.to_string().contains("not a C identifier"), "{err}");
@@ -277,8 +242,7 @@ async fn sdk_compile_errors_and_bad_inputs_are_clear() {
         .board
         .build(&BuildRequest {
             kernel_dir: s.out_dir.join("missing"),
-            defines: BTreeMap::new(),
-            out_dir: s.out_dir.clone(),
+            ..s.request(BTreeMap::new())
         })
         .await
         .expect_err("missing dir");
@@ -299,28 +263,12 @@ async fn sdk_compile_errors_and_bad_inputs_are_clear() {
 
 #[tokio::test]
 async fn sdk_run_timeout_kills_the_process_group() {
-    let s = setup(30);
-    let artifact = s
-        .board
-        .build(&BuildRequest {
-            kernel_dir: s.kernel_dir.clone(),
-            defines: BTreeMap::from([("HANG".to_string(), "1".to_string())]),
-            out_dir: s.out_dir.clone(),
-        })
-        .await
-        .expect("build");
+    let s = setup();
+    let artifact = s.build(define("HANG", "1")).await.expect("build");
     let start = Instant::now();
     let err = s
         .board
-        .run(
-            &artifact,
-            &RunRequest {
-                cores: 1,
-                runs: 1,
-                timeout: Duration::from_millis(300),
-                args: vec![],
-            },
-        )
+        .run(&artifact, &run_request(1, 1, Duration::from_millis(300)))
         .await
         .expect_err("hang times out");
     assert!(matches!(err, HwError::Timeout(_)), "{err}");
@@ -332,15 +280,7 @@ async fn sdk_run_timeout_kills_the_process_group() {
     );
     let err = s
         .board
-        .run(
-            &artifact,
-            &RunRequest {
-                cores: 25,
-                runs: 1,
-                timeout: Duration::from_secs(1),
-                args: vec![],
-            },
-        )
+        .run(&artifact, &run_request(25, 1, Duration::from_secs(1)))
         .await
         .expect_err("too many cores");
     assert!(err.to_string().contains("out of range 1..=24"), "{err}");
@@ -348,16 +288,8 @@ async fn sdk_run_timeout_kills_the_process_group() {
 
 #[tokio::test]
 async fn sdk_measurement_catches_a_kernel_wrong_on_later_runs() {
-    let s = setup(30);
-    let artifact = s
-        .board
-        .build(&BuildRequest {
-            kernel_dir: s.kernel_dir.clone(),
-            defines: BTreeMap::from([("FAULT_AFTER".to_string(), "2".to_string())]),
-            out_dir: s.out_dir.clone(),
-        })
-        .await
-        .expect("build");
+    let s = setup();
+    let artifact = s.build(define("FAULT_AFTER", "2")).await.expect("build");
     let config = MeasureConfig {
         cores: 4,
         warmup: 1,
@@ -397,25 +329,19 @@ fn harness_output_without_timing_lines_uses_wall_clock() {
     );
 }
 
-fn argv(words: &[&str]) -> Vec<String> {
-    words.iter().map(|w| (*w).to_owned()).collect()
-}
-
 #[tokio::test]
 async fn confined_processes_get_rlimits() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let limits = mtswarm_hw::sdk::ProcessLimits {
+    let limits = ProcessLimits {
         open_files: Some(64),
         cpu_seconds: Some(7),
         ..Default::default()
     };
-    let out = mtswarm_hw::sdk::run_confined(
-        &argv(&["sh", "-c", "ulimit -n; ulimit -t; ulimit -c"]),
+    let out = confined(
+        &["sh", "-c", "ulimit -n; ulimit -t; ulimit -c"],
         tmp.path(),
-        &BTreeMap::new(),
         Duration::from_secs(10),
         &limits,
-        1 << 16,
     )
     .await
     .expect("runs");
@@ -429,21 +355,14 @@ async fn confined_processes_can_run_at_a_lower_cpu_priority() {
     let niceness = |nice: Option<i32>| {
         let tmp = tmp.path().to_path_buf();
         async move {
-            let limits = mtswarm_hw::sdk::ProcessLimits {
+            let limits = ProcessLimits {
                 nice,
                 ..Default::default()
             };
             // `nice` with no command prints the current niceness.
-            let out = mtswarm_hw::sdk::run_confined(
-                &argv(&["nice"]),
-                &tmp,
-                &BTreeMap::new(),
-                Duration::from_secs(10),
-                &limits,
-                1 << 16,
-            )
-            .await
-            .expect("runs");
+            let out = confined(&["nice"], &tmp, Duration::from_secs(10), &limits)
+                .await
+                .expect("runs");
             assert!(out.status.success(), "{out:?}");
             out.stdout.trim().parse::<i32>().expect("a niceness")
         }
@@ -474,18 +393,24 @@ fn alive(pid: i32) -> bool {
     }
 }
 
+/// Waits (at most 5 s) until `pid` is no longer alive.
+async fn wait_until_dead(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn timeout_kills_grandchildren_in_the_group() {
     let tmp = tempfile::tempdir().expect("tmp");
     let pidfile = tmp.path().join("pid");
     let script = host_pid_script(&pidfile, "sleep 60");
-    let err = mtswarm_hw::sdk::run_confined(
-        &argv(&["sh", "-c", &script]),
+    let err = confined(
+        &["sh", "-c", &script],
         tmp.path(),
-        &BTreeMap::new(),
         Duration::from_millis(300),
-        &mtswarm_hw::sdk::ProcessLimits::default(),
-        1 << 16,
+        &ProcessLimits::default(),
     )
     .await
     .expect_err("times out");
@@ -495,10 +420,7 @@ async fn timeout_kills_grandchildren_in_the_group() {
         .trim()
         .parse()
         .expect("pid");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(pid) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_dead(pid).await;
     assert!(!alive(pid), "grandchild {pid} survived the group kill");
 }
 
@@ -509,13 +431,11 @@ async fn abandoning_a_run_kills_its_process_group() {
     let script = host_pid_script(&pidfile, "sleep 60");
     let cwd = tmp.path().to_path_buf();
     let run = tokio::spawn(async move {
-        mtswarm_hw::sdk::run_confined(
-            &argv(&["sh", "-c", &script]),
+        confined(
+            &["sh", "-c", &script],
             &cwd,
-            &BTreeMap::new(),
             Duration::from_secs(120),
-            &mtswarm_hw::sdk::ProcessLimits::default(),
-            1 << 16,
+            &ProcessLimits::default(),
         )
         .await
     });
@@ -533,9 +453,6 @@ async fn abandoning_a_run_kills_its_process_group() {
     assert!(alive(pid));
     run.abort();
     let _ = run.await;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(pid) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until_dead(pid).await;
     assert!(!alive(pid), "grandchild {pid} survived the cancelled run");
 }

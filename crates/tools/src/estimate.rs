@@ -52,8 +52,6 @@ pub struct EstimateArgs {
 const ESTIMATE_SHAPE: Shape = Shape {
     integers: &["cores"],
     numbers: &["flops", "bytes", "measured_seconds"],
-    bools: &[],
-    lists: &[],
     maps: &["defines"],
     aliases: &[
         ("dir", "kernel_dir"),
@@ -62,6 +60,7 @@ const ESTIMATE_SHAPE: Shape = Shape {
         ("bytes_moved", "bytes"),
         ("seconds", "measured_seconds"),
     ],
+    ..Shape::NONE
 };
 
 /// A roofline bound.
@@ -148,11 +147,7 @@ impl Estimate {
         kernel_dir: &str,
         defines: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<(f64, f64), ToolError> {
-        let dir = self
-            .0
-            .workspace
-            .resolve(kernel_dir)
-            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let dir = self.0.workspace.resolve(kernel_dir)?;
         let space = TuneSpace::load(&dir).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
         let empty = std::collections::BTreeMap::new();
         space

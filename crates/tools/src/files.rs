@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use crate::env::{ToolEnv, is_source, parse_args};
 use crate::normalize::Shape;
-use crate::workspace::PathError;
 
 /// Largest file the tools read or write.
 const MAX_FILE_BYTES: u64 = 4 << 20;
@@ -22,10 +21,6 @@ const MAX_FILE_BYTES: u64 = 4 << 20;
 const MAX_READ_CHARS: usize = 100_000;
 /// Build outputs are not part of the model's view of the workspace.
 const BUILD_DIR: &str = ".build";
-
-fn path_error(e: PathError) -> ToolError {
-    ToolError::InvalidArgs(e.to_string())
-}
 
 fn io_error(path: &str, e: std::io::Error) -> ToolError {
     match e.kind() {
@@ -142,16 +137,13 @@ pub struct ReadFileArgs {
 
 const READ_SHAPE: Shape = Shape {
     integers: &["offset", "limit"],
-    numbers: &[],
-    bools: &[],
-    lists: &[],
-    maps: &[],
     aliases: &[
         ("file", "path"),
         ("filename", "path"),
         ("start_line", "offset"),
         ("max_lines", "limit"),
     ],
+    ..Shape::NONE
 };
 
 /// Read a text file of the workspace, with line numbers.
@@ -171,7 +163,7 @@ impl Tool for ReadFile {
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: ReadFileArgs = parse_args(args)?;
-        let path = self.0.workspace.resolve(&args.path).map_err(path_error)?;
+        let path = self.0.workspace.resolve(&args.path)?;
         let text = read_text(&path, &args.path)?;
         let lines: Vec<&str> = text.lines().collect();
         let start = args.offset.unwrap_or(1).max(1);
@@ -227,15 +219,12 @@ pub struct ListFilesArgs {
 
 const LIST_SHAPE: Shape = Shape {
     integers: &["max_depth"],
-    numbers: &[],
-    bools: &[],
-    lists: &[],
-    maps: &[],
     aliases: &[
         ("dir", "path"),
         ("directory", "path"),
         ("depth", "max_depth"),
     ],
+    ..Shape::NONE
 };
 
 const MAX_LIST_ENTRIES: usize = 500;
@@ -258,7 +247,7 @@ impl Tool for ListFiles {
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: ListFilesArgs = parse_args(args)?;
         let shown = args.path.clone().unwrap_or_else(|| ".".into());
-        let dir = self.0.workspace.resolve(&shown).map_err(path_error)?;
+        let dir = self.0.workspace.resolve(&shown)?;
         let meta = std::fs::metadata(&dir).map_err(|e| io_error(&shown, e))?;
         if !meta.is_dir() {
             return Err(ToolError::InvalidArgs(format!(
@@ -318,16 +307,15 @@ pub struct GrepArgs {
 
 const GREP_SHAPE: Shape = Shape {
     integers: &["max_matches"],
-    numbers: &[],
     bools: &["case_insensitive"],
     lists: &["include"],
-    maps: &[],
     aliases: &[
         ("regex", "pattern"),
         ("query", "pattern"),
         ("ignore_case", "case_insensitive"),
         ("glob", "include"),
     ],
+    ..Shape::NONE
 };
 
 /// Search workspace files for a regular expression.
@@ -353,7 +341,7 @@ impl Tool for Grep {
             .build()
             .map_err(|e| ToolError::InvalidArgs(format!("bad regular expression: {e}")))?;
         let shown = args.path.clone().unwrap_or_else(|| ".".into());
-        let root = self.0.workspace.resolve(&shown).map_err(path_error)?;
+        let root = self.0.workspace.resolve(&shown)?;
         let meta = std::fs::metadata(&root).map_err(|e| io_error(&shown, e))?;
         let files: Vec<PathBuf> = if meta.is_dir() {
             let mut entries = Vec::new();
@@ -421,17 +409,13 @@ pub struct WriteFileArgs {
 }
 
 const WRITE_SHAPE: Shape = Shape {
-    integers: &[],
-    numbers: &[],
-    bools: &[],
-    lists: &[],
-    maps: &[],
     aliases: &[
         ("file", "path"),
         ("filename", "path"),
         ("text", "content"),
         ("contents", "content"),
     ],
+    ..Shape::NONE
 };
 
 fn edit_effects(rel: &str) -> Vec<Effect> {
@@ -455,7 +439,7 @@ fn write_confined(env: &ToolEnv, shown: &str, content: &str) -> Result<String, T
             content.len()
         )));
     }
-    let path = env.workspace.resolve(shown).map_err(path_error)?;
+    let path = env.workspace.resolve(shown)?;
     env.harness.check_writable(&path, shown)?;
     if path == env.workspace.root() {
         return Err(ToolError::InvalidArgs("a file path is required".into()));
@@ -520,12 +504,8 @@ pub struct ApplyPatchArgs {
 }
 
 const PATCH_SHAPE: Shape = Shape {
-    integers: &[],
-    numbers: &[],
-    bools: &[],
-    lists: &[],
-    maps: &[],
     aliases: &[("diff", "patch"), ("file", "path")],
+    ..Shape::NONE
 };
 
 /// Git metadata lines that may sit between file sections.
@@ -627,7 +607,7 @@ impl Tool for ApplyPatch {
                 .or_else(|| new_name.clone())
                 .or_else(|| old_name.clone())
                 .ok_or_else(|| ToolError::InvalidArgs("a diff section names no file".into()))?;
-            let resolved = self.0.workspace.resolve(&target).map_err(path_error)?;
+            let resolved = self.0.workspace.resolve(&target)?;
             // Checked before anything is written: a refused file fails the whole patch.
             self.0.harness.check_writable(&resolved, &target)?;
             let original = if old_name.is_none() && args.path.is_none() {
@@ -660,7 +640,7 @@ impl Tool for ApplyPatch {
                     effects.extend(edit_effects(&rel));
                 }
                 None => {
-                    let path = self.0.workspace.resolve(&target).map_err(path_error)?;
+                    let path = self.0.workspace.resolve(&target)?;
                     std::fs::remove_file(&path).map_err(|e| io_error(&target, e))?;
                     let rel = self.0.workspace.relative(&path);
                     if is_source(&rel) {

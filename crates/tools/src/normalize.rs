@@ -8,6 +8,40 @@
 use mtswarm_core::NormalizeError;
 use serde_json::{Map, Value};
 
+/// Why arguments could not be repaired; each message names the field (it
+/// becomes the [`NormalizeError`] the model sees).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum RepairError {
+    /// The arguments were a string that is not JSON.
+    #[error("arguments must be a JSON object; the string given is not JSON ({0})")]
+    NotJson(String),
+    /// The arguments were JSON but not an object.
+    #[error("arguments must be a JSON object, got {0}")]
+    NotAnObject(Value),
+    /// An integer field holds text that is no whole number.
+    #[error("`{field}` must be an integer, got \"{got}\"")]
+    NotAnInteger { field: &'static str, got: String },
+    /// A number field holds text that is no number.
+    #[error("`{field}` must be a number, got \"{got}\"")]
+    NotANumber { field: &'static str, got: String },
+    /// A boolean field holds text that is neither true nor false.
+    #[error("`{field}` must be true or false, got \"{got}\"")]
+    NotABool { field: &'static str, got: String },
+    /// A map entry's value is neither a string nor a number.
+    #[error("`{field}.{key}` must be a string or number, got {got}")]
+    MapValue {
+        field: &'static str,
+        key: String,
+        got: Value,
+    },
+    /// A list given for a map has an item that is not `NAME=VALUE`.
+    #[error("`{field}` items must be \"NAME=VALUE\" strings, got {got}")]
+    MapItem { field: &'static str, got: Value },
+    /// A map field holds something that cannot become a map.
+    #[error("`{field}` must be an object of NAME: VALUE, got {got}")]
+    NotAMap { field: &'static str, got: Value },
+}
+
 /// What a tool's arguments look like, for the repairs.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Shape {
@@ -20,6 +54,18 @@ pub(crate) struct Shape {
     pub maps: &'static [&'static str],
     /// `(alias, canonical)` key names.
     pub aliases: &'static [(&'static str, &'static str)],
+}
+
+impl Shape {
+    /// No repairs: what a tool's shape leaves out (`..Shape::NONE`).
+    pub(crate) const NONE: Shape = Shape {
+        integers: &[],
+        numbers: &[],
+        bools: &[],
+        lists: &[],
+        maps: &[],
+        aliases: &[],
+    };
 }
 
 fn parse_number(text: &str) -> Option<f64> {
@@ -53,7 +99,7 @@ fn define_pair(item: &str) -> Option<(String, String)> {
     }
 }
 
-fn repair_map(field: &str, value: Value) -> Result<Value, String> {
+fn repair_map(field: &'static str, value: Value) -> Result<Value, RepairError> {
     let mut out = Map::new();
     match value {
         Value::Null => return Ok(Value::Object(out)),
@@ -61,8 +107,10 @@ fn repair_map(field: &str, value: Value) -> Result<Value, String> {
             for (k, v) in map {
                 let text = match &v {
                     Value::Null => String::new(),
-                    other => scalar_text(other).ok_or_else(|| {
-                        format!("`{field}.{k}` must be a string or number, got {other}")
+                    other => scalar_text(other).ok_or_else(|| RepairError::MapValue {
+                        field,
+                        key: k.clone(),
+                        got: other.clone(),
                     })?,
                 };
                 out.insert(k, Value::String(text));
@@ -70,8 +118,9 @@ fn repair_map(field: &str, value: Value) -> Result<Value, String> {
         }
         Value::Array(items) => {
             for item in items {
-                let text = scalar_text(&item).ok_or_else(|| {
-                    format!("`{field}` items must be \"NAME=VALUE\" strings, got {item}")
+                let text = scalar_text(&item).ok_or_else(|| RepairError::MapItem {
+                    field,
+                    got: item.clone(),
                 })?;
                 if let Some((k, v)) = define_pair(&text) {
                     out.insert(k, Value::String(v));
@@ -88,31 +137,27 @@ fn repair_map(field: &str, value: Value) -> Result<Value, String> {
                 }
             }
         }
-        other => {
-            return Err(format!(
-                "`{field}` must be an object of NAME: VALUE, got {other}"
-            ));
-        }
+        other => return Err(RepairError::NotAMap { field, got: other }),
     }
     Ok(Value::Object(out))
 }
 
 /// Apply the repairs of `shape` to `args`.
 pub(crate) fn normalize_args(args: Value, shape: &Shape) -> Result<Value, NormalizeError> {
-    repair(args, shape).map_err(NormalizeError::invalid)
+    repair(args, shape).map_err(|e| NormalizeError::invalid(e.to_string()))
 }
 
-fn repair(args: Value, shape: &Shape) -> Result<Value, String> {
+fn repair(args: Value, shape: &Shape) -> Result<Value, RepairError> {
     let args = match args {
         Value::Null => Value::Object(Map::new()),
         Value::String(text) if text.trim().is_empty() => Value::Object(Map::new()),
-        Value::String(text) => serde_json::from_str::<Value>(&text).map_err(|e| {
-            format!("arguments must be a JSON object; the string given is not JSON ({e})")
-        })?,
+        Value::String(text) => {
+            serde_json::from_str::<Value>(&text).map_err(|e| RepairError::NotJson(e.to_string()))?
+        }
         other => other,
     };
     let Value::Object(mut map) = args else {
-        return Err(format!("arguments must be a JSON object, got {args}"));
+        return Err(RepairError::NotAnObject(args));
     };
     for (alias, canonical) in shape.aliases {
         if !map.contains_key(*canonical)
@@ -127,7 +172,10 @@ fn repair(args: Value, shape: &Shape) -> Result<Value, String> {
                 Value::String(s) => {
                     let n = parse_number(s)
                         .filter(|n| n.fract() == 0.0)
-                        .ok_or_else(|| format!("`{field}` must be an integer, got \"{s}\""))?;
+                        .ok_or_else(|| RepairError::NotAnInteger {
+                            field,
+                            got: s.clone(),
+                        })?;
                     *v = Value::from(n as i64);
                 }
                 Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_none() => {
@@ -143,8 +191,10 @@ fn repair(args: Value, shape: &Shape) -> Result<Value, String> {
         if let Some(v) = map.get_mut(*field)
             && let Value::String(s) = v
         {
-            let n = parse_number(s)
-                .ok_or_else(|| format!("`{field}` must be a number, got \"{s}\""))?;
+            let n = parse_number(s).ok_or_else(|| RepairError::NotANumber {
+                field,
+                got: s.clone(),
+            })?;
             *v = Value::from(n);
         }
     }
@@ -154,7 +204,12 @@ fn repair(args: Value, shape: &Shape) -> Result<Value, String> {
                 Value::String(s) => match s.trim().to_ascii_lowercase().as_str() {
                     "true" | "yes" | "1" | "on" => Some(true),
                     "false" | "no" | "0" | "off" | "" => Some(false),
-                    _ => return Err(format!("`{field}` must be true or false, got \"{s}\"")),
+                    _ => {
+                        return Err(RepairError::NotABool {
+                            field,
+                            got: s.clone(),
+                        });
+                    }
                 },
                 Value::Number(n) => Some(n.as_f64().unwrap_or(0.0) != 0.0),
                 _ => None,
@@ -234,5 +289,43 @@ mod tests {
         assert!(err.to_string().contains("JSON object"), "{err}");
         let err = normalize_args(json!({"recursive": "maybe"}), &SHAPE).expect_err("bad bool");
         assert!(err.to_string().contains("`recursive`"), "{err}");
+    }
+
+    #[test]
+    fn repair_messages_name_the_field_and_what_was_given() {
+        let message = |args: Value| {
+            normalize_args(args, &SHAPE)
+                .expect_err("unrepairable")
+                .to_string()
+        };
+        assert_eq!(
+            message(json!({"limit": "2.5"})),
+            "`limit` must be an integer, got \"2.5\""
+        );
+        assert_eq!(
+            message(json!({"flops": "fast"})),
+            "`flops` must be a number, got \"fast\""
+        );
+        assert_eq!(
+            message(json!({"recursive": "maybe"})),
+            "`recursive` must be true or false, got \"maybe\""
+        );
+        assert_eq!(message(json!(7)), "arguments must be a JSON object, got 7");
+        assert!(
+            message(json!("{not json"))
+                .starts_with("arguments must be a JSON object; the string given is not JSON (")
+        );
+        assert_eq!(
+            message(json!({"defines": {"N": [1]}})),
+            "`defines.N` must be a string or number, got [1]"
+        );
+        assert_eq!(
+            message(json!({"defines": [[1]]})),
+            "`defines` items must be \"NAME=VALUE\" strings, got [1]"
+        );
+        assert_eq!(
+            message(json!({"defines": true})),
+            "`defines` must be an object of NAME: VALUE, got true"
+        );
     }
 }

@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::ToolSet;
-use crate::env::{parse_args, schema_of};
-use crate::normalize::{Shape, normalize_args};
+use crate::env::parse_args;
+use crate::files::tool_basics;
+use crate::normalize::Shape;
 
 /// Results shown per group when the call does not say.
 pub const DEFAULT_LIMIT: i64 = 10;
@@ -186,10 +187,7 @@ pub struct QueryResultsArgs {
 
 const QUERY_RESULTS_SHAPE: Shape = Shape {
     integers: &["limit"],
-    numbers: &[],
     bools: &["same_kernel_only"],
-    lists: &[],
-    maps: &[],
     aliases: &[
         ("name", "kernel"),
         ("kernel_name", "kernel"),
@@ -198,6 +196,7 @@ const QUERY_RESULTS_SHAPE: Shape = Shape {
         ("max_results", "limit"),
         ("exact", "same_kernel_only"),
     ],
+    ..Shape::NONE
 };
 
 /// The query_results tool.
@@ -330,33 +329,15 @@ fn summary(r: &PastResult) -> Value {
 
 #[async_trait::async_trait]
 impl Tool for QueryResultsTool {
-    fn name(&self) -> &str {
-        "query_results"
-    }
-
-    fn description(&self) -> &str {
-        "Earlier benchmark results for this kernel: results of the same code (kernel_hash from compile) first, then of other versions of the same kernel (same name, other hash). Best trustworthy figures first, then invalid or flagged candidates, with their -D parameters. Read-only."
-    }
-
-    fn input_schema(&self) -> Value {
-        schema_of::<QueryResultsArgs>()
-    }
-
-    fn risk(&self) -> Risk {
-        Risk::Low
-    }
-
-    fn read_only(&self) -> bool {
-        true
-    }
-
-    fn concurrency_safe(&self) -> bool {
-        true
-    }
-
-    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
-        normalize_args(args, &QUERY_RESULTS_SHAPE)
-    }
+    tool_basics!(
+        "query_results",
+        "Earlier benchmark results for this kernel: results of the same code (kernel_hash from compile) first, then of other versions of the same kernel (same name, other hash). Best trustworthy figures first, then invalid or flagged candidates, with their -D parameters. Read-only.",
+        QueryResultsArgs,
+        Risk::Low,
+        true,
+        true,
+        QUERY_RESULTS_SHAPE
+    );
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: QueryResultsArgs = parse_args(args)?;

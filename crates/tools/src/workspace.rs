@@ -32,6 +32,14 @@ pub enum PathError {
     Root(String),
 }
 
+/// A refused path is the caller's mistake: the tools report it as invalid
+/// arguments, with the path and the reason.
+impl From<PathError> for mtswarm_core::ToolError {
+    fn from(e: PathError) -> Self {
+        Self::InvalidArgs(e.to_string())
+    }
+}
+
 /// A directory that confines the file tools.
 #[derive(Debug, Clone)]
 pub struct Workspace {

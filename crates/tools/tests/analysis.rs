@@ -5,20 +5,14 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{ScriptedBoard, call, copy_dir, examples_dir, invalid_args, toolset};
+use common::{assert_refused, call, scripted_tools, vecadd_workspace};
 use mtswarm_core::Effect;
 use mtswarm_hw::{BackendKind, ChipSpec};
 use serde_json::json;
 
 fn setup() -> (tempfile::TempDir, mtswarm_tools::ToolSet) {
-    let ws = tempfile::tempdir().expect("workspace");
-    copy_dir(&examples_dir().join("vecadd"), &ws.path().join("vecadd"));
-    let tools = toolset(
-        ws.path(),
-        Arc::new(ScriptedBoard::new(BackendKind::Emulator)),
-    );
+    let ws = vecadd_workspace();
+    let tools = scripted_tools(ws.path(), BackendKind::Emulator);
     (ws, tools)
 }
 
@@ -101,12 +95,19 @@ async fn analyze_kernel_handles_gsm_and_unknown_sizes() {
 #[tokio::test]
 async fn analyze_kernel_rejects_bad_input() {
     let (_ws, tools) = setup();
-    let msg = invalid_args(call(&tools, "analyze_kernel", json!({"path": "missing.c"})).await);
-    assert!(msg.contains("missing.c"), "{msg}");
-    let msg = invalid_args(call(&tools, "analyze_kernel", json!({"path": "/etc/passwd"})).await);
-    assert!(msg.contains("absolute"), "{msg}");
-    let msg = invalid_args(call(&tools, "analyze_kernel", json!({"defines": [{"N": [1]}]})).await);
-    assert!(msg.contains("defines"), "{msg}");
+    assert_refused(
+        &tools,
+        &[
+            ("analyze_kernel", json!({"path": "missing.c"}), "missing.c"),
+            ("analyze_kernel", json!({"path": "/etc/passwd"}), "absolute"),
+            (
+                "analyze_kernel",
+                json!({"defines": [{"N": [1]}]}),
+                "defines",
+            ),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -149,19 +150,22 @@ async fn estimate_gives_the_roofline_bound() {
 #[tokio::test]
 async fn estimate_rejects_bad_input() {
     let (_ws, tools) = setup();
-    let msg = invalid_args(call(&tools, "estimate", json!({"flops": 0, "bytes": 1})).await);
-    assert!(msg.contains("flops must be positive"), "{msg}");
-    let msg = invalid_args(
-        call(
-            &tools,
-            "estimate",
-            json!({"flops": 1, "bytes": 1, "cores": 9}),
-        )
-        .await,
-    );
-    assert!(msg.contains("1..=8"), "{msg}");
-    let msg = invalid_args(call(&tools, "estimate", json!({"flops": "a lot", "bytes": 1})).await);
-    assert!(msg.contains("`flops`"), "{msg}");
-    let msg = invalid_args(call(&tools, "estimate", json!({"bytes": 1})).await);
-    assert!(msg.contains("flops"), "{msg}");
+    assert_refused(
+        &tools,
+        &[
+            (
+                "estimate",
+                json!({"flops": 0, "bytes": 1}),
+                "flops must be positive",
+            ),
+            (
+                "estimate",
+                json!({"flops": 1, "bytes": 1, "cores": 9}),
+                "1..=8",
+            ),
+            ("estimate", json!({"flops": "a lot", "bytes": 1}), "`flops`"),
+            ("estimate", json!({"bytes": 1}), "flops"),
+        ],
+    )
+    .await;
 }

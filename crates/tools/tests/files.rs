@@ -4,19 +4,14 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::{GOOD_KERNEL, ScriptedBoard, call, invalid_args, toolset, workspace_with};
+use common::{GOOD_KERNEL, assert_refused, call, invalid_args, scripted_tools, workspace_with};
 use mtswarm_core::Effect;
 use mtswarm_hw::BackendKind;
 use serde_json::json;
 
 fn setup() -> (tempfile::TempDir, mtswarm_tools::ToolSet) {
     let ws = workspace_with(GOOD_KERNEL);
-    let tools = toolset(
-        ws.path(),
-        Arc::new(ScriptedBoard::new(BackendKind::Emulator)),
-    );
+    let tools = scripted_tools(ws.path(), BackendKind::Emulator);
     (ws, tools)
 }
 
@@ -49,30 +44,25 @@ async fn read_file_reads_a_window_with_line_numbers() {
 async fn read_file_rejects_bad_input() {
     let (ws, tools) = setup();
     std::fs::create_dir(ws.path().join("sub")).expect("mkdir");
-    let msg = invalid_args(call(&tools, "read_file", json!({"path": "missing.c"})).await);
-    assert!(msg.contains("does not exist"), "{msg}");
-    let msg = invalid_args(
-        call(
-            &tools,
-            "read_file",
-            json!({"path": "kernel.c", "offset": 999}),
-        )
-        .await,
-    );
-    assert!(msg.contains("past the end"), "{msg}");
-    let msg = invalid_args(call(&tools, "read_file", json!({"path": "sub"})).await);
-    assert!(msg.contains("directory"), "{msg}");
-    let msg = invalid_args(call(&tools, "read_file", json!({"offset": 1})).await);
-    assert!(msg.contains("path"), "{msg}");
-    let msg = invalid_args(
-        call(
-            &tools,
-            "read_file",
-            json!({"path": "kernel.c", "limit": "lots"}),
-        )
-        .await,
-    );
-    assert!(msg.contains("`limit`"), "{msg}");
+    assert_refused(
+        &tools,
+        &[
+            ("read_file", json!({"path": "missing.c"}), "does not exist"),
+            (
+                "read_file",
+                json!({"path": "kernel.c", "offset": 999}),
+                "past the end",
+            ),
+            ("read_file", json!({"path": "sub"}), "directory"),
+            ("read_file", json!({"offset": 1}), "path"),
+            (
+                "read_file",
+                json!({"path": "kernel.c", "limit": "lots"}),
+                "`limit`",
+            ),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -102,12 +92,15 @@ async fn list_files_lists_recursively_without_build_outputs() {
 #[tokio::test]
 async fn list_files_rejects_bad_input() {
     let (_ws, tools) = setup();
-    let msg = invalid_args(call(&tools, "list_files", json!({"path": "kernel.c"})).await);
-    assert!(msg.contains("not a directory"), "{msg}");
-    let msg = invalid_args(call(&tools, "list_files", json!({"path": "nope"})).await);
-    assert!(msg.contains("does not exist"), "{msg}");
-    let msg = invalid_args(call(&tools, "list_files", json!({"recursive": true})).await);
-    assert!(msg.contains("recursive"), "{msg}");
+    assert_refused(
+        &tools,
+        &[
+            ("list_files", json!({"path": "kernel.c"}), "not a directory"),
+            ("list_files", json!({"path": "nope"}), "does not exist"),
+            ("list_files", json!({"recursive": true}), "recursive"),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -145,10 +138,18 @@ async fn grep_finds_regex_matches_with_filters() {
 #[tokio::test]
 async fn grep_rejects_bad_input() {
     let (_ws, tools) = setup();
-    let msg = invalid_args(call(&tools, "grep", json!({"pattern": "(unclosed"})).await);
-    assert!(msg.contains("bad regular expression"), "{msg}");
-    let msg = invalid_args(call(&tools, "grep", json!({"path": "."})).await);
-    assert!(msg.contains("pattern"), "{msg}");
+    assert_refused(
+        &tools,
+        &[
+            (
+                "grep",
+                json!({"pattern": "(unclosed"}),
+                "bad regular expression",
+            ),
+            ("grep", json!({"path": "."}), "pattern"),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -182,13 +183,23 @@ async fn write_file_creates_parents_and_declares_the_edit() {
 async fn write_file_rejects_bad_input() {
     let (ws, tools) = setup();
     std::fs::create_dir(ws.path().join("sub")).expect("mkdir");
-    let msg = invalid_args(call(&tools, "write_file", json!({"path": "a.c"})).await);
-    assert!(msg.contains("content"), "{msg}");
-    let msg =
-        invalid_args(call(&tools, "write_file", json!({"path": "sub", "content": "x"})).await);
-    assert!(msg.contains("directory"), "{msg}");
-    let msg = invalid_args(call(&tools, "write_file", json!({"path": ".", "content": "x"})).await);
-    assert!(msg.contains("file path"), "{msg}");
+    assert_refused(
+        &tools,
+        &[
+            ("write_file", json!({"path": "a.c"}), "content"),
+            (
+                "write_file",
+                json!({"path": "sub", "content": "x"}),
+                "directory",
+            ),
+            (
+                "write_file",
+                json!({"path": ".", "content": "x"}),
+                "file path",
+            ),
+        ],
+    )
+    .await;
 }
 
 const PATCH: &str = "--- a/kernel.c\n+++ b/kernel.c\n@@ -7,3 +7,3 @@\n   for (int i = 0; i < N; i++) {\n-    a[i] = a[i] * 2.0;\n+    a[i] = a[i] * 3.0;\n   }\n--- /dev/null\n+++ b/notes/plan.md\n@@ -0,0 +1,1 @@\n+try 3.0\n";

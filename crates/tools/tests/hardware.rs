@@ -6,34 +6,22 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use common::{
-    GOOD_KERNEL, ScriptedBoard, call, copy_dir, examples_dir, invalid_args, toolset, workspace_with,
+    GOOD_KERNEL, ScriptedBoard, assert_refused, call, emulator_board, invalid_args, scripted_tools,
+    toolset, vecadd_workspace, workspace_with,
 };
 use mtswarm_core::{Effect, ToolError, ToolOutput};
-use mtswarm_hw::emulator::EmulatorBoard;
+use mtswarm_hw::BackendKind;
 use mtswarm_hw::measure::MeasureConfig;
-use mtswarm_hw::{BackendKind, ChipSpec, Slice};
 use mtswarm_tools::ToolSet;
 use serde_json::{Value, json};
 
 fn emulator_tools() -> (tempfile::TempDir, ToolSet) {
-    let ws = tempfile::tempdir().expect("workspace");
-    copy_dir(&examples_dir().join("vecadd"), &ws.path().join("vecadd"));
-    let slice = Slice {
-        board: "emu0".into(),
-        cluster: Some(0),
-        cores: 4,
-        backend: BackendKind::Emulator,
-    };
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("emu-cache");
-    let board = EmulatorBoard::new(slice, ChipSpec::default())
-        .expect("emulator board")
-        .with_cache_dir(cache);
-    let tools = ToolSet::builder(ws.path(), Arc::new(board))
+    let ws = vecadd_workspace();
+    let tools = ToolSet::builder(ws.path(), Arc::new(emulator_board(4)))
         .measure_defaults(MeasureConfig {
             warmup: 1,
             min_repeats: 3,
@@ -180,7 +168,7 @@ async fn wrong_answer_fails_validation_before_any_timing() {
 #[tokio::test]
 async fn kernel_wrong_on_later_runs_is_caught_by_benchmark() {
     let ws = workspace_with(&GOOD_KERNEL.replace("* 2.0", "* 2.0 /* WRONG_LATER */"));
-    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
     call(&tools, "compile", json!({})).await.expect("compile");
     // Without warm-up the first timed execution must catch it.
     let out = call(&tools, "benchmark", json!({"warmup": "0"}))
@@ -202,34 +190,41 @@ async fn kernel_wrong_on_later_runs_is_caught_by_benchmark() {
 #[tokio::test]
 async fn hardware_tools_reject_bad_input() {
     let ws = workspace_with(GOOD_KERNEL);
-    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
-    let msg = invalid_args(call(&tools, "run", json!({})).await);
-    assert!(msg.contains("compile first"), "{msg}");
-    let msg = invalid_args(call(&tools, "validate", json!({})).await);
-    assert!(msg.contains("compile first"), "{msg}");
-    let msg = invalid_args(call(&tools, "benchmark", json!({})).await);
-    assert!(msg.contains("compile first"), "{msg}");
-    let msg = invalid_args(call(&tools, "compile", json!({"kernel_dir": "nope"})).await);
-    assert!(msg.contains("not a directory"), "{msg}");
-    let msg = invalid_args(call(&tools, "compile", json!({"kernel_dir": "../.."})).await);
-    assert!(msg.contains("`..`"), "{msg}");
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
+    assert_refused(
+        &tools,
+        &[
+            ("run", json!({}), "compile first"),
+            ("validate", json!({}), "compile first"),
+            ("benchmark", json!({}), "compile first"),
+            ("compile", json!({"kernel_dir": "nope"}), "not a directory"),
+            ("compile", json!({"kernel_dir": "../.."}), "`..`"),
+        ],
+    )
+    .await;
 
     call(&tools, "compile", json!({"defines": ["-DN=64"]}))
         .await
         .expect("compile");
-    let msg = invalid_args(call(&tools, "run", json!({"cores": 99})).await);
-    assert!(msg.contains("1..=8"), "{msg}");
+    assert_refused(&tools, &[("run", json!({"cores": 99}), "1..=8")]).await;
     let msg = invalid_args(call(&tools, "run", json!({"artifact": "b7"})).await);
     assert!(
         msg.contains("unknown artifact `b7`") && msg.contains("b1"),
         "{msg}"
     );
-    let msg = invalid_args(call(&tools, "validate", json!({"timeout_seconds": -1})).await);
-    assert!(msg.contains("timeout_seconds"), "{msg}");
-    let msg = invalid_args(call(&tools, "benchmark", json!({"repeats": 0})).await);
-    assert!(msg.contains("repeats"), "{msg}");
-    let msg = invalid_args(call(&tools, "board_info", json!({"verbose": true})).await);
-    assert!(msg.contains("verbose"), "{msg}");
+    assert_refused(
+        &tools,
+        &[
+            (
+                "validate",
+                json!({"timeout_seconds": -1}),
+                "timeout_seconds",
+            ),
+            ("benchmark", json!({"repeats": 0}), "repeats"),
+            ("board_info", json!({"verbose": true}), "verbose"),
+        ],
+    )
+    .await;
 
     // A compile error is a failed call with the compiler's message.
     std::fs::write(ws.path().join("kernel.c"), "SYNTAX_ERROR").expect("write");
@@ -242,7 +237,7 @@ async fn hardware_tools_reject_bad_input() {
 #[tokio::test]
 async fn artifacts_built_before_an_edit_are_refused() {
     let ws = workspace_with(GOOD_KERNEL);
-    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
     call(&tools, "compile", json!({})).await.expect("compile");
     call(&tools, "validate", json!({}))
         .await
@@ -274,7 +269,7 @@ async fn artifacts_built_before_an_edit_are_refused() {
 #[tokio::test]
 async fn hardware_tools_declare_the_slice_as_their_resource() {
     let ws = workspace_with(GOOD_KERNEL);
-    let tools = toolset(ws.path(), Arc::new(ScriptedBoard::new(BackendKind::Host)));
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
     for name in ["run", "validate", "benchmark"] {
         let tool = tools.get(name).expect("tool");
         assert!(

@@ -7,32 +7,16 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{call, copy_dir, examples_dir, invalid_args};
-use mtswarm_hw::emulator::EmulatorBoard;
+use common::{call, emulator_board, examples_dir, invalid_args, toolset, vecadd_workspace};
 use mtswarm_hw::harness::file_hash;
-use mtswarm_hw::{BackendKind, ChipSpec, Slice};
 use mtswarm_tools::ToolSet;
 use serde_json::json;
 
 fn tools() -> (tempfile::TempDir, ToolSet) {
-    let ws = tempfile::tempdir().expect("workspace");
-    copy_dir(&examples_dir().join("vecadd"), &ws.path().join("vecadd"));
-    let slice = Slice {
-        board: "emu0".into(),
-        cluster: Some(0),
-        cores: 2,
-        backend: BackendKind::Emulator,
-    };
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("emu-cache");
-    let board = EmulatorBoard::new(slice, ChipSpec::default())
-        .expect("board")
-        .with_cache_dir(cache);
-    let tools = ToolSet::builder(ws.path(), Arc::new(board))
-        .build()
-        .expect("tools");
+    let ws = vecadd_workspace();
+    let tools = toolset(ws.path(), Arc::new(emulator_board(2)));
     (ws, tools)
 }
 

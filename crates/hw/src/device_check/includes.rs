@@ -47,7 +47,7 @@ pub fn check_includes(deps: &[PathBuf], cwd: &Path, allowed: &[PathBuf]) -> Resu
         };
         let resolved = path.canonicalize().unwrap_or(path);
         if !allowed.iter().any(|root| resolved.starts_with(root)) {
-            return Err(HwError::Compile(format!(
+            return Err(HwError::compile(format!(
                 "kernel.c: refused: it includes {}, outside the kernel directory and the \
                  emulator's and toolchain's headers (its content is not shown)",
                 dep.display()

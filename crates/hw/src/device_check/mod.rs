@@ -34,11 +34,17 @@ mod tests {
         format!("# 1 \"/k/kernel.c\"\n{body}\n")
     }
 
+    /// Why `body` (as kernel.c) is refused.
+    fn refusal(body: &str) -> String {
+        check_preprocessed(&pre(body), Path::new("/k"))
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn refused_attributes_name_construct_and_line() {
-        let text = pre("int x;\n__attribute__((no_sanitize_coverage, noinline)) void f(void) {}");
-        let err = check_preprocessed(&text, Path::new("/k")).unwrap_err();
-        let msg = err.to_string();
+        let msg =
+            refusal("int x;\n__attribute__((no_sanitize_coverage, noinline)) void f(void) {}");
         assert!(msg.contains("kernel.c:2"), "{msg}");
         assert!(msg.contains("no_sanitize_coverage"), "{msg}");
         let text = pre("[[gnu::no_instrument_function]] void f(void) {}");
@@ -61,19 +67,13 @@ mod tests {
 
     #[test]
     fn pragmas_and_asm_are_refused() {
-        let text = pre("#pragma GCC optimize (\"O0\")\nvoid f(void) {}");
-        let msg = check_preprocessed(&text, Path::new("/k"))
-            .unwrap_err()
-            .to_string();
+        let msg = refusal("#pragma GCC optimize (\"O0\")\nvoid f(void) {}");
         assert!(
             msg.contains("kernel.c:1") && msg.contains("optimize"),
             "{msg}"
         );
-        let text =
-            pre("#pragma GCC unroll 4\nvoid f(void) { }\nvoid g(void) { __asm__(\"nop\"); }");
-        let msg = check_preprocessed(&text, Path::new("/k"))
-            .unwrap_err()
-            .to_string();
+        let msg =
+            refusal("#pragma GCC unroll 4\nvoid f(void) { }\nvoid g(void) { __asm__(\"nop\"); }");
         assert!(
             msg.contains("kernel.c:3") && msg.contains("__asm__"),
             "{msg}"

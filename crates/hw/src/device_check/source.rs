@@ -123,7 +123,7 @@ fn refusal(f: &Finding) -> HwError {
     let name = Path::new(&f.file)
         .file_name()
         .map_or_else(|| f.file.clone(), |n| n.to_string_lossy().into_owned());
-    HwError::Compile(format!(
+    HwError::compile(format!(
         "{name}:{}: refused: `{}`: {}",
         f.line, f.construct, f.reason
     ))

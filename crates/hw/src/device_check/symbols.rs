@@ -291,7 +291,7 @@ pub fn check_symbols(
             "not part of the device libraries (the hthread device API, the vector intrinsics, \
              a libm subset and memcpy/memmove/memset)",
         );
-        return Err(HwError::Compile(format!(
+        return Err(HwError::compile(format!(
             "{}: refused: device code calls `{symbol}`: {reason}",
             at(symbol)
         )));
@@ -300,7 +300,7 @@ pub fn check_symbols(
         if RESERVED_PREFIXES.iter().any(|p| symbol.starts_with(p))
             || reserved_by_others.contains(symbol)
         {
-            return Err(HwError::Compile(format!(
+            return Err(HwError::compile(format!(
                 "{}: refused: device code defines `{symbol}`, a name of the emulator runtime or \
                  the C library; a definition would replace theirs",
                 at(symbol)

@@ -81,8 +81,9 @@ pub(crate) fn parse_output(
     for line in stdout.lines() {
         let line = line.trim();
         if let Some(json) = line.strip_prefix("MTSWARM_EMU ") {
-            let emu: EmuLine = serde_json::from_str(json)
-                .map_err(|e| HwError::Launch(format!("bad MTSWARM_EMU line ({e}): {json}")))?;
+            let emu: EmuLine = serde_json::from_str(json).map_err(|e| {
+                HwError::launch_caused(format!("bad MTSWARM_EMU line ({e}): {json}"), e)
+            })?;
             pending.cycles += emu.kernel_cycles;
             pending.wall += emu.wall_seconds;
             pending.threads = pending.threads.max(emu.threads);
@@ -155,11 +156,12 @@ pub(crate) fn parse_output(
             }
             outcome.samples.push(sample);
         } else if let Some(json) = line.strip_prefix("MTSWARM_ERROR ") {
-            let err: ErrorLine = serde_json::from_str(json)
-                .map_err(|e| HwError::Launch(format!("bad MTSWARM_ERROR line ({e}): {json}")))?;
+            let err: ErrorLine = serde_json::from_str(json).map_err(|e| {
+                HwError::launch_caused(format!("bad MTSWARM_ERROR line ({e}): {json}"), e)
+            })?;
             match err.kind.as_str() {
                 "capacity" => return Err(HwError::Capacity(err.message)),
-                "launch" => return Err(HwError::Launch(err.message)),
+                "launch" => return Err(HwError::launch(err.message)),
                 "config" => return Err(HwError::Config(err.message)),
                 _ => {
                     outcome.valid = false;

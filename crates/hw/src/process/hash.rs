@@ -16,7 +16,7 @@ pub fn kernel_hash(
     defines: &BTreeMap<String, String>,
 ) -> Result<String, HwError> {
     let entries = std::fs::read_dir(kernel_dir)
-        .map_err(|e| HwError::Kernel(format!("{}: {e}", kernel_dir.display())))?;
+        .map_err(|e| HwError::kernel_caused(format!("{}: {e}", kernel_dir.display()), e))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {

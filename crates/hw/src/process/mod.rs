@@ -238,7 +238,7 @@ pub async fn run_confined(
     }
     let mut child = command
         .spawn()
-        .map_err(|e| HwError::Launch(format!("cannot start `{program}`: {e}")))?;
+        .map_err(|e| HwError::launch_caused(format!("cannot start `{program}`: {e}"), e))?;
     let started = Instant::now();
     // Kills the whole group when dropped: on time-out, on normal exit (a
     // harness may leave background processes behind) and when the caller
@@ -253,9 +253,8 @@ pub async fn run_confined(
         .take()
         .map(|s| tokio::spawn(drain(s, max_output_bytes)));
     let status = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(status) => {
-            status.map_err(|e| HwError::Launch(format!("waiting for `{program}`: {e}")))?
-        }
+        Ok(status) => status
+            .map_err(|e| HwError::launch_caused(format!("waiting for `{program}`: {e}"), e))?,
         Err(_) => {
             drop(group);
             let _ = child.kill().await;

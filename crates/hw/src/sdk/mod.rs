@@ -175,12 +175,16 @@ impl SdkBoard {
         )
         .await
         .map_err(|e| match e {
-            HwError::Timeout(t) => HwError::Compile(format!("{name} timed out after {t:?}")),
-            HwError::Launch(msg) => HwError::Compile(format!("{name}: {msg}")),
+            HwError::Timeout(t) => {
+                HwError::compile_caused(format!("{name} timed out after {t:?}"), e)
+            }
+            HwError::Launch(ref launch) => {
+                HwError::compile_caused(format!("{name}: {}", launch.message()), e)
+            }
             other => other,
         })?;
         if !output.status.success() {
-            return Err(HwError::Compile(format!(
+            return Err(HwError::compile(format!(
                 "{name} failed ({}): {}",
                 describe_status(&output.status),
                 tail(format!("{}{}", output.stderr, output.stdout).trim(), 2000)
@@ -198,11 +202,12 @@ impl Board for SdkBoard {
 
     async fn build(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
         check_defines(&request.defines)?;
-        let kernel_dir = std::fs::canonicalize(&request.kernel_dir)
-            .map_err(|e| HwError::Kernel(format!("{}: {e}", request.kernel_dir.display())))?;
+        let kernel_dir = std::fs::canonicalize(&request.kernel_dir).map_err(|e| {
+            HwError::kernel_caused(format!("{}: {e}", request.kernel_dir.display()), e)
+        })?;
         for required in ["kernel.c", "host.c"] {
             if !kernel_dir.join(required).is_file() {
-                return Err(HwError::Kernel(format!(
+                return Err(HwError::kernel(format!(
                     "{} has no {required}",
                     kernel_dir.display()
                 )));
@@ -239,7 +244,7 @@ impl Board for SdkBoard {
         }
         for produced in ["kernel.dat", "host"] {
             if !out_dir.join(produced).is_file() {
-                return Err(HwError::Compile(format!(
+                return Err(HwError::compile(format!(
                     "the build finished but {} was not produced",
                     out_dir.join(produced).display()
                 )));

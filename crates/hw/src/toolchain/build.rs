@@ -121,7 +121,7 @@ impl Toolchain {
         let kernel_dir = &request.kernel_dir;
         for file in ["kernel.c", "host.c"] {
             if !kernel_dir.join(file).is_file() {
-                return Err(HwError::Kernel(format!(
+                return Err(HwError::kernel(format!(
                     "{}: missing {file}",
                     kernel_dir.display()
                 )));
@@ -129,7 +129,7 @@ impl Toolchain {
         }
         let kernel_dir = kernel_dir
             .canonicalize()
-            .map_err(|e| HwError::Kernel(format!("{}: {e}", kernel_dir.display())))?;
+            .map_err(|e| HwError::kernel_caused(format!("{}: {e}", kernel_dir.display()), e))?;
         let out_dir = &request.out_dir;
         std::fs::create_dir_all(out_dir).map_err(|e| io_err("creating", out_dir, e))?;
         let out_dir = out_dir

@@ -13,7 +13,7 @@ use super::{MAX_OUTPUT_BYTES, TAIL_CHARS};
 use crate::HwError;
 use crate::device_check;
 use crate::error::io_err;
-use crate::process::{ProcessLimits, run_confined, tail, verified};
+use crate::process::{ProcessLimits, ProcessOutput, run_confined, tail, verified};
 
 /// `gcc -dumpfullversion`, cached per compiler.
 pub(super) async fn compiler_version(compiler: &str) -> String {
@@ -36,6 +36,29 @@ pub(super) async fn compiler_version(compiler: &str) -> String {
     version
 }
 
+/// Run a build tool in `cwd` under the build sandbox (reading `reads`),
+/// with none of the daemon's environment.
+async fn run_build_confined(
+    argv: &[String],
+    cwd: &Path,
+    reads: &[PathBuf],
+    timeout: Duration,
+) -> Result<ProcessOutput, HwError> {
+    let limits = ProcessLimits {
+        sandbox: Some(crate::sandbox::build_policy(cwd, reads)),
+        ..ProcessLimits::default()
+    };
+    run_confined(
+        argv,
+        cwd,
+        &BTreeMap::new(),
+        timeout,
+        &limits,
+        MAX_OUTPUT_BYTES,
+    )
+    .await
+}
+
 /// Run one compiler command; its diagnostics become the error on failure.
 ///
 /// The compiler is confined ([`crate::sandbox::build_policy`]): it reads
@@ -55,23 +78,14 @@ pub(super) async fn compile_step(
         argv.first()
             .and_then(|p| crate::sandbox::toolchain_root(p, path.as_deref())),
     );
-    let limits = ProcessLimits {
-        sandbox: Some(crate::sandbox::build_policy(cwd, &reads)),
-        ..ProcessLimits::default()
-    };
-    let out = run_confined(
-        &argv,
-        cwd,
-        &BTreeMap::new(),
-        Duration::from_secs(120),
-        &limits,
-        MAX_OUTPUT_BYTES,
-    )
-    .await
-    .map_err(|e| match e {
-        HwError::Timeout(t) => HwError::Compile(format!("{what}: compiler timed out after {t:?}")),
-        other => other,
-    })?;
+    let out = run_build_confined(&argv, cwd, &reads, Duration::from_secs(120))
+        .await
+        .map_err(|e| match e {
+            HwError::Timeout(t) => {
+                HwError::compile_caused(format!("{what}: compiler timed out after {t:?}"), e)
+            }
+            other => other,
+        })?;
     if out.status.success() {
         Ok(out.stderr)
     } else {
@@ -79,7 +93,7 @@ pub(super) async fn compile_step(
         if msg.is_empty() {
             msg = format!("compiler exited with {}", out.status);
         }
-        Err(HwError::Compile(format!("{what}: {msg}")))
+        Err(HwError::compile(format!("{what}: {msg}")))
     }
 }
 
@@ -94,9 +108,11 @@ pub(super) async fn compile_kernel_step(
 ) -> Result<String, HwError> {
     match compile_step(argv, cwd, what, allowed).await {
         Ok(log) => Ok(device_check::scrub_diagnostics(&log, allowed)),
-        Err(HwError::Compile(msg)) => Err(HwError::Compile(device_check::scrub_diagnostics(
-            &msg, allowed,
-        ))),
+        Err(HwError::Compile(detail)) => {
+            Err(HwError::Compile(detail.map_message(|msg| {
+                device_check::scrub_diagnostics(msg, allowed)
+            })))
+        }
         Err(e) => Err(e),
     }
 }
@@ -105,21 +121,9 @@ pub(super) async fn compile_kernel_step(
 pub(super) async fn object_symbols(object: &Path) -> Result<(Vec<String>, Vec<String>), HwError> {
     let argv = vec!["nm".to_owned(), object.display().to_string()];
     let cwd = object.parent().unwrap_or(Path::new("/"));
-    let limits = ProcessLimits {
-        sandbox: Some(crate::sandbox::build_policy(cwd, &[])),
-        ..ProcessLimits::default()
-    };
-    let out = run_confined(
-        &argv,
-        cwd,
-        &BTreeMap::new(),
-        Duration::from_secs(30),
-        &limits,
-        MAX_OUTPUT_BYTES,
-    )
-    .await?;
+    let out = run_build_confined(&argv, cwd, &[], Duration::from_secs(30)).await?;
     if !out.status.success() {
-        return Err(HwError::Compile(format!(
+        return Err(HwError::compile(format!(
             "nm {}: {}",
             object.display(),
             tail(out.stderr.trim(), 500)

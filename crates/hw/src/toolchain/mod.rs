@@ -17,11 +17,13 @@ use crate::emu::runtime::default_cache_dir;
 use crate::faults::FaultInjector;
 use crate::spec::ChipSpec;
 
+mod board;
 mod build;
 mod compile;
 mod run;
 
 pub(crate) use crate::emu::Flavor;
+pub use board::ToolchainBoard;
 pub use run::EMULATED_LAUNCH_NICENESS;
 
 /// Flags shared by every compile. `-fno-ivopts` only shortens the host

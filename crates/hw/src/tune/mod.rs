@@ -747,27 +747,24 @@ default = "fast"
             Ok(()),
             "the baseline override is allowed"
         );
-        let typo = space
-            .check_defines(&defines(&[("AA", "4")]), &spec)
-            .expect_err("unknown name")
-            .to_string();
+        let refusal = |pairs: &[(&str, &str)], spec: &ChipSpec, why: &str| {
+            space
+                .check_defines(&defines(pairs), spec)
+                .expect_err(why)
+                .to_string()
+        };
+        let typo = refusal(&[("AA", "4")], &spec, "unknown name");
         assert!(
             typo.contains("AA") && typo.contains("known: A, B, VARIANT, N, TOLERANCE"),
             "{typo}"
         );
-        let value = space
-            .check_defines(&defines(&[("A", "3")]), &spec)
-            .expect_err("not a value")
-            .to_string();
+        let value = refusal(&[("A", "3")], &spec, "not a value");
         assert!(
             value.contains("A=3") && value.contains("1, 2, 4"),
             "{value}"
         );
         spec.am_bytes = 8 * 4;
-        let constraint = space
-            .check_defines(&defines(&[("A", "4"), ("B", "3")]), &spec)
-            .expect_err("violates")
-            .to_string();
+        let constraint = refusal(&[("A", "4"), ("B", "3")], &spec, "violates");
         assert!(constraint.contains("A * B * 8 <= am_bytes"), "{constraint}");
     }
 }

@@ -81,6 +81,18 @@ pub(crate) async fn build_and_run(
         .await
 }
 
+/// [`build_and_run`] of the example `kernel` at its tune.toml defaults
+/// with `overrides` on top, on a fresh `cores`-core board.
+pub(crate) async fn run_example(
+    kernel: &str,
+    overrides: &[(&str, &str)],
+    cores: u32,
+    runs: u32,
+) -> Result<RunOutcome, HwError> {
+    let dir = kernels_dir().join(kernel);
+    build_and_run(&board(cores), &dir, defines(kernel, overrides), cores, runs).await
+}
+
 /// A kernel directory in a temp dir: the vecadd harness with `kernel_c` as
 /// its device code (which must define `vecadd_kernel`).
 pub(crate) fn fixture(kernel_c: &str) -> tempfile::TempDir {

@@ -43,12 +43,9 @@ pub struct AnalyzeArgs {
 }
 
 const ANALYZE_SHAPE: Shape = Shape {
-    integers: &[],
-    numbers: &[],
-    bools: &[],
-    lists: &[],
     maps: &["defines"],
     aliases: &[("file", "path"), ("kernel", "path"), ("params", "defines")],
+    ..Shape::NONE
 };
 
 /// One loop found in the source.
@@ -412,11 +409,7 @@ impl Tool for AnalyzeKernel {
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: AnalyzeArgs = parse_args(args)?;
         let shown = args.path.clone().unwrap_or_else(|| "kernel.c".into());
-        let path = self
-            .0
-            .workspace
-            .resolve(&shown)
-            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let path = self.0.workspace.resolve(&shown)?;
         let source = std::fs::read_to_string(&path)
             .map_err(|e| ToolError::InvalidArgs(format!("cannot read `{shown}`: {e}")))?;
         let analysis = analyze_source(&source, &args.defines.unwrap_or_default(), &self.0.spec);

@@ -58,20 +58,22 @@ pub(super) fn line_of(text: &str, offset: usize) -> usize {
 
 /// Index just past the parenthesized group starting at `open` (a `(`).
 pub(super) fn skip_parens(chars: &[char], open: usize) -> usize {
+    skip_balanced(chars, open, '(', ')')
+}
+
+/// Just past the `close` that balances the `open` at or after `start`
+/// (the end of `chars` when it is never balanced).
+fn skip_balanced(chars: &[char], start: usize, open: char, close: char) -> usize {
     let mut depth = 0i32;
-    let mut i = open;
-    while i < chars.len() {
-        match chars[i] {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth == 0 {
-                    return i + 1;
-                }
+    for (j, c) in chars.iter().enumerate().skip(start) {
+        if *c == open {
+            depth += 1;
+        } else if *c == close {
+            depth -= 1;
+            if depth == 0 {
+                return j + 1;
             }
-            _ => {}
         }
-        i += 1;
     }
     chars.len()
 }
@@ -89,20 +91,7 @@ pub(super) fn skip_space(chars: &[char], mut i: usize) -> usize {
 pub(super) fn statement_end(chars: &[char], i: usize) -> usize {
     let i = skip_space(chars, i);
     if chars.get(i) == Some(&'{') {
-        let mut depth = 0i32;
-        for (j, c) in chars.iter().enumerate().skip(i) {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return j + 1;
-                    }
-                }
-                _ => {}
-            }
-        }
-        return chars.len();
+        return skip_balanced(chars, i, '{', '}');
     }
     let mut parens = 0i32;
     let mut braces = 0i32;

@@ -46,15 +46,13 @@ pub struct BenchmarkArgs {
 const BENCHMARK_SHAPE: Shape = Shape {
     integers: &["cores", "warmup", "repeats"],
     numbers: &["min_seconds", "baseline_seconds", "timeout_seconds"],
-    bools: &[],
-    lists: &[],
-    maps: &[],
     aliases: &[
         ("artifact_id", "artifact"),
         ("build", "artifact"),
         ("runs", "repeats"),
         ("timeout", "timeout_seconds"),
     ],
+    ..Shape::NONE
 };
 
 fn measurement_summary(artifact: &str, m: &Measurement) -> Value {

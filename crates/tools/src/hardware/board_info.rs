@@ -18,15 +18,6 @@ use super::{ARTIFACTS_SHOWN, CANDIDATES_SHOWN};
 #[serde(deny_unknown_fields)]
 pub struct BoardInfoArgs {}
 
-const NO_SHAPE: Shape = Shape {
-    integers: &[],
-    numbers: &[],
-    bools: &[],
-    lists: &[],
-    maps: &[],
-    aliases: &[],
-};
-
 /// The slice, its chip and its lock statistics.
 pub struct BoardInfo(pub(crate) Arc<ToolEnv>);
 
@@ -39,7 +30,7 @@ impl Tool for BoardInfo {
         Risk::Low,
         true,
         true,
-        NO_SHAPE
+        Shape::NONE
     );
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {

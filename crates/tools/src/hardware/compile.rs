@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
-use mtswarm_hw::{Artifact, Board, BuildRequest, HwError};
+use mtswarm_hw::{Artifact, Board, BuildRequest};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -41,10 +41,7 @@ pub struct CompileArgs {
 }
 
 const COMPILE_SHAPE: Shape = Shape {
-    integers: &[],
-    numbers: &[],
     bools: &["background", "unchecked"],
-    lists: &[],
     maps: &["defines"],
     aliases: &[
         ("dir", "kernel_dir"),
@@ -53,6 +50,7 @@ const COMPILE_SHAPE: Shape = Shape {
         ("knobs", "defines"),
         ("async", "background"),
     ],
+    ..Shape::NONE
 };
 
 /// One build: what to compile and where its artifact goes.
@@ -82,10 +80,8 @@ pub(crate) async fn run_build(
         })
         .await;
     let _ = std::fs::remove_dir_all(&job.staged_dir);
-    built.map_err(|e| match e {
-        HwError::Compile(m) => ToolError::Failed(format!("compile failed: {m}")),
-        other => hw_error(other),
-    })
+    // A compile error reads `compile failed: <diagnostics>`.
+    built.map_err(hw_error)
 }
 
 /// Record a finished build in the session and describe it.
@@ -173,11 +169,7 @@ impl Tool for Compile {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: CompileArgs = parse_args(args)?;
         let shown = args.kernel_dir.clone().unwrap_or_else(|| ".".into());
-        let kernel_dir = self
-            .0
-            .workspace
-            .resolve(&shown)
-            .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let kernel_dir = self.0.workspace.resolve(&shown)?;
         if !kernel_dir.is_dir() {
             return Err(ToolError::InvalidArgs(format!(
                 "kernel_dir `{shown}` is not a directory"

@@ -95,7 +95,8 @@ fn kernel_fault(e: &HwError) -> bool {
 
 fn hw_error(e: HwError) -> ToolError {
     match e {
-        HwError::Config(m) | HwError::Kernel(m) => ToolError::InvalidArgs(m),
+        HwError::Config(m) => ToolError::InvalidArgs(m),
+        HwError::Kernel(detail) => ToolError::InvalidArgs(detail.message().to_owned()),
         other => ToolError::Failed(other.to_string()),
     }
 }

@@ -38,15 +38,14 @@ pub struct RunArgs {
 pub(super) const RUN_SHAPE: Shape = Shape {
     integers: &["cores", "runs"],
     numbers: &["timeout_seconds"],
-    bools: &[],
     lists: &["args"],
-    maps: &[],
     aliases: &[
         ("artifact_id", "artifact"),
         ("build", "artifact"),
         ("timeout", "timeout_seconds"),
         ("repeats", "runs"),
     ],
+    ..Shape::NONE
 };
 
 pub(super) async fn launch(

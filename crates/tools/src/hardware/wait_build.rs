@@ -31,16 +31,13 @@ pub struct WaitBuildArgs {
 }
 
 const WAIT_BUILD_SHAPE: Shape = Shape {
-    integers: &[],
     numbers: &["timeout_seconds"],
-    bools: &[],
-    lists: &[],
-    maps: &[],
     aliases: &[
         ("artifact_id", "artifact"),
         ("build", "artifact"),
         ("timeout", "timeout_seconds"),
     ],
+    ..Shape::NONE
 };
 
 /// Wait for a background build and report it as compile would have.

@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput};
 use mtswarm_hw::board::RunSample;
+use mtswarm_hw::emulator::EmulatorBoard;
 use mtswarm_hw::{
-    Artifact, BackendKind, Board, BuildRequest, Counters, HwError, RunOutcome, RunRequest, Slice,
+    Artifact, BackendKind, Board, BuildRequest, ChipSpec, Counters, HwError, RunOutcome,
+    RunRequest, Slice,
 };
 use mtswarm_tools::ToolSet;
 use serde_json::Value;
@@ -74,10 +76,11 @@ impl Board for ScriptedBoard {
 
 impl ScriptedBoard {
     fn build_now(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
-        let source = std::fs::read_to_string(request.kernel_dir.join("kernel.c"))
-            .map_err(|e| HwError::Kernel(format!("{}: {e}", request.kernel_dir.display())))?;
+        let source = std::fs::read_to_string(request.kernel_dir.join("kernel.c")).map_err(|e| {
+            HwError::kernel_caused(format!("{}: {e}", request.kernel_dir.display()), e)
+        })?;
         if source.contains("SYNTAX_ERROR") {
-            return Err(HwError::Compile("kernel.c:1: error: expected ';'".into()));
+            return Err(HwError::compile("kernel.c:1: error: expected ';'"));
         }
         std::fs::create_dir_all(&request.out_dir)?;
         std::fs::write(request.out_dir.join("kernel.c"), &source)?;
@@ -159,6 +162,11 @@ pub(crate) fn toolset(workspace: &Path, board: Arc<dyn Board>) -> ToolSet {
         .expect("tool set")
 }
 
+/// The tool set over a fresh [`ScriptedBoard`] of `backend`.
+pub(crate) fn scripted_tools(workspace: &Path, backend: BackendKind) -> ToolSet {
+    toolset(workspace, Arc::new(ScriptedBoard::new(backend)))
+}
+
 pub(crate) fn ctx() -> ToolContext {
     ToolContext::new("session-test", "call-1", 1)
 }
@@ -183,8 +191,39 @@ pub(crate) fn invalid_args(result: Result<ToolOutput, ToolError>) -> String {
     }
 }
 
+/// Calls each `(tool, args, needle)`: every call must be refused as invalid
+/// arguments, with a message that contains `needle`.
+pub(crate) async fn assert_refused(tools: &ToolSet, cases: &[(&str, Value, &str)]) {
+    for (tool, args, needle) in cases {
+        let msg = invalid_args(call(tools, tool, args.clone()).await);
+        assert!(msg.contains(needle), "{tool} {args}: {msg}");
+    }
+}
+
 pub(crate) fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels")
+}
+
+/// A workspace holding a copy of the vecadd example in `vecadd/`.
+pub(crate) fn vecadd_workspace() -> tempfile::TempDir {
+    let ws = tempfile::tempdir().expect("workspace");
+    copy_dir(&examples_dir().join("vecadd"), &ws.path().join("vecadd"));
+    ws
+}
+
+/// The shipped emulator on a `cores`-core slice, with the runtime cache
+/// every test of the crate shares.
+pub(crate) fn emulator_board(cores: u32) -> EmulatorBoard {
+    let slice = Slice {
+        board: "emu0".into(),
+        cluster: Some(0),
+        cores,
+        backend: BackendKind::Emulator,
+    };
+    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("emu-cache");
+    EmulatorBoard::new(slice, ChipSpec::default())
+        .expect("emulator board")
+        .with_cache_dir(cache)
 }
 
 pub(crate) fn copy_dir(from: &Path, to: &Path) {
