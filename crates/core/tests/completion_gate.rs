@@ -53,8 +53,7 @@ async fn job_without_requirements_passes() {
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert!(matches!(
         outcome,
         Outcome::Final {
@@ -76,8 +75,7 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert!(matches!(
         &outcome,
         Outcome::Final { text, verdict: Verdict::Pass, .. } if text == "validated: 2x faster"
@@ -111,15 +109,11 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
 async fn failed_evidence_does_not_count() {
     let (engine, _) = engine(
         gated(&["validate"], false, 0),
-        vec![
-            ScriptedTurn::call("v1", "failing_validate", "{}"),
-            ScriptedTurn::text("done"),
-        ],
+        call_then("v1", "failing_validate", "{}", "done"),
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::CompletionGateFailed);
 }
 
@@ -136,8 +130,7 @@ async fn gate_rejections_are_bounded() {
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::CompletionGateFailed);
     assert_eq!(
         outcome.state().reasons(),
@@ -166,8 +159,7 @@ async fn evidence_before_the_latest_edit_is_void() {
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert!(matches!(
         &outcome,
         Outcome::Final { text, verdict: Verdict::Pass, .. } if text == "re-verified, 3x"
@@ -190,15 +182,11 @@ async fn evidence_before_the_latest_edit_is_void() {
 async fn best_effort_job_ends_unverified_when_evidence_is_missing() {
     let (engine, _) = engine(
         gated(&["validate", "benchmark"], true, 2),
-        vec![
-            ScriptedTurn::call("v1", "validate", "{}"),
-            ScriptedTurn::text("probably faster"),
-        ],
+        call_then("v1", "validate", "{}", "probably faster"),
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     let expected = Verdict::Unverified {
         missing: vec!["benchmark".to_owned()],
     };

@@ -101,8 +101,7 @@ async fn calls_on_the_same_resource_never_overlap() {
         registry(vec![run_tool, analyze]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, _) = run(stream).await;
+    let (events, _) = run_go(&engine).await;
     let intervals = intervals.lock().expect("lock").clone();
     assert_eq!(intervals.len(), 4);
     let hardware: Vec<&(String, u64, u64)> = intervals
@@ -165,8 +164,7 @@ async fn unsafe_calls_run_alone_and_in_order() {
         registry(vec![write, read]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    run(stream).await;
+    run_go(&engine).await;
     let intervals = intervals.lock().expect("lock").clone();
     let get = |id: &str| {
         intervals
@@ -191,15 +189,11 @@ async fn tool_progress_becomes_state_update_events_before_the_result() {
     });
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("b1", "benchmark", "{}"),
-            ScriptedTurn::text("ok"),
-        ],
+        call_then("b1", "benchmark", "{}", "ok"),
         registry(vec![tool]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, _) = run(stream).await;
+    let (events, _) = run_go(&engine).await;
     let kinds: Vec<String> = events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -221,15 +215,11 @@ async fn a_tool_call_past_its_timeout_becomes_a_timeout_observation() {
     };
     let (engine, _) = engine(
         config,
-        vec![
-            ScriptedTurn::call("p1", "profile", "{}"),
-            ScriptedTurn::text("gave up"),
-        ],
+        call_then("p1", "profile", "{}", "gave up"),
         registry(vec![stuck]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(final_text(&outcome), "gave up");
     assert!(observation(outcome.state(), "p1").contains("timed out after 50ms"));
     assert_eq!(outcome.state().risk().tool_errors, 1);
