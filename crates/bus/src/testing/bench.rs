@@ -187,25 +187,16 @@ pub async fn echo_request(requester: &Bus, subject: &str) {
 }
 
 /// One row of a bench table: what [`sample`] measured for `mode` with
-/// `in_flight` operations at a time.
+/// `in_flight` operations at a time. The figures read through to the
+/// measurement (`cell.p50`).
 #[derive(Debug, Clone)]
 pub struct Cell<M> {
     /// What was measured (the bench's own mode type).
     pub mode: M,
     /// Operations kept running at a time.
     pub in_flight: usize,
-    /// Operations completed in the measured window (warm-up excluded).
-    pub operations: usize,
-    /// Median latency of one operation.
-    pub p50: Duration,
-    /// 99th-percentile latency of one operation.
-    pub p99: Duration,
-    /// Completed operations per second of wall time.
-    pub per_second: f64,
-    /// nats-server CPU time (user + system) per operation.
-    pub server_cpu_per_op: Duration,
-    /// This process's CPU time (user + system) per operation.
-    pub client_cpu_per_op: Duration,
+    /// The figures.
+    pub sampled: Sampled,
 }
 
 impl<M> Cell<M> {
@@ -214,13 +205,16 @@ impl<M> Cell<M> {
         Self {
             mode,
             in_flight,
-            operations: sampled.operations,
-            p50: sampled.p50,
-            p99: sampled.p99,
-            per_second: sampled.per_second,
-            server_cpu_per_op: sampled.server_cpu_per_op,
-            client_cpu_per_op: sampled.client_cpu_per_op,
+            sampled,
         }
+    }
+}
+
+impl<M> std::ops::Deref for Cell<M> {
+    type Target = Sampled;
+
+    fn deref(&self) -> &Sampled {
+        &self.sampled
     }
 }
 
