@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{
     WAIT, bare_result, connect, ensure_topology, leader_and_worker, next_ok, setup, start_server,
-    stream_info, task, within,
+    stream_info, task, w1_tasks, within,
 };
 use futures::StreamExt as _;
 use mtswarm_bus::subjects;
@@ -223,11 +223,7 @@ async fn unacked_task_is_redelivered_after_ack_wait() {
 #[tokio::test]
 async fn undecodable_task_is_reported_and_does_not_block_the_next() {
     let (_server, bus) = setup().await;
-    let worker = bus
-        .task_consumer("w1", TaskConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let mut tasks = worker.messages().await.expect("stream");
+    let mut tasks = w1_tasks(&bus).await;
     let mut headers = mtswarm_bus::HeaderMap::new();
     mtswarm_bus::codec::set_content_type::<v1::TaskAssignment>(&mut headers);
     bus.jetstream()
@@ -344,6 +340,22 @@ async fn events_are_live_and_replayable_from_a_sequence() {
     assert_eq!(next.stream_sequence, stream_sequences[1]);
 }
 
+/// A server with the topology, and the lease store on it.
+async fn lease_store() -> (mtswarm_bus::testing::NatsServer, Leases) {
+    let (server, bus) = setup().await;
+    let leases = Leases::open(&bus).await.expect("leases");
+    (server, leases)
+}
+
+/// The lease `request` asks for, which must be granted (`what` says why).
+async fn acquire(
+    leases: &Leases,
+    request: LeaseRequest,
+    what: &str,
+) -> mtswarm_bus::Versioned<v1::SliceLease> {
+    leases.acquire(&request).await.expect(what)
+}
+
 fn lease_request(slice_id: &str, worker_id: &str, ttl_secs: u64) -> LeaseRequest {
     LeaseRequest {
         slice_id: slice_id.into(),
@@ -356,14 +368,10 @@ fn lease_request(slice_id: &str, worker_id: &str, ttl_secs: u64) -> LeaseRequest
 
 #[tokio::test]
 async fn lease_acquire_renew_conflict_and_lapse() {
-    let (_server, bus) = setup().await;
-    let leases = Leases::open(&bus).await.expect("leases");
+    let (_server, leases) = lease_store().await;
     let mut watch = leases.watch().await.expect("watch");
 
-    let held = leases
-        .acquire(&lease_request("b0-c0", "w1", 1))
-        .await
-        .expect("acquire");
+    let held = acquire(&leases, lease_request("b0-c0", "w1", 1), "acquire").await;
     assert_eq!(held.value.worker_id, "w1");
     let conflict = leases
         .acquire(&lease_request("b0-c0", "w2", 1))
@@ -405,10 +413,7 @@ async fn lease_acquire_renew_conflict_and_lapse() {
         .expect_err("lapsed lease cannot be renewed");
     assert!(matches!(after, BusError::LeaseLost { .. }), "{after}");
 
-    let taken = leases
-        .acquire(&lease_request("b0-c0", "w2", 5))
-        .await
-        .expect("free again");
+    let taken = acquire(&leases, lease_request("b0-c0", "w2", 5), "free again").await;
     assert!(
         taken.value.epoch > held.value.epoch,
         "epochs grow across holders"
@@ -417,13 +422,9 @@ async fn lease_acquire_renew_conflict_and_lapse() {
 
 #[tokio::test]
 async fn lease_release_and_reclaim() {
-    let (_server, bus) = setup().await;
-    let leases = Leases::open(&bus).await.expect("leases");
+    let (_server, leases) = lease_store().await;
     let mut watch = leases.watch().await.expect("watch");
-    let held = leases
-        .acquire(&lease_request("s1", "w1", 30))
-        .await
-        .expect("acquire");
+    let held = acquire(&leases, lease_request("s1", "w1", 30), "acquire").await;
     leases.release(&held).await.expect("release");
     let released = lease_event("release event", &mut watch, |event| match event {
         LeaseEvent::Released { slice_id } => Some(slice_id),
@@ -435,10 +436,7 @@ async fn lease_release_and_reclaim() {
     assert!(matches!(twice, BusError::LeaseLost { .. }), "{twice}");
 
     // A restarted daemon reclaims its own live lease; another worker cannot.
-    let held = leases
-        .acquire(&lease_request("s1", "w1", 30))
-        .await
-        .expect("acquire again");
+    let held = acquire(&leases, lease_request("s1", "w1", 30), "acquire again").await;
     let reclaimed = leases
         .reclaim(&lease_request("s1", "w1", 30))
         .await
@@ -721,11 +719,7 @@ async fn restart_keeps_jetstream_data_and_client_reconnects() {
     bus.publish_task(&task("after", 1, "w1", "s1"))
         .await
         .expect("publish after");
-    let worker = bus
-        .task_consumer("w1", TaskConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let mut tasks = worker.messages().await.expect("stream");
+    let mut tasks = w1_tasks(&bus).await;
     let mut seen = Vec::new();
     for _ in 0..2 {
         let delivery = next_ok("task", &mut tasks).await;
@@ -741,12 +735,8 @@ async fn restart_keeps_jetstream_data_and_client_reconnects() {
 
 #[tokio::test]
 async fn lease_keeper_holds_the_slice_past_its_ttl_and_abandon_lets_it_lapse() {
-    let (_server, bus) = setup().await;
-    let leases = Leases::open(&bus).await.expect("leases");
-    let held = leases
-        .acquire(&lease_request("kept", "w1", 1))
-        .await
-        .expect("acquire");
+    let (_server, leases) = lease_store().await;
+    let held = acquire(&leases, lease_request("kept", "w1", 1), "acquire").await;
     let keeper = leases.keep(held.clone(), Duration::from_millis(300));
     let mut states = keeper.subscribe();
     // Several renewals: the lease outlives its 1 s TTL several times over.
@@ -776,20 +766,13 @@ async fn lease_keeper_holds_the_slice_past_its_ttl_and_abandon_lets_it_lapse() {
         lease_event("lapse after abandon", &mut watch, lapsed).await,
         "kept"
     );
-    leases
-        .acquire(&lease_request("kept", "w2", 1))
-        .await
-        .expect("free after lapse");
+    acquire(&leases, lease_request("kept", "w2", 1), "free after lapse").await;
 }
 
 #[tokio::test]
 async fn lease_keeper_reports_a_lost_lease_and_release_works() {
-    let (_server, bus) = setup().await;
-    let leases = Leases::open(&bus).await.expect("leases");
-    let held = leases
-        .acquire(&lease_request("s9", "w1", 30))
-        .await
-        .expect("acquire");
+    let (_server, leases) = lease_store().await;
+    let held = acquire(&leases, lease_request("s9", "w1", 30), "acquire").await;
     let keeper = leases.keep(held.clone(), Duration::from_millis(100));
     // Someone else removes the lease (e.g. an operator): the keeper finds out.
     leases.kv().delete("s9", None).await.expect("delete");
@@ -803,10 +786,7 @@ async fn lease_keeper_reports_a_lost_lease_and_release_works() {
         Err(BusError::LeaseLost { .. })
     ));
 
-    let held = leases
-        .acquire(&lease_request("s9", "w1", 30))
-        .await
-        .expect("acquire again");
+    let held = acquire(&leases, lease_request("s9", "w1", 30), "acquire again").await;
     let keeper = leases.keep(held, Duration::from_millis(100));
     keeper.release().await.expect("release");
     assert!(leases.get("s9").await.expect("get").is_none());
@@ -815,11 +795,7 @@ async fn lease_keeper_reports_a_lost_lease_and_release_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_task_stream_keeps_delivering_across_a_server_restart() {
     let (mut server, leader, worker_bus) = leader_and_worker().await;
-    let worker = worker_bus
-        .task_consumer("w1", TaskConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let mut tasks = worker.messages().await.expect("stream");
+    let mut tasks = w1_tasks(&worker_bus).await;
     leader
         .publish_task(&task("before", 1, "w1", "s1"))
         .await

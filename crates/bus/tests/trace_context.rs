@@ -5,8 +5,8 @@
 
 mod common;
 
-use common::{next_ok, setup, task};
-use mtswarm_bus::{TaskConsumerConfig, v1};
+use common::{next_ok, setup, task, w1_tasks};
+use mtswarm_bus::v1;
 use mtswarm_telemetry::{TelemetryConfig, init_scoped, propagation};
 use tracing::Instrument as _;
 
@@ -21,11 +21,7 @@ fn scoped_telemetry() -> mtswarm_telemetry::ScopedTelemetry {
 async fn trace_id_survives_a_task_publish_consume_hop() {
     let _telemetry = scoped_telemetry();
     let (_server, bus) = setup().await;
-    let worker = bus
-        .task_consumer("w1", TaskConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let mut tasks = worker.messages().await.expect("stream");
+    let mut tasks = w1_tasks(&bus).await;
 
     let assign_span = tracing::info_span!("leader.assign_task");
     let leader_trace = propagation::trace_id(&assign_span).expect("leader span traced");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_nats::jetstream::stream;
 use futures::{Stream, StreamExt as _};
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, TopologyConfig, v1};
+use mtswarm_bus::{Bus, BusConfig, DeliveryStream, TaskConsumerConfig, TopologyConfig, v1};
 
 /// Upper bound for any single wait in these tests.
 pub(crate) const WAIT: Duration = Duration::from_secs(15);
@@ -75,6 +75,17 @@ pub(crate) async fn stream_info(bus: &Bus, name: &str) -> stream::Info {
         .get_info()
         .await
         .expect("stream info")
+}
+
+/// The tasks of worker w1, through its worker-wide consumer with the
+/// default settings, as they arrive.
+pub(crate) async fn w1_tasks(bus: &Bus) -> DeliveryStream<v1::TaskAssignment> {
+    bus.task_consumer("w1", TaskConsumerConfig::default())
+        .await
+        .expect("task consumer")
+        .messages()
+        .await
+        .expect("task stream")
 }
 
 /// A result that names only its task, attempt 1 of job1.
