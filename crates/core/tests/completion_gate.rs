@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use mtswarm_core::testing::ScriptedTurn;
+use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_core::*;
 use serde_json::json;
 
@@ -29,6 +29,27 @@ fn evidence(kind: &str, passed: bool) -> Effect {
         passed,
         summary: json!({"cycles": 1200}),
     }
+}
+
+/// The last user message the model was sent in its `index`-th request:
+/// where the gate's feedback goes.
+fn last_user_message(model: &ScriptedModel, index: usize) -> String {
+    model.requests()[index]
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .expect("feedback")
+        .content
+        .clone()
+}
+
+/// The run ended with `text`, verified.
+fn assert_passed_with(outcome: &Outcome, text: &str) {
+    assert!(
+        matches!(outcome, Outcome::Final { text: t, verdict: Verdict::Pass, .. } if t == text),
+        "{outcome:?}"
+    );
 }
 
 fn tools() -> ToolRegistry {
@@ -76,10 +97,7 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
         auto_all(),
     );
     let (_, outcome) = run_go(&engine).await;
-    assert!(matches!(
-        &outcome,
-        Outcome::Final { text, verdict: Verdict::Pass, .. } if text == "validated: 2x faster"
-    ));
+    assert_passed_with(&outcome, "validated: 2x faster");
     let state = outcome.state();
     assert_eq!(
         state.reasons(),
@@ -94,14 +112,7 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
         ]
     );
     assert_eq!(state.recovery().completion_blocks, 1);
-    let feedback = model.requests()[1]
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .expect("feedback")
-        .content
-        .clone();
+    let feedback = last_user_message(&model, 1);
     assert!(feedback.contains("validate"), "{feedback}");
 }
 
@@ -160,19 +171,10 @@ async fn evidence_before_the_latest_edit_is_void() {
         auto_all(),
     );
     let (_, outcome) = run_go(&engine).await;
-    assert!(matches!(
-        &outcome,
-        Outcome::Final { text, verdict: Verdict::Pass, .. } if text == "re-verified, 3x"
-    ));
+    assert_passed_with(&outcome, "re-verified, 3x");
     let state = outcome.state();
     assert_eq!(state.recovery().completion_blocks, 1);
-    let feedback = &model.requests()[4].messages;
-    let text = &feedback
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .expect("feedback")
-        .content;
+    let text = last_user_message(&model, 4);
     assert!(text.contains("'gemm.c' changed"), "{text}");
     assert!(text.contains("validate, benchmark"), "{text}");
     assert!(state.evidence().has_valid("validate"));
