@@ -46,6 +46,20 @@ pub fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// The next delivery of `stream`, reporting and skipping the errors it
+/// yields (`what` names the stream); `None` when the stream ends.
+async fn next_logged<T, E: std::fmt::Display>(
+    stream: &mut (impl futures::Stream<Item = Result<T, E>> + Unpin),
+    what: &str,
+) -> Option<T> {
+    loop {
+        match stream.next().await? {
+            Ok(delivery) => return Some(delivery),
+            Err(error) => eprintln!("{what}: {error}"),
+        }
+    }
+}
+
 /// A bare worker: consumes the tasks of `worker_id`/`slice_id`, acks each
 /// and publishes an OK result for it. Result stream acks are awaited off the
 /// hot loop, in order, through a bounded queue. Runs until the stream ends.
@@ -71,14 +85,7 @@ pub async fn run_noop_worker(worker: Bus, worker_id: &str, slice_id: &str) {
             }
         }
     });
-    while let Some(delivery) = tasks.next().await {
-        let delivery = match delivery {
-            Ok(delivery) => delivery,
-            Err(error) => {
-                eprintln!("task consumer: {error}");
-                continue;
-            }
-        };
+    while let Some(delivery) = next_logged(&mut tasks, "task consumer").await {
         if let Err(error) = delivery.ack().await {
             eprintln!("task ack: {error}");
         }
@@ -116,14 +123,7 @@ pub async fn route_results(leader: Bus, config: ResultConsumerConfig, waiters: R
         .await
         .expect("result consumer");
     let mut results = consumer.messages().await.expect("result stream");
-    while let Some(delivery) = results.next().await {
-        let delivery = match delivery {
-            Ok(delivery) => delivery,
-            Err(error) => {
-                eprintln!("result consumer: {error}");
-                continue;
-            }
-        };
+    while let Some(delivery) = next_logged(&mut results, "result consumer").await {
         let result = delivery.message();
         let waiter = waiters
             .lock()
