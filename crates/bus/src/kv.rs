@@ -132,6 +132,25 @@ impl<T: BusMessage> TypedKv<T> {
         self.per_key_ttl
     }
 
+    /// A conditional write `op` of `key` that failed: a conflict when the
+    /// key had moved past `expected_revision`.
+    fn update_error(
+        &self,
+        op: &'static str,
+        key: &str,
+        expected_revision: u64,
+        error: kv::UpdateError,
+    ) -> BusError {
+        match error.kind() {
+            kv::UpdateErrorKind::WrongLastRevision => BusError::CasConflict {
+                bucket: self.bucket.clone(),
+                key: key.to_string(),
+                expected_revision,
+            },
+            _ => kv_error(op, &self.bucket, key, error),
+        }
+    }
+
     fn check_key(&self, key: &str) -> Result<(), BusError> {
         subjects::validate_id("KV key", key)
     }
@@ -227,14 +246,7 @@ impl<T: BusMessage> TypedKv<T> {
             self.store
                 .update(key, codec::encode(value), expected_revision)
                 .await
-                .map_err(|e| match e.kind() {
-                    kv::UpdateErrorKind::WrongLastRevision => BusError::CasConflict {
-                        bucket: self.bucket.clone(),
-                        key: key.to_string(),
-                        expected_revision,
-                    },
-                    _ => kv_error("update", &self.bucket, key, e),
-                })
+                .map_err(|e| self.update_error("update", key, expected_revision, e))
         })
         .await
     }
@@ -246,14 +258,7 @@ impl<T: BusMessage> TypedKv<T> {
         self.store
             .delete_expect_revision(key, expected_revision)
             .await
-            .map_err(|e| match e.kind() {
-                kv::UpdateErrorKind::WrongLastRevision => BusError::CasConflict {
-                    bucket: self.bucket.clone(),
-                    key: key.to_string(),
-                    expected_revision: expected_revision.unwrap_or(0),
-                },
-                _ => kv_error("delete", &self.bucket, key, e),
-            })
+            .map_err(|e| self.update_error("delete", key, expected_revision.unwrap_or(0), e))
     }
 
     /// Keys with a live value, each once, sorted.

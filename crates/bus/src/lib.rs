@@ -250,10 +250,7 @@ impl Bus {
         self.client
             .drain()
             .await
-            .map_err(|source| BusError::Publish {
-                subject: "<drain>".into(),
-                source: source.into(),
-            })
+            .map_err(|source| connection_error("<drain>", source))
     }
 
     /// Flushes buffered publishes to the server.
@@ -261,10 +258,16 @@ impl Bus {
         self.client
             .flush()
             .await
-            .map_err(|source| BusError::Publish {
-                subject: "<flush>".into(),
-                source: source.into(),
-            })
+            .map_err(|source| connection_error("<flush>", source))
+    }
+}
+
+/// A connection-wide operation (`<drain>`, `<flush>`) that failed, reported
+/// as a publish error on that pseudo-subject.
+fn connection_error(operation: &str, source: impl Into<error::NatsSource>) -> BusError {
+    BusError::Publish {
+        subject: operation.into(),
+        source: source.into(),
     }
 }
 

@@ -48,7 +48,12 @@ pub fn leader() -> Permissions {
 /// JetStream API subjects for reading (not writing) a KV bucket: its
 /// stream info, direct and stored gets, and watches (ordered consumers).
 fn read_bucket(bucket: &str, publish: &mut Vec<String>) {
-    let stream = format!("KV_{bucket}");
+    read_stream(&format!("KV_{bucket}"), publish);
+}
+
+/// JetStream API subjects for reading (not writing) the stream `stream`:
+/// its info, direct and stored gets, and ordered consumers over it.
+fn read_stream(stream: &str, publish: &mut Vec<String>) {
     publish.extend([
         format!("$JS.API.STREAM.INFO.{stream}"),
         format!("$JS.API.DIRECT.GET.{stream}"),
@@ -123,21 +128,15 @@ pub fn worker(worker_id: &str, slice_ids: &[String]) -> Permissions {
 /// A client reading measurements (`mtswarm results`).
 pub fn client() -> Permissions {
     let stream = MEASUREMENTS_STREAM;
+    let mut publish = vec!["$JS.API.INFO".to_string()];
+    read_stream(stream, &mut publish);
+    publish.extend([
+        format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.>"),
+        format!("$JS.ACK.{stream}.>"),
+        "$JS.FC.>".into(),
+    ]);
     Permissions {
-        publish: vec![
-            "$JS.API.INFO".into(),
-            format!("$JS.API.STREAM.INFO.{stream}"),
-            format!("$JS.API.DIRECT.GET.{stream}"),
-            format!("$JS.API.DIRECT.GET.{stream}.>"),
-            format!("$JS.API.STREAM.MSG.GET.{stream}"),
-            format!("$JS.API.CONSUMER.CREATE.{stream}"),
-            format!("$JS.API.CONSUMER.CREATE.{stream}.>"),
-            format!("$JS.API.CONSUMER.DELETE.{stream}.>"),
-            format!("$JS.API.CONSUMER.INFO.{stream}.>"),
-            format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.>"),
-            format!("$JS.ACK.{stream}.>"),
-            "$JS.FC.>".into(),
-        ],
+        publish,
         subscribe: vec![format!("{CLIENT_INBOX_PREFIX}.>")],
     }
 }

@@ -126,40 +126,40 @@ impl Bus {
         let js = self.jetstream();
         let streams = [
             stream::Config {
-                name: subjects::TASKS_STREAM.to_string(),
-                description: Some("mtswarm task assignments (work queue)".to_string()),
-                subjects: vec![subjects::ALL_TASKS.to_string()],
                 retention: stream::RetentionPolicy::WorkQueue,
-                storage: config.storage,
-                num_replicas: config.replicas,
                 duplicate_window: config.duplicate_window,
                 max_age: config.task_max_age,
                 discard: stream::DiscardPolicy::New,
-                ..Default::default()
+                ..stored_stream(
+                    config,
+                    subjects::TASKS_STREAM,
+                    "mtswarm task assignments (work queue)",
+                    subjects::ALL_TASKS,
+                )
             },
             stream::Config {
-                name: subjects::RESULTS_STREAM.to_string(),
-                description: Some("mtswarm task results".to_string()),
-                subjects: vec![subjects::ALL_RESULTS.to_string()],
                 retention: stream::RetentionPolicy::Limits,
-                storage: config.storage,
-                num_replicas: config.replicas,
                 duplicate_window: config.duplicate_window,
                 max_age: config.result_max_age,
                 discard: stream::DiscardPolicy::New,
-                ..Default::default()
+                ..stored_stream(
+                    config,
+                    subjects::RESULTS_STREAM,
+                    "mtswarm task results",
+                    subjects::ALL_RESULTS,
+                )
             },
             stream::Config {
-                name: subjects::EVENTS_STREAM.to_string(),
-                description: Some("mtswarm agent events (replay window)".to_string()),
-                subjects: vec![subjects::ALL_EVENTS.to_string()],
                 retention: stream::RetentionPolicy::Limits,
-                storage: config.storage,
-                num_replicas: config.replicas,
                 max_age: config.event_max_age,
                 max_bytes: config.event_max_bytes,
                 discard: stream::DiscardPolicy::Old,
-                ..Default::default()
+                ..stored_stream(
+                    config,
+                    subjects::EVENTS_STREAM,
+                    "mtswarm agent events (replay window)",
+                    subjects::ALL_EVENTS,
+                )
             },
             measurements_stream_config(config),
         ];
@@ -195,16 +195,9 @@ impl Bus {
             ),
         ];
         for (bucket, description, history) in plain_buckets {
-            js.create_or_update_key_value(kv::Config {
-                bucket: bucket.to_string(),
-                description: description.to_string(),
-                history,
-                storage: config.storage,
-                num_replicas: config.replicas,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| topology_error(&format!("KV bucket {bucket}"), e))?;
+            js.create_or_update_key_value(stored_bucket(config, bucket, description, history))
+                .await
+                .map_err(|e| topology_error(&format!("KV bucket {bucket}"), e))?;
         }
         Ok(TopologyInfo { per_key_ttl })
     }
@@ -219,13 +212,8 @@ impl Bus {
     ) -> Result<bool, BusError> {
         let js = self.jetstream();
         let with_markers = kv::Config {
-            bucket: bucket.to_string(),
-            description: description.to_string(),
-            history: 1,
-            storage: config.storage,
-            num_replicas: config.replicas,
             limit_markers: Some(config.lease_marker_ttl),
-            ..Default::default()
+            ..stored_bucket(config, bucket, description, 1)
         };
         match js.create_or_update_key_value(with_markers).await {
             Ok(_) => Ok(true),
@@ -238,13 +226,8 @@ impl Bus {
                     "server lacks per-key TTLs (needs nats-server >= 2.11); using bucket max age"
                 );
                 js.create_or_update_key_value(kv::Config {
-                    bucket: bucket.to_string(),
-                    description: description.to_string(),
-                    history: 1,
-                    storage: config.storage,
-                    num_replicas: config.replicas,
                     max_age: config.fallback_lease_ttl,
-                    ..Default::default()
+                    ..stored_bucket(config, bucket, description, 1)
                 })
                 .await
                 .map_err(|e| topology_error(&format!("KV bucket {bucket}"), e))?;
@@ -266,16 +249,52 @@ pub const MEASUREMENT_MAX_RECORD_BYTES: i32 = 1 << 20;
 /// deduplicated by record id within the topology's duplicate window.
 pub fn measurements_stream_config(config: &TopologyConfig) -> stream::Config {
     stream::Config {
-        name: subjects::MEASUREMENTS_STREAM.to_string(),
-        description: Some("mtswarm measured candidates (results store)".to_string()),
-        subjects: vec![subjects::ALL_MEASUREMENTS.to_string()],
         retention: stream::RetentionPolicy::Limits,
-        storage: config.storage,
-        num_replicas: config.replicas,
         duplicate_window: config.duplicate_window,
         max_bytes: MEASUREMENTS_MAX_BYTES,
         max_message_size: MEASUREMENT_MAX_RECORD_BYTES,
         discard: stream::DiscardPolicy::Old,
+        ..stored_stream(
+            config,
+            subjects::MEASUREMENTS_STREAM,
+            "mtswarm measured candidates (results store)",
+            subjects::ALL_MEASUREMENTS,
+        )
+    }
+}
+
+/// The stream `name` over `subject`, stored and replicated as `config`
+/// says; the caller sets its retention and limits.
+fn stored_stream(
+    config: &TopologyConfig,
+    name: &str,
+    description: &str,
+    subject: &str,
+) -> stream::Config {
+    stream::Config {
+        name: name.to_string(),
+        description: Some(description.to_string()),
+        subjects: vec![subject.to_string()],
+        storage: config.storage,
+        num_replicas: config.replicas,
+        ..Default::default()
+    }
+}
+
+/// The bucket `bucket` keeping `history` values per key, stored and
+/// replicated as `config` says.
+fn stored_bucket(
+    config: &TopologyConfig,
+    bucket: &str,
+    description: &str,
+    history: i64,
+) -> kv::Config {
+    kv::Config {
+        bucket: bucket.to_string(),
+        description: description.to_string(),
+        history,
+        storage: config.storage,
+        num_replicas: config.replicas,
         ..Default::default()
     }
 }

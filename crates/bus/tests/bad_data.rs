@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{setup, task, within};
+use common::{bare_result, next_ok, setup, task, within};
 use futures::StreamExt as _;
 use mtswarm_bus::subjects;
 use mtswarm_bus::{
@@ -28,6 +28,16 @@ async fn put_raw(bus: &mtswarm_bus::Bus, bucket: &str, key: &str, value: &'stati
         .expect("raw put");
 }
 
+/// The ids of the jobs `jobs` lists.
+async fn listed_ids(jobs: &Jobs, what: &str) -> Vec<String> {
+    jobs.list()
+        .await
+        .expect(what)
+        .into_iter()
+        .map(|job| job.value.job_id)
+        .collect()
+}
+
 fn job(id: &str) -> v1::JobRecord {
     v1::JobRecord {
         job_id: id.into(),
@@ -43,13 +53,7 @@ async fn listings_skip_an_undecodable_value_and_return_the_rest() {
     put_raw(&bus, subjects::JOBS_BUCKET, "junk", JUNK).await;
     jobs.create(&job("good-2")).await.expect("create");
 
-    let listed: Vec<String> = jobs
-        .list()
-        .await
-        .expect("the listing answers despite the junk value")
-        .into_iter()
-        .map(|job| job.value.job_id)
-        .collect();
+    let listed = listed_ids(&jobs, "the listing answers despite the junk value").await;
     assert_eq!(listed, ["good-1", "good-2"]);
 
     // Reading the junk key itself is a clear error naming it, not a panic.
@@ -107,12 +111,7 @@ async fn a_deleted_results_stream_is_recreated_by_the_next_consumer() {
         .expect("delete the results stream");
 
     // Publishing finds no stream and says so; the loss is noticed.
-    let result = v1::TaskResult {
-        task_id: "t1".into(),
-        attempt: 1,
-        job_id: "job1".into(),
-        ..Default::default()
-    };
+    let result = bare_result("t1");
     let error = bus
         .publish_result(&result)
         .await
@@ -130,10 +129,7 @@ async fn a_deleted_results_stream_is_recreated_by_the_next_consumer() {
         .await
         .expect("results are stored again");
     let mut messages = consumer.messages().await.expect("messages");
-    let delivery = within("the result", messages.next())
-        .await
-        .expect("open")
-        .expect("a result");
+    let delivery = next_ok("the result", &mut messages).await;
     assert_eq!(delivery.message().task_id, "t1");
 
     // The task stream is handled the same way.
@@ -168,12 +164,6 @@ async fn a_deleted_bucket_is_recreated_by_the_next_write() {
     jobs.create(&job("after"))
         .await
         .expect("the write lands in the re-created bucket");
-    let listed: Vec<String> = jobs
-        .list()
-        .await
-        .expect("listing")
-        .into_iter()
-        .map(|job| job.value.job_id)
-        .collect();
+    let listed = listed_ids(&jobs, "listing").await;
     assert_eq!(listed, ["after"]);
 }

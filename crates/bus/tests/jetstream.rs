@@ -6,24 +6,55 @@ mod common;
 
 use std::time::Duration;
 
-use common::{WAIT, connect, setup, start_server, task, within};
+use common::{
+    WAIT, bare_result, connect, ensure_topology, leader_and_worker, next_ok, setup, start_server,
+    stream_info, task, w1_tasks, within,
+};
 use futures::StreamExt as _;
 use mtswarm_bus::subjects;
 use mtswarm_bus::{
-    Approvals, BusError, Checkpoints, ConnectionState, Jobs, LeaseEvent, LeaseRequest, Leases,
-    ResultConsumerConfig, TaskConsumerConfig, TopologyConfig, v1,
+    Approvals, Bus, BusError, Checkpoints, ConnectionState, Jobs, LeaseEvent, LeaseRequest,
+    LeaseWatch, Leases, ResultConsumerConfig, TaskConsumerConfig, TopologyConfig, v1,
 };
 
-async fn stream_message_count(bus: &mtswarm_bus::Bus, stream: &str) -> u64 {
+async fn stream_message_count(bus: &Bus, stream: &str) -> u64 {
+    stream_info(bus, stream).await.state.messages
+}
+
+/// The server's info on the task consumer `name`.
+async fn task_consumer_info(bus: &Bus, name: &str) -> async_nats::jetstream::consumer::Info {
     bus.jetstream()
-        .get_stream(stream)
+        .get_stream(subjects::TASKS_STREAM)
         .await
-        .expect("stream exists")
-        .get_info()
+        .expect("tasks stream")
+        .consumer_info(name)
         .await
-        .expect("stream info")
-        .state
-        .messages
+        .expect("consumer info")
+}
+
+/// The slice of the first lease event `pick` accepts within [`WAIT`];
+/// `pick` skips an event with `None` and may fail the test on one.
+async fn lease_event(
+    what: &str,
+    watch: &mut LeaseWatch,
+    pick: impl Fn(LeaseEvent) -> Option<String>,
+) -> String {
+    within(what, async {
+        loop {
+            let event = watch.next().await.expect("watch open").expect("watch item");
+            if let Some(slice_id) = pick(event) {
+                break slice_id;
+            }
+        }
+    })
+    .await
+}
+
+fn lapsed(event: LeaseEvent) -> Option<String> {
+    match event {
+        LeaseEvent::Lapsed { slice_id } => Some(slice_id),
+        _ => None,
+    }
 }
 
 /// The next delivery of `stream`, past the transient errors (missed
@@ -55,14 +86,7 @@ async fn topology_creation_is_idempotent() {
     );
     second.expect("concurrent ensure");
 
-    let tasks = bus
-        .jetstream()
-        .get_stream(subjects::TASKS_STREAM)
-        .await
-        .expect("tasks stream")
-        .get_info()
-        .await
-        .expect("info");
+    let tasks = stream_info(&bus, subjects::TASKS_STREAM).await;
     assert_eq!(tasks.config.subjects, vec![subjects::ALL_TASKS.to_string()]);
     assert_eq!(tasks.config.duplicate_window, config.duplicate_window);
     for bucket in [
@@ -109,12 +133,7 @@ async fn duplicate_task_publish_is_dropped_but_next_attempt_is_not() {
     assert_eq!(stream_message_count(&bus, subjects::TASKS_STREAM).await, 2);
 
     // Results are deduplicated the same way.
-    let result = v1::TaskResult {
-        task_id: "t1".into(),
-        attempt: 1,
-        job_id: "job1".into(),
-        ..Default::default()
-    };
+    let result = bare_result("t1");
     assert!(!bus.publish_result(&result).await.expect("result").duplicate);
     assert!(
         bus.publish_result(&result)
@@ -145,10 +164,7 @@ async fn task_flows_to_worker_and_result_back_to_leader() {
         .await
         .expect("other worker");
 
-    let delivery = within("task delivery", tasks.next())
-        .await
-        .expect("stream open")
-        .expect("task");
+    let delivery = next_ok("task delivery", &mut tasks).await;
     assert_eq!(delivery.message(), &sent);
     assert_eq!(delivery.subject(), "mtswarm.task.w1.b0-c1");
     assert_eq!(delivery.info().delivered, 1);
@@ -166,10 +182,7 @@ async fn task_flows_to_worker_and_result_back_to_leader() {
         ..Default::default()
     };
     bus.publish_result(&result).await.expect("publish result");
-    let received = within("result delivery", results.next())
-        .await
-        .expect("open")
-        .expect("result");
+    let received = next_ok("result delivery", &mut results).await;
     assert_eq!(received.message(), &result);
     received.ack().await.expect("ack result");
 
@@ -197,16 +210,10 @@ async fn unacked_task_is_redelivered_after_ack_wait() {
         .await
         .expect("publish");
 
-    let first = within("first delivery", tasks.next())
-        .await
-        .expect("open")
-        .expect("task");
+    let first = next_ok("first delivery", &mut tasks).await;
     assert_eq!(first.info().delivered, 1);
     // Not acknowledged: the server must deliver it again after ack_wait.
-    let second = within("redelivery", tasks.next())
-        .await
-        .expect("open")
-        .expect("task");
+    let second = next_ok("redelivery", &mut tasks).await;
     assert_eq!(second.message().task_id, "t1");
     assert_eq!(second.info().delivered, 2);
     assert_eq!(second.info().stream_sequence, first.info().stream_sequence);
@@ -216,11 +223,7 @@ async fn unacked_task_is_redelivered_after_ack_wait() {
 #[tokio::test]
 async fn undecodable_task_is_reported_and_does_not_block_the_next() {
     let (_server, bus) = setup().await;
-    let worker = bus
-        .task_consumer("w1", TaskConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let mut tasks = worker.messages().await.expect("stream");
+    let mut tasks = w1_tasks(&bus).await;
     let mut headers = mtswarm_bus::HeaderMap::new();
     mtswarm_bus::codec::set_content_type::<v1::TaskAssignment>(&mut headers);
     bus.jetstream()
@@ -250,12 +253,17 @@ async fn undecodable_task_is_reported_and_does_not_block_the_next() {
         ),
         "{bad:?}"
     );
-    let good = within("good delivery", tasks.next())
-        .await
-        .expect("open")
-        .expect("task");
+    let good = next_ok("good delivery", &mut tasks).await;
     assert_eq!(good.message().task_id, "good");
     good.ack_confirmed().await.expect("ack");
+}
+
+/// `error` rejects the id of kind `kind`.
+fn assert_invalid_id(error: &BusError, kind: &str) {
+    assert!(
+        matches!(error, BusError::InvalidId { kind: rejected, .. } if *rejected == kind),
+        "{error}"
+    );
 }
 
 #[tokio::test]
@@ -265,30 +273,12 @@ async fn invalid_ids_are_rejected_before_publishing() {
         .publish_task(&task("t1", 1, "w1", "slice.with.dots"))
         .await
         .expect_err("dots would change the subject");
-    assert!(
-        matches!(
-            error,
-            BusError::InvalidId {
-                kind: "slice id",
-                ..
-            }
-        ),
-        "{error}"
-    );
+    assert_invalid_id(&error, "slice id");
     let error = bus
         .publish_task(&task("t1", 0, "w1", "s1"))
         .await
         .expect_err("attempt 0");
-    assert!(
-        matches!(
-            error,
-            BusError::InvalidId {
-                kind: "attempt",
-                ..
-            }
-        ),
-        "{error}"
-    );
+    assert_invalid_id(&error, "attempt");
     assert_eq!(stream_message_count(&bus, subjects::TASKS_STREAM).await, 0);
 }
 
@@ -318,10 +308,7 @@ async fn events_are_live_and_replayable_from_a_sequence() {
     .await
     .expect("other job");
     for expected in 1..=3u64 {
-        let event = within("live event", live.next())
-            .await
-            .expect("open")
-            .expect("event");
+        let event = next_ok("live event", &mut live).await;
         assert_eq!(event.message.sequence, expected);
         assert_eq!(event.subject, "mtswarm.event.job1.agent1");
     }
@@ -329,10 +316,7 @@ async fn events_are_live_and_replayable_from_a_sequence() {
     let mut replay = bus.replay_events("job1", 0).await.expect("replay");
     let mut stream_sequences = Vec::new();
     for expected in 1..=3u64 {
-        let replayed = within("replayed event", replay.next())
-            .await
-            .expect("open")
-            .expect("event");
+        let replayed = next_ok("replayed event", &mut replay).await;
         assert_eq!(replayed.event.sequence, expected);
         stream_sequences.push(replayed.stream_sequence);
     }
@@ -341,12 +325,25 @@ async fn events_are_live_and_replayable_from_a_sequence() {
         .replay_events("job1", stream_sequences[0] + 1)
         .await
         .expect("resume");
-    let next = within("resumed event", resumed.next())
-        .await
-        .expect("open")
-        .expect("event");
+    let next = next_ok("resumed event", &mut resumed).await;
     assert_eq!(next.event.sequence, 2);
     assert_eq!(next.stream_sequence, stream_sequences[1]);
+}
+
+/// A server with the topology, and the lease store on it.
+async fn lease_store() -> (mtswarm_bus::testing::NatsServer, Leases) {
+    let (server, bus) = setup().await;
+    let leases = Leases::open(&bus).await.expect("leases");
+    (server, leases)
+}
+
+/// The lease `request` asks for, which must be granted (`what` says why).
+async fn acquire(
+    leases: &Leases,
+    request: LeaseRequest,
+    what: &str,
+) -> mtswarm_bus::Versioned<v1::SliceLease> {
+    leases.acquire(&request).await.expect(what)
 }
 
 fn lease_request(slice_id: &str, worker_id: &str, ttl_secs: u64) -> LeaseRequest {
@@ -361,14 +358,10 @@ fn lease_request(slice_id: &str, worker_id: &str, ttl_secs: u64) -> LeaseRequest
 
 #[tokio::test]
 async fn lease_acquire_renew_conflict_and_lapse() {
-    let (_server, bus) = setup().await;
-    let leases = Leases::open(&bus).await.expect("leases");
+    let (_server, leases) = lease_store().await;
     let mut watch = leases.watch().await.expect("watch");
 
-    let held = leases
-        .acquire(&lease_request("b0-c0", "w1", 1))
-        .await
-        .expect("acquire");
+    let held = acquire(&leases, lease_request("b0-c0", "w1", 1), "acquire").await;
     assert_eq!(held.value.worker_id, "w1");
     let conflict = leases
         .acquire(&lease_request("b0-c0", "w2", 1))
@@ -396,14 +389,10 @@ async fn lease_acquire_renew_conflict_and_lapse() {
     assert_eq!(leases.list().await.expect("list").len(), 1);
 
     // Stop renewing: the TTL lapses and watchers are told.
-    let lapsed = within("lease lapse", async {
-        loop {
-            match watch.next().await.expect("watch open").expect("watch item") {
-                LeaseEvent::Lapsed { slice_id } => break slice_id,
-                LeaseEvent::Held(_) => continue,
-                LeaseEvent::Released { slice_id } => panic!("unexpected release of {slice_id}"),
-            }
-        }
+    let lapsed = lease_event("lease lapse", &mut watch, |event| match event {
+        LeaseEvent::Lapsed { slice_id } => Some(slice_id),
+        LeaseEvent::Held(_) => None,
+        LeaseEvent::Released { slice_id } => panic!("unexpected release of {slice_id}"),
     })
     .await;
     assert_eq!(lapsed, "b0-c0");
@@ -414,10 +403,7 @@ async fn lease_acquire_renew_conflict_and_lapse() {
         .expect_err("lapsed lease cannot be renewed");
     assert!(matches!(after, BusError::LeaseLost { .. }), "{after}");
 
-    let taken = leases
-        .acquire(&lease_request("b0-c0", "w2", 5))
-        .await
-        .expect("free again");
+    let taken = acquire(&leases, lease_request("b0-c0", "w2", 5), "free again").await;
     assert!(
         taken.value.epoch > held.value.epoch,
         "epochs grow across holders"
@@ -426,22 +412,13 @@ async fn lease_acquire_renew_conflict_and_lapse() {
 
 #[tokio::test]
 async fn lease_release_and_reclaim() {
-    let (_server, bus) = setup().await;
-    let leases = Leases::open(&bus).await.expect("leases");
+    let (_server, leases) = lease_store().await;
     let mut watch = leases.watch().await.expect("watch");
-    let held = leases
-        .acquire(&lease_request("s1", "w1", 30))
-        .await
-        .expect("acquire");
+    let held = acquire(&leases, lease_request("s1", "w1", 30), "acquire").await;
     leases.release(&held).await.expect("release");
-    let released = within("release event", async {
-        loop {
-            if let LeaseEvent::Released { slice_id } =
-                watch.next().await.expect("open").expect("item")
-            {
-                break slice_id;
-            }
-        }
+    let released = lease_event("release event", &mut watch, |event| match event {
+        LeaseEvent::Released { slice_id } => Some(slice_id),
+        _ => None,
     })
     .await;
     assert_eq!(released, "s1");
@@ -449,10 +426,7 @@ async fn lease_release_and_reclaim() {
     assert!(matches!(twice, BusError::LeaseLost { .. }), "{twice}");
 
     // A restarted daemon reclaims its own live lease; another worker cannot.
-    let held = leases
-        .acquire(&lease_request("s1", "w1", 30))
-        .await
-        .expect("acquire again");
+    let held = acquire(&leases, lease_request("s1", "w1", 30), "acquire again").await;
     let reclaimed = leases
         .reclaim(&lease_request("s1", "w1", 30))
         .await
@@ -574,10 +548,7 @@ async fn approvals_round_trip_and_decision_conflict_is_reported() {
     bus.publish_approval_request(&request)
         .await
         .expect("announce");
-    let announced = within("request notification", requests.next())
-        .await
-        .expect("open")
-        .expect("msg");
+    let announced = next_ok("request notification", &mut requests).await;
     assert_eq!(announced.message, request);
     let duplicate = approvals.create(&request).await.expect_err("same id twice");
     assert!(
@@ -660,10 +631,7 @@ async fn approvals_round_trip_and_decision_conflict_is_reported() {
     bus.publish_approval_decision(&approve)
         .await
         .expect("notify session");
-    let notified = within("decision notification", decisions.next())
-        .await
-        .expect("open")
-        .expect("msg");
+    let notified = next_ok("decision notification", &mut decisions).await;
     assert_eq!(notified.message.verdict(), v1::ApprovalVerdict::Approve);
 }
 
@@ -712,9 +680,7 @@ async fn jobs_are_created_once_and_modified_with_cas() {
 async fn restart_keeps_jetstream_data_and_client_reconnects() {
     let mut server = start_server().await;
     let bus = connect(&server, "survivor").await;
-    bus.ensure_topology(&TopologyConfig::default())
-        .await
-        .expect("topology");
+    ensure_topology(&bus).await;
     let jobs = Jobs::open(&bus).await.expect("jobs");
     jobs.create(&v1::JobRecord {
         job_id: "persisted".into(),
@@ -743,17 +709,10 @@ async fn restart_keeps_jetstream_data_and_client_reconnects() {
     bus.publish_task(&task("after", 1, "w1", "s1"))
         .await
         .expect("publish after");
-    let worker = bus
-        .task_consumer("w1", TaskConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let mut tasks = worker.messages().await.expect("stream");
+    let mut tasks = w1_tasks(&bus).await;
     let mut seen = Vec::new();
     for _ in 0..2 {
-        let delivery = within("task", tasks.next())
-            .await
-            .expect("open")
-            .expect("task");
+        let delivery = next_ok("task", &mut tasks).await;
         seen.push(delivery.message().task_id.clone());
         delivery.ack().await.expect("ack");
     }
@@ -766,12 +725,8 @@ async fn restart_keeps_jetstream_data_and_client_reconnects() {
 
 #[tokio::test]
 async fn lease_keeper_holds_the_slice_past_its_ttl_and_abandon_lets_it_lapse() {
-    let (_server, bus) = setup().await;
-    let leases = Leases::open(&bus).await.expect("leases");
-    let held = leases
-        .acquire(&lease_request("kept", "w1", 1))
-        .await
-        .expect("acquire");
+    let (_server, leases) = lease_store().await;
+    let held = acquire(&leases, lease_request("kept", "w1", 1), "acquire").await;
     let keeper = leases.keep(held.clone(), Duration::from_millis(300));
     let mut states = keeper.subscribe();
     // Several renewals: the lease outlives its 1 s TTL several times over.
@@ -797,31 +752,17 @@ async fn lease_keeper_holds_the_slice_past_its_ttl_and_abandon_lets_it_lapse() {
 
     let mut watch = leases.watch().await.expect("watch");
     keeper.abandon().await;
-    within("lapse after abandon", async {
-        loop {
-            if let LeaseEvent::Lapsed { slice_id } =
-                watch.next().await.expect("open").expect("item")
-            {
-                assert_eq!(slice_id, "kept");
-                break;
-            }
-        }
-    })
-    .await;
-    leases
-        .acquire(&lease_request("kept", "w2", 1))
-        .await
-        .expect("free after lapse");
+    assert_eq!(
+        lease_event("lapse after abandon", &mut watch, lapsed).await,
+        "kept"
+    );
+    acquire(&leases, lease_request("kept", "w2", 1), "free after lapse").await;
 }
 
 #[tokio::test]
 async fn lease_keeper_reports_a_lost_lease_and_release_works() {
-    let (_server, bus) = setup().await;
-    let leases = Leases::open(&bus).await.expect("leases");
-    let held = leases
-        .acquire(&lease_request("s9", "w1", 30))
-        .await
-        .expect("acquire");
+    let (_server, leases) = lease_store().await;
+    let held = acquire(&leases, lease_request("s9", "w1", 30), "acquire").await;
     let keeper = leases.keep(held.clone(), Duration::from_millis(100));
     // Someone else removes the lease (e.g. an operator): the keeper finds out.
     leases.kv().delete("s9", None).await.expect("delete");
@@ -835,10 +776,7 @@ async fn lease_keeper_reports_a_lost_lease_and_release_works() {
         Err(BusError::LeaseLost { .. })
     ));
 
-    let held = leases
-        .acquire(&lease_request("s9", "w1", 30))
-        .await
-        .expect("acquire again");
+    let held = acquire(&leases, lease_request("s9", "w1", 30), "acquire again").await;
     let keeper = leases.keep(held, Duration::from_millis(100));
     keeper.release().await.expect("release");
     assert!(leases.get("s9").await.expect("get").is_none());
@@ -846,26 +784,13 @@ async fn lease_keeper_reports_a_lost_lease_and_release_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_task_stream_keeps_delivering_across_a_server_restart() {
-    let mut server = start_server().await;
-    let leader = connect(&server, "leader").await;
-    let worker_bus = connect(&server, "worker").await;
-    leader
-        .ensure_topology(&TopologyConfig::default())
-        .await
-        .expect("topology");
-    let worker = worker_bus
-        .task_consumer("w1", TaskConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let mut tasks = worker.messages().await.expect("stream");
+    let (mut server, leader, worker_bus) = leader_and_worker().await;
+    let mut tasks = w1_tasks(&worker_bus).await;
     leader
         .publish_task(&task("before", 1, "w1", "s1"))
         .await
         .expect("publish");
-    let first = within("task before restart", tasks.next())
-        .await
-        .expect("open")
-        .expect("task");
+    let first = next_ok("task before restart", &mut tasks).await;
     first.ack_confirmed().await.expect("ack");
 
     tokio::task::block_in_place(|| server.restart()).expect("restart");
@@ -891,13 +816,7 @@ async fn open_task_stream_keeps_delivering_across_a_server_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_state_task_consumer_is_recreated_after_a_restart_and_redelivers_unacked_tasks() {
-    let mut server = start_server().await;
-    let leader = connect(&server, "leader").await;
-    let worker_bus = connect(&server, "worker").await;
-    leader
-        .ensure_topology(&TopologyConfig::default())
-        .await
-        .expect("topology");
+    let (mut server, leader, worker_bus) = leader_and_worker().await;
     let config = TaskConsumerConfig {
         slice_id: Some("s1".into()),
         max_ack_pending: 1,
@@ -909,14 +828,7 @@ async fn memory_state_task_consumer_is_recreated_after_a_restart_and_redelivers_
         .task_consumer("w1", config)
         .await
         .expect("consumer");
-    let info = leader
-        .jetstream()
-        .get_stream(subjects::TASKS_STREAM)
-        .await
-        .expect("tasks stream")
-        .consumer_info(worker.name())
-        .await
-        .expect("consumer info");
+    let info = task_consumer_info(&leader, worker.name()).await;
     assert!(info.config.memory_storage, "consumer state kept in memory");
 
     let mut tasks = worker.messages().await.expect("stream");
@@ -926,16 +838,10 @@ async fn memory_state_task_consumer_is_recreated_after_a_restart_and_redelivers_
             .await
             .expect("publish");
     }
-    let done = within("first task", tasks.next())
-        .await
-        .expect("open")
-        .expect("task");
+    let done = next_ok("first task", &mut tasks).await;
     assert_eq!(done.message().task_id, "done");
     done.ack_confirmed().await.expect("ack");
-    let open = within("second task", tasks.next())
-        .await
-        .expect("open")
-        .expect("task");
+    let open = next_ok("second task", &mut tasks).await;
     assert_eq!(open.message().task_id, "open");
     drop(tasks);
 
@@ -978,23 +884,13 @@ async fn a_file_state_task_consumer_stays_as_it_is_when_memory_state_is_asked_fo
         )
         .await
         .expect("the existing consumer is opened");
-    let info = bus
-        .jetstream()
-        .get_stream(subjects::TASKS_STREAM)
-        .await
-        .expect("tasks stream")
-        .consumer_info(reopened.name())
-        .await
-        .expect("consumer info");
+    let info = task_consumer_info(&bus, reopened.name()).await;
     assert!(!info.config.memory_storage);
     let mut tasks = reopened.messages().await.expect("stream");
     bus.publish_task(&task("t1", 1, "w1", "s1"))
         .await
         .expect("publish");
-    let delivery = within("task", tasks.next())
-        .await
-        .expect("open")
-        .expect("task");
+    let delivery = next_ok("task", &mut tasks).await;
     assert_eq!(delivery.message().task_id, "t1");
     delivery.ack_confirmed().await.expect("ack");
 }

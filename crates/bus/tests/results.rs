@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
-use common::{setup, within};
+use common::{setup, stream_info, within};
 use mtswarm_bus::results::{
     CSV_COLUMNS, ResultStats, measurement_subject, read_jsonl, to_csv, to_jsonl,
 };
@@ -282,14 +282,7 @@ async fn duplicate_record_id_is_stored_once() {
 
     let stored = query(&store, ResultQuery::default()).await;
     assert_eq!(stored, vec![first], "only the first copy is kept");
-    let info = bus
-        .jetstream()
-        .get_stream(subjects::MEASUREMENTS_STREAM)
-        .await
-        .expect("stream")
-        .get_info()
-        .await
-        .expect("info");
+    let info = stream_info(&bus, subjects::MEASUREMENTS_STREAM).await;
     assert_eq!(info.state.messages, 1);
 }
 

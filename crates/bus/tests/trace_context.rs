@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::{setup, task, within};
-use futures::StreamExt as _;
-use mtswarm_bus::{TaskConsumerConfig, v1};
+use common::{next_ok, setup, task, w1_tasks};
+use mtswarm_bus::v1;
 use mtswarm_telemetry::{TelemetryConfig, init_scoped, propagation};
 use tracing::Instrument as _;
 
@@ -22,11 +21,7 @@ fn scoped_telemetry() -> mtswarm_telemetry::ScopedTelemetry {
 async fn trace_id_survives_a_task_publish_consume_hop() {
     let _telemetry = scoped_telemetry();
     let (_server, bus) = setup().await;
-    let worker = bus
-        .task_consumer("w1", TaskConsumerConfig::default())
-        .await
-        .expect("consumer");
-    let mut tasks = worker.messages().await.expect("stream");
+    let mut tasks = w1_tasks(&bus).await;
 
     let assign_span = tracing::info_span!("leader.assign_task");
     let leader_trace = propagation::trace_id(&assign_span).expect("leader span traced");
@@ -36,10 +31,7 @@ async fn trace_id_survives_a_task_publish_consume_hop() {
         .await
         .expect("publish");
 
-    let delivery = within("task", tasks.next())
-        .await
-        .expect("open")
-        .expect("task");
+    let delivery = next_ok("task", &mut tasks).await;
     let remote = delivery.trace_context();
     assert!(
         propagation::has_remote_parent(&remote),
@@ -73,10 +65,7 @@ async fn trace_id_survives_a_core_event_hop_and_untraced_messages_have_none() {
 
     // Published outside any span: no trace context is sent.
     bus.publish_event(&event).await.expect("publish untraced");
-    let untraced = within("untraced event", events.next())
-        .await
-        .expect("open")
-        .expect("event");
+    let untraced = next_ok("untraced event", &mut events).await;
     let span = tracing::info_span!(parent: None, "consume.untraced");
     assert!(!untraced.set_span_parent(&span).expect("no error"));
 
@@ -86,10 +75,7 @@ async fn trace_id_survives_a_core_event_hop_and_untraced_messages_have_none() {
         .instrument(step_span)
         .await
         .expect("publish traced");
-    let traced = within("traced event", events.next())
-        .await
-        .expect("open")
-        .expect("event");
+    let traced = next_ok("traced event", &mut events).await;
     let watch_span = tracing::info_span!(parent: None, "leader.watch_job");
     assert!(traced.set_span_parent(&watch_span).expect("set parent"));
     assert_eq!(propagation::trace_id(&watch_span), Some(trace_id));

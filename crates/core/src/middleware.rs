@@ -291,6 +291,25 @@ fn risk_name(risk: Risk) -> &'static str {
     }
 }
 
+/// Runs the rest of the chain inside `span`, then lets `record` fill the
+/// span's fields that only the output knows (usage, outcome, transition).
+fn in_span<'a, I: Send + 'a, O: Send + 'a>(
+    span: tracing::Span,
+    input: I,
+    next: Next<'a, I, O>,
+    record: impl FnOnce(&tracing::Span, &O) + Send + 'a,
+) -> BoxFuture<'a, O> {
+    let inner = span.clone();
+    Box::pin(
+        async move {
+            let output = next.run(input).await;
+            record(&inner, &output);
+            output
+        }
+        .instrument(span),
+    )
+}
+
 impl Middleware for TracingMiddleware {
     fn on_step<'a>(
         &'a self,
@@ -304,17 +323,11 @@ impl Middleware for TracingMiddleware {
             react.start_node = ?info.node,
             react.transition = tracing::field::Empty,
         );
-        let inner = span.clone();
-        Box::pin(
-            async move {
-                let report = next.run(info).await;
-                if let Some(reason) = report.reason {
-                    inner.record("react.transition", tracing::field::debug(reason));
-                }
-                report
+        in_span(span, info, next, |span, report| {
+            if let Some(reason) = report.reason {
+                span.record("react.transition", tracing::field::debug(reason));
             }
-            .instrument(span),
-        )
+        })
     }
 
     fn on_model_call<'a>(
@@ -333,31 +346,23 @@ impl Middleware for TracingMiddleware {
             react.step = input.step,
             react.summarization = input.summarization,
         );
-        let inner = span.clone();
-        Box::pin(
-            async move {
-                let result = next.run(input).await;
-                match &result {
-                    Ok(turn) => {
-                        if let Some(usage) = turn.usage {
-                            inner.record("gen_ai.usage.input_tokens", usage.input_tokens);
-                            inner.record("gen_ai.usage.output_tokens", usage.output_tokens);
-                        }
-                        if let Some(finish) = &turn.finish {
-                            inner.record(
-                                "gen_ai.response.finish_reasons",
-                                tracing::field::debug(finish),
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        inner.record("error.type", tracing::field::display(e));
-                    }
+        in_span(span, input, next, |span, result| match result {
+            Ok(turn) => {
+                if let Some(usage) = turn.usage {
+                    span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+                    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
                 }
-                result
+                if let Some(finish) = &turn.finish {
+                    span.record(
+                        "gen_ai.response.finish_reasons",
+                        tracing::field::debug(finish),
+                    );
+                }
             }
-            .instrument(span),
-        )
+            Err(e) => {
+                span.record("error.type", tracing::field::display(e));
+            }
+        })
     }
 
     fn on_tool_call<'a>(
@@ -374,20 +379,14 @@ impl Middleware for TracingMiddleware {
             tool.ok = tracing::field::Empty,
             react.step = info.step,
         );
-        let inner = span.clone();
-        Box::pin(
-            async move {
-                let outcome = next.run(info).await;
-                if let Some(wait) = outcome.lock_wait {
-                    inner.record(
-                        "tool.lock_wait_ms",
-                        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    );
-                }
-                inner.record("tool.ok", outcome.result.is_ok());
-                outcome
+        in_span(span, info, next, |span, outcome| {
+            if let Some(wait) = outcome.lock_wait {
+                span.record(
+                    "tool.lock_wait_ms",
+                    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                );
             }
-            .instrument(span),
-        )
+            span.record("tool.ok", outcome.result.is_ok());
+        })
     }
 }

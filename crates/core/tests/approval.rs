@@ -72,15 +72,11 @@ async fn medium_risk_call_pauses_and_approve_resumes() {
     let writes = Arc::default();
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("w1", "write_file", r#"{"path":"a.c"}"#),
-            ScriptedTurn::text("done"),
-        ],
+        call_then("w1", "write_file", r#"{"path":"a.c"}"#, "done"),
         tools(Arc::clone(&writes)),
         RiskPolicy::default(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     let (checkpoint, approvals) = paused(outcome);
     assert_eq!(approvals.len(), 1);
     assert_eq!(approvals[0].call_id, "w1");
@@ -118,15 +114,11 @@ async fn denied_call_is_not_run_and_the_model_is_told_why() {
     let writes: Arc<Mutex<Vec<String>>> = Arc::default();
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("w1", "write_file", r#"{"path":"a.c"}"#),
-            ScriptedTurn::text("ok, not writing"),
-        ],
+        call_then("w1", "write_file", r#"{"path":"a.c"}"#, "ok, not writing"),
         tools(writes.clone()),
         RiskPolicy::default(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (checkpoint, _) = paused(run(stream).await.1);
+    let (checkpoint, _) = paused(run_go(&engine).await.1);
     let decisions = HashMap::from([(
         "w1".to_owned(),
         ApprovalDecision::Deny {
@@ -160,15 +152,11 @@ async fn approval_timeout_applies_the_configured_default() {
         config.approval.on_timeout = default.clone();
         let (engine, _) = engine(
             config,
-            vec![
-                ScriptedTurn::call("w1", "write_file", r#"{"path":"a.c"}"#),
-                ScriptedTurn::text("end"),
-            ],
+            call_then("w1", "write_file", r#"{"path":"a.c"}"#, "end"),
             tools(writes.clone()),
             RiskPolicy::default(),
         );
-        let (stream, _) = engine.start("s", "", "go");
-        let (checkpoint, _) = paused(run(stream).await.1);
+        let (checkpoint, _) = paused(run_go(&engine).await.1);
         let (stream, _) = engine
             .resume_with_timeout_default(checkpoint)
             .expect("resumable");
@@ -196,8 +184,7 @@ async fn waiting_on_a_channel_resumes_on_decision_or_on_timeout() {
     ];
     let (engine, _) = engine(config, turns, tools(writes.clone()), RiskPolicy::default());
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let (stream, _) = engine.start("s", "", "go");
-    let (checkpoint, _) = paused(run(stream).await.1);
+    let (checkpoint, _) = paused(run_go(&engine).await.1);
     tx.send(("w1".to_owned(), ApprovalDecision::Approve))
         .await
         .expect("send");
@@ -223,15 +210,11 @@ async fn waiting_on_a_channel_resumes_on_decision_or_on_timeout() {
 async fn resume_rejects_wrong_ids_and_states() {
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("w1", "write_file", r#"{"path":"a.c"}"#),
-            ScriptedTurn::text("end"),
-        ],
+        call_then("w1", "write_file", r#"{"path":"a.c"}"#, "end"),
         tools(Arc::default()),
         RiskPolicy::default(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (checkpoint, _) = paused(run(stream).await.1);
+    let (checkpoint, _) = paused(run_go(&engine).await.1);
     assert!(matches!(
         engine.resume_with_decisions(checkpoint.clone(), approve(&["nope"])),
         Err(EngineError::UnknownCall(id)) if id == "nope"
@@ -274,8 +257,7 @@ async fn risk_overrides_and_auto_approve_modes() {
         tools(Arc::default()),
         policy.with_auto_approve(AutoApprove::UpToMedium),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, approvals) = paused(run(stream).await.1);
+    let (_, approvals) = paused(run_go(&engine).await.1);
     let ids: Vec<&str> = approvals.iter().map(|a| a.call_id.as_str()).collect();
     assert_eq!(ids, vec!["r1"]);
 }

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use mtswarm_core::testing::ScriptedTurn;
+use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_core::*;
 use serde_json::json;
 
@@ -31,6 +31,27 @@ fn evidence(kind: &str, passed: bool) -> Effect {
     }
 }
 
+/// The last user message the model was sent in its `index`-th request:
+/// where the gate's feedback goes.
+fn last_user_message(model: &ScriptedModel, index: usize) -> String {
+    model.requests()[index]
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .expect("feedback")
+        .content
+        .clone()
+}
+
+/// The run ended with `text`, verified.
+fn assert_passed_with(outcome: &Outcome, text: &str) {
+    assert!(
+        matches!(outcome, Outcome::Final { text: t, verdict: Verdict::Pass, .. } if t == text),
+        "{outcome:?}"
+    );
+}
+
 fn tools() -> ToolRegistry {
     registry(vec![
         FnTool::with_effects("validate", vec![evidence("validate", true)]),
@@ -53,8 +74,7 @@ async fn job_without_requirements_passes() {
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert!(matches!(
         outcome,
         Outcome::Final {
@@ -76,12 +96,8 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
-    assert!(matches!(
-        &outcome,
-        Outcome::Final { text, verdict: Verdict::Pass, .. } if text == "validated: 2x faster"
-    ));
+    let (_, outcome) = run_go(&engine).await;
+    assert_passed_with(&outcome, "validated: 2x faster");
     let state = outcome.state();
     assert_eq!(
         state.reasons(),
@@ -96,14 +112,7 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
         ]
     );
     assert_eq!(state.recovery().completion_blocks, 1);
-    let feedback = model.requests()[1]
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .expect("feedback")
-        .content
-        .clone();
+    let feedback = last_user_message(&model, 1);
     assert!(feedback.contains("validate"), "{feedback}");
 }
 
@@ -111,15 +120,11 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
 async fn failed_evidence_does_not_count() {
     let (engine, _) = engine(
         gated(&["validate"], false, 0),
-        vec![
-            ScriptedTurn::call("v1", "failing_validate", "{}"),
-            ScriptedTurn::text("done"),
-        ],
+        call_then("v1", "failing_validate", "{}", "done"),
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::CompletionGateFailed);
 }
 
@@ -136,8 +141,7 @@ async fn gate_rejections_are_bounded() {
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::CompletionGateFailed);
     assert_eq!(
         outcome.state().reasons(),
@@ -166,21 +170,11 @@ async fn evidence_before_the_latest_edit_is_void() {
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
-    assert!(matches!(
-        &outcome,
-        Outcome::Final { text, verdict: Verdict::Pass, .. } if text == "re-verified, 3x"
-    ));
+    let (_, outcome) = run_go(&engine).await;
+    assert_passed_with(&outcome, "re-verified, 3x");
     let state = outcome.state();
     assert_eq!(state.recovery().completion_blocks, 1);
-    let feedback = &model.requests()[4].messages;
-    let text = &feedback
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .expect("feedback")
-        .content;
+    let text = last_user_message(&model, 4);
     assert!(text.contains("'gemm.c' changed"), "{text}");
     assert!(text.contains("validate, benchmark"), "{text}");
     assert!(state.evidence().has_valid("validate"));
@@ -190,15 +184,11 @@ async fn evidence_before_the_latest_edit_is_void() {
 async fn best_effort_job_ends_unverified_when_evidence_is_missing() {
     let (engine, _) = engine(
         gated(&["validate", "benchmark"], true, 2),
-        vec![
-            ScriptedTurn::call("v1", "validate", "{}"),
-            ScriptedTurn::text("probably faster"),
-        ],
+        call_then("v1", "validate", "{}", "probably faster"),
         tools(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     let expected = Verdict::Unverified {
         missing: vec!["benchmark".to_owned()],
     };

@@ -54,56 +54,77 @@ async fn concurrency_safe_calls_of_one_step_run_together() {
     );
 }
 
-/// Records [start, end) of each call on a shared monotonic counter.
-fn interval_tool(
-    name: &str,
+/// A shared monotonic counter and the [start, end) interval of every call
+/// its tools made on it.
+#[derive(Default)]
+struct Recording {
     clock: Arc<AtomicU64>,
     intervals: Arc<Mutex<Vec<(String, u64, u64)>>>,
-) -> FnTool {
-    FnTool::new(name, move |_, ctx| {
-        let clock = clock.clone();
-        let intervals = intervals.clone();
-        async move {
-            let start = clock.fetch_add(1, Ordering::SeqCst);
-            // Give a concurrent call every chance to start in between.
-            for _ in 0..5 {
-                tokio::task::yield_now().await;
+}
+
+impl Recording {
+    /// A tool `name` recording its calls' intervals.
+    fn tool(&self, name: &str) -> FnTool {
+        let clock = self.clock.clone();
+        let intervals = self.intervals.clone();
+        FnTool::new(name, move |_, ctx| {
+            let clock = clock.clone();
+            let intervals = intervals.clone();
+            async move {
+                let start = clock.fetch_add(1, Ordering::SeqCst);
+                // Give a concurrent call every chance to start in between.
+                for _ in 0..5 {
+                    tokio::task::yield_now().await;
+                }
+                let end = clock.fetch_add(1, Ordering::SeqCst);
+                intervals
+                    .lock()
+                    .map_err(|e| ToolError::Failed(e.to_string()))?
+                    .push((ctx.call_id.clone(), start, end));
+                Ok(ToolOutput::text("ran"))
             }
-            let end = clock.fetch_add(1, Ordering::SeqCst);
-            intervals
-                .lock()
-                .map_err(|e| ToolError::Failed(e.to_string()))?
-                .push((ctx.call_id.clone(), start, end));
-            Ok(ToolOutput::text("ran"))
-        }
-    })
+        })
+    }
+
+    fn intervals(&self) -> Vec<(String, u64, u64)> {
+        self.intervals.lock().expect("lock").clone()
+    }
+}
+
+/// Runs one step making every call of `calls` (id, tool) at once, then
+/// the answer "done", over `tools`.
+async fn run_step(calls: &[(&str, &str)], tools: Vec<FnTool>) -> Vec<Event> {
+    let (engine, _) = engine(
+        EngineConfig::default(),
+        vec![
+            ScriptedTurn::tool_calls(calls.iter().map(|(id, tool)| call(id, tool, "{}"))),
+            ScriptedTurn::text("done"),
+        ],
+        registry(tools),
+        auto_all(),
+    );
+    run_go(&engine).await.0
 }
 
 #[tokio::test]
 async fn calls_on_the_same_resource_never_overlap() {
-    let clock = Arc::new(AtomicU64::new(0));
-    let intervals: Arc<Mutex<Vec<(String, u64, u64)>>> = Arc::default();
-    let run_tool = interval_tool("run", clock.clone(), intervals.clone())
+    let recording = Recording::default();
+    let run_tool = recording
+        .tool("run")
         .concurrent()
         .hardware("board0/cluster0");
-    let analyze = interval_tool("analyze_kernel", clock.clone(), intervals.clone()).concurrent();
-    let (engine, _) = engine(
-        EngineConfig::default(),
-        vec![
-            ScriptedTurn::tool_calls([
-                call("r1", "run", "{}"),
-                call("a1", "analyze_kernel", "{}"),
-                call("r2", "run", "{}"),
-                call("r3", "run", "{}"),
-            ]),
-            ScriptedTurn::text("done"),
+    let analyze = recording.tool("analyze_kernel").concurrent();
+    let events = run_step(
+        &[
+            ("r1", "run"),
+            ("a1", "analyze_kernel"),
+            ("r2", "run"),
+            ("r3", "run"),
         ],
-        registry(vec![run_tool, analyze]),
-        auto_all(),
-    );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, _) = run(stream).await;
-    let intervals = intervals.lock().expect("lock").clone();
+        vec![run_tool, analyze],
+    )
+    .await;
+    let intervals = recording.intervals();
     assert_eq!(intervals.len(), 4);
     let hardware: Vec<&(String, u64, u64)> = intervals
         .iter()
@@ -147,27 +168,20 @@ async fn calls_on_the_same_resource_never_overlap() {
 
 #[tokio::test]
 async fn unsafe_calls_run_alone_and_in_order() {
-    let clock = Arc::new(AtomicU64::new(0));
-    let intervals: Arc<Mutex<Vec<(String, u64, u64)>>> = Arc::default();
-    let write = interval_tool("write_file", clock.clone(), intervals.clone());
-    let read = interval_tool("read_file", clock.clone(), intervals.clone()).concurrent();
-    let (engine, _) = engine(
-        EngineConfig::default(),
-        vec![
-            ScriptedTurn::tool_calls([
-                call("w1", "write_file", "{}"),
-                call("r1", "read_file", "{}"),
-                call("r2", "read_file", "{}"),
-                call("w2", "write_file", "{}"),
-            ]),
-            ScriptedTurn::text("done"),
+    let recording = Recording::default();
+    let write = recording.tool("write_file");
+    let read = recording.tool("read_file").concurrent();
+    run_step(
+        &[
+            ("w1", "write_file"),
+            ("r1", "read_file"),
+            ("r2", "read_file"),
+            ("w2", "write_file"),
         ],
-        registry(vec![write, read]),
-        auto_all(),
-    );
-    let (stream, _) = engine.start("s", "", "go");
-    run(stream).await;
-    let intervals = intervals.lock().expect("lock").clone();
+        vec![write, read],
+    )
+    .await;
+    let intervals = recording.intervals();
     let get = |id: &str| {
         intervals
             .iter()
@@ -191,15 +205,11 @@ async fn tool_progress_becomes_state_update_events_before_the_result() {
     });
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("b1", "benchmark", "{}"),
-            ScriptedTurn::text("ok"),
-        ],
+        call_then("b1", "benchmark", "{}", "ok"),
         registry(vec![tool]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, _) = run(stream).await;
+    let (events, _) = run_go(&engine).await;
     let kinds: Vec<String> = events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -221,15 +231,11 @@ async fn a_tool_call_past_its_timeout_becomes_a_timeout_observation() {
     };
     let (engine, _) = engine(
         config,
-        vec![
-            ScriptedTurn::call("p1", "profile", "{}"),
-            ScriptedTurn::text("gave up"),
-        ],
+        call_then("p1", "profile", "{}", "gave up"),
         registry(vec![stuck]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(final_text(&outcome), "gave up");
     assert!(observation(outcome.state(), "p1").contains("timed out after 50ms"));
     assert_eq!(outcome.state().risk().tool_errors, 1);

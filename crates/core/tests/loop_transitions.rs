@@ -98,15 +98,11 @@ async fn tool_step_walks_all_five_nodes_then_answers() {
 async fn events_and_state_serialize_and_round_trip() {
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "read_file", "{}"),
-            ScriptedTurn::text("ok"),
-        ],
+        call_then("c1", "read_file", "{}", "ok"),
         registry(vec![FnTool::echo("read_file", "x")]),
         RiskPolicy::default(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     for event in &events {
         let json = serde_json::to_string(event).expect("event serializes");
         let back: Event = serde_json::from_str(&json).expect("event deserializes");
@@ -123,15 +119,11 @@ async fn events_and_state_serialize_and_round_trip() {
 async fn unknown_tool_becomes_an_error_observation() {
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "rm_rf", "{}"),
-            ScriptedTurn::text("sorry"),
-        ],
+        call_then("c1", "rm_rf", "{}", "sorry"),
         registry(vec![FnTool::echo("read_file", "x")]),
         RiskPolicy::default(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     let state = outcome.state();
     assert_eq!(state.risk().unknown_tool, 1);
     let text = observation(state, "c1");
@@ -156,15 +148,11 @@ async fn tool_off_the_allowlist_is_refused_and_not_advertised() {
     reg.set_allowlist(Some(["read_file"]));
     let (engine, model) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "shell", r#"{"cmd":"ls"}"#),
-            ScriptedTurn::text("done"),
-        ],
+        call_then("c1", "shell", r#"{"cmd":"ls"}"#, "done"),
         reg,
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     let state = outcome.state();
     assert_eq!(state.risk().tool_not_allowed, 1);
     assert!(observation(state, "c1").contains("not allowed"));
@@ -250,8 +238,7 @@ async fn arguments_failing_the_schema_are_refused_before_execution() {
         registry(vec![tool]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     let state = outcome.state();
     assert_eq!(state.risk().schema_errors, 1);
     let text = observation(state, "c1");
@@ -266,17 +253,13 @@ async fn arguments_failing_the_schema_are_refused_before_execution() {
 async fn normalize_failure_is_counted_and_observed() {
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "estimate", r#"{"n":"many"}"#),
-            ScriptedTurn::text("done"),
-        ],
+        call_then("c1", "estimate", r#"{"n":"many"}"#, "done"),
         registry(vec![
             FnTool::echo("estimate", "x").failing_normalize("'n' must be a number"),
         ]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     let state = outcome.state();
     assert_eq!(state.risk().normalize_errors, 1);
     assert!(observation(state, "c1").contains("'n' must be a number"));
@@ -291,15 +274,11 @@ async fn failing_tool_is_an_observation_not_a_crash() {
     });
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "compile", "{}"),
-            ScriptedTurn::text("fix needed"),
-        ],
+        call_then("c1", "compile", "{}", "fix needed"),
         registry(vec![tool]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(outcome.state().risk().tool_errors, 1);
     assert!(observation(outcome.state(), "c1").contains("expected ';'"));
     assert_eq!(final_text(&outcome), "fix needed");
@@ -312,15 +291,11 @@ async fn large_results_are_truncated_for_the_model_but_not_in_events() {
     config.context.max_tool_result_chars = 100;
     let (engine, model) = engine(
         config,
-        vec![
-            ScriptedTurn::call("c1", "read_file", "{}"),
-            ScriptedTurn::text("ok"),
-        ],
+        call_then("c1", "read_file", "{}", "ok"),
         registry(vec![FnTool::echo("read_file", &big)]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     assert_eq!(tool_results(&events)[0].2.len(), 10_000);
     assert_eq!(observation(outcome.state(), "c1").len(), 10_000);
     let seen = &model.requests()[1];
@@ -352,8 +327,7 @@ async fn max_steps_stops_the_loop() {
         registry(vec![FnTool::echo("read_file", "x")]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::MaxSteps);
     assert_eq!(
         outcome.state().last_transition().map(|t| t.reason),
@@ -383,8 +357,7 @@ async fn token_budget_from_reported_usage_stops_the_loop() {
         registry(vec![FnTool::echo("read_file", "x")]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::TokenBudget);
     let state = outcome.state();
     assert_eq!(state.usage().total(), 1_500);
@@ -401,10 +374,7 @@ async fn token_budget_uses_estimates_without_usage_reports() {
     config.token_budget = Some(50);
     let (engine, _) = engine(
         config,
-        vec![
-            ScriptedTurn::call("c1", "read_file", "{}"),
-            ScriptedTurn::text("x"),
-        ],
+        call_then("c1", "read_file", "{}", "x"),
         registry(vec![FnTool::echo("read_file", &"y".repeat(400))]),
         auto_all(),
     );
@@ -433,8 +403,7 @@ async fn wall_time_budget_follows_the_injected_clock() {
         auto_all(),
     );
     let engine = engine.with_clock(Arc::new(clock));
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::WallTime);
     let state = outcome.state();
     assert_eq!(
@@ -453,8 +422,7 @@ async fn empty_reply_is_nudged_once() {
         ToolRegistry::new(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(final_text(&outcome), "answer");
     assert_eq!(
         outcome.state().reasons(),
@@ -476,8 +444,7 @@ async fn second_empty_reply_fails_the_run() {
         ToolRegistry::new(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::EmptyReply);
     assert_eq!(
         outcome.state().reasons(),
@@ -497,8 +464,7 @@ async fn unparseable_tool_call_json_is_a_protocol_error_and_retried() {
         registry(vec![FnTool::echo("read_file", "contents")]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     let state = outcome.state();
     assert_eq!(final_text(&outcome), "done");
     assert_eq!(state.risk().protocol_errors, 1);
@@ -536,8 +502,7 @@ async fn protocol_error_retries_are_bounded() {
         registry(vec![FnTool::echo("read_file", "x")]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::ProtocolErrors);
     assert_eq!(model.requests().len(), 3);
     assert_eq!(outcome.state().risk().protocol_errors, 3);
@@ -551,8 +516,7 @@ async fn other_model_errors_end_the_run_with_an_error_event() {
         ToolRegistry::new(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (events, outcome) = run(stream).await;
+    let (events, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::ModelError);
     assert!(
         events.iter().any(
@@ -573,8 +537,7 @@ async fn mid_stream_error_ends_the_run() {
         ToolRegistry::new(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::ModelError);
 }
 
@@ -656,8 +619,7 @@ async fn prompt_too_long_without_anything_to_compact_stops() {
         ToolRegistry::new(),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     assert_eq!(stop_reason(&outcome), StopReason::PromptTooLong);
 }
 
@@ -744,15 +706,11 @@ async fn working_state_time_and_context_usage_are_injected() {
     );
     let (engine, model) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "write_file", "{}"),
-            ScriptedTurn::text("ok"),
-        ],
+        call_then("c1", "write_file", "{}", "ok"),
         registry(vec![tool]),
         auto_all(),
     );
-    let (stream, _) = engine.start("s", "", "go");
-    let (_, outcome) = run(stream).await;
+    let (_, outcome) = run_go(&engine).await;
     let working = outcome.state().working_state();
     assert_eq!(working.source_file.as_deref(), Some("gemm.c"));
     assert_eq!(working.compile_results, vec![json!({"ok": true})]);
@@ -830,18 +788,7 @@ async fn cancel_stops_a_running_tool() {
         registry(vec![tool]),
         auto_all(),
     );
-    let (stream, handle) = engine.start("s", "", "go");
-    let control = handle.control();
-    let runner = tokio::spawn(stream.collect_all());
-    tokio::time::timeout(Duration::from_secs(10), started_rx)
-        .await
-        .expect("tool started")
-        .expect("sender kept");
-    control.cancel();
-    let (_, outcome) = tokio::time::timeout(Duration::from_secs(10), runner)
-        .await
-        .expect("run ends after cancel")
-        .expect("task ok");
+    let outcome = cancel_once_started(&engine, started_rx).await;
     assert_eq!(stop_reason(&outcome), StopReason::Cancelled);
     assert_eq!(
         outcome.state().last_transition().map(|t| t.reason),
@@ -875,18 +822,7 @@ async fn cancel_interrupts_a_model_call() {
         auto_all(),
         Arc::new(LocalResourceLock::default()),
     );
-    let (stream, handle) = engine.start("s", "", "go");
-    let control = handle.control();
-    let runner = tokio::spawn(stream.collect_all());
-    tokio::time::timeout(Duration::from_secs(10), called_rx)
-        .await
-        .expect("model called")
-        .expect("sender kept");
-    control.cancel();
-    let (_, outcome) = tokio::time::timeout(Duration::from_secs(10), runner)
-        .await
-        .expect("run ends after cancel")
-        .expect("task ok");
+    let outcome = cancel_once_started(&engine, called_rx).await;
     assert_eq!(stop_reason(&outcome), StopReason::Cancelled);
     assert_eq!(outcome.state().reasons(), vec![R::UserInput, R::Cancelled]);
 }

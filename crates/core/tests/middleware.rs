@@ -101,10 +101,7 @@ async fn middlewares_wrap_in_onion_order() {
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let (engine, _) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "read_file", "{}"),
-            ScriptedTurn::text("ok"),
-        ],
+        call_then("c1", "read_file", "{}", "ok"),
         registry(vec![FnTool::echo("read_file", "x")]),
         auto_all(),
     );
@@ -117,8 +114,7 @@ async fn middlewares_wrap_in_onion_order() {
             name: "B",
             log: log.clone(),
         }));
-    let (stream, _) = engine.start("s", "", "go");
-    run(stream).await;
+    run_go(&engine).await;
     let log = log.lock().expect("lock").clone();
     let first_step: Vec<&str> = log
         .iter()
@@ -192,10 +188,7 @@ impl Middleware for Guard {
 async fn middleware_can_deny_a_call_and_change_the_prompt() {
     let (engine, model) = engine(
         EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("x1", "shell", "{}"),
-            ScriptedTurn::text("ok"),
-        ],
+        call_then("x1", "shell", "{}", "ok"),
         registry(vec![FnTool::echo("shell", "ran").risk(Risk::High)]),
         auto_all(),
     );

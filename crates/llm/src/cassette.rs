@@ -85,6 +85,34 @@ pub enum CassetteError {
     },
 }
 
+/// Why an exchange could not be added to the cassette; the recorder hands
+/// it to the engine as a [`ModelError::Other`].
+#[derive(Debug, thiserror::Error)]
+enum AppendError {
+    /// The exchange does not encode as JSON.
+    #[error("cannot encode exchange {seq}: {source}")]
+    Encode {
+        /// The exchange's sequence number.
+        seq: u64,
+        /// The encoder's error.
+        source: serde_json::Error,
+    },
+    /// Writing the line failed.
+    #[error("cannot append to cassette {}: {source}", path.display())]
+    Write {
+        /// The cassette file.
+        path: PathBuf,
+        /// Why writing failed.
+        source: std::io::Error,
+    },
+}
+
+impl From<AppendError> for ModelError {
+    fn from(error: AppendError) -> Self {
+        ModelError::Other(error.to_string())
+    }
+}
+
 /// Appends exchange lines to a file; shared by all streams of one recorder.
 #[derive(Debug)]
 struct CassetteWriter {
@@ -93,16 +121,21 @@ struct CassetteWriter {
 }
 
 impl CassetteWriter {
-    fn append(&self, exchange: &Exchange) -> Result<(), String> {
-        let mut line = serde_json::to_vec(exchange)
-            .map_err(|e| format!("cannot encode exchange {}: {e}", exchange.seq))?;
+    fn append(&self, exchange: &Exchange) -> Result<(), AppendError> {
+        let mut line = serde_json::to_vec(exchange).map_err(|source| AppendError::Encode {
+            seq: exchange.seq,
+            source,
+        })?;
         line.push(b'\n');
         // A poisoned lock only means another writer panicked mid-call; the
         // file handle itself is still usable.
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         file.write_all(&line)
             .and_then(|()| file.flush())
-            .map_err(|e| format!("cannot append to cassette {}: {e}", self.path.display()))
+            .map_err(|source| AppendError::Write {
+                path: self.path.clone(),
+                source,
+            })
     }
 }
 
@@ -164,7 +197,7 @@ impl PendingExchange {
         }
     }
 
-    fn finish(&mut self, error: Option<ModelError>) -> Result<(), String> {
+    fn finish(&mut self, error: Option<ModelError>) -> Result<(), AppendError> {
         let Some(mut exchange) = self.exchange.take() else {
             return Ok(());
         };
@@ -210,7 +243,7 @@ impl<M: ChatModel> ChatModel for RecordingModel<M> {
                         error: error.clone(),
                     },
                 };
-                self.writer.append(&exchange).map_err(ModelError::Other)?;
+                self.writer.append(&exchange)?;
                 Err(error)
             }
             Ok(mut inner_stream) => {
@@ -246,7 +279,7 @@ impl<M: ChatModel> ChatModel for RecordingModel<M> {
                         yield Err(error);
                     }
                     if let Err(problem) = write_result {
-                        yield Err(ModelError::Other(problem));
+                        yield Err(ModelError::from(problem));
                     }
                 };
                 Ok(Box::pin(recorded))

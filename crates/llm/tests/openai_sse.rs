@@ -39,6 +39,17 @@ enum Reply {
     SseThenSilence(Vec<Vec<u8>>),
 }
 
+impl Reply {
+    /// The error status `status` with the JSON body `body` and no headers.
+    fn status(status: u16, body: Value) -> Self {
+        Reply::Status {
+            status,
+            headers: vec![],
+            body: body.to_string(),
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Captured {
     body: Value,
@@ -237,6 +248,15 @@ async fn drain(stream: ModelStream) -> (Vec<ModelEvent>, Option<ModelError>) {
     tokio::time::timeout(Duration::from_secs(20), drained)
         .await
         .expect("stream did not end within 20 s")
+}
+
+/// The error a default client gets from a server whose one answer is
+/// `reply`; the client must not have retried.
+async fn error_from_one_reply(reply: Reply) -> ModelError {
+    let server = TestServer::start(vec![reply]).await;
+    let error = run(&server.client(), simple_request()).await.unwrap_err();
+    assert_eq!(server.request_count(), 1);
+    error
 }
 
 async fn run(
@@ -469,11 +489,7 @@ async fn rate_limit_is_retried_after_retry_after_and_then_succeeds() {
 
 #[tokio::test]
 async fn persistent_rate_limit_gives_up_after_max_retries() {
-    let limited = Reply::Status {
-        status: 429,
-        headers: vec![],
-        body: json!({"error": {"message": "slow down"}}).to_string(),
-    };
+    let limited = Reply::status(429, json!({"error": {"message": "slow down"}}));
     let server = TestServer::start(vec![limited.clone(), limited.clone(), limited]).await;
     let client = server.client_with(|c| c.with_max_retries(2));
 
@@ -488,11 +504,7 @@ async fn persistent_rate_limit_gives_up_after_max_retries() {
 
 #[tokio::test]
 async fn server_errors_are_retried_then_reported_unavailable() {
-    let overloaded = Reply::Status {
-        status: 503,
-        headers: vec![],
-        body: json!({"error": {"message": "overloaded"}}).to_string(),
-    };
+    let overloaded = Reply::status(503, json!({"error": {"message": "overloaded"}}));
     let server = TestServer::start(vec![overloaded.clone(), overloaded]).await;
     let client = server.client_with(|c| c.with_max_retries(1));
 
@@ -507,13 +519,8 @@ async fn server_errors_are_retried_then_reported_unavailable() {
 
 #[tokio::test]
 async fn unauthorized_fails_at_once_and_never_shows_the_key() {
-    let server = TestServer::start(vec![Reply::Status {
-        status: 401,
-        headers: vec![],
-        // Like OpenAI, the server echoes the rejected key.
-        body: json!({"error": {"message": format!("Incorrect API key provided: {KEY}."), "code": "invalid_api_key"}})
-            .to_string(),
-    }])
+    // Like OpenAI, the server echoes the rejected key.
+    let server = TestServer::start(vec![Reply::status(401, json!({"error": {"message": format!("Incorrect API key provided: {KEY}."), "code": "invalid_api_key"}}))])
     .await;
     let client = server.client();
 
@@ -537,39 +544,22 @@ async fn unauthorized_fails_at_once_and_never_shows_the_key() {
 
 #[tokio::test]
 async fn context_length_400_is_prompt_too_long() {
-    let server = TestServer::start(vec![Reply::Status {
-        status: 400,
-        headers: vec![],
-        body: json!({"object": "error", "message": "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens.", "type": "BadRequestError", "code": 400}).to_string(),
-    }])
-    .await;
-
-    let error = run(&server.client(), simple_request()).await.unwrap_err();
+    let error = error_from_one_reply(Reply::status(400, json!({"object": "error", "message": "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens.", "type": "BadRequestError", "code": 400}))).await;
 
     assert!(
         matches!(&error, ModelError::PromptTooLong(m) if m.contains("8192")),
         "{error:?}"
     );
-    assert_eq!(server.request_count(), 1);
 }
 
 #[tokio::test]
 async fn other_400_is_bad_request_with_the_server_message() {
-    let server = TestServer::start(vec![Reply::Status {
-        status: 400,
-        headers: vec![],
-        body: json!({"error": {"message": "Invalid value for 'temperature': must be <= 2", "type": "invalid_request_error"}})
-            .to_string(),
-    }])
-    .await;
-
-    let error = run(&server.client(), simple_request()).await.unwrap_err();
+    let error = error_from_one_reply(Reply::status(400, json!({"error": {"message": "Invalid value for 'temperature': must be <= 2", "type": "invalid_request_error"}}))).await;
 
     assert!(
         matches!(&error, ModelError::BadRequest(m) if m.contains("'temperature'") && m.contains("400")),
         "{error:?}"
     );
-    assert_eq!(server.request_count(), 1);
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use crate::svg::{escape, tick_label, ticks};
+use crate::svg::{EmptyNote, close_plot, escape, tick_label, ticks};
 use crate::{JobReport, ParameterAxis, params_label};
 
 const WIDTH: f64 = 430.0;
@@ -142,14 +142,10 @@ pub(crate) fn parameter_scatter(report: &JobReport, axis: &ParameterAxis) -> Str
         }
     }
     out.push_str(&best_mark);
-    if points.is_empty() {
-        let _ = write!(
-            out,
-            r#"<text class="empty" x="{:.1}" y="{:.1}" text-anchor="middle">no valid candidate</text>"#,
-            (LEFT + right) / 2.0,
-            TOP + plot_height / 2.0
-        );
-    }
-    out.push_str("</svg>");
-    out
+    let empty = points.is_empty().then_some(EmptyNote {
+        x: (LEFT + right) / 2.0,
+        y: TOP + plot_height / 2.0,
+        text: "no valid candidate",
+    });
+    close_plot(out, empty)
 }

@@ -41,6 +41,25 @@ pub(crate) fn escape(text: &str) -> String {
 }
 
 /// Round tick values covering `0..=max` (about `count` of them).
+/// The note a plot with nothing to draw shows, centered at (`x`, `y`).
+pub(crate) struct EmptyNote {
+    pub(crate) x: f64,
+    pub(crate) y: f64,
+    pub(crate) text: &'static str,
+}
+
+/// Ends the plot `out`, with `empty`'s note when there was nothing to draw.
+pub(crate) fn close_plot(mut out: String, empty: Option<EmptyNote>) -> String {
+    if let Some(EmptyNote { x, y, text }) = empty {
+        let _ = write!(
+            out,
+            r#"<text class="empty" x="{x:.1}" y="{y:.1}" text-anchor="middle">{text}</text>"#
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
+
 pub(crate) fn ticks(max: f64, count: usize) -> Vec<f64> {
     if !(max.is_finite() && max > 0.0) {
         return vec![0.0];
@@ -261,16 +280,12 @@ pub(crate) fn best_so_far(report: &JobReport) -> String {
             }
         }
     }
-    if report.measurements.is_empty() {
-        let _ = write!(
-            out,
-            r#"<text class="empty" x="{:.1}" y="{:.1}" text-anchor="middle">no measurements</text>"#,
-            (axis.left + axis.right) / 2.0,
-            MARGIN_TOP + PLOT_HEIGHT / 2.0
-        );
-    }
-    out.push_str("</svg>");
-    out
+    let empty = report.measurements.is_empty().then_some(EmptyNote {
+        x: (axis.left + axis.right) / 2.0,
+        y: MARGIN_TOP + PLOT_HEIGHT / 2.0,
+        text: "no measurements",
+    });
+    close_plot(out, empty)
 }
 
 /// One colored dot and name per agent, in a row along the top of a plot.
@@ -349,16 +364,12 @@ pub(crate) fn slice_timeline(report: &JobReport) -> String {
             escape(&title)
         );
     }
-    if report.busy.is_empty() {
-        let _ = write!(
-            out,
-            r#"<text class="empty" x="{:.1}" y="{:.1}" text-anchor="middle">no hardware use recorded</text>"#,
-            (axis.left + axis.right) / 2.0,
-            MARGIN_TOP + rows * ROW_HEIGHT / 2.0 + 4.0
-        );
-    }
-    out.push_str("</svg>");
-    out
+    let empty = report.busy.is_empty().then_some(EmptyNote {
+        x: (axis.left + axis.right) / 2.0,
+        y: MARGIN_TOP + rows * ROW_HEIGHT / 2.0 + 4.0,
+        text: "no hardware use recorded",
+    });
+    close_plot(out, empty)
 }
 
 #[cfg(test)]

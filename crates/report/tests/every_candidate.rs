@@ -16,7 +16,7 @@ use mtswarm_report::JobReport;
 
 mod common;
 
-use common::{class_of, inside, parse_xml};
+use common::{assert_contains, class_of, inside, parse_xml};
 
 const T0: u64 = 1_800_000_000_000;
 const TILES: [u32; 12] = [8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96];
@@ -234,11 +234,8 @@ fn counts_use_one_vocabulary() {
     assert_eq!(by_status["flagged"], 1);
     assert_eq!(by_status["invalid"], 1);
     let text = report.render_terminal();
-    assert!(
-        text.contains("319 evaluated, 302 benchmarked, 300 valid"),
-        "{text}"
-    );
-    assert!(text.contains("12: roofline bound below the best"), "{text}");
+    assert_contains(&text, "319 evaluated, 302 benchmarked, 300 valid");
+    assert_contains(&text, "12: roofline bound below the best");
     assert!(text.contains("1 min 12 s"), "wall time: {text}");
 }
 
@@ -261,8 +258,8 @@ fn every_benchmarked_candidate_has_a_row_and_every_status_its_count() {
     // The best first: TILE 80 (the 10th value), UNROLL 16, VEC 6.
     let first_row = &table[table.find("<tbody>").expect("tbody")..];
     let first_row = &first_row[..first_row.find("</tr>").expect("row")];
-    assert!(first_row.contains("TILE=80 UNROLL=16 VEC=6"), "{first_row}");
-    assert!(first_row.contains("class=\"best\""), "{first_row}");
+    assert_contains(first_row, "TILE=80 UNROLL=16 VEC=6");
+    assert_contains(first_row, "class=\"best\"");
 
     let statuses = inside(&html, "table", "candidates-by-status");
     for (status, count) in [
@@ -278,16 +275,10 @@ fn every_benchmarked_candidate_has_a_row_and_every_status_its_count() {
         );
         assert!(statuses.contains(&row), "{row} in {statuses}");
     }
-    assert!(
-        statuses.contains("12: roofline bound below the best"),
-        "{statuses}"
-    );
+    assert_contains(statuses, "12: roofline bound below the best");
     // Reasons group by their first line.
-    assert!(
-        statuses.contains("2: error: &#39;v16df&#39; undeclared"),
-        "{statuses}"
-    );
-    assert!(statuses.contains("1: error: AM overflow"), "{statuses}");
+    assert_contains(statuses, "2: error: &#39;v16df&#39; undeclared");
+    assert_contains(statuses, "1: error: AM overflow");
 
     // The best-so-far plot shows the timed runs only, not the pruned.
     let over_time = parse_xml(inside(&html, "svg", "best-so-far"));
@@ -335,10 +326,7 @@ fn one_scatter_per_parameter_with_the_best_marked() {
             "TILE {value} labelled"
         );
     }
-    assert!(
-        tile.contains("best: 50.50 GFLOPS | TILE=80 UNROLL=16 VEC=6"),
-        "{tile}"
-    );
+    assert_contains(tile, "best: 50.50 GFLOPS | TILE=80 UNROLL=16 VEC=6");
 }
 
 #[test]
@@ -366,15 +354,9 @@ fn the_roofline_shows_every_valid_candidate_and_the_best() {
     assert_eq!(count_class(&plot, "circle", "best"), 1);
     assert_eq!(count_class(&plot, "path", "roof"), 1);
     let svg = inside(&html, "svg", "roofline");
-    assert!(
-        svg.contains("best: 50.50 GFLOPS at 20.000 flops/byte"),
-        "{svg}"
-    );
-    assert!(
-        svg.contains("compute roof 2764.8 GFLOPS (24 cores)"),
-        "{svg}"
-    );
-    assert!(svg.contains("memory roof 30.0 GB/s"), "{svg}");
+    assert_contains(svg, "best: 50.50 GFLOPS at 20.000 flops/byte");
+    assert_contains(svg, "compute roof 2764.8 GFLOPS (24 cores)");
+    assert_contains(svg, "memory roof 30.0 GB/s");
 }
 
 #[test]
@@ -385,7 +367,7 @@ fn without_a_model_the_roofline_is_a_one_line_note() {
     parse_xml(&html);
     assert!(!html.contains("id=\"roofline\""));
     let note = inside(&html, "p", "roofline-note");
-    assert!(note.contains("no [model] table"), "{note}");
+    assert_contains(note, "no [model] table");
     // The parameter plots need no model.
     assert!(html.contains("id=\"param-TILE\""));
 
@@ -411,6 +393,6 @@ fn times_read_in_units() {
     assert!(table.contains("2.15 s"), "median of the slowest");
     assert!(!table.contains("e-"), "no exponent notation in the table");
     let summary = inside(&html, "table", "summary");
-    assert!(summary.contains("(1 min 12 s)"), "{summary}");
-    assert!(summary.contains("42.5 ms"), "{summary}");
+    assert_contains(summary, "(1 min 12 s)");
+    assert_contains(summary, "42.5 ms");
 }

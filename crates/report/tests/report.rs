@@ -18,7 +18,7 @@ use mtswarm_report::{
 
 mod common;
 
-use common::{class_of, inside, parse_xml};
+use common::{assert_contains, class_of, inside, parse_xml};
 
 const T0: u64 = 1_800_000_000_000;
 
@@ -264,12 +264,12 @@ fn html_is_well_formed_with_both_plots_and_the_tables() {
     let table = inside(&html, "table", "top-candidates");
     let rows = parse_xml(table).iter().filter(|e| e.0 == "tr").count();
     assert_eq!(rows, 1 + report.top.len(), "header + candidates");
-    assert!(table.contains("TILE=64 UNROLL=4"), "{table}");
+    assert_contains(table, "TILE=64 UNROLL=4");
 
     // Summary and escaping of user text.
     let summary = inside(&html, "table", "summary");
-    assert!(summary.contains("120.00"), "{summary}");
-    assert!(summary.contains("12.00x"), "{summary}");
+    assert_contains(summary, "120.00");
+    assert_contains(summary, "12.00x");
     assert!(html.contains("1024x1024 &amp; beyond"));
     assert!(html.contains("UNROLL=&lt;8&gt;"), "params are escaped");
 
@@ -288,7 +288,7 @@ fn empty_jobs_render_without_panicking() {
     assert!(html.contains("no measurements"));
     assert!(html.contains("no trustworthy candidate"));
     let text = report.render_terminal();
-    assert!(text.contains("no valid candidate"), "{text}");
+    assert_contains(&text, "no valid candidate");
     let summary = serde_json::to_value(report.summary(None)).expect("json");
     assert!(summary["best"].is_null());
     assert_eq!(summary["candidates_evaluated"], 0);
@@ -297,16 +297,13 @@ fn empty_jobs_render_without_panicking() {
 #[test]
 fn terminal_tables_show_the_best_params_and_figures() {
     let text = sample_report().render_terminal();
-    assert!(text.contains("job-42"), "{text}");
-    assert!(text.contains("TILE=64 UNROLL=4"), "{text}");
-    assert!(text.contains("120.00"), "{text}");
+    assert_contains(&text, "job-42");
+    assert_contains(&text, "TILE=64 UNROLL=4");
+    assert_contains(&text, "120.00");
     assert!(text.contains("30.0%"), "peak share of the best: {text}");
-    assert!(text.contains("12.00x"), "{text}");
+    assert_contains(&text, "12.00x");
     assert!(text.contains("board0/c2"), "idle slice listed: {text}");
-    assert!(
-        text.contains("6 evaluated, 6 benchmarked, 4 valid"),
-        "{text}"
-    );
+    assert_contains(&text, "6 evaluated, 6 benchmarked, 4 valid");
 }
 
 #[test]

@@ -140,13 +140,18 @@ impl<'a, G: Fn(&str) -> Option<&'a str>> Extractor for FnExtractor<'a, G> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{TelemetryConfig, init_scoped};
+    use crate::{ScopedTelemetry, TelemetryConfig, init_scoped};
+
+    /// Telemetry for this thread that keeps every span (`trace`).
+    fn scoped(service: &str) -> ScopedTelemetry {
+        let mut config = TelemetryConfig::new(service);
+        config.log_filter = Some("trace".into());
+        init_scoped(config).expect("scoped telemetry")
+    }
 
     #[test]
     fn round_trip_through_a_map_keeps_trace_and_parent() {
-        let mut config = TelemetryConfig::new("propagation-test");
-        config.log_filter = Some("trace".into());
-        let _telemetry = init_scoped(config).expect("scoped telemetry");
+        let _telemetry = scoped("propagation-test");
 
         let sender = tracing::info_span!("sender");
         let mut carrier: HashMap<String, String> = HashMap::new();
@@ -178,9 +183,7 @@ mod tests {
 
     #[test]
     fn fn_adapters_carry_context() {
-        let mut config = TelemetryConfig::new("fn-adapter-test");
-        config.log_filter = Some("trace".into());
-        let _telemetry = init_scoped(config).expect("scoped telemetry");
+        let _telemetry = scoped("fn-adapter-test");
         let span = tracing::info_span!("producer");
         let mut pairs: Vec<(String, String)> = Vec::new();
         inject_span(

@@ -26,6 +26,16 @@ async fn collect_spans(collector: &OtlpCollector, wanted: &[&str]) -> Vec<Collec
     spans
 }
 
+/// A running collector, and a configuration for `service` that exports to
+/// it with the log filter `filter`.
+async fn exporting_to_a_collector(service: &str, filter: &str) -> (OtlpCollector, TelemetryConfig) {
+    let collector = OtlpCollector::start().await.expect("collector");
+    let mut config = TelemetryConfig::new(service);
+    config.otlp_endpoint = Some(collector.endpoint());
+    config.log_filter = Some(filter.into());
+    (collector, config)
+}
+
 fn find<'a>(received: &'a [CollectedSpan], name: &str) -> &'a CollectedSpan {
     received
         .iter()
@@ -36,10 +46,7 @@ fn find<'a>(received: &'a [CollectedSpan], name: &str) -> &'a CollectedSpan {
 /// The only test in this binary that installs the global subscriber.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_exports_spans_linked_across_a_grpc_hop() {
-    let collector = OtlpCollector::start().await.expect("collector");
-    let mut config = TelemetryConfig::new("telemetry-grpc-test");
-    config.otlp_endpoint = Some(collector.endpoint());
-    config.log_filter = Some("info".into());
+    let (collector, config) = exporting_to_a_collector("telemetry-grpc-test", "info").await;
     let mut guard = init(config).expect("init telemetry");
     assert!(guard.is_exporting());
 
@@ -102,10 +109,7 @@ async fn init_exports_spans_linked_across_a_grpc_hop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_setup_exports_local_and_propagated_children() {
-    let collector = OtlpCollector::start().await.expect("collector");
-    let mut config = TelemetryConfig::new("telemetry-scoped-test");
-    config.otlp_endpoint = Some(collector.endpoint());
-    config.log_filter = Some("debug".into());
+    let (collector, config) = exporting_to_a_collector("telemetry-scoped-test", "debug").await;
     let mut telemetry = init_scoped(config).expect("scoped telemetry");
 
     let mut carrier = std::collections::HashMap::new();

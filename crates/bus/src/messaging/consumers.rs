@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, PullConsumer, pull};
+use async_nats::jetstream::stream::Stream;
 use mtswarm_proto::v1;
 
 use super::delivery::{DeliveryStream, consumer_error, deliveries};
@@ -156,16 +157,17 @@ impl Bus {
             None => subjects::tasks_for_worker(worker_id)?,
         };
         let mut consumer_config = pull::Config {
-            durable_name: Some(name.clone()),
-            description: Some(format!("tasks of worker {worker_id}")),
-            filter_subject,
-            ack_policy: AckPolicy::Explicit,
-            ack_wait: config.ack_wait,
-            max_deliver: config.max_deliver,
-            max_ack_pending: config.max_ack_pending,
-            deliver_policy: DeliverPolicy::All,
             memory_storage: config.memory_state,
-            ..Default::default()
+            ..explicit_ack_config(
+                &name,
+                format!("tasks of worker {worker_id}"),
+                filter_subject,
+                Redelivery {
+                    ack_wait: config.ack_wait,
+                    max_deliver: config.max_deliver,
+                    max_ack_pending: config.max_ack_pending,
+                },
+            )
         };
         let consumer = match self
             .durable_consumer(subjects::TASKS_STREAM, &name, consumer_config.clone())
@@ -205,17 +207,16 @@ impl Bus {
             .durable_consumer(
                 subjects::RESULTS_STREAM,
                 &name,
-                pull::Config {
-                    durable_name: Some(name.clone()),
-                    description: Some("task results".to_string()),
+                explicit_ack_config(
+                    &name,
+                    "task results".to_string(),
                     filter_subject,
-                    ack_policy: AckPolicy::Explicit,
-                    ack_wait: config.ack_wait,
-                    max_deliver: config.max_deliver,
-                    max_ack_pending: config.max_ack_pending,
-                    deliver_policy: DeliverPolicy::All,
-                    ..Default::default()
-                },
+                    Redelivery {
+                        ack_wait: config.ack_wait,
+                        max_deliver: config.max_deliver,
+                        max_ack_pending: config.max_ack_pending,
+                    },
+                ),
             )
             .await?;
         Ok(ResultConsumer {
@@ -256,13 +257,9 @@ impl Bus {
         name: &str,
         config: pull::Config,
     ) -> Result<PullConsumer, BusError> {
-        let stream = self
-            .jetstream()
-            .get_stream_no_info(stream_name)
-            .await
-            .map_err(|e| consumer_error(stream_name, name, e))?;
         // Create-or-update so changed settings (ack wait, limits) take effect.
-        stream
+        self.consumer_stream(stream_name, name)
+            .await?
             .create_consumer(config)
             .await
             .map_err(|e| consumer_error(stream_name, name, e))
@@ -270,15 +267,48 @@ impl Bus {
 
     /// Deletes a durable consumer (e.g. when a worker leaves for good).
     pub async fn delete_consumer(&self, stream_name: &str, name: &str) -> Result<(), BusError> {
-        let stream = self
-            .jetstream()
-            .get_stream_no_info(stream_name)
-            .await
-            .map_err(|e| consumer_error(stream_name, name, e))?;
-        stream
+        self.consumer_stream(stream_name, name)
+            .await?
             .delete_consumer(name)
             .await
             .map(|_| ())
             .map_err(|e| consumer_error(stream_name, name, e))
+    }
+
+    /// The stream `stream_name` for work on its consumer `name` (errors
+    /// name both).
+    async fn consumer_stream(&self, stream_name: &str, name: &str) -> Result<Stream<()>, BusError> {
+        self.jetstream()
+            .get_stream_no_info(stream_name)
+            .await
+            .map_err(|e| consumer_error(stream_name, name, e))
+    }
+}
+
+/// When the server delivers a message again, and how often.
+struct Redelivery {
+    ack_wait: Duration,
+    max_deliver: i64,
+    max_ack_pending: i64,
+}
+
+/// A durable consumer named `name` with explicit acks over every message
+/// matching `filter_subject`, from the start of the stream.
+fn explicit_ack_config(
+    name: &str,
+    description: String,
+    filter_subject: String,
+    redelivery: Redelivery,
+) -> pull::Config {
+    pull::Config {
+        durable_name: Some(name.to_string()),
+        description: Some(description),
+        filter_subject,
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: redelivery.ack_wait,
+        max_deliver: redelivery.max_deliver,
+        max_ack_pending: redelivery.max_ack_pending,
+        deliver_policy: DeliverPolicy::All,
+        ..Default::default()
     }
 }

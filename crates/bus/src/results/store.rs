@@ -211,18 +211,34 @@ fn by_gflops_desc(a: &ResultRecord, b: &ResultRecord) -> std::cmp::Ordering {
     figure(b).total_cmp(&figure(a))
 }
 
+/// Why a message on the measurements stream is not a result record.
+#[derive(Debug, thiserror::Error)]
+enum UndecodableRecord {
+    /// Its content-type header names another type.
+    #[error("content type {found:?} on {subject}, expected {RESULT_RECORD_CONTENT_TYPE:?}")]
+    ContentType {
+        /// The content type the message carries.
+        found: String,
+        /// Where it was stored.
+        subject: String,
+    },
+    /// Its payload is not a record's JSON.
+    #[error("not a result record: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
 fn decode_record(
     subject: &str,
     headers: Option<&HeaderMap>,
     payload: &[u8],
-) -> Result<ResultRecord, String> {
+) -> Result<ResultRecord, UndecodableRecord> {
     if let Some(found) = headers.and_then(|h| h.get(crate::codec::CONTENT_TYPE_HEADER))
         && found.as_str() != RESULT_RECORD_CONTENT_TYPE
     {
-        return Err(format!(
-            "content type {:?} on {subject}, expected {RESULT_RECORD_CONTENT_TYPE:?}",
-            found.as_str()
-        ));
+        return Err(UndecodableRecord::ContentType {
+            found: found.as_str().to_string(),
+            subject: subject.to_string(),
+        });
     }
-    serde_json::from_slice(payload).map_err(|e| format!("not a result record: {e}"))
+    Ok(serde_json::from_slice(payload)?)
 }

@@ -46,6 +46,20 @@ pub fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// The next delivery of `stream`, reporting and skipping the errors it
+/// yields (`what` names the stream); `None` when the stream ends.
+async fn next_logged<T, E: std::fmt::Display>(
+    stream: &mut (impl futures::Stream<Item = Result<T, E>> + Unpin),
+    what: &str,
+) -> Option<T> {
+    loop {
+        match stream.next().await? {
+            Ok(delivery) => return Some(delivery),
+            Err(error) => eprintln!("{what}: {error}"),
+        }
+    }
+}
+
 /// A bare worker: consumes the tasks of `worker_id`/`slice_id`, acks each
 /// and publishes an OK result for it. Result stream acks are awaited off the
 /// hot loop, in order, through a bounded queue. Runs until the stream ends.
@@ -71,14 +85,7 @@ pub async fn run_noop_worker(worker: Bus, worker_id: &str, slice_id: &str) {
             }
         }
     });
-    while let Some(delivery) = tasks.next().await {
-        let delivery = match delivery {
-            Ok(delivery) => delivery,
-            Err(error) => {
-                eprintln!("task consumer: {error}");
-                continue;
-            }
-        };
+    while let Some(delivery) = next_logged(&mut tasks, "task consumer").await {
         if let Err(error) = delivery.ack().await {
             eprintln!("task ack: {error}");
         }
@@ -116,14 +123,7 @@ pub async fn route_results(leader: Bus, config: ResultConsumerConfig, waiters: R
         .await
         .expect("result consumer");
     let mut results = consumer.messages().await.expect("result stream");
-    while let Some(delivery) = results.next().await {
-        let delivery = match delivery {
-            Ok(delivery) => delivery,
-            Err(error) => {
-                eprintln!("result consumer: {error}");
-                continue;
-            }
-        };
+    while let Some(delivery) = next_logged(&mut results, "result consumer").await {
         let result = delivery.message();
         let waiter = waiters
             .lock()
@@ -187,25 +187,16 @@ pub async fn echo_request(requester: &Bus, subject: &str) {
 }
 
 /// One row of a bench table: what [`sample`] measured for `mode` with
-/// `in_flight` operations at a time.
+/// `in_flight` operations at a time. The figures read through to the
+/// measurement (`cell.p50`).
 #[derive(Debug, Clone)]
 pub struct Cell<M> {
     /// What was measured (the bench's own mode type).
     pub mode: M,
     /// Operations kept running at a time.
     pub in_flight: usize,
-    /// Operations completed in the measured window (warm-up excluded).
-    pub operations: usize,
-    /// Median latency of one operation.
-    pub p50: Duration,
-    /// 99th-percentile latency of one operation.
-    pub p99: Duration,
-    /// Completed operations per second of wall time.
-    pub per_second: f64,
-    /// nats-server CPU time (user + system) per operation.
-    pub server_cpu_per_op: Duration,
-    /// This process's CPU time (user + system) per operation.
-    pub client_cpu_per_op: Duration,
+    /// The figures.
+    pub sampled: Sampled,
 }
 
 impl<M> Cell<M> {
@@ -214,13 +205,16 @@ impl<M> Cell<M> {
         Self {
             mode,
             in_flight,
-            operations: sampled.operations,
-            p50: sampled.p50,
-            p99: sampled.p99,
-            per_second: sampled.per_second,
-            server_cpu_per_op: sampled.server_cpu_per_op,
-            client_cpu_per_op: sampled.client_cpu_per_op,
+            sampled,
         }
+    }
+}
+
+impl<M> std::ops::Deref for Cell<M> {
+    type Target = Sampled;
+
+    fn deref(&self) -> &Sampled {
+        &self.sampled
     }
 }
 

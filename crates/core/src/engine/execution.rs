@@ -30,16 +30,7 @@ impl Run {
             })
             .collect();
         for (call_id, name, content) in refused {
-            self.emit(EventKind::ToolResult {
-                call_id,
-                name,
-                ok: false,
-                content,
-                data: None,
-                effects: Vec::new(),
-                lock_wait_ms: None,
-                duration_ms: 0,
-            });
+            self.emit(failed_result(call_id, name, content, None, 0));
         }
 
         // Consecutive concurrency-safe calls form one concurrent batch;
@@ -168,27 +159,27 @@ impl Run {
             tokio::select! {
                 biased;
                 Some((call_id, progress)) = progress_rx.recv() => {
-                    self.emit(EventKind::ToolStateUpdate {
-                        call_id,
-                        message: progress.message,
-                        fraction: progress.fraction,
-                    });
+                    self.emit_progress(call_id, progress);
                 }
                 finished = running.next() => {
                     let Some((index, outcome)) = finished else { break };
                     // Progress sent before the call returned comes first.
                     while let Ok((call_id, progress)) = progress_rx.try_recv() {
-                        self.emit(EventKind::ToolStateUpdate {
-                            call_id,
-                            message: progress.message,
-                            fraction: progress.fraction,
-                        });
+                        self.emit_progress(call_id, progress);
                     }
                     self.record_result(index, outcome);
                 }
                 _ = cancel.wait_for(|c| *c) => return,
             }
         }
+    }
+
+    fn emit_progress(&mut self, call_id: String, progress: ToolProgress) {
+        self.emit(EventKind::ToolStateUpdate {
+            call_id,
+            message: progress.message,
+            fraction: progress.fraction,
+        });
     }
 
     pub(super) fn record_result(&mut self, index: usize, outcome: ToolCallOutcome) {
@@ -226,18 +217,30 @@ impl Run {
                     observation: content.clone(),
                 };
                 self.state.risk.tool_errors += 1;
-                EventKind::ToolResult {
-                    call_id,
-                    name,
-                    ok: false,
-                    content,
-                    data: None,
-                    effects: Vec::new(),
-                    lock_wait_ms,
-                    duration_ms,
-                }
+                failed_result(call_id, name, content, lock_wait_ms, duration_ms)
             }
         };
         self.emit(event);
+    }
+}
+
+/// The result event of a call that returned no output: refused before it
+/// ran, or failed (`content` says why).
+fn failed_result(
+    call_id: String,
+    name: String,
+    content: String,
+    lock_wait_ms: Option<u64>,
+    duration_ms: u64,
+) -> EventKind {
+    EventKind::ToolResult {
+        call_id,
+        name,
+        ok: false,
+        content,
+        data: None,
+        effects: Vec::new(),
+        lock_wait_ms,
+        duration_ms,
     }
 }

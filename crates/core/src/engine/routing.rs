@@ -5,7 +5,7 @@ use super::Run;
 use crate::middleware::{PermissionInput, run_chain};
 use crate::policy::Permission;
 use crate::registry::{CallRejection, ToolRegistry};
-use crate::state::{CallStatus, Node, TransitionReason};
+use crate::state::{CallStatus, Node, PendingCall, TransitionReason};
 
 impl Run {
     pub(super) async fn route(&mut self) {
@@ -20,10 +20,7 @@ impl Run {
             let entry = match registry.available(&call.call.name, &self.state.active_groups) {
                 Ok(entry) => entry,
                 Err(rejection) => {
-                    self.count_rejection(&rejection);
-                    call.status = CallStatus::Rejected {
-                        observation: rejection.observation(),
-                    };
+                    self.reject(call, &rejection);
                     continue;
                 }
             };
@@ -31,10 +28,7 @@ impl Run {
             let arguments = match ToolRegistry::prepare_arguments(entry, parsed) {
                 Ok(arguments) => arguments,
                 Err(rejection) => {
-                    self.count_rejection(&rejection);
-                    call.status = CallStatus::Rejected {
-                        observation: rejection.observation(),
-                    };
+                    self.reject(call, &rejection);
                     continue;
                 }
             };
@@ -90,7 +84,12 @@ impl Run {
         }
     }
 
-    pub(super) fn count_rejection(&mut self, rejection: &CallRejection) {
+    /// Refuses `call` for `rejection`: counted, and the reason is the
+    /// call's observation.
+    fn reject(&mut self, call: &mut PendingCall, rejection: &CallRejection) {
+        call.status = CallStatus::Rejected {
+            observation: rejection.observation(),
+        };
         let risk = &mut self.state.risk;
         match rejection {
             CallRejection::UnknownTool(_) => risk.unknown_tool += 1,

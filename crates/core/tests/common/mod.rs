@@ -161,6 +161,42 @@ pub(crate) async fn run(stream: RunStream) -> (Vec<Event>, Outcome) {
         .expect("the run finished within 10 s")
 }
 
+/// Starts `engine` on the task "go" (session "s", no system prompt) and
+/// drives the run to its end.
+pub(crate) async fn run_go(engine: &Engine) -> (Vec<Event>, Outcome) {
+    let (stream, _) = engine.start("s", "", "go");
+    run(stream).await
+}
+
+/// Starts `engine` on the task "go", cancels the run once `started` fires
+/// (the test's tool or model got the call) and returns how the run ended.
+pub(crate) async fn cancel_once_started(
+    engine: &Engine,
+    started: tokio::sync::oneshot::Receiver<()>,
+) -> Outcome {
+    let (stream, handle) = engine.start("s", "", "go");
+    let control = handle.control();
+    let runner = tokio::spawn(stream.collect_all());
+    tokio::time::timeout(Duration::from_secs(10), started)
+        .await
+        .expect("the call started")
+        .expect("sender kept");
+    control.cancel();
+    let (_, outcome) = tokio::time::timeout(Duration::from_secs(10), runner)
+        .await
+        .expect("run ends after cancel")
+        .expect("task ok");
+    outcome
+}
+
+/// A script of one tool call, then the final answer `answer`.
+pub(crate) fn call_then(id: &str, tool: &str, args: &str, answer: &str) -> Vec<ScriptedTurn> {
+    vec![
+        ScriptedTurn::call(id, tool, args),
+        ScriptedTurn::text(answer),
+    ]
+}
+
 pub(crate) fn final_text(outcome: &Outcome) -> &str {
     match outcome {
         Outcome::Final { text, .. } => text,

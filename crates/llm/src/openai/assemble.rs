@@ -239,14 +239,20 @@ mod tests {
         );
     }
 
+    /// The error the assembler ends with after `chunks` (`saw_done`: the
+    /// stream's `[DONE]` arrived).
+    fn error_at_end(chunks: &[&str], saw_done: bool) -> ModelError {
+        let mut assembler = TurnAssembler::new();
+        feed(&mut assembler, chunks);
+        assembler.on_end(saw_done).unwrap_err()
+    }
+
     #[test]
     fn a_nameless_tool_call_is_a_protocol_error() {
-        let mut assembler = TurnAssembler::new();
-        feed(
-            &mut assembler,
+        let err = error_at_end(
             &[r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a"}]}}]}"#],
+            true,
         );
-        let err = assembler.on_end(true).unwrap_err();
         assert!(
             matches!(&err, ModelError::Protocol(m) if m.contains("without a function name")),
             "{err}"
@@ -255,12 +261,7 @@ mod tests {
 
     #[test]
     fn a_stream_cut_before_finish_is_a_protocol_error() {
-        let mut assembler = TurnAssembler::new();
-        feed(
-            &mut assembler,
-            &[r#"{"choices":[{"delta":{"content":"hal"}}]}"#],
-        );
-        let err = assembler.on_end(false).unwrap_err();
+        let err = error_at_end(&[r#"{"choices":[{"delta":{"content":"hal"}}]}"#], false);
         assert!(
             matches!(&err, ModelError::Protocol(m) if m.contains("cut off")),
             "{err}"

@@ -74,3 +74,9 @@ pub(crate) fn inside<'a>(html: &'a str, tag: &str, id: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{tag}#{id} closed"));
     &html[start..start + end + tag.len() + 3]
 }
+
+/// Fails unless `text` contains `part`, showing `text` when it does not.
+#[track_caller]
+pub(crate) fn assert_contains(text: &str, part: &str) {
+    assert!(text.contains(part), "{part:?} not in {text}");
+}
