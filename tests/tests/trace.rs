@@ -11,21 +11,20 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
 // Shared with the e2e binary; this test uses only part of it.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "e2e/support.rs"]
 mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use mtswarm_proto::v1;
 use mtswarm_telemetry::TelemetryConfig;
 use mtswarm_tests::{
     CollectedSpan, OtlpCollector, StackOptions, TestStack, node_bin, small_fleet_toml,
 };
 
 use support::{
-    fan_out_script, get_job, job_spec, quick_vecadd_parameters, script_leader, submit, watch_to_end,
+    fan_out_script, job_spec, quick_vecadd_parameters, run_to_success, script_leader, submit,
 };
 
 /// The chain of spans from `start` up to its root, following parent ids
@@ -98,14 +97,7 @@ async fn one_job_is_one_trace_across_leader_and_worker_processes() {
     let mut control = stack.control().await;
 
     let job_id = submit(&mut control, job_spec("Trace vecadd", "vecadd", true)).await;
-    watch_to_end(&mut control, &job_id, Duration::from_secs(300)).await;
-    let job = get_job(&mut control, &job_id).await;
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.worker_logs()
-    );
+    run_to_success(&stack, &mut control, &job_id, Duration::from_secs(300)).await;
     guard.force_flush().expect("flush the leader's spans");
 
     // Worker processes export on their batch schedule; wait for a complete chain.

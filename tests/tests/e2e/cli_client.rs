@@ -4,31 +4,18 @@
 //! measurements in the results store, over NATS), `jobs --json`,
 //! `approvals --json`.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
+use mtswarm_tests::cli::{client_command, stdout_of};
 use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
 
 use crate::support::{fan_out_script, quick_vecadd_parameters, script_leader};
 
 fn mtswarm(leader: &str, args: &[&str]) -> Output {
-    Command::new(node_bin!())
-        .args(args)
-        .env("MTSWARM_LEADER", leader)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("MTSWARM_JSON")
+    client_command(&node_bin!(), leader, args)
         .output()
         .expect("run mtswarm")
-}
-
-fn stdout_of(output: &Output, what: &str) -> String {
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

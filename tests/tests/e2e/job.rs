@@ -10,8 +10,8 @@ use mtswarm_proto::v1;
 use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
 
 use crate::support::{
-    agent_events, fan_out_script, get_job, job_spec, quick_vecadd_parameters, script_leader,
-    submit, task_results, watch_to_end,
+    agent_events, fan_out_script, job_spec, quick_vecadd_parameters, run_to_success, script_leader,
+    submit, task_results,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -33,14 +33,8 @@ async fn job_fans_out_to_three_agents_on_two_worker_processes() {
         job_spec("Tune vecadd on three slices", "vecadd", true),
     )
     .await;
-    let events = watch_to_end(&mut control, &job_id, Duration::from_secs(300)).await;
-    let job = get_job(&mut control, &job_id).await;
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "job {job:#?}\nworkers:\n{}",
-        stack.worker_logs()
-    );
+    let (events, job) =
+        run_to_success(&stack, &mut control, &job_id, Duration::from_secs(300)).await;
 
     // Every JobEvent of the stream is in order, without repeats.
     for pair in events.windows(2) {
