@@ -258,7 +258,9 @@ pub async fn stop_requested() -> &'static str {
     }
 }
 
-fn bus_config(
+/// The bus settings of `--nats` (comma-separated URLs, blanks dropped) and
+/// `--nats-creds` for a connection named `name`; an error when no URL is left.
+pub(crate) fn bus_config(
     nats: &[String],
     creds: &Option<PathBuf>,
     name: &str,
