@@ -49,24 +49,42 @@ async fn decide(
         .expect("DecideApproval")
 }
 
+/// A one-agent vecadd job with `goal` on two free slices whose worker
+/// sessions wait for a reviewer (undecided calls are denied after
+/// `approval_timeout`): its start, its first assignment and the first
+/// request that waits for a decision.
+async fn paused_for_approval(
+    approval_timeout: Duration,
+    goal: &str,
+) -> (Started, v1::TaskAssignment, v1::ApprovalRequest) {
+    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
+    options.worker_args = vec![
+        "--approval-timeout".into(),
+        approval_timeout.as_secs().to_string(),
+    ];
+    let mut started = start_job(options, 2, vecadd_job(goal, 1, false)).await;
+    let first = first_assignment(&started.stack, &started.job_id).await;
+    let request = first_pending(&started.stack, &mut started.control, &started.job_id).await;
+    (started, first, request)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
     let _serial = one_at_a_time().await;
-    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
-    options.worker_args = vec!["--approval-timeout".into(), "600".into()];
-    let Started {
-        mut stack,
-        mut control,
-        job_id,
-        ..
-    } = start_job(
-        options,
-        2,
-        vecadd_job("Tune vecadd with a reviewer; a worker will die", 1, false),
+    let (
+        Started {
+            mut stack,
+            mut control,
+            job_id,
+            ..
+        },
+        first,
+        request,
+    ) = paused_for_approval(
+        Duration::from_secs(600),
+        "Tune vecadd with a reviewer; a worker will die",
     )
     .await;
-    let first = first_assignment(&stack, &job_id).await;
-    let request = first_pending(&stack, &mut control, &job_id).await;
     assert_eq!(request.session_id, first.session_id);
 
     let killed_at = stack.kill_worker(&first.worker_id);
@@ -203,21 +221,16 @@ async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
 async fn undecided_approval_times_out_denied_across_a_move() {
     let _serial = one_at_a_time().await;
     let timeout = Duration::from_secs(6);
-    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
-    options.worker_args = vec!["--approval-timeout".into(), timeout.as_secs().to_string()];
-    let Started {
-        mut stack,
-        mut control,
-        job_id,
-        ..
-    } = start_job(
-        options,
-        2,
-        vecadd_job("Tune vecadd; nobody answers the reviewer", 1, false),
-    )
-    .await;
-    let first = first_assignment(&stack, &job_id).await;
-    let request = first_pending(&stack, &mut control, &job_id).await;
+    let (
+        Started {
+            mut stack,
+            mut control,
+            job_id,
+            ..
+        },
+        first,
+        request,
+    ) = paused_for_approval(timeout, "Tune vecadd; nobody answers the reviewer").await;
     let killed_at = stack.kill_worker(&first.worker_id);
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -21,17 +21,13 @@ async fn frozen_worker_late_result_is_fenced_off() {
     let _serial = one_at_a_time().await;
     let options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
     let ttl = Duration::from_secs(options.lease_ttl_seconds);
+    let spec = vecadd_job("Tune vecadd; one worker will freeze", 1, true);
     let Started {
         stack,
         mut control,
         job_id,
         ..
-    } = start_job(
-        options,
-        2,
-        vecadd_job("Tune vecadd; one worker will freeze", 1, true),
-    )
-    .await;
+    } = start_job(options, 2, spec).await;
 
     let first = first_assignment(&stack, &job_id).await;
     wait_checkpoint(&stack, &first, 2).await;

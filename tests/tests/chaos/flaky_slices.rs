@@ -86,17 +86,13 @@ async fn crashing_slice_is_quarantined_and_lifted() {
         .push(("MTSWARM_QUARANTINE_AFTER".into(), "2".into()));
     // Two agents: on board0-c0 (flaky) and board0-c1, the first free slices
     // in id order; board1-c0 stays free for the move.
+    let spec = vecadd_job("Tune vecadd on a fleet with a bad slice", 2, true);
     let Started {
         stack,
         mut control,
         job_id,
         submitted_at: started,
-    } = start_job(
-        options,
-        3,
-        vecadd_job("Tune vecadd on a fleet with a bad slice", 2, true),
-    )
-    .await;
+    } = start_job(options, 3, spec).await;
 
     wait_state(
         &stack,

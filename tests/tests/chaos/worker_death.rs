@@ -20,17 +20,13 @@ async fn killed_worker_task_is_reassigned_and_resumes_from_its_checkpoint() {
     let _serial = one_at_a_time().await;
     let options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
     let ttl = Duration::from_secs(options.lease_ttl_seconds);
+    let spec = vecadd_job("Tune vecadd; one worker will die", 1, true);
     let Started {
         mut stack,
         mut control,
         job_id,
         submitted_at: started,
-    } = start_job(
-        options,
-        2,
-        vecadd_job("Tune vecadd; one worker will die", 1, true),
-    )
-    .await;
+    } = start_job(options, 2, spec).await;
 
     let first = first_assignment(&stack, &job_id).await;
     assert_eq!(first.attempt, 1, "{first:#?}");
