@@ -19,13 +19,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use mtswarm_telemetry::TelemetryConfig;
-use mtswarm_tests::{
-    CollectedSpan, OtlpCollector, StackOptions, TestStack, node_bin, small_fleet_toml,
-};
+use mtswarm_tests::{CollectedSpan, OtlpCollector, small_fleet_toml};
 
-use support::{
-    fan_out_script, job_spec, quick_vecadd_parameters, run_to_success, script_leader, submit,
-};
+use support::{fan_out_options, job_spec, run_to_success, start_stack, submit};
 
 /// The chain of spans from `start` up to its root, following parent ids
 /// among `spans`; stops at a parent that was not received.
@@ -88,13 +84,9 @@ async fn one_job_is_one_trace_across_leader_and_worker_processes() {
     telemetry.log_filter = Some("info".into());
     let mut guard = mtswarm_telemetry::init(telemetry).expect("telemetry");
 
-    let script = fan_out_script(&[("traced", "")], &quick_vecadd_parameters());
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
-    options.configure_leader = Box::new(move |config| script_leader(config, script));
+    let mut options = fan_out_options(&[("traced", "")], small_fleet_toml(1, 1, 2));
     options.otlp_endpoint = Some(collector.endpoint());
-    let stack = TestStack::start(options).await;
-    stack.wait_for_slices(1, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
+    let (stack, mut control) = start_stack(options, 1).await;
 
     let job_id = submit(&mut control, job_spec("Trace vecadd", "vecadd", true)).await;
     run_to_success(&stack, &mut control, &job_id, Duration::from_secs(300)).await;

@@ -9,11 +9,10 @@ use std::time::Duration;
 use mtswarm_proto::v1;
 use mtswarm_tests::jobs::{approvals, decide_approval, is_final};
 use mtswarm_tests::stack::Control;
-use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
+use mtswarm_tests::{TestStack, small_fleet_toml};
 
 use crate::support::{
-    agent_events, fan_out_script, get_job, job_spec, quick_vecadd_parameters, script_leader,
-    submit, task_results,
+    agent_events, fan_out_options, get_job, job_spec, start_stack, submit, task_results,
 };
 
 /// Waits until the job has a pending approval and returns it.
@@ -105,12 +104,8 @@ fn tool_result_of(events: &[v1::JobEvent], call_id: &str) -> Option<serde_json::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
-    let script = fan_out_script(&[("reviewed", "")], &quick_vecadd_parameters());
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
-    options.configure_leader = Box::new(move |config| script_leader(config, script));
-    let stack = TestStack::start(options).await;
-    stack.wait_for_slices(1, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
+    let options = fan_out_options(&[("reviewed", "")], small_fleet_toml(1, 1, 2));
+    let (stack, mut control) = start_stack(options, 1).await;
 
     // --- approve: every paused call of the session is approved; tools run.
     let job_id = submit(

@@ -10,9 +10,9 @@ use mtswarm_leader::LeaderConfig;
 use mtswarm_proto::v1;
 use serde_json::{Value, json};
 
-use mtswarm_tests::TestStack;
 pub(crate) use mtswarm_tests::jobs::{agent_events, get_job, submit, task_results, watch_to_end};
 use mtswarm_tests::stack::Control;
+use mtswarm_tests::{StackOptions, TestStack};
 
 /// One leader turn calling `tool` once per argument object.
 pub(crate) fn calls(tool: &str, arguments: &[Value]) -> ScriptedTurn {
@@ -59,6 +59,26 @@ pub(crate) fn fan_out_script(agents: &[(&str, &str)], parameters: &Value) -> Vec
         ),
         ScriptedTurn::text("All agents reported; see the task results."),
     ]
+}
+
+/// Options for a stack on `fleet_toml` whose leader replays the
+/// [`fan_out_script`] of `agents` with [`quick_vecadd_parameters`].
+pub(crate) fn fan_out_options(agents: &[(&str, &str)], fleet_toml: String) -> StackOptions {
+    let script = fan_out_script(agents, &quick_vecadd_parameters());
+    let mut options = StackOptions::new(mtswarm_tests::node_bin!(), fleet_toml);
+    options.configure_leader = Box::new(move |config| script_leader(config, script));
+    options
+}
+
+/// Starts `options`' stack, waits until its workers registered `slices`
+/// slices, and connects a Control client.
+pub(crate) async fn start_stack(options: StackOptions, slices: usize) -> (TestStack, Control) {
+    let stack = TestStack::start(options).await;
+    stack
+        .wait_for_slices(slices, std::time::Duration::from_secs(30))
+        .await;
+    let control = stack.control().await;
+    (stack, control)
 }
 
 /// Task parameters for one quick vecadd run on 2 cores.
