@@ -17,7 +17,7 @@ use mtswarm_bus::results::{self, CandidateStatus, ResultQuery, ResultRecord, Res
 use serde_json::json;
 
 use crate::credentials::NatsSecurityArgs;
-use crate::daemons::DEFAULT_NATS;
+use crate::daemons::{DEFAULT_NATS, NatsArgs};
 use crate::render;
 
 /// How `mtswarm results` prints the records (`--format`).
@@ -76,15 +76,9 @@ pub struct ResultsCmd {
     /// One JSON object `{"count": N, "records": [...]}` (instead of --format).
     #[arg(long, env = "MTSWARM_JSON", conflicts_with = "format")]
     pub json: bool,
-    /// NATS server URL(s), comma-separated.
-    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
-    pub nats: Vec<String>,
-    /// NATS credentials file (.creds).
-    #[arg(long, env = "MTSWARM_NATS_CREDS")]
-    pub nats_creds: Option<PathBuf>,
-    /// The nkey seed and NATS TLS settings for reading the results store.
+    /// The NATS servers of the results store and how to authenticate.
     #[command(flatten)]
-    pub nats_security: NatsSecurityArgs,
+    pub bus: NatsArgs,
 }
 
 impl ResultsCmd {
@@ -211,7 +205,9 @@ pub async fn connect_store(
 /// store over NATS and prints or exports them. Exit 0 on any match count.
 pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
     let query = cmd.query(SystemTime::now())?;
-    let (bus, store) = connect_store(&cmd.nats, cmd.nats_creds.clone(), &cmd.nats_security).await?;
+    let nats = &cmd.bus;
+    let (bus, store) =
+        connect_store(&nats.nats, nats.nats_creds.clone(), &nats.nats_security).await?;
     let records = store
         .query(&query)
         .await
