@@ -33,28 +33,25 @@
 //! `floor`, the bare consumer). Run:
 //! `cargo bench -p mtswarm-tests --bench assign_roundtrip`
 //! (`BENCH_MODES=assign` runs only the named modes, for profiling).
+//!
+//! `raw` and `floor` are measured by the round-trip bench's floor
+//! (`crates/bus/benches/floor/`, included here), as `cargo bench -p
+//! mtswarm-bus --bench roundtrip` measures them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+#[path = "../../crates/bus/benches/floor/mod.rs"]
+mod floor;
+
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
+use floor::{FLOOR_SLICE, FLOOR_WORKER, IN_FLIGHT, JOB_ID, Leader, env_number, find, measure, us};
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::testing::bench::{
-    ResultWaiters, echo_request, route_results, run_noop_worker, sample, start_echo_responder,
-};
-use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
+use mtswarm_bus::{TopologyConfig, v1};
 use mtswarm_proto::v1::worker_client::WorkerClient;
+use mtswarm_tests::stack::GrpcTransport;
 use mtswarm_worker::{WorkerConfig, WorkerDaemon, WorkerHandle};
-use tokio::sync::oneshot;
-
-const IN_FLIGHT: [usize; 3] = [1, 16, 256];
-const JOB_ID: &str = "bench-job";
-const FLOOR_WORKER: &str = "bench-floor";
-const FLOOR_SLICE: &str = "floor";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -72,15 +69,11 @@ struct Session {
 }
 
 struct Harness {
-    leader: Bus,
+    leader: Leader,
     sessions: Vec<Session>,
-    waiters: ResultWaiters,
-    next_task: AtomicU64,
     /// Result tokens of the tasks (the secure stack's leader key).
     result_key: Option<mtswarm_auth::ResultKey>,
 }
-
-type Cell = mtswarm_bus::testing::bench::Cell<Mode>;
 
 fn timestamp(at: SystemTime) -> mtswarm_proto::prost_types::Timestamp {
     mtswarm_proto::prost_types::Timestamp::from(at)
@@ -88,9 +81,9 @@ fn timestamp(at: SystemTime) -> mtswarm_proto::prost_types::Timestamp {
 
 async fn one_operation(harness: &Harness, mode: Mode) {
     match mode {
-        Mode::Raw => echo_request(&harness.leader, "bench.echo").await,
+        Mode::Raw => harness.leader.raw().await,
         Mode::Floor | Mode::Assign | Mode::Secure => {
-            let n = harness.next_task.fetch_add(1, Ordering::Relaxed);
+            let n = harness.leader.next_task();
             let session = &harness.sessions[(n as usize) % harness.sessions.len()];
             let (worker_id, slice_id) = if mode == Mode::Floor {
                 (FLOOR_WORKER.to_owned(), FLOOR_SLICE.to_owned())
@@ -103,12 +96,6 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 .as_ref()
                 .map(|key| key.token(JOB_ID, &task_id, 1))
                 .unwrap_or_default();
-            let (tx, rx) = oneshot::channel();
-            harness
-                .waiters
-                .lock()
-                .expect("waiters lock")
-                .insert(task_id.clone(), tx);
             let now = SystemTime::now();
             let task = v1::TaskAssignment {
                 task_id,
@@ -128,36 +115,10 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 measure_baseline: false,
                 result_token,
             };
-            harness
-                .leader
-                .publish_task(&task)
-                .await
-                .expect("publish task");
-            let status = rx.await.expect("result arrives");
+            let status = harness.leader.round_trip(&task, false).await;
             assert_eq!(status, v1::TaskStatus::Ok, "no-op task failed");
         }
     }
-}
-
-async fn measure(
-    harness: Arc<Harness>,
-    mode: Mode,
-    in_flight: usize,
-    duration: Duration,
-    server_pid: &str,
-) -> Cell {
-    let sampled = sample(
-        in_flight,
-        Duration::from_millis(500),
-        duration,
-        server_pid,
-        move || {
-            let harness = harness.clone();
-            async move { one_operation(&harness, mode).await }
-        },
-    )
-    .await;
-    Cell::new(mode, in_flight, sampled)
 }
 
 /// The modes named in `BENCH_MODES` (comma-separated `raw`, `floor`,
@@ -187,17 +148,11 @@ fn fleet_toml(board: &str, sessions: u32) -> String {
     )
 }
 
-async fn spawn_sessions<T>(
+async fn spawn_sessions<T: GrpcTransport>(
     client: &mut WorkerClient<T>,
     worker: &WorkerHandle,
     prefix: &str,
-) -> Vec<Session>
-where
-    T: tonic::client::GrpcService<tonic::body::Body>,
-    T::Error: Into<tonic::codegen::StdError>,
-    T::ResponseBody: tonic::codegen::Body<Data = Bytes> + Send + 'static,
-    <T::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
-{
+) -> Vec<Session> {
     let mut spawned = Vec::new();
     for (index, slice_id) in worker.slice_ids().into_iter().enumerate() {
         let agent_id = format!("{prefix}-agent-{index}");
@@ -259,7 +214,9 @@ async fn start_secure(
             "bench-secure-leader",
         )
         .expect("leader bus settings");
-    let leader = Bus::connect(leader_config).await.expect("secure leader");
+    let leader = mtswarm_bus::Bus::connect(leader_config)
+        .await
+        .expect("secure leader");
     leader
         .wait_connected(Duration::from_secs(10))
         .await
@@ -301,66 +258,27 @@ async fn start_secure(
     let pass: fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> = Ok;
     let mut client = WorkerClient::with_interceptor(channel, auth.interceptor(pass));
     let spawned = spawn_sessions(&mut client, &worker, "secure").await;
-    let waiters: ResultWaiters = Arc::new(Mutex::new(HashMap::new()));
-    tokio::spawn(route_results(
-        leader.clone(),
-        ResultConsumerConfig {
-            job_id: Some(JOB_ID.into()),
-            ..ResultConsumerConfig::new("bench-secure")
-        },
-        waiters.clone(),
-    ));
     let key = mtswarm_auth::ResultKey::load(&deployment.result_key_file).expect("result key");
     let harness = Arc::new(Harness {
-        leader,
+        leader: Leader::new(leader, "bench-secure"),
         sessions: spawned,
-        waiters,
-        next_task: AtomicU64::new(0),
         result_key: Some(key),
     });
     (server, harness, worker)
 }
 
 fn main() {
-    let seconds: f64 = std::env::var("BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
-    let sessions: u32 = std::env::var("BENCH_SESSIONS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(64);
+    let seconds: f64 = env_number("BENCH_SECONDS", 3.0);
+    let sessions: u32 = env_number("BENCH_SESSIONS", 64);
     let duration = Duration::from_secs_f64(seconds);
     let modes = selected_modes();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = floor::runtime();
     let server = NatsServer::start().expect("nats-server from PATH");
     let server_pid = server.pid().map(|pid| pid.to_string()).unwrap_or_default();
     let dir = tempfile::tempdir().expect("temp dir");
     let cells = runtime.block_on(async {
-        let leader = Bus::connect(BusConfig::new(server.url()).with_name("bench-leader"))
-            .await
-            .expect("leader connects");
-        let echo_side = Bus::connect(BusConfig::new(server.url()).with_name("bench-echo"))
-            .await
-            .expect("echo connects");
-        leader
-            .wait_connected(Duration::from_secs(10))
-            .await
-            .expect("leader up");
-        echo_side
-            .wait_connected(Duration::from_secs(10))
-            .await
-            .expect("echo up");
-        leader
-            .ensure_topology(&TopologyConfig::default())
-            .await
-            .expect("topology");
-
-        // Raw responder on its own connection, like a worker would be.
-        start_echo_responder(&echo_side, &leader, "bench.echo").await;
+        let leader =
+            floor::start_floor(&server.url(), &TopologyConfig::default(), "bench-assign").await;
 
         // A real worker daemon with one single-core slice per session.
         let fleet = dir.path().join("fleet.toml");
@@ -377,22 +295,9 @@ fn main() {
         let spawned = spawn_sessions(&mut client, &worker, "bench").await;
         eprintln!("worker daemon with {} sessions", spawned.len());
 
-        let waiters: ResultWaiters = Arc::new(Mutex::new(HashMap::new()));
-        let floor_side = echo_side.clone();
-        tokio::spawn(async move { run_noop_worker(floor_side, FLOOR_WORKER, FLOOR_SLICE).await });
-        tokio::spawn(route_results(
-            leader.clone(),
-            ResultConsumerConfig {
-                job_id: Some(JOB_ID.into()),
-                ..ResultConsumerConfig::new("bench-assign")
-            },
-            waiters.clone(),
-        ));
         let harness = Arc::new(Harness {
             leader,
             sessions: spawned,
-            waiters,
-            next_task: AtomicU64::new(0),
             result_key: None,
         });
         let secure = if modes.contains(&Mode::Secure) {
@@ -412,17 +317,22 @@ fn main() {
                     (Some((_, secure, _)), Mode::Secure) => (secure.clone(), &secure_pid),
                     _ => (harness.clone(), &server_pid),
                 };
-                let cell = measure(side, mode, in_flight, duration, pid).await;
+                let operation = move || {
+                    let side = side.clone();
+                    async move { one_operation(&side, mode).await }
+                };
+                let warm_up = Duration::from_millis(500);
+                let cell = measure(mode, in_flight, warm_up, duration, pid, operation).await;
                 eprintln!(
                     "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)  cpu/op server {:>6.1} us client {:>6.1} us",
                     format!("{:?}", cell.mode),
                     cell.in_flight,
-                    cell.p50.as_secs_f64() * 1e6,
-                    cell.p99.as_secs_f64() * 1e6,
+                    us(cell.p50),
+                    us(cell.p99),
                     cell.per_second,
                     cell.operations,
-                    cell.server_cpu_per_op.as_secs_f64() * 1e6,
-                    cell.client_cpu_per_op.as_secs_f64() * 1e6,
+                    us(cell.server_cpu_per_op),
+                    us(cell.client_cpu_per_op),
                 );
                 cells.push(cell);
             }
@@ -445,15 +355,10 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for in_flight in IN_FLIGHT {
-        let find = |mode| {
-            cells
-                .iter()
-                .find(|c| c.mode == mode && c.in_flight == in_flight)
-        };
+        let cell = |mode| find(&cells, mode, in_flight);
         if let (Some(raw), Some(floor), Some(assign)) =
-            (find(Mode::Raw), find(Mode::Floor), find(Mode::Assign))
+            (cell(Mode::Raw), cell(Mode::Floor), cell(Mode::Assign))
         {
-            let us = |d: Duration| d.as_secs_f64() * 1e6;
             println!(
                 "| {in_flight} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1} | {:.1} | {:.0} | {:.1}x | {:.1}x | {:.1} | {:.1} |",
                 us(raw.p50),
@@ -478,13 +383,8 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|");
     for in_flight in IN_FLIGHT {
-        let find = |mode| {
-            cells
-                .iter()
-                .find(|c| c.mode == mode && c.in_flight == in_flight)
-        };
-        if let (Some(assign), Some(secure)) = (find(Mode::Assign), find(Mode::Secure)) {
-            let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let cell = |mode| find(&cells, mode, in_flight);
+        if let (Some(assign), Some(secure)) = (cell(Mode::Assign), cell(Mode::Secure)) {
             println!(
                 "| {in_flight} | {:.1} | {:.1} | {:+.1} % | {:.1} | {:.1} | {:.0} |",
                 us(assign.p50),

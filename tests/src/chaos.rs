@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::process::{NodeProcess, ReadyInfo};
-use crate::stack::{Control, READY_TIMEOUT};
+use crate::stack::{Control, READY_TIMEOUT, start_nats_with_fleet};
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -104,16 +104,8 @@ impl ChaosStack {
     /// [`READY_TIMEOUT`]) and connects the observer. Panics with the failing
     /// part's log: this is test setup.
     pub async fn start(options: ChaosOptions) -> ChaosStack {
-        let nats = tokio::task::spawn_blocking(NatsServer::start)
-            .await
-            .expect("nats start task")
-            .expect("nats-server starts (is it on PATH? see deploy/setup.sh)");
-        let dir = tempfile::Builder::new()
-            .prefix("mtswarm-chaos-")
-            .tempdir()
-            .expect("chaos temp dir");
-        let fleet_path = dir.path().join("fleet.toml");
-        std::fs::write(&fleet_path, &options.fleet_toml).expect("write fleet.toml");
+        let (nats, dir, fleet_path) =
+            start_nats_with_fleet("mtswarm-chaos-", &options.fleet_toml).await;
         let decision_key =
             mtswarm_auth::generate::decision_key_files(dir.path()).expect("decision key");
         let observer = Observer::connect(&nats.url())

@@ -1,7 +1,9 @@
 //! Shared helpers for the workspace-level end-to-end tests: real processes
 //! (killed with their whole process group when the guard drops), readiness
 //! through `--ready-file` with a bounded wait, an in-process OTLP collector (`mtswarm_telemetry::testing`),
-//! and paths to the example kernels and fleet files.
+//! jobs driven through the Control service (`jobs`), the `mtswarm` command
+//! line as a child process (`cli`), and paths to the example kernels and
+//! fleet files.
 //!
 //! The processes are the tests crate's own `mtswarm-node` binary, which runs
 //! the `mtswarm` command line (`mtswarm_cli::run`). Cargo builds it before the
@@ -12,6 +14,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
 pub mod chaos;
+pub mod cli;
+pub mod jobs;
 pub mod process;
 pub mod stack;
 

@@ -13,6 +13,7 @@ use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
+use tonic::codegen::{Body, Bytes, StdError};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -65,6 +66,27 @@ impl StackOptions {
 /// Control client with trace context injection, as the CLI uses.
 pub type Control = ControlClient<InterceptedService<Channel, TraceContextInterceptor>>;
 
+/// What a generated gRPC client needs of its transport: a channel, with or
+/// without interceptors (trace context, bearer tokens). Helpers that take
+/// any client bound their transport by this one name.
+pub trait GrpcTransport:
+    tonic::client::GrpcService<
+        tonic::body::Body,
+        Error: Into<StdError>,
+        ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
+    >
+{
+}
+
+impl<T> GrpcTransport for T where
+    T: tonic::client::GrpcService<
+            tonic::body::Body,
+            Error: Into<StdError>,
+            ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
+        >
+{
+}
+
 /// A running stack; everything stops when it drops (worker processes are
 /// killed, the leader's tasks end with the runtime, nats-server is killed).
 pub struct TestStack {
@@ -88,16 +110,8 @@ impl TestStack {
     /// by [`READY_TIMEOUT`]. Panics with the failing part's log: this is test
     /// setup.
     pub async fn start(mut options: StackOptions) -> TestStack {
-        let nats = tokio::task::spawn_blocking(NatsServer::start)
-            .await
-            .expect("nats start task")
-            .expect("nats-server starts (is it on PATH? see deploy/setup.sh)");
-        let dir = tempfile::Builder::new()
-            .prefix("mtswarm-e2e-")
-            .tempdir()
-            .expect("stack temp dir");
-        let fleet_path = dir.path().join("fleet.toml");
-        std::fs::write(&fleet_path, &options.fleet_toml).expect("write fleet.toml");
+        let (nats, dir, fleet_path) =
+            start_nats_with_fleet("mtswarm-e2e-", &options.fleet_toml).await;
 
         let mut config = LeaderConfig::new(nats.url(), options.kernel_root.clone());
         let configure = std::mem::replace(&mut options.configure_leader, Box::new(|_| {}));
@@ -191,6 +205,26 @@ impl TestStack {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// What every test stack starts with: a nats-server on a free port, and a
+/// temporary directory (its name starting with `prefix`) holding the
+/// stack's `fleet.toml` with `fleet_toml`, whose path comes last.
+pub(crate) async fn start_nats_with_fleet(
+    prefix: &str,
+    fleet_toml: &str,
+) -> (NatsServer, tempfile::TempDir, PathBuf) {
+    let nats = tokio::task::spawn_blocking(NatsServer::start)
+        .await
+        .expect("nats start task")
+        .expect("nats-server starts (is it on PATH? see deploy/setup.sh)");
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("stack temp dir");
+    let fleet_path = dir.path().join("fleet.toml");
+    std::fs::write(&fleet_path, fleet_toml).expect("write fleet.toml");
+    (nats, dir, fleet_path)
 }
 
 fn worker_command(

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use mtswarm_llm::OpenAiConfig;
 use mtswarm_proto::v1;
+use mtswarm_tests::jobs::{get_job, job_spec, submit, watch_to_end};
 use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
 use serde_json::{Value, json};
-use tokio_stream::StreamExt as _;
 
 /// The model name both loops are configured with.
 const MODEL_NAME: &str = "scripted-model";
@@ -393,22 +393,6 @@ async fn chat_completions(
         .into_response()
 }
 
-fn job_spec() -> v1::JobSpec {
-    v1::JobSpec {
-        goal: "Tune vecadd with one candidate".to_string(),
-        kernel_dir: "vecadd".to_string(),
-        slice_selector: String::new(),
-        budgets: Some(v1::Budgets {
-            wall_time_seconds: 600,
-            ..Default::default()
-        }),
-        num_agents: 0,
-        model: None,
-        auto_approve: true,
-        allow_shell: false,
-    }
-}
-
 fn is_stream_request(body: &Value) -> bool {
     body.get("stream") == Some(&json!(true)) && body.get("model") == Some(&json!(MODEL_NAME))
 }
@@ -460,47 +444,16 @@ async fn real_model_drives_a_job_to_completion() {
     stack.wait_for_slices(1, Duration::from_secs(30)).await;
     let mut control = stack.control().await;
 
-    let job_id = control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(job_spec()),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("SubmitJob accepted")
-        .into_inner()
-        .job_id;
-
-    let mut watch = control
-        .watch_job(v1::WatchJobRequest {
-            job_id: job_id.clone(),
-            from_sequence: 0,
-        })
-        .await
-        .expect("WatchJob")
-        .into_inner();
-    let mut events: Vec<v1::JobEvent> = Vec::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
-    loop {
-        match tokio::time::timeout_at(deadline, watch.next()).await {
-            Err(_) => panic!(
-                "job {job_id} not final in time; last events: {:#?}\nworkers:\n{}",
-                &events[events.len().saturating_sub(10)..],
-                stack.worker_logs()
-            ),
-            Ok(None) => break,
-            Ok(Some(Err(status))) => panic!("WatchJob failed: {status}"),
-            Ok(Some(Ok(event))) => events.push(event),
-        }
-    }
-    let job = control
-        .get_job(v1::GetJobRequest {
-            job_id: job_id.clone(),
-        })
-        .await
-        .expect("GetJob")
-        .into_inner()
-        .job
-        .expect("a job record");
+    let job_id = submit(
+        &mut control,
+        job_spec("Tune vecadd with one candidate", "vecadd", 0, true),
+    )
+    .await;
+    let events = watch_to_end(&mut control, &job_id, Duration::from_secs(300), || {
+        format!("workers:\n{}", stack.worker_logs())
+    })
+    .await;
+    let job = get_job(&mut control, &job_id).await;
     let requests = server.seen.all();
     assert_eq!(
         job.state(),

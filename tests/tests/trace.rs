@@ -11,22 +11,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
 // Shared with the e2e binary; this test uses only part of it.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "e2e/support.rs"]
 mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use mtswarm_proto::v1;
 use mtswarm_telemetry::TelemetryConfig;
-use mtswarm_tests::{
-    CollectedSpan, OtlpCollector, StackOptions, TestStack, node_bin, small_fleet_toml,
-};
+use mtswarm_tests::{CollectedSpan, OtlpCollector, small_fleet_toml};
 
-use support::{
-    fan_out_script, get_job, job_spec, quick_vecadd_parameters, script_leader, submit, watch_to_end,
-};
+use support::{fan_out_options, job_spec, run_to_success, start_stack, submit};
 
 /// The chain of spans from `start` up to its root, following parent ids
 /// among `spans`; stops at a parent that was not received.
@@ -89,23 +84,12 @@ async fn one_job_is_one_trace_across_leader_and_worker_processes() {
     telemetry.log_filter = Some("info".into());
     let mut guard = mtswarm_telemetry::init(telemetry).expect("telemetry");
 
-    let script = fan_out_script(&[("traced", "")], &quick_vecadd_parameters());
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
-    options.configure_leader = Box::new(move |config| script_leader(config, script));
+    let mut options = fan_out_options(&[("traced", "")], small_fleet_toml(1, 1, 2));
     options.otlp_endpoint = Some(collector.endpoint());
-    let stack = TestStack::start(options).await;
-    stack.wait_for_slices(1, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
+    let (stack, mut control) = start_stack(options, 1).await;
 
     let job_id = submit(&mut control, job_spec("Trace vecadd", "vecadd", true)).await;
-    watch_to_end(&mut control, &job_id, Duration::from_secs(300)).await;
-    let job = get_job(&mut control, &job_id).await;
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.worker_logs()
-    );
+    run_to_success(&stack, &mut control, &job_id, Duration::from_secs(300)).await;
     guard.force_flush().expect("flush the leader's spans");
 
     // Worker processes export on their batch schedule; wait for a complete chain.

@@ -18,23 +18,20 @@
 //! Besides latency and throughput, the CPU time of the nats-server process
 //! and of the benchmark process (clients: leader and worker) per operation is
 //! printed, which shows where the time of the bus path goes.
+//!
+//! The raw responder, the bare task consumer and the leader side live in
+//! `floor/`, which `tests/benches/assign_roundtrip.rs` shares.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod floor;
+
+use std::sync::Arc;
 use std::time::Duration;
 
+use floor::{FLOOR_SLICE, FLOOR_WORKER, IN_FLIGHT, JOB_ID, Leader, env_number, find, measure, us};
 use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::testing::bench::{
-    ResultWaiters, echo_request, route_results, run_noop_worker, sample, start_echo_responder,
-};
-use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
-use tokio::sync::oneshot;
-
-const IN_FLIGHT: [usize; 3] = [1, 16, 256];
-const WORKER_ID: &str = "bench-worker";
-const SLICE_ID: &str = "bench-slice";
+use mtswarm_bus::{TopologyConfig, v1};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -53,96 +50,36 @@ impl Mode {
     }
 }
 
-type Cell = mtswarm_bus::testing::bench::Cell<Mode>;
-
-struct Harness {
-    leader: Bus,
-    waiters: ResultWaiters,
-    next_task: std::sync::atomic::AtomicU64,
-}
-
 fn bench_task(task_id: String) -> v1::TaskAssignment {
     v1::TaskAssignment {
         task_id,
-        job_id: "bench-job".into(),
+        job_id: JOB_ID.into(),
         attempt: 1,
         agent_id: "bench-agent".into(),
         session_id: "bench-session".into(),
-        worker_id: WORKER_ID.into(),
-        slice_id: SLICE_ID.into(),
+        worker_id: FLOOR_WORKER.into(),
+        slice_id: FLOOR_SLICE.into(),
         instructions: "no-op".into(),
         parameters_json: "{}".into(),
         ..Default::default()
     }
 }
 
-async fn one_operation(harness: &Harness, mode: Mode) {
+async fn one_operation(leader: &Leader, mode: Mode) {
     match mode {
-        Mode::Raw => echo_request(&harness.leader, "bench.echo").await,
+        Mode::Raw => leader.raw().await,
         Mode::Bus | Mode::BusPipelined => {
-            let n = harness
-                .next_task
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let task_id = format!("t{n}");
-            let (tx, rx) = oneshot::channel();
-            harness
-                .waiters
-                .lock()
-                .expect("waiters lock")
-                .insert(task_id.clone(), tx);
-            let task = bench_task(task_id);
-            if mode == Mode::Bus {
-                harness
-                    .leader
-                    .publish_task(&task)
-                    .await
-                    .expect("publish task");
-                rx.await.expect("result arrives");
-            } else {
-                let pending = harness
-                    .leader
-                    .publish_task_pipelined(&task)
-                    .await
-                    .expect("send task");
-                let (ack, result) = tokio::join!(pending.wait(), rx);
-                ack.expect("task stored");
-                result.expect("result arrives");
-            }
+            let task = bench_task(format!("t{}", leader.next_task()));
+            let status = leader.round_trip(&task, mode == Mode::BusPipelined).await;
+            assert_eq!(status, v1::TaskStatus::Ok, "no-op task failed");
         }
     }
 }
 
-async fn measure(
-    harness: Arc<Harness>,
-    mode: Mode,
-    in_flight: usize,
-    duration: Duration,
-    server_pid: &str,
-) -> Cell {
-    let sampled = sample(
-        in_flight,
-        Duration::from_millis(300),
-        duration,
-        server_pid,
-        move || {
-            let harness = harness.clone();
-            async move { one_operation(&harness, mode).await }
-        },
-    )
-    .await;
-    Cell::new(mode, in_flight, sampled)
-}
-
 fn main() {
-    let seconds: f64 = std::env::var("BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0);
+    let seconds: f64 = env_number("BENCH_SECONDS", 3.0);
     let duration = Duration::from_secs_f64(seconds);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = floor::runtime();
     let storage = match std::env::var("BENCH_STORAGE").as_deref() {
         Ok("memory") => async_nats::jetstream::stream::StorageType::Memory,
         _ => async_nats::jetstream::stream::StorageType::File,
@@ -150,50 +87,31 @@ fn main() {
     let server = NatsServer::start().expect("nats-server from PATH");
     let server_pid = server.pid().map(|pid| pid.to_string()).unwrap_or_default();
     let cells = runtime.block_on(async {
-        let leader = Bus::connect(BusConfig::new(server.url()).with_name("bench-leader"))
-            .await
-            .expect("leader connects");
-        let worker = Bus::connect(BusConfig::new(server.url()).with_name("bench-worker"))
-            .await
-            .expect("worker connects");
-        leader.wait_connected(Duration::from_secs(10)).await.expect("leader up");
-        worker.wait_connected(Duration::from_secs(10)).await.expect("worker up");
-        leader
-            .ensure_topology(&TopologyConfig {
-                storage,
-                ..TopologyConfig::default()
-            })
-            .await
-            .expect("topology");
-
-        start_echo_responder(&worker, &leader, "bench.echo").await;
-
-        let waiters: ResultWaiters = Arc::new(Mutex::new(HashMap::new()));
-        tokio::spawn(async move { run_noop_worker(worker, WORKER_ID, SLICE_ID).await });
-        tokio::spawn(route_results(
-            leader.clone(),
-            ResultConsumerConfig::new("bench-leader"),
-            waiters.clone(),
-        ));
-        let harness = Arc::new(Harness {
-            leader,
-            waiters,
-            next_task: std::sync::atomic::AtomicU64::new(0),
-        });
+        let topology = TopologyConfig {
+            storage,
+            ..TopologyConfig::default()
+        };
+        let leader = Arc::new(floor::start_floor(&server.url(), &topology, "bench-leader").await);
 
         let mut cells = Vec::new();
         for in_flight in IN_FLIGHT {
             for mode in [Mode::Raw, Mode::Bus, Mode::BusPipelined] {
-                let cell = measure(harness.clone(), mode, in_flight, duration, &server_pid).await;
+                let leader = leader.clone();
+                let operation = move || {
+                    let leader = leader.clone();
+                    async move { one_operation(&leader, mode).await }
+                };
+                let warm_up = Duration::from_millis(300);
+                let cell = measure(mode, in_flight, warm_up, duration, &server_pid, operation).await;
                 eprintln!(
                     "{:<20} in-flight {:>3}: p50 {:>8.1} us  p99 {:>8.1} us  {:>9.0} ops/s  cpu/op server {:>5.1} us client {:>5.1} us",
                     cell.mode.label(),
                     cell.in_flight,
-                    cell.p50.as_secs_f64() * 1e6,
-                    cell.p99.as_secs_f64() * 1e6,
+                    us(cell.p50),
+                    us(cell.p99),
                     cell.per_second,
-                    cell.server_cpu_per_op.as_secs_f64() * 1e6,
-                    cell.client_cpu_per_op.as_secs_f64() * 1e6,
+                    us(cell.server_cpu_per_op),
+                    us(cell.client_cpu_per_op),
                 );
                 cells.push(cell);
             }
@@ -207,14 +125,8 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for in_flight in IN_FLIGHT {
-        let find = |mode| {
-            cells
-                .iter()
-                .find(|c| c.mode == mode && c.in_flight == in_flight)
-                .expect("cell measured")
-        };
-        let (raw, bus, piped) = (find(Mode::Raw), find(Mode::Bus), find(Mode::BusPipelined));
-        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let cell = |mode| find(&cells, mode, in_flight).expect("cell measured");
+        let (raw, bus, piped) = (cell(Mode::Raw), cell(Mode::Bus), cell(Mode::BusPipelined));
         println!(
             "| {in_flight} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {:.1} | {:.1} |",
             us(raw.p50),

@@ -86,6 +86,21 @@ impl LlmArgs {
     }
 }
 
+/// The NATS servers a process connects to and how it authenticates: the
+/// same flags for `mtswarm leader`, `mtswarm worker` and `mtswarm results`.
+#[derive(Debug, Clone, Args)]
+pub struct NatsArgs {
+    /// NATS server URL(s), comma-separated.
+    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
+    pub nats: Vec<String>,
+    /// NATS credentials file (.creds).
+    #[arg(long, env = "MTSWARM_NATS_CREDS")]
+    pub nats_creds: Option<PathBuf>,
+    /// The nkey seed and the NATS TLS settings.
+    #[command(flatten)]
+    pub nats_security: NatsSecurityArgs,
+}
+
 /// Who may call a daemon's gRPC server and the certificate it serves with.
 #[derive(Debug, Clone, Args)]
 pub struct GrpcServerArgs {
@@ -114,15 +129,9 @@ impl GrpcServerArgs {
 /// limits, the keys and the model.
 #[derive(Debug, Args)]
 pub struct LeaderCmd {
-    /// NATS server URL(s), comma-separated.
-    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
-    pub nats: Vec<String>,
-    /// NATS credentials file (.creds).
-    #[arg(long, env = "MTSWARM_NATS_CREDS")]
-    pub nats_creds: Option<PathBuf>,
-    /// The leader's nkey seed and the NATS TLS settings.
+    /// The NATS servers and how to authenticate to them.
     #[command(flatten)]
-    pub nats_security: NatsSecurityArgs,
+    pub bus: NatsArgs,
     /// gRPC listen address (port 0 picks a free port).
     #[arg(long, env = "MTSWARM_LEADER_LISTEN", default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
@@ -168,15 +177,9 @@ pub struct LeaderCmd {
 /// server, the session limits and the model.
 #[derive(Debug, Args)]
 pub struct WorkerCmd {
-    /// NATS server URL(s), comma-separated.
-    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
-    pub nats: Vec<String>,
-    /// NATS credentials file (.creds).
-    #[arg(long, env = "MTSWARM_NATS_CREDS")]
-    pub nats_creds: Option<PathBuf>,
-    /// The worker's nkey seed and the NATS TLS settings.
+    /// The NATS servers and how to authenticate to them.
     #[command(flatten)]
-    pub nats_security: NatsSecurityArgs,
+    pub bus: NatsArgs,
     /// Fleet inventory (fleet.toml).
     #[arg(long, env = "MTSWARM_FLEET")]
     pub fleet: PathBuf,
@@ -258,7 +261,9 @@ pub async fn stop_requested() -> &'static str {
     }
 }
 
-fn bus_config(
+/// The bus settings of `--nats` (comma-separated URLs, blanks dropped) and
+/// `--nats-creds` for a connection named `name`; an error when no URL is left.
+pub(crate) fn bus_config(
     nats: &[String],
     creds: &Option<PathBuf>,
     name: &str,
@@ -292,8 +297,8 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         .canonicalize()
         .with_context(|| format!("resolving {}", cmd.kernel_root.display()))?;
     let mut config = LeaderConfig::new(DEFAULT_NATS, kernel_root);
-    config.bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-leader")?;
-    cmd.nats_security.apply(&mut config.bus)?;
+    config.bus = bus_config(&cmd.bus.nats, &cmd.bus.nats_creds, "mtswarm-leader")?;
+    cmd.bus.nats_security.apply(&mut config.bus)?;
     config.grpc_addr = cmd.listen;
     config.max_active_jobs = cmd.max_active_jobs;
     config.max_queued_jobs = cmd.max_queued_jobs;
@@ -358,11 +363,11 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     // command line is refused.
     cmd.llm.api_key("worker")?;
     let mut config = WorkerConfig::new(cmd.fleet.clone(), cmd.board.clone());
-    let bus = bus_config(&cmd.nats, &cmd.nats_creds, "mtswarm-worker")?;
+    let bus = bus_config(&cmd.bus.nats, &cmd.bus.nats_creds, "mtswarm-worker")?;
     config.nats_urls = bus.servers;
-    config.nats_credentials = cmd.nats_creds.clone();
-    config.nats_nkey_file = cmd.nats_security.nats_nkey_file.clone();
-    config.nats_tls = cmd.nats_security.tls();
+    config.nats_credentials = cmd.bus.nats_creds.clone();
+    config.nats_nkey_file = cmd.bus.nats_security.nats_nkey_file.clone();
+    config.nats_tls = cmd.bus.nats_security.tls();
     config.worker_id = cmd.worker_id.clone();
     config.listen = cmd.listen;
     config.advertise_endpoint = cmd.advertise.clone().filter(|a| !a.trim().is_empty());

@@ -12,12 +12,12 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
+use mtswarm_bus::Bus;
 use mtswarm_bus::results::{self, CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
-use mtswarm_bus::{Bus, BusConfig};
 use serde_json::json;
 
 use crate::credentials::NatsSecurityArgs;
-use crate::daemons::DEFAULT_NATS;
+use crate::daemons::{DEFAULT_NATS, NatsArgs};
 use crate::render;
 
 /// How `mtswarm results` prints the records (`--format`).
@@ -76,15 +76,9 @@ pub struct ResultsCmd {
     /// One JSON object `{"count": N, "records": [...]}` (instead of --format).
     #[arg(long, env = "MTSWARM_JSON", conflicts_with = "format")]
     pub json: bool,
-    /// NATS server URL(s), comma-separated.
-    #[arg(long = "nats", env = "MTSWARM_NATS_URL", default_value = DEFAULT_NATS, value_delimiter = ',')]
-    pub nats: Vec<String>,
-    /// NATS credentials file (.creds).
-    #[arg(long, env = "MTSWARM_NATS_CREDS")]
-    pub nats_creds: Option<PathBuf>,
-    /// The nkey seed and NATS TLS settings for reading the results store.
+    /// The NATS servers of the results store and how to authenticate.
     #[command(flatten)]
-    pub nats_security: NatsSecurityArgs,
+    pub bus: NatsArgs,
 }
 
 impl ResultsCmd {
@@ -170,36 +164,25 @@ pub async fn connect_store(
     nats_creds: Option<PathBuf>,
     nats_security: &NatsSecurityArgs,
 ) -> anyhow::Result<(Bus, ResultsStore)> {
-    let servers: Vec<String> = nats
-        .iter()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
-    if servers.is_empty() {
-        bail!("--nats (MTSWARM_NATS_URL) is empty");
-    }
+    let mut config = crate::daemons::bus_config(nats, &nats_creds, "mtswarm-cli")?;
     // What the flags leave open comes from the client configuration that
     // `mtswarm up` writes (its NATS URL, nkey and CA).
     let mut security = nats_security.clone();
-    let mut servers = servers;
     if security.nats_nkey_file.is_none()
         && nats_creds.is_none()
         && let Some(client) = crate::common::client_config()
     {
-        if servers == [DEFAULT_NATS.to_string()]
+        if config.servers == [DEFAULT_NATS.to_string()]
             && let Some(url) = client.nats.clone()
         {
-            servers = vec![url];
+            config.servers = vec![url];
         }
         security.nats_nkey_file = client.nats_nkey_file.clone();
         if security.nats_tls_ca.is_none() {
             security.nats_tls_ca = client.nats_ca_file.clone();
         }
     }
-    let first = servers[0].clone();
-    let mut config = BusConfig::new(first).with_name("mtswarm-cli");
-    config.servers = servers.clone();
-    config.credentials_file = nats_creds;
+    let servers = config.servers.clone();
     security.apply(&mut config)?;
     if security.nats_nkey_file.is_some() {
         config.inbox_prefix = Some(mtswarm_bus::permissions::CLIENT_INBOX_PREFIX.to_string());
@@ -222,7 +205,9 @@ pub async fn connect_store(
 /// store over NATS and prints or exports them. Exit 0 on any match count.
 pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
     let query = cmd.query(SystemTime::now())?;
-    let (bus, store) = connect_store(&cmd.nats, cmd.nats_creds.clone(), &cmd.nats_security).await?;
+    let nats = &cmd.bus;
+    let (bus, store) =
+        connect_store(&nats.nats, nats.nats_creds.clone(), &nats.nats_security).await?;
     let records = store
         .query(&query)
         .await

@@ -6,8 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
+mod common;
+
 use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -17,20 +19,15 @@ use serde_json::Value;
 /// A debug build on a busy machine: generous, but bounded.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(600);
 
-fn kernel_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels/dgemm")
-}
-
 fn demo_command(tmp: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mtswarm"));
+    let mut command = common::mtswarm_command();
     command
         .env("TMPDIR", tmp)
         .env_remove("MTSWARM_LLM_URL")
         .env_remove("MTSWARM_LLM_MODEL")
-        .env_remove("MTSWARM_JSON")
         .arg("demo")
         .arg("--kernel")
-        .arg(kernel_dir())
+        .arg(common::kernels().join("dgemm"))
         .args(["--boards", "1", "--clusters", "2", "--max-candidates", "4"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -3,30 +3,28 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn kernels() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels")
-}
+use std::path::Path;
+use std::process::Output;
 
-fn mtswarm() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mtswarm"));
-    cmd.env(
-        "MTSWARM_CACHE_DIR",
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu-cache"),
-    );
-    cmd
+/// `mtswarm emu run` of the example kernel `kernel` with `args`.
+fn emu_run(kernel: &str, args: &[&str]) -> Output {
+    common::mtswarm_command()
+        .env(
+            "MTSWARM_CACHE_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("emu-cache"),
+        )
+        .args(["emu", "run"])
+        .arg(common::kernels().join(kernel))
+        .args(args)
+        .output()
+        .expect("mtswarm runs")
 }
 
 #[test]
 fn emu_run_json_reports_the_required_fields() {
-    let out = mtswarm()
-        .args(["emu", "run"])
-        .arg(kernels().join("dgemm"))
-        .args(["--cores", "2", "--runs", "2", "--json"])
-        .output()
-        .expect("mtswarm runs");
+    let out = emu_run("dgemm", &["--cores", "2", "--runs", "2", "--json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -45,72 +43,41 @@ fn emu_run_json_reports_the_required_fields() {
 
 #[test]
 fn emu_run_exits_non_zero_when_invalid_or_over_capacity() {
-    let out = mtswarm()
-        .args(["emu", "run"])
-        .arg(kernels().join("vecadd"))
-        .args([
-            "--cores",
-            "2",
-            "-D",
-            "FAULT_AFTER=0",
-            "--unchecked-defines",
-            "--json",
-        ])
-        .output()
-        .expect("mtswarm runs");
-    assert!(!out.status.success());
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(report["valid"], false);
-    assert!(
-        report["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("tolerance"))
-    );
-
-    let out = mtswarm()
-        .args(["emu", "run"])
-        .arg(kernels().join("vecadd"))
-        .args([
-            "--cores",
-            "1",
-            "-D",
-            "CHUNK=65536",
-            "--unchecked-defines",
-            "--json",
-        ])
-        .output()
-        .expect("mtswarm runs");
-    assert!(!out.status.success());
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(report["valid"], false);
-    assert!(
-        report["error"]
-            .as_str()
-            .is_some_and(|e| e.contains("AM capacity exceeded")),
-        "{report}"
-    );
+    for (cores, define, error) in [
+        ("2", "FAULT_AFTER=0", "tolerance"),
+        ("1", "CHUNK=65536", "AM capacity exceeded"),
+    ] {
+        let out = emu_run(
+            "vecadd",
+            &[
+                "--cores",
+                cores,
+                "-D",
+                define,
+                "--unchecked-defines",
+                "--json",
+            ],
+        );
+        assert!(!out.status.success(), "{define}");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(report["valid"], false, "{define}: {report}");
+        assert!(
+            report["error"].as_str().is_some_and(|e| e.contains(error)),
+            "{define}: {report}"
+        );
+    }
 }
 
 #[test]
 fn emu_run_refuses_defines_outside_tune_toml() {
-    let typo = mtswarm()
-        .args(["emu", "run"])
-        .arg(kernels().join("dgemm"))
-        .args(["-D", "MBB=64", "--json"])
-        .output()
-        .expect("mtswarm runs");
+    let typo = emu_run("dgemm", &["-D", "MBB=64", "--json"]);
     assert_eq!(typo.status.code(), Some(2), "a usage error");
     let stderr = String::from_utf8_lossy(&typo.stderr);
     assert!(
         stderr.contains("MBB") && stderr.contains("known: VARIANT, MB, NB"),
         "{stderr}"
     );
-    let value = mtswarm()
-        .args(["emu", "run"])
-        .arg(kernels().join("dgemm"))
-        .args(["-D", "MB=48"])
-        .output()
-        .expect("mtswarm runs");
+    let value = emu_run("dgemm", &["-D", "MB=48"]);
     assert_eq!(value.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&value.stderr);
     assert!(
@@ -121,12 +88,7 @@ fn emu_run_refuses_defines_outside_tune_toml() {
 
 #[test]
 fn emu_run_prints_a_human_summary_without_json() {
-    let out = mtswarm()
-        .args(["emu", "run"])
-        .arg(kernels().join("vecadd"))
-        .args(["--cores", "2"])
-        .output()
-        .expect("mtswarm runs");
+    let out = emu_run("vecadd", &["--cores", "2"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -6,8 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 use std::time::Duration;
 
 use mtswarm_bus::testing::NatsServer;
@@ -15,24 +16,14 @@ use mtswarm_bus::{Bus, BusConfig, LeaseRequest, Leases, Quarantine, Workers, v1}
 use mtswarm_leader::{LeaderConfig, LeaderDaemon};
 use serde_json::Value;
 
+use common::{kernels, mtswarm_command, stdout_of};
+
 fn mtswarm(leader: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mtswarm"))
+    mtswarm_command()
         .args(args)
         .env("MTSWARM_LEADER", leader)
-        .env_remove("MTSWARM_JSON")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .output()
         .expect("run mtswarm")
-}
-
-fn stdout_of(output: &Output, what: &str) -> String {
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 fn json_of(output: &Output, what: &str) -> Value {
@@ -56,7 +47,7 @@ async fn quarantined_slice_is_listed_and_lifted() {
         .await
         .expect("task")
         .expect("nats-server starts (see deploy/setup.sh)");
-    let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels");
+    let kernels = kernels();
     let leader = LeaderDaemon::start(LeaderConfig::new(nats.url(), kernels))
         .await
         .expect("the leader starts");

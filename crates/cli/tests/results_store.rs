@@ -5,8 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mtswarm_bus::results::{ResultRecord, ResultStats, ResultsStore, read_jsonl};
@@ -61,24 +63,16 @@ fn record(
 }
 
 fn mtswarm(nats: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_mtswarm"))
+    common::mtswarm_command()
         .arg("results")
         .args(args)
         .env("MTSWARM_NATS_URL", nats)
-        .env_remove("MTSWARM_JSON")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .output()
         .expect("run mtswarm")
 }
 
 fn stdout_of(output: &Output) -> String {
-    assert!(
-        output.status.success(),
-        "mtswarm results failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    common::stdout_of(output, "mtswarm results")
 }
 
 fn ids(jsonl: &str) -> Vec<String> {

@@ -9,29 +9,14 @@ use std::time::Duration;
 
 use mtswarm_proto::v1;
 use mtswarm_tests::chaos::{ChaosOptions, ChaosStack, Seen};
+use mtswarm_tests::jobs::{approvals, decide_approval, get_job};
 use mtswarm_tests::stack::Control;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
 use crate::support::{
-    accepted_results, first_assignment, is_final, job_events, ms, one_at_a_time, report, submit,
-    vecadd_job, wait_attempt, wait_final,
+    Started, first_assignment, is_final, ms, one_at_a_time, outcome, report, start_job, vecadd_job,
+    wait_attempt,
 };
-
-async fn approvals_of(
-    control: &mut Control,
-    job_id: &str,
-    states: &[v1::ApprovalState],
-) -> Vec<v1::ApprovalRecord> {
-    control
-        .list_approvals(v1::ListApprovalsRequest {
-            job_id: job_id.to_string(),
-            states: states.iter().map(|s| *s as i32).collect(),
-        })
-        .await
-        .expect("ListApprovals")
-        .into_inner()
-        .approvals
-}
 
 /// Waits until the job has a pending approval and returns its request.
 async fn first_pending(
@@ -41,7 +26,7 @@ async fn first_pending(
 ) -> v1::ApprovalRequest {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let pending = approvals_of(control, job_id, &[v1::ApprovalState::Pending]).await;
+        let pending = approvals(control, job_id, &[v1::ApprovalState::Pending]).await;
         if let Some(request) = pending.into_iter().find_map(|r| r.request) {
             return request;
         }
@@ -59,35 +44,47 @@ async fn decide(
     approval_id: &str,
     verdict: v1::ApprovalVerdict,
 ) -> v1::ApprovalRecord {
-    control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: approval_id.to_string(),
-            verdict: verdict as i32,
-            reason: "chaos test".to_string(),
-            decided_by: "chaos-test".to_string(),
-        })
+    decide_approval(control, approval_id, verdict, "chaos test", "chaos-test")
         .await
         .expect("DecideApproval")
-        .into_inner()
-        .approval
-        .expect("the decided record")
+}
+
+/// A one-agent vecadd job with `goal` on two free slices whose worker
+/// sessions wait for a reviewer (undecided calls are denied after
+/// `approval_timeout`): its start, its first assignment and the first
+/// request that waits for a decision.
+async fn paused_for_approval(
+    approval_timeout: Duration,
+    goal: &str,
+) -> (Started, v1::TaskAssignment, v1::ApprovalRequest) {
+    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
+    options.worker_args = vec![
+        "--approval-timeout".into(),
+        approval_timeout.as_secs().to_string(),
+    ];
+    let mut started = start_job(options, 2, vecadd_job(goal, 1, false)).await;
+    let first = first_assignment(&started.stack, &started.job_id).await;
+    let request = first_pending(&started.stack, &mut started.control, &started.job_id).await;
+    (started, first, request)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
     let _serial = one_at_a_time().await;
-    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
-    options.worker_args = vec!["--approval-timeout".into(), "600".into()];
-    let mut stack = ChaosStack::start(options).await;
-    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-    let job_id = submit(
-        &mut control,
-        vecadd_job("Tune vecadd with a reviewer; a worker will die", 1, false),
+    let (
+        Started {
+            mut stack,
+            mut control,
+            job_id,
+            ..
+        },
+        first,
+        request,
+    ) = paused_for_approval(
+        Duration::from_secs(600),
+        "Tune vecadd with a reviewer; a worker will die",
     )
     .await;
-    let first = first_assignment(&stack, &job_id).await;
-    let request = first_pending(&stack, &mut control, &job_id).await;
     assert_eq!(request.session_id, first.session_id);
 
     let killed_at = stack.kill_worker(&first.worker_id);
@@ -114,7 +111,7 @@ async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
         )
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
-    let pending = approvals_of(&mut control, &job_id, &[v1::ApprovalState::Pending]).await;
+    let pending = approvals(&mut control, &job_id, &[v1::ApprovalState::Pending]).await;
     let same_call: Vec<&v1::ApprovalRequest> = pending
         .iter()
         .filter_map(|r| r.request.as_ref())
@@ -161,19 +158,11 @@ async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
     let mut approved = 1;
     loop {
-        let job = control
-            .get_job(v1::GetJobRequest {
-                job_id: job_id.clone(),
-            })
-            .await
-            .expect("GetJob")
-            .into_inner()
-            .job
-            .expect("job");
+        let job = get_job(&mut control, &job_id).await;
         if is_final(job.state()) {
             break;
         }
-        for record in approvals_of(&mut control, &job_id, &[v1::ApprovalState::Pending]).await {
+        for record in approvals(&mut control, &job_id, &[v1::ApprovalState::Pending]).await {
             if let Some(pending) = record.request {
                 decide(
                     &mut control,
@@ -191,8 +180,8 @@ async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let job = wait_final(&stack, &job_id, Duration::from_secs(10)).await;
-    let accepted = accepted_results(&job_events(&mut control, &job_id).await);
+    let end = outcome(&stack, &mut control, &job_id, Duration::from_secs(10)).await;
+    let (job, accepted) = (&end.job, &end.accepted);
     report(
         "approvals_move",
         &[
@@ -232,23 +221,21 @@ async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
 async fn undecided_approval_times_out_denied_across_a_move() {
     let _serial = one_at_a_time().await;
     let timeout = Duration::from_secs(6);
-    let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
-    options.worker_args = vec!["--approval-timeout".into(), timeout.as_secs().to_string()];
-    let mut stack = ChaosStack::start(options).await;
-    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-    let job_id = submit(
-        &mut control,
-        vecadd_job("Tune vecadd; nobody answers the reviewer", 1, false),
-    )
-    .await;
-    let first = first_assignment(&stack, &job_id).await;
-    let request = first_pending(&stack, &mut control, &job_id).await;
+    let (
+        Started {
+            mut stack,
+            mut control,
+            job_id,
+            ..
+        },
+        first,
+        request,
+    ) = paused_for_approval(timeout, "Tune vecadd; nobody answers the reviewer").await;
     let killed_at = stack.kill_worker(&first.worker_id);
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let record = loop {
-        let all = approvals_of(&mut control, &job_id, &[]).await;
+        let all = approvals(&mut control, &job_id, &[]).await;
         let record = all
             .into_iter()
             .find(|r| {

@@ -6,12 +6,14 @@
 use std::time::Duration;
 
 use mtswarm_proto::v1;
-use mtswarm_tests::chaos::{ChaosOptions, ChaosStack, Seen};
+use mtswarm_tests::chaos::{ChaosOptions, Seen};
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
+use mtswarm_tests::jobs::get_job;
+
 use crate::support::{
-    accepted_results, first_assignment, job_events, ms, one_at_a_time, report, submit, tally,
-    vecadd_job, wait_attempt, wait_checkpoint, wait_final, wait_leader_log,
+    Started, first_assignment, ms, one_at_a_time, outcome, start_job, vecadd_job, wait_attempt,
+    wait_checkpoint, wait_leader_log,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -19,14 +21,13 @@ async fn frozen_worker_late_result_is_fenced_off() {
     let _serial = one_at_a_time().await;
     let options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
     let ttl = Duration::from_secs(options.lease_ttl_seconds);
-    let stack = ChaosStack::start(options).await;
-    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-    let job_id = submit(
-        &mut control,
-        vecadd_job("Tune vecadd; one worker will freeze", 1, true),
-    )
-    .await;
+    let spec = vecadd_job("Tune vecadd; one worker will freeze", 1, true);
+    let Started {
+        stack,
+        mut control,
+        job_id,
+        ..
+    } = start_job(options, 2, spec).await;
 
     let first = first_assignment(&stack, &job_id).await;
     wait_checkpoint(&stack, &first, 2).await;
@@ -64,20 +65,9 @@ async fn frozen_worker_late_result_is_fenced_off() {
     )
     .await;
 
-    let job = wait_final(&stack, &job_id, Duration::from_secs(180)).await;
-    let events = job_events(&mut control, &job_id).await;
-    let accepted = accepted_results(&events);
-    let counts = tally(&stack.observer.snapshot(), &job_id, &accepted);
-    let record = control
-        .get_job(v1::GetJobRequest {
-            job_id: job_id.clone(),
-        })
-        .await
-        .expect("GetJob")
-        .into_inner()
-        .job
-        .expect("job record");
-    report(
+    let end = outcome(&stack, &mut control, &job_id, Duration::from_secs(180)).await;
+    let record = get_job(&mut control, &job_id).await;
+    end.report(
         "fencing",
         &[
             ("reassign_ms", ms(reassigned_at.duration_since(frozen_at))),
@@ -87,14 +77,6 @@ async fn frozen_worker_late_result_is_fenced_off() {
                 ms(late.0.duration_since(thawed_at)),
             ),
             ("stale_drop_logged", logged_drop.to_string()),
-            ("tasks", counts.tasks.to_string()),
-            ("tasks_lost", counts.lost.to_string()),
-            ("results_seen", counts.results_seen.to_string()),
-            ("accepted", counts.accepted.to_string()),
-            (
-                "duplicates_accepted",
-                counts.duplicates_accepted.to_string(),
-            ),
         ],
     );
 
@@ -107,12 +89,8 @@ async fn frozen_worker_late_result_is_fenced_off() {
         "the leader did not log `result of a stale attempt dropped`:\n{}",
         stack.leader_logs()
     );
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.logs()
-    );
+    end.assert_nothing_lost(&stack);
+    let accepted = &end.accepted;
     let outcome: Vec<&v1::TaskResult> = accepted
         .iter()
         .filter(|r| r.task_id == first.task_id)
@@ -147,6 +125,4 @@ async fn frozen_worker_late_result_is_fenced_off() {
         tracked.done && tracked.status() == v1::TaskStatus::Ok,
         "{tracked:#?}"
     );
-    assert_eq!(counts.lost, 0);
-    assert_eq!(counts.duplicates_accepted, 0);
 }

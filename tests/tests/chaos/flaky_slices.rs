@@ -5,18 +5,16 @@
 //! quarantined with its reason, and `mtswarm quarantine lift` returns it to
 //! service (`mtswarm fleet` shows it free again).
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use mtswarm_proto::v1;
 use mtswarm_tests::chaos::{ChaosOptions, ChaosStack};
+use mtswarm_tests::cli::{client_command, stdout_of};
 use mtswarm_tests::node_bin;
 use serde_json::Value;
 
-use crate::support::{
-    accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report, submit, tally,
-    vecadd_job, wait_final,
-};
+use crate::support::{Started, ms, one_at_a_time, outcome, start_job, vecadd_job};
 
 const FLAKY: &str = "board0-c0";
 
@@ -34,26 +32,11 @@ slices = [{ cluster = 0, cores = 2 }]
 "#;
 
 async fn mtswarm(leader: &str, args: &[&str]) -> Output {
-    let mut command = Command::new(node_bin!());
-    command
-        .args(args)
-        .env("MTSWARM_LEADER", leader)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("MTSWARM_JSON");
+    let mut command = client_command(&node_bin!(), leader, args);
     tokio::task::spawn_blocking(move || command.output())
         .await
         .expect("cli task")
         .expect("run mtswarm")
-}
-
-fn stdout_of(output: &Output, what: &str) -> String {
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 fn slice_of<'a>(fleet: &'a Value, slice_id: &str) -> &'a Value {
@@ -101,17 +84,15 @@ async fn crashing_slice_is_quarantined_and_lifted() {
     options
         .worker_env
         .push(("MTSWARM_QUARANTINE_AFTER".into(), "2".into()));
-    let stack = ChaosStack::start(options).await;
-    stack.wait_for_free_slices(3, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-    let started = tokio::time::Instant::now();
     // Two agents: on board0-c0 (flaky) and board0-c1, the first free slices
     // in id order; board1-c0 stays free for the move.
-    let job_id = submit(
-        &mut control,
-        vecadd_job("Tune vecadd on a fleet with a bad slice", 2, true),
-    )
-    .await;
+    let spec = vecadd_job("Tune vecadd on a fleet with a bad slice", 2, true);
+    let Started {
+        stack,
+        mut control,
+        job_id,
+        submitted_at: started,
+    } = start_job(options, 3, spec).await;
 
     wait_state(
         &stack,
@@ -145,10 +126,7 @@ async fn crashing_slice_is_quarantined_and_lifted() {
         .unwrap_or_else(|| panic!("no row for {FLAKY}:\n{table}"));
     assert!(row.contains("quarantined"), "{row}");
 
-    let job = wait_final(&stack, &job_id, Duration::from_secs(180)).await;
-    let events = job_events(&mut control, &job_id).await;
-    let accepted = accepted_results(&events);
-    let counts = tally(&stack.observer.snapshot(), &job_id, &accepted);
+    let end = outcome(&stack, &mut control, &job_id, Duration::from_secs(180)).await;
 
     let listed: Value = serde_json::from_str(&stdout_of(
         &mtswarm(&leader, &["quarantine", "list", "--json"]).await,
@@ -184,36 +162,16 @@ async fn crashing_slice_is_quarantined_and_lifted() {
         "second quarantine lift",
     ))
     .expect("JSON");
-    report(
+    end.report(
         "flaky_slices",
         &[
             ("quarantined_ms", ms(quarantined_after)),
             ("back_in_service_ms", ms(back_in_service)),
-            ("tasks", counts.tasks.to_string()),
-            ("tasks_lost", counts.lost.to_string()),
-            ("results_seen", counts.results_seen.to_string()),
-            ("accepted", counts.accepted.to_string()),
-            (
-                "duplicates_accepted",
-                counts.duplicates_accepted.to_string(),
-            ),
-            ("highest_attempt", counts.highest_attempt.to_string()),
         ],
     );
 
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.logs()
-    );
-    assert_eq!(counts.lost, 0, "{accepted:#?}");
-    assert_eq!(
-        counts.duplicates_accepted,
-        0,
-        "{:?}",
-        accepted_per_task(&accepted)
-    );
+    end.assert_nothing_lost(&stack);
+    let (accepted, counts) = (&end.accepted, &end.counts);
     assert!(
         accepted.iter().all(|r| r.slice_id != FLAKY),
         "no accepted result comes from the quarantined slice: {accepted:#?}"

@@ -5,20 +5,16 @@
 
 use std::time::Duration;
 
-use mtswarm_proto::v1;
 use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
-use crate::support::{
-    MidJob, accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report,
-    start_mid_job, tally, wait_final,
-};
+use crate::support::{Started, ms, one_at_a_time, outcome, start_mid_job};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn job_survives_the_leader_being_killed_and_replaced() {
     let _serial = one_at_a_time().await;
     // Both tasks are out and one of them is under way: mid-job.
-    let MidJob {
+    let Started {
         mut stack,
         job_id,
         submitted_at: started,
@@ -34,44 +30,18 @@ async fn job_survives_the_leader_being_killed_and_replaced() {
     let restart_time = killed_at.elapsed();
     let mut control = stack.control().await;
 
-    let job = wait_final(&stack, &job_id, Duration::from_secs(180)).await;
-    let events = job_events(&mut control, &job_id).await;
-    let accepted = accepted_results(&events);
-    let counts = tally(&stack.observer.snapshot(), &job_id, &accepted);
-    report(
+    let end = outcome(&stack, &mut control, &job_id, Duration::from_secs(180)).await;
+    end.report(
         "leader_death",
         &[
             ("leader_restart_ms", ms(restart_time)),
-            ("tasks", counts.tasks.to_string()),
-            ("tasks_lost", counts.lost.to_string()),
-            ("results_seen", counts.results_seen.to_string()),
-            ("accepted", counts.accepted.to_string()),
-            (
-                "duplicates_accepted",
-                counts.duplicates_accepted.to_string(),
-            ),
-            ("attempts_published_twice", counts.republished.to_string()),
-            ("job_ms", ms(started.elapsed())),
+            ("job_ms", ms(end.finished_at.duration_since(started))),
         ],
     );
 
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.logs()
-    );
+    end.assert_nothing_lost(&stack);
+    let (job, counts) = (&end.job, &end.counts);
     assert_eq!(counts.tasks, 2, "{:#?}", stack.observer.tasks(&job_id));
-    assert_eq!(
-        counts.lost, 0,
-        "tasks without an accepted result: {accepted:#?}"
-    );
-    assert_eq!(
-        counts.duplicates_accepted,
-        0,
-        "{:?}",
-        accepted_per_task(&accepted)
-    );
     assert_eq!(
         counts.republished,
         0,

@@ -7,20 +7,16 @@
 use std::time::Duration;
 
 use mtswarm_bus::subjects;
-use mtswarm_proto::v1;
 use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
-use crate::support::{
-    MidJob, accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report,
-    start_mid_job, tally, wait_final,
-};
+use crate::support::{Started, ms, one_at_a_time, outcome, start_mid_job};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn job_completes_after_its_results_stream_is_deleted() {
     let _serial = one_at_a_time().await;
     let options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
-    let MidJob {
+    let Started {
         stack,
         mut control,
         job_id,
@@ -36,8 +32,8 @@ async fn job_completes_after_its_results_stream_is_deleted() {
         .expect("delete the results stream");
     let deleted_at = tokio::time::Instant::now();
 
-    let job = wait_final(&stack, &job_id, Duration::from_secs(120)).await;
-    let completed_after = deleted_at.elapsed();
+    let end = outcome(&stack, &mut control, &job_id, Duration::from_secs(120)).await;
+    let completed_after = end.finished_at.duration_since(deleted_at);
     let recreated = stack
         .observer
         .bus()
@@ -45,38 +41,11 @@ async fn job_completes_after_its_results_stream_is_deleted() {
         .get_stream(subjects::RESULTS_STREAM)
         .await
         .is_ok();
-    let events = job_events(&mut control, &job_id).await;
-    let accepted = accepted_results(&events);
-    let counts = tally(&stack.observer.snapshot(), &job_id, &accepted);
-    report(
+    end.report(
         "lost_streams",
-        &[
-            ("completed_ms_after_delete", ms(completed_after)),
-            ("tasks", counts.tasks.to_string()),
-            ("tasks_lost", counts.lost.to_string()),
-            ("accepted", counts.accepted.to_string()),
-            (
-                "duplicates_accepted",
-                counts.duplicates_accepted.to_string(),
-            ),
-        ],
+        &[("completed_ms_after_delete", ms(completed_after))],
     );
 
     assert!(recreated, "the results stream exists again");
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.logs()
-    );
-    assert_eq!(
-        counts.lost, 0,
-        "tasks without an accepted result: {accepted:#?}"
-    );
-    assert_eq!(
-        counts.duplicates_accepted,
-        0,
-        "{:?}",
-        accepted_per_task(&accepted)
-    );
+    end.assert_nothing_lost(&stack);
 }

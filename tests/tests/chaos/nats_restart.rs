@@ -7,14 +7,10 @@
 
 use std::time::Duration;
 
-use mtswarm_proto::v1;
 use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
-use crate::support::{
-    MidJob, accepted_per_task, accepted_results, job_events, ms, one_at_a_time, report,
-    start_mid_job, tally, wait_final,
-};
+use crate::support::{Started, ms, one_at_a_time, outcome, start_mid_job};
 
 /// How long the server stays down (the fault being injected).
 const OUTAGE: Duration = Duration::from_secs(1);
@@ -33,7 +29,7 @@ async fn restart_mid_job(scenario: &str, lease_ttl_seconds: u64) {
     let _serial = one_at_a_time().await;
     let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
     options.lease_ttl_seconds = lease_ttl_seconds;
-    let MidJob {
+    let Started {
         mut stack,
         mut control,
         job_id,
@@ -47,47 +43,20 @@ async fn restart_mid_job(scenario: &str, lease_ttl_seconds: u64) {
     tokio::task::block_in_place(|| nats.restart()).expect("start nats-server again");
     let back_at = tokio::time::Instant::now();
 
-    let job = wait_final(&stack, &job_id, Duration::from_secs(120)).await;
-    let completed_after = back_at.elapsed();
-    let events = job_events(&mut control, &job_id).await;
-    let accepted = accepted_results(&events);
-    let counts = tally(&stack.observer.snapshot(), &job_id, &accepted);
+    let end = outcome(&stack, &mut control, &job_id, Duration::from_secs(120)).await;
+    let completed_after = end.finished_at.duration_since(back_at);
     // Every worker is registered again (its heartbeat reconnected).
     let fleet = stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
-    report(
+    end.report(
         scenario,
         &[
             ("lease_ttl_ms", ms(Duration::from_secs(lease_ttl_seconds))),
             ("outage_ms", ms(OUTAGE)),
             ("completed_ms_after_restart", ms(completed_after)),
-            ("tasks", counts.tasks.to_string()),
-            ("tasks_lost", counts.lost.to_string()),
-            ("results_seen", counts.results_seen.to_string()),
-            ("accepted", counts.accepted.to_string()),
-            (
-                "duplicates_accepted",
-                counts.duplicates_accepted.to_string(),
-            ),
-            ("highest_attempt", counts.highest_attempt.to_string()),
         ],
     );
 
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.logs()
-    );
-    assert_eq!(
-        counts.lost, 0,
-        "tasks without an accepted result: {accepted:#?}"
-    );
-    assert_eq!(
-        counts.duplicates_accepted,
-        0,
-        "{:?}",
-        accepted_per_task(&accepted)
-    );
+    end.assert_nothing_lost(&stack);
     assert_eq!(
         fleet.workers.len(),
         2,

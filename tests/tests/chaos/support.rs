@@ -13,10 +13,11 @@ use mtswarm_proto::v1;
 use mtswarm_tests::chaos::{
     ChaosOptions, ChaosStack, Observation, Seen, connect_control, tasks_of,
 };
+use mtswarm_tests::jobs::{agent_events, job_spec, try_get_job, watch_to_end};
+pub(crate) use mtswarm_tests::jobs::{is_final, submit, task_results as accepted_results};
 use mtswarm_tests::stack::Control;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio::time::Instant;
-use tokio_stream::StreamExt as _;
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
@@ -29,38 +30,7 @@ pub(crate) async fn one_at_a_time() -> MutexGuard<'static, ()> {
 /// candidates), split among `agents` agents on the first free slices in
 /// slice-id order.
 pub(crate) fn vecadd_job(goal: &str, agents: u32, auto_approve: bool) -> v1::JobSpec {
-    v1::JobSpec {
-        goal: goal.to_string(),
-        kernel_dir: "vecadd".to_string(),
-        slice_selector: String::new(),
-        budgets: Some(v1::Budgets {
-            wall_time_seconds: 600,
-            ..Default::default()
-        }),
-        num_agents: agents,
-        model: None,
-        auto_approve,
-        allow_shell: false,
-    }
-}
-
-pub(crate) async fn submit(control: &mut Control, spec: v1::JobSpec) -> String {
-    control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("SubmitJob accepted")
-        .into_inner()
-        .job_id
-}
-
-pub(crate) fn is_final(state: v1::JobState) -> bool {
-    matches!(
-        state,
-        v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
-    )
+    job_spec(goal, "vecadd", agents, auto_approve)
 }
 
 /// Waits until the job is final, asking whichever leader currently runs
@@ -75,20 +45,10 @@ pub(crate) async fn wait_final(
     let mut last_error = String::new();
     loop {
         let mut control = connect_control(&stack.leader_url).await;
-        match control
-            .get_job(v1::GetJobRequest {
-                job_id: job_id.to_string(),
-            })
-            .await
-        {
-            Ok(response) => {
-                if let Some(job) = response.into_inner().job {
-                    if is_final(job.state()) {
-                        return job;
-                    }
-                    last = Some(job);
-                }
-            }
+        match try_get_job(&mut control, job_id).await {
+            Ok(Some(job)) if is_final(job.state()) => return job,
+            Ok(Some(job)) => last = Some(job),
+            Ok(None) => {}
             Err(status) => last_error = status.to_string(),
         }
         assert!(
@@ -103,45 +63,17 @@ pub(crate) async fn wait_final(
 
 /// The job's whole WatchJob stream (the job is final, so it ends).
 pub(crate) async fn job_events(control: &mut Control, job_id: &str) -> Vec<v1::JobEvent> {
-    let mut stream = control
-        .watch_job(v1::WatchJobRequest {
-            job_id: job_id.to_string(),
-            from_sequence: 0,
-        })
-        .await
-        .expect("WatchJob")
-        .into_inner();
-    let mut events = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match tokio::time::timeout_at(deadline, stream.next()).await {
-            Err(_) => panic!("the WatchJob stream of final job {job_id} did not end"),
-            Ok(None) => return events,
-            Ok(Some(Err(status))) => panic!("WatchJob failed: {status}"),
-            Ok(Some(Ok(event))) => events.push(event),
-        }
-    }
-}
-
-/// The results the leader accepted (journaled on the job's stream).
-pub(crate) fn accepted_results(events: &[v1::JobEvent]) -> Vec<v1::TaskResult> {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::TaskResult(r)) => Some(r.clone()),
-            _ => None,
-        })
-        .collect()
+    watch_to_end(control, job_id, Duration::from_secs(60), || {
+        "the WatchJob stream of a final job did not end".to_string()
+    })
+    .await
 }
 
 /// The leader's log events of `kind` (e.g. `task_reassigned`) on the job's stream.
 pub(crate) fn leader_log_events(events: &[v1::JobEvent], kind: &str) -> Vec<serde_json::Value> {
-    events
+    agent_events(events)
         .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::AgentEvent(a)) => mtswarm_tests::chaos::log_payload(a, kind),
-            _ => None,
-        })
+        .filter_map(|a| mtswarm_tests::chaos::log_payload(a, kind))
         .collect()
 }
 
@@ -200,6 +132,86 @@ pub(crate) fn tally(
         accepted: accepted.len(),
         republished: publishes.values().filter(|n| **n > 1).count(),
         highest_attempt: publishes.keys().map(|(_, a)| *a).max().unwrap_or(0),
+    }
+}
+
+impl Tally {
+    /// The tally as figures, in the order every scenario prints them.
+    pub(crate) fn figures(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("tasks", self.tasks.to_string()),
+            ("tasks_lost", self.lost.to_string()),
+            ("results_seen", self.results_seen.to_string()),
+            ("accepted", self.accepted.to_string()),
+            ("duplicates_accepted", self.duplicates_accepted.to_string()),
+            ("attempts_published_twice", self.republished.to_string()),
+            ("highest_attempt", self.highest_attempt.to_string()),
+        ]
+    }
+}
+
+/// How a scenario's job ended: its final record, its WatchJob stream, the
+/// results the leader accepted and the tally of everything the observer
+/// saw for it.
+pub(crate) struct Outcome {
+    pub job: v1::JobRecord,
+    /// When the job was seen final (before its stream was read).
+    pub finished_at: Instant,
+    pub events: Vec<v1::JobEvent>,
+    pub accepted: Vec<v1::TaskResult>,
+    pub counts: Tally,
+}
+
+/// Waits until the job is final (see [`wait_final`]), then reads its
+/// stream and tallies it.
+pub(crate) async fn outcome(
+    stack: &ChaosStack,
+    control: &mut Control,
+    job_id: &str,
+    timeout: Duration,
+) -> Outcome {
+    let job = wait_final(stack, job_id, timeout).await;
+    let finished_at = Instant::now();
+    let events = job_events(control, job_id).await;
+    let accepted = accepted_results(&events);
+    let counts = tally(&stack.observer.snapshot(), job_id, &accepted);
+    Outcome {
+        job,
+        finished_at,
+        events,
+        accepted,
+        counts,
+    }
+}
+
+impl Outcome {
+    /// Reports the scenario's own figures, then the tally's (see [`report`]).
+    pub(crate) fn report(&self, scenario: &str, figures: &[(&str, String)]) {
+        let mut all = figures.to_vec();
+        all.extend(self.counts.figures());
+        report(scenario, &all);
+    }
+
+    /// What every scenario promises whatever broke: the job succeeded,
+    /// every task has an accepted result and none has two.
+    pub(crate) fn assert_nothing_lost(&self, stack: &ChaosStack) {
+        let (job, accepted) = (&self.job, &self.accepted);
+        assert_eq!(
+            job.state(),
+            v1::JobState::Succeeded,
+            "{job:#?}\n{}",
+            stack.logs()
+        );
+        assert_eq!(
+            self.counts.lost, 0,
+            "tasks without an accepted result: {accepted:#?}"
+        );
+        assert_eq!(
+            self.counts.duplicates_accepted,
+            0,
+            "more than one accepted result for a task: {:?}",
+            accepted_per_task(accepted)
+        );
     }
 }
 
@@ -363,10 +375,9 @@ pub(crate) async fn wait_leader_log(stack: &ChaosStack, text: &str, timeout: Dur
     }
 }
 
-/// A scenario at the point where its fault is injected: a two-agent vecadd
-/// job submitted, both tasks assigned, the first one checkpointed at step 2
-/// or later.
-pub(crate) struct MidJob {
+/// A scenario's job, just submitted: the fleet, a Control client of its
+/// leader, the job's id, and when it was submitted.
+pub(crate) struct Started {
     pub stack: ChaosStack,
     pub control: Control,
     pub job_id: String,
@@ -374,15 +385,35 @@ pub(crate) struct MidJob {
     pub submitted_at: Instant,
 }
 
-/// Starts `options`' fleet (two free slices), submits a two-agent vecadd
-/// job with `goal` and waits until it is under way (see [`MidJob`]).
-pub(crate) async fn start_mid_job(options: ChaosOptions, goal: &str) -> MidJob {
+/// Starts `options`' fleet, waits until `free_slices` slices are free and
+/// submits `spec` (see [`Started`]).
+pub(crate) async fn start_job(
+    options: ChaosOptions,
+    free_slices: usize,
+    spec: v1::JobSpec,
+) -> Started {
     let stack = ChaosStack::start(options).await;
-    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
+    stack
+        .wait_for_free_slices(free_slices, Duration::from_secs(30))
+        .await;
     let mut control = stack.control().await;
     let submitted_at = Instant::now();
-    let job_id = submit(&mut control, vecadd_job(goal, 2, true)).await;
-    let job = job_id.clone();
+    let job_id = submit(&mut control, spec).await;
+    Started {
+        stack,
+        control,
+        job_id,
+        submitted_at,
+    }
+}
+
+/// Starts `options`' fleet (two free slices) and submits a two-agent vecadd
+/// job with `goal`, then waits until it is under way, where the mid-job
+/// scenarios inject their fault: both tasks assigned, the first one
+/// checkpointed at step 2 or later.
+pub(crate) async fn start_mid_job(options: ChaosOptions, goal: &str) -> Started {
+    let started = start_job(options, 2, vecadd_job(goal, 2, true)).await;
+    let (stack, job) = (&started.stack, started.job_id.clone());
     let assigned = stack
         .observer
         .wait_for("both task assignments", Duration::from_secs(60), |seen| {
@@ -391,11 +422,6 @@ pub(crate) async fn start_mid_job(options: ChaosOptions, goal: &str) -> MidJob {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
-    wait_checkpoint(&stack, &assigned[0], 2).await;
-    MidJob {
-        stack,
-        control,
-        job_id,
-        submitted_at,
-    }
+    wait_checkpoint(stack, &assigned[0], 2).await;
+    started
 }

@@ -7,13 +7,12 @@
 use std::time::Duration;
 
 use mtswarm_proto::v1;
-use mtswarm_tests::chaos::{ChaosOptions, ChaosStack};
+use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
 use crate::support::{
-    accepted_per_task, accepted_results, first_assignment, job_events, leader_log_events, ms,
-    one_at_a_time, report, submit, tally, vecadd_job, wait_attempt, wait_checkpoint, wait_final,
-    wait_task_started,
+    Started, first_assignment, leader_log_events, ms, one_at_a_time, outcome, start_job,
+    vecadd_job, wait_attempt, wait_checkpoint, wait_task_started,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -21,15 +20,13 @@ async fn killed_worker_task_is_reassigned_and_resumes_from_its_checkpoint() {
     let _serial = one_at_a_time().await;
     let options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
     let ttl = Duration::from_secs(options.lease_ttl_seconds);
-    let mut stack = ChaosStack::start(options).await;
-    stack.wait_for_free_slices(2, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-    let started = tokio::time::Instant::now();
-    let job_id = submit(
-        &mut control,
-        vecadd_job("Tune vecadd; one worker will die", 1, true),
-    )
-    .await;
+    let spec = vecadd_job("Tune vecadd; one worker will die", 1, true);
+    let Started {
+        mut stack,
+        mut control,
+        job_id,
+        submitted_at: started,
+    } = start_job(options, 2, spec).await;
 
     let first = first_assignment(&stack, &job_id).await;
     assert_eq!(first.attempt, 1, "{first:#?}");
@@ -45,16 +42,13 @@ async fn killed_worker_task_is_reassigned_and_resumes_from_its_checkpoint() {
         wait_task_started(&stack, &job_id, &first.task_id, 2, Duration::from_secs(60)).await;
     let resumed_from_step = resumed["resumed_from_step"].as_u64().unwrap_or(0);
 
-    let job = wait_final(&stack, &job_id, Duration::from_secs(180)).await;
-    let events = job_events(&mut control, &job_id).await;
-    let accepted = accepted_results(&events);
-    let counts = tally(&stack.observer.snapshot(), &job_id, &accepted);
-    let journaled = leader_log_events(&events, "task_reassigned");
+    let end = outcome(&stack, &mut control, &job_id, Duration::from_secs(180)).await;
+    let journaled = leader_log_events(&end.events, "task_reassigned");
     let detected_ms = journaled
         .first()
         .and_then(|p| p["detected_ms"].as_u64())
         .map_or_else(|| "none".to_string(), |d| d.to_string());
-    report(
+    end.report(
         "worker_death",
         &[
             ("reassign_ms", ms(reassign_time)),
@@ -62,15 +56,7 @@ async fn killed_worker_task_is_reassigned_and_resumes_from_its_checkpoint() {
             ("lease_ttl_ms", ms(ttl)),
             ("step_at_kill", step_at_kill.to_string()),
             ("resumed_from_step", resumed_from_step.to_string()),
-            ("tasks", counts.tasks.to_string()),
-            ("tasks_lost", counts.lost.to_string()),
-            ("results_seen", counts.results_seen.to_string()),
-            ("accepted", counts.accepted.to_string()),
-            (
-                "duplicates_accepted",
-                counts.duplicates_accepted.to_string(),
-            ),
-            ("job_ms", ms(started.elapsed())),
+            ("job_ms", ms(end.finished_at.duration_since(started))),
         ],
     );
 
@@ -97,22 +83,8 @@ async fn killed_worker_task_is_reassigned_and_resumes_from_its_checkpoint() {
         resumed_from_step > 0,
         "the resumed task started from step 0 instead of its checkpoint: {resumed}"
     );
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.logs()
-    );
-    assert_eq!(
-        counts.lost, 0,
-        "tasks without an accepted result: {accepted:#?}"
-    );
-    assert_eq!(
-        counts.duplicates_accepted,
-        0,
-        "more than one accepted result for a task: {:?}",
-        accepted_per_task(&accepted)
-    );
+    end.assert_nothing_lost(&stack);
+    let (job, accepted) = (&end.job, &end.accepted);
     let moved = accepted
         .iter()
         .find(|r| r.task_id == first.task_id)

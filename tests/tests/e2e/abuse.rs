@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use mtswarm_auth::{ClientAuth, ClientConfig};
 use mtswarm_bus::{Bus, BusConfig, subjects, v1};
-use mtswarm_tests::{NodeProcess, kernel_root, node_bin};
+use mtswarm_tests::cli::spawn_up;
+use mtswarm_tests::jobs::{approvals as approvals_of, get_job, submit};
+use mtswarm_tests::{NodeProcess, node_bin};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
@@ -30,6 +32,17 @@ fn pass(request: Request<()>) -> Result<Request<()>, Status> {
     Ok(request)
 }
 
+/// Submits a one-agent vecadd job as `admin`'s identity; its id.
+async fn submit_vecadd(admin: &mut Control) -> String {
+    let spec = v1::JobSpec {
+        goal: "Tune the vecadd kernel.".into(),
+        kernel_dir: "vecadd".into(),
+        num_agents: 1,
+        ..Default::default()
+    };
+    submit(admin, spec).await
+}
+
 /// The job once it is no longer queued or running; `None` (after a short
 /// pause) while it still is. Panics with the job after `deadline`.
 async fn finished_job(
@@ -37,15 +50,7 @@ async fn finished_job(
     job_id: &str,
     deadline: Instant,
 ) -> Option<v1::JobRecord> {
-    let record = admin
-        .get_job(v1::GetJobRequest {
-            job_id: job_id.to_string(),
-        })
-        .await
-        .expect("get")
-        .into_inner()
-        .job
-        .expect("job");
+    let record = get_job(admin, job_id).await;
     if !matches!(record.state(), v1::JobState::Queued | v1::JobState::Running) {
         return Some(record);
     }
@@ -71,20 +76,8 @@ impl SecureUp {
     fn start() -> SecureUp {
         let dir = tempfile::tempdir().expect("temp dir");
         let client_config = dir.path().join("config.toml");
-        let ready_path = dir.path().join("up.ready.json");
-        let mut command = node(&client_config);
-        command
-            .arg("up")
-            .args(["--nats-port", "0", "--leader-listen", "127.0.0.1:0"])
-            .arg("--kernel-root")
-            .arg(kernel_root())
-            .arg("--ready-file")
-            .arg(&ready_path);
-        let mut up = NodeProcess::spawn("mtswarm up", command).expect("spawn mtswarm up");
-        let ready = up
-            .wait_ready(&ready_path, WAIT)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .document;
+        let (up, ready) = spawn_up(node(&client_config), dir.path(), WAIT);
+        let ready = ready.document;
         let client = ClientConfig::load(&client_config)
             .expect("client configuration readable")
             .expect("mtswarm up wrote the client configuration");
@@ -445,29 +438,8 @@ async fn a_worker_identity_cannot_act_as_the_leader() {
 async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
     let stack = SecureUp::start();
     let mut admin = stack.control(stack.token("admin")).await;
-    let job_id = admin
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(v1::JobSpec {
-                goal: "Tune the vecadd kernel.".into(),
-                kernel_dir: "vecadd".into(),
-                num_agents: 1,
-                ..Default::default()
-            }),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
-    let record = admin
-        .get_job(v1::GetJobRequest {
-            job_id: job_id.clone(),
-        })
-        .await
-        .expect("get")
-        .into_inner()
-        .job
-        .expect("job");
+    let job_id = submit_vecadd(&mut admin).await;
+    let record = get_job(&mut admin, &job_id).await;
     assert_eq!(record.submitted_by, "admin");
 
     // The first task is on record before it is published.
@@ -514,15 +486,7 @@ async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
     let mut approver = stack.control(stack.token("approver")).await;
     let deadline = Instant::now() + Duration::from_secs(600);
     let record = loop {
-        let pending = approver
-            .list_approvals(v1::ListApprovalsRequest {
-                job_id: job_id.clone(),
-                states: vec![v1::ApprovalState::Pending as i32],
-            })
-            .await
-            .expect("list approvals")
-            .into_inner()
-            .approvals;
+        let pending = approvals_of(&mut approver, &job_id, &[v1::ApprovalState::Pending]).await;
         for approval in pending {
             let id = approval.request.map(|r| r.approval_id).unwrap_or_default();
             let decided = approver
@@ -591,33 +555,12 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
     let stack = SecureUp::start();
     let mut admin = stack.control(stack.token("admin")).await;
     let mut approver = stack.control(stack.token("approver")).await;
-    let job_id = admin
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(v1::JobSpec {
-                goal: "Tune the vecadd kernel.".into(),
-                kernel_dir: "vecadd".into(),
-                num_agents: 1,
-                ..Default::default()
-            }),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("submit")
-        .into_inner()
-        .job_id;
+    let job_id = submit_vecadd(&mut admin).await;
 
     // The first call that waits for a decision.
     let deadline = Instant::now() + Duration::from_secs(600);
     let target = loop {
-        let pending = approver
-            .list_approvals(v1::ListApprovalsRequest {
-                job_id: job_id.clone(),
-                states: vec![v1::ApprovalState::Pending as i32],
-            })
-            .await
-            .expect("list approvals")
-            .into_inner()
-            .approvals;
+        let pending = approvals_of(&mut approver, &job_id, &[v1::ApprovalState::Pending]).await;
         if let Some(request) = pending.into_iter().find_map(|a| a.request) {
             break request;
         }
@@ -690,15 +633,7 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
     // The run is still paused; the genuine decision decides over the
     // forgery, and every later call is approved too until the job ends.
     let record = loop {
-        let pending = approver
-            .list_approvals(v1::ListApprovalsRequest {
-                job_id: job_id.clone(),
-                states: vec![],
-            })
-            .await
-            .expect("list approvals")
-            .into_inner()
-            .approvals;
+        let pending = approvals_of(&mut approver, &job_id, &[]).await;
         for approval in pending {
             let id = approval
                 .request

@@ -7,12 +7,12 @@
 use std::time::Duration;
 
 use mtswarm_proto::v1;
+use mtswarm_tests::jobs::{approvals, decide_approval, is_final};
 use mtswarm_tests::stack::Control;
-use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
+use mtswarm_tests::{TestStack, small_fleet_toml};
 
 use crate::support::{
-    agent_events, fan_out_script, get_job, job_spec, quick_vecadd_parameters, script_leader,
-    submit, task_results,
+    agent_events, fan_out_options, get_job, job_spec, start_stack, submit, task_results,
 };
 
 /// Waits until the job has a pending approval and returns it.
@@ -23,23 +23,13 @@ async fn next_pending(
 ) -> v1::ApprovalRecord {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        let list = control
-            .list_approvals(v1::ListApprovalsRequest {
-                job_id: job_id.to_string(),
-                states: vec![v1::ApprovalState::Pending as i32],
-            })
-            .await
-            .expect("ListApprovals")
-            .into_inner();
-        if let Some(record) = list.approvals.into_iter().next() {
+        let pending = approvals(control, job_id, &[v1::ApprovalState::Pending]).await;
+        if let Some(record) = pending.into_iter().next() {
             return record;
         }
         let job = get_job(control, job_id).await;
         assert!(
-            !matches!(
-                job.state(),
-                v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
-            ),
+            !is_final(job.state()),
             "job ended without a pending approval: {job:#?}"
         );
         assert!(
@@ -56,30 +46,66 @@ async fn decide(
     verdict: v1::ApprovalVerdict,
     reason: &str,
 ) -> Result<v1::ApprovalRecord, tonic::Status> {
-    control
-        .decide_approval(v1::DecideApprovalRequest {
-            approval_id: approval_id.to_string(),
-            verdict: verdict as i32,
-            reason: reason.to_string(),
-            decided_by: "e2e-test".to_string(),
-        })
-        .await
-        .map(|r| r.into_inner().approval.expect("the decided record"))
+    decide_approval(control, approval_id, verdict, reason, "e2e-test").await
+}
+
+/// Decides whatever else the job's sessions ask for with `verdict` until
+/// the job is final (at most 240 s, fewer than 20 requests); returns the
+/// final record and the requests it decided.
+async fn decide_until_final(
+    stack: &TestStack,
+    control: &mut Control,
+    job_id: &str,
+    verdict: v1::ApprovalVerdict,
+    reason: &str,
+) -> (v1::JobRecord, Vec<v1::ApprovalRequest>) {
+    let mut decided = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    loop {
+        let job = get_job(control, job_id).await;
+        if is_final(job.state()) {
+            return (job, decided);
+        }
+        for record in approvals(control, job_id, &[v1::ApprovalState::Pending]).await {
+            let pending = record.request.expect("request");
+            decide(control, &pending.approval_id, verdict, reason)
+                .await
+                .expect("decide");
+            decided.push(pending);
+        }
+        assert!(decided.len() < 20, "the session keeps asking: {decided:#?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {job_id} not final in time: {job:#?}\n{}",
+            stack.worker_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The events of a finished job (the stream replays everything and ends).
-async fn all_events(control: &mut Control, job_id: &str) -> Vec<v1::JobEvent> {
-    crate::support::watch_to_end(control, job_id, Duration::from_secs(60)).await
+async fn all_events(stack: &TestStack, control: &mut Control, job_id: &str) -> Vec<v1::JobEvent> {
+    crate::support::watch_to_end(control, job_id, Duration::from_secs(60), || {
+        stack.worker_logs()
+    })
+    .await
+}
+
+/// The payload of the result event of tool call `call_id` among `events`.
+fn tool_result_of(events: &[v1::JobEvent], call_id: &str) -> Option<serde_json::Value> {
+    agent_events(events).into_iter().find_map(|e| {
+        if e.kind() != v1::AgentEventKind::ToolResult {
+            return None;
+        }
+        let payload: serde_json::Value = serde_json::from_str(&e.payload_json).unwrap_or_default();
+        (payload["call_id"] == call_id).then_some(payload)
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
-    let script = fan_out_script(&[("reviewed", "")], &quick_vecadd_parameters());
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
-    options.configure_leader = Box::new(move |config| script_leader(config, script));
-    let stack = TestStack::start(options).await;
-    stack.wait_for_slices(1, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
+    let options = fan_out_options(&[("reviewed", "")], small_fleet_toml(1, 1, 2));
+    let (stack, mut control) = start_stack(options, 1).await;
 
     // --- approve: every paused call of the session is approved; tools run.
     let job_id = submit(
@@ -117,80 +143,35 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
     .expect_err("second decision refused");
     assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
     // Approve whatever else the session asks for until the job ends.
-    let mut approved = vec![request.clone()];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    let job = loop {
-        let job = get_job(&mut control, &job_id).await;
-        if matches!(
-            job.state(),
-            v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
-        ) {
-            break job;
-        }
-        let list = control
-            .list_approvals(v1::ListApprovalsRequest {
-                job_id: job_id.clone(),
-                states: vec![v1::ApprovalState::Pending as i32],
-            })
-            .await
-            .expect("ListApprovals")
-            .into_inner();
-        for record in list.approvals {
-            let pending = record.request.expect("request");
-            decide(
-                &mut control,
-                &pending.approval_id,
-                v1::ApprovalVerdict::Approve,
-                "ok",
-            )
-            .await
-            .expect("approve");
-            approved.push(pending);
-        }
-        assert!(
-            approved.len() < 20,
-            "the session keeps asking: {approved:#?}"
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "job {job_id} not final in time: {job:#?}\n{}",
-            stack.worker_logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let (job, approved) = decide_until_final(
+        &stack,
+        &mut control,
+        &job_id,
+        v1::ApprovalVerdict::Approve,
+        "ok",
+    )
+    .await;
     assert_eq!(
         job.state(),
         v1::JobState::Succeeded,
         "{job:#?}\n{}",
         stack.worker_logs()
     );
-    let events = all_events(&mut control, &job_id).await;
+    let events = all_events(&stack, &mut control, &job_id).await;
     let results = task_results(&events);
     assert_eq!(results.len(), 1, "{results:#?}");
     assert_eq!(results[0].status(), v1::TaskStatus::Ok, "{:#?}", results[0]);
     // The approved tool ran: its result event follows the decision and is ok.
-    let agent = agent_events(&events);
-    let approved_tool_ok = agent.iter().any(|e| {
-        e.kind() == v1::AgentEventKind::ToolResult && {
-            let payload: serde_json::Value =
-                serde_json::from_str(&e.payload_json).unwrap_or_default();
-            payload["call_id"] == request.call_id.as_str() && payload["ok"] == true
-        }
-    });
+    let approved_tool_ok =
+        tool_result_of(&events, &request.call_id).is_some_and(|payload| payload["ok"] == true);
     assert!(
         approved_tool_ok,
         "no successful result of the approved call {}",
         request.call_id
     );
-    let listed_decided = control
-        .list_approvals(v1::ListApprovalsRequest {
-            job_id: job_id.clone(),
-            states: vec![v1::ApprovalState::Approved as i32],
-        })
-        .await
-        .expect("ListApprovals")
-        .into_inner();
-    assert!(listed_decided.approvals.len() >= approved.len());
+    // Every decided request is listed as approved, the first one too.
+    let listed_decided = approvals(&mut control, &job_id, &[v1::ApprovalState::Approved]).await;
+    assert!(listed_decided.len() > approved.len());
 
     // --- deny: the model sees the denial as the call's observation.
     let job_id = submit(
@@ -211,56 +192,21 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
     .expect("DecideApproval(deny)");
     assert_eq!(decided.state(), v1::ApprovalState::Denied);
     // Deny anything else it asks, so the job ends.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    let job = loop {
-        let job = get_job(&mut control, &job_id).await;
-        if matches!(
-            job.state(),
-            v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
-        ) {
-            break job;
-        }
-        let list = control
-            .list_approvals(v1::ListApprovalsRequest {
-                job_id: job_id.clone(),
-                states: vec![v1::ApprovalState::Pending as i32],
-            })
-            .await
-            .expect("ListApprovals")
-            .into_inner();
-        for record in list.approvals {
-            let pending = record.request.expect("request");
-            decide(
-                &mut control,
-                &pending.approval_id,
-                v1::ApprovalVerdict::Deny,
-                reason,
-            )
-            .await
-            .expect("deny");
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "job {job_id} not final in time: {job:#?}\n{}",
-            stack.worker_logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let events = all_events(&mut control, &job_id).await;
-    let denial = agent_events(&events).into_iter().find(|e| {
-        e.kind() == v1::AgentEventKind::ToolResult && {
-            let payload: serde_json::Value =
-                serde_json::from_str(&e.payload_json).unwrap_or_default();
-            payload["call_id"] == request.call_id.as_str()
-        }
-    });
-    let denial = denial.unwrap_or_else(|| {
+    let (job, _denied) = decide_until_final(
+        &stack,
+        &mut control,
+        &job_id,
+        v1::ApprovalVerdict::Deny,
+        reason,
+    )
+    .await;
+    let events = all_events(&stack, &mut control, &job_id).await;
+    let payload = tool_result_of(&events, &request.call_id).unwrap_or_else(|| {
         panic!(
             "no result event for the denied call {}; job {job:#?}",
             request.call_id
         )
     });
-    let payload: serde_json::Value = serde_json::from_str(&denial.payload_json).expect("JSON");
     assert_eq!(payload["ok"], false, "{payload}");
     let observation = payload["content"].as_str().unwrap_or_default();
     assert!(

@@ -4,40 +4,23 @@
 //! measurements in the results store, over NATS), `jobs --json`,
 //! `approvals --json`.
 
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::process::Output;
 
-use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
+use mtswarm_tests::cli::{client_command, stdout_of};
+use mtswarm_tests::{node_bin, small_fleet_toml};
 
-use crate::support::{fan_out_script, quick_vecadd_parameters, script_leader};
+use crate::support::{fan_out_options, start_stack};
 
 fn mtswarm(leader: &str, args: &[&str]) -> Output {
-    Command::new(node_bin!())
-        .args(args)
-        .env("MTSWARM_LEADER", leader)
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env_remove("MTSWARM_JSON")
+    client_command(&node_bin!(), leader, args)
         .output()
         .expect("run mtswarm")
 }
 
-fn stdout_of(output: &Output, what: &str) -> String {
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_watch_and_results_through_the_binary() {
-    let script = fan_out_script(&[("cli-agent", "")], &quick_vecadd_parameters());
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
-    options.configure_leader = Box::new(move |config| script_leader(config, script));
-    let stack = TestStack::start(options).await;
-    stack.wait_for_slices(1, Duration::from_secs(30)).await;
+    let options = fan_out_options(&[("cli-agent", "")], small_fleet_toml(1, 1, 2));
+    let (stack, _control) = start_stack(options, 1).await;
     let leader = stack.leader_url.clone();
 
     let nats = stack.nats.url();

@@ -7,11 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use mtswarm_proto::v1;
-use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
+use mtswarm_tests::small_fleet_toml;
 
 use crate::support::{
-    agent_events, fan_out_script, get_job, job_spec, quick_vecadd_parameters, script_leader,
-    submit, task_results, watch_to_end,
+    agent_events, fan_out_options, job_spec, run_to_success, start_stack, submit, task_results,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -21,26 +20,16 @@ async fn job_fans_out_to_three_agents_on_two_worker_processes() {
         ("tuner-b", "board=board1"),
         ("tuner-c", ""),
     ];
-    let script = fan_out_script(&agents, &quick_vecadd_parameters());
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(2, 2, 2));
-    options.configure_leader = Box::new(move |config| script_leader(config, script));
-    let stack = TestStack::start(options).await;
-    stack.wait_for_slices(4, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
+    let options = fan_out_options(&agents, small_fleet_toml(2, 2, 2));
+    let (stack, mut control) = start_stack(options, 4).await;
 
     let job_id = submit(
         &mut control,
         job_spec("Tune vecadd on three slices", "vecadd", true),
     )
     .await;
-    let events = watch_to_end(&mut control, &job_id, Duration::from_secs(300)).await;
-    let job = get_job(&mut control, &job_id).await;
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "job {job:#?}\nworkers:\n{}",
-        stack.worker_logs()
-    );
+    let (events, job) =
+        run_to_success(&stack, &mut control, &job_id, Duration::from_secs(300)).await;
 
     // Every JobEvent of the stream is in order, without repeats.
     for pair in events.windows(2) {

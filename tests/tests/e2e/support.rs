@@ -1,17 +1,18 @@
-//! Helpers shared by the end-to-end tests: a scripted leader model, job
-//! submission, and reading a job's whole WatchJob stream.
+//! Helpers shared by the end-to-end tests: a scripted leader model and the
+//! jobs it runs (submitting and reading jobs is `mtswarm_tests::jobs`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mtswarm_core::ChatModel;
 use mtswarm_core::ToolCall;
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_leader::LeaderConfig;
 use mtswarm_proto::v1;
-use mtswarm_tests::stack::Control;
 use serde_json::{Value, json};
-use tokio_stream::StreamExt as _;
+
+pub(crate) use mtswarm_tests::jobs::{agent_events, get_job, submit, task_results, watch_to_end};
+use mtswarm_tests::stack::Control;
+use mtswarm_tests::{StackOptions, TestStack};
 
 /// One leader turn calling `tool` once per argument object.
 pub(crate) fn calls(tool: &str, arguments: &[Value]) -> ScriptedTurn {
@@ -60,97 +61,51 @@ pub(crate) fn fan_out_script(agents: &[(&str, &str)], parameters: &Value) -> Vec
     ]
 }
 
+/// Options for a stack on `fleet_toml` whose leader replays the
+/// [`fan_out_script`] of `agents` with [`quick_vecadd_parameters`].
+pub(crate) fn fan_out_options(agents: &[(&str, &str)], fleet_toml: String) -> StackOptions {
+    let script = fan_out_script(agents, &quick_vecadd_parameters());
+    let mut options = StackOptions::new(mtswarm_tests::node_bin!(), fleet_toml);
+    options.configure_leader = Box::new(move |config| script_leader(config, script));
+    options
+}
+
+/// Starts `options`' stack, waits until its workers registered `slices`
+/// slices, and connects a Control client.
+pub(crate) async fn start_stack(options: StackOptions, slices: usize) -> (TestStack, Control) {
+    let stack = TestStack::start(options).await;
+    stack
+        .wait_for_slices(slices, std::time::Duration::from_secs(30))
+        .await;
+    let control = stack.control().await;
+    (stack, control)
+}
+
 /// Task parameters for one quick vecadd run on 2 cores.
 pub(crate) fn quick_vecadd_parameters() -> Value {
     json!({"params": {"CHUNK": 1024, "BUF": 2}, "cores": 2, "warmup": 0, "repeats": 1})
 }
 
-pub(crate) fn job_spec(goal: &str, kernel_dir: &str, auto_approve: bool) -> v1::JobSpec {
-    v1::JobSpec {
-        goal: goal.to_string(),
-        kernel_dir: kernel_dir.to_string(),
-        slice_selector: String::new(),
-        budgets: Some(v1::Budgets {
-            wall_time_seconds: 600,
-            ..Default::default()
-        }),
-        num_agents: 0,
-        model: None,
-        auto_approve,
-        allow_shell: false,
-    }
-}
-
-pub(crate) async fn submit(control: &mut Control, spec: v1::JobSpec) -> String {
-    control
-        .submit_job(v1::SubmitJobRequest {
-            spec: Some(spec),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("SubmitJob accepted")
-        .into_inner()
-        .job_id
-}
-
-/// Reads the job's stream from the start until it ends (the job is final),
-/// at most `timeout`.
-pub(crate) async fn watch_to_end(
+/// Reads the job's stream until it ends (at most `timeout`) and asserts
+/// that the job succeeded; its events and its final record.
+pub(crate) async fn run_to_success(
+    stack: &TestStack,
     control: &mut Control,
     job_id: &str,
-    timeout: Duration,
-) -> Vec<v1::JobEvent> {
-    let mut stream = control
-        .watch_job(v1::WatchJobRequest {
-            job_id: job_id.to_string(),
-            from_sequence: 0,
-        })
-        .await
-        .expect("WatchJob")
-        .into_inner();
-    let mut events = Vec::new();
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        match tokio::time::timeout_at(deadline, stream.next()).await {
-            Err(_) => panic!(
-                "job {job_id} not final within {timeout:?}; last events: {:#?}",
-                &events[events.len().saturating_sub(10)..]
-            ),
-            Ok(None) => return events,
-            Ok(Some(Err(status))) => panic!("WatchJob failed: {status}"),
-            Ok(Some(Ok(event))) => events.push(event),
-        }
-    }
+    timeout: std::time::Duration,
+) -> (Vec<v1::JobEvent>, v1::JobRecord) {
+    let events = watch_to_end(control, job_id, timeout, || stack.worker_logs()).await;
+    let job = get_job(control, job_id).await;
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "job {job:#?}\nworkers:\n{}",
+        stack.worker_logs()
+    );
+    (events, job)
 }
 
-pub(crate) async fn get_job(control: &mut Control, job_id: &str) -> v1::JobRecord {
-    control
-        .get_job(v1::GetJobRequest {
-            job_id: job_id.to_string(),
-        })
-        .await
-        .expect("GetJob")
-        .into_inner()
-        .job
-        .expect("a job record")
-}
-
-pub(crate) fn task_results(events: &[v1::JobEvent]) -> Vec<v1::TaskResult> {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::TaskResult(r)) => Some(r.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-pub(crate) fn agent_events(events: &[v1::JobEvent]) -> Vec<v1::AgentEvent> {
-    events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Some(v1::job_event::Event::AgentEvent(a)) => Some(a.clone()),
-            _ => None,
-        })
-        .collect()
+/// A job on `kernel_dir` for as many agents as the leader's script spawns.
+pub(crate) fn job_spec(goal: &str, kernel_dir: &str, auto_approve: bool) -> v1::JobSpec {
+    mtswarm_tests::jobs::job_spec(goal, kernel_dir, 0, auto_approve)
 }

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use mtswarm_tests::cli::{UP_READY_FILE, spawn_up};
+use mtswarm_tests::node_bin;
 use mtswarm_tests::process::process_exists;
-use mtswarm_tests::{NodeProcess, kernel_root, node_bin};
 
 fn node() -> Command {
     let mut command = Command::new(node_bin!());
@@ -52,19 +53,8 @@ fn pids(ready: &serde_json::Value) -> Vec<u32> {
 #[test]
 fn up_serves_the_built_in_fleet_and_stops_on_ctrl_c() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ready_path = dir.path().join("up.ready.json");
-    let mut command = node();
-    command
-        .arg("up")
-        .args(["--nats-port", "0", "--leader-listen", "127.0.0.1:0"])
-        .arg("--kernel-root")
-        .arg(kernel_root())
-        .arg("--ready-file")
-        .arg(&ready_path);
-    let mut up = NodeProcess::spawn("mtswarm up", command).expect("spawn mtswarm up");
-    let ready = up
-        .wait_ready(&ready_path, Duration::from_secs(120))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let ready_path = dir.path().join(UP_READY_FILE);
+    let (mut up, ready) = spawn_up(node(), dir.path(), Duration::from_secs(120));
     let leader = ready.grpc.clone();
     let children = pids(&ready.document);
     assert_eq!(

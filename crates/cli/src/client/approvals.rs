@@ -5,9 +5,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 use mtswarm_proto::v1;
-use serde_json::json;
 
-use super::output::print_json;
+use super::output::{Listing, print_json};
 use crate::common::{LeaderArgs, rpc_error};
 use crate::decision::decide_approval;
 use crate::render;
@@ -62,34 +61,34 @@ pub async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
         .await
         .map_err(|status| rpc_error("listing approvals", &cmd.leader.url(), status))?
         .into_inner();
-    if cmd.json {
-        print_json(&json!({
-            "approvals": list.approvals.iter().map(render::approval).collect::<Vec<_>>(),
-        }));
-        return Ok(ExitCode::SUCCESS);
-    }
-    if list.approvals.is_empty() {
-        println!("no {}approvals", if cmd.all { "" } else { "pending " });
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "{:<38} {:<9} {:<7} {:<14} {:<16} ARGUMENTS",
-        "APPROVAL", "STATE", "RISK", "AGENT", "TOOL"
-    );
-    for record in &list.approvals {
-        let value = render::approval(record);
-        println!(
-            "{:<38} {:<9} {:<7} {:<14} {:<16} {}",
-            render::compact(&value["approval_id"], 38),
-            render::compact(&value["state"], 9),
-            render::compact(&value["risk"], 7),
-            render::compact(&value["agent_id"], 14),
-            render::compact(&value["tool"], 16),
-            render::compact(&value["arguments"], 60)
-        );
-    }
-    println!("decide with: mtswarm approve ID | mtswarm deny ID --reason \"...\"");
-    Ok(ExitCode::SUCCESS)
+    let listing = Listing {
+        items: &list.approvals,
+        json_key: "approvals",
+        entry: &render::approval,
+        empty: if cmd.all {
+            "no approvals"
+        } else {
+            "no pending approvals"
+        },
+        header: format!(
+            "{:<38} {:<9} {:<7} {:<14} {:<16} ARGUMENTS",
+            "APPROVAL", "STATE", "RISK", "AGENT", "TOOL"
+        ),
+        row: &|record| {
+            let value = render::approval(record);
+            format!(
+                "{:<38} {:<9} {:<7} {:<14} {:<16} {}",
+                render::compact(&value["approval_id"], 38),
+                render::compact(&value["state"], 9),
+                render::compact(&value["risk"], 7),
+                render::compact(&value["agent_id"], 14),
+                render::compact(&value["tool"], 16),
+                render::compact(&value["arguments"], 60)
+            )
+        },
+        footer: Some("decide with: mtswarm approve ID | mtswarm deny ID --reason \"...\""),
+    };
+    Ok(listing.print(cmd.json))
 }
 
 /// `mtswarm approve` / `mtswarm deny`: records `verdict` on one approval and

@@ -7,7 +7,7 @@ use clap::Args;
 use mtswarm_proto::v1;
 use serde_json::{Value, json};
 
-use super::output::print_json;
+use super::output::{Listing, print_json};
 use crate::common::{LeaderArgs, local_identity, rpc_error};
 use crate::render;
 
@@ -130,32 +130,31 @@ pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
         }
         page_token = page.next_page_token;
     }
-    if cmd.json {
-        print_json(&json!({ "jobs": jobs.iter().map(render::job).collect::<Vec<_>>() }));
-        return Ok(ExitCode::SUCCESS);
-    }
-    if jobs.is_empty() {
-        println!("no jobs");
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "{:<38} {:<10} {:<12} {:>6} {:>7}  GOAL",
-        "JOB", "STATE", "KERNEL", "AGENTS", "TASKS"
-    );
-    for job in &jobs {
-        let spec = job.spec.clone().unwrap_or_default();
-        println!(
-            "{:<38} {:<10} {:<12} {:>6} {:>3}/{:<3}  {}",
-            job.job_id,
-            render::job_state(job.state()),
-            render::truncate(&spec.kernel_dir, 12),
-            job.agent_ids.len(),
-            job.tasks_done,
-            job.tasks_total,
-            render::truncate(&spec.goal, 50)
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    let listing = Listing {
+        items: &jobs,
+        json_key: "jobs",
+        entry: &render::job,
+        empty: "no jobs",
+        header: format!(
+            "{:<38} {:<10} {:<12} {:>6} {:>7}  GOAL",
+            "JOB", "STATE", "KERNEL", "AGENTS", "TASKS"
+        ),
+        row: &|job| {
+            let spec = job.spec.clone().unwrap_or_default();
+            format!(
+                "{:<38} {:<10} {:<12} {:>6} {:>3}/{:<3}  {}",
+                job.job_id,
+                render::job_state(job.state()),
+                render::truncate(&spec.kernel_dir, 12),
+                job.agent_ids.len(),
+                job.tasks_done,
+                job.tasks_total,
+                render::truncate(&spec.goal, 50)
+            )
+        },
+        footer: None,
+    };
+    Ok(listing.print(cmd.json))
 }
 
 fn print_job_detail(job: &Value) {

@@ -8,7 +8,7 @@ use clap::Args;
 use mtswarm_proto::v1;
 use serde_json::{Value, json};
 
-use super::output::print_json;
+use super::output::{Listing, print_json};
 use crate::common::{LeaderArgs, local_identity, rpc_error};
 use crate::render;
 
@@ -67,34 +67,30 @@ pub async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode>
         .iter()
         .filter_map(|s| s.quarantine.as_ref().map(|q| (s, q)))
         .collect();
-    if cmd.json {
-        print_json(&json!({
-            "quarantined": quarantined.iter().map(|(s, q)| quarantine_entry(s, q)).collect::<Vec<_>>(),
-        }));
-        return Ok(ExitCode::SUCCESS);
-    }
-    if quarantined.is_empty() {
-        println!("no quarantined slices");
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "{:<14} {:<18} {:>8} {:<24} {:<18} REASON",
-        "SLICE", "WORKER", "FAILURES", "SINCE", "BY"
-    );
-    for (slice, q) in &quarantined {
-        let entry = quarantine_entry(slice, q);
-        println!(
-            "{:<14} {:<18} {:>8} {:<24} {:<18} {}",
-            q.slice_id,
-            render::compact(&entry["worker_id"], 18),
-            q.consecutive_failures,
-            render::compact(&entry["since"], 24),
-            render::truncate(&q.by, 18),
-            render::truncate(&q.reason, 70)
-        );
-    }
-    println!("return one to service with: mtswarm quarantine lift SLICE --reason \"...\"");
-    Ok(ExitCode::SUCCESS)
+    let listing = Listing {
+        items: &quarantined,
+        json_key: "quarantined",
+        entry: &|(slice, q)| quarantine_entry(slice, q),
+        empty: "no quarantined slices",
+        header: format!(
+            "{:<14} {:<18} {:>8} {:<24} {:<18} REASON",
+            "SLICE", "WORKER", "FAILURES", "SINCE", "BY"
+        ),
+        row: &|(slice, q)| {
+            let entry = quarantine_entry(slice, q);
+            format!(
+                "{:<14} {:<18} {:>8} {:<24} {:<18} {}",
+                q.slice_id,
+                render::compact(&entry["worker_id"], 18),
+                q.consecutive_failures,
+                render::compact(&entry["since"], 24),
+                render::truncate(&q.by, 18),
+                render::truncate(&q.reason, 70)
+            )
+        },
+        footer: Some("return one to service with: mtswarm quarantine lift SLICE --reason \"...\""),
+    };
+    Ok(listing.print(cmd.json))
 }
 
 /// `mtswarm quarantine lift SLICE`: returns the slice to service. Exit 0

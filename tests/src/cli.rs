@@ -1,0 +1,57 @@
+//! The `mtswarm` command line as the tests run it, a child process: a
+//! client command against a leader, its checked stdout, and `mtswarm up`
+//! started on free ports until it is ready. The end-to-end and chaos tests
+//! drive the binary the same way through these.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use crate::process::{NodeProcess, ReadyInfo};
+
+/// `node_bin ARGS` as a client of the leader at `leader` (`MTSWARM_LEADER`),
+/// with human output and no tracing whatever the test's environment says.
+pub fn client_command(node_bin: &Path, leader: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(node_bin);
+    command
+        .args(args)
+        .env("MTSWARM_LEADER", leader)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("MTSWARM_JSON");
+    command
+}
+
+/// The stdout of a command that must have succeeded (`what` names it in
+/// the panic, with its stderr, when it did not).
+pub fn stdout_of(output: &Output, what: &str) -> String {
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The name of the ready file [`spawn_up`] gives `mtswarm up` in its directory.
+pub const UP_READY_FILE: &str = "up.ready.json";
+
+/// Starts `command` (the `mtswarm-node` binary with the test's environment)
+/// as `mtswarm up` on free ports over the example kernels, its ready file
+/// [`UP_READY_FILE`] in `dir`, and waits at most `timeout` until it is ready; panics with its
+/// log otherwise.
+pub fn spawn_up(mut command: Command, dir: &Path, timeout: Duration) -> (NodeProcess, ReadyInfo) {
+    let ready_path = dir.join(UP_READY_FILE);
+    command
+        .arg("up")
+        .args(["--nats-port", "0", "--leader-listen", "127.0.0.1:0"])
+        .arg("--kernel-root")
+        .arg(crate::kernel_root())
+        .arg("--ready-file")
+        .arg(&ready_path);
+    let mut up = NodeProcess::spawn("mtswarm up", command).expect("spawn mtswarm up");
+    let ready = up
+        .wait_ready(&ready_path, timeout)
+        .unwrap_or_else(|e| panic!("{e}"));
+    (up, ready)
+}
