@@ -153,7 +153,11 @@ const SPAWN_CONCURRENCY: usize = 16;
 
 /// One session per slice of `worker`, spawned [`SPAWN_CONCURRENCY`] at a
 /// time; prints how long the first 1,000 (or all, when fewer) took.
-async fn spawn_sessions<T>(client: &WorkerClient<T>, worker: &WorkerHandle, prefix: &str) -> Vec<Session>
+async fn spawn_sessions<T>(
+    client: &WorkerClient<T>,
+    worker: &WorkerHandle,
+    prefix: &str,
+) -> Vec<Session>
 where
     T: GrpcTransport + Clone,
 {
@@ -163,33 +167,34 @@ where
     let started = std::time::Instant::now();
     let mut first_thousand = None;
     let mut spawned = Vec::with_capacity(total);
-    let mut calls = futures::stream::iter(slices.into_iter().enumerate().map(|(index, slice_id)| {
-        let mut client = client.clone();
-        let agent_id = format!("{prefix}-agent-{index}");
-        async move {
-            let response = client
-                .spawn_session(v1::SpawnSessionRequest {
-                    job_id: JOB_ID.into(),
-                    agent_id: agent_id.clone(),
-                    session_id: format!("{prefix}-session-{index}"),
-                    slice_id,
-                    role: "tuner".into(),
-                    kernel_dir: "vecadd".into(),
-                    auto_approve: true,
-                    ..Default::default()
-                })
-                .await
-                .expect("SpawnSession")
-                .into_inner();
-            Session {
-                agent_id,
-                session_id: response.session_id,
-                worker_id: response.worker_id,
-                slice_id: response.slice_id,
+    let mut calls =
+        futures::stream::iter(slices.into_iter().enumerate().map(|(index, slice_id)| {
+            let mut client = client.clone();
+            let agent_id = format!("{prefix}-agent-{index}");
+            async move {
+                let response = client
+                    .spawn_session(v1::SpawnSessionRequest {
+                        job_id: JOB_ID.into(),
+                        agent_id: agent_id.clone(),
+                        session_id: format!("{prefix}-session-{index}"),
+                        slice_id,
+                        role: "tuner".into(),
+                        kernel_dir: "vecadd".into(),
+                        auto_approve: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("SpawnSession")
+                    .into_inner();
+                Session {
+                    agent_id,
+                    session_id: response.session_id,
+                    worker_id: response.worker_id,
+                    slice_id: response.slice_id,
+                }
             }
-        }
-    }))
-    .buffer_unordered(SPAWN_CONCURRENCY);
+        }))
+        .buffer_unordered(SPAWN_CONCURRENCY);
     while let Some(session) = calls.next().await {
         spawned.push(session);
         if spawned.len() == total.min(1_000) {
@@ -213,7 +218,13 @@ fn resident_bytes() -> u64 {
     status
         .lines()
         .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .map_or(0, |kib| kib * 1024)
 }
 
