@@ -4,7 +4,7 @@
 //! reason the model gets back when that fails.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::model::ToolSpec;
 use crate::tool::Tool;
@@ -116,9 +116,9 @@ impl ToolRegistry {
         }
         let schema = tool.input_schema();
         let validator =
-            jsonschema::validator_for(&schema).map_err(|e| RegistryError::InvalidSchema {
+            shared_validator(&schema).map_err(|message| RegistryError::InvalidSchema {
                 tool: name.clone(),
-                message: e.to_string(),
+                message: message.to_string(),
             })?;
         let spec = ToolSpec {
             name: name.clone(),
@@ -132,7 +132,7 @@ impl ToolRegistry {
                 tool,
                 spec,
                 group,
-                validator: Arc::new(validator),
+                validator,
             },
         );
         Ok(())
@@ -254,4 +254,28 @@ pub fn parse_arguments(raw: &str) -> Result<serde_json::Value, CallRejection> {
              send the arguments as one JSON object"
         ))
     })
+}
+
+/// Distinct schemas whose compiled validators are kept for the process.
+const VALIDATOR_CACHE_LIMIT: usize = 1_024;
+
+/// The compiled validator of `schema`, shared by every registry of the
+/// process. A worker daemon builds one registry per session from the same
+/// tools, and compiling the schemas was most of a session's start time and
+/// of its memory; schemas past the cache's limit are compiled each time.
+fn shared_validator(
+    schema: &serde_json::Value,
+) -> Result<Arc<jsonschema::Validator>, jsonschema::ValidationError<'static>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = schema.to_string();
+    if let Some(validator) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(validator.clone());
+    }
+    let validator = Arc::new(jsonschema::validator_for(schema)?);
+    let mut cached = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if cached.len() < VALIDATOR_CACHE_LIMIT {
+        cached.insert(key, validator.clone());
+    }
+    Ok(validator)
 }

@@ -66,7 +66,12 @@ pub(super) async fn run_session(
             _ = stop.changed() => continue,
             delivery = entry.inbox.next() => delivery,
         };
-        handle_delivery(&shared, &entry, &runtime, &events, &mut stop, &delivery).await;
+        // Boxed: the engine's future is large, and an idle session should
+        // hold only its own small state, not room for a running task.
+        Box::pin(handle_delivery(
+            &shared, &entry, &runtime, &events, &mut stop, &delivery,
+        ))
+        .await;
         entry.update(|p| {
             p.state = SessionState::Idle;
             p.task_id.clear();
