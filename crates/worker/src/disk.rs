@@ -91,9 +91,9 @@ pub(crate) fn short_duration(duration: Duration) -> String {
     if duration.subsec_nanos() != 0 || secs == 0 {
         return humantime::format_duration(duration).to_string();
     }
-    if secs % 3600 == 0 {
+    if secs.is_multiple_of(3600) {
         format!("{}h", secs / 3600)
-    } else if secs % 60 == 0 {
+    } else if secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else {
         format!("{secs}s")
@@ -384,15 +384,30 @@ mod tests {
 
     #[test]
     fn sizes_and_durations_parse_as_operators_type_them() {
-        assert_eq!(parse_disk_quota("10GiB").expect("GiB"), 10 * 1024 * 1024 * 1024);
+        assert_eq!(
+            parse_disk_quota("10GiB").expect("GiB"),
+            10 * 1024 * 1024 * 1024
+        );
         assert_eq!(parse_disk_quota("500MB").expect("MB"), 500_000_000);
         assert_eq!(parse_disk_quota(" 1048576 ").expect("bytes"), 1_048_576);
         let error = parse_disk_quota("lots").expect_err("not a size");
-        assert!(error.to_string().contains("`lots` is not a size"), "{error}");
-        assert_eq!(parse_retention("30m").expect("30m"), Duration::from_secs(1800));
-        assert_eq!(parse_retention("24h").expect("24h"), Duration::from_secs(86_400));
+        assert!(
+            error.to_string().contains("`lots` is not a size"),
+            "{error}"
+        );
+        assert_eq!(
+            parse_retention("30m").expect("30m"),
+            Duration::from_secs(1800)
+        );
+        assert_eq!(
+            parse_retention("24h").expect("24h"),
+            Duration::from_secs(86_400)
+        );
         let error = parse_retention("5").expect_err("no unit");
-        assert!(error.to_string().contains("`5` is not a duration"), "{error}");
+        assert!(
+            error.to_string().contains("`5` is not a duration"),
+            "{error}"
+        );
         assert_eq!(short_duration(Duration::from_secs(86_400)), "24h");
         assert_eq!(short_duration(Duration::from_secs(1800)), "30m");
         assert_eq!(short_duration(Duration::from_secs(90)), "90s");
@@ -443,10 +458,17 @@ mod tests {
         );
         let workspace = &children[3];
         assert!(workspace.bytes >= 1000, "{workspace:?}");
-        assert!(workspace.bytes < 100_000, "the link was followed: {workspace:?}");
+        assert!(
+            workspace.bytes < 100_000,
+            "the link was followed: {workspace:?}"
+        );
         assert!(workspace.newest.is_some());
         assert!(children[1].bytes < 100_000, "the root link was followed");
         let missing = root.path().join("missing");
-        assert!(scan_root(&missing, &mut errors).expect("missing root").is_empty());
+        assert!(
+            scan_root(&missing, &mut errors)
+                .expect("missing root")
+                .is_empty()
+        );
     }
 }

@@ -228,9 +228,18 @@ mod tests {
 
     #[test]
     fn the_interval_is_a_quarter_of_the_retention_within_bounds() {
-        assert_eq!(interval_for(Duration::from_secs(86_400)), Duration::from_secs(60));
-        assert_eq!(interval_for(Duration::from_secs(60)), Duration::from_secs(15));
-        assert_eq!(interval_for(Duration::from_secs(1)), Duration::from_millis(500));
+        assert_eq!(
+            interval_for(Duration::from_secs(86_400)),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            interval_for(Duration::from_secs(60)),
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            interval_for(Duration::from_secs(1)),
+            Duration::from_millis(500)
+        );
     }
 
     #[test]
