@@ -242,12 +242,21 @@ impl DiskState {
 
 /// Set a workspace's modification time to now (a workspace that does not
 /// exist yet needs nothing; any other failure only weakens the mark and is
-/// logged).
+/// logged). Only a real directory is opened: never a link (it could lead
+/// out of the root) and never a FIFO or device (opening one could block
+/// while SpawnSession holds the session table's lock).
 pub(crate) fn mark_in_use(workspace: &Path) {
-    let result = std::fs::File::open(workspace).and_then(|dir| dir.set_modified(SystemTime::now()));
+    use std::os::unix::fs::OpenOptionsExt;
+    let result = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY | libc::O_NONBLOCK)
+        .open(workspace)
+        .and_then(|dir| dir.set_modified(SystemTime::now()));
     match result {
         Ok(()) => {}
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+        // A link or something that is no directory: not a workspace of ours.
+        Err(error) if matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {}
         Err(error) => {
             tracing::warn!(%error, workspace = %workspace.display(), "workspace not marked in use");
         }
@@ -470,5 +479,37 @@ mod tests {
                 .expect("missing root")
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn marking_in_use_touches_real_directories_only() {
+        let root = tempfile::tempdir().expect("root");
+        let outside = tempfile::tempdir().expect("outside");
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let modified = |path: &Path| {
+            std::fs::symlink_metadata(path)
+                .and_then(|m| m.modified())
+                .expect("mtime")
+        };
+        let set_old = |path: &Path| {
+            std::fs::File::open(path)
+                .and_then(|f| f.set_modified(hour_ago))
+                .expect("backdate");
+        };
+        let ws = root.path().join("sess-1");
+        std::fs::create_dir(&ws).expect("ws");
+        set_old(&ws);
+        set_old(outside.path());
+        std::os::unix::fs::symlink(outside.path(), root.path().join("linked")).expect("link");
+        std::fs::write(root.path().join("file"), "x").expect("file");
+        set_old(&root.path().join("file"));
+
+        mark_in_use(&ws);
+        mark_in_use(&root.path().join("linked"));
+        mark_in_use(&root.path().join("file"));
+        mark_in_use(&root.path().join("missing"));
+        assert!(modified(&ws) > hour_ago + Duration::from_secs(1800));
+        assert_eq!(modified(outside.path()), hour_ago, "the link was followed");
+        assert_eq!(modified(&root.path().join("file")), hour_ago);
     }
 }
