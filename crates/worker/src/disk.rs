@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use crate::config::WorkerConfig;
 
 /// Prefix of a workspace being removed: the janitor renames a workspace to
-/// `<root>/.mtswarm-removing-<pass>-<session>` before deleting it. Session
+/// `<root>/.mtswarm-removing-<pid>-<pass>-<session>` before deleting it. Session
 /// ids never start with a dot, so no session can own such a name.
 pub(crate) const TRASH_PREFIX: &str = ".mtswarm-removing-";
 

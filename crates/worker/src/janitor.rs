@@ -132,7 +132,7 @@ fn pass(shared: &Shared) {
     let now = SystemTime::now();
     for child in &children {
         let removed = match child.kind {
-            ChildKind::Trash => remove_trash(&child.path).map(|()| true),
+            ChildKind::Trash => remove_trash(&child.path),
             ChildKind::Workspace
                 if !live.contains(&child.name)
                     && child.newest.is_some_and(|t| expired(t, now, retention)) =>
@@ -184,10 +184,11 @@ fn remove_workspace(
     pass: u64,
     now: SystemTime,
 ) -> io::Result<bool> {
-    let trash = shared
-        .disk
-        .root()
-        .join(format!("{TRASH_PREFIX}{pass}-{}", child.name));
+    let trash = shared.disk.root().join(format!(
+        "{TRASH_PREFIX}{}-{pass}-{}",
+        std::process::id(),
+        child.name
+    ));
     {
         let table = shared.table();
         if is_live(&table, &child.name) || shared.disk.admitted_during_pass(&child.name) {
@@ -203,23 +204,33 @@ fn remove_workspace(
         if !meta.file_type().is_dir() || !expired(meta.modified()?, now, shared.disk.retention()) {
             return Ok(false);
         }
-        std::fs::rename(&child.path, &trash)?;
+        match std::fs::rename(&child.path, &trash) {
+            Ok(()) => {}
+            // Another daemon sharing the root took it first.
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(error) => return Err(error),
+        }
     }
-    remove_trash(&trash)?;
-    Ok(true)
+    remove_trash(&trash)
 }
 
 /// Delete a trash directory: a real directory directly under the root
-/// whose name carries [`TRASH_PREFIX`].
-fn remove_trash(path: &Path) -> io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
+/// whose name carries [`TRASH_PREFIX`]; `Ok(false)` when it is gone
+/// already (a daemon sharing the root removed it).
+fn remove_trash(path: &Path) -> io::Result<bool> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(error) => return Err(error),
+    };
     if !meta.file_type().is_dir() {
         return Err(io::Error::other(format!(
             "{} is not a directory; not removed",
             path.display()
         )));
     }
-    std::fs::remove_dir_all(path)
+    std::fs::remove_dir_all(path)?;
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! Disk hygiene of a real daemon on real files: the workspaces of finished
 //! sessions go after the retention while live ones stay, leftovers of a
-//! previous process go at start, links out of the workspace root are never
-//! followed, a spawn over the disk quota is refused with
-//! RESOURCE_EXHAUSTED naming the root, the usage and the quota, and the
-//! configuration refuses unusable values.
+//! previous process (and interrupted removals) go at start, links out of
+//! the workspace root are never followed, a spawn over the disk quota is
+//! refused with RESOURCE_EXHAUSTED naming the root, the usage and the
+//! quota, and the configuration refuses unusable values.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -144,6 +144,10 @@ async fn leftovers_past_the_retention_go_at_start_and_links_out_of_the_root_surv
     std::os::unix::fs::symlink(outside.path(), root.join("linked-sess")).expect("link");
     std::fs::write(root.join("notes.txt"), "operator notes").expect("notes");
     backdate(&root.join("notes.txt"), two_hours);
+    // What an interrupted removal left (a fresh one: it goes all the same).
+    let trash = root.join(".mtswarm-removing-1-7-gone-sess");
+    std::fs::create_dir_all(trash.join("vecadd")).expect("trash");
+    std::fs::write(trash.join("vecadd/kernel.c"), "int x;").expect("trash file");
     std::fs::create_dir(root.join("not a session")).expect("odd dir");
     backdate(&root.join("not a session"), two_hours);
 
@@ -155,6 +159,7 @@ async fn leftovers_past_the_retention_go_at_start_and_links_out_of_the_root_surv
     assert!(first.removed[0].bytes >= 4096, "{first:?}");
     assert_eq!(first.errors, 0, "{first:?}");
     assert!(!old.exists());
+    assert!(!trash.exists(), "the interrupted removal is finished");
     assert!(root.join("recent-sess/kernel.c").is_file());
     assert!(root.join("notes.txt").is_file());
     assert!(root.join("not a session").is_dir());
