@@ -345,16 +345,14 @@ fn measure_tree(dir: &Path, errors: &mut usize) -> (u64, Option<SystemTime>) {
     let mut complete = true;
     let mut pending = vec![dir.to_path_buf()];
     while let Some(current) = pending.pop() {
-        let meta = match std::fs::symlink_metadata(&current) {
-            Ok(meta) => meta,
-            // Gone while we looked (a session's staging copy): nothing to count.
-            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-            Err(error) => {
-                complete = false;
-                *errors += 1;
-                tracing::warn!(%error, path = %current.display(), "workspace entry not measured");
-                continue;
-            }
+        let Some(meta) = walk_step(
+            std::fs::symlink_metadata(&current),
+            &current,
+            "workspace entry not measured",
+            &mut complete,
+            errors,
+        ) else {
+            continue;
         };
         bytes = bytes.saturating_add(meta.len());
         if let Ok(modified) = meta.modified() {
@@ -363,28 +361,50 @@ fn measure_tree(dir: &Path, errors: &mut usize) -> (u64, Option<SystemTime>) {
         if !meta.file_type().is_dir() {
             continue;
         }
-        let entries = match std::fs::read_dir(&current) {
-            Ok(entries) => entries,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-            Err(error) => {
-                complete = false;
-                *errors += 1;
-                tracing::warn!(%error, path = %current.display(), "workspace directory not read");
-                continue;
-            }
+        let Some(entries) = walk_step(
+            std::fs::read_dir(&current),
+            &current,
+            "workspace directory not read",
+            &mut complete,
+            errors,
+        ) else {
+            continue;
         };
         for entry in entries {
-            match entry {
-                Ok(entry) => pending.push(entry.path()),
-                Err(error) => {
-                    complete = false;
-                    *errors += 1;
-                    tracing::warn!(%error, path = %current.display(), "workspace directory not read");
-                }
+            if let Some(entry) = walk_step(
+                entry,
+                &current,
+                "workspace directory not read",
+                &mut complete,
+                errors,
+            ) {
+                pending.push(entry.path());
             }
         }
     }
     (bytes, newest.filter(|_| complete))
+}
+
+/// The value of one file-system step of the walk; `None` when the entry is
+/// gone (a session's staging copy renamed meanwhile: nothing to count) or
+/// unreadable (logged as `what`, counted, the tree marked incomplete).
+fn walk_step<T>(
+    result: io::Result<T>,
+    path: &Path,
+    what: &str,
+    complete: &mut bool,
+    errors: &mut usize,
+) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+        Err(error) => {
+            *complete = false;
+            *errors += 1;
+            tracing::warn!(%error, path = %path.display(), "{what}");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

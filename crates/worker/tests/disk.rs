@@ -44,6 +44,17 @@ async fn report_where(
     waited.unwrap_or_else(|_| panic!("no janitor report {what} within {WAIT:?}"))
 }
 
+/// Put a file to keep in `dir` (outside the workspace root).
+fn precious_in(dir: &Path) {
+    std::fs::write(dir.join("precious"), "keep me").expect("precious");
+}
+
+/// The file [`precious_in`] wrote is still there, unchanged.
+fn assert_precious_survives(dir: &Path) {
+    let kept = std::fs::read_to_string(dir.join("precious")).expect("outside survives");
+    assert_eq!(kept, "keep me");
+}
+
 fn removed_ids(report: &JanitorReport) -> Vec<&str> {
     report
         .removed
@@ -70,7 +81,7 @@ async fn a_finished_sessions_workspace_goes_after_the_retention_and_a_live_one_s
     assert!(live_ws.join("vecadd").is_dir(), "kernel copied");
     // A link from the finished workspace to a directory outside the root.
     let outside = tempfile::tempdir().expect("outside");
-    std::fs::write(outside.path().join("precious"), "keep me").expect("precious");
+    precious_in(outside.path());
     std::os::unix::fs::symlink(outside.path(), finished_ws.join("escape")).expect("link");
 
     let mut events = env.bus.subscribe_events("jobW").await.expect("events");
@@ -94,10 +105,7 @@ async fn a_finished_sessions_workspace_goes_after_the_retention_and_a_live_one_s
     assert_eq!(removed_ids(&removal), ["sessF"], "{removal:?}");
     assert!(removal.removed[0].bytes > 0, "{removal:?}");
     assert!(!finished_ws.exists(), "the finished workspace is gone");
-    assert_eq!(
-        std::fs::read_to_string(outside.path().join("precious")).expect("outside survives"),
-        "keep me"
-    );
+    assert_precious_survives(outside.path());
     // Two more passes, each more than the retention after the live
     // session's workspace was written: it stays.
     let later = report_where(&handle, "two passes later", |r| r.pass >= removal.pass + 2).await;
@@ -138,7 +146,7 @@ async fn leftovers_past_the_retention_go_at_start_and_links_out_of_the_root_surv
     std::fs::create_dir_all(root.join("recent-sess")).expect("recent");
     std::fs::write(root.join("recent-sess/kernel.c"), "int x;").expect("recent file");
     let outside = tempfile::tempdir().expect("outside");
-    std::fs::write(outside.path().join("precious"), "keep me").expect("precious");
+    precious_in(outside.path());
     backdate(&outside.path().join("precious"), two_hours);
     backdate(outside.path(), two_hours);
     std::os::unix::fs::symlink(outside.path(), root.join("linked-sess")).expect("link");
@@ -165,10 +173,7 @@ async fn leftovers_past_the_retention_go_at_start_and_links_out_of_the_root_surv
     assert!(root.join("not a session").is_dir());
     let link = std::fs::symlink_metadata(root.join("linked-sess")).expect("the link stays");
     assert!(link.file_type().is_symlink());
-    assert_eq!(
-        std::fs::read_to_string(outside.path().join("precious")).expect("outside survives"),
-        "keep me"
-    );
+    assert_precious_survives(outside.path());
     // The usage counts what is left, and not what the link points at.
     assert_eq!(handle.disk_usage().bytes, first.usage_bytes);
     assert!(first.usage_bytes > 0, "{first:?}");
