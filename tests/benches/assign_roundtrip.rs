@@ -148,36 +148,84 @@ fn fleet_toml(board: &str, sessions: u32) -> String {
     )
 }
 
-async fn spawn_sessions<T: GrpcTransport>(
-    client: &mut WorkerClient<T>,
+/// SpawnSession calls in flight at once while the sessions are spawned.
+const SPAWN_CONCURRENCY: usize = 16;
+
+/// One session per slice of `worker`, spawned [`SPAWN_CONCURRENCY`] at a
+/// time; prints how long the first 1,000 (or all, when fewer) took.
+async fn spawn_sessions<T>(
+    client: &WorkerClient<T>,
     worker: &WorkerHandle,
     prefix: &str,
-) -> Vec<Session> {
-    let mut spawned = Vec::new();
-    for (index, slice_id) in worker.slice_ids().into_iter().enumerate() {
-        let agent_id = format!("{prefix}-agent-{index}");
-        let response = client
-            .spawn_session(v1::SpawnSessionRequest {
-                job_id: JOB_ID.into(),
-                agent_id: agent_id.clone(),
-                session_id: format!("{prefix}-session-{index}"),
-                slice_id,
-                role: "tuner".into(),
-                kernel_dir: "vecadd".into(),
-                auto_approve: true,
-                ..Default::default()
-            })
-            .await
-            .expect("SpawnSession")
-            .into_inner();
-        spawned.push(Session {
-            agent_id,
-            session_id: response.session_id,
-            worker_id: response.worker_id,
-            slice_id: response.slice_id,
-        });
+) -> Vec<Session>
+where
+    T: GrpcTransport + Clone,
+{
+    use futures::StreamExt as _;
+    let slices = worker.slice_ids();
+    let total = slices.len();
+    let started = std::time::Instant::now();
+    let mut first_thousand = None;
+    let mut spawned = Vec::with_capacity(total);
+    let mut calls =
+        futures::stream::iter(slices.into_iter().enumerate().map(|(index, slice_id)| {
+            let mut client = client.clone();
+            let agent_id = format!("{prefix}-agent-{index}");
+            async move {
+                let response = client
+                    .spawn_session(v1::SpawnSessionRequest {
+                        job_id: JOB_ID.into(),
+                        agent_id: agent_id.clone(),
+                        session_id: format!("{prefix}-session-{index}"),
+                        slice_id,
+                        role: "tuner".into(),
+                        kernel_dir: "vecadd".into(),
+                        auto_approve: true,
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("SpawnSession")
+                    .into_inner();
+                Session {
+                    agent_id,
+                    session_id: response.session_id,
+                    worker_id: response.worker_id,
+                    slice_id: response.slice_id,
+                }
+            }
+        }))
+        .buffer_unordered(SPAWN_CONCURRENCY);
+    while let Some(session) = calls.next().await {
+        spawned.push(session);
+        if spawned.len() == total.min(1_000) {
+            first_thousand = Some(started.elapsed());
+        }
+    }
+    if let Some(elapsed) = first_thousand {
+        eprintln!(
+            "{prefix}: spawned the first {} sessions in {:.3} s ({SPAWN_CONCURRENCY} at a time), all {total} in {:.3} s",
+            total.min(1_000),
+            elapsed.as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        );
     }
     spawned
+}
+
+/// This process's resident set size, bytes (Linux `/proc/self/status`).
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib * 1024)
 }
 
 /// The `secure` side: its own nats-server with the generated permissions
@@ -256,8 +304,8 @@ async fn start_secure(
         .await
         .expect("worker gRPC over TLS");
     let pass: fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> = Ok;
-    let mut client = WorkerClient::with_interceptor(channel, auth.interceptor(pass));
-    let spawned = spawn_sessions(&mut client, &worker, "secure").await;
+    let client = WorkerClient::with_interceptor(channel, auth.interceptor(pass));
+    let spawned = spawn_sessions(&client, &worker, "secure").await;
     let key = mtswarm_auth::ResultKey::load(&deployment.result_key_file).expect("result key");
     let harness = Arc::new(Harness {
         leader: Leader::new(leader, "bench-secure"),
@@ -289,11 +337,19 @@ fn main() {
         config.workspace_root = dir.path().join("workspaces");
         config.max_sessions = sessions as usize;
         let worker = WorkerDaemon::start(config).await.expect("worker daemon");
-        let mut client = WorkerClient::connect(format!("http://{}", worker.grpc_addr()))
+        let client = WorkerClient::connect(format!("http://{}", worker.grpc_addr()))
             .await
             .expect("worker gRPC");
-        let spawned = spawn_sessions(&mut client, &worker, "bench").await;
-        eprintln!("worker daemon with {} sessions", spawned.len());
+        let before = resident_bytes();
+        let spawned = spawn_sessions(&client, &worker, "bench").await;
+        let after = resident_bytes();
+        eprintln!(
+            "worker daemon with {} sessions: process RSS {:.1} MB before spawning, {:.1} MB after ({:.1} KB per idle session)",
+            spawned.len(),
+            before as f64 / 1e6,
+            after as f64 / 1e6,
+            after.saturating_sub(before) as f64 / 1e3 / spawned.len().max(1) as f64
+        );
 
         let harness = Arc::new(Harness {
             leader,

@@ -5,7 +5,7 @@
 //! - The leader is the control plane: it creates the streams and buckets
 //!   and reads and writes everything.
 //! - A worker daemon reads only its own task subjects (through its own
-//!   durable consumers: no other JetStream consumer API), writes only the
+//!   durable consumer: no other JetStream consumer API), writes only the
 //!   lease and quarantine keys of its own slices and its own membership
 //!   key, publishes results, events, measurements and approval requests,
 //!   and receives approval decisions; it may not publish a decision,
@@ -95,18 +95,22 @@ pub fn worker(worker_id: &str, slice_ids: &[String]) -> Permissions {
         publish.push(format!("$KV.{LEASES_BUCKET}.{slice_id}"));
         publish.push(format!("$KV.{QUARANTINE_BUCKET}.{slice_id}"));
     }
-    let mut consumers = vec![format!("tasks-{worker_id}")];
-    consumers.extend(slice_ids.iter().map(|s| format!("tasks-{worker_id}-{s}")));
-    for name in &consumers {
-        publish.extend([
-            format!("$JS.API.CONSUMER.CREATE.{TASKS_STREAM}.{name}"),
-            format!("$JS.API.CONSUMER.CREATE.{TASKS_STREAM}.{name}.>"),
-            format!("$JS.API.CONSUMER.DURABLE.CREATE.{TASKS_STREAM}.{name}"),
-            format!("$JS.API.CONSUMER.INFO.{TASKS_STREAM}.{name}"),
-            format!("$JS.API.CONSUMER.MSG.NEXT.{TASKS_STREAM}.{name}"),
-            format!("$JS.ACK.{TASKS_STREAM}.{name}.>"),
-        ]);
-    }
+    // The daemon's one task consumer, and the per-slice consumers of an
+    // earlier version, which it may only remove.
+    let name = format!("tasks-{worker_id}");
+    publish.extend([
+        format!("$JS.API.CONSUMER.CREATE.{TASKS_STREAM}.{name}"),
+        format!("$JS.API.CONSUMER.CREATE.{TASKS_STREAM}.{name}.>"),
+        format!("$JS.API.CONSUMER.DURABLE.CREATE.{TASKS_STREAM}.{name}"),
+        format!("$JS.API.CONSUMER.INFO.{TASKS_STREAM}.{name}"),
+        format!("$JS.API.CONSUMER.MSG.NEXT.{TASKS_STREAM}.{name}"),
+        format!("$JS.ACK.{TASKS_STREAM}.{name}.>"),
+    ]);
+    publish.extend(
+        slice_ids
+            .iter()
+            .map(|s| format!("$JS.API.CONSUMER.DELETE.{TASKS_STREAM}.tasks-{worker_id}-{s}")),
+    );
     for bucket in [
         LEASES_BUCKET,
         WORKERS_BUCKET,

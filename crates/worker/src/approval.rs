@@ -346,7 +346,7 @@ pub(crate) async fn await_decisions<T>(
                     StopMode::Abandon => return Err(Interrupted::Abandon),
                     StopMode::Fence(_) => return Err(Interrupted::Fence),
                     StopMode::Cancel(why) => return Err(Interrupted::Cancel(why)),
-                    StopMode::Run | StopMode::AfterTask => {}
+                    StopMode::Run | StopMode::AfterTask | StopMode::Idle(_) => {}
                 }
             }
         }

@@ -244,7 +244,20 @@ impl WorkerDaemon {
             registered,
             heartbeat_rx,
         ));
+        let consumer = match crate::dispatch::open(&shared).await {
+            Ok(consumer) => consumer,
+            Err(error) => {
+                heartbeat.abort();
+                shared.release_leases().await;
+                return Err(error.into());
+            }
+        };
         let background = vec![
+            tokio::spawn(crate::dispatch::run(
+                shared.clone(),
+                consumer,
+                heartbeat_stop.subscribe(),
+            )),
             tokio::spawn(crate::quarantine::monitor(shared.clone(), failing_rx)),
             tokio::spawn(crate::quarantine::watch(shared.clone())),
             tokio::spawn(crate::janitor::run(shared.clone())),

@@ -29,9 +29,11 @@
 //!   draining), NOT_FOUND (unknown slice, nothing matches),
 //!   RESOURCE_EXHAUSTED (max sessions, disk quota) or INVALID_ARGUMENT (bad ids, bad
 //!   selector, bad kernel directory).
-//! - A session is a tokio task with a durable pull consumer on
-//!   `mtswarm.task.<worker>.<slice>` (one unacknowledged task at a time).
-//!   Per task it runs the ReAct engine with the `mtswarm-tools` tools in
+//! - The daemon owns one durable task consumer over
+//!   `mtswarm.task.<worker>.>` (`dispatch.rs`), which files each task in
+//!   the inbox of the session it names (`inbox.rs`); a session is a tokio
+//!   task that takes its tasks one at a time, so a waiting session costs
+//!   memory only (no consumer, no timer). Per task it runs the ReAct engine with the `mtswarm-tools` tools in
 //!   the session's workspace (`<workspace_root>/<session_id>`, the kernel
 //!   directory copied in from the kernel root), the slice's hardware lock
 //!   as the engine's resource lock, publishes every engine event as an
@@ -121,10 +123,12 @@ mod checkpoint;
 pub mod config;
 mod daemon;
 pub mod disk;
+mod dispatch;
 pub mod error;
 pub mod events;
 mod health;
 mod heartbeat;
+mod inbox;
 mod janitor;
 mod leases;
 pub mod policy;

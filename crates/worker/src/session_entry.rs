@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::events::now_timestamp;
+use crate::inbox::TaskInbox;
 use crate::stop::StopMode;
 
 use v1::SessionState;
@@ -37,6 +38,8 @@ pub(crate) struct SessionEntry {
     progress: Mutex<SessionProgress>,
     stop: watch::Sender<StopMode>,
     join: Mutex<Option<JoinHandle<()>>>,
+    /// The session's tasks as the daemon's task consumer delivered them.
+    pub(crate) inbox: TaskInbox,
 }
 
 /// The ids and slice of a session being started.
@@ -73,6 +76,7 @@ impl SessionEntry {
             }),
             stop,
             join: Mutex::new(None),
+            inbox: TaskInbox::default(),
         };
         (entry, stop_rx)
     }

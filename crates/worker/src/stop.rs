@@ -10,6 +10,9 @@ pub(crate) enum StopMode {
     Run,
     /// Finish the current task, take no more (drain).
     AfterTask,
+    /// No task came for this long: end the idle session and free its
+    /// slice (the dispatcher's idle sweep).
+    Idle(std::time::Duration),
     /// Stop now; the current task ends CANCELLED (CancelSession).
     Cancel(String),
     /// Stop now without a result or an ack; the last checkpoint stays for a
@@ -27,7 +30,7 @@ impl StopMode {
     pub(crate) fn rank(&self) -> u8 {
         match self {
             StopMode::Run => 0,
-            StopMode::AfterTask => 1,
+            StopMode::AfterTask | StopMode::Idle(_) => 1,
             StopMode::Cancel(_) => 2,
             StopMode::Abandon => 3,
             // A fenced run still reports, even during a shutdown.

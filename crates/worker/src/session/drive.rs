@@ -106,7 +106,7 @@ impl TaskRun<'_> {
                             control.cancel();
                         }
                         StopMode::Cancel(_) => control.cancel(),
-                        StopMode::Run | StopMode::AfterTask => {}
+                        StopMode::Run | StopMode::AfterTask | StopMode::Idle(_) => {}
                     }
                     if changed.is_err() {
                         abandoned = true;

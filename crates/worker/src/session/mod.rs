@@ -1,11 +1,12 @@
 //! Agent sessions: one tokio task per session, bound to one slice. The
-//! session consumes its slice's task subject through a durable consumer and
+//! session takes the tasks the daemon's consumer files in its inbox and
 //! runs one worker ReAct loop per task on the engine, publishing every
 //! engine event, checkpointing every state, handling approvals across
 //! processes, and ending each task with a `TaskResult` and an ack.
 //!
-//! A session that waits for tasks costs one task and one pull subscription;
-//! its history lives in its checkpoint.
+//! A session that waits for tasks costs one tokio task and its inbox (no
+//! consumer, no subscription, no timer); its history lives in its
+//! checkpoint.
 //!
 //! The layers, top down (each imports only those below it):
 //!

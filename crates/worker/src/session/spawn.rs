@@ -173,8 +173,6 @@ fn status_of(error: StartError) -> Status {
         StartError::Model(ModelChoiceError::Replay(_)) => Status::failed_precondition(message),
         StartError::Model(_) => invalid(message),
         StartError::Tools(_) | StartError::Registry(_) => Status::internal(message),
-        StartError::CheckpointLookup(_) | StartError::TaskConsumer(_) | StartError::Lease(_) => {
-            Status::unavailable(message)
-        }
+        StartError::CheckpointLookup(_) | StartError::Lease(_) => Status::unavailable(message),
     }
 }

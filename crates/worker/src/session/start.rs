@@ -1,12 +1,12 @@
 //! Starting a session on a reserved slice: its workspace and kernel copy,
 //! tools, model, prompt and approval policy, the resume point SpawnSession
-//! reports, the task consumer, the slice's lease, then the session's task
+//! reports, the slice's lease, then the session's task
 //! (see [`super::lifecycle`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use mtswarm_bus::{BusError, TaskConsumerConfig, v1};
+use mtswarm_bus::{BusError, v1};
 use mtswarm_core::{AutoApprove, RegistryError, RiskPolicy, ToolRegistry};
 use mtswarm_tools::{ToolSet, ToolsError};
 use tracing::Instrument;
@@ -40,9 +40,6 @@ pub(super) enum StartError {
     /// The session's checkpoint could not be read for its resume point.
     #[error("checkpoint lookup: {0}")]
     CheckpointLookup(#[source] BusError),
-    /// The slice's task consumer could not be opened.
-    #[error("task consumer: {0}")]
-    TaskConsumer(#[source] BusError),
     /// The slice's lease could not be pointed at the session.
     #[error(transparent)]
     Lease(#[from] LeaseError),
@@ -111,23 +108,6 @@ pub(super) async fn start_session(
     } else {
         0
     };
-    let consumer = shared
-        .bus
-        .task_consumer(
-            &shared.worker_id,
-            TaskConsumerConfig {
-                slice_id: Some(slice.bus_id.clone()),
-                ack_wait: shared.config.task_ack_wait,
-                max_deliver: shared.config.task_max_deliver,
-                max_ack_pending: 1,
-                batch: 1,
-                // A task that comes back after a server restart is still
-                // resumed: the session knows it checkpointed that task.
-                memory_state: true,
-            },
-        )
-        .await
-        .map_err(StartError::TaskConsumer)?;
     let lease_epoch = shared
         .set_lease_session(index, &request.session_id, &request.job_id)
         .await?;
@@ -186,9 +166,8 @@ pub(super) async fn start_session(
         .table()
         .sessions
         .insert(request.session_id.clone(), entry.clone());
-    let join = tokio::spawn(
-        run_session(shared.clone(), entry.clone(), runtime, consumer, stop_rx).instrument(span),
-    );
+    let join =
+        tokio::spawn(run_session(shared.clone(), entry.clone(), runtime, stop_rx).instrument(span));
     entry.set_join(join);
     tracing::info!(session.id = %request.session_id, slice.id = %slice.bus_id, "session started");
     Ok(entry)
