@@ -201,6 +201,14 @@ pub struct WorkerCmd {
     /// Where sessions get their workspaces (default: a directory under the system temp dir).
     #[arg(long, env = "MTSWARM_WORKSPACE_ROOT")]
     pub workspace_root: Option<PathBuf>,
+    /// How long a finished session's workspace (kernel copies, builds) is
+    /// kept after its last change, e.g. `30m`, `24h`, `7days` (default 24h).
+    #[arg(long, env = "MTSWARM_WORKSPACE_RETENTION", value_parser = mtswarm_worker::disk::parse_retention)]
+    pub workspace_retention: Option<Duration>,
+    /// Bytes the workspace root may hold, e.g. `10GiB`, `500MB` or plain
+    /// bytes; at or over it new sessions are refused (default: no quota).
+    #[arg(long, env = "MTSWARM_DISK_QUOTA", value_parser = mtswarm_worker::disk::parse_disk_quota)]
+    pub disk_quota: Option<u64>,
     /// Slice lease TTL in seconds.
     #[arg(long, env = "MTSWARM_LEASE_TTL", default_value_t = 10)]
     pub lease_ttl: u64,
@@ -375,6 +383,10 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     if let Some(root) = &cmd.workspace_root {
         config.workspace_root = root.clone();
     }
+    if let Some(retention) = cmd.workspace_retention {
+        config.workspace_retention = retention;
+    }
+    config.disk_quota_bytes = cmd.disk_quota;
     config.lease_ttl = Duration::from_secs(cmd.lease_ttl);
     if let Some(max) = cmd.max_sessions {
         config.max_sessions = max;

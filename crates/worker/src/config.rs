@@ -15,6 +15,8 @@
 //! | `--advertise URL` | `advertise_endpoint` | `http://<bound address>` |
 //! | `--kernel-root DIR` | `kernel_root` | `.` |
 //! | `--workspace-root DIR` | `workspace_root` | `$TMPDIR/mtswarm-workspaces` |
+//! | `--workspace-retention DURATION` | `workspace_retention` | 24 h |
+//! | `--disk-quota SIZE` | `disk_quota_bytes` | none |
 //! | `--lease-ttl SECS` | `lease_ttl` | 10 s |
 //! | `--max-sessions N` | `max_sessions` | 64 |
 //! | `--quarantine-after N` | `quarantine_after` | 3 (0 = never) |
@@ -34,6 +36,10 @@
 //! result whose error names the limit (`max_task_parameters_bytes`,
 //! `max_task_instructions_bytes`). `quarantine_after` consecutive failed
 //! hardware runs on a slice (crash, timeout, wrong answer) quarantine it.
+//! Finished sessions' workspaces are removed `workspace_retention` after
+//! their last change; with `disk_quota_bytes`, SpawnSession fails with
+//! RESOURCE_EXHAUSTED while the workspace root uses the whole quota (see
+//! `crate::janitor`).
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -139,6 +145,14 @@ pub struct WorkerConfig {
     pub kernel_root: PathBuf,
     /// Root under which each session gets its workspace (`--workspace-root`).
     pub workspace_root: PathBuf,
+    /// How long the workspace of a finished session is kept after its last
+    /// change (`--workspace-retention`), at least 1 s. The janitor runs
+    /// every quarter of it, between 500 ms and a minute.
+    pub workspace_retention: Duration,
+    /// Bytes the workspace root may hold (`--disk-quota`); at or over it
+    /// SpawnSession fails with RESOURCE_EXHAUSTED. `None` = no quota. The
+    /// figure is measured by the janitor, so it lags by at most one pass.
+    pub disk_quota_bytes: Option<u64>,
     /// Where the emulator caches its runtime; default: the emulator's own default.
     pub emulator_cache_dir: Option<PathBuf>,
     /// Slice lease TTL (`--lease-ttl`), whole seconds, >= 1 s. Renewed every third.
@@ -214,6 +228,8 @@ impl WorkerConfig {
             advertise_endpoint: None,
             kernel_root: PathBuf::from("."),
             workspace_root: tmp.join("mtswarm-workspaces"),
+            workspace_retention: Duration::from_secs(24 * 3600),
+            disk_quota_bytes: None,
             emulator_cache_dir: None,
             lease_ttl: Duration::from_secs(10),
             worker_ttl: Duration::from_secs(10),
@@ -273,6 +289,25 @@ impl WorkerConfig {
             return Err(bad(
                 "kernel_root",
                 format!("{} is not a directory", self.kernel_root.display()),
+            ));
+        }
+        if self.workspace_root.parent().is_none() {
+            return Err(bad(
+                "workspace_root",
+                format!(
+                    "{} is not a directory the daemon may clean up; give it a directory of its own",
+                    self.workspace_root.display()
+                ),
+            ));
+        }
+        if self.workspace_retention < Duration::from_secs(1) {
+            return Err(bad("workspace_retention", "must be at least 1 s".into()));
+        }
+        if self.disk_quota_bytes == Some(0) {
+            return Err(bad(
+                "disk_quota_bytes",
+                "a quota of 0 bytes would refuse every session (leave it unset for no quota)"
+                    .into(),
             ));
         }
         if self.lease_ttl < Duration::from_secs(1) {

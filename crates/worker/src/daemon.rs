@@ -1,7 +1,8 @@
 //! Starting and stopping the daemon: [`WorkerDaemon::start`] opens the
 //! board's slices (a `Board` and a lease each), connects to NATS, builds the
-//! shared state ([`crate::shared`]), registers the worker record, starts the
-//! heartbeat and the quarantine tasks and serves the `Worker` gRPC service
+//! shared state ([`crate::shared`]), runs the workspace janitor's first pass,
+//! registers the worker record, starts the heartbeat, the quarantine tasks
+//! and the janitor and serves the `Worker` gRPC service
 //! (with health and reflection); it returns once the daemon is registered
 //! and serving. [`WorkerHandle::shutdown`] stops it gracefully,
 //! [`WorkerHandle::kill`] the way a crash would.
@@ -25,6 +26,7 @@ use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::config::{WorkerConfig, sanitize_id};
+use crate::disk::{DiskState, DiskUsage, JanitorReport};
 use crate::error::WorkerError;
 use crate::events::now_timestamp;
 use crate::health::{FailingSlice, MonitoredBoard, SliceHealth};
@@ -50,7 +52,7 @@ pub struct WorkerHandle {
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     heartbeat_stop: Option<watch::Sender<bool>>,
     heartbeat: Option<JoinHandle<()>>,
-    /// The quarantine monitor and watch.
+    /// The quarantine monitor and watch, and the workspace janitor.
     background: Vec<JoinHandle<()>>,
 }
 
@@ -181,7 +183,9 @@ impl WorkerDaemon {
             None => format!("{scheme}://{grpc_addr}"),
         };
 
+        let disk = DiskState::new(&config);
         let shared = Arc::new(Shared {
+            disk,
             table: Mutex::new(Table {
                 sessions: HashMap::new(),
                 slice_owner: vec![None; slices.len()],
@@ -214,6 +218,10 @@ impl WorkerDaemon {
             draining: AtomicBool::new(false),
             started_at: now_timestamp(),
         });
+
+        // Leftovers of a previous process past the retention go before the
+        // first spawn, which is checked against the quota measured here.
+        crate::janitor::run_pass(&shared).await;
 
         // Leases: a restarted daemon reclaims its own; another holder means
         // two daemons were started for one board.
@@ -252,6 +260,7 @@ impl WorkerDaemon {
             )),
             tokio::spawn(crate::quarantine::monitor(shared.clone(), failing_rx)),
             tokio::spawn(crate::quarantine::watch(shared.clone())),
+            tokio::spawn(crate::janitor::run(shared.clone())),
         ];
 
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -365,6 +374,17 @@ impl WorkerHandle {
             .iter()
             .map(|s| s.bus_id.clone())
             .collect()
+    }
+
+    /// The workspace root's usage at the last janitor pass, and its quota.
+    pub fn disk_usage(&self) -> DiskUsage {
+        self.shared.disk.usage()
+    }
+
+    /// The janitor's latest pass report; it changes after every pass (the
+    /// first pass ran before [`WorkerDaemon::start`] returned).
+    pub fn janitor_reports(&self) -> watch::Receiver<JanitorReport> {
+        self.shared.disk.subscribe()
     }
 
     /// Sessions currently known to the daemon.

@@ -27,7 +27,7 @@
 //!   free one matching the selector); it is idempotent per `session_id`
 //!   and refuses with FAILED_PRECONDITION (slice busy, quarantined, daemon
 //!   draining), NOT_FOUND (unknown slice, nothing matches),
-//!   RESOURCE_EXHAUSTED (max sessions) or INVALID_ARGUMENT (bad ids, bad
+//!   RESOURCE_EXHAUSTED (max sessions, disk quota) or INVALID_ARGUMENT (bad ids, bad
 //!   selector, bad kernel directory).
 //! - The daemon owns one durable task consumer over
 //!   `mtswarm.task.<worker>.>` (`dispatch.rs`), which files each task in
@@ -72,6 +72,10 @@
 //!   renewals are retried until the TTL would have run out, the worker
 //!   record is re-registered and the quarantine watch re-created; nothing of
 //!   this ends a session or the daemon.
+//! - Disk: the workspaces of finished sessions are removed
+//!   `workspace_retention` after their last change (`janitor`); with a
+//!   `disk_quota_bytes`, SpawnSession is refused with RESOURCE_EXHAUSTED
+//!   while the workspace root uses the whole quota ([`DiskError`]).
 //! - Limits: `max_sessions` per daemon; a task whose `parameters_json` or
 //!   `instructions` exceeds `max_task_parameters_bytes` /
 //!   `max_task_instructions_bytes` ends FAILED with an error naming the limit.
@@ -106,24 +110,26 @@
 //!   `tonic::Status`), session start, the session loop and one task
 //!   attempt's stages (validation, resume point, run, drive, result,
 //!   fencing);
-//! - [`approval`], `quarantine`, `heartbeat`, `leases`: what acts on the
-//!   shared state besides sessions;
+//! - [`approval`], `quarantine`, `heartbeat`, `leases`, `janitor`: what
+//!   acts on the shared state besides sessions;
 //! - `shared`: the daemon's shared state (configuration, bus stores,
 //!   slices, the session table); `session_entry`: a session as the table
 //!   knows it; `stop`: how a session is asked to stop;
-//! - leaves: [`config`], [`error`], [`events`], `health`, `checkpoint`,
-//!   `results`, [`policy`], [`prompt`], `text`, [`workspace`].
+//! - leaves: [`config`], [`disk`], [`error`], [`events`], `health`,
+//!   `checkpoint`, `results`, [`policy`], [`prompt`], `text`, [`workspace`].
 
 pub mod approval;
 mod checkpoint;
 pub mod config;
 mod daemon;
+pub mod disk;
 mod dispatch;
 pub mod error;
 pub mod events;
 mod health;
 mod heartbeat;
 mod inbox;
+mod janitor;
 mod leases;
 pub mod policy;
 pub mod prompt;
@@ -140,6 +146,7 @@ pub mod workspace;
 pub use checkpoint::CHECKPOINT_FORMAT_VERSION;
 pub use config::{DefaultVerdict, ModelFactory, SessionModelContext, WorkerConfig, WorkerModel};
 pub use daemon::{WorkerDaemon, WorkerHandle, bus_slice_id};
+pub use disk::{DiskError, DiskUsage, JanitorReport, RemovedWorkspace};
 pub use error::WorkerError;
 pub use policy::BuiltinWorkerPolicy;
 pub use service::WorkerService;

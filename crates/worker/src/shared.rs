@@ -15,6 +15,7 @@ use mtswarm_bus::{Approvals, Bus, Checkpoints, LeaseKeeper, Leases, Quarantine, 
 use mtswarm_hw::{Board, ChipSpec, HwLock, Slice};
 
 use crate::config::WorkerConfig;
+use crate::disk::DiskState;
 use crate::events::now_timestamp;
 use crate::health::SliceHealth;
 use crate::session_entry::SessionEntry;
@@ -73,6 +74,8 @@ pub(crate) struct Shared {
     pub(crate) draining: AtomicBool,
     pub(crate) api_key: Option<String>,
     pub(crate) started_at: prost_types::Timestamp,
+    /// The workspace root's usage and the janitor's bookkeeping.
+    pub(crate) disk: DiskState,
 }
 
 impl Shared {

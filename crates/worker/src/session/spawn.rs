@@ -141,6 +141,10 @@ pub(crate) async fn spawn_session(
                 )
             }));
         };
+        // Under the table's lock: the janitor relies on it (see `janitor`).
+        if let Err(error) = shared.disk.admit(&request.session_id) {
+            return Err(Status::resource_exhausted(error.to_string()));
+        }
         table.slice_owner[index] = Some(request.session_id.clone());
         index
     };
