@@ -30,6 +30,10 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     let slices = handle.slice_ids();
     assert_eq!(slices, ["emu0-c0", "emu0-c1"]);
     let mut grpc = client(&handle).await;
+    // Subscribed before any session starts, so no session event of the
+    // job can be missed, however late in the test it comes.
+    let mut events = env.bus.subscribe_events("jobD").await.expect("events");
+    env.bus.flush().await.expect("flush");
     let leases = Leases::open(&env.bus).await.expect("leases");
     let workers = Workers::open(&env.bus).await.expect("workers");
 
@@ -168,9 +172,6 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     assert!(status.slices.iter().all(|s| s.lease.is_some()));
 
     // Cancel s1: it ends, its slice's lease is idle again.
-    let mut events = env.bus.subscribe_events("jobD").await.expect("events");
-    // Make sure the subscriptions reached the server before anything is published.
-    env.bus.flush().await.expect("flush");
     let cancelled = grpc
         .cancel_session(v1::CancelSessionRequest {
             session_id: "s1".into(),
