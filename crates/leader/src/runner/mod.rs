@@ -1,7 +1,7 @@
 //! The job runner: one task per job that drives the leader's ReAct loop on
 //! the shared engine with the leader tools, publishes the loop's events as
-//! the leader agent's events, checkpoints the loop into the JobRecord after
-//! every step, routes the loop's own approval pauses through the approval
+//! the leader agent's events, checkpoints the loop under the job's loop key
+//! (`<job>.loop`) after every step, routes the loop's own approval pauses through the approval
 //! broker, and records the job's final state.
 //!
 //! State machine of a job: QUEUED (stored by SubmitJob) -> RUNNING (runner
@@ -10,12 +10,13 @@
 //!
 //! A leader that starts finds the jobs a previous leader left QUEUED or
 //! RUNNING and resumes them (`resume_job`): the job context is rebuilt
-//! from `JobRecord.agents` and `JobRecord.tasks` (each task at its recorded
-//! attempt, done or not), the job's results are replayed from the results
-//! stream into its table (accepting each task's result once), assignments
-//! recorded but never confirmed published are published again (deduplicated
-//! by the stream), and the leader loop continues from `leader_state_json`
-//! (a fresh start when empty). Tool calls the loop re-executes are
+//! from the job's agent and task keys (each task at its recorded attempt,
+//! done or not; a record of an earlier leader that embeds them has them
+//! moved to their keys first), the job's results are replayed from the
+//! results stream into its table (accepting each task's result once),
+//! assignments recorded but never confirmed published are published again
+//! (deduplicated by the stream), and the leader loop continues from its
+//! loop key (a fresh start when there is none). Tool calls the loop re-executes are
 //! idempotent by call key (see [`crate::tools`]).
 //!
 //! Parts: `transition` (the state changes), `resume` (rebuilding a left
@@ -207,7 +208,8 @@ fn engine_config(shared: &Shared, spec: &v1::JobSpec) -> EngineConfig {
     config
 }
 
-/// Stores the leader loop's state in the job record after every transition.
+/// Stores the leader loop's state under the job's loop key after every
+/// transition (not in the record: the state grows with the conversation).
 struct JobCheckpointSink {
     shared: Arc<Shared>,
     job_id: String,
@@ -222,12 +224,14 @@ impl CheckpointSink for JobCheckpointSink {
                 what: "leader state",
                 source,
             })?;
+        let checkpoint = v1::LeaderCheckpoint {
+            job_id: self.job_id.clone(),
+            state_json: json.into_bytes(),
+            updated_at: Some(now()),
+        };
         self.shared
             .jobs
-            .modify(&self.job_id, |record| {
-                record.leader_state_json = json.clone().into_bytes();
-                record.updated_at = Some(now());
-            })
+            .put_loop_state(&checkpoint)
             .await
             .map(|_| ())
             .map_err(|e| mtswarm_core::CheckpointError::Store {
