@@ -99,12 +99,18 @@ async fn run_job(agents: usize) -> Sizes {
         assembled: assembled.encoded_len(),
         loop_state: assembled.leader_state_json.len(),
     };
+    let state: serde_json::Value =
+        serde_json::from_slice(&assembled.leader_state_json).expect("the loop state is JSON");
+    let part = |name: &str| state[name].to_string().len();
     println!(
-        "job record: {agents} agents, {} candidates each: stored {} B, with agents, tasks and loop state {} B (loop state {} B)",
+        "job record: {agents} agents, {} candidates each: stored {} B, with agents, tasks and loop state {} B (loop state {} B: history {} B in {} messages, transitions {} B)",
         CONFIGURATIONS / agents,
         sizes.stored,
         sizes.assembled,
-        sizes.loop_state
+        sizes.loop_state,
+        part("history"),
+        state["history"].as_array().map_or(0, Vec::len),
+        part("transitions"),
     );
     for answer in answers {
         answer.abort();

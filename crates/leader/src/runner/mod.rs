@@ -19,11 +19,13 @@
 //! loop key (a fresh start when there is none). Tool calls the loop re-executes are
 //! idempotent by call key (see [`crate::tools`]).
 //!
-//! Parts: `transition` (the state changes), `resume` (rebuilding a left
-//! job), `relay` (the loop's events onto the bus and into the journal),
-//! `end` (how the loop ended); the loop's approval pauses are in
+//! Parts: `transition` (the state changes), `checkpoint` (the loop's state
+//! as stored: what the model is shown), `resume` (rebuilding a left job),
+//! `relay` (the loop's events onto the bus and into the journal), `end`
+//! (how the loop ended); the loop's approval pauses are in
 //! [`crate::approvals`], its prompt in `prompt`.
 
+mod checkpoint;
 mod end;
 mod relay;
 mod resume;
@@ -34,12 +36,13 @@ use std::time::Duration;
 
 use mtswarm_bus::v1;
 use mtswarm_core::{
-    CheckpointSink, Engine, EngineConfig, LocalResourceLock, LoopState, Node, Outcome, RiskPolicy,
-    RunEnd, StopReason, TracingMiddleware,
+    Engine, EngineConfig, LocalResourceLock, LoopState, Node, Outcome, RiskPolicy, RunEnd,
+    StopReason, TracingMiddleware,
 };
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
+use self::checkpoint::JobCheckpointSink;
 use self::end::{JobEnd, final_answer, usage_of};
 use self::relay::pump;
 use self::transition::now;
@@ -208,38 +211,6 @@ fn engine_config(shared: &Shared, spec: &v1::JobSpec) -> EngineConfig {
     config
 }
 
-/// Stores the leader loop's state under the job's loop key after every
-/// transition (not in the record: the state grows with the conversation).
-struct JobCheckpointSink {
-    shared: Arc<Shared>,
-    job_id: String,
-}
-
-#[async_trait::async_trait]
-impl CheckpointSink for JobCheckpointSink {
-    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
-        let json = state
-            .to_json()
-            .map_err(|source| mtswarm_core::CheckpointError::Serialize {
-                what: "leader state",
-                source,
-            })?;
-        let checkpoint = v1::LeaderCheckpoint {
-            job_id: self.job_id.clone(),
-            state_json: json.into_bytes(),
-            updated_at: Some(now()),
-        };
-        self.shared
-            .jobs
-            .put_loop_state(&checkpoint)
-            .await
-            .map(|_| ())
-            .map_err(|e| mtswarm_core::CheckpointError::Store {
-                reason: format!("leader checkpoint not stored: {e}"),
-            })
-    }
-}
-
 async fn drive(
     shared: &Arc<Shared>,
     context: &Arc<JobContext>,
@@ -252,8 +223,10 @@ async fn drive(
         Ok(model) => model,
         Err(error) => return JobEnd::failed(format!("leader model: {error}")),
     };
+    let config = engine_config(shared, spec);
+    let max_tool_result_chars = config.context.max_tool_result_chars;
     let engine = Engine::new(
-        engine_config(shared, spec),
+        config,
         model,
         crate::tools::registry(shared.clone(), context.clone()),
         RiskPolicy::default().with_auto_approve(if spec.auto_approve {
@@ -270,6 +243,7 @@ async fn drive(
     .with_checkpoint_sink(Arc::new(JobCheckpointSink {
         shared: shared.clone(),
         job_id: context.job_id.clone(),
+        max_tool_result_chars,
     }));
     let session_id = leader_session_id(&context.job_id);
     let (mut events, mut handle) = match resume_state {
