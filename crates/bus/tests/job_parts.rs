@@ -237,11 +237,7 @@ async fn a_record_of_the_previous_layout_is_assembled_as_it_is_and_split_on_requ
         .expect("split")
         .expect("job");
     assert_eq!(again, split);
-    for key in [
-        agent_key("old", "a1"),
-        task_key("old", "t1"),
-        loop_key("old"),
-    ] {
-        assert!(key.starts_with("old."), "{key}");
-    }
+    assert_eq!(agent_key("old", "a1"), "old.agent.a1");
+    assert_eq!(task_key("old", "t1"), "old.task.t1");
+    assert_eq!(loop_key("old"), "old.loop");
 }
