@@ -69,11 +69,13 @@ pub(crate) fn as_shown(
         .history()
         .first()
         .is_some_and(|m| m.role == Role::User);
-    if let Some(history) = value.get_mut("history").and_then(Value::as_array_mut) {
-        if pinned && view_start > 1 && view_start <= history.len() {
-            history.drain(1..view_start);
-            value["projection"]["view_start"] = Value::from(1);
-        }
+    if let Some(history) = value.get_mut("history").and_then(Value::as_array_mut)
+        && pinned
+        && view_start > 1
+        && view_start <= history.len()
+    {
+        history.drain(1..view_start);
+        value["projection"]["view_start"] = Value::from(1);
     }
     if let Some(history) = value.get_mut("history").and_then(Value::as_array_mut) {
         for message in history.iter_mut() {
