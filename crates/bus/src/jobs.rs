@@ -43,6 +43,18 @@ pub fn loop_key(job_id: &str) -> String {
     format!("{job_id}.loop")
 }
 
+/// Clears from `job` the parts a record written before the split embeds
+/// (agents, agent ids, tasks, loop state), keeping their number in
+/// `agents_total`: the record as it is stored now.
+pub fn strip_parts(job: &mut JobRecord) {
+    let agents = job.agents.len().max(job.agent_ids.len()) as u32;
+    job.agents_total = job.agents_total.max(agents);
+    job.agents.clear();
+    job.agent_ids.clear();
+    job.tasks.clear();
+    job.leader_state_json.clear();
+}
+
 /// The task id of a task record (empty without an assignment).
 fn task_id_of(task: &TaskRecord) -> &str {
     task.assignment
@@ -356,16 +368,7 @@ impl Jobs {
             };
             keep_later(self.loops.create(&loop_key(job_id), &checkpoint).await)?;
         }
-        let split = self
-            .modify(job_id, |stored| {
-                let agents = stored.agents.len().max(stored.agent_ids.len()) as u32;
-                stored.agents_total = stored.agents_total.max(agents);
-                stored.agents.clear();
-                stored.agent_ids.clear();
-                stored.tasks.clear();
-                stored.leader_state_json.clear();
-            })
-            .await?;
+        let split = self.modify(job_id, strip_parts).await?;
         Ok(Some(split.value))
     }
 }

@@ -67,12 +67,7 @@ fn job_id_for(idempotency_key: &str) -> Result<String, Status> {
 /// answered without them too (their number kept in `agents_total`), so a
 /// listing's size does not depend on which leader wrote the records.
 fn listed(mut job: v1::JobRecord) -> v1::JobRecord {
-    let agents = job.agents.len().max(job.agent_ids.len()) as u32;
-    job.agents_total = job.agents_total.max(agents);
-    job.agents.clear();
-    job.agent_ids.clear();
-    job.tasks.clear();
-    job.leader_state_json.clear();
+    mtswarm_bus::jobs::strip_parts(&mut job);
     job
 }
 

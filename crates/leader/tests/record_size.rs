@@ -2,8 +2,8 @@
 //! builtin leader runs the same 128-candidate space on 1, 8 and 32 fake
 //! worker daemons (so 128, 16 and 4 candidates per agent), and the
 //! `mtswarm_jobs` value under the job's id stays the same size; the agents,
-//! tasks and loop state live under keys of their own and `GetJob` still
-//! answers with all of them. The figures are printed (`--nocapture`).
+//! tasks and loop state live under keys of their own, `GetJob` still
+//! answers with all of them and `ListJobs` with the stored record. The figures are printed (`--nocapture`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -73,6 +73,20 @@ async fn run_job(agents: usize) -> Sizes {
         .expect("read")
         .expect("the job record")
         .value;
+    let listed = control
+        .list_jobs(v1::ListJobsRequest::default())
+        .await
+        .expect("list_jobs")
+        .into_inner()
+        .jobs;
+    assert_eq!(
+        listed,
+        [stored.clone()],
+        "ListJobs answers the stored record"
+    );
+    assert_eq!(stored.agents_total, agents as u32);
+    assert!(stored.agents.is_empty() && stored.tasks.is_empty());
+    assert!(stored.agent_ids.is_empty() && stored.leader_state_json.is_empty());
     let assembled = get_job(&mut control, &job_id).await.expect("get_job");
     assert_eq!(assembled.agents.len(), agents, "GetJob has every agent");
     assert_eq!(assembled.agent_ids.len(), agents);
