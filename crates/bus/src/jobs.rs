@@ -17,6 +17,7 @@ use std::time::SystemTime;
 
 use mtswarm_proto::v1::{AgentPlacement, JobRecord, LeaderCheckpoint, TaskRecord};
 
+use crate::codec::BusMessage;
 use crate::kv::{KvWatch, TypedKv, Versioned};
 use crate::stores::MAX_CAS_RETRIES;
 use crate::subjects;
@@ -53,6 +54,37 @@ pub fn strip_parts(job: &mut JobRecord) {
     job.agent_ids.clear();
     job.tasks.clear();
     job.leader_state_json.clear();
+}
+
+/// Read-modify-write of `key` at its revision: `next` gets the stored
+/// value (`None` when absent) and returns the one to write, or `None` to
+/// leave it; it runs again after a concurrent write. The value written and
+/// whether the key was created by it.
+async fn write_at_revision<U: BusMessage>(
+    kv: &TypedKv<U>,
+    key: &str,
+    mut next: impl FnMut(Option<&U>) -> Option<U>,
+) -> Result<Option<(U, bool)>, BusError> {
+    for _ in 0..MAX_CAS_RETRIES {
+        let stored = kv.get(key).await?;
+        let Some(value) = next(stored.as_ref().map(|s| &s.value)) else {
+            return Ok(None);
+        };
+        let written = match &stored {
+            Some(stored) => kv.update(key, &value, stored.revision).await,
+            None => kv.create(key, &value).await,
+        };
+        match written {
+            Ok(_) => return Ok(Some((value, stored.is_none()))),
+            Err(BusError::CasConflict { .. } | BusError::AlreadyExists { .. }) => continue,
+            Err(other) => return Err(other),
+        }
+    }
+    Err(BusError::CasConflict {
+        bucket: kv.bucket().to_string(),
+        key: key.to_string(),
+        expected_revision: 0,
+    })
 }
 
 /// The task id of a task record (empty without an assignment).
@@ -222,26 +254,12 @@ impl Jobs {
         agent_id: &str,
         mut current: impl FnMut() -> AgentPlacement,
     ) -> Result<bool, BusError> {
-        let key = agent_key(job_id, agent_id);
-        for _ in 0..MAX_CAS_RETRIES {
-            let stored = self.agents.get(&key).await?;
+        let written = write_at_revision(&self.agents, &agent_key(job_id, agent_id), |stored| {
             let placement = current();
-            let written = match &stored {
-                Some(stored) if stored.value == placement => return Ok(false),
-                Some(stored) => self.agents.update(&key, &placement, stored.revision).await,
-                None => self.agents.create(&key, &placement).await,
-            };
-            match written {
-                Ok(_) => return Ok(stored.is_none()),
-                Err(BusError::CasConflict { .. } | BusError::AlreadyExists { .. }) => continue,
-                Err(other) => return Err(other),
-            }
-        }
-        Err(BusError::CasConflict {
-            bucket: self.agents.bucket().to_string(),
-            key,
-            expected_revision: 0,
+            (stored != Some(&placement)).then_some(placement)
         })
+        .await?;
+        Ok(written.is_some_and(|(_, created)| created))
     }
 
     /// Removes the agent's key; true when it had a value.
@@ -274,29 +292,10 @@ impl Jobs {
         &self,
         job_id: &str,
         task_id: &str,
-        mut change: impl FnMut(Option<&TaskRecord>) -> Option<TaskRecord>,
+        change: impl FnMut(Option<&TaskRecord>) -> Option<TaskRecord>,
     ) -> Result<Option<TaskRecord>, BusError> {
-        let key = task_key(job_id, task_id);
-        for _ in 0..MAX_CAS_RETRIES {
-            let stored = self.tasks.get(&key).await?;
-            let Some(task) = change(stored.as_ref().map(|s| &s.value)) else {
-                return Ok(None);
-            };
-            let written = match &stored {
-                Some(stored) => self.tasks.update(&key, &task, stored.revision).await,
-                None => self.tasks.create(&key, &task).await,
-            };
-            match written {
-                Ok(_) => return Ok(Some(task)),
-                Err(BusError::CasConflict { .. } | BusError::AlreadyExists { .. }) => continue,
-                Err(other) => return Err(other),
-            }
-        }
-        Err(BusError::CasConflict {
-            bucket: self.tasks.bucket().to_string(),
-            key,
-            expected_revision: 0,
-        })
+        let written = write_at_revision(&self.tasks, &task_key(job_id, task_id), change).await?;
+        Ok(written.map(|(task, _)| task))
     }
 
     /// The leader loop's latest checkpoint of the job, if one was stored
