@@ -56,6 +56,21 @@ pub fn strip_parts(job: &mut JobRecord) {
     job.leader_state_json.clear();
 }
 
+/// The values under `<job_id>.<kind>.*`, by key (the server picks the keys).
+async fn parts_of<U: BusMessage>(
+    kv: &TypedKv<U>,
+    job_id: &str,
+    kind: &str,
+) -> Result<Vec<U>, BusError> {
+    subjects::validate_id("job id", job_id)?;
+    Ok(kv
+        .list_matching(&format!("{job_id}.{kind}.*"))
+        .await?
+        .into_iter()
+        .map(|(_, part)| part.value)
+        .collect())
+}
+
 /// Read-modify-write of `key` at its revision: `next` gets the stored
 /// value (`None` when absent) and returns the one to write, or `None` to
 /// leave it; it runs again after a concurrent write. The value written and
@@ -235,14 +250,7 @@ impl Jobs {
 
     /// The job's agents under their keys, by agent id.
     pub async fn agents(&self, job_id: &str) -> Result<Vec<AgentPlacement>, BusError> {
-        subjects::validate_id("job id", job_id)?;
-        Ok(self
-            .agents
-            .list_matching(&format!("{job_id}.agent.*"))
-            .await?
-            .into_iter()
-            .map(|(_, agent)| agent.value)
-            .collect())
+        parts_of(&self.agents, job_id, "agent").await
     }
 
     /// Writes the placement of `agent_id` that `current` gives when called
@@ -274,14 +282,7 @@ impl Jobs {
 
     /// The job's tasks under their keys, by task id.
     pub async fn tasks(&self, job_id: &str) -> Result<Vec<TaskRecord>, BusError> {
-        subjects::validate_id("job id", job_id)?;
-        Ok(self
-            .tasks
-            .list_matching(&format!("{job_id}.task.*"))
-            .await?
-            .into_iter()
-            .map(|(_, task)| task.value)
-            .collect())
+        parts_of(&self.tasks, job_id, "task").await
     }
 
     /// Read-modify-write of one task's record: `change` gets the stored

@@ -81,7 +81,7 @@ async fn run_job(agents: usize) -> Sizes {
         .jobs;
     assert_eq!(
         listed,
-        [stored.clone()],
+        std::slice::from_ref(&stored),
         "ListJobs answers the stored record"
     );
     assert_eq!(stored.agents_total, agents as u32);
