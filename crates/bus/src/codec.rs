@@ -43,6 +43,9 @@ bus_messages!(
     WorkerRecord,
     SessionCheckpoint,
     JobRecord,
+    AgentPlacement,
+    TaskRecord,
+    LeaderCheckpoint,
 );
 
 /// Encodes `message` as protobuf bytes.

@@ -73,6 +73,8 @@ pub struct TypedKv<T> {
     store: kv::Store,
     bucket: String,
     per_key_ttl: bool,
+    /// Keys are dot-separated ids (`<job>.agent.<agent>`) rather than one id.
+    nested: bool,
     bus: Bus,
     _value: PhantomData<fn() -> T>,
 }
@@ -83,6 +85,7 @@ impl<T> Clone for TypedKv<T> {
             store: self.store.clone(),
             bucket: self.bucket.clone(),
             per_key_ttl: self.per_key_ttl,
+            nested: self.nested,
             bus: self.bus.clone(),
             _value: PhantomData,
         }
@@ -116,9 +119,26 @@ impl<T: BusMessage> TypedKv<T> {
             store,
             bucket: bucket.to_string(),
             per_key_ttl,
+            nested: false,
             bus: bus.clone(),
             _value: PhantomData,
         })
+    }
+
+    /// A view of the same bucket holding values of type `U` under nested
+    /// keys: dot-separated ids such as `<job>.agent.<agent>`, each token
+    /// following the id rules (one bucket can keep a record's parts next to
+    /// it). Listings and watches of a view cover only the keys its filter
+    /// names ([`TypedKv::list_matching`], [`TypedKv::watch_matching`]).
+    pub fn nested_view<U: BusMessage>(&self) -> TypedKv<U> {
+        TypedKv {
+            store: self.store.clone(),
+            bucket: self.bucket.clone(),
+            per_key_ttl: self.per_key_ttl,
+            nested: true,
+            bus: self.bus.clone(),
+            _value: PhantomData,
+        }
     }
 
     /// Name of the bucket.
@@ -152,7 +172,19 @@ impl<T: BusMessage> TypedKv<T> {
     }
 
     fn check_key(&self, key: &str) -> Result<(), BusError> {
-        subjects::validate_id("KV key", key)
+        if !self.nested {
+            return subjects::validate_id("KV key", key);
+        }
+        key.split('.')
+            .try_for_each(|token| subjects::validate_id("KV key", token))
+            .map_err(|error| match error {
+                BusError::InvalidId { kind, reason, .. } => BusError::InvalidId {
+                    kind,
+                    value: key.chars().take(4 * subjects::MAX_ID_LEN).collect(),
+                    reason,
+                },
+                other => other,
+            })
     }
 
     fn subject(&self, key: &str) -> String {
@@ -266,24 +298,32 @@ impl<T: BusMessage> TypedKv<T> {
         Ok(self.list().await?.into_iter().map(|(key, _)| key).collect())
     }
 
-    /// Every key that has a message in the bucket's stream (live, deleted or
+    /// The key filter of listings and watches of the whole view: one token
+    /// (`*`) for a plain view, so the nested keys kept next to its values
+    /// in the same bucket are neither read nor decoded as its type.
+    fn all_keys(&self) -> &'static str {
+        if self.nested { ">" } else { "*" }
+    }
+
+    /// Every key matching `filter` (a key pattern: `*` one token, `>` the
+    /// rest) that has a message in the bucket's stream (live, deleted or
     /// expired), each once, sorted. Read from the stream's per-subject
     /// message counts: one snapshot taken by the server, so a key updated
     /// while the listing runs is neither missed nor repeated (a consumer
     /// over the last value per key can end early when a not yet delivered
     /// key is rewritten meanwhile).
-    async fn stored_keys(&self) -> Result<Vec<String>, BusError> {
+    async fn stored_keys(&self, filter: &str) -> Result<Vec<String>, BusError> {
         let prefix = format!("$KV.{}.", self.bucket);
         let subjects: Vec<(String, usize)> = self
-            .with_recovery(">", || async {
+            .with_recovery(filter, || async {
                 self.store
                     .stream
-                    .info_with_subjects(format!("{prefix}>"))
+                    .info_with_subjects(format!("{prefix}{filter}"))
                     .await
-                    .map_err(|e| kv_error("keys", &self.bucket, ">", e))?
+                    .map_err(|e| kv_error("keys", &self.bucket, filter, e))?
                     .try_collect()
                     .await
-                    .map_err(|e| kv_error("keys", &self.bucket, ">", e))
+                    .map_err(|e| kv_error("keys", &self.bucket, filter, e))
             })
             .await?;
         let keys: std::collections::BTreeSet<String> = subjects
@@ -303,8 +343,17 @@ impl<T: BusMessage> TypedKv<T> {
     /// its key: one bad record (written by a buggy or hostile client) must
     /// not hide every good one, nor stop a process that lists at start-up.
     pub async fn list(&self) -> Result<Vec<(String, Versioned<T>)>, BusError> {
+        self.list_matching(self.all_keys()).await
+    }
+
+    /// [`TypedKv::list`] of the keys matching `filter` (e.g. `job1.agent.*`):
+    /// the server picks the keys, so values under other keys are not read.
+    pub async fn list_matching(
+        &self,
+        filter: &str,
+    ) -> Result<Vec<(String, Versioned<T>)>, BusError> {
         let mut values = Vec::new();
-        for key in self.stored_keys().await? {
+        for key in self.stored_keys(filter).await? {
             // Deleted and expired keys read as absent.
             match self.get(&key).await {
                 Ok(Some(value)) => values.push((key, value)),
@@ -328,21 +377,27 @@ impl<T: BusMessage> TypedKv<T> {
 
     /// Changes from now on.
     pub async fn watch(&self) -> Result<KvWatch<T>, BusError> {
+        self.watch_matching(self.all_keys()).await
+    }
+
+    /// Changes from now on of the keys matching `filter` (e.g. `*.loop`).
+    pub async fn watch_matching(&self, filter: &str) -> Result<KvWatch<T>, BusError> {
         let watch = self
             .store
-            .watch_all()
+            .watch(filter)
             .await
-            .map_err(|e| kv_error("watch", &self.bucket, ">", e))?;
+            .map_err(|e| kv_error("watch", &self.bucket, filter, e))?;
         Ok(self.typed_watch(watch))
     }
 
     /// The current value of every key first (as `Put`), then changes.
     pub async fn watch_with_current(&self) -> Result<KvWatch<T>, BusError> {
+        let filter = self.all_keys();
         let watch = self
             .store
-            .watch_with_history(">")
+            .watch_with_history(filter)
             .await
-            .map_err(|e| kv_error("watch", &self.bucket, ">", e))?;
+            .map_err(|e| kv_error("watch", &self.bucket, filter, e))?;
         Ok(self.typed_watch(watch))
     }
 

@@ -23,6 +23,7 @@
 pub mod codec;
 pub mod config;
 pub mod error;
+pub mod jobs;
 mod kv;
 mod leases;
 pub mod local_server;
@@ -48,6 +49,7 @@ pub use async_nats::HeaderMap;
 pub use codec::BusMessage;
 pub use config::{BusConfig, TlsConfig};
 pub use error::BusError;
+pub use jobs::Jobs;
 pub use kv::{KvChange, KvWatch, TypedKv, Versioned};
 pub use leases::{KeptLease, LeaseEvent, LeaseKeeper, LeaseRequest, LeaseWatch, Leases};
 pub use messaging::{
@@ -58,7 +60,7 @@ pub use messaging::{
 pub use mtswarm_proto::v1;
 pub use reopen::{Backoff, reopen};
 pub use results::{ResultQuery, ResultRecord, ResultsStore};
-pub use stores::{Approvals, Checkpoints, Jobs, Quarantine, Workers};
+pub use stores::{Approvals, Checkpoints, Quarantine, Workers};
 pub use topology::{TopologyConfig, TopologyInfo};
 
 /// State of the NATS connection as last reported by the client.

@@ -1,13 +1,14 @@
-//! Typed stores over the KV buckets that hold the system's state: job
-//! records (leader), session checkpoints (workers), approval records (both),
-//! quarantined slices and worker membership. Each wraps [`TypedKv`] with the
-//! operations and invariants of its record type; `kv()` gives the raw typed
-//! bucket for anything else.
+//! Typed stores over the KV buckets that hold the system's state: session
+//! checkpoints (workers), approval records (both), quarantined slices and
+//! worker membership (job records, kept in parts, have a module of their
+//! own, [`crate::jobs`]). Each wraps [`TypedKv`] with the operations and
+//! invariants of its record type; `kv()` gives the raw typed bucket for
+//! anything else.
 
 use std::time::{Duration, SystemTime};
 
 use mtswarm_proto::v1::{
-    ApprovalDecision, ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalVerdict, JobRecord,
+    ApprovalDecision, ApprovalRecord, ApprovalRequest, ApprovalState, ApprovalVerdict,
     SessionCheckpoint, SliceQuarantine, WorkerRecord,
 };
 
@@ -16,99 +17,7 @@ use crate::subjects;
 use crate::{Bus, BusError};
 
 /// Read-modify-write attempts before a contended update gives up.
-const MAX_CAS_RETRIES: usize = 16;
-
-/// Job records (bucket `mtswarm_jobs`, key = job id).
-#[derive(Debug, Clone)]
-pub struct Jobs {
-    kv: TypedKv<JobRecord>,
-}
-
-impl Jobs {
-    /// Opens the bucket (created by [`Bus::ensure_topology`]).
-    pub async fn open(bus: &Bus) -> Result<Self, BusError> {
-        Ok(Self {
-            kv: TypedKv::open(bus, subjects::JOBS_BUCKET).await?,
-        })
-    }
-
-    /// The raw typed bucket, for reads and writes these methods do not cover.
-    pub fn kv(&self) -> &TypedKv<JobRecord> {
-        &self.kv
-    }
-
-    /// Stores a new job; [`BusError::AlreadyExists`] when the id is taken.
-    pub async fn create(&self, job: &JobRecord) -> Result<Versioned<JobRecord>, BusError> {
-        let revision = self.kv.create(&job.job_id, job).await?;
-        Ok(Versioned {
-            value: job.clone(),
-            revision,
-        })
-    }
-
-    /// The job's record and its revision; `None` when no such job exists.
-    pub async fn get(&self, job_id: &str) -> Result<Option<Versioned<JobRecord>>, BusError> {
-        self.kv.get(job_id).await
-    }
-
-    /// Writes `job` if its stored revision is still `expected_revision`.
-    pub async fn update(&self, job: &JobRecord, expected_revision: u64) -> Result<u64, BusError> {
-        self.kv.update(&job.job_id, job, expected_revision).await
-    }
-
-    /// Applies `change` to the latest record and writes it (with `updated_at`
-    /// set to now), re-reading and re-applying on concurrent updates.
-    /// [`BusError::NotFound`] when absent.
-    pub async fn modify(
-        &self,
-        job_id: &str,
-        mut change: impl FnMut(&mut JobRecord),
-    ) -> Result<Versioned<JobRecord>, BusError> {
-        for _ in 0..MAX_CAS_RETRIES {
-            let Some(current) = self.kv.get(job_id).await? else {
-                return Err(BusError::NotFound {
-                    bucket: self.kv.bucket().to_string(),
-                    key: job_id.to_string(),
-                });
-            };
-            let mut job = current.value;
-            change(&mut job);
-            job.job_id = job_id.to_string();
-            job.updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
-            match self.kv.update(job_id, &job, current.revision).await {
-                Ok(revision) => {
-                    return Ok(Versioned {
-                        value: job,
-                        revision,
-                    });
-                }
-                Err(BusError::CasConflict { .. }) => continue,
-                Err(other) => return Err(other),
-            }
-        }
-        Err(BusError::CasConflict {
-            bucket: self.kv.bucket().to_string(),
-            key: job_id.to_string(),
-            expected_revision: 0,
-        })
-    }
-
-    /// All job records (one read per job).
-    pub async fn list(&self) -> Result<Vec<Versioned<JobRecord>>, BusError> {
-        Ok(self
-            .kv
-            .list()
-            .await?
-            .into_iter()
-            .map(|(_, job)| job)
-            .collect())
-    }
-
-    /// Job changes from now on.
-    pub async fn watch(&self) -> Result<KvWatch<JobRecord>, BusError> {
-        self.kv.watch().await
-    }
-}
+pub(crate) const MAX_CAS_RETRIES: usize = 16;
 
 /// Latest checkpoint per session (bucket `mtswarm_checkpoints`, key = session id).
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@
 //! | `mtswarm_leases` (`$KV.mtswarm_leases.<slice_id>`) | KV bucket | worker | leader, workers | `SliceLease` | per-key TTL (`Nats-TTL`), renewed by heartbeat with CAS; lapse = delete marker |
 //! | `mtswarm_workers` (`$KV.mtswarm_workers.<worker_id>`) | KV bucket | worker | leader | `WorkerRecord` | per-key TTL, fleet membership |
 //! | `mtswarm_quarantine` (`$KV.mtswarm_quarantine.<slice_id>`) | KV bucket | worker, leader | leader | `SliceQuarantine` | |
-//! | `mtswarm_jobs` (`$KV.mtswarm_jobs.<job_id>`) | KV bucket | leader | leader | `JobRecord` | CAS updates |
+//! | `mtswarm_jobs` (`$KV.mtswarm_jobs.<job_id>`, parts under `<job_id>.agent.<agent_id>`, `<job_id>.task.<task_id>`, `<job_id>.loop`) | KV bucket | leader | leader | `JobRecord`, `AgentPlacement`, `TaskRecord`, `LeaderCheckpoint` | CAS updates |
 //! | `mtswarm_checkpoints` (`$KV.mtswarm_checkpoints.<session_id>`) | KV bucket | worker | worker (resume) | `SessionCheckpoint` | latest only (history 1) |
 //! | `mtswarm_approvals` (`$KV.mtswarm_approvals.<approval_id>`) | KV bucket | worker (request), leader (decision) | both | `ApprovalRecord` | decisions by CAS |
 //!

@@ -152,6 +152,7 @@ pub fn job(job: &v1::JobRecord) -> Value {
         "final_answer": job.final_answer,
         "error": job.error,
         "agent_ids": job.agent_ids,
+        "agents_total": job.agents_total.max(job.agent_ids.len() as u32),
         "tasks_total": job.tasks_total,
         "tasks_done": job.tasks_done,
         "usage": usage(job.usage.as_ref()),

@@ -368,6 +368,9 @@ pub enum ResumeError {
     /// The job's results could not be replayed.
     #[error("the job's results could not be replayed: {0}")]
     Replay(#[source] ReplayError),
+    /// The job's agents, tasks or loop checkpoint could not be read.
+    #[error("the job's agents, tasks or loop state could not be read: {0}")]
+    Read(#[source] mtswarm_bus::BusError),
 }
 
 /// Why an agent's session could not be cancelled.

@@ -20,8 +20,8 @@
 //! inside the `SubmitJob` span (its traceparent is stored in the record) and
 //! starts a job runner ([`runner`]) in a `leader.job` span below it. The
 //! runner moves the job to RUNNING and runs the engine with the leader
-//! [`tools`]; every step's loop state is stored in
-//! `JobRecord.leader_state_json`. `spawn_agent` calls `Worker.SpawnSession`,
+//! [`tools`]; every step's loop state is stored under the job's loop key
+//! (`<job>.loop`, as the model is shown it). `spawn_agent` calls `Worker.SpawnSession`,
 //! `assign_task` publishes a `TaskAssignment` (attempt 1) from inside the
 //! tool span, and the single durable result consumer (`result_consumer`)
 //! fills the job's result table ([`results`]) that `collect_result` waits
@@ -38,7 +38,7 @@
 //!
 //! Reliability (the leader side of the reliability contract):
 //! - `spawn_agent` / `assign_task` record the agent's placement / the task
-//!   in `JobRecord.agents` / `JobRecord.tasks` before acting, and a
+//!   under the job's agent / task key before acting, and a
 //!   re-executed call (same call id and step) returns what the first
 //!   execution did without spawning or publishing again ([`tools`]).
 //! - The reassigner (`reassign.rs`) moves agents whose slice lease lapsed,

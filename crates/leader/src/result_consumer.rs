@@ -261,37 +261,42 @@ pub(crate) async fn replay_job_results(
 }
 
 /// Records an accepted result: the task's record is marked done with its
-/// status, the job's counters and usage grow, and the result is journaled.
+/// status, then the job's counters and usage grow (unless the task was
+/// recorded done already: a replayed result), and the result is journaled.
 async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     let usage = result.usage.unwrap_or_default();
     let finished_at = result
         .finished_at
         .unwrap_or_else(|| prost_types::Timestamp::from(SystemTime::now()));
-    if let Err(error) = shared
+    let mut already_done = false;
+    let marked = shared
         .jobs
-        .modify(&result.job_id, |job| {
-            if let Some(task) = job.tasks.iter_mut().find(|t| {
-                t.assignment
-                    .as_ref()
-                    .is_some_and(|a| a.task_id == result.task_id)
-            }) {
-                if task.done {
-                    return;
-                }
-                task.done = true;
-                task.status = result.status;
-                task.finished_at = Some(finished_at);
-            }
-            job.tasks_done = job.tasks_done.saturating_add(1);
-            let total = job.usage.get_or_insert_with(Default::default);
-            total.steps = total.steps.saturating_add(usage.steps);
-            total.prompt_tokens = total.prompt_tokens.saturating_add(usage.prompt_tokens);
-            total.completion_tokens = total
-                .completion_tokens
-                .saturating_add(usage.completion_tokens);
-            total.device_seconds += usage.device_seconds;
+        .modify_task(&result.job_id, &result.task_id, |stored| {
+            already_done = stored.is_some_and(|t| t.done);
+            let mut task = stored.filter(|t| !t.done)?.clone();
+            task.done = true;
+            task.status = result.status;
+            task.finished_at = Some(finished_at);
+            Some(task)
         })
-        .await
+        .await;
+    if let Err(error) = &marked {
+        tracing::warn!(%error, job_id = %result.job_id, task_id = %result.task_id, "task record not marked done with its result");
+    }
+    if !already_done
+        && let Err(error) = shared
+            .jobs
+            .modify(&result.job_id, |job| {
+                job.tasks_done = job.tasks_done.saturating_add(1);
+                let total = job.usage.get_or_insert_with(Default::default);
+                total.steps = total.steps.saturating_add(usage.steps);
+                total.prompt_tokens = total.prompt_tokens.saturating_add(usage.prompt_tokens);
+                total.completion_tokens = total
+                    .completion_tokens
+                    .saturating_add(usage.completion_tokens);
+                total.device_seconds += usage.device_seconds;
+            })
+            .await
     {
         tracing::warn!(%error, job_id = %result.job_id, "job record not updated with a result");
     }

@@ -62,6 +62,15 @@ fn job_id_for(idempotency_key: &str) -> Result<String, Status> {
     Ok(format!("idem-{}", &hex::encode(digest)[..32]))
 }
 
+/// A job as `ListJobs` answers it: the stored record alone. One written by
+/// an earlier leader that still embeds its agents, tasks and loop state is
+/// answered without them too (their number kept in `agents_total`), so a
+/// listing's size does not depend on which leader wrote the records.
+fn listed(mut job: v1::JobRecord) -> v1::JobRecord {
+    mtswarm_bus::jobs::strip_parts(&mut job);
+    job
+}
+
 fn timestamp_key(t: &Option<prost_types::Timestamp>) -> (i64, i32) {
     t.as_ref().map(|t| (t.seconds, t.nanos)).unwrap_or_default()
 }
@@ -161,7 +170,20 @@ impl ControlService {
         Ok(Response::new(v1::SubmitJobResponse { job_id }))
     }
 
+    /// The job's record with its agents, tasks and loop state (read from
+    /// their keys for this one job).
     async fn read_job(&self, job_id: &str) -> Result<v1::JobRecord, Status> {
+        check_job_id(job_id)?;
+        self.shared
+            .jobs
+            .assembled(job_id)
+            .await
+            .map_err(bus_status)?
+            .ok_or_else(|| Status::not_found(format!("job {job_id} not found")))
+    }
+
+    /// The job's stored record alone (state, owner, counts).
+    async fn stored_job(&self, job_id: &str) -> Result<v1::JobRecord, Status> {
         check_job_id(job_id)?;
         self.shared
             .jobs
@@ -237,7 +259,7 @@ impl v1::control_server::Control for ControlService {
             .await
             .map_err(bus_status)?
             .into_iter()
-            .map(|v| v.value)
+            .map(|v| listed(v.value))
             .filter(|job| request.states.is_empty() || request.states.contains(&job.state))
             .collect();
         // Newest first; the id breaks ties so pages are stable.
@@ -268,7 +290,7 @@ impl v1::control_server::Control for ControlService {
         require_any(&request, READ_JOBS)?;
         let request = request.into_inner();
         let job_id = request.job_id.clone();
-        self.read_job(&job_id).await?;
+        self.stored_job(&job_id).await?;
         let mut events = self
             .shared
             .journal
@@ -354,7 +376,7 @@ impl v1::control_server::Control for ControlService {
     ) -> Result<Response<v1::CancelJobResponse>, Status> {
         let identity = require_any(&request, &[Role::Submit, Role::Admin])?;
         let request = request.into_inner();
-        let record = self.read_job(&request.job_id).await?;
+        let record = self.stored_job(&request.job_id).await?;
         if !identity.has(Role::Admin) && record.submitted_by != identity.name {
             tracing::warn!(job.id = %request.job_id, identity = %identity.name, "cancel of another identity's job refused");
             return Err(Status::permission_denied(format!(
@@ -406,7 +428,7 @@ impl v1::control_server::Control for ControlService {
                 .await;
             }
         }
-        let record = self.read_job(&request.job_id).await?;
+        let record = self.stored_job(&request.job_id).await?;
         Ok(Response::new(v1::CancelJobResponse {
             state: record.state,
         }))

@@ -36,7 +36,7 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
     let env = Env::start().await;
     let mut worker = FakeWorker::start(&env.bus, "fi1", "fi1").await;
     let jobs = Jobs::open(&env.bus).await.expect("jobs");
-    let mut changes = jobs.watch().await.expect("jobs watch");
+    let mut changes = jobs.watch_loop_states().await.expect("loop states watch");
     let mut tasks = task_stream(&env.bus, "fi1").await;
 
     let model_a = Arc::new(ConversationScript::new(script(), Some(2)));
@@ -49,9 +49,9 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
             let change = changes.next().await.expect("watch item").expect("change");
             if let KvChange::Put { value, .. } = change
                 && value.value.job_id == job_id
-                && before_spawn(&value.value.leader_state_json)
+                && before_spawn(&value.value.state_json)
             {
-                return value.value.leader_state_json;
+                return value.value;
             }
         }
     })
@@ -74,11 +74,9 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
     .await;
     leader_a.abort().await;
     // The crash lost every checkpoint after the one before the spawn.
-    jobs.modify(&job_id, |record| {
-        record.leader_state_json = early_state.clone();
-    })
-    .await
-    .expect("rewind the leader checkpoint");
+    jobs.put_loop_state(&early_state)
+        .await
+        .expect("rewind the leader checkpoint");
 
     let leader_b = env
         .leader(Arc::new(ConversationScript::new(script(), None)))
@@ -112,7 +110,7 @@ async fn reexecuted_assign_and_spawn_calls_do_not_repeat_work() {
     assert_eq!(spawns[1].session_id, spawns[0].session_id);
     assert_eq!(spawns[1].slice_id, spawns[0].slice_id);
 
-    let record = jobs.get(&job_id).await.expect("read").expect("job").value;
+    let record = job_record(&env.bus, &job_id).await;
     assert_eq!(record.agents.len(), 1, "{:?}", record.agents);
     assert_eq!(record.agent_ids, vec!["a1".to_string()]);
     assert_eq!(record.tasks.len(), 1);

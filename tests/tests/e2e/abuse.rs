@@ -447,8 +447,8 @@ async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
     let jobs = mtswarm_bus::Jobs::open(&leader).await.expect("jobs");
     let deadline = Instant::now() + WAIT;
     let assignment = loop {
-        let record = jobs.get(&job_id).await.expect("get").expect("record").value;
-        if let Some(task) = record.tasks.first().and_then(|t| t.assignment.clone()) {
+        let tasks = jobs.tasks(&job_id).await.expect("the job's tasks");
+        if let Some(task) = tasks.first().and_then(|t| t.assignment.clone()) {
             break task;
         }
         assert!(Instant::now() < deadline, "no task was assigned");

@@ -146,7 +146,9 @@ pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                 job.job_id,
                 render::job_state(job.state()),
                 render::truncate(&spec.kernel_dir, 12),
-                job.agent_ids.len(),
+                // A listing carries the count; a record of an earlier
+                // leader, the ids.
+                job.agents_total.max(job.agent_ids.len() as u32),
                 job.tasks_done,
                 job.tasks_total,
                 render::truncate(&spec.goal, 50)

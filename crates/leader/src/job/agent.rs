@@ -1,5 +1,5 @@
-//! One agent the job spawned, as the job's state holds it and as
-//! `JobRecord.agents` stores it (`AgentPlacement`).
+//! One agent the job spawned, as the job's state holds it and as its key
+//! in the jobs bucket stores it (`AgentPlacement`).
 
 use mtswarm_bus::v1;
 
@@ -32,7 +32,7 @@ pub struct AgentEntry {
 }
 
 impl AgentEntry {
-    /// The durable form stored in `JobRecord.agents`.
+    /// The durable form stored under the agent's key.
     pub fn to_placement(&self) -> v1::AgentPlacement {
         v1::AgentPlacement {
             agent_id: self.agent_id.clone(),
@@ -48,7 +48,7 @@ impl AgentEntry {
         }
     }
 
-    /// An agent read back from `JobRecord.agents`.
+    /// An agent read back from its stored placement.
     pub fn from_placement(placement: &v1::AgentPlacement) -> Self {
         Self {
             agent_id: placement.agent_id.clone(),

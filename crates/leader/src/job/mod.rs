@@ -1,6 +1,7 @@
 //! The job's durable state: its agents and task records in memory, and the
-//! writes that keep `JobRecord.agents` / `JobRecord.tasks` in step with them
-//! (see [`crate::tools`] for why placements and tasks are recorded before
+//! writes that keep their keys in the jobs bucket (`<job>.agent.<id>`,
+//! `<job>.task.<id>`, see [`mtswarm_bus::jobs`]) in step with them (see
+//! [`crate::tools`] for why placements and tasks are recorded before
 //! acting). Everything above (tools, placement, reassigner, runner) works on
 //! a [`JobContext`]; this module depends only on the bus and the job's
 //! result table.

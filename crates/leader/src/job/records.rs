@@ -1,7 +1,9 @@
 //! The job record writes of a [`JobContext`]: placements, task records,
-//! settled tasks and confirmed publishes. Each write keeps memory and
-//! `JobRecord` in step; a failed write that a resume or the sweep repairs is
-//! logged, not returned.
+//! settled tasks and confirmed publishes. Each agent and each task has a
+//! key of its own next to the job's record ([`mtswarm_bus::jobs`]), written
+//! at its revision; the record keeps only the counts. Each write keeps
+//! memory and the store in step; a failed write that a resume or the sweep
+//! repairs is logged, not returned.
 
 use std::time::SystemTime;
 
@@ -10,104 +12,105 @@ use mtswarm_bus::{BusError, v1};
 use super::{AgentEntry, JobContext};
 
 impl JobContext {
-    /// Writes (inserts or replaces) the agent's placement into the job record.
+    /// Writes (inserts or replaces) the agent's placement: the one in
+    /// memory at the time of the write (every caller updated memory
+    /// first), so of two racing writes the later state lands last.
     pub(crate) async fn store_placement(&self, entry: &AgentEntry) -> Result<(), BusError> {
-        let placement = entry.to_placement();
-        self.jobs
-            .modify(&self.job_id, |record| {
-                match record
-                    .agents
-                    .iter_mut()
-                    .find(|a| a.agent_id == placement.agent_id)
-                {
-                    Some(existing) => *existing = placement.clone(),
-                    None => record.agents.push(placement.clone()),
-                }
-                if !record.agent_ids.contains(&placement.agent_id) {
-                    record.agent_ids.push(placement.agent_id.clone());
-                }
+        let agent_id = entry.agent_id.as_str();
+        let created = self
+            .jobs
+            .put_agent(&self.job_id, agent_id, || {
+                self.agent(agent_id)
+                    .unwrap_or_else(|| entry.clone())
+                    .to_placement()
             })
-            .await
-            .map(|_| ())
+            .await?;
+        if created {
+            self.count_agents(|total| total.saturating_add(1)).await;
+        }
+        Ok(())
     }
 
     /// Removes a placement whose spawn failed everywhere.
     pub(crate) async fn forget_placement(&self, agent_id: &str) {
         self.agents().remove(agent_id);
-        if let Err(error) = self
-            .jobs
-            .modify(&self.job_id, |record| {
-                record.agents.retain(|a| a.agent_id != agent_id);
-                record.agent_ids.retain(|a| a != agent_id);
-            })
-            .await
-        {
-            tracing::warn!(%error, job_id = %self.job_id, agent_id, "failed placement not removed from the job record");
+        match self.jobs.remove_agent(&self.job_id, agent_id).await {
+            Ok(true) => self.count_agents(|total| total.saturating_sub(1)).await,
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(%error, job_id = %self.job_id, agent_id, "failed placement not removed from the job's agents");
+            }
         }
     }
 
-    /// Writes (inserts or replaces) task records into the job record;
-    /// `new_tasks` of them count towards `tasks_total`.
+    /// `JobRecord.agents_total` after an agent's key came or went. A failed
+    /// write leaves the count off by one (the agent keys say who there is).
+    async fn count_agents(&self, change: impl Fn(u32) -> u32) {
+        if let Err(error) = self
+            .jobs
+            .modify(&self.job_id, |record| {
+                record.agents_total = change(record.agents_total);
+            })
+            .await
+        {
+            tracing::warn!(%error, job_id = %self.job_id, "agent count of the job record not updated");
+        }
+    }
+
+    /// Writes (inserts or replaces) task records; `new_tasks` of them count
+    /// towards `tasks_total`. A task the result consumer marked done
+    /// meanwhile stays done. `Err` = a task is not recorded; once they all
+    /// are, a count not written is only logged.
     pub(crate) async fn store_tasks(
         &self,
         records: &[v1::TaskRecord],
         new_tasks: u32,
     ) -> Result<(), BusError> {
-        self.jobs
-            .modify(&self.job_id, |record| {
-                for task in records {
-                    let id = task
-                        .assignment
-                        .as_ref()
-                        .map(|a| a.task_id.as_str())
-                        .unwrap_or_default();
-                    match record
-                        .tasks
-                        .iter_mut()
-                        .find(|t| t.assignment.as_ref().is_some_and(|a| a.task_id == id))
-                    {
-                        // The result consumer may have marked it done meanwhile.
-                        Some(existing) if existing.done => {}
-                        Some(existing) => *existing = task.clone(),
-                        None => record.tasks.push(task.clone()),
-                    }
-                }
-                record.tasks_total = record.tasks_total.saturating_add(new_tasks);
-            })
-            .await
-            .map(|_| ())
+        for task in records {
+            let Some(assignment) = &task.assignment else {
+                continue;
+            };
+            self.jobs
+                .modify_task(&self.job_id, &assignment.task_id, |stored| match stored {
+                    Some(existing) if existing.done => None,
+                    _ => Some(task.clone()),
+                })
+                .await?;
+        }
+        if new_tasks > 0
+            && let Err(error) = self
+                .jobs
+                .modify(&self.job_id, |record| {
+                    record.tasks_total = record.tasks_total.saturating_add(new_tasks);
+                })
+                .await
+        {
+            tracing::warn!(%error, job_id = %self.job_id, new_tasks, "task count of the job record not updated");
+        }
+        Ok(())
     }
 
-    /// Marks tasks done with `status` in the job record (cancelled agents).
+    /// Marks tasks done with `status` (cancelled agents).
     pub(crate) async fn record_settled(&self, task_ids: &[String], status: v1::TaskStatus) {
-        if task_ids.is_empty() {
-            return;
-        }
         let now = prost_types::Timestamp::from(SystemTime::now());
         for task_id in task_ids {
             if let Some(task) = self.tasks().get_mut(task_id) {
                 task.done = true;
                 task.status = status as i32;
             }
-        }
-        if let Err(error) = self
-            .jobs
-            .modify(&self.job_id, |record| {
-                for task in record.tasks.iter_mut().filter(|t| !t.done) {
-                    if task
-                        .assignment
-                        .as_ref()
-                        .is_some_and(|a| task_ids.contains(&a.task_id))
-                    {
-                        task.done = true;
-                        task.status = status as i32;
-                        task.finished_at = Some(now);
-                    }
-                }
-            })
-            .await
-        {
-            tracing::warn!(%error, job_id = %self.job_id, "settled tasks not recorded");
+            if let Err(error) = self
+                .jobs
+                .modify_task(&self.job_id, task_id, |stored| {
+                    let mut task = stored.filter(|t| !t.done)?.clone();
+                    task.done = true;
+                    task.status = status as i32;
+                    task.finished_at = Some(now);
+                    Some(task)
+                })
+                .await
+            {
+                tracing::warn!(%error, job_id = %self.job_id, task_id, "settled task not recorded");
+            }
         }
     }
 
@@ -132,15 +135,14 @@ impl JobContext {
         }
         if let Err(error) = self
             .jobs
-            .modify(&self.job_id, |record| {
-                if let Some(stored) = record
-                    .tasks
-                    .iter_mut()
-                    .filter_map(|t| t.assignment.as_mut())
-                    .find(|a| a.task_id == task_id && a.attempt == attempt)
-                {
-                    stored.assigned_at = Some(now);
+            .modify_task(&self.job_id, &task_id, |stored| {
+                let mut record = stored?.clone();
+                let stored = record.assignment.as_mut()?;
+                if stored.attempt != attempt {
+                    return None;
                 }
+                stored.assigned_at = Some(now);
+                Some(record)
             })
             .await
         {

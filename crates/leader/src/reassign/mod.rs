@@ -25,7 +25,7 @@
 //! when its live worker holds it idle (the session ended but the slice is
 //! fine), except after a quarantine or a fenced result. `SpawnSession` there with the same session id and
 //! agent id and `resume = true` (checkpoints are keyed by session id), update
-//! the placement (memory and `JobRecord.agents`, `moves + 1`), then for each
+//! the placement (memory and the agent's key, `moves + 1`), then for each
 //! pending task: register `attempt + 1` in the result table BEFORE
 //! publishing, store the task record, publish the assignment (new worker and
 //! slice, `resume_from_checkpoint = true`) and journal a leader LOG event

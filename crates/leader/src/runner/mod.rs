@@ -1,7 +1,7 @@
 //! The job runner: one task per job that drives the leader's ReAct loop on
 //! the shared engine with the leader tools, publishes the loop's events as
-//! the leader agent's events, checkpoints the loop into the JobRecord after
-//! every step, routes the loop's own approval pauses through the approval
+//! the leader agent's events, checkpoints the loop under the job's loop key
+//! (`<job>.loop`) after every step, routes the loop's own approval pauses through the approval
 //! broker, and records the job's final state.
 //!
 //! State machine of a job: QUEUED (stored by SubmitJob) -> RUNNING (runner
@@ -10,19 +10,22 @@
 //!
 //! A leader that starts finds the jobs a previous leader left QUEUED or
 //! RUNNING and resumes them (`resume_job`): the job context is rebuilt
-//! from `JobRecord.agents` and `JobRecord.tasks` (each task at its recorded
-//! attempt, done or not), the job's results are replayed from the results
-//! stream into its table (accepting each task's result once), assignments
-//! recorded but never confirmed published are published again (deduplicated
-//! by the stream), and the leader loop continues from `leader_state_json`
-//! (a fresh start when empty). Tool calls the loop re-executes are
+//! from the job's agent and task keys (each task at its recorded attempt,
+//! done or not; a record of an earlier leader that embeds them has them
+//! moved to their keys first), the job's results are replayed from the
+//! results stream into its table (accepting each task's result once),
+//! assignments recorded but never confirmed published are published again
+//! (deduplicated by the stream), and the leader loop continues from its
+//! loop key (a fresh start when there is none). Tool calls the loop re-executes are
 //! idempotent by call key (see [`crate::tools`]).
 //!
-//! Parts: `transition` (the state changes), `resume` (rebuilding a left
-//! job), `relay` (the loop's events onto the bus and into the journal),
-//! `end` (how the loop ended); the loop's approval pauses are in
+//! Parts: `transition` (the state changes), `checkpoint` (the loop's state
+//! as stored: what the model is shown), `resume` (rebuilding a left job),
+//! `relay` (the loop's events onto the bus and into the journal), `end`
+//! (how the loop ended); the loop's approval pauses are in
 //! [`crate::approvals`], its prompt in `prompt`.
 
+mod checkpoint;
 mod end;
 mod relay;
 mod resume;
@@ -33,12 +36,13 @@ use std::time::Duration;
 
 use mtswarm_bus::v1;
 use mtswarm_core::{
-    CheckpointSink, Engine, EngineConfig, LocalResourceLock, LoopState, Node, Outcome, RiskPolicy,
-    RunEnd, StopReason, TracingMiddleware,
+    Engine, EngineConfig, LocalResourceLock, LoopState, Node, Outcome, RiskPolicy, RunEnd,
+    StopReason, TracingMiddleware,
 };
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
+use self::checkpoint::JobCheckpointSink;
 use self::end::{JobEnd, final_answer, usage_of};
 use self::relay::pump;
 use self::transition::now;
@@ -207,35 +211,6 @@ fn engine_config(shared: &Shared, spec: &v1::JobSpec) -> EngineConfig {
     config
 }
 
-/// Stores the leader loop's state in the job record after every transition.
-struct JobCheckpointSink {
-    shared: Arc<Shared>,
-    job_id: String,
-}
-
-#[async_trait::async_trait]
-impl CheckpointSink for JobCheckpointSink {
-    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
-        let json = state
-            .to_json()
-            .map_err(|source| mtswarm_core::CheckpointError::Serialize {
-                what: "leader state",
-                source,
-            })?;
-        self.shared
-            .jobs
-            .modify(&self.job_id, |record| {
-                record.leader_state_json = json.clone().into_bytes();
-                record.updated_at = Some(now());
-            })
-            .await
-            .map(|_| ())
-            .map_err(|e| mtswarm_core::CheckpointError::Store {
-                reason: format!("leader checkpoint not stored: {e}"),
-            })
-    }
-}
-
 async fn drive(
     shared: &Arc<Shared>,
     context: &Arc<JobContext>,
@@ -248,8 +223,10 @@ async fn drive(
         Ok(model) => model,
         Err(error) => return JobEnd::failed(format!("leader model: {error}")),
     };
+    let config = engine_config(shared, spec);
+    let max_tool_result_chars = config.context.max_tool_result_chars;
     let engine = Engine::new(
-        engine_config(shared, spec),
+        config,
         model,
         crate::tools::registry(shared.clone(), context.clone()),
         RiskPolicy::default().with_auto_approve(if spec.auto_approve {
@@ -266,6 +243,7 @@ async fn drive(
     .with_checkpoint_sink(Arc::new(JobCheckpointSink {
         shared: shared.clone(),
         job_id: context.job_id.clone(),
+        max_tool_result_chars,
     }));
     let session_id = leader_session_id(&context.job_id);
     let (mut events, mut handle) = match resume_state {

@@ -1,7 +1,7 @@
 //! Resuming a job a previous leader left QUEUED or RUNNING (see the runner's
-//! module docs): the job context is rebuilt from the record, the job's
-//! results are replayed, unconfirmed assignments are published again, and
-//! the loop continues from its checkpoint.
+//! module docs): the job context is rebuilt from the record and its agent
+//! and task keys, the job's results are replayed, unconfirmed assignments
+//! are published again, and the loop continues from its checkpoint.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -40,6 +40,29 @@ pub(crate) async fn resume_job(
     record: v1::JobRecord,
 ) -> Result<PendingStart, ResumeError> {
     let job_id = record.job_id.clone();
+    // A record of an earlier leader embeds its parts: moved to their keys
+    // first, so that every later write finds them there.
+    let record = shared
+        .jobs
+        .split_embedded(&job_id)
+        .await
+        .map_err(ResumeError::Read)?
+        .unwrap_or(record);
+    let agents = shared
+        .jobs
+        .agents(&job_id)
+        .await
+        .map_err(ResumeError::Read)?;
+    let tasks = shared
+        .jobs
+        .tasks(&job_id)
+        .await
+        .map_err(ResumeError::Read)?;
+    let loop_state = shared
+        .jobs
+        .loop_state(&job_id)
+        .await
+        .map_err(ResumeError::Read)?;
     let validated = crate::validate::validate_submit(
         record.spec.as_ref(),
         &shared.kernel_root,
@@ -52,7 +75,7 @@ pub(crate) async fn resume_job(
         validated.kernel_dir,
         deadline_of(shared, &record),
     ));
-    for placement in &record.agents {
+    for placement in &agents {
         let agent = AgentEntry::from_placement(placement);
         if !agent.cancelled {
             shared
@@ -61,7 +84,7 @@ pub(crate) async fn resume_job(
         }
         context.agents().insert(agent.agent_id.clone(), agent);
     }
-    for task in &record.tasks {
+    for task in &tasks {
         let Some(assignment) = &task.assignment else {
             continue;
         };
@@ -118,8 +141,8 @@ pub(crate) async fn resume_job(
             tracing::debug!(%error, "resumed job's traceparent not applied");
         }
     }
-    let resume_state = String::from_utf8(record.leader_state_json.clone())
-        .ok()
+    let resume_state = loop_state
+        .and_then(|checkpoint| String::from_utf8(checkpoint.value.state_json).ok())
         .filter(|s| !s.trim().is_empty());
     Ok(PendingStart {
         context,

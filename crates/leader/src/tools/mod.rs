@@ -18,8 +18,8 @@
 //! # Durable placements and idempotent re-execution
 //!
 //! `spawn_agent` writes the agent's `AgentPlacement` and `assign_task` the
-//! task's `TaskRecord` into the `JobRecord` BEFORE calling the worker /
-//! publishing, each with the identity of the tool call (the call key: the
+//! task's `TaskRecord` under its key next to the `JobRecord` BEFORE calling
+//! the worker / publishing, each with the identity of the tool call (the call key: the
 //! model's call id and the loop step, see [`call_key`]). A leader that
 //! resumes a job after a crash re-executes the interrupted calls: a known
 //! spawn call returns its agent (re-issuing the idempotent `SpawnSession`

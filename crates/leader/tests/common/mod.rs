@@ -368,19 +368,20 @@ pub(crate) fn leader_tool_outputs(events: &[v1::JobEvent], tool: &str) -> Vec<Va
         .collect()
 }
 
-/// The job's record as stored in the jobs KV.
+/// The job's record as stored in the jobs KV, with its agents, tasks and
+/// loop state read from their keys.
 pub(crate) async fn job_record(bus: &Bus, job_id: &str) -> v1::JobRecord {
     Jobs::open(bus)
         .await
         .expect("jobs bucket")
-        .get(job_id)
+        .assembled(job_id)
         .await
         .expect("read the job record")
         .expect("the job record exists")
-        .value
 }
 
-/// The job's stored record once `ready` holds for it, at most [`WAIT`].
+/// The job's stored record (with its parts, as [`job_record`]) once
+/// `ready` holds for it, at most [`WAIT`].
 pub(crate) async fn record_when(
     bus: &Bus,
     job_id: &str,
@@ -392,7 +393,7 @@ pub(crate) async fn record_when(
     eventually(what, || {
         let jobs = jobs.clone();
         async move {
-            let record = jobs.get(job_id).await.ok()??.value;
+            let record = jobs.assembled(job_id).await.ok()??;
             ready(&record).then_some(record)
         }
     })
