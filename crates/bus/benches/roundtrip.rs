@@ -89,7 +89,7 @@ fn main() {
     let cells = runtime.block_on(async {
         let topology = TopologyConfig {
             storage,
-            ..TopologyConfig::default()
+            ..TopologyConfig::for_tests()
         };
         let leader = Arc::new(floor::start_floor(&server.url(), &topology, "bench-leader").await);
 

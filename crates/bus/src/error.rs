@@ -58,6 +58,42 @@ pub enum BusError {
         source: NatsSource,
     },
 
+    /// A stream or bucket asks for more replicas than the NATS deployment
+    /// can place (JetStream's own error for this is cryptic).
+    #[error(
+        "cannot create or update {what} with {replicas} replicas: the NATS deployment has {servers} JetStream server(s) ({refusal}); set --nats-replicas (MTSWARM_NATS_REPLICAS) to at most {servers} or add servers"
+    )]
+    Replicas {
+        /// The stream or bucket, e.g. `"stream MTSWARM_TASKS"`.
+        what: String,
+        /// Replicas the topology asks for.
+        replicas: usize,
+        /// JetStream servers the connected server knows of (itself and its
+        /// cluster peers).
+        servers: usize,
+        /// What the server said, or why the request was not sent.
+        refusal: String,
+    },
+
+    /// A record is larger than the server or the deployment lets one
+    /// stored message be; it was not sent.
+    #[error(
+        "{what} is {} ({bytes} bytes), over the {} limit ({limit_from})",
+        crate::limits::human_bytes(*bytes),
+        crate::limits::human_bytes(*limit)
+    )]
+    RecordTooLarge {
+        /// The record and where it was going: `"<type> record <bucket>/<key>"`
+        /// or `"<type> on <subject>"`.
+        what: String,
+        /// Its encoded size (payload and headers), bytes.
+        bytes: usize,
+        /// The limit it is over, bytes.
+        limit: usize,
+        /// Where the limit comes from, e.g. `"max_payload"`.
+        limit_from: &'static str,
+    },
+
     /// A publish (core or JetStream, including waiting for the ack) failed.
     #[error("publish to {subject} failed: {source}")]
     Publish {

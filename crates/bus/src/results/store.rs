@@ -14,7 +14,7 @@ use super::query::ResultQuery;
 use super::record::ResultRecord;
 use crate::messaging::PublishReceipt;
 use crate::subjects;
-use crate::topology::{TopologyConfig, measurements_stream_config};
+use crate::topology::measurements_stream_config;
 use crate::trace;
 use crate::{Bus, BusError};
 
@@ -38,11 +38,12 @@ fn scan_error(source: impl Into<crate::error::NatsSource>) -> BusError {
 }
 
 impl ResultsStore {
-    /// Opens the store, creating the measurements stream with the default
-    /// topology settings when [`Bus::ensure_topology`] has not run yet.
+    /// Opens the store, creating the measurements stream when
+    /// [`Bus::ensure_topology`] has not run yet, shaped as the topology
+    /// ensured or adopted through `bus` says (else the default one).
     pub async fn open(bus: &Bus) -> Result<ResultsStore, BusError> {
         bus.jetstream()
-            .get_or_create_stream(measurements_stream_config(&TopologyConfig::default()))
+            .get_or_create_stream(measurements_stream_config(&bus.topology_in_use()))
             .await
             .map_err(|source| BusError::Topology {
                 what: format!("stream {}", subjects::MEASUREMENTS_STREAM),

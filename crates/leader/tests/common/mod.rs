@@ -79,7 +79,7 @@ impl Env {
             .await
             .expect("connect");
         bus.wait_connected(WAIT).await.expect("connected");
-        bus.ensure_topology(&TopologyConfig::default())
+        bus.ensure_topology(&TopologyConfig::for_tests())
             .await
             .expect("topology");
         let kernel_root = tempfile::tempdir().expect("tempdir");
@@ -100,7 +100,9 @@ impl Env {
     }
 
     pub(crate) fn config(&self) -> LeaderConfig {
-        LeaderConfig::new(self.nats.url(), self.kernel_root.path())
+        let mut config = LeaderConfig::new(self.nats.url(), self.kernel_root.path());
+        config.topology = TopologyConfig::for_tests();
+        config
     }
 
     /// [`Env::config`] with every job's leader loop on `model`.
