@@ -80,6 +80,22 @@ impl ResultsStore {
             record.record_id.as_str(),
         );
         trace::inject_current(&mut headers);
+        let header_bytes = crate::limits::header_bytes(&headers);
+        let what = || format!("result record {} on {subject}", record.record_id);
+        self.bus
+            .check_record_size(what, payload.len(), header_bytes)?;
+        // The stream's own cap on one message (its `max_msg_size`).
+        let stream_cap = self.bus.topology_in_use().measurement_max_record_bytes;
+        if let Ok(cap) = usize::try_from(stream_cap)
+            && cap > 0
+        {
+            crate::limits::check_size(
+                what,
+                payload.len() + header_bytes,
+                cap,
+                "the measurements stream's max message size",
+            )?;
+        }
         let publish = PublishMessage::build()
             .payload(payload.into())
             .headers(headers);
