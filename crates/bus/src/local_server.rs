@@ -399,7 +399,8 @@ fn find_binary() -> Result<PathBuf, LocalServerError> {
         .ok_or(LocalServerError::NotFound)
 }
 
-fn free_port() -> Result<u16, LocalServerError> {
+/// A port of 127.0.0.1 that was free a moment ago.
+pub(crate) fn free_port() -> Result<u16, LocalServerError> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .map_err(LocalServerError::io("cannot bind a free port"))?;
     listener
