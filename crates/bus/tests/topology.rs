@@ -204,3 +204,42 @@ async fn the_server_runs_with_the_sync_policy_and_payload_limit_it_was_given() {
             .expect("JetStream works");
     }
 }
+
+/// What `sync_interval: always` costs: the p50 and p99 of an acknowledged
+/// task publish, one in flight, with it and with nats-server's default
+/// (printed; run with `--nocapture` to see the figures).
+#[tokio::test]
+async fn publish_latency_with_and_without_syncing_every_write() {
+    const PUBLISHES: usize = 300;
+    for sync in [SyncPolicy::Always, SyncPolicy::ServerDefault] {
+        let server = tokio::task::spawn_blocking(move || {
+            NatsServer::start_with(LocalServerOptions {
+                sync,
+                ..LocalServerOptions::default()
+            })
+        })
+        .await
+        .expect("start task")
+        .expect("nats-server starts");
+        let bus = connect(&server, "latency").await;
+        bus.ensure_topology(&TopologyConfig::for_tests())
+            .await
+            .expect("topology");
+        let mut took = Vec::with_capacity(PUBLISHES);
+        for i in 0..PUBLISHES {
+            let task = common::task(&format!("t{i}"), 1, "w1", "s1");
+            let started = std::time::Instant::now();
+            let receipt = bus.publish_task(&task).await.expect("publish");
+            took.push(started.elapsed());
+            assert!(!receipt.duplicate);
+        }
+        took.sort();
+        let tasks = stream_info(&bus, subjects::TASKS_STREAM).await;
+        assert_eq!(tasks.state.messages, PUBLISHES as u64);
+        println!(
+            "JetStream publish with {sync:?}: p50 {:?}, p99 {:?} over {PUBLISHES}",
+            took[PUBLISHES / 2],
+            took[PUBLISHES * 99 / 100]
+        );
+    }
+}
