@@ -79,8 +79,8 @@ pub enum BusError {
     /// stored message be; it was not sent.
     #[error(
         "{what} is {} ({bytes} bytes), over the {} limit ({limit_from})",
-        crate::limits::human_bytes(*bytes),
-        crate::limits::human_bytes(*limit)
+        human_bytes(*bytes),
+        human_bytes(*limit)
     )]
     RecordTooLarge {
         /// The record and where it was going: `"<type> record <bucket>/<key>"`
@@ -281,6 +281,25 @@ impl BusError {
     }
 }
 
+/// `bytes` for people: `512 bytes`, `1.4 MiB`.
+pub(crate) fn human_bytes(bytes: usize) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    // Display only: the f64 rounding of huge sizes does not matter.
+    #[allow(clippy::cast_precision_loss)]
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let text = format!("{value:.1}");
+    let text = text.strip_suffix(".0").unwrap_or(&text);
+    format!("{text} {}", UNITS[unit])
+}
+
 /// True when `error` says a JetStream stream (or the stream behind a KV
 /// bucket) does not exist. The client reports this through several error
 /// types, so the check reads the error chain.
@@ -298,4 +317,17 @@ pub(crate) fn is_missing_stream(error: &(dyn std::error::Error + 'static)) -> bo
         next = error.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_bytes(512), "512 bytes");
+        assert_eq!(human_bytes(1 << 20), "1 MiB");
+        assert_eq!(human_bytes(1_468_006), "1.4 MiB");
+        assert_eq!(human_bytes(3 << 30), "3 GiB");
+    }
 }

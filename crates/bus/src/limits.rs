@@ -89,36 +89,9 @@ pub(crate) fn header_bytes(headers: &HeaderMap) -> usize {
     "NATS/1.0\r\n\r\n".len() + lines
 }
 
-/// `bytes` for people: `512 bytes`, `1.4 MiB`.
-pub(crate) fn human_bytes(bytes: usize) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} bytes");
-    }
-    // Display only: the f64 rounding of huge sizes does not matter.
-    #[allow(clippy::cast_precision_loss)]
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    let text = format!("{value:.1}");
-    let text = text.strip_suffix(".0").unwrap_or(&text);
-    format!("{text} {}", UNITS[unit])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_read_as_people_write_them() {
-        assert_eq!(human_bytes(512), "512 bytes");
-        assert_eq!(human_bytes(1 << 20), "1 MiB");
-        assert_eq!(human_bytes(1_468_006), "1.4 MiB");
-        assert_eq!(human_bytes(3 << 30), "3 GiB");
-    }
 
     #[test]
     fn a_record_over_the_limit_is_named_with_both_sizes() {

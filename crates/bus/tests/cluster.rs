@@ -4,6 +4,8 @@
 //! three URLs, from publishing and consuming; nothing acknowledged is lost;
 //! a restarted node catches up until every replica is current.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -4,6 +4,8 @@
 //! over the size limit is refused before it is sent, naming it; test
 //! servers run with the sync policy and payload limit they are given.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
 mod common;
 
 use std::time::Duration;
