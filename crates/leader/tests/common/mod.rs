@@ -71,7 +71,16 @@ pub(crate) const TUNE_TOML: &str = include_str!("../fixtures/tune.toml");
 
 impl Env {
     pub(crate) async fn start() -> Env {
-        let nats = tokio::task::spawn_blocking(NatsServer::start)
+        Self::start_with_sync(mtswarm_bus::local_server::SyncPolicy::default()).await
+    }
+
+    /// [`Env::start`] with a nats-server that fsyncs as `sync` says.
+    pub(crate) async fn start_with_sync(sync: mtswarm_bus::local_server::SyncPolicy) -> Env {
+        let options = mtswarm_bus::local_server::LocalServerOptions {
+            sync,
+            ..Default::default()
+        };
+        let nats = tokio::task::spawn_blocking(move || NatsServer::start_with(options))
             .await
             .expect("start task")
             .expect("nats-server starts");
