@@ -270,7 +270,7 @@ async fn start_secure(
         .await
         .expect("secure leader up");
     leader
-        .ensure_topology(&TopologyConfig::default())
+        .ensure_topology(&TopologyConfig::for_tests())
         .await
         .expect("topology");
     let security = mtswarm_auth::ServerSecurity::load(
@@ -326,7 +326,7 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let cells = runtime.block_on(async {
         let leader =
-            floor::start_floor(&server.url(), &TopologyConfig::default(), "bench-assign").await;
+            floor::start_floor(&server.url(), &TopologyConfig::for_tests(), "bench-assign").await;
 
         // A real worker daemon with one single-core slice per session.
         let fleet = dir.path().join("fleet.toml");

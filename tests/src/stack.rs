@@ -114,6 +114,7 @@ impl TestStack {
             start_nats_with_fleet("mtswarm-e2e-", &options.fleet_toml).await;
 
         let mut config = LeaderConfig::new(nats.url(), options.kernel_root.clone());
+        config.topology = mtswarm_bus::TopologyConfig::for_tests();
         let configure = std::mem::replace(&mut options.configure_leader, Box::new(|_| {}));
         configure(&mut config);
         let leader = LeaderDaemon::start(config)

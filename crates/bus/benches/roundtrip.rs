@@ -13,7 +13,9 @@
 //! and throughput are printed side by side. Run:
 //! `cargo bench -p mtswarm-bus --bench roundtrip` (`BENCH_SECONDS` sets the
 //! measuring time per cell, default 3; `BENCH_STORAGE=memory` uses memory
-//! instead of file storage for the streams).
+//! instead of file storage for the streams; `BENCH_NATS_SYNC=default` runs
+//! the server with nats-server's own 2-minute fsync instead of
+//! `sync_interval: always`, to show what syncing every write costs).
 //!
 //! Besides latency and throughput, the CPU time of the nats-server process
 //! and of the benchmark process (clients: leader and worker) per operation is
@@ -30,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use floor::{FLOOR_SLICE, FLOOR_WORKER, IN_FLIGHT, JOB_ID, Leader, env_number, find, measure, us};
+use mtswarm_bus::local_server::{LocalServerOptions, SyncPolicy};
 use mtswarm_bus::testing::NatsServer;
 use mtswarm_bus::{TopologyConfig, v1};
 
@@ -84,12 +87,21 @@ fn main() {
         Ok("memory") => async_nats::jetstream::stream::StorageType::Memory,
         _ => async_nats::jetstream::stream::StorageType::File,
     };
-    let server = NatsServer::start().expect("nats-server from PATH");
+    let sync = match std::env::var("BENCH_NATS_SYNC").as_deref() {
+        Ok("default") => SyncPolicy::ServerDefault,
+        _ => SyncPolicy::Always,
+    };
+    println!("nats-server sync: {sync:?}");
+    let server = NatsServer::start_with(LocalServerOptions {
+        sync,
+        ..LocalServerOptions::default()
+    })
+    .expect("nats-server from PATH");
     let server_pid = server.pid().map(|pid| pid.to_string()).unwrap_or_default();
     let cells = runtime.block_on(async {
         let topology = TopologyConfig {
             storage,
-            ..TopologyConfig::default()
+            ..TopologyConfig::for_tests()
         };
         let leader = Arc::new(floor::start_floor(&server.url(), &topology, "bench-leader").await);
 

@@ -58,6 +58,42 @@ pub enum BusError {
         source: NatsSource,
     },
 
+    /// A stream or bucket asks for more replicas than the NATS deployment
+    /// can place (JetStream's own error for this is cryptic).
+    #[error(
+        "cannot create or update {what} with {replicas} replicas: the NATS deployment has {servers} JetStream server(s) ({refusal}); set --nats-replicas (MTSWARM_NATS_REPLICAS) to at most {servers} or add servers"
+    )]
+    Replicas {
+        /// The stream or bucket, e.g. `"stream MTSWARM_TASKS"`.
+        what: String,
+        /// Replicas the topology asks for.
+        replicas: usize,
+        /// JetStream servers the connected server knows of (itself and its
+        /// cluster peers).
+        servers: usize,
+        /// What the server said, or why the request was not sent.
+        refusal: String,
+    },
+
+    /// A record is larger than the server or the deployment lets one
+    /// stored message be; it was not sent.
+    #[error(
+        "{what} is {} ({bytes} bytes), over the {} limit ({limit_from})",
+        human_bytes(*bytes),
+        human_bytes(*limit)
+    )]
+    RecordTooLarge {
+        /// The record and where it was going: `"<type> record <bucket>/<key>"`
+        /// or `"<type> on <subject>"`.
+        what: String,
+        /// Its encoded size (payload and headers), bytes.
+        bytes: usize,
+        /// The limit it is over, bytes.
+        limit: usize,
+        /// Where the limit comes from, e.g. `"max_payload"`.
+        limit_from: &'static str,
+    },
+
     /// A publish (core or JetStream, including waiting for the ack) failed.
     #[error("publish to {subject} failed: {source}")]
     Publish {
@@ -245,6 +281,25 @@ impl BusError {
     }
 }
 
+/// `bytes` for people: `512 bytes`, `1.4 MiB`.
+pub(crate) fn human_bytes(bytes: usize) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    // Display only: the f64 rounding of huge sizes does not matter.
+    #[allow(clippy::cast_precision_loss)]
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let text = format!("{value:.1}");
+    let text = text.strip_suffix(".0").unwrap_or(&text);
+    format!("{text} {}", UNITS[unit])
+}
+
 /// True when `error` says a JetStream stream (or the stream behind a KV
 /// bucket) does not exist. The client reports this through several error
 /// types, so the check reads the error chain.
@@ -262,4 +317,17 @@ pub(crate) fn is_missing_stream(error: &(dyn std::error::Error + 'static)) -> bo
         next = error.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_bytes(512), "512 bytes");
+        assert_eq!(human_bytes(1 << 20), "1 MiB");
+        assert_eq!(human_bytes(1_468_006), "1.4 MiB");
+        assert_eq!(human_bytes(3 << 30), "3 GiB");
+    }
 }

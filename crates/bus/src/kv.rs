@@ -191,6 +191,18 @@ impl<T: BusMessage> TypedKv<T> {
         format!("$KV.{}.{}", self.bucket, key)
     }
 
+    /// `value` encoded, refused with [`BusError::RecordTooLarge`] when it
+    /// is over the record limit ([`Bus::max_record_bytes`]).
+    fn encode_checked(&self, key: &str, value: &T) -> Result<bytes::Bytes, BusError> {
+        let payload = codec::encode(value);
+        self.bus.check_record_size(
+            || format!("{} record {}/{key}", T::TYPE_NAME, self.bucket),
+            payload.len(),
+            crate::limits::KV_HEADER_ALLOWANCE,
+        )?;
+        Ok(payload)
+    }
+
     fn decode(&self, key: &str, payload: &[u8]) -> Result<T, BusError> {
         codec::decode::<T>(&self.subject(key), None, payload)
     }
@@ -239,9 +251,10 @@ impl<T: BusMessage> TypedKv<T> {
     /// Writes `value` unconditionally; returns the new revision.
     pub async fn put(&self, key: &str, value: &T) -> Result<u64, BusError> {
         self.check_key(key)?;
+        let payload = self.encode_checked(key, value)?;
         self.with_recovery(key, || async {
             self.store
-                .put(key, codec::encode(value))
+                .put(key, payload.clone())
                 .await
                 .map_err(|e| kv_error("put", &self.bucket, key, e))
         })
@@ -251,9 +264,10 @@ impl<T: BusMessage> TypedKv<T> {
     /// Writes `value` only if `key` has no live value.
     pub async fn create(&self, key: &str, value: &T) -> Result<u64, BusError> {
         self.check_key(key)?;
+        let payload = self.encode_checked(key, value)?;
         self.with_recovery(key, || async {
             self.store
-                .create(key, codec::encode(value))
+                .create(key, payload.clone())
                 .await
                 .map_err(|e| match e.kind() {
                     kv::CreateErrorKind::AlreadyExists => BusError::AlreadyExists {
@@ -274,9 +288,10 @@ impl<T: BusMessage> TypedKv<T> {
         expected_revision: u64,
     ) -> Result<u64, BusError> {
         self.check_key(key)?;
+        let payload = self.encode_checked(key, value)?;
         self.with_recovery(key, || async {
             self.store
-                .update(key, codec::encode(value), expected_revision)
+                .update(key, payload.clone(), expected_revision)
                 .await
                 .map_err(|e| self.update_error("update", key, expected_revision, e))
         })
@@ -457,7 +472,7 @@ impl<T: BusMessage> TypedKv<T> {
         ttl: Duration,
     ) -> Result<u64, BusError> {
         let mut publish = PublishMessage::build()
-            .payload(codec::encode(value))
+            .payload(self.encode_checked(key, value)?)
             .expected_last_subject_sequence(expected_revision);
         if self.per_key_ttl {
             publish = publish.ttl(ttl);

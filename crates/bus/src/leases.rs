@@ -450,7 +450,7 @@ mod tests {
         bus.wait_connected(Duration::from_secs(30))
             .await
             .expect("connected");
-        bus.ensure_topology(&TopologyConfig::default())
+        bus.ensure_topology(&TopologyConfig::for_tests())
             .await
             .expect("topology");
         let leases = Leases::open(&bus).await.expect("leases");

@@ -26,6 +26,7 @@ pub mod error;
 pub mod jobs;
 mod kv;
 mod leases;
+mod limits;
 pub mod local_server;
 mod messaging;
 pub mod permissions;
@@ -46,6 +47,8 @@ use async_nats::jetstream;
 use tokio::sync::watch;
 
 pub use async_nats::HeaderMap;
+/// File or memory storage of a stream ([`TopologyConfig::storage`]).
+pub use async_nats::jetstream::stream::StorageType;
 pub use codec::BusMessage;
 pub use config::{BusConfig, TlsConfig};
 pub use error::BusError;

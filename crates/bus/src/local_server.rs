@@ -2,7 +2,8 @@
 //! PATH: the NATS of every local stack (`mtswarm up`, `mtswarm demo`) and of
 //! the tests and benchmarks, so all of them start, probe and stop it the same
 //! way. By default it takes a free port and a file store in a temporary
-//! directory; [`LocalServerOptions`] pins the port, the store and the log. It
+//! directory, and JetStream fsyncs after every write ([`SyncPolicy`]);
+//! [`LocalServerOptions`] pins the port, the store and the log. It
 //! can be stopped and restarted on the same port and store, so tests can
 //! check that JetStream data survives and clients reconnect.
 //!
@@ -74,6 +75,13 @@ impl LocalServerError {
 /// temporary store with the log in it, and no configuration file.
 #[derive(Debug, Clone, Default)]
 pub struct LocalServerOptions {
+    /// When JetStream flushes its store to disk (default: after every
+    /// write, so an acknowledged write survives a power failure).
+    pub sync: SyncPolicy,
+    /// Largest message the server accepts, bytes (`None`: nats-server's
+    /// default, 1 MiB). Clients read it from the server's INFO and refuse
+    /// larger records before sending them.
+    pub max_payload: Option<u32>,
     /// Port on 127.0.0.1 (`None` or 0: a free port).
     pub port: Option<u16>,
     /// JetStream store directory (`None`: a temporary directory, removed
@@ -90,6 +98,39 @@ pub struct LocalServerOptions {
     /// from a thread that lives as long as the stack (not a short-lived
     /// blocking-pool thread).
     pub die_with_parent: bool,
+}
+
+/// When JetStream fsyncs its store (`jetstream { sync_interval }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// After every write (`sync_interval: always`): an acknowledged write
+    /// is on disk. nats-server's own default flushes every 2 minutes, and
+    /// acknowledged writes were shown lost on power failure with it.
+    #[default]
+    Always,
+    /// Every this often (writes in between can be lost on power failure,
+    /// not on a process crash).
+    Every(Duration),
+    /// nats-server's default (every 2 minutes).
+    ServerDefault,
+}
+
+/// The settings [`LocalServerOptions`] adds to the configuration text:
+/// the sync policy and the payload limit (and nothing for the defaults).
+pub fn server_settings(sync: SyncPolicy, max_payload: Option<u32>) -> String {
+    let mut text = String::new();
+    if let Some(bytes) = max_payload {
+        text.push_str(&format!("max_payload: {bytes}\n"));
+    }
+    match sync {
+        SyncPolicy::Always => text.push_str("jetstream { sync_interval: always }\n"),
+        SyncPolicy::Every(every) => text.push_str(&format!(
+            "jetstream {{ sync_interval: \"{}ms\" }}\n",
+            every.as_millis().max(1)
+        )),
+        SyncPolicy::ServerDefault => {}
+    }
+    text
 }
 
 /// The store of a server: its own temporary directory or one it was given.
@@ -163,7 +204,13 @@ impl NatsServer {
         let log_path = options
             .log_path
             .unwrap_or_else(|| store_dir.path().join("nats-server.log"));
-        let config_path = match options.config {
+        let settings = server_settings(options.sync, options.max_payload);
+        let config = match (settings.is_empty(), options.config) {
+            (true, config) => config,
+            (false, None) => Some(settings),
+            (false, Some(text)) => Some(format!("{settings}{text}")),
+        };
+        let config_path = match config {
             Some(text) => {
                 let path = store_dir.path().join("nats-server.conf");
                 std::fs::write(&path, text).map_err(LocalServerError::io(format!(
@@ -352,7 +399,8 @@ fn find_binary() -> Result<PathBuf, LocalServerError> {
         .ok_or(LocalServerError::NotFound)
 }
 
-fn free_port() -> Result<u16, LocalServerError> {
+/// A port of 127.0.0.1 that was free a moment ago.
+pub(crate) fn free_port() -> Result<u16, LocalServerError> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .map_err(LocalServerError::io("cannot bind a free port"))?;
     listener

@@ -41,6 +41,15 @@ pub struct TopologyConfig {
     pub record_history: i64,
     /// File storage (survives server restarts) or memory (tests, benchmarks).
     pub storage: stream::StorageType,
+    /// Size limit of the measurements stream, bytes (the oldest records go
+    /// first). JetStream reserves it on every replica's disk up front.
+    pub measurements_max_bytes: i64,
+    /// Largest single record the measurements stream accepts, bytes.
+    pub measurement_max_record_bytes: i32,
+    /// Largest record this client stores in any stream or bucket, bytes
+    /// (`None`: the server's `max_payload` alone). The effective limit is
+    /// the smaller of this and the connected server's `max_payload`.
+    pub max_record_bytes: Option<usize>,
 }
 
 impl Default for TopologyConfig {
@@ -56,6 +65,23 @@ impl Default for TopologyConfig {
             fallback_lease_ttl: Duration::from_secs(15),
             record_history: 5,
             storage: stream::StorageType::File,
+            measurements_max_bytes: MEASUREMENTS_MAX_BYTES,
+            measurement_max_record_bytes: MEASUREMENT_MAX_RECORD_BYTES,
+            max_record_bytes: None,
+        }
+    }
+}
+
+impl TopologyConfig {
+    /// The default shape with small size limits, for tests and benchmarks:
+    /// JetStream reserves a stream's `max_bytes` on disk when it creates
+    /// it, so the production limits (GiBs) fail with "insufficient storage"
+    /// (error 10047) on a machine with little free disk.
+    pub fn for_tests() -> Self {
+        Self {
+            event_max_bytes: 64 << 20,
+            measurements_max_bytes: 64 << 20,
+            ..Self::default()
         }
     }
 }
@@ -68,17 +94,16 @@ pub struct TopologyInfo {
     pub per_key_ttl: bool,
 }
 
-fn topology_error(what: &str, source: impl Into<crate::error::NatsSource>) -> BusError {
-    BusError::Topology {
-        what: what.to_string(),
-        source: source.into(),
-    }
-}
+/// Most replicas JetStream keeps of a stream.
+const MAX_REPLICAS: usize = 5;
 
 /// The topology a [`Bus`] created, and when its last re-creation started.
 #[derive(Debug, Default)]
 pub(crate) struct Remembered {
     config: std::sync::Mutex<Option<TopologyConfig>>,
+    /// The shape this client works with (record limits, the measurements
+    /// stream): the one ensured or adopted last.
+    in_use: std::sync::Mutex<Option<TopologyConfig>>,
     last_recovery: tokio::sync::Mutex<Option<Instant>>,
 }
 
@@ -119,10 +144,89 @@ impl Bus {
         if let Ok(mut remembered) = self.topology.config.lock() {
             *remembered = Some(config.clone());
         }
+        self.adopt_topology(config);
         Ok(info)
     }
 
+    /// Works with `config`'s limits (largest record, the measurements
+    /// stream's shape) without creating anything: for an identity that may
+    /// not create streams, whose topology another process ensures.
+    pub fn adopt_topology(&self, config: &TopologyConfig) {
+        if let Ok(mut in_use) = self.topology.in_use.lock() {
+            *in_use = Some(config.clone());
+        }
+    }
+
+    /// The topology ensured or adopted last through this connection, else
+    /// the default one.
+    pub fn topology_in_use(&self) -> TopologyConfig {
+        self.topology
+            .in_use
+            .lock()
+            .ok()
+            .and_then(|in_use| in_use.clone())
+            .unwrap_or_default()
+    }
+
+    /// JetStream servers the connected server knows of: itself alone when
+    /// it is not clustered, else every server of its cluster that
+    /// advertises a client URL.
+    fn jetstream_servers(&self) -> (usize, bool) {
+        let info = self.client().server_info();
+        match info.cluster {
+            None => (1, false),
+            Some(_) => (info.connect_urls.len().max(1), true),
+        }
+    }
+
+    /// Refuses `config` when it asks for no replicas, or for more than one
+    /// from a server that is not clustered (before anything is changed).
+    fn check_replicas(&self, config: &TopologyConfig) -> Result<(), BusError> {
+        if config.replicas == 0 || config.replicas > MAX_REPLICAS {
+            return Err(BusError::InvalidConfig(format!(
+                "{} replicas asked for the streams and buckets; JetStream keeps 1 to {MAX_REPLICAS}",
+                config.replicas
+            )));
+        }
+        let (servers, clustered) = self.jetstream_servers();
+        if !clustered && config.replicas > 1 {
+            return Err(BusError::Replicas {
+                what: format!("stream {}", subjects::TASKS_STREAM),
+                replicas: config.replicas,
+                servers,
+                refusal: "the server is not part of a cluster".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The error of creating `what` as `config` says: a refusal to place
+    /// its replicas becomes [`BusError::Replicas`].
+    fn creation_error(
+        &self,
+        what: String,
+        config: &TopologyConfig,
+        source: impl Into<crate::error::NatsSource>,
+    ) -> BusError {
+        let source = source.into();
+        let (servers, _) = self.jetstream_servers();
+        let text = source.to_string();
+        let about_replicas = text.contains("replica")
+            || text.contains("insufficient resources")
+            || text.contains("no suitable peers");
+        if config.replicas > 1 && (config.replicas > servers || about_replicas) {
+            return BusError::Replicas {
+                what,
+                replicas: config.replicas,
+                servers,
+                refusal: format!("the server said: {text}"),
+            };
+        }
+        BusError::Topology { what, source }
+    }
+
     async fn create_topology(&self, config: &TopologyConfig) -> Result<TopologyInfo, BusError> {
+        self.check_replicas(config)?;
         let js = self.jetstream();
         let streams = [
             stream::Config {
@@ -167,7 +271,7 @@ impl Bus {
             let name = stream_config.name.clone();
             js.create_or_update_stream(stream_config)
                 .await
-                .map_err(|e| topology_error(&format!("stream {name}"), e))?;
+                .map_err(|e| self.creation_error(format!("stream {name}"), config, e))?;
         }
 
         let per_key_ttl = self
@@ -197,7 +301,7 @@ impl Bus {
         for (bucket, description, history) in plain_buckets {
             js.create_or_update_key_value(stored_bucket(config, bucket, description, history))
                 .await
-                .map_err(|e| topology_error(&format!("KV bucket {bucket}"), e))?;
+                .map_err(|e| self.creation_error(format!("KV bucket {bucket}"), config, e))?;
         }
         Ok(TopologyInfo { per_key_ttl })
     }
@@ -230,17 +334,20 @@ impl Bus {
                     ..stored_bucket(config, bucket, description, 1)
                 })
                 .await
-                .map_err(|e| topology_error(&format!("KV bucket {bucket}"), e))?;
+                .map_err(|e| self.creation_error(format!("KV bucket {bucket}"), config, e))?;
                 Ok(false)
             }
-            Err(error) => Err(topology_error(&format!("KV bucket {bucket}"), error)),
+            Err(error) => Err(self.creation_error(format!("KV bucket {bucket}"), config, error)),
         }
     }
 }
 
-/// Size cap of the measurements stream; the oldest records go first.
+/// Default size cap of the measurements stream
+/// ([`TopologyConfig::measurements_max_bytes`]); the oldest records go first.
 pub const MEASUREMENTS_MAX_BYTES: i64 = 4 << 30;
-/// Largest single record (a record with 10,000 raw samples is ~250 KB).
+/// Default largest single measurement record
+/// ([`TopologyConfig::measurement_max_record_bytes`]; a record with 10,000
+/// raw samples is ~250 KB).
 pub const MEASUREMENT_MAX_RECORD_BYTES: i32 = 1 << 20;
 
 /// The measurements stream as [`Bus::ensure_topology`] creates it: limits
@@ -251,8 +358,8 @@ pub fn measurements_stream_config(config: &TopologyConfig) -> stream::Config {
     stream::Config {
         retention: stream::RetentionPolicy::Limits,
         duplicate_window: config.duplicate_window,
-        max_bytes: MEASUREMENTS_MAX_BYTES,
-        max_message_size: MEASUREMENT_MAX_RECORD_BYTES,
+        max_bytes: config.measurements_max_bytes,
+        max_message_size: config.measurement_max_record_bytes,
         discard: stream::DiscardPolicy::Old,
         ..stored_stream(
             config,

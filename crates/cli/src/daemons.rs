@@ -101,6 +101,58 @@ pub struct NatsArgs {
     pub nats_security: NatsSecurityArgs,
 }
 
+/// How the leader and worker daemons shape the JetStream streams and KV
+/// buckets they create: replicas, storage and size limits.
+#[derive(Debug, Clone, Args)]
+pub struct TopologyArgs {
+    /// Replicas of every stream and bucket: 1 for a single nats-server, 3
+    /// for a cluster (at most the cluster's JetStream servers).
+    #[arg(long, env = "MTSWARM_NATS_REPLICAS", default_value_t = 1)]
+    pub nats_replicas: usize,
+    /// Storage of every stream and bucket: `file` (survives a server
+    /// restart) or `memory`.
+    #[arg(long, env = "MTSWARM_NATS_STORAGE", value_enum, default_value_t = NatsStorage::File)]
+    pub nats_storage: NatsStorage,
+    /// Size limit of the agent events stream, bytes (reserved on each
+    /// replica's disk; the oldest events go first).
+    #[arg(long, env = "MTSWARM_NATS_EVENTS_MAX_BYTES", default_value_t = 1 << 30)]
+    pub nats_events_max_bytes: i64,
+    /// Size limit of the measurements stream, bytes (reserved on each
+    /// replica's disk; the oldest records go first).
+    #[arg(long, env = "MTSWARM_NATS_MEASUREMENTS_MAX_BYTES", default_value_t = 4 << 30)]
+    pub nats_measurements_max_bytes: i64,
+    /// Largest record stored in any stream or bucket, bytes (default: the
+    /// server's max_payload; a larger value than max_payload changes nothing).
+    #[arg(long, env = "MTSWARM_NATS_MAX_RECORD_BYTES")]
+    pub nats_max_record_bytes: Option<usize>,
+}
+
+/// `--nats-storage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NatsStorage {
+    /// On disk.
+    File,
+    /// In memory (lost when the server stops).
+    Memory,
+}
+
+impl TopologyArgs {
+    /// The topology these flags describe (other settings at their defaults).
+    pub fn topology(&self) -> mtswarm_bus::TopologyConfig {
+        mtswarm_bus::TopologyConfig {
+            replicas: self.nats_replicas,
+            storage: match self.nats_storage {
+                NatsStorage::File => mtswarm_bus::StorageType::File,
+                NatsStorage::Memory => mtswarm_bus::StorageType::Memory,
+            },
+            event_max_bytes: self.nats_events_max_bytes,
+            measurements_max_bytes: self.nats_measurements_max_bytes,
+            max_record_bytes: self.nats_max_record_bytes,
+            ..mtswarm_bus::TopologyConfig::default()
+        }
+    }
+}
+
 /// Who may call a daemon's gRPC server and the certificate it serves with.
 #[derive(Debug, Clone, Args)]
 pub struct GrpcServerArgs {
@@ -132,6 +184,9 @@ pub struct LeaderCmd {
     /// The NATS servers and how to authenticate to them.
     #[command(flatten)]
     pub bus: NatsArgs,
+    /// Replicas, storage and size limits of the streams and buckets.
+    #[command(flatten)]
+    pub topology: TopologyArgs,
     /// gRPC listen address (port 0 picks a free port).
     #[arg(long, env = "MTSWARM_LEADER_LISTEN", default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
@@ -180,6 +235,9 @@ pub struct WorkerCmd {
     /// The NATS servers and how to authenticate to them.
     #[command(flatten)]
     pub bus: NatsArgs,
+    /// Replicas, storage and size limits of the streams and buckets.
+    #[command(flatten)]
+    pub topology: TopologyArgs,
     /// Fleet inventory (fleet.toml).
     #[arg(long, env = "MTSWARM_FLEET")]
     pub fleet: PathBuf,
@@ -307,6 +365,7 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     let mut config = LeaderConfig::new(DEFAULT_NATS, kernel_root);
     config.bus = bus_config(&cmd.bus.nats, &cmd.bus.nats_creds, "mtswarm-leader")?;
     cmd.bus.nats_security.apply(&mut config.bus)?;
+    config.topology = cmd.topology.topology();
     config.grpc_addr = cmd.listen;
     config.max_active_jobs = cmd.max_active_jobs;
     config.max_queued_jobs = cmd.max_queued_jobs;
@@ -376,6 +435,7 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     config.nats_credentials = cmd.bus.nats_creds.clone();
     config.nats_nkey_file = cmd.bus.nats_security.nats_nkey_file.clone();
     config.nats_tls = cmd.bus.nats_security.tls();
+    config.topology = cmd.topology.topology();
     config.worker_id = cmd.worker_id.clone();
     config.listen = cmd.listen;
     config.advertise_endpoint = cmd.advertise.clone().filter(|a| !a.trim().is_empty());

@@ -249,6 +249,7 @@ async fn start_stack(
                 log_path: Some(logs.join("nats-server.log")),
                 config: Some(deployment.nats_server_config()?),
                 die_with_parent: true,
+                ..LocalServerOptions::default()
             };
             let port = cmd.nats_port;
             // Started on this runtime thread, not in `spawn_blocking`: the

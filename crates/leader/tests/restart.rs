@@ -38,6 +38,16 @@ fn result_for(task: &v1::TaskAssignment, gflops: f64) -> v1::TaskResult {
     }
 }
 
+/// The environment of these tests. The split of the counters they check
+/// between restored and duplicate results depends on how leader B's replay
+/// and its live consumer interleave; with the server fsyncing every write
+/// the live consumer can deliver results the replay offers too, so these
+/// tests keep the server's own sync timing that the counts were written
+/// against.
+async fn start_env() -> Env {
+    Env::start_with_sync(mtswarm_bus::local_server::SyncPolicy::ServerDefault).await
+}
+
 /// Leader A runs the job until both tasks are out and the first result is
 /// recorded, then dies; the second result (and a copy of the first) comes
 /// while no leader runs. The job's id and the two tasks, by instructions.
@@ -125,7 +135,7 @@ async fn leader_b_finishes(
 
 #[tokio::test]
 async fn a_restarted_leader_resumes_the_job_and_accepts_each_result_once() {
-    let env = Env::start().await;
+    let env = start_env().await;
     let _worker = FakeWorker::start(&env.bus, "fr1", "fr1").await;
     let (job_id, received) = leader_a_dies_mid_job(&env).await;
     leader_b_finishes(&env, &job_id, &received).await;
@@ -171,7 +181,7 @@ async fn store_in_the_previous_layout(env: &Env, job_id: &str) -> v1::JobRecord 
 
 #[tokio::test]
 async fn a_job_record_of_the_previous_layout_is_read_and_resumed() {
-    let env = Env::start().await;
+    let env = start_env().await;
     let _worker = FakeWorker::start(&env.bus, "fr1", "fr1").await;
     let (job_id, received) = leader_a_dies_mid_job(&env).await;
     let previous = store_in_the_previous_layout(&env, &job_id).await;

@@ -40,7 +40,7 @@ fn noop_task(c: &mut Criterion) {
         bus.wait_connected(Duration::from_secs(10))
             .await
             .expect("connected");
-        bus.ensure_topology(&TopologyConfig::default())
+        bus.ensure_topology(&TopologyConfig::for_tests())
             .await
             .expect("topology");
         let mut config = WorkerConfig::new(&fleet, "bench0");

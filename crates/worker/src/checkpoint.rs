@@ -374,7 +374,7 @@ mod tests {
         bus.wait_connected(Duration::from_secs(10))
             .await
             .expect("connected");
-        bus.ensure_topology(&TopologyConfig::default())
+        bus.ensure_topology(&TopologyConfig::for_tests())
             .await
             .expect("topology");
         let checkpoints = Checkpoints::open(&bus).await.expect("checkpoints");

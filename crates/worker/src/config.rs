@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `--nats URL` (repeatable) | `nats_urls` | `nats://127.0.0.1:4222` |
 //! | `--nats-creds FILE` | `nats_credentials` | none |
+//! | `--nats-replicas N`, `--nats-storage`, `--nats-*-max-bytes` | `topology` | 1 replica, file, 1 GiB events, 4 GiB measurements |
 //! | `--fleet FILE` | `fleet_file` | (required) |
 //! | `--board ID` | `board` | (required) |
 //! | `--worker-id ID` | `worker_id` | `worker-<board>` |
@@ -130,6 +131,10 @@ pub struct WorkerConfig {
     pub nats_nkey_file: Option<PathBuf>,
     /// TLS settings of the NATS connection (`--nats-tls-ca`, ...).
     pub nats_tls: mtswarm_bus::config::TlsConfig,
+    /// Shape of the streams and buckets (`--nats-replicas`, `--nats-storage`,
+    /// size limits): created at start unless the daemon is a confined
+    /// identity, whose record limits it still applies.
+    pub topology: mtswarm_bus::TopologyConfig,
     /// The fleet file (`--fleet`).
     pub fleet_file: PathBuf,
     /// The board of the fleet this daemon owns (`--board`).
@@ -221,6 +226,7 @@ impl WorkerConfig {
             nats_credentials: None,
             nats_nkey_file: None,
             nats_tls: mtswarm_bus::config::TlsConfig::default(),
+            topology: mtswarm_bus::TopologyConfig::default(),
             fleet_file: fleet_file.into(),
             board: board.into(),
             worker_id: None,

@@ -15,9 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mtswarm_bus::results::ResultsStore;
-use mtswarm_bus::{
-    Approvals, Bus, BusConfig, Checkpoints, Leases, Quarantine, TopologyConfig, Workers, v1,
-};
+use mtswarm_bus::{Approvals, Bus, BusConfig, Checkpoints, Leases, Quarantine, Workers, v1};
 use mtswarm_hw::emulator::EmulatorBoard;
 use mtswarm_hw::sdk::SdkConfig;
 use mtswarm_hw::{BackendKind, Board, ChipSpec, Fleet, HwLock, Slice};
@@ -155,7 +153,9 @@ impl WorkerDaemon {
         bus.wait_connected(Duration::from_secs(30)).await?;
         // A confined identity may not create streams: the leader has.
         if config.nats_nkey_file.is_none() {
-            bus.ensure_topology(&TopologyConfig::default()).await?;
+            bus.ensure_topology(&config.topology).await?;
+        } else {
+            bus.adopt_topology(&config.topology);
         }
         let leases = Leases::open(&bus).await?;
         let workers = Workers::open(&bus).await?;

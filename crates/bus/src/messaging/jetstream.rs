@@ -29,9 +29,13 @@ impl Bus {
     ) -> Result<PendingPublish, BusError> {
         let mut headers = outgoing_headers::<T>();
         headers.insert(async_nats::header::NATS_MESSAGE_ID, message_id.as_str());
-        let publish = PublishMessage::build()
-            .payload(codec::encode(message))
-            .headers(headers);
+        let payload = codec::encode(message);
+        self.check_record_size(
+            || format!("{} on {subject}", T::TYPE_NAME),
+            payload.len(),
+            crate::limits::header_bytes(&headers),
+        )?;
+        let publish = PublishMessage::build().payload(payload).headers(headers);
         let ack = self
             .jetstream()
             .send_publish(subject.clone(), publish)

@@ -14,7 +14,7 @@ use super::query::ResultQuery;
 use super::record::ResultRecord;
 use crate::messaging::PublishReceipt;
 use crate::subjects;
-use crate::topology::{TopologyConfig, measurements_stream_config};
+use crate::topology::measurements_stream_config;
 use crate::trace;
 use crate::{Bus, BusError};
 
@@ -38,11 +38,12 @@ fn scan_error(source: impl Into<crate::error::NatsSource>) -> BusError {
 }
 
 impl ResultsStore {
-    /// Opens the store, creating the measurements stream with the default
-    /// topology settings when [`Bus::ensure_topology`] has not run yet.
+    /// Opens the store, creating the measurements stream when
+    /// [`Bus::ensure_topology`] has not run yet, shaped as the topology
+    /// ensured or adopted through `bus` says (else the default one).
     pub async fn open(bus: &Bus) -> Result<ResultsStore, BusError> {
         bus.jetstream()
-            .get_or_create_stream(measurements_stream_config(&TopologyConfig::default()))
+            .get_or_create_stream(measurements_stream_config(&bus.topology_in_use()))
             .await
             .map_err(|source| BusError::Topology {
                 what: format!("stream {}", subjects::MEASUREMENTS_STREAM),
@@ -79,6 +80,22 @@ impl ResultsStore {
             record.record_id.as_str(),
         );
         trace::inject_current(&mut headers);
+        let header_bytes = crate::limits::header_bytes(&headers);
+        let what = || format!("result record {} on {subject}", record.record_id);
+        self.bus
+            .check_record_size(what, payload.len(), header_bytes)?;
+        // The stream's own cap on one message (its `max_msg_size`).
+        let stream_cap = self.bus.topology_in_use().measurement_max_record_bytes;
+        if let Ok(cap) = usize::try_from(stream_cap)
+            && cap > 0
+        {
+            crate::limits::check_size(
+                what,
+                payload.len() + header_bytes,
+                cap,
+                "the measurements stream's max message size",
+            )?;
+        }
         let publish = PublishMessage::build()
             .payload(payload.into())
             .headers(headers);

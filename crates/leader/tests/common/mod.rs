@@ -71,7 +71,16 @@ pub(crate) const TUNE_TOML: &str = include_str!("../fixtures/tune.toml");
 
 impl Env {
     pub(crate) async fn start() -> Env {
-        let nats = tokio::task::spawn_blocking(NatsServer::start)
+        Self::start_with_sync(mtswarm_bus::local_server::SyncPolicy::default()).await
+    }
+
+    /// [`Env::start`] with a nats-server that fsyncs as `sync` says.
+    pub(crate) async fn start_with_sync(sync: mtswarm_bus::local_server::SyncPolicy) -> Env {
+        let options = mtswarm_bus::local_server::LocalServerOptions {
+            sync,
+            ..Default::default()
+        };
+        let nats = tokio::task::spawn_blocking(move || NatsServer::start_with(options))
             .await
             .expect("start task")
             .expect("nats-server starts");
@@ -79,7 +88,7 @@ impl Env {
             .await
             .expect("connect");
         bus.wait_connected(WAIT).await.expect("connected");
-        bus.ensure_topology(&TopologyConfig::default())
+        bus.ensure_topology(&TopologyConfig::for_tests())
             .await
             .expect("topology");
         let kernel_root = tempfile::tempdir().expect("tempdir");
@@ -100,7 +109,9 @@ impl Env {
     }
 
     pub(crate) fn config(&self) -> LeaderConfig {
-        LeaderConfig::new(self.nats.url(), self.kernel_root.path())
+        let mut config = LeaderConfig::new(self.nats.url(), self.kernel_root.path());
+        config.topology = TopologyConfig::for_tests();
+        config
     }
 
     /// [`Env::config`] with every job's leader loop on `model`.

@@ -66,7 +66,7 @@ impl Env {
             .await
             .expect("connect");
         bus.wait_connected(WAIT).await.expect("connected");
-        bus.ensure_topology(&mtswarm_bus::TopologyConfig::default())
+        bus.ensure_topology(&mtswarm_bus::TopologyConfig::for_tests())
             .await
             .expect("topology");
         let dir = tempfile::tempdir().expect("tempdir");
