@@ -279,6 +279,17 @@ impl BusError {
     pub fn is_undecodable(&self) -> bool {
         matches!(self, BusError::Decode { .. } | BusError::ContentType { .. })
     }
+
+    /// True when a consumer could not be created because another consumer
+    /// of the work-queue stream already filters an overlapping subject
+    /// (JetStream error 10100), e.g. per-slice task consumers of an earlier
+    /// version under a worker-wide one.
+    pub fn is_overlapping_consumer(&self) -> bool {
+        let BusError::Consumer { source, .. } = self else {
+            return false;
+        };
+        chain_mentions(source.as_ref(), &["10100", "filtered consumer not unique"])
+    }
 }
 
 /// `bytes` for people: `512 bytes`, `1.4 MiB`.
@@ -304,14 +315,23 @@ pub(crate) fn human_bytes(bytes: usize) -> String {
 /// bucket) does not exist. The client reports this through several error
 /// types, so the check reads the error chain.
 pub(crate) fn is_missing_stream(error: &(dyn std::error::Error + 'static)) -> bool {
+    chain_mentions(
+        error,
+        &[
+            "stream not found",
+            "no stream found",
+            "bucket does not exist",
+            "10059",
+        ],
+    )
+}
+
+/// True when some error of `error`'s source chain says one of `needles`.
+fn chain_mentions(error: &(dyn std::error::Error + 'static), needles: &[&str]) -> bool {
     let mut next = Some(error);
     while let Some(error) = next {
         let text = error.to_string();
-        if text.contains("stream not found")
-            || text.contains("no stream found")
-            || text.contains("bucket does not exist")
-            || text.contains("10059")
-        {
+        if needles.iter().any(|needle| text.contains(needle)) {
             return true;
         }
         next = error.source();

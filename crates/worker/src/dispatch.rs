@@ -67,6 +67,7 @@ pub(crate) async fn open(shared: &Shared) -> Result<TaskConsumer, BusError> {
         .await
     {
         Ok(consumer) => Ok(consumer),
+        Err(first) if !first.is_overlapping_consumer() => Err(first),
         Err(first) => {
             let mut removed = 0usize;
             for slice in &shared.slices {

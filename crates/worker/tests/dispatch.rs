@@ -212,3 +212,32 @@ async fn tasks_no_session_here_will_run_are_terminated_and_idle_sessions_end() {
     assert_eq!(result.task_id, "after");
     handle.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_slice_consumer_of_an_earlier_version_is_replaced_by_the_daemons_one() {
+    let env = Env::start_with_fleet(&fleet(2)).await;
+    // What an earlier version left: a task consumer for one slice, whose
+    // filter overlaps the worker-wide one on the work queue.
+    env.bus
+        .task_consumer(
+            "worker-farm",
+            mtswarm_bus::TaskConsumerConfig {
+                slice_id: Some("farm-c0".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("per-slice consumer");
+    let config = env.config("farm");
+    let handle = env.daemon(config).await;
+    assert_eq!(handle.worker_id(), "worker-farm");
+    let mut stream = tasks_stream(&env.bus).await;
+    let info = stream.info().await.expect("stream info");
+    assert_eq!(info.state.consumer_count, 1, "the old consumer is gone");
+    let consumer = subjects::task_consumer_name(handle.worker_id(), None).unwrap();
+    stream
+        .consumer_info(&consumer)
+        .await
+        .expect("the daemon's worker-wide consumer exists");
+    handle.shutdown().await.expect("shutdown");
+}
