@@ -6,6 +6,7 @@
 use mtswarm_core::LoopState;
 
 use super::task_run::TaskRun;
+use crate::checkpoint::restored_state;
 
 /// Where an attempt starts.
 pub(super) enum ResumePoint {
@@ -76,8 +77,7 @@ impl TaskRun<'_> {
             && let Some(stored) = stored
             && stored.value.task_id == task.task_id
         {
-            let json = String::from_utf8_lossy(&stored.value.state_json).into_owned();
-            match LoopState::from_json(&json) {
+            match restored_state(&stored.value) {
                 Ok(state) => return ResumePoint::From(Box::new(state)),
                 Err(error) => {
                     tracing::warn!(%error, "checkpoint unreadable; starting the task afresh");

@@ -1,6 +1,8 @@
 //! The engine's checkpoint sink for worker sessions: every state the engine
 //! reports becomes the session's latest `SessionCheckpoint` in the
-//! checkpoints bucket, tagged with the task and attempt. A write refused
+//! checkpoints bucket, tagged with the task and attempt, kept to what a
+//! resume needs so that its size is bounded by the context budget and not
+//! by the number of steps (`stored`). A write refused
 //! because a later attempt of the task owns the session stops the run (this
 //! worker was fenced off); a daemon that is shutting down freezes the sink
 //! first so the cancelled state never replaces the last useful checkpoint.
@@ -47,12 +49,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mtswarm_bus::{BusError, Checkpoints, v1};
-use mtswarm_core::{CheckpointSink, LoopState, Node, RunControl};
+use mtswarm_core::{CheckpointSink, ContextConfig, LoopState, Node, RunControl};
 
 use crate::events::now_timestamp;
 
-/// Version of the `state_json` format (the core's `LoopState` JSON).
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+#[cfg(test)]
+mod size_tests;
+mod stored;
+
+pub use stored::CHECKPOINT_FORMAT_VERSION;
+pub(crate) use stored::restored_state;
+use stored::{ShownLimits, checkpoint_json};
 
 /// How long a state that is not a durable point waits before it is written,
 /// so that the transitions of one step coalesce into one write.
@@ -115,6 +122,8 @@ pub(crate) struct KvCheckpointSink {
 struct SinkInner {
     store: Checkpoints,
     template: v1::SessionCheckpoint,
+    /// How the run's model is shown a state: what the checkpoint keeps.
+    limits: ShownLimits,
     frozen: AtomicBool,
     fenced: AtomicBool,
     control: Mutex<Option<RunControl>>,
@@ -172,6 +181,7 @@ impl KvCheckpointSink {
                     updated_at: None,
                     fenced: false,
                 },
+                limits: ShownLimits::default(),
                 frozen: AtomicBool::new(false),
                 fenced: AtomicBool::new(false),
                 control: Mutex::new(None),
@@ -180,6 +190,15 @@ impl KvCheckpointSink {
                 known,
             }),
         }
+    }
+
+    /// Checkpoints keep what a run with `context` shows its model (the
+    /// default: the engine's default context settings).
+    pub(crate) fn shown_with(mut self, context: &ContextConfig) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.limits = ShownLimits::of(context);
+        }
+        self
     }
 
     /// The run to stop when a later attempt fences this one off.
@@ -220,7 +239,7 @@ impl SinkInner {
         &self,
         state: &LoopState,
     ) -> Result<v1::SessionCheckpoint, CheckpointWriteError> {
-        let json = state.to_json().map_err(CheckpointWriteError::Serialize)?;
+        let json = checkpoint_json(state, self.limits).map_err(CheckpointWriteError::Serialize)?;
         let mut checkpoint = self.template.clone();
         checkpoint.step = state.step();
         checkpoint.state_json = json.into_bytes();

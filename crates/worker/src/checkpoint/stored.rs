@@ -1,0 +1,262 @@
+//! What of a session's loop state goes into its checkpoint. The engine's
+//! state keeps everything the run ever saw: every turn a compaction
+//! already replaced by its summary, every tool result in full although the
+//! model only sees its first `max_tool_result_chars`, every transition,
+//! every compile and benchmark summary and every piece of evidence. Stored
+//! as it is, a long session's checkpoint grows with its steps until the
+//! checkpoints bucket refuses it (the server's message size limit) and the
+//! session can no longer be resumed.
+//!
+//! The checkpoint is the state as far as a resume needs it, and no more:
+//!
+//! - the history as the model is shown it: the pinned task, the summary and
+//!   the turns after the last compaction, each tool result (and each
+//!   finished call's observation of the current step) cut where the view
+//!   cuts it, so a resumed run sends the model the same request and the
+//!   stored history is bounded by the context budget (window and per-result
+//!   limit), not by the session;
+//! - the latest [`KEPT_TRANSITIONS`] transitions (the engine reads only the
+//!   latest one and, for a paused run, the pause of the current step);
+//! - the latest [`KEPT_LIST_ITEMS`] entries of the working state's compile
+//!   and benchmark summaries (which the model is shown every turn, and a
+//!   result lists);
+//! - per evidence kind, the records the completion gate and the injected
+//!   session context decide on: the latest passing record after the latest
+//!   change, the latest passing record it voided, and the latest record;
+//! - everything else (step, node, calls of the step, counters, usage,
+//!   groups, event numbering), which does not grow with the session.
+//!
+//! A checkpoint written whole (format 1) is read the same way: both are a
+//! `LoopState` in JSON.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use mtswarm_core::working::{EvidenceLedger, EvidenceRecord};
+use mtswarm_core::{ContextConfig, LoopState, Message, Role};
+use serde_json::Value;
+
+/// Version of the `state_json` format: the core's `LoopState` JSON, since
+/// version 2 bounded to what a resume needs. Version 1 (the whole state)
+/// is still read: it is the same JSON with more in it.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+
+/// Transitions a checkpoint keeps (the latest ones). A step makes about
+/// five; the latest step's, including an approval pause, always fit.
+pub(crate) const KEPT_TRANSITIONS: usize = 16;
+
+/// Entries of each working-state list a checkpoint keeps (the latest).
+pub(crate) const KEPT_LIST_ITEMS: usize = 16;
+
+/// How the model is shown a state: what bounds its checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShownLimits {
+    /// Chars of a tool result the model sees (the engine's
+    /// `ContextConfig::max_tool_result_chars`).
+    pub(crate) max_tool_result_chars: usize,
+}
+
+impl ShownLimits {
+    /// The limits of an engine run with `context`.
+    pub(crate) fn of(context: &ContextConfig) -> Self {
+        Self {
+            max_tool_result_chars: context.max_tool_result_chars,
+        }
+    }
+}
+
+impl Default for ShownLimits {
+    fn default() -> Self {
+        Self::of(&ContextConfig::default())
+    }
+}
+
+/// `state` as its checkpoint stores it (see the module docs), in JSON.
+pub(crate) fn checkpoint_json(
+    state: &LoopState,
+    limits: ShownLimits,
+) -> Result<String, serde_json::Error> {
+    let mut value = serde_json::to_value(state)?;
+    let Some(fields) = value.as_object_mut() else {
+        return serde_json::to_string(state);
+    };
+    let history = shown_history(state, limits);
+    if history.dropped > 0 {
+        fields.insert("history".into(), serde_json::to_value(&history.messages)?);
+        fields.insert(
+            "projection".into(),
+            serde_json::to_value(mtswarm_core::state::ContextProjection {
+                summary: state.projection().summary.clone(),
+                view_start: state.projection().view_start - history.dropped,
+            })?,
+        );
+    } else if history.cut {
+        fields.insert("history".into(), serde_json::to_value(&history.messages)?);
+    }
+    if let Some(Value::Array(calls)) = fields.get_mut("calls") {
+        for call in calls {
+            if call["status"]["status"] == "finished"
+                && let Some(Value::String(observation)) = call["status"].get_mut("observation")
+                && let Some(cut) = cut_to_view(observation, limits.max_tool_result_chars)
+            {
+                *observation = cut;
+            }
+        }
+    }
+    let transitions = state.transitions();
+    if transitions.len() > KEPT_TRANSITIONS {
+        let kept = &transitions[transitions.len() - KEPT_TRANSITIONS..];
+        fields.insert("transitions".into(), serde_json::to_value(kept)?);
+    }
+    if let Some(Value::Object(working)) = fields.get_mut("working") {
+        for list in ["compile_results", "benchmark_results"] {
+            if let Some(Value::Array(items)) = working.get_mut(list)
+                && items.len() > KEPT_LIST_ITEMS
+            {
+                items.drain(..items.len() - KEPT_LIST_ITEMS);
+            }
+        }
+    }
+    if let Some(ledger) = decisive_evidence(state.evidence()) {
+        fields.insert("evidence".into(), serde_json::to_value(ledger)?);
+    }
+    serde_json::to_string(&value)
+}
+
+/// The history a checkpoint keeps, and how it differs from the state's.
+struct ShownHistory {
+    messages: Vec<Message>,
+    /// Summarized messages left out (after the pinned task).
+    dropped: usize,
+    /// Some tool result was cut.
+    cut: bool,
+}
+
+/// The history as the model is shown it. The engine's view of a compacted
+/// history is the pinned task, the summary, then `history[view_start..]`;
+/// what lies between the task and `view_start` is never shown again.
+fn shown_history(state: &LoopState, limits: ShownLimits) -> ShownHistory {
+    let history = state.history();
+    let view_start = state.projection().view_start;
+    let pinned = history.first().is_some_and(|m| m.role == Role::User);
+    // Without a pinned task the view still needs `view_start > 0` to show
+    // the summary, so only a history that starts with the task is trimmed.
+    let dropped = if pinned && view_start > 1 && view_start <= history.len() {
+        view_start - 1
+    } else {
+        0
+    };
+    let kept = history
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || *i > dropped)
+        .map(|(_, m)| m);
+    let mut cut = false;
+    let messages = kept
+        .map(|message| {
+            let shorter = (message.role == Role::Tool)
+                .then(|| cut_to_view(&message.content, limits.max_tool_result_chars))
+                .flatten();
+            match shorter {
+                Some(content) => {
+                    cut = true;
+                    Message {
+                        content,
+                        ..message.clone()
+                    }
+                }
+                None => message.clone(),
+            }
+        })
+        .collect();
+    ShownHistory {
+        messages,
+        dropped,
+        cut,
+    }
+}
+
+/// `text` cut so that it, with a note of its original length, fits in
+/// `limit` chars: the view shows the cut text as it is. `None` when the
+/// text fits already.
+fn cut_to_view(text: &str, limit: usize) -> Option<String> {
+    if text.len() <= limit {
+        return None;
+    }
+    let chars = text.chars().count();
+    if chars <= limit {
+        return None;
+    }
+    let note = format!("\n... [truncated, original length {chars} chars]");
+    let room = limit.saturating_sub(note.chars().count());
+    let end = text
+        .char_indices()
+        .nth(room)
+        .map_or(text.len(), |(at, _)| at);
+    Some([&text[..end], note.as_str()].concat())
+}
+
+/// The ledger reduced to the records that decide its answers (`has_valid`,
+/// `has_voided`, the kinds present), in their order; `None` when every
+/// record decides something.
+fn decisive_evidence(ledger: &EvidenceLedger) -> Option<EvidenceLedger> {
+    let after_change =
+        |r: &EvidenceRecord| ledger.last_mutation.as_ref().is_none_or(|m| r.seq > m.seq);
+    // Per kind: latest valid pass, latest voided pass, latest record.
+    let mut keep: BTreeMap<&str, [Option<usize>; 3]> = BTreeMap::new();
+    for (i, record) in ledger.records.iter().enumerate() {
+        let slots = keep.entry(record.kind.as_str()).or_default();
+        if record.passed {
+            slots[usize::from(!after_change(record))] = Some(i);
+        }
+        slots[2] = Some(i);
+    }
+    let kept: BTreeSet<usize> = keep.values().flatten().flatten().copied().collect();
+    if kept.len() == ledger.records.len() {
+        return None;
+    }
+    Some(EvidenceLedger {
+        records: kept.iter().map(|&i| ledger.records[i].clone()).collect(),
+        last_mutation: ledger.last_mutation.clone(),
+        next_seq: ledger.next_seq,
+    })
+}
+
+/// Why a stored checkpoint could not be turned back into a loop state.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RestoreError {
+    /// A format this worker does not know (written by a newer one).
+    #[error("checkpoint of session {session} has format {found}, this worker reads up to {known}")]
+    UnknownFormat {
+        session: String,
+        found: u32,
+        known: u32,
+    },
+    /// The state is not a `LoopState` in JSON.
+    #[error("checkpoint of session {session} does not decode: {source}")]
+    Decode {
+        session: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The loop state a stored checkpoint holds: format 1 (the whole state,
+/// as earlier workers wrote it; 0 when the field was not set) and format 2
+/// (bounded) are both a `LoopState` in JSON.
+pub(crate) fn restored_state(
+    checkpoint: &mtswarm_bus::v1::SessionCheckpoint,
+) -> Result<LoopState, RestoreError> {
+    let known = CHECKPOINT_FORMAT_VERSION;
+    if checkpoint.format_version > known {
+        return Err(RestoreError::UnknownFormat {
+            session: checkpoint.session_id.clone(),
+            found: checkpoint.format_version,
+            known,
+        });
+    }
+    let json = String::from_utf8_lossy(&checkpoint.state_json);
+    LoopState::from_json(&json).map_err(|source| RestoreError::Decode {
+        session: checkpoint.session_id.clone(),
+        source,
+    })
+}
