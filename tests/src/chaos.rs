@@ -44,6 +44,10 @@ pub struct ChaosOptions {
     pub worker_args: Vec<String>,
     /// Extra environment of every worker.
     pub worker_env: Vec<(String, String)>,
+    /// NATS servers to run on instead of the stack's own (e.g. every node
+    /// of a `LocalCluster`): the leader, the workers and the observer
+    /// connect to all of them; the stack's own server then stays idle.
+    pub nats_urls: Vec<String>,
 }
 
 impl ChaosOptions {
@@ -58,6 +62,7 @@ impl ChaosOptions {
             leader_env: Vec::new(),
             worker_args: Vec::new(),
             worker_env: Vec::new(),
+            nats_urls: Vec::new(),
         }
     }
 }
@@ -108,7 +113,7 @@ impl ChaosStack {
             start_nats_with_fleet("mtswarm-chaos-", &options.fleet_toml).await;
         let decision_key =
             mtswarm_auth::generate::decision_key_files(dir.path()).expect("decision key");
-        let observer = Observer::connect(&nats.url())
+        let observer = Observer::connect(&nats_url(&nats, &options))
             .await
             .unwrap_or_else(|e| panic!("observer: {e}"));
         let mut stack = ChaosStack {
@@ -158,6 +163,12 @@ impl ChaosStack {
         stack
     }
 
+    /// The `--nats` value of every process: the stack's server, or the
+    /// comma list of [`ChaosOptions::nats_urls`].
+    pub fn nats_url(&self) -> String {
+        nats_url(&self.nats, &self.options)
+    }
+
     /// A directory living as long as the stack.
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -176,7 +187,7 @@ impl ChaosStack {
         command
             .args(
                 LeaderProcessArgs {
-                    nats_url: self.nats.url(),
+                    nats_url: self.nats_url(),
                     listen: "127.0.0.1:0".into(),
                     kernel_root: crate::kernel_root(),
                     ready_file: ready.clone(),
@@ -216,7 +227,7 @@ impl ChaosStack {
         command
             .args(
                 WorkerProcessArgs {
-                    nats_url: self.nats.url(),
+                    nats_url: self.nats_url(),
                     fleet: self.fleet_path.clone(),
                     board: board.to_string(),
                     kernel_root: crate::kernel_root(),
@@ -318,6 +329,14 @@ impl ChaosStack {
     }
 }
 
+fn nats_url(nats: &NatsServer, options: &ChaosOptions) -> String {
+    if options.nats_urls.is_empty() {
+        nats.url()
+    } else {
+        options.nats_urls.join(",")
+    }
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
@@ -393,9 +412,12 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// Connects to NATS and starts recording.
+    /// Connects to NATS (`nats_url`: one URL or a comma list) and starts
+    /// recording.
     pub async fn connect(nats_url: &str) -> Result<Observer, String> {
-        let bus = Bus::connect(BusConfig::new(nats_url).with_name("chaos-observer"))
+        let mut config = BusConfig::new(nats_url).with_name("chaos-observer");
+        config.servers = nats_url.split(',').map(str::to_string).collect();
+        let bus = Bus::connect(config)
             .await
             .map_err(|e| format!("connecting the observer: {e}"))?;
         let (changed, _) = watch::channel(0);

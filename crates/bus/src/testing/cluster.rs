@@ -6,7 +6,9 @@
 //!
 //! Waits are on conditions with a deadline: [`wait_meta_leader`] until the
 //! cluster has elected a JetStream meta leader, [`wait_replicas_current`]
-//! until every stream reports all its replicas current.
+//! until every stream reports all its replicas current,
+//! [`wait_node_current`] until one node (a restarted one) holds a current
+//! replica of every stream.
 
 use std::time::{Duration, Instant};
 
@@ -226,4 +228,73 @@ async fn streams_behind(bus: &Bus) -> Result<Option<String>, String> {
         }
     }
     Ok(None)
+}
+
+/// Why `node` does not hold a current replica of stream `info` (`None`: it
+/// does): it leads the stream, or it is one of its replicas, current,
+/// online and without lag (it has the leader's last sequence).
+fn node_not_current(info: &stream::Info, node: &str) -> Option<String> {
+    let name = &info.config.name;
+    let Some(cluster) = &info.cluster else {
+        return Some(format!("{name}: no cluster info"));
+    };
+    if cluster.leader.as_deref() == Some(node) {
+        return None;
+    }
+    if cluster.leader.is_none() {
+        return Some(format!("{name}: no leader"));
+    }
+    match cluster.replicas.iter().find(|peer| peer.name == node) {
+        None => Some(format!("{name}: {node} is not a replica")),
+        Some(peer) if !peer.current || peer.offline || peer.lag.unwrap_or(0) > 0 => Some(format!(
+            "{name}: replica {node} current={} offline={} lag={:?}",
+            peer.current, peer.offline, peer.lag
+        )),
+        Some(_) => None,
+    }
+}
+
+/// Waits until node `node` (a server name, e.g. a restarted `n2`) leads or
+/// holds a current replica, without lag, of every stream of the account
+/// (KV buckets included) that has more than one replica, at most
+/// `timeout`; returns how many streams it checked, and panics naming the
+/// stream still behind.
+pub async fn wait_node_current(bus: &Bus, node: &str, timeout: Duration) -> usize {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let behind = match node_behind(bus, node).await {
+            Ok(Ok(checked)) => return checked,
+            Ok(Err(behind)) => behind,
+            Err(error) => error,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "{node} not current within {timeout:?}: {behind}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The number of replicated streams, or the first one `node` is behind on.
+async fn node_behind(bus: &Bus, node: &str) -> Result<Result<usize, String>, String> {
+    let names: Vec<String> = bus
+        .jetstream()
+        .stream_names()
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .map_err(|error| error.to_string())?;
+    let mut checked = 0;
+    for name in names {
+        let info = stream_info(bus, &name).await?;
+        if info.config.num_replicas < 2 {
+            continue;
+        }
+        if let Some(behind) = node_not_current(&info, node) {
+            return Ok(Err(behind));
+        }
+        checked += 1;
+    }
+    Ok(Ok(checked))
 }
