@@ -211,16 +211,20 @@ pub async fn wait_replicas_current(bus: &Bus, timeout: Duration) {
     }
 }
 
-/// The first stream not fully replicated, or `None`.
-async fn streams_behind(bus: &Bus) -> Result<Option<String>, String> {
-    let names: Vec<String> = bus
-        .jetstream()
+/// Names of every stream of the account (KV buckets included).
+async fn stream_names(bus: &Bus) -> Result<Vec<String>, String> {
+    bus.jetstream()
         .stream_names()
         .collect::<Vec<_>>()
         .await
         .into_iter()
         .collect::<Result<_, _>>()
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| error.to_string())
+}
+
+/// The first stream not fully replicated, or `None`.
+async fn streams_behind(bus: &Bus) -> Result<Option<String>, String> {
+    let names = stream_names(bus).await?;
     for name in names {
         let info = stream_info(bus, &name).await?;
         if let Some(behind) = not_current(&info, info.config.num_replicas) {
@@ -277,14 +281,7 @@ pub async fn wait_node_current(bus: &Bus, node: &str, timeout: Duration) -> usiz
 
 /// The number of replicated streams, or the first one `node` is behind on.
 async fn node_behind(bus: &Bus, node: &str) -> Result<Result<usize, String>, String> {
-    let names: Vec<String> = bus
-        .jetstream()
-        .stream_names()
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<_, _>>()
-        .map_err(|error| error.to_string())?;
+    let names = stream_names(bus).await?;
     let mut checked = 0;
     for name in names {
         let info = stream_info(bus, &name).await?;

@@ -382,7 +382,8 @@ mod tests {
     use mtswarm_bus::testing::NatsServer;
     use mtswarm_bus::{Bus, BusConfig, TopologyConfig};
 
-    async fn store() -> (NatsServer, Bus, Checkpoints) {
+    /// A nats-server with the topology and its checkpoints bucket.
+    pub(super) async fn store() -> (NatsServer, Bus, Checkpoints) {
         let server = tokio::task::spawn_blocking(NatsServer::start)
             .await
             .expect("start task")

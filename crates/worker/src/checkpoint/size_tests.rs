@@ -10,8 +10,6 @@
 use std::sync::atomic::AtomicU32;
 
 use futures::StreamExt;
-use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, TopologyConfig};
 use mtswarm_core::model::{FinishReason, ModelEvent, ToolChoice};
 use mtswarm_core::{
     AutoApprove, ChatModel, ChatRequest, Effect, Engine, EngineConfig, EventKind,
@@ -21,6 +19,7 @@ use mtswarm_core::{
 use serde_json::{Value, json};
 
 use super::stored::{KEPT_LIST_ITEMS, restored_state};
+use super::tests::store;
 use super::*;
 
 /// The context window of the test's engine (tokens of about four chars).
@@ -227,24 +226,6 @@ impl CheckpointSink for Measuring {
             .push(state.clone());
         self.sink.save(state).await
     }
-}
-
-async fn store() -> (NatsServer, Bus, Checkpoints) {
-    let server = tokio::task::spawn_blocking(NatsServer::start)
-        .await
-        .expect("start task")
-        .expect("nats-server starts");
-    let bus = Bus::connect(BusConfig::new(server.url()))
-        .await
-        .expect("connect");
-    bus.wait_connected(Duration::from_secs(10))
-        .await
-        .expect("connected");
-    bus.ensure_topology(&TopologyConfig::for_tests())
-        .await
-        .expect("topology");
-    let checkpoints = Checkpoints::open(&bus).await.expect("checkpoints");
-    (server, bus, checkpoints)
 }
 
 /// What one long session left: the largest checkpoint in each format and

@@ -32,7 +32,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use mtswarm_core::working::{EvidenceLedger, EvidenceRecord};
-use mtswarm_core::{ContextConfig, LoopState, Message, Role};
+use mtswarm_core::{ContextConfig, LoopState, Message, Role, truncate_for_model};
 use serde_json::Value;
 
 /// Version of the `state_json` format: the core's `LoopState` JSON, since
@@ -175,24 +175,17 @@ fn shown_history(state: &LoopState, limits: ShownLimits) -> ShownHistory {
     }
 }
 
-/// `text` cut so that it, with a note of its original length, fits in
-/// `limit` chars: the view shows the cut text as it is. `None` when the
-/// text fits already.
+/// `text` cut so that it, with the view's note of its original length,
+/// fits in `limit` chars: the view then shows the cut text as it is.
+/// `None` when the text fits already.
 fn cut_to_view(text: &str, limit: usize) -> Option<String> {
-    if text.len() <= limit {
-        return None;
-    }
-    let chars = text.chars().count();
-    if chars <= limit {
-        return None;
-    }
-    let note = format!("\n... [truncated, original length {chars} chars]");
-    let room = limit.saturating_sub(note.chars().count());
-    let end = text
-        .char_indices()
-        .nth(room)
-        .map_or(text.len(), |(at, _)| at);
-    Some([&text[..end], note.as_str()].concat())
+    // The byte length bounds the char count: most results are not counted.
+    let chars = (text.len() > limit)
+        .then(|| text.chars().count())
+        .filter(|&chars| chars > limit)?;
+    // The note `truncate_for_model` appends names the original length.
+    let note = "\n... [truncated, original length  chars]".len() + chars.to_string().len();
+    Some(truncate_for_model(text, limit.saturating_sub(note)).into_owned())
 }
 
 /// The ledger reduced to the records that decide its answers (`has_valid`,
@@ -259,4 +252,24 @@ pub(crate) fn restored_state(
         session: checkpoint.session_id.clone(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_result_is_shown_as_it_is_and_names_its_original_length() {
+        let text = "é".repeat(5000);
+        let cut = cut_to_view(&text, 1000).expect("cut");
+        assert_eq!(cut.chars().count(), 1000);
+        assert!(cut.starts_with("ééé"));
+        assert!(
+            cut.ends_with("[truncated, original length 5000 chars]"),
+            "{cut}"
+        );
+        assert_eq!(truncate_for_model(&cut, 1000), cut.as_str());
+        assert_eq!(cut_to_view(&"é".repeat(1000), 1000), None);
+        assert_eq!(cut_to_view("short", 1000), None);
+    }
 }
