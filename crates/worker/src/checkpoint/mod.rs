@@ -157,6 +157,10 @@ struct Written {
 }
 
 impl KvCheckpointSink {
+    /// The sink of `attempt` of `task_id`, run by session `session_id` with
+    /// `context` (what its checkpoints keep follows how the model is shown
+    /// the state).
+    #[allow(clippy::too_many_arguments)] // the attempt's ids, each a plain value
     pub(crate) fn new(
         store: Checkpoints,
         session_id: &str,
@@ -165,6 +169,7 @@ impl KvCheckpointSink {
         task_id: &str,
         attempt: u32,
         known: SessionCheckpointCell,
+        context: &ContextConfig,
     ) -> Self {
         Self {
             inner: Arc::new(SinkInner {
@@ -181,7 +186,7 @@ impl KvCheckpointSink {
                     updated_at: None,
                     fenced: false,
                 },
-                limits: ShownLimits::default(),
+                limits: ShownLimits::of(context),
                 frozen: AtomicBool::new(false),
                 fenced: AtomicBool::new(false),
                 control: Mutex::new(None),
@@ -190,15 +195,6 @@ impl KvCheckpointSink {
                 known,
             }),
         }
-    }
-
-    /// Checkpoints keep what a run with `context` shows its model (the
-    /// default: the engine's default context settings).
-    pub(crate) fn shown_with(mut self, context: &ContextConfig) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.limits = ShownLimits::of(context);
-        }
-        self
     }
 
     /// The run to stop when a later attempt fences this one off.
@@ -415,6 +411,7 @@ mod tests {
             task_id,
             attempt,
             known.clone(),
+            &ContextConfig::default(),
         )
     }
 

@@ -241,8 +241,16 @@ async fn long_session(checkpoints: &Checkpoints, session: &str, steps: u32) -> R
     let known = SessionCheckpointCell::default();
     let config = engine(model.clone(), steps).config().clone();
     let sink = Arc::new(Measuring {
-        sink: KvCheckpointSink::new(checkpoints.clone(), session, "j1", "a1", "t1", 1, known)
-            .shown_with(&config.context),
+        sink: KvCheckpointSink::new(
+            checkpoints.clone(),
+            session,
+            "j1",
+            "a1",
+            "t1",
+            1,
+            known,
+            &config.context,
+        ),
         largest: Mutex::new((0, 0)),
         states: Mutex::new(Vec::new()),
     });

@@ -56,18 +56,16 @@ impl TaskRun<'_> {
             budgets,
         } = prepared;
         let config = self.engine_config(&budgets);
-        let sink = Arc::new(
-            KvCheckpointSink::new(
-                shared.checkpoints.clone(),
-                &entry.session_id,
-                &task.job_id,
-                &entry.agent_id,
-                &task.task_id,
-                task.attempt,
-                runtime.checkpoint.clone(),
-            )
-            .shown_with(&config.context),
-        );
+        let sink = Arc::new(KvCheckpointSink::new(
+            shared.checkpoints.clone(),
+            &entry.session_id,
+            &task.job_id,
+            &entry.agent_id,
+            &task.task_id,
+            task.attempt,
+            runtime.checkpoint.clone(),
+            &config.context,
+        ));
         let engine = runtime
             .engine_for(config)
             .with_checkpoint_sink(sink.clone());
