@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use mtswarm_bus::{Bus, Jobs, v1};
+use mtswarm_bus::{Bus, Fence, Jobs, v1};
 
 use crate::results::JobResults;
 
@@ -36,6 +36,9 @@ pub(crate) struct JobContext {
     /// The job's task records as last written to the job record, by task id.
     pub(crate) tasks: Mutex<BTreeMap<String, v1::TaskRecord>>,
     pub(crate) deadline: SystemTime,
+    /// This leader's ownership of the job: every write below checks it
+    /// (`records.rs`), so a leader that lost the job writes nothing more.
+    pub(crate) fence: Fence,
 }
 
 impl JobContext {
@@ -48,6 +51,7 @@ impl JobContext {
         jobs: Jobs,
         results: Arc<JobResults>,
         deadline: SystemTime,
+        fence: Fence,
     ) -> Self {
         Self {
             job_id,
@@ -59,6 +63,7 @@ impl JobContext {
             agents: Default::default(),
             tasks: Default::default(),
             deadline,
+            fence,
         }
     }
 
