@@ -10,7 +10,9 @@
 //! 5. [`flaky_slices`]: a slice whose runs always crash gets quarantined;
 //! 6. [`approvals`]: a session paused for approval loses its worker;
 //! 7. [`burst`]: 1,000 submissions against small leader limits;
-//! 8. [`lost_streams`]: the results stream deleted mid-job.
+//! 8. [`lost_streams`]: the results stream deleted mid-job;
+//! 9. [`two_leaders`]: two leaders; the job's owner SIGKILLed, or
+//!    SIGSTOPped past its lease and SIGCONTed.
 //!
 //! Leases last 2 s so each scenario takes tens of seconds. Scenarios run
 //! one at a time (they measure recovery) and print their figures as
@@ -27,4 +29,5 @@ mod leader_death;
 mod lost_streams;
 mod nats_restart;
 mod support;
+mod two_leaders;
 mod worker_death;
