@@ -60,6 +60,23 @@ async fn wait_new_owner(
     }
 }
 
+/// A fleet with the job under way on the leader that received it (its
+/// owner) and a standby leader (`standby-1`) started next to it: the
+/// fleet, the ownership bucket and the job's first owner record.
+async fn two_leaders_mid_job(goal: &str) -> (Started, JobOwners, Versioned<JobOwner>) {
+    let mut started = start_mid_job(options(), goal).await;
+    let owners = JobOwners::open(started.stack.observer.bus())
+        .await
+        .expect("owners");
+    let first = owner_of(&owners, &started.job_id)
+        .await
+        .expect("the receiving leader owns the job");
+    started
+        .stack
+        .start_standby_leader(&["--leader-id", "standby-1"]);
+    (started, owners, first)
+}
+
 /// What both halves promise at the end (see the module docs).
 fn assert_finished_once(stack: &ChaosStack, end: &Outcome, job_id: &str) {
     end.assert_nothing_lost(stack);
@@ -94,17 +111,16 @@ fn assert_finished_once(stack: &ChaosStack, end: &Outcome, job_id: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_standby_leader_takes_over_the_job_of_a_killed_owner() {
     let _serial = one_at_a_time().await;
-    let Started {
-        mut stack,
-        job_id,
-        submitted_at,
-        ..
-    } = start_mid_job(options(), "Tune vecadd; its owner will die").await;
-    let owners = JobOwners::open(stack.observer.bus()).await.expect("owners");
-    let first = owner_of(&owners, &job_id)
-        .await
-        .expect("the receiving leader owns the job");
-    stack.start_standby_leader(&["--leader-id", "standby-1"]);
+    let (
+        Started {
+            mut stack,
+            job_id,
+            submitted_at,
+            ..
+        },
+        owners,
+        first,
+    ) = two_leaders_mid_job("Tune vecadd; its owner will die").await;
 
     stack.kill_leader();
     let killed_at = Instant::now();
@@ -139,17 +155,16 @@ async fn a_standby_leader_takes_over_the_job_of_a_killed_owner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_owner_is_fenced_after_a_standby_took_its_job() {
     let _serial = one_at_a_time().await;
-    let Started {
-        mut stack,
-        job_id,
-        submitted_at,
-        ..
-    } = start_mid_job(options(), "Tune vecadd; its owner will pause").await;
-    let owners = JobOwners::open(stack.observer.bus()).await.expect("owners");
-    let first = owner_of(&owners, &job_id)
-        .await
-        .expect("the receiving leader owns the job");
-    stack.start_standby_leader(&["--leader-id", "standby-1"]);
+    let (
+        Started {
+            stack,
+            job_id,
+            submitted_at,
+            ..
+        },
+        owners,
+        first,
+    ) = two_leaders_mid_job("Tune vecadd; its owner will pause").await;
 
     stack.leader().pause().expect("SIGSTOP the owner");
     let paused_at = Instant::now();
