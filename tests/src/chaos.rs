@@ -1,7 +1,7 @@
 //! A fleet to break on purpose: a real nats-server with a file store (stop it,
 //! start it again on the same port), the leader and one worker daemon per
 //! board as separate `mtswarm-node` processes (SIGKILL, SIGSTOP and SIGCONT
-//! them, start a second leader), and an [`Observer`] that records, with the
+//! them, start a new leader or a standby next to the running one), and an [`Observer`] that records, with the
 //! instant it saw them, every task assignment, task result, agent event and
 //! checkpoint on the bus, so a scenario waits on what happened instead of
 //! sleeping and measures how long recovery took.
@@ -93,6 +93,9 @@ pub struct ChaosStack {
     /// The fleet.toml written for the workers (in the stack's directory).
     pub fleet_path: PathBuf,
     leader: Option<NodeProcess>,
+    /// Further leaders on the same NATS, oldest first, with their gRPC URLs
+    /// (see [`ChaosStack::start_standby_leader`]).
+    standbys: Vec<(NodeProcess, String)>,
     /// Leaders killed earlier, kept for their logs.
     dead_leaders: Vec<NodeProcess>,
     /// Workers killed earlier, kept for their logs.
@@ -124,6 +127,7 @@ impl ChaosStack {
             observer,
             fleet_path,
             leader: None,
+            standbys: Vec::new(),
             dead_leaders: Vec::new(),
             dead_workers: Vec::new(),
             leader_starts: 0,
@@ -178,6 +182,33 @@ impl ChaosStack {
     /// [`ChaosStack::kill_leader`]) on a free port and waits until it serves.
     pub fn start_leader(&mut self) {
         assert!(self.leader.is_none(), "a leader is already running");
+        let (process, url) = self.spawn_leader(&[]);
+        self.leader_url = url;
+        self.leader = Some(process);
+    }
+
+    /// Starts one more leader process on the same NATS next to the running
+    /// one, with `extra_args` (e.g. `--leader-id`), and waits until it
+    /// serves: a standby that takes over the jobs of a leader that dies.
+    /// Its gRPC URL.
+    pub fn start_standby_leader(&mut self, extra_args: &[&str]) -> String {
+        let extra: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
+        let (process, url) = self.spawn_leader(&extra);
+        self.standbys.push((process, url.clone()));
+        url
+    }
+
+    /// Makes the oldest standby the current leader, after
+    /// [`ChaosStack::kill_leader`].
+    pub fn promote_standby(&mut self) {
+        assert!(self.leader.is_none(), "the current leader still runs");
+        assert!(!self.standbys.is_empty(), "no standby leader to promote");
+        let (process, url) = self.standbys.remove(0);
+        self.leader_url = url;
+        self.leader = Some(process);
+    }
+
+    fn spawn_leader(&mut self, extra_args: &[String]) -> (NodeProcess, String) {
         self.leader_starts += 1;
         let ready = self
             .dir
@@ -197,14 +228,14 @@ impl ChaosStack {
             .arg("--decision-key-file")
             .arg(&self.decision_key.seed_file)
             .args(&self.options.leader_args)
+            .args(extra_args)
             .envs(self.options.leader_env.iter().map(|(k, v)| (k, v)));
         clean_environment(&mut command);
         let mut process = NodeProcess::spawn(&format!("leader #{}", self.leader_starts), command)
             .expect("spawn the leader process");
         let info = tokio::task::block_in_place(|| process.wait_ready(&ready, READY_TIMEOUT))
             .unwrap_or_else(|e| panic!("{e}"));
-        self.leader_url = info.grpc;
-        self.leader = Some(process);
+        (process, info.grpc)
     }
 
     /// SIGKILLs the leader and waits until it is gone.
@@ -304,6 +335,7 @@ impl ChaosStack {
         self.dead_leaders
             .iter()
             .chain(self.leader.iter())
+            .chain(self.standbys.iter().map(|(process, _)| process))
             .map(|l| format!("--- {} ---\n{}", l.name(), l.stderr()))
             .collect::<Vec<_>>()
             .join("\n")

@@ -29,6 +29,7 @@ mod leases;
 mod limits;
 pub mod local_server;
 mod messaging;
+pub mod ownership;
 pub mod permissions;
 pub mod reopen;
 pub mod results;
@@ -61,6 +62,10 @@ pub use messaging::{
     TaskConsumerConfig,
 };
 pub use mtswarm_proto::v1;
+pub use ownership::{
+    Fence, JobOwner, JobOwners, KeptOwnership, OwnerEvent, OwnerWatch, OwnershipError,
+    OwnershipKeeper,
+};
 pub use reopen::{Backoff, reopen};
 pub use results::{ResultQuery, ResultRecord, ResultsStore};
 pub use stores::{Approvals, Checkpoints, Quarantine, Workers};

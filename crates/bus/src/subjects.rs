@@ -15,6 +15,7 @@
 //! | `mtswarm_workers` (`$KV.mtswarm_workers.<worker_id>`) | KV bucket | worker | leader | `WorkerRecord` | per-key TTL, fleet membership |
 //! | `mtswarm_quarantine` (`$KV.mtswarm_quarantine.<slice_id>`) | KV bucket | worker, leader | leader | `SliceQuarantine` | |
 //! | `mtswarm_jobs` (`$KV.mtswarm_jobs.<job_id>`, parts under `<job_id>.agent.<agent_id>`, `<job_id>.task.<task_id>`, `<job_id>.loop`) | KV bucket | leader | leader | `JobRecord`, `AgentPlacement`, `TaskRecord`, `LeaderCheckpoint` | CAS updates |
+//! | `mtswarm_job_owners` (`$KV.mtswarm_job_owners.<job_id>`) | KV bucket | leader | leaders | `JobOwner` | per-key TTL, renewed by the owning leader with CAS; lapse = another leader takes the job |
 //! | `mtswarm_checkpoints` (`$KV.mtswarm_checkpoints.<session_id>`) | KV bucket | worker | worker (resume) | `SessionCheckpoint` | latest only (history 1) |
 //! | `mtswarm_approvals` (`$KV.mtswarm_approvals.<approval_id>`) | KV bucket | worker (request), leader (decision) | both | `ApprovalRecord` | decisions by CAS |
 //!
@@ -45,6 +46,9 @@ pub const WORKERS_BUCKET: &str = "mtswarm_workers";
 pub const QUARANTINE_BUCKET: &str = "mtswarm_quarantine";
 /// KV bucket: job records (key = job id).
 pub const JOBS_BUCKET: &str = "mtswarm_jobs";
+/// KV bucket: job ownership leases of the leaders (key = job id; per-key
+/// TTL, see [`crate::ownership`]).
+pub const JOB_OWNERS_BUCKET: &str = "mtswarm_job_owners";
 /// KV bucket: latest session checkpoint (key = session id).
 pub const CHECKPOINTS_BUCKET: &str = "mtswarm_checkpoints";
 /// KV bucket: approval records (key = approval id).

@@ -279,6 +279,8 @@ impl Bus {
             .await?;
         self.ensure_ttl_bucket(subjects::WORKERS_BUCKET, "worker membership", config)
             .await?;
+        self.ensure_ttl_bucket(subjects::JOB_OWNERS_BUCKET, "job ownership leases", config)
+            .await?;
 
         let plain_buckets = [
             (subjects::JOBS_BUCKET, "job records", config.record_history),

@@ -223,6 +223,15 @@ pub struct LeaderCmd {
     /// public key.
     #[arg(long, env = "MTSWARM_DECISION_KEY_FILE")]
     pub decision_key_file: Option<PathBuf>,
+    /// This leader's id among the leaders sharing one NATS (default:
+    /// unique per process). Give a restarted leader the same id (e.g. its
+    /// pod name) to have it take its own jobs back at once.
+    #[arg(long, env = "MTSWARM_LEADER_ID")]
+    pub leader_id: Option<String>,
+    /// TTL of a job's ownership lease, whole seconds: another leader takes
+    /// over the jobs of a dead one within twice this.
+    #[arg(long, env = "MTSWARM_JOB_LEASE_TTL", default_value_t = 10)]
+    pub job_lease_ttl: u64,
     /// The model of the leader agents.
     #[command(flatten)]
     pub llm: LlmArgs,
@@ -370,6 +379,10 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     config.max_active_jobs = cmd.max_active_jobs;
     config.max_queued_jobs = cmd.max_queued_jobs;
     config.grpc_max_message_bytes = cmd.grpc_max_message_bytes;
+    if let Some(leader_id) = &cmd.leader_id {
+        config.leader_id = leader_id.clone();
+    }
+    config.job_lease_ttl = Duration::from_secs(cmd.job_lease_ttl);
     config.security = cmd.grpc.security()?;
     let mut worker_auth = mtswarm_auth::ClientAuth::none();
     if let Some(path) = &cmd.worker_token_file {

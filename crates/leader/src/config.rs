@@ -74,8 +74,17 @@ pub struct LeaderConfig {
     pub grpc_max_message_bytes: usize,
     /// Directory that `JobSpec.kernel_dir` is relative to.
     pub kernel_root: PathBuf,
-    /// Durable name of the leader's result consumer (`results-<name>`).
+    /// Prefix of the durable name of the leader's result consumer
+    /// (`results-<name>-<leader_id>`, see [`LeaderConfig::result_consumer`]).
     pub result_consumer_name: String,
+    /// This leader's id among the leaders on one NATS (`[A-Za-z0-9_-]`, at
+    /// most 64 characters). Default: unique per process. A deployment that
+    /// restarts a leader under a stable id (e.g. its pod name) lets it take
+    /// its own jobs back at once and keep its durable result consumer.
+    pub leader_id: String,
+    /// TTL of a job's ownership lease (whole seconds, at least 1 s): a job
+    /// whose owner died is taken over by another leader within 2x this.
+    pub job_lease_ttl: Duration,
     /// Bounds every SubmitJob request is checked against.
     pub limits: SubmitLimits,
     /// Model of each job's leader loop; `None` = [`LeaderConfig::default_model_factory`]
@@ -143,6 +152,11 @@ impl LeaderConfig {
             grpc_max_message_bytes: 16 * 1024 * 1024,
             kernel_root: kernel_root.into(),
             result_consumer_name: "leader".to_string(),
+            leader_id: format!(
+                "leader-{}",
+                &uuid::Uuid::new_v4().simple().to_string()[..12]
+            ),
+            job_lease_ttl: Duration::from_secs(10),
             limits: SubmitLimits::default(),
             model_factory: None,
             llm: None,
@@ -162,6 +176,14 @@ impl LeaderConfig {
             decision_key: None,
             model_endpoints: Vec::new(),
         }
+    }
+
+    /// The name of this leader's durable result consumer:
+    /// `<result_consumer_name>-<leader_id>`. One per leader, so every
+    /// leader sees every result (a shared name would split them between
+    /// the leaders) and each keeps the ones of the jobs it owns.
+    pub fn result_consumer(&self) -> String {
+        format!("{}-{}", self.result_consumer_name, self.leader_id)
     }
 
     /// Inject the model of every job's leader loop (tests: `ScriptedModel`).

@@ -1,8 +1,9 @@
 //! Starting and stopping the leader: connect to NATS, ensure the topology
 //! and the job journal, start the background loops (result consumer, agent
 //! event and approval relays, the reassigner with its lease and quarantine
-//! watches), resume the jobs a previous leader left QUEUED or RUNNING, and
-//! serve `Control` with health and reflection on the configured address.
+//! watches), take over and resume the QUEUED or RUNNING jobs no live leader
+//! owns, watch for the ones whose owner dies later (`runner/ownership.rs`),
+//! and serve `Control` with health and reflection on the configured address.
 //!
 //! Every background loop re-creates its subscription, consumer or watch
 //! with backoff when NATS goes away and comes back (the client itself
@@ -13,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mtswarm_bus::{Approvals, Bus, Jobs, Leases, Quarantine, Workers, v1};
+use mtswarm_bus::{Approvals, Bus, JobOwners, Jobs, Leases, Quarantine, Workers, v1};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
@@ -26,6 +27,9 @@ use crate::result_consumer::consume_results;
 use crate::results::{LeaderCounters, ResultTable};
 use crate::service::ControlService;
 use crate::shared::Shared;
+
+/// Longest leader id (it is part of the result consumer's durable name).
+const MAX_LEADER_ID_LEN: usize = 64;
 
 /// How long shutdown waits for open gRPC calls to finish.
 const SERVER_STOP_WAIT: Duration = Duration::from_secs(10);
@@ -76,6 +80,22 @@ impl LeaderDaemon {
                 "grpc_max_message_bytes must be at least 64 KiB".into(),
             ));
         }
+        if let Err(error) = mtswarm_bus::subjects::validate_id("leader id", &config.leader_id) {
+            return Err(LeaderError::InvalidConfig(format!("leader_id: {error}")));
+        }
+        if config.leader_id.len() > MAX_LEADER_ID_LEN {
+            return Err(LeaderError::InvalidConfig(format!(
+                "leader_id {} is longer than {MAX_LEADER_ID_LEN} characters",
+                config.leader_id
+            )));
+        }
+        if config.job_lease_ttl < Duration::from_secs(1) || config.job_lease_ttl.subsec_nanos() != 0
+        {
+            return Err(LeaderError::InvalidConfig(format!(
+                "job_lease_ttl {:?} must be whole seconds, at least 1 s",
+                config.job_lease_ttl
+            )));
+        }
         if config.max_active_jobs == 0 {
             return Err(LeaderError::InvalidConfig(
                 "max_active_jobs must be at least 1".into(),
@@ -88,15 +108,29 @@ impl LeaderDaemon {
         let journal = Journal::ensure(&bus, &config.topology)
             .await
             .map_err(LeaderError::JobEvents)?;
-        let (jobs, approvals, workers, leases, quarantine) = tokio::try_join!(
+        let (jobs, approvals, workers, leases, quarantine, owners) = tokio::try_join!(
             Jobs::open(&bus),
             Approvals::open(&bus),
             Workers::open(&bus),
             Leases::open(&bus),
             Quarantine::open(&bus),
+            JobOwners::open(&bus),
         )?;
+        // Bound first: the ownership records name this leader's address.
+        let listener = tokio::net::TcpListener::bind(config.grpc_addr)
+            .await
+            .map_err(|source| LeaderError::Bind {
+                addr: config.grpc_addr,
+                source,
+            })?;
+        let grpc_addr = listener.local_addr().map_err(|source| LeaderError::Bind {
+            addr: config.grpc_addr,
+            source,
+        })?;
+        let scheme = config.security.scheme();
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (reassign_tx, reassign_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (standby_tx, standby_rx) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             model_factory: config.effective_model_factory(),
             kernel_root,
@@ -118,20 +152,27 @@ impl LeaderDaemon {
             contexts: Default::default(),
             reassign_tx,
             lease_ttl_ms: Default::default(),
+            owners,
+            grpc_url: format!("{scheme}://{grpc_addr}"),
+            owned: Default::default(),
+            standby_tx,
             config,
         });
+        tracing::info!(leader_id = %shared.config.leader_id, "leader starting");
 
         let mut background = vec![
             tokio::spawn(consume_results(shared.clone(), shutdown_rx.clone())),
             tokio::spawn(journal::relay_agent_events(
                 bus.clone(),
                 shared.journal.clone(),
+                owns(&shared),
                 shutdown_rx.clone(),
             )),
             tokio::spawn(crate::approvals::relay_requests(
                 bus.clone(),
                 shared.approvals.clone(),
                 shared.journal.clone(),
+                owns(&shared),
                 shutdown_rx.clone(),
             )),
         ];
@@ -143,18 +184,18 @@ impl LeaderDaemon {
         // The relays subscribe asynchronously; make sure the server has the
         // subscriptions before the daemon reports ready.
         bus.flush().await?;
-        resume_jobs(&shared).await?;
-
-        let listener = tokio::net::TcpListener::bind(shared.config.grpc_addr)
-            .await
-            .map_err(|source| LeaderError::Bind {
-                addr: shared.config.grpc_addr,
-                source,
-            })?;
-        let grpc_addr = listener.local_addr().map_err(|source| LeaderError::Bind {
-            addr: shared.config.grpc_addr,
-            source,
-        })?;
+        // Jobs nobody owns (their leader died, or this one under the same
+        // id); then the standby loop takes over the ones that lapse later.
+        crate::runner::take_unowned(&shared).await?;
+        background.push(tokio::spawn(crate::runner::standby(
+            shared.clone(),
+            standby_rx,
+            shutdown_rx.clone(),
+        )));
+        background.push(tokio::spawn(crate::runner::watch_cancellations(
+            shared.clone(),
+            shutdown_rx.clone(),
+        )));
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_serving::<v1::control_server::ControlServer<ControlService>>()
@@ -182,7 +223,6 @@ impl LeaderDaemon {
         let mut builder = security
             .server_builder()
             .map_err(|e| LeaderError::InvalidConfig(e.to_string()))?;
-        let scheme = security.scheme();
         let mut server_shutdown = shutdown_rx.clone();
         let server = tokio::spawn(
             builder
@@ -206,61 +246,39 @@ impl LeaderDaemon {
     }
 }
 
-/// Resumes every job a previous leader left QUEUED or RUNNING, oldest
-/// first: RUNNING ones are rebuilt ([`crate::runner::resume_job`]) and take
-/// run slots first, QUEUED ones follow in submission order.
-async fn resume_jobs(shared: &Arc<Shared>) -> Result<(), LeaderError> {
-    let mut records: Vec<v1::JobRecord> = shared
-        .jobs
-        .list()
-        .await?
-        .into_iter()
-        .map(|v| v.value)
-        .filter(|r| matches!(r.state(), v1::JobState::Queued | v1::JobState::Running))
-        .collect();
-    let created = |r: &v1::JobRecord| {
-        r.created_at
-            .as_ref()
-            .map(|t| (t.seconds, t.nanos))
-            .unwrap_or_default()
-    };
-    records.sort_by(|a, b| {
-        (a.state() != v1::JobState::Running)
-            .cmp(&(b.state() != v1::JobState::Running))
-            .then_with(|| created(a).cmp(&created(b)))
-            .then_with(|| a.job_id.cmp(&b.job_id))
-    });
-    for record in records {
-        let job_id = record.job_id.clone();
-        match crate::runner::resume_job(shared, record).await {
-            Ok(pending) => {
-                tracing::info!(%job_id, "resuming a job left by a previous leader");
-                if let Some(pending) = shared.scheduler.admit_resumed(pending) {
-                    crate::runner::start(shared.clone(), pending);
-                }
-            }
-            Err(error) => {
-                tracing::error!(%job_id, %error, "job cannot be resumed; it fails");
-                shared.results.remove(&job_id);
-                crate::runner::transition(
-                    shared,
-                    &job_id,
-                    v1::JobState::Failed,
-                    &format!("failed: not resumable: {error}"),
-                    |r| {
-                        r.finished_at =
-                            Some(prost_types::Timestamp::from(std::time::SystemTime::now()));
-                        r.error = format!("not resumable after a leader restart: {error}");
-                    },
-                )
-                .await;
-            }
-        }
+/// Whether this leader owns a job (the relays journal only its jobs). Weak:
+/// the relays must not keep the daemon's state alive after shutdown.
+fn owns(shared: &Arc<Shared>) -> impl Fn(&str) -> bool + Send + 'static {
+    let shared = Arc::downgrade(shared);
+    move |job_id: &str| {
+        shared
+            .upgrade()
+            .is_some_and(|shared| shared.owned.contains_key(job_id))
     }
-    Ok(())
 }
 
 impl LeaderHandle {
+    /// Stops renewing every job ownership of this leader (closing their
+    /// fences); the keys lapse after their TTL.
+    async fn abandon_jobs(&self) {
+        let job_ids: Vec<String> = self.shared.owned.iter().map(|k| k.key().clone()).collect();
+        for job_id in job_ids {
+            if let Some((_, mut keeper)) = self.shared.owned.remove(&job_id) {
+                keeper.abandon().await;
+            }
+        }
+    }
+
+    /// This leader's id among the leaders on its NATS.
+    pub fn leader_id(&self) -> &str {
+        &self.shared.config.leader_id
+    }
+
+    /// Ids of the jobs this leader owns now.
+    pub fn owned_jobs(&self) -> Vec<String> {
+        self.shared.owned.iter().map(|k| k.key().clone()).collect()
+    }
+
     /// Result and reassignment counters since the daemon started.
     pub fn counters(&self) -> LeaderCounters {
         self.shared.results.counters()
@@ -276,6 +294,8 @@ impl LeaderHandle {
     /// state is written and NATS is not drained.
     pub async fn abort(self) {
         self.shutdown.send_replace(true);
+        // Its ownerships lapse after their TTL, as a crashed leader's do.
+        self.abandon_jobs().await;
         for runner in self.shared.runners.iter() {
             runner.abort();
         }
@@ -325,6 +345,9 @@ impl LeaderHandle {
         for runner in self.shared.runners.iter() {
             runner.abort();
         }
+        // Another leader takes the jobs over once their ownership lapses;
+        // no write for them leaves this leader from now on.
+        self.abandon_jobs().await;
         let mut server = self.server;
         let served = match tokio::time::timeout(SERVER_STOP_WAIT, &mut server).await {
             Ok(served) => served,

@@ -420,3 +420,15 @@ pub enum ModelFactoryError {
     #[error("{0}")]
     Other(String),
 }
+
+/// A write of a job's durable state (its record and parts, a task
+/// publication) that did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum JobWriteError {
+    /// The bus refused or failed it.
+    #[error(transparent)]
+    Bus(#[from] mtswarm_bus::BusError),
+    /// This leader no longer owns the job: the write was fenced.
+    #[error("fenced: {0}")]
+    Fenced(#[from] mtswarm_bus::OwnershipError),
+}

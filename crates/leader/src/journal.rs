@@ -191,10 +191,13 @@ impl Journal {
 /// Relays every worker agent event published on `mtswarm.event.>` into its
 /// job's journal until `shutdown` fires (the leader's own events are
 /// journaled by the job runner). One subscription for all jobs: the cost
-/// per event does not depend on how many jobs exist.
+/// per event does not depend on how many jobs exist. Only events of jobs
+/// `owns` says this leader owns are relayed: with several leaders each
+/// event is journaled once, by its job's owner.
 pub(crate) async fn relay_agent_events(
     bus: Bus,
     journal: Journal,
+    owns: impl Fn(&str) -> bool + Send + 'static,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
@@ -246,8 +249,9 @@ pub(crate) async fn relay_agent_events(
                 continue;
             }
         };
-        if event.agent_id == crate::ids::LEADER_AGENT_ID {
-            // The job runner journals its own loop's events itself.
+        if event.agent_id == crate::ids::LEADER_AGENT_ID || !owns(&event.job_id) {
+            // The job runner journals its own loop's events itself; another
+            // leader's job is journaled by that leader.
             continue;
         }
         let job_id = event.job_id.clone();

@@ -1,4 +1,4 @@
-//! The leader's single durable result consumer and the replay of a resumed
+//! The leader's durable result consumer (one per leader id) and the replay of a resumed
 //! job's results: both offer each result to its job's table
 //! ([`crate::results`]) and act on the answer (record and journal an
 //! accepted result, count and log the rest, hand a fenced current attempt
@@ -125,7 +125,10 @@ pub(crate) async fn consume_results(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
-    let consumer_name = shared.config.result_consumer_name.clone();
+    // One consumer per leader: each sees every result and keeps those of
+    // the jobs it owns (a result of another leader's job finds no table
+    // here and is acked; its owner gets it from its own consumer).
+    let consumer_name = shared.config.result_consumer();
     let open = || async {
         shared
             .bus
@@ -264,6 +267,18 @@ pub(crate) async fn replay_job_results(
 /// status, then the job's counters and usage grow (unless the task was
 /// recorded done already: a replayed result), and the result is journaled.
 async fn accepted(shared: &Shared, result: &v1::TaskResult) {
+    // Only the job's owner records its results.
+    let fenced = match shared.fence(&result.job_id) {
+        Some(fence) => fence
+            .check("recording a task result")
+            .err()
+            .map(|e| e.to_string()),
+        None => Some("this leader does not own the job".to_string()),
+    };
+    if let Some(reason) = fenced {
+        tracing::warn!(job_id = %result.job_id, task_id = %result.task_id, %reason, "accepted result not recorded here");
+        return;
+    }
     let usage = result.usage.unwrap_or_default();
     let finished_at = result
         .finished_at

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
 use mtswarm_auth::{Identity, Role, require, require_any};
-use mtswarm_bus::{BusError, subjects, v1};
+use mtswarm_bus::{BusError, OwnershipError, subjects, v1};
 use sha2::{Digest as _, Sha256};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -110,6 +110,29 @@ impl ControlService {
         let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
             .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
             .unwrap_or_default();
+        // The receiving leader owns the job, from before its record exists,
+        // so every QUEUED or RUNNING record has (or had) an owner whose
+        // lapse the other leaders see.
+        let existing = shared.jobs.get(&job_id).await.map_err(bus_status)?;
+        if existing.is_some() && !request.idempotency_key.is_empty() {
+            shared.scheduler.cancel(ticket);
+            tracing::info!(%job_id, "submission retried with the same idempotency key");
+            return Ok(Response::new(v1::SubmitJobResponse { job_id }));
+        }
+        let fence = match shared.take_ownership(&job_id).await {
+            Ok(fence) => fence,
+            Err(OwnershipError::Held { .. }) if !request.idempotency_key.is_empty() => {
+                shared.scheduler.cancel(ticket);
+                tracing::info!(%job_id, "submission retried with the same idempotency key (owned by another leader)");
+                return Ok(Response::new(v1::SubmitJobResponse { job_id }));
+            }
+            Err(error) => {
+                shared.scheduler.cancel(ticket);
+                return Err(Status::unavailable(format!(
+                    "job {job_id} ownership not taken: {error}"
+                )));
+            }
+        };
         let now = prost_types::Timestamp::from(SystemTime::now());
         let record = v1::JobRecord {
             job_id: job_id.clone(),
@@ -125,14 +148,17 @@ impl ControlService {
             Ok(_) => {}
             Err(BusError::AlreadyExists { .. }) if !request.idempotency_key.is_empty() => {
                 shared.scheduler.cancel(ticket);
+                shared.release_ownership(&job_id).await;
                 tracing::info!(%job_id, "submission retried with the same idempotency key");
                 return Ok(Response::new(v1::SubmitJobResponse { job_id }));
             }
             Err(error) => {
                 shared.scheduler.cancel(ticket);
+                shared.release_ownership(&job_id).await;
                 return Err(bus_status(error));
             }
         }
+        runner::guard_ownership(shared, &job_id, fence.clone());
         let queued = v1::job_event::Event::StateChange(v1::JobStateChange {
             previous: v1::JobState::Unspecified as i32,
             current: v1::JobState::Queued as i32,
@@ -154,6 +180,7 @@ impl ControlService {
             validated.spec,
             validated.kernel_dir,
             deadline,
+            fence,
         ));
         let job_span = tracing::info_span!(parent: &span, "leader.job", job.id = %job_id);
         let pending = PendingStart {
@@ -403,9 +430,13 @@ impl v1::control_server::Control for ControlService {
                 let _ = tokio::time::timeout(CANCEL_WAIT, done.wait_for(|d| *d)).await;
             }
             None => {
-                // No runner in this process (queued, or left by a previous
-                // leader): it never starts now.
-                if let Some(queued) = self.shared.scheduler.remove_queued(&request.job_id) {
+                // No runner in this process (queued here, run by another
+                // leader, or left by a dead one): it never starts now. A
+                // job another leader runs is cancelled through its record,
+                // which its owner watches (`runner/ownership.rs`).
+                let fence = self.shared.fence(&request.job_id);
+                let queued_here = self.shared.scheduler.remove_queued(&request.job_id);
+                if let Some(queued) = &queued_here {
                     // A job resumed after a restart may have agents running.
                     crate::placement::cancel_all_agents(
                         &self.shared,
@@ -418,6 +449,7 @@ impl v1::control_server::Control for ControlService {
                 runner::transition(
                     &self.shared,
                     &request.job_id,
+                    fence.as_ref(),
                     v1::JobState::Cancelled,
                     &format!("cancelled: {reason}"),
                     |r| {
@@ -426,6 +458,9 @@ impl v1::control_server::Control for ControlService {
                     },
                 )
                 .await;
+                if queued_here.is_some() {
+                    self.shared.release_ownership(&request.job_id).await;
+                }
             }
         }
         let record = self.stored_job(&request.job_id).await?;

@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use mtswarm_bus::{Approvals, Bus, Jobs, Leases, Quarantine, Workers, v1};
+use mtswarm_bus::{
+    Approvals, Bus, Fence, JobOwners, Jobs, Leases, OwnershipError, OwnershipKeeper, Quarantine,
+    Workers, v1,
+};
 use tonic::transport::Channel;
 
 use crate::config::{LeaderConfig, ModelFactory};
@@ -62,6 +65,15 @@ pub(crate) struct Shared {
     /// Smallest lease TTL seen in the lease records, in milliseconds (0 =
     /// none seen yet: the configured default applies).
     pub(crate) lease_ttl_ms: AtomicU64,
+    /// The job ownership leases (bucket `mtswarm_job_owners`).
+    pub(crate) owners: JobOwners,
+    /// `Control` URL of this leader, stored in its ownership records.
+    pub(crate) grpc_url: String,
+    /// Keepers of the jobs this leader owns, by job id.
+    pub(crate) owned: DashMap<String, OwnershipKeeper>,
+    /// Jobs to try to take over (their owner's lease lapsed or was lost
+    /// here); the standby loop serializes every take-over.
+    pub(crate) standby_tx: tokio::sync::mpsc::UnboundedSender<String>,
 }
 
 impl Shared {
@@ -73,6 +85,7 @@ impl Shared {
         spec: v1::JobSpec,
         kernel_dir: PathBuf,
         deadline: std::time::SystemTime,
+        fence: Fence,
     ) -> JobContext {
         let results = self.results.job(&job_id);
         JobContext::new(
@@ -83,7 +96,51 @@ impl Shared {
             self.jobs.clone(),
             results,
             deadline,
+            fence,
         )
+    }
+
+    /// Takes the ownership of `job_id` for this leader (free, lapsed, or
+    /// its own under the same leader id) and keeps renewing it every third
+    /// of the TTL. The fence every write for the job checks.
+    pub(crate) async fn take_ownership(&self, job_id: &str) -> Result<Fence, OwnershipError> {
+        let ttl = self.config.job_lease_ttl;
+        let held = self
+            .owners
+            .acquire(job_id, &self.config.leader_id, &self.grpc_url, ttl)
+            .await?;
+        tracing::info!(
+            job_id,
+            leader_id = %self.config.leader_id,
+            epoch = held.value.epoch,
+            "job ownership taken"
+        );
+        let keeper = self
+            .owners
+            .keep(held, (ttl / 3).max(Duration::from_millis(200)));
+        let fence = keeper.fence().clone();
+        self.owned.insert(job_id.to_string(), keeper);
+        Ok(fence)
+    }
+
+    /// The fence of a job this leader owns (`None`: not owned here).
+    pub(crate) fn fence(&self, job_id: &str) -> Option<Fence> {
+        self.owned.get(job_id).map(|k| k.fence().clone())
+    }
+
+    /// Gives up the ownership of a job that ended here (watchers see a
+    /// release; the record is final, so nobody resumes it).
+    pub(crate) async fn release_ownership(&self, job_id: &str) {
+        if let Some((_, mut keeper)) = self.owned.remove(job_id)
+            && let Err(error) = keeper.release().await
+        {
+            tracing::warn!(%error, job_id, "job ownership not released; it lapses");
+        }
+    }
+
+    /// Hands a job to the standby loop, which takes it over if nobody owns it.
+    pub(crate) fn offer_take_over(&self, job_id: &str) {
+        let _ = self.standby_tx.send(job_id.to_string());
     }
 
     /// Hands a trigger to the reassigner (dropped when it has stopped).

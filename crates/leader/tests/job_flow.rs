@@ -119,13 +119,14 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         .get_stream(subjects::RESULTS_STREAM)
         .await
         .expect("results stream");
+    // Each leader has a result consumer of its own, named by its id.
+    let consumer_name =
+        subjects::result_consumer_name(&format!("leader-{}", leader.leader_id())).expect("name");
     eventually("the leader to handle every result", || {
         let stream = stream.clone();
+        let consumer_name = consumer_name.clone();
         async move {
-            let mut consumer: PullConsumer = stream
-                .get_consumer(&subjects::result_consumer_name("leader").expect("name"))
-                .await
-                .ok()?;
+            let mut consumer: PullConsumer = stream.get_consumer(&consumer_name).await.ok()?;
             let info = consumer.info().await.ok()?;
             (info.ack_floor.stream_sequence >= copy_sequence).then_some(())
         }

@@ -13,6 +13,8 @@
 //! 8. [`lost_streams`]: the results stream deleted mid-job;
 //! 9. [`nats_cluster`]: a stream leader of a 3-node NATS cluster SIGKILLed
 //!    mid-job, then restarted.
+//! 10. [`two_leaders`]: two leaders; the job's owner SIGKILLed, or
+//!     SIGSTOPped past its lease and SIGCONTed.
 //!
 //! Leases last 2 s so each scenario takes tens of seconds. Scenarios run
 //! one at a time (they measure recovery) and print their figures as
@@ -30,4 +32,5 @@ mod lost_streams;
 mod nats_cluster;
 mod nats_restart;
 mod support;
+mod two_leaders;
 mod worker_death;

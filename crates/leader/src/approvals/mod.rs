@@ -68,11 +68,13 @@ pub(crate) fn as_worker_sees_it(
 
 /// Records and journals approval requests published on the bus until
 /// `shutdown` fires. A request whose record already exists (the worker
-/// stores it before announcing it) is journaled only.
+/// stores it before announcing it) is journaled only. Only requests of
+/// jobs `owns` says this leader owns: each is journaled by its job's owner.
 pub(crate) async fn relay_requests(
     bus: Bus,
     approvals: Approvals,
     journal: Journal,
+    owns: impl Fn(&str) -> bool + Send + 'static,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::new(
@@ -115,6 +117,9 @@ pub(crate) async fn relay_requests(
                 continue;
             }
         };
+        if !owns(&request.job_id) {
+            continue;
+        }
         match approvals.create(&request).await {
             Ok(_) | Err(BusError::AlreadyExists { .. }) => {}
             Err(error) => {

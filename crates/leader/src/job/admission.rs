@@ -3,6 +3,7 @@
 //! holds a running one ([`RunnerHandle`]).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::watch;
 
@@ -31,6 +32,9 @@ pub(crate) struct RunnerHandle {
     cancel: watch::Sender<Option<String>>,
     done: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
+    /// Set by whoever gives the job's run slot back first: the runner at
+    /// its end, or the ownership guard that stopped it.
+    slot_returned: Arc<AtomicBool>,
 }
 
 impl RunnerHandle {
@@ -40,8 +44,19 @@ impl RunnerHandle {
         cancel: watch::Sender<Option<String>>,
         done: watch::Receiver<bool>,
         task: tokio::task::JoinHandle<()>,
+        slot_returned: Arc<AtomicBool>,
     ) -> Self {
-        Self { cancel, done, task }
+        Self {
+            cancel,
+            done,
+            task,
+            slot_returned,
+        }
+    }
+
+    /// True for the first caller only: that one gives the run slot back.
+    pub(crate) fn return_slot(&self) -> bool {
+        !self.slot_returned.swap(true, Ordering::AcqRel)
     }
 
     /// Asks the runner to cancel the loop and the agents.

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use mtswarm_bus::{Bus, Jobs, v1};
+use mtswarm_bus::{Bus, Fence, Jobs, v1};
 
 use crate::results::JobResults;
 
@@ -36,10 +36,15 @@ pub(crate) struct JobContext {
     /// The job's task records as last written to the job record, by task id.
     pub(crate) tasks: Mutex<BTreeMap<String, v1::TaskRecord>>,
     pub(crate) deadline: SystemTime,
+    /// This leader's ownership of the job: every write below checks it
+    /// (`records.rs`), so a leader that lost the job writes nothing more.
+    pub(crate) fence: Fence,
 }
 
 impl JobContext {
     /// A fresh job's context (no agents, no tasks yet).
+    // One caller (`Shared::job_context`), which names every part.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         job_id: String,
         spec: v1::JobSpec,
@@ -48,6 +53,7 @@ impl JobContext {
         jobs: Jobs,
         results: Arc<JobResults>,
         deadline: SystemTime,
+        fence: Fence,
     ) -> Self {
         Self {
             job_id,
@@ -59,6 +65,7 @@ impl JobContext {
             agents: Default::default(),
             tasks: Default::default(),
             deadline,
+            fence,
         }
     }
 

@@ -4,18 +4,25 @@
 //! at its revision; the record keeps only the counts. Each write keeps
 //! memory and the store in step; a failed write that a resume or the sweep
 //! repairs is logged, not returned.
+//!
+//! Every write and publish checks the job's ownership fence first
+//! ([`mtswarm_bus::Fence`]): a leader that lost the job (its lease lapsed
+//! while it was paused, or another leader took it) is refused with
+//! [`JobWriteError::Fenced`] and writes nothing.
 
 use std::time::SystemTime;
 
-use mtswarm_bus::{BusError, v1};
+use mtswarm_bus::v1;
 
 use super::{AgentEntry, JobContext};
+use crate::error::JobWriteError;
 
 impl JobContext {
     /// Writes (inserts or replaces) the agent's placement: the one in
     /// memory at the time of the write (every caller updated memory
     /// first), so of two racing writes the later state lands last.
-    pub(crate) async fn store_placement(&self, entry: &AgentEntry) -> Result<(), BusError> {
+    pub(crate) async fn store_placement(&self, entry: &AgentEntry) -> Result<(), JobWriteError> {
+        self.fence.check("an agent placement")?;
         let agent_id = entry.agent_id.as_str();
         let created = self
             .jobs
@@ -34,6 +41,10 @@ impl JobContext {
     /// Removes a placement whose spawn failed everywhere.
     pub(crate) async fn forget_placement(&self, agent_id: &str) {
         self.agents().remove(agent_id);
+        if let Err(error) = self.fence.check("removing an agent") {
+            tracing::warn!(%error, job_id = %self.job_id, agent_id, "failed placement not removed");
+            return;
+        }
         match self.jobs.remove_agent(&self.job_id, agent_id).await {
             Ok(true) => self.count_agents(|total| total.saturating_sub(1)).await,
             Ok(false) => {}
@@ -46,6 +57,10 @@ impl JobContext {
     /// `JobRecord.agents_total` after an agent's key came or went. A failed
     /// write leaves the count off by one (the agent keys say who there is).
     async fn count_agents(&self, change: impl Fn(u32) -> u32) {
+        if let Err(error) = self.fence.check("the agent count") {
+            tracing::warn!(%error, job_id = %self.job_id, "agent count of the job record not updated");
+            return;
+        }
         if let Err(error) = self
             .jobs
             .modify(&self.job_id, |record| {
@@ -65,7 +80,8 @@ impl JobContext {
         &self,
         records: &[v1::TaskRecord],
         new_tasks: u32,
-    ) -> Result<(), BusError> {
+    ) -> Result<(), JobWriteError> {
+        self.fence.check("a task record")?;
         for task in records {
             let Some(assignment) = &task.assignment else {
                 continue;
@@ -93,6 +109,10 @@ impl JobContext {
     /// Marks tasks done with `status` (cancelled agents).
     pub(crate) async fn record_settled(&self, task_ids: &[String], status: v1::TaskStatus) {
         let now = prost_types::Timestamp::from(SystemTime::now());
+        if let Err(error) = self.fence.check("settling tasks") {
+            tracing::warn!(%error, job_id = %self.job_id, "settled tasks not recorded");
+            return;
+        }
         for task_id in task_ids {
             if let Some(task) = self.tasks().get_mut(task_id) {
                 task.done = true;
@@ -119,7 +139,8 @@ impl JobContext {
     pub(crate) async fn publish_recorded(
         &self,
         assignment: &v1::TaskAssignment,
-    ) -> Result<(), BusError> {
+    ) -> Result<(), JobWriteError> {
+        self.fence.check("a task publication")?;
         let mut task = assignment.clone();
         let now = prost_types::Timestamp::from(SystemTime::now());
         task.assigned_at = Some(now);

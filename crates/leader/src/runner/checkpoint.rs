@@ -28,6 +28,9 @@ pub(super) struct JobCheckpointSink {
     /// Chars of a tool result the model sees (the engine's context
     /// setting): what the stored history keeps of each.
     pub(super) max_tool_result_chars: usize,
+    /// The job's ownership: a leader that lost the job stores no more
+    /// checkpoints of it.
+    pub(super) fence: mtswarm_bus::Fence,
 }
 
 #[async_trait::async_trait]
@@ -37,6 +40,11 @@ impl CheckpointSink for JobCheckpointSink {
             mtswarm_core::CheckpointError::Serialize {
                 what: "leader state",
                 source,
+            }
+        })?;
+        self.fence.check("a leader loop checkpoint").map_err(|e| {
+            mtswarm_core::CheckpointError::Store {
+                reason: e.to_string(),
             }
         })?;
         let checkpoint = v1::LeaderCheckpoint {

@@ -27,6 +27,7 @@
 
 mod checkpoint;
 mod end;
+mod ownership;
 mod relay;
 mod resume;
 mod transition;
@@ -51,6 +52,7 @@ use crate::job::{JobContext, PendingStart, RunnerHandle};
 use crate::shared::Shared;
 use crate::validate::Attachment;
 
+pub(crate) use self::ownership::{guard_ownership, standby, take_unowned, watch_cancellations};
 pub use self::relay::agent_event;
 pub(crate) use self::resume::resume_job;
 pub use self::transition::is_final;
@@ -82,6 +84,8 @@ pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
     // Registered before the task starts, so the task's removal at its end
     // cannot precede the insertion.
     let (start_tx, start_rx) = tokio::sync::oneshot::channel::<()>();
+    let slot_returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let task_slot = slot_returned.clone();
     let task = tokio::spawn(
         async move {
             let _ = start_rx.await;
@@ -94,15 +98,18 @@ pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
             )
             .await;
             done_tx.send_replace(true);
-            if let Some(next) = task_shared.scheduler.finished() {
+            if !task_slot.swap(true, std::sync::atomic::Ordering::AcqRel)
+                && let Some(next) = task_shared.scheduler.finished()
+            {
                 start(task_shared, next);
             }
         }
         .instrument(span),
     );
-    shared
-        .runners
-        .insert(job_id, RunnerHandle::new(cancel_tx, done_rx, task));
+    shared.runners.insert(
+        job_id,
+        RunnerHandle::new(cancel_tx, done_rx, task, slot_returned),
+    );
     let _ = start_tx.send(());
 }
 
@@ -125,6 +132,7 @@ async fn run(
         transition(
             &shared,
             &job_id,
+            Some(&context.fence),
             v1::JobState::Running,
             "leader loop started",
             |r| {
@@ -138,6 +146,7 @@ async fn run(
         shared.runners.remove(&job_id);
         shared.contexts.remove(&job_id);
         shared.results.remove(&job_id);
+        shared.release_ownership(&job_id).await;
         return;
     }
     let started = std::time::Instant::now();
@@ -163,30 +172,44 @@ async fn run(
         _ => format!("failed: {}", end.error),
     };
     let state = end.state;
-    transition(&shared, &job_id, state, &reason, |record| {
-        record.finished_at = Some(now());
-        record.summary = end.summary.clone();
-        record.result_json = end.result_json.clone();
-        record.final_answer = end
-            .final_answer
-            .chars()
-            .take(MAX_FINAL_ANSWER_CHARS)
-            .collect();
-        record.outcome = Some(outcome.clone());
-        record.error = end.error.clone();
-        let usage = record.usage.get_or_insert_with(Default::default);
-        usage.steps = usage.steps.saturating_add(end.usage.steps);
-        usage.prompt_tokens = usage.prompt_tokens.saturating_add(end.usage.prompt_tokens);
-        usage.completion_tokens = usage
-            .completion_tokens
-            .saturating_add(end.usage.completion_tokens);
-        usage.wall_seconds = end.usage.wall_seconds;
-    })
+    transition(
+        &shared,
+        &job_id,
+        Some(&context.fence),
+        state,
+        &reason,
+        |record| {
+            record.finished_at = Some(now());
+            record.summary = end.summary.clone();
+            record.result_json = end.result_json.clone();
+            record.final_answer = end
+                .final_answer
+                .chars()
+                .take(MAX_FINAL_ANSWER_CHARS)
+                .collect();
+            record.outcome = Some(outcome.clone());
+            record.error = end.error.clone();
+            let usage = record.usage.get_or_insert_with(Default::default);
+            usage.steps = usage.steps.saturating_add(end.usage.steps);
+            usage.prompt_tokens = usage.prompt_tokens.saturating_add(end.usage.prompt_tokens);
+            usage.completion_tokens = usage
+                .completion_tokens
+                .saturating_add(end.usage.completion_tokens);
+            usage.wall_seconds = end.usage.wall_seconds;
+        },
+    )
     .await;
+    if let Err(error) = context.fence.check("the job's end") {
+        // Another leader owns the job now and finishes it; the ownership
+        // guard (`ownership.rs`) clears it from this leader.
+        tracing::warn!(job_id, %error, "job's end not recorded here: this leader lost the job");
+        return;
+    }
     tracing::info!(job_id, state = state.as_str_name(), "job finished");
     shared.runners.remove(&job_id);
     shared.contexts.remove(&job_id);
     shared.results.remove(&job_id);
+    shared.release_ownership(&job_id).await;
 }
 
 fn engine_config(shared: &Shared, spec: &v1::JobSpec) -> EngineConfig {
@@ -244,6 +267,7 @@ async fn drive(
         shared: shared.clone(),
         job_id: context.job_id.clone(),
         max_tool_result_chars,
+        fence: context.fence.clone(),
     }));
     let session_id = leader_session_id(&context.job_id);
     let (mut events, mut handle) = match resume_state {

@@ -1,5 +1,5 @@
-//! Resuming a job a previous leader left QUEUED or RUNNING (see the runner's
-//! module docs): the job context is rebuilt from the record and its agent
+//! Resuming a job a previous leader left QUEUED or RUNNING, once this
+//! leader owns it (see the runner's module docs and `ownership.rs`): the job context is rebuilt from the record and its agent
 //! and task keys, the job's results are replayed, unconfirmed assignments
 //! are published again, and the loop continues from its checkpoint.
 
@@ -38,6 +38,7 @@ fn deadline_of(shared: &Shared, record: &v1::JobRecord) -> SystemTime {
 pub(crate) async fn resume_job(
     shared: &Arc<Shared>,
     record: v1::JobRecord,
+    fence: mtswarm_bus::Fence,
 ) -> Result<PendingStart, ResumeError> {
     let job_id = record.job_id.clone();
     // A record of an earlier leader embeds its parts: moved to their keys
@@ -74,6 +75,7 @@ pub(crate) async fn resume_job(
         validated.spec,
         validated.kernel_dir,
         deadline_of(shared, &record),
+        fence,
     ));
     for placement in &agents {
         let agent = AgentEntry::from_placement(placement);

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use mtswarm_bus::{Backoff, v1};
+use mtswarm_bus::{Backoff, Fence, v1};
 
 use crate::shared::Shared;
 
@@ -23,10 +23,14 @@ pub fn is_final(state: v1::JobState) -> bool {
 
 /// Writes a state change to the job record (applying `change` too) and
 /// journals it. The journal entry follows the KV write so a watcher that
-/// sees a final state can rely on the record.
+/// sees a final state can rely on the record. With `fence` (the job's
+/// owner writing) nothing is written once the ownership is lost; without
+/// (a cancellation carried through KV to the owner by another leader) the
+/// record's CAS alone orders it.
 pub(crate) async fn transition(
     shared: &Shared,
     job_id: &str,
+    fence: Option<&Fence>,
     current: v1::JobState,
     reason: &str,
     mut change: impl FnMut(&mut v1::JobRecord),
@@ -37,6 +41,10 @@ pub(crate) async fn transition(
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let give_up = tokio::time::Instant::now() + Duration::from_secs(120);
     let written = loop {
+        if let Some(Err(error)) = fence.map(|f| f.check("a job state change")) {
+            tracing::warn!(%error, job_id, state = current.as_str_name(), "job state not written");
+            return None;
+        }
         let written = shared
             .jobs
             .modify(job_id, |record| {
