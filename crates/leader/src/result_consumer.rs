@@ -114,6 +114,14 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
     Some(acceptance)
 }
 
+/// How long the server keeps a leader's result consumer once nobody pulls
+/// from it. Leader ids are new on every start unless set, so without it
+/// every leader that ever ran would leave a consumer on the results stream.
+/// A live leader pulls all the time; one cut off for longer than this has
+/// lost its jobs' leases long before, and gets a fresh consumer when it
+/// comes back.
+const RESULT_CONSUMER_INACTIVE_THRESHOLD: Duration = Duration::from_secs(15 * 60);
+
 /// Consumes `mtswarm.result.>` with the leader's durable consumer until
 /// `shutdown` fires: hands each result to [`handle_result`] and acks every
 /// message once handled. A result for a job not running here is acked too:
@@ -132,7 +140,10 @@ pub(crate) async fn consume_results(
     let open = || async {
         shared
             .bus
-            .result_consumer(ResultConsumerConfig::new(consumer_name.clone()))
+            .result_consumer(ResultConsumerConfig {
+                inactive_threshold: RESULT_CONSUMER_INACTIVE_THRESHOLD,
+                ..ResultConsumerConfig::new(consumer_name.clone())
+            })
             .await?
             .messages()
             .await

@@ -67,6 +67,11 @@ pub struct ResultConsumerConfig {
     pub max_ack_pending: i64,
     /// Messages fetched per pull request (default 100).
     pub batch: usize,
+    /// The server removes the consumer after this long without a pull
+    /// (zero, the default: never). A leader whose id is new on every start
+    /// sets it, so the consumers of leaders that are gone do not pile up
+    /// on the server.
+    pub inactive_threshold: Duration,
 }
 
 impl ResultConsumerConfig {
@@ -79,6 +84,7 @@ impl ResultConsumerConfig {
             max_deliver: -1,
             max_ack_pending: 10_000,
             batch: 100,
+            inactive_threshold: Duration::ZERO,
         }
     }
 }
@@ -203,21 +209,21 @@ impl Bus {
             Some(job_id) => subjects::result(job_id)?,
             None => subjects::ALL_RESULTS.to_string(),
         };
-        let consumer = self
-            .durable_consumer(
-                subjects::RESULTS_STREAM,
+        let consumer_config = pull::Config {
+            inactive_threshold: config.inactive_threshold,
+            ..explicit_ack_config(
                 &name,
-                explicit_ack_config(
-                    &name,
-                    "task results".to_string(),
-                    filter_subject,
-                    Redelivery {
-                        ack_wait: config.ack_wait,
-                        max_deliver: config.max_deliver,
-                        max_ack_pending: config.max_ack_pending,
-                    },
-                ),
+                "task results".to_string(),
+                filter_subject,
+                Redelivery {
+                    ack_wait: config.ack_wait,
+                    max_deliver: config.max_deliver,
+                    max_ack_pending: config.max_ack_pending,
+                },
             )
+        };
+        let consumer = self
+            .durable_consumer(subjects::RESULTS_STREAM, &name, consumer_config)
             .await?;
         Ok(ResultConsumer {
             consumer,
