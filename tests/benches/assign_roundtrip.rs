@@ -33,6 +33,9 @@
 //! `floor`, the bare consumer). Run:
 //! `cargo bench -p mtswarm-tests --bench assign_roundtrip`
 //! (`BENCH_MODES=assign` runs only the named modes, for profiling).
+//! Besides latency and CPU it prints the messages each mode stored per task,
+//! by stream (KV buckets included), and assign against the floor side by
+//! side: the ratios the dispatch targets are stated in.
 //!
 //! `raw` and `floor` are measured by the round-trip bench's floor
 //! (`crates/bus/benches/floor/`, included here), as `cargo bench -p
@@ -43,8 +46,11 @@
 #[path = "../../crates/bus/benches/floor/mod.rs"]
 mod floor;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+use futures::StreamExt as _;
 
 use floor::{FLOOR_SLICE, FLOOR_WORKER, IN_FLIGHT, JOB_ID, Leader, env_number, find, measure, us};
 use mtswarm_bus::testing::NatsServer;
@@ -73,6 +79,23 @@ struct Harness {
     sessions: Vec<Session>,
     /// Result tokens of the tasks (the secure stack's leader key).
     result_key: Option<mtswarm_auth::ResultKey>,
+}
+
+/// Messages ever stored per stream (its last sequence: a work-queue stream
+/// deletes what was acked, the sequence still counts it), KV buckets
+/// included, so the difference over a cell is what the cell stored.
+async fn stored_messages(bus: &mtswarm_bus::Bus) -> BTreeMap<String, u64> {
+    let js = bus.jetstream();
+    let mut names = js.stream_names();
+    let mut stored = BTreeMap::new();
+    while let Some(Ok(name)) = names.next().await {
+        if let Ok(mut stream) = js.get_stream(&name).await {
+            if let Ok(info) = stream.info().await {
+                stored.insert(name, info.state.last_sequence);
+            }
+        }
+    }
+    stored
 }
 
 fn timestamp(at: SystemTime) -> mtswarm_proto::prost_types::Timestamp {
@@ -367,18 +390,32 @@ fn main() {
             .map(|pid| pid.to_string())
             .unwrap_or_default();
         let mut cells = Vec::new();
+        // Per mode: operations measured and messages stored, by stream.
+        let mut stored: BTreeMap<String, (u64, BTreeMap<String, u64>)> = BTreeMap::new();
         for in_flight in IN_FLIGHT {
             for mode in modes.iter().copied() {
                 let (side, pid) = match (&secure, mode) {
                     (Some((_, secure, _)), Mode::Secure) => (secure.clone(), &secure_pid),
                     _ => (harness.clone(), &server_pid),
                 };
+                let counted_side = side.clone();
                 let operation = move || {
                     let side = side.clone();
                     async move { one_operation(&side, mode).await }
                 };
                 let warm_up = Duration::from_millis(500);
+                let counted = counted_side.leader.bus().clone();
+                let before = stored_messages(&counted).await;
+                let started = counted_side.leader.next_task();
                 let cell = measure(mode, in_flight, warm_up, duration, pid, operation).await;
+                let operations = counted_side.leader.next_task() - started - 1;
+                let after = stored_messages(&counted).await;
+                let entry = stored.entry(format!("{mode:?}")).or_default();
+                entry.0 += operations;
+                for (name, last) in after {
+                    let delta = last.saturating_sub(before.get(&name).copied().unwrap_or(0));
+                    *entry.1.entry(name).or_default() += delta;
+                }
                 eprintln!(
                     "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)  cpu/op server {:>6.1} us client {:>6.1} us",
                     format!("{:?}", cell.mode),
@@ -402,8 +439,9 @@ fn main() {
             }
             drop(server);
         }
-        cells
+        (cells, stored)
     });
+    let (cells, stored) = cells;
 
     println!();
     println!(
@@ -430,6 +468,43 @@ fn main() {
                 assign.p50.as_secs_f64() / raw.p50.as_secs_f64().max(1e-9),
                 us(assign.server_cpu_per_op),
                 us(assign.client_cpu_per_op),
+            );
+        }
+    }
+    println!();
+    println!(
+        "| in flight | floor p50 (us) | assign p50 (us) | assign p50 / floor p50 | floor tasks/s | no-op tasks/s | no-op / floor tasks/s | CPU/task server floor -> assign (us) | CPU/task client floor -> assign (us) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for in_flight in IN_FLIGHT {
+        let cell = |mode| find(&cells, mode, in_flight);
+        if let (Some(floor), Some(assign)) = (cell(Mode::Floor), cell(Mode::Assign)) {
+            println!(
+                "| {in_flight} | {:.1} | {:.1} | {:.1}x | {:.0} | {:.0} | {:.0} % | {:.1} -> {:.1} | {:.1} -> {:.1} |",
+                us(floor.p50),
+                us(assign.p50),
+                assign.p50.as_secs_f64() / floor.p50.as_secs_f64().max(1e-9),
+                floor.per_second,
+                assign.per_second,
+                assign.per_second / floor.per_second.max(1e-9) * 100.0,
+                us(floor.server_cpu_per_op),
+                us(assign.server_cpu_per_op),
+                us(floor.client_cpu_per_op),
+                us(assign.client_cpu_per_op),
+            );
+        }
+    }
+    println!();
+    println!("| mode | stream | stored messages per task |");
+    println!("|---|---|---|");
+    for (mode, (operations, streams)) in &stored {
+        if matches!(mode.as_str(), "Raw") || *operations == 0 {
+            continue;
+        }
+        for (name, count) in streams.iter().filter(|(_, c)| **c > 0) {
+            println!(
+                "| {mode} | {name} | {:.2} |",
+                *count as f64 / *operations as f64
             );
         }
     }

@@ -83,6 +83,12 @@ impl Leader {
         }
     }
 
+    /// The leader side's connection.
+    #[allow(dead_code)] // used by the assign bench, not by the bus's own
+    pub(crate) fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
     /// A number no other task of this leader side has had.
     pub(crate) fn next_task(&self) -> u64 {
         self.next_task.fetch_add(1, Ordering::Relaxed)
