@@ -132,6 +132,17 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         }
     })
     .await;
+    // A leader that is gone must not leave its consumer behind for good.
+    let mut consumer: PullConsumer = stream
+        .get_consumer(&consumer_name)
+        .await
+        .expect("the leader's consumer");
+    let info = consumer.info().await.expect("consumer info");
+    assert_eq!(
+        info.config.inactive_threshold,
+        std::time::Duration::from_secs(15 * 60),
+        "the server removes the consumer of a leader that stopped pulling"
+    );
     model.open();
 
     let events = watch_to_end(&mut control, &job_id, 0).await;
