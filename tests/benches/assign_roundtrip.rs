@@ -89,10 +89,10 @@ async fn stored_messages(bus: &mtswarm_bus::Bus) -> BTreeMap<String, u64> {
     let mut names = js.stream_names();
     let mut stored = BTreeMap::new();
     while let Some(Ok(name)) = names.next().await {
-        if let Ok(mut stream) = js.get_stream(&name).await {
-            if let Ok(info) = stream.info().await {
-                stored.insert(name, info.state.last_sequence);
-            }
+        if let Ok(mut stream) = js.get_stream(&name).await
+            && let Ok(info) = stream.info().await
+        {
+            stored.insert(name, info.state.last_sequence);
         }
     }
     stored
