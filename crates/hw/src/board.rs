@@ -26,6 +26,9 @@ pub enum BackendKind {
     Sdk,
     /// Plain C on the local CPU, real timing.
     Host,
+    /// No compiler and no process: modeled figures after a timer (see
+    /// [`crate::simulated`]), for farms larger than the machine.
+    Simulated,
 }
 
 impl fmt::Display for BackendKind {
@@ -34,6 +37,7 @@ impl fmt::Display for BackendKind {
             Self::Emulator => "emulator",
             Self::Sdk => "sdk",
             Self::Host => "host",
+            Self::Simulated => "simulated",
         })
     }
 }
