@@ -15,7 +15,8 @@
 //! simulated run is a timer, so 16 daemons fit on two cores. Run:
 //! `cargo bench -p mtswarm-tests --bench farm`
 //! (`FARM_RUN_MS=5,20` and `FARM_INCORRECT=0.1` set the boards' run time
-//! per execution and wrong-answer share).
+//! per execution and wrong-answer share, `FARM_LEASE_TTL_SECONDS` (30) the
+//! workers' slice lease TTL).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a panic is a failed run
 
@@ -83,6 +84,12 @@ async fn run() {
         param_values: param_values(agents * per_agent),
         leader_env: Vec::new(),
         log_level: "info".into(),
+        // A thousand leases renewed on two shared cores: a longer TTL than
+        // the default keeps a late renewal from fencing a running session.
+        worker_args: vec![
+            "--lease-ttl".into(),
+            env_or("FARM_LEASE_TTL_SECONDS", 30u64).to_string(),
+        ],
     };
     eprintln!(
         "farm: starting {daemons} worker daemons x {slices} slices, run_ms {:?}",
@@ -177,6 +184,8 @@ async fn run() {
             job.final_answer,
             farm.logs()
         );
+        // The processes go with the farm; exit skips destructors.
+        drop(farm);
         std::process::exit(1);
     }
 }

@@ -47,6 +47,8 @@ pub struct FarmOptions {
     pub leader_env: Vec<(String, String)>,
     /// `MTSWARM_LOG` of every process.
     pub log_level: String,
+    /// Extra arguments of every worker (e.g. `--lease-ttl 30`).
+    pub worker_args: Vec<String>,
 }
 
 /// The running farm; dropping it kills every process and the server.
@@ -157,7 +159,8 @@ impl FarmStack {
                     .to_args(),
                 )
                 .arg("--leader-public-key-file")
-                .arg(&decision_key.public_file);
+                .arg(&decision_key.public_file)
+                .args(&options.worker_args);
             clean_environment(&mut command);
             command.env("MTSWARM_LOG", &options.log_level);
             let process = NodeProcess::spawn(&format!("worker {board}"), command)
