@@ -322,28 +322,11 @@ pub async fn wait_for_job(
     let started = tokio::time::Instant::now();
     let mut last_print = started;
     loop {
-        let mut record = None;
-        let mut page_token = String::new();
-        loop {
-            let page = control
-                .list_jobs(v1::ListJobsRequest {
-                    states: Vec::new(),
-                    page_size: 0,
-                    page_token,
-                })
-                .await
-                .expect("ListJobs")
-                .into_inner();
-            if let Some(found) = page.jobs.into_iter().find(|j| j.job_id == job_id) {
-                record = Some(found);
-                break;
-            }
-            if page.next_page_token.is_empty() {
-                break;
-            }
-            page_token = page.next_page_token;
-        }
-        let record = record.unwrap_or_else(|| panic!("job {job_id} is not listed"));
+        let record = crate::jobs::list_all_jobs(control)
+            .await
+            .into_iter()
+            .find(|j| j.job_id == job_id)
+            .unwrap_or_else(|| panic!("job {job_id} is not listed"));
         if crate::jobs::is_final(record.state()) {
             return crate::jobs::get_job(control, job_id).await;
         }
