@@ -375,7 +375,9 @@ pub fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn clean_environment(command: &mut Command) {
+/// Leaves a test process only the environment it is given: no model,
+/// leader or NATS settings of the shell that runs the tests.
+pub(crate) fn clean_environment(command: &mut Command) {
     command
         .env("MTSWARM_LOG", "info")
         .env_remove("MTSWARM_LLM_URL")

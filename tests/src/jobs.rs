@@ -69,6 +69,28 @@ pub async fn get_job<T: GrpcTransport>(
         .expect("a job record")
 }
 
+/// Every job ListJobs lists, all pages (a page token repeated ends it).
+pub async fn list_all_jobs<T: GrpcTransport>(control: &mut ControlClient<T>) -> Vec<v1::JobRecord> {
+    let mut jobs = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let page = control
+            .list_jobs(v1::ListJobsRequest {
+                states: Vec::new(),
+                page_size: 0,
+                page_token: page_token.clone(),
+            })
+            .await
+            .expect("ListJobs")
+            .into_inner();
+        jobs.extend(page.jobs);
+        if page.next_page_token.is_empty() || page.next_page_token == page_token {
+            return jobs;
+        }
+        page_token = page.next_page_token;
+    }
+}
+
 /// Whether a job in `state` has ended (it never changes again).
 pub fn is_final(state: v1::JobState) -> bool {
     matches!(

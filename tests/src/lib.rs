@@ -15,6 +15,7 @@
 
 pub mod chaos;
 pub mod cli;
+pub mod farm;
 pub mod jobs;
 pub mod process;
 pub mod stack;

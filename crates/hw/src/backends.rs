@@ -14,6 +14,7 @@ use crate::emulator::EmulatorBoard;
 use crate::fleet::{Fleet, FleetBoard, config_error};
 use crate::host::HostBoard;
 use crate::sdk::{SdkBoard, SdkConfig};
+use crate::simulated::SimulatedBoard;
 
 impl Fleet {
     /// Open the backend for one of this fleet's slices. `sdk` supplies the
@@ -34,6 +35,11 @@ impl Fleet {
             }
             BackendKind::Host => Arc::new(HostBoard::new(slice.clone(), board.spec.clone())?),
             BackendKind::Sdk => Arc::new(sdk_board(board, slice.clone(), sdk.clone())?),
+            BackendKind::Simulated => Arc::new(SimulatedBoard::new(
+                slice.clone(),
+                board.spec.clone(),
+                board.simulated.unwrap_or_default(),
+            )?),
         })
     }
 }

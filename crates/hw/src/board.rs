@@ -26,6 +26,9 @@ pub enum BackendKind {
     Sdk,
     /// Plain C on the local CPU, real timing.
     Host,
+    /// No compiler and no process: modeled figures after a timer (see
+    /// [`crate::simulated`]), for farms larger than the machine.
+    Simulated,
 }
 
 impl fmt::Display for BackendKind {
@@ -34,6 +37,7 @@ impl fmt::Display for BackendKind {
             Self::Emulator => "emulator",
             Self::Sdk => "sdk",
             Self::Host => "host",
+            Self::Simulated => "simulated",
         })
     }
 }
@@ -132,6 +136,31 @@ pub struct RunRequest {
     /// Extra arguments for the harness.
     #[serde(default)]
     pub args: Vec<String>,
+}
+
+impl RunRequest {
+    /// What every backend checks before a launch: `artifact` was built for
+    /// `slice`'s backend, the cores are within the slice, at least one run.
+    pub(crate) fn check(&self, artifact: &Artifact, slice: &Slice) -> Result<(), HwError> {
+        if artifact.backend != slice.backend {
+            return Err(HwError::Config(format!(
+                "artifact was built for the {} backend, not {}",
+                artifact.backend, slice.backend
+            )));
+        }
+        if self.cores == 0 || self.cores > slice.cores {
+            return Err(HwError::Config(format!(
+                "cores = {} is out of range 1..={} for slice {}",
+                self.cores,
+                slice.cores,
+                slice.id()
+            )));
+        }
+        if self.runs == 0 {
+            return Err(HwError::Config("runs must be at least 1".into()));
+        }
+        Ok(())
+    }
 }
 
 /// Event counters of one run (modeled on the emulator, zero where a backend

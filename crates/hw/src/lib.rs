@@ -1,8 +1,9 @@
 //! mtswarm-hw: the MT-3000 hardware as the rest of the system sees it.
 //!
 //! The chip model ([`spec`]), how a farm is sliced ([`fleet`]), the [`Board`]
-//! trait with its three backends (the shipped emulator, the real SDK through
-//! command templates, the host CPU), measurement statistics and the per-slice
+//! trait with its backends (the shipped emulator, the real SDK through
+//! command templates, the host CPU, and a simulated board for farm-scale
+//! tests), measurement statistics and the per-slice
 //! hardware lock.
 
 mod backends;
@@ -21,6 +22,7 @@ pub mod plausibility;
 pub mod process;
 pub mod sandbox;
 pub mod sdk;
+pub mod simulated;
 pub mod spec;
 pub mod toolchain;
 pub mod tune;
@@ -36,5 +38,6 @@ pub use host::HostBoard;
 pub use lock::{HwGuard, HwLock, LockStats};
 pub use measure::{MeasureConfig, Measurement, measure};
 pub use sdk::{SdkBoard, SdkConfig};
+pub use simulated::SimulatedBoard;
 pub use spec::ChipSpec;
 pub use tune::TuneSpace;

@@ -48,7 +48,7 @@ pub struct MeasureConfig {
     /// Extra harness arguments.
     pub args: Vec<String>,
     /// Treat the backend as deterministic (modeled timing). `None`: the
-    /// emulator is, the others are not.
+    /// emulator and the simulated backend are, the others are not.
     pub deterministic: Option<bool>,
     /// Time of a reference version of the same kernel, seconds.
     pub baseline_seconds: Option<f64>,
@@ -252,9 +252,10 @@ pub async fn measure(
     if config.cores == 0 {
         return Err(HwError::Config("measure: cores must be at least 1".into()));
     }
-    let deterministic = config
-        .deterministic
-        .unwrap_or(board.backend() == BackendKind::Emulator);
+    let deterministic = config.deterministic.unwrap_or(matches!(
+        board.backend(),
+        BackendKind::Emulator | BackendKind::Simulated
+    ));
     let wall_start = std::time::Instant::now();
     let mut result = Measurement {
         slice: board.slice().id(),

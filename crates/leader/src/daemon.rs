@@ -284,6 +284,11 @@ impl LeaderHandle {
         self.shared.results.counters()
     }
 
+    /// Sizes of the in-memory tables that hold per-job state (idle: all 0).
+    pub fn table_sizes(&self) -> crate::shared::LeaderTableSizes {
+        self.shared.table_sizes()
+    }
+
     /// (running, queued) job counts of this leader's scheduler.
     pub fn job_counts(&self) -> (usize, usize) {
         self.shared.scheduler.counts()

@@ -128,3 +128,4 @@ pub use ids::LEADER_AGENT_ID;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
 pub use policy::BuiltinLeaderPolicy;
 pub use results::LeaderCounters;
+pub use shared::LeaderTableSizes;

@@ -414,6 +414,16 @@ impl ResultTable {
         self.jobs.remove(job_id);
     }
 
+    /// Jobs with a table (running or about to run on this leader).
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// No job has a table.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
     /// The counters so far.
     pub fn counters(&self) -> LeaderCounters {
         self.counters.snapshot()

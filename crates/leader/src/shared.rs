@@ -76,7 +76,39 @@ pub(crate) struct Shared {
     pub(crate) standby_tx: tokio::sync::mpsc::UnboundedSender<String>,
 }
 
+/// Entries of the leader's in-memory tables that hold per-job state: each
+/// goes back to its idle size when the jobs end, whatever number of jobs
+/// ran before (see [`crate::LeaderHandle::table_sizes`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaderTableSizes {
+    /// Job runners of this process.
+    pub runners: usize,
+    /// Job contexts (agents, tasks, result tables of running jobs).
+    pub contexts: usize,
+    /// Per-job result tables.
+    pub result_tables: usize,
+    /// Slices claimed for agents of running jobs.
+    pub claimed_slices: usize,
+    /// Jobs the scheduler counts as running.
+    pub running: usize,
+    /// Jobs the scheduler holds queued.
+    pub queued: usize,
+}
+
 impl Shared {
+    /// The sizes of the per-job tables now.
+    pub(crate) fn table_sizes(&self) -> LeaderTableSizes {
+        let (running, queued) = self.scheduler.counts();
+        LeaderTableSizes {
+            runners: self.runners.len(),
+            contexts: self.contexts.len(),
+            result_tables: self.results.len(),
+            claimed_slices: self.claimed_slices.len(),
+            running,
+            queued,
+        }
+    }
+
     /// A fresh job's context on this daemon's bus, jobs KV and result
     /// tables (the job's table is registered here).
     pub(crate) fn job_context(

@@ -85,24 +85,7 @@ async fn submit_burst_is_accepted_or_refused_and_nothing_is_lost() {
     let deadline = drain_started + Duration::from_secs(120);
     let mut control = stack.control().await;
     let (listed, unfinished) = loop {
-        let mut jobs = Vec::new();
-        let mut page_token = String::new();
-        loop {
-            let page = control
-                .list_jobs(v1::ListJobsRequest {
-                    states: Vec::new(),
-                    page_size: 0,
-                    page_token: page_token.clone(),
-                })
-                .await
-                .expect("ListJobs")
-                .into_inner();
-            jobs.extend(page.jobs);
-            if page.next_page_token.is_empty() || page.next_page_token == page_token {
-                break;
-            }
-            page_token = page.next_page_token;
-        }
+        let jobs = mtswarm_tests::jobs::list_all_jobs(&mut control).await;
         let listed: BTreeSet<String> = jobs.iter().map(|j| j.job_id.clone()).collect();
         let unfinished = jobs.iter().filter(|j| !is_final(j.state())).count();
         if unfinished == 0 || tokio::time::Instant::now() >= deadline {

@@ -9,7 +9,7 @@
 //! # One [[board]] table per board.
 //! [[board]]
 //! id = "board0"
-//! backend = "emulator"          # emulator | sdk | host
+//! backend = "emulator"          # emulator | sdk | host | simulated
 //! slicing = "per-cluster"       # one slice per cluster, all its cores
 //!
 //! [[board]]
@@ -35,10 +35,19 @@
 //! faults = { hang = 0.2, crash = 0.1, wrong = 0.1, seed = 7 }
 //! # A slice's own `faults` replaces the board's for that slice.
 //! slices = [{ cluster = 0 }, { cluster = 1, cores = 16, faults = { crash = 1.0 } }]
+//!
+//! [[board]]
+//! id = "sim0"
+//! backend = "simulated"         # no compiler, no process: a timer per run
+//! spec = { clusters = 64, cores_per_cluster = 1 }   # 64 single-core slices
+//! slicing = "per-cluster"
+//! run_ms = [5, 20]              # per execution: a fixed number or [low, high]
+//! incorrect_fraction = 0.1      # share of configurations with wrong answers
+//! noise = 0.005                 # relative spread of the measured times
 //! ```
 //!
 //! Rules (checked by [`Fleet::from_toml_str`], errors name the board):
-//! board ids are unique and non-empty; the backend is one of the three; a
+//! board ids are unique and non-empty; the backend is one of the four; a
 //! board uses either `slicing` or `slices`, not both; `slicing` is `whole`
 //! or `per-cluster` (with an optional `cores` per cluster); every listed
 //! cluster is `< spec.clusters`, appears once, and has `1..=cores_per_cluster`
@@ -51,6 +60,12 @@
 //! slice, launch number): a hang is killed by the run timeout and reported as
 //! a timeout, a crash is a SIGSEGV death of the harness, a wrong answer fails
 //! the harness's own check.
+//!
+//! `run_ms` (default `[5, 20]`, whole milliseconds up to 600000),
+//! `incorrect_fraction` (default 0, in `0..=1`) and `noise` (default 0.005,
+//! in `0..=0.1`) belong to `simulated` boards only (see
+//! [`crate::simulated`]); on another backend they are errors naming the
+//! board and the key.
 //!
 //! This module says what exists; how a slice's backend is opened
 //! (`Fleet::open`) is in `backends.rs`.
@@ -66,8 +81,10 @@ use crate::faults::FaultConfig;
 use crate::spec::ChipSpec;
 
 mod selector;
+mod simulated;
 
 pub use selector::{SelectorError, SelectorOp, SelectorTerm, SliceSelector};
+pub use simulated::{DEFAULT_NOISE, DEFAULT_RUN_MS, SimulatedSettings};
 
 /// One board of the fleet, validated, with its slices.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -91,6 +108,9 @@ pub struct FleetBoard {
     /// Fault injection per slice id (`board0/c1`); slices without faults
     /// are absent.
     pub faults: BTreeMap<String, FaultConfig>,
+    /// Run times, wrong answers and noise of a `simulated` board (`None` on
+    /// every other backend).
+    pub simulated: Option<SimulatedSettings>,
 }
 
 impl FleetBoard {
@@ -139,6 +159,15 @@ struct RawBoard {
     /// Fault injection for every slice of the board.
     #[serde(default)]
     faults: Option<toml::Value>,
+    /// Simulated boards: milliseconds per execution, fixed or `[low, high]`.
+    #[serde(default)]
+    run_ms: Option<toml::Value>,
+    /// Simulated boards: share of configurations that answer wrongly.
+    #[serde(default)]
+    incorrect_fraction: Option<toml::Value>,
+    /// Simulated boards: relative spread of the measured times.
+    #[serde(default)]
+    noise: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,9 +184,9 @@ pub(crate) fn config_error(msg: String) -> HwError {
     HwError::Config(format!("fleet: {msg}"))
 }
 
-/// A backend name that is none of the three.
+/// A backend name that is none of the four.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown backend `{0}` (expected emulator, sdk or host)")]
+#[error("unknown backend `{0}` (expected emulator, sdk, host or simulated)")]
 pub struct UnknownBackend(pub String);
 
 /// Parse a backend name the way the fleet file and selectors spell it.
@@ -166,6 +195,7 @@ pub fn parse_backend(name: &str) -> Result<BackendKind, UnknownBackend> {
         "emulator" => Ok(BackendKind::Emulator),
         "sdk" => Ok(BackendKind::Sdk),
         "host" => Ok(BackendKind::Host),
+        "simulated" => Ok(BackendKind::Simulated),
         other => Err(UnknownBackend(other.to_owned())),
     }
 }
@@ -375,6 +405,12 @@ impl Fleet {
             let spec = board_spec(rb, base_dir)?;
             let slices = board_slices(rb, backend, &spec)?;
             let faults = board_faults(rb, backend, &slices)?;
+            let simulated = simulated::RawSimulated {
+                run_ms: rb.run_ms.as_ref(),
+                incorrect_fraction: rb.incorrect_fraction.as_ref(),
+                noise: rb.noise.as_ref(),
+            }
+            .settings(&rb.id, backend == BackendKind::Simulated)?;
             boards.push(FleetBoard {
                 id: rb.id.clone(),
                 backend,
@@ -384,6 +420,7 @@ impl Fleet {
                 sdk_root: rb.sdk_root.clone(),
                 slices,
                 faults,
+                simulated,
             });
         }
         Ok(Self { boards })

@@ -264,23 +264,7 @@ impl Board for SdkBoard {
     }
 
     async fn run(&self, artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
-        if artifact.backend != BackendKind::Sdk {
-            return Err(HwError::Config(format!(
-                "artifact was built for the {} backend, not sdk",
-                artifact.backend
-            )));
-        }
-        if request.cores == 0 || request.cores > self.slice.cores {
-            return Err(HwError::Config(format!(
-                "cores = {} is out of range 1..={} for slice {}",
-                request.cores,
-                self.slice.cores,
-                self.slice.id()
-            )));
-        }
-        if request.runs == 0 {
-            return Err(HwError::Config("runs must be at least 1".into()));
-        }
+        request.check(artifact, &self.slice)?;
         let expansion = Expansion {
             config: &self.config,
             slice: &self.slice,

@@ -314,7 +314,7 @@ impl Toolchain {
 /// The tune.toml `[model]` figures of a build, when the directory has them
 /// (an expression that does not evaluate leaves the build unchecked against
 /// the roofline, with a log line; the peak and bandwidth checks still hold).
-fn model_figures(
+pub(crate) fn model_figures(
     kernel_dir: &Path,
     defines: &BTreeMap<String, String>,
     spec: &ChipSpec,

@@ -24,6 +24,7 @@ mod run;
 
 pub(crate) use crate::emu::Flavor;
 pub use board::ToolchainBoard;
+pub(crate) use build::model_figures;
 pub use run::EMULATED_LAUNCH_NICENESS;
 
 /// Flags shared by every compile. `-fno-ivopts` only shortens the host

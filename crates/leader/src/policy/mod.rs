@@ -6,7 +6,8 @@
 //! exactly as with a real model.
 //!
 //! Plan:
-//! 1. `list_fleet` and `read_file("tune.toml")` together;
+//! 1. `list_fleet` (compact: the free slice ids, at most `num_agents`) and
+//!    `read_file("tune.toml")` together;
 //! 2. `spawn_agent` once per free matching slice (at most `num_agents` when
 //!    the job sets it), named `tuner-1`, `tuner-2`, ... on explicit slices;
 //! 3. split the tune.toml configurations (constraints applied with the
@@ -109,7 +110,7 @@ impl BuiltinLeaderPolicy {
         let history = History::new(messages);
         let Some(last) = history.last_calls() else {
             return Turn::Calls(vec![
-                call("fleet", "list_fleet", json!({})),
+                call("fleet", "list_fleet", fleet_args(&job)),
                 call("tune", "read_file", json!({"path": TUNE_FILE})),
             ]);
         };
@@ -228,16 +229,7 @@ fn spawn(history: &History<'_>, last: &[ToolCall], job: &JobLine) -> Turn {
         Ok(fleet) => fleet,
         Err(error) => return Turn::Final(failure(&format!("cannot read the fleet: {error}"))),
     };
-    let free: Vec<String> = fleet["slices"]
-        .as_array()
-        .map(|slices| {
-            slices
-                .iter()
-                .filter(|s| s["state"] == "free")
-                .filter_map(|s| s["slice_id"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let free = free_slices(&fleet);
     if free.is_empty() {
         return Turn::Final(failure(&format!(
             "no free slice matches the selector {}",
@@ -423,7 +415,7 @@ fn retry_start(history: &History<'_>) -> Option<Turn> {
     Some(Turn::Calls(vec![call(
         "retry-fleet",
         "list_fleet",
-        json!({}),
+        json!({"compact": true, "limit": failed.len()}),
     )]))
 }
 
@@ -433,14 +425,38 @@ fn retry_free_slices(history: &History<'_>) -> Vec<String> {
         .all_calls()
         .find(|c| c.name == "list_fleet" && c.id.starts_with(RETRY))
         .and_then(|c| history.json_result(c).ok())
-        .and_then(|fleet| {
-            fleet["slices"].as_array().map(|slices| {
-                slices
-                    .iter()
-                    .filter(|s| s["state"] == "free")
-                    .filter_map(|s| s["slice_id"].as_str().map(str::to_string))
-                    .collect()
-            })
+        .map(|fleet| free_slices(&fleet))
+        .unwrap_or_default()
+}
+
+/// `list_fleet` arguments: the compact listing (free slice ids only), at
+/// most as many as the job wants agents, so a large fleet fits one tool
+/// result as the model is shown it.
+fn fleet_args(job: &JobLine) -> Value {
+    let mut args = json!({"compact": true});
+    if job.num_agents > 0 {
+        args["limit"] = json!(job.num_agents);
+    }
+    args
+}
+
+/// The free slice ids of a `list_fleet` result: its compact `free_slices`,
+/// or the free entries of its full `slices` listing.
+fn free_slices(fleet: &Value) -> Vec<String> {
+    if let Some(ids) = fleet["free_slices"].as_array() {
+        return ids
+            .iter()
+            .filter_map(|id| id.as_str().map(str::to_string))
+            .collect();
+    }
+    fleet["slices"]
+        .as_array()
+        .map(|slices| {
+            slices
+                .iter()
+                .filter(|s| s["state"] == "free")
+                .filter_map(|s| s["slice_id"].as_str().map(str::to_string))
+                .collect()
         })
         .unwrap_or_default()
 }

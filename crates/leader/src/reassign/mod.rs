@@ -258,6 +258,10 @@ impl Reassigner {
     }
 
     async fn sweep(&mut self) {
+        // Shortages of jobs that ended are never logged again.
+        let contexts = &self.shared.contexts;
+        self.shortage_logged
+            .retain(|(job_id, _, _)| contexts.contains_key(job_id));
         let forced: Vec<_> = self
             .forced
             .iter()

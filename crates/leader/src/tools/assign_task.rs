@@ -10,9 +10,8 @@ use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
 use super::{ToolEnv, output, text_arg};
+use crate::fleet::parse_selector;
 use crate::ids::{call_key, task_id_for};
-use crate::job::JobContext;
-use crate::shared::Shared;
 
 pub(super) struct AssignTask(pub(super) Arc<ToolEnv>);
 
@@ -71,7 +70,7 @@ impl Tool for AssignTask {
             )));
         }
         let task_id = task_id_for(&job.job_id, &key);
-        let measure_baseline = first_on_its_slice_kind(&self.0.shared, job, &agent.slice_id).await;
+        let measure_baseline = first_on_its_slice_kind(&self.0, &agent.slice_id).await;
         let task = v1::TaskAssignment {
             task_id: task_id.clone(),
             job_id: job.job_id.clone(),
@@ -101,7 +100,7 @@ impl Tool for AssignTask {
         // Known before it is published, so even an instant result is accepted.
         job.results.register(&task_id, &agent.agent_id, 1);
         job.tasks().insert(task_id.clone(), record.clone());
-        if let Err(error) = job.store_tasks(std::slice::from_ref(&record), 1).await {
+        if let Err(error) = job.store_tasks(std::slice::from_ref(&record), 0).await {
             job.tasks().remove(&task_id);
             job.results.settle(
                 &task_id,
@@ -112,6 +111,7 @@ impl Tool for AssignTask {
                 "task not recorded in the job record: {error}"
             )));
         }
+        self.0.spawning.count_tasks(job, 1).await;
         if let Err(error) = job.publish_recorded(&task).await {
             job.results.settle(
                 &task_id,
@@ -138,18 +138,34 @@ fn slice_kind(descriptor: &v1::SliceDescriptor) -> String {
 /// kind of slice, so its worker measures the tune.toml baseline first. Read
 /// from the job's own task records (durable, so a leader restart does not
 /// measure again) and the fleet's slice descriptors; a fleet that cannot be
-/// read measures nothing (a missing speed-up, never a wrong one).
-async fn first_on_its_slice_kind(shared: &Shared, job: &JobContext, slice_id: &str) -> bool {
-    let workers = match shared.workers.list().await {
-        Ok(workers) => workers,
+/// read measures nothing (a missing speed-up, never a wrong one). The
+/// worker records come from the job's shared fleet view (one read serves a
+/// turn of concurrent assignments).
+async fn first_on_its_slice_kind(env: &ToolEnv, slice_id: &str) -> bool {
+    let job = &env.job;
+    let selector_text = job.spec.slice_selector.clone();
+    let view = match parse_selector(&selector_text) {
+        Ok(selector) => {
+            env.spawning
+                .view(&env.shared, &selector_text, selector.as_ref(), false)
+                .await
+        }
+        Err(error) => {
+            tracing::warn!(%error, job_id = %job.job_id, "job selector not readable; no baseline measured with this task");
+            return false;
+        }
+    };
+    let view = match view {
+        Ok((view, _)) => view,
         Err(error) => {
             tracing::warn!(%error, job_id = %job.job_id, "fleet not read; no baseline measured with this task");
             return false;
         }
     };
-    let kinds: HashMap<String, String> = workers
+    let kinds: HashMap<String, String> = view
+        .workers
         .iter()
-        .flat_map(|w| w.value.slices.iter())
+        .flat_map(|w| w.slices.iter())
         .map(|d| (canonical_slice_id(&d.slice_id), slice_kind(d)))
         .collect();
     let Some(kind) = kinds.get(&canonical_slice_id(slice_id)) else {

@@ -1,4 +1,9 @@
 //! `list_fleet`: the slices matching a selector with their state.
+//!
+//! With `compact: true` it answers only the ids of the free slices (at most
+//! `limit` of them) and the counts: a fleet of a thousand slices listed in
+//! full is far more than a tool result the model is shown (the leader cuts
+//! each at 16,000 characters), and the free ids are what spawning needs.
 
 use std::sync::Arc;
 
@@ -11,6 +16,10 @@ use crate::placement::fleet_view;
 
 pub(super) struct ListFleet(pub(super) Arc<ToolEnv>);
 
+/// Free slice ids a compact listing gives when the call sets no `limit`:
+/// a thousand ids of a dozen characters fit one tool result as shown.
+pub(crate) const DEFAULT_COMPACT_LIMIT: usize = 1024;
+
 #[async_trait::async_trait]
 impl Tool for ListFleet {
     tool_meta!(
@@ -22,7 +31,9 @@ impl Tool for ListFleet {
     );
     fn input_schema(&self) -> Value {
         json!({"type":"object","properties":{
-            "selector":{"type":"string","description":"slice selector, e.g. backend=emulator,cores>=8; empty = the job's selector"}
+            "selector":{"type":"string","description":"slice selector, e.g. backend=emulator,cores>=8; empty = the job's selector"},
+            "compact":{"type":"boolean","description":"answer only the free slice ids (free_slices) and the counts, for large fleets"},
+            "limit":{"type":"integer","minimum":1,"description":"with compact: list at most this many free slice ids (default 1024)"}
         },"additionalProperties":false})
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
@@ -41,7 +52,21 @@ impl Tool for ListFleet {
             .filter(|w| w.draining)
             .map(|w| w.worker_id.as_str())
             .collect();
+        let compact = args.get("compact").and_then(Value::as_bool) == Some(true);
+        let limit = match args.get("limit") {
+            None | Some(Value::Null) => DEFAULT_COMPACT_LIMIT,
+            Some(value) => value
+                .as_u64()
+                .filter(|n| *n >= 1)
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+                .ok_or_else(|| {
+                    ToolError::InvalidArgs(format!(
+                        "limit must be a whole number of slices >= 1, got {value}"
+                    ))
+                })?,
+        };
         let mut free = 0;
+        let mut free_slices: Vec<String> = Vec::new();
         let slices: Vec<Value> = view
             .slices
             .iter()
@@ -56,6 +81,9 @@ impl Tool for ListFleet {
                 }
                 if state == "free" {
                     free += 1;
+                    if free_slices.len() < limit {
+                        free_slices.push(d.slice_id.clone());
+                    }
                 }
                 let mut entry = json!({
                     "slice_id": d.slice_id, "worker_id": s.worker_id, "board": d.board,
@@ -67,6 +95,15 @@ impl Tool for ListFleet {
                 entry
             })
             .collect();
+        if compact {
+            return Ok(output(json!({
+                "selector": selector_text,
+                "free": free,
+                "free_slices": free_slices,
+                "slices_total": slices.len(),
+                "workers": view.workers.len(),
+            })));
+        }
         Ok(output(json!({
             "selector": selector_text,
             "slices": slices,

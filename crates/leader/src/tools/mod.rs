@@ -2,7 +2,7 @@
 //!
 //! | tool | arguments | result (JSON text) |
 //! |---|---|---|
-//! | `list_fleet` | `selector?` (default: the job's) | `{"slices":[{slice_id, worker_id, board, cluster, cores, backend, state, session_id?}], "free": n, "workers": n}` |
+//! | `list_fleet` | `selector?` (default: the job's), `compact?`, `limit?` | `{"slices":[{slice_id, worker_id, board, cluster, cores, backend, state, session_id?}], "free": n, "workers": n}`; with `compact: true` `{"free_slices":[ids, at most limit (1024)], "free": n, "slices_total": n, "workers": n}` |
 //! | `spawn_agent` | `selector?`, `role?`, `instructions?`, `name?`, `slice_id?` | `{"agent", "session_id", "worker_id", "slice_id"}` |
 //! | `assign_task` | `agent`, `instructions`, `parameters?` (object) | `{"task_id", "agent", "attempt"}` |
 //! | `collect_result` | `agents?` or `tasks?` (default: every task), `mode?` any\|all, `timeout_seconds?` | a compact summary within a fixed budget ([`crate::digest::collect_summary`]): `{"tasks", "finished", "timed_out", "task_status", "candidate_status", "best", "failed_tasks", "pending_tasks", "errors", "agents", "omitted"}` |
@@ -74,12 +74,15 @@ mod list_fleet;
 mod read_file;
 mod result_details;
 mod spawn_agent;
+mod spawning;
 
 /// What every leader tool works with: the job's state and the daemon's
 /// shared handles.
 pub(crate) struct ToolEnv {
     pub(crate) job: Arc<JobContext>,
     pub(crate) shared: Arc<Shared>,
+    /// What the job's concurrent `spawn_agent` calls share.
+    pub(crate) spawning: spawning::Spawning,
 }
 
 /// The registry of leader tools for one job.
@@ -87,6 +90,7 @@ pub(crate) fn registry(shared: Arc<Shared>, context: Arc<JobContext>) -> ToolReg
     let env = Arc::new(ToolEnv {
         job: context,
         shared,
+        spawning: spawning::Spawning::default(),
     });
     let tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(list_fleet::ListFleet(env.clone())),

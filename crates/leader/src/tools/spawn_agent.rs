@@ -1,5 +1,6 @@
 //! `spawn_agent`: start a worker agent on a free slice, recorded before the
-//! worker is called; a re-executed call answers as the first did.
+//! worker is called; a re-executed call answers as the first did. The calls
+//! of one turn run concurrently (see [`super::spawning`]).
 
 use std::sync::Arc;
 
@@ -10,10 +11,11 @@ use tracing::Instrument;
 
 use super::{ToolEnv, output, text_arg};
 use crate::error::SpawnError;
+use crate::fleet::FleetView;
 use crate::fleet::parse_selector;
 use crate::ids::call_key;
 use crate::job::{AgentEntry, JobContext};
-use crate::placement::{fleet_view, spawn_on, stop_session};
+use crate::placement::{spawn_on, stop_session};
 use crate::shared::Shared;
 
 pub(super) struct SpawnAgent(pub(super) Arc<ToolEnv>);
@@ -35,7 +37,7 @@ impl Tool for SpawnAgent {
         "Start a worker agent on a free slice matching the selector (default: the job's). Returns the agent id (the optional name) used by assign_task, collect_result and cancel_agent.",
         Risk::Medium,
         false,
-        false
+        true
     );
     fn input_schema(&self) -> Value {
         json!({"type":"object","properties":{
@@ -58,16 +60,18 @@ impl Tool for SpawnAgent {
         if let Some(agent) = known {
             return Ok(output(respawned(shared, job, &agent).await));
         }
-        let agent_id = match text_arg(&args, "name") {
-            Some(name) => name,
-            None => format!("agent-{}", job.agents().len() + 1),
-        };
-        agent_name_ok(&agent_id)?;
-        if job.agents().contains_key(&agent_id) {
-            return Err(ToolError::InvalidArgs(format!(
-                "an agent named {agent_id:?} already exists in this job"
-            )));
+        let wanted = text_arg(&args, "name");
+        if let Some(name) = &wanted {
+            agent_name_ok(name)?;
         }
+        let spawning = &self.0.spawning;
+        let reservation = spawning.reserve_name(job, wanted).map_err(|taken| {
+            ToolError::InvalidArgs(format!(
+                "an agent named {taken:?} already exists in this job"
+            ))
+        })?;
+        let agent_id = reservation.name().to_string();
+        agent_name_ok(&agent_id)?;
         let role = text_arg(&args, "role").unwrap_or_else(|| "tuner".to_string());
         let instructions = text_arg(&args, "instructions").unwrap_or_default();
         let selector_text =
@@ -75,9 +79,22 @@ impl Tool for SpawnAgent {
         let selector =
             parse_selector(&selector_text).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
         let wanted_slice = text_arg(&args, "slice_id");
-        let view = fleet_view(shared, selector.as_ref())
-            .await
-            .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))?;
+        let _permit = spawning.permit().await;
+        let read = |fresh: bool| {
+            let selector = selector.as_ref();
+            let selector_text = selector_text.as_str();
+            async move {
+                spawning
+                    .view(shared, selector_text, selector, fresh)
+                    .await
+                    .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))
+            }
+        };
+        let (mut view, cached) = read(false).await?;
+        if cached && !has_free_slice(&view, wanted_slice.as_deref(), shared) {
+            // The shared view may predate a slice freed meanwhile.
+            view = read(true).await?.0;
+        }
         let session_id = format!(
             "{}-{}",
             job.job_id.chars().take(36).collect::<String>(),
@@ -196,6 +213,22 @@ impl Tool for SpawnAgent {
             "no free slice matches selector {selector_text:?}{detail}"
         )))
     }
+}
+
+/// Whether `view` shows a free, unclaimed slice (`wanted`, when given) on a
+/// worker that is not draining.
+fn has_free_slice(view: &FleetView, wanted: Option<&str>, shared: &Shared) -> bool {
+    view.slices.iter().any(|slice| {
+        slice.slice.as_ref().is_some_and(|d| {
+            wanted.is_none_or(|w| w == d.slice_id)
+                && slice.state() == v1::SliceState::Free
+                && !shared.claimed_slices.contains_key(&d.slice_id)
+                && view
+                    .workers
+                    .iter()
+                    .any(|w| w.worker_id == slice.worker_id && !w.draining)
+        })
+    })
 }
 
 /// How [`start_session`] ended.
