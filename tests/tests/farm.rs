@@ -64,6 +64,20 @@ async fn a_64_agent_job_over_simulated_boards_finds_the_model_best() {
     );
     assert_eq!(job.agents_total, AGENTS, "one agent per slice");
     assert_eq!(job.tasks.len(), AGENTS as usize, "one task per agent");
+    let seconds = |at: &Option<mtswarm_proto::prost_types::Timestamp>| {
+        at.as_ref()
+            .map(|t| t.seconds as f64 + f64::from(t.nanos) * 1e-9)
+            .unwrap_or_default()
+    };
+    let last_task = job
+        .tasks
+        .iter()
+        .map(|t| seconds(&t.finished_at))
+        .fold(0.0, f64::max);
+    eprintln!(
+        "farm: {AGENTS} agents, job final {:.2} s after its last task",
+        seconds(&job.finished_at) - last_task
+    );
     for task in &job.tasks {
         assert!(
             task.done && task.status() == v1::TaskStatus::Ok,
