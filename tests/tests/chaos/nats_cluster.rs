@@ -113,9 +113,21 @@ async fn job_completes_when_a_stream_leader_of_a_three_node_cluster_is_killed() 
         "an attempt was published twice: {:?}",
         end.counts
     );
-    assert_eq!(
-        end.counts.highest_attempt, 1,
-        "a task moved although no lease could lapse: {:?}",
+    // With leases far longer than an election nothing should move, and on
+    // an idle machine nothing does. A machine loaded enough to stall the
+    // daemons past a lease (seen once under a full CI run) may move a task
+    // once; that costs time, never a result (asserted above), and the logs
+    // say why.
+    if end.counts.highest_attempt > 1 {
+        eprintln!(
+            "nats_cluster: a task moved ({:?}); logs:\n{}",
+            end.counts,
+            stack.logs()
+        );
+    }
+    assert!(
+        end.counts.highest_attempt <= 2,
+        "a task moved more than once on one node loss: {:?}",
         end.counts
     );
     assert_eq!(end.counts.tasks, 2, "{:?}", end.counts);
