@@ -114,10 +114,9 @@ async fn job_completes_when_a_stream_leader_of_a_three_node_cluster_is_killed() 
         end.counts
     );
     // With leases far longer than an election nothing should move, and on
-    // an idle machine nothing does. A machine loaded enough to stall the
-    // daemons past a lease (seen once under a full CI run) may move a task
-    // once; that costs time, never a result (asserted above), and the logs
-    // say why.
+    // an idle machine nothing does. Under a full CI run a task moved once;
+    // the cause is not known yet. A move costs time, never a result
+    // (asserted above), so it is allowed once and its logs are printed.
     if end.counts.highest_attempt > 1 {
         eprintln!(
             "nats_cluster: a task moved ({:?}); logs:\n{}",
