@@ -20,7 +20,7 @@ use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 use tokio::time::Instant;
 
-use crate::support::{Started, ms, one_at_a_time, outcome, start_mid_job};
+use crate::support::{Started, assert_workers_alive, ms, one_at_a_time, outcome, start_mid_job};
 
 /// Bound of the cluster's own waits (elections take seconds).
 const WAIT: Duration = Duration::from_secs(60);
@@ -145,14 +145,7 @@ async fn job_completes_when_a_stream_leader_of_a_three_node_cluster_is_killed() 
     // Every stream and bucket is replicated, and the node is current on each.
     let all: Vec<_> = probe.jetstream().stream_names().collect().await;
     assert_eq!(streams, all.len(), "replicated streams of {all:?}");
-    for worker in &mut stack.workers {
-        assert!(
-            worker.process.try_status().is_none(),
-            "{} exited:\n{}",
-            worker.process.name(),
-            worker.process.stderr()
-        );
-    }
+    assert_workers_alive(&mut stack);
 }
 
 /// Asks the leader of `stream`, on `node`, to step down, and returns the

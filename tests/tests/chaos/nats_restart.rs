@@ -10,7 +10,7 @@ use std::time::Duration;
 use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
-use crate::support::{Started, ms, one_at_a_time, outcome, start_mid_job};
+use crate::support::{Started, assert_workers_alive, ms, one_at_a_time, outcome, start_mid_job};
 
 /// How long the server stays down (the fault being injected).
 const OUTAGE: Duration = Duration::from_secs(1);
@@ -62,12 +62,5 @@ async fn restart_mid_job(scenario: &str, lease_ttl_seconds: u64) {
         2,
         "both workers re-registered: {fleet:#?}"
     );
-    for worker in &mut stack.workers {
-        assert!(
-            worker.process.try_status().is_none(),
-            "{} exited:\n{}",
-            worker.process.name(),
-            worker.process.stderr()
-        );
-    }
+    assert_workers_alive(&mut stack);
 }

@@ -425,3 +425,16 @@ pub(crate) async fn start_mid_job(options: ChaosOptions, goal: &str) -> Started 
     wait_checkpoint(stack, &assigned[0], 2).await;
     started
 }
+
+/// Every worker process of `stack` is still running (a scenario that hurt
+/// only NATS must not have taken a daemon down with it).
+pub(crate) fn assert_workers_alive(stack: &mut ChaosStack) {
+    for worker in &mut stack.workers {
+        assert!(
+            worker.process.try_status().is_none(),
+            "{} exited:\n{}",
+            worker.process.name(),
+            worker.process.stderr()
+        );
+    }
+}
