@@ -187,6 +187,23 @@ pub enum BusError {
         expected_revision: u64,
     },
 
+    /// A job owner's write found the record written by a later owner of
+    /// the job (a larger fencing epoch, see [`crate::ownership`]): this
+    /// writer lost the job and must write nothing more for it.
+    #[error(
+        "KV {bucket}/{key} belongs to the job's owner at epoch {stored_epoch}; a write at epoch {epoch} is refused"
+    )]
+    Fenced {
+        /// KV bucket name.
+        bucket: String,
+        /// Key within the bucket.
+        key: String,
+        /// Epoch of the refused writer.
+        epoch: u64,
+        /// Epoch stored in the record.
+        stored_epoch: u64,
+    },
+
     /// A create-only write found the key already present.
     #[error("KV {bucket}/{key} already exists")]
     AlreadyExists {

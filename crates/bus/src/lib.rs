@@ -53,7 +53,7 @@ pub use async_nats::jetstream::stream::StorageType;
 pub use codec::BusMessage;
 pub use config::{BusConfig, TlsConfig};
 pub use error::BusError;
-pub use jobs::Jobs;
+pub use jobs::{Jobs, OwnerWrites};
 pub use kv::{KvChange, KvWatch, TypedKv, Versioned};
 pub use leases::{KeptLease, LeaseEvent, LeaseKeeper, LeaseRequest, LeaseWatch, Leases};
 pub use messaging::{

@@ -371,6 +371,33 @@ impl Fence {
         }
     }
 
+    /// Maps a write's error for the owner: [`BusError::Fenced`] (the store
+    /// found the record written by a later owner of the job) marks the
+    /// ownership lost for every watcher and becomes
+    /// [`OwnershipError::Lost`]; any other error is handed back.
+    pub fn refused(&self, error: BusError) -> Result<OwnershipError, BusError> {
+        match error {
+            BusError::Fenced {
+                key, stored_epoch, ..
+            } => {
+                let reason = format!(
+                    "{key} was written by the job's owner at epoch {stored_epoch}, after this one"
+                );
+                self.state.send_replace(KeptOwnership::Lost {
+                    reason: reason.clone(),
+                });
+                Ok(OwnershipError::Lost {
+                    job_id: self.job_id.clone(),
+                    leader_id: self.leader_id.clone(),
+                    epoch: self.epoch,
+                    now_owner: None,
+                    reason,
+                })
+            }
+            other => Err(other),
+        }
+    }
+
     /// Resolves with the reason once the ownership is lost (never while it
     /// is held; at once with `None` when it was released).
     pub async fn lost(&self) -> Option<String> {

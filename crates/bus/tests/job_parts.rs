@@ -60,7 +60,7 @@ async fn record_listings_and_watches_skip_the_parts_by_their_keys() {
     jobs.put_loop_state(&v1::LeaderCheckpoint {
         job_id: "job1".into(),
         state_json: b"{}".to_vec(),
-        updated_at: None,
+        ..Default::default()
     })
     .await
     .expect("loop");
@@ -91,7 +91,7 @@ async fn record_listings_and_watches_skip_the_parts_by_their_keys() {
     jobs.put_loop_state(&v1::LeaderCheckpoint {
         job_id: "job2".into(),
         state_json: b"{}".to_vec(),
-        updated_at: None,
+        ..Default::default()
     })
     .await
     .expect("loop");

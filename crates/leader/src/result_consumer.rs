@@ -279,24 +279,27 @@ pub(crate) async fn replay_job_results(
 /// recorded done already: a replayed result), and the result is journaled.
 async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     // Only the job's owner records its results.
-    let fenced = match shared.fence(&result.job_id) {
-        Some(fence) => fence
-            .check("recording a task result")
-            .err()
-            .map(|e| e.to_string()),
-        None => Some("this leader does not own the job".to_string()),
+    let Some(fence) = shared.fence(&result.job_id) else {
+        tracing::warn!(job_id = %result.job_id, task_id = %result.task_id, reason = "this leader does not own the job", "accepted result not recorded here");
+        return;
     };
-    if let Some(reason) = fenced {
-        tracing::warn!(job_id = %result.job_id, task_id = %result.task_id, %reason, "accepted result not recorded here");
+    if let Err(error) = fence.check("recording a task result") {
+        tracing::warn!(job_id = %result.job_id, task_id = %result.task_id, reason = %error, "accepted result not recorded here");
         return;
     }
+    let owner = shared.jobs.as_owner(fence.epoch());
+    // A refusal by the store (a later owner wrote the record) marks the
+    // ownership lost; the result is then recorded by that owner.
+    let refused = |error: mtswarm_bus::BusError| match fence.refused(error) {
+        Ok(lost) => lost.to_string(),
+        Err(other) => other.to_string(),
+    };
     let usage = result.usage.unwrap_or_default();
     let finished_at = result
         .finished_at
         .unwrap_or_else(|| prost_types::Timestamp::from(SystemTime::now()));
     let mut already_done = false;
-    let marked = shared
-        .jobs
+    let marked = owner
         .modify_task(&result.job_id, &result.task_id, |stored| {
             already_done = stored.is_some_and(|t| t.done);
             let mut task = stored.filter(|t| !t.done)?.clone();
@@ -306,12 +309,12 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
             Some(task)
         })
         .await;
-    if let Err(error) = &marked {
+    if let Err(error) = marked {
+        let error = refused(error);
         tracing::warn!(%error, job_id = %result.job_id, task_id = %result.task_id, "task record not marked done with its result");
     }
     if !already_done
-        && let Err(error) = shared
-            .jobs
+        && let Err(error) = owner
             .modify(&result.job_id, |job| {
                 job.tasks_done = job.tasks_done.saturating_add(1);
                 let total = job.usage.get_or_insert_with(Default::default);
@@ -324,6 +327,7 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
             })
             .await
     {
+        let error = refused(error);
         tracing::warn!(%error, job_id = %result.job_id, "job record not updated with a result");
     }
     if let Err(error) = shared

@@ -142,6 +142,7 @@ impl ControlService {
             created_at: Some(now),
             updated_at: Some(now),
             traceparent,
+            owner_epoch: fence.epoch(),
             ..Default::default()
         };
         match shared.jobs.create(&record).await {

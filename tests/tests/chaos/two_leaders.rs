@@ -6,7 +6,9 @@
 //!   twice the ownership TTL and finishes it;
 //! - the owner is SIGSTOPped past its lease: the standby takes over; when
 //!   the stale owner is SIGCONTed its writes are refused (it logs the lost
-//!   ownership and stops the job's loop), and the job ends once.
+//!   ownership and stops the job's loop), and the job ends once; the job's
+//!   record carries the new owner's epoch, which the store checks every
+//!   owner write against.
 //!
 //! Either way no task is lost or accepted twice, no attempt is published
 //! twice, and "job finished" is logged once, by the new owner.
@@ -222,6 +224,14 @@ async fn a_paused_owner_is_fenced_after_a_standby_took_its_job() {
             .lines()
             .any(|l| l.contains("job finished") && l.contains(&job_id)),
         "the stale owner logged the job's end\n{stale_logs}"
+    );
+    // The new owner stamped the record with its epoch before it acted:
+    // the store itself refuses the stale owner's writes from then on.
+    assert!(
+        end.job.owner_epoch >= second.value.epoch,
+        "record stamped at epoch {} after the takeover at {}",
+        end.job.owner_epoch,
+        second.value.epoch
     );
     assert_finished_once(&stack, &end, &job_id);
 }

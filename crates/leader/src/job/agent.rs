@@ -45,6 +45,8 @@ impl AgentEntry {
             cancelled: self.cancelled,
             spawn_call_id: self.spawn_call_id.clone(),
             moves: self.moves,
+            // Stamped by the owner's write (`OwnerWrites`).
+            owner_epoch: 0,
         }
     }
 

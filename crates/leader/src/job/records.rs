@@ -8,16 +8,34 @@
 //! Every write and publish checks the job's ownership fence first
 //! ([`mtswarm_bus::Fence`]): a leader that lost the job (its lease lapsed
 //! while it was paused, or another leader took it) is refused with
-//! [`JobWriteError::Fenced`] and writes nothing.
+//! [`JobWriteError::Fenced`] and writes nothing. The writes go through
+//! [`mtswarm_bus::OwnerWrites`] at the fence's epoch, so the store refuses
+//! them too once a later owner wrote the record, whatever this leader's
+//! fence says; such a refusal marks the ownership lost.
 
 use std::time::SystemTime;
 
-use mtswarm_bus::v1;
+use mtswarm_bus::{BusError, OwnerWrites, v1};
 
 use super::{AgentEntry, JobContext};
 use crate::error::JobWriteError;
 
 impl JobContext {
+    /// The job's record writes as its owner at the fence's epoch.
+    pub(crate) fn owner_writes(&self) -> OwnerWrites {
+        self.jobs.as_owner(self.fence.epoch())
+    }
+
+    /// A write's bus error as the job's: a refusal by the store (a later
+    /// owner wrote the record) marks the ownership lost and is
+    /// [`JobWriteError::Fenced`].
+    pub(crate) fn write_error(&self, error: BusError) -> JobWriteError {
+        match self.fence.refused(error) {
+            Ok(lost) => JobWriteError::Fenced(lost),
+            Err(other) => JobWriteError::Bus(other),
+        }
+    }
+
     /// Writes (inserts or replaces) the agent's placement: the one in
     /// memory at the time of the write (every caller updated memory
     /// first), so of two racing writes the later state lands last.
@@ -25,13 +43,14 @@ impl JobContext {
         self.fence.check("an agent placement")?;
         let agent_id = entry.agent_id.as_str();
         let created = self
-            .jobs
+            .owner_writes()
             .put_agent(&self.job_id, agent_id, || {
                 self.agent(agent_id)
                     .unwrap_or_else(|| entry.clone())
                     .to_placement()
             })
-            .await?;
+            .await
+            .map_err(|e| self.write_error(e))?;
         if created {
             self.count_agents(|total| total.saturating_add(1)).await;
         }
@@ -45,10 +64,15 @@ impl JobContext {
             tracing::warn!(%error, job_id = %self.job_id, agent_id, "failed placement not removed");
             return;
         }
-        match self.jobs.remove_agent(&self.job_id, agent_id).await {
+        match self
+            .owner_writes()
+            .remove_agent(&self.job_id, agent_id)
+            .await
+        {
             Ok(true) => self.count_agents(|total| total.saturating_sub(1)).await,
             Ok(false) => {}
             Err(error) => {
+                let error = self.write_error(error);
                 tracing::warn!(%error, job_id = %self.job_id, agent_id, "failed placement not removed from the job's agents");
             }
         }
@@ -62,12 +86,13 @@ impl JobContext {
             return;
         }
         if let Err(error) = self
-            .jobs
+            .owner_writes()
             .modify(&self.job_id, |record| {
                 record.agents_total = change(record.agents_total);
             })
             .await
         {
+            let error = self.write_error(error);
             tracing::warn!(%error, job_id = %self.job_id, "agent count of the job record not updated");
         }
     }
@@ -86,21 +111,23 @@ impl JobContext {
             let Some(assignment) = &task.assignment else {
                 continue;
             };
-            self.jobs
+            self.owner_writes()
                 .modify_task(&self.job_id, &assignment.task_id, |stored| match stored {
                     Some(existing) if existing.done => None,
                     _ => Some(task.clone()),
                 })
-                .await?;
+                .await
+                .map_err(|e| self.write_error(e))?;
         }
         if new_tasks > 0
             && let Err(error) = self
-                .jobs
+                .owner_writes()
                 .modify(&self.job_id, |record| {
                     record.tasks_total = record.tasks_total.saturating_add(new_tasks);
                 })
                 .await
         {
+            let error = self.write_error(error);
             tracing::warn!(%error, job_id = %self.job_id, new_tasks, "task count of the job record not updated");
         }
         Ok(())
@@ -119,7 +146,7 @@ impl JobContext {
                 task.status = status as i32;
             }
             if let Err(error) = self
-                .jobs
+                .owner_writes()
                 .modify_task(&self.job_id, task_id, |stored| {
                     let mut task = stored.filter(|t| !t.done)?.clone();
                     task.done = true;
@@ -129,6 +156,7 @@ impl JobContext {
                 })
                 .await
             {
+                let error = self.write_error(error);
                 tracing::warn!(%error, job_id = %self.job_id, task_id, "settled task not recorded");
             }
         }
@@ -155,7 +183,7 @@ impl JobContext {
             stored.assigned_at = Some(now);
         }
         if let Err(error) = self
-            .jobs
+            .owner_writes()
             .modify_task(&self.job_id, &task_id, |stored| {
                 let mut record = stored?.clone();
                 let stored = record.assignment.as_mut()?;
@@ -167,6 +195,7 @@ impl JobContext {
             })
             .await
         {
+            let error = self.write_error(error);
             // Harmless: a resume publishes it again and the stream drops
             // the copy as a duplicate.
             tracing::warn!(%error, job_id = %self.job_id, task_id, "task publish not recorded");

@@ -51,14 +51,21 @@ impl CheckpointSink for JobCheckpointSink {
             job_id: self.job_id.clone(),
             state_json: json.into_bytes(),
             updated_at: Some(now()),
+            owner_epoch: self.fence.epoch(),
         };
         self.shared
             .jobs
+            .as_owner(self.fence.epoch())
             .put_loop_state(&checkpoint)
             .await
-            .map(|_| ())
-            .map_err(|e| mtswarm_core::CheckpointError::Store {
-                reason: format!("leader checkpoint not stored: {e}"),
+            .map_err(|error| {
+                let reason = match self.fence.refused(error) {
+                    Ok(lost) => lost.to_string(),
+                    Err(other) => other.to_string(),
+                };
+                mtswarm_core::CheckpointError::Store {
+                    reason: format!("leader checkpoint not stored: {reason}"),
+                }
             })
     }
 }

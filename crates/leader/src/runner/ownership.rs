@@ -9,6 +9,9 @@
 //!   restarted leader ([`super::resume_job`]). A start, and every
 //!   re-opened watch (markers may have been missed meanwhile), scans the
 //!   job records for unowned QUEUED or RUNNING jobs ([`take_unowned`]).
+//!   Before resuming, it stamps the job's record with its epoch
+//!   ([`mtswarm_bus::OwnerWrites::claim`]): the store refuses every later
+//!   write of an earlier owner from then on.
 //! - [`guard_ownership`]: when a job's ownership is lost here (a renewal
 //!   refused, or a write that found its fence closed: this leader was
 //!   paused past its TTL), the job's loop stops on this leader without
@@ -132,13 +135,27 @@ async fn take_over(shared: &Arc<Shared>, job_id: &str) -> bool {
             return false;
         }
     };
-    // Read again under the ownership: it may have ended meanwhile.
-    match shared.jobs.get(job_id).await {
-        Ok(Some(record)) if live(&record.value) => {
-            resume_owned(shared, record.value, fence).await;
+    // Stamp the record with this epoch before acting on the job: from
+    // now on the store refuses every write of an earlier owner (one paused
+    // past its lease may still think it holds the job). The record is read
+    // under the ownership by it: the job may have ended meanwhile.
+    match shared.jobs.as_owner(fence.epoch()).claim(job_id).await {
+        Ok(record) if live(&record.value) => {
+            // Boxed: a resume's future is large, and this one nests in the
+            // standby loop's.
+            Box::pin(resume_owned(shared, record.value, fence)).await;
             true
         }
-        _ => {
+        Ok(_) => {
+            shared.release_ownership(job_id).await;
+            false
+        }
+        Err(error) => {
+            let error = match fence.refused(error) {
+                Ok(lost) => lost.to_string(),
+                Err(other) => other.to_string(),
+            };
+            tracing::warn!(%error, job_id, "job record not claimed; not taking the job over");
             shared.release_ownership(job_id).await;
             false
         }

@@ -45,18 +45,31 @@ pub(crate) async fn transition(
             tracing::warn!(%error, job_id, state = current.as_str_name(), "job state not written");
             return None;
         }
-        let written = shared
-            .jobs
-            .modify(job_id, |record| {
-                previous = record.state();
-                if is_final(previous) {
-                    return;
+        let apply = |record: &mut v1::JobRecord| {
+            previous = record.state();
+            if is_final(previous) {
+                return;
+            }
+            record.state = current as i32;
+            record.updated_at = Some(now());
+            change(record);
+        };
+        let written = match fence {
+            Some(fence) => {
+                let owner = shared.jobs.as_owner(fence.epoch());
+                // Boxed: this future nests in every job runner's.
+                let written = Box::pin(owner.modify(job_id, apply)).await;
+                match written.map_err(|error| fence.refused(error)) {
+                    Ok(written) => Ok(written),
+                    Err(Ok(lost)) => {
+                        tracing::warn!(error = %lost, job_id, state = current.as_str_name(), "job state not written");
+                        return None;
+                    }
+                    Err(Err(other)) => Err(other),
                 }
-                record.state = current as i32;
-                record.updated_at = Some(now());
-                change(record);
-            })
-            .await;
+            }
+            None => shared.jobs.modify(job_id, apply).await,
+        };
         match written {
             Err(error)
                 if !matches!(error, mtswarm_bus::BusError::NotFound { .. })

@@ -96,6 +96,8 @@ impl Tool for AssignTask {
             status: v1::TaskStatus::Unspecified as i32,
             assign_call_id: key,
             finished_at: None,
+            // Stamped by the owner's write (`OwnerWrites`).
+            owner_epoch: 0,
         };
         // Known before it is published, so even an instant result is accepted.
         job.results.register(&task_id, &agent.agent_id, 1);

@@ -12,6 +12,12 @@
 //! (`JobRecord.agents`, `tasks`, `leader_state_json`); [`Jobs::assembled`]
 //! reads both kinds and [`Jobs::split_embedded`] moves the parts of an old
 //! record to their keys.
+//!
+//! The job's owner writes through [`OwnerWrites`] ([`Jobs::as_owner`]):
+//! the same writes, refused when a later owner of the job wrote the record
+//! (see [`owner`]).
+
+mod owner;
 
 use std::time::SystemTime;
 
@@ -22,6 +28,9 @@ use crate::kv::{KvWatch, TypedKv, Versioned};
 use crate::stores::MAX_CAS_RETRIES;
 use crate::subjects;
 use crate::{Bus, BusError};
+
+pub use owner::OwnerWrites;
+use owner::{OwnerStamped, Writer};
 
 /// Read-modify-write attempts of a job record before an update gives up.
 /// Higher than other buckets': every accepted result of a job counts in
@@ -73,18 +82,22 @@ async fn parts_of<U: BusMessage>(
 
 /// Read-modify-write of `key` at its revision: `next` gets the stored
 /// value (`None` when absent) and returns the one to write, or `None` to
-/// leave it; it runs again after a concurrent write. The value written and
-/// whether the key was created by it.
-async fn write_at_revision<U: BusMessage>(
+/// leave it; it runs again after a concurrent write. `writer` is checked
+/// against the stored value and stamped into the written one (see
+/// [`owner`]). The value written and whether the key was created by it.
+async fn write_at_revision<U: BusMessage + OwnerStamped>(
     kv: &TypedKv<U>,
     key: &str,
+    writer: Writer,
     mut next: impl FnMut(Option<&U>) -> Option<U>,
 ) -> Result<Option<(U, bool)>, BusError> {
     for _ in 0..MAX_CAS_RETRIES {
         let stored = kv.get(key).await?;
-        let Some(value) = next(stored.as_ref().map(|s| &s.value)) else {
+        writer.admit(stored.as_ref().map(|s| &s.value), kv.bucket(), key)?;
+        let Some(mut value) = next(stored.as_ref().map(|s| &s.value)) else {
             return Ok(None);
         };
+        writer.stamp(&mut value);
         let written = match &stored {
             Some(stored) => kv.update(key, &value, stored.revision).await,
             None => kv.create(key, &value).await,
@@ -100,6 +113,15 @@ async fn write_at_revision<U: BusMessage>(
         key: key.to_string(),
         expected_revision: 0,
     })
+}
+
+/// `checkpoint` with `updated_at` set to now when empty.
+fn dated(checkpoint: &LeaderCheckpoint) -> LeaderCheckpoint {
+    let mut checkpoint = checkpoint.clone();
+    if checkpoint.updated_at.is_none() {
+        checkpoint.updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+    }
+    checkpoint
 }
 
 /// The task id of a task record (empty without an assignment).
@@ -159,10 +181,20 @@ impl Jobs {
 
     /// Applies `change` to the latest record and writes it (with `updated_at`
     /// set to now), re-reading and re-applying on concurrent updates.
-    /// [`BusError::NotFound`] when absent.
+    /// [`BusError::NotFound`] when absent. For a writer that is not the
+    /// job's owner; the owner writes with [`OwnerWrites::modify`].
     pub async fn modify(
         &self,
         job_id: &str,
+        change: impl FnMut(&mut JobRecord),
+    ) -> Result<Versioned<JobRecord>, BusError> {
+        self.modify_record(job_id, Writer::NotOwner, change).await
+    }
+
+    async fn modify_record(
+        &self,
+        job_id: &str,
+        writer: Writer,
         mut change: impl FnMut(&mut JobRecord),
     ) -> Result<Versioned<JobRecord>, BusError> {
         for _ in 0..MAX_RECORD_CAS_RETRIES {
@@ -172,8 +204,10 @@ impl Jobs {
                     key: job_id.to_string(),
                 });
             };
+            writer.admit(Some(&current.value), self.kv.bucket(), job_id)?;
             let mut job = current.value;
             change(&mut job);
+            writer.stamp(&mut job);
             job.job_id = job_id.to_string();
             job.updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
             match self.kv.update(job_id, &job, current.revision).await {
@@ -260,10 +294,23 @@ impl Jobs {
         &self,
         job_id: &str,
         agent_id: &str,
+        current: impl FnMut() -> AgentPlacement,
+    ) -> Result<bool, BusError> {
+        self.write_agent(job_id, agent_id, Writer::NotOwner, current)
+            .await
+    }
+
+    async fn write_agent(
+        &self,
+        job_id: &str,
+        agent_id: &str,
+        writer: Writer,
         mut current: impl FnMut() -> AgentPlacement,
     ) -> Result<bool, BusError> {
-        let written = write_at_revision(&self.agents, &agent_key(job_id, agent_id), |stored| {
-            let placement = current();
+        let key = agent_key(job_id, agent_id);
+        let written = write_at_revision(&self.agents, &key, writer, |stored| {
+            let mut placement = current();
+            writer.stamp(&mut placement);
             (stored != Some(&placement)).then_some(placement)
         })
         .await?;
@@ -295,7 +342,8 @@ impl Jobs {
         task_id: &str,
         change: impl FnMut(Option<&TaskRecord>) -> Option<TaskRecord>,
     ) -> Result<Option<TaskRecord>, BusError> {
-        let written = write_at_revision(&self.tasks, &task_key(job_id, task_id), change).await?;
+        let key = task_key(job_id, task_id);
+        let written = write_at_revision(&self.tasks, &key, Writer::NotOwner, change).await?;
         Ok(written.map(|(task, _)| task))
     }
 
@@ -309,12 +357,10 @@ impl Jobs {
     }
 
     /// Replaces the loop's checkpoint of `checkpoint.job_id` (one writer:
-    /// the job's runner); `updated_at` is set to now when empty.
+    /// the job's runner, which writes through [`OwnerWrites::put_loop_state`]
+    /// when it owns the job); `updated_at` is set to now when empty.
     pub async fn put_loop_state(&self, checkpoint: &LeaderCheckpoint) -> Result<u64, BusError> {
-        let mut checkpoint = checkpoint.clone();
-        if checkpoint.updated_at.is_none() {
-            checkpoint.updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
-        }
+        let checkpoint = dated(checkpoint);
         self.loops
             .put(&loop_key(&checkpoint.job_id), &checkpoint)
             .await
@@ -365,6 +411,7 @@ impl Jobs {
                 job_id: job_id.to_string(),
                 state_json: record.leader_state_json.clone(),
                 updated_at: record.updated_at,
+                owner_epoch: record.owner_epoch,
             };
             keep_later(self.loops.create(&loop_key(job_id), &checkpoint).await)?;
         }
