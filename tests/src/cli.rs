@@ -33,6 +33,19 @@ pub fn stdout_of(output: &Output, what: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Runs `command` with its stdout a pipe whose reading end is closed
+/// already (what `| head -1` leaves once it has its line): every write
+/// fails with `EPIPE`. Its exit status and stderr.
+pub fn output_into_closed_pipe(mut command: Command) -> Output {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    command
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run the command")
+}
+
 /// The name of the ready file [`spawn_up`] gives `mtswarm up` in its directory.
 pub const UP_READY_FILE: &str = "up.ready.json";
 

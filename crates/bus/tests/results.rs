@@ -11,7 +11,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use common::{setup, stream_info, within};
 use mtswarm_bus::results::{
-    CSV_COLUMNS, ResultStats, measurement_subject, read_jsonl, to_csv, to_jsonl,
+    CSV_COLUMNS, ExportError, ResultStats, measurement_subject, read_jsonl, to_csv, to_jsonl,
 };
 use mtswarm_bus::{BusError, ResultQuery, ResultRecord, ResultsStore, subjects};
 
@@ -414,4 +414,30 @@ async fn records_survive_a_server_restart() {
     let stored = query(&store, ResultQuery::default()).await;
     assert_eq!(stored, sample_records());
     drop(server);
+}
+
+/// A writer whose reader went away (`| head`): every write fails.
+struct ClosedPipe;
+
+impl std::io::Write for ClosedPipe {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::ErrorKind::BrokenPipe.into())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::BrokenPipe.into())
+    }
+}
+
+#[test]
+fn a_closed_output_is_an_io_error_of_both_exports_not_an_encoding_one() {
+    let records = sample_records();
+    for error in [
+        to_jsonl(&records, ClosedPipe).expect_err("jsonl into a closed pipe"),
+        to_csv(&records, ClosedPipe).expect_err("csv into a closed pipe"),
+    ] {
+        match error {
+            ExportError::Io(io) => assert_eq!(io.kind(), std::io::ErrorKind::BrokenPipe),
+            other => panic!("not an I/O error: {other:?}"),
+        }
+    }
 }

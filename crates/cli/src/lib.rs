@@ -13,7 +13,9 @@
 //! - [`report`]: `report`, the HTML report of any job;
 //! - [`watch`]: live progress of a job, with interactive approvals;
 //! - [`decision`]: deciding one approval (`approve`/`deny` and `watch`);
-//! - `emu`: build and run one kernel on the emulator.
+//! - `emu`: build and run one kernel on the emulator;
+//! - [`completions`]: the shell completion scripts;
+//! - [`pipe`]: a closed stdout pipe ends any command quietly with success.
 //!
 //! The library form exists so that other binaries (the end-to-end tests'
 //! `mtswarm-node`) run exactly this command line: [`run`] is the whole of
@@ -21,12 +23,14 @@
 
 pub mod client;
 pub mod common;
+pub mod completions;
 pub mod credentials;
 pub mod daemons;
 pub mod decision;
 pub mod demo;
 pub mod emu;
 pub mod local_stack;
+pub mod pipe;
 pub mod render;
 pub mod report;
 pub mod results;
@@ -79,6 +83,8 @@ pub enum Command {
     Client(ClientCommand),
     /// The MT-3000 emulator that ships with mtswarm.
     Emu(emu::EmuArgs),
+    /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(completions::CompletionsCmd),
 }
 
 /// The exit codes of every command, shown by `--help`.
@@ -131,6 +137,7 @@ pub enum QuarantineCommand {
 /// ([`EXIT_CODES`]): 0 success, 1 the job/run failed, 2 an error (printed
 /// on stderr).
 pub fn run() -> ExitCode {
+    pipe::install_hook();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -144,6 +151,8 @@ pub fn run() -> ExitCode {
     };
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => code,
+        // The reader of our output went away (`| head`): it had enough.
+        Err(error) if pipe::is_closed_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("mtswarm: {error:#}");
             ExitCode::from(2)
@@ -163,6 +172,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Worker(cmd) => daemons::worker(cmd, &telemetry).await,
         Command::Credentials(cmd) => credentials::credentials(cmd),
         Command::Emu(args) => emu::main(args).await,
+        Command::Completions(cmd) => completions::completions(cmd),
         Command::Client(command) => {
             let mut guard = telemetry.init_client()?;
             let result = match command {

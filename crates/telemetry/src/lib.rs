@@ -379,6 +379,13 @@ fn otel_targets(log_level: Option<LevelFilter>) -> Targets {
         .with_target("opentelemetry_otlp", LevelFilter::OFF)
 }
 
+/// Whether human logs on stderr get colour escapes: only on a terminal,
+/// and never with `NO_COLOR` set to anything (<https://no-color.org>).
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && non_empty_env("NO_COLOR").is_none()
+}
+
 /// Builds the subscriber described by `config` without installing it.
 /// `test_writer` routes logs through libtest's capture.
 fn build_dispatch(
@@ -410,6 +417,7 @@ fn build_dispatch(
             .boxed(),
         (false, false) => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(colour_on_stderr())
             .boxed(),
         (false, true) => tracing_subscriber::fmt::layer().with_test_writer().boxed(),
     };

@@ -2,11 +2,13 @@
 //! `submit --json`, `watch --json` (JSON lines until the job ends, exit code
 //! from the job's state), `tasks --format csv|jsonl`, `results` (the
 //! measurements in the results store, over NATS), `jobs --json`,
-//! `approvals --json`.
+//! `approvals --json`; `watch --json` and `results --format jsonl` into a
+//! closed pipe (`| head -1`) end quietly with success, and their logs off
+//! a terminal carry no colour escapes.
 
 use std::process::Output;
 
-use mtswarm_tests::cli::{client_command, stdout_of};
+use mtswarm_tests::cli::{client_command, output_into_closed_pipe, stdout_of};
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
 use crate::support::{fan_out_options, start_stack};
@@ -67,6 +69,22 @@ async fn submit_watch_and_results_through_the_binary() {
                 &mtswarm(&leader, &["approvals", "--json", "--all"]),
                 "approvals",
             );
+            for args in [
+                vec!["watch", &job_id, "--json"],
+                vec!["results", &job_id, "--nats", &nats, "--format", "jsonl"],
+            ] {
+                let closed = output_into_closed_pipe(client_command(&node_bin!(), &leader, &args));
+                let stderr = String::from_utf8_lossy(&closed.stderr);
+                assert!(
+                    closed.status.success()
+                        && !stderr.contains("panicked")
+                        && !stderr.contains("Broken pipe")
+                        // Logs off a terminal carry no colour escapes.
+                        && !stderr.contains('\u{1b}'),
+                    "{args:?} into a closed pipe: {}, stderr: {stderr}",
+                    closed.status
+                );
+            }
             (job_id, watch, csv, jsonl, measured, jobs, approvals)
         })
         .await

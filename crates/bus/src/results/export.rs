@@ -14,10 +14,10 @@ pub enum ExportError {
     Io(#[from] std::io::Error),
     /// A record could not be encoded as JSON.
     #[error("encoding results as JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// A record could not be written as CSV.
     #[error("encoding results as CSV: {0}")]
-    Csv(#[from] csv::Error),
+    Csv(csv::Error),
     /// A line of JSONL input is not a [`ResultRecord`].
     #[error("line {line} of the JSONL input is not a result record: {source}")]
     BadLine {
@@ -27,6 +27,29 @@ pub enum ExportError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// A failed write through the encoder is an I/O error (so that a caller
+/// sees, say, a closed pipe for what it is), anything else an encoding one.
+impl From<serde_json::Error> for ExportError {
+    fn from(error: serde_json::Error) -> Self {
+        if error.is_io() {
+            ExportError::Io(error.into())
+        } else {
+            ExportError::Json(error)
+        }
+    }
+}
+
+impl From<csv::Error> for ExportError {
+    fn from(error: csv::Error) -> Self {
+        match error.kind() {
+            csv::ErrorKind::Io(io) => {
+                ExportError::Io(std::io::Error::new(io.kind(), io.to_string()))
+            }
+            _ => ExportError::Csv(error),
+        }
+    }
 }
 
 /// Writes one JSON object per line.
