@@ -12,6 +12,7 @@ use futures::{Stream, StreamExt as _};
 use mtswarm_proto::v1::SliceLease;
 
 use crate::kv::{KvChange, TypedKv, Versioned};
+use crate::renewal::Renewal;
 use crate::subjects;
 use crate::{Bus, BusError};
 
@@ -280,8 +281,10 @@ pub enum KeptLease {
 
 /// Renews a lease in the background every `renew_every` until released or
 /// lost. Renewal errors that are not a loss (e.g. NATS briefly unreachable,
-/// the server restarting) are retried on the next tick for as long as the
-/// lease's TTL has not run out since the last successful renewal; only a
+/// the server restarting, a cluster electing the bucket's stream leader)
+/// are retried after a short pause, each attempt waited on for one period
+/// at most (`crate::renewal`), for as long as the lease's TTL has not run
+/// out since the last successful renewal; only a
 /// refused renewal (someone else wrote the key: it lapsed or was taken over)
 /// or a TTL that ran out without a successful renewal (the server may have
 /// let the key lapse meanwhile, and a process that was paused, e.g. by
@@ -304,20 +307,18 @@ impl Leases {
         let task = tokio::spawn(async move {
             let ttl = Duration::from_secs(u64::from(held.value.ttl_seconds.max(1)));
             let mut current = held;
-            let mut renewed_at = tokio::time::Instant::now();
-            let mut ticker = tokio::time::interval(renew_every);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker.tick().await;
+            let mut renewal = Renewal::new(tokio::time::Instant::now(), renew_every, ttl);
             loop {
                 tokio::select! {
                     _ = &mut stop_rx => return,
-                    _ = ticker.tick() => {}
+                    _ = tokio::time::sleep(renewal.next_delay()) => {}
                 }
-                if renewed_at.elapsed() >= ttl {
+                let attempt_at = tokio::time::Instant::now();
+                if renewal.expired(attempt_at) {
                     let reason = format!(
                         "not renewed within its TTL of {} s (last renewal {:.1} s ago)",
                         ttl.as_secs(),
-                        renewed_at.elapsed().as_secs_f64()
+                        renewal.since_renewal(attempt_at).as_secs_f64()
                     );
                     tracing::warn!(slice_id = %current.value.slice_id, %reason, "slice lease lost");
                     state_tx.send_replace(KeptLease::Lost {
@@ -326,24 +327,24 @@ impl Leases {
                     });
                     return;
                 }
-                let attempt_at = tokio::time::Instant::now();
-                // A renewal stuck on a dead connection must not outlive the
-                // TTL: the loss is then reported on time.
-                let left = ttl.saturating_sub(renewed_at.elapsed());
-                let Ok(renewal) = tokio::time::timeout(left, leases.renew(&current)).await else {
-                    tracing::warn!(slice_id = %current.value.slice_id, "slice lease renewal did not complete within the TTL");
+                // A renewal stuck on a dead connection or a stream without
+                // a leader is abandoned after one period and sent again.
+                let wait = renewal.begin(attempt_at);
+                let Ok(result) = tokio::time::timeout(wait, leases.renew(&current)).await else {
+                    tracing::warn!(slice_id = %current.value.slice_id, waited_ms = wait.as_millis(), "slice lease renewal not acknowledged; sending it again");
                     continue;
                 };
-                match renewal {
+                match result {
                     Ok(renewed) => {
                         current = renewed.clone();
-                        renewed_at = attempt_at;
+                        renewal.stored(attempt_at);
                         state_tx.send_replace(KeptLease::Held(renewed));
                     }
                     Err(error @ BusError::LeaseLost { .. }) => {
                         // A renewal whose ack was lost (the server went away
-                        // after storing it) looks like a conflict: the key
-                        // then holds our own write, which we adopt.
+                        // after storing it, or the attempt was abandoned)
+                        // looks like a conflict: the key then holds our own
+                        // write, which we adopt.
                         if let Ok(Some(stored)) = leases.get(&current.value.slice_id).await
                             && stored.value.worker_id == current.value.worker_id
                             && stored.value.epoch == current.value.epoch
@@ -352,7 +353,7 @@ impl Leases {
                         {
                             tracing::info!(slice_id = %current.value.slice_id, "slice lease renewal had landed; continuing from it");
                             current = stored.clone();
-                            renewed_at = attempt_at;
+                            renewal.adopted(attempt_at);
                             state_tx.send_replace(KeptLease::Held(stored));
                             continue;
                         }

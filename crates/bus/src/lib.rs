@@ -31,6 +31,7 @@ pub mod local_server;
 mod messaging;
 pub mod ownership;
 pub mod permissions;
+mod renewal;
 pub mod reopen;
 pub mod results;
 mod stores;

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::codec::BusMessage;
 use crate::kv::{KvChange, TypedKv, Versioned};
+use crate::renewal::Renewal;
 use crate::subjects;
 use crate::{Bus, BusError};
 
@@ -417,7 +418,9 @@ impl Fence {
 
 /// Renews a job's ownership every `renew_every` until released or lost,
 /// and hands out the [`Fence`] its writes check. Renewal errors that are
-/// not a loss (NATS briefly away) are retried while the TTL since the last
+/// not a loss (NATS briefly away, a cluster electing the bucket's stream
+/// leader) are retried after a short pause, each attempt waited on for one
+/// period at most (`crate::renewal`), while the TTL since the last
 /// successful renewal has not run out (the fence closes when it does).
 #[derive(Debug)]
 pub struct OwnershipKeeper {
@@ -450,49 +453,66 @@ impl JobOwners {
         let owners = self.clone();
         let task = tokio::spawn(async move {
             let mut current = held;
-            let mut renewed_at = Instant::now();
-            let mut ticker = tokio::time::interval(renew_every);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticker.tick().await;
+            let mut renewal = Renewal::new(Instant::now(), renew_every, ttl - margin);
+            let hold = |owner: Versioned<JobOwner>, from: Instant| {
+                // Not over a loss a fence check recorded meanwhile.
+                state.send_if_modified(|s| match s {
+                    KeptOwnership::Held { .. } => {
+                        *s = KeptOwnership::Held {
+                            owner,
+                            valid_until: from + ttl - margin,
+                        };
+                        true
+                    }
+                    _ => false,
+                });
+            };
             loop {
                 tokio::select! {
                     _ = &mut stop_rx => return,
-                    _ = ticker.tick() => {}
+                    _ = tokio::time::sleep(renewal.next_delay()) => {}
                 }
                 if !matches!(*state.borrow(), KeptOwnership::Held { .. }) {
                     return;
                 }
-                if renewed_at.elapsed() >= ttl - margin {
+                let attempt_at = Instant::now();
+                if renewal.expired(attempt_at) {
                     let reason = format!(
                         "not renewed within its TTL of {} s (last renewal {:.1} s ago)",
                         ttl.as_secs(),
-                        renewed_at.elapsed().as_secs_f64()
+                        renewal.since_renewal(attempt_at).as_secs_f64()
                     );
                     state.send_replace(KeptOwnership::Lost { reason });
                     return;
                 }
-                let attempt_at = Instant::now();
-                let left = (ttl - margin).saturating_sub(renewed_at.elapsed());
-                let Ok(renewal) = tokio::time::timeout(left, owners.renew(&current)).await else {
+                // A renewal stuck on a dead connection or a stream without
+                // a leader is abandoned after one period and sent again.
+                let wait = renewal.begin(attempt_at);
+                let Ok(result) = tokio::time::timeout(wait, owners.renew(&current)).await else {
+                    tracing::warn!(job_id = %current.value.job_id, waited_ms = wait.as_millis(), "job ownership renewal not acknowledged; sending it again");
                     continue;
                 };
-                match renewal {
+                match result {
                     Ok(renewed) => {
                         current = renewed.clone();
-                        renewed_at = attempt_at;
-                        // Not over a loss a fence check recorded meanwhile.
-                        state.send_if_modified(|s| match s {
-                            KeptOwnership::Held { .. } => {
-                                *s = KeptOwnership::Held {
-                                    owner: renewed,
-                                    valid_until: attempt_at + ttl - margin,
-                                };
-                                true
-                            }
-                            _ => false,
-                        });
+                        renewal.stored(attempt_at);
+                        hold(renewed, attempt_at);
                     }
                     Err(error @ OwnershipError::Lost { .. }) => {
+                        // An abandoned renewal that was stored after all
+                        // makes the next one a conflict: the key then holds
+                        // our own write (only this keeper writes its epoch),
+                        // which we adopt.
+                        if let Ok(Some(stored)) = owners.get(&current.value.job_id).await
+                            && stored.value.leader_id == current.value.leader_id
+                            && stored.value.epoch == current.value.epoch
+                        {
+                            tracing::info!(job_id = %current.value.job_id, "job ownership renewal had landed; continuing from it");
+                            current = stored.clone();
+                            let from = renewal.adopted(attempt_at);
+                            hold(stored, from);
+                            continue;
+                        }
                         state.send_replace(KeptOwnership::Lost {
                             reason: error.to_string(),
                         });

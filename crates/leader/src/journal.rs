@@ -9,6 +9,12 @@
 //! source that survives leader restarts. A `JobEvent`'s `sequence` is its
 //! stream sequence (increasing within a job, not dense): `from_sequence`
 //! maps directly onto a JetStream start sequence.
+//!
+//! Every append waits for the stream's acknowledgement and sends again, under
+//! the same `Nats-Msg-Id`, what was not acknowledged: a stream whose leader
+//! died drops a publish until a new leader is elected (seconds on a
+//! cluster), and an event lost there (an accepted result) would be missing
+//! from `WatchJob` for good.
 
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
@@ -87,49 +93,68 @@ impl Journal {
         headers
     }
 
-    /// Appends an event without waiting for the stream (progress events).
+    /// Appends an event and waits until the stream stored it (see
+    /// [`Journal::append_confirmed`]); the error is logged by the caller.
     pub async fn append(
         &self,
         job_id: &str,
         event: v1::job_event::Event,
     ) -> Result<(), JournalError> {
-        let subject = job_events_subject(job_id)?;
-        let payload = Self::message(job_id, event).encode_to_vec();
-        self.bus
-            .client()
-            .publish_with_headers(subject.clone(), Self::headers(), payload.into())
-            .await
-            .map_err(|e| JournalError::Publish {
-                subject,
-                source: Box::new(e),
-            })
+        self.append_confirmed(job_id, event).await.map(|_| ())
     }
 
-    /// Appends an event and waits until the stream stored it (state changes).
+    /// Appends an event and waits until the stream stored it; returns its
+    /// stream sequence. A publish the stream did not acknowledge (its leader
+    /// being elected again after a node died, the connection moving to
+    /// another node) is sent again under the same `Nats-Msg-Id` until it is
+    /// acknowledged or [`APPEND_PATIENCE`] ran out, so a retry of a publish
+    /// that was stored after all is dropped by the stream, not stored twice.
     pub async fn append_confirmed(
         &self,
         job_id: &str,
         event: v1::job_event::Event,
     ) -> Result<u64, JournalError> {
-        let subject = job_events_subject(job_id)?;
-        let payload = Self::message(job_id, event).encode_to_vec();
-        let ack = self
-            .bus
-            .jetstream()
-            .publish_with_headers(subject.clone(), Self::headers(), payload.into())
-            .await
-            .map_err(|e| JournalError::Publish {
-                subject: subject.clone(),
-                source: Box::new(e),
-            })?
-            .await
-            .map_err(|e| JournalError::NotAcknowledged {
-                subject: subject.clone(),
-                source: Box::new(e),
-            })?;
-        Ok(ack.sequence)
+        self.append_with_id(job_id, event, new_message_id()).await
     }
 
+    /// [`Journal::append_confirmed`] under a message id of the caller's: an
+    /// event that may be appended twice (an accepted result replayed after a
+    /// leader restart) is stored once within the stream's duplicate window.
+    pub async fn append_with_id(
+        &self,
+        job_id: &str,
+        event: v1::job_event::Event,
+        message_id: String,
+    ) -> Result<u64, JournalError> {
+        self.send(job_id, event, message_id).await?.confirm().await
+    }
+
+    /// Sends an event without waiting for the acknowledgement; the caller
+    /// confirms it with [`PendingAppend::confirm`] (the relay keeps many in
+    /// flight). The send itself is retried like an unacknowledged publish.
+    pub(crate) async fn send(
+        &self,
+        job_id: &str,
+        event: v1::job_event::Event,
+        message_id: String,
+    ) -> Result<PendingAppend, JournalError> {
+        let subject = job_events_subject(job_id)?;
+        let payload = bytes::Bytes::from(Self::message(job_id, event).encode_to_vec());
+        let mut headers = Self::headers();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, message_id.as_str());
+        let mut pending = PendingAppend {
+            journal: self.clone(),
+            subject,
+            headers,
+            payload,
+            ack: None,
+            give_up: tokio::time::Instant::now() + APPEND_PATIENCE,
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(2)),
+            attempts: 0,
+        };
+        pending.send().await?;
+        Ok(pending)
+    }
     /// The job's events from `from_sequence` (0 = oldest retained), then live.
     pub async fn watch(
         &self,
@@ -188,6 +213,101 @@ impl Journal {
     }
 }
 
+/// How long an append keeps sending an event the stream did not
+/// acknowledge. An election of the journal stream's leader after a node of
+/// a cluster died takes seconds (up to about ten on a loaded machine); a
+/// leader cut off from every node longer than this logs the event as lost.
+pub const APPEND_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A fresh message id for an event appended once.
+fn new_message_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// An event sent to the journal whose acknowledgement is still due.
+pub(crate) struct PendingAppend {
+    journal: Journal,
+    subject: String,
+    headers: async_nats::HeaderMap,
+    payload: bytes::Bytes,
+    /// The acknowledgement of the latest send, once it went out.
+    ack: Option<async_nats::jetstream::context::PublishAckFuture>,
+    give_up: tokio::time::Instant,
+    backoff: Backoff,
+    attempts: u32,
+}
+
+impl PendingAppend {
+    /// Sends the event, retrying a send that fails (the client refuses while
+    /// its outbound buffer is full or it is closed) until the patience ran out.
+    async fn send(&mut self) -> Result<(), JournalError> {
+        loop {
+            self.attempts += 1;
+            let sent = self
+                .journal
+                .bus
+                .jetstream()
+                .publish_with_headers(
+                    self.subject.clone(),
+                    self.headers.clone(),
+                    self.payload.clone(),
+                )
+                .await;
+            match sent {
+                Ok(ack) => {
+                    self.ack = Some(ack);
+                    return Ok(());
+                }
+                Err(error) => {
+                    let error = JournalError::Publish {
+                        subject: self.subject.clone(),
+                        source: Box::new(error),
+                    };
+                    self.wait_or_give_up(error).await?;
+                }
+            }
+        }
+    }
+
+    /// Waits before the next send, or returns `error` when the patience ran out.
+    async fn wait_or_give_up(&mut self, error: JournalError) -> Result<(), JournalError> {
+        let delay = self.backoff.next_delay();
+        if tokio::time::Instant::now() + delay >= self.give_up {
+            return Err(error);
+        }
+        tracing::debug!(%error, attempt = self.attempts, "journal append not stored yet; sending it again");
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+
+    /// Waits until the stream stored the event (sending it again, same
+    /// message id, while it is not acknowledged); returns its sequence.
+    pub(crate) async fn confirm(mut self) -> Result<u64, JournalError> {
+        loop {
+            let Some(ack) = self.ack.take() else {
+                self.send().await?;
+                continue;
+            };
+            match ack.await {
+                Ok(ack) => {
+                    if self.attempts > 1 {
+                        tracing::info!(subject = %self.subject, attempts = self.attempts, duplicate = ack.duplicate, "journal append stored after a retry");
+                    }
+                    return Ok(ack.sequence);
+                }
+                Err(error) => {
+                    let error = JournalError::NotAcknowledged {
+                        subject: self.subject.clone(),
+                        source: Box::new(error),
+                    };
+                    self.wait_or_give_up(error).await?;
+                    self.send().await?;
+                }
+            }
+        }
+    }
+}
+
 /// Relays every worker agent event published on `mtswarm.event.>` into its
 /// job's journal until `shutdown` fires (the leader's own events are
 /// journaled by the job runner). One subscription for all jobs: the cost
@@ -214,9 +334,18 @@ pub(crate) async fn relay_agent_events(
     else {
         return;
     };
+    // Appends are sent as events arrive and confirmed in order, up to
+    // RELAY_WINDOW in flight: a confirmed append per event would cap the
+    // relay at one round trip per event. An append retried after a failed
+    // acknowledgement can land after events sent behind it.
+    let mut in_flight = futures::stream::FuturesOrdered::new();
     loop {
         let message = tokio::select! {
-            message = subscriber.next() => message,
+            message = subscriber.next(), if in_flight.len() < RELAY_WINDOW => message,
+            Some(confirmed) = in_flight.next(), if !in_flight.is_empty() => {
+                log_unjournaled(confirmed);
+                continue;
+            }
             _ = shutdown.changed() => break,
         };
         let Some(message) = message else {
@@ -233,7 +362,7 @@ pub(crate) async fn relay_agent_events(
             .await
             {
                 Some(again) => subscriber = again,
-                None => return,
+                None => break,
             }
             continue;
         };
@@ -255,12 +384,40 @@ pub(crate) async fn relay_agent_events(
             continue;
         }
         let job_id = event.job_id.clone();
-        if let Err(error) = journal
-            .append(&job_id, v1::job_event::Event::AgentEvent(event))
+        match journal
+            .send(
+                &job_id,
+                v1::job_event::Event::AgentEvent(event),
+                new_message_id(),
+            )
             .await
         {
-            tracing::warn!(%subject, %error, "agent event not journaled");
+            Ok(pending) => in_flight.push_back(async move {
+                pending.confirm().await.map_err(|error| (subject, error))
+            }),
+            Err(error) => tracing::warn!(%subject, %error, "agent event not journaled"),
         }
+    }
+    // What was sent before shutdown is confirmed for a short while.
+    let drained = tokio::time::timeout(RELAY_DRAIN, async {
+        while let Some(confirmed) = in_flight.next().await {
+            log_unjournaled(confirmed);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("agent events still unconfirmed at shutdown");
+    }
+}
+
+/// Agent event appends the relay keeps unconfirmed at most.
+const RELAY_WINDOW: usize = 256;
+/// How long the relay confirms its appends in flight at shutdown.
+const RELAY_DRAIN: Duration = Duration::from_secs(5);
+
+fn log_unjournaled(confirmed: Result<u64, (String, JournalError)>) {
+    if let Err((subject, error)) = confirmed {
+        tracing::warn!(%subject, %error, "agent event not journaled");
     }
 }
 

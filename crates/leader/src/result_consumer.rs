@@ -332,9 +332,14 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     }
     if let Err(error) = shared
         .journal
-        .append(
+        .append_with_id(
             &result.job_id,
             v1::job_event::Event::TaskResult(result.clone()),
+            // One entry per accepted attempt, however often it is journaled.
+            format!(
+                "result.{}.{}.{}",
+                result.job_id, result.task_id, result.attempt
+            ),
         )
         .await
     {

@@ -12,8 +12,7 @@
 //! 7. [`burst`]: 1,000 submissions against small leader limits;
 //! 8. [`lost_streams`]: the results stream deleted mid-job;
 //! 9. [`nats_cluster`]: a stream leader of a 3-node NATS cluster SIGKILLed
-//!    mid-job, then restarted (ignored by default: it fails under load,
-//!    see the scenario).
+//!    mid-job, then restarted.
 //! 10. [`two_leaders`]: two leaders; the job's owner SIGKILLed, or
 //!     SIGSTOPped past its lease and SIGCONTed.
 //!
