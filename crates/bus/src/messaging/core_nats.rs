@@ -8,7 +8,7 @@ use futures::{Stream, StreamExt as _};
 use mtswarm_proto::v1;
 
 use super::delivery::{
-    ReceivedStream, ReplayedEvent, consumer_error, outgoing_headers, received_stream,
+    Received, ReceivedStream, ReplayedEvent, consumer_error, outgoing_headers, received_stream,
 };
 use crate::codec::{self, BusMessage};
 use crate::subjects;
@@ -55,12 +55,68 @@ impl Bus {
         self.publish_core(subject, event).await
     }
 
-    /// Live events of one job (from now on).
+    /// Publishes consecutive events of one session as one message on the
+    /// first event's subject: an `AgentEventBatch` when there are several
+    /// (one stored message in the events stream for all of them), a plain
+    /// `AgentEvent` when there is one, nothing when there are none. The
+    /// events must share job and agent: a batch that mixes them is refused
+    /// (`BusError::MixedEventBatch`), since its subject could name only one.
+    pub async fn publish_events(&self, events: &[v1::AgentEvent]) -> Result<(), BusError> {
+        let (first, rest) = match events {
+            [] => return Ok(()),
+            [only] => return self.publish_event(only).await,
+            [first, rest @ ..] => (first, rest),
+        };
+        if let Some(other) = rest
+            .iter()
+            .find(|e| e.job_id != first.job_id || e.agent_id != first.agent_id)
+        {
+            return Err(BusError::MixedEventBatch {
+                expected: format!("{}/{}", first.job_id, first.agent_id),
+                found: format!("{}/{}", other.job_id, other.agent_id),
+            });
+        }
+        let subject = subjects::event(&first.job_id, &first.agent_id)?;
+        let batch = v1::AgentEventBatch {
+            events: events.to_vec(),
+        };
+        self.publish_core(subject, &batch).await
+    }
+
+    /// Live events of one job (from now on), batches unpacked: one item
+    /// per event, in publication order.
     pub async fn subscribe_events(
         &self,
         job_id: &str,
     ) -> Result<ReceivedStream<v1::AgentEvent>, BusError> {
-        self.subscribe_core(subjects::events_for_job(job_id)?).await
+        let subject = subjects::events_for_job(job_id)?;
+        let subscriber = self
+            .client()
+            .subscribe(subject.clone())
+            .await
+            .map_err(|source| BusError::Subscribe {
+                subject,
+                source: source.into(),
+            })?;
+        Ok(Box::pin(subscriber.flat_map(|message| {
+            let subject = message.subject.to_string();
+            let headers = message.headers.unwrap_or_default();
+            let items: Vec<Result<Received<v1::AgentEvent>, BusError>> =
+                match codec::decode_agent_events(&subject, Some(&headers), &message.payload) {
+                    Ok(events) => events
+                        .into_iter()
+                        .map(|event| {
+                            Ok(Received {
+                                message: event,
+                                subject: subject.clone(),
+                                headers: headers.clone(),
+                            })
+                        })
+                        .collect(),
+                    Err(error) => vec![Err(error)],
+                };
+            futures::stream::iter(items)
+        })))
     }
 
     /// Events of one job from the events stream, starting at stream sequence
@@ -97,24 +153,10 @@ impl Bus {
             .messages()
             .await
             .map_err(|e| consumer_error(stream_name, "ordered", e))?;
-        Ok(Box::pin(messages.map(move |item| {
-            let message = item.map_err(|e| consumer_error(stream_name, "ordered", e))?;
-            let stream_sequence =
-                message
-                    .info()
-                    .map(|info| info.stream_sequence)
-                    .map_err(|source| BusError::Ack {
-                        subject: message.subject.to_string(),
-                        source,
-                    })?;
-            let subject = message.subject.to_string();
-            let headers = message.headers.clone().unwrap_or_default();
-            let event =
-                codec::decode::<v1::AgentEvent>(&subject, Some(&headers), &message.payload)?;
-            Ok(ReplayedEvent {
-                stream_sequence,
-                event,
-                headers,
+        Ok(Box::pin(messages.flat_map(move |item| {
+            futures::stream::iter(match replayed(stream_name, item) {
+                Ok(events) => events.into_iter().map(Ok).collect(),
+                Err(error) => vec![Err(error)],
             })
         })))
     }
@@ -159,4 +201,34 @@ impl Bus {
         self.subscribe_core(subjects::approval_decision(session_id)?)
             .await
     }
+}
+
+/// The events of one message of the events stream (a batch unpacked), each
+/// with the message's stream sequence.
+fn replayed(
+    stream_name: &'static str,
+    item: Result<async_nats::jetstream::Message, pull::OrderedError>,
+) -> Result<Vec<ReplayedEvent>, BusError> {
+    let message = item.map_err(|e| consumer_error(stream_name, "ordered", e))?;
+    let stream_sequence = message
+        .info()
+        .map(|info| info.stream_sequence)
+        .map_err(|source| BusError::Ack {
+            subject: message.subject.to_string(),
+            source,
+        })?;
+    let subject = message.subject.to_string();
+    let headers = message.headers.clone().unwrap_or_default();
+    let events = codec::decode_agent_events(&subject, Some(&headers), &message.payload)?;
+    let last = events.len().saturating_sub(1);
+    Ok(events
+        .into_iter()
+        .enumerate()
+        .map(|(index, event)| ReplayedEvent {
+            stream_sequence,
+            last_of_message: index == last,
+            event,
+            headers: headers.clone(),
+        })
+        .collect())
 }
