@@ -238,28 +238,32 @@ pub(crate) async fn relay_agent_events(
             continue;
         };
         let subject = message.subject.to_string();
-        let event = match mtswarm_bus::codec::decode::<v1::AgentEvent>(
+        // One message may carry a batch of one session's events: each is
+        // journaled on its own, in the batch's order.
+        let events = match mtswarm_bus::codec::decode_agent_events(
             &subject,
             message.headers.as_ref(),
             &message.payload,
         ) {
-            Ok(event) => event,
+            Ok(events) => events,
             Err(error) => {
                 tracing::warn!(%subject, %error, "undecodable agent event dropped");
                 continue;
             }
         };
-        if event.agent_id == crate::ids::LEADER_AGENT_ID || !owns(&event.job_id) {
-            // The job runner journals its own loop's events itself; another
-            // leader's job is journaled by that leader.
-            continue;
-        }
-        let job_id = event.job_id.clone();
-        if let Err(error) = journal
-            .append(&job_id, v1::job_event::Event::AgentEvent(event))
-            .await
-        {
-            tracing::warn!(%subject, %error, "agent event not journaled");
+        for event in events {
+            if event.agent_id == crate::ids::LEADER_AGENT_ID || !owns(&event.job_id) {
+                // The job runner journals its own loop's events itself; another
+                // leader's job is journaled by that leader.
+                continue;
+            }
+            let job_id = event.job_id.clone();
+            if let Err(error) = journal
+                .append(&job_id, v1::job_event::Event::AgentEvent(event))
+                .await
+            {
+                tracing::warn!(%subject, %error, "agent event not journaled");
+            }
         }
     }
 }

@@ -58,16 +58,17 @@ impl Bus {
     /// Publishes consecutive events of one session as one message on the
     /// first event's subject: an `AgentEventBatch` when there are several
     /// (one stored message in the events stream for all of them), a plain
-    /// `AgentEvent` when there is one, nothing when there are none. The
-    /// events must share job and agent: a batch that mixes them is refused
-    /// (`BusError::MixedEventBatch`), since its subject could name only one.
+    /// `AgentEvent` when there is one, nothing when there are none. Events
+    /// that would not fit one message under [`Bus::max_record_bytes`] (full
+    /// tool results ride in events) go in as many consecutive messages as
+    /// they need. The events must share job and agent: a batch that mixes
+    /// them is refused (`BusError::MixedEventBatch`), since its subject
+    /// could name only one.
     pub async fn publish_events(&self, events: &[v1::AgentEvent]) -> Result<(), BusError> {
-        let (first, rest) = match events {
-            [] => return Ok(()),
-            [only] => return self.publish_event(only).await,
-            [first, rest @ ..] => (first, rest),
+        let Some(first) = events.first() else {
+            return Ok(());
         };
-        if let Some(other) = rest
+        if let Some(other) = events
             .iter()
             .find(|e| e.job_id != first.job_id || e.agent_id != first.agent_id)
         {
@@ -77,10 +78,22 @@ impl Bus {
             });
         }
         let subject = subjects::event(&first.job_id, &first.agent_id)?;
-        let batch = v1::AgentEventBatch {
-            events: events.to_vec(),
-        };
-        self.publish_core(subject, &batch).await
+        let budget = self
+            .max_record_bytes()
+            .saturating_sub(EVENT_BATCH_HEADROOM)
+            .max(1);
+        for chunk in event_chunks(events, budget) {
+            match chunk {
+                [only] => self.publish_core(subject.clone(), only).await?,
+                several => {
+                    let batch = v1::AgentEventBatch {
+                        events: several.to_vec(),
+                    };
+                    self.publish_core(subject.clone(), &batch).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Live events of one job (from now on), batches unpacked: one item
@@ -203,6 +216,31 @@ impl Bus {
     }
 }
 
+/// Room a batch leaves under the record limit for its headers (content
+/// type, trace context) and the batch's own framing.
+const EVENT_BATCH_HEADROOM: usize = 4 * 1024;
+
+/// `events` cut into runs whose encoded size stays within `budget` bytes
+/// (an event larger than that on its own is a run of one), in order.
+fn event_chunks(events: &[v1::AgentEvent], budget: usize) -> Vec<&[v1::AgentEvent]> {
+    use prost::Message as _;
+    let mut chunks = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (index, event) in events.iter().enumerate() {
+        // Each repeated field entry costs its length plus tag and length prefix.
+        let size = event.encoded_len() + 1 + prost::length_delimiter_len(event.encoded_len());
+        if index > start && bytes + size > budget {
+            chunks.push(&events[start..index]);
+            (start, bytes) = (index, 0);
+        }
+        bytes += size;
+    }
+    if start < events.len() {
+        chunks.push(&events[start..]);
+    }
+    chunks
+}
+
 /// The events of one message of the events stream (a batch unpacked), each
 /// with the message's stream sequence.
 fn replayed(
@@ -231,4 +269,30 @@ fn replayed(
             headers: headers.clone(),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_cut_into_runs_that_fit_the_budget_in_order() {
+        let event = |sequence: u64, bytes: usize| v1::AgentEvent {
+            sequence,
+            payload_json: "x".repeat(bytes),
+            ..Default::default()
+        };
+        let events = vec![event(1, 100), event(2, 100), event(3, 5_000), event(4, 100)];
+        let runs: Vec<Vec<u64>> = event_chunks(&events, 1_000)
+            .into_iter()
+            .map(|run| run.iter().map(|e| e.sequence).collect())
+            .collect();
+        assert_eq!(runs, vec![vec![1, 2], vec![3], vec![4]]);
+        let all: Vec<usize> = event_chunks(&events, 1 << 20)
+            .into_iter()
+            .map(<[v1::AgentEvent]>::len)
+            .collect();
+        assert_eq!(all, vec![4]);
+        assert!(event_chunks(&[], 10).is_empty());
+    }
 }

@@ -145,4 +145,7 @@ async fn handle_delivery(
         .run(stop)
         .instrument(span)
         .await;
+    // Whatever way the attempt ended (a result, a fence, an abandon, a
+    // failure before the run), nothing it staged stays behind.
+    events.flush().await;
 }
