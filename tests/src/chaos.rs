@@ -476,13 +476,17 @@ impl Observer {
                     let Some(inner) = weak.upgrade() else { return };
                     let subject = message.subject.as_str();
                     let headers = message.headers.as_ref();
+                    // A batch of agent events is seen as its events, in order.
                     let seen = match kind {
-                        0 => codec::decode(subject, headers, &message.payload).map(Seen::Task),
-                        1 => codec::decode(subject, headers, &message.payload).map(Seen::Result),
-                        _ => codec::decode(subject, headers, &message.payload).map(Seen::Event),
+                        0 => codec::decode(subject, headers, &message.payload)
+                            .map(|task| vec![Seen::Task(task)]),
+                        1 => codec::decode(subject, headers, &message.payload)
+                            .map(|result| vec![Seen::Result(result)]),
+                        _ => codec::decode_agent_events(subject, headers, &message.payload)
+                            .map(|events| events.into_iter().map(Seen::Event).collect()),
                     };
                     match seen {
-                        Ok(seen) => inner.push(seen),
+                        Ok(seen) => seen.into_iter().for_each(|seen| inner.push(seen)),
                         Err(error) => {
                             eprintln!("observer: undecodable message on {subject}: {error}")
                         }

@@ -35,6 +35,7 @@ bus_messages!(
     TaskAssignment,
     TaskResult,
     AgentEvent,
+    AgentEventBatch,
     ApprovalRequest,
     ApprovalDecision,
     ApprovalRecord,
@@ -82,6 +83,25 @@ pub fn decode<T: BusMessage>(
     })
 }
 
+/// Decodes what was published on an agent's event subject: one
+/// `AgentEvent`, or an `AgentEventBatch` of several (unpacked in order).
+/// Every reader of agent events goes through here, so a batch is never
+/// mistaken for a corrupt event. A payload without a content type is read
+/// as one `AgentEvent`.
+pub fn decode_agent_events(
+    subject: &str,
+    headers: Option<&HeaderMap>,
+    payload: &[u8],
+) -> Result<Vec<v1::AgentEvent>, BusError> {
+    let batch = headers
+        .and_then(|h| h.get(CONTENT_TYPE_HEADER))
+        .is_some_and(|found| found.as_str() == v1::AgentEventBatch::CONTENT_TYPE);
+    if batch {
+        return decode::<v1::AgentEventBatch>(subject, headers, payload).map(|batch| batch.events);
+    }
+    decode::<v1::AgentEvent>(subject, headers, payload).map(|event| vec![event])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +121,51 @@ mod tests {
         assert_eq!(
             headers.get(CONTENT_TYPE_HEADER).map(|v| v.as_str()),
             Some("application/x-protobuf; proto=mtswarm.v1.TaskAssignment")
+        );
+    }
+
+    #[test]
+    fn agent_events_decode_single_and_batched() {
+        let event = |sequence| v1::AgentEvent {
+            job_id: "j1".into(),
+            agent_id: "a1".into(),
+            session_id: "s1".into(),
+            sequence,
+            ..Default::default()
+        };
+        let mut single = HeaderMap::new();
+        set_content_type::<v1::AgentEvent>(&mut single);
+        let decoded = decode_agent_events("s", Some(&single), &encode(&event(4))).expect("single");
+        assert_eq!(decoded, vec![event(4)]);
+        let decoded = decode_agent_events("s", None, &encode(&event(5))).expect("no header");
+        assert_eq!(decoded, vec![event(5)]);
+
+        let mut batched = HeaderMap::new();
+        set_content_type::<v1::AgentEventBatch>(&mut batched);
+        let batch = v1::AgentEventBatch {
+            events: vec![event(6), event(7), event(8)],
+        };
+        let decoded = decode_agent_events("s", Some(&batched), &encode(&batch)).expect("batch");
+        assert_eq!(
+            decoded.iter().map(|e| e.sequence).collect::<Vec<_>>(),
+            vec![6, 7, 8]
+        );
+
+        let mut other = HeaderMap::new();
+        set_content_type::<v1::TaskResult>(&mut other);
+        let error = decode_agent_events("s", Some(&other), &[]).expect_err("wrong type");
+        assert!(matches!(error, BusError::ContentType { .. }), "{error}");
+        let garbage = [0xff_u8; 11];
+        let error = decode_agent_events("s", Some(&batched), &garbage).expect_err("garbage");
+        assert!(
+            matches!(
+                error,
+                BusError::Decode {
+                    type_name: "mtswarm.v1.AgentEventBatch",
+                    ..
+                }
+            ),
+            "{error}"
         );
     }
 

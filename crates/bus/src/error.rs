@@ -149,6 +149,16 @@ pub enum BusError {
         source: prost::DecodeError,
     },
 
+    /// Events given to be published as one batch name different jobs or
+    /// agents (a batch travels on one agent's subject).
+    #[error("an agent event batch for {expected} holds an event of {found}")]
+    MixedEventBatch {
+        /// Job/agent of the batch's first event.
+        expected: String,
+        /// Job/agent of the event that does not belong.
+        found: String,
+    },
+
     /// A message's `Content-Type` header names another message type.
     #[error("message on {subject} has content type {found:?}, expected {expected:?}")]
     ContentType {

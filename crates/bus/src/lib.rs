@@ -6,7 +6,8 @@
 //! - [`Bus::ensure_topology`] creates the streams and KV buckets idempotently.
 //! - Typed messaging: tasks ([`Bus::publish_task`], [`Bus::task_consumer`]),
 //!   results ([`Bus::publish_result`], [`Bus::result_consumer`]), events
-//!   ([`Bus::publish_event`], [`Bus::subscribe_events`], [`Bus::replay_events`]),
+//!   ([`Bus::publish_event`], [`Bus::publish_events`] for a batch in one
+//!   message, [`Bus::subscribe_events`], [`Bus::replay_events`]),
 //!   approval notifications ([`Bus::publish_approval_request`],
 //!   [`Bus::publish_approval_decision`] and their subscriptions).
 //! - Typed KV stores: [`Leases`] (with [`LeaseKeeper`] for background

@@ -7,7 +7,7 @@
 //! |---|---|---|---|---|---|
 //! | `mtswarm.task.<worker_id>.<slice_id>` | JetStream subject, stream `MTSWARM_TASKS` | leader | worker daemon (durable pull consumer `tasks-<worker_id>[-<slice_id>]`) | `TaskAssignment` | work-queue retention; `Nats-Msg-Id` = `<task_id>.<attempt>` dedupes within the duplicate window |
 //! | `mtswarm.result.<job_id>` | JetStream subject, stream `MTSWARM_RESULTS` | worker | leader (durable pull consumer `results-<name>`) | `TaskResult` | limits retention; `Nats-Msg-Id` = `<task_id>.<attempt>` |
-//! | `mtswarm.event.<job_id>.<agent_id>` | core NATS, captured by stream `MTSWARM_EVENTS` | worker, leader | leader (`WatchJob`), replay from the stream | `AgentEvent` | limits: max age, max bytes, discard old |
+//! | `mtswarm.event.<job_id>.<agent_id>` | core NATS, captured by stream `MTSWARM_EVENTS` | worker, leader | leader (`WatchJob`), replay from the stream | `AgentEvent`, or `AgentEventBatch` (consecutive events of one session in one message) | limits: max age, max bytes, discard old |
 //! | `mtswarm.measurement.<job_id>.<kernel>.<hash16>.<slice>` | JetStream subject, stream `MTSWARM_MEASUREMENTS` | worker | results store queries (ordered consumers) | `ResultRecord` (JSON) | limits retention, size-capped, `Nats-Msg-Id` = record id; see [`crate::results`] |
 //! | `mtswarm.approval.request.<job_id>` | core NATS | worker | leader | `ApprovalRequest` | notification; the record lives in KV `mtswarm_approvals` |
 //! | `mtswarm.approval.decision.<session_id>` | core NATS | leader | worker running the session | `ApprovalDecision` | notification; the record lives in KV `mtswarm_approvals` |

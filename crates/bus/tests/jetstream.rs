@@ -330,6 +330,79 @@ async fn events_are_live_and_replayable_from_a_sequence() {
     assert_eq!(next.stream_sequence, stream_sequences[1]);
 }
 
+#[tokio::test]
+async fn a_batch_of_events_is_one_stored_message_read_as_its_events_in_order() {
+    let (_server, bus) = setup().await;
+    let mut live = bus.subscribe_events("job1").await.expect("subscribe");
+    bus.flush().await.expect("flush subscription");
+    let event = |sequence: u64| v1::AgentEvent {
+        job_id: "job1".into(),
+        agent_id: "agent1".into(),
+        session_id: "s1".into(),
+        sequence,
+        kind: v1::AgentEventKind::Log as i32,
+        payload_json: format!(r#"{{"n":{sequence}}}"#),
+        ..Default::default()
+    };
+    bus.publish_event(&event(1)).await.expect("single event");
+    bus.publish_events(&[event(2), event(3), event(4)])
+        .await
+        .expect("batch");
+    bus.publish_events(&[event(5)]).await.expect("batch of one");
+    bus.publish_events(&[]).await.expect("nothing to publish");
+    let mixed = bus
+        .publish_events(&[
+            event(6),
+            v1::AgentEvent {
+                job_id: "job2".into(),
+                ..event(7)
+            },
+        ])
+        .await
+        .expect_err("a batch names one agent's subject");
+    assert!(
+        matches!(mixed, mtswarm_bus::BusError::MixedEventBatch { .. }),
+        "{mixed}"
+    );
+    for expected in 1..=5u64 {
+        let received = next_ok("live event", &mut live).await;
+        assert_eq!(received.message.sequence, expected);
+    }
+
+    let mut replay = bus.replay_events("job1", 0).await.expect("replay");
+    let mut seen = Vec::new();
+    for _ in 1..=5u64 {
+        let replayed = next_ok("replayed event", &mut replay).await;
+        seen.push((
+            replayed.event.sequence,
+            replayed.stream_sequence,
+            replayed.last_of_message,
+        ));
+    }
+    let batch_sequence = seen[1].1;
+    assert_eq!(
+        seen,
+        vec![
+            (1, seen[0].1, true),
+            (2, batch_sequence, false),
+            (3, batch_sequence, false),
+            (4, batch_sequence, true),
+            (5, batch_sequence + 1, true),
+        ]
+    );
+    assert_eq!(
+        stream_message_count(&bus, subjects::EVENTS_STREAM).await,
+        3,
+        "one stored message per publish, batch included"
+    );
+    // Resuming after the batch starts with the event after it.
+    let mut resumed = bus
+        .replay_events("job1", batch_sequence + 1)
+        .await
+        .expect("resume");
+    assert_eq!(next_ok("resumed", &mut resumed).await.event.sequence, 5);
+}
+
 /// A server with the topology, and the lease store on it.
 async fn lease_store() -> (mtswarm_bus::testing::NatsServer, Leases) {
     let (server, bus) = setup().await;

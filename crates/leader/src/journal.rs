@@ -367,35 +367,42 @@ pub(crate) async fn relay_agent_events(
             continue;
         };
         let subject = message.subject.to_string();
-        let event = match mtswarm_bus::codec::decode::<v1::AgentEvent>(
+        // One message may carry a batch of one session's events: each is
+        // journaled on its own, in the batch's order.
+        let events = match mtswarm_bus::codec::decode_agent_events(
             &subject,
             message.headers.as_ref(),
             &message.payload,
         ) {
-            Ok(event) => event,
+            Ok(events) => events,
             Err(error) => {
                 tracing::warn!(%subject, %error, "undecodable agent event dropped");
                 continue;
             }
         };
-        if event.agent_id == crate::ids::LEADER_AGENT_ID || !owns(&event.job_id) {
-            // The job runner journals its own loop's events itself; another
-            // leader's job is journaled by that leader.
-            continue;
-        }
-        let job_id = event.job_id.clone();
-        match journal
-            .send(
-                &job_id,
-                v1::job_event::Event::AgentEvent(event),
-                new_message_id(),
-            )
-            .await
-        {
-            Ok(pending) => in_flight.push_back(async move {
-                pending.confirm().await.map_err(|error| (subject, error))
-            }),
-            Err(error) => tracing::warn!(%subject, %error, "agent event not journaled"),
+        for event in events {
+            if event.agent_id == crate::ids::LEADER_AGENT_ID || !owns(&event.job_id) {
+                // The job runner journals its own loop's events itself; another
+                // leader's job is journaled by that leader.
+                continue;
+            }
+            let job_id = event.job_id.clone();
+            match journal
+                .send(
+                    &job_id,
+                    v1::job_event::Event::AgentEvent(event),
+                    new_message_id(),
+                )
+                .await
+            {
+                Ok(pending) => {
+                    let subject = subject.clone();
+                    in_flight.push_back(async move {
+                        pending.confirm().await.map_err(|error| (subject, error))
+                    });
+                }
+                Err(error) => tracing::warn!(%subject, %error, "agent event not journaled"),
+            }
         }
     }
     // What was sent before shutdown is confirmed for a short while.
@@ -410,7 +417,8 @@ pub(crate) async fn relay_agent_events(
     }
 }
 
-/// Agent event appends the relay keeps unconfirmed at most.
+/// Agent event appends the relay keeps unconfirmed before it reads the
+/// next message (the events of one batch may go past it).
 const RELAY_WINDOW: usize = 256;
 /// How long the relay confirms its appends in flight at shutdown.
 const RELAY_DRAIN: Duration = Duration::from_secs(5);

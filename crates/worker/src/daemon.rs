@@ -7,7 +7,6 @@
 //! and serving. [`WorkerHandle::shutdown`] stops it gracefully,
 //! [`WorkerHandle::kill`] the way a crash would.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -186,10 +185,8 @@ impl WorkerDaemon {
         let disk = DiskState::new(&config);
         let shared = Arc::new(Shared {
             disk,
-            table: Mutex::new(Table {
-                sessions: HashMap::new(),
-                slice_owner: vec![None; slices.len()],
-            }),
+            table: Mutex::new(Table::new(slices.len())),
+            slice_ids: crate::shared::slice_id_index(&slices),
             api_key: match &config.llm_api_key_file {
                 Some(path) => Some(
                     std::fs::read_to_string(path)

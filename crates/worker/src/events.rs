@@ -6,8 +6,17 @@
 //! A session that resumes in another process continues the numbering: at
 //! start the publisher reads the last event of its agent from the events
 //! stream and carries on after it when it belongs to the same session.
+//!
+//! Events are numbered when they are handed over and published in batches:
+//! [`EventPublisher::stage`] only numbers an event, the next
+//! [`EventPublisher::publish`] or [`EventPublisher::flush`] sends everything
+//! staged as one `AgentEventBatch` (one stored message in `MTSWARM_EVENTS`
+//! instead of one per event). The session stages what an engine poll emits
+//! at once and flushes before anything that may wait (a model call, a tool
+//! run, an approval), so a watcher sees a step's events as soon as the step
+//! waits, and a task's last events travel with its `task_finished`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::SystemTime;
 
 use mtswarm_bus::{Bus, codec, subjects, v1};
@@ -46,8 +55,17 @@ pub(crate) struct EventPublisher {
     job_id: String,
     agent_id: String,
     session_id: String,
+    /// Numbered events not published yet, in sequence order; the last
+    /// sequence handed out is the last one staged (or published).
+    staged: Mutex<Staged>,
+    /// Held while a batch is taken and sent, so batches leave in order.
+    sending: tokio::sync::Mutex<()>,
+}
+
+struct Staged {
     /// The last sequence handed out.
-    seq: AtomicU64,
+    seq: u64,
+    events: Vec<v1::AgentEvent>,
 }
 
 impl EventPublisher {
@@ -60,31 +78,58 @@ impl EventPublisher {
             job_id: job_id.to_owned(),
             agent_id: agent_id.to_owned(),
             session_id: session_id.to_owned(),
-            seq: AtomicU64::new(last),
+            staged: Mutex::new(Staged {
+                seq: last,
+                events: Vec::new(),
+            }),
+            sending: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// Publish one event; a failed publish is logged (events are progress
-    /// reports, the run does not depend on them).
-    pub(crate) async fn publish(&self, step: u32, kind: Kind, payload: Value) {
-        let sequence = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+    fn staged(&self) -> std::sync::MutexGuard<'_, Staged> {
+        self.staged.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Number an event and keep it for the next publish or flush.
+    pub(crate) fn stage(&self, step: u32, kind: Kind, payload: Value) {
+        let payload_json = payload.to_string();
+        let mut staged = self.staged();
+        staged.seq += 1;
         let event = v1::AgentEvent {
             job_id: self.job_id.clone(),
             agent_id: self.agent_id.clone(),
             session_id: self.session_id.clone(),
-            sequence,
+            sequence: staged.seq,
             step,
             kind: kind as i32,
-            payload_json: payload.to_string(),
+            payload_json,
             timestamp: Some(now_timestamp()),
         };
-        if let Err(error) = self.bus.publish_event(&event).await {
-            tracing::warn!(session.id = %self.session_id, %error, "agent event not published");
+        staged.events.push(event);
+    }
+
+    /// Publish one event, with everything staged before it in the same
+    /// message; a failed publish is logged (events are progress reports,
+    /// the run does not depend on them).
+    pub(crate) async fn publish(&self, step: u32, kind: Kind, payload: Value) {
+        self.stage(step, kind, payload);
+        self.flush().await;
+    }
+
+    /// Publish everything staged (nothing when nothing is), as one message.
+    pub(crate) async fn flush(&self) {
+        let _sending = self.sending.lock().await;
+        let events = std::mem::take(&mut self.staged().events);
+        if events.is_empty() {
+            return;
+        }
+        if let Err(error) = self.bus.publish_events(&events).await {
+            tracing::warn!(session.id = %self.session_id, events = events.len(), %error, "agent events not published");
         }
     }
 
-    /// Publish an engine event of a task's run.
-    pub(crate) async fn engine_event(&self, task_id: &str, attempt: u32, event: &Event) {
+    /// Stage an engine event of a task's run.
+    pub(crate) fn stage_engine_event(&self, task_id: &str, attempt: u32, event: &Event) {
         let mut payload = serde_json::to_value(&event.kind)
             .unwrap_or_else(|e| json!({"type": "unserializable", "error": e.to_string()}));
         if let Value::Object(map) = &mut payload {
@@ -92,8 +137,7 @@ impl EventPublisher {
             map.insert("attempt".into(), json!(attempt));
             map.insert("engine_seq".into(), json!(event.seq));
         }
-        self.publish(event.step, agent_event_kind(&event.kind), payload)
-            .await;
+        self.stage(event.step, agent_event_kind(&event.kind), payload);
     }
 }
 
@@ -115,12 +159,11 @@ async fn last_sequence(bus: &Bus, job_id: &str, agent_id: &str, session_id: &str
     };
     match stream.get_last_raw_message_by_subject(&subject).await {
         Ok(message) => {
-            match codec::decode::<v1::AgentEvent>(
-                &subject,
-                Some(&message.headers),
-                &message.payload,
-            ) {
-                Ok(event) if event.session_id == session_id => event.sequence,
+            // The last message may be a batch: its last event is the last one.
+            match codec::decode_agent_events(&subject, Some(&message.headers), &message.payload)
+                .map(|events| events.into_iter().last())
+            {
+                Ok(Some(event)) if event.session_id == session_id => event.sequence,
                 Ok(_) => 0,
                 Err(error) => {
                     tracing::warn!(%error, "last agent event unreadable; numbering from 1");

@@ -37,9 +37,12 @@
 //!   the session's workspace (`<workspace_root>/<session_id>`, the kernel
 //!   directory copied in from the kernel root), the slice's hardware lock
 //!   as the engine's resource lock, publishes every engine event as an
-//!   `AgentEvent` (per-session gapless sequence), checkpoints the loop to
-//!   the checkpoints bucket (the state before and after every tool batch
-//!   synchronously, states in between write-behind: see `checkpoint.rs`),
+//!   `AgentEvent` (per-session gapless sequence; what one engine poll
+//!   emits goes out as one `AgentEventBatch`: see `events.rs`),
+//!   checkpoints the loop to the checkpoints bucket (the state before and
+//!   after every tool batch synchronously, states in between write-behind,
+//!   no final state for a first attempt that stored nothing: see
+//!   `checkpoint/mod.rs`),
 //!   publishes the `TaskResult` and then acks.
 //!   A task whose session id is not the session's is terminated.
 //! - Budgets (the task's, else the session's): `max_steps`, `max_tokens` and

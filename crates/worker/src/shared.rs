@@ -52,8 +52,43 @@ impl SliceEntry {
 #[derive(Default)]
 pub(crate) struct Table {
     pub(crate) sessions: HashMap<String, Arc<SessionEntry>>,
-    /// Session id per slice index.
+    /// Session id per slice index (change it through [`Table::reserve`]
+    /// and [`Table::free`], which keep `holding` in step).
     pub(crate) slice_owner: Vec<Option<String>>,
+    /// Slice index per session id that holds one: the reverse of
+    /// `slice_owner`, so SpawnSession finds a session that is still being
+    /// started without scanning every slice.
+    holding: HashMap<String, usize>,
+}
+
+impl Table {
+    /// A table of `slices` free slices.
+    pub(crate) fn new(slices: usize) -> Self {
+        Self {
+            sessions: HashMap::new(),
+            slice_owner: vec![None; slices],
+            holding: HashMap::new(),
+        }
+    }
+
+    /// True when `session_id` holds a slice (started or being started).
+    pub(crate) fn holds_slice(&self, session_id: &str) -> bool {
+        self.holding.contains_key(session_id)
+    }
+
+    /// Give slice `index` to `session_id` (the caller found it free).
+    pub(crate) fn reserve(&mut self, index: usize, session_id: &str) {
+        self.slice_owner[index] = Some(session_id.to_owned());
+        self.holding.insert(session_id.to_owned(), index);
+    }
+
+    /// Free slice `index` if `session_id` still holds it.
+    pub(crate) fn free(&mut self, index: usize, session_id: &str) {
+        if self.slice_owner[index].as_deref() == Some(session_id) {
+            self.slice_owner[index] = None;
+            self.holding.remove(session_id);
+        }
+    }
 }
 
 /// State shared by the gRPC service, the sessions and the background tasks.
@@ -70,6 +105,8 @@ pub(crate) struct Shared {
     pub(crate) results: ResultsStore,
     pub(crate) hw_lock: HwLock,
     pub(crate) slices: Vec<SliceEntry>,
+    /// Slice index by bus id and by hardware id ([`slice_id_index`]).
+    pub(crate) slice_ids: HashMap<String, usize>,
     pub(crate) table: Mutex<Table>,
     pub(crate) draining: AtomicBool,
     pub(crate) api_key: Option<String>,
@@ -92,11 +129,10 @@ impl Shared {
         (self.config.task_ack_wait / 3).max(Duration::from_millis(300))
     }
 
+    /// The index of a slice named by its bus id (`board0-c1`) or its
+    /// hardware id (`board0/c1`), from the daemon's index of both.
     pub(crate) fn slice_index(&self, requested: &str) -> Option<usize> {
-        let wanted = requested.trim();
-        self.slices
-            .iter()
-            .position(|s| s.bus_id == wanted || s.slice.id() == wanted)
+        self.slice_ids.get(requested.trim()).copied()
     }
 
     /// The worker record as of now.
@@ -120,4 +156,15 @@ impl Shared {
             session.stop(mode.clone());
         }
     }
+}
+
+/// Every slice's bus id and hardware id, mapped to its index (the first
+/// slice wins a name two slices share, as a scan in order would).
+pub(crate) fn slice_id_index(slices: &[SliceEntry]) -> HashMap<String, usize> {
+    let mut index = HashMap::with_capacity(slices.len() * 2);
+    for (i, slice) in slices.iter().enumerate() {
+        index.entry(slice.bus_id.clone()).or_insert(i);
+        index.entry(slice.slice.id()).or_insert(i);
+    }
+    index
 }

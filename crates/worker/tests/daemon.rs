@@ -10,7 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use mtswarm_bus::{Leases, Workers, v1};
+use futures::StreamExt as _;
+use mtswarm_bus::{Checkpoints, Leases, Workers, v1};
 use serde_json::json;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
@@ -148,6 +149,7 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         );
         assert_eq!(result.status, v1::TaskStatus::Ok as i32, "{result:?}");
     }
+    no_op_tasks_store_no_checkpoint_and_one_event_message(&env.bus, "jobD", "s2", "noop1").await;
 
     // Status lists both sessions with their slices.
     let status = grpc
@@ -334,4 +336,56 @@ fn config_validation_names_the_problem() {
     assert!(error.contains("lease_ttl"), "{error}");
     config.lease_ttl = Duration::from_secs(5);
     config.validate().expect("valid");
+}
+
+/// A first attempt of a no-op task changes nothing a resume needs: the
+/// session stored no checkpoint for it, and its events, `task_started` to `task_finished`
+/// with the engine's in between, are one stored message of the events
+/// stream.
+async fn no_op_tasks_store_no_checkpoint_and_one_event_message(
+    bus: &mtswarm_bus::Bus,
+    job: &str,
+    session: &str,
+    task_id: &str,
+) {
+    // noop1 and noop3 (first attempts) stored nothing; noop2, attempt 3,
+    // stored its final state (a later attempt always does, so a stale one
+    // is fenced off), and noop3 left it in place.
+    let checkpoints = Checkpoints::open(bus).await.expect("checkpoints");
+    let stored = checkpoints
+        .get(session)
+        .await
+        .expect("checkpoint lookup")
+        .map(|stored| (stored.value.task_id, stored.value.attempt, stored.revision));
+    assert_eq!(
+        stored,
+        Some(("noop2".to_owned(), 3, 1)),
+        "stored checkpoint"
+    );
+    let mut replay = bus.replay_events(job, 0).await.expect("replay");
+    let mut seen = Vec::new();
+    loop {
+        let replayed = tokio::time::timeout(Duration::from_secs(10), replay.next())
+            .await
+            .expect("the task's events are replayed")
+            .expect("replay continues")
+            .expect("replayed event");
+        let body = payload(&replayed.event);
+        if body["task_id"] != task_id {
+            continue;
+        }
+        seen.push((replayed.stream_sequence, body["type"].clone()));
+        if body["type"] == "task_finished" {
+            break;
+        }
+    }
+    assert!(
+        seen.len() >= 3,
+        "task_started, engine events, task_finished: {seen:?}"
+    );
+    assert_eq!(seen[0].1, "task_started", "{seen:?}");
+    assert!(
+        seen.iter().all(|(sequence, _)| *sequence == seen[0].0),
+        "one stored message: {seen:?}"
+    );
 }

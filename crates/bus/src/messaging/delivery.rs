@@ -233,8 +233,12 @@ impl<T> Received<T> {
 /// An agent event read back from the events stream.
 #[derive(Debug, Clone)]
 pub struct ReplayedEvent {
-    /// Position in the events stream; resume with `stream_sequence + 1`.
+    /// Position in the events stream of the message that carried the event
+    /// (the events of one batch share it); resume with `stream_sequence + 1`
+    /// after the event that is `last_of_message`.
     pub stream_sequence: u64,
+    /// The event is the last (or only) one of its message.
+    pub last_of_message: bool,
     /// The decoded event.
     pub event: v1::AgentEvent,
     /// The stored message's NATS headers (content type, trace context).

@@ -31,6 +31,24 @@ impl RunStream {
             .pop_front()
     }
 
+    /// The events the run has emitted and the stream has not handed out
+    /// yet, without driving the run any further: after an event arrives,
+    /// the rest of what the same poll emitted (typically the rest of a
+    /// step up to its next wait), for a reader that publishes them together.
+    pub fn ready(&mut self) -> Vec<Event> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect()
+    }
+
+    /// True once the run has ended: nothing is emitted after the events
+    /// still queued.
+    pub fn finished(&self) -> bool {
+        self.driver.is_none()
+    }
+
     /// The outcome, once the stream has ended.
     pub fn outcome(&self) -> Option<&Outcome> {
         self.outcome.as_ref()

@@ -20,6 +20,15 @@
 //!   (so a resume never repeats a hardware call), a paused state (an
 //!   approval may be decided in another process, which resumes from KV) and
 //!   the final state (stored before the task's result is published).
+//!   The final state is not written when a resume would not need it: a
+//!   first attempt that stored nothing yet (no tool ran, nothing paused;
+//!   both are durable points) and whose session holds no checkpoint of the
+//!   task. A resume of such an attempt starts the task afresh, which
+//!   repeats only model calls (a no-op task, a model that answers at once),
+//!   and its result, if it was published, is the same attempt's: the
+//!   leader accepts one result per task and attempt, and JetStream drops
+//!   the republish by its msg id. A later attempt, which a stale one must
+//!   find in the store to be fenced off, always writes it.
 //! - **Every other state** (reasoning, routing, observation bookkeeping) is
 //!   written behind: it becomes the pending state and a writer task stores
 //!   the newest pending state after [`WRITE_BEHIND_DELAY`]. A state that is
@@ -307,6 +316,25 @@ impl SinkInner {
         }
     }
 
+    /// True when the attempt's final state need not be stored (see the
+    /// module docs): a first attempt that has stored nothing, on a session
+    /// whose known checkpoint is not of this task. Whatever waits to be
+    /// written behind is dropped with it: it is older than the final state.
+    async fn final_state_unneeded(&self) -> bool {
+        let written = self.writer.lock().await;
+        let of_this_task = self
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|known| known.task_id == self.template.task_id);
+        let unneeded = self.template.attempt == 1 && written.revision.is_none() && !of_this_task;
+        if unneeded {
+            self.pending.lock().unwrap_or_else(|e| e.into_inner()).state = None;
+        }
+        unneeded
+    }
+
     /// The writer task: after the delay, stores the newest pending state.
     async fn write_behind(self: Arc<Self>) {
         tokio::time::sleep(WRITE_BEHIND_DELAY).await;
@@ -343,6 +371,9 @@ impl CheckpointSink for KvCheckpointSink {
             return Ok(());
         }
         if is_durable_point(state) {
+            if state.node() == Node::Done && inner.final_state_unneeded().await {
+                return Ok(());
+            }
             let checkpoint = inner
                 .checkpoint_of(state)
                 .map_err(|e| store(e.to_string()))?;

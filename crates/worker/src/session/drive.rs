@@ -75,9 +75,23 @@ impl TaskRun<'_> {
             tokio::select! {
                 event = stream.next() => match event {
                     Some(event) => {
-                        self.observe(&event);
-                        recorder.observe(&event).await;
-                        events.engine_event(&task.task_id, task.attempt, &event).await;
+                        // The rest of what the same poll emitted goes with it
+                        // in one message; the run waits on something now (or
+                        // has ended), so nothing is held back from a watcher
+                        // while the step goes on.
+                        let mut ready = vec![event];
+                        ready.extend(stream.ready());
+                        for event in &ready {
+                            self.observe(event);
+                            recorder.observe(event).await;
+                            events.stage_engine_event(&task.task_id, task.attempt, event);
+                        }
+                        // A run that ended leaves its last events staged: they
+                        // travel with the attempt's `task_finished` (every way
+                        // out of the attempt flushes, see `lifecycle`).
+                        if !stream.finished() {
+                            events.flush().await;
+                        }
                         let used = self.device_seconds();
                         if !device_budget_hit && device_budget.is_some_and(|limit| used > limit) {
                             device_budget_hit = true;

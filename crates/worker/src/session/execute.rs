@@ -72,14 +72,13 @@ impl TaskRun<'_> {
 
         let fresh_start = resumed.is_none();
         let resumed_from_step = resumed.as_ref().map(LoopState::step).unwrap_or(0);
-        events
-            .publish(
-                resumed_from_step,
-                Kind::Log,
-                json!({"type": "task_started", "task_id": task.task_id, "attempt": task.attempt,
-                   "resumed_from_step": resumed_from_step, "kernel_dir": kernel_name}),
-            )
-            .await;
+        // Staged: it goes out with the run's first events (or the baseline's).
+        events.stage(
+            resumed_from_step,
+            Kind::Log,
+            json!({"type": "task_started", "task_id": task.task_id, "attempt": task.attempt,
+               "resumed_from_step": resumed_from_step, "kernel_dir": kernel_name}),
+        );
         let first = match resumed {
             Some(state) if state.node() == Node::Done => {
                 return Ok(Driven::Outcome(Box::new(outcome_of_done(state))));
@@ -144,6 +143,8 @@ impl TaskRun<'_> {
                 recorder.finish(answer.as_ref()).await;
                 return Ok(Driven::Outcome(Box::new(outcome)));
             };
+            // The run's last events before the wait must not wait with it.
+            events.flush().await;
             entry.update(|p| p.state = SessionState::AwaitingApproval);
             let wait = ApprovalWait {
                 shared,
@@ -215,6 +216,8 @@ async fn measure_baseline(
     recorder: &MeasurementRecorder,
     kernel_name: &str,
 ) {
+    // `task_started` is not held back while the slice measures.
+    events.flush().await;
     match runtime.tools.measure_baseline(kernel_name).await {
         Ok(baseline) => {
             let m = &baseline.measurement;

@@ -94,9 +94,7 @@ pub(super) async fn run_session(
     {
         let mut table = shared.table();
         table.sessions.remove(&entry.session_id);
-        if table.slice_owner[entry.slice_index].as_deref() == Some(entry.session_id.as_str()) {
-            table.slice_owner[entry.slice_index] = None;
-        }
+        table.free(entry.slice_index, &entry.session_id);
     }
     tracing::info!(session.id = %entry.session_id, reason = %end_reason, "session ended");
 }
@@ -145,4 +143,7 @@ async fn handle_delivery(
         .run(stop)
         .instrument(span)
         .await;
+    // Whatever way the attempt ended (a result, a fence, an abandon, a
+    // failure before the run), nothing it staged stays behind.
+    events.flush().await;
 }

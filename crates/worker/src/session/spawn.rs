@@ -107,11 +107,7 @@ pub(crate) async fn spawn_session(
             let slice_id = &shared.slices[existing.slice_index].bus_id;
             return Ok(existing.response(&shared.worker_id, slice_id));
         }
-        if table
-            .slice_owner
-            .iter()
-            .any(|owner| owner.as_deref() == Some(request.session_id.as_str()))
-        {
+        if table.holds_slice(&request.session_id) {
             return Err(Status::unavailable(format!(
                 "session {} is being started; retry",
                 request.session_id
@@ -145,7 +141,7 @@ pub(crate) async fn spawn_session(
         if let Err(error) = shared.disk.admit(&request.session_id) {
             return Err(Status::resource_exhausted(error.to_string()));
         }
-        table.slice_owner[index] = Some(request.session_id.clone());
+        table.reserve(index, &request.session_id);
         index
     };
     match start_session(shared, index, &request).await {
@@ -154,10 +150,7 @@ pub(crate) async fn spawn_session(
             Ok(entry.response(&shared.worker_id, &slice_id))
         }
         Err(error) => {
-            let mut table = shared.table();
-            if table.slice_owner[index].as_deref() == Some(request.session_id.as_str()) {
-                table.slice_owner[index] = None;
-            }
+            shared.table().free(index, &request.session_id);
             Err(status_of(error))
         }
     }
