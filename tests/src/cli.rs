@@ -51,8 +51,8 @@ pub const UP_READY_FILE: &str = "up.ready.json";
 
 /// Starts `command` (the `mtswarm-node` binary with the test's environment)
 /// as `mtswarm up` on free ports over the example kernels, its ready file
-/// [`UP_READY_FILE`] in `dir`, and waits at most `timeout` until it is ready; panics with its
-/// log otherwise.
+/// [`UP_READY_FILE`] and its logs (`logs/`) in `dir`, and waits at most
+/// `timeout` until it is ready; panics with its log otherwise.
 pub fn spawn_up(mut command: Command, dir: &Path, timeout: Duration) -> (NodeProcess, ReadyInfo) {
     let ready_path = dir.join(UP_READY_FILE);
     command
@@ -61,7 +61,10 @@ pub fn spawn_up(mut command: Command, dir: &Path, timeout: Duration) -> (NodePro
         .arg("--kernel-root")
         .arg(crate::kernel_root())
         .arg("--ready-file")
-        .arg(&ready_path);
+        .arg(&ready_path)
+        // Kept after the stack stops: in the test's directory, not ~/.mtswarm.
+        .arg("--log-dir")
+        .arg(dir.join("logs"));
     let mut up = NodeProcess::spawn("mtswarm up", command).expect("spawn mtswarm up");
     let ready = up
         .wait_ready(&ready_path, timeout)

@@ -7,7 +7,9 @@
 //! name in traces and its own logs. It prints the endpoints and waits; on
 //! Ctrl-C (or SIGTERM) it stops the workers first (graceful shutdown:
 //! sessions checkpointed, leases released), then the leader, then kills
-//! nats-server and removes its temporary directories.
+//! nats-server and removes its temporary directories. The logs are kept,
+//! in a directory of their own (`--log-dir`), and their place is printed
+//! at start and at stop.
 //!
 //! Children run in their own process groups (so a terminal's Ctrl-C reaches
 //! only `mtswarm up`, which then stops them in order) and are told by the
@@ -73,6 +75,32 @@ pub struct UpCmd {
     /// Print the endpoints as one JSON object.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Directory for the stack's logs (nats-server, leader, one per
+    /// worker), kept after it stops. Default: a new `up-<UTC start time>`
+    /// under `~/.mtswarm/logs` (under the temporary directory without a
+    /// home).
+    #[arg(long, env = "MTSWARM_UP_LOG_DIR")]
+    pub log_dir: Option<PathBuf>,
+}
+
+/// Where a stack started now keeps its logs by default (see
+/// [`UpCmd::log_dir`]).
+fn default_log_dir() -> PathBuf {
+    let now = time::OffsetDateTime::now_utc();
+    let name = format!(
+        "up-{:04}{:02}{:02}T{:02}{:02}{:02}Z-{}",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second(),
+        std::process::id()
+    );
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".mtswarm").join("logs").join(name),
+        None => std::env::temp_dir().join(format!("mtswarm-{name}")),
+    }
 }
 
 /// `mtswarm up`: starts nats-server (unless `--nats`), the leader and one
@@ -84,9 +112,13 @@ pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCod
         .prefix("mtswarm-up-")
         .tempdir()
         .context("creating the stack's temporary directory")?;
+    // Logs live outside the temporary directory: they outlive the stack.
+    let logs = cmd.log_dir.clone().unwrap_or_else(default_log_dir);
+    std::fs::create_dir_all(&logs)
+        .with_context(|| format!("creating the log directory {}", logs.display()))?;
     let mut stack = LocalStack::new("mtswarm up");
     let started = tokio::select! {
-        result = start_stack(&cmd, telemetry, state.path(), &mut stack) => Some(result),
+        result = start_stack(&cmd, telemetry, state.path(), &logs, &mut stack) => Some(result),
         signal = stop_requested() => {
             eprintln!("mtswarm up: {signal} during startup; stopping");
             None
@@ -99,7 +131,7 @@ pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCod
             if cmd.json {
                 println!("{endpoints}");
             } else {
-                print_endpoints(&endpoints, state.path());
+                print_endpoints(&endpoints, &logs);
             }
             if let Some(path) = &cmd.ready_file {
                 write_atomically(path, &endpoints.to_string())?;
@@ -109,13 +141,13 @@ pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCod
     };
     stack.stop().await;
     remove_client_config(state.path());
-    // Temporary directories (NATS store, fleet file, workspaces, logs) go
-    // with `state` here, after every child has exited.
+    // Temporary directories (NATS store, fleet file, workspaces) go with
+    // `state` here, after every child has exited; the logs stay.
     drop(state);
     if let Some(path) = &cmd.ready_file {
         let _ = std::fs::remove_file(path);
     }
-    eprintln!("mtswarm up: stopped");
+    eprintln!("mtswarm up: stopped; logs kept in {}", logs.display());
     outcome
 }
 
@@ -155,7 +187,7 @@ async fn wait_until_stopped(stack: &mut LocalStack) -> anyhow::Result<ExitCode> 
     }
 }
 
-fn print_endpoints(endpoints: &serde_json::Value, state_dir: &Path) {
+fn print_endpoints(endpoints: &serde_json::Value, logs: &Path) {
     println!("mtswarm is up");
     println!(
         "  leader (gRPC):  {}",
@@ -178,7 +210,10 @@ fn print_endpoints(endpoints: &serde_json::Value, state_dir: &Path) {
         "  fleet:          {}",
         endpoints["fleet"].as_str().unwrap_or("")
     );
-    println!("  logs:           {}", state_dir.join("logs").display());
+    println!(
+        "  logs:           {} (kept after the stack stops)",
+        logs.display()
+    );
     println!(
         "  credentials:    {} (admin identity; TLS)",
         endpoints["client_config"].as_str().unwrap_or("")
@@ -196,11 +231,10 @@ async fn start_stack(
     cmd: &UpCmd,
     telemetry: &TelemetryArgs,
     state: &Path,
+    logs: &Path,
     stack: &mut LocalStack,
 ) -> anyhow::Result<serde_json::Value> {
     let me = std::env::current_exe().context("locating the mtswarm binary")?;
-    let logs = state.join("logs");
-    std::fs::create_dir_all(&logs).context("creating the log directory")?;
     let kernel_root = cmd.kernel_root.canonicalize().with_context(|| {
         format!(
             "--kernel-root {} is not a directory",

@@ -1,7 +1,8 @@
 //! Acceptance 6: `mtswarm up` as a process. It reports ready through its
 //! ready file, `mtswarm fleet --json` lists the built-in fleet's 8 slices,
 //! and SIGINT (Ctrl-C) stops everything: no nats-server, leader or worker
-//! left running, temporary directories removed.
+//! left running, temporary directories removed, the logs kept where it
+//! said.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -65,7 +66,10 @@ fn up_serves_the_built_in_fleet_and_stops_on_ctrl_c() {
     );
     assert!(children.iter().all(|pid| process_exists(*pid)));
     let logs = PathBuf::from(ready.document["logs"].as_str().expect("logs dir"));
+    assert_eq!(logs, dir.path().join("logs"), "--log-dir is used");
     assert!(logs.is_dir());
+    let fleet_file = PathBuf::from(ready.document["fleet"].as_str().expect("fleet file"));
+    assert!(fleet_file.is_file());
 
     // Workers register right after they serve; give the KV a moment.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -106,10 +110,17 @@ fn up_serves_the_built_in_fleet_and_stops_on_ctrl_c() {
         assert!(!process_exists(pid), "process {pid} survived `mtswarm up`");
     }
     assert!(
-        !logs.exists(),
-        "temporary directory {} left behind",
-        logs.display()
+        !fleet_file.exists(),
+        "temporary directory of {} left behind",
+        fleet_file.display()
     );
+    for log in ["nats-server.log", "leader.log", "worker-board0.log"] {
+        let path = logs.join(log);
+        let kept = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        assert!(kept > 0, "{} not kept after the stop", path.display());
+    }
+    let said = format!("logs kept in {}", logs.display());
+    assert!(up.stderr().contains(&said), "{}", up.stderr());
     assert!(!ready_path.exists(), "ready file removed on exit");
 
     // With the stack gone, the client explains what to do.
