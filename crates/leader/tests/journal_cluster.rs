@@ -79,7 +79,19 @@ async fn appends_survive_a_journal_leader_killed_mid_stream() {
     let new_leader = stream_leader(&bus, JOB_EVENTS_STREAM, WAIT).await;
     assert_ne!(new_leader, leader, "the journal got a new leader");
 
-    let mut events = journal.watch(job, 0).await.expect("watch");
+    // The watch's consumer is created on the new leader, which may still be
+    // settling in: a request that times out meanwhile is made again.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut events = loop {
+        match journal.watch(job, 0).await {
+            Ok(events) => break events,
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                eprintln!("watch not created yet: {error}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("watch: {error}"),
+        }
+    };
     let mut seen = Vec::new();
     while seen.len() < 2 + AFTER_KILL {
         let event = tokio::time::timeout(WAIT, events.next())
