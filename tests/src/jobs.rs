@@ -28,6 +28,7 @@ pub fn job_spec(goal: &str, kernel_dir: &str, num_agents: u32, auto_approve: boo
         model: None,
         auto_approve,
         allow_shell: false,
+        approval_rules: Vec::new(),
     }
 }
 
@@ -180,12 +181,34 @@ pub async fn decide_approval<T: GrpcTransport>(
     reason: &str,
     decided_by: &str,
 ) -> Result<v1::ApprovalRecord, tonic::Status> {
+    decide_approval_for(
+        control,
+        approval_id,
+        verdict,
+        reason,
+        decided_by,
+        v1::ApprovalScope::Call,
+    )
+    .await
+}
+
+/// [`decide_approval`] with a scope: this call, or every later call of the
+/// tool in the job or by the agent.
+pub async fn decide_approval_for<T: GrpcTransport>(
+    control: &mut ControlClient<T>,
+    approval_id: &str,
+    verdict: v1::ApprovalVerdict,
+    reason: &str,
+    decided_by: &str,
+    scope: v1::ApprovalScope,
+) -> Result<v1::ApprovalRecord, tonic::Status> {
     control
         .decide_approval(v1::DecideApprovalRequest {
             approval_id: approval_id.to_string(),
             verdict: verdict as i32,
             reason: reason.to_string(),
             decided_by: decided_by.to_string(),
+            scope: scope as i32,
         })
         .await
         .map(|r| r.into_inner().approval.expect("the decided record"))

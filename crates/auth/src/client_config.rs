@@ -6,7 +6,25 @@
 //!
 //! Location: `$MTSWARM_CONFIG`, else `$HOME/.mtswarm/config.toml`. The file
 //! holds a secret and is written with mode 0600.
+//!
+//! Like kubectl contexts, one file can name several deployments. The
+//! top-level fields are the local stack (what `mtswarm up` writes and
+//! removes); each `[profiles.NAME]` table is another deployment with the
+//! same fields. `--profile` / `MTSWARM_PROFILE`, else the file's `profile`
+//! key, selects one; flags and environment variables still override each
+//! field of it.
+//!
+//! ```toml
+//! profile = "farm"              # used when --profile says nothing
+//! leader = "https://127.0.0.1:7700"
+//!
+//! [profiles.farm]
+//! leader = "https://mtswarm.farm.example:7700"
+//! token = "..."
+//! ca_file = "/etc/mtswarm/ca.pem"
+//! ```
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -27,9 +45,27 @@ pub fn default_client_config_path() -> Option<PathBuf> {
     Some(PathBuf::from(home).join(".mtswarm").join("config.toml"))
 }
 
+/// Environment variable selecting a profile of the client configuration.
+pub const CLIENT_PROFILE_ENV: &str = "MTSWARM_PROFILE";
+
+/// The client configuration file: the local stack's deployment and any
+/// number of named ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientConfig {
+    /// The profile used when the command line names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The local stack (`mtswarm up` writes and removes these fields).
+    #[serde(flatten)]
+    pub local: ClientProfile,
+    /// Named deployments, `[profiles.NAME]`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub profiles: BTreeMap<String, ClientProfile>,
+}
+
 /// One deployment as a client sees it.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientConfig {
+pub struct ClientProfile {
     /// Leader URL (`https://127.0.0.1:7700`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
@@ -50,9 +86,9 @@ pub struct ClientConfig {
     pub nats_ca_file: Option<PathBuf>,
 }
 
-impl std::fmt::Debug for ClientConfig {
+impl std::fmt::Debug for ClientProfile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientConfig")
+        f.debug_struct("ClientProfile")
             .field("leader", &self.leader)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("ca_file", &self.ca_file)
@@ -83,6 +119,35 @@ impl ClientConfig {
                 what: "client configuration",
                 path: path.to_path_buf(),
                 reason: e.message().to_string(),
+            })
+    }
+
+    /// The deployment `requested` names (`--profile` / `MTSWARM_PROFILE`),
+    /// else the file's `profile`, else the local stack. `path` is the
+    /// file's, for the error naming an unknown profile.
+    pub fn select(
+        &self,
+        requested: Option<&str>,
+        path: &Path,
+    ) -> Result<&ClientProfile, AuthError> {
+        let name = requested.map(str::trim).filter(|n| !n.is_empty()).or(self
+            .profile
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty()));
+        let Some(name) = name else {
+            return Ok(&self.local);
+        };
+        self.profiles
+            .get(name)
+            .ok_or_else(|| AuthError::UnknownProfile {
+                name: name.to_string(),
+                path: path.to_path_buf(),
+                known: if self.profiles.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                },
             })
     }
 
@@ -142,9 +207,12 @@ mod tests {
         let path = dir.path().join("sub").join("config.toml");
         assert!(ClientConfig::load(&path).expect("absent is fine").is_none());
         let config = ClientConfig {
-            leader: Some("https://127.0.0.1:7700".into()),
-            token: Some("secret-token".into()),
-            ca_file: Some(dir.path().join("ca.pem")),
+            local: ClientProfile {
+                leader: Some("https://127.0.0.1:7700".into()),
+                token: Some("secret-token".into()),
+                ca_file: Some(dir.path().join("ca.pem")),
+                ..Default::default()
+            },
             ..Default::default()
         };
         config.save(&path).expect("save");
@@ -155,5 +223,56 @@ mod tests {
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert!(!format!("{config:?}").contains("secret-token"));
+    }
+
+    #[test]
+    fn profiles_select_a_deployment_and_unknown_ones_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            r#"
+profile = "farm"
+leader = "https://127.0.0.1:7700"
+
+[profiles.farm]
+leader = "https://farm.example:7700"
+token = "farm-token"
+
+[profiles.lab]
+leader = "http://lab.example:7700"
+"#,
+        )
+        .expect("write");
+        let config = ClientConfig::load(&path).expect("load").expect("present");
+        let leader = |name: Option<&str>| {
+            config
+                .select(name, &path)
+                .map(|p| p.leader.clone().unwrap_or_default())
+        };
+        // The file's `profile` is the default; a name on the command line wins.
+        assert_eq!(leader(None).expect("farm"), "https://farm.example:7700");
+        assert_eq!(leader(Some("lab")).expect("lab"), "http://lab.example:7700");
+        let error = leader(Some("prod")).expect_err("unknown profile");
+        let text = error.to_string();
+        assert!(
+            text.contains("\"prod\"") && text.contains("farm, lab"),
+            "{text}"
+        );
+        // Saving keeps every profile.
+        config.save(&path).expect("save");
+        assert_eq!(
+            ClientConfig::load(&path).expect("load"),
+            Some(config.clone())
+        );
+        // Without a `profile` key the local stack's fields apply.
+        let local = ClientConfig {
+            profile: None,
+            ..config.clone()
+        };
+        assert_eq!(
+            local.select(None, &path).expect("local").leader.as_deref(),
+            Some("https://127.0.0.1:7700")
+        );
     }
 }

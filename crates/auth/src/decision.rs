@@ -75,6 +75,12 @@ pub fn canonical_decision(decision: &v1::ApprovalDecision) -> Vec<u8> {
         None => out.push(0),
     }
     out.push(u8::from(decision.timed_out));
+    // How far the decision reaches is signed too: a standing approval of
+    // one tool must not be widened to another tool, agent or job.
+    out.extend_from_slice(&decision.scope.to_be_bytes());
+    text(&mut out, &decision.tool_name);
+    text(&mut out, &decision.agent_id);
+    text(&mut out, &decision.standing_approval_id);
     out
 }
 
@@ -238,6 +244,10 @@ mod tests {
             }),
             timed_out: false,
             signature: Vec::new(),
+            scope: v1::ApprovalScope::ToolForJob as i32,
+            tool_name: "benchmark".into(),
+            agent_id: "tuner-1".into(),
+            standing_approval_id: String::new(),
         }
     }
 
@@ -270,6 +280,16 @@ mod tests {
                 }),
             ),
             ("timed_out", Box::new(|d| d.timed_out = true)),
+            (
+                "scope",
+                Box::new(|d| d.scope = v1::ApprovalScope::ToolForAgent as i32),
+            ),
+            ("tool_name", Box::new(|d| d.tool_name = "shell".into())),
+            ("agent_id", Box::new(|d| d.agent_id = "tuner-2".into())),
+            (
+                "standing_approval_id",
+                Box::new(|d| d.standing_approval_id = "ap-9".into()),
+            ),
             ("signature", Box::new(|d| d.signature[0] ^= 1)),
             ("signature length", Box::new(|d| d.signature.truncate(63))),
         ];

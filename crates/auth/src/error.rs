@@ -62,6 +62,17 @@ pub enum AuthError {
     #[error("invalid TLS setting: {0}")]
     Tls(String),
 
+    /// A profile was asked for that the client configuration does not have.
+    #[error("no profile {name:?} in the client configuration {path} (profiles: {known})")]
+    UnknownProfile {
+        /// The profile asked for (`--profile`, `MTSWARM_PROFILE` or the file's `profile`).
+        name: String,
+        /// The client configuration file.
+        path: PathBuf,
+        /// The profiles the file has, comma-separated (`none` when it has none).
+        known: String,
+    },
+
     /// Generating a key, certificate or token failed.
     #[error("cannot generate {what}: {reason}")]
     Generate {

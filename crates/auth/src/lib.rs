@@ -28,7 +28,9 @@ mod server;
 mod tls;
 
 pub use client::{BearerInterceptor, ClientAuth};
-pub use client_config::{CLIENT_CONFIG_ENV, ClientConfig, default_client_config_path};
+pub use client_config::{
+    CLIENT_CONFIG_ENV, CLIENT_PROFILE_ENV, ClientConfig, ClientProfile, default_client_config_path,
+};
 pub use decision::{DecisionSigner, DecisionVerifier, SignatureError, canonical_decision};
 pub use endpoints::ModelEndpoints;
 pub use error::AuthError;

@@ -140,7 +140,14 @@ fn supersedes(current: &SessionCheckpoint, checkpoint: &SessionCheckpoint) -> bo
             || (current.attempt == checkpoint.attempt && current.fenced && !checkpoint.fenced))
 }
 
-/// Approval records (bucket `mtswarm_approvals`, key = approval id).
+/// Key prefix of standing approvals in the approvals bucket: a decided
+/// record whose decision reaches beyond its call (a tool for a job, or for
+/// an agent), kept under a key derived from what it covers. Approval ids
+/// never start with it, and [`Approvals::list`] leaves these records out.
+pub const STANDING_APPROVAL_PREFIX: &str = "standing-";
+
+/// Approval records (bucket `mtswarm_approvals`, key = approval id), and
+/// standing approvals (keys [`STANDING_APPROVAL_PREFIX`]...).
 #[derive(Debug, Clone)]
 pub struct Approvals {
     kv: TypedKv<ApprovalRecord>,
@@ -200,6 +207,7 @@ impl Approvals {
             .list()
             .await?
             .into_iter()
+            .filter(|(key, _)| !key.starts_with(STANDING_APPROVAL_PREFIX))
             .map(|(_, record)| record)
             .filter(|record| {
                 let job_matches = job_id.is_none_or(|job_id| {
@@ -209,6 +217,27 @@ impl Approvals {
                 job_matches && state_matches
             })
             .collect())
+    }
+
+    /// Stores a standing approval under `key` (which must start with
+    /// [`STANDING_APPROVAL_PREFIX`]); a later one for the same key replaces it.
+    pub async fn put_standing(&self, key: &str, record: &ApprovalRecord) -> Result<u64, BusError> {
+        if !key.starts_with(STANDING_APPROVAL_PREFIX) {
+            return Err(BusError::InvalidId {
+                kind: "standing approval key",
+                value: key.to_string(),
+                reason: "must start with `standing-`",
+            });
+        }
+        self.kv.put(key, record).await
+    }
+
+    /// The standing approval under `key`, if any.
+    pub async fn standing(&self, key: &str) -> Result<Option<Versioned<ApprovalRecord>>, BusError> {
+        if !key.starts_with(STANDING_APPROVAL_PREFIX) {
+            return Ok(None);
+        }
+        self.kv.get(key).await
     }
 
     /// Decides a pending approval: reads it, then writes the decision

@@ -4,11 +4,12 @@
 //! from the leader are worded for people.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use mtswarm_auth::{BearerInterceptor, ClientAuth, ClientConfig};
+use mtswarm_auth::{BearerInterceptor, ClientAuth, ClientConfig, ClientProfile};
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
 use mtswarm_telemetry::{OtlpProtocol, TelemetryConfig, TelemetryGuard};
@@ -90,14 +91,52 @@ pub struct LeaderArgs {
 pub type Control =
     ControlClient<InterceptedService<Channel, BearerInterceptor<TraceContextInterceptor>>>;
 
-/// The client configuration file, if there is one (`None` when it does not
-/// exist or cannot be read: flags then say everything).
-pub fn client_config() -> Option<ClientConfig> {
-    let path = mtswarm_auth::default_client_config_path()?;
-    match ClientConfig::load(&path) {
-        Ok(config) => config,
+/// The profile `--profile` / `MTSWARM_PROFILE` named, set once by
+/// [`crate::run`] before any command reads the client configuration.
+static REQUESTED_PROFILE: OnceLock<Option<String>> = OnceLock::new();
+
+/// Records the profile the command line asked for (first call wins).
+pub fn request_profile(profile: Option<String>) {
+    let _ = REQUESTED_PROFILE.set(profile.filter(|p| !p.trim().is_empty()));
+}
+
+fn requested_profile() -> Option<&'static str> {
+    REQUESTED_PROFILE.get().and_then(|p| p.as_deref())
+}
+
+/// The deployment of the client configuration this command uses: the
+/// profile asked for, else the file's default profile, else the local
+/// stack's. An unknown profile is an error naming the known ones; no
+/// file (or no `$HOME`) is `Ok(None)` when no profile was asked for.
+pub fn selected_profile() -> anyhow::Result<Option<ClientProfile>> {
+    let Some(path) = mtswarm_auth::default_client_config_path() else {
+        if let Some(name) = requested_profile() {
+            anyhow::bail!(
+                "profile {name:?} asked for, but there is no client configuration (set MTSWARM_CONFIG)"
+            );
+        }
+        return Ok(None);
+    };
+    match ClientConfig::load(&path)? {
+        Some(config) => Ok(Some(config.select(requested_profile(), &path)?.clone())),
+        None => match requested_profile() {
+            Some(name) => anyhow::bail!(
+                "profile {name:?} asked for, but the client configuration {} does not exist",
+                path.display()
+            ),
+            None => Ok(None),
+        },
+    }
+}
+
+/// The selected deployment of the client configuration, if there is one.
+/// An unusable file is reported and ignored (flags then say everything);
+/// [`crate::run`] has already refused an unknown profile.
+pub fn client_config() -> Option<ClientProfile> {
+    match selected_profile() {
+        Ok(profile) => profile,
         Err(error) => {
-            eprintln!("mtswarm: ignoring the client configuration: {error}");
+            eprintln!("mtswarm: ignoring the client configuration: {error:#}");
             None
         }
     }

@@ -11,7 +11,8 @@
 //!   `approve`/`deny`, `tasks` against the leader's Control service;
 //! - [`results`]: `results`, the results store read over NATS;
 //! - [`report`]: `report`, the HTML report of any job;
-//! - [`watch`]: live progress of a job, with interactive approvals;
+//! - [`watch`]: live progress of a job, with interactive approvals
+//!   ([`approval_prompt`] asks them);
 //! - [`decision`]: deciding one approval (`approve`/`deny` and `watch`);
 //! - `emu`: build and run one kernel on the emulator;
 //! - [`completions`]: the shell completion scripts;
@@ -21,6 +22,7 @@
 //! `mtswarm-node`) run exactly this command line: [`run`] is the whole of
 //! `main`.
 
+pub mod approval_prompt;
 pub mod client;
 pub mod common;
 pub mod completions;
@@ -52,13 +54,19 @@ use crate::common::TelemetryArgs;
     about = "Tune MT-3000 kernels on a farm of boards",
     long_about = "Tune MT-3000 kernels on a farm of boards with a leader agent and worker agents.\n\n\
                   Start a local stack with `mtswarm up`, then `mtswarm submit GOAL --kernel DIR --watch`.\n\
-                  Client commands find the leader through --leader / MTSWARM_LEADER.",
+                  Client commands find the leader through --leader / MTSWARM_LEADER, else the\n\
+                  client configuration (MTSWARM_CONFIG, else ~/.mtswarm/config.toml) and its\n\
+                  --profile / MTSWARM_PROFILE.",
     after_help = EXIT_CODES
 )]
 pub struct Cli {
     /// Logging and trace export flags shared by every command.
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
+    /// Profile of the client configuration to use (`[profiles.NAME]`; default:
+    /// the file's `profile`, else the local stack `mtswarm up` wrote).
+    #[arg(long, env = "MTSWARM_PROFILE", global = true)]
+    pub profile: Option<String>,
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
@@ -139,6 +147,15 @@ pub enum QuarantineCommand {
 pub fn run() -> ExitCode {
     pipe::install_hook();
     let cli = Cli::parse();
+    common::request_profile(cli.profile.clone());
+    // A profile that does not exist is a usage error, not a silent fallback
+    // to another deployment.
+    if matches!(cli.command, Command::Client(_))
+        && let Err(error) = common::selected_profile()
+    {
+        eprintln!("mtswarm: {error:#}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

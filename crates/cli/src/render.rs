@@ -365,7 +365,31 @@ pub fn approval_request(r: &v1::ApprovalRequest) -> Value {
         "requested_at": timestamp(r.requested_at.as_ref()),
         "timeout_seconds": r.timeout_seconds,
         "default_verdict": verdict(r.default_verdict()),
+        "summary": r.summary,
+        "candidate": if r.candidate_json.is_empty() { Value::Null } else { embedded_json(&r.candidate_json) },
+        "slice_id": r.slice_id,
+        "estimated_device_seconds": (r.estimated_device_seconds > 0.0).then_some(r.estimated_device_seconds),
+        "files": r.files,
     })
+}
+
+/// What an approval request's call will do, in one line: the worker's
+/// summary (tool, candidate, slice, device time, files), else the tool
+/// and its arguments (requests of older workers).
+pub fn what_it_does(r: &v1::ApprovalRequest) -> String {
+    if r.summary.trim().is_empty() {
+        format!("{} {}", r.tool_name, r.arguments_json)
+    } else {
+        r.summary.clone()
+    }
+}
+
+/// How far a decision reaches, as printed: `call`, `tool_for_job` or `tool_for_agent`.
+pub fn approval_scope(scope: v1::ApprovalScope) -> String {
+    match scope {
+        v1::ApprovalScope::Unspecified => "call".to_string(),
+        other => short_name(other.as_str_name(), "APPROVAL_SCOPE_"),
+    }
 }
 
 /// Who decided an approval, how, when and why (`timed_out` when nobody did).
@@ -379,6 +403,8 @@ pub fn approval_decision(d: &v1::ApprovalDecision) -> Value {
         "decided_by": d.decided_by,
         "decided_at": timestamp(d.decided_at.as_ref()),
         "timed_out": d.timed_out,
+        "scope": approval_scope(d.scope()),
+        "standing_approval_id": (!d.standing_approval_id.is_empty()).then_some(&d.standing_approval_id),
     })
 }
 

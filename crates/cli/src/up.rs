@@ -33,8 +33,8 @@ use crate::local_stack::{
     ChildProcess, LeaderProcessArgs, LocalStack, StackLeader, StackWorker, WorkerProcessArgs,
     child_command, wait_ready_file,
 };
-use mtswarm_auth::ClientConfig;
 use mtswarm_auth::generate;
+use mtswarm_auth::{ClientConfig, ClientProfile};
 
 /// The default fleet: two emulated boards, each cut into its 4 clusters.
 pub const DEFAULT_FLEET_TOML: &str = r#"# mtswarm up: built-in local fleet (2 emulated boards x 4 clusters)
@@ -151,6 +151,42 @@ pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCod
     outcome
 }
 
+/// The kernel directories (those with a `tune.toml`) right under `root`,
+/// by name, for the banner's example command.
+fn kernels_under(root: &Path) -> Vec<String> {
+    let mut kernels: Vec<String> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.path().join("tune.toml").is_file())
+        .filter_map(|entry| entry.file_name().to_str().map(str::to_string))
+        .collect();
+    kernels.sort();
+    kernels
+}
+
+/// Fails with a message naming the port when `address` cannot be bound
+/// because something listens there already (`what` names the server,
+/// `instead` the flag that avoids it). Port 0 and addresses that do not
+/// parse are left to the server that binds them.
+fn ensure_free(address: &str, what: &str, instead: &str) -> anyhow::Result<()> {
+    let Ok(socket) = address.parse::<std::net::SocketAddr>() else {
+        return Ok(());
+    };
+    if socket.port() == 0 {
+        return Ok(());
+    }
+    match std::net::TcpListener::bind(socket) {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => bail!(
+            "port {} for {what} is in use on {} (is another `mtswarm up` running? stop it, or pass {instead})",
+            socket.port(),
+            socket.ip()
+        ),
+        Err(error) => bail!("cannot listen on {socket} for {what}: {error}"),
+    }
+}
+
 /// Removes the client configuration this stack wrote (its credentials die
 /// with the stack), unless another stack has replaced it since.
 fn remove_client_config(state: &Path) {
@@ -158,13 +194,22 @@ fn remove_client_config(state: &Path) {
         return;
     };
     let credentials = state.join("credentials");
-    if let Ok(Some(config)) = ClientConfig::load(&path)
+    if let Ok(Some(mut config)) = ClientConfig::load(&path)
         && config
+            .local
             .ca_file
             .as_deref()
             .is_some_and(|ca| ca.starts_with(&credentials))
     {
-        let _ = std::fs::remove_file(&path);
+        // Named profiles are the user's: only the local stack's fields go.
+        if config.profiles.is_empty() {
+            let _ = std::fs::remove_file(&path);
+        } else {
+            config.local = ClientProfile::default();
+            if let Err(error) = config.save(&path) {
+                eprintln!("mtswarm up: cannot update {}: {error}", path.display());
+            }
+        }
     }
 }
 
@@ -223,7 +268,20 @@ fn print_endpoints(endpoints: &serde_json::Value, logs: &Path) {
         "  export MTSWARM_LEADER={}",
         endpoints["grpc"].as_str().unwrap_or("")
     );
-    println!("  mtswarm fleet; mtswarm submit \"tune it\" --kernel dgemm --watch");
+    let kernels: Vec<&str> = endpoints["kernels"]
+        .as_array()
+        .map(|k| k.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    match kernels.iter().find(|k| **k == "dgemm").or(kernels.first()) {
+        Some(kernel) => {
+            println!("  kernels:        {}", kernels.join(", "));
+            println!("  mtswarm fleet; mtswarm submit \"tune it\" --kernel {kernel} --watch");
+        }
+        None => println!(
+            "  no kernel directory (one with a tune.toml) under the kernel root {}: restart with --kernel-root examples/kernels",
+            endpoints["kernel_root"].as_str().unwrap_or("")
+        ),
+    }
     println!("Press Ctrl-C to stop.");
 }
 
@@ -235,6 +293,20 @@ async fn start_stack(
     stack: &mut LocalStack,
 ) -> anyhow::Result<serde_json::Value> {
     let me = std::env::current_exe().context("locating the mtswarm binary")?;
+    // A taken port is said up front: otherwise a second stack's clients
+    // could reach the first stack's servers before this one's fail.
+    if cmd.nats.is_none() && cmd.nats_port != 0 {
+        ensure_free(
+            &format!("127.0.0.1:{}", cmd.nats_port),
+            "NATS",
+            "--nats-port 0 (a free port), or --nats URL to use that server",
+        )?;
+    }
+    ensure_free(
+        &cmd.leader_listen,
+        "the leader's gRPC",
+        "--leader-listen 127.0.0.1:0",
+    )?;
     let kernel_root = cmd.kernel_root.canonicalize().with_context(|| {
         format!(
             "--kernel-root {} is not a directory",
@@ -436,7 +508,7 @@ async fn start_stack(
     });
     // The CLI finds the stack through the client configuration, as kubectl
     // finds a cluster through its kubeconfig.
-    let client = ClientConfig {
+    let client = ClientProfile {
         leader: leader_info["grpc"].as_str().map(str::to_string),
         token: Some(
             std::fs::read_to_string(grpc.token_file("admin").context("no admin token")?)
@@ -455,7 +527,16 @@ async fn start_stack(
     };
     let client_config = mtswarm_auth::default_client_config_path()
         .unwrap_or_else(|| state.join("client-config.toml"));
-    client.save(&client_config).with_context(|| {
+    // The user's named profiles stay; the local stack's fields are replaced.
+    let mut file = match ClientConfig::load(&client_config) {
+        Ok(file) => file.unwrap_or_default(),
+        Err(error) => {
+            eprintln!("mtswarm up: replacing the unreadable client configuration: {error}");
+            ClientConfig::default()
+        }
+    };
+    file.local = client;
+    file.save(&client_config).with_context(|| {
         format!(
             "writing the client configuration {}",
             client_config.display()
@@ -468,6 +549,8 @@ async fn start_stack(
         "nats": nats_url,
         "fleet": fleet_path,
         "workers": workers,
+        "kernel_root": kernel_root,
+        "kernels": kernels_under(&kernel_root),
         "logs": logs,
         "pid": std::process::id(),
     }))

@@ -2,8 +2,9 @@
 //!
 //! - On a terminal: one indicatif line for the job and one per agent (its
 //!   step, what it is doing, its tasks), redrawn as events arrive.
-//! - Otherwise: one plain line per event (`--json`: one JSON object per
-//!   event), for logs and scripts.
+//! - Otherwise: one plain line per state change, task result and approval
+//!   (`--events` adds every agent event), for logs; `--json`: one JSON
+//!   object per event, all of them, for scripts.
 //! - When stdin and stdout are both terminals, each approval request is
 //!   shown as it arrives (tool, arguments, risk, why) and the user approves
 //!   or denies it, one at a time; requests that someone else decided in the
@@ -14,7 +15,7 @@
 //! could not be reached or the request was refused.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -24,8 +25,8 @@ use mtswarm_proto::v1::job_event::Event;
 use serde_json::Value;
 use tokio_stream::StreamExt as _;
 
+use crate::approval_prompt::ask_about;
 use crate::common::{Control, LeaderArgs, rpc_error};
-use crate::decision::decide_approval;
 use crate::render;
 
 /// Arguments of `mtswarm watch`: the job, where to resume and how to show it.
@@ -36,9 +37,13 @@ pub struct WatchCmd {
     /// Resume from this event sequence (0 = from the start).
     #[arg(long, env = "MTSWARM_FROM_SEQUENCE", default_value_t = 0)]
     pub from: u64,
-    /// One JSON object per event on stdout.
+    /// One JSON object per event on stdout (every event).
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Off a terminal, print every agent event too (default: state
+    /// changes, task results and approvals only).
+    #[arg(long, env = "MTSWARM_WATCH_EVENTS")]
+    pub events: bool,
     /// Never ask about approvals (leave them to `mtswarm approve`/`deny`).
     #[arg(long, env = "MTSWARM_NO_PROMPT")]
     pub no_prompt: bool,
@@ -54,6 +59,8 @@ pub struct WatchOptions {
     pub from_sequence: u64,
     /// One JSON object per event on stdout instead of the live view.
     pub json: bool,
+    /// Plain output off a terminal includes every agent event.
+    pub events: bool,
     /// Ask about approvals when stdin and stdout are terminals.
     pub prompt: bool,
 }
@@ -69,6 +76,7 @@ pub async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
         WatchOptions {
             from_sequence: cmd.from,
             json: cmd.json,
+            events: cmd.events,
             prompt: !cmd.no_prompt,
         },
     )
@@ -193,7 +201,9 @@ pub async fn watch_job(
         let event = item.map_err(|status| rpc_error("watching the job", leader, status))?;
         if options.json {
             println!("{}", render::job_event(&event));
-        } else if !interactive_view {
+        } else if !interactive_view
+            && (options.events || !matches!(event.event, Some(Event::AgentEvent(_))))
+        {
             println!("{}", plain_line(&event));
         }
         match &event.event {
@@ -316,22 +326,29 @@ fn plain_line(event: &v1::JobEvent) -> String {
             }
         ),
         Some(Event::ApprovalRequested(r)) => format!(
-            "[{}] approval {} requested by {}: {} {} (risk {}) - decide with `mtswarm approve {}` or `mtswarm deny {}`",
+            "[{}] approval {} requested by {}: {} (risk {}) - decide with `mtswarm approve {} [--scope job]` or `mtswarm deny {}`",
             event.sequence,
             r.approval_id,
             r.agent_id,
-            r.tool_name,
-            render::truncate(&r.arguments_json, 120),
+            render::truncate(&render::what_it_does(r), 160),
             render::risk(r.risk()),
             r.approval_id,
             r.approval_id
         ),
         Some(Event::ApprovalDecided(d)) => format!(
-            "[{}] approval {} {} by {}{}",
+            "[{}] approval {} {} by {}{}{}",
             event.sequence,
             d.approval_id,
             render::verdict(d.verdict()),
             d.decided_by,
+            match d.scope() {
+                v1::ApprovalScope::ToolForJob =>
+                    format!(" for every `{}` call of the job", d.tool_name),
+                v1::ApprovalScope::ToolForAgent => {
+                    format!(" for every `{}` call of {}", d.tool_name, d.agent_id)
+                }
+                _ => String::new(),
+            },
             if d.reason.is_empty() {
                 String::new()
             } else {
@@ -356,88 +373,6 @@ fn plain_line(event: &v1::JobEvent) -> String {
         ),
         None => format!("[{}] (unknown event)", event.sequence),
     }
-}
-
-/// Asks the user about one approval request, unless it is no longer pending.
-async fn ask_about(
-    control: &mut Control,
-    leader: &str,
-    request: &v1::ApprovalRequest,
-    multi: &MultiProgress,
-) -> anyhow::Result<()> {
-    let pending = control
-        .list_approvals(v1::ListApprovalsRequest {
-            job_id: request.job_id.clone(),
-            states: vec![v1::ApprovalState::Pending as i32],
-        })
-        .await
-        .map_err(|status| rpc_error("listing approvals", leader, status))?
-        .into_inner();
-    if !pending.approvals.iter().any(|r| {
-        r.request
-            .as_ref()
-            .is_some_and(|q| q.approval_id == request.approval_id)
-    }) {
-        return Ok(());
-    }
-    let arguments = render::embedded_json(&request.arguments_json);
-    let shown_arguments = serde_json::to_string_pretty(&arguments).unwrap_or_default();
-    let question = format!(
-        "\nApproval {} — agent {} wants to run `{}` (risk {})\n{}\narguments:\n{}\nApprove? [y]es / [n]o / [s]kip: ",
-        request.approval_id,
-        request.agent_id,
-        request.tool_name,
-        render::risk(request.risk()),
-        if request.reason.is_empty() {
-            String::new()
-        } else {
-            format!("why: {}", request.reason)
-        },
-        shown_arguments
-    );
-    let answer = loop {
-        let text = question.clone();
-        let line = tokio::task::spawn_blocking(move || {
-            print!("{text}");
-            let _ = std::io::stdout().flush();
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).map(|_| line)
-        })
-        .await??;
-        match line.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" => break Some(v1::ApprovalVerdict::Approve),
-            "n" | "no" => break Some(v1::ApprovalVerdict::Deny),
-            "s" | "skip" | "" => break None,
-            _ => continue,
-        }
-    };
-    let Some(verdict) = answer else {
-        multi.suspend(|| {
-            println!(
-                "skipped; decide later with `mtswarm approve {}` or `mtswarm deny {}`",
-                request.approval_id, request.approval_id
-            )
-        });
-        return Ok(());
-    };
-    let reason = if verdict == v1::ApprovalVerdict::Deny {
-        let line = tokio::task::spawn_blocking(|| {
-            print!("Reason (shown to the agent, optional): ");
-            let _ = std::io::stdout().flush();
-            let mut line = String::new();
-            std::io::stdin().read_line(&mut line).map(|_| line)
-        })
-        .await??;
-        line.trim().to_string()
-    } else {
-        String::new()
-    };
-    match decide_approval(control, leader, &request.approval_id, verdict, &reason).await {
-        Ok(_) => {}
-        // Someone else decided first (or it timed out): say so and go on.
-        Err(error) => multi.suspend(|| println!("{error:#}")),
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -126,7 +126,9 @@ pub use middleware::{Middleware, TracingMiddleware};
 pub use model::{
     ChatModel, ChatRequest, Message, ModelError, ModelEvent, ModelStream, Role, ToolCall, ToolSpec,
 };
-pub use policy::{ApprovalConfig, ApprovalDecision, AutoApprove, Permission, RiskPolicy};
+pub use policy::{
+    ApprovalConfig, ApprovalDecision, ApprovalRule, AutoApprove, Permission, RiskPolicy, RuleAction,
+};
 pub use registry::{RegistryError, ToolRegistry};
 pub use state::{
     CallStatus, Checkpoint, LoopState, Node, PendingCall, RiskTracker, RunEnd, StopReason,

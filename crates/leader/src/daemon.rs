@@ -172,6 +172,7 @@ impl LeaderDaemon {
                 bus.clone(),
                 shared.approvals.clone(),
                 shared.journal.clone(),
+                shared.config.decision_key.clone(),
                 owns(&shared),
                 shutdown_rx.clone(),
             )),

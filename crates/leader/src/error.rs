@@ -212,6 +212,14 @@ pub enum ValidateError {
         /// The leader's limit.
         limit: u32,
     },
+    /// An approval rule the workers could not apply.
+    #[error("approval rule {index}: {reason}")]
+    ApprovalRule {
+        /// Position of the rule in `approval_rules` (from 0).
+        index: usize,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// More `@path` references than allowed.
     #[error("goal references {count} files with @path (limit {limit})")]
     TooManyAttachments {

@@ -58,6 +58,7 @@ pub(crate) async fn spawn_on(
         auto_approve: job.spec.auto_approve,
         allow_shell: job.spec.allow_shell,
         traceparent,
+        approval_rules: job.spec.approval_rules.clone(),
     };
     client
         .spawn_session(request)

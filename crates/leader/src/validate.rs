@@ -200,6 +200,7 @@ pub fn validate_submit(
     if let Some(model) = &spec.model {
         check_model(model)?;
     }
+    check_approval_rules(&spec.approval_rules)?;
     let references = at_references(&spec.goal);
     if references.len() > limits.max_attachments {
         return Err(ValidateError::TooManyAttachments {
@@ -251,9 +252,86 @@ pub fn validate_submit(
     })
 }
 
+/// At most this many approval rules per job.
+const MAX_APPROVAL_RULES: usize = 64;
+
+/// Every rule has an action and names a tool or a risk.
+fn check_approval_rules(rules: &[v1::ApprovalRule]) -> Result<(), ValidateError> {
+    if rules.len() > MAX_APPROVAL_RULES {
+        return Err(ValidateError::ApprovalRule {
+            index: MAX_APPROVAL_RULES,
+            reason: "too many rules (at most 64)",
+        });
+    }
+    for (index, rule) in rules.iter().enumerate() {
+        let invalid = |reason| Err(ValidateError::ApprovalRule { index, reason });
+        if rule.action() == v1::ApprovalAction::Unspecified {
+            return invalid("no action (ask, allow or deny)");
+        }
+        let tool = rule.tool.trim();
+        if tool.is_empty() && rule.risk() == v1::RiskLevel::Unspecified {
+            return invalid("names neither a tool nor a risk");
+        }
+        if tool.len() > 64
+            || !tool
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return invalid("the tool name must be 1-64 letters, digits, `_` or `-`");
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn approval_rules_need_an_action_and_a_tool_or_risk() {
+        let rule = |tool: &str, risk: v1::RiskLevel, action: v1::ApprovalAction| v1::ApprovalRule {
+            tool: tool.into(),
+            risk: risk as i32,
+            action: action as i32,
+        };
+        let ok = [
+            rule(
+                "benchmark",
+                v1::RiskLevel::Unspecified,
+                v1::ApprovalAction::Allow,
+            ),
+            rule("", v1::RiskLevel::Medium, v1::ApprovalAction::Ask),
+        ];
+        assert!(check_approval_rules(&ok).is_ok());
+        for (bad, why) in [
+            (
+                rule(
+                    "benchmark",
+                    v1::RiskLevel::Unspecified,
+                    v1::ApprovalAction::Unspecified,
+                ),
+                "no action",
+            ),
+            (
+                rule("", v1::RiskLevel::Unspecified, v1::ApprovalAction::Deny),
+                "neither",
+            ),
+            (
+                rule(
+                    "bench mark",
+                    v1::RiskLevel::Unspecified,
+                    v1::ApprovalAction::Deny,
+                ),
+                "tool name",
+            ),
+        ] {
+            let error = check_approval_rules(&[bad]).expect_err(why).to_string();
+            assert!(
+                error.contains(why) && error.starts_with("approval rule 0"),
+                "{error}"
+            );
+        }
+    }
 
     #[test]
     fn at_references_skip_emails_and_trailing_punctuation() {

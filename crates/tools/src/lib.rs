@@ -23,6 +23,7 @@ pub mod hardware;
 pub mod harness;
 pub mod lock;
 mod normalize;
+pub mod preview;
 pub mod results;
 pub mod workspace;
 
@@ -36,6 +37,7 @@ use mtswarm_hw::{Board, ChipSpec};
 
 pub use env::{BuildReport, BuildResult, BuiltArtifact, Candidate, SessionState, ToolEnv};
 pub use lock::{HwResourceLock, TuningPhase};
+pub use preview::CallPreview;
 pub use results::{InMemoryResults, PastResult, QueryResultsTool, ResultsQuery, ResultsSource};
 pub use workspace::{PathError, Workspace};
 

@@ -61,6 +61,9 @@ pub(crate) struct ApprovalWait<'a> {
     pub(crate) task: &'a v1::TaskAssignment,
     pub(crate) events: &'a EventPublisher,
     pub(crate) step: u32,
+    /// The session's tools, for what each call will do (the request's
+    /// candidate, slice, device time and files).
+    pub(crate) tools: &'a mtswarm_tools::ToolEnv,
 }
 
 /// The approval id of one call of one task of one session: `ap-` and 32 hex
@@ -199,6 +202,7 @@ pub(crate) async fn await_decisions<T>(
     let mut pending: HashMap<String, Pending> = HashMap::new();
     let mut earliest = SystemTime::now();
     for call in approvals {
+        let preview = wait.tools.preview(&call.tool, &call.arguments);
         let request = v1::ApprovalRequest {
             approval_id: approval_id(wait.session_id, &wait.task.task_id, &call.call_id),
             job_id: wait.task.job_id.clone(),
@@ -215,6 +219,15 @@ pub(crate) async fn await_decisions<T>(
             requested_at: Some(now_timestamp()),
             timeout_seconds: timeout.as_secs().max(1),
             default_verdict: default_verdict as i32,
+            summary: preview.summary(&call.tool),
+            candidate_json: if preview.candidate.is_empty() {
+                String::new()
+            } else {
+                json!(preview.candidate).to_string()
+            },
+            slice_id: preview.slice_id.clone(),
+            estimated_device_seconds: preview.estimated_device_seconds.unwrap_or(0.0),
+            files: preview.files.clone(),
         };
         let mut refused = None;
         let (request, decision) = match shared.approvals.create(&request).await {
@@ -314,7 +327,7 @@ pub(crate) async fn await_decisions<T>(
                         decided_by: "timeout".to_owned(),
                         decided_at: Some(now_timestamp()),
                         timed_out: true,
-                        signature: Vec::new(),
+                        ..Default::default()
                     };
                     let settled = settle(shared, decision).await;
                     if settled.timed_out

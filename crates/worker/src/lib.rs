@@ -122,6 +122,7 @@
 //!   `checkpoint`, `results`, [`policy`], [`prompt`], `text`, [`workspace`].
 
 pub mod approval;
+mod approval_rules;
 mod checkpoint;
 pub mod config;
 mod daemon;

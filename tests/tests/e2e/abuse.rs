@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use mtswarm_auth::{ClientAuth, ClientConfig};
+use mtswarm_auth::{ClientAuth, ClientConfig, ClientProfile};
 use mtswarm_bus::{Bus, BusConfig, subjects, v1};
 use mtswarm_tests::cli::spawn_up;
 use mtswarm_tests::jobs::{approvals as approvals_of, get_job, submit};
@@ -66,7 +66,7 @@ async fn finished_job(
 struct SecureUp {
     up: NodeProcess,
     ready: serde_json::Value,
-    client: ClientConfig,
+    client: ClientProfile,
     client_config: PathBuf,
     credentials: PathBuf,
     _dir: tempfile::TempDir,
@@ -80,7 +80,8 @@ impl SecureUp {
         let ready = ready.document;
         let client = ClientConfig::load(&client_config)
             .expect("client configuration readable")
-            .expect("mtswarm up wrote the client configuration");
+            .expect("mtswarm up wrote the client configuration")
+            .local;
         let credentials = client
             .ca_file
             .as_deref()
@@ -231,6 +232,7 @@ async fn the_default_stack_refuses_anonymous_grpc_and_the_readme_commands_work()
                 verdict: v1::ApprovalVerdict::Approve as i32,
                 reason: String::new(),
                 decided_by: "mallory".into(),
+                ..Default::default()
             })
             .await,
         Code::Unauthenticated,
@@ -495,6 +497,7 @@ async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
                     verdict: v1::ApprovalVerdict::Approve as i32,
                     reason: "ok".into(),
                     decided_by: "somebody-else".into(),
+                    ..Default::default()
                 })
                 .await;
             if let Ok(decided) = decided {
@@ -588,6 +591,7 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
         decided_at: Some(prost_types::Timestamp::from(std::time::SystemTime::now())),
         timed_out: false,
         signature: Vec::new(),
+        ..Default::default()
     };
     let forge = |signature: Vec<u8>| v1::ApprovalRecord {
         request: Some(target.clone()),
@@ -651,6 +655,7 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
                     verdict: v1::ApprovalVerdict::Approve as i32,
                     reason: "ok".into(),
                     decided_by: String::new(),
+                    ..Default::default()
                 })
                 .await;
             if id == approval_id {

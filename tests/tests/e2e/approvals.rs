@@ -2,12 +2,15 @@
 //! false` makes a worker session (in a worker process) pause on its first
 //! medium-risk call; the request is listed by the leader (ListApprovals);
 //! approving resumes the session and the tool runs; denying gives the model
-//! a denial observation.
+//! a denial observation. "Approve this tool for the whole job" answers the
+//! other agents' calls of that tool too: a two-agent vecadd job asks at
+//! most two questions, each showing the candidate's parameters, and a
+//! job-spec rule by tool runs that tool without asking at all.
 
 use std::time::Duration;
 
 use mtswarm_proto::v1;
-use mtswarm_tests::jobs::{approvals, decide_approval, is_final};
+use mtswarm_tests::jobs::{approvals, decide_approval, decide_approval_for, is_final};
 use mtswarm_tests::stack::Control;
 use mtswarm_tests::{TestStack, small_fleet_toml};
 
@@ -221,6 +224,151 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
     assert!(
         parsed.get("best").is_none_or(serde_json::Value::is_null),
         "nothing was benchmarked, so there is no best: {parsed}"
+    );
+    stack.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn approving_a_tool_for_the_job_answers_every_agents_later_calls() {
+    let agents = [("left", ""), ("right", "")];
+    let options = fan_out_options(&agents, small_fleet_toml(1, 2, 2));
+    let (stack, mut control) = start_stack(options, 2).await;
+
+    // Every question is answered "approve this tool for the whole job".
+    let job_id = submit(
+        &mut control,
+        job_spec("Tune vecadd, approving tools for the job", "vecadd", false),
+    )
+    .await;
+    let mut asked: Vec<v1::ApprovalRequest> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let job = loop {
+        let job = get_job(&mut control, &job_id).await;
+        if is_final(job.state()) {
+            break job;
+        }
+        for record in approvals(&mut control, &job_id, &[v1::ApprovalState::Pending]).await {
+            let request = record.request.expect("request");
+            // A call of a tool approved for the job may still be listed for
+            // a moment before its standing decision lands: not a question.
+            if asked.iter().any(|q| q.tool_name == request.tool_name) {
+                continue;
+            }
+            match decide_approval_for(
+                &mut control,
+                &request.approval_id,
+                v1::ApprovalVerdict::Approve,
+                "fine for this job",
+                "e2e-test",
+                v1::ApprovalScope::ToolForJob,
+            )
+            .await
+            {
+                Ok(record) => {
+                    let decision = record.decision.expect("decision");
+                    assert_eq!(decision.scope(), v1::ApprovalScope::ToolForJob);
+                    assert_eq!(decision.tool_name, request.tool_name);
+                    asked.push(request);
+                }
+                // Decided meanwhile by an earlier standing decision.
+                Err(status) if status.code() == tonic::Code::FailedPrecondition => {}
+                Err(status) => panic!("DecideApproval: {status:?}"),
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {job_id} not final in time: {job:#?}\n{}",
+            stack.worker_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "{job:#?}\n{}",
+        stack.worker_logs()
+    );
+    assert!(
+        !asked.is_empty() && asked.len() <= 2,
+        "questions asked: {:#?}",
+        asked.iter().map(|q| &q.tool_name).collect::<Vec<_>>()
+    );
+    // Each question shows what the call will do: the candidate's parameters
+    // (the task's CHUNK and BUF), the slice and the tool.
+    for question in &asked {
+        let candidate: serde_json::Value =
+            serde_json::from_str(&question.candidate_json).unwrap_or_default();
+        assert_eq!(candidate["CHUNK"], "1024", "{question:#?}");
+        assert_eq!(candidate["BUF"], "2", "{question:#?}");
+        assert!(
+            question.summary.contains("CHUNK=1024")
+                && question.summary.contains(&question.tool_name)
+                && !question.slice_id.is_empty()
+                && question.summary.contains(&question.slice_id),
+            "{question:#?}"
+        );
+    }
+    // The other agent's calls were decided by the standing decisions,
+    // signed, naming the decision they came from; nothing is left pending.
+    let decided = approvals(&mut control, &job_id, &[]).await;
+    let standing: Vec<&v1::ApprovalDecision> = decided
+        .iter()
+        .filter_map(|r| r.decision.as_ref())
+        .filter(|d| !d.standing_approval_id.is_empty())
+        .collect();
+    assert!(!standing.is_empty(), "{decided:#?}");
+    for decision in &standing {
+        assert_eq!(decision.verdict(), v1::ApprovalVerdict::Approve);
+        assert!(
+            asked
+                .iter()
+                .any(|q| q.approval_id == decision.standing_approval_id),
+            "{decision:#?}"
+        );
+        assert_eq!(decision.decided_by, "e2e-test");
+    }
+    assert!(
+        decided
+            .iter()
+            .all(|r| r.state() != v1::ApprovalState::Pending),
+        "{decided:#?}"
+    );
+    // The standing records are not listed as approvals of their own.
+    assert_eq!(
+        decided.len(),
+        decided
+            .iter()
+            .filter_map(|r| r.request.as_ref())
+            .map(|r| &r.approval_id)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    );
+
+    // A job-spec rule by tool: `validate` and `benchmark` run unasked.
+    let mut spec = job_spec("Tune vecadd under a job policy", "vecadd", false);
+    spec.approval_rules = ["validate", "benchmark", "run"]
+        .into_iter()
+        .map(|tool| v1::ApprovalRule {
+            tool: tool.into(),
+            risk: v1::RiskLevel::Unspecified as i32,
+            action: v1::ApprovalAction::Allow as i32,
+        })
+        .collect();
+    let job_id = submit(&mut control, spec).await;
+    let (job, asked) = decide_until_final(
+        &stack,
+        &mut control,
+        &job_id,
+        v1::ApprovalVerdict::Approve,
+        "ok",
+    )
+    .await;
+    assert_eq!(job.state(), v1::JobState::Succeeded, "{job:#?}");
+    assert!(
+        asked
+            .iter()
+            .all(|q| !["validate", "benchmark", "run"].contains(&q.tool_name.as_str())),
+        "the rule's tools asked: {asked:#?}"
     );
     stack.shutdown().await;
 }

@@ -4,9 +4,11 @@
 //! measurements in the results store, over NATS), `jobs --json`,
 //! `approvals --json`; `watch --json` and `results --format jsonl` into a
 //! closed pipe (`| head -1`) end quietly with success, and their logs off
-//! a terminal carry no colour escapes.
+//! a terminal carry no colour escapes; a profile of the client
+//! configuration selects the leader.
 
-use std::process::Output;
+use std::path::Path;
+use std::process::{Command, Output};
 
 use mtswarm_tests::cli::{client_command, output_into_closed_pipe, stdout_of};
 use mtswarm_tests::{node_bin, small_fleet_toml};
@@ -65,6 +67,7 @@ async fn submit_watch_and_results_through_the_binary() {
                 "results jsonl",
             );
             let jobs = stdout_of(&mtswarm(&leader, &["jobs", "--json"]), "jobs");
+            profiles_select_the_leader(&leader, &job_id);
             let approvals = stdout_of(
                 &mtswarm(&leader, &["approvals", "--json", "--all"]),
                 "approvals",
@@ -145,4 +148,65 @@ async fn submit_watch_and_results_through_the_binary() {
     let approvals: serde_json::Value = serde_json::from_str(&approvals).expect("approvals --json");
     assert_eq!(approvals["approvals"].as_array().map(Vec::len), Some(0));
     stack.shutdown().await;
+}
+
+/// `mtswarm` with only the client configuration at `config` to find the
+/// leader: no `MTSWARM_LEADER`, no `MTSWARM_PROFILE`.
+fn with_config_only(config: &Path, args: &[&str]) -> Output {
+    Command::new(node_bin!())
+        .args(args)
+        .env("MTSWARM_CONFIG", config)
+        .env_remove("MTSWARM_LEADER")
+        .env_remove("MTSWARM_PROFILE")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("MTSWARM_JSON")
+        .output()
+        .expect("run mtswarm")
+}
+
+/// A client configuration whose default profile names a port nobody
+/// listens on and whose `stack` profile names the running leader.
+fn profiles_select_the_leader(leader: &str, job_id: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("config.toml");
+    let dead = "http://127.0.0.1:9";
+    std::fs::write(
+        &config,
+        format!(
+            "profile = \"dead\"\n\n[profiles.dead]\nleader = \"{dead}\"\n\n[profiles.stack]\nleader = \"{leader}\"\n"
+        ),
+    )
+    .expect("write the client configuration");
+
+    // `--profile stack` reaches the stack: its job is listed.
+    let listed = stdout_of(
+        &with_config_only(&config, &["--profile", "stack", "jobs", "--json"]),
+        "jobs --profile stack",
+    );
+    assert!(listed.contains(job_id), "{listed}");
+
+    // Without --profile the file's default profile applies: the dead port.
+    let fallback = with_config_only(&config, &["jobs", "--connect-timeout", "2"]);
+    let stderr = String::from_utf8_lossy(&fallback.stderr);
+    assert_eq!(fallback.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(dead),
+        "the default profile's leader: {stderr}"
+    );
+
+    // A flag still overrides the profile's field.
+    let overridden = stdout_of(
+        &with_config_only(&config, &["jobs", "--json", "--leader", leader]),
+        "jobs --leader over the default profile",
+    );
+    assert!(overridden.contains(job_id), "{overridden}");
+
+    // An unknown profile is a usage error naming the known ones.
+    let unknown = with_config_only(&config, &["--profile", "prod", "jobs"]);
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert_eq!(unknown.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no profile \"prod\"") && stderr.contains("dead, stack"),
+        "{stderr}"
+    );
 }

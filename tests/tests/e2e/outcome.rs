@@ -87,7 +87,8 @@ fn cli(stack: &TestStack) -> Command {
         .env("MTSWARM_LEADER", &stack.leader_url)
         .env("MTSWARM_NATS_URL", stack.nats.url())
         .env("MTSWARM_CACHE_DIR", mtswarm_tests::emulator_cache_dir())
-        .env_remove("MTSWARM_JOB_MODEL")
+        .env_remove("MTSWARM_LLM_MODEL")
+        .env_remove("MTSWARM_LLM_URL")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
     command
 }

@@ -1,6 +1,8 @@
 //! Acceptance 6: `mtswarm up` as a process. It reports ready through its
 //! ready file, `mtswarm fleet --json` lists the built-in fleet's 8 slices,
-//! and SIGINT (Ctrl-C) stops everything: no nats-server, leader or worker
+//! the demo's dgemm job followed off a terminal (`submit --watch` into a
+//! pipe) prints a line per state change and result, not per engine event
+//! (`watch --events` prints them all), and SIGINT (Ctrl-C) stops everything: no nats-server, leader or worker
 //! left running, temporary directories removed, the logs kept where it
 //! said.
 
@@ -101,6 +103,8 @@ fn up_serves_the_built_in_fleet_and_stops_on_ctrl_c() {
         "{fleet}"
     );
 
+    watch_off_a_terminal_is_short(&leader);
+
     up.interrupt().expect("send SIGINT");
     let status = up
         .wait_exit(Duration::from_secs(90))
@@ -138,4 +142,72 @@ fn up_serves_the_built_in_fleet_and_stops_on_ctrl_c() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is `mtswarm up` running?"), "{stderr}");
+}
+
+/// The demo's job through `submit --watch` with stdout a pipe: at most 50
+/// lines, its results and its end among them; `watch --events` replays
+/// every agent event as well.
+fn watch_off_a_terminal_is_short(leader: &str) {
+    let output = node()
+        .args([
+            "submit",
+            "Tune the dgemm kernel for the highest GFLOPS",
+            "--kernel",
+            "dgemm",
+            "--auto-approve",
+            "--watch",
+            "--leader",
+            leader,
+        ])
+        .output()
+        .expect("run mtswarm submit --watch");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines = stdout.lines().count();
+    assert!(lines <= 50, "{lines} lines off a terminal:\n{stdout}");
+    assert!(
+        stdout.contains("result of task") && stdout.contains("-> succeeded"),
+        "{stdout}"
+    );
+    let job_id = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("submitted job "))
+        .expect("submit names the job")
+        .trim()
+        .to_string();
+    let all = node()
+        .args(["watch", &job_id, "--events", "--leader", leader])
+        .output()
+        .expect("run mtswarm watch --events");
+    let every = String::from_utf8_lossy(&all.stdout);
+    assert!(all.status.success(), "{every}");
+    assert!(
+        every.lines().count() > lines && every.contains(" step "),
+        "--events adds the agent events: {} lines",
+        every.lines().count()
+    );
+}
+
+#[test]
+fn up_names_a_port_in_use() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port");
+    let port = taken.local_addr().expect("address").port();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let output = node()
+        .args(["up", "--nats-port", &port.to_string()])
+        .args(["--leader-listen", "127.0.0.1:0", "--log-dir"])
+        .arg(dir.path().join("logs"))
+        .output()
+        .expect("run mtswarm up");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("port {port} for NATS is in use")),
+        "{stderr}"
+    );
 }

@@ -8,7 +8,7 @@ use mtswarm_proto::v1;
 
 use super::output::{Listing, print_json};
 use crate::common::{LeaderArgs, rpc_error};
-use crate::decision::decide_approval;
+use crate::decision::{Scope, decide_approval};
 use crate::render;
 
 /// Arguments of `mtswarm approvals`: which approval requests to list.
@@ -36,6 +36,10 @@ pub struct DecideCmd {
     /// Why (recorded with the decision and shown to the agent).
     #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
     pub reason: String,
+    /// How far the decision reaches: this call, every later call of the
+    /// same tool in the job, or by the same agent (not for high-risk tools).
+    #[arg(long, value_enum, env = "MTSWARM_APPROVAL_SCOPE", default_value_t = Scope::Call)]
+    pub scope: Scope,
     /// JSON output: the decided approval record.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
@@ -71,22 +75,27 @@ pub async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
             "no pending approvals"
         },
         header: format!(
-            "{:<38} {:<9} {:<7} {:<14} {:<16} ARGUMENTS",
-            "APPROVAL", "STATE", "RISK", "AGENT", "TOOL"
+            "{:<38} {:<9} {:<7} {:<14} WHAT",
+            "APPROVAL", "STATE", "RISK", "AGENT"
         ),
         row: &|record| {
             let value = render::approval(record);
             format!(
-                "{:<38} {:<9} {:<7} {:<14} {:<16} {}",
+                "{:<38} {:<9} {:<7} {:<14} {}",
                 render::compact(&value["approval_id"], 38),
                 render::compact(&value["state"], 9),
                 render::compact(&value["risk"], 7),
                 render::compact(&value["agent_id"], 14),
-                render::compact(&value["tool"], 16),
-                render::compact(&value["arguments"], 60)
+                record
+                    .request
+                    .as_ref()
+                    .map(|r| render::truncate(&render::what_it_does(r), 100))
+                    .unwrap_or_default()
             )
         },
-        footer: Some("decide with: mtswarm approve ID | mtswarm deny ID --reason \"...\""),
+        footer: Some(
+            "decide with: mtswarm approve ID [--scope job|agent] | mtswarm deny ID --reason \"...\"",
+        ),
     };
     Ok(listing.print(cmd.json))
 }
@@ -101,6 +110,7 @@ pub async fn decide(cmd: DecideCmd, verdict: v1::ApprovalVerdict) -> anyhow::Res
         &cmd.approval_id,
         verdict,
         &cmd.reason,
+        cmd.scope,
     )
     .await?;
     if cmd.json {
@@ -108,14 +118,25 @@ pub async fn decide(cmd: DecideCmd, verdict: v1::ApprovalVerdict) -> anyhow::Res
     } else {
         let request = record.request.clone().unwrap_or_default();
         println!(
-            "{} {} ({} of agent {})",
+            "{} {} ({} of agent {}){}",
             match verdict {
                 v1::ApprovalVerdict::Approve => "approved",
                 _ => "denied",
             },
             cmd.approval_id,
             request.tool_name,
-            request.agent_id
+            request.agent_id,
+            match cmd.scope {
+                Scope::Call => String::new(),
+                Scope::Job => format!(
+                    "; so is every later `{}` call of the job",
+                    request.tool_name
+                ),
+                Scope::Agent => format!(
+                    "; so is every later `{}` call of agent {}",
+                    request.tool_name, request.agent_id
+                ),
+            }
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -44,15 +44,27 @@ pub struct SubmitCmd {
     /// Maximum wall time of the job in seconds (0 = server default).
     #[arg(long, env = "MTSWARM_WALL_TIME", default_value_t = 0)]
     pub wall_time: u64,
-    /// OpenAI-compatible model for the agents (absent = builtin policies).
-    #[arg(long, env = "MTSWARM_JOB_MODEL")]
-    pub model: Option<String>,
-    /// Base URL of that model's endpoint (empty = the daemons' MTSWARM_LLM_URL).
-    #[arg(long, env = "MTSWARM_JOB_MODEL_URL")]
-    pub model_url: Option<String>,
+    /// OpenAI-compatible model for the agents (absent = the daemons'
+    /// model, else builtin policies; `--model` is the same flag).
+    #[arg(long, visible_alias = "model", env = "MTSWARM_LLM_MODEL")]
+    pub llm_model: Option<String>,
+    /// Base URL of that model's endpoint (absent = the daemons' own; the
+    /// daemons accept only their allowlist, `--model-endpoint`).
+    #[arg(long, alias = "model-url", env = "MTSWARM_LLM_URL")]
+    pub llm_url: Option<String>,
     /// Run medium-risk tools (benchmarks, edits) without asking for approval.
     #[arg(long, env = "MTSWARM_AUTO_APPROVE")]
     pub auto_approve: bool,
+    /// An approval rule, `TOOL=ACTION` or `risk:LEVEL=ACTION` (ACTION: ask,
+    /// allow or deny; LEVEL: low, medium or high), e.g. `benchmark=allow`.
+    /// Repeatable; tool rules win over risk rules; high-risk calls always ask.
+    #[arg(
+        long = "approval-rule",
+        env = "MTSWARM_APPROVAL_RULES",
+        value_delimiter = ',',
+        value_parser = parse_approval_rule
+    )]
+    pub approval_rules: Vec<v1::ApprovalRule>,
     /// Enable the `shell` tool (every call still needs approval).
     #[arg(long, env = "MTSWARM_ALLOW_SHELL")]
     pub allow_shell: bool,
@@ -68,6 +80,9 @@ pub struct SubmitCmd {
     /// JSON output (with --watch: one JSON object per event).
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// With --watch off a terminal, print every agent event too.
+    #[arg(long, env = "MTSWARM_WATCH_EVENTS")]
+    pub events: bool,
     /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
@@ -84,9 +99,11 @@ pub async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
         .to_str()
         .context("--kernel must be valid UTF-8")?
         .to_string();
-    let model = match (&cmd.model, &cmd.model_url) {
+    let model = match (&cmd.llm_model, &cmd.llm_url) {
         (None, None) => None,
-        (None, Some(_)) => bail!("--model-url needs --model"),
+        (None, Some(_)) => {
+            bail!("--llm-url (MTSWARM_LLM_URL) needs --llm-model (MTSWARM_LLM_MODEL)")
+        }
         (Some(model), url) => Some(v1::ModelSettings {
             base_url: url.clone().unwrap_or_default(),
             model: model.clone(),
@@ -108,6 +125,7 @@ pub async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
         model,
         auto_approve: cmd.auto_approve,
         allow_shell: cmd.allow_shell,
+        approval_rules: cmd.approval_rules.clone(),
     };
     let span = tracing::info_span!("mtswarm.submit", kernel = %cmd.kernel.display());
     let _entered = span.enter();
@@ -135,8 +153,60 @@ pub async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
         WatchOptions {
             from_sequence: 0,
             json: cmd.json,
+            events: cmd.events,
             prompt: !cmd.no_prompt,
         },
     )
     .await
+}
+
+/// Parses `TOOL=ACTION` or `risk:LEVEL=ACTION` (`--approval-rule`).
+fn parse_approval_rule(text: &str) -> Result<v1::ApprovalRule, String> {
+    let (subject, action) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected TOOL=ACTION or risk:LEVEL=ACTION"))?;
+    let action = match action.trim().to_ascii_lowercase().as_str() {
+        "ask" => v1::ApprovalAction::Ask,
+        "allow" | "approve" => v1::ApprovalAction::Allow,
+        "deny" => v1::ApprovalAction::Deny,
+        other => return Err(format!("{other:?}: the action is ask, allow or deny")),
+    };
+    let subject = subject.trim();
+    let (tool, risk) = match subject.strip_prefix("risk:") {
+        Some(level) => {
+            let risk = match level.trim().to_ascii_lowercase().as_str() {
+                "low" => v1::RiskLevel::Low,
+                "medium" => v1::RiskLevel::Medium,
+                "high" => v1::RiskLevel::High,
+                other => return Err(format!("{other:?}: the risk is low, medium or high")),
+            };
+            (String::new(), risk)
+        }
+        None if subject.is_empty() => return Err(format!("{text:?}: no tool named")),
+        None => (subject.to_string(), v1::RiskLevel::Unspecified),
+    };
+    Ok(v1::ApprovalRule {
+        tool,
+        risk: risk as i32,
+        action: action as i32,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn approval_rules_parse_by_tool_and_by_risk() {
+        let rule = parse_approval_rule("benchmark=allow").expect("tool rule");
+        assert_eq!(rule.tool, "benchmark");
+        assert_eq!(rule.action(), v1::ApprovalAction::Allow);
+        let rule = parse_approval_rule("risk:Medium=ask").expect("risk rule");
+        assert!(rule.tool.is_empty());
+        assert_eq!(rule.risk(), v1::RiskLevel::Medium);
+        assert_eq!(rule.action(), v1::ApprovalAction::Ask);
+        for bad in ["benchmark", "benchmark=maybe", "risk:huge=deny", "=allow"] {
+            assert!(parse_approval_rule(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -53,6 +53,9 @@ pub struct TasksCmd {
     /// table for people, jsonl (one JSON object per result) or csv.
     #[arg(long, value_enum, env = "MTSWARM_RESULTS_FORMAT", default_value_t = ResultsFormat::Table)]
     pub format: ResultsFormat,
+    /// One JSON object `{"count": N, "tasks": [...]}` (instead of --format).
+    #[arg(long, env = "MTSWARM_JSON", conflicts_with = "format")]
+    pub json: bool,
     /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
     pub leader: LeaderArgs,
@@ -113,6 +116,14 @@ pub async fn tasks(cmd: TasksCmd) -> anyhow::Result<ExitCode> {
         }
     }
     let results = filter_results(results, &cmd);
+    if cmd.json {
+        let tasks: Vec<serde_json::Value> = results.iter().map(render::task_result).collect();
+        println!(
+            "{}",
+            serde_json::json!({ "count": tasks.len(), "tasks": tasks })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     match cmd.format {
         ResultsFormat::Jsonl => {
             for result in &results {
@@ -247,6 +258,7 @@ mod tests {
             latest,
             follow: false,
             format: ResultsFormat::Table,
+            json: false,
             leader: LeaderArgs::for_url("", 1.0),
         };
         assert_eq!(

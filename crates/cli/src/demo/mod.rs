@@ -108,12 +108,17 @@ pub struct DemoCmd {
     /// OpenAI-compatible endpoint to drive the agents (absent = builtin policies).
     #[arg(long, env = "MTSWARM_LLM_URL")]
     pub llm_url: Option<String>,
-    /// Model name at that endpoint.
-    #[arg(long, env = "MTSWARM_LLM_MODEL")]
-    pub model: Option<String>,
+    /// Model name at that endpoint (`--model` is the same flag).
+    #[arg(long, visible_alias = "model", env = "MTSWARM_LLM_MODEL")]
+    pub llm_model: Option<String>,
     /// API key of the endpoint (prefer the environment variable: flags show in `ps`).
-    #[arg(long, env = "MTSWARM_LLM_API_KEY", hide_env_values = true)]
-    pub api_key: Option<String>,
+    #[arg(
+        long,
+        alias = "api-key",
+        env = "MTSWARM_LLM_API_KEY",
+        hide_env_values = true
+    )]
+    pub llm_api_key: Option<String>,
     /// Print one JSON object (progress goes to stderr).
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
@@ -200,6 +205,7 @@ async fn run(
         model: None,
         auto_approve: true,
         allow_shell: false,
+        approval_rules: Vec::new(),
     };
     let job_id = control
         .submit_job(v1::SubmitJobRequest {

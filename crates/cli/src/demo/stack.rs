@@ -48,12 +48,12 @@ impl Started {
 
 pub(super) fn llm_endpoint(cmd: &DemoCmd) -> anyhow::Result<Option<(String, String)>> {
     let url = cmd.llm_url.clone().filter(|u| !u.trim().is_empty());
-    let model = cmd.model.clone().filter(|m| !m.trim().is_empty());
+    let model = cmd.llm_model.clone().filter(|m| !m.trim().is_empty());
     match (url, model) {
         (Some(url), Some(model)) => Ok(Some((url, model))),
         (None, None) => Ok(None),
-        (Some(_), None) => bail!("--llm-url is set but --model (MTSWARM_LLM_MODEL) is not"),
-        (None, Some(_)) => bail!("--model is set but --llm-url (MTSWARM_LLM_URL) is not"),
+        (Some(_), None) => bail!("--llm-url is set but --llm-model (MTSWARM_LLM_MODEL) is not"),
+        (None, Some(_)) => bail!("--llm-model is set but --llm-url (MTSWARM_LLM_URL) is not"),
     }
 }
 
@@ -101,7 +101,7 @@ pub(super) async fn start_stack(
     leader_config.decision_key = Some(decision_key);
     if let Some((url, model)) = &endpoint {
         let mut llm = OpenAiConfig::new(url.clone(), model.clone());
-        if let Some(key) = cmd.api_key.clone().filter(|k| !k.is_empty()) {
+        if let Some(key) = cmd.llm_api_key.clone().filter(|k| !k.is_empty()) {
             llm = llm.with_api_key(key);
         }
         leader_config.llm = Some(llm);

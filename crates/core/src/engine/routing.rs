@@ -34,7 +34,7 @@ impl Run {
             };
             let risk = policy.risk_of(&call.call.name, entry.tool.risk());
             call.risk = Some(risk);
-            let policy_verdict = policy.permission(risk);
+            let policy_verdict = policy.permission_for(&call.call.name, risk);
             let permission = if middlewares.is_empty() {
                 policy_verdict
             } else {

@@ -43,7 +43,7 @@ async fn record_timeout(shared: &Shared, approval_id: &str) {
         decided_by: "timeout".to_string(),
         decided_at: Some(now()),
         timed_out: true,
-        signature: Vec::new(),
+        ..Default::default()
     };
     if let Some(signer) = signer
         && let Err(error) = signer.sign(&mut decision)
@@ -101,6 +101,8 @@ pub(crate) async fn await_decisions(
             requested_at: Some(now()),
             timeout_seconds: timeout.as_secs(),
             default_verdict: v1::ApprovalVerdict::Deny as i32,
+            summary: format!("{} (leader tool)", approval.tool),
+            ..Default::default()
         };
         if let Err(error) = shared.approvals.create(&request).await {
             return Decisions::Failed(format!("approval not stored: {error}"));

@@ -9,8 +9,13 @@
 //! here: the waiting worker refuses it, so a human decision replaces it.
 //! Timed-out records are the exception: a worker writes its own timeout
 //! verdict, unsigned, after applying it.
+//!
+//! A decision may reach beyond its call ("this tool for this job", "for
+//! this agent"): [`standing`] keeps it and decides the later requests it
+//! covers as they arrive, without asking anyone.
 
 pub(crate) mod leader_wait;
+pub(crate) mod standing;
 
 use std::time::SystemTime;
 
@@ -70,10 +75,12 @@ pub(crate) fn as_worker_sees_it(
 /// `shutdown` fires. A request whose record already exists (the worker
 /// stores it before announcing it) is journaled only. Only requests of
 /// jobs `owns` says this leader owns: each is journaled by its job's owner.
+/// A request a standing approval covers is decided at once.
 pub(crate) async fn relay_requests(
     bus: Bus,
     approvals: Approvals,
     journal: Journal,
+    signer: Option<mtswarm_auth::DecisionSigner>,
     owns: impl Fn(&str) -> bool + Send + 'static,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -127,23 +134,129 @@ pub(crate) async fn relay_requests(
             }
         }
         let job_id = request.job_id.clone();
+        let standing = standing::covering(&approvals, signer.as_ref(), &request).await;
         if let Err(error) = journal
-            .append(&job_id, v1::job_event::Event::ApprovalRequested(request))
+            .append(
+                &job_id,
+                v1::job_event::Event::ApprovalRequested(request.clone()),
+            )
             .await
         {
             tracing::warn!(%error, %job_id, "approval request not journaled");
+        }
+        if let Some(standing) = standing {
+            decide_standing(
+                &bus,
+                &approvals,
+                &journal,
+                signer.as_ref(),
+                &request,
+                &standing,
+            )
+            .await;
+        }
+    }
+}
+
+/// Decides `request` as the standing decision `standing` says, naming it.
+async fn decide_standing(
+    bus: &Bus,
+    approvals: &Approvals,
+    journal: &Journal,
+    signer: Option<&mtswarm_auth::DecisionSigner>,
+    request: &v1::ApprovalRequest,
+    standing: &v1::ApprovalDecision,
+) {
+    let whom = match standing.scope() {
+        v1::ApprovalScope::ToolForAgent => format!("for agent {}", standing.agent_id),
+        _ => "for this job".to_string(),
+    };
+    let decision = v1::DecideApprovalRequest {
+        approval_id: request.approval_id.clone(),
+        verdict: standing.verdict,
+        reason: format!(
+            "standing decision {} by {}: `{}` {whom}{}",
+            standing.approval_id,
+            standing.decided_by,
+            standing.tool_name,
+            if standing.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", standing.reason)
+            }
+        ),
+        decided_by: standing.decided_by.clone(),
+        scope: v1::ApprovalScope::Call as i32,
+    };
+    match decide_as(
+        bus,
+        approvals,
+        journal,
+        signer,
+        &decision,
+        Some(&standing.approval_id),
+    )
+    .await
+    {
+        Ok(_) => tracing::info!(
+            approval_id = %request.approval_id,
+            standing = %standing.approval_id,
+            tool = %request.tool_name,
+            "approval decided by a standing decision"
+        ),
+        // Someone (or the session's timeout) decided first: that stands.
+        Err(DecideError::AlreadyDecided { .. }) => {}
+        Err(error) => {
+            tracing::warn!(%error, approval_id = %request.approval_id, "standing decision not applied; the request waits for a human");
         }
     }
 }
 
 /// Decides a pending approval: CAS-writes the decision, publishes it to the
-/// session and journals it.
+/// session and journals it. A decision for the tool in the job (or for the
+/// agent) is also kept as a standing approval.
 pub(crate) async fn decide(
     bus: &Bus,
     approvals: &Approvals,
     journal: &Journal,
     signer: Option<&mtswarm_auth::DecisionSigner>,
     request: &v1::DecideApprovalRequest,
+) -> Result<Versioned<v1::ApprovalRecord>, DecideError> {
+    let decided = decide_as(bus, approvals, journal, signer, request, None).await?;
+    if let Some(standing) = decided
+        .value
+        .decision
+        .as_ref()
+        .filter(|d| standing::is_standing(d.scope()))
+    {
+        // Calls of the same tool already waiting are covered too.
+        let waiting = approvals
+            .list(Some(&standing.job_id), &[v1::ApprovalState::Pending])
+            .await
+            .unwrap_or_default();
+        for record in waiting {
+            let Some(pending) = record.value.request else {
+                continue;
+            };
+            let covered = pending.tool_name == standing.tool_name
+                && (standing.scope() == v1::ApprovalScope::ToolForJob
+                    || pending.agent_id == standing.agent_id);
+            if covered {
+                decide_standing(bus, approvals, journal, signer, &pending, standing).await;
+            }
+        }
+    }
+    Ok(decided)
+}
+
+/// [`decide`], recording the standing decision that decided it, if any.
+async fn decide_as(
+    bus: &Bus,
+    approvals: &Approvals,
+    journal: &Journal,
+    signer: Option<&mtswarm_auth::DecisionSigner>,
+    request: &v1::DecideApprovalRequest,
+    standing_approval_id: Option<&str>,
 ) -> Result<Versioned<v1::ApprovalRecord>, DecideError> {
     mtswarm_bus::subjects::validate_id("approval id", &request.approval_id)
         .map_err(|e| DecideError::Invalid(e.to_string()))?;
@@ -160,6 +273,15 @@ pub(crate) async fn decide(
         .ok_or_else(|| DecideError::NotFound(request.approval_id.clone()))?;
     let current = as_worker_sees_it(signer, &current);
     let pending = current.value.request.clone().unwrap_or_default();
+    let scope = request.scope();
+    if standing::is_standing(scope) && pending.risk() == v1::RiskLevel::High {
+        return Err(DecideError::Invalid(format!(
+            "`{}` is a high-risk tool: its calls are decided one at a time (scope {} refused)",
+            pending.tool_name,
+            scope.as_str_name()
+        )));
+    }
+    let standing_scope = standing::is_standing(scope);
     let mut decision = v1::ApprovalDecision {
         approval_id: request.approval_id.clone(),
         job_id: pending.job_id.clone(),
@@ -175,6 +297,14 @@ pub(crate) async fn decide(
         decided_at: Some(prost_types::Timestamp::from(SystemTime::now())),
         timed_out: false,
         signature: Vec::new(),
+        scope: if standing_scope {
+            scope as i32
+        } else {
+            v1::ApprovalScope::Call as i32
+        },
+        tool_name: pending.tool_name.clone(),
+        agent_id: pending.agent_id.clone(),
+        standing_approval_id: standing_approval_id.unwrap_or_default().to_string(),
     };
     if let Some(signer) = signer {
         signer.sign(&mut decision).map_err(DecideError::Sign)?;
@@ -203,6 +333,9 @@ pub(crate) async fn decide(
         }
         Err(error) => return Err(DecideError::Bus(error)),
     };
+    if standing_scope {
+        standing::remember(approvals, &decided.value).await;
+    }
     if !decision.session_id.is_empty()
         && let Err(error) = bus.publish_approval_decision(&decision).await
     {

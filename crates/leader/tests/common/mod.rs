@@ -284,6 +284,7 @@ pub(crate) async fn decide<T: Transport>(
             verdict: verdict as i32,
             reason: reason.into(),
             decided_by: decided_by.into(),
+            ..Default::default()
         })
         .await
         .map(|response| response.into_inner().approval.expect("the decided record"))

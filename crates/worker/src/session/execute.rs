@@ -153,6 +153,7 @@ impl TaskRun<'_> {
                 task,
                 events,
                 step: checkpoint.step(),
+                tools: runtime.tools.env(),
             };
             let decisions = match approval::await_decisions(&wait, &approvals, stop, delivery).await
             {

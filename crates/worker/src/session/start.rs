@@ -84,11 +84,13 @@ pub(super) async fn start_session(
         .filter(|t| t.needs_hardware())
         .map(|t| t.name().to_owned())
         .collect();
-    let policy = RiskPolicy::default().with_auto_approve(if request.auto_approve {
-        AutoApprove::UpToMedium
-    } else {
-        AutoApprove::LowOnly
-    });
+    let policy = RiskPolicy::default()
+        .with_auto_approve(if request.auto_approve {
+            AutoApprove::UpToMedium
+        } else {
+            AutoApprove::LowOnly
+        })
+        .with_rules(crate::approval_rules::engine_rules(&request.approval_rules));
     let mut known_checkpoint = None;
     let resumed_from_step = if request.resume {
         match shared.checkpoints.get(&request.session_id).await {
