@@ -18,7 +18,7 @@ Usage:
   python3 k8s/generate-workers.py --check    exit 1 if one is out of date
   python3 k8s/generate-workers.py DIR...     only these overlay directories
 
-The tests (`cargo test -p mtswarm-tests --test k8s_overlays`) run --check
+The tests (`cargo test -p mtswarm-tests --test k8s`) run --check
 and compare the rendered StatefulSets with the fleet as the real fleet
 parser reads it.
 """
