@@ -11,6 +11,12 @@
 //! request offers (`spawn_agent`: the leader; `benchmark`: a worker) and
 //! picks the next turn from how many tool results the conversation already
 //! holds, so a retried request gets the same answer.
+//!
+//! Its chat template is as strict as those of several open models served
+//! by vLLM or llama.cpp: it answers 400 to a system message that is not the
+//! first message, and to two user or two assistant messages in a row. The
+//! test also measures how much of each request is a byte-identical prefix
+//! of the same loop's next request (what a server prefix cache reuses).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -303,10 +309,60 @@ fn turn_chunks(turn: &Turn, request_index: usize) -> Vec<Value> {
     chunks
 }
 
-/// Every request body the endpoint received, in arrival order.
+/// Every request body the endpoint received, in arrival order, and what
+/// its strict template refused.
 #[derive(Default)]
 struct Seen {
     requests: Mutex<Vec<Value>>,
+    refused: Mutex<Vec<String>>,
+}
+
+/// What a strict chat template says about `body`'s messages: `None` when
+/// it renders them, else the error text such templates raise.
+fn template_refusal(body: &Value) -> Option<String> {
+    let messages = messages(body);
+    if let Some(index) = messages.iter().skip(1).position(|m| role(m) == "system") {
+        return Some(format!(
+            "System message must be at the beginning (message {})",
+            index + 1
+        ));
+    }
+    for (index, pair) in messages.windows(2).enumerate() {
+        let (a, b) = (role(&pair[0]), role(&pair[1]));
+        if a == b && (a == "user" || a == "assistant") {
+            return Some(format!(
+                "Conversation roles must alternate user/assistant/user/assistant/... (messages {index} and {})",
+                index + 1
+            ));
+        }
+    }
+    None
+}
+
+/// The bytes of `earlier` that are a prefix of `later`, message by
+/// message as each serializes, over all of `earlier`'s message bytes.
+fn prefix_fraction(earlier: &Value, later: &Value) -> f64 {
+    let sizes =
+        |body: &Value| -> Vec<String> { messages(body).iter().map(Value::to_string).collect() };
+    let (a, b) = (sizes(earlier), sizes(later));
+    let total: usize = a.iter().map(String::len).sum();
+    let mut common = 0;
+    for (x, y) in a.iter().zip(&b) {
+        if x == y {
+            common += x.len();
+            continue;
+        }
+        common += x.bytes().zip(y.bytes()).take_while(|(p, q)| p == q).count();
+        break;
+    }
+    common as f64 / total.max(1) as f64
+}
+
+/// True when every message of `earlier` but its last is unchanged, at the
+/// same position, in `later`: only the per-step tail moved.
+fn only_the_tail_changed(earlier: &Value, later: &Value) -> bool {
+    let (a, b) = (messages(earlier), messages(later));
+    a.len() <= b.len() + 1 && a[..a.len().saturating_sub(1)] == b[..a.len().saturating_sub(1)]
 }
 
 impl Seen {
@@ -362,6 +418,14 @@ async fn chat_completions(
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Some(refusal) = template_refusal(&parsed) {
+        seen.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(refusal.clone());
+        let message = json!({"error": {"message": refusal, "type": "BadRequestError"}});
+        return (axum::http::StatusCode::BAD_REQUEST, axum::Json(message)).into_response();
+    }
     let index = {
         let mut requests = seen.requests.lock().unwrap_or_else(|e| e.into_inner());
         requests.push(parsed.clone());
@@ -391,6 +455,15 @@ async fn chat_completions(
         axum::body::Body::from_stream(futures::stream::iter(events)),
     )
         .into_response()
+}
+
+fn seen_refusals(server: &ModelServer) -> Vec<String> {
+    server
+        .seen
+        .refused
+        .lock()
+        .map(|r| r.clone())
+        .unwrap_or_default()
 }
 
 fn is_stream_request(body: &Value) -> bool {
@@ -462,6 +535,41 @@ async fn real_model_drives_a_job_to_completion() {
         requests.len(),
         stack.worker_logs()
     );
+
+    // The strict template rendered every request.
+    let refused = seen_refusals(&server);
+    assert!(
+        refused.is_empty(),
+        "refused by the strict template: {refused:#?}"
+    );
+
+    // Prefix stability: each loop's request is, but for its per-step tail,
+    // a byte-identical prefix of its next one.
+    for (name, caller) in [("leader", Caller::Leader), ("worker", Caller::Worker)] {
+        let own: Vec<&Value> = requests.iter().filter(|r| caller_of(r) == caller).collect();
+        let fractions: Vec<f64> = own
+            .windows(2)
+            .filter(|pair| tool_results(pair[1]).len() > tool_results(pair[0]).len())
+            .map(|pair| {
+                assert!(
+                    only_the_tail_changed(pair[0], pair[1]),
+                    "{name}: more than the per-step tail changed between\n{}\nand\n{}",
+                    pair[0],
+                    pair[1]
+                );
+                prefix_fraction(pair[0], pair[1])
+            })
+            .collect();
+        assert!(!fractions.is_empty(), "{name}: no consecutive steps");
+        let mean = fractions.iter().sum::<f64>() / fractions.len() as f64;
+        let min = fractions.iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "prefix stability, {name}: {} step pairs, mean {:.1}% of a request is a prefix of the next, min {:.1}%",
+            fractions.len(),
+            mean * 100.0,
+            min * 100.0
+        );
+    }
 
     // Both loops called the endpoint, streaming, with OpenAI tool shapes.
     let leader_requests: Vec<&Value> = requests

@@ -47,6 +47,32 @@ pub struct LlmArgs {
         value_delimiter = ','
     )]
     pub model_endpoints: Vec<String>,
+    /// Where each model request carries the per-step session context (time,
+    /// context use, step, working state): `user-message` (appended to the
+    /// last user message, or a user message of its own) or `tool-result`
+    /// (appended to the last tool result). Never a trailing system message,
+    /// which many chat templates refuse.
+    #[arg(long, env = "MTSWARM_LLM_CONTEXT_IN", value_enum, default_value_t = ContextIn::UserMessage)]
+    pub llm_context_in: ContextIn,
+}
+
+/// `--llm-context-in`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ContextIn {
+    /// The last user message, or a trailing user message.
+    UserMessage,
+    /// The last tool result, when the request ends with one.
+    ToolResult,
+}
+
+impl ContextIn {
+    /// The engine's placement.
+    pub fn placement(self) -> mtswarm_core::InjectionPlacement {
+        match self {
+            Self::UserMessage => mtswarm_core::InjectionPlacement::UserMessage,
+            Self::ToolResult => mtswarm_core::InjectionPlacement::ToolResult,
+        }
+    }
 }
 
 impl LlmArgs {
@@ -416,6 +442,7 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         config.llm = Some(llm);
     }
     config.model_endpoints = cmd.llm.model_endpoints.clone();
+    config.context_placement = cmd.llm.llm_context_in.placement();
     let handle = LeaderDaemon::start(config)
         .await
         .context("starting the leader")?;
@@ -482,6 +509,7 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     config.ready_file = cmd.ready_file.clone();
     config.security = cmd.grpc.security()?;
     config.model_endpoints = cmd.llm.model_endpoints.clone();
+    config.context_placement = cmd.llm.llm_context_in.placement();
     config.llm_api_key_file = cmd.llm.llm_api_key_file.clone();
     config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
         (Some(path), _) => WorkerModel::Replay(path.clone()),

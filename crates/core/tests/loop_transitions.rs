@@ -589,7 +589,7 @@ async fn prompt_too_long_compacts_and_retries() {
     assert!(
         retried
             .iter()
-            .any(|m| m.role == Role::User && m.content == "the task")
+            .any(|m| m.role == Role::User && m.content.starts_with("the task"))
     );
     assert!(
         retried
@@ -676,10 +676,13 @@ async fn view_past_the_trigger_ratio_is_compacted_keeping_recent_turns() {
     // Two kept turns: the last assistant call with its result, and before it.
     let assistants = last.iter().filter(|m| m.role == Role::Assistant).count();
     assert_eq!(assistants, 2, "{last:#?}");
+    // The summary follows the pinned task in the same user message: no
+    // system message but the first, no two user messages in a row.
     assert!(
         last.iter()
-            .any(|m| m.content.starts_with("Summary of the earlier"))
+            .any(|m| m.role == Role::User && m.content.contains("Summary of the earlier"))
     );
+    assert!(last.iter().skip(1).all(|m| m.role != Role::System));
 }
 
 #[tokio::test]
@@ -717,7 +720,9 @@ async fn working_state_time_and_context_usage_are_injected() {
     assert_eq!(working.extra.get("tile"), Some(&json!(64)));
     let requests = model.requests();
     let injected = &requests[1].messages.last().expect("messages");
-    assert_eq!(injected.role, Role::System);
+    // After a tool result, the session context is a user message of its own.
+    assert_eq!(injected.role, Role::User);
+    assert!(injected.content.starts_with("[session context]"));
     assert!(
         injected
             .content
@@ -734,12 +739,13 @@ async fn working_state_time_and_context_usage_are_injected() {
         "{}",
         injected.content
     );
-    // The view is extended in place between turns: one injection, last.
+    // The view is extended in place between turns: one injection, in the
+    // last message (on the first step, appended to the task itself).
     for request in &requests {
         let injections = request
             .messages
             .iter()
-            .filter(|m| m.content.starts_with("[session context]"))
+            .filter(|m| m.content.contains("[session context]"))
             .count();
         assert_eq!(injections, 1);
         assert!(
@@ -748,9 +754,36 @@ async fn working_state_time_and_context_usage_are_injected() {
                 .last()
                 .expect("m")
                 .content
-                .starts_with("[session context]")
+                .contains("[session context]")
         );
+        // A shape every chat template accepts: no system message but the
+        // first, no two user or two assistant messages in a row.
+        assert!(
+            request
+                .messages
+                .iter()
+                .skip(1)
+                .all(|m| m.role != Role::System)
+        );
+        for pair in request.messages.windows(2) {
+            assert!(
+                !(pair[0].role == pair[1].role
+                    && matches!(pair[0].role, Role::User | Role::Assistant)),
+                "{:#?}",
+                request.messages
+            );
+        }
     }
+    // Everything before the per-step tail is byte-identical in the next
+    // request: the first request's task without its injection.
+    let first = &requests[0].messages;
+    let task = first[0]
+        .content
+        .split("\n\n[session context]")
+        .next()
+        .expect("task text");
+    assert_eq!(requests[1].messages[0].content, task);
+    assert_eq!(requests[1].messages[0].role, first[0].role);
     assert_eq!(
         requests[1].messages[0].role,
         Role::User,
@@ -770,6 +803,22 @@ async fn working_state_time_and_context_usage_are_injected() {
             .content
             .contains("working state")
     );
+    // Placed in the last tool result instead, when so configured.
+    let tool = FnTool::with_effects("write_file", vec![]);
+    let mut config = EngineConfig::default();
+    config.injection.placement = mtswarm_core::InjectionPlacement::ToolResult;
+    let (placed, model) = self::engine(
+        config,
+        call_then("c1", "write_file", "{}", "ok"),
+        registry(vec![tool]),
+        auto_all(),
+    );
+    run_go(&placed).await;
+    let requests = model.requests();
+    let last = requests[1].messages.last().expect("messages");
+    assert_eq!(last.role, Role::Tool);
+    assert!(last.content.contains("[session context]"), "{last:#?}");
+    assert_eq!(requests[1].messages.len(), 3, "task, call, result");
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use mtswarm_auth::{ClientAuth, ModelEndpoints, ServerSecurity};
 use mtswarm_bus::{BusConfig, TopologyConfig, v1};
-use mtswarm_core::{AutoApprove, ChatModel};
+use mtswarm_core::{AutoApprove, ChatModel, InjectionPlacement};
 use mtswarm_llm::{OpenAiClient, OpenAiConfig};
 
 use crate::error::ModelFactoryError;
@@ -93,6 +93,8 @@ pub struct LeaderConfig {
     /// OpenAI-compatible endpoint for the leader loop; `None` = builtin policy
     /// (unless the job names a model in `JobSpec.model`).
     pub llm: Option<OpenAiConfig>,
+    /// Where each model request carries the per-step session context.
+    pub context_placement: InjectionPlacement,
     /// Which risks the leader loop runs without asking (spawn_agent and
     /// cancel_agent are medium).
     pub auto_approve: AutoApprove,
@@ -160,6 +162,7 @@ impl LeaderConfig {
             limits: SubmitLimits::default(),
             model_factory: None,
             llm: None,
+            context_placement: InjectionPlacement::default(),
             auto_approve: AutoApprove::UpToMedium,
             default_collect_timeout: Duration::from_secs(600),
             max_collect_timeout: Duration::from_secs(6 * 3600),

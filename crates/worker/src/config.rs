@@ -48,7 +48,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mtswarm_core::ChatModel;
+use mtswarm_core::{ChatModel, InjectionPlacement};
 use mtswarm_hw::measure::MeasureConfig;
 
 use crate::error::WorkerError;
@@ -181,6 +181,8 @@ pub struct WorkerConfig {
     pub task_max_deliver: i64,
     /// How long a paused call waits for a decision.
     pub approval_timeout: Duration,
+    /// Where each model request carries the per-step session context.
+    pub context_placement: InjectionPlacement,
     /// What an undecided call gets after the timeout.
     pub approval_default: DefaultVerdict,
     /// The leader's public decision key: with it only decisions the leader
@@ -247,6 +249,7 @@ impl WorkerConfig {
             task_ack_wait: Duration::from_secs(30),
             task_max_deliver: 5,
             approval_timeout: Duration::from_secs(600),
+            context_placement: InjectionPlacement::default(),
             approval_default: DefaultVerdict::Deny,
             leader_key: None,
             drain_grace: Duration::from_secs(60),

@@ -38,7 +38,23 @@ impl Default for RecoveryConfig {
     }
 }
 
-/// What is appended to every model view as a trailing system message.
+/// Where the per-step session context goes in each model request. Never a
+/// system message: chat templates of many open models refuse a system
+/// message that is not the first one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InjectionPlacement {
+    /// Appended to the request's last message when that is a user message,
+    /// else a trailing user message of its own.
+    #[default]
+    UserMessage,
+    /// Appended to the last tool result when the request ends with one
+    /// (no extra user turn between tool results and the model's reply),
+    /// else as [`InjectionPlacement::UserMessage`].
+    ToolResult,
+}
+
+/// What is added to every model view as its per-step tail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InjectionConfig {
     /// The current time (RFC 3339).
@@ -47,6 +63,9 @@ pub struct InjectionConfig {
     pub working_state: bool,
     /// Context tokens used of the window, steps taken, tokens spent.
     pub context_usage: bool,
+    /// Where the session context goes.
+    #[serde(default)]
+    pub placement: InjectionPlacement,
 }
 
 impl Default for InjectionConfig {
@@ -55,6 +74,7 @@ impl Default for InjectionConfig {
             time: true,
             working_state: true,
             context_usage: true,
+            placement: InjectionPlacement::default(),
         }
     }
 }

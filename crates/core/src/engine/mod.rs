@@ -51,7 +51,9 @@ use crate::state::{
 };
 
 pub use checkpoint::CheckpointSink;
-pub use config::{DEFAULT_HARDWARE_RESOURCE, EngineConfig, InjectionConfig, RecoveryConfig};
+pub use config::{
+    DEFAULT_HARDWARE_RESOURCE, EngineConfig, InjectionConfig, InjectionPlacement, RecoveryConfig,
+};
 pub use control::{RunControl, RunHandle};
 pub use stream::RunStream;
 

@@ -1,12 +1,20 @@
 //! The model view: the request of each model call, kept in step with the
 //! history incrementally, with the injected session context, and the
 //! streamed model turn.
+//!
+//! The request has the shape every chat template accepts: one system
+//! message, first; no two user or two assistant messages in a row (such
+//! neighbours are merged); the per-step session context appended to the
+//! last user message or tool result (or a user message of its own), never a
+//! trailing system message. Everything before that per-step tail stays
+//! byte-identical from one step to the next, so server prefix caches hit.
 
 use std::sync::Arc;
 
 use futures::StreamExt;
 
 use super::Run;
+use super::config::InjectionPlacement;
 use super::stream::Emitter;
 use crate::clock::format_rfc3339;
 use crate::context::view_message;
@@ -23,7 +31,7 @@ pub(super) struct ViewCache {
     /// alone again and appending costs no copy.
     request: Arc<ChatRequest>,
     has_system: bool,
-    injected: bool,
+    injected: Injected,
     built_from: usize,
     built_for_compactions: u32,
     covered_to: usize,
@@ -44,7 +52,7 @@ impl Default for ViewCache {
                 temperature: None,
             }),
             has_system: false,
-            injected: false,
+            injected: Injected::Nothing,
             built_from: 0,
             built_for_compactions: 0,
             covered_to: 0,
@@ -53,6 +61,39 @@ impl Default for ViewCache {
             tools_for_groups: None,
         }
     }
+}
+
+/// Where the last request's session context is, so the next step takes it
+/// out before extending the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Injected {
+    Nothing,
+    /// A user message of its own, last.
+    Message,
+    /// Appended to the last message, whose content was this long before.
+    Appended {
+        original_len: usize,
+    },
+}
+
+/// Appends `message` to `messages`, merged into the last one when both are
+/// user messages or both assistant messages (templates that want roles to
+/// alternate refuse such neighbours).
+fn push_merged(messages: &mut Vec<Message>, message: Message) {
+    if let Some(last) = messages.last_mut()
+        && last.role == message.role
+        && matches!(message.role, Role::User | Role::Assistant)
+    {
+        if !message.content.is_empty() {
+            if !last.content.is_empty() {
+                last.content.push_str("\n\n");
+            }
+            last.content.push_str(&message.content);
+        }
+        last.tool_calls.extend(message.tool_calls);
+        return;
+    }
+    messages.push(message);
 }
 
 impl Run {
@@ -66,10 +107,18 @@ impl Run {
         let pinned = history.first().filter(|m| m.role == Role::User);
         let cache = &mut self.view;
         let request = Arc::make_mut(&mut cache.request);
-        if cache.injected {
-            request.messages.pop();
-            cache.injected = false;
+        match cache.injected {
+            Injected::Nothing => {}
+            Injected::Message => {
+                request.messages.pop();
+            }
+            Injected::Appended { original_len } => {
+                if let Some(last) = request.messages.last_mut() {
+                    last.content.truncate(original_len);
+                }
+            }
         }
+        cache.injected = Injected::Nothing;
         if !cache.valid
             || cache.built_from != projection.view_start
             || cache.built_for_compactions != self.state.recovery.compactions
@@ -87,9 +136,10 @@ impl Run {
                     request.messages.push(task.clone());
                 }
                 if let Some(summary) = &projection.summary {
-                    request.messages.push(Message::system(format!(
-                        "Summary of the earlier conversation:\n{summary}"
-                    )));
+                    push_merged(
+                        &mut request.messages,
+                        Message::user(format!("Summary of the earlier conversation:\n{summary}")),
+                    );
                 }
             }
             cache.tokens = request.messages.iter().map(|m| estimator.estimate(m)).sum();
@@ -101,7 +151,7 @@ impl Run {
         for message in &history[cache.covered_to.min(history.len())..] {
             let shown = view_message(message, context);
             cache.tokens += estimator.estimate(&shown);
-            request.messages.push(shown);
+            push_merged(&mut request.messages, shown);
         }
         cache.covered_to = history.len();
     }
@@ -163,8 +213,24 @@ impl Run {
             }
         }
         if let Some(injection) = injection {
-            request.messages.push(Message::system(injection));
-            cache.injected = true;
+            let into_last = match (config.injection.placement, request.messages.last()) {
+                (_, Some(last)) if last.role == Role::User => true,
+                (InjectionPlacement::ToolResult, Some(last)) => last.role == Role::Tool,
+                _ => false,
+            };
+            match request.messages.last_mut().filter(|_| into_last) {
+                Some(last) => {
+                    cache.injected = Injected::Appended {
+                        original_len: last.content.len(),
+                    };
+                    last.content.push_str("\n\n");
+                    last.content.push_str(&injection);
+                }
+                None => {
+                    request.messages.push(Message::user(injection));
+                    cache.injected = Injected::Message;
+                }
+            }
         }
         if let Some(specs) = specs {
             request.tools = specs;

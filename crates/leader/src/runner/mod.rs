@@ -225,6 +225,7 @@ fn engine_config(shared: &Shared, spec: &v1::JobSpec) -> EngineConfig {
             .then(|| Duration::from_secs(budgets.wall_time_seconds)),
         ..EngineConfig::default()
     };
+    config.injection.placement = shared.config.context_placement;
     // The leader reads whole result tables; keep more of each for the model.
     config.context.max_tool_result_chars = config.context.max_tool_result_chars.max(16_000);
     if let Some(model) = &spec.model {

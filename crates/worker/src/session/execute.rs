@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use mtswarm_bus::v1;
 use mtswarm_core::{
-    ApprovalConfig, ApprovalDecision, EngineConfig, GateConfig, LoopState, Node, Outcome, RunEnd,
-    StopReason,
+    ApprovalConfig, ApprovalDecision, EngineConfig, GateConfig, InjectionConfig, LoopState, Node,
+    Outcome, RunEnd, StopReason,
 };
 use serde_json::json;
 use tokio::sync::watch;
@@ -203,6 +203,10 @@ impl TaskRun<'_> {
             },
             temperature: runtime.temperature,
             max_output_tokens: runtime.max_output_tokens,
+            injection: InjectionConfig {
+                placement: shared.config.context_placement,
+                ..InjectionConfig::default()
+            },
             ..EngineConfig::default()
         }
     }
