@@ -15,6 +15,7 @@
 //!   ([`approval_prompt`] asks them);
 //! - [`decision`]: deciding one approval (`approve`/`deny` and `watch`);
 //! - `emu`: build and run one kernel on the emulator;
+//! - [`llm`]: whether a model endpoint can drive the agents;
 //! - [`completions`]: the shell completion scripts;
 //! - [`pipe`]: a closed stdout pipe ends any command quietly with success.
 //!
@@ -31,6 +32,7 @@ pub mod daemons;
 pub mod decision;
 pub mod demo;
 pub mod emu;
+pub mod llm;
 pub mod local_stack;
 pub mod pipe;
 pub mod render;
@@ -91,6 +93,9 @@ pub enum Command {
     Client(ClientCommand),
     /// The MT-3000 emulator that ships with mtswarm.
     Emu(emu::EmuArgs),
+    /// Model endpoints: `mtswarm llm check URL --llm-model M`.
+    #[command(subcommand)]
+    Llm(llm::LlmCommand),
     /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsCmd),
 }
@@ -189,6 +194,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Worker(cmd) => daemons::worker(cmd, &telemetry).await,
         Command::Credentials(cmd) => credentials::credentials(cmd),
         Command::Emu(args) => emu::main(args).await,
+        Command::Llm(command) => {
+            let _guard = telemetry.init_client()?;
+            llm::llm(command).await
+        }
         Command::Completions(cmd) => completions::completions(cmd),
         Command::Client(command) => {
             let mut guard = telemetry.init_client()?;

@@ -1,5 +1,6 @@
 //! Chat models for mtswarm: an OpenAI-compatible streaming client and a
-//! record/replay pair, all behind the engine's [`ChatModel`] trait.
+//! record/replay pair, all behind the engine's [`ChatModel`] trait, and
+//! [`probe`], which tells whether an endpoint can drive mtswarm.
 //!
 //! The model types themselves (requests, events, errors) belong to
 //! `mtswarm-core` and are re-exported here so users of this crate need only
@@ -31,6 +32,7 @@
 
 pub mod cassette;
 pub mod openai;
+pub mod probe;
 
 pub use mtswarm_core::model::*;
 /// A scripted [`ChatModel`] for tests, benchmarks and examples.

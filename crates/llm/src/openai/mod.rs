@@ -138,6 +138,51 @@ impl OpenAiClient {
         self.endpoint.as_str()
     }
 
+    /// The model ids `GET {base_url}/models` lists (one attempt, no retries:
+    /// a probe, not a job's request).
+    pub async fn list_models(&self) -> Result<Vec<String>, ModelError> {
+        let base = self.endpoint.as_str().trim_end_matches("/chat/completions");
+        let url = format!("{base}/models");
+        let timeout = self.config.request_timeout;
+        let send = self
+            .http
+            .get(&url)
+            .header(header::ACCEPT, "application/json")
+            .send();
+        let response = match tokio::time::timeout(timeout, send).await {
+            Err(_) => return Err(ModelError::Timeout(millis(timeout))),
+            Ok(Err(error)) => {
+                return Err(ModelError::Unavailable(format!(
+                    "cannot reach {url}: {}",
+                    self.redact(&describe_reqwest_error(&error))
+                )));
+            }
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        let body = read_error_body(response, timeout).await;
+        if !status.is_success() {
+            let message = self.redact(&error_message(&body));
+            return Err(ModelError::BadRequest(format!(
+                "HTTP {}: {message}",
+                status.as_u16()
+            )));
+        }
+        let parsed: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|e| ModelError::Other(format!("{url} answered with no JSON: {e}")))?;
+        Ok(parsed
+            .get("data")
+            .and_then(serde_json::Value::as_array)
+            .map(|models| {
+                models
+                    .iter()
+                    .filter_map(|m| m.get("id").and_then(serde_json::Value::as_str))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// Sends the request, retrying what is worth retrying, until a successful
     /// response arrives or the retry budget is spent.
     async fn send_with_retries(&self, body: Vec<u8>) -> Result<reqwest::Response, ModelError> {

@@ -1,0 +1,124 @@
+//! `mtswarm llm check URL --llm-model M`: whether an OpenAI-compatible
+//! endpoint can drive mtswarm's agents, capability by capability, and what
+//! mtswarm does about what it lacks ([`mtswarm_llm::probe`]).
+//!
+//! Exit 0 when the endpoint can drive jobs (tool calls and tool results
+//! work), 1 when it cannot, 2 when the command itself failed.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use comfy_table::{ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
+use mtswarm_llm::OpenAiConfig;
+use mtswarm_llm::probe::{ProbeReport, Verdict, probe};
+
+/// `mtswarm llm ...`.
+#[derive(Debug, Subcommand)]
+pub enum LlmCommand {
+    /// Probe an endpoint: models list, streamed tool calls, tool results,
+    /// parallel calls, usage; say what works and what mtswarm does about the rest.
+    Check(LlmCheckCmd),
+}
+
+/// Arguments of `mtswarm llm check`.
+#[derive(Debug, Args)]
+pub struct LlmCheckCmd {
+    /// Base URL of the endpoint, e.g. http://127.0.0.1:8000/v1.
+    pub url: String,
+    /// Model name at that endpoint (`--model` is the same flag).
+    #[arg(long, visible_alias = "model", env = "MTSWARM_LLM_MODEL")]
+    pub llm_model: String,
+    /// File holding the endpoint's API key (else MTSWARM_LLM_API_KEY).
+    #[arg(long, env = "MTSWARM_LLM_API_KEY_FILE")]
+    pub llm_api_key_file: Option<PathBuf>,
+    /// Seconds to wait for each probing request.
+    #[arg(long, env = "MTSWARM_LLM_CHECK_TIMEOUT", default_value_t = 60)]
+    pub timeout: u64,
+    /// One JSON object: the endpoint, the model and every check.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+}
+
+/// Runs an `mtswarm llm` command.
+pub async fn llm(command: LlmCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        LlmCommand::Check(cmd) => check(cmd).await,
+    }
+}
+
+async fn check(cmd: LlmCheckCmd) -> anyhow::Result<ExitCode> {
+    let mut config = OpenAiConfig::new(cmd.url.trim(), cmd.llm_model.trim());
+    let key = match &cmd.llm_api_key_file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the API key file {}", path.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => std::env::var(mtswarm_llm::openai::ENV_API_KEY).ok(),
+    };
+    if let Some(key) = key.filter(|k| !k.is_empty()) {
+        config = config.with_api_key(key);
+    }
+    let report = probe(config, Duration::from_secs(cmd.timeout.max(1)))
+        .await
+        .context("probing the endpoint")?;
+    if cmd.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "endpoint": report.endpoint,
+                "model": report.model,
+                "can_drive_mtswarm": report.can_drive_mtswarm(),
+                "checks": report.checks,
+            })
+        );
+    } else {
+        print_report(&report);
+    }
+    Ok(if report.can_drive_mtswarm() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_report(report: &ProbeReport) {
+    println!("{} ({})", report.endpoint, report.model);
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_BORDERS_ONLY)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_header(["capability", "result", "seen", "without it, mtswarm"]);
+    if table.width().is_none() {
+        // Not a terminal: wrap to a width logs and mail keep readable.
+        table.set_width(120);
+    }
+    for check in &report.checks {
+        let verdict = match check.verdict {
+            Verdict::Works => "works",
+            Verdict::Missing => "missing",
+            Verdict::Failed => "failed",
+        };
+        let consequence = match check.verdict {
+            Verdict::Works => "",
+            Verdict::Missing => check.capability.without_it(),
+            Verdict::Failed => "could not tell (see what was seen)",
+        };
+        table.add_row([
+            check.capability.describe(),
+            verdict,
+            check.detail.as_str(),
+            consequence,
+        ]);
+    }
+    println!("{table}");
+    if report.can_drive_mtswarm() {
+        println!("this endpoint can drive mtswarm's agents");
+    } else {
+        println!("this endpoint cannot drive mtswarm's agents yet: see the rows above");
+    }
+}
