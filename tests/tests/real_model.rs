@@ -17,6 +17,11 @@
 //! first message, and to two user or two assistant messages in a row. The
 //! test also measures how much of each request is a byte-identical prefix
 //! of the same loop's next request (what a server prefix cache reuses).
+//!
+//! The second test plays a server without tool calling: it ignores `tools`
+//! and writes each call as a JSON object in its reply text. Both daemons
+//! run with `--llm-tool-mode text`, and the job still ends with a grounded
+//! result.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -62,9 +67,15 @@ fn tool_names(body: &Value) -> Vec<String> {
 
 fn caller_of(body: &Value) -> Caller {
     let names = tool_names(body);
-    if names.iter().any(|n| n == "spawn_agent") {
+    // In text tool mode the tools are listed in the system message instead.
+    let system = messages(body)
+        .first()
+        .filter(|m| role(m) == "system")
+        .map(content)
+        .unwrap_or_default();
+    if names.iter().any(|n| n == "spawn_agent") || system.contains("\n- spawn_agent:") {
         Caller::Leader
-    } else if names.iter().any(|n| n == "benchmark") {
+    } else if names.iter().any(|n| n == "benchmark") || system.contains("\n- benchmark:") {
         Caller::Worker
     } else {
         Caller::Unknown
@@ -95,12 +106,26 @@ fn content(message: &Value) -> String {
     }
 }
 
+/// The tool results of the conversation, in order: `tool` messages, or in
+/// text tool mode the `[tool result] call ID:` sections of user messages.
 fn tool_results(body: &Value) -> Vec<String> {
-    messages(body)
-        .iter()
-        .filter(|m| role(m) == "tool")
-        .map(content)
-        .collect()
+    const MARK: &str = "[tool result] call ";
+    let mut results = Vec::new();
+    for message in messages(body) {
+        match role(message) {
+            "tool" => results.push(content(message)),
+            "user" => {
+                let text = content(message);
+                for section in text.split(MARK).skip(1) {
+                    let body = section.split_once('\n').map(|(_, b)| b).unwrap_or("");
+                    let body = body.split("\n\n[session context]").next().unwrap_or(body);
+                    results.push(body.trim_end().to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    results
 }
 
 /// True when some `tool` message answers a `tool_calls` entry of an earlier
@@ -264,7 +289,7 @@ fn worker_turn(body: &Value) -> Turn {
 }
 
 /// The SSE events (without the `data: ` framing) of one streamed turn.
-fn turn_chunks(turn: &Turn, request_index: usize) -> Vec<Value> {
+fn turn_chunks(turn: &Turn, request_index: usize, text_tools: bool) -> Vec<Value> {
     let id = format!("chatcmpl-{request_index}");
     let chunk = |delta: Value, finish: Value| {
         json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64,
@@ -276,6 +301,18 @@ fn turn_chunks(turn: &Turn, request_index: usize) -> Vec<Value> {
         Value::Null,
     )];
     match turn {
+        Turn::Call { name, arguments } if text_tools => {
+            let text = format!(
+                "I will call {name}.\n```json\n{}\n```",
+                json!({"tool_calls": [{"name": name, "arguments": arguments}]})
+            );
+            let chars: Vec<char> = text.chars().collect();
+            for piece in chars.chunks(ARGUMENT_PIECE) {
+                let piece: String = piece.iter().collect();
+                chunks.push(chunk(json!({"content": piece}), Value::Null));
+            }
+            chunks.push(chunk(json!({}), json!("stop")));
+        }
         Turn::Call { name, arguments } => {
             let call_id = format!("call_{request_index}_{name}");
             chunks.push(chunk(
@@ -315,6 +352,8 @@ fn turn_chunks(turn: &Turn, request_index: usize) -> Vec<Value> {
 struct Seen {
     requests: Mutex<Vec<Value>>,
     refused: Mutex<Vec<String>>,
+    /// Play a server without tool calling: `tools` ignored, calls as JSON text.
+    text_tools: bool,
 }
 
 /// What a strict chat template says about `body`'s messages: `None` when
@@ -379,12 +418,15 @@ struct ModelServer {
 }
 
 impl ModelServer {
-    async fn start() -> ModelServer {
+    async fn start(text_tools: bool) -> ModelServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the model endpoint");
         let addr = listener.local_addr().expect("endpoint address");
-        let seen = Arc::new(Seen::default());
+        let seen = Arc::new(Seen {
+            text_tools,
+            ..Seen::default()
+        });
         let app = axum::Router::new()
             .route(
                 "/v1/chat/completions",
@@ -441,7 +483,7 @@ async fn chat_completions(
         }
     };
     let events: Vec<Result<axum::body::Bytes, std::convert::Infallible>> =
-        turn_chunks(&turn, index)
+        turn_chunks(&turn, index, seen.text_tools)
             .into_iter()
             .map(|event| format!("data: {event}\n\n"))
             .chain(std::iter::once("data: [DONE]\n\n".to_string()))
@@ -503,7 +545,7 @@ fn gflops_of(result: &Value) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_model_drives_a_job_to_completion() {
-    let server = ModelServer::start().await;
+    let server = ModelServer::start(false).await;
     let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
     let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
     options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
@@ -696,4 +738,73 @@ async fn real_model_drives_a_job_to_completion() {
     drop(control);
     stack.shutdown().await;
     drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn text_tool_calls_drive_a_job_on_a_server_without_tool_calling() {
+    let server = ModelServer::start(true).await;
+    let leader_llm =
+        OpenAiConfig::new(&server.base_url, MODEL_NAME).with_tool_mode(mtswarm_llm::ToolMode::Text);
+    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
+    options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
+    options.worker_args = vec![
+        "--llm-url".to_string(),
+        server.base_url.clone(),
+        "--llm-model".to_string(),
+        MODEL_NAME.to_string(),
+        "--llm-tool-mode".to_string(),
+        "text".to_string(),
+    ];
+    let stack = TestStack::start(options).await;
+    stack.wait_for_slices(1, Duration::from_secs(30)).await;
+    let mut control = stack.control().await;
+    let job_id = submit(
+        &mut control,
+        job_spec("Tune vecadd with one candidate", "vecadd", 0, true),
+    )
+    .await;
+    watch_to_end(&mut control, &job_id, Duration::from_secs(300), || {
+        format!("workers:\n{}", stack.worker_logs())
+    })
+    .await;
+    let job = get_job(&mut control, &job_id).await;
+    let requests = server.seen.all();
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "job {job:#?}\nrequests seen: {}\nworkers:\n{}",
+        requests.len(),
+        stack.worker_logs()
+    );
+    let refused = seen_refusals(&server);
+    assert!(
+        refused.is_empty(),
+        "refused by the strict template: {refused:#?}"
+    );
+    // No request offered native tools; both loops listed theirs in text
+    // and got their calls' results back as user messages.
+    assert!(
+        requests.iter().all(|r| r.get("tools").is_none()),
+        "tools sent natively"
+    );
+    for caller in [Caller::Leader, Caller::Worker] {
+        let own: Vec<&Value> = requests.iter().filter(|r| caller_of(r) == caller).collect();
+        assert!(
+            own.iter().any(|r| tool_results(r).len() >= 3),
+            "{caller:?}: tool results went back in text"
+        );
+    }
+    // The worker's benchmark ran and the leader's answer is grounded in it.
+    let best = job
+        .outcome
+        .as_ref()
+        .and_then(|o| o.best.as_ref())
+        .expect("an outcome with a best");
+    assert!(best.gflops > 0.0 && best.agent_id == "a1", "{best:#?}");
+    assert!(
+        !job.final_answer.contains(&INVENTED_GFLOPS.to_string()),
+        "the kept answer is the grounded one: {}",
+        job.final_answer
+    );
+    stack.shutdown().await;
 }

@@ -54,6 +54,30 @@ pub struct LlmArgs {
     /// which many chat templates refuse.
     #[arg(long, env = "MTSWARM_LLM_CONTEXT_IN", value_enum, default_value_t = ContextIn::UserMessage)]
     pub llm_context_in: ContextIn,
+    /// How tools reach --llm-url: `native` (the OpenAI `tools` field) or
+    /// `text` (for servers without tool calling: the tools are described in
+    /// the system message and calls are read from JSON in the reply).
+    #[arg(long, env = "MTSWARM_LLM_TOOL_MODE", value_enum, default_value_t = ToolModeArg::Native)]
+    pub llm_tool_mode: ToolModeArg,
+}
+
+/// `--llm-tool-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolModeArg {
+    /// The OpenAI `tools` field.
+    Native,
+    /// Tool calls as JSON in the reply text.
+    Text,
+}
+
+impl ToolModeArg {
+    /// The client's mode.
+    pub fn mode(self) -> mtswarm_llm::ToolMode {
+        match self {
+            Self::Native => mtswarm_llm::ToolMode::Native,
+            Self::Text => mtswarm_llm::ToolMode::Text,
+        }
+    }
 }
 
 /// `--llm-context-in`.
@@ -435,7 +459,7 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     }
     let api_key = cmd.llm.api_key("leader")?;
     if let Some((url, model)) = cmd.llm.endpoint()? {
-        let mut llm = OpenAiConfig::new(url, model);
+        let mut llm = OpenAiConfig::new(url, model).with_tool_mode(cmd.llm.llm_tool_mode.mode());
         if let Some(key) = api_key {
             llm = llm.with_api_key(key);
         }
@@ -510,6 +534,7 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     config.security = cmd.grpc.security()?;
     config.model_endpoints = cmd.llm.model_endpoints.clone();
     config.context_placement = cmd.llm.llm_context_in.placement();
+    config.llm_tool_mode = cmd.llm.llm_tool_mode.mode();
     config.llm_api_key_file = cmd.llm.llm_api_key_file.clone();
     config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
         (Some(path), _) => WorkerModel::Replay(path.clone()),

@@ -39,4 +39,4 @@ pub use mtswarm_core::model::*;
 pub use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 
 pub use cassette::{CassetteError, Exchange, Outcome, RecordingModel, ReplayModel, RequestCheck};
-pub use openai::{ApiKey, ConfigError, OpenAiClient, OpenAiConfig};
+pub use openai::{ApiKey, ConfigError, OpenAiClient, OpenAiConfig, ToolMode};

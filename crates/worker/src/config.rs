@@ -183,6 +183,8 @@ pub struct WorkerConfig {
     pub approval_timeout: Duration,
     /// Where each model request carries the per-step session context.
     pub context_placement: InjectionPlacement,
+    /// How tools reach the daemon's own endpoint (`--llm-tool-mode`).
+    pub llm_tool_mode: mtswarm_llm::ToolMode,
     /// What an undecided call gets after the timeout.
     pub approval_default: DefaultVerdict,
     /// The leader's public decision key: with it only decisions the leader
@@ -250,6 +252,7 @@ impl WorkerConfig {
             task_max_deliver: 5,
             approval_timeout: Duration::from_secs(600),
             context_placement: InjectionPlacement::default(),
+            llm_tool_mode: mtswarm_llm::ToolMode::Native,
             approval_default: DefaultVerdict::Deny,
             leader_key: None,
             drain_grace: Duration::from_secs(60),

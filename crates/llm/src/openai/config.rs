@@ -21,6 +21,31 @@ pub const ENV_OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 pub const ENV_TIMEOUT_SECS: &str = "MTSWARM_LLM_TIMEOUT_SECS";
 /// Optional override of [`OpenAiConfig::max_retries`].
 pub const ENV_MAX_RETRIES: &str = "MTSWARM_LLM_MAX_RETRIES";
+/// Optional [`OpenAiConfig::tool_mode`]: `native` (default) or `text`.
+pub const ENV_TOOL_MODE: &str = "MTSWARM_LLM_TOOL_MODE";
+
+/// How tools reach the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolMode {
+    /// The OpenAI `tools` field; the server returns `tool_calls`.
+    #[default]
+    Native,
+    /// For servers without tool calling: the tools are described in the
+    /// system message and the model writes its calls as JSON in its text
+    /// (see `text_tools`).
+    Text,
+}
+
+impl ToolMode {
+    /// Parses `native` or `text`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "native" => Some(Self::Native),
+            "text" => Some(Self::Text),
+            _ => None,
+        }
+    }
+}
 
 /// A secret bearer token. `Debug` and `Display` print a placeholder.
 #[derive(Clone, PartialEq, Eq)]
@@ -80,6 +105,8 @@ pub struct OpenAiConfig {
     /// Additional headers sent with every request (e.g. an organisation or
     /// gateway header). Values are treated as secrets in `Debug` output.
     pub extra_headers: Vec<(String, String)>,
+    /// How tools reach the model (default: natively).
+    pub tool_mode: ToolMode,
 }
 
 impl OpenAiConfig {
@@ -96,7 +123,14 @@ impl OpenAiConfig {
             backoff_max: Duration::from_secs(20),
             max_retry_after: Duration::from_secs(60),
             extra_headers: Vec::new(),
+            tool_mode: ToolMode::Native,
         }
+    }
+
+    /// Sets [`OpenAiConfig::tool_mode`].
+    pub fn with_tool_mode(mut self, mode: ToolMode) -> Self {
+        self.tool_mode = mode;
+        self
     }
 
     /// Sends `key` as the bearer token.
@@ -182,6 +216,13 @@ impl OpenAiConfig {
                 expected: "a non-negative integer",
             })?;
         }
+        if let Some(raw) = get(ENV_TOOL_MODE) {
+            config.tool_mode = ToolMode::parse(&raw).ok_or_else(|| ConfigError::InvalidValue {
+                variable: ENV_TOOL_MODE,
+                value: raw.clone(),
+                expected: "native or text",
+            })?;
+        }
         Ok(config)
     }
 }
@@ -215,6 +256,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("backoff_max", &self.backoff_max)
             .field("max_retry_after", &self.max_retry_after)
             .field("extra_headers", &header_names)
+            .field("tool_mode", &self.tool_mode)
             .finish()
     }
 }

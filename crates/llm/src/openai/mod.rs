@@ -20,6 +20,7 @@
 
 mod assemble;
 mod config;
+mod text_tools;
 mod wire;
 
 use std::time::Duration;
@@ -33,7 +34,7 @@ use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 pub use config::{
     ApiKey, ConfigError, ENV_API_KEY, ENV_MAX_RETRIES, ENV_MODEL, ENV_OPENAI_API_KEY,
-    ENV_OPENAI_BASE_URL, ENV_TIMEOUT_SECS, ENV_URL, OpenAiConfig,
+    ENV_OPENAI_BASE_URL, ENV_TIMEOUT_SECS, ENV_TOOL_MODE, ENV_URL, OpenAiConfig, ToolMode,
 };
 
 use assemble::{TurnAssembler, stream_error};
@@ -326,6 +327,15 @@ impl ChatModel for OpenAiClient {
 
 impl OpenAiClient {
     async fn start_turn(&self, request: &ChatRequest) -> Result<ModelStream, ModelError> {
+        if self.config.tool_mode == ToolMode::Text && !request.tools.is_empty() {
+            let plain = text_tools::text_request(request);
+            let stream = self.stream_turn(&plain).await?;
+            return Ok(text_tools::tool_calls_from_text(stream));
+        }
+        self.stream_turn(request).await
+    }
+
+    async fn stream_turn(&self, request: &ChatRequest) -> Result<ModelStream, ModelError> {
         let body = request_body(&self.config.model, request)?;
         let bytes = serde_json::to_vec(&body)
             .map_err(|e| ModelError::Other(format!("cannot encode the request body: {e}")))?;
