@@ -259,7 +259,7 @@ async fn drive(
         }),
         Arc::new(LocalResourceLock::default()),
     )
-    .with_middleware(Arc::new(TracingMiddleware))
+    .with_middleware(Arc::new(TracingMiddleware::new()))
     .with_gate(Arc::new(crate::grounding::GroundedAnswerGate::new(
         context.results.clone(),
     )))

@@ -57,7 +57,7 @@ impl SessionRuntime {
             self.policy.clone(),
             Arc::new(self.tools.resource_lock()),
         )
-        .with_middleware(Arc::new(TracingMiddleware));
+        .with_middleware(Arc::new(TracingMiddleware::new()));
         *cached = Some((config, engine.clone()));
         engine
     }
