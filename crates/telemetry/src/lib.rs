@@ -24,7 +24,9 @@
 //! global one, so several tests in one binary can each export to their own
 //! collector.
 
+pub mod genai;
 pub mod grpc;
+pub mod json_logs;
 pub mod propagation;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -53,6 +55,9 @@ pub const OTLP_PROTOCOL_ENVS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
 ];
+/// Standard OpenTelemetry variable naming the service (wins over the
+/// process's own `service_name`).
+pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
 /// Filter used when neither the config nor the environment gives one.
 pub const DEFAULT_LOG_FILTER: &str = "info";
 
@@ -304,9 +309,14 @@ pub fn tracer_provider(
     service_name: &str,
     export: Option<&OtlpExport>,
 ) -> Result<SdkTracerProvider, TelemetryError> {
-    let resource = Resource::builder()
-        .with_service_name(service_name.to_string())
-        .build();
+    // The builder's detectors read `OTEL_RESOURCE_ATTRIBUTES` and
+    // `OTEL_SERVICE_NAME`; the process's own name applies only when the
+    // operator did not name the service (the standard's precedence).
+    let mut resource = Resource::builder();
+    if non_empty_env(SERVICE_NAME_ENV).is_none() {
+        resource = resource.with_service_name(service_name.to_string());
+    }
+    let resource = resource.build();
     let builder = SdkTracerProvider::builder().with_resource(resource);
     let Some(export) = export else {
         return Ok(builder.build());
@@ -342,7 +352,9 @@ pub fn tracer_provider(
             exporter.build().map_err(exporter_error)?
         }
     };
-    Ok(builder.with_batch_exporter(exporter).build())
+    Ok(builder
+        .with_batch_exporter(genai::GenAiSpanExporter::new(exporter))
+        .build())
 }
 
 /// The OTLP/HTTP traces URL for a configured collector address: a URL
@@ -406,13 +418,17 @@ fn build_dispatch(
         .with_tracer(tracer)
         .with_filter(otel_targets(filter.max_level_hint()));
 
+    let json_format = json_logs::TraceJsonFormat::new();
+    let binder = json_format.binder();
     let fmt_layer = match (config.json_logs, test_writer) {
         (true, false) => tracing_subscriber::fmt::layer()
             .json()
+            .event_format(json_format)
             .with_writer(std::io::stderr)
             .boxed(),
         (true, true) => tracing_subscriber::fmt::layer()
             .json()
+            .event_format(json_format)
             .with_test_writer()
             .boxed(),
         (false, false) => tracing_subscriber::fmt::layer()
@@ -431,7 +447,9 @@ fn build_dispatch(
         provider: Some(provider),
         exporting: export.is_some(),
     };
-    Ok((Dispatch::new(subscriber), guard))
+    let dispatch = Dispatch::new(subscriber);
+    binder.bind(&dispatch);
+    Ok((dispatch, guard))
 }
 
 /// Installs logging and tracing for the whole process (global subscriber and
