@@ -117,6 +117,7 @@ pub mod runner;
 mod scheduler;
 mod service;
 mod shared;
+mod spans;
 pub mod tools;
 mod trigger;
 pub mod validate;

@@ -183,7 +183,7 @@ impl ControlService {
             deadline,
             fence,
         ));
-        let job_span = tracing::info_span!(parent: &span, "leader.job", job.id = %job_id);
+        let job_span = crate::spans::workflow_span(&span, &job_id, false);
         let pending = PendingStart {
             context,
             attachments: validated.attachments,
