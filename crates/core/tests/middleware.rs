@@ -361,3 +361,39 @@ async fn tracing_middleware_builds_the_span_tree() {
         .expect("grep span");
     assert!(!grep_span.fields.contains_key("tool.lock_wait_ms"));
 }
+
+#[tokio::test]
+async fn message_content_reaches_spans_only_when_asked_for() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (engine, _) = engine(
+        EngineConfig::default(),
+        vec![
+            ScriptedTurn::tool_calls([call("g1", "grep", "{}")]),
+            ScriptedTurn::text("the answer"),
+        ],
+        registry(vec![FnTool::echo("grep", "found it").concurrent()]),
+        auto_all(),
+    );
+    let engine = engine.with_middleware(Arc::new(TracingMiddleware::with_message_content(true)));
+    let (stream, _) = engine.start("s", "", "find the secret");
+    let (_, outcome) = run(stream).await;
+    assert_eq!(final_text(&outcome), "the answer");
+
+    let spans = capture.0.lock().expect("lock").clone();
+    let chats: Vec<&SpanRecord> = spans.iter().filter(|s| s.name == "chat").collect();
+    assert_eq!(chats.len(), 2);
+    assert!(
+        chats[0].fields["gen_ai.input.messages"].contains("find the secret"),
+        "{:?}",
+        chats[0].fields
+    );
+    assert!(chats[1].fields["gen_ai.output.messages"].contains("the answer"));
+    let tool = spans
+        .iter()
+        .find(|s| s.name == "execute_tool")
+        .expect("tool span");
+    assert_eq!(tool.fields["gen_ai.tool.call.result"], "found it");
+}

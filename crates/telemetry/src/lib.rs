@@ -58,6 +58,9 @@ pub const OTLP_PROTOCOL_ENVS: [&str; 2] = [
 /// Standard OpenTelemetry variable naming the service (wins over the
 /// process's own `service_name`).
 pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
+/// Variable that opts in to message content on GenAI spans (the name the
+/// OpenTelemetry GenAI instrumentations use); `true` or `1` turns it on.
+pub const CAPTURE_CONTENT_ENV: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 /// Filter used when neither the config nor the environment gives one.
 pub const DEFAULT_LOG_FILTER: &str = "info";
 
@@ -124,6 +127,10 @@ pub struct TelemetryConfig {
     pub log_filter: Option<String>,
     /// JSON lines instead of human-readable logs (for log shippers).
     pub json_logs: bool,
+    /// Record prompts, answers and tool results on GenAI spans; `None`
+    /// falls back to [`CAPTURE_CONTENT_ENV`]. Off by default: they may hold
+    /// anything a user or a tool wrote.
+    pub capture_message_content: Option<bool>,
 }
 
 impl TelemetryConfig {
@@ -135,7 +142,17 @@ impl TelemetryConfig {
             otlp_protocol: None,
             log_filter: None,
             json_logs: false,
+            capture_message_content: None,
         }
+    }
+
+    /// Whether GenAI spans carry message content (see
+    /// [`TelemetryConfig::capture_message_content`]).
+    pub fn resolved_capture_message_content(&self) -> bool {
+        self.capture_message_content.unwrap_or_else(|| {
+            non_empty_env(CAPTURE_CONTENT_ENV)
+                .is_some_and(|value| matches!(value.trim(), "true" | "TRUE" | "True" | "1"))
+        })
     }
 
     /// The endpoint spans will be exported to: the configured one, else the
@@ -457,12 +474,26 @@ fn build_dispatch(
 /// tokio runtime; keep the returned guard until exit.
 pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
     let (dispatch, guard) = build_dispatch(&config, false)?;
+    CAPTURE_CONTENT.store(
+        config.resolved_capture_message_content(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     tracing::dispatcher::set_global_default(dispatch)?;
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     if let Some(provider) = guard.tracer_provider() {
         opentelemetry::global::set_tracer_provider(provider.clone());
     }
     Ok(guard)
+}
+
+/// Set by [`init`] from [`TelemetryConfig::capture_message_content`].
+static CAPTURE_CONTENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process records message content on its GenAI spans, as
+/// [`init`] was configured (false before it ran); the engine's tracing
+/// middleware is built with it.
+pub fn capture_message_content() -> bool {
+    CAPTURE_CONTENT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The same stack as [`init`], installed as the *current thread's* default

@@ -288,7 +288,9 @@ async fn drive_engine(
         }),
         Arc::new(LocalResourceLock::default()),
     )
-    .with_middleware(Arc::new(TracingMiddleware::new()))
+    .with_middleware(Arc::new(TracingMiddleware::with_message_content(
+        mtswarm_telemetry::capture_message_content(),
+    )))
     .with_gate(Arc::new(crate::grounding::GroundedAnswerGate::new(
         context.results.clone(),
     )))
