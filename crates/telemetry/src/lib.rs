@@ -16,6 +16,16 @@
 //! above are exported whatever the filter, so `--log warn` keeps a process
 //! quiet without cutting its spans out of the job's trace.
 //!
+//! Export follows the OpenTelemetry specification's variables: the
+//! endpoint (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` used as it is, else
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`), protocol, `..._HEADERS` (read by the
+//! exporter), `OTEL_SERVICE_NAME` (wins over the process's own name) and
+//! `OTEL_RESOURCE_ATTRIBUTES`. The spans the engine, leader and workers open
+//! follow the OpenTelemetry GenAI semantic conventions v1.41.1 (see
+//! `mtswarm_core::genai_spans`); [`genai`] types their one array attribute
+//! on the way out, and [`json_logs`] puts `trace_id` and `span_id` in JSON
+//! log lines.
+//!
 //! The W3C TraceContext propagator is installed globally, and [`propagation`]
 //! and [`grpc`] carry the current span's context across process boundaries
 //! (NATS headers are adapted in the bus crate, gRPC metadata here).
