@@ -2,8 +2,8 @@
 //! collector receives the spans of the in-process leader and of the worker
 //! processes (OTEL_EXPORTER_OTLP_ENDPOINT); every span of the job shares the
 //! trace id, and a worker's tool span reaches SubmitJob through its parents:
-//! worker tool.call -> worker.task -> (NATS hop) -> the leader's assign_task
-//! tool.call -> ... -> SubmitJob.
+//! worker `execute_tool` -> `invoke_agent {agent}` (one task) -> (NATS
+//! hop) -> the leader's `execute_tool assign_task` -> ... -> SubmitJob.
 //!
 //! This binary installs the global tracing subscriber, so it holds this one
 //! test only.
@@ -60,20 +60,24 @@ fn describe(chain: &[&CollectedSpan]) -> String {
         .join(" <- ")
 }
 
-/// True when `chain` (child first) goes worker tool.call -> worker.task ->
-/// leader assign_task tool.call -> ... -> SubmitJob at the root.
+/// True when `chain` (child first) goes worker execute_tool -> invoke_agent
+/// -> leader `execute_tool assign_task` -> ... -> SubmitJob at the root.
 fn crosses_into_the_leader(chain: &[&CollectedSpan]) -> bool {
     let position = |pred: &dyn Fn(&CollectedSpan) -> bool| chain.iter().position(|s| pred(s));
-    let task = position(&|s| s.service_name == "mtswarm-worker" && s.span.name == "worker.task");
+    let task = position(&|s| {
+        s.service_name == "mtswarm-worker" && s.span.name.starts_with("invoke_agent ")
+    });
     let assign = position(&|s| {
-        s.service_name == "mtswarm-leader"
-            && s.span.name == "tool.call"
-            && s.attribute("gen_ai.tool.name").as_deref() == Some("assign_task")
+        s.service_name == "mtswarm-leader" && s.span.name == "execute_tool assign_task"
     });
     let root = chain
         .last()
         .filter(|s| s.span.name == "SubmitJob" && s.span.parent_span_id.is_empty());
     matches!((task, assign, root), (Some(t), Some(a), Some(_)) if t < a)
+}
+
+fn is_tool(span: &CollectedSpan) -> bool {
+    span.span.name.starts_with("execute_tool ")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -99,7 +103,7 @@ async fn one_job_is_one_trace_across_leader_and_worker_processes() {
                 spans.iter().map(|s| (s.span_id_hex(), s)).collect();
             spans
                 .iter()
-                .filter(|s| s.service_name == "mtswarm-worker" && s.span.name == "tool.call")
+                .filter(|s| s.service_name == "mtswarm-worker" && is_tool(s))
                 .any(|s| crosses_into_the_leader(&ancestry(s, &by_id)))
         })
         .await;
@@ -107,7 +111,7 @@ async fn one_job_is_one_trace_across_leader_and_worker_processes() {
         spans.iter().map(|s| (s.span_id_hex(), s)).collect();
     let worker_tools: Vec<&CollectedSpan> = spans
         .iter()
-        .filter(|s| s.service_name == "mtswarm-worker" && s.span.name == "tool.call")
+        .filter(|s| s.service_name == "mtswarm-worker" && is_tool(s))
         .collect();
     assert!(
         complete,

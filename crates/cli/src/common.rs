@@ -39,6 +39,14 @@ pub struct TelemetryArgs {
     /// Logs as JSON lines (for log shippers).
     #[arg(long, env = "MTSWARM_LOG_JSON", global = true)]
     pub log_json: bool,
+    /// Record prompts, model answers and tool results on the GenAI spans
+    /// (off by default: they may hold anything a user or a tool wrote).
+    #[arg(
+        long,
+        env = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+        global = true
+    )]
+    pub trace_message_content: bool,
 }
 
 impl TelemetryArgs {
@@ -49,6 +57,7 @@ impl TelemetryArgs {
         config.otlp_protocol = self.otlp_protocol;
         config.log_filter = self.log_filter.clone().filter(|f| !f.trim().is_empty());
         config.json_logs = self.log_json;
+        config.capture_message_content = Some(self.trace_message_content);
         mtswarm_telemetry::init(config).context("setting up logging and tracing")
     }
 

@@ -157,6 +157,7 @@ pub fn job(job: &v1::JobRecord) -> Value {
         "tasks_done": job.tasks_done,
         "usage": usage(job.usage.as_ref()),
         "traceparent": job.traceparent,
+        "trace_id": mtswarm_telemetry::propagation::trace_id_of(&job.traceparent),
     })
 }
 

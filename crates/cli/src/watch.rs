@@ -69,6 +69,9 @@ pub struct WatchOptions {
 /// [`render::job_exit_code`] maps the end (see `--help`).
 pub async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
+    if !cmd.json {
+        print_trace_id(&mut control, &cmd.job_id).await;
+    }
     watch_job(
         &mut control,
         &cmd.leader.url(),
@@ -81,6 +84,25 @@ pub async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
         },
     )
     .await
+}
+
+/// Prints the job's trace id, so the watched job can be found in a trace
+/// backend. A job that cannot be read is left to the watch to report.
+async fn print_trace_id(control: &mut Control, job_id: &str) {
+    let request = v1::GetJobRequest {
+        job_id: job_id.to_string(),
+    };
+    let Ok(response) = control.get_job(request).await else {
+        return;
+    };
+    let traceparent = response
+        .into_inner()
+        .job
+        .map(|job| job.traceparent)
+        .unwrap_or_default();
+    if let Some(trace_id) = mtswarm_telemetry::propagation::trace_id_of(&traceparent) {
+        println!("job {job_id}: trace {trace_id}");
+    }
 }
 
 /// What the view knows about one agent.

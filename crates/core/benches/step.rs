@@ -77,7 +77,7 @@ fn bench_steps(c: &mut Criterion) {
             Arc::new(LocalResourceLock::default()),
         );
         if tracing {
-            engine = engine.with_middleware(Arc::new(TracingMiddleware));
+            engine = engine.with_middleware(Arc::new(TracingMiddleware::new()));
         }
         group.throughput(Throughput::Elements(u64::from(steps)));
         group.bench_function(label, |b| {

@@ -26,7 +26,7 @@
 //!     RiskPolicy::default(),
 //!     Arc::new(LocalResourceLock::default()),
 //! )
-//! .with_middleware(Arc::new(TracingMiddleware));
+//! .with_middleware(Arc::new(TracingMiddleware::new()));
 //!
 //! let (mut events, handle) = engine.start("session-1", "You tune kernels.", "Tune gemm.c");
 //! while let Some(event) = events.next().await {
@@ -83,8 +83,9 @@
 //!   earlier checkpoint reuse their numbers); tool results in events are
 //!   never truncated.
 //! - Cross-cutting behaviour goes in [`Middleware`]s (onion order);
-//!   [`TracingMiddleware`] opens `react.step`, `gen_ai.chat` and `tool.call`
-//!   spans.
+//!   [`TracingMiddleware`] opens `react.step`, `chat {model}` and
+//!   `execute_tool {tool}` spans by the OpenTelemetry GenAI semantic
+//!   conventions v1.41.1 ([`genai_spans`]).
 //! - [`testing::ScriptedModel`] replays scripted turns.
 //!
 //! # Around the loop
@@ -102,6 +103,7 @@ pub mod engine;
 pub mod error;
 pub mod event;
 pub mod gate;
+pub mod genai_spans;
 pub mod lock;
 pub mod middleware;
 pub mod model;
@@ -121,10 +123,12 @@ pub use engine::{
 pub use error::{CheckpointError, CompactionError, NormalizeError};
 pub use event::{ApprovalRequest, Event, EventKind};
 pub use gate::{CompletionGate, EvidenceGate, GateConfig, GateVerdict};
+pub use genai_spans::{GENAI_SEMCONV_VERSION, TracingMiddleware};
 pub use lock::{LocalResourceLock, ResourceGuard, ResourceLock};
-pub use middleware::{Middleware, TracingMiddleware};
+pub use middleware::Middleware;
 pub use model::{
-    ChatModel, ChatRequest, Message, ModelError, ModelEvent, ModelStream, Role, ToolCall, ToolSpec,
+    BUILTIN_PROVIDER, ChatModel, ChatRequest, Message, ModelError, ModelEvent, ModelStream, Role,
+    ToolCall, ToolSpec,
 };
 pub use policy::{
     ApprovalConfig, ApprovalDecision, ApprovalRule, AutoApprove, Permission, RiskPolicy, RuleAction,

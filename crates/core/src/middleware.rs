@@ -15,8 +15,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
-
 use crate::error::CompactionError;
 use crate::model::{ChatRequest, FinishReason, ModelError, ToolCall, Usage};
 use crate::policy::Permission;
@@ -99,6 +97,9 @@ pub struct ModelCallInput {
     pub step: u32,
     /// The model's name.
     pub model: String,
+    /// Who serves the model, as `gen_ai.provider.name` spells it
+    /// ([`crate::ChatModel::provider_name`]).
+    pub provider: String,
     /// True for the summarization request of a compaction.
     pub summarization: bool,
     /// Shared with the engine's kept view; change it with
@@ -272,121 +273,5 @@ pub trait Middleware: Send + Sync {
         next: Next<'a, SystemPromptInput, String>,
     ) -> BoxFuture<'a, String> {
         next.run(input)
-    }
-}
-
-/// Opens `tracing` spans: `react.step` per step, `gen_ai.chat` per model
-/// call (OpenTelemetry GenAI attribute names) and `tool.call` per tool call.
-/// Tool and model spans are children of the step span; the run itself is
-/// inside whatever span was current when it started. Bridging to OTLP is the
-/// subscriber's job.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct TracingMiddleware;
-
-fn risk_name(risk: Risk) -> &'static str {
-    match risk {
-        Risk::Low => "low",
-        Risk::Medium => "medium",
-        Risk::High => "high",
-    }
-}
-
-/// Runs the rest of the chain inside `span`, then lets `record` fill the
-/// span's fields that only the output knows (usage, outcome, transition).
-fn in_span<'a, I: Send + 'a, O: Send + 'a>(
-    span: tracing::Span,
-    input: I,
-    next: Next<'a, I, O>,
-    record: impl FnOnce(&tracing::Span, &O) + Send + 'a,
-) -> BoxFuture<'a, O> {
-    let inner = span.clone();
-    Box::pin(
-        async move {
-            let output = next.run(input).await;
-            record(&inner, &output);
-            output
-        }
-        .instrument(span),
-    )
-}
-
-impl Middleware for TracingMiddleware {
-    fn on_step<'a>(
-        &'a self,
-        info: StepInfo,
-        next: Next<'a, StepInfo, StepReport>,
-    ) -> BoxFuture<'a, StepReport> {
-        let span = tracing::info_span!(
-            "react.step",
-            session.id = %info.session_id,
-            react.step = info.step,
-            react.start_node = ?info.node,
-            react.transition = tracing::field::Empty,
-        );
-        in_span(span, info, next, |span, report| {
-            if let Some(reason) = report.reason {
-                span.record("react.transition", tracing::field::debug(reason));
-            }
-        })
-    }
-
-    fn on_model_call<'a>(
-        &'a self,
-        input: ModelCallInput,
-        next: Next<'a, ModelCallInput, Result<ModelTurn, ModelError>>,
-    ) -> BoxFuture<'a, Result<ModelTurn, ModelError>> {
-        let span = tracing::info_span!(
-            "gen_ai.chat",
-            gen_ai.operation.name = "chat",
-            gen_ai.request.model = %input.model,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            gen_ai.response.finish_reasons = tracing::field::Empty,
-            error.type = tracing::field::Empty,
-            react.step = input.step,
-            react.summarization = input.summarization,
-        );
-        in_span(span, input, next, |span, result| match result {
-            Ok(turn) => {
-                if let Some(usage) = turn.usage {
-                    span.record("gen_ai.usage.input_tokens", usage.input_tokens);
-                    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
-                }
-                if let Some(finish) = &turn.finish {
-                    span.record(
-                        "gen_ai.response.finish_reasons",
-                        tracing::field::debug(finish),
-                    );
-                }
-            }
-            Err(e) => {
-                span.record("error.type", tracing::field::display(e));
-            }
-        })
-    }
-
-    fn on_tool_call<'a>(
-        &'a self,
-        info: ToolCallInfo,
-        next: Next<'a, ToolCallInfo, ToolCallOutcome>,
-    ) -> BoxFuture<'a, ToolCallOutcome> {
-        let span = tracing::info_span!(
-            "tool.call",
-            gen_ai.tool.name = %info.tool,
-            gen_ai.tool.call.id = %info.call_id,
-            tool.risk = risk_name(info.risk),
-            tool.lock_wait_ms = tracing::field::Empty,
-            tool.ok = tracing::field::Empty,
-            react.step = info.step,
-        );
-        in_span(span, info, next, |span, outcome| {
-            if let Some(wait) = outcome.lock_wait {
-                span.record(
-                    "tool.lock_wait_ms",
-                    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                );
-            }
-            span.record("tool.ok", outcome.result.is_ok());
-        })
     }
 }

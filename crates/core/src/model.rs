@@ -226,11 +226,24 @@ pub enum ModelError {
 /// A streamed model turn.
 pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, ModelError>> + Send>>;
 
+/// The `gen_ai.provider.name` of models that run inside the process (the
+/// builtin leader and worker policies, scripted and replayed models): no
+/// provider of the conventions' list applies, so the value is this project's.
+pub const BUILTIN_PROVIDER: &str = "mtswarm.builtin";
+
 /// Anything that can take a turn in a conversation.
 #[async_trait::async_trait]
 pub trait ChatModel: Send + Sync {
     /// The model identifier reported in traces (`gen_ai.request.model`).
     fn model_name(&self) -> &str;
+
+    /// Who serves the model, reported in traces as `gen_ai.provider.name`
+    /// (OpenTelemetry GenAI conventions): `openai` for an OpenAI-compatible
+    /// endpoint; the default, [`BUILTIN_PROVIDER`], for models that run in
+    /// the process (the builtin policies, scripted and replayed models).
+    fn provider_name(&self) -> &str {
+        BUILTIN_PROVIDER
+    }
 
     /// Start one turn. Errors that happen before the first event are returned
     /// here; errors mid-stream arrive as `Err` items of the stream.

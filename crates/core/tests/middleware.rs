@@ -299,7 +299,7 @@ async fn tracing_middleware_builds_the_span_tree() {
         ]),
         auto_all(),
     );
-    let engine = engine.with_middleware(Arc::new(TracingMiddleware));
+    let engine = engine.with_middleware(Arc::new(TracingMiddleware::new()));
     let caller = tracing::info_span!("job");
     let (stream, _) = {
         let _entered = caller.enter();
@@ -320,16 +320,26 @@ async fn tracing_middleware_builds_the_span_tree() {
         .map(|s| s.fields["react.step"].as_str())
         .collect();
     assert_eq!(numbers, vec!["1", "2"]);
-    let chats = named("gen_ai.chat");
+    let chats = named("chat");
     assert_eq!(chats.len(), 2);
     for chat in &chats {
         assert_eq!(chat.parent.as_deref(), Some("react.step"));
+        assert_eq!(chat.fields["otel.name"], "chat scripted");
+        assert_eq!(chat.fields["otel.kind"], "client");
         assert_eq!(chat.fields["gen_ai.operation.name"], "chat");
+        assert_eq!(chat.fields["gen_ai.provider.name"], "mtswarm.builtin");
         assert_eq!(chat.fields["gen_ai.request.model"], "scripted");
+        assert_eq!(chat.fields["gen_ai.conversation.id"], "s");
+        // Content stays out unless asked for.
+        assert!(!chat.fields.contains_key("gen_ai.input.messages"));
     }
+    assert_eq!(
+        chats[0].fields["gen_ai.response.finish_reasons"],
+        "tool_calls"
+    );
     assert_eq!(chats[0].fields["gen_ai.usage.input_tokens"], "120");
     assert_eq!(chats[0].fields["gen_ai.usage.output_tokens"], "30");
-    let tools = named("tool.call");
+    let tools = named("execute_tool");
     assert_eq!(tools.len(), 2);
     assert!(
         tools
@@ -341,6 +351,8 @@ async fn tracing_middleware_builds_the_span_tree() {
         .find(|t| t.fields["gen_ai.tool.name"] == "run")
         .expect("run span");
     assert_eq!(run_span.fields["gen_ai.tool.call.id"], "r1");
+    assert_eq!(run_span.fields["otel.name"], "execute_tool run");
+    assert_eq!(run_span.fields["gen_ai.operation.name"], "execute_tool");
     assert_eq!(run_span.fields["tool.risk"], "medium");
     assert!(run_span.fields.contains_key("tool.lock_wait_ms"));
     let grep_span = tools
@@ -348,4 +360,40 @@ async fn tracing_middleware_builds_the_span_tree() {
         .find(|t| t.fields["gen_ai.tool.name"] == "grep")
         .expect("grep span");
     assert!(!grep_span.fields.contains_key("tool.lock_wait_ms"));
+}
+
+#[tokio::test]
+async fn message_content_reaches_spans_only_when_asked_for() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (engine, _) = engine(
+        EngineConfig::default(),
+        vec![
+            ScriptedTurn::tool_calls([call("g1", "grep", "{}")]),
+            ScriptedTurn::text("the answer"),
+        ],
+        registry(vec![FnTool::echo("grep", "found it").concurrent()]),
+        auto_all(),
+    );
+    let engine = engine.with_middleware(Arc::new(TracingMiddleware::with_message_content(true)));
+    let (stream, _) = engine.start("s", "", "find the secret");
+    let (_, outcome) = run(stream).await;
+    assert_eq!(final_text(&outcome), "the answer");
+
+    let spans = capture.0.lock().expect("lock").clone();
+    let chats: Vec<&SpanRecord> = spans.iter().filter(|s| s.name == "chat").collect();
+    assert_eq!(chats.len(), 2);
+    assert!(
+        chats[0].fields["gen_ai.input.messages"].contains("find the secret"),
+        "{:?}",
+        chats[0].fields
+    );
+    assert!(chats[1].fields["gen_ai.output.messages"].contains("the answer"));
+    let tool = spans
+        .iter()
+        .find(|s| s.name == "execute_tool")
+        .expect("tool span");
+    assert_eq!(tool.fields["gen_ai.tool.call.result"], "found it");
 }

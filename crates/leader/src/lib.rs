@@ -18,7 +18,7 @@
 //!
 //! SubmitJob validates ([`validate`]), stores a QUEUED `JobRecord` (jobs KV)
 //! inside the `SubmitJob` span (its traceparent is stored in the record) and
-//! starts a job runner ([`runner`]) in a `leader.job` span below it. The
+//! starts a job runner ([`runner`]) in an `invoke_workflow` span below it. The
 //! runner moves the job to RUNNING and runs the engine with the leader
 //! [`tools`]; every step's loop state is stored under the job's loop key
 //! (`<job>.loop`, as the model is shown it). `spawn_agent` calls `Worker.SpawnSession`,
@@ -117,6 +117,7 @@ pub mod runner;
 mod scheduler;
 mod service;
 mod shared;
+mod spans;
 pub mod tools;
 mod trigger;
 pub mod validate;

@@ -7,6 +7,7 @@
 use futures::StreamExt as _;
 use mtswarm_bus::{BusError, v1};
 use mtswarm_hw::SliceSelector;
+use tracing::Instrument as _;
 
 use crate::error::{CancelError, SpawnError};
 use crate::fleet::{FleetView, read_fleet};
@@ -33,6 +34,30 @@ pub(crate) async fn fleet_view(
 /// Calls `Worker.SpawnSession` for `agent` on `slice_id` of the agent's
 /// worker (`agent.endpoint`).
 pub(crate) async fn spawn_on(
+    shared: &Shared,
+    job: &JobContext,
+    agent: &AgentEntry,
+    slice_id: &str,
+    resume: bool,
+) -> Result<v1::SpawnSessionResponse, SpawnError> {
+    let span = crate::spans::create_agent_span(
+        &job.job_id,
+        &agent.agent_id,
+        &agent.session_id,
+        job.spec.model.as_ref(),
+    );
+    let spawned = spawn_session(shared, job, agent, slice_id, resume)
+        .instrument(span.clone())
+        .await;
+    if let Err(error) = &spawned {
+        crate::spans::record_failure(&span, "spawn_refused", &error.to_string());
+    }
+    spawned
+}
+
+/// The SpawnSession call itself, inside the `create_agent` span whose
+/// trace context it sends along.
+async fn spawn_session(
     shared: &Shared,
     job: &JobContext,
     agent: &AgentEntry,

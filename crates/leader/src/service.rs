@@ -114,17 +114,21 @@ impl ControlService {
         // so every QUEUED or RUNNING record has (or had) an owner whose
         // lapse the other leaders see.
         let existing = shared.jobs.get(&job_id).await.map_err(bus_status)?;
-        if existing.is_some() && !request.idempotency_key.is_empty() {
+        if let Some(existing) = existing.filter(|_| !request.idempotency_key.is_empty()) {
             shared.scheduler.cancel(ticket);
             tracing::info!(%job_id, "submission retried with the same idempotency key");
-            return Ok(Response::new(v1::SubmitJobResponse { job_id }));
+            let trace_id = trace_id_of(&existing.value.traceparent);
+            return Ok(Response::new(v1::SubmitJobResponse { job_id, trace_id }));
         }
         let fence = match shared.take_ownership(&job_id).await {
             Ok(fence) => fence,
             Err(OwnershipError::Held { .. }) if !request.idempotency_key.is_empty() => {
                 shared.scheduler.cancel(ticket);
                 tracing::info!(%job_id, "submission retried with the same idempotency key (owned by another leader)");
-                return Ok(Response::new(v1::SubmitJobResponse { job_id }));
+                return Ok(Response::new(v1::SubmitJobResponse {
+                    job_id,
+                    trace_id: String::new(),
+                }));
             }
             Err(error) => {
                 shared.scheduler.cancel(ticket);
@@ -133,6 +137,7 @@ impl ControlService {
                 )));
             }
         };
+        let trace_id = trace_id_of(&traceparent);
         let now = prost_types::Timestamp::from(SystemTime::now());
         let record = v1::JobRecord {
             job_id: job_id.clone(),
@@ -151,7 +156,12 @@ impl ControlService {
                 shared.scheduler.cancel(ticket);
                 shared.release_ownership(&job_id).await;
                 tracing::info!(%job_id, "submission retried with the same idempotency key");
-                return Ok(Response::new(v1::SubmitJobResponse { job_id }));
+                // Raced by a retry of the same submission: its record's
+                // trace is not known here.
+                return Ok(Response::new(v1::SubmitJobResponse {
+                    job_id,
+                    trace_id: String::new(),
+                }));
             }
             Err(error) => {
                 shared.scheduler.cancel(ticket);
@@ -183,7 +193,7 @@ impl ControlService {
             deadline,
             fence,
         ));
-        let job_span = tracing::info_span!(parent: &span, "leader.job", job.id = %job_id);
+        let job_span = crate::spans::workflow_span(&span, &job_id, false);
         let pending = PendingStart {
             context,
             attachments: validated.attachments,
@@ -195,7 +205,7 @@ impl ControlService {
             None => tracing::info!(%job_id, "job queued: every run slot is taken"),
         }
         tracing::info!(%job_id, "job submitted");
-        Ok(Response::new(v1::SubmitJobResponse { job_id }))
+        Ok(Response::new(v1::SubmitJobResponse { job_id, trace_id }))
     }
 
     /// The job's record with its agents, tasks and loop state (read from
@@ -221,6 +231,13 @@ impl ControlService {
             .map(|v| v.value)
             .ok_or_else(|| Status::not_found(format!("job {job_id} not found")))
     }
+}
+
+/// The trace id of a stored traceparent, empty when there is none.
+fn trace_id_of(traceparent: &str) -> String {
+    mtswarm_telemetry::propagation::trace_id_of(traceparent)
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Resolves once the daemon shuts down (or the signal is gone).

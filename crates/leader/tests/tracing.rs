@@ -1,7 +1,9 @@
 //! One job is one trace: `SubmitJob` is the root of the job in the leader
-//! (its traceparent is stored in the JobRecord), `leader.job` is its child,
-//! the engine's spans nest below, and the task message carries the context
-//! of the `assign_task` tool span.
+//! (its traceparent is stored in the JobRecord), the job's
+//! `invoke_workflow mtswarm.job` span is its child with the leader's
+//! `invoke_agent leader` below it, the engine's spans nest below that, and
+//! the task message carries the context of the `execute_tool assign_task`
+//! span.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -94,9 +96,12 @@ async fn the_job_is_one_trace_from_submit_to_the_task_headers() {
     assert_eq!(submit.len(), 1);
     assert_eq!(submit[0].span_context.trace_id().to_string(), trace_id);
     assert_eq!(submit[0].span_context.span_id().to_string(), submit_span_id);
-    let job = find("leader.job");
+    let job = find("invoke_workflow mtswarm.job");
     assert_eq!(job.len(), 1);
     assert_eq!(job[0].parent_span_id, submit[0].span_context.span_id());
+    let agent = find("invoke_agent leader");
+    assert_eq!(agent.len(), 1);
+    assert_eq!(agent[0].parent_span_id, job[0].span_context.span_id());
     let steps = find("react.step");
     assert!(!steps.is_empty());
     assert!(
@@ -104,10 +109,10 @@ async fn the_job_is_one_trace_from_submit_to_the_task_headers() {
             .iter()
             .all(|s| s.span_context.trace_id().to_string() == trace_id)
     );
-    let tool_span = find("tool.call")
+    let tool_span = find("execute_tool assign_task")
         .into_iter()
         .find(|s| s.span_context.span_id().to_string() == task_parts[2])
-        .expect("the task's parent is a tool.call span");
+        .expect("the task's parent is the execute_tool span of assign_task");
     assert!(
         tool_span
             .attributes

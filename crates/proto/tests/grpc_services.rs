@@ -45,6 +45,7 @@ impl Control for EchoControl {
             .ok_or_else(|| Status::invalid_argument("spec is required"))?;
         Ok(Response::new(SubmitJobResponse {
             job_id: format!("job-for-{}", spec.goal),
+            trace_id: String::new(),
         }))
     }
     async fn get_job(&self, _: Request<GetJobRequest>) -> Result<Response<GetJobResponse>, Status> {

@@ -16,6 +16,16 @@
 //! above are exported whatever the filter, so `--log warn` keeps a process
 //! quiet without cutting its spans out of the job's trace.
 //!
+//! Export follows the OpenTelemetry specification's variables: the
+//! endpoint (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` used as it is, else
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`), protocol, `..._HEADERS` (read by the
+//! exporter), `OTEL_SERVICE_NAME` (wins over the process's own name) and
+//! `OTEL_RESOURCE_ATTRIBUTES`. The spans the engine, leader and workers open
+//! follow the OpenTelemetry GenAI semantic conventions v1.41.1 (see
+//! `mtswarm_core::genai_spans`); [`genai`] types their one array attribute
+//! on the way out, and [`json_logs`] puts `trace_id` and `span_id` in JSON
+//! log lines.
+//!
 //! The W3C TraceContext propagator is installed globally, and [`propagation`]
 //! and [`grpc`] carry the current span's context across process boundaries
 //! (NATS headers are adapted in the bus crate, gRPC metadata here).
@@ -24,7 +34,9 @@
 //! global one, so several tests in one binary can each export to their own
 //! collector.
 
+pub mod genai;
 pub mod grpc;
+pub mod json_logs;
 pub mod propagation;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -53,6 +65,12 @@ pub const OTLP_PROTOCOL_ENVS: [&str; 2] = [
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
 ];
+/// Standard OpenTelemetry variable naming the service (wins over the
+/// process's own `service_name`).
+pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
+/// Variable that opts in to message content on GenAI spans (the name the
+/// OpenTelemetry GenAI instrumentations use); `true` or `1` turns it on.
+pub const CAPTURE_CONTENT_ENV: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 /// Filter used when neither the config nor the environment gives one.
 pub const DEFAULT_LOG_FILTER: &str = "info";
 
@@ -119,6 +137,10 @@ pub struct TelemetryConfig {
     pub log_filter: Option<String>,
     /// JSON lines instead of human-readable logs (for log shippers).
     pub json_logs: bool,
+    /// Record prompts, answers and tool results on GenAI spans; `None`
+    /// falls back to [`CAPTURE_CONTENT_ENV`]. Off by default: they may hold
+    /// anything a user or a tool wrote.
+    pub capture_message_content: Option<bool>,
 }
 
 impl TelemetryConfig {
@@ -130,7 +152,17 @@ impl TelemetryConfig {
             otlp_protocol: None,
             log_filter: None,
             json_logs: false,
+            capture_message_content: None,
         }
+    }
+
+    /// Whether GenAI spans carry message content (see
+    /// [`TelemetryConfig::capture_message_content`]).
+    pub fn resolved_capture_message_content(&self) -> bool {
+        self.capture_message_content.unwrap_or_else(|| {
+            non_empty_env(CAPTURE_CONTENT_ENV)
+                .is_some_and(|value| matches!(value.trim(), "true" | "TRUE" | "True" | "1"))
+        })
     }
 
     /// The endpoint spans will be exported to: the configured one, else the
@@ -304,9 +336,14 @@ pub fn tracer_provider(
     service_name: &str,
     export: Option<&OtlpExport>,
 ) -> Result<SdkTracerProvider, TelemetryError> {
-    let resource = Resource::builder()
-        .with_service_name(service_name.to_string())
-        .build();
+    // The builder's detectors read `OTEL_RESOURCE_ATTRIBUTES` and
+    // `OTEL_SERVICE_NAME`; the process's own name applies only when the
+    // operator did not name the service (the standard's precedence).
+    let mut resource = Resource::builder();
+    if non_empty_env(SERVICE_NAME_ENV).is_none() {
+        resource = resource.with_service_name(service_name.to_string());
+    }
+    let resource = resource.build();
     let builder = SdkTracerProvider::builder().with_resource(resource);
     let Some(export) = export else {
         return Ok(builder.build());
@@ -342,7 +379,9 @@ pub fn tracer_provider(
             exporter.build().map_err(exporter_error)?
         }
     };
-    Ok(builder.with_batch_exporter(exporter).build())
+    Ok(builder
+        .with_batch_exporter(genai::GenAiSpanExporter::new(exporter))
+        .build())
 }
 
 /// The OTLP/HTTP traces URL for a configured collector address: a URL
@@ -406,13 +445,17 @@ fn build_dispatch(
         .with_tracer(tracer)
         .with_filter(otel_targets(filter.max_level_hint()));
 
+    let json_format = json_logs::TraceJsonFormat::new();
+    let binder = json_format.binder();
     let fmt_layer = match (config.json_logs, test_writer) {
         (true, false) => tracing_subscriber::fmt::layer()
             .json()
+            .event_format(json_format)
             .with_writer(std::io::stderr)
             .boxed(),
         (true, true) => tracing_subscriber::fmt::layer()
             .json()
+            .event_format(json_format)
             .with_test_writer()
             .boxed(),
         (false, false) => tracing_subscriber::fmt::layer()
@@ -431,7 +474,9 @@ fn build_dispatch(
         provider: Some(provider),
         exporting: export.is_some(),
     };
-    Ok((Dispatch::new(subscriber), guard))
+    let dispatch = Dispatch::new(subscriber);
+    binder.bind(&dispatch);
+    Ok((dispatch, guard))
 }
 
 /// Installs logging and tracing for the whole process (global subscriber and
@@ -439,12 +484,26 @@ fn build_dispatch(
 /// tokio runtime; keep the returned guard until exit.
 pub fn init(config: TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
     let (dispatch, guard) = build_dispatch(&config, false)?;
+    CAPTURE_CONTENT.store(
+        config.resolved_capture_message_content(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     tracing::dispatcher::set_global_default(dispatch)?;
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
     if let Some(provider) = guard.tracer_provider() {
         opentelemetry::global::set_tracer_provider(provider.clone());
     }
     Ok(guard)
+}
+
+/// Set by [`init`] from [`TelemetryConfig::capture_message_content`].
+static CAPTURE_CONTENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process records message content on its GenAI spans, as
+/// [`init`] was configured (false before it ran); the engine's tracing
+/// middleware is built with it.
+pub fn capture_message_content() -> bool {
+    CAPTURE_CONTENT.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The same stack as [`init`], installed as the *current thread's* default

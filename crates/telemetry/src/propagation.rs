@@ -86,6 +86,16 @@ pub fn current_trace_headers() -> Option<HashMap<String, String>> {
     carrier.contains_key(TRACEPARENT).then_some(carrier)
 }
 
+/// The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`),
+/// as trace backends show it; `None` for a value that is not one.
+pub fn trace_id_of(traceparent: &str) -> Option<&str> {
+    let mut parts = traceparent.trim().split('-');
+    let (_version, trace_id, span_id) = (parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(trace_id, 32) && hex(span_id, 16) && trace_id.bytes().any(|b| b != b'0'))
+        .then_some(trace_id)
+}
+
 /// Rebuilds a context from a stored `traceparent` (and optional `tracestate`).
 pub fn context_from_traceparent(traceparent: &str, tracestate: Option<&str>) -> Context {
     let mut carrier = HashMap::new();
@@ -147,6 +157,21 @@ mod tests {
         let mut config = TelemetryConfig::new(service);
         config.log_filter = Some("trace".into());
         init_scoped(config).expect("scoped telemetry")
+    }
+
+    #[test]
+    fn trace_id_of_reads_only_well_formed_traceparents() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736";
+        assert_eq!(
+            trace_id_of(&format!("00-{id}-00f067aa0ba902b7-01")),
+            Some(id)
+        );
+        assert_eq!(trace_id_of(""), None);
+        assert_eq!(trace_id_of("00-abc-00f067aa0ba902b7-01"), None);
+        assert_eq!(
+            trace_id_of("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+            None
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! `approvals --json`; `watch --json` and `results --format jsonl` into a
 //! closed pipe (`| head -1`) end quietly with success, and their logs off
 //! a terminal carry no colour escapes; a profile of the client
-//! configuration selects the leader.
+//! configuration selects the leader; the job's trace id, as `submit`
+//! answers it, is in `jobs --json`, the first line of `watch` and the
+//! detail of `jobs JOB`.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -23,12 +25,18 @@ fn mtswarm(leader: &str, args: &[&str]) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submit_watch_and_results_through_the_binary() {
+    // The in-process leader traces as its daemon does (ids for every span,
+    // nothing exported), so the job has a trace id to show; no other test
+    // of this binary installs a subscriber.
+    let mut telemetry = mtswarm_telemetry::TelemetryConfig::new("mtswarm-leader");
+    telemetry.log_filter = Some("warn".into());
+    let _telemetry = mtswarm_telemetry::init(telemetry).expect("telemetry");
     let options = fan_out_options(&[("cli-agent", "")], small_fleet_toml(1, 1, 2));
     let (stack, _control) = start_stack(options, 1).await;
     let leader = stack.leader_url.clone();
 
     let nats = stack.nats.url();
-    let (job_id, watch_lines, csv, jsonl, measured, jobs, approvals) =
+    let (job_id, watch_lines, csv, jsonl, measured, jobs, approvals, traced) =
         tokio::task::spawn_blocking(move || {
             let submitted = stdout_of(
                 &mtswarm(
@@ -47,7 +55,14 @@ async fn submit_watch_and_results_through_the_binary() {
             let submitted: serde_json::Value =
                 serde_json::from_str(&submitted).expect("submit --json");
             let job_id = submitted["job_id"].as_str().expect("job_id").to_string();
+            let trace_id = submitted["trace_id"]
+                .as_str()
+                .expect("trace_id")
+                .to_string();
             let watch = stdout_of(&mtswarm(&leader, &["watch", &job_id, "--json"]), "watch");
+            // The trace id as people read it: watch's first line, the job's detail.
+            let plain_watch = stdout_of(&mtswarm(&leader, &["watch", &job_id]), "watch");
+            let detail = stdout_of(&mtswarm(&leader, &["jobs", &job_id]), "jobs JOB");
             let csv = stdout_of(
                 &mtswarm(&leader, &["tasks", &job_id, "--format", "csv"]),
                 "tasks csv",
@@ -88,7 +103,8 @@ async fn submit_watch_and_results_through_the_binary() {
                     closed.status
                 );
             }
-            (job_id, watch, csv, jsonl, measured, jobs, approvals)
+            let traced = (trace_id, plain_watch, detail);
+            (job_id, watch, csv, jsonl, measured, jobs, approvals, traced)
         })
         .await
         .expect("client commands");
@@ -145,6 +161,23 @@ async fn submit_watch_and_results_through_the_binary() {
     let jobs: serde_json::Value = serde_json::from_str(&jobs).expect("jobs --json");
     assert_eq!(jobs["jobs"][0]["job_id"], job_id.as_str());
     assert_eq!(jobs["jobs"][0]["state"], "succeeded");
+
+    // The job's trace id: from submit, in the listing, in watch and detail.
+    let (trace_id, plain_watch, detail) = traced;
+    assert!(
+        trace_id.len() == 32 && trace_id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{trace_id:?}"
+    );
+    assert_eq!(jobs["jobs"][0]["trace_id"], trace_id.as_str());
+    assert_eq!(
+        plain_watch.lines().next(),
+        Some(format!("job {job_id}: trace {trace_id}").as_str()),
+        "{plain_watch}"
+    );
+    assert!(
+        detail.lines().any(|l| l == format!("trace     {trace_id}")),
+        "{detail}"
+    );
     let approvals: serde_json::Value = serde_json::from_str(&approvals).expect("approvals --json");
     assert_eq!(approvals["approvals"].as_array().map(Vec::len), Some(0));
     stack.shutdown().await;

@@ -136,13 +136,13 @@ pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
         entry: &render::job,
         empty: "no jobs",
         header: format!(
-            "{:<38} {:<10} {:<12} {:>6} {:>7}  GOAL",
-            "JOB", "STATE", "KERNEL", "AGENTS", "TASKS"
+            "{:<38} {:<10} {:<12} {:>6} {:>7}  {:<32}  GOAL",
+            "JOB", "STATE", "KERNEL", "AGENTS", "TASKS", "TRACE"
         ),
         row: &|job| {
             let spec = job.spec.clone().unwrap_or_default();
             format!(
-                "{:<38} {:<10} {:<12} {:>6} {:>3}/{:<3}  {}",
+                "{:<38} {:<10} {:<12} {:>6} {:>3}/{:<3}  {:<32}  {}",
                 job.job_id,
                 render::job_state(job.state()),
                 render::truncate(&spec.kernel_dir, 12),
@@ -151,6 +151,7 @@ pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                 job.agents_total.max(job.agent_ids.len() as u32),
                 job.tasks_done,
                 job.tasks_total,
+                mtswarm_telemetry::propagation::trace_id_of(&job.traceparent).unwrap_or("-"),
                 render::truncate(&spec.goal, 50)
             )
         },
@@ -170,6 +171,9 @@ fn print_job_detail(job: &Value) {
     }
     println!("agents    {}", field("agent_ids"));
     println!("tasks     {}/{}", field("tasks_done"), field("tasks_total"));
+    if !field("trace_id").is_empty() {
+        println!("trace     {}", field("trace_id"));
+    }
     for (label, name) in [
         ("created", "created_at"),
         ("started", "started_at"),

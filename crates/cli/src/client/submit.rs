@@ -139,9 +139,14 @@ pub async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
         .map_err(|status| rpc_error("submitting the job", &cmd.leader.url(), status))?
         .into_inner();
     if cmd.json && !cmd.watch {
-        print_json(&json!({ "job_id": response.job_id }));
-    } else if !cmd.json {
+        print_json(&json!({ "job_id": response.job_id, "trace_id": response.trace_id }));
+    } else if !cmd.json && response.trace_id.is_empty() {
         println!("submitted job {}", response.job_id);
+    } else if !cmd.json {
+        println!(
+            "submitted job {} (trace {})",
+            response.job_id, response.trace_id
+        );
     }
     if !cmd.watch {
         return Ok(ExitCode::SUCCESS);

@@ -316,6 +316,7 @@ impl Run {
             session_id: self.session.clone(),
             step: self.state.step,
             model: self.engine.model.model_name().to_owned(),
+            provider: self.engine.model.provider_name().to_owned(),
             summarization,
             request,
         };

@@ -15,7 +15,7 @@ use crate::validate::Attachment;
 pub(crate) struct PendingStart {
     pub(crate) context: Arc<JobContext>,
     pub(crate) attachments: Vec<Attachment>,
-    /// The `leader.job` span the runner runs in.
+    /// The job's `invoke_workflow mtswarm.job` span the runner runs in.
     pub(crate) span: tracing::Span,
     /// The leader loop's checkpoint to continue from (resumed jobs).
     pub(crate) resume_state: Option<String>,

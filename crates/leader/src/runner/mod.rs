@@ -166,6 +166,10 @@ async fn run(
     .await;
     let outcome = crate::outcome::compute(&shared, &context).await;
     end.settle(&outcome);
+    if end.state == v1::JobState::Failed {
+        // The runner's task runs inside the job's workflow span.
+        crate::spans::record_failure(&tracing::Span::current(), "job_failed", &end.error);
+    }
     let reason = match end.state {
         v1::JobState::Succeeded => "leader answered".to_string(),
         v1::JobState::Cancelled => format!("cancelled: {}", end.error),
@@ -247,6 +251,31 @@ async fn drive(
         Ok(model) => model,
         Err(error) => return JobEnd::failed(format!("leader model: {error}")),
     };
+    let span = crate::spans::leader_agent_span(
+        &context.job_id,
+        &leader_session_id(&context.job_id),
+        model.provider_name(),
+        model.model_name(),
+    );
+    let end = drive_engine(shared, context, attachments, resume_state, cancel, model)
+        .instrument(span.clone())
+        .await;
+    if end.state == v1::JobState::Failed {
+        crate::spans::record_failure(&span, "leader_loop_failed", &end.error);
+    }
+    end
+}
+
+/// The leader's loop on `model` until the job's end.
+async fn drive_engine(
+    shared: &Arc<Shared>,
+    context: &Arc<JobContext>,
+    attachments: &[Attachment],
+    resume_state: Option<String>,
+    cancel: &mut watch::Receiver<Option<String>>,
+    model: Arc<dyn mtswarm_core::ChatModel>,
+) -> JobEnd {
+    let spec = &context.spec;
     let config = engine_config(shared, spec);
     let max_tool_result_chars = config.context.max_tool_result_chars;
     let engine = Engine::new(
@@ -260,7 +289,9 @@ async fn drive(
         }),
         Arc::new(LocalResourceLock::default()),
     )
-    .with_middleware(Arc::new(TracingMiddleware))
+    .with_middleware(Arc::new(TracingMiddleware::with_message_content(
+        mtswarm_telemetry::capture_message_content(),
+    )))
     .with_gate(Arc::new(crate::grounding::GroundedAnswerGate::new(
         context.results.clone(),
     )))

@@ -135,7 +135,7 @@ pub(crate) async fn resume_job(
             tracing::warn!(job_id, %error, task_id = %assignment.task_id, "unconfirmed task not published; the sweep retries");
         }
     }
-    let span = tracing::info_span!("leader.job", job.id = %job_id, resumed = true);
+    let span = crate::spans::workflow_span(&tracing::Span::current(), &job_id, true);
     if !record.traceparent.is_empty() {
         let parent =
             mtswarm_telemetry::propagation::context_from_traceparent(&record.traceparent, None);

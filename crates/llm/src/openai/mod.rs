@@ -311,6 +311,12 @@ impl ChatModel for OpenAiClient {
         &self.config.model
     }
 
+    /// Every endpoint this client speaks to talks the OpenAI API, whoever
+    /// hosts it (`gen_ai.request.model` tells the model).
+    fn provider_name(&self) -> &str {
+        "openai"
+    }
+
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
         self.start_turn(&request).await
     }

@@ -115,6 +115,14 @@ impl TaskRun<'_> {
     /// Publish the attempt's result, then ack the delivery (or ask for a
     /// redelivery when the result could not be stored).
     pub(super) async fn publish_result(&self, end: TaskEnd) {
+        if end.status == v1::TaskStatus::Failed {
+            // The task's `invoke_agent` span: a failed attempt is a failed
+            // invocation (the conventions' error status).
+            let span = tracing::Span::current();
+            span.record("error.type", "task_failed");
+            span.record("otel.status_code", "ERROR");
+            span.record("otel.status_description", end.error.as_str());
+        }
         let task = &self.task;
         let usage = {
             let (steps, prompt, completion) = end

@@ -57,7 +57,9 @@ impl SessionRuntime {
             self.policy.clone(),
             Arc::new(self.tools.resource_lock()),
         )
-        .with_middleware(Arc::new(TracingMiddleware));
+        .with_middleware(Arc::new(TracingMiddleware::with_message_content(
+            mtswarm_telemetry::capture_message_content(),
+        )));
         *cached = Some((config, engine.clone()));
         engine
     }

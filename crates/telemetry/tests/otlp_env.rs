@@ -1,0 +1,181 @@
+//! OTLP configured by the standard environment variables alone: with
+//! nothing in the `TelemetryConfig`, `OTEL_EXPORTER_OTLP_PROTOCOL`,
+//! `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_HEADERS`,
+//! `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` decide where spans go,
+//! how, with which headers and under which resource; and
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` alone is enough (used as it is).
+//! The receiver is a real HTTP server on 127.0.0.1:0 taking protobuf
+//! bodies, as a collector's `otlphttp` receiver does.
+//!
+//! The variables are the process's, so this binary holds one test that
+//! runs its cases in order.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use mtswarm_telemetry::{TelemetryConfig, init_scoped};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use prost::Message as _;
+use tokio::sync::mpsc;
+
+/// One request the receiver got.
+#[derive(Debug)]
+struct Export {
+    path: String,
+    headers: HeaderMap,
+    request: ExportTraceServiceRequest,
+}
+
+impl Export {
+    fn resource_attribute(&self, key: &str) -> Option<String> {
+        self.request
+            .resource_spans
+            .iter()
+            .filter_map(|r| r.resource.as_ref())
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref()?.value.clone())
+            .map(|value| match value {
+                Value::StringValue(s) => s,
+                other => format!("{other:?}"),
+            })
+    }
+
+    fn span_names(&self) -> Vec<String> {
+        self.request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .map(|s| s.name.clone())
+            .collect()
+    }
+}
+
+async fn start_receiver() -> (std::net::SocketAddr, mpsc::Receiver<Export>) {
+    let (tx, rx) = mpsc::channel(64);
+    let app = axum::Router::new()
+        .route(
+            "/{*path}",
+            axum::routing::post(
+                |State(tx): State<mpsc::Sender<Export>>,
+                 uri: axum::http::Uri,
+                 headers: HeaderMap,
+                 body: Bytes| async move {
+                    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
+                        return StatusCode::BAD_REQUEST;
+                    };
+                    let export = Export {
+                        path: uri.path().to_string(),
+                        headers,
+                        request,
+                    };
+                    match tx.send(export).await {
+                        Ok(()) => StatusCode::OK,
+                        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+                    }
+                },
+            ),
+        )
+        .with_state(tx);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind receiver");
+    let addr = listener.local_addr().expect("receiver addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, rx)
+}
+
+fn set(variable: &str, value: &str) {
+    // SAFETY: the only test of this binary; nothing else reads the
+    // environment while it changes.
+    unsafe { std::env::set_var(variable, value) };
+}
+
+fn unset(variable: &str) {
+    // SAFETY: as in `set`.
+    unsafe { std::env::remove_var(variable) };
+}
+
+/// Exports one span named `name` with a configuration that names nothing
+/// but the service, and returns the first request the receiver gets.
+async fn export_one(name: &'static str, exports: &mut mpsc::Receiver<Export>) -> Export {
+    let config = TelemetryConfig::new("named-in-code");
+    assert_eq!(config.otlp_endpoint, None);
+    assert_eq!(config.otlp_protocol, None);
+    let mut telemetry = init_scoped(config).expect("scoped telemetry");
+    tracing::info_span!("env", otel.name = name).in_scope(|| {});
+    telemetry.shutdown().expect("flush");
+    tokio::time::timeout(Duration::from_secs(20), exports.recv())
+        .await
+        .expect("an export within 20 s")
+        .expect("receiver alive")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_http_protobuf_from_the_environment_alone() {
+    let (addr, mut exports) = start_receiver().await;
+
+    // The common endpoint: the exporter adds /v1/traces.
+    set("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf");
+    set("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://{addr}"));
+    set("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=lab-7,x-team=tuning");
+    set("OTEL_SERVICE_NAME", "named-by-env");
+    set(
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "deployment.environment.name=test,host.name=board-host",
+    );
+    let export = export_one("from the common endpoint", &mut exports).await;
+    assert_eq!(export.path, "/v1/traces");
+    assert_eq!(
+        export.headers.get("content-type").map(|v| v.as_bytes()),
+        Some(&b"application/x-protobuf"[..])
+    );
+    assert_eq!(
+        export.headers.get("x-tenant").map(|v| v.as_bytes()),
+        Some(&b"lab-7"[..])
+    );
+    assert_eq!(
+        export.headers.get("x-team").map(|v| v.as_bytes()),
+        Some(&b"tuning"[..])
+    );
+    assert_eq!(
+        export.resource_attribute("service.name").as_deref(),
+        Some("named-by-env")
+    );
+    assert_eq!(
+        export
+            .resource_attribute("deployment.environment.name")
+            .as_deref(),
+        Some("test")
+    );
+    assert_eq!(
+        export.resource_attribute("host.name").as_deref(),
+        Some("board-host")
+    );
+    assert_eq!(export.span_names(), vec!["from the common endpoint"]);
+
+    // The traces endpoint alone, with a path of its own, used as it is; the
+    // traces protocol variable wins over the common one; without
+    // OTEL_SERVICE_NAME the process's own name applies.
+    unset("OTEL_EXPORTER_OTLP_ENDPOINT");
+    unset("OTEL_SERVICE_NAME");
+    set("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+    set("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf");
+    set(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        &format!("http://{addr}/gateway/traces"),
+    );
+    let export = export_one("from the traces endpoint", &mut exports).await;
+    assert_eq!(export.path, "/gateway/traces");
+    assert_eq!(
+        export.resource_attribute("service.name").as_deref(),
+        Some("named-in-code")
+    );
+    assert_eq!(export.span_names(), vec!["from the traces endpoint"]);
+}
