@@ -11,7 +11,7 @@
 //!   approval notifications ([`Bus::publish_approval_request`],
 //!   [`Bus::publish_approval_decision`] and their subscriptions).
 //! - Typed KV stores: [`Leases`] (with [`LeaseKeeper`] for background
-//!   renewal), [`Workers`], [`Quarantine`], [`Jobs`], [`Checkpoints`],
+//!   renewal of one lease and [`LeaseSet`] for many, by one loop), [`Workers`], [`Quarantine`], [`Jobs`], [`Checkpoints`],
 //!   [`Approvals`], all over [`TypedKv`].
 //! - Every message is protobuf with a content-type header ([`codec`]) and
 //!   carries the publisher's W3C trace context ([`trace`]).
@@ -26,6 +26,7 @@ pub mod config;
 pub mod error;
 pub mod jobs;
 mod kv;
+mod lease_set;
 mod leases;
 mod limits;
 pub mod local_server;
@@ -57,6 +58,7 @@ pub use config::{BusConfig, TlsConfig};
 pub use error::BusError;
 pub use jobs::{Jobs, OwnerWrites};
 pub use kv::{KvChange, KvWatch, TypedKv, Versioned};
+pub use lease_set::LeaseSet;
 pub use leases::{KeptLease, LeaseEvent, LeaseKeeper, LeaseRequest, LeaseWatch, Leases};
 pub use messaging::{
     Delivery, DeliveryInfo, DeliveryStream, PendingPublish, PublishReceipt, Received,

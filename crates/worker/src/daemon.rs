@@ -129,7 +129,6 @@ impl WorkerDaemon {
                 slice: slice.clone(),
                 bus_id,
                 spec: board.spec.clone(),
-                lease: tokio::sync::Mutex::new(None),
                 health,
             });
         }
@@ -157,6 +156,8 @@ impl WorkerDaemon {
             bus.adopt_topology(&config.topology);
         }
         let leases = Leases::open(&bus).await?;
+        // One renewal loop for every slice's lease (see `crate::leases`).
+        let lease_set = leases.keep_set(crate::shared::renew_every(config.lease_ttl));
         let workers = Workers::open(&bus).await?;
         let quarantine = Quarantine::open(&bus).await?;
         let checkpoints = Checkpoints::open(&bus).await?;
@@ -205,6 +206,7 @@ impl WorkerDaemon {
             endpoint,
             bus,
             leases,
+            lease_set,
             workers,
             quarantine,
             checkpoints,

@@ -1,8 +1,11 @@
 //! The slices' leases: taken at start (a restarted daemon reclaims its
 //! own), pointed at the session and job running on the slice, re-taken
 //! when lost (fencing the session that used it) and released at shutdown.
+//! Every lease is its own KV key with a TTL, but all of them are renewed by
+//! the daemon's one [`mtswarm_bus::LeaseSet`] loop, so a slice (and the idle
+//! session on it) owns no task or timer of its own.
 
-use mtswarm_bus::{BusError, KeptLease, LeaseKeeper, LeaseRequest};
+use mtswarm_bus::{BusError, KeptLease, LeaseRequest};
 
 use crate::error::WorkerError;
 use crate::shared::{Shared, SliceEntry};
@@ -14,7 +17,7 @@ pub(crate) enum LeaseError {
     /// The daemon holds no lease on the slice right now.
     #[error("the lease on slice {slice_id} is not held")]
     NotHeld { slice_id: String },
-    /// The lease keeper lost the lease (a lapse or a takeover).
+    /// The lease was lost (a lapse or a takeover).
     #[error("the lease on slice {slice_id} was lost")]
     Lost { slice_id: String },
     /// The renewal naming the session was refused.
@@ -36,36 +39,25 @@ impl Shared {
         job_id: &str,
     ) -> Result<u64, LeaseError> {
         let entry = &self.slices[index];
-        let mut guard = entry.lease.lock().await;
-        let Some(keeper) = guard.take() else {
-            return Err(LeaseError::NotHeld {
-                slice_id: entry.bus_id.clone(),
-            });
-        };
-        let state = keeper.subscribe();
-        keeper.abandon().await;
-        let current = state.borrow().clone();
-        let KeptLease::Held(held) = current else {
-            return Err(LeaseError::Lost {
-                slice_id: entry.bus_id.clone(),
-            });
-        };
+        let slice_id = || entry.bus_id.clone();
         let (session, job) = (session_id.to_owned(), job_id.to_owned());
         match self
-            .leases
-            .renew_with(&held, move |lease| {
+            .lease_set
+            .change(&entry.bus_id, move |lease| {
                 lease.session_id = session;
                 lease.job_id = job;
             })
             .await
         {
-            Ok(renewed) => {
-                let epoch = renewed.value.epoch;
-                *guard = Some(self.leases.keep(renewed, self.renew_every()));
-                Ok(epoch)
-            }
+            Ok(Some(renewed)) => Ok(renewed.value.epoch),
+            Ok(None) => Err(LeaseError::NotHeld {
+                slice_id: slice_id(),
+            }),
+            Err(BusError::LeaseLost { .. }) => Err(LeaseError::Lost {
+                slice_id: slice_id(),
+            }),
             Err(source) => Err(LeaseError::Renew {
-                slice_id: entry.bus_id.clone(),
+                slice_id: slice_id(),
                 source,
             }),
         }
@@ -74,18 +66,16 @@ impl Shared {
     /// Re-take leases that were lost (and stop the sessions using them).
     pub(crate) async fn check_leases(&self) {
         for (index, entry) in self.slices.iter().enumerate() {
-            let lost = {
-                let guard = entry.lease.lock().await;
-                match guard.as_ref().map(LeaseKeeper::state) {
-                    // Past its expiry without a renewal (the process was
-                    // paused, NATS was away): as good as lost.
-                    Some(KeptLease::Held(held)) => held
-                        .value
-                        .expires_at
-                        .and_then(|ts| std::time::SystemTime::try_from(ts).ok())
-                        .is_some_and(|expires| std::time::SystemTime::now() > expires),
-                    Some(KeptLease::Lost { .. }) | Some(KeptLease::Released) | None => true,
-                }
+            let state = self.lease_state(index);
+            let lost = match &state {
+                // Past its expiry without a renewal (the process was
+                // paused, NATS was away): as good as lost.
+                Some(KeptLease::Held(held)) => held
+                    .value
+                    .expires_at
+                    .and_then(|ts| std::time::SystemTime::try_from(ts).ok())
+                    .is_some_and(|expires| std::time::SystemTime::now() > expires),
+                Some(KeptLease::Lost { .. }) | Some(KeptLease::Released) | None => true,
             };
             if !lost {
                 continue;
@@ -94,7 +84,7 @@ impl Shared {
             if let Some(session_id) = &owner {
                 let session = self.table().sessions.get(session_id).cloned();
                 if let Some(session) = session {
-                    let why = match entry.lease.lock().await.as_ref().map(LeaseKeeper::state) {
+                    let why = match state {
                         Some(KeptLease::Lost { reason, .. }) => reason,
                         Some(KeptLease::Held(_)) => "it expired without a renewal".to_owned(),
                         _ => "it is no longer held".to_owned(),
@@ -154,27 +144,19 @@ impl Shared {
             ttl: self.config.lease_ttl,
         };
         let held = self.leases.reclaim(&request).await?;
-        *entry.lease.lock().await = Some(self.leases.keep(held, self.renew_every()));
+        self.lease_set.insert(held);
         Ok(())
     }
 
     /// Release every lease the daemon holds.
     pub(crate) async fn release_leases(&self) {
-        for entry in &self.slices {
-            if let Some(keeper) = entry.lease.lock().await.take()
-                && let Err(error) = keeper.release().await
-            {
-                tracing::warn!(slice.id = %entry.bus_id, %error, "slice lease not released");
-            }
+        for (slice_id, error) in self.lease_set.release_all().await {
+            tracing::warn!(slice.id = %slice_id, %error, "slice lease not released");
         }
     }
 
     /// Drop every lease without releasing it (it lapses, as after a crash).
     pub(crate) async fn abandon_leases(&self) {
-        for entry in &self.slices {
-            if let Some(keeper) = entry.lease.lock().await.take() {
-                keeper.abandon().await;
-            }
-        }
+        self.lease_set.abandon_all().await;
     }
 }

@@ -18,7 +18,8 @@
 //!
 //! - Builds a `Board` per slice of its board (the emulator by default),
 //!   takes a lease per slice in the leases bucket (TTL, renewed every third
-//!   of it by a `LeaseKeeper`; a restarted daemon reclaims its own), and
+//!   of it; one `LeaseSet` loop renews all of the daemon's leases, so a
+//!   slice owns no timer; a restarted daemon reclaims its own), and
 //!   registers a `WorkerRecord` (endpoint = its gRPC address) with a
 //!   heartbeat. A slice's lease names the session and job running on it.
 //! - Serves `mtswarm.v1.Worker` with `grpc.health.v1` (SERVING once
@@ -35,7 +36,8 @@
 //!   task that takes its tasks one at a time, so a waiting session costs
 //!   memory only (no consumer, no timer). Per task it runs the ReAct engine with the `mtswarm-tools` tools in
 //!   the session's workspace (`<workspace_root>/<session_id>`, the kernel
-//!   directory copied in from the kernel root), the slice's hardware lock
+//!   directory copied in from the kernel root by the session's first task,
+//!   not at spawn), the slice's hardware lock
 //!   as the engine's resource lock, publishes every engine event as an
 //!   `AgentEvent` (per-session gapless sequence; what one engine poll
 //!   emits goes out as one `AgentEventBatch`: see `events.rs`),

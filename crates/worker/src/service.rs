@@ -109,7 +109,7 @@ impl v1::worker_server::Worker for WorkerService {
         };
         let mut slices = Vec::with_capacity(shared.slices.len());
         for entry in &shared.slices {
-            let lease = match entry.lease.lock().await.as_ref().map(|k| k.state()) {
+            let lease = match shared.lease_set.state(&entry.bus_id) {
                 Some(KeptLease::Held(held)) => Some(held.value),
                 _ => None,
             };

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mtswarm_bus::results::ResultsStore;
-use mtswarm_bus::{Approvals, Bus, Checkpoints, LeaseKeeper, Leases, Quarantine, Workers, v1};
+use mtswarm_bus::{
+    Approvals, Bus, Checkpoints, KeptLease, LeaseSet, Leases, Quarantine, Workers, v1,
+};
 use mtswarm_hw::{Board, ChipSpec, HwLock, Slice};
 
 use crate::config::WorkerConfig;
@@ -27,7 +29,6 @@ pub(crate) struct SliceEntry {
     pub(crate) bus_id: String,
     pub(crate) board: Arc<dyn Board>,
     pub(crate) spec: ChipSpec,
-    pub(crate) lease: tokio::sync::Mutex<Option<LeaseKeeper>>,
     /// Consecutive failed hardware runs (see [`crate::health`]).
     pub(crate) health: Arc<SliceHealth>,
 }
@@ -98,6 +99,8 @@ pub(crate) struct Shared {
     pub(crate) endpoint: String,
     pub(crate) bus: Bus,
     pub(crate) leases: Leases,
+    /// Every slice's lease, renewed by one loop for the whole daemon.
+    pub(crate) lease_set: LeaseSet,
     pub(crate) workers: Workers,
     pub(crate) quarantine: Quarantine,
     pub(crate) checkpoints: Checkpoints,
@@ -120,8 +123,10 @@ impl Shared {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn renew_every(&self) -> Duration {
-        (self.config.lease_ttl / 3).max(Duration::from_millis(200))
+    /// What the daemon knows of slice `index`'s lease (`None`: it keeps
+    /// none right now).
+    pub(crate) fn lease_state(&self, index: usize) -> Option<KeptLease> {
+        self.lease_set.state(&self.slices[index].bus_id)
     }
 
     /// How often a running task tells JetStream it is still being worked on.
@@ -156,6 +161,11 @@ impl Shared {
             session.stop(mode.clone());
         }
     }
+}
+
+/// How often the slices' leases are renewed: a third of their TTL.
+pub(crate) fn renew_every(lease_ttl: Duration) -> Duration {
+    (lease_ttl / 3).max(Duration::from_millis(200))
 }
 
 /// Every slice's bus id and hardware id, mapped to its index (the first

@@ -1,5 +1,6 @@
 //! Session workspaces: one directory per session under the workspace root,
-//! with the task's kernel directory copied in from the kernel root. Kernel
+//! with the task's kernel directory copied in from the kernel root (by the
+//! first task that needs it: a spawn only resolves the directory). Kernel
 //! paths come from the network (SpawnSession, task messages), so they are
 //! confined to the kernel root and the copy is bounded.
 

@@ -77,6 +77,24 @@ async fn a_finished_sessions_workspace_goes_after_the_retention_and_a_live_one_s
     spawn(&handle, live.spawn_request()).await;
     let finished_ws = root.join("sessF");
     let live_ws = root.join("sessL");
+    // A spawn copies nothing; each session's first task copies its kernel.
+    assert!(
+        !finished_ws.join("vecadd").exists(),
+        "kernel copied at spawn"
+    );
+    let mut results = results(&env.bus, "jobW", "disk-results").await;
+    for session in [&finished, &live] {
+        env.publish(&session.task(
+            &format!("t-{}", session.id),
+            1,
+            serde_json::json!({"noop": true}),
+        ))
+        .await;
+    }
+    for _ in 0..2 {
+        let result = next_result(&mut results, "a no-op task's result").await;
+        assert_eq!(result.status, v1::TaskStatus::Ok as i32, "{result:?}");
+    }
     assert!(finished_ws.join("vecadd").is_dir(), "kernel copied");
     assert!(live_ws.join("vecadd").is_dir(), "kernel copied");
     // A link from the finished workspace to a directory outside the root.

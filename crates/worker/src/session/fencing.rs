@@ -107,12 +107,7 @@ impl TaskRun<'_> {
             return Some(reason);
         }
         let slice = &shared.slices[entry.slice_index];
-        let state = slice
-            .lease
-            .lock()
-            .await
-            .as_ref()
-            .map(mtswarm_bus::LeaseKeeper::state);
+        let state = shared.lease_state(entry.slice_index);
         match state {
             Some(mtswarm_bus::KeptLease::Held(held)) => {
                 let expires = held

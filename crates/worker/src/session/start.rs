@@ -1,5 +1,5 @@
-//! Starting a session on a reserved slice: its workspace and kernel copy,
-//! tools, model, prompt and approval policy, the resume point SpawnSession
+//! Starting a session on a reserved slice: its workspace (the kernel is
+//! checked, and copied by its first task), tools, model, prompt and approval policy, the resume point SpawnSession
 //! reports, the slice's lease, then the session's task
 //! (see [`super::lifecycle`]).
 
@@ -19,7 +19,7 @@ use crate::leases::LeaseError;
 use crate::prompt::worker_system_prompt;
 use crate::session_entry::{SessionEntry, SessionIds};
 use crate::shared::Shared;
-use crate::workspace::{KernelDirError, ensure_kernel_copy, session_workspace};
+use crate::workspace::{KernelDirError, resolve_kernel_dir, session_workspace};
 
 /// Why a session could not be started (SpawnSession maps each to a gRPC
 /// status).
@@ -54,10 +54,12 @@ pub(super) async fn start_session(
 ) -> Result<Arc<SessionEntry>, StartError> {
     let slice = &shared.slices[index];
     let workspace = session_workspace(&shared.config.workspace_root, &request.session_id);
-    let mut kernel_copies = HashMap::new();
+    // The kernel is only checked here; it is copied into the workspace by
+    // the session's first task that needs it (`SessionRuntime::kernel_copy`),
+    // so a spawn costs no file copies and an idle session no disk. A moved
+    // or resumed session finds its earlier copy there, edits included.
     if !request.kernel_dir.trim().is_empty() {
-        let name = ensure_kernel_copy(&shared.config.kernel_root, &workspace, &request.kernel_dir)?;
-        kernel_copies.insert(request.kernel_dir.clone(), name);
+        resolve_kernel_dir(&shared.config.kernel_root, &request.kernel_dir)?;
     }
     let tools = ToolSet::builder(&workspace, slice.board.clone())
         .spec(slice.spec.clone())
@@ -146,7 +148,7 @@ pub(super) async fn start_session(
             .map(|m| m.max_output_tokens)
             .filter(|n| *n > 0),
         engine: Mutex::new(None),
-        kernel_copies: Mutex::new(kernel_copies),
+        kernel_copies: Mutex::new(HashMap::new()),
         checkpoint: Arc::new(Mutex::new(known_checkpoint)),
     };
     let span = tracing::info_span!(
