@@ -177,15 +177,20 @@ fn watch_off_a_terminal_is_short(leader: &str) {
     let job_id = stdout
         .lines()
         .find_map(|l| l.strip_prefix("submitted job "))
+        .and_then(|rest| rest.split_whitespace().next())
         .expect("submit names the job")
-        .trim()
         .to_string();
     let all = node()
         .args(["watch", &job_id, "--events", "--leader", leader])
         .output()
         .expect("run mtswarm watch --events");
     let every = String::from_utf8_lossy(&all.stdout);
-    assert!(all.status.success(), "{every}");
+    assert!(
+        all.status.success(),
+        "watch --events: {}\n{every}\n{}",
+        all.status,
+        String::from_utf8_lossy(&all.stderr)
+    );
     assert!(
         every.lines().count() > lines && every.contains(" step "),
         "--events adds the agent events: {} lines",
