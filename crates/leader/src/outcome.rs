@@ -24,6 +24,11 @@ use crate::shared::Shared;
 /// Records read for one job's outcome at most.
 const MAX_OUTCOME_RECORDS: usize = 100_000;
 
+/// How long the outcome keeps trying to read the results store. A replicated
+/// stream briefly has no leader after a node dies; a job whose results are
+/// stored must not fail for that.
+const READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Reads the job's records from the results store and computes its outcome.
 /// A store that cannot be read yields an outcome without a best whose
 /// reason says so (the job then fails rather than claiming a result).
@@ -41,18 +46,38 @@ pub(crate) async fn compute(shared: &Shared, context: &JobContext) -> v1::JobOut
     from_records(&tasks, &records)
 }
 
+/// The job's records, read again with backoff for up to [`READ_PATIENCE`]
+/// while the store cannot answer; the last error after that.
 async fn read_records(
     shared: &Shared,
     job_id: &str,
 ) -> Result<Vec<ResultRecord>, mtswarm_bus::BusError> {
-    let store = ResultsStore::open(&shared.bus).await?;
-    store
-        .query(&ResultQuery {
-            job_id: Some(job_id.to_string()),
-            limit: MAX_OUTCOME_RECORDS,
-            ..ResultQuery::default()
-        })
-        .await
+    let deadline = tokio::time::Instant::now() + READ_PATIENCE;
+    let mut backoff = mtswarm_bus::Backoff::new(
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_secs(5),
+    );
+    loop {
+        let attempt = async {
+            let store = ResultsStore::open(&shared.bus).await?;
+            store
+                .query(&ResultQuery {
+                    job_id: Some(job_id.to_string()),
+                    limit: MAX_OUTCOME_RECORDS,
+                    ..ResultQuery::default()
+                })
+                .await
+        };
+        match attempt.await {
+            Ok(records) => return Ok(records),
+            Err(error) if tokio::time::Instant::now() < deadline => {
+                let delay = backoff.next_delay();
+                tracing::warn!(%error, %job_id, delay_ms = delay.as_millis() as u64, "results store unreadable; reading again");
+                tokio::time::sleep(delay).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// The records of `records` that belong to an accepted attempt of `tasks`.
