@@ -308,6 +308,64 @@ pub(crate) async fn wait_checkpoint(
     }
 }
 
+/// Waits until one of `tasks` (each its attempt) checkpointed step
+/// `min_step` or later while its result was not yet in; fails if every one
+/// of them finished first (the workload is then too small to interrupt).
+/// The mid-job scenarios need some task under way, not a particular one:
+/// on a loaded machine the first task can finish before its checkpoints
+/// are seen.
+pub(crate) async fn wait_any_checkpoint(
+    stack: &ChaosStack,
+    tasks: &[v1::TaskAssignment],
+    min_step: u32,
+) -> u32 {
+    let found = stack
+        .observer
+        .wait_for(
+            &format!("a checkpoint at step >= {min_step} of a running task"),
+            Duration::from_secs(90),
+            |seen| {
+                let mut finished: Vec<&str> = Vec::new();
+                for observed in seen {
+                    match &observed.seen {
+                        Seen::Checkpoint(c)
+                            if c.step >= min_step
+                                && !finished.contains(&c.task_id.as_str())
+                                && tasks.iter().any(|t| {
+                                    t.session_id == c.session_id
+                                        && t.task_id == c.task_id
+                                        && t.attempt == c.attempt
+                                }) =>
+                        {
+                            return Some(Ok(c.step));
+                        }
+                        Seen::Result(r)
+                            if tasks
+                                .iter()
+                                .any(|t| t.task_id == r.task_id && t.attempt == r.attempt) =>
+                        {
+                            finished.push(r.task_id.as_str());
+                            if finished.len() == tasks.len() {
+                                return Some(Err(()));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                None
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
+    match found {
+        Ok(step) => step,
+        Err(()) => panic!(
+            "every task finished before one could be interrupted (workload too small)\n{}",
+            stack.logs()
+        ),
+    }
+}
+
 /// Waits for the publish of `task_id` with `attempt`; returns when it was seen.
 pub(crate) async fn wait_attempt(
     stack: &ChaosStack,
@@ -409,8 +467,8 @@ pub(crate) async fn start_job(
 
 /// Starts `options`' fleet (two free slices) and submits a two-agent vecadd
 /// job with `goal`, then waits until it is under way, where the mid-job
-/// scenarios inject their fault: both tasks assigned, the first one
-/// checkpointed at step 2 or later.
+/// scenarios inject their fault: both tasks assigned, one of them
+/// checkpointed at step 2 or later before its result.
 pub(crate) async fn start_mid_job(options: ChaosOptions, goal: &str) -> Started {
     let started = start_job(options, 2, vecadd_job(goal, 2, true)).await;
     let (stack, job) = (&started.stack, started.job_id.clone());
@@ -422,7 +480,7 @@ pub(crate) async fn start_mid_job(options: ChaosOptions, goal: &str) -> Started 
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
-    wait_checkpoint(stack, &assigned[0], 2).await;
+    wait_any_checkpoint(stack, &assigned, 2).await;
     started
 }
 
