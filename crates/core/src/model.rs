@@ -53,6 +53,26 @@ pub struct Message {
     pub tool_call_id: Option<String>,
 }
 
+/// Appends `message` to `messages`, merged into the last one when both are
+/// user messages or both assistant messages: chat templates that want
+/// roles to alternate refuse such neighbours.
+pub fn push_merged(messages: &mut Vec<Message>, message: Message) {
+    if let Some(last) = messages.last_mut()
+        && last.role == message.role
+        && matches!(message.role, Role::User | Role::Assistant)
+    {
+        if !message.content.is_empty() {
+            if !last.content.is_empty() {
+                last.content.push_str("\n\n");
+            }
+            last.content.push_str(&message.content);
+        }
+        last.tool_calls.extend(message.tool_calls);
+        return;
+    }
+    messages.push(message);
+}
+
 impl Message {
     /// A system message.
     pub fn system(content: impl Into<String>) -> Self {

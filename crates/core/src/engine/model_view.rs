@@ -20,7 +20,9 @@ use crate::clock::format_rfc3339;
 use crate::context::view_message;
 use crate::event::EventKind;
 use crate::middleware::{ModelCallInput, ModelTurn, SystemPromptInput, run_chain};
-use crate::model::{ChatModel, ChatRequest, Message, ModelError, ModelEvent, Role, ToolChoice};
+use crate::model::{
+    ChatModel, ChatRequest, Message, ModelError, ModelEvent, Role, ToolChoice, push_merged,
+};
 
 /// The model view of `history[covered_from..covered_to]`, built
 /// incrementally: each step only converts the messages added since.
@@ -74,26 +76,6 @@ enum Injected {
     Appended {
         original_len: usize,
     },
-}
-
-/// Appends `message` to `messages`, merged into the last one when both are
-/// user messages or both assistant messages (templates that want roles to
-/// alternate refuse such neighbours).
-fn push_merged(messages: &mut Vec<Message>, message: Message) {
-    if let Some(last) = messages.last_mut()
-        && last.role == message.role
-        && matches!(message.role, Role::User | Role::Assistant)
-    {
-        if !message.content.is_empty() {
-            if !last.content.is_empty() {
-                last.content.push_str("\n\n");
-            }
-            last.content.push_str(&message.content);
-        }
-        last.tool_calls.extend(message.tool_calls);
-        return;
-    }
-    messages.push(message);
 }
 
 impl Run {

@@ -230,10 +230,17 @@ pub(crate) async fn decide(
         .filter(|d| standing::is_standing(d.scope()))
     {
         // Calls of the same tool already waiting are covered too.
-        let waiting = approvals
+        let waiting = match approvals
             .list(Some(&standing.job_id), &[v1::ApprovalState::Pending])
             .await
-            .unwrap_or_default();
+        {
+            Ok(waiting) => waiting,
+            Err(error) => {
+                // Those calls are decided as they are asked again, or by a human.
+                tracing::warn!(%error, approval_id = %standing.approval_id, "waiting approvals not listed; the standing decision covers later requests only");
+                Vec::new()
+            }
+        };
         for record in waiting {
             let Some(pending) = record.value.request else {
                 continue;

@@ -14,7 +14,7 @@
 
 use mtswarm_core::model::{
     ChatRequest, FinishReason, Message, ModelError, ModelEvent, ModelStream, Role, ToolCall,
-    ToolChoice,
+    ToolChoice, push_merged,
 };
 use serde_json::{Value, json};
 
@@ -58,18 +58,6 @@ fn calls_as_text(calls: &[ToolCall]) -> String {
         })
         .collect();
     json!({ "tool_calls": calls }).to_string()
-}
-
-fn push_merged(messages: &mut Vec<Message>, message: Message) {
-    if let Some(last) = messages.last_mut()
-        && last.role == message.role
-        && last.role != Role::System
-    {
-        last.content.push_str("\n\n");
-        last.content.push_str(&message.content);
-        return;
-    }
-    messages.push(message);
 }
 
 /// `request` in plain roles, with the tools described in the system
