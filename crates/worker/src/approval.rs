@@ -275,8 +275,10 @@ pub(crate) async fn await_decisions<T>(
         .checked_sub(earliest.elapsed().unwrap_or_default())
         .unwrap_or_default();
     let deadline = tokio::time::Instant::now() + left;
-    let mut progress = tokio::time::interval(shared.progress_interval());
-    progress.tick().await;
+    // The first progress ack one period from now, without waiting for a
+    // first tick (see `session::drive`).
+    let period = shared.progress_interval();
+    let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
 
     while pending.values().any(|p| p.decision.is_none()) {
         tokio::select! {

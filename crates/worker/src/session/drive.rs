@@ -57,9 +57,12 @@ impl TaskRun<'_> {
             recorder,
         } = *segment;
         let control = handle.control();
-        let mut progress = tokio::time::interval(self.shared.progress_interval());
+        // The first progress ack is one period from now. (Not `interval`
+        // plus a first `tick().await`: that first tick waits for the timer
+        // wheel's next millisecond, which was most of a short task's time.)
+        let period = self.shared.progress_interval();
+        let mut progress = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        progress.tick().await;
         let deadline_sleep = async {
             match deadline {
                 Some(at) => tokio::time::sleep_until(at).await,

@@ -141,6 +141,17 @@ fn check_task_defines(
     parameters: &Value,
     spec: &mtswarm_hw::ChipSpec,
 ) -> Result<(), InvalidTask> {
+    let one = parameters.get("params").into_iter();
+    let many = parameters
+        .get("candidates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    let candidates: Vec<&Value> = one.chain(many).collect();
+    // Nothing to check (a free-form or no-op task): tune.toml is not read.
+    if candidates.is_empty() {
+        return Ok(());
+    }
     let file = kernel_dir.join("tune.toml");
     if !file.is_file() || parameters.get("unchecked_defines") == Some(&Value::Bool(true)) {
         return Ok(());
@@ -149,13 +160,7 @@ fn check_task_defines(
         // The tools report an unreadable tune.toml when they read it.
         return Ok(());
     };
-    let one = parameters.get("params").into_iter();
-    let many = parameters
-        .get("candidates")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten();
-    for (index, candidate) in one.chain(many).enumerate() {
+    for (index, candidate) in candidates.into_iter().enumerate() {
         let Some(map) = candidate.as_object() else {
             continue;
         };
