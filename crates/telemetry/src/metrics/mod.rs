@@ -190,9 +190,9 @@ impl Metrics {
     }
 
     /// A job reached final `state` (`succeeded`, `failed`, `cancelled`).
-    pub fn job_finished(&self, state: &'static str) {
+    pub fn job_finished(&self, state: &str) {
         self.jobs_finished
-            .add(1, &[KeyValue::new(ATTR_STATE, state)]);
+            .add(1, &[KeyValue::new(ATTR_STATE, state.to_string())]);
     }
 
     /// A task's first attempt was published to `worker`.
@@ -203,8 +203,8 @@ impl Metrics {
 
     /// A task's result was accepted with `status`, `latency` after its
     /// attempt was assigned (when known).
-    pub fn task_completed(&self, status: &'static str, latency: Option<Duration>) {
-        let attrs = [KeyValue::new(ATTR_STATUS, status)];
+    pub fn task_completed(&self, status: &str, latency: Option<Duration>) {
+        let attrs = [KeyValue::new(ATTR_STATUS, status.to_string())];
         self.tasks_completed.add(1, &attrs);
         if let Some(latency) = latency {
             self.task_duration.record(latency.as_secs_f64(), &attrs);
