@@ -182,6 +182,36 @@ pub fn metric_names(expr: &str) -> BTreeSet<String> {
     names
 }
 
+/// `GET` of a daemon's `http://HOST:PORT/metrics`: the body of a 200
+/// answer, or what went wrong.
+pub fn scrape(url: &str) -> Result<String, String> {
+    use std::io::{Read as _, Write as _};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url} is not an http:// URL"))?;
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = std::net::TcpStream::connect(host).map_err(|e| format!("{url}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("{url}: {e}"))?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| format!("{url}: {e}"))?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{url}: no HTTP header: {response}"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!("{url}: {head}"));
+    }
+    Ok(body.to_string())
+}
+
 /// Finds `program` on PATH; panics with [`PROMETHEUS_HINT`] when it is not.
 pub fn require_tool(program: &str) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
