@@ -289,6 +289,9 @@ pub enum TelemetryError {
         #[source]
         source: opentelemetry_otlp::ExporterBuildError,
     },
+    /// The Prometheus reader of the meter provider could not be built.
+    #[error("cannot build the Prometheus metrics reader: {0}")]
+    PrometheusExporter(#[source] opentelemetry_sdk::error::OTelSdkError),
     /// The metrics endpoint could not listen.
     #[error("cannot serve metrics on {addr}: {source}")]
     MetricsBind {

@@ -176,7 +176,7 @@ pub fn init_metrics(config: &MetricsConfig) -> Result<MetricsGuard, TelemetryErr
         let exporter = opentelemetry_prometheus::exporter()
             .with_registry(registry.clone())
             .build()
-            .map_err(TelemetryError::Shutdown)?;
+            .map_err(TelemetryError::PrometheusExporter)?;
         builder = builder.with_reader(exporter);
         Some(registry)
     } else {
