@@ -362,7 +362,8 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     }
 }
 
-/// A task status as the `status` attribute spells it (`succeeded`).
+/// A task status as the `status` attribute spells it (`ok`, `failed`,
+/// `cancelled`).
 fn status_label(status: v1::TaskStatus) -> String {
     let name = status.as_str_name();
     name.strip_prefix("TASK_STATUS_")

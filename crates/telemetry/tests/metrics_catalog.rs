@@ -83,7 +83,7 @@ async fn every_catalog_instrument_is_scraped_as_defined() {
     m.init_worker_series("worker-b0", ["b0-c0"]);
     m.job_finished("succeeded");
     m.task_assigned("worker-b0");
-    m.task_completed("succeeded", Some(Duration::from_millis(1500)));
+    m.task_completed("ok", Some(Duration::from_millis(1500)));
     m.task_reassigned();
     m.task_fenced(FencedAttempt::Stale);
     m.kernel_run("worker-b0", "b0-c0", "valid");

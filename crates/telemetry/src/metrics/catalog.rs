@@ -58,7 +58,7 @@ impl InstrumentDef {
 /// Attribute: a job's state (`queued`, `running`, `succeeded`, `failed`,
 /// `cancelled`).
 pub const ATTR_STATE: &str = "state";
-/// Attribute: how a task attempt ended (`succeeded`, `failed`, ...).
+/// Attribute: how a task attempt ended (`ok`, `failed`, `cancelled`).
 pub const ATTR_STATUS: &str = "status";
 /// Attribute: which attempt a fenced result belonged to (`current`, `stale`).
 pub const ATTR_ATTEMPT: &str = "attempt";
