@@ -3,7 +3,8 @@
 //! protocol), `OTEL_EXPORTER_OTLP_ENDPOINT` (plus `/v1/metrics`),
 //! `OTEL_EXPORTER_OTLP_HEADERS` and `OTEL_SERVICE_NAME` decide where the
 //! daemons' metrics go; `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` alone turns
-//! the export on, and no endpoint leaves it off. The receiver is a real HTTP server on 127.0.0.1:0 taking
+//! the export on, no endpoint or `OTEL_METRICS_EXPORTER=none` leaves it
+//! off. The receiver is a real HTTP server on 127.0.0.1:0 taking
 //! protobuf bodies, as a collector's `otlphttp` receiver does.
 //!
 //! The variables and the meter provider are the process's, so this binary
@@ -166,6 +167,11 @@ async fn otlp_metrics_from_the_environment_alone() {
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
         &format!("http://{addr}/gateway/metrics"),
     );
+    assert!(config.exports_otlp());
+    // The standard switch turns the push off.
+    set("OTEL_METRICS_EXPORTER", "none");
+    assert!(!config.exports_otlp());
+    set("OTEL_METRICS_EXPORTER", "otlp");
     assert!(config.exports_otlp());
     set("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json");
     assert!(

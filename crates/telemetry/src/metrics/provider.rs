@@ -9,7 +9,8 @@
 //! the endpoint configured for the process's spans; the protocol
 //! `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`, else `OTEL_EXPORTER_OTLP_PROTOCOL`,
 //! else gRPC; headers come from `OTEL_EXPORTER_OTLP_{,METRICS_}HEADERS`,
-//! read by the exporter.
+//! read by the exporter. `OTEL_METRICS_EXPORTER=none` keeps the metrics
+//! off OTLP (the Prometheus endpoint stays).
 
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
@@ -19,6 +20,9 @@ use crate::{EXPORT_TIMEOUT, OtlpProtocol, SERVICE_NAME_ENV, TelemetryError, non_
 
 /// Standard OpenTelemetry variable for the metrics endpoint (used as it is).
 pub const OTLP_METRICS_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT";
+/// Standard OpenTelemetry variable choosing the metrics exporter; `none`
+/// turns the OTLP push off.
+pub const METRICS_EXPORTER_ENV: &str = "OTEL_METRICS_EXPORTER";
 /// Standard OpenTelemetry variables for the metrics transport, most
 /// specific first.
 pub const OTLP_METRICS_PROTOCOL_ENVS: [&str; 2] = [
@@ -54,8 +58,16 @@ impl MetricsConfig {
     }
 
     /// Whether metrics are pushed over OTLP: a standard variable or the
-    /// configured endpoint names a collector.
+    /// configured endpoint names a collector, and `OTEL_METRICS_EXPORTER`
+    /// does not say `none` (the standard way to keep a process's metrics
+    /// from a collector that takes only traces).
     pub fn exports_otlp(&self) -> bool {
+        let turned_off = non_empty_env(METRICS_EXPORTER_ENV)
+            .is_some_and(|value| value.split(',').all(|e| e.trim() == "none"));
+        !turned_off && self.names_a_collector()
+    }
+
+    fn names_a_collector(&self) -> bool {
         non_empty_env(OTLP_METRICS_ENDPOINT_ENV).is_some()
             || non_empty_env(crate::OTLP_ENDPOINT_ENV).is_some()
             || self
