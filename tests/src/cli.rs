@@ -58,6 +58,7 @@ pub fn spawn_up(mut command: Command, dir: &Path, timeout: Duration) -> (NodePro
     command
         .arg("up")
         .args(["--nats-port", "0", "--leader-listen", "127.0.0.1:0"])
+        .args(["--metrics-port", "0"])
         .arg("--kernel-root")
         .arg(crate::kernel_root())
         .arg("--ready-file")

@@ -17,6 +17,7 @@ pub mod chaos;
 pub mod cli;
 pub mod farm;
 pub mod jobs;
+pub mod observability;
 pub mod process;
 pub mod stack;
 

@@ -18,6 +18,7 @@ use serde_json::json;
 
 use crate::common::{TelemetryArgs, write_atomically};
 use crate::credentials::NatsSecurityArgs;
+use crate::metrics::DaemonMetrics;
 
 /// Default NATS URL of every process.
 pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
@@ -246,6 +247,10 @@ pub struct LeaderCmd {
     /// Write `{"grpc": URL}` here once serving.
     #[arg(long, env = "MTSWARM_READY_FILE")]
     pub ready_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (port 0 picks a
+    /// free port); without it metrics go only where the OTLP variables say.
+    #[arg(long, env = "MTSWARM_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     /// Jobs whose leader loops run at once; more accepted jobs wait QUEUED.
     #[arg(long, env = "MTSWARM_MAX_ACTIVE_JOBS", default_value_t = 16)]
     pub max_active_jobs: usize,
@@ -362,6 +367,10 @@ pub struct WorkerCmd {
     /// Write `{"grpc": URL, "worker_id": ID}` here once serving.
     #[arg(long, env = "MTSWARM_READY_FILE")]
     pub ready_file: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (port 0 picks a
+    /// free port); without it metrics go only where the OTLP variables say.
+    #[arg(long, env = "MTSWARM_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     /// Who may call the Worker server (the leader) and its TLS certificate.
     #[command(flatten)]
     pub grpc: GrpcServerArgs,
@@ -411,6 +420,7 @@ pub(crate) fn bus_config(
 /// it down and flushes traces. Exit 0 after a requested stop.
 pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let mut guard = telemetry.init("mtswarm-leader")?;
+    let metrics = DaemonMetrics::start(telemetry, "mtswarm-leader", cmd.metrics_addr).await?;
     if !cmd.kernel_root.is_dir() {
         anyhow::bail!(
             "--kernel-root {} is not a directory",
@@ -473,13 +483,18 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     let url = handle.grpc_url();
     tracing::info!("listening on {}", handle.grpc_addr());
     if let Some(path) = &cmd.ready_file {
-        write_atomically(path, &json!({ "grpc": url }).to_string())?;
+        let mut ready = json!({ "grpc": url });
+        if let Some(metrics_url) = metrics.url() {
+            ready["metrics"] = json!(metrics_url);
+        }
+        write_atomically(path, &ready.to_string())?;
     }
     let signal = stop_requested().await;
     tracing::info!(signal, "shutting down the leader");
     if let Err(error) = handle.shutdown().await {
         tracing::warn!(%error, "leader shutdown was not clean");
     }
+    metrics.shutdown().await;
     if let Err(error) = guard.shutdown() {
         eprintln!("mtswarm: flushing traces: {error}");
     }
@@ -490,6 +505,7 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
 /// Exit 0 after a requested stop.
 pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let mut guard = telemetry.init("mtswarm-worker")?;
+    let metrics = DaemonMetrics::start(telemetry, "mtswarm-worker", cmd.metrics_addr).await?;
     // Sessions read the key from the environment or its file; a key on the
     // command line is refused.
     cmd.llm.api_key("worker")?;
@@ -531,6 +547,7 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
         (None, None) => None,
     };
     config.ready_file = cmd.ready_file.clone();
+    config.metrics_url = metrics.url();
     config.security = cmd.grpc.security()?;
     config.model_endpoints = cmd.llm.model_endpoints.clone();
     config.context_placement = cmd.llm.llm_context_in.placement();
@@ -550,6 +567,7 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     if let Err(error) = handle.shutdown().await {
         tracing::warn!(%error, "worker shutdown was not clean");
     }
+    metrics.shutdown().await;
     if let Err(error) = guard.shutdown() {
         eprintln!("mtswarm: flushing traces: {error}");
     }

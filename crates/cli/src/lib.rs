@@ -34,6 +34,7 @@ pub mod demo;
 pub mod emu;
 pub mod llm;
 pub mod local_stack;
+pub mod metrics;
 pub mod pipe;
 pub mod render;
 pub mod report;
@@ -188,7 +189,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Up(cmd) => up::up(cmd, &telemetry).await,
         Command::Demo(cmd) => {
             let _guard = telemetry.init_client()?;
-            demo::demo(cmd).await
+            demo::demo(cmd, &telemetry).await
         }
         Command::Leader(cmd) => daemons::leader(cmd, &telemetry).await,
         Command::Worker(cmd) => daemons::worker(cmd, &telemetry).await,

@@ -49,6 +49,23 @@ backend = "emulator"
 slicing = "per-cluster"
 "#;
 
+/// The leader's metrics port of `mtswarm up` (the OpenTelemetry Prometheus
+/// exporter's usual port); the workers' follow it.
+pub const DEFAULT_METRICS_PORT: u16 = 9464;
+
+/// The metrics address of the stack's `index`th daemon (0: the leader,
+/// then the workers in fleet order) when the leader's port is `base`.
+pub fn metrics_addr(base: u16, index: usize) -> String {
+    if base == 0 {
+        return "127.0.0.1:0".to_string();
+    }
+    let port = u16::try_from(index)
+        .ok()
+        .and_then(|index| base.checked_add(index))
+        .unwrap_or(0);
+    format!("127.0.0.1:{port}")
+}
+
 /// Arguments of `mtswarm up`: the NATS server, the fleet and where the
 /// leader listens.
 #[derive(Debug, Args)]
@@ -68,6 +85,11 @@ pub struct UpCmd {
     /// Port of the nats-server started here (0 = a free port).
     #[arg(long, env = "MTSWARM_NATS_PORT", default_value_t = 4222)]
     pub nats_port: u16,
+    /// Prometheus metrics of the leader on http://127.0.0.1:PORT/metrics
+    /// and of the workers on the ports after it, one per board in fleet
+    /// order (0 = free ports).
+    #[arg(long, env = "MTSWARM_METRICS_PORT", default_value_t = DEFAULT_METRICS_PORT)]
+    pub metrics_port: u16,
     /// Write `{"grpc": leader URL, "nats": URL, "workers": [...]}` here once
     /// everything serves.
     #[arg(long, env = "MTSWARM_READY_FILE")]
@@ -252,6 +274,19 @@ fn print_endpoints(endpoints: &serde_json::Value, logs: &Path) {
         }
     }
     println!(
+        "  metrics:        {} (leader; Prometheus text format)",
+        endpoints["metrics"].as_str().unwrap_or("")
+    );
+    if let Some(workers) = endpoints["workers"].as_array() {
+        for worker in workers {
+            println!(
+                "                  {} (worker {})",
+                worker["metrics"].as_str().unwrap_or(""),
+                worker["board"].as_str().unwrap_or("")
+            );
+        }
+    }
+    println!(
         "  fleet:          {}",
         endpoints["fleet"].as_str().unwrap_or("")
     );
@@ -306,6 +341,11 @@ async fn start_stack(
         &cmd.leader_listen,
         "the leader's gRPC",
         "--leader-listen 127.0.0.1:0",
+    )?;
+    ensure_free(
+        &metrics_addr(cmd.metrics_port, 0),
+        "the leader's metrics",
+        "--metrics-port 0 (free ports)",
     )?;
     let kernel_root = cmd.kernel_root.canonicalize().with_context(|| {
         format!(
@@ -437,6 +477,9 @@ async fn start_stack(
     grpc_args(&mut command);
     nats_args(&mut command, generate::NATS_LEADER)?;
     telemetry_args(&mut command);
+    command
+        .arg("--metrics-addr")
+        .arg(metrics_addr(cmd.metrics_port, 0));
     let child = command.spawn().context("starting the leader")?;
     let mut leader = ChildProcess::new("leader", child);
     let leader_info = wait_ready_file(&mut leader, &leader_ready, &leader_log).await;
@@ -446,7 +489,13 @@ async fn start_stack(
 
     // One worker daemon per board, started together.
     let mut pending = Vec::new();
-    for board in &fleet.boards {
+    for (index, board) in fleet.boards.iter().enumerate() {
+        let worker_metrics = metrics_addr(cmd.metrics_port, index + 1);
+        ensure_free(
+            &worker_metrics,
+            &format!("the metrics of the worker of board {}", board.id),
+            "--metrics-port 0 (free ports)",
+        )?;
         let ready = state.join(format!("worker-{}.ready.json", board.id));
         let log = logs.join(format!("worker-{}.log", board.id));
         let mut command = child_command(&me, &log)?;
@@ -477,6 +526,7 @@ async fn start_stack(
                 .arg(&grpc.ca_file);
         }
         telemetry_args(&mut command);
+        command.arg("--metrics-addr").arg(worker_metrics);
         let child = command
             .spawn()
             .with_context(|| format!("starting the worker of board {}", board.id))?;
@@ -496,6 +546,7 @@ async fn start_stack(
             "board": board,
             "grpc": info["grpc"],
             "worker_id": info["worker_id"],
+            "metrics": info["metrics"],
         }));
     }
     let worker_pids: Vec<Option<i32>> = (0..stack.workers.len())
@@ -544,6 +595,7 @@ async fn start_stack(
     })?;
     Ok(json!({
         "grpc": leader_info["grpc"],
+        "metrics": leader_info["metrics"],
         "client_config": client_config,
         "pids": pids,
         "nats": nats_url,
@@ -559,6 +611,13 @@ async fn start_stack(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metrics_ports_follow_the_leaders() {
+        assert_eq!(metrics_addr(9464, 0), "127.0.0.1:9464");
+        assert_eq!(metrics_addr(9464, 2), "127.0.0.1:9466");
+        assert_eq!(metrics_addr(0, 3), "127.0.0.1:0");
+    }
 
     #[test]
     fn the_built_in_fleet_has_two_boards_of_four_slices() {

@@ -4,7 +4,8 @@
 //!   step, what it is doing, its tasks), redrawn as events arrive.
 //! - Otherwise: one plain line per state change, task result and approval
 //!   (`--events` adds every agent event), for logs; `--json`: one JSON
-//!   object per event, all of them, for scripts.
+//!   object per event, all of them, for scripts, after one naming the
+//!   job's trace (`{"type": "trace", "trace_id": ...}`).
 //! - When stdin and stdout are both terminals, each approval request is
 //!   shown as it arrives (tool, arguments, risk, why) and the user approves
 //!   or denies it, one at a time; requests that someone else decided in the
@@ -69,9 +70,7 @@ pub struct WatchOptions {
 /// [`render::job_exit_code`] maps the end (see `--help`).
 pub async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
-    if !cmd.json {
-        print_trace_id(&mut control, &cmd.job_id).await;
-    }
+    print_trace_id(&mut control, &cmd.job_id, cmd.json).await;
     watch_job(
         &mut control,
         &cmd.leader.url(),
@@ -86,9 +85,11 @@ pub async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
     .await
 }
 
-/// Prints the job's trace id, so the watched job can be found in a trace
-/// backend. A job that cannot be read is left to the watch to report.
-async fn print_trace_id(control: &mut Control, job_id: &str) {
+/// Prints the job's trace id first, so the watched job can be found in a
+/// trace backend: a line for people, or with `json` an object of its own
+/// (`{"type": "trace", "job_id", "trace_id"}`) before the events. A job
+/// that cannot be read is left to the watch to report.
+async fn print_trace_id(control: &mut Control, job_id: &str, json: bool) {
     let request = v1::GetJobRequest {
         job_id: job_id.to_string(),
     };
@@ -100,7 +101,15 @@ async fn print_trace_id(control: &mut Control, job_id: &str) {
         .job
         .map(|job| job.traceparent)
         .unwrap_or_default();
-    if let Some(trace_id) = mtswarm_telemetry::propagation::trace_id_of(&traceparent) {
+    let Some(trace_id) = mtswarm_telemetry::propagation::trace_id_of(&traceparent) else {
+        return;
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"type": "trace", "job_id": job_id, "trace_id": trace_id})
+        );
+    } else {
         println!("job {job_id}: trace {trace_id}");
     }
 }

@@ -29,6 +29,7 @@ fn demo_command(tmp: &Path) -> Command {
         .arg("--kernel")
         .arg(common::kernels().join("dgemm"))
         .args(["--boards", "1", "--clusters", "2", "--max-candidates", "4"])
+        .args(["--metrics-port", "0"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());

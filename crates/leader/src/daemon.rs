@@ -49,6 +49,7 @@ pub struct LeaderHandle {
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     background: Vec<JoinHandle<()>>,
+    _observers: mtswarm_telemetry::metrics::observe::LeaderObservers,
 }
 
 impl std::fmt::Debug for LeaderHandle {
@@ -159,6 +160,8 @@ impl LeaderDaemon {
             config,
         });
         tracing::info!(leader_id = %shared.config.leader_id, "leader starting");
+        mtswarm_telemetry::metrics::metrics().init_leader_series();
+        let observers = observe_jobs(&shared);
 
         let mut background = vec![
             tokio::spawn(consume_results(shared.clone(), shutdown_rx.clone())),
@@ -243,8 +246,22 @@ impl LeaderDaemon {
             shutdown: shutdown_tx,
             server,
             background,
+            _observers: observers,
         })
     }
+}
+
+/// Observes the jobs this leader runs and queues (`mtswarm.jobs`) from
+/// its scheduler. Weak: the meter must not keep the daemon's state alive.
+fn observe_jobs(shared: &Arc<Shared>) -> mtswarm_telemetry::metrics::observe::LeaderObservers {
+    let shared = Arc::downgrade(shared);
+    mtswarm_telemetry::metrics::observe::observe_jobs(move || {
+        let (running, queued) = shared.upgrade()?.scheduler.counts();
+        Some(mtswarm_telemetry::metrics::observe::JobCounts {
+            running: u64::try_from(running).unwrap_or(u64::MAX),
+            queued: u64::try_from(queued).unwrap_or(u64::MAX),
+        })
+    })
 }
 
 /// Whether this leader owns a job (the relays journal only its jobs). Weak:

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt as _;
 use mtswarm_bus::{Backoff, ResultConsumerConfig, reopen, subjects, v1};
+use mtswarm_telemetry::metrics::{FencedAttempt, metrics};
 
 use crate::error::ReplayError;
 use crate::results::Acceptance;
@@ -72,6 +73,7 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
         }
         Acceptance::Stale { current_attempt } => {
             counters.stale.fetch_add(1, Ordering::Relaxed);
+            metrics().task_fenced(FencedAttempt::Stale);
             tracing::warn!(
                 job_id = %result.job_id,
                 task_id = %result.task_id,
@@ -83,6 +85,7 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
         }
         Acceptance::FencedCurrent => {
             counters.fenced.fetch_add(1, Ordering::Relaxed);
+            metrics().task_fenced(FencedAttempt::Current);
             tracing::warn!(
                 job_id = %result.job_id,
                 task_id = %result.task_id,
@@ -299,9 +302,13 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
         .finished_at
         .unwrap_or_else(|| prost_types::Timestamp::from(SystemTime::now()));
     let mut already_done = false;
+    let mut assigned_at = None;
     let marked = owner
         .modify_task(&result.job_id, &result.task_id, |stored| {
             already_done = stored.is_some_and(|t| t.done);
+            assigned_at = stored
+                .and_then(|t| t.assignment.as_ref())
+                .and_then(|a| a.assigned_at);
             let mut task = stored.filter(|t| !t.done)?.clone();
             task.done = true;
             task.status = result.status;
@@ -312,6 +319,14 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     if let Err(error) = marked {
         let error = refused(error);
         tracing::warn!(%error, job_id = %result.job_id, task_id = %result.task_id, "task record not marked done with its result");
+    }
+    if !already_done {
+        // Both ends on this leader's clock: the publish it confirmed and
+        // the result it accepted now.
+        let latency = assigned_at
+            .and_then(|at| SystemTime::try_from(at).ok())
+            .and_then(|at| SystemTime::now().duration_since(at).ok());
+        metrics().task_completed(&status_label(result.status()), latency);
     }
     if !already_done
         && let Err(error) = owner
@@ -345,4 +360,13 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     {
         tracing::warn!(%error, job_id = %result.job_id, "task result not journaled");
     }
+}
+
+/// A task status as the `status` attribute spells it (`ok`, `failed`,
+/// `cancelled`).
+fn status_label(status: v1::TaskStatus) -> String {
+    let name = status.as_str_name();
+    name.strip_prefix("TASK_STATUS_")
+        .unwrap_or(name)
+        .to_ascii_lowercase()
 }

@@ -31,6 +31,7 @@
 //! ```
 
 pub mod cassette;
+pub mod metrics;
 pub mod openai;
 pub mod probe;
 
@@ -39,4 +40,5 @@ pub use mtswarm_core::model::*;
 pub use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 
 pub use cassette::{CassetteError, Exchange, Outcome, RecordingModel, ReplayModel, RequestCheck};
+pub use metrics::MetricsMiddleware;
 pub use openai::{ApiKey, ConfigError, OpenAiClient, OpenAiConfig, ToolMode};

@@ -26,6 +26,11 @@
 //! on the way out, and [`json_logs`] puts `trace_id` and `span_id` in JSON
 //! log lines.
 //!
+//! Metrics go through the OpenTelemetry metrics API: [`metrics`] defines
+//! every instrument the daemons record into, installs the meter provider
+//! (a Prometheus registry, OTLP when the standard variables say so) and
+//! serves the `/metrics` endpoint.
+//!
 //! The W3C TraceContext propagator is installed globally, and [`propagation`]
 //! and [`grpc`] carry the current span's context across process boundaries
 //! (NATS headers are adapted in the bus crate, gRPC metadata here).
@@ -37,6 +42,7 @@
 pub mod genai;
 pub mod grpc;
 pub mod json_logs;
+pub mod metrics;
 pub mod propagation;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -75,7 +81,7 @@ pub const CAPTURE_CONTENT_ENV: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAG
 pub const DEFAULT_LOG_FILTER: &str = "info";
 
 /// How long an OTLP export may take before it is abandoned.
-const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How spans travel to the collector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -220,7 +226,7 @@ impl TelemetryConfig {
     }
 }
 
-fn non_empty_env(variable: &str) -> Option<String> {
+pub(crate) fn non_empty_env(variable: &str) -> Option<String> {
     std::env::var(variable)
         .ok()
         .filter(|value| !value.trim().is_empty())
@@ -274,6 +280,33 @@ pub enum TelemetryError {
     /// A remote trace context could not be made a span's parent.
     #[error("cannot set the parent of span: {0}")]
     SetParent(#[from] tracing_opentelemetry::SetParentError),
+    /// The OTLP metric exporter could not be built.
+    #[error("cannot build the OTLP metric exporter for {endpoint:?}: {source}")]
+    MetricExporter {
+        /// The endpoint it was built for.
+        endpoint: String,
+        /// The exporter's error.
+        #[source]
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
+    /// The Prometheus reader of the meter provider could not be built.
+    #[error("cannot build the Prometheus metrics reader: {0}")]
+    PrometheusExporter(#[source] opentelemetry_sdk::error::OTelSdkError),
+    /// The metrics endpoint could not listen.
+    #[error("cannot serve metrics on {addr}: {source}")]
+    MetricsBind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Instruments were created before the meter provider was installed:
+    /// they would stay no-ops.
+    #[error(
+        "metrics were recorded before the meter provider was installed; call init_metrics first"
+    )]
+    MetricsAlreadyRecorded,
     /// Flushing or shutting down the span exporter failed.
     #[error("flushing or shutting down the tracer provider failed: {0}")]
     Shutdown(#[from] opentelemetry_sdk::error::OTelSdkError),

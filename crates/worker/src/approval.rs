@@ -27,12 +27,13 @@
 //! with its approval id and the run keeps waiting; the only verdict applied
 //! without a signature is this session's own timeout default.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
 use futures::StreamExt;
 use mtswarm_bus::{BusError, Delivery, KvChange, v1};
 use mtswarm_core::{ApprovalDecision, ApprovalRequest, Risk};
+use mtswarm_telemetry::metrics::{ApprovalDecisionKind, metrics};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
@@ -271,6 +272,14 @@ pub(crate) async fn await_decisions<T>(
             },
         );
     }
+    // Only the requests that wait here count as pending and have their
+    // wait measured (a resumed run may find some decided already).
+    let undecided: HashSet<String> = pending
+        .iter()
+        .filter(|(_, p)| p.decision.is_none())
+        .map(|(id, _)| id.clone())
+        .collect();
+    let _waiting = WaitingApprovals::new(&shared.worker_id, undecided.len());
     let left = timeout
         .checked_sub(earliest.elapsed().unwrap_or_default())
         .unwrap_or_default();
@@ -389,9 +398,50 @@ pub(crate) async fn await_decisions<T>(
                 }),
             )
             .await;
+        if undecided.contains(&decision.approval_id) {
+            record_wait(&p.request, decision);
+        }
         decisions.insert(p.request.call_id.clone(), to_core(decision));
     }
     Ok(decisions)
+}
+
+/// Counts `count` approvals of this worker as pending until dropped,
+/// however the wait ends (decided, timed out, or the run interrupted).
+struct WaitingApprovals<'a> {
+    worker_id: &'a str,
+    count: i64,
+}
+
+impl<'a> WaitingApprovals<'a> {
+    fn new(worker_id: &'a str, count: usize) -> Self {
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        metrics().approvals_waiting(worker_id, count);
+        Self { worker_id, count }
+    }
+}
+
+impl Drop for WaitingApprovals<'_> {
+    fn drop(&mut self) {
+        metrics().approvals_waiting(self.worker_id, -self.count);
+    }
+}
+
+/// Records how long `request` waited for `decision` and how it ended.
+fn record_wait(request: &v1::ApprovalRequest, decision: &v1::ApprovalDecision) {
+    let kind = if decision.timed_out {
+        ApprovalDecisionKind::TimedOut
+    } else if decision.verdict() == v1::ApprovalVerdict::Approve {
+        ApprovalDecisionKind::Approved
+    } else {
+        ApprovalDecisionKind::Denied
+    };
+    let waited = request
+        .requested_at
+        .and_then(|at| SystemTime::try_from(at).ok())
+        .and_then(|at| SystemTime::now().duration_since(at).ok())
+        .unwrap_or_default();
+    metrics().approval_decided(kind, waited);
 }
 
 /// Record `decision` (the leader's, verified, or this session's own

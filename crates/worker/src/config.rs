@@ -209,6 +209,9 @@ pub struct WorkerConfig {
     pub measure: MeasureConfig,
     /// Write `{"grpc":..., "worker_id":...}` here once serving (`--ready-file`).
     pub ready_file: Option<PathBuf>,
+    /// The process's Prometheus scrape URL (`--metrics-addr`), announced
+    /// in the ready file as `metrics`.
+    pub metrics_url: Option<String>,
     /// Who may call the `Worker` service (only identities with the
     /// `leader` role) and its TLS certificate; the default accepts
     /// anonymous plaintext calls (library tests only).
@@ -263,6 +266,7 @@ impl WorkerConfig {
             llm_api_key_env: "MTSWARM_LLM_API_KEY".to_owned(),
             measure: MeasureConfig::default(),
             ready_file: None,
+            metrics_url: None,
             security: mtswarm_auth::ServerSecurity::default(),
             model_endpoints: Vec::new(),
             llm_api_key_file: None,

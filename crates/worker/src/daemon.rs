@@ -51,6 +51,45 @@ pub struct WorkerHandle {
     heartbeat: Option<JoinHandle<()>>,
     /// The quarantine monitor and watch, and the workspace janitor.
     background: Vec<JoinHandle<()>>,
+    _observers: mtswarm_telemetry::metrics::observe::WorkerObservers,
+}
+
+/// Observes the daemon's sessions and its slices' lock accounting (the
+/// `mtswarm.worker.sessions` and `mtswarm.slice.lock.*` metrics), every
+/// slice from the start. Weak: the meter must not keep the daemon's state
+/// alive.
+fn observe_worker(shared: &Arc<Shared>) -> mtswarm_telemetry::metrics::observe::WorkerObservers {
+    use mtswarm_telemetry::metrics::observe::{SliceLockReading, observe_worker};
+    let sessions = Arc::downgrade(shared);
+    let locks = Arc::downgrade(shared);
+    observe_worker(
+        &shared.worker_id,
+        move || {
+            let count = sessions.upgrade()?.table().sessions.len();
+            Some(u64::try_from(count).unwrap_or(u64::MAX))
+        },
+        move || {
+            let shared = locks.upgrade()?;
+            let readings = shared
+                .slices
+                .iter()
+                .map(|entry| {
+                    // Tools lock a slice by its hardware id.
+                    let stats = shared
+                        .hw_lock
+                        .stats(&entry.slice.id())
+                        .or_else(|| shared.hw_lock.stats(&entry.bus_id));
+                    SliceLockReading {
+                        slice: entry.bus_id.clone(),
+                        busy_seconds: stats.as_ref().map_or(0.0, |s| s.busy.as_secs_f64()),
+                        wait_seconds: stats.as_ref().map_or(0.0, |s| s.total_wait.as_secs_f64()),
+                        acquisitions: stats.map_or(0, |s| s.acquisitions),
+                    }
+                })
+                .collect();
+            Some(readings)
+        },
+    )
 }
 
 fn open_board(
@@ -122,6 +161,7 @@ impl WorkerDaemon {
                     hardware,
                     slice_index,
                     bus_id.clone(),
+                    worker_id.clone(),
                     health.clone(),
                     config.quarantine_after,
                     failing_tx.clone(),
@@ -217,6 +257,12 @@ impl WorkerDaemon {
             draining: AtomicBool::new(false),
             started_at: now_timestamp(),
         });
+
+        mtswarm_telemetry::metrics::metrics().init_worker_series(
+            &shared.worker_id,
+            shared.slices.iter().map(|slice| slice.bus_id.as_str()),
+        );
+        let observers = observe_worker(&shared);
 
         // Leftovers of a previous process past the retention go before the
         // first spawn, which is checked against the quota measured here.
@@ -324,11 +370,14 @@ impl WorkerDaemon {
             } else {
                 format!("{scheme}://{grpc_addr}")
             };
-            let body = serde_json::json!({
+            let mut body = serde_json::json!({
                 "grpc": local,
                 "endpoint": shared.endpoint,
                 "worker_id": shared.worker_id,
             });
+            if let Some(url) = &shared.config.metrics_url {
+                body["metrics"] = serde_json::Value::String(url.clone());
+            }
             let tmp = path.with_extension("tmp");
             std::fs::write(&tmp, body.to_string())
                 .and_then(|()| std::fs::rename(&tmp, path))
@@ -346,6 +395,7 @@ impl WorkerDaemon {
             heartbeat_stop: Some(heartbeat_stop),
             heartbeat: Some(heartbeat),
             background,
+            _observers: observers,
         })
     }
 }

@@ -54,11 +54,24 @@ fn failure_of(result: &Result<RunOutcome, HwError>) -> Option<String> {
     }
 }
 
-/// A board whose runs are counted for the slice's health.
+/// How a run ended, as the `mtswarm.kernel.runs` metric counts it (one of
+/// `mtswarm_telemetry::metrics::KERNEL_RUN_OUTCOMES`).
+fn outcome_label(result: &Result<RunOutcome, HwError>) -> &'static str {
+    match result {
+        Ok(outcome) if outcome.valid => "valid",
+        Ok(_) => "invalid",
+        Err(HwError::Timeout(_)) => "timeout",
+        Err(_) => "error",
+    }
+}
+
+/// A board whose runs are counted for the slice's health (and the
+/// daemon's metrics).
 pub(crate) struct MonitoredBoard {
     inner: Arc<dyn Board>,
     slice_index: usize,
     bus_id: String,
+    worker_id: String,
     health: Arc<SliceHealth>,
     quarantine_after: u32,
     reports: mpsc::UnboundedSender<FailingSlice>,
@@ -69,6 +82,7 @@ impl MonitoredBoard {
         inner: Arc<dyn Board>,
         slice_index: usize,
         bus_id: String,
+        worker_id: String,
         health: Arc<SliceHealth>,
         quarantine_after: u32,
         reports: mpsc::UnboundedSender<FailingSlice>,
@@ -77,6 +91,7 @@ impl MonitoredBoard {
             inner,
             slice_index,
             bus_id,
+            worker_id,
             health,
             quarantine_after,
             reports,
@@ -96,6 +111,11 @@ impl Board for MonitoredBoard {
 
     async fn run(&self, artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
         let result = self.inner.run(artifact, request).await;
+        mtswarm_telemetry::metrics::metrics().kernel_run(
+            &self.worker_id,
+            &self.bus_id,
+            outcome_label(&result),
+        );
         match failure_of(&result) {
             None if result.is_ok() => self.health.reset(),
             None => {}

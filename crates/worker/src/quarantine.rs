@@ -76,6 +76,8 @@ pub(crate) async fn monitor(
             match shared.quarantine.put(&record).await {
                 Ok(_) => {
                     tracing::error!(slice.id = %entry.bus_id, consecutive_failures = report.consecutive_failures, %reason, "slice quarantined");
+                    mtswarm_telemetry::metrics::metrics()
+                        .slice_quarantined(&shared.worker_id, &entry.bus_id);
                     entry.health.reset();
                     break;
                 }

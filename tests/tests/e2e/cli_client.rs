@@ -114,6 +114,10 @@ async fn submit_watch_and_results_through_the_binary() {
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
         .collect();
+    // First the job's trace id, as `submit` named it.
+    assert_eq!(lines[0]["type"], "trace", "{}", lines[0]);
+    assert_eq!(lines[0]["job_id"].as_str(), Some(job_id.as_str()));
+    assert_eq!(lines[0]["trace_id"].as_str(), Some(traced.0.as_str()));
     let last = lines.last().expect("watch printed something");
     assert_eq!(last["type"], "job");
     assert_eq!(last["job"]["state"], "succeeded", "{last}");

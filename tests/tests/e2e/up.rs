@@ -1,5 +1,6 @@
 //! Acceptance 6: `mtswarm up` as a process. It reports ready through its
-//! ready file, `mtswarm fleet --json` lists the built-in fleet's 8 slices,
+//! ready file, every daemon serves Prometheus metrics where it says,
+//! `mtswarm fleet --json` lists the built-in fleet's 8 slices,
 //! the demo's dgemm job followed off a terminal (`submit --watch` into a
 //! pipe) prints a line per state change and result, not per engine event
 //! (`watch --events` prints them all), and SIGINT (Ctrl-C) stops everything: no nats-server, leader or worker
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use mtswarm_tests::cli::{UP_READY_FILE, spawn_up};
 use mtswarm_tests::node_bin;
+use mtswarm_tests::observability::scrape;
 use mtswarm_tests::process::process_exists;
 
 fn node() -> Command {
@@ -102,6 +104,21 @@ fn up_serves_the_built_in_fleet_and_stops_on_ctrl_c() {
         Some(2),
         "{fleet}"
     );
+
+    // Every daemon serves its metrics where `up` says.
+    let leader_metrics = ready.document["metrics"]
+        .as_str()
+        .expect("the leader's metrics URL");
+    let text = scrape(leader_metrics).unwrap_or_else(|e| panic!("{e}"));
+    assert!(text.contains("# TYPE mtswarm_jobs gauge"), "{text}");
+    let workers = ready.document["workers"].as_array().expect("workers");
+    for worker in workers {
+        let url = worker["metrics"].as_str().expect("a worker's metrics URL");
+        assert_ne!(url, leader_metrics);
+        let text = scrape(url).unwrap_or_else(|e| panic!("{e}"));
+        assert!(text.contains("mtswarm_worker_sessions{"), "{text}");
+        assert!(text.contains("mtswarm_kernel_runs_total{"), "{text}");
+    }
 
     watch_off_a_terminal_is_short(&leader);
 

@@ -57,8 +57,9 @@ use mtswarm_worker::bus_slice_id;
 use serde_json::json;
 use tokio_stream::StreamExt as _;
 
-use crate::common::{LeaderArgs, rpc_error};
+use crate::common::{LeaderArgs, TelemetryArgs, rpc_error};
 use crate::daemons::stop_requested;
+use crate::metrics::DaemonMetrics;
 use baseline::measure_baseline;
 use kernel::{TUNE_FILE, fleet_toml, prepare_kernel};
 use mtswarm_auth::generate;
@@ -122,12 +123,18 @@ pub struct DemoCmd {
     /// Print one JSON object (progress goes to stderr).
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
+    /// Serve the stack's Prometheus metrics (leader and workers, one
+    /// process) on http://127.0.0.1:PORT/metrics while the demo runs
+    /// (0 = a free port).
+    #[arg(long, env = "MTSWARM_METRICS_PORT", default_value_t = crate::up::DEFAULT_METRICS_PORT)]
+    pub metrics_port: u16,
 }
 
 /// `mtswarm demo`: runs the whole demo in a temporary directory and stops
 /// the private stack however it ends (exit 130 on SIGINT/SIGTERM).
-pub async fn demo(cmd: DemoCmd) -> anyhow::Result<ExitCode> {
+pub async fn demo(cmd: DemoCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
+    let metrics = serve_metrics(&cmd, telemetry).await;
     let state = tempfile::Builder::new()
         .prefix("mtswarm-demo-")
         .tempdir()
@@ -141,8 +148,34 @@ pub async fn demo(cmd: DemoCmd) -> anyhow::Result<ExitCode> {
         }
     };
     stack.stop().await;
+    metrics.shutdown().await;
     drop(state);
     outcome
+}
+
+/// The demo's metrics endpoint, said where it is; a port in use costs the
+/// endpoint (with a note), never the demo.
+async fn serve_metrics(cmd: &DemoCmd, telemetry: &TelemetryArgs) -> DaemonMetrics {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], cmd.metrics_port));
+    match DaemonMetrics::start(telemetry, "mtswarm-demo", Some(addr)).await {
+        Ok(metrics) => {
+            if let Some(url) = metrics.url() {
+                let line = format!("mtswarm demo: Prometheus metrics on {url}");
+                if cmd.json {
+                    eprintln!("{line}");
+                } else {
+                    println!("{line}");
+                }
+            }
+            metrics
+        }
+        Err(error) => {
+            eprintln!(
+                "mtswarm demo: no metrics endpoint ({error:#}); pass --metrics-port 0 for a free port"
+            );
+            DaemonMetrics::default()
+        }
+    }
 }
 
 async fn run(

@@ -265,6 +265,7 @@ impl Reassigner {
                 .counters
                 .reassigned
                 .fetch_add(1, Ordering::Relaxed);
+            mtswarm_telemetry::metrics::metrics().task_reassigned();
             let detected_ms = SystemTime::now()
                 .duration_since(cause_at)
                 .map(|d| d.as_millis() as u64)

@@ -292,6 +292,7 @@ async fn drive_engine(
     .with_middleware(Arc::new(TracingMiddleware::with_message_content(
         mtswarm_telemetry::capture_message_content(),
     )))
+    .with_middleware(Arc::new(mtswarm_llm::MetricsMiddleware::new()))
     .with_gate(Arc::new(crate::grounding::GroundedAnswerGate::new(
         context.results.clone(),
     )))

@@ -101,5 +101,16 @@ pub(crate) async fn transition(
     if let Err(error) = shared.journal.append_confirmed(job_id, event).await {
         tracing::warn!(%error, job_id, "state change not journaled");
     }
+    if is_final(current) {
+        mtswarm_telemetry::metrics::metrics().job_finished(&state_label(current));
+    }
     Some(record)
+}
+
+/// A job state as the `state` attribute spells it (`succeeded`).
+fn state_label(state: v1::JobState) -> String {
+    let name = state.as_str_name();
+    name.strip_prefix("JOB_STATE_")
+        .unwrap_or(name)
+        .to_ascii_lowercase()
 }

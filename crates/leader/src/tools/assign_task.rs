@@ -124,6 +124,7 @@ impl Tool for AssignTask {
                 .await;
             return Err(ToolError::Failed(format!("task not published: {error}")));
         }
+        mtswarm_telemetry::metrics::metrics().task_assigned(&task.worker_id);
         Ok(output(
             json!({"task_id": task_id, "agent": agent.agent_id, "attempt": 1}),
         ))

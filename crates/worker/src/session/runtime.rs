@@ -59,7 +59,8 @@ impl SessionRuntime {
         )
         .with_middleware(Arc::new(TracingMiddleware::with_message_content(
             mtswarm_telemetry::capture_message_content(),
-        )));
+        )))
+        .with_middleware(Arc::new(mtswarm_llm::MetricsMiddleware::new()));
         *cached = Some((config, engine.clone()));
         engine
     }
