@@ -28,22 +28,9 @@ pub(super) async fn run_session(
     runtime: SessionRuntime,
     mut stop: watch::Receiver<StopMode>,
 ) {
-    let events = EventPublisher::resume(
-        &shared.bus,
-        &entry.job_id,
-        &entry.agent_id,
-        &entry.session_id,
-    )
-    .await;
-    let slice_id = shared.slices[entry.slice_index].bus_id.clone();
-    events
-        .publish(
-            0,
-            Kind::SessionStarted,
-            json!({"type": "session_started", "worker_id": shared.worker_id, "slice_id": slice_id,
-                   "resumed_from_step": entry.resumed_from_step}),
-        )
-        .await;
+    // Opened with the first task (or at the end): an idle session costs
+    // no read of the events stream and no stored event.
+    let mut events = None;
     entry.update(|p| p.state = SessionState::Idle);
     entry.inbox.mark_idle();
     let (end_state, end_reason) = loop {
@@ -68,8 +55,9 @@ pub(super) async fn run_session(
         };
         // Boxed: the engine's future is large, and an idle session should
         // hold only its own small state, not room for a running task.
+        let events = opened_events(&mut events, &shared, &entry).await;
         Box::pin(handle_delivery(
-            &shared, &entry, &runtime, &events, &mut stop, &delivery,
+            &shared, &entry, &runtime, events, &mut stop, &delivery,
         ))
         .await;
         entry.update(|p| {
@@ -80,7 +68,8 @@ pub(super) async fn run_session(
     };
     return_queued_tasks(&entry).await;
     entry.update(|p| p.state = end_state);
-    events
+    opened_events(&mut events, &shared, &entry)
+        .await
         .publish(
             entry.progress().step,
             Kind::SessionFinished,
@@ -97,6 +86,37 @@ pub(super) async fn run_session(
         table.free(entry.slice_index, &entry.session_id);
     }
     tracing::info!(session.id = %entry.session_id, reason = %end_reason, "session ended");
+}
+
+/// The session's event publisher, opened on first use: it continues the
+/// numbering of the agent's events and stages `session_started`, which
+/// goes out with the first task's events (or with `session_finished`).
+async fn opened_events<'a>(
+    events: &'a mut Option<EventPublisher>,
+    shared: &Shared,
+    entry: &SessionEntry,
+) -> &'a EventPublisher {
+    let opened = match events.take() {
+        Some(opened) => opened,
+        None => {
+            let opened = EventPublisher::resume(
+                &shared.bus,
+                &entry.job_id,
+                &entry.agent_id,
+                &entry.session_id,
+            )
+            .await;
+            opened.stage(
+                0,
+                Kind::SessionStarted,
+                json!({"type": "session_started", "worker_id": shared.worker_id,
+                       "slice_id": shared.slices[entry.slice_index].bus_id,
+                       "resumed_from_step": entry.resumed_from_step}),
+            );
+            opened
+        }
+    };
+    events.insert(opened)
 }
 
 /// Tasks still waiting when the session ends go back to the daemon's
