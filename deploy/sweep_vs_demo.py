@@ -18,6 +18,11 @@ Prints one table and, with `--json`, one JSON object. The figure the issue
 asks for is the demo's time to its best over the sweep's wall time of the
 same binary (target <= 0.3).
 
+With `--sweep-only --save-sweep FILE` it runs only the sweep of the first
+binary and writes every configuration's figures (`defines`, `valid`,
+`seconds`, `gflops`) as JSON: the exhaustive landscape a search is judged
+against (e.g. crates/worker/tests/fixtures/dgemm_sweep.json).
+
 Usage:
   deploy/sweep_vs_demo.py [--kernel DIR] [--jobs N] [--json] BINARY [BINARY...]
   deploy/sweep_vs_demo.py target/release/mtswarm
@@ -62,6 +67,7 @@ def run_demo(binary, kernel, extra):
         "best_gflops": out["best"]["gflops"],
         "best_params": out["best"]["params"],
         "time_to_best_seconds": out.get("time_to_best_seconds"),
+        "time_to_first_result_seconds": out.get("time_to_first_result_seconds"),
     }
 
 
@@ -73,7 +79,7 @@ def configurations(binary, kernel):
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
-def run_sweep(binary, kernel, jobs, configs):
+def run_sweep(binary, kernel, jobs, configs, landscape):
     t0 = time.monotonic()
 
     def one(config):
@@ -86,7 +92,10 @@ def run_sweep(binary, kernel, jobs, configs):
             result = json.loads(proc.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
             return None, done, config
-        ok = result.get("valid") and not result.get("flags")
+        ok = bool(result.get("valid") and not result.get("flags"))
+        landscape.append({"defines": config, "valid": ok,
+                          "seconds": result.get("seconds") if ok else None,
+                          "gflops": result.get("gflops") if ok else None})
         return (result.get("gflops") if ok else None), done, config
 
     cpu0 = children_cpu()
@@ -120,7 +129,24 @@ def main():
     parser.add_argument("--demo-arg", action="append", default=[],
                         help="extra argument for `mtswarm demo` (repeatable)")
     parser.add_argument("--json", action="store_true", help="also print one JSON object")
+    parser.add_argument("--sweep-only", action="store_true",
+                        help="run only the sweep of the first binary")
+    parser.add_argument("--save-sweep", metavar="FILE",
+                        help="write the sweep's per-configuration figures here (JSON)")
     args = parser.parse_args()
+
+    if args.sweep_only:
+        binary = args.binaries[0].split()[0]
+        landscape = []
+        sweep = run_sweep(binary, args.kernel, args.jobs,
+                          configurations(binary, args.kernel), landscape)
+        print(json.dumps(sweep))
+        if args.save_sweep:
+            landscape.sort(key=lambda r: json.dumps(r["defines"], sort_keys=True))
+            with open(args.save_sweep, "w") as out:
+                json.dump({"kernel": args.kernel, "configurations": landscape}, out, indent=1)
+                out.write("\n")
+        return
 
     # The space as the last binary enumerates it (`emu space`), for all.
     configs = configurations(args.binaries[-1].split()[0], args.kernel)
@@ -128,7 +154,7 @@ def main():
     for entry in args.binaries:
         binary, *extra = entry.split()
         demo = run_demo(binary, args.kernel, args.demo_arg + extra)
-        sweep = run_sweep(binary, args.kernel, args.jobs, configs)
+        sweep = run_sweep(binary, args.kernel, args.jobs, configs, [])
         rows.append({"binary": entry, "demo": demo, "sweep": sweep})
 
     def fmt(x, spec):
@@ -148,6 +174,9 @@ def main():
         if demo["time_to_best_seconds"] is not None and sweep["wall_seconds"]:
             ratio = demo["time_to_best_seconds"] / sweep["wall_seconds"]
             row["demo_to_best_over_sweep_wall"] = ratio
+            first = demo.get("time_to_first_result_seconds")
+            if first is not None:
+                print(f"{'':<34} demo: first result after {first:.1f} s (start-up)")
             print(f"{'':<34} demo time to best / sweep wall = {ratio:.2f} (target <= 0.3); "
                   f"demo best / sweep best = {demo['best_gflops'] / sweep['best_gflops']:.3f}")
     if args.json:
