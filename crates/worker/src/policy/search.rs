@@ -30,8 +30,8 @@
 //!    time by more than [`PRUNE_MARGIN`] cannot win and is never run.
 //! 4. **Finalists.** The fastest screened candidates (`finalists`, default
 //!    2) get a full `benchmark`; the answer is the fastest benchmark. With
-//!    exact timing the fastest one is benchmarked again with `repeats: 2`,
-//!    which makes its spot re-run reproduce the figure.
+//!    exact timing there are none: every screening was a benchmark already
+//!    (and a benchmark again would make a second record of the candidate).
 //! 5. **Compile ahead, in the background.** The host compiler must never
 //!    hold the slice up. The step that validates or benchmarks a candidate
 //!    also starts background builds (`compile` with `background: true`) of
@@ -149,15 +149,12 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
         return Decision::Calls(calls);
     }
     let budget = params.max_evaluations.unwrap_or(u32::MAX);
-    // With exact timing every screened candidate is benchmarked: one
-    // confirmation of the fastest is enough.
+    // With exact timing every screened candidate is benchmarked already.
     let finalists = if state.exact {
-        params.finalists.min(1)
+        0
     } else {
-        params.finalists
-    }
-    .min(budget)
-    .max(1);
+        params.finalists.min(budget).max(1)
+    };
     let screen_tool = if state.exact { SCREEN } else { "validate" };
     let screen_slots = budget.saturating_sub(finalists);
     let times = state.screened_by_time();
@@ -352,15 +349,6 @@ fn hardware_call(params: &TaskParameters, state: &State, index: usize, tool: &st
     );
     if tool == SCREEN {
         call.id = format!("c{index}-{SCREEN}");
-    } else if tool == "benchmark"
-        && state.exact
-        && let Ok(Value::Object(mut args)) = serde_json::from_str::<Value>(&call.arguments)
-    {
-        // The confirmation: a second execution with the same inputs must
-        // reproduce the figure.
-        let repeats = params.repeats.unwrap_or(0).max(2);
-        args.insert("repeats".into(), json!(repeats));
-        call.arguments = Value::Object(args).to_string();
     }
     call.id.push_str(&round_suffix(&state.known[index]));
     call
