@@ -1,8 +1,11 @@
 //! `mtswarm emu ...`: build and run a kernel directory on the emulator (or
 //! the host backend) without the rest of the system, for kernel authors and
-//! scripts. `--json` prints one machine-readable object.
+//! scripts. `--json` prints one machine-readable object; `emu space` lists
+//! the tuning space's configurations, one JSON object a line, so a script
+//! can sweep the same space the system searches.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -28,6 +31,18 @@ pub struct EmuArgs {
 enum EmuCommand {
     /// Build a kernel directory and run it once (`--runs` executions).
     Run(RunArgs),
+    /// Print every configuration of the kernel's tune.toml space (constraints
+    /// applied), one JSON object of `-D` values a line.
+    Space(SpaceArgs),
+}
+
+#[derive(Debug, Args)]
+struct SpaceArgs {
+    /// Kernel directory with a tune.toml.
+    kernel_dir: PathBuf,
+    /// Chip spec TOML the constraints read (default: the built-in MT-3000 numbers).
+    #[arg(long)]
+    spec: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -79,7 +94,28 @@ struct RunArgs {
 pub async fn main(args: EmuArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         EmuCommand::Run(run) => run_command(run).await,
+        EmuCommand::Space(space) => space_command(&space),
     }
+}
+
+fn space_command(args: &SpaceArgs) -> anyhow::Result<ExitCode> {
+    let spec = match &args.spec {
+        Some(path) => ChipSpec::load(path)?,
+        None => ChipSpec::default(),
+    };
+    let space = TuneSpace::load(&args.kernel_dir)?;
+    let mut out = std::io::stdout().lock();
+    for config in space.configurations(&spec)? {
+        // Only the tuning parameters: the sizes are the tune.toml's.
+        let defines: BTreeMap<String, String> = space
+            .defines(&config)
+            .into_iter()
+            .filter(|(name, _)| config.contains_key(name))
+            .collect();
+        writeln!(out, "{}", serde_json::to_string(&defines)?)
+            .context("writing the configurations")?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn parse_define(text: &str) -> anyhow::Result<(String, String)> {
@@ -145,6 +181,7 @@ async fn run_command(args: RunArgs) -> anyhow::Result<ExitCode> {
         runs: args.runs,
         timeout: Duration::from_secs_f64(args.timeout),
         args: Vec::new(),
+        seed: None,
     };
     let result = match board.build(&build).await {
         Ok(artifact) => board

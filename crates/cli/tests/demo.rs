@@ -171,7 +171,20 @@ fn demo_json_tunes_beats_the_naive_kernel_writes_the_report_and_cleans_up() {
             .is_some_and(|d| d.contains("first hardware-lock acquisition")),
         "{summary}"
     );
-    assert!(summary["elapsed_seconds"].as_f64().expect("elapsed") > 0.0);
+    let elapsed = summary["elapsed_seconds"].as_f64().expect("elapsed");
+    assert!(elapsed > 0.0);
+    // The best was found (its first record) after the first result and
+    // before the demo ended.
+    let first = summary["time_to_first_result_seconds"]
+        .as_f64()
+        .expect("time_to_first_result_seconds");
+    let to_best = summary["time_to_best_seconds"]
+        .as_f64()
+        .expect("time_to_best_seconds");
+    assert!(
+        0.0 < first && first <= to_best && to_best <= elapsed,
+        "first result {first} s, best {to_best} s, elapsed {elapsed} s"
+    );
     assert!(
         summary["usage"]["prompt_tokens"]
             .as_u64()

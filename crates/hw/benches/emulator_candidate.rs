@@ -39,6 +39,7 @@ fn candidate(c: &mut Criterion) {
         runs: 1,
         timeout: Duration::from_secs(120),
         args: Vec::new(),
+        seed: None,
     };
     let artifact = runtime.block_on(board.build(&build)).expect("builds");
 

@@ -136,6 +136,12 @@ pub struct RunRequest {
     /// Extra arguments for the harness.
     #[serde(default)]
     pub args: Vec<String>,
+    /// The launch's input seed (`MTSWARM_SEED`, see `mtswarm_harness.h`);
+    /// `None`: a fresh one. A measurement's spot re-run passes the seed of
+    /// the launch it checks, so the same inputs must give the same modeled
+    /// cycles.
+    #[serde(default)]
+    pub seed: Option<u64>,
 }
 
 impl RunRequest {

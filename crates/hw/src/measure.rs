@@ -6,7 +6,12 @@
 //! minimum count and a minimum total time are reached, every one of them
 //! re-validated (a kernel that is right once and wrong later is invalid).
 //! Statistics are robust (median, and the mean with min and max dropped) and
-//! the raw samples are kept. Figures that beat the chip's modeled peak, or a
+//! the raw samples are kept.
+//!
+//! On a backend whose timing is *exact* (the emulator: modeled cycles are a
+//! function of the code and its inputs) repeating an execution only repeats
+//! the figure, so one validated launch is the measurement and spot re-runs
+//! check that it is reproducible (see [`exact`]). Figures that beat the chip's modeled peak, or a
 //! baseline by an implausible factor, are flagged. Every result names the
 //! slice, backend, toolchain and kernel hash it belongs to.
 //!
@@ -20,6 +25,10 @@ use serde::{Deserialize, Serialize};
 use crate::HwError;
 use crate::board::{Artifact, BackendKind, Board, RunOutcome, RunRequest, RunSample};
 use crate::spec::ChipSpec;
+
+mod exact;
+
+pub use exact::exact_timing;
 
 /// How to measure. Defaults follow the published methodology (warm-up, then
 /// at least 10 timed runs, drop min and max).
@@ -57,6 +66,15 @@ pub struct MeasureConfig {
     /// Tolerance over the modeled peak before a figure is flagged
     /// (0.05 = 5 % above peak).
     pub peak_tolerance: f64,
+    /// Measure with one validated launch (see [`exact`]). `None`: on
+    /// backends whose timing is exact ([`exact_timing`]: the emulator).
+    pub exact: Option<bool>,
+    /// Exact measurements: about one in this many, drawn at random (the
+    /// kernel cannot tell which), gets a spot re-run with the same inputs;
+    /// 0 = none unless `spot_check` asks.
+    pub spot_check_every: u32,
+    /// Exact measurements: always spot re-run (e.g. to confirm a best).
+    pub spot_check: bool,
 }
 
 impl Default for MeasureConfig {
@@ -75,6 +93,9 @@ impl Default for MeasureConfig {
             baseline_seconds: None,
             max_plausible_speedup: 100.0,
             peak_tolerance: 0.05,
+            exact: None,
+            spot_check_every: exact::DEFAULT_SPOT_CHECK_EVERY,
+            spot_check: false,
         }
     }
 }
@@ -173,6 +194,14 @@ pub struct Measurement {
     /// Harness provenance: file -> sha256 of the harness that judged it.
     #[serde(default)]
     pub harness: std::collections::BTreeMap<String, String>,
+    /// Exact timing: one validated launch is the figure (no warm-up, no
+    /// repeated launches; see [`exact`]).
+    #[serde(default)]
+    pub exact: bool,
+    /// Exact timing: a spot re-run with the same inputs reproduced the
+    /// modeled cycles (a mismatch is a flag instead).
+    #[serde(default)]
+    pub spot_checked: bool,
 }
 
 impl Measurement {
@@ -184,7 +213,7 @@ impl Measurement {
 
 /// The samples of one launch (a backend that reports no per-execution
 /// samples counts as one execution with the launch's figures).
-fn samples_of(outcome: &RunOutcome) -> Vec<RunSample> {
+pub(super) fn samples_of(outcome: &RunOutcome) -> Vec<RunSample> {
     if outcome.samples.is_empty() {
         vec![RunSample {
             valid: outcome.valid,
@@ -201,7 +230,11 @@ fn samples_of(outcome: &RunOutcome) -> Vec<RunSample> {
 }
 
 /// The first reason a launch is wrong, if it is.
-fn launch_error(outcome: &RunOutcome, samples: &[RunSample], first_index: usize) -> Option<String> {
+pub(super) fn launch_error(
+    outcome: &RunOutcome,
+    samples: &[RunSample],
+    first_index: usize,
+) -> Option<String> {
     if let Some((i, s)) = samples.iter().enumerate().find(|(_, s)| !s.valid) {
         return Some(format!(
             "execution {}: {}",
@@ -224,7 +257,7 @@ fn launch_error(outcome: &RunOutcome, samples: &[RunSample], first_index: usize)
 
 /// A backend's plausibility flags (see [`crate::plausibility`]) become the
 /// measurement's: a flagged figure is never trustworthy.
-fn note_flags(result: &mut Measurement, outcome: &RunOutcome) {
+pub(super) fn note_flags(result: &mut Measurement, outcome: &RunOutcome) {
     for flag in &outcome.flags {
         let text = flag.describe().to_owned();
         if !result.flags.contains(&text) {
@@ -279,18 +312,33 @@ pub async fn measure(
         wall_seconds: 0.0,
         finished_at: 0,
         harness: artifact.harness.clone(),
+        exact: false,
+        spot_checked: false,
     };
+    let exact = config
+        .exact
+        .unwrap_or_else(|| exact_timing(board.backend()));
     let request = |runs: u32| RunRequest {
         cores: config.cores,
         runs: runs.max(1),
         timeout: config.launch_timeout,
         args: config.args.clone(),
+        seed: None,
     };
     let finish = |mut m: Measurement| {
         m.wall_seconds = wall_start.elapsed().as_secs_f64();
         m.finished_at = unix_now();
         m
     };
+
+    if exact {
+        let outcome = exact::measure_exact(board, artifact, config, &mut result).await?;
+        if result.error.is_some() {
+            return Ok(finish(result));
+        }
+        conclude(&mut result, &outcome, spec, config);
+        return Ok(finish(result));
+    }
 
     // 1. Validation: one execution, checked before anything is timed.
     let outcome = board.run(artifact, &request(1)).await?;
@@ -362,10 +410,23 @@ pub async fn measure(
     }
 
     // 4. Statistics and plausibility.
+    conclude(&mut result, &outcome, spec, config);
+    Ok(finish(result))
+}
+
+/// Statistics of the timed samples and the plausibility flags, on any path;
+/// `outcome` is the last launch (its counters stand in for samples without
+/// any).
+fn conclude(
+    result: &mut Measurement,
+    outcome: &RunOutcome,
+    spec: &ChipSpec,
+    config: &MeasureConfig,
+) {
     let seconds: Vec<f64> = result.samples.iter().map(|s| s.seconds).collect();
     let Some(stats) = Stats::of(&seconds) else {
         result.error = Some("timed executions reported no usable time".into());
-        return Ok(finish(result));
+        return;
     };
     result.valid = true;
     if stats.median <= 0.0 {
@@ -411,5 +472,4 @@ pub async fn measure(
         }
     }
     result.stats = Some(stats);
-    Ok(finish(result))
 }

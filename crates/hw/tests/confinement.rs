@@ -150,6 +150,7 @@ async fn a_setsid_grandchild_of_the_compiler_dies_with_the_build() {
                 runs: 1,
                 timeout: Duration::from_secs(60),
                 args: Vec::new(),
+                seed: None,
             },
         )
         .await
@@ -297,6 +298,7 @@ async fn a_local_sdk_launch_is_confined_and_still_measures() {
         runs: 2,
         timeout: Duration::from_secs(20),
         args: Vec::new(),
+        seed: None,
     };
     // The documented launch, run on this host: the harness works.
     let tmp = tempfile::tempdir().expect("tmp");

@@ -40,6 +40,7 @@ async fn same_build_and_inputs_give_identical_cycles() {
                     runs,
                     timeout: Duration::from_secs(120),
                     args: Vec::new(),
+                    seed: None,
                 },
             )
             .await

@@ -192,6 +192,7 @@ async fn a_hanging_kernel_is_killed_at_the_timeout() {
                 runs: 1,
                 timeout,
                 args: Vec::new(),
+                seed: None,
             },
         )
         .await
@@ -284,6 +285,7 @@ async fn the_host_backend_runs_the_same_directory_with_wall_clock_time() {
                 runs: 2,
                 timeout: Duration::from_secs(60),
                 args: Vec::new(),
+                seed: None,
             },
         )
         .await

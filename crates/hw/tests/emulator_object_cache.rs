@@ -68,6 +68,7 @@ async fn host_objects_are_reused_across_tuned_defines_and_rebuilt_when_they_matt
         runs: 1,
         timeout: Duration::from_secs(120),
         args: Vec::new(),
+        seed: None,
     };
     let outcome = board.run(&second, &run).await.expect("runs");
     assert!(outcome.valid, "{outcome:?}");

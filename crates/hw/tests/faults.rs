@@ -31,6 +31,7 @@ async fn launch(board: &EmulatorBoard, artifact: &Artifact, timeout: Duration) -
         runs: 2,
         timeout,
         args: Vec::new(),
+        seed: None,
     };
     match board.run(artifact, &request).await {
         Err(HwError::Timeout(_)) => Seen::Timeout,

@@ -22,8 +22,11 @@ struct ScriptedBoard {
     correct: fn(u64) -> bool,
     seconds: f64,
     flops: u64,
+    /// Modeled cycles of execution n (`None`: the backend reports none).
+    cycles: fn(u64) -> Option<u64>,
     executions: Mutex<u64>,
     launches: Mutex<Vec<u32>>,
+    seeds: Mutex<Vec<Option<u64>>>,
 }
 
 impl ScriptedBoard {
@@ -38,9 +41,18 @@ impl ScriptedBoard {
             correct,
             seconds: 0.001,
             flops: 1_000_000,
+            cycles: |_| None,
             executions: Mutex::new(0),
             launches: Mutex::new(Vec::new()),
+            seeds: Mutex::new(Vec::new()),
         }
+    }
+    fn with_cycles(mut self, cycles: fn(u64) -> Option<u64>) -> Self {
+        self.cycles = cycles;
+        self
+    }
+    fn seeds(&self) -> Vec<Option<u64>> {
+        self.seeds.lock().expect("seeds").clone()
     }
     fn launches(&self) -> Vec<u32> {
         self.launches.lock().expect("launches").clone()
@@ -57,6 +69,7 @@ impl Board for ScriptedBoard {
     }
     async fn run(&self, _artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
         self.launches.lock().expect("launches").push(request.runs);
+        self.seeds.lock().expect("seeds").push(request.seed);
         let mut samples = Vec::new();
         for _ in 0..request.runs {
             let n = {
@@ -68,7 +81,7 @@ impl Board for ScriptedBoard {
             samples.push(RunSample {
                 valid,
                 error: (!valid).then(|| format!("max_abs_err 3.0 at execution {n}")),
-                modeled_cycles: None,
+                modeled_cycles: (self.cycles)(n),
                 seconds: self.seconds * (1.0 + (n % 3) as f64 * 0.1),
                 max_abs_err: Some(if valid { 0.0 } else { 3.0 }),
                 counters: Counters {
@@ -162,7 +175,8 @@ async fn kernel_wrong_on_a_later_timed_run_is_invalid() {
 #[tokio::test]
 async fn deterministic_backend_still_times_two_executions() {
     // Right for validation and warm-up, wrong on the second timed execution.
-    let board = ScriptedBoard::new(BackendKind::Emulator, |n| n != 4);
+    // (The simulated backend's timing is modeled but noisy, not exact.)
+    let board = ScriptedBoard::new(BackendKind::Simulated, |n| n != 4);
     let cfg = MeasureConfig {
         runs_per_launch: 1,
         min_repeats_deterministic: 1,
@@ -279,4 +293,112 @@ fn stats_drop_min_and_max_for_the_trimmed_mean() {
     assert_eq!(s.trimmed_mean, 3.0);
     assert!(Stats::of(&[]).is_none());
     assert!(Stats::of(&[1.0, f64::NAN]).is_none());
+}
+
+/// Exact timing (the emulator's modeled cycles): one launch of two validated
+/// executions is the figure, with no warm-up and no repeated launches.
+#[tokio::test]
+async fn exact_backend_times_the_one_validated_execution() {
+    let board = ScriptedBoard::new(BackendKind::Emulator, |_| true).with_cycles(|_| Some(1000));
+    let cfg = MeasureConfig {
+        spot_check_every: 0,
+        ..config()
+    };
+    let m = measure_on(&board, &cfg).await;
+    assert!(m.exact && m.trustworthy(), "{m:?}");
+    assert!(!m.spot_checked);
+    assert_eq!(board.launches(), [2]);
+    assert_eq!(m.stats.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(m.launches, 1);
+    // The launch had its own seed, chosen by the measurement.
+    assert!(board.seeds()[0].is_some());
+}
+
+#[tokio::test]
+async fn exact_backend_wrong_answer_gets_no_figure() {
+    let board = ScriptedBoard::new(BackendKind::Emulator, |_| false).with_cycles(|_| Some(1000));
+    let m = measure_on(&board, &config()).await;
+    assert!(!m.valid && m.failed_validation && m.stats.is_none());
+    assert_eq!(board.launches(), [2]);
+}
+
+#[tokio::test]
+async fn exact_backend_catches_code_right_once_and_wrong_later() {
+    let board = ScriptedBoard::new(BackendKind::Emulator, |n| n == 0).with_cycles(|_| Some(1000));
+    let cfg = MeasureConfig {
+        spot_check_every: 0,
+        ..config()
+    };
+    let m = measure_on(&board, &cfg).await;
+    assert!(
+        !m.valid && !m.failed_validation && m.stats.is_none(),
+        "{m:?}"
+    );
+    assert!(
+        m.error.as_deref().unwrap_or("").starts_with("execution 2"),
+        "{:?}",
+        m.error
+    );
+}
+
+#[tokio::test]
+async fn spot_rerun_repeats_the_inputs_and_confirms_the_cycles() {
+    let board = ScriptedBoard::new(BackendKind::Emulator, |_| true).with_cycles(|_| Some(1000));
+    let cfg = MeasureConfig {
+        spot_check: true,
+        ..config()
+    };
+    let m = measure_on(&board, &cfg).await;
+    assert!(m.trustworthy() && m.spot_checked, "{m:?}");
+    assert_eq!(board.launches(), [2, 2]);
+    let seeds = board.seeds();
+    assert!(seeds[0].is_some() && seeds[0] == seeds[1], "{seeds:?}");
+    assert_eq!(m.samples.len(), 4);
+}
+
+#[tokio::test]
+async fn spot_rerun_with_other_cycles_is_flagged_and_does_not_count() {
+    // Cycles that depend on something other than the inputs.
+    let board = ScriptedBoard::new(BackendKind::Emulator, |_| true).with_cycles(|n| Some(1000 + n));
+    let cfg = MeasureConfig {
+        spot_check: true,
+        ..config()
+    };
+    let m = measure_on(&board, &cfg).await;
+    assert!(m.valid && !m.spot_checked);
+    assert!(!m.trustworthy(), "a mismatch must not count");
+    assert!(
+        m.flags.iter().any(|f| f.contains("not reproducible")),
+        "{:?}",
+        m.flags
+    );
+}
+
+#[tokio::test]
+async fn spot_rerun_with_a_wrong_answer_is_invalid() {
+    let board = ScriptedBoard::new(BackendKind::Emulator, |n| n < 2).with_cycles(|_| Some(1000));
+    let cfg = MeasureConfig {
+        spot_check: true,
+        ..config()
+    };
+    let m = measure_on(&board, &cfg).await;
+    assert!(!m.valid && m.stats.is_none(), "{m:?}");
+    assert!(
+        m.error.as_deref().unwrap_or("").starts_with("spot re-run"),
+        "{:?}",
+        m.error
+    );
+}
+
+#[tokio::test]
+async fn every_exact_measurement_is_spot_checked_at_a_rate_of_one() {
+    let board = ScriptedBoard::new(BackendKind::Emulator, |_| true).with_cycles(|_| Some(7));
+    let cfg = MeasureConfig {
+        spot_check_every: 1,
+        ..config()
+    };
+    for _ in 0..3 {
+        assert!(measure_on(&board, &cfg).await.spot_checked);
+    }
+    assert_eq!(board.launches(), [2; 6]);
 }

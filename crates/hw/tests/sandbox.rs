@@ -123,6 +123,7 @@ async fn a_launched_kernel_cannot_reach_files_env_network_or_processes() {
         runs: 1,
         timeout: Duration::from_secs(60),
         args: Vec::new(),
+        seed: None,
     };
     let outcome = board.run(&artifact, &request).await.expect("runs");
     let tail = &outcome.output_tail;

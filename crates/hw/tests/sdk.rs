@@ -79,6 +79,7 @@ fn run_request(cores: u32, runs: u32, timeout: Duration) -> RunRequest {
         runs,
         timeout,
         args: vec![],
+        seed: None,
     }
 }
 

@@ -111,6 +111,62 @@ async fn emulator_compile_run_validate_benchmark_happy_path() {
     assert_eq!(out.data.expect("data")["artifacts"], json!(["b1"]));
 }
 
+/// The emulator's modeled cycles are exact: one launch is the measurement,
+/// a benchmark is validation evidence too, and `repeats: 2` asks for a spot
+/// re-run with the same inputs, which reproduces the figure.
+#[tokio::test]
+async fn emulator_benchmark_is_one_launch_and_its_spot_rerun_reproduces_it() {
+    let (_ws, tools) = emulator_tools();
+    call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": SMALL}),
+    )
+    .await
+    .expect("compile");
+    let out = call(&tools, "board_info", json!({}))
+        .await
+        .expect("board_info");
+    assert!(
+        out.content.contains("measurement: exact timing"),
+        "{}",
+        out.content
+    );
+
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
+    assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
+    let m = &out.data.as_ref().expect("data")["measurement"];
+    assert_eq!(m["exact"], true, "{m}");
+    // A spot re-run is drawn at random: one launch, or two when drawn.
+    let launches = m["launches"].as_u64().expect("launches");
+    let checked = m["spot_checked"] == true;
+    assert_eq!(launches, if checked { 2 } else { 1 }, "{m}");
+
+    let out = call(&tools, "benchmark", json!({"repeats": 2}))
+        .await
+        .expect("benchmark");
+    let m = &out.data.as_ref().expect("data")["measurement"];
+    assert_eq!(m["spot_checked"], true, "{m}");
+    assert_eq!(m["launches"], 2, "{m}");
+    assert!(m["flags"].as_array().is_some_and(Vec::is_empty), "{m}");
+    let cycles: Vec<u64> = m["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .filter_map(|s| s["modeled_cycles"].as_u64())
+        .collect();
+    assert_eq!(cycles.len(), 4, "{m}");
+    assert!(cycles.iter().all(|c| *c == cycles[0]), "{cycles:?}");
+    assert!(
+        out.content.contains("reproduced by a spot re-run"),
+        "{}",
+        out.content
+    );
+}
+
 #[tokio::test]
 async fn emulator_fault_after_first_run_gets_no_benchmark_figure() {
     let (_ws, tools) = emulator_tools();

@@ -40,7 +40,9 @@
 //!   on the artifact, then `benchmark`; a failed or denied step drops the
 //!   candidate. Every candidate gets its full benchmark.
 //! - `search` ([`search`]): rank by the estimate, screen candidates with one
-//!   `validate` each (which already yields a time), walk from the best
+//!   `validate` each (which already yields a time; on a slice with exact
+//!   timing, the emulator, a `benchmark` each, as cheap and recorded at
+//!   once), walk from the best
 //!   towards its neighbours, prune what the roofline says cannot win,
 //!   build the next candidates in the background while the slice runs the
 //!   current one, and spend full benchmarks on the finalists only.

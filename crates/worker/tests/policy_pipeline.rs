@@ -5,12 +5,15 @@
 //! candidates build while the slice validates the current one, so the slice
 //! never waits for a compile that fits in the time of the launches before
 //! it. Without compile-ahead (every compile a step of its own) the same
-//! candidates and budget keep the slice busy for a smaller share.
+//! candidates and budget keep the slice busy for a smaller share. The slice
+//! measures like a board (no exact timing: screening is a `validate` of
+//! `VALIDATE_RUNS` executions), so a launch lasts about as long as a build.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
 mod policy_support;
 
+use mtswarm_hw::measure::MeasureConfig;
 use policy_support::*;
 use serde_json::json;
 
@@ -33,8 +36,12 @@ async fn background_builds_keep_the_slice_busy_for_most_of_the_tuning_phase() {
             "compile_ahead": ahead,
         })
     };
-    let ahead = run_policy(params(true)).await;
-    let serial = run_policy(params(false)).await;
+    let board_like = || MeasureConfig {
+        exact: Some(false),
+        ..MeasureConfig::default()
+    };
+    let ahead = run_policy_measuring(params(true), board_like()).await;
+    let serial = run_policy_measuring(params(false), board_like()).await;
     for (name, run) in [
         ("background builds", &ahead),
         ("one call per step", &serial),

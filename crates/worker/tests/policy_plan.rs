@@ -32,6 +32,8 @@ struct World {
     over_capacity: Vec<String>,
     /// The kernel's tune.toml has no [model].
     no_model: bool,
+    /// The slice's timing is exact (the emulator).
+    exact: bool,
 }
 
 impl World {
@@ -47,12 +49,15 @@ impl World {
             lose_artifacts_once: false,
             over_capacity: Vec::new(),
             no_model: false,
+            exact: false,
         }
     }
 
     fn answer(&mut self, call: &ToolCall) -> String {
         let args: Value = serde_json::from_str(&call.arguments).expect("json arguments");
         match call.name.as_str() {
+            "board_info" if self.exact => "slice board0/c0 (emulator backend, 2 cores)\nmeasurement: exact timing (one validated launch is the figure; spot re-runs check it)".to_owned(),
+            "board_info" => "slice board0/c0 (host backend, 2 cores)\nmeasurement: timed (warm-up, repeated timed executions, statistics)".to_owned(),
             "analyze_kernel" => {
                 let x = args["defines"]["X"].as_str().expect("X").to_owned();
                 let am = if self.over_capacity.contains(&x) {
@@ -213,7 +218,12 @@ fn the_next_builds_run_in_the_background_of_the_hardware_calls() {
         |step: usize| -> Vec<&str> { world.steps[step].iter().map(|c| c.name.as_str()).collect() };
     assert_eq!(
         names(0),
-        [vec!["analyze_kernel"; 6], vec!["estimate"]].concat()
+        [
+            vec!["board_info"],
+            vec!["analyze_kernel"; 6],
+            vec!["estimate"]
+        ]
+        .concat()
     );
     assert_eq!(names(1), vec!["estimate"; 5]);
     assert_eq!(names(2), ["compile", "compile", "compile", "compile"]);
@@ -434,4 +444,41 @@ fn short_lists_keep_the_sequential_plan_and_bad_settings_are_explained() {
         };
         assert!(text.contains(needle), "{text}");
     }
+}
+
+#[test]
+fn with_exact_timing_screening_is_a_benchmark_and_records_each_candidate_once() {
+    let landscape = rising_landscape(8);
+    let mut world = World::new(&landscape);
+    world.exact = true;
+    let answer = world.run(json!({"candidates": candidates(8)}));
+    assert_has_best(&answer);
+    assert_eq!(answer["best"]["defines"]["X"], "0");
+    // No validate at all: each screening is a benchmark with its figure,
+    // and no candidate is benchmarked twice (one record per candidate).
+    assert_eq!(world.calls_of("validate").count(), 0);
+    let benchmarks: Vec<&ToolCall> = world.calls_of("benchmark").collect();
+    assert!(!benchmarks.is_empty());
+    assert!(
+        benchmarks.iter().all(|c| c.id.contains("-screen")),
+        "{benchmarks:?}"
+    );
+    let mut ids: Vec<&str> = benchmarks.iter().map(|c| c.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), benchmarks.len(), "{benchmarks:?}");
+    // Every screened candidate has its figure in the answer.
+    let measured = answer["candidates"]
+        .as_array()
+        .expect("candidates")
+        .iter()
+        .filter(|c| c["median_seconds"].as_f64().is_some())
+        .count();
+    assert_eq!(measured, benchmarks.len());
+    // A budget of one is one screening benchmark.
+    let mut world = World::new(&landscape);
+    world.exact = true;
+    let answer = world.run(json!({"candidates": candidates(8), "max_evaluations": 1}));
+    assert_has_best(&answer);
+    assert_eq!(world.hardware_calls(), 1);
 }

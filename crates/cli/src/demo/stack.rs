@@ -127,6 +127,7 @@ pub(super) async fn start_stack(
         config.listen = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
         config.kernel_root = kernel_root.to_path_buf();
         config.workspace_root = state.join("workspaces");
+        config.measure.exact = Some(cmd.exact_timing);
         config.model = match &endpoint {
             Some((base_url, model)) => WorkerModel::OpenAi {
                 base_url: base_url.clone(),

@@ -39,6 +39,7 @@ fn request(cores: u32, runs: u32) -> RunRequest {
         runs,
         timeout: Duration::from_secs(60),
         args: Vec::new(),
+        seed: None,
     }
 }
 

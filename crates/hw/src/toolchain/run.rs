@@ -64,8 +64,10 @@ impl Toolchain {
         );
         env.insert("MTSWARM_SPEC".to_owned(), spec_string(&self.spec));
         // A fresh input seed per launch (see mtswarm_harness.h): inputs
-        // differ in every execution, so a remembered answer fails.
-        env.insert("MTSWARM_SEED".to_owned(), launch_seed().to_string());
+        // differ in every execution, so a remembered answer fails. A spot
+        // re-run asks for the seed of the launch it checks.
+        let seed = request.seed.unwrap_or_else(launch_seed);
+        env.insert("MTSWARM_SEED".to_owned(), seed.to_string());
         if flavor == Flavor::Emulated
             && let Some(fault) = self
                 .faults

@@ -76,6 +76,7 @@ pub(crate) async fn build_and_run(
                 runs,
                 timeout: Duration::from_secs(120),
                 args: Vec::new(),
+                seed: None,
             },
         )
         .await

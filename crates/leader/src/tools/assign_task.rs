@@ -138,7 +138,7 @@ fn slice_kind(descriptor: &v1::SliceDescriptor) -> String {
 }
 
 /// Whether a task for the agent on `slice_id` is the job's first on that
-/// kind of slice, so its worker measures the tune.toml baseline first. Read
+/// kind of slice, so its worker measures the tune.toml baseline. Read
 /// from the job's own task records (durable, so a leader restart does not
 /// measure again) and the fleet's slice descriptors; a fleet that cannot be
 /// read measures nothing (a missing speed-up, never a wrong one). The

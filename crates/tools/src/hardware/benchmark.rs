@@ -28,7 +28,9 @@ pub struct BenchmarkArgs {
     /// Untimed, validated executions before timing.
     #[serde(default)]
     pub warmup: Option<u32>,
-    /// Minimum timed executions.
+    /// Minimum timed executions. On a backend with exact timing (the
+    /// emulator) one validated launch is the figure and `repeats` above 1
+    /// asks for a spot re-run with the same inputs, which must reproduce it.
     #[serde(default)]
     pub repeats: Option<u32>,
     /// Minimum total timed kernel seconds (real-timing backends).
@@ -73,6 +75,8 @@ fn measurement_summary(artifact: &str, m: &Measurement) -> Value {
         "peak_fraction": m.peak_fraction,
         "speedup_over_baseline": m.speedup_over_baseline,
         "flags": m.flags,
+        "exact": m.exact,
+        "spot_checked": m.spot_checked,
     })
 }
 
@@ -83,7 +87,7 @@ pub struct Benchmark(pub(crate) Arc<ToolEnv>);
 impl Tool for Benchmark {
     tool_basics!(
         "benchmark",
-        "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. Records benchmark evidence and updates the candidates.",
+        "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. With exact timing (the emulator's modeled cycles) one validated launch is the figure and spot re-runs with the same inputs check it (repeats > 1 asks for one). Records benchmark evidence and updates the candidates.",
         BenchmarkArgs,
         Risk::Medium,
         false,
@@ -114,6 +118,9 @@ impl Tool for Benchmark {
             }
             config.min_repeats = r;
             config.min_repeats_deterministic = r;
+            // Exact timing: more than one execution asks for the check
+            // that a repeat gives the same figure.
+            config.spot_check |= r > 1;
             config.max_repeats = config.max_repeats.max(r);
         }
         if let Some(s) = args.min_seconds {
@@ -188,6 +195,13 @@ impl Tool for Benchmark {
                 if let Some(x) = m.speedup_over_baseline {
                     t.push_str(&format!(", {x:.2}x over baseline"));
                 }
+                if m.exact {
+                    t.push_str(if m.spot_checked {
+                        "; exact modeled time, reproduced by a spot re-run"
+                    } else {
+                        "; exact modeled time of the validated launch"
+                    });
+                }
                 for f in &m.flags {
                     t.push_str(&format!("\nFLAG: {f}"));
                 }
@@ -201,6 +215,14 @@ impl Tool for Benchmark {
         };
         let mut out = ToolOutput::text(text)
             .with_data(json!({"summary": summary, "measurement": m}))
+            // A measurement starts with a validation launch and re-checks
+            // every execution: it is validation evidence as well (with
+            // exact timing it is the only check a screened candidate gets).
+            .with_effect(Effect::Evidence {
+                kind: "validate".into(),
+                passed: m.valid,
+                summary: summary.clone(),
+            })
             .with_effect(Effect::Evidence {
                 kind: "benchmark".into(),
                 passed,

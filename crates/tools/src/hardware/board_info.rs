@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_hw::measure::exact_timing;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -67,6 +68,17 @@ impl Tool for BoardInfo {
             spec.gsm_bytes / 1024,
             spec.cluster_bandwidth() / 1e9,
         );
+        // How a benchmark measures here: the search plans read this line.
+        let exact = self
+            .0
+            .measure_defaults
+            .exact
+            .unwrap_or_else(|| exact_timing(slice.backend));
+        text.push_str(if exact {
+            "\nmeasurement: exact timing (one validated launch is the figure; spot re-runs check it)"
+        } else {
+            "\nmeasurement: timed (warm-up, repeated timed executions, statistics)"
+        });
         match &lock {
             Some(s) => text.push_str(&format!(
                 "\nslice lock: {} acquisitions, busy {:.3} s ({:.1}% utilization), mean wait {:.3} s, {} waiting",
@@ -92,6 +104,7 @@ impl Tool for BoardInfo {
             "slice_id": slice.id(),
             "spec": spec,
             "peak_gflops": peak / 1e9,
+            "exact_timing": exact,
             "lock": lock,
             "artifacts": artifacts,
             "artifacts_total": artifacts_total,

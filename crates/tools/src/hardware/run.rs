@@ -65,6 +65,7 @@ pub(super) async fn launch(
         runs,
         timeout: timeout_of(args.timeout_seconds)?,
         args: args.args.unwrap_or_default(),
+        seed: None,
     };
     let outcome = env.board.run(&built.artifact, &request).await;
     Ok((built, request, outcome))

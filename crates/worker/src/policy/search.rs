@@ -2,7 +2,8 @@
 //! the candidates that can win, and never leave the slice idle while the
 //! host CPU compiles.
 //!
-//! 1. **Analyze and rank.** One step asks `analyze_kernel` (the on-chip
+//! 1. **Analyze and rank.** One step asks `board_info` (how the slice
+//!    measures: exact timing or not, see step 2) and `analyze_kernel` (the on-chip
 //!    footprint of `<kernel_dir>/kernel.c` with the candidate's defines: a
 //!    candidate over an AM/SM/GSM capacity or buffer limit is dropped
 //!    without being built) and the `estimate` tool (`kernel_dir` +
@@ -11,8 +12,12 @@
 //!    candidate, then, if that gave a bound, for all the others. A kernel
 //!    without a model keeps the list order.
 //! 2. **Screen.** Candidates are screened with one `validate` each, which
-//!    checks the output and already reports a time (on the emulator the
-//!    deterministic modeled time). The first is the best-ranked one; after
+//!    checks the output and already reports a time. On a slice whose timing
+//!    is exact (the emulator's modeled cycles) a `benchmark` is as cheap as
+//!    that (one validated launch is its figure), so candidates are
+//!    screened with a `benchmark` each (call ids `c<index>-screen`): every
+//!    screened candidate has its recorded figure at once, and the best is
+//!    known the moment it is screened. The first is the best-ranked one; after
 //!    that the one with the lowest predicted time: an additive model of
 //!    log-time over the parameter values, fitted to the screened times, that
 //!    assumes unseen values are as good as the best seen (so they get
@@ -24,7 +29,9 @@
 //! 3. **Prune.** A candidate whose roofline bound exceeds the best screened
 //!    time by more than [`PRUNE_MARGIN`] cannot win and is never run.
 //! 4. **Finalists.** The fastest screened candidates (`finalists`, default
-//!    2) get a full `benchmark`; the answer is the fastest benchmark.
+//!    2) get a full `benchmark`; the answer is the fastest benchmark. With
+//!    exact timing there are none: every screening was a benchmark already
+//!    (and a benchmark again would make a second record of the candidate).
 //! 5. **Compile ahead, in the background.** The host compiler must never
 //!    hold the slice up. The step that validates or benchmarks a candidate
 //!    also starts background builds (`compile` with `background: true`) of
@@ -88,6 +95,12 @@ pub const MAX_ADAPTIVE_DEPTH: u32 = 5;
 const HARDWARE_CALLS_PER_STEP: usize = 2;
 /// What `wait_build` says when the slice waited for the build.
 const SLICE_IDLE: &str = "slice was idle until this build finished";
+/// What `board_info` says on a slice with exact timing.
+const EXACT_TIMING: &str = "measurement: exact timing";
+/// The screening call with exact timing: a `benchmark` with this id tag.
+const SCREEN: &str = "screen";
+/// Id of the `board_info` call of step 1.
+const BOARD_INFO_ID: &str = "board-info";
 
 /// Decide the next move of the search plan.
 pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
@@ -105,6 +118,13 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
         .to_string(),
     };
     let mut calls = Vec::new();
+    if !state.board_known {
+        calls.push(ToolCall {
+            id: BOARD_INFO_ID.to_owned(),
+            name: "board_info".to_owned(),
+            arguments: "{}".to_owned(),
+        });
+    }
     if params.analyze && !state.analyzed {
         calls.extend(params.candidates.iter().enumerate().map(|(i, defines)| {
             ToolCall {
@@ -129,7 +149,13 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
         return Decision::Calls(calls);
     }
     let budget = params.max_evaluations.unwrap_or(u32::MAX);
-    let finalists = params.finalists.min(budget).max(1);
+    // With exact timing every screened candidate is benchmarked already.
+    let finalists = if state.exact {
+        0
+    } else {
+        params.finalists.min(budget).max(1)
+    };
+    let screen_tool = if state.exact { SCREEN } else { "validate" };
     let screen_slots = budget.saturating_sub(finalists);
     let times = state.screened_by_time();
     let screens_done = state.evaluations - state.benchmarks;
@@ -142,7 +168,7 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
     if screens_done < screen_slots
         && let Some(next) = state.choose(&times, &BTreeSet::new())
     {
-        action = Some((next, "validate"));
+        action = Some((next, screen_tool));
         // The likeliest next ones: the current candidates do not change
         // the picture (the usual case once a good candidate is known).
         // One more than the depth: a built one may run in this step too.
@@ -194,7 +220,7 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
             // Built candidates next in line run in the same step: the engine
             // hands the slice lock from one call to the next, without the
             // turn in between.
-            let most = if tool == "validate" {
+            let most = if tool == screen_tool {
                 HARDWARE_CALLS_PER_STEP
             } else {
                 finalists as usize
@@ -235,7 +261,7 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
         // As many as this step consumes: a wait the slice does not need
         // yet would only hold the step up.
         let mut waits = if runs_now {
-            calls.iter().filter(|c| c.name == tool).count()
+            calls.iter().filter(|c| c.name == tool_name(tool)).count()
         } else {
             0
         };
@@ -309,13 +335,21 @@ fn wait_call(state: &State, index: usize) -> ToolCall {
     }
 }
 
+/// The tool a plan step calls (`screen` is a `benchmark`).
+fn tool_name(tool: &str) -> &str {
+    if tool == SCREEN { "benchmark" } else { tool }
+}
+
 fn hardware_call(params: &TaskParameters, state: &State, index: usize, tool: &str) -> ToolCall {
     let mut call = super::hardware_call(
         params,
         index,
-        tool,
+        tool_name(tool),
         state.outcomes[index].artifact.as_deref(),
     );
+    if tool == SCREEN {
+        call.id = format!("c{index}-{SCREEN}");
+    }
     call.id.push_str(&round_suffix(&state.known[index]));
     call
 }

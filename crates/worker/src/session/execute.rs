@@ -33,8 +33,8 @@ use v1::SessionState;
 
 impl TaskRun<'_> {
     /// Run the attempt on the session's engine: a fresh start or a resume,
-    /// the kernel's baseline first when asked, then drive the run, through
-    /// every approval pause, to its outcome.
+    /// driven through every approval pause to its outcome, then the
+    /// kernel's baseline when asked.
     pub(super) async fn execute(
         &self,
         stop: &mut watch::Receiver<StopMode>,
@@ -70,7 +70,6 @@ impl TaskRun<'_> {
             .engine_for(config)
             .with_checkpoint_sink(sink.clone());
 
-        let fresh_start = resumed.is_none();
         let resumed_from_step = resumed.as_ref().map(LoopState::step).unwrap_or(0);
         // Staged: it goes out with the run's first events (or the baseline's).
         events.stage(
@@ -106,11 +105,13 @@ impl TaskRun<'_> {
             &kernel_name,
             runtime.model.model_name(),
         );
-        // Before the agent's first step, so the slice's first use in the job is
-        // the reference; a resumed attempt measured it already.
-        if fresh_start && task.measure_baseline && kernel_name != "." {
-            measure_baseline(runtime, events, &recorder, &kernel_name).await;
-        }
+        // After the agent's run, not before it: measured first, it held
+        // this one slice for as long as the reference takes while every
+        // other slice of the job tuned (on the emulator, the naive kernel
+        // is the slowest launch of the job), and the speed-up it serves is
+        // only computed when the job ends. Any attempt that ends measures
+        // it (one that dies first did not).
+        let baseline_wanted = task.measure_baseline && kernel_name != ".";
         let mut run = first;
         loop {
             let (stream, handle) = run;
@@ -140,6 +141,16 @@ impl TaskRun<'_> {
                     Outcome::Final { text, .. } => last_json(text),
                     _ => None,
                 };
+                let cancelled = matches!(
+                    &outcome,
+                    Outcome::Stopped {
+                        reason: StopReason::Cancelled,
+                        ..
+                    }
+                );
+                if baseline_wanted && !cancelled {
+                    measure_baseline(runtime, events, &recorder, &kernel_name).await;
+                }
                 recorder.finish(answer.as_ref()).await;
                 return Ok(Driven::Outcome(Box::new(outcome)));
             };

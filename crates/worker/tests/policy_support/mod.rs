@@ -156,10 +156,18 @@ impl PolicyRun {
 /// a fresh emulated slice, with these task parameters. With the environment
 /// variable `POLICY_TEST_LOG` set, prints when each tool call finished.
 pub(crate) async fn run_policy(parameters: Value) -> PolicyRun {
+    run_policy_measuring(parameters, MeasureConfig::default()).await
+}
+
+/// [`run_policy`] with these measurement defaults for the benchmark tool
+/// (e.g. `exact: Some(false)`: the emulator measured like a board, with
+/// repeats, and screened with `validate`).
+pub(crate) async fn run_policy_measuring(parameters: Value, measure: MeasureConfig) -> PolicyRun {
     let ws = workspace();
     let lock = HwLock::new();
     let tools = ToolSet::builder(ws.path(), board())
         .lock(lock.clone())
+        .measure_defaults(measure)
         .build()
         .expect("tools");
     let resource_lock = tools.resource_lock();

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use mtswarm_core::{Message, Role, ToolCall};
 
 use super::model::{AdditiveModel, distance, pairs};
-use super::{EXPLORATION, PRUNE_MARGIN, SLICE_IDLE};
+use super::{BOARD_INFO_ID, EXACT_TIMING, EXPLORATION, PRUNE_MARGIN, SCREEN, SLICE_IDLE};
 use crate::policy::outcome::{CandidateOutcome, Pattern, artifact_id, capture_f64, first_line};
 use crate::policy::params::TaskParameters;
 use crate::policy::{MAX_RECOMPILES, artifact_missing};
@@ -44,6 +44,10 @@ pub(super) struct State {
     pub(super) benchmarks: u32,
     /// Builds the slice sat idle for.
     pub(super) late_builds: u32,
+    /// `board_info` answered (whatever it said).
+    pub(super) board_known: bool,
+    /// The slice's timing is exact: screening is a `benchmark`.
+    pub(super) exact: bool,
 }
 
 /// Candidate index and round in a call id: `c<index>-<tool>[-r<n>]`.
@@ -68,6 +72,8 @@ pub(super) fn replay(params: &TaskParameters, messages: &[Message]) -> State {
         evaluations: 0,
         benchmarks: 0,
         late_builds: 0,
+        board_known: false,
+        exact: false,
     };
     let mut pending: HashMap<String, VecDeque<ToolCall>> = HashMap::new();
     // Artifact id -> candidate: ids restart in a new process, so an id seen
@@ -99,6 +105,11 @@ pub(super) fn replay(params: &TaskParameters, messages: &[Message]) -> State {
 }
 
 fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall, content: &str) {
+    if call.id == BOARD_INFO_ID {
+        state.board_known = true;
+        state.exact = content.contains(EXACT_TIMING);
+        return;
+    }
     let Some(index) = parse_id(&call.id) else {
         return;
     };
@@ -195,7 +206,15 @@ fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall
                 return;
             }
             state.evaluations += 1;
-            if tool == "validate" {
+            let screen = tool == "benchmark" && call.id.contains(&format!("-{SCREEN}"));
+            if screen {
+                // Exact timing: the benchmark is the screening, and its
+                // figure the candidate's.
+                known.screened = true;
+                if outcome.read_benchmark(content) {
+                    outcome.screen_seconds = outcome.median_seconds;
+                }
+            } else if tool == "validate" {
                 known.screened = true;
                 if content.contains("validation PASSED") {
                     // A passed validation without a parsable time still
