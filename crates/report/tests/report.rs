@@ -395,6 +395,8 @@ fn measurement() -> Measurement {
         speedup_over_baseline: Some(1.5),
         flags: vec![],
         deterministic: true,
+        exact: false,
+        spot_checked: false,
         samples: vec![sample(0.002), sample(0.004), sample(0.003)],
         launches: 3,
         wall_seconds: 0.25,
