@@ -20,6 +20,9 @@ pub(crate) enum ToolError {
     /// The arguments make no sense before anything is asked of the leader.
     #[error("invalid arguments: {0}")]
     Invalid(String),
+    /// The leader could not be reached (or its credential not read).
+    #[error("{0:#}")]
+    Connect(anyhow::Error),
     /// Anything else on the way (connecting, the results store).
     #[error("{0:#}")]
     Other(#[from] anyhow::Error),
@@ -31,12 +34,14 @@ impl ToolError {
         move |status| ToolError::Leader { what, status }
     }
 
-    /// The gRPC code's name, or `INVALID_ARGUMENT` / `UNAVAILABLE`-like
-    /// words for failures of this server.
+    /// The gRPC code's name (`INVALID_ARGUMENT` for arguments refused
+    /// here, `UNAVAILABLE` when the leader cannot be reached, `FAILED`
+    /// otherwise).
     fn code(&self) -> String {
         match self {
             ToolError::Leader { status, .. } => grpc_code_name(status.code()).to_string(),
             ToolError::Invalid(_) => "INVALID_ARGUMENT".to_string(),
+            ToolError::Connect(_) => "UNAVAILABLE".to_string(),
             ToolError::Other(_) => "FAILED".to_string(),
         }
     }

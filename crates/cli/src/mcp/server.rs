@@ -71,7 +71,7 @@ impl FarmServer {
 
     /// A Control client for one call.
     pub(super) async fn control(&self) -> Result<Control, ToolError> {
-        Ok(self.leader.connect().await?)
+        self.leader.connect().await.map_err(ToolError::Connect)
     }
 }
 
@@ -87,6 +87,37 @@ impl ServerHandler for FarmServer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A leader that cannot be reached is a tool error saying so, with
+    /// `UNAVAILABLE`, not a failed protocol call.
+    #[tokio::test]
+    async fn an_unreachable_leader_is_a_tool_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        drop(listener);
+        let server = FarmServer::new(
+            LeaderArgs::for_url(format!("http://{addr}"), 1.0),
+            ResultsStoreArgs {
+                nats: vec![],
+                nats_creds: None,
+                nats_security: NatsSecurityArgs::default(),
+            },
+        );
+        let Err(error) = server.control().await else {
+            panic!("a client of a leader that is not there");
+        };
+        let result = crate::mcp::reply::reply(Err(error));
+        assert_eq!(result.is_error, Some(true));
+        let value = result.structured_content.expect("structured");
+        assert_eq!(value["code"], "UNAVAILABLE", "{value}");
+        assert!(
+            value["error"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&addr.to_string()),
+            "{value}"
+        );
+    }
 
     #[test]
     fn every_tool_is_routed_and_has_a_described_object_schema() {
