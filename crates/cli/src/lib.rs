@@ -318,4 +318,24 @@ mod tests {
         assert!(Cli::try_parse_from(["mtswarm", "quarantine", "lift"]).is_err());
         assert!(Cli::try_parse_from(["mtswarm", "quarantine", "list", "--json"]).is_ok());
     }
+
+    #[test]
+    fn mcp_serves_stdio_by_default_and_http_on_loopback_when_asked() {
+        let http_of = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).expect("parses");
+            let super::Command::Mcp(mcp) = cli.command else {
+                panic!("not mcp: {:?}", cli.command);
+            };
+            mcp.http
+        };
+        assert_eq!(http_of(&["mtswarm", "mcp"]), None);
+        let default = http_of(&["mtswarm", "mcp", "--http"]).expect("http");
+        assert!(
+            default.ip().is_loopback() && default.port() == 7790,
+            "{default}"
+        );
+        let given = http_of(&["mtswarm", "mcp", "--http", "127.0.0.1:0"]).expect("http");
+        assert_eq!(given.port(), 0);
+        assert!(Cli::try_parse_from(["mtswarm", "mcp", "--http", "not-an-address"]).is_err());
+    }
 }

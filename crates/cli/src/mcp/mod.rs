@@ -38,6 +38,9 @@ use crate::daemons::DEFAULT_NATS;
 
 pub use server::{FarmServer, ResultsStoreArgs};
 
+/// Where `--http` alone listens: loopback only.
+pub const DEFAULT_HTTP: &str = "127.0.0.1:7790";
+
 /// The path the streamable HTTP transport serves.
 pub const HTTP_PATH: &str = "/mcp";
 
@@ -45,9 +48,15 @@ pub const HTTP_PATH: &str = "/mcp";
 /// results store, for reports) are and how to authenticate.
 #[derive(Debug, Args)]
 pub struct McpCmd {
-    /// Serve streamable HTTP on this address (e.g. 127.0.0.1:7790) instead
-    /// of stdio. Port 0 picks a free port (see --ready-file).
-    #[arg(long = "http", env = "MTSWARM_MCP_HTTP")]
+    /// Serve streamable HTTP instead of stdio, on this address (`--http`
+    /// alone: 127.0.0.1:7790, loopback). Port 0 picks a free port (see
+    /// --ready-file).
+    #[arg(
+        long = "http",
+        env = "MTSWARM_MCP_HTTP",
+        num_args = 0..=1,
+        default_missing_value = DEFAULT_HTTP
+    )]
     pub http: Option<SocketAddr>,
     /// Extra `Host` names the HTTP transport accepts (it accepts loopback
     /// names only by default, against DNS rebinding).
