@@ -543,12 +543,65 @@ fn gflops_of(result: &Value) -> Option<f64> {
     })
 }
 
+/// Prices of [`MODEL_NAME`] per million tokens, prompt and completion.
+const PROMPT_PRICE: f64 = 0.5;
+const COMPLETION_PRICE: f64 = 1.5;
+
+fn price_table() -> mtswarm_leader::PriceTable {
+    mtswarm_leader::PriceTable::parse(
+        &format!(
+            "[prices.\"{MODEL_NAME}\"]\nprompt_per_million = {PROMPT_PRICE}\ncompletion_per_million = {COMPLETION_PRICE}\n"
+        ),
+        std::path::Path::new("prices.toml"),
+    )
+    .expect("a valid price table")
+}
+
+/// Every answer of the endpoint reports 100 prompt and 20 completion
+/// tokens, so each loop's tokens are its request count times those; the
+/// outcome prices them per agent (the leader's loop, the worker agent a1)
+/// and in total.
+fn assert_costs(job: &v1::JobRecord, leader_requests: usize, worker_requests: usize) {
+    let outcome = job.outcome.as_ref().expect("an outcome");
+    let cost_of = |requests: usize| {
+        (requests as f64 * 100.0 * PROMPT_PRICE + requests as f64 * 20.0 * COMPLETION_PRICE)
+            / 1_000_000.0
+    };
+    for (agent, requests) in [("leader", leader_requests), ("a1", worker_requests)] {
+        let entry = outcome
+            .agent_costs
+            .iter()
+            .find(|c| c.agent_id == agent)
+            .unwrap_or_else(|| panic!("a cost entry for {agent}: {outcome:#?}"));
+        assert_eq!(entry.model, MODEL_NAME, "{entry:#?}");
+        assert_eq!(entry.prompt_tokens, 100 * requests as u64, "{entry:#?}");
+        assert_eq!(entry.completion_tokens, 20 * requests as u64, "{entry:#?}");
+        assert!(entry.priced && entry.currency == "USD", "{entry:#?}");
+        assert!(
+            (entry.estimated_cost - cost_of(requests)).abs() < 1e-12,
+            "{entry:#?}"
+        );
+    }
+    let total = outcome.total_cost.as_ref().expect("a total");
+    let requests = leader_requests + worker_requests;
+    assert_eq!(total.prompt_tokens, 100 * requests as u64, "{total:#?}");
+    assert_eq!(total.completion_tokens, 20 * requests as u64, "{total:#?}");
+    assert!(total.priced && (total.estimated_cost - cost_of(requests)).abs() < 1e-12);
+    println!(
+        "tokens per job: {} prompt + {} completion ({leader_requests} leader and {worker_requests} worker model calls), estimated {:.6} {}",
+        total.prompt_tokens, total.completion_tokens, total.estimated_cost, total.currency
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_model_drives_a_job_to_completion() {
     let server = ModelServer::start(false).await;
     let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
     let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
-    options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
+    options.configure_leader = Box::new(move |config| {
+        config.llm = Some(leader_llm);
+        config.prices = price_table();
+    });
     options.worker_args = vec![
         "--llm-url".to_string(),
         server.base_url.clone(),
@@ -632,6 +685,7 @@ async fn real_model_drives_a_job_to_completion() {
         "the worker asked its model for every step: {} requests",
         worker_requests.len()
     );
+    assert_costs(&job, leader_requests.len(), worker_requests.len());
     for request in leader_requests.iter().chain(&worker_requests) {
         assert!(
             is_stream_request(request),

@@ -283,6 +283,11 @@ pub struct LeaderCmd {
     /// pod name) to have it take its own jobs back at once.
     #[arg(long, env = "MTSWARM_LEADER_ID")]
     pub leader_id: Option<String>,
+    /// Price table of model tokens (TOML: `[prices."MODEL"]` with
+    /// `prompt_per_million` and `completion_per_million`, optional
+    /// `currency`): job outcomes then carry each agent's estimated cost.
+    #[arg(long, env = "MTSWARM_PRICES")]
+    pub prices: Option<PathBuf>,
     /// TTL of a job's ownership lease, whole seconds: another leader takes
     /// over the jobs of a dead one within twice this.
     #[arg(long, env = "MTSWARM_JOB_LEASE_TTL", default_value_t = 10)]
@@ -477,6 +482,9 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     }
     config.model_endpoints = cmd.llm.model_endpoints.clone();
     config.context_placement = cmd.llm.llm_context_in.placement();
+    if let Some(path) = &cmd.prices {
+        config.prices = mtswarm_leader::PriceTable::load(path)?;
+    }
     let handle = LeaderDaemon::start(config)
         .await
         .context("starting the leader")?;

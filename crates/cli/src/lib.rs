@@ -16,6 +16,8 @@
 //! - [`decision`]: deciding one approval (`approve`/`deny` and `watch`);
 //! - `emu`: build and run one kernel on the emulator;
 //! - [`llm`]: whether a model endpoint can drive the agents;
+//! - [`mcp`]: `mcp`, the farm as Model Context Protocol tools for outside
+//!   agents (stdio or streamable HTTP), a client of the leader like `client`;
 //! - [`completions`]: the shell completion scripts;
 //! - [`pipe`]: a closed stdout pipe ends any command quietly with success.
 //!
@@ -34,6 +36,7 @@ pub mod demo;
 pub mod emu;
 pub mod llm;
 pub mod local_stack;
+pub mod mcp;
 pub mod metrics;
 pub mod pipe;
 pub mod render;
@@ -97,6 +100,9 @@ pub enum Command {
     /// Model endpoints: `mtswarm llm check URL --llm-model M`.
     #[command(subcommand)]
     Llm(llm::LlmCommand),
+    /// Serve the farm as Model Context Protocol tools (stdio, or streamable
+    /// HTTP with --http) for outside agents and IDE assistants.
+    Mcp(mcp::McpCmd),
     /// Print the shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(completions::CompletionsCmd),
 }
@@ -156,7 +162,7 @@ pub fn run() -> ExitCode {
     common::request_profile(cli.profile.clone());
     // A profile that does not exist is a usage error, not a silent fallback
     // to another deployment.
-    if matches!(cli.command, Command::Client(_))
+    if matches!(cli.command, Command::Client(_) | Command::Mcp(_))
         && let Err(error) = common::selected_profile()
     {
         eprintln!("mtswarm: {error:#}");
@@ -200,6 +206,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             llm::llm(command).await
         }
         Command::Completions(cmd) => completions::completions(cmd),
+        Command::Mcp(cmd) => {
+            // Logs go to stderr: on the stdio transport stdout is the protocol.
+            let _guard = telemetry.init_client()?;
+            mcp::mcp(cmd).await
+        }
         Command::Client(command) => {
             let mut guard = telemetry.init_client()?;
             let result = match command {
@@ -306,5 +317,25 @@ mod tests {
         assert!(Cli::try_parse_from(["mtswarm", "quarantine", "lift", "board0-c1"]).is_ok());
         assert!(Cli::try_parse_from(["mtswarm", "quarantine", "lift"]).is_err());
         assert!(Cli::try_parse_from(["mtswarm", "quarantine", "list", "--json"]).is_ok());
+    }
+
+    #[test]
+    fn mcp_serves_stdio_by_default_and_http_on_loopback_when_asked() {
+        let http_of = |args: &[&str]| {
+            let cli = Cli::try_parse_from(args).expect("parses");
+            let super::Command::Mcp(mcp) = cli.command else {
+                panic!("not mcp: {:?}", cli.command);
+            };
+            mcp.http
+        };
+        assert_eq!(http_of(&["mtswarm", "mcp"]), None);
+        let default = http_of(&["mtswarm", "mcp", "--http"]).expect("http");
+        assert!(
+            default.ip().is_loopback() && default.port() == 7790,
+            "{default}"
+        );
+        let given = http_of(&["mtswarm", "mcp", "--http", "127.0.0.1:0"]).expect("http");
+        assert_eq!(given.port(), 0);
+        assert!(Cli::try_parse_from(["mtswarm", "mcp", "--http", "not-an-address"]).is_err());
     }
 }

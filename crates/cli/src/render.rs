@@ -178,7 +178,72 @@ pub fn outcome(outcome: Option<&v1::JobOutcome>) -> Value {
             "cancelled": o.tasks_cancelled, "pending": o.tasks_pending,
         },
         "failure_reason": o.failure_reason,
+        "costs": o.agent_costs.iter().map(token_cost).collect::<Vec<_>>(),
+        "total_cost": o.total_cost.as_ref().map(token_cost),
     })
+}
+
+/// Model tokens and their estimated cost (one agent's, or a job's total).
+pub fn token_cost(c: &v1::TokenCost) -> Value {
+    json!({
+        "agent_id": c.agent_id,
+        "model": c.model,
+        "prompt_tokens": c.prompt_tokens,
+        "completion_tokens": c.completion_tokens,
+        "estimated_cost": c.estimated_cost,
+        "currency": c.currency,
+        "priced": c.priced,
+    })
+}
+
+/// A job's tokens and cost in a few characters for tables: `0.0123 USD`,
+/// `1.2k tok` without a price, `-` without an outcome.
+pub fn cost_cell(outcome: Option<&v1::JobOutcome>) -> String {
+    let Some(total) = outcome.and_then(|o| o.total_cost.as_ref()) else {
+        return "-".to_string();
+    };
+    let tokens = total.prompt_tokens.saturating_add(total.completion_tokens);
+    if total.estimated_cost > 0.0 {
+        let approximate = if total.priced { "" } else { ">" };
+        format!(
+            "{approximate}{:.4} {}",
+            total.estimated_cost, total.currency
+        )
+    } else if tokens >= 1000 {
+        format!("{:.1}k tok", tokens as f64 / 1000.0)
+    } else {
+        format!("{tokens} tok")
+    }
+}
+
+/// The outcome's line about tokens and cost, when the job used a model.
+fn cost_line(o: &v1::JobOutcome) -> Option<String> {
+    let total = o.total_cost.as_ref()?;
+    if total.prompt_tokens == 0 && total.completion_tokens == 0 {
+        return None;
+    }
+    let cost = if total.estimated_cost > 0.0 || total.priced {
+        format!(
+            ", estimated {}{:.4} {}",
+            if total.priced { "" } else { "more than " },
+            total.estimated_cost,
+            total.currency
+        )
+    } else {
+        " (no price for the model; see --prices)".to_string()
+    };
+    let agents: Vec<String> = o
+        .agent_costs
+        .iter()
+        .filter(|c| c.prompt_tokens + c.completion_tokens > 0)
+        .map(|c| format!("{} {}+{}", c.agent_id, c.prompt_tokens, c.completion_tokens))
+        .collect();
+    Some(format!(
+        "tokens    {} prompt + {} completion{cost} ({})",
+        total.prompt_tokens,
+        total.completion_tokens,
+        agents.join(", ")
+    ))
 }
 
 /// The best configuration of a job: its parameters, figures (GFLOPS,
@@ -258,6 +323,7 @@ pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
         "tasks     {} ok, {} failed, {} cancelled, {} pending",
         o.tasks_ok, o.tasks_failed, o.tasks_cancelled, o.tasks_pending
     ));
+    lines.extend(cost_line(o));
     lines
 }
 
@@ -576,5 +642,41 @@ mod tests {
         assert_eq!(truncate("short", 10), "short");
         assert_eq!(truncate("a\nb", 10), "a b");
         assert_eq!(truncate("ééééééé", 4), "ééé…");
+    }
+
+    #[test]
+    fn costs_show_in_the_outcome_and_the_jobs_table() {
+        let cost = |agent: &str, prompt, completion, estimated, priced| v1::TokenCost {
+            agent_id: agent.into(),
+            model: "m".into(),
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            estimated_cost: estimated,
+            priced,
+            currency: "USD".into(),
+        };
+        let mut outcome = v1::JobOutcome {
+            agent_costs: vec![
+                cost("leader", 700, 140, 0.00056, true),
+                cost("a1", 400, 80, 0.00032, true),
+            ],
+            total_cost: Some(cost("", 1100, 220, 0.00088, true)),
+            ..Default::default()
+        };
+        assert_eq!(cost_cell(Some(&outcome)), "0.0009 USD");
+        let lines = outcome_lines(Some(&outcome)).join("\n");
+        assert!(
+            lines.contains("tokens    1100 prompt + 220 completion, estimated 0.0009 USD (leader 700+140, a1 400+80)"),
+            "{lines}"
+        );
+        let value = super::outcome(Some(&outcome));
+        assert_eq!(value["costs"][1]["agent_id"], "a1");
+        assert_eq!(value["total_cost"]["prompt_tokens"], 1100);
+        // Without a price: the tokens, and no invented cost.
+        outcome.total_cost = Some(cost("", 1500, 0, 0.0, false));
+        assert_eq!(cost_cell(Some(&outcome)), "1.5k tok");
+        let lines = outcome_lines(Some(&outcome)).join("\n");
+        assert!(lines.contains("no price for the model"), "{lines}");
+        assert_eq!(cost_cell(None), "-");
     }
 }

@@ -142,6 +142,9 @@ pub struct LeaderConfig {
     /// allowed and the only one that gets the API key). Empty: a job may
     /// name none.
     pub model_endpoints: Vec<String>,
+    /// What model tokens cost (`--prices`): the outcome's estimated cost
+    /// per agent and job. Empty: tokens are reported without a cost.
+    pub prices: crate::prices::PriceTable,
 }
 
 impl LeaderConfig {
@@ -178,6 +181,7 @@ impl LeaderConfig {
             result_key: None,
             decision_key: None,
             model_endpoints: Vec::new(),
+            prices: crate::prices::PriceTable::default(),
         }
     }
 

@@ -98,6 +98,7 @@
 
 pub mod approvals;
 pub mod config;
+pub mod cost;
 mod daemon;
 pub mod digest;
 pub mod error;
@@ -109,6 +110,7 @@ pub mod journal;
 pub mod outcome;
 mod placement;
 pub mod policy;
+pub mod prices;
 mod prompt;
 mod reassign;
 mod result_consumer;
@@ -128,5 +130,6 @@ pub use error::{LeaderError, ModelFactoryError};
 pub use ids::LEADER_AGENT_ID;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
 pub use policy::BuiltinLeaderPolicy;
+pub use prices::{ModelPrice, PriceError, PriceTable};
 pub use results::LeaderCounters;
 pub use shared::LeaderTableSizes;

@@ -297,7 +297,7 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
         Ok(lost) => lost.to_string(),
         Err(other) => other.to_string(),
     };
-    let usage = result.usage.unwrap_or_default();
+    let usage = result.usage.clone().unwrap_or_default();
     let finished_at = result
         .finished_at
         .unwrap_or_else(|| prost_types::Timestamp::from(SystemTime::now()));

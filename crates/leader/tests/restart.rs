@@ -115,7 +115,7 @@ async fn leader_b_finishes(
     let record = job_record(&env.bus, job_id).await;
     assert_eq!((record.tasks_total, record.tasks_done), (2, 2));
     assert!(record.tasks.iter().all(|t| t.done));
-    assert_eq!(record.usage.map(|u| u.steps >= 2), Some(true));
+    assert_eq!(record.usage.as_ref().map(|u| u.steps >= 2), Some(true));
     let counters = leader_b.counters();
     assert_eq!(counters.accepted, 1, "B accepted the result A never saw");
     assert_eq!(counters.restored, 1, "B restored the result A accepted");

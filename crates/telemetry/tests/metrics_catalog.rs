@@ -97,6 +97,7 @@ async fn every_catalog_instrument_is_scraped_as_defined() {
         tokens: Some((1200, 80)),
         error_type: None,
     });
+    m.model_cost("qwen3", 0.0125);
     let _leader = observe::observe_jobs(|| {
         Some(JobCounts {
             running: 2,

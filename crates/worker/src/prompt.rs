@@ -7,6 +7,26 @@ use mtswarm_core::Tool;
 use mtswarm_hw::{ChipSpec, Slice};
 use std::sync::Arc;
 
+/// How a kernel directory is built and judged, and the invitation to
+/// change the kernel's code when its parameters are exhausted: the largest
+/// gains come from a better kernel, not from a better -D value.
+const KERNEL_STRUCTURE: &str = "\n## The kernel\n\
+    - The kernel directory holds kernel.c (the device code you tune: a `__global__` entry \
+    run by every core of the group, `get_thread_id()` / `get_group_size()` splitting the work, \
+    DMA between DDR and AM through `vector_load_async` / `vector_store_async` and their waits, \
+    vector intrinsics on 16-double registers), host.c (the harness: inputs, the reference \
+    check, the timing) and tune.toml (the parameters, their values and constraints; each \
+    parameter is a `-D` define with an `#ifndef` default in kernel.c).\n\
+    - host.c, tune.toml and the reference are the harness: the file tools refuse to change \
+    them and every build uses a pristine copy, so only kernel.c (and files it includes) is yours.\n\
+    - When the parameters are exhausted (every sensible combination measured, or the roofline \
+    says none can gain), write a new variant of kernel.c with write_file or apply_patch: \
+    unroll, keep more vectors in flight, overlap DMA with compute (double or triple \
+    buffering), fuse loads, block for AM and GSM, reorder loops for the DMA startup cost. \
+    Keep the entry point's name and signature. An edited kernel is a candidate like any \
+    other: compile (which reports its kernel_hash), validate, then benchmark it; its record \
+    carries that hash, and the fastest valid benchmark of any variant is the job's best.\n";
+
 /// The system prompt of a worker session.
 pub fn worker_system_prompt(
     role: &str,
@@ -80,6 +100,7 @@ pub fn worker_system_prompt(
             tool.description()
         ));
     }
+    prompt.push_str(KERNEL_STRUCTURE);
     prompt.push_str(
         "\n## Rules\n\
          - Work only inside your workspace; the kernel directory of the task is copied into it.\n\
@@ -95,4 +116,35 @@ pub fn worker_system_prompt(
         prompt.push('\n');
     }
     prompt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prompt_explains_the_kernel_and_invites_source_edits() {
+        let spec = ChipSpec::default();
+        let slice = Slice {
+            board: "board0".into(),
+            cluster: Some(0),
+            cores: 8,
+            backend: mtswarm_hw::BackendKind::Emulator,
+        };
+        let prompt = worker_system_prompt("tuner", "", &slice, &spec, &[]);
+        for wanted in [
+            "## The kernel",
+            "kernel.c",
+            "host.c, tune.toml and the reference are the harness",
+            "When the parameters are exhausted",
+            "write a new variant of kernel.c",
+            "Keep the entry point's name and signature",
+            "kernel_hash",
+        ] {
+            assert!(prompt.contains(wanted), "missing {wanted:?} in:\n{prompt}");
+        }
+        let kernel = prompt.find("## The kernel").unwrap_or_default();
+        let rules = prompt.find("## Rules").unwrap_or_default();
+        assert!(kernel < rules, "the kernel section comes before the rules");
+    }
 }

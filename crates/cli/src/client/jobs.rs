@@ -136,13 +136,13 @@ pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
         entry: &render::job,
         empty: "no jobs",
         header: format!(
-            "{:<38} {:<10} {:<12} {:>6} {:>7}  {:<32}  GOAL",
-            "JOB", "STATE", "KERNEL", "AGENTS", "TASKS", "TRACE"
+            "{:<38} {:<10} {:<12} {:>6} {:>7} {:>12}  {:<32}  GOAL",
+            "JOB", "STATE", "KERNEL", "AGENTS", "TASKS", "COST", "TRACE"
         ),
         row: &|job| {
             let spec = job.spec.clone().unwrap_or_default();
             format!(
-                "{:<38} {:<10} {:<12} {:>6} {:>3}/{:<3}  {:<32}  {}",
+                "{:<38} {:<10} {:<12} {:>6} {:>3}/{:<3} {:>12}  {:<32}  {}",
                 job.job_id,
                 render::job_state(job.state()),
                 render::truncate(&spec.kernel_dir, 12),
@@ -151,6 +151,7 @@ pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
                 job.agents_total.max(job.agent_ids.len() as u32),
                 job.tasks_done,
                 job.tasks_total,
+                render::cost_cell(job.outcome.as_ref()),
                 mtswarm_telemetry::propagation::trace_id_of(&job.traceparent).unwrap_or("-"),
                 render::truncate(&spec.goal, 50)
             )

@@ -200,7 +200,7 @@ fn print_csv(results: &[v1::TaskResult]) {
         "task_id,attempt,agent_id,session_id,worker_id,slice_id,status,summary,error,steps,device_seconds,wall_seconds,finished_at,result_json"
     );
     for r in results {
-        let usage = r.usage.unwrap_or_default();
+        let usage = r.usage.clone().unwrap_or_default();
         let fields = [
             r.task_id.clone(),
             r.attempt.to_string(),

@@ -40,6 +40,7 @@ use mtswarm_core::{
     Engine, EngineConfig, LocalResourceLock, LoopState, Node, Outcome, RiskPolicy, RunEnd,
     StopReason, TracingMiddleware,
 };
+use mtswarm_telemetry::metrics::metrics;
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
@@ -164,7 +165,17 @@ async fn run(
         },
     )
     .await;
-    let outcome = crate::outcome::compute(&shared, &context).await;
+    let mut outcome = crate::outcome::compute(&shared, &context).await;
+    let (agent_costs, total_cost) = crate::cost::job_costs(
+        &context.results.snapshot(),
+        &end.usage,
+        &shared.config.prices,
+    );
+    for cost in agent_costs.iter().filter(|c| c.estimated_cost > 0.0) {
+        metrics().model_cost(&cost.model, cost.estimated_cost);
+    }
+    outcome.agent_costs = agent_costs;
+    outcome.total_cost = Some(total_cost);
     end.settle(&outcome);
     if end.state == v1::JobState::Failed {
         // The runner's task runs inside the job's workflow span.
@@ -257,9 +268,12 @@ async fn drive(
         model.provider_name(),
         model.model_name(),
     );
-    let end = drive_engine(shared, context, attachments, resume_state, cancel, model)
+    let model_name = model.model_name().to_string();
+    let mut end = drive_engine(shared, context, attachments, resume_state, cancel, model)
         .instrument(span.clone())
         .await;
+    // The outcome prices the loop's tokens by the model that produced them.
+    end.usage.model = model_name;
     if end.state == v1::JobState::Failed {
         crate::spans::record_failure(&span, "leader_loop_failed", &end.error);
     }

@@ -263,6 +263,18 @@ pub const GENAI_TOKEN_USAGE: InstrumentDef = InstrumentDef {
     prometheus: "gen_ai_client_token_usage",
 };
 
+/// Estimated cost of the model tokens of finished jobs (the leader's price
+/// table), by model. Only models the table prices are recorded, so the
+/// label's values are bounded by that table.
+pub const MODEL_COST: InstrumentDef = InstrumentDef {
+    name: "mtswarm.model.cost",
+    kind: InstrumentKind::Counter,
+    unit: "{currency}",
+    description: "Estimated cost of the model tokens of finished jobs, in the price table's currency, by model.",
+    attributes: &[ATTR_GENAI_MODEL],
+    prometheus: "mtswarm_model_cost_total",
+};
+
 /// Every instrument, leader's, worker's and the model calls'.
 pub const ALL: &[InstrumentDef] = &[
     JOBS,
@@ -282,6 +294,7 @@ pub const ALL: &[InstrumentDef] = &[
     APPROVAL_WAIT,
     GENAI_OPERATION_DURATION,
     GENAI_TOKEN_USAGE,
+    MODEL_COST,
 ];
 
 /// Every series name a query may use (see [`InstrumentDef::prometheus_series`]).

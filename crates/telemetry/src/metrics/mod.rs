@@ -109,6 +109,7 @@ pub struct Metrics {
     approval_wait: Histogram<f64>,
     genai_duration: Histogram<f64>,
     genai_tokens: Histogram<u64>,
+    model_cost: Counter<f64>,
 }
 
 fn counter(meter: &Meter, def: &InstrumentDef) -> Counter<u64> {
@@ -156,6 +157,11 @@ impl Metrics {
                 .with_unit(catalog::GENAI_TOKEN_USAGE.unit)
                 .with_description(catalog::GENAI_TOKEN_USAGE.description)
                 .with_boundaries(catalog::GENAI_TOKEN_BUCKETS.to_vec())
+                .build(),
+            model_cost: meter
+                .f64_counter(catalog::MODEL_COST.name)
+                .with_unit(catalog::MODEL_COST.unit)
+                .with_description(catalog::MODEL_COST.description)
                 .build(),
         }
     }
@@ -269,6 +275,15 @@ impl Metrics {
         }
         self.genai_duration
             .record(call.duration.as_secs_f64(), &attrs);
+    }
+
+    /// A finished job's tokens of `model` cost `cost` (estimated, in the
+    /// price table's currency).
+    pub fn model_cost(&self, model: &str, cost: f64) {
+        if cost.is_finite() && cost > 0.0 {
+            self.model_cost
+                .add(cost, &[KeyValue::new(ATTR_GENAI_MODEL, model.to_string())]);
+        }
     }
 }
 

@@ -136,9 +136,11 @@ impl TaskRun<'_> {
                 completion_tokens: completion,
                 device_seconds: self.device_seconds(),
                 wall_seconds: self.started.elapsed().as_secs_f64(),
+                // The leader prices the tokens by the model that produced them.
+                model: self.runtime.model.model_name().to_string(),
             }
         };
-        self.entry.update(|p| p.usage = usage);
+        self.entry.update(|p| p.usage = usage.clone());
         let result = v1::TaskResult {
             task_id: task.task_id.clone(),
             attempt: task.attempt,
