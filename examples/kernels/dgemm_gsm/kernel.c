@@ -219,12 +219,14 @@ __global__ void dgemm_kernel(uint64_t barrier, double *A, double *B, double *C) 
         }
         if (active) {
             int ti = tile / TILES_N, tj = tile % TILES_N;
-            store_ch = dma_p2p(c_am, MG, NB * sizeof(double), 0, C + (long)ti * MG * N + (long)tj * NB,
-                               MG, NB * sizeof(double), (N - NB) * sizeof(double), 0, 0);
+            double *c_ddr = C + (long)ti * MG * N + (long)tj * NB;
+            store_ch = dma_p2p(c_am, MG, NB * sizeof(double), 0, c_ddr, MG, NB * sizeof(double),
+                               (N - NB) * sizeof(double), 0, 0);
             store_pending = 1;
         }
-        /* The next round re-stages chunk 0 into the buffer that chunk
-         * CHUNKS-2 used: wait until every core is done with this round. */
+        /* The next round re-stages chunk 0 into GSM buffer 0, which one of
+         * this round's last two chunks used: wait until every core is done
+         * with this round. */
         if (round + 1 < rounds) group_barrier((int)barrier);
     }
     if (store_pending) dma_wait(store_ch);
