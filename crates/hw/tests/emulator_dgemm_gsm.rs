@@ -1,7 +1,8 @@
 //! The cluster-scale DGEMM (`examples/kernels/dgemm_gsm`): its tuning space
 //! is large (>= 1,000 configurations that fit AM, SM and GSM), the best
 //! configuration of the recorded sweep reaches 70 % of the
-//! 24-core peak under the cost model, and the baseline is far below.
+//! 24-core peak under the cost model, and the baseline is far below; the
+//! tune.toml `[model]` states both runs' flops and DDR bytes exactly.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -45,6 +46,18 @@ fn best_of_sweep(sweep: &serde_json::Value) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The `[model]` of tune.toml states this run's work and DDR traffic
+/// exactly: flops of the product, A and B staged once per round, C once.
+fn assert_model_matches(overrides: &[(&str, &str)], outcome: &mtswarm_hw::RunOutcome) {
+    let space = TuneSpace::load(&kernels_dir().join(KERNEL)).expect("tune.toml");
+    let (flops, bytes) = space
+        .model_figures(&defines(KERNEL, overrides), &ChipSpec::default())
+        .expect("model evaluates")
+        .expect("tune.toml has a model");
+    assert_eq!(flops, outcome.counters.flops as f64, "{overrides:?}");
+    assert_eq!(bytes, outcome.counters.ddr_bytes as f64, "{overrides:?}");
+}
+
 #[test]
 fn space_has_at_least_1000_configurations_that_fit_the_memories() {
     let spec = ChipSpec::default();
@@ -79,6 +92,7 @@ async fn best_of_the_sweep_reaches_70_percent_of_the_24_core_peak() {
         outcome.modeled_cycles
     );
     assert!(outcome.valid, "{:?}", outcome.error);
+    assert_model_matches(&pairs, &outcome);
     assert!(
         (0.70..=1.0).contains(&outcome.peak_fraction),
         "{:.3}",
@@ -106,5 +120,6 @@ async fn baseline_is_valid_and_far_below_the_best() {
         outcome.peak_fraction * 100.0
     );
     assert!(outcome.valid, "{:?}", outcome.error);
+    assert_model_matches(&pairs, &outcome);
     assert!(outcome.peak_fraction < 0.35, "{:.3}", outcome.peak_fraction);
 }
