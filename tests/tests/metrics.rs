@@ -109,7 +109,16 @@ async fn prometheus_answers_every_dashboard_query_after_a_job() {
         .map(|turn| turn.with_usage(1200, 60))
         .collect::<Vec<_>>();
     let mut options = StackOptions::new(mtswarm_tests::node_bin!(), small_fleet_toml(1, 1, 2));
-    options.configure_leader = Box::new(move |config| script_leader(config, turns));
+    // Its tokens have a price, so the cost panel has data too.
+    let prices = mtswarm_leader::PriceTable::parse(
+        "[prices.scripted]\nprompt_per_million = 0.5\ncompletion_per_million = 1.5\n",
+        std::path::Path::new("prices.toml"),
+    )
+    .expect("a valid price table");
+    options.configure_leader = Box::new(move |config| {
+        config.prices = prices;
+        script_leader(config, turns)
+    });
     options.worker_args = vec!["--metrics-addr".into(), "127.0.0.1:0".into()];
     let (stack, mut control) = start_stack(options, 1).await;
     let worker_targets: Vec<String> = stack
