@@ -12,24 +12,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use std::time::Duration;
-
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
 use mtswarm_telemetry::{TelemetryConfig, init_scoped};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use prost::Message as _;
 use tokio::sync::mpsc;
 
-/// One request the receiver got.
-#[derive(Debug)]
-struct Export {
-    path: String,
-    headers: HeaderMap,
-    request: ExportTraceServiceRequest,
-}
+mod common;
+use common::{next, set, start_receiver, unset};
+
+type Export = common::Export<ExportTraceServiceRequest>;
 
 impl Export {
     fn resource_attribute(&self, key: &str) -> Option<String> {
@@ -57,51 +48,6 @@ impl Export {
     }
 }
 
-async fn start_receiver() -> (std::net::SocketAddr, mpsc::Receiver<Export>) {
-    let (tx, rx) = mpsc::channel(64);
-    let app = axum::Router::new()
-        .route(
-            "/{*path}",
-            axum::routing::post(
-                |State(tx): State<mpsc::Sender<Export>>,
-                 uri: axum::http::Uri,
-                 headers: HeaderMap,
-                 body: Bytes| async move {
-                    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
-                        return StatusCode::BAD_REQUEST;
-                    };
-                    let export = Export {
-                        path: uri.path().to_string(),
-                        headers,
-                        request,
-                    };
-                    match tx.send(export).await {
-                        Ok(()) => StatusCode::OK,
-                        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
-                    }
-                },
-            ),
-        )
-        .with_state(tx);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind receiver");
-    let addr = listener.local_addr().expect("receiver addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, rx)
-}
-
-fn set(variable: &str, value: &str) {
-    // SAFETY: the only test of this binary; nothing else reads the
-    // environment while it changes.
-    unsafe { std::env::set_var(variable, value) };
-}
-
-fn unset(variable: &str) {
-    // SAFETY: as in `set`.
-    unsafe { std::env::remove_var(variable) };
-}
-
 /// Exports one span named `name` with a configuration that names nothing
 /// but the service, and returns the first request the receiver gets.
 async fn export_one(name: &'static str, exports: &mut mpsc::Receiver<Export>) -> Export {
@@ -111,10 +57,7 @@ async fn export_one(name: &'static str, exports: &mut mpsc::Receiver<Export>) ->
     let mut telemetry = init_scoped(config).expect("scoped telemetry");
     tracing::info_span!("env", otel.name = name).in_scope(|| {});
     telemetry.shutdown().expect("flush");
-    tokio::time::timeout(Duration::from_secs(20), exports.recv())
-        .await
-        .expect("an export within 20 s")
-        .expect("receiver alive")
+    next(exports).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

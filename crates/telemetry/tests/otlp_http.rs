@@ -8,60 +8,13 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
 use mtswarm_telemetry::{OtlpProtocol, TelemetryConfig, http_traces_url, init_scoped};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use prost::Message as _;
-use tokio::sync::mpsc;
 
-/// One request the receiver got: its path, content type and decoded body.
-#[derive(Debug)]
-struct Export {
-    path: String,
-    content_type: String,
-    request: ExportTraceServiceRequest,
-}
+mod common;
+use common::start_receiver;
 
-async fn start_receiver() -> (std::net::SocketAddr, mpsc::Receiver<Export>) {
-    let (tx, rx) = mpsc::channel(64);
-    let app = axum::Router::new()
-        .route(
-            "/{*path}",
-            axum::routing::post(
-                |State(tx): State<mpsc::Sender<Export>>,
-                 uri: axum::http::Uri,
-                 headers: HeaderMap,
-                 body: Bytes| async move {
-                    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
-                        return StatusCode::BAD_REQUEST;
-                    };
-                    let content_type = headers
-                        .get("content-type")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_string();
-                    let export = Export {
-                        path: uri.path().to_string(),
-                        content_type,
-                        request,
-                    };
-                    match tx.send(export).await {
-                        Ok(()) => StatusCode::OK,
-                        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
-                    }
-                },
-            ),
-        )
-        .with_state(tx);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind receiver");
-    let addr = listener.local_addr().expect("receiver addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, rx)
-}
+type Export = common::Export<ExportTraceServiceRequest>;
 
 fn span_names(export: &Export) -> Vec<String> {
     export
@@ -95,7 +48,7 @@ async fn http_protobuf_exports_to_v1_traces_whatever_the_log_filter() {
         .expect("an export within 20 s")
         .expect("receiver alive");
     assert_eq!(export.path, "/v1/traces");
-    assert_eq!(export.content_type, "application/x-protobuf");
+    assert_eq!(export.content_type(), "application/x-protobuf");
     let names = span_names(&export);
     assert!(
         names.contains(&"cli.submit".to_string()) && names.contains(&"step".to_string()),

@@ -15,23 +15,15 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
 use mtswarm_telemetry::metrics::provider::{MetricsConfig, init_metrics};
 use mtswarm_telemetry::metrics::{ModelCall, catalog, metrics};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use prost::Message as _;
-use tokio::sync::mpsc;
 
-/// One request the receiver got.
-#[derive(Debug)]
-struct Export {
-    path: String,
-    headers: HeaderMap,
-    request: ExportMetricsServiceRequest,
-}
+mod common;
+use common::{next, set, start_receiver, unset};
+
+type Export = common::Export<ExportMetricsServiceRequest>;
 
 impl Export {
     fn service_name(&self) -> Option<String> {
@@ -56,58 +48,6 @@ impl Export {
             .map(|m| m.name.clone())
             .collect()
     }
-}
-
-async fn start_receiver() -> (std::net::SocketAddr, mpsc::Receiver<Export>) {
-    let (tx, rx) = mpsc::channel(64);
-    let app = axum::Router::new()
-        .route(
-            "/{*path}",
-            axum::routing::post(
-                |State(tx): State<mpsc::Sender<Export>>,
-                 uri: axum::http::Uri,
-                 headers: HeaderMap,
-                 body: Bytes| async move {
-                    let Ok(request) = ExportMetricsServiceRequest::decode(body) else {
-                        return StatusCode::BAD_REQUEST;
-                    };
-                    let export = Export {
-                        path: uri.path().to_string(),
-                        headers,
-                        request,
-                    };
-                    match tx.send(export).await {
-                        Ok(()) => StatusCode::OK,
-                        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
-                    }
-                },
-            ),
-        )
-        .with_state(tx);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind receiver");
-    let addr = listener.local_addr().expect("receiver addr");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr, rx)
-}
-
-fn set(variable: &str, value: &str) {
-    // SAFETY: the only test of this binary; nothing else reads the
-    // environment while it changes.
-    unsafe { std::env::set_var(variable, value) };
-}
-
-fn unset(variable: &str) {
-    // SAFETY: as in `set`.
-    unsafe { std::env::remove_var(variable) };
-}
-
-async fn next(exports: &mut mpsc::Receiver<Export>) -> Export {
-    tokio::time::timeout(Duration::from_secs(20), exports.recv())
-        .await
-        .expect("an export within 20 s")
-        .expect("receiver alive")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
