@@ -21,7 +21,9 @@ same binary (target <= 0.3).
 With `--sweep-only --save-sweep FILE` it runs only the sweep of the first
 binary and writes every configuration's figures (`defines`, `valid`,
 `seconds`, `gflops`) as JSON: the exhaustive landscape a search is judged
-against (e.g. crates/worker/tests/fixtures/dgemm_sweep.json).
+against (e.g. crates/worker/tests/fixtures/dgemm_sweep.json). A long sweep
+appends each configuration to FILE.partial (JSON lines) as it finishes, and
+a later run with the same FILE skips those: an interrupted sweep resumes.
 
 Usage:
   deploy/sweep_vs_demo.py [--kernel DIR] [--jobs N] [--json] BINARY [BINARY...]
@@ -79,7 +81,7 @@ def configurations(binary, kernel):
     return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
-def run_sweep(binary, kernel, jobs, configs, landscape):
+def run_sweep(binary, kernel, jobs, configs, landscape, progress=None):
     t0 = time.monotonic()
 
     def one(config):
@@ -93,9 +95,13 @@ def run_sweep(binary, kernel, jobs, configs, landscape):
         except (IndexError, ValueError):
             return None, done, config
         ok = bool(result.get("valid") and not result.get("flags"))
-        landscape.append({"defines": config, "valid": ok,
-                          "seconds": result.get("seconds") if ok else None,
-                          "gflops": result.get("gflops") if ok else None})
+        row = {"defines": config, "valid": ok,
+               "seconds": result.get("seconds") if ok else None,
+               "gflops": result.get("gflops") if ok else None}
+        landscape.append(row)
+        if progress is not None:
+            progress.write(json.dumps(row) + "\n")
+            progress.flush()
         return (result.get("gflops") if ok else None), done, config
 
     cpu0 = children_cpu()
@@ -137,15 +143,26 @@ def main():
 
     if args.sweep_only:
         binary = args.binaries[0].split()[0]
-        landscape = []
-        sweep = run_sweep(binary, args.kernel, args.jobs,
-                          configurations(binary, args.kernel), landscape)
+        landscape, configs, progress = [], configurations(binary, args.kernel), None
+        if args.save_sweep:
+            partial = args.save_sweep + ".partial"
+            if os.path.exists(partial):
+                with open(partial) as done_file:
+                    landscape = [json.loads(line) for line in done_file if line.strip()]
+                done = {json.dumps(r["defines"], sort_keys=True) for r in landscape}
+                configs = [c for c in configs if json.dumps(c, sort_keys=True) not in done]
+                print(f"resuming: {len(landscape)} configurations done, {len(configs)} to go",
+                      file=sys.stderr)
+            progress = open(partial, "a")
+        sweep = run_sweep(binary, args.kernel, args.jobs, configs, landscape, progress)
         print(json.dumps(sweep))
         if args.save_sweep:
+            progress.close()
             landscape.sort(key=lambda r: json.dumps(r["defines"], sort_keys=True))
             with open(args.save_sweep, "w") as out:
                 json.dump({"kernel": args.kernel, "configurations": landscape}, out, indent=1)
                 out.write("\n")
+            os.remove(partial)
         return
 
     # The space as the last binary enumerates it (`emu space`), for all.

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use mtswarm_bus::results::{ResultQuery, ResultRecord, canonical_slice_id};
+use mtswarm_bus::results::{ResultRecord, canonical_slice_id};
 use mtswarm_hw::ChipSpec;
 use mtswarm_hw::tune::TuneSpace;
 use mtswarm_proto::v1;
@@ -22,9 +22,6 @@ use serde_json::json;
 use crate::common::{LeaderArgs, rpc_error};
 use crate::daemons::DEFAULT_NATS;
 use crate::render;
-
-/// Records a report reads at most.
-const REPORT_RECORD_LIMIT: usize = 100_000;
 
 /// Arguments of `mtswarm report`: the job, where its kernel and the results
 /// store are, and where the HTML goes.
@@ -132,20 +129,13 @@ pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
         .into_inner()
         .job
         .context("the leader answered without a job")?;
-    let (bus, store) =
-        crate::results::connect_store(&cmd.nats, cmd.nats_creds.clone(), &cmd.nats_security)
-            .await?;
-    let records = store
-        .query(&ResultQuery {
-            job_id: Some(job.job_id.clone()),
-            limit: REPORT_RECORD_LIMIT,
-            ..ResultQuery::default()
-        })
-        .await
-        .context("reading the job's records from the results store")?;
-    if let Err(error) = bus.drain().await {
-        tracing::debug!(%error, "closing the NATS connection");
-    }
+    let records = crate::results::job_records(
+        &job.job_id,
+        &cmd.nats,
+        cmd.nats_creds.clone(),
+        &cmd.nats_security,
+    )
+    .await?;
     let mut report = job_report(&job, &records, None);
     let spec = match &cmd.spec {
         Some(path) => ChipSpec::load(path)?,

@@ -157,6 +157,33 @@ fn parse_age(text: &str) -> Option<Duration> {
     number.checked_mul(seconds).map(Duration::from_secs)
 }
 
+/// Records a report reads at most.
+const REPORT_RECORD_LIMIT: usize = 100_000;
+
+/// The records of `job_id` in the results store (at most
+/// [`REPORT_RECORD_LIMIT`]), as `mtswarm report` and the MCP server's
+/// `get_report` read them: connect, query, close.
+pub async fn job_records(
+    job_id: &str,
+    nats: &[String],
+    nats_creds: Option<PathBuf>,
+    nats_security: &NatsSecurityArgs,
+) -> anyhow::Result<Vec<ResultRecord>> {
+    let (bus, store) = connect_store(nats, nats_creds, nats_security).await?;
+    let records = store
+        .query(&ResultQuery {
+            job_id: Some(job_id.to_owned()),
+            limit: REPORT_RECORD_LIMIT,
+            ..ResultQuery::default()
+        })
+        .await
+        .context("reading the job's records from the results store");
+    if let Err(error) = bus.drain().await {
+        tracing::debug!(%error, "closing the NATS connection");
+    }
+    records
+}
+
 /// Connects to NATS for a one-shot read of the results store (also used by
 /// `mtswarm report`). The caller drains the bus when done.
 pub async fn connect_store(

@@ -90,6 +90,7 @@ pub(crate) fn user_input(
         "slice_selector": spec.slice_selector,
         "num_agents": spec.num_agents,
         "collect_timeout_seconds": collect_timeout,
+        "max_evaluations": spec.budgets.map(|b| b.max_evaluations).unwrap_or(0),
     });
     text.push_str(&format!("\n\n{}{machine}", crate::policy::JOB_SPEC_PREFIX));
     text

@@ -44,6 +44,10 @@ pub struct SubmitCmd {
     /// Maximum wall time of the job in seconds (0 = server default).
     #[arg(long, env = "MTSWARM_WALL_TIME", default_value_t = 0)]
     pub wall_time: u64,
+    /// Maximum candidate evaluations on hardware over the whole job,
+    /// shared by its agents (0 = a tenth of the tuning space, at least 32).
+    #[arg(long, env = "MTSWARM_MAX_EVALUATIONS", default_value_t = 0)]
+    pub max_evaluations: u32,
     /// OpenAI-compatible model for the agents (absent = the daemons'
     /// model, else builtin policies; `--model` is the same flag).
     #[arg(long, visible_alias = "model", env = "MTSWARM_LLM_MODEL")]
@@ -120,6 +124,7 @@ pub async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
             max_tokens: cmd.max_tokens,
             device_seconds: cmd.device_seconds,
             wall_time_seconds: cmd.wall_time,
+            max_evaluations: cmd.max_evaluations,
         }),
         num_agents: cmd.agents,
         model,

@@ -103,6 +103,10 @@ pub struct DemoCmd {
     /// Where to write the HTML report (default: `mtswarm-demo-<job>.html` here).
     #[arg(long, env = "MTSWARM_DEMO_REPORT")]
     pub report: Option<PathBuf>,
+    /// Candidate evaluations of the whole job, shared by its agents (0 = a
+    /// tenth of the tuning space, at least 32).
+    #[arg(long, env = "MTSWARM_DEMO_MAX_EVALUATIONS", default_value_t = 0)]
+    pub max_evaluations: u32,
     /// Give up on the job after this many seconds.
     #[arg(long, env = "MTSWARM_DEMO_TIMEOUT", default_value_t = 900)]
     pub timeout: u64,
@@ -238,6 +242,7 @@ async fn run(
             max_tokens: 0,
             device_seconds: 0.0,
             wall_time_seconds: cmd.timeout,
+            max_evaluations: cmd.max_evaluations,
         }),
         num_agents: 0,
         model: None,

@@ -29,10 +29,13 @@ pub(super) fn timestamp_ms(ts: Option<&mtswarm_proto::prost_types::Timestamp>) -
 pub(super) struct AgentProgress {
     pub(super) slice: String,
     pub(super) assigned: u64,
+    /// Candidates the agent may evaluate: its tasks' `search_budget`s
+    /// (at most their candidates), else all it was assigned.
+    pub(super) budget: u64,
     /// Candidates (by their `-D` map) that ran on the slice: screened by a
     /// `validate` or fully benchmarked. The builtin worker policy screens
-    /// in estimate order and skips what the roofline says cannot win, so
-    /// this can end below `assigned`.
+    /// at most its budget, by expected improvement, and skips what the
+    /// roofline says cannot win, so this can end below `budget`.
     pub(super) evaluated: BTreeSet<String>,
     pub(super) benchmarked: u64,
     pub(super) best_gflops: Option<f64>,
@@ -125,15 +128,19 @@ pub(super) fn observe(event: &v1::AgentEvent, seen: &mut JobObservation, view: &
                 let candidates = arguments["parameters"]["candidates"]
                     .as_array()
                     .map_or(1, |c| c.len() as u64);
+                let budget = arguments["parameters"]["search_budget"]
+                    .as_u64()
+                    .map_or(candidates, |b| b.min(candidates));
                 let progress = seen.agents.entry(agent.to_string()).or_default();
                 progress.assigned += candidates;
+                progress.budget += budget;
                 if view.bars {
                     let style = ProgressStyle::with_template(
                         "{prefix:>10} [{bar:30.cyan/blue}] {pos}/{len} {msg}",
                     )
                     .unwrap_or_else(|_| ProgressStyle::default_bar());
                     let message = progress.message();
-                    let assigned = progress.assigned;
+                    let budget = progress.budget;
                     let bar = progress.bar.get_or_insert_with(|| {
                         view.multi.add(
                             ProgressBar::new(0)
@@ -141,12 +148,12 @@ pub(super) fn observe(event: &v1::AgentEvent, seen: &mut JobObservation, view: &
                                 .with_prefix(agent.to_string()),
                         )
                     });
-                    bar.set_length(assigned);
+                    bar.set_length(budget);
                     bar.set_message(message);
                 }
                 view.line(&format!(
-                    "{agent} ({}): {} candidates assigned",
-                    progress.slice, progress.assigned
+                    "{agent} ({}): {} candidates assigned, {} to evaluate",
+                    progress.slice, progress.assigned, progress.budget
                 ));
             }
             _ => {}
@@ -195,11 +202,11 @@ pub(super) fn observe(event: &v1::AgentEvent, seen: &mut JobObservation, view: &
         bar.set_message(progress.message());
     }
     view.line(&format!(
-        "{} ({}): {}/{} candidates ran on the slice, {}",
+        "{} ({}): {}/{} evaluations on the slice, {}",
         event.agent_id,
         progress.slice,
         progress.evaluated.len(),
-        progress.assigned,
+        progress.budget,
         progress.message()
     ));
 }

@@ -3,7 +3,6 @@
 //! status, best candidate, speed-up) and, on request, the HTML itself as
 //! an embedded resource. Nothing is written on the server's disk.
 
-use mtswarm_bus::results::ResultQuery;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use rmcp::{tool, tool_router};
@@ -15,9 +14,6 @@ use super::reply::{ToolError, reply};
 use super::server::FarmServer;
 use crate::render;
 use crate::report::job_report;
-
-/// Records a report reads at most.
-const REPORT_RECORD_LIMIT: usize = 100_000;
 
 /// The job to report on.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -63,28 +59,13 @@ impl FarmServer {
     ) -> Result<(serde_json::Value, Option<String>), ToolError> {
         // The leader first: it decides whether this credential may read the job.
         let job = self.job_record(&request.job_id).await?;
-        let (bus, store) = crate::results::connect_store(
+        let records = crate::results::job_records(
+            &job.job_id,
             &self.store.nats,
             self.store.nats_creds.clone(),
             &self.store.nats_security,
         )
         .await?;
-        let records = store
-            .query(&ResultQuery {
-                job_id: Some(job.job_id.clone()),
-                limit: REPORT_RECORD_LIMIT,
-                ..ResultQuery::default()
-            })
-            .await
-            .map_err(|error| {
-                ToolError::Other(
-                    anyhow::Error::new(error)
-                        .context("reading the job's records from the results store"),
-                )
-            })?;
-        if let Err(error) = bus.drain().await {
-            tracing::debug!(%error, "closing the NATS connection");
-        }
         let report = job_report(&job, &records, None);
         let mut summary = serde_json::to_value(report.summary(None))
             .map_err(|error| ToolError::Other(error.into()))?;

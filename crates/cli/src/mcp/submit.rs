@@ -37,6 +37,10 @@ pub(crate) struct SubmitJob {
     /// Maximum wall time of the job in seconds (0: the leader's default).
     #[serde(default)]
     wall_time_seconds: u64,
+    /// Maximum candidate evaluations on hardware over the whole job (0: a
+    /// tenth of the tuning space, at least 32).
+    #[serde(default)]
+    max_evaluations: u32,
     /// OpenAI-compatible model for the agents (absent: the daemons' model).
     #[serde(default)]
     model: Option<String>,
@@ -78,6 +82,7 @@ impl FarmServer {
                 max_tokens: job.max_tokens,
                 device_seconds: job.device_seconds,
                 wall_time_seconds: job.wall_time_seconds,
+                max_evaluations: job.max_evaluations,
             }),
             num_agents: job.agents,
             model: job.model.map(|model| v1::ModelSettings {

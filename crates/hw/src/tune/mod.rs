@@ -36,8 +36,13 @@ use serde::{Deserialize, Serialize};
 use crate::HwError;
 use crate::spec::ChipSpec;
 
+mod budget;
 mod partition;
 
+pub use budget::{
+    MIN_AGENT_EVALUATIONS, MIN_SEARCH_EVALUATIONS, SEARCH_SHARE, search_agents, search_budget,
+    split_budget,
+};
 pub use partition::balanced_partitions;
 
 /// Configurations enumerated at most (the cartesian product before the

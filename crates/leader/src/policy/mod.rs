@@ -9,12 +9,17 @@
 //! 1. `list_fleet` (compact: the free slice ids, at most `num_agents`) and
 //!    `read_file("tune.toml")` together;
 //! 2. `spawn_agent` once per free matching slice (at most `num_agents` when
-//!    the job sets it), named `tuner-1`, `tuner-2`, ... on explicit slices;
+//!    the job sets it, else at most as many as the search budget feeds:
+//!    [`search_agents`]), named `tuner-1`, `tuner-2`, ... on explicit slices;
 //! 3. split the tune.toml configurations (constraints applied with the
 //!    MT-3000 spec) among the agents, each part a balanced sample of the
 //!    space (every parameter value spread evenly, see
 //!    [`balanced_partitions`]), and `assign_task` each its part as
-//!    `{"candidates": [{...-D map...}, ...]}`;
+//!    `{"candidates": [{...-D map...}, ...], "search_budget": n}`: the
+//!    job's evaluation budget (`Budgets.max_evaluations`, else
+//!    [`search_budget`] of the space) split evenly over the parts
+//!    ([`split_budget`]), so the whole job evaluates a small share of a
+//!    large space;
 //! 4. `collect_result` of all tasks, mode `all`, with the job's timeout
 //!    (its compact summary: `best`, `failed_tasks`, `agents` rows; see
 //!    [`crate::digest`]);
@@ -42,7 +47,7 @@ use std::collections::HashMap;
 use futures::stream;
 use mtswarm_core::model::{FinishReason, ModelEvent};
 use mtswarm_core::{ChatModel, ChatRequest, Message, ModelError, ModelStream, Role, ToolCall};
-use mtswarm_hw::tune::balanced_partitions;
+use mtswarm_hw::tune::{Config, balanced_partitions, search_agents, search_budget, split_budget};
 use mtswarm_hw::{ChipSpec, TuneSpace};
 use serde_json::{Value, json};
 
@@ -57,6 +62,8 @@ const TUNE_FILE: &str = "tune.toml";
 struct JobLine {
     num_agents: usize,
     collect_timeout_seconds: u64,
+    /// Evaluations of the whole job; `None`: [`search_budget`] of the space.
+    max_evaluations: Option<usize>,
 }
 
 impl JobLine {
@@ -75,6 +82,10 @@ impl JobLine {
         Self {
             num_agents: line["num_agents"].as_u64().unwrap_or(0) as usize,
             collect_timeout_seconds: line["collect_timeout_seconds"].as_u64().unwrap_or(600),
+            max_evaluations: line["max_evaluations"]
+                .as_u64()
+                .filter(|n| *n > 0)
+                .and_then(|n| usize::try_from(n).ok()),
         }
     }
 }
@@ -129,13 +140,13 @@ impl BuiltinLeaderPolicy {
             if retry_round {
                 return retry_assign(&history);
             }
-            return self.assign(&history, last);
+            return self.assign(&history, last, &job);
         }
         if names.contains(&"list_fleet") {
             if retry_round {
                 return retry_spawn_or_assign(&history);
             }
-            return spawn(&history, last, &job);
+            return self.spawn(&history, last, &job);
         }
         Turn::Final(failure(&format!(
             "unexpected state: the last calls were {names:?}"
@@ -221,48 +232,72 @@ fn failure(error: &str) -> String {
     )
 }
 
-fn spawn(history: &History<'_>, last: &[ToolCall], job: &JobLine) -> Turn {
-    let Some(fleet_call) = last.iter().find(|c| c.name == "list_fleet") else {
-        return Turn::Final(failure("list_fleet was not called"));
-    };
-    let fleet = match history.json_result(fleet_call) {
-        Ok(fleet) => fleet,
-        Err(error) => return Turn::Final(failure(&format!("cannot read the fleet: {error}"))),
-    };
-    let free = free_slices(&fleet);
-    if free.is_empty() {
-        return Turn::Final(failure(&format!(
-            "no free slice matches the selector {}",
-            fleet["selector"]
-        )));
+impl BuiltinLeaderPolicy {
+    /// The tune.toml configurations (constraints applied), from the
+    /// `read_file` of the first turn.
+    fn configurations(&self, history: &History<'_>) -> Result<Vec<Config>, String> {
+        history
+            .all_calls()
+            .find(|c| c.name == "read_file")
+            .and_then(|c| history.result(c))
+            .ok_or_else(|| "tune.toml was not read".to_string())
+            .and_then(|text| TuneSpace::from_toml_str(text).map_err(|e| e.to_string()))
+            .and_then(|space| space.configurations(&self.spec).map_err(|e| e.to_string()))
     }
-    let count = if job.num_agents > 0 {
-        job.num_agents.min(free.len())
-    } else {
-        free.len()
-    };
-    Turn::Calls(
-        free.iter()
-            .take(count)
-            .enumerate()
-            .map(|(i, slice)| {
-                call(
-                    &format!("spawn-{}", i + 1),
-                    "spawn_agent",
-                    json!({
-                        "name": format!("tuner-{}", i + 1),
-                        "slice_id": slice,
-                        "role": "tuner",
-                        "instructions": "Tune the kernel over the candidate configurations you are given.",
-                    }),
-                )
-            })
-            .collect(),
-    )
+
+    fn spawn(&self, history: &History<'_>, last: &[ToolCall], job: &JobLine) -> Turn {
+        let Some(fleet_call) = last.iter().find(|c| c.name == "list_fleet") else {
+            return Turn::Final(failure("list_fleet was not called"));
+        };
+        let fleet = match history.json_result(fleet_call) {
+            Ok(fleet) => fleet,
+            Err(error) => return Turn::Final(failure(&format!("cannot read the fleet: {error}"))),
+        };
+        let free = free_slices(&fleet);
+        if free.is_empty() {
+            return Turn::Final(failure(&format!(
+                "no free slice matches the selector {}",
+                fleet["selector"]
+            )));
+        }
+        let count = if job.num_agents > 0 {
+            job.num_agents.min(free.len())
+        } else {
+            // As many as the search's budget feeds (a space that cannot be
+            // read is reported by the assign step).
+            match self.configurations(history) {
+                Ok(configurations) => {
+                    let budget = job
+                        .max_evaluations
+                        .unwrap_or_else(|| search_budget(configurations.len()));
+                    search_agents(budget, configurations.len(), free.len())
+                }
+                Err(_) => free.len(),
+            }
+        };
+        Turn::Calls(
+            free.iter()
+                .take(count)
+                .enumerate()
+                .map(|(i, slice)| {
+                    call(
+                        &format!("spawn-{}", i + 1),
+                        "spawn_agent",
+                        json!({
+                            "name": format!("tuner-{}", i + 1),
+                            "slice_id": slice,
+                            "role": "tuner",
+                            "instructions": "Tune the kernel over the candidate configurations you are given.",
+                        }),
+                    )
+                })
+                .collect(),
+        )
+    }
 }
 
 impl BuiltinLeaderPolicy {
-    fn assign(&self, history: &History<'_>, last: &[ToolCall]) -> Turn {
+    fn assign(&self, history: &History<'_>, last: &[ToolCall], job: &JobLine) -> Turn {
         let mut agents = Vec::new();
         let mut refusals = Vec::new();
         for spawn in last.iter().filter(|c| c.name == "spawn_agent") {
@@ -280,14 +315,7 @@ impl BuiltinLeaderPolicy {
                 refusals.join("; ")
             )));
         }
-        let space = history
-            .all_calls()
-            .find(|c| c.name == "read_file")
-            .and_then(|c| history.result(c))
-            .ok_or_else(|| "tune.toml was not read".to_string())
-            .and_then(|text| TuneSpace::from_toml_str(text).map_err(|e| e.to_string()))
-            .and_then(|space| space.configurations(&self.spec).map_err(|e| e.to_string()));
-        let configurations = match space {
+        let configurations = match self.configurations(history) {
             Ok(configurations) if !configurations.is_empty() => configurations,
             Ok(_) => {
                 return Turn::Final(failure(
@@ -300,20 +328,25 @@ impl BuiltinLeaderPolicy {
             .into_iter()
             .map(|part| part.iter().map(|c| json!(c)).collect())
             .collect();
+        let total = job
+            .max_evaluations
+            .unwrap_or_else(|| search_budget(configurations.len()));
+        let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
+        let budgets = split_budget(total, &sizes);
         Turn::Calls(
             agents
                 .iter()
-                .zip(parts)
-                .filter(|(_, part)| !part.is_empty())
+                .zip(parts.into_iter().zip(budgets))
+                .filter(|(_, (part, _))| !part.is_empty())
                 .enumerate()
-                .map(|(i, (agent, part))| {
+                .map(|(i, (agent, (part, budget)))| {
                     call(
                         &format!("assign-{}", i + 1),
                         "assign_task",
                         json!({
                             "agent": agent,
-                            "instructions": "Compile, validate and benchmark each candidate configuration; answer with the best one.",
-                            "parameters": {"candidates": part},
+                            "instructions": "Search the candidate configurations for the fastest one within the evaluation budget; answer with the best one.",
+                            "parameters": {"candidates": part, "search_budget": budget},
                         }),
                     )
                 })
@@ -352,7 +385,8 @@ const RETRY: &str = "retry-";
 /// A partition whose task FAILED in the first collect.
 struct FailedPartition {
     agent: String,
-    candidates: Value,
+    /// The task's `parameters` (candidates and evaluation budget).
+    parameters: Value,
 }
 
 /// The failed partitions of the first collect (in its order) and the agents
@@ -378,7 +412,7 @@ fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
                 .to_string();
             let args: Value = serde_json::from_str(&c.arguments).ok()?;
             let agent = args["agent"].as_str().unwrap_or_default().to_string();
-            Some((task, (agent, args["parameters"]["candidates"].clone())))
+            Some((task, (agent, args["parameters"].clone())))
         })
         .collect();
     let failed: Vec<FailedPartition> = collected["failed_tasks"]
@@ -387,10 +421,10 @@ fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
         .flatten()
         .filter_map(Value::as_str)
         .filter_map(|task| assigned.get(task))
-        .filter(|(_, c)| c.as_array().is_some_and(|a| !a.is_empty()))
-        .map(|(agent, candidates)| FailedPartition {
+        .filter(|(_, p)| p["candidates"].as_array().is_some_and(|a| !a.is_empty()))
+        .map(|(agent, parameters)| FailedPartition {
             agent: agent.clone(),
-            candidates: candidates.clone(),
+            parameters: parameters.clone(),
         })
         .collect();
     let mut reusable: Vec<String> = Vec::new();
@@ -519,8 +553,8 @@ fn retry_assign(history: &History<'_>) -> Turn {
             "assign_task",
             json!({
                 "agent": agent,
-                "instructions": "Compile, validate and benchmark each candidate configuration; answer with the best one.",
-                "parameters": {"candidates": partition.candidates},
+                "instructions": "Search the candidate configurations for the fastest one within the evaluation budget; answer with the best one.",
+                "parameters": partition.parameters,
             }),
         ));
     }

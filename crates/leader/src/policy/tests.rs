@@ -211,3 +211,91 @@ fn no_free_slice_ends_with_an_error_answer() {
         "{text}"
     );
 }
+
+/// A space of 400 configurations (20 x 20, no constraints).
+const LARGE_SPACE: &str = r#"
+kernel = "k"
+[[param]]
+name = "A"
+values = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
+default = 1
+[[param]]
+name = "B"
+values = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
+default = 1
+"#;
+
+/// The first two turns on `space` with eight free slices: how many agents
+/// the policy spawns.
+fn spawned_on(space: &str, job_line: Value) -> (BuiltinLeaderPolicy, Vec<Message>, usize) {
+    let policy = BuiltinLeaderPolicy::new();
+    let mut messages = vec![
+        Message::system("leader"),
+        Message::user(format!("Tune it.\n\n{JOB_SPEC_PREFIX}{job_line}")),
+    ];
+    let slices: Vec<Value> = (0..8)
+        .map(|i| json!({"slice_id": format!("b0-c{i}"), "state": "free"}))
+        .collect();
+    let fleet = json!({"selector": "", "slices": slices});
+    let first = policy.decide(&messages);
+    answer(&mut messages, &first, &[&fleet.to_string(), space]);
+    let spawn = policy.decide(&messages);
+    let count = names(&spawn).iter().filter(|n| *n == "spawn_agent").count();
+    (policy, messages, count)
+}
+
+#[test]
+fn a_large_space_gets_a_tenth_of_it_as_budget_split_over_the_agents_it_feeds() {
+    // Default budget: a tenth of 400 = 40 evaluations, enough for five
+    // agents of eight: five of the eight free slices get one.
+    let (policy, mut messages, count) = spawned_on(
+        LARGE_SPACE,
+        json!({"num_agents": 0, "collect_timeout_seconds": 30}),
+    );
+    assert_eq!(count, 5);
+    let spawn = policy.decide(&messages);
+    let spawned: Vec<String> = (1..=count)
+        .map(|i| json!({"agent": format!("tuner-{i}"), "slice_id": format!("b0-c{i}")}).to_string())
+        .collect();
+    let refs: Vec<&str> = spawned.iter().map(String::as_str).collect();
+    answer(&mut messages, &spawn, &refs);
+    let Turn::Calls(calls) = policy.decide(&messages) else {
+        panic!("expected assign calls")
+    };
+    let parameters: Vec<Value> = calls
+        .iter()
+        .map(|c| serde_json::from_str::<Value>(&c.arguments).expect("json")["parameters"].clone())
+        .collect();
+    let budgets: Vec<u64> = parameters
+        .iter()
+        .map(|p| p["search_budget"].as_u64().expect("a search budget"))
+        .collect();
+    assert_eq!(budgets, vec![8; 5]);
+    let candidates: usize = parameters
+        .iter()
+        .map(|p| p["candidates"].as_array().expect("candidates").len())
+        .sum();
+    assert_eq!(
+        candidates, 400,
+        "every configuration is some agent's candidate"
+    );
+
+    // A job budget of its own: 400 evaluations feed every slice.
+    let (_, _, count) = spawned_on(
+        LARGE_SPACE,
+        json!({"num_agents": 0, "collect_timeout_seconds": 30, "max_evaluations": 400}),
+    );
+    assert_eq!(count, 8);
+    // An explicit agent count wins over the budget's.
+    let (_, _, count) = spawned_on(
+        LARGE_SPACE,
+        json!({"num_agents": 7, "collect_timeout_seconds": 30}),
+    );
+    assert_eq!(count, 7);
+    // A small space is evaluated whole, on every slice.
+    let (_, _, count) = spawned_on(
+        SPACE,
+        json!({"num_agents": 0, "collect_timeout_seconds": 30}),
+    );
+    assert_eq!(count, 3, "one agent per configuration");
+}

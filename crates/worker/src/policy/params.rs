@@ -146,8 +146,12 @@ pub struct TaskParameters {
     /// Kernel executions checked by each validate (the tool's default: 2).
     pub validate_runs: Option<u32>,
     /// Hardware calls (validate + benchmark) allowed in the whole task;
-    /// `None`: no limit.
+    /// `None`: no limit beyond `search_budget`.
     pub max_evaluations: Option<u32>,
+    /// Candidates the search plan screens at most (the finalists'
+    /// benchmarks come on top); `None`: the default share of the list
+    /// (`mtswarm_hw::tune::search_budget`) unless `max_evaluations` is set.
+    pub search_budget: Option<u32>,
     /// The plan the task asked for; `None`: chosen from the list size and
     /// the budget (see [`TaskParameters::strategy()`]).
     pub strategy: Option<Strategy>,
@@ -191,6 +195,7 @@ impl TaskParameters {
         match self.strategy {
             Some(s) => s,
             None if self.max_evaluations.is_some()
+                || self.search_budget.is_some()
                 || self.candidates.len() > self.finalists as usize =>
             {
                 Strategy::Search
@@ -290,6 +295,10 @@ impl TaskParameters {
         params.max_evaluations = small_count(
             map.get("max_evaluations").unwrap_or(&Value::Null),
             "max_evaluations",
+        )?;
+        params.search_budget = small_count(
+            map.get("search_budget").unwrap_or(&Value::Null),
+            "search_budget",
         )?;
         if let Some(n) = small_count(map.get("finalists").unwrap_or(&Value::Null), "finalists")? {
             params.finalists = n;

@@ -17,15 +17,15 @@
 //!    that (one validated launch is its figure), so candidates are
 //!    screened with a `benchmark` each (call ids `c<index>-screen`): every
 //!    screened candidate has its recorded figure at once, and the best is
-//!    known the moment it is screened. The first is the best-ranked one; after
-//!    that the one with the lowest predicted time: an additive model of
-//!    log-time over the parameter values, fitted to the screened times, that
-//!    assumes unseen values are as good as the best seen (so they get
-//!    explored) and that favours candidates whose parameter pairs were
-//!    never screened together by [`EXPLORATION`] (interactions the additive
-//!    model cannot see), never below the roofline bound; ties go to the
-//!    candidate fewest parameters away from the best so far (a walk through
-//!    its neighbours), then to the estimate rank.
+//!    known the moment it is screened. The first is the best-ranked one;
+//!    after that, the one with the highest expected improvement under a
+//!    Gaussian process fitted to the screened log-times over the
+//!    parameter values (Bayesian optimization; see `surrogate`), its
+//!    prediction never below its roofline bound; ties go to the estimate
+//!    rank. The search screens at most `search_budget` candidates (the
+//!    leader splits the job's budget over its tasks); a task without one
+//!    screens the default share of its list ([`search_budget`]): the point
+//!    is the best of the space from a small part of it.
 //! 3. **Prune.** A candidate whose roofline bound exceeds the best screened
 //!    time by more than [`PRUNE_MARGIN`] cannot win and is never run.
 //! 4. **Finalists.** The fastest screened candidates (`finalists`, default
@@ -64,12 +64,13 @@
 //! each turn (call ids `c<index>-<tool>[-r<n>]`), so a resumed session
 //! continues where it stopped.
 
-mod model;
 mod replay;
+mod surrogate;
 
 use std::collections::BTreeSet;
 
 use mtswarm_core::{Message, ToolCall};
+use mtswarm_hw::tune::search_budget;
 use serde_json::{Value, json};
 
 pub use super::params::DEFAULT_COMPILE_DEPTH;
@@ -81,10 +82,6 @@ use replay::{Known, State, replay};
 /// A candidate is pruned when its roofline bound is above the best screened
 /// time times this factor (the bound is a model, not a guarantee).
 pub const PRUNE_MARGIN: f64 = 1.1;
-/// Optimism for untried combinations: a candidate whose parameter pairs
-/// were all never screened together is predicted this much faster (in
-/// log-time), so interactions the additive model misses get explored.
-pub const EXPLORATION: f64 = 0.15;
 /// The depth grows by one, up to this, each time `wait_build` reports that
 /// the slice sat idle until the build finished (compiles slower than the
 /// launches, e.g. a host CPU shared by many slices).
@@ -148,7 +145,20 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
     if !calls.is_empty() {
         return Decision::Calls(calls);
     }
-    let budget = params.max_evaluations.unwrap_or(u32::MAX);
+    // Candidates screened at most: the task's search budget, else the
+    // default share of the list (unless only a hardware-call limit is set).
+    let screen_cap = params.search_budget.or_else(|| {
+        params
+            .max_evaluations
+            .is_none()
+            .then(|| u32::try_from(search_budget(params.candidates.len())).unwrap_or(u32::MAX))
+    });
+    // Hardware calls at most: the screenings plus the finalists' benchmarks.
+    let budget = params.max_evaluations.unwrap_or_else(|| {
+        screen_cap
+            .unwrap_or(u32::MAX)
+            .saturating_add(if state.exact { 0 } else { params.finalists })
+    });
     // With exact timing every screened candidate is benchmarked already.
     let finalists = if state.exact {
         0
@@ -156,7 +166,9 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
         params.finalists.min(budget).max(1)
     };
     let screen_tool = if state.exact { SCREEN } else { "validate" };
-    let screen_slots = budget.saturating_sub(finalists);
+    let screen_slots = budget
+        .saturating_sub(finalists)
+        .min(screen_cap.unwrap_or(u32::MAX));
     let times = state.screened_by_time();
     let screens_done = state.evaluations - state.benchmarks;
 
@@ -165,21 +177,15 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
         .min(params.compile_depth.max(MAX_ADAPTIVE_DEPTH)) as usize;
     let mut action: Option<(usize, &str)> = None;
     let mut ahead: Vec<usize> = Vec::new();
-    if screens_done < screen_slots
-        && let Some(next) = state.choose(&times, &BTreeSet::new())
-    {
-        action = Some((next, screen_tool));
-        // The likeliest next ones: the current candidates do not change
-        // the picture (the usual case once a good candidate is known).
-        // One more than the depth: a built one may run in this step too.
-        let later = (screen_slots - screens_done - 1) as usize;
-        let mut taken: BTreeSet<usize> = [next].into();
-        while ahead.len() < (depth + 1).min(later) {
-            let Some(i) = state.choose(&times, &taken) else {
-                break;
-            };
-            taken.insert(i);
-            ahead.push(i);
+    if screens_done < screen_slots {
+        let order = state.screening_order(&times);
+        if let Some((&next, rest)) = order.split_first() {
+            action = Some((next, screen_tool));
+            // The likeliest next ones: the current candidates do not change
+            // the picture (the usual case once a good candidate is known).
+            // One more than the depth: a built one may run in this step too.
+            let later = (screen_slots - screens_done - 1) as usize;
+            ahead.extend(rest.iter().take((depth + 1).min(later)));
         }
     }
     if action.is_none() && state.benchmarks < finalists && state.evaluations < budget {

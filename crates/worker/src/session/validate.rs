@@ -186,6 +186,7 @@ fn merge_budgets(session: &v1::Budgets, task: Option<&v1::Budgets>) -> v1::Budge
         max_tokens: set_or(task.max_tokens, session.max_tokens),
         device_seconds: set_or(task.device_seconds, session.device_seconds),
         wall_time_seconds: set_or(task.wall_time_seconds, session.wall_time_seconds),
+        max_evaluations: set_or(task.max_evaluations, session.max_evaluations),
     }
 }
 

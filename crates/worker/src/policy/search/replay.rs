@@ -2,13 +2,13 @@
 //! with its result and replayed into what is known of each candidate
 //! ([`State`]), and the choice of the next candidate to screen.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::LazyLock;
 
 use mtswarm_core::{Message, Role, ToolCall};
 
-use super::model::{AdditiveModel, distance, pairs};
-use super::{BOARD_INFO_ID, EXACT_TIMING, EXPLORATION, PRUNE_MARGIN, SCREEN, SLICE_IDLE};
+use super::surrogate::{Encoding, Surrogate, expected_improvement};
+use super::{BOARD_INFO_ID, EXACT_TIMING, PRUNE_MARGIN, SCREEN, SLICE_IDLE};
 use crate::policy::outcome::{CandidateOutcome, Pattern, artifact_id, capture_f64, first_line};
 use crate::policy::params::TaskParameters;
 use crate::policy::{MAX_RECOMPILES, artifact_missing};
@@ -48,6 +48,8 @@ pub(super) struct State {
     pub(super) board_known: bool,
     /// The slice's timing is exact: screening is a `benchmark`.
     pub(super) exact: bool,
+    /// Every candidate's parameter values as a point of the surrogate.
+    pub(super) encoding: Encoding,
 }
 
 /// Candidate index and round in a call id: `c<index>-<tool>[-r<n>]`.
@@ -74,6 +76,7 @@ pub(super) fn replay(params: &TaskParameters, messages: &[Message]) -> State {
         late_builds: 0,
         board_known: false,
         exact: false,
+        encoding: Encoding::new(&params.candidates.iter().collect::<Vec<_>>()),
     };
     let mut pending: HashMap<String, VecDeque<ToolCall>> = HashMap::new();
     // Artifact id -> candidate: ids restart in a new process, so an id seen
@@ -271,78 +274,58 @@ impl State {
         }
     }
 
-    /// The next candidate to screen, given the screened times `times`
-    /// (fastest first) and candidates already taken.
+    /// The candidates to screen next, in order, given the screened times
+    /// `times` (fastest first): the first is the next one, the others the
+    /// likeliest to follow when its result changes nothing.
     ///
-    /// Candidates are ordered by a predicted time: an additive model of
-    /// log-time over the parameter values fitted to the screened times
-    /// (values not seen yet are assumed as good as the best value seen for
-    /// that parameter, so they get explored), never below the roofline
-    /// bound. Ties go to the candidate closest to the best one (fewest
-    /// parameters changed), then to the estimate rank. With one screened
-    /// candidate this is a walk through its neighbours.
-    pub(super) fn choose(&self, times: &[(usize, f64)], taken: &BTreeSet<usize>) -> Option<usize> {
+    /// Before anything is screened: the best-ranked (lowest roofline
+    /// bound, else list order). After that, by expected improvement over
+    /// the best screened log-time under a Gaussian process fitted to the
+    /// screened times ([`Surrogate`]), its mean never below the candidate's
+    /// roofline bound; ties go to the estimate rank. Candidates built
+    /// ahead come first, then those still building: each was the choice a
+    /// few results ago, its build is paid for and the slice need not wait
+    /// for a compile.
+    pub(super) fn screening_order(&self, times: &[(usize, f64)]) -> Vec<usize> {
         let best = times.iter().map(|t| t.1).find(|t| t.is_finite());
         let rank: Vec<usize> = self.ranked();
-        let mut position = vec![0usize; rank.len()];
-        for (p, &i) in rank.iter().enumerate() {
-            position[i] = p;
-        }
-        let eligible: Vec<usize> = rank
+        let samples: Vec<(&[f64], f64)> = times
             .iter()
-            .copied()
-            .filter(|&i| {
+            .filter(|t| t.1.is_finite() && t.1 > 0.0)
+            .map(|t| (self.encoding.point(t.0), t.1.ln()))
+            .collect();
+        let best_log = samples.iter().map(|s| s.1).fold(f64::INFINITY, f64::min);
+        let surrogate = Surrogate::fit(&samples);
+        // (readiness: built 0, building 1, else 2; -improvement; rank).
+        let mut keyed: Vec<(u8, f64, usize, usize)> = rank
+            .iter()
+            .enumerate()
+            .filter(|&(_, &i)| {
                 !self.known[i].screened
                     && !self.known[i].benchmarked
                     && self.usable(i)
-                    && !taken.contains(&i)
                     && !self.pruned(i, best)
             })
+            .map(|(position, &i)| {
+                let readiness = if self.outcomes[i].artifact.is_some() {
+                    0
+                } else if self.known[i].building.is_some() {
+                    1
+                } else {
+                    2
+                };
+                let improvement = surrogate.as_ref().map_or(0.0, |gp| {
+                    let (mut mean, sd) = gp.predict(self.encoding.point(i));
+                    if let Some(bound) = self.outcomes[i].estimate_seconds.filter(|b| *b > 0.0) {
+                        mean = mean.max(bound.ln());
+                    }
+                    expected_improvement(best_log, mean, sd)
+                });
+                (readiness, -improvement, position, i)
+            })
             .collect();
-        let anchor = times.first().map(|t| &self.outcomes[t.0]);
-        let samples: Vec<(&CandidateOutcome, f64)> = times
-            .iter()
-            .filter(|t| t.1.is_finite() && t.1 > 0.0)
-            .map(|t| (&self.outcomes[t.0], t.1.ln()))
-            .collect();
-        let model = AdditiveModel::fit(&samples);
-        let seen_pairs: BTreeSet<(&str, &str, &str, &str)> =
-            samples.iter().flat_map(|(o, _)| pairs(o)).collect();
-        let key = |i: usize| {
-            let o = &self.outcomes[i];
-            let all = pairs(o);
-            let unseen = all.iter().filter(|p| !seen_pairs.contains(*p)).count();
-            let novelty = if all.is_empty() || samples.is_empty() {
-                0.0
-            } else {
-                unseen as f64 / all.len() as f64
-            };
-            let predicted = (model.predict(o) - EXPLORATION * novelty)
-                .exp()
-                .max(o.estimate_seconds.unwrap_or(0.0));
-            let distance = anchor.map_or(0, |a| distance(a, o));
-            (predicted, distance, position[i])
-        };
-        let order = |a: &usize, b: &usize| {
-            let (pa, da, ra) = key(*a);
-            let (pb, db, rb) = key(*b);
-            pa.total_cmp(&pb).then(da.cmp(&db)).then(ra.cmp(&rb))
-        };
-        let top = eligible.iter().copied().min_by(order)?;
-        // A candidate built ahead goes first, then one still building: it
-        // was the choice a few results ago, its build is paid for and the
-        // slice need not wait for a compile.
-        let built = eligible
-            .iter()
-            .copied()
-            .filter(|&i| self.outcomes[i].artifact.is_some())
-            .min_by(order);
-        let building = eligible
-            .iter()
-            .copied()
-            .filter(|&i| self.known[i].building.is_some())
-            .min_by(order);
-        Some(built.or(building).unwrap_or(top))
+        keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+        keyed.into_iter().map(|k| k.3).collect()
     }
 }
 
