@@ -29,6 +29,8 @@ pub struct BuiltArtifact {
     pub artifact: Artifact,
     /// The source generation at build time (see [`SessionState::source_generation`]).
     pub generation: u64,
+    /// How the built sources differ from the kernel's pristine ones.
+    pub source: crate::source_diff::SourceDiff,
 }
 
 /// What a finished build reports: the text and summary `compile` returns.
@@ -169,6 +171,8 @@ pub struct ToolEnv {
     session: Mutex<SessionState>,
     /// Pristine harness files; builds are staged from them.
     pub(crate) harness: crate::harness::HarnessStore,
+    /// Pristine kernel sources; each build is diffed against them.
+    pub(crate) pristine: crate::source_diff::PristineSources,
     /// Compiles hold it shared; a benchmark with real host timing holds it
     /// exclusively, so nothing of this session compiles while it is timed.
     pub(crate) compile_gate: Arc<tokio::sync::RwLock<()>>,
@@ -187,6 +191,7 @@ impl ToolEnv {
         harness: crate::harness::HarnessStore,
     ) -> Self {
         Self {
+            pristine: crate::source_diff::PristineSources::new(workspace.root()),
             harness,
             workspace,
             board,
