@@ -274,29 +274,12 @@ pub fn best_candidate(b: &v1::BestCandidate) -> Value {
 /// Diff lines `jobs <id>` shows of an edited best before cutting.
 const DIFF_LINES_SHOWN: usize = 40;
 
-/// `kernel.c +12 -3` for a unified diff: the files it changes and its
-/// added and removed lines.
-pub fn diff_stat(diff: &str) -> String {
-    let (mut files, mut added, mut removed) = (Vec::new(), 0, 0);
-    for line in diff.lines() {
-        if let Some(file) = line.strip_prefix("+++ ") {
-            let file = file.trim();
-            files.push(file.strip_prefix("b/").unwrap_or(file).to_string());
-        } else if line.starts_with('+') {
-            added += 1;
-        } else if line.starts_with('-') && !line.starts_with("--- ") {
-            removed += 1;
-        }
-    }
-    format!("{} +{added} -{removed}", files.join(", "))
-}
-
 /// The lines naming an edited best's source: its hash, the stat and the
 /// start of its diff.
 fn source_lines(b: &v1::BestCandidate) -> Vec<String> {
     let mut lines = vec![format!(
         "source    edited by the agent (not the pristine kernel): {}, kernel hash {}",
-        diff_stat(&b.source_diff),
+        mtswarm_report::diff_stat(&b.source_diff),
         truncate(&b.kernel_hash, 16)
     )];
     let diff: Vec<&str> = b.source_diff.lines().collect();
