@@ -745,7 +745,9 @@ async fn extra_body_fields_arrive_in_every_request_beside_the_clients_own() {
     // naming it, and nothing is sent.
     let mut config = OpenAiConfig::new(&server.base_url, "test-model");
     config.extra_body = json!({"stream": false}).as_object().unwrap().clone();
-    let error = OpenAiClient::new(config).err().expect("refused");
+    let Err(error) = OpenAiClient::new(config) else {
+        panic!("a reserved field is refused");
+    };
     assert!(error.to_string().contains("`stream`"), "{error}");
     assert_eq!(server.request_count(), 2);
 }
