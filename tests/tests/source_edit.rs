@@ -4,12 +4,14 @@
 //! `chat.completion.chunk` events) scripts both loops, as a model that
 //! edits code would drive them. The job's kernel is a naive vecadd that
 //! waits for every small DMA transfer and adds one double at a time,
-//! whatever its tune.toml knobs say. The worker agent measures two parameter candidates of it,
-//! then tries a kernel.c that games the measurement (plain C operators on
-//! 1024-bit vectors, which the emulator's cost model does not charge), and
-//! last writes a real rewrite (DMA into array memory, vector loads,
-//! double buffering: the project's tuned vecadd), compiles and
-//! benchmarks it with the same knobs as a pristine candidate.
+//! whatever its tune.toml knobs say. The worker agent measures two
+//! parameter candidates of it, then writes a kernel.c that does not build
+//! (recorded as that edit's failure, not the pristine kernel's), tries one
+//! that games the measurement (plain C operators on 1024-bit vectors,
+//! which the emulator's cost model does not charge), and last writes a
+//! real rewrite (DMA into array memory, vector loads, double buffering: the
+//! project's tuned vecadd), compiles and benchmarks it with the same knobs
+//! as a pristine candidate.
 //!
 //! What must hold: the rewrite is genuinely faster on the emulator and is
 //! the job's best in the outcome, its stored record carries the unified
@@ -26,7 +28,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mtswarm_bus::results::{ResultQuery, ResultRecord, ResultsStore};
+use mtswarm_bus::results::{CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
 use mtswarm_bus::{Bus, BusConfig};
 use mtswarm_llm::OpenAiConfig;
 use mtswarm_proto::v1;
@@ -88,6 +90,11 @@ __global__ void vecadd_kernel(uint64_t n, uint64_t exec_index, double *a, double
     }
 }
 "#;
+
+/// A first rewrite that does not build (a missing semicolon).
+fn broken_kernel() -> String {
+    NAIVE_KERNEL.replace("xa[i] = xa[i] + xb[i];", "xa[i] = xa[i] + xb[i] /* oops */")
+}
 
 /// The rewrite: the project's tuned vecadd (DMA, vectors, double buffering).
 fn improved_kernel() -> String {
@@ -222,7 +229,8 @@ fn artifact_of(compile_result: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Two pristine candidates, the gaming edit, the rewrite; one step each.
+/// Two pristine candidates, an edit that does not build, the gaming edit,
+/// the rewrite; one step each.
 fn worker_turn(body: &Value) -> Turn {
     let results = tool_results(body);
     let dir = kernel_dir(body);
@@ -243,20 +251,25 @@ fn worker_turn(body: &Value) -> Turn {
         3 => benchmark(2),
         4 => Turn::Call {
             name: "write_file",
-            arguments: json!({"path": kernel_c, "content": GAMING_KERNEL}),
+            arguments: json!({"path": kernel_c, "content": broken_kernel()}),
         },
         5 => compile(shared_defines()),
-        6 => benchmark(5),
-        7 => Turn::Call {
+        6 => Turn::Call {
+            name: "write_file",
+            arguments: json!({"path": kernel_c, "content": GAMING_KERNEL}),
+        },
+        7 => compile(shared_defines()),
+        8 => benchmark(7),
+        9 => Turn::Call {
             name: "write_file",
             arguments: json!({"path": kernel_c, "content": improved_kernel()}),
         },
-        8 => compile(shared_defines()),
-        9 => benchmark(8),
+        10 => compile(shared_defines()),
+        11 => benchmark(10),
         _ => Turn::Answer(format!(
             "The knobs change nothing on the naive kernel; the rewritten kernel.c (DMA, vectors, double buffering) is the fastest: {}\n```json\n{}\n```",
-            results[9].lines().next().unwrap_or(""),
-            json!({"best": {"defines": shared_defines(), "artifact": artifact_of(&results[8])}})
+            results[11].lines().next().unwrap_or(""),
+            json!({"best": {"defines": shared_defines(), "artifact": artifact_of(&results[10])}})
         )),
     }
 }
@@ -468,7 +481,7 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
     );
     let results = tool_results(&last);
     assert!(
-        results.len() >= 10,
+        results.len() >= 12,
         "the worker ran its script: {results:#?}"
     );
 
@@ -534,6 +547,31 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
     assert!(
         improved_gflops > 2.0 * pristine_best,
         "the rewrite is genuinely faster: {improved_gflops} GFLOPS vs {pristine_best} pristine"
+    );
+
+    // The edit that did not build is its own candidate, with its diff; the
+    // pristine kernel with the same knobs is not marked as failing.
+    let broken = candidates
+        .iter()
+        .copied()
+        .find(|r| is_edit(r, "/* oops */"))
+        .unwrap_or_else(|| panic!("a record of the broken edit: {records:#?}"));
+    assert_eq!(
+        broken.status(),
+        CandidateStatus::CompileFailed,
+        "{broken:#?}"
+    );
+    assert_eq!(broken.params, shared);
+    assert!(
+        candidates
+            .iter()
+            .all(|r| r.status() != CandidateStatus::CompileFailed || r.source_edited()),
+        "{records:#?}"
+    );
+    assert!(
+        results[5].contains("of edited sources: kernel.c +1 -1)"),
+        "the failure names the edit: {}",
+        results[5]
     );
 
     // The gaming variant: recorded with its diff, caught, never the best.

@@ -85,6 +85,11 @@ pub struct SessionState {
     pub baseline_seconds: Option<f64>,
     /// Builds started with `compile` in the background, by artifact id.
     pub background_builds: BTreeMap<String, BuildWatch>,
+    /// The sources of the latest failed builds of edited kernels, oldest
+    /// first, by build id (the failure's text names it, see
+    /// [`crate::source_diff::failed_edit_build`]): what the failed
+    /// candidate's record keeps.
+    pub failed_edits: std::collections::VecDeque<(String, crate::source_diff::SourceDiff)>,
 }
 
 impl SessionState {
@@ -218,6 +223,16 @@ impl ToolEnv {
     /// Locks the session's memory (a poisoned lock is recovered, not a panic).
     pub fn session(&self) -> MutexGuard<'_, SessionState> {
         self.session.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The sources of failed build `build_id` of edited kernel sources
+    /// (one of the latest few).
+    pub fn failed_build_source(&self, build_id: &str) -> Option<crate::source_diff::SourceDiff> {
+        self.session()
+            .failed_edits
+            .iter()
+            .find(|(id, _)| id == build_id)
+            .map(|(_, source)| source.clone())
     }
 
     /// Id of the session's slice.

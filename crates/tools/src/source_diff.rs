@@ -24,6 +24,33 @@ pub const MAX_SOURCE_DIFF_BYTES: usize = 16 * 1024;
 /// Ends a diff cut to [`MAX_SOURCE_DIFF_BYTES`].
 pub const TRUNCATION_MARKER: &str = "\\ diff truncated: ";
 
+/// Failed builds of edited sources whose diff a session keeps.
+pub(crate) const MAX_FAILED_EDITS: usize = 16;
+
+/// Starts the note a failed build of edited sources adds to its error.
+const FAILED_EDIT_NOTE: &str = "(build ";
+/// Follows the build id in that note.
+const FAILED_EDIT_TAIL: &str = " of edited sources: ";
+
+/// The note a failed build of edited sources ends its error with: its
+/// build id and what changed.
+pub(crate) fn failed_edit_note(build_id: &str, source: &SourceDiff) -> String {
+    format!(
+        "\n{FAILED_EDIT_NOTE}{build_id}{FAILED_EDIT_TAIL}{})",
+        source.stat()
+    )
+}
+
+/// The build id a failed build's error names when its sources were edited
+/// (see `ToolEnv::failed_build_source` for its diff).
+pub fn failed_edit_build(error_text: &str) -> Option<&str> {
+    let start = error_text.rfind(FAILED_EDIT_NOTE)? + FAILED_EDIT_NOTE.len();
+    let rest = &error_text[start..];
+    let end = rest.find(FAILED_EDIT_TAIL)?;
+    let id = &rest[..end];
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric())).then_some(id)
+}
+
 /// Largest source file read for a diff; a bigger one is compared by hash.
 const MAX_SOURCE_FILE_BYTES: u64 = 1 << 20;
 
@@ -283,6 +310,28 @@ mod tests {
         let body = &d.diff[..d.diff.len() - marker.len() - 1];
         assert!(body.ends_with('\n'));
         assert_eq!(bound_diff("short".into()), ("short".into(), false));
+    }
+
+    #[test]
+    fn a_failed_edit_note_names_its_build() {
+        let source = SourceDiff {
+            edited: true,
+            files: vec!["kernel.c".into()],
+            added: 2,
+            removed: 1,
+            ..SourceDiff::default()
+        };
+        let text = format!(
+            "compile failed: kernel.c:3: error{}",
+            failed_edit_note("b12", &source)
+        );
+        assert!(
+            text.ends_with("(build b12 of edited sources: kernel.c +2 -1)"),
+            "{text}"
+        );
+        assert_eq!(failed_edit_build(&text), Some("b12"));
+        assert_eq!(failed_edit_build("compile failed: (build of x"), None);
+        assert_eq!(failed_edit_build("compile failed"), None);
     }
 
     #[test]

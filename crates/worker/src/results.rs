@@ -75,6 +75,9 @@ pub(crate) struct MeasurementRecorder {
     store: ResultsStore,
     provenance: Provenance,
     ledger: Mutex<Ledger>,
+    /// The session's tools: the diff of a failed build of edited sources
+    /// (its error names only the build).
+    tools: Arc<mtswarm_tools::ToolEnv>,
 }
 
 /// What the attempt did to each candidate so far.
@@ -200,8 +203,10 @@ impl MeasurementRecorder {
         worker_id: &str,
         kernel: &str,
         model: &str,
+        tools: Arc<mtswarm_tools::ToolEnv>,
     ) -> Self {
         Self {
+            tools,
             store,
             provenance: Provenance {
                 job_id: task.job_id.clone(),
@@ -281,6 +286,13 @@ impl MeasurementRecorder {
                 .to_owned();
             ledger.touch(defines, CandidateStatus::Compiled, None, &hash);
         } else if !ok && !content.contains("unknown artifact") {
+            // An edited kernel that did not build is that edit's candidate.
+            let mut defines = defines;
+            if let Some(source) = mtswarm_tools::source_diff::failed_edit_build(content)
+                .and_then(|build| self.tools.failed_build_source(build))
+            {
+                defines.1 = source.diff;
+            }
             ledger.touch(
                 defines,
                 CandidateStatus::CompileFailed,

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::env::{BuildReport, BuiltArtifact, ToolEnv, parse_args};
 use crate::files::tool_basics;
 use crate::normalize::Shape;
-use crate::source_diff::SourceDiff;
+use crate::source_diff::{MAX_FAILED_EDITS, SourceDiff, failed_edit_note};
 
 use super::hw_error;
 
@@ -85,6 +85,29 @@ pub(crate) async fn run_build(
     let _ = std::fs::remove_dir_all(&job.staged_dir);
     // A compile error reads `compile failed: <diagnostics>`.
     built.map_err(hw_error)
+}
+
+/// A failed build of edited sources: its error names the build and the
+/// change, and the session keeps its diff for the candidate's record.
+pub(super) fn note_failed_edit(env: &ToolEnv, job: &BuildJob, error: ToolError) -> ToolError {
+    if !job.source.edited {
+        return error;
+    }
+    {
+        let mut session = env.session();
+        session
+            .failed_edits
+            .push_back((job.id.clone(), job.source.clone()));
+        while session.failed_edits.len() > MAX_FAILED_EDITS {
+            session.failed_edits.pop_front();
+        }
+    }
+    let note = failed_edit_note(&job.id, &job.source);
+    match error {
+        ToolError::InvalidArgs(message) => ToolError::InvalidArgs(message + &note),
+        ToolError::Failed(message) => ToolError::Failed(message + &note),
+        other => other,
+    }
 }
 
 /// Record a finished build in the session and describe it.
@@ -216,7 +239,9 @@ impl Tool for Compile {
         let gate = self.0.compile_gate.clone();
         if !args.background.unwrap_or(false) {
             ctx.progress(format!("compiling {shown} as {}", job.id), None);
-            let artifact = run_build(board, gate, &job).await?;
+            let artifact = run_build(board, gate, &job)
+                .await
+                .map_err(|e| note_failed_edit(&self.0, &job, e))?;
             let source = job.source.clone();
             return Ok(build_output(
                 record_build(&self.0, job, artifact),
@@ -234,7 +259,10 @@ impl Tool for Compile {
                     Some(env) => Ok(record_build(&env, job, artifact)),
                     None => return,
                 },
-                Err(e) => Err(e),
+                Err(e) => match env.upgrade() {
+                    Some(env) => Err(note_failed_edit(&env, &job, e)),
+                    None => return,
+                },
             };
             publish.send_replace(Some(result));
         });
