@@ -350,7 +350,13 @@ async fn undecodable_payloads_are_skipped_not_fatal() {
 
 #[tokio::test]
 async fn jsonl_and_csv_exports_parse_back() {
-    let records = sample_records();
+    let mut records = sample_records();
+    // A candidate built from edited sources: the diff travels in JSONL, the
+    // CSV says it was edited.
+    let edited = records[1]
+        .clone()
+        .with_source_diff(Some("--- a/k.c\n+++ b/k.c\n@@ -1 +1 @@\n-a\n+b\n".into()));
+    records[1] = edited;
     let mut jsonl = Vec::new();
     to_jsonl(&records, &mut jsonl).expect("jsonl");
     let text = String::from_utf8(jsonl.clone()).expect("utf8");
@@ -395,6 +401,8 @@ async fn jsonl_and_csv_exports_parse_back() {
             record.gflops
         );
     }
+    assert_eq!(&rows[1][column("source_edited")], "true");
+    assert_eq!(&rows[0][column("source_edited")], "false");
     assert_eq!(&rows[3][column("param.ROWS_PER_CORE")], "8");
     assert_eq!(&rows[0][column("param.ROWS_PER_CORE")], "");
     assert_eq!(&rows[0][column("samples_s")], "0.5 0.25 0.75");

@@ -60,6 +60,13 @@ pub struct LlmArgs {
     /// the system message and calls are read from JSON in the reply).
     #[arg(long, env = "MTSWARM_LLM_TOOL_MODE", value_enum, default_value_t = ToolModeArg::Native)]
     pub llm_tool_mode: ToolModeArg,
+    /// JSON object merged into every request to --llm-url, for fields the
+    /// server takes beyond the OpenAI schema, e.g.
+    /// `{"chat_template_kwargs": {"enable_thinking": false}}` (Qwen on
+    /// vLLM) or `{"top_k": 20}`. Fields mtswarm sets itself (model,
+    /// messages, tools, stream, ...) are refused at start-up.
+    #[arg(long, env = "MTSWARM_LLM_EXTRA_BODY")]
+    pub llm_extra_body: Option<String>,
 }
 
 /// `--llm-tool-mode`.
@@ -117,6 +124,19 @@ impl LlmArgs {
             return Ok(Some(key.trim().to_string()).filter(|k| !k.is_empty()));
         }
         Ok(self.llm_api_key.clone().filter(|k| !k.is_empty()))
+    }
+
+    /// The parsed `--llm-extra-body` (empty without one); a malformed
+    /// object or a reserved field is an error naming it.
+    pub(crate) fn extra_body(&self) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+        match self
+            .llm_extra_body
+            .as_deref()
+            .filter(|b| !b.trim().is_empty())
+        {
+            Some(text) => Ok(mtswarm_llm::openai::parse_extra_body(text)?),
+            None => Ok(serde_json::Map::new()),
+        }
     }
 
     /// The endpoint settings when both URL and model are given; an error
@@ -474,7 +494,9 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     }
     let api_key = cmd.llm.api_key("leader")?;
     if let Some((url, model)) = cmd.llm.endpoint()? {
-        let mut llm = OpenAiConfig::new(url, model).with_tool_mode(cmd.llm.llm_tool_mode.mode());
+        let mut llm = OpenAiConfig::new(url, model)
+            .with_tool_mode(cmd.llm.llm_tool_mode.mode())
+            .with_extra_body(cmd.llm.extra_body()?)?;
         if let Some(key) = api_key {
             llm = llm.with_api_key(key);
         }
@@ -560,6 +582,7 @@ pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result
     config.model_endpoints = cmd.llm.model_endpoints.clone();
     config.context_placement = cmd.llm.llm_context_in.placement();
     config.llm_tool_mode = cmd.llm.llm_tool_mode.mode();
+    config.llm_extra_body = cmd.llm.extra_body()?;
     config.llm_api_key_file = cmd.llm.llm_api_key_file.clone();
     config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
         (Some(path), _) => WorkerModel::Replay(path.clone()),

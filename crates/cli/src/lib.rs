@@ -320,6 +320,41 @@ mod tests {
     }
 
     #[test]
+    fn an_extra_body_is_parsed_and_a_reserved_field_is_refused_by_name() {
+        let llm_of = |body: &str| {
+            let cli = Cli::try_parse_from([
+                "mtswarm",
+                "worker",
+                "--fleet",
+                "fleet.toml",
+                "--board",
+                "board0",
+                "--llm-url",
+                "http://127.0.0.1:8000/v1",
+                "--llm-model",
+                "qwen",
+                "--llm-extra-body",
+                body,
+            ])
+            .expect("parses");
+            let super::Command::Worker(worker) = cli.command else {
+                panic!("not a worker: {:?}", cli.command);
+            };
+            worker.llm
+        };
+        let fields = llm_of(r#"{"chat_template_kwargs": {"enable_thinking": false}}"#)
+            .extra_body()
+            .expect("a valid extra body");
+        assert_eq!(fields["chat_template_kwargs"]["enable_thinking"], false);
+        let error = llm_of(r#"{"top_k": 20, "stream": false}"#)
+            .extra_body()
+            .expect_err("a reserved field");
+        assert!(error.to_string().contains("`stream`"), "{error}");
+        let error = llm_of("[]").extra_body().expect_err("not an object");
+        assert!(error.to_string().contains("an array"), "{error}");
+    }
+
+    #[test]
     fn mcp_serves_stdio_by_default_and_http_on_loopback_when_asked() {
         let http_of = |args: &[&str]| {
             let cli = Cli::try_parse_from(args).expect("parses");

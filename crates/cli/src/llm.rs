@@ -34,6 +34,10 @@ pub struct LlmCheckCmd {
     /// File holding the endpoint's API key (else MTSWARM_LLM_API_KEY).
     #[arg(long, env = "MTSWARM_LLM_API_KEY_FILE")]
     pub llm_api_key_file: Option<PathBuf>,
+    /// JSON object merged into every probing request (as the daemons'
+    /// `--llm-extra-body`), e.g. `{"chat_template_kwargs": {"enable_thinking": false}}`.
+    #[arg(long, env = "MTSWARM_LLM_EXTRA_BODY")]
+    pub llm_extra_body: Option<String>,
     /// Seconds to wait for each probing request.
     #[arg(long, env = "MTSWARM_LLM_CHECK_TIMEOUT", default_value_t = 60)]
     pub timeout: u64,
@@ -62,6 +66,13 @@ async fn check(cmd: LlmCheckCmd) -> anyhow::Result<ExitCode> {
     };
     if let Some(key) = key.filter(|k| !k.is_empty()) {
         config = config.with_api_key(key);
+    }
+    if let Some(text) = cmd
+        .llm_extra_body
+        .as_deref()
+        .filter(|t| !t.trim().is_empty())
+    {
+        config.extra_body = mtswarm_llm::openai::parse_extra_body(text)?;
     }
     let report = probe(config, Duration::from_secs(cmd.timeout.max(1)))
         .await

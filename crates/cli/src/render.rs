@@ -266,7 +266,35 @@ pub fn best_candidate(b: &v1::BestCandidate) -> Value {
         "record_ids": b.record_ids,
         "speedup_over_baseline": b.speedup_over_baseline,
         "baseline_record_id": b.baseline_record_id,
+        "source_edited": b.source_edited,
+        "source_diff": b.source_diff,
     })
+}
+
+/// Diff lines `jobs <id>` shows of an edited best before cutting.
+const DIFF_LINES_SHOWN: usize = 40;
+
+/// The lines naming an edited best's source: its hash, the stat and the
+/// start of its diff.
+fn source_lines(b: &v1::BestCandidate) -> Vec<String> {
+    let mut lines = vec![format!(
+        "source    edited by the agent (not the pristine kernel): {}, kernel hash {}",
+        mtswarm_report::diff_stat(&b.source_diff),
+        truncate(&b.kernel_hash, 16)
+    )];
+    let diff: Vec<&str> = b.source_diff.lines().collect();
+    lines.extend(
+        diff.iter()
+            .take(DIFF_LINES_SHOWN)
+            .map(|l| format!("          {l}")),
+    );
+    if diff.len() > DIFF_LINES_SHOWN {
+        lines.push(format!(
+            "          ... {} more diff lines (`--json` shows all)",
+            diff.len() - DIFF_LINES_SHOWN
+        ));
+    }
+    lines
 }
 
 /// Lines for people describing an outcome (empty when there is none).
@@ -299,6 +327,9 @@ pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
                 b.kernel,
                 truncate(&b.kernel_hash, 16)
             ));
+            if b.source_edited {
+                lines.extend(source_lines(b));
+            }
             lines.push(format!("records   {}", b.record_ids.join(", ")));
         }
         None => lines.push(format!("no result {}", o.failure_reason)),
@@ -678,5 +709,38 @@ mod tests {
         let lines = outcome_lines(Some(&outcome)).join("\n");
         assert!(lines.contains("no price for the model"), "{lines}");
         assert_eq!(cost_cell(None), "-");
+    }
+
+    #[test]
+    fn an_edited_best_names_its_source_with_hash_stat_and_diff() {
+        let diff: String = "--- a/kernel.c\n+++ b/kernel.c\n@@ -1,2 +1,2 @@\n-old\n+new\n ctx\n"
+            .to_string()
+            + &(0..50).map(|i| format!("+more {i}\n")).collect::<String>();
+        let mut best = v1::BestCandidate {
+            kernel: "vecadd".into(),
+            kernel_hash: "0123456789abcdef0123".into(),
+            source_edited: true,
+            source_diff: diff,
+            ..Default::default()
+        };
+        let outcome = v1::JobOutcome {
+            best: Some(best.clone()),
+            ..Default::default()
+        };
+        let lines = outcome_lines(Some(&outcome)).join("\n");
+        assert!(
+            lines.contains("source    edited by the agent (not the pristine kernel): kernel.c +51 -1, kernel hash 0123456789abcde"),
+            "{lines}"
+        );
+        assert!(lines.contains("          -old\n          +new"), "{lines}");
+        assert!(lines.contains("more diff lines"), "{lines}");
+        assert_eq!(best_candidate(&best)["source_edited"], true);
+        best.source_edited = false;
+        best.source_diff.clear();
+        let outcome = v1::JobOutcome {
+            best: Some(best),
+            ..Default::default()
+        };
+        assert!(!outcome_lines(Some(&outcome)).join("\n").contains("source "));
     }
 }

@@ -254,7 +254,11 @@ impl LeaderConfig {
                 let config = OpenAiConfig::from_lookup(|name| match name {
                     mtswarm_llm::openai::ENV_MODEL => Some(settings.model.clone()),
                     mtswarm_llm::openai::ENV_URL => Some(url.clone()),
-                    mtswarm_llm::openai::ENV_API_KEY | mtswarm_llm::openai::ENV_OPENAI_API_KEY
+                    // Key and extra body fields belong to the daemon's
+                    // own endpoint.
+                    mtswarm_llm::openai::ENV_API_KEY
+                    | mtswarm_llm::openai::ENV_OPENAI_API_KEY
+                    | mtswarm_llm::openai::ENV_EXTRA_BODY
                         if !key_allowed =>
                     {
                         None

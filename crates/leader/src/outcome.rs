@@ -8,7 +8,9 @@
 //! of [`crate::results`] applies to measurements too: a record of a stale
 //! attempt is not the job's). The best is the fastest usable record
 //! (valid, unflagged, benchmarked with a median time; ranked by GFLOPS,
-//! then by median time); its speed-up is
+//! then by median time), whether it was built from the pristine kernel or
+//! from sources an agent edited (the outcome then names the edit: its
+//! diff, and the hash of the edited sources); its speed-up is
 //! over the kernel's tune.toml baseline measured in the same job on the
 //! same kind of slice (backend and cores), when such a record exists.
 
@@ -220,6 +222,8 @@ fn best_candidate(
             .filter(|_| speedup.is_some())
             .map(|(r, _)| r.record_id.clone())
             .unwrap_or_default(),
+        source_edited: best.source_edited(),
+        source_diff: best.source_diff.clone().unwrap_or_default(),
     }
 }
 
@@ -301,8 +305,16 @@ pub fn summary_line(best: &v1::BestCandidate) -> String {
         .speedup_over_baseline
         .map(|s| format!(", {s:.1}x over the tune.toml baseline"))
         .unwrap_or_default();
+    let source = if best.source_edited {
+        format!(
+            ", built from edited sources (kernel hash {})",
+            best.kernel_hash.chars().take(16).collect::<String>()
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "Best {params}: {:.2} GFLOPS, median {:.4e} s, {:.1}% of the peak of {} cores{speedup}, on slice {} ({}) by {}",
+        "Best {params}: {:.2} GFLOPS, median {:.4e} s, {:.1}% of the peak of {} cores{speedup}, on slice {} ({}) by {}{source}",
         best.gflops,
         best.median_seconds,
         best.peak_percent,
@@ -410,6 +422,38 @@ mod tests {
             [("benchmarked".to_string(), 2), ("invalid".to_string(), 1)].into()
         );
         assert!(outcome.failure_reason.is_empty());
+    }
+
+    #[test]
+    fn an_edited_kernel_can_be_the_best_and_the_outcome_names_its_edit() {
+        let tasks = [task("t1", 1, Some(v1::TaskStatus::Ok))];
+        let pristine = record("p", "t1", 1, Some(5.0), true);
+        let mut edited = record("e", "t1", 1, Some(9.0), true).with_source_diff(Some(
+            "--- a/kernel.c\n+++ b/kernel.c\n@@ -1 +1 @@\n-a\n+b\n".into(),
+        ));
+        edited.kernel_hash = "edited-hash".into();
+        // The same defines built from the pristine source do not back the
+        // edited figure.
+        edited.params = pristine.params.clone();
+        let outcome = from_records(&tasks, &[pristine.clone(), edited.clone()]);
+        let best = outcome.best.expect("a best");
+        assert!(best.source_edited, "{best:?}");
+        assert_eq!(best.kernel_hash, "edited-hash");
+        assert_eq!(best.record_ids, vec!["e".to_string()]);
+        assert_eq!(
+            best.source_diff,
+            edited.source_diff.clone().unwrap_or_default()
+        );
+        assert!(
+            summary_line(&best).contains("built from edited sources (kernel hash edited-hash)")
+        );
+        // Pristine and faster: the outcome says nothing of edits.
+        let faster = record("f", "t1", 1, Some(20.0), true);
+        let best = from_records(&tasks, &[pristine, edited, faster])
+            .best
+            .expect("a best");
+        assert!(!best.source_edited && best.source_diff.is_empty());
+        assert!(!summary_line(&best).contains("edited"));
     }
 
     #[test]

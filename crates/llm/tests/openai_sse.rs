@@ -706,3 +706,48 @@ async fn crlf_line_endings_and_event_without_space_are_accepted() {
         ]
     );
 }
+
+#[tokio::test]
+async fn extra_body_fields_arrive_in_every_request_beside_the_clients_own() {
+    let reply = || {
+        Reply::Sse(whole(sse_text(&[
+            delta(json!({"role": "assistant", "content": "ok"})),
+            finish("stop"),
+        ])))
+    };
+    let server = TestServer::start(vec![reply(), reply()]).await;
+    let extra = mtswarm_llm::openai::parse_extra_body(
+        r#"{"chat_template_kwargs": {"enable_thinking": false}, "top_k": 20}"#,
+    )
+    .unwrap();
+    let client = server.client_with(|c| c.with_extra_body(extra).unwrap());
+    for _ in 0..2 {
+        let (events, error) = run(&client, simple_request()).await.unwrap();
+        assert!(error.is_none(), "{error:?}");
+        assert!(events.contains(&text("ok")), "{events:?}");
+    }
+    assert_eq!(server.request_count(), 2);
+    for index in 0..2 {
+        let body = server.request(index).body;
+        assert_eq!(
+            body["chat_template_kwargs"],
+            json!({"enable_thinking": false}),
+            "{body}"
+        );
+        assert_eq!(body["top_k"], 20, "{body}");
+        // What the client sets is untouched.
+        assert_eq!(body["model"], "test-model");
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["messages"][1]["content"], "hello");
+    }
+
+    // A field the client sets itself is refused when the client is made,
+    // naming it, and nothing is sent.
+    let mut config = OpenAiConfig::new(&server.base_url, "test-model");
+    config.extra_body = json!({"stream": false}).as_object().unwrap().clone();
+    let Err(error) = OpenAiClient::new(config) else {
+        panic!("a reserved field is refused");
+    };
+    assert!(error.to_string().contains("`stream`"), "{error}");
+    assert_eq!(server.request_count(), 2);
+}

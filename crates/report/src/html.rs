@@ -105,6 +105,13 @@ pub(crate) fn render(report: &JobReport) -> String {
     );
     row(
         &mut out,
+        "best source",
+        &best
+            .map(crate::Candidate::source_label)
+            .unwrap_or_else(|| "-".to_string()),
+    );
+    row(
+        &mut out,
         "baseline GFLOPS",
         &report
             .baseline
@@ -152,6 +159,14 @@ pub(crate) fn render(report: &JobReport) -> String {
     }
     out.push_str("</tbody></table>\n");
     let _ = writeln!(out, "<p class=\"definitions\">{}</p>", escape(DEFINITIONS));
+
+    if let Some(diff) = best.and_then(|b| b.source_diff.as_deref()) {
+        out.push_str("<h2>The best's edited source</h2>\n<pre id=\"best-source-diff\">");
+        out.push_str(&escape(diff));
+        out.push_str(
+            "</pre>\n<p class=\"definitions\">The best candidate was built from kernel sources an agent wrote: the unified diff against the pristine kernel the task started from. The harness (host.c, tune.toml, the reference) was the pristine one.</p>\n",
+        );
+    }
 
     status_section(&mut out, report);
 

@@ -82,6 +82,45 @@ pub struct Candidate {
     pub agent: String,
     /// Hash of the kernel source it was built from.
     pub kernel_hash: String,
+    /// Diff of its kernel sources against the pristine kernel; `None` when
+    /// built from the pristine kernel.
+    pub source_diff: Option<String>,
+}
+
+impl Candidate {
+    /// Built from kernel sources an agent edited.
+    pub fn source_edited(&self) -> bool {
+        self.source_diff.as_deref().is_some_and(|d| !d.is_empty())
+    }
+
+    /// `edited: kernel.c +12 -3 (kernel 0123456789ab)` or `pristine kernel`.
+    pub fn source_label(&self) -> String {
+        match self.source_diff.as_deref().filter(|d| !d.is_empty()) {
+            Some(diff) => format!(
+                "edited: {} (kernel {})",
+                diff_stat(diff),
+                self.kernel_hash.chars().take(12).collect::<String>()
+            ),
+            None => "pristine kernel".to_string(),
+        }
+    }
+}
+
+/// `kernel.c +12 -3`: the files a unified diff changes and its added and
+/// removed lines.
+pub fn diff_stat(diff: &str) -> String {
+    let (mut files, mut added, mut removed) = (Vec::new(), 0, 0);
+    for line in diff.lines() {
+        if let Some(file) = line.strip_prefix("+++ ") {
+            let file = file.trim();
+            files.push(file.strip_prefix("b/").unwrap_or(file).to_string());
+        } else if line.starts_with('+') {
+            added += 1;
+        } else if line.starts_with('-') && !line.starts_with("--- ") {
+            removed += 1;
+        }
+    }
+    format!("{} +{added} -{removed}", files.join(", "))
 }
 
 /// The reference the speedup is measured against (the naive kernel).
@@ -218,6 +257,12 @@ pub struct BestSummary {
     pub slice: String,
     /// Hash of the kernel source it was built from.
     pub kernel_hash: String,
+    /// Built from kernel sources an agent edited (see `source_diff`).
+    #[serde(default)]
+    pub source_edited: bool,
+    /// Diff of those sources against the pristine kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_diff: Option<String>,
 }
 
 /// The baseline in a [`ReportSummary`].
@@ -250,6 +295,7 @@ fn candidate_of(record: &ResultRecord) -> Candidate {
         slice: record.slice_id.clone(),
         agent: record.agent_id.clone(),
         kernel_hash: record.kernel_hash.clone(),
+        source_diff: record.source_diff.clone().filter(|d| !d.is_empty()),
     }
 }
 
@@ -532,6 +578,8 @@ impl JobReport {
                 peak_fraction: b.peak_fraction,
                 slice: b.slice.clone(),
                 kernel_hash: b.kernel_hash.clone(),
+                source_edited: b.source_edited(),
+                source_diff: b.source_diff.clone(),
             }),
             baseline: self.baseline.as_ref().map(|b| BaselineSummary {
                 gflops: b.gflops,

@@ -45,6 +45,11 @@ pub(crate) fn render(report: &JobReport) -> String {
                 .unwrap_or_else(|| "-".to_string()),
         ),
         (
+            "best source",
+            best.map(crate::Candidate::source_label)
+                .unwrap_or_else(|| "-".to_string()),
+        ),
+        (
             "baseline GFLOPS",
             report
                 .baseline

@@ -531,3 +531,60 @@ fn a_recorded_baseline_is_the_reference_and_no_candidate() {
     // Its slice time still counts as busy: the window starts with it.
     assert_eq!(report.started_at_ms, T0);
 }
+
+#[test]
+fn an_edited_best_is_named_with_its_hash_and_its_diff() {
+    let mut records = sample_records();
+    let mut edited = record(
+        "r8",
+        "board0/c0",
+        "agent-a",
+        params(&[("TILE", "64"), ("UNROLL", "4")]),
+        Some(300.0),
+        60,
+        2.0,
+    )
+    .with_source_diff(Some(
+        "--- a/kernel.c\n+++ b/kernel.c\n@@ -1,2 +1,2 @@\n-scalar <loop>\n+vector loop\n ctx\n"
+            .into(),
+    ));
+    edited.kernel_hash = "0badc0de99887766".into();
+    records.push(edited);
+    let report = JobReport::from_records("job-42", "dgemm", &records, None, &[]);
+    let best = report.best.as_ref().expect("best");
+    assert_eq!(best.gflops, 300.0);
+    assert!(best.source_edited());
+    assert_eq!(
+        best.source_label(),
+        "edited: kernel.c +1 -1 (kernel 0badc0de9988)"
+    );
+
+    let text = report.render_terminal();
+    assert_contains(&text, "edited: kernel.c +1 -1 (kernel 0badc0de9988)");
+
+    let html = report.render_html();
+    parse_xml(&html);
+    assert_contains(
+        inside(&html, "table", "summary"),
+        "edited: kernel.c +1 -1 (kernel 0badc0de9988)",
+    );
+    let diff = inside(&html, "pre", "best-source-diff");
+    assert_contains(diff, "-scalar &lt;loop&gt;\n+vector loop");
+
+    let summary = serde_json::to_value(report.summary(None)).expect("json");
+    assert_eq!(summary["best"]["source_edited"], true);
+    assert_eq!(summary["best"]["kernel_hash"], "0badc0de99887766");
+    assert!(
+        summary["best"]["source_diff"]
+            .as_str()
+            .is_some_and(|d| d.contains("+vector loop"))
+    );
+
+    // The pristine best of the sample says so, and carries no diff.
+    let pristine = sample_report();
+    assert_contains(&pristine.render_terminal(), "pristine kernel");
+    assert!(!pristine.render_html().contains("best-source-diff"));
+    let summary = serde_json::to_value(pristine.summary(None)).expect("json");
+    assert_eq!(summary["best"]["source_edited"], false);
+    assert!(summary["best"].get("source_diff").is_none());
+}

@@ -99,7 +99,9 @@ pub(crate) async fn measure_baseline(
             kernel_dir: shown.clone(),
             message: e.to_string(),
         })?;
+    let source = env.pristine.diff(&dir, &staged_dir);
     let job = BuildJob {
+        source,
         staged_dir,
         out_dir: env.workspace.root().join(".build").join(&id),
         kernel_dir_rel: env.workspace.relative(&dir),

@@ -29,6 +29,8 @@ pub struct BuiltArtifact {
     pub artifact: Artifact,
     /// The source generation at build time (see [`SessionState::source_generation`]).
     pub generation: u64,
+    /// How the built sources differ from the kernel's pristine ones.
+    pub source: crate::source_diff::SourceDiff,
 }
 
 /// What a finished build reports: the text and summary `compile` returns.
@@ -83,6 +85,11 @@ pub struct SessionState {
     pub baseline_seconds: Option<f64>,
     /// Builds started with `compile` in the background, by artifact id.
     pub background_builds: BTreeMap<String, BuildWatch>,
+    /// The sources of the latest failed builds of edited kernels, oldest
+    /// first, by build id (the failure's text names it, see
+    /// [`crate::source_diff::failed_edit_build`]): what the failed
+    /// candidate's record keeps.
+    pub failed_edits: std::collections::VecDeque<(String, crate::source_diff::SourceDiff)>,
 }
 
 impl SessionState {
@@ -169,6 +176,8 @@ pub struct ToolEnv {
     session: Mutex<SessionState>,
     /// Pristine harness files; builds are staged from them.
     pub(crate) harness: crate::harness::HarnessStore,
+    /// Pristine kernel sources; each build is diffed against them.
+    pub(crate) pristine: crate::source_diff::PristineSources,
     /// Compiles hold it shared; a benchmark with real host timing holds it
     /// exclusively, so nothing of this session compiles while it is timed.
     pub(crate) compile_gate: Arc<tokio::sync::RwLock<()>>,
@@ -187,6 +196,7 @@ impl ToolEnv {
         harness: crate::harness::HarnessStore,
     ) -> Self {
         Self {
+            pristine: crate::source_diff::PristineSources::new(workspace.root()),
             harness,
             workspace,
             board,
@@ -213,6 +223,16 @@ impl ToolEnv {
     /// Locks the session's memory (a poisoned lock is recovered, not a panic).
     pub fn session(&self) -> MutexGuard<'_, SessionState> {
         self.session.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The sources of failed build `build_id` of edited kernel sources
+    /// (one of the latest few).
+    pub fn failed_build_source(&self, build_id: &str) -> Option<crate::source_diff::SourceDiff> {
+        self.session()
+            .failed_edits
+            .iter()
+            .find(|(id, _)| id == build_id)
+            .map(|(_, source)| source.clone())
     }
 
     /// Id of the session's slice.

@@ -25,6 +25,7 @@ pub mod lock;
 mod normalize;
 pub mod preview;
 pub mod results;
+pub mod source_diff;
 pub mod workspace;
 
 use std::path::PathBuf;
@@ -165,6 +166,20 @@ impl ToolSet {
         kernel_dir: &str,
     ) -> Result<baseline::BaselineMeasurement, baseline::BaselineError> {
         baseline::measure_baseline(&self.env, kernel_dir).await
+    }
+
+    /// The pristine sources of the workspace's kernel directory
+    /// `kernel_dir` are those of `origin` (the kernel root's copy the
+    /// workspace's was made from): every build's diff is taken against
+    /// them, so a resumed session's earlier edits still show as edits.
+    pub fn register_pristine(
+        &self,
+        kernel_dir: &str,
+        origin: &std::path::Path,
+    ) -> Result<(), PathError> {
+        let dir = self.env.workspace.resolve(kernel_dir)?;
+        self.env.pristine.register(&dir, origin);
+        Ok(())
     }
 
     /// One tool by name.

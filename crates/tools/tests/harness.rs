@@ -95,3 +95,76 @@ async fn a_harness_changed_on_disk_is_not_used() {
         out.content
     );
 }
+
+#[tokio::test]
+async fn an_edited_kernel_builds_with_its_diff_against_the_registered_pristine_source() {
+    let (ws, tools) = tools();
+    let pristine =
+        std::fs::read_to_string(examples_dir().join("vecadd/kernel.c")).expect("kernel.c");
+    // Edited before the session's first build (a resumed session finds its
+    // earlier edits): the kernel root's copy is still the pristine one.
+    let edited = pristine.replace(
+        "const mtswarm_vdouble one = vec_svbcast(1.0);",
+        "const mtswarm_vdouble one = vec_svbcast(1.0); /* edited */",
+    );
+    assert_ne!(edited, pristine);
+    std::fs::write(ws.path().join("vecadd/kernel.c"), &edited).expect("edit");
+    tools
+        .register_pristine("vecadd", &examples_dir().join("vecadd"))
+        .expect("register");
+    let defines = json!({"N": "16384", "CHUNK": "1024"});
+    let built = call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": defines}),
+    )
+    .await
+    .expect("compile");
+    let data = built.data.as_ref().expect("data");
+    assert_eq!(data["source_edited"], true, "{data}");
+    assert_eq!(data["source_changes"], "kernel.c +1 -1", "{data}");
+    let diff = data["source_diff"].as_str().expect("a diff");
+    assert!(
+        diff.starts_with("--- a/kernel.c\n+++ b/kernel.c\n") && diff.contains("/* edited */"),
+        "{diff}"
+    );
+    assert!(
+        built.content.contains("edited sources"),
+        "{}",
+        built.content
+    );
+    let bench = call(
+        &tools,
+        "benchmark",
+        json!({"cores": 2, "warmup": 0, "repeats": 1}),
+    )
+    .await
+    .expect("benchmark");
+    let data = bench.data.as_ref().expect("data");
+    assert_eq!(data["source"]["edited"], true, "{data}");
+    assert_eq!(data["source"]["diff"], diff);
+    assert_eq!(data["summary"]["source_edited"], true);
+    assert!(bench.content.contains("built from edited sources"));
+
+    // Back to the pristine text: no diff, and the hash of the pristine build.
+    std::fs::write(ws.path().join("vecadd/kernel.c"), &pristine).expect("revert");
+    let built = call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": defines}),
+    )
+    .await
+    .expect("compile");
+    let data = built.data.as_ref().expect("data");
+    assert!(data.get("source_diff").is_none() && data.get("source_edited").is_none());
+    let bench = call(
+        &tools,
+        "benchmark",
+        json!({"cores": 2, "warmup": 0, "repeats": 1}),
+    )
+    .await
+    .expect("benchmark");
+    let data = bench.data.as_ref().expect("data");
+    assert_eq!(data["source"]["edited"], false, "{data}");
+    assert_eq!(data["source"]["diff"], "");
+}

@@ -185,6 +185,9 @@ pub struct WorkerConfig {
     pub context_placement: InjectionPlacement,
     /// How tools reach the daemon's own endpoint (`--llm-tool-mode`).
     pub llm_tool_mode: mtswarm_llm::ToolMode,
+    /// Fields merged into every request to the daemon's own endpoint
+    /// (`--llm-extra-body`; checked by `mtswarm_llm::openai::parse_extra_body`).
+    pub llm_extra_body: serde_json::Map<String, serde_json::Value>,
     /// What an undecided call gets after the timeout.
     pub approval_default: DefaultVerdict,
     /// The leader's public decision key: with it only decisions the leader
@@ -256,6 +259,7 @@ impl WorkerConfig {
             approval_timeout: Duration::from_secs(600),
             context_placement: InjectionPlacement::default(),
             llm_tool_mode: mtswarm_llm::ToolMode::Native,
+            llm_extra_body: serde_json::Map::new(),
             approval_default: DefaultVerdict::Deny,
             leader_key: None,
             drain_grace: Duration::from_secs(60),

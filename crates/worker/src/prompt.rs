@@ -24,8 +24,9 @@ const KERNEL_STRUCTURE: &str = "\n## The kernel\n\
     unroll, keep more vectors in flight, overlap DMA with compute (double or triple \
     buffering), fuse loads, block for AM and GSM, reorder loops for the DMA startup cost. \
     Keep the entry point's name and signature. An edited kernel is a candidate like any \
-    other: compile (which reports its kernel_hash), validate, then benchmark it; its record \
-    carries that hash, and the fastest valid benchmark of any variant is the job's best.\n";
+    other: compile (which reports its kernel_hash and that the sources are edited), validate, \
+    then benchmark it; its record carries that hash and the diff against the pristine kernel, \
+    and the fastest valid benchmark of any variant is the job's best.\n";
 
 /// The system prompt of a worker session.
 pub fn worker_system_prompt(

@@ -67,12 +67,17 @@ impl ResultsSource for BusResults {
 /// happens (a measurement record), and at the end of the attempt one record
 /// per other candidate the agent touched (compiled, failed to compile,
 /// invalid, screened) or that its answer lists as skipped (pruned, not
-/// run), each with its status and reason. A candidate is its `-D` map; one
-/// that was benchmarked gets no second record.
+/// run), each with its status and reason. A candidate is its `-D` map and
+/// its source (the diff of the kernel sources it was built from against the
+/// pristine kernel, empty for the pristine one); one that was benchmarked
+/// gets no second record.
 pub(crate) struct MeasurementRecorder {
     store: ResultsStore,
     provenance: Provenance,
     ledger: Mutex<Ledger>,
+    /// The session's tools: the diff of a failed build of edited sources
+    /// (its error names only the build).
+    tools: Arc<mtswarm_tools::ToolEnv>,
 }
 
 /// What the attempt did to each candidate so far.
@@ -81,13 +86,16 @@ struct Ledger {
     /// Tool call id -> (tool, arguments), for results that do not repeat
     /// their arguments (a failed compile).
     calls: HashMap<String, (String, Value)>,
-    /// Artifact id -> the defines it was built with.
-    artifacts: HashMap<String, BTreeMap<String, String>>,
-    candidates: BTreeMap<BTreeMap<String, String>, Touched>,
+    /// Artifact id -> the candidate it builds.
+    artifacts: HashMap<String, CandidateId>,
+    candidates: BTreeMap<CandidateId, Touched>,
     /// Backend and cores seen in measurements (the other records have none).
     backend: String,
     cores: u32,
 }
+
+/// One candidate: its `-D` map and its source diff (empty = pristine).
+type CandidateId = (BTreeMap<String, String>, String);
 
 #[derive(Debug, Clone)]
 struct Touched {
@@ -113,9 +121,13 @@ fn defines_of(value: &Value) -> Option<BTreeMap<String, String>> {
     )
 }
 
-/// `cand-<16 hex>`: a stable id of a candidate's defines within an attempt.
-fn candidate_key(defines: &BTreeMap<String, String>) -> String {
-    let text: String = defines.iter().map(|(k, v)| format!("{k}={v};")).collect();
+/// `cand-<16 hex>`: a stable id of a candidate (defines and source) within
+/// an attempt.
+fn candidate_key((defines, source): &CandidateId) -> String {
+    let mut text: String = defines.iter().map(|(k, v)| format!("{k}={v};")).collect();
+    if !source.is_empty() {
+        text.push_str(source);
+    }
     let digest = Sha256::digest(text.as_bytes());
     format!("cand-{}", hex_prefix(&digest, 8))
 }
@@ -129,12 +141,12 @@ impl Ledger {
     /// its measurement's status.
     fn touch(
         &mut self,
-        defines: BTreeMap<String, String>,
+        candidate: CandidateId,
         status: CandidateStatus,
         reason: Option<String>,
         kernel_hash: &str,
     ) {
-        let entry = self.candidates.entry(defines).or_insert(Touched {
+        let entry = self.candidates.entry(candidate).or_insert(Touched {
             status,
             reason: None,
             kernel_hash: String::new(),
@@ -150,12 +162,37 @@ impl Ledger {
         entry.reason = reason;
     }
 
-    fn call_defines(&self, call_id: &str) -> Option<BTreeMap<String, String>> {
+    /// The candidate a call worked on, from its arguments: its artifact's,
+    /// else its defines with the pristine source (a failed compile says
+    /// nothing about its source).
+    fn call_candidate(&self, call_id: &str) -> Option<CandidateId> {
         let (_, args) = self.calls.get(call_id)?;
-        defines_of(&args["defines"]).or_else(|| {
-            let artifact = args["artifact"].as_str()?;
-            self.artifacts.get(artifact).cloned()
-        })
+        if let Some(known) = args["artifact"]
+            .as_str()
+            .and_then(|a| self.artifacts.get(a))
+        {
+            return Some(known.clone());
+        }
+        defines_of(&args["defines"]).map(|d| (d, String::new()))
+    }
+
+    /// The candidate of a tool result's data: its artifact's when known,
+    /// else its defines (and `source_diff`, when it says) or the call's.
+    fn data_candidate(&self, call_id: &str, data: Option<&Value>) -> Option<CandidateId> {
+        if let Some(known) = data
+            .and_then(|d| d["artifact"].as_str())
+            .and_then(|a| self.artifacts.get(a))
+        {
+            return Some(known.clone());
+        }
+        let source = data
+            .and_then(|d| d["source_diff"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        match data.and_then(|d| defines_of(&d["defines"])) {
+            Some(defines) => Some((defines, source)),
+            None => self.call_candidate(call_id),
+        }
     }
 }
 
@@ -166,8 +203,10 @@ impl MeasurementRecorder {
         worker_id: &str,
         kernel: &str,
         model: &str,
+        tools: Arc<mtswarm_tools::ToolEnv>,
     ) -> Self {
         Self {
+            tools,
             store,
             provenance: Provenance {
                 job_id: task.job_id.clone(),
@@ -227,9 +266,14 @@ impl MeasurementRecorder {
     fn compiled(&self, call_id: &str, ok: bool, content: &str, data: Option<&Value>) {
         let mut ledger = self.ledger();
         let artifact = data.and_then(|d| d["artifact"].as_str()).map(str::to_owned);
+        let source = data
+            .and_then(|d| d["source_diff"].as_str())
+            .unwrap_or_default()
+            .to_owned();
         let defines = data
             .and_then(|d| defines_of(&d["defines"]))
-            .or_else(|| ledger.call_defines(call_id));
+            .map(|d| (d, source))
+            .or_else(|| ledger.call_candidate(call_id));
         let Some(defines) = defines else { return };
         if let Some(artifact) = artifact {
             ledger.artifacts.insert(artifact, defines.clone());
@@ -242,6 +286,13 @@ impl MeasurementRecorder {
                 .to_owned();
             ledger.touch(defines, CandidateStatus::Compiled, None, &hash);
         } else if !ok && !content.contains("unknown artifact") {
+            // An edited kernel that did not build is that edit's candidate.
+            let mut defines = defines;
+            if let Some(source) = mtswarm_tools::source_diff::failed_edit_build(content)
+                .and_then(|build| self.tools.failed_build_source(build))
+            {
+                defines.1 = source.diff;
+            }
             ledger.touch(
                 defines,
                 CandidateStatus::CompileFailed,
@@ -253,9 +304,7 @@ impl MeasurementRecorder {
 
     fn validated(&self, call_id: &str, content: &str, data: Option<&Value>) {
         let mut ledger = self.ledger();
-        let defines = data
-            .and_then(|d| defines_of(&d["defines"]))
-            .or_else(|| ledger.call_defines(call_id));
+        let defines = ledger.data_candidate(call_id, data);
         let Some(defines) = defines else { return };
         let hash = data
             .and_then(|d| d["kernel_hash"].as_str())
@@ -277,7 +326,7 @@ impl MeasurementRecorder {
 
     async fn benchmarked(&self, call_id: &str, ok: bool, content: &str, data: Option<&Value>) {
         let Some(measurement) = data.and_then(|d| d.get("measurement")) else {
-            if !ok && let Some(defines) = self.ledger().call_defines(call_id) {
+            if !ok && let Some(defines) = self.ledger().call_candidate(call_id) {
                 let status = if content.contains("timed out") {
                     CandidateStatus::TimedOut
                 } else {
@@ -292,19 +341,28 @@ impl MeasurementRecorder {
             call_id: call_id.to_owned(),
             ..self.provenance.clone()
         };
+        // The diff of the sources the artifact was built from (none for
+        // the pristine kernel).
+        let source = data
+            .and_then(|d| d.pointer("/source/diff"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         match ResultRecord::from_measurement_json(measurement, &provenance) {
             Ok(record) => {
+                let record = record.with_source_diff(Some(source.clone()));
                 {
                     let mut ledger = self.ledger();
                     ledger.backend = record.backend.clone();
                     ledger.cores = record.cores;
+                    let candidate = (record.params.clone(), source);
                     ledger.touch(
-                        record.params.clone(),
+                        candidate.clone(),
                         record.status,
                         record.reason.clone(),
                         &record.kernel_hash,
                     );
-                    if let Some(entry) = ledger.candidates.get_mut(&record.params) {
+                    if let Some(entry) = ledger.candidates.get_mut(&candidate) {
                         entry.recorded = true;
                     }
                 }
@@ -354,6 +412,7 @@ impl MeasurementRecorder {
                 // What the tools saw wins over the answer's account, except
                 // that a candidate built ahead and then never run is better
                 // described by why it was not run (pruned, budget spent).
+                let defines = (defines, String::new());
                 let seen = ledger.candidates.get(&defines).map(|t| t.status);
                 let overrides = matches!(seen, None | Some(CandidateStatus::Compiled));
                 if !overrides
@@ -376,43 +435,46 @@ impl MeasurementRecorder {
                 .candidates
                 .iter()
                 .filter(|(_, t)| !t.recorded)
-                .map(|(defines, touched)| ResultRecord {
-                    record_id: Provenance {
-                        call_id: candidate_key(defines),
-                        ..self.provenance.clone()
+                .map(|(candidate, touched)| {
+                    ResultRecord {
+                        record_id: Provenance {
+                            call_id: candidate_key(candidate),
+                            ..self.provenance.clone()
+                        }
+                        .record_id(),
+                        job_id: self.provenance.job_id.clone(),
+                        task_id: self.provenance.task_id.clone(),
+                        attempt: self.provenance.attempt,
+                        agent_id: self.provenance.agent_id.clone(),
+                        session_id: self.provenance.session_id.clone(),
+                        worker_id: self.provenance.worker_id.clone(),
+                        slice_id: canonical_slice_id(&self.provenance.slice_id),
+                        backend: ledger.backend.clone(),
+                        kernel: self.provenance.kernel.clone(),
+                        kernel_hash: touched.kernel_hash.clone(),
+                        params: candidate.0.clone(),
+                        cores: ledger.cores,
+                        // A screened candidate ran with a right answer.
+                        valid: touched.status == CandidateStatus::Screened,
+                        error: touched.reason.clone().filter(|_| {
+                            matches!(
+                                touched.status,
+                                CandidateStatus::CompileFailed
+                                    | CandidateStatus::Invalid
+                                    | CandidateStatus::TimedOut
+                            )
+                        }),
+                        model: if self.provenance.model.is_empty() {
+                            "builtin".to_string()
+                        } else {
+                            self.provenance.model.clone()
+                        },
+                        timestamp_ms: now,
+                        status: touched.status,
+                        reason: touched.reason.clone(),
+                        ..ResultRecord::default()
                     }
-                    .record_id(),
-                    job_id: self.provenance.job_id.clone(),
-                    task_id: self.provenance.task_id.clone(),
-                    attempt: self.provenance.attempt,
-                    agent_id: self.provenance.agent_id.clone(),
-                    session_id: self.provenance.session_id.clone(),
-                    worker_id: self.provenance.worker_id.clone(),
-                    slice_id: canonical_slice_id(&self.provenance.slice_id),
-                    backend: ledger.backend.clone(),
-                    kernel: self.provenance.kernel.clone(),
-                    kernel_hash: touched.kernel_hash.clone(),
-                    params: defines.clone(),
-                    cores: ledger.cores,
-                    // A screened candidate ran with a right answer.
-                    valid: touched.status == CandidateStatus::Screened,
-                    error: touched.reason.clone().filter(|_| {
-                        matches!(
-                            touched.status,
-                            CandidateStatus::CompileFailed
-                                | CandidateStatus::Invalid
-                                | CandidateStatus::TimedOut
-                        )
-                    }),
-                    model: if self.provenance.model.is_empty() {
-                        "builtin".to_string()
-                    } else {
-                        self.provenance.model.clone()
-                    },
-                    timestamp_ms: now,
-                    status: touched.status,
-                    reason: touched.reason.clone(),
-                    ..ResultRecord::default()
+                    .with_source_diff(Some(candidate.1.clone()))
                 })
                 .collect()
         };

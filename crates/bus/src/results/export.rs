@@ -115,6 +115,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "reason",
     "harness_hash",
     "baseline",
+    "source_edited",
 ];
 
 /// Writes a header and one row per record: the [`CSV_COLUMNS`], then one
@@ -177,6 +178,7 @@ pub fn to_csv(records: &[ResultRecord], out: impl Write) -> Result<(), ExportErr
             r.reason.clone().unwrap_or_default(),
             r.harness_hash.clone(),
             r.baseline.to_string(),
+            r.source_edited().to_string(),
         ];
         row.extend(
             param_names

@@ -34,7 +34,8 @@ pub use crate::topology::{
 pub use export::{CSV_COLUMNS, ExportError, read_jsonl, to_csv, to_jsonl};
 pub use query::ResultQuery;
 pub use record::{
-    CandidateStatus, Provenance, RecordError, ResultRecord, ResultStats, unix_millis,
+    CandidateStatus, MAX_SOURCE_DIFF_BYTES, Provenance, RecordError, ResultRecord, ResultStats,
+    SOURCE_DIFF_TRUNCATED, unix_millis,
 };
 pub use store::ResultsStore;
 pub use subject::{canonical_slice_id, measurement_subject, token};

@@ -95,7 +95,19 @@ pub struct ResultRecord {
     /// The figure is the kernel's tune.toml baseline (its default
     /// parameters), measured for this job on this kind of slice.
     pub baseline: bool,
+    /// Unified diff of the kernel sources the candidate was built from
+    /// against the pristine kernel its task started from; `None` when
+    /// built from the pristine sources (and in records written before
+    /// edits were recorded). At most [`MAX_SOURCE_DIFF_BYTES`]: a longer
+    /// diff is cut at a line and ends with [`SOURCE_DIFF_TRUNCATED`].
+    pub source_diff: Option<String>,
 }
+
+/// Longest [`ResultRecord::source_diff`] a record may carry.
+pub const MAX_SOURCE_DIFF_BYTES: usize = 16 * 1024;
+
+/// Starts the last line of a [`ResultRecord::source_diff`] that was cut.
+pub const SOURCE_DIFF_TRUNCATED: &str = "\\ diff truncated: ";
 
 /// What happened to one candidate an agent touched: one record per
 /// candidate and status.
@@ -212,6 +224,18 @@ impl std::fmt::Display for CandidateStatus {
 }
 
 impl ResultRecord {
+    /// Whether the candidate was built from edited kernel sources.
+    pub fn source_edited(&self) -> bool {
+        self.source_diff.as_deref().is_some_and(|d| !d.is_empty())
+    }
+
+    /// Sets [`ResultRecord::source_diff`] (`None` for an empty diff), cut
+    /// at a line to [`MAX_SOURCE_DIFF_BYTES`] with a marker saying so.
+    pub fn with_source_diff(mut self, diff: Option<String>) -> Self {
+        self.source_diff = diff.filter(|d| !d.is_empty()).map(bound_source_diff);
+        self
+    }
+
     /// Valid, unflagged and with a figure: fit to be called a best result.
     pub fn trustworthy(&self) -> bool {
         self.valid
@@ -313,6 +337,7 @@ impl ResultRecord {
             reason: None,
             harness_hash: view.harness_hash,
             baseline: false,
+            source_diff: None,
         }
         .with_derived_status())
     }
@@ -359,6 +384,15 @@ impl ResultRecord {
         if !all_finite {
             return Err(invalid(
                 "samples, statistics, gflops, peak_fraction and wall_seconds must be finite numbers",
+            ));
+        }
+        if self
+            .source_diff
+            .as_ref()
+            .is_some_and(|d| d.len() > MAX_SOURCE_DIFF_BYTES)
+        {
+            return Err(invalid(
+                "source_diff is longer than 16 KiB (cut it with ResultRecord::with_source_diff)",
             ));
         }
         Ok(())
@@ -480,6 +514,25 @@ struct MeasurementView {
 #[derive(Debug, Deserialize)]
 struct SampleView {
     seconds: f64,
+}
+
+/// `diff` cut at a line so that it and the truncation marker fit in
+/// [`MAX_SOURCE_DIFF_BYTES`] (unchanged when it fits).
+fn bound_source_diff(diff: String) -> String {
+    if diff.len() <= MAX_SOURCE_DIFF_BYTES {
+        return diff;
+    }
+    let total = diff.len();
+    // Room for the marker line and its figures.
+    let mut cut = MAX_SOURCE_DIFF_BYTES - 96;
+    while !diff.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let cut = diff[..cut].rfind('\n').map_or(cut, |i| i + 1);
+    format!(
+        "{}{SOURCE_DIFF_TRUNCATED}{cut} of {total} bytes shown\n",
+        &diff[..cut]
+    )
 }
 
 /// Milliseconds since the Unix epoch (0 before it).

@@ -105,3 +105,52 @@ fn non_finite_numbers_and_bad_ids_are_rejected() {
     record.job_id = "a.b".into();
     assert!(record.validate().is_err());
 }
+
+#[test]
+fn source_diffs_are_bounded_checked_and_old_records_still_read() {
+    // A record written before source diffs existed reads as pristine.
+    let old: ResultRecord = serde_json::from_value(json!({
+        "record_id": "r1", "job_id": "job1", "kernel_hash": "abcd", "valid": true
+    }))
+    .expect("an old record reads");
+    assert_eq!(old.source_diff, None);
+    assert!(!old.source_edited());
+    old.validate().expect("storable");
+
+    let base = ResultRecord {
+        record_id: "r2".into(),
+        job_id: "job1".into(),
+        ..Default::default()
+    };
+    let small = base
+        .clone()
+        .with_source_diff(Some("--- a/kernel.c\n+++ b/kernel.c\n".into()));
+    assert!(small.source_edited());
+    small.validate().expect("a small diff is storable");
+    assert!(
+        !base
+            .clone()
+            .with_source_diff(Some(String::new()))
+            .source_edited()
+    );
+
+    // A huge diff is cut at a line, with the marker, and fits.
+    let huge: String = (0..4000).map(|i| format!("+line {i}\n")).collect();
+    let cut = base.clone().with_source_diff(Some(huge.clone()));
+    let diff = cut.source_diff.as_deref().expect("a diff");
+    assert!(diff.len() <= MAX_SOURCE_DIFF_BYTES, "{}", diff.len());
+    let last = diff.lines().last().expect("lines");
+    assert!(last.starts_with(SOURCE_DIFF_TRUNCATED), "{last}");
+    assert!(
+        last.contains(&format!("of {} bytes shown", huge.len())),
+        "{last}"
+    );
+    assert!(huge.starts_with(&diff[..diff.len() - last.len() - 1]));
+    cut.validate().expect("a cut diff is storable");
+
+    // A record that did not go through the bound is refused.
+    let mut unbounded = base;
+    unbounded.source_diff = Some(huge);
+    let error = unbounded.validate().expect_err("too long");
+    assert!(error.to_string().contains("source_diff"), "{error}");
+}

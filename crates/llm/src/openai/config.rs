@@ -23,6 +23,24 @@ pub const ENV_TIMEOUT_SECS: &str = "MTSWARM_LLM_TIMEOUT_SECS";
 pub const ENV_MAX_RETRIES: &str = "MTSWARM_LLM_MAX_RETRIES";
 /// Optional [`OpenAiConfig::tool_mode`]: `native` (default) or `text`.
 pub const ENV_TOOL_MODE: &str = "MTSWARM_LLM_TOOL_MODE";
+/// Optional [`OpenAiConfig::extra_body`]: one JSON object.
+pub const ENV_EXTRA_BODY: &str = "MTSWARM_LLM_EXTRA_BODY";
+
+/// Body fields mtswarm sets itself (or must keep as they are for the
+/// stream to be read): an extra body may not name them.
+pub const RESERVED_BODY_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "max_tokens",
+    "temperature",
+    "n",
+];
 
 /// How tools reach the model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -107,6 +125,11 @@ pub struct OpenAiConfig {
     pub extra_headers: Vec<(String, String)>,
     /// How tools reach the model (default: natively).
     pub tool_mode: ToolMode,
+    /// JSON fields added to every chat request body, for what a server
+    /// takes beyond the OpenAI schema (`{"chat_template_kwargs":
+    /// {"enable_thinking": false}}` for Qwen on vLLM, `top_k`, ...). Never
+    /// one of [`RESERVED_BODY_FIELDS`] (see [`OpenAiConfig::with_extra_body`]).
+    pub extra_body: serde_json::Map<String, serde_json::Value>,
 }
 
 impl OpenAiConfig {
@@ -124,7 +147,19 @@ impl OpenAiConfig {
             max_retry_after: Duration::from_secs(60),
             extra_headers: Vec::new(),
             tool_mode: ToolMode::Native,
+            extra_body: serde_json::Map::new(),
         }
+    }
+
+    /// Sets [`OpenAiConfig::extra_body`]; an object naming a field mtswarm
+    /// sets itself is refused with that field's name.
+    pub fn with_extra_body(
+        mut self,
+        fields: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Self, ConfigError> {
+        check_extra_body(&fields)?;
+        self.extra_body = fields;
+        Ok(self)
     }
 
     /// Sets [`OpenAiConfig::tool_mode`].
@@ -179,7 +214,8 @@ impl OpenAiConfig {
     /// `MTSWARM_LLM_URL` (fallback `OPENAI_BASE_URL`, required),
     /// `MTSWARM_LLM_MODEL` (required), `MTSWARM_LLM_API_KEY` (fallback
     /// `OPENAI_API_KEY`, optional), `MTSWARM_LLM_TIMEOUT_SECS` and
-    /// `MTSWARM_LLM_MAX_RETRIES` (optional). Empty values count as unset.
+    /// `MTSWARM_LLM_MAX_RETRIES`, `MTSWARM_LLM_TOOL_MODE` and
+    /// `MTSWARM_LLM_EXTRA_BODY` (optional). Empty values count as unset.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| {
             lookup(name)
@@ -216,6 +252,9 @@ impl OpenAiConfig {
                 expected: "a non-negative integer",
             })?;
         }
+        if let Some(raw) = get(ENV_EXTRA_BODY) {
+            config.extra_body = parse_extra_body(&raw)?;
+        }
         if let Some(raw) = get(ENV_TOOL_MODE) {
             config.tool_mode = ToolMode::parse(&raw).ok_or_else(|| ConfigError::InvalidValue {
                 variable: ENV_TOOL_MODE,
@@ -224,6 +263,53 @@ impl OpenAiConfig {
             })?;
         }
         Ok(config)
+    }
+}
+
+/// Parses an extra body (`--llm-extra-body`, [`ENV_EXTRA_BODY`]): one JSON
+/// object none of whose fields is reserved (see [`RESERVED_BODY_FIELDS`]).
+pub fn parse_extra_body(
+    text: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, ConfigError> {
+    let fields = match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(fields)) => fields,
+        Ok(other) => {
+            return Err(ConfigError::InvalidExtraBody {
+                reason: format!("expected a JSON object, got {}", json_kind(&other)),
+            });
+        }
+        Err(e) => {
+            return Err(ConfigError::InvalidExtraBody {
+                reason: e.to_string(),
+            });
+        }
+    };
+    check_extra_body(&fields)?;
+    Ok(fields)
+}
+
+pub(crate) fn check_extra_body(
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), ConfigError> {
+    match fields
+        .keys()
+        .find(|k| RESERVED_BODY_FIELDS.contains(&k.trim()))
+    {
+        Some(field) => Err(ConfigError::ReservedBodyField {
+            field: field.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
     }
 }
 
@@ -257,6 +343,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("max_retry_after", &self.max_retry_after)
             .field("extra_headers", &header_names)
             .field("tool_mode", &self.tool_mode)
+            .field("extra_body", &self.extra_body.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -297,6 +384,20 @@ pub enum ConfigError {
         name: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// The extra body is not a JSON object.
+    #[error("invalid extra body ({ENV_EXTRA_BODY} / --llm-extra-body): {reason}")]
+    InvalidExtraBody {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The extra body names a field mtswarm sets itself.
+    #[error(
+        "the extra body may not set `{field}`: mtswarm sets it itself (reserved: model, messages, stream, stream_options, tools, tool_choice, functions, function_call, max_tokens, temperature, n)"
+    )]
+    ReservedBodyField {
+        /// The refused field.
+        field: String,
     },
     /// The HTTP client could not be built (e.g. TLS setup failed).
     #[error("cannot build the HTTP client: {0}")]

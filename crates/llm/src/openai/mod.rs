@@ -33,8 +33,9 @@ use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 pub use config::{
-    ApiKey, ConfigError, ENV_API_KEY, ENV_MAX_RETRIES, ENV_MODEL, ENV_OPENAI_API_KEY,
-    ENV_OPENAI_BASE_URL, ENV_TIMEOUT_SECS, ENV_TOOL_MODE, ENV_URL, OpenAiConfig, ToolMode,
+    ApiKey, ConfigError, ENV_API_KEY, ENV_EXTRA_BODY, ENV_MAX_RETRIES, ENV_MODEL,
+    ENV_OPENAI_API_KEY, ENV_OPENAI_BASE_URL, ENV_TIMEOUT_SECS, ENV_TOOL_MODE, ENV_URL,
+    OpenAiConfig, RESERVED_BODY_FIELDS, ToolMode, parse_extra_body,
 };
 
 use assemble::{TurnAssembler, stream_error};
@@ -67,6 +68,8 @@ impl OpenAiClient {
     /// Validates `config` and builds the HTTP client.
     pub fn new(config: OpenAiConfig) -> Result<Self, ConfigError> {
         config::validate_base_url(&config.base_url)?;
+        // A config built field by field gets the check `with_extra_body` does.
+        config::check_extra_body(&config.extra_body)?;
         let trimmed = config.base_url.trim_end_matches('/');
         let endpoint_text = if trimmed.ends_with("/chat/completions") {
             trimmed.to_string()
@@ -342,7 +345,7 @@ impl OpenAiClient {
     }
 
     async fn stream_turn(&self, request: &ChatRequest) -> Result<ModelStream, ModelError> {
-        let body = request_body(&self.config.model, request)?;
+        let body = request_body(&self.config.model, request, &self.config.extra_body)?;
         let bytes = serde_json::to_vec(&body)
             .map_err(|e| ModelError::Other(format!("cannot encode the request body: {e}")))?;
         tracing::debug!(
@@ -629,5 +632,62 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(bad_timeout.to_string().contains("MTSWARM_LLM_TIMEOUT_SECS"));
+    }
+
+    #[test]
+    fn extra_body_is_read_from_the_environment_and_reserved_fields_are_named() {
+        use serde_json::json;
+        let lookup = |body: &'static str| {
+            move |name: &str| match name {
+                "MTSWARM_LLM_URL" => Some("http://h/v1".to_string()),
+                "MTSWARM_LLM_MODEL" => Some("m".to_string()),
+                "MTSWARM_LLM_EXTRA_BODY" => Some(body.to_string()),
+                _ => None,
+            }
+        };
+        let config = OpenAiConfig::from_lookup(lookup(
+            r#"{"chat_template_kwargs": {"enable_thinking": false}, "top_k": 20}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            config.extra_body["chat_template_kwargs"]["enable_thinking"],
+            false
+        );
+        assert_eq!(config.extra_body["top_k"], 20);
+        assert!(format!("{config:?}").contains("top_k"));
+        for field in [
+            "model",
+            "messages",
+            "tools",
+            "stream",
+            "tool_choice",
+            "temperature",
+        ] {
+            let error = parse_extra_body(&format!(r#"{{"top_k": 1, "{field}": 1}}"#)).unwrap_err();
+            assert_eq!(
+                error,
+                ConfigError::ReservedBodyField {
+                    field: field.to_string()
+                }
+            );
+            assert!(error.to_string().contains(&format!("`{field}`")), "{error}");
+        }
+        for (text, says) in [
+            ("[1]", "an array"),
+            ("{nope", "key must be a string"),
+            ("3", "a number"),
+        ] {
+            let error = parse_extra_body(text).unwrap_err();
+            assert!(
+                error.to_string().contains(says)
+                    && error.to_string().contains("MTSWARM_LLM_EXTRA_BODY"),
+                "{error}"
+            );
+        }
+        let refused = OpenAiConfig::from_lookup(lookup(r#"{"messages": []}"#)).unwrap_err();
+        assert!(refused.to_string().contains("`messages`"), "{refused}");
+        let built = OpenAiConfig::new("http://h/v1", "m")
+            .with_extra_body(json!({"tools": []}).as_object().unwrap().clone());
+        assert!(built.is_err());
     }
 }

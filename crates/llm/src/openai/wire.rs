@@ -8,8 +8,14 @@ use mtswarm_core::model::{ChatRequest, Message, ModelError, Role, ToolChoice};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-/// Builds the `POST /chat/completions` body for a streamed turn.
-pub(crate) fn request_body(model: &str, request: &ChatRequest) -> Result<Value, ModelError> {
+/// Builds the `POST /chat/completions` body for a streamed turn, with the
+/// endpoint's `extra` fields merged in: an extra field never replaces one
+/// the request sets (the configuration refuses those names already).
+pub(crate) fn request_body(
+    model: &str,
+    request: &ChatRequest,
+    extra: &Map<String, Value>,
+) -> Result<Value, ModelError> {
     let messages = request
         .messages
         .iter()
@@ -53,6 +59,9 @@ pub(crate) fn request_body(model: &str, request: &ChatRequest) -> Result<Value, 
     }
     if let Some(temperature) = request.temperature {
         body.insert("temperature".into(), json!(temperature));
+    }
+    for (field, value) in extra {
+        body.entry(field.clone()).or_insert_with(|| value.clone());
     }
     Ok(Value::Object(body))
 }
@@ -245,7 +254,7 @@ mod tests {
             max_tokens: None,
             temperature: None,
         };
-        let err = request_body("m", &request).unwrap_err();
+        let err = request_body("m", &request, &Map::new()).unwrap_err();
         assert!(
             matches!(&err, ModelError::BadRequest(m) if m.contains("message 1")),
             "{err}"
@@ -272,7 +281,7 @@ mod tests {
             max_tokens: Some(7),
             temperature: None,
         };
-        let body = request_body("m", &request).unwrap();
+        let body = request_body("m", &request, &Map::new()).unwrap();
         assert_eq!(
             body["tool_choice"],
             json!({"type": "function", "function": {"name": "f"}})
@@ -284,6 +293,33 @@ mod tests {
         );
         assert_eq!(body["max_tokens"], 7);
         assert!(body.get("temperature").is_none());
+    }
+
+    #[test]
+    fn extra_fields_are_merged_and_never_replace_what_the_request_sets() {
+        let request = ChatRequest {
+            messages: vec![Message::user("hi")],
+            tools: vec![],
+            tool_choice: ToolChoice::Auto,
+            max_tokens: None,
+            temperature: Some(0.25),
+        };
+        let extra = json!({
+            "chat_template_kwargs": {"enable_thinking": false},
+            "top_k": 20,
+            // Refused by the configuration; were one to slip through, the
+            // request's own value still wins.
+            "model": "other",
+            "stream": false,
+            "temperature": 1.5,
+        });
+        let body = request_body("m", &request, extra.as_object().unwrap()).unwrap();
+        assert_eq!(body["chat_template_kwargs"]["enable_thinking"], false);
+        assert_eq!(body["top_k"], 20);
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["messages"][0]["content"], "hi");
+        assert_eq!(body["temperature"], 0.25);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::env::{ToolEnv, parse_args};
 use crate::files::tool_basics;
 use crate::normalize::Shape;
+use crate::source_diff::SourceDiff;
 
 use super::{CANDIDATES_SHOWN, cores_of, hw_error, kernel_fault, timeout_of};
 
@@ -57,8 +58,8 @@ const BENCHMARK_SHAPE: Shape = Shape {
     ..Shape::NONE
 };
 
-fn measurement_summary(artifact: &str, m: &Measurement) -> Value {
-    json!({
+fn measurement_summary(artifact: &str, m: &Measurement, source: &SourceDiff) -> Value {
+    let mut summary = json!({
         "artifact": artifact,
         "kernel_hash": m.kernel_hash,
         "defines": m.defines,
@@ -77,6 +78,22 @@ fn measurement_summary(artifact: &str, m: &Measurement) -> Value {
         "flags": m.flags,
         "exact": m.exact,
         "spot_checked": m.spot_checked,
+    });
+    if source.edited {
+        summary["source_edited"] = json!(true);
+        summary["source_changes"] = json!(source.stat());
+    }
+    summary
+}
+
+/// What the benchmark's data says about the source: the candidate's record
+/// keeps the diff (the summary, which the working state keeps, only the stat).
+fn source_data(source: &SourceDiff) -> Value {
+    json!({
+        "edited": source.edited,
+        "diff": source.diff,
+        "truncated": source.truncated,
+        "files": source.files,
     })
 }
 
@@ -159,12 +176,15 @@ impl Tool for Benchmark {
                 let summary = json!({
                     "artifact": built.id, "kernel_hash": built.artifact.kernel_hash,
                     "defines": built.artifact.defines, "valid": false, "error": e.to_string(),
+                    "source_edited": built.source.edited,
                 });
+                let mut data = summary.clone();
+                data["source"] = source_data(&built.source);
                 return Ok(ToolOutput::text(format!(
                     "benchmark FAILED for artifact {}: {e}",
                     built.id
                 ))
-                .with_data(summary.clone())
+                .with_data(data)
                 .with_effect(Effect::Evidence {
                     kind: "benchmark".into(),
                     passed: false,
@@ -178,7 +198,7 @@ impl Tool for Benchmark {
             }
             Err(e) => return Err(hw_error(e)),
         };
-        let summary = measurement_summary(&built.id, &m);
+        let summary = measurement_summary(&built.id, &m, &built.source);
         let passed = m.trustworthy();
         let text = match (&m.stats, passed) {
             (Some(s), _) => {
@@ -194,6 +214,12 @@ impl Tool for Benchmark {
                 }
                 if let Some(x) = m.speedup_over_baseline {
                     t.push_str(&format!(", {x:.2}x over baseline"));
+                }
+                if built.source.edited {
+                    t.push_str(&format!(
+                        "; built from edited sources ({})",
+                        built.source.stat()
+                    ));
                 }
                 if m.exact {
                     t.push_str(if m.spot_checked {
@@ -214,7 +240,8 @@ impl Tool for Benchmark {
             ),
         };
         let mut out = ToolOutput::text(text)
-            .with_data(json!({"summary": summary, "measurement": m}))
+            .with_data(json!({"summary": summary, "measurement": m,
+                              "source": source_data(&built.source)}))
             // A measurement starts with a validation launch and re-checks
             // every execution: it is validation evidence as well (with
             // exact timing it is the only check a screened candidate gets).

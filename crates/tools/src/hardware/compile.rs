@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::env::{BuildReport, BuiltArtifact, ToolEnv, parse_args};
 use crate::files::tool_basics;
 use crate::normalize::Shape;
+use crate::source_diff::{MAX_FAILED_EDITS, SourceDiff, failed_edit_note};
 
 use super::hw_error;
 
@@ -62,6 +63,8 @@ pub(crate) struct BuildJob {
     pub(crate) out_dir: PathBuf,
     /// What is built: the kernel's sources with the pristine harness.
     pub(crate) staged_dir: PathBuf,
+    /// How those sources differ from the kernel's pristine ones.
+    pub(crate) source: SourceDiff,
 }
 
 /// Compile on the host CPU (shared gate: a host-timed benchmark of this
@@ -84,9 +87,32 @@ pub(crate) async fn run_build(
     built.map_err(hw_error)
 }
 
+/// A failed build of edited sources: its error names the build and the
+/// change, and the session keeps its diff for the candidate's record.
+pub(super) fn note_failed_edit(env: &ToolEnv, job: &BuildJob, error: ToolError) -> ToolError {
+    if !job.source.edited {
+        return error;
+    }
+    {
+        let mut session = env.session();
+        session
+            .failed_edits
+            .push_back((job.id.clone(), job.source.clone()));
+        while session.failed_edits.len() > MAX_FAILED_EDITS {
+            session.failed_edits.pop_front();
+        }
+    }
+    let note = failed_edit_note(&job.id, &job.source);
+    match error {
+        ToolError::InvalidArgs(message) => ToolError::InvalidArgs(message + &note),
+        ToolError::Failed(message) => ToolError::Failed(message + &note),
+        other => other,
+    }
+}
+
 /// Record a finished build in the session and describe it.
 pub(super) fn record_build(env: &ToolEnv, job: BuildJob, artifact: Artifact) -> BuildReport {
-    let summary = json!({
+    let mut summary = json!({
         "artifact": job.id,
         "ok": true,
         "kernel_dir": job.kernel_dir_rel,
@@ -101,6 +127,16 @@ pub(super) fn record_build(env: &ToolEnv, job: BuildJob, artifact: Artifact) -> 
         artifact.kernel_hash.chars().take(12).collect::<String>(),
         artifact.toolchain
     );
+    if job.source.edited {
+        // The working state keeps the stat; the diff itself rides in the
+        // result's data (see `build_output`), for the candidate's record.
+        summary["source_edited"] = json!(true);
+        summary["source_changes"] = json!(job.source.stat());
+        text.push_str(&format!(
+            "\nbuilt from edited sources ({}), not the pristine kernel",
+            job.source.stat()
+        ));
+    }
     if !artifact.log.trim().is_empty() {
         let log: String = artifact.log.chars().take(3000).collect();
         text.push_str(&format!("\ncompiler output:\n{log}"));
@@ -113,6 +149,7 @@ pub(super) fn record_build(env: &ToolEnv, job: BuildJob, artifact: Artifact) -> 
             kernel_dir: job.kernel_dir_rel,
             artifact,
             generation: job.generation,
+            source: job.source,
         },
     );
     session.latest = Some(job.id);
@@ -141,9 +178,13 @@ pub(super) fn check_defines(
     }
 }
 
-pub(super) fn build_output(report: BuildReport) -> ToolOutput {
+pub(super) fn build_output(report: BuildReport, source: Option<&SourceDiff>) -> ToolOutput {
+    let mut data = report.summary.clone();
+    if let Some(source) = source.filter(|s| s.edited) {
+        data["source_diff"] = json!(source.diff);
+    }
     ToolOutput::text(report.text)
-        .with_data(report.summary.clone())
+        .with_data(data)
         .with_effect(Effect::State {
             key: "compile_results".into(),
             value: report.summary,
@@ -184,8 +225,10 @@ impl Tool for Compile {
             (session.next_build_id(), session.source_generation)
         };
         let staged_dir = self.0.harness.stage(&kernel_dir, &id)?;
+        let source = self.0.pristine.diff(&kernel_dir, &staged_dir);
         let job = BuildJob {
             staged_dir,
+            source,
             out_dir: self.0.workspace.root().join(".build").join(&id),
             kernel_dir_rel: self.0.workspace.relative(&kernel_dir),
             id,
@@ -196,8 +239,14 @@ impl Tool for Compile {
         let gate = self.0.compile_gate.clone();
         if !args.background.unwrap_or(false) {
             ctx.progress(format!("compiling {shown} as {}", job.id), None);
-            let artifact = run_build(board, gate, &job).await?;
-            return Ok(build_output(record_build(&self.0, job, artifact)));
+            let artifact = run_build(board, gate, &job)
+                .await
+                .map_err(|e| note_failed_edit(&self.0, &job, e))?;
+            let source = job.source.clone();
+            return Ok(build_output(
+                record_build(&self.0, job, artifact),
+                Some(&source),
+            ));
         }
         let id = job.id.clone();
         let (publish, watch) = tokio::sync::watch::channel(None);
@@ -210,7 +259,10 @@ impl Tool for Compile {
                     Some(env) => Ok(record_build(&env, job, artifact)),
                     None => return,
                 },
-                Err(e) => Err(e),
+                Err(e) => match env.upgrade() {
+                    Some(env) => Err(note_failed_edit(&env, &job, e)),
+                    None => return,
+                },
             };
             publish.send_replace(Some(result));
         });

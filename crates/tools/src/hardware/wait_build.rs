@@ -106,7 +106,13 @@ impl Tool for WaitBuild {
                     report.text.push_str(&format!("\n{SLICE_IDLE_NOTE}"));
                     report.summary["slice_idle"] = json!(true);
                 }
-                Ok(build_output(report))
+                let source = self
+                    .0
+                    .session()
+                    .artifacts
+                    .get(&id)
+                    .map(|built| built.source.clone());
+                Ok(build_output(report, source.as_ref()))
             }
             Some(Err(error)) => Err(ToolError::Failed(error.to_string())),
             None => Err(ToolError::Failed(format!(

@@ -104,6 +104,7 @@ impl TaskRun<'_> {
             &shared.worker_id,
             &kernel_name,
             runtime.model.model_name(),
+            runtime.tools.env().clone(),
         );
         // After the agent's run, not before it: measured first, it held
         // this one slice for as long as the reference takes while every

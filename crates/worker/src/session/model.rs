@@ -83,9 +83,10 @@ pub(super) fn session_model(
     if let Some(key) = shared.api_key.as_ref().filter(|_| key_allowed) {
         config = config.with_api_key(key.clone());
     }
-    // The tool mode is the daemon's own endpoint's.
+    // The tool mode and extra body fields are the daemon's own endpoint's.
     if key_allowed {
         config = config.with_tool_mode(shared.config.llm_tool_mode);
+        config.extra_body = shared.config.llm_extra_body.clone();
     }
     let client = OpenAiClient::new(config).map_err(ModelChoiceError::Client)?;
     Ok(Arc::new(client))

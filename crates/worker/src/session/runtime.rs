@@ -10,7 +10,7 @@ use mtswarm_core::{ChatModel, Engine, EngineConfig, RiskPolicy, ToolRegistry, Tr
 use mtswarm_tools::ToolSet;
 
 use crate::checkpoint::{KnownCheckpoint, SessionCheckpointCell};
-use crate::workspace::{KernelDirError, ensure_kernel_copy};
+use crate::workspace::{KernelDirError, ensure_kernel_copy, resolve_kernel_dir};
 
 /// What a session keeps between tasks.
 pub(super) struct SessionRuntime {
@@ -66,7 +66,8 @@ impl SessionRuntime {
     }
 
     /// Copy `kernel_dir` into the workspace once per session (see
-    /// [`ensure_kernel_copy`]); later tasks naming it again find the copy.
+    /// [`ensure_kernel_copy`]) and name its pristine sources to the tools;
+    /// later tasks naming it again find the copy.
     pub(super) fn kernel_copy(
         &self,
         kernel_root: &std::path::Path,
@@ -84,6 +85,12 @@ impl SessionRuntime {
             return Ok(name);
         }
         let name = ensure_kernel_copy(kernel_root, &self.workspace, kernel_dir)?;
+        // The kernel root's copy is the pristine source every build of the
+        // session is diffed against (the workspace may hold earlier edits).
+        let (origin, _) = resolve_kernel_dir(kernel_root, kernel_dir)?;
+        if let Err(error) = self.tools.register_pristine(&name, &origin) {
+            tracing::warn!(%error, kernel_dir, "cannot register the pristine kernel sources");
+        }
         self.kernel_copies
             .lock()
             .unwrap_or_else(|e| e.into_inner())
