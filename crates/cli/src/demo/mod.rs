@@ -79,7 +79,7 @@ pub struct DemoCmd {
     #[arg(
         long,
         env = "MTSWARM_DEMO_KERNEL",
-        default_value = "examples/kernels/dgemm"
+        default_value = "examples/kernels/dgemm_gsm"
     )]
     pub kernel: PathBuf,
     /// Emulated boards in the local fleet.
