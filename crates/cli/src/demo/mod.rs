@@ -104,7 +104,8 @@ pub struct DemoCmd {
     #[arg(long, env = "MTSWARM_DEMO_REPORT")]
     pub report: Option<PathBuf>,
     /// Candidate evaluations of the whole job, shared by its agents (0 = a
-    /// tenth of the tuning space, at least 32).
+    /// twentieth of the tuning space, at least 32: half a job's default, so
+    /// the demo stays within minutes on a 2-core machine).
     #[arg(long, env = "MTSWARM_DEMO_MAX_EVALUATIONS", default_value_t = 0)]
     pub max_evaluations: u32,
     /// Give up on the job after this many seconds.
@@ -137,6 +138,25 @@ pub struct DemoCmd {
     /// a real board (warm-up, repeats), for comparisons.
     #[arg(long, env = "MTSWARM_DEMO_EXACT_TIMING", default_value_t = true, action = clap::ArgAction::Set)]
     pub exact_timing: bool,
+}
+
+/// Share of the tuning space the demo evaluates unless told: on the
+/// emulator one candidate costs about 3.5 s of host CPU (its build, two
+/// validated executions and the spot re-runs), and a 2-core machine runs
+/// the eight agents' candidates two at a time.
+pub const DEMO_SEARCH_SHARE: f64 = 0.05;
+
+/// The job's evaluation budget: `asked`, else [`DEMO_SEARCH_SHARE`] of the
+/// space's `configurations` (at least the job default's floor, at most all).
+fn demo_budget(asked: u32, configurations: usize) -> u32 {
+    if asked > 0 {
+        return asked;
+    }
+    let share = (configurations as f64 * DEMO_SEARCH_SHARE).floor() as usize;
+    let budget = share
+        .max(mtswarm_hw::tune::MIN_SEARCH_EVALUATIONS)
+        .min(configurations);
+    u32::try_from(budget).unwrap_or(u32::MAX)
 }
 
 /// `mtswarm demo`: runs the whole demo in a temporary directory and stops
@@ -242,7 +262,7 @@ async fn run(
             max_tokens: 0,
             device_seconds: 0.0,
             wall_time_seconds: cmd.timeout,
-            max_evaluations: cmd.max_evaluations,
+            max_evaluations: demo_budget(cmd.max_evaluations, candidates),
         }),
         num_agents: 0,
         model: None,
@@ -514,4 +534,17 @@ fn time_to_best(
         .map(|r| r.timestamp_ms)
         .min()
         .map(|ms| ms.saturating_sub(start_ms) as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_evaluates_a_twentieth_of_a_large_space_unless_told() {
+        assert_eq!(demo_budget(0, 2205), 110);
+        assert_eq!(demo_budget(0, 112), 32);
+        assert_eq!(demo_budget(0, 4), 4);
+        assert_eq!(demo_budget(500, 2205), 500);
+    }
 }
