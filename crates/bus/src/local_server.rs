@@ -345,11 +345,13 @@ impl NatsServer {
                 });
             }
         }
+        // A restart appends to the same log: only a new "ready" line is ours.
+        let ready_before = ready_lines(&self.log_path);
         let mut child = command.spawn().map_err(LocalServerError::io(format!(
             "cannot run {}",
             self.binary.display()
         )))?;
-        wait_ready(&mut child, self.port, &self.log_path)?;
+        wait_ready(&mut child, self.port, &self.log_path, ready_before)?;
         Ok(child)
     }
 }
@@ -364,8 +366,24 @@ fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// Waits until the server on `port` serves JetStream, or fails with its log.
-fn wait_ready(child: &mut Child, port: u16, log_path: &Path) -> Result<(), LocalServerError> {
+/// Lines of the server's log saying it is ready.
+fn ready_lines(path: &Path) -> usize {
+    read_log(path).matches(SERVER_READY).count()
+}
+
+/// What nats-server logs once it accepts clients.
+const SERVER_READY: &str = "Server is ready";
+
+/// Waits until the server on `port` serves JetStream and its own log says it
+/// is ready (more than `ready_before` times), or fails with its log. The log
+/// matters: another test's server that took the same free port first also
+/// answers on it, while this one is about to exit on the bind failure.
+fn wait_ready(
+    child: &mut Child,
+    port: u16,
+    log_path: &Path,
+    ready_before: usize,
+) -> Result<(), LocalServerError> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if !matches!(child.try_wait(), Ok(None)) {
@@ -375,7 +393,7 @@ fn wait_ready(child: &mut Child, port: u16, log_path: &Path) -> Result<(), Local
                 log: read_log(log_path),
             });
         }
-        if jetstream_ready(port) {
+        if jetstream_ready(port) && ready_lines(log_path) > ready_before {
             return Ok(());
         }
         if Instant::now() >= deadline {
