@@ -30,19 +30,8 @@ impl HarnessStore {
                 .tempdir()?,
             snapshots: Mutex::new(BTreeMap::new()),
         };
-        let mut dirs = vec![workspace.to_path_buf()];
-        if let Ok(entries) = std::fs::read_dir(workspace) {
-            dirs.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-        for dir in dirs {
-            if dir.join("host.c").is_file()
-                && let Err(e) = store.snapshot(&dir)
-            {
+        for dir in crate::workspace::kernel_dirs(workspace) {
+            if let Err(e) = store.snapshot(&dir) {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot snapshot the harness");
             }
         }

@@ -102,16 +102,7 @@ impl PristineSources {
     /// host.c) at the workspace root and one level below, as they are now.
     pub fn new(workspace: &Path) -> Self {
         let store = Self::default();
-        let mut dirs = vec![workspace.to_path_buf()];
-        if let Ok(entries) = std::fs::read_dir(workspace) {
-            dirs.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-        for dir in dirs.into_iter().filter(|d| d.join("host.c").is_file()) {
+        for dir in crate::workspace::kernel_dirs(workspace) {
             store.lock().insert(dir.clone(), read_sources(&dir));
         }
         store

@@ -9,6 +9,23 @@
 
 use std::path::{Component, Path, PathBuf};
 
+/// The kernel directories (those with a host.c) at the workspace root and
+/// one level below: where a session's kernels are copied, so where the
+/// harness snapshots and the pristine sources are taken.
+pub(crate) fn kernel_dirs(workspace: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![workspace.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(workspace) {
+        dirs.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    dirs.retain(|d| d.join("host.c").is_file());
+    dirs
+}
+
 /// Why a path was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
