@@ -268,6 +268,7 @@ pub fn best_candidate(b: &v1::BestCandidate) -> Value {
         "baseline_record_id": b.baseline_record_id,
         "source_edited": b.source_edited,
         "source_diff": b.source_diff,
+        "reproduced": b.reproduced,
     })
 }
 
@@ -329,6 +330,9 @@ pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
             ));
             if b.source_edited {
                 lines.extend(source_lines(b));
+            }
+            if b.reproduced {
+                lines.push("          exact modeled time, reproduced by a spot re-run".to_owned());
             }
             lines.push(format!("records   {}", b.record_ids.join(", ")));
         }

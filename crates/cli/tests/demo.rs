@@ -131,6 +131,8 @@ fn demo_json_tunes_beats_the_naive_kernel_writes_the_report_and_cleans_up() {
     let best = &summary["best"];
     assert!(best["params"].is_object() && !best["params"].as_object().expect("map").is_empty());
     let best_gflops = best["gflops"].as_f64().expect("best.gflops");
+    // Exact timing: no figure becomes a best without a spot re-run.
+    assert_eq!(best["reproduced"], true, "{best}");
     let peak = best["peak_fraction"].as_f64().expect("best.peak_fraction");
     assert!(peak > 0.0 && peak <= 1.0, "peak fraction {peak}");
     let baseline = summary["baseline"]["gflops"]

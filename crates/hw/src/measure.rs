@@ -10,9 +10,11 @@
 //!
 //! On a backend whose timing is *exact* (the emulator: modeled cycles are a
 //! function of the code and its inputs) repeating an execution only repeats
-//! the figure, so one validated launch is the measurement and spot re-runs
-//! check that it is reproducible (see [`exact`]). Figures that beat the chip's modeled peak, or a
-//! baseline by an implausible factor, are flagged. Every result names the
+//! the figure, so one validated execution is the measurement and spot
+//! re-runs, always for a figure that would be a best, check that it is
+//! reproducible and stays right on other inputs (see [`exact`]). Figures
+//! that beat the chip's modeled peak, or a baseline by an implausible
+//! factor, are flagged. Every result names the
 //! slice, backend, toolchain and kernel hash it belongs to.
 //!
 //! Callers hold the slice lock around [`measure`]; compiling happens before,
@@ -66,7 +68,7 @@ pub struct MeasureConfig {
     /// Tolerance over the modeled peak before a figure is flagged
     /// (0.05 = 5 % above peak).
     pub peak_tolerance: f64,
-    /// Measure with one validated launch (see [`exact`]). `None`: on
+    /// Measure with one validated execution (see [`exact`]). `None`: on
     /// backends whose timing is exact ([`exact_timing`]: the emulator).
     pub exact: Option<bool>,
     /// Exact measurements: about one in this many, drawn at random (the
@@ -75,6 +77,10 @@ pub struct MeasureConfig {
     pub spot_check_every: u32,
     /// Exact measurements: always spot re-run (e.g. to confirm a best).
     pub spot_check: bool,
+    /// Exact measurements: a figure at or below this many seconds gets a
+    /// spot re-run (the caller's best so far, so that no figure becomes a
+    /// best unreproduced).
+    pub spot_check_at_or_below: Option<f64>,
 }
 
 impl Default for MeasureConfig {
@@ -96,6 +102,7 @@ impl Default for MeasureConfig {
             exact: None,
             spot_check_every: exact::DEFAULT_SPOT_CHECK_EVERY,
             spot_check: false,
+            spot_check_at_or_below: None,
         }
     }
 }
@@ -194,8 +201,8 @@ pub struct Measurement {
     /// Harness provenance: file -> sha256 of the harness that judged it.
     #[serde(default)]
     pub harness: std::collections::BTreeMap<String, String>,
-    /// Exact timing: one validated launch is the figure (no warm-up, no
-    /// repeated launches; see [`exact`]).
+    /// Exact timing: one validated execution is the figure (no warm-up, no
+    /// repeats; see [`exact`]).
     #[serde(default)]
     pub exact: bool,
     /// Exact timing: a spot re-run with the same inputs reproduced the

@@ -295,8 +295,8 @@ fn stats_drop_min_and_max_for_the_trimmed_mean() {
     assert!(Stats::of(&[1.0, f64::NAN]).is_none());
 }
 
-/// Exact timing (the emulator's modeled cycles): one launch of two validated
-/// executions is the figure, with no warm-up and no repeated launches.
+/// Exact timing (the emulator's modeled cycles): one validated execution is
+/// the figure, with no warm-up and no repeats.
 #[tokio::test]
 async fn exact_backend_times_the_one_validated_execution() {
     let board = ScriptedBoard::new(BackendKind::Emulator, |_| true).with_cycles(|_| Some(1000));
@@ -307,8 +307,8 @@ async fn exact_backend_times_the_one_validated_execution() {
     let m = measure_on(&board, &cfg).await;
     assert!(m.exact && m.trustworthy(), "{m:?}");
     assert!(!m.spot_checked);
-    assert_eq!(board.launches(), [2]);
-    assert_eq!(m.stats.as_ref().map(|s| s.count), Some(2));
+    assert_eq!(board.launches(), [1]);
+    assert_eq!(m.stats.as_ref().map(|s| s.count), Some(1));
     assert_eq!(m.launches, 1);
     // The launch had its own seed, chosen by the measurement.
     assert!(board.seeds()[0].is_some());
@@ -319,14 +319,18 @@ async fn exact_backend_wrong_answer_gets_no_figure() {
     let board = ScriptedBoard::new(BackendKind::Emulator, |_| false).with_cycles(|_| Some(1000));
     let m = measure_on(&board, &config()).await;
     assert!(!m.valid && m.failed_validation && m.stats.is_none());
-    assert_eq!(board.launches(), [2]);
+    assert_eq!(board.launches(), [1]);
 }
 
+/// The spot re-run's second execution, on other inputs in the same process,
+/// catches code that is right once and wrong later.
 #[tokio::test]
-async fn exact_backend_catches_code_right_once_and_wrong_later() {
-    let board = ScriptedBoard::new(BackendKind::Emulator, |n| n == 0).with_cycles(|_| Some(1000));
+async fn spot_rerun_catches_code_right_once_and_wrong_later() {
+    // Executions: the measuring one (0), then the re-run's same-seed (1)
+    // and fresh (2) ones; wrong from the second of a process on.
+    let board = ScriptedBoard::new(BackendKind::Emulator, |n| n != 2).with_cycles(|_| Some(1000));
     let cfg = MeasureConfig {
-        spot_check_every: 0,
+        spot_check: true,
         ..config()
     };
     let m = measure_on(&board, &cfg).await;
@@ -335,7 +339,10 @@ async fn exact_backend_catches_code_right_once_and_wrong_later() {
         "{m:?}"
     );
     assert!(
-        m.error.as_deref().unwrap_or("").starts_with("execution 2"),
+        m.error
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("spot re-run execution 2"),
         "{:?}",
         m.error
     );
@@ -350,10 +357,30 @@ async fn spot_rerun_repeats_the_inputs_and_confirms_the_cycles() {
     };
     let m = measure_on(&board, &cfg).await;
     assert!(m.trustworthy() && m.spot_checked, "{m:?}");
-    assert_eq!(board.launches(), [2, 2]);
+    assert_eq!(board.launches(), [1, 2]);
     let seeds = board.seeds();
     assert!(seeds[0].is_some() && seeds[0] == seeds[1], "{seeds:?}");
-    assert_eq!(m.samples.len(), 4);
+    assert_eq!(m.samples.len(), 3);
+}
+
+/// A figure that would be the caller's best is always reproduced; a slower
+/// one is not (with no random draws).
+#[tokio::test]
+async fn a_figure_at_or_below_the_best_so_far_is_spot_checked() {
+    let cfg = |best: f64| MeasureConfig {
+        spot_check_every: 0,
+        spot_check_at_or_below: Some(best),
+        ..config()
+    };
+    // The scripted measuring execution takes 1 ms.
+    for (best, checked) in [(0.001, true), (f64::INFINITY, true), (0.000_999, false)] {
+        let board = ScriptedBoard::new(BackendKind::Emulator, |_| true).with_cycles(|_| Some(1000));
+        let m = measure_on(&board, &cfg(best)).await;
+        assert!(m.trustworthy(), "{m:?}");
+        assert_eq!(m.spot_checked, checked, "best so far {best}: {m:?}");
+        let expected: &[u32] = if checked { &[1, 2] } else { &[1] };
+        assert_eq!(board.launches(), expected, "best so far {best}");
+    }
 }
 
 #[tokio::test]
@@ -376,7 +403,8 @@ async fn spot_rerun_with_other_cycles_is_flagged_and_does_not_count() {
 
 #[tokio::test]
 async fn spot_rerun_with_a_wrong_answer_is_invalid() {
-    let board = ScriptedBoard::new(BackendKind::Emulator, |n| n < 2).with_cycles(|_| Some(1000));
+    // Right in the measuring launch, wrong on the same inputs again.
+    let board = ScriptedBoard::new(BackendKind::Emulator, |n| n == 0).with_cycles(|_| Some(1000));
     let cfg = MeasureConfig {
         spot_check: true,
         ..config()
@@ -384,7 +412,10 @@ async fn spot_rerun_with_a_wrong_answer_is_invalid() {
     let m = measure_on(&board, &cfg).await;
     assert!(!m.valid && m.stats.is_none(), "{m:?}");
     assert!(
-        m.error.as_deref().unwrap_or("").starts_with("spot re-run"),
+        m.error
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("spot re-run execution 1"),
         "{:?}",
         m.error
     );
@@ -400,5 +431,5 @@ async fn every_exact_measurement_is_spot_checked_at_a_rate_of_one() {
     for _ in 0..3 {
         assert!(measure_on(&board, &cfg).await.spot_checked);
     }
-    assert_eq!(board.launches(), [2; 6]);
+    assert_eq!(board.launches(), [1, 2, 1, 2, 1, 2]);
 }

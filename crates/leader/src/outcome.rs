@@ -183,15 +183,16 @@ fn best_candidate(
     baselines: &[&ResultRecord],
 ) -> v1::BestCandidate {
     // Every record of the same build on the same slice backs the figure.
-    let record_ids = trusted
+    let backing: Vec<&&ResultRecord> = trusted
         .iter()
         .filter(|r| {
             r.params == best.params
                 && r.kernel_hash == best.kernel_hash
                 && r.slice_id == best.slice_id
         })
-        .map(|r| r.record_id.clone())
         .collect();
+    let record_ids = backing.iter().map(|r| r.record_id.clone()).collect();
+    let reproduced = backing.iter().any(|r| r.reproduced);
     let baseline = baselines
         .iter()
         .filter(|r| r.backend == best.backend && r.cores == best.cores)
@@ -224,6 +225,7 @@ fn best_candidate(
             .unwrap_or_default(),
         source_edited: best.source_edited(),
         source_diff: best.source_diff.clone().unwrap_or_default(),
+        reproduced,
     }
 }
 

@@ -85,6 +85,9 @@ pub struct Candidate {
     /// Diff of its kernel sources against the pristine kernel; `None` when
     /// built from the pristine kernel.
     pub source_diff: Option<String>,
+    /// Exact timing: a spot re-run reproduced its figure (see
+    /// [`ResultRecord::reproduced`]).
+    pub reproduced: bool,
 }
 
 impl Candidate {
@@ -263,6 +266,9 @@ pub struct BestSummary {
     /// Diff of those sources against the pristine kernel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_diff: Option<String>,
+    /// Exact timing: a spot re-run reproduced its figure.
+    #[serde(default)]
+    pub reproduced: bool,
 }
 
 /// The baseline in a [`ReportSummary`].
@@ -296,6 +302,7 @@ fn candidate_of(record: &ResultRecord) -> Candidate {
         agent: record.agent_id.clone(),
         kernel_hash: record.kernel_hash.clone(),
         source_diff: record.source_diff.clone().filter(|d| !d.is_empty()),
+        reproduced: record.reproduced,
     }
 }
 
@@ -580,6 +587,7 @@ impl JobReport {
                 kernel_hash: b.kernel_hash.clone(),
                 source_edited: b.source_edited(),
                 source_diff: b.source_diff.clone(),
+                reproduced: b.reproduced,
             }),
             baseline: self.baseline.as_ref().map(|b| BaselineSummary {
                 gflops: b.gflops,

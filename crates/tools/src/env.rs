@@ -137,6 +137,16 @@ impl SessionState {
         Ok(built)
     }
 
+    /// The fastest trustworthy time on `cores` so far; `None` before the
+    /// first. A measurement at or below it would be the session's best.
+    pub(crate) fn best_seconds(&self, cores: u32) -> Option<f64> {
+        self.candidates
+            .iter()
+            .filter(|c| c.cores == cores)
+            .map(|c| c.median_seconds)
+            .reduce(f64::min)
+    }
+
     /// Record a trustworthy measurement; returns the candidates, fastest first.
     pub(crate) fn add_candidate(&mut self, artifact: &str, m: &Measurement) -> Vec<Candidate> {
         if let Some(stats) = &m.stats {

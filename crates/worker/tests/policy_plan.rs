@@ -56,7 +56,7 @@ impl World {
     fn answer(&mut self, call: &ToolCall) -> String {
         let args: Value = serde_json::from_str(&call.arguments).expect("json arguments");
         match call.name.as_str() {
-            "board_info" if self.exact => "slice board0/c0 (emulator backend, 2 cores)\nmeasurement: exact timing (one validated launch is the figure; spot re-runs check it)".to_owned(),
+            "board_info" if self.exact => "slice board0/c0 (emulator backend, 2 cores)\nmeasurement: exact timing (one validated execution is the figure; spot re-runs check it)".to_owned(),
             "board_info" => "slice board0/c0 (host backend, 2 cores)\nmeasurement: timed (warm-up, repeated timed executions, statistics)".to_owned(),
             "analyze_kernel" => {
                 let x = args["defines"]["X"].as_str().expect("X").to_owned();

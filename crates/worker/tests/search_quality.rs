@@ -120,7 +120,7 @@ fn search(
                 serde_json::from_value(a["defines"].clone()).expect("defines")
             };
             let reply = match call.name.as_str() {
-                "board_info" => "slice board0/c0 (emulator backend, 24 cores)\nmeasurement: exact timing (one validated launch is the figure; spot re-runs check it)".to_owned(),
+                "board_info" => "slice board0/c0 (emulator backend, 24 cores)\nmeasurement: exact timing (one validated execution is the figure; spot re-runs check it)".to_owned(),
                 "analyze_kernel" => "dgemm/kernel.c: kernels [\"dgemm_kernel\"]".to_owned(),
                 "estimate" => {
                     let (flops, bytes) = space

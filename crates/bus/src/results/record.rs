@@ -101,6 +101,12 @@ pub struct ResultRecord {
     /// edits were recorded). At most [`MAX_SOURCE_DIFF_BYTES`]: a longer
     /// diff is cut at a line and ends with [`SOURCE_DIFF_TRUNCATED`].
     pub source_diff: Option<String>,
+    /// Exact timing (the emulator): a spot re-run reproduced the figure,
+    /// the same modeled cycles on the same inputs and a right answer on
+    /// other inputs. Every figure that was its session's best when measured
+    /// has one; `false` on real-timing backends (their repeats are the
+    /// check) and in records written before it was recorded.
+    pub reproduced: bool,
 }
 
 /// Longest [`ResultRecord::source_diff`] a record may carry.
@@ -338,6 +344,7 @@ impl ResultRecord {
             harness_hash: view.harness_hash,
             baseline: false,
             source_diff: None,
+            reproduced: view.spot_checked,
         }
         .with_derived_status())
     }
@@ -509,6 +516,8 @@ struct MeasurementView {
     wall_seconds: f64,
     #[serde(default)]
     finished_at: u64,
+    #[serde(default)]
+    spot_checked: bool,
 }
 
 #[derive(Debug, Deserialize)]

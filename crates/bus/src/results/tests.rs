@@ -32,7 +32,8 @@ fn measurement_json_becomes_a_record_with_provenance() {
         "samples": [{"valid": true, "error": null, "modeled_cycles": 10,
                      "seconds": 0.4, "max_abs_err": null,
                      "counters": {"flops": 1000}}],
-        "launches": 3, "wall_seconds": 1.5, "finished_at": 1_700_000_000u64
+        "launches": 3, "wall_seconds": 1.5, "finished_at": 1_700_000_000u64,
+        "exact": true, "spot_checked": true
     });
     let record =
         ResultRecord::from_measurement_json(&measurement, &provenance()).expect("converts");
@@ -43,6 +44,7 @@ fn measurement_json_becomes_a_record_with_provenance() {
     assert_eq!(record.samples, vec![0.4]);
     assert_eq!(record.model, "builtin");
     assert_eq!(record.timestamp_ms, 1_700_000_000_123);
+    assert!(record.reproduced, "the spot re-run is kept");
     assert_eq!(
         record.subject().expect("subject"),
         "mtswarm.measurement.job1.dgemm.abcdef0123456789.board0-c1"
@@ -67,6 +69,7 @@ fn benchmark_failure_summary_becomes_an_invalid_record() {
     assert_eq!(record.error.as_deref(), Some("launch timed out after 120s"));
     assert_eq!(record.params.get("TILE").map(String::as_str), Some("4096"));
     assert!(record.stats.is_none() && record.gflops.is_none());
+    assert!(!record.reproduced);
     record.validate().expect("storable");
 }
 

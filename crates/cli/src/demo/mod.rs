@@ -133,7 +133,7 @@ pub struct DemoCmd {
     /// (0 = a free port).
     #[arg(long, env = "MTSWARM_METRICS_PORT", default_value_t = crate::up::DEFAULT_METRICS_PORT)]
     pub metrics_port: u16,
-    /// Measure with one validated launch on the emulator, whose modeled
+    /// Measure with one validated execution on the emulator, whose modeled
     /// cycles are exact (spot re-runs check them); `false` measures it like
     /// a real board (warm-up, repeats), for comparisons.
     #[arg(long, env = "MTSWARM_DEMO_EXACT_TIMING", default_value_t = true, action = clap::ArgAction::Set)]
@@ -141,9 +141,10 @@ pub struct DemoCmd {
 }
 
 /// Share of the tuning space the demo evaluates unless told: on the
-/// emulator one candidate costs about 3.5 s of host CPU (its build, two
-/// validated executions and the spot re-runs), and a 2-core machine runs
-/// the eight agents' candidates two at a time.
+/// emulator one `dgemm_gsm` candidate costs about 4.8 s of host CPU (its
+/// build, one validated execution of about 2.1 s, and the spot re-runs of
+/// every new best and of one other in four), and a 2-core machine runs the
+/// eight agents' candidates two at a time.
 pub const DEMO_SEARCH_SHARE: f64 = 0.05;
 
 /// The job's evaluation budget: `asked`, else [`DEMO_SEARCH_SHARE`] of the
@@ -475,11 +476,16 @@ async fn run(
         println!();
         println!("{}", report.render_terminal());
         println!(
-            "best: {} -> {:.1} GFLOPS ({:.1} % of peak) on {}",
+            "best: {} -> {:.1} GFLOPS ({:.1} % of peak) on {}{}",
             mtswarm_report::params_label(&best.params),
             best.gflops,
             best.peak_fraction.unwrap_or_default() * 100.0,
-            best.slice
+            best.slice,
+            if best.reproduced {
+                ", reproduced by a spot re-run"
+            } else {
+                ""
+            }
         );
         if let Some(speedup) = summary.speedup_over_naive {
             println!(

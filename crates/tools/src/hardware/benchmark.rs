@@ -30,8 +30,9 @@ pub struct BenchmarkArgs {
     #[serde(default)]
     pub warmup: Option<u32>,
     /// Minimum timed executions. On a backend with exact timing (the
-    /// emulator) one validated launch is the figure and `repeats` above 1
-    /// asks for a spot re-run with the same inputs, which must reproduce it.
+    /// emulator) one validated execution is the figure and `repeats` above 1
+    /// asks for a spot re-run with the same inputs, which must reproduce it
+    /// (a figure that would be the session's best always gets one).
     #[serde(default)]
     pub repeats: Option<u32>,
     /// Minimum total timed kernel seconds (real-timing backends).
@@ -104,7 +105,7 @@ pub struct Benchmark(pub(crate) Arc<ToolEnv>);
 impl Tool for Benchmark {
     tool_basics!(
         "benchmark",
-        "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. With exact timing (the emulator's modeled cycles) one validated launch is the figure and spot re-runs with the same inputs check it (repeats > 1 asks for one). Records benchmark evidence and updates the candidates.",
+        "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. With exact timing (the emulator's modeled cycles) one validated execution is the figure and spot re-runs with the same inputs check it: always for a new best, at random for others, and when repeats > 1. Records benchmark evidence and updates the candidates.",
         BenchmarkArgs,
         Risk::Medium,
         false,
@@ -124,6 +125,15 @@ impl Tool for Benchmark {
         };
         let mut config: MeasureConfig = self.0.measure_defaults.clone();
         config.cores = cores_of(&self.0, args.cores)?;
+        // Exact timing: a figure that would be the session's best (the
+        // first one is) is always reproduced by a spot re-run, so no best
+        // stands on one unchecked execution.
+        config.spot_check_at_or_below = Some(
+            self.0
+                .session()
+                .best_seconds(config.cores)
+                .unwrap_or(f64::INFINITY),
+        );
         if let Some(w) = args.warmup {
             config.warmup = w.min(1000);
         }

@@ -75,7 +75,7 @@ impl Tool for BoardInfo {
             .exact
             .unwrap_or_else(|| exact_timing(slice.backend));
         text.push_str(if exact {
-            "\nmeasurement: exact timing (one validated launch is the figure; spot re-runs check it)"
+            "\nmeasurement: exact timing (one validated execution is the figure; spot re-runs check it)"
         } else {
             "\nmeasurement: timed (warm-up, repeated timed executions, statistics)"
         });

@@ -14,7 +14,7 @@
 //! 2. **Screen.** Candidates are screened with one `validate` each, which
 //!    checks the output and already reports a time. On a slice whose timing
 //!    is exact (the emulator's modeled cycles) a `benchmark` is as cheap as
-//!    that (one validated launch is its figure), so candidates are
+//!    that (one validated execution is its figure), so candidates are
 //!    screened with a `benchmark` each (call ids `c<index>-screen`): every
 //!    screened candidate has its recorded figure at once, and the best is
 //!    known the moment it is screened. The first is the best-ranked one;
