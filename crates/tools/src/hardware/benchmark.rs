@@ -116,24 +116,20 @@ impl Tool for Benchmark {
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: BenchmarkArgs = parse_args(args)?;
+        let mut config: MeasureConfig = self.0.measure_defaults.clone();
+        config.cores = cores_of(&self.0, args.cores)?;
         let (built, baseline) = {
             let session = self.0.session();
+            // Exact timing: a figure that would be the session's best (the
+            // first one is) is always reproduced by a spot re-run, so no
+            // best stands on one unchecked execution.
+            config.spot_check_at_or_below =
+                Some(session.best_seconds(config.cores).unwrap_or(f64::INFINITY));
             (
                 session.artifact(args.artifact.as_deref())?,
                 session.baseline_seconds,
             )
         };
-        let mut config: MeasureConfig = self.0.measure_defaults.clone();
-        config.cores = cores_of(&self.0, args.cores)?;
-        // Exact timing: a figure that would be the session's best (the
-        // first one is) is always reproduced by a spot re-run, so no best
-        // stands on one unchecked execution.
-        config.spot_check_at_or_below = Some(
-            self.0
-                .session()
-                .best_seconds(config.cores)
-                .unwrap_or(f64::INFINITY),
-        );
         if let Some(w) = args.warmup {
             config.warmup = w.min(1000);
         }
