@@ -2,8 +2,9 @@
 //! (killed with their whole process group when the guard drops), readiness
 //! through `--ready-file` with a bounded wait, an in-process OTLP collector (`mtswarm_telemetry::testing`),
 //! jobs driven through the Control service (`jobs`), the `mtswarm` command
-//! line as a child process (`cli`), and paths to the example kernels and
-//! fleet files.
+//! line as a child process (`cli`), a scripted OpenAI-compatible endpoint
+//! that plays the model of both loops (`scripted_model`), and paths to the
+//! example kernels and fleet files.
 //!
 //! The processes are the tests crate's own `mtswarm-node` binary, which runs
 //! the `mtswarm` command line (`mtswarm_cli::run`). Cargo builds it before the
@@ -19,6 +20,7 @@ pub mod farm;
 pub mod jobs;
 pub mod observability;
 pub mod process;
+pub mod scripted_model;
 pub mod stack;
 
 use std::path::{Path, PathBuf};

@@ -25,107 +25,24 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mtswarm_llm::OpenAiConfig;
 use mtswarm_proto::v1;
 use mtswarm_tests::jobs::{get_job, job_spec, submit, watch_to_end};
+use mtswarm_tests::scripted_model::{
+    COMPLETION_TOKENS, Caller, ModelServer, PROMPT_TOKENS, ScriptedModel, Turn, artifact_of,
+    caller_of, content, kernel_dir, messages, role, tool_results,
+};
 use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
 use serde_json::{Value, json};
 
 /// The model name both loops are configured with.
 const MODEL_NAME: &str = "scripted-model";
-/// Bytes of a tool call's arguments per SSE chunk (forces several chunks).
-const ARGUMENT_PIECE: usize = 7;
 
 /// The candidate the leader hands out and the worker builds.
 fn candidate_defines() -> Value {
     json!({"CHUNK": "1024", "BUF": "2"})
-}
-
-/// Which loop sent a request, from the tools it offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Caller {
-    Leader,
-    Worker,
-    Unknown,
-}
-
-fn tool_names(body: &Value) -> Vec<String> {
-    body.get("tools")
-        .and_then(Value::as_array)
-        .map(|tools| {
-            tools
-                .iter()
-                .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn caller_of(body: &Value) -> Caller {
-    let names = tool_names(body);
-    // In text tool mode the tools are listed in the system message instead.
-    let system = messages(body)
-        .first()
-        .filter(|m| role(m) == "system")
-        .map(content)
-        .unwrap_or_default();
-    if names.iter().any(|n| n == "spawn_agent") || system.contains("\n- spawn_agent:") {
-        Caller::Leader
-    } else if names.iter().any(|n| n == "benchmark") || system.contains("\n- benchmark:") {
-        Caller::Worker
-    } else {
-        Caller::Unknown
-    }
-}
-
-fn messages(body: &Value) -> &[Value] {
-    body.get("messages")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
-fn role(message: &Value) -> &str {
-    message.get("role").and_then(Value::as_str).unwrap_or("")
-}
-
-fn content(message: &Value) -> String {
-    match message.get("content") {
-        Some(Value::String(text)) => text.clone(),
-        // Content parts: join their texts.
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
-}
-
-/// The tool results of the conversation, in order: `tool` messages, or in
-/// text tool mode the `[tool result] call ID:` sections of user messages.
-fn tool_results(body: &Value) -> Vec<String> {
-    const MARK: &str = "[tool result] call ";
-    let mut results = Vec::new();
-    for message in messages(body) {
-        match role(message) {
-            "tool" => results.push(content(message)),
-            "user" => {
-                let text = content(message);
-                for section in text.split(MARK).skip(1) {
-                    let body = section.split_once('\n').map(|(_, b)| b).unwrap_or("");
-                    let body = body.split("\n\n[session context]").next().unwrap_or(body);
-                    results.push(body.trim_end().to_string());
-                }
-            }
-            _ => {}
-        }
-    }
-    results
 }
 
 /// True when some `tool` message answers a `tool_calls` entry of an earlier
@@ -163,15 +80,6 @@ fn has_answered_tool_call(body: &Value) -> bool {
         }
     }
     false
-}
-
-/// One scripted model turn.
-enum Turn {
-    Call {
-        name: &'static str,
-        arguments: Value,
-    },
-    Answer(String),
 }
 
 fn leader_turn(body: &Value) -> Turn {
@@ -231,30 +139,6 @@ fn gate_rejected(body: &Value) -> bool {
         .any(|m| role(m) == "user" && content(m).contains("no accepted task result backs"))
 }
 
-/// The kernel directory named in the task message.
-fn kernel_dir(body: &Value) -> String {
-    messages(body)
-        .iter()
-        .filter(|m| role(m) == "user")
-        .map(content)
-        .find_map(|text| {
-            text.lines()
-                .find_map(|line| line.trim().strip_prefix("Kernel directory:"))
-                .map(|dir| dir.trim().to_string())
-        })
-        .unwrap_or_else(|| ".".to_string())
-}
-
-/// The artifact id of a compile result ("... as artifact b3 ...").
-fn artifact_of(compile_result: &str) -> Option<String> {
-    let rest = compile_result.split("as artifact ").nth(1)?;
-    let id: String = rest
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric())
-        .collect();
-    (!id.is_empty()).then_some(id)
-}
-
 fn worker_turn(body: &Value) -> Turn {
     let results = tool_results(body);
     let artifact = results.first().and_then(|r| artifact_of(r));
@@ -288,96 +172,6 @@ fn worker_turn(body: &Value) -> Turn {
     }
 }
 
-/// The SSE events (without the `data: ` framing) of one streamed turn.
-fn turn_chunks(turn: &Turn, request_index: usize, text_tools: bool) -> Vec<Value> {
-    let id = format!("chatcmpl-{request_index}");
-    let chunk = |delta: Value, finish: Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64,
-               "model": MODEL_NAME,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    };
-    let mut chunks = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
-    match turn {
-        Turn::Call { name, arguments } if text_tools => {
-            let text = format!(
-                "I will call {name}.\n```json\n{}\n```",
-                json!({"tool_calls": [{"name": name, "arguments": arguments}]})
-            );
-            let chars: Vec<char> = text.chars().collect();
-            for piece in chars.chunks(ARGUMENT_PIECE) {
-                let piece: String = piece.iter().collect();
-                chunks.push(chunk(json!({"content": piece}), Value::Null));
-            }
-            chunks.push(chunk(json!({}), json!("stop")));
-        }
-        Turn::Call { name, arguments } => {
-            let call_id = format!("call_{request_index}_{name}");
-            chunks.push(chunk(
-                json!({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
-                                       "function": {"name": name, "arguments": ""}}]}),
-                Value::Null,
-            ));
-            let text = arguments.to_string();
-            let chars: Vec<char> = text.chars().collect();
-            for piece in chars.chunks(ARGUMENT_PIECE) {
-                let piece: String = piece.iter().collect();
-                chunks.push(chunk(
-                    json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
-                    Value::Null,
-                ));
-            }
-            chunks.push(chunk(json!({}), json!("tool_calls")));
-        }
-        Turn::Answer(text) => {
-            let words: Vec<&str> = text.split_inclusive(' ').collect();
-            for piece in words.chunks(4) {
-                chunks.push(chunk(json!({"content": piece.concat()}), Value::Null));
-            }
-            chunks.push(chunk(json!({}), json!("stop")));
-        }
-    }
-    chunks.push(json!({"id": id, "object": "chat.completion.chunk",
-                       "created": 1_700_000_000u64, "model": MODEL_NAME, "choices": [],
-                       "usage": {"prompt_tokens": 100, "completion_tokens": 20,
-                                 "total_tokens": 120}}));
-    chunks
-}
-
-/// Every request body the endpoint received, in arrival order, and what
-/// its strict template refused.
-#[derive(Default)]
-struct Seen {
-    requests: Mutex<Vec<Value>>,
-    refused: Mutex<Vec<String>>,
-    /// Play a server without tool calling: `tools` ignored, calls as JSON text.
-    text_tools: bool,
-}
-
-/// What a strict chat template says about `body`'s messages: `None` when
-/// it renders them, else the error text such templates raise.
-fn template_refusal(body: &Value) -> Option<String> {
-    let messages = messages(body);
-    if let Some(index) = messages.iter().skip(1).position(|m| role(m) == "system") {
-        return Some(format!(
-            "System message must be at the beginning (message {})",
-            index + 1
-        ));
-    }
-    for (index, pair) in messages.windows(2).enumerate() {
-        let (a, b) = (role(&pair[0]), role(&pair[1]));
-        if a == b && (a == "user" || a == "assistant") {
-            return Some(format!(
-                "Conversation roles must alternate user/assistant/user/assistant/... (messages {index} and {})",
-                index + 1
-            ));
-        }
-    }
-    None
-}
-
 /// The bytes of `earlier` that are a prefix of `later`, message by
 /// message as each serializes, over all of `earlier`'s message bytes.
 fn prefix_fraction(earlier: &Value, later: &Value) -> f64 {
@@ -404,108 +198,15 @@ fn only_the_tail_changed(earlier: &Value, later: &Value) -> bool {
     a.len() <= b.len() + 1 && a[..a.len().saturating_sub(1)] == b[..a.len().saturating_sub(1)]
 }
 
-impl Seen {
-    fn all(&self) -> Vec<Value> {
-        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+/// The endpoint of both tests: this file's scripts, with or without tool
+/// calling.
+fn scripted(text_tools: bool) -> ScriptedModel {
+    ScriptedModel {
+        model: MODEL_NAME,
+        leader: leader_turn,
+        worker: worker_turn,
+        text_tools,
     }
-}
-
-/// The OpenAI-compatible endpoint: an axum server on loopback.
-struct ModelServer {
-    base_url: String,
-    seen: Arc<Seen>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ModelServer {
-    async fn start(text_tools: bool) -> ModelServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the model endpoint");
-        let addr = listener.local_addr().expect("endpoint address");
-        let seen = Arc::new(Seen {
-            text_tools,
-            ..Seen::default()
-        });
-        let app = axum::Router::new()
-            .route(
-                "/v1/chat/completions",
-                axum::routing::post(chat_completions),
-            )
-            .with_state(Arc::clone(&seen));
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                eprintln!("model endpoint: {error}");
-            }
-        });
-        ModelServer {
-            base_url: format!("http://{addr}/v1"),
-            seen,
-            task,
-        }
-    }
-}
-
-impl Drop for ModelServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Answers one chat completion: the next scripted turn of the caller as a
-/// real SSE stream, one body chunk per event.
-async fn chat_completions(
-    axum::extract::State(seen): axum::extract::State<Arc<Seen>>,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if let Some(refusal) = template_refusal(&parsed) {
-        seen.refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(refusal.clone());
-        let message = json!({"error": {"message": refusal, "type": "BadRequestError"}});
-        return (axum::http::StatusCode::BAD_REQUEST, axum::Json(message)).into_response();
-    }
-    let index = {
-        let mut requests = seen.requests.lock().unwrap_or_else(|e| e.into_inner());
-        requests.push(parsed.clone());
-        requests.len()
-    };
-    let turn = match caller_of(&parsed) {
-        Caller::Leader => leader_turn(&parsed),
-        Caller::Worker => worker_turn(&parsed),
-        Caller::Unknown => {
-            let message = json!({"error": {"message": "unexpected request: no known tools offered",
-                                           "type": "invalid_request_error"}});
-            return (axum::http::StatusCode::BAD_REQUEST, axum::Json(message)).into_response();
-        }
-    };
-    let events: Vec<Result<axum::body::Bytes, std::convert::Infallible>> =
-        turn_chunks(&turn, index, seen.text_tools)
-            .into_iter()
-            .map(|event| format!("data: {event}\n\n"))
-            .chain(std::iter::once("data: [DONE]\n\n".to_string()))
-            .map(|line| Ok(axum::body::Bytes::from(line)))
-            .collect();
-    (
-        [
-            (axum::http::header::CONTENT_TYPE, "text/event-stream"),
-            (axum::http::header::CACHE_CONTROL, "no-cache"),
-        ],
-        axum::body::Body::from_stream(futures::stream::iter(events)),
-    )
-        .into_response()
-}
-
-fn seen_refusals(server: &ModelServer) -> Vec<String> {
-    server
-        .seen
-        .refused
-        .lock()
-        .map(|r| r.clone())
-        .unwrap_or_default()
 }
 
 fn is_stream_request(body: &Value) -> bool {
@@ -557,14 +258,15 @@ fn price_table() -> mtswarm_leader::PriceTable {
     .expect("a valid price table")
 }
 
-/// Every answer of the endpoint reports 100 prompt and 20 completion
+/// Every answer of the endpoint reports `PROMPT_TOKENS` prompt and `COMPLETION_TOKENS` completion
 /// tokens, so each loop's tokens are its request count times those; the
 /// outcome prices them per agent (the leader's loop, the worker agent a1)
 /// and in total.
 fn assert_costs(job: &v1::JobRecord, leader_requests: usize, worker_requests: usize) {
     let outcome = job.outcome.as_ref().expect("an outcome");
     let cost_of = |requests: usize| {
-        (requests as f64 * 100.0 * PROMPT_PRICE + requests as f64 * 20.0 * COMPLETION_PRICE)
+        (requests as f64 * PROMPT_TOKENS as f64 * PROMPT_PRICE
+            + requests as f64 * COMPLETION_TOKENS as f64 * COMPLETION_PRICE)
             / 1_000_000.0
     };
     for (agent, requests) in [("leader", leader_requests), ("a1", worker_requests)] {
@@ -574,8 +276,16 @@ fn assert_costs(job: &v1::JobRecord, leader_requests: usize, worker_requests: us
             .find(|c| c.agent_id == agent)
             .unwrap_or_else(|| panic!("a cost entry for {agent}: {outcome:#?}"));
         assert_eq!(entry.model, MODEL_NAME, "{entry:#?}");
-        assert_eq!(entry.prompt_tokens, 100 * requests as u64, "{entry:#?}");
-        assert_eq!(entry.completion_tokens, 20 * requests as u64, "{entry:#?}");
+        assert_eq!(
+            entry.prompt_tokens,
+            PROMPT_TOKENS * requests as u64,
+            "{entry:#?}"
+        );
+        assert_eq!(
+            entry.completion_tokens,
+            COMPLETION_TOKENS * requests as u64,
+            "{entry:#?}"
+        );
         assert!(entry.priced && entry.currency == "USD", "{entry:#?}");
         assert!(
             (entry.estimated_cost - cost_of(requests)).abs() < 1e-12,
@@ -584,8 +294,16 @@ fn assert_costs(job: &v1::JobRecord, leader_requests: usize, worker_requests: us
     }
     let total = outcome.total_cost.as_ref().expect("a total");
     let requests = leader_requests + worker_requests;
-    assert_eq!(total.prompt_tokens, 100 * requests as u64, "{total:#?}");
-    assert_eq!(total.completion_tokens, 20 * requests as u64, "{total:#?}");
+    assert_eq!(
+        total.prompt_tokens,
+        PROMPT_TOKENS * requests as u64,
+        "{total:#?}"
+    );
+    assert_eq!(
+        total.completion_tokens,
+        COMPLETION_TOKENS * requests as u64,
+        "{total:#?}"
+    );
     assert!(total.priced && (total.estimated_cost - cost_of(requests)).abs() < 1e-12);
     println!(
         "tokens per job: {} prompt + {} completion ({leader_requests} leader and {worker_requests} worker model calls), estimated {:.6} {}",
@@ -595,7 +313,7 @@ fn assert_costs(job: &v1::JobRecord, leader_requests: usize, worker_requests: us
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_model_drives_a_job_to_completion() {
-    let server = ModelServer::start(false).await;
+    let server = ModelServer::start(scripted(false)).await;
     let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
     let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
     options.configure_leader = Box::new(move |config| {
@@ -622,7 +340,7 @@ async fn real_model_drives_a_job_to_completion() {
     })
     .await;
     let job = get_job(&mut control, &job_id).await;
-    let requests = server.seen.all();
+    let requests = server.requests();
     assert_eq!(
         job.state(),
         v1::JobState::Succeeded,
@@ -632,7 +350,7 @@ async fn real_model_drives_a_job_to_completion() {
     );
 
     // The strict template rendered every request.
-    let refused = seen_refusals(&server);
+    let refused = server.refusals();
     assert!(
         refused.is_empty(),
         "refused by the strict template: {refused:#?}"
@@ -796,7 +514,7 @@ async fn real_model_drives_a_job_to_completion() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn text_tool_calls_drive_a_job_on_a_server_without_tool_calling() {
-    let server = ModelServer::start(true).await;
+    let server = ModelServer::start(scripted(true)).await;
     let leader_llm =
         OpenAiConfig::new(&server.base_url, MODEL_NAME).with_tool_mode(mtswarm_llm::ToolMode::Text);
     let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
@@ -822,7 +540,7 @@ async fn text_tool_calls_drive_a_job_on_a_server_without_tool_calling() {
     })
     .await;
     let job = get_job(&mut control, &job_id).await;
-    let requests = server.seen.all();
+    let requests = server.requests();
     assert_eq!(
         job.state(),
         v1::JobState::Succeeded,
@@ -830,7 +548,7 @@ async fn text_tool_calls_drive_a_job_on_a_server_without_tool_calling() {
         requests.len(),
         stack.worker_logs()
     );
-    let refused = seen_refusals(&server);
+    let refused = server.refusals();
     assert!(
         refused.is_empty(),
         "refused by the strict template: {refused:#?}"

@@ -25,7 +25,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mtswarm_bus::results::{CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
@@ -34,6 +33,9 @@ use mtswarm_llm::OpenAiConfig;
 use mtswarm_proto::v1;
 use mtswarm_tests::cli::{client_command, stdout_of};
 use mtswarm_tests::jobs::{get_job, job_spec, submit, watch_to_end};
+use mtswarm_tests::scripted_model::{
+    Caller, ModelServer, ScriptedModel, Turn, artifact_of, kernel_dir, tool_results,
+};
 use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
 use serde_json::{Value, json};
 
@@ -122,56 +124,7 @@ fn write_kernel_root(root: &Path) {
     std::fs::write(dir.join("kernel.c"), NAIVE_KERNEL).unwrap();
 }
 
-// ------------------------------------------------------------ the endpoint
-
-fn messages(body: &Value) -> &[Value] {
-    body.get("messages")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
-fn role(message: &Value) -> &str {
-    message.get("role").and_then(Value::as_str).unwrap_or("")
-}
-
-fn content(message: &Value) -> String {
-    match message.get("content") {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect(),
-        _ => String::new(),
-    }
-}
-
-fn offers_tool(body: &Value, name: &str) -> bool {
-    body.get("tools")
-        .and_then(Value::as_array)
-        .is_some_and(|tools| {
-            tools
-                .iter()
-                .any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name))
-        })
-}
-
-/// The tool results of the conversation, in order.
-fn tool_results(body: &Value) -> Vec<String> {
-    messages(body)
-        .iter()
-        .filter(|m| role(m) == "tool")
-        .map(content)
-        .collect()
-}
-
-enum Turn {
-    Call {
-        name: &'static str,
-        arguments: Value,
-    },
-    Answer(String),
-}
+// -------------------------------------------------------------- the script
 
 fn leader_turn(body: &Value) -> Turn {
     match tool_results(body).len() {
@@ -200,33 +153,6 @@ fn leader_turn(body: &Value) -> Turn {
             json!({"best": {"agent": "a1"}})
         )),
     }
-}
-
-/// The kernel directory named in the task message.
-fn kernel_dir(body: &Value) -> String {
-    messages(body)
-        .iter()
-        .filter(|m| role(m) == "user")
-        .map(content)
-        .find_map(|text| {
-            text.lines()
-                .find_map(|line| line.trim().strip_prefix("Kernel directory:"))
-                .map(|dir| dir.trim().to_string())
-        })
-        .unwrap_or_else(|| ".".to_string())
-}
-
-/// The artifact id of a compile result ("... as artifact b3 ...").
-fn artifact_of(compile_result: &str) -> String {
-    compile_result
-        .split("as artifact ")
-        .nth(1)
-        .map(|rest| {
-            rest.chars()
-                .take_while(char::is_ascii_alphanumeric)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Two pristine candidates, an edit that does not build, the gaming edit,
@@ -274,128 +200,6 @@ fn worker_turn(body: &Value) -> Turn {
     }
 }
 
-/// The SSE events of one streamed turn (arguments cut into pieces).
-fn turn_chunks(turn: &Turn, index: usize) -> Vec<Value> {
-    let id = format!("chatcmpl-{index}");
-    let chunk = |delta: Value, finish: Value| {
-        json!({"id": id, "object": "chat.completion.chunk", "created": 1_700_000_000u64,
-               "model": MODEL_NAME,
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-    };
-    let mut chunks = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
-    match turn {
-        Turn::Call { name, arguments } => {
-            chunks.push(chunk(
-                json!({"tool_calls": [{"index": 0, "id": format!("call_{index}_{name}"),
-                                       "type": "function",
-                                       "function": {"name": name, "arguments": ""}}]}),
-                Value::Null,
-            ));
-            let text: Vec<char> = arguments.to_string().chars().collect();
-            for piece in text.chunks(256) {
-                chunks.push(chunk(
-                    json!({"tool_calls": [{"index": 0,
-                                           "function": {"arguments": piece.iter().collect::<String>()}}]}),
-                    Value::Null,
-                ));
-            }
-            chunks.push(chunk(json!({}), json!("tool_calls")));
-        }
-        Turn::Answer(text) => {
-            chunks.push(chunk(json!({"content": text}), Value::Null));
-            chunks.push(chunk(json!({}), json!("stop")));
-        }
-    }
-    chunks
-}
-
-#[derive(Default)]
-struct Seen {
-    requests: Mutex<Vec<Value>>,
-}
-
-async fn chat_completions(
-    axum::extract::State(seen): axum::extract::State<Arc<Seen>>,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    use axum::response::IntoResponse as _;
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let index = {
-        let mut requests = seen.requests.lock().unwrap_or_else(|e| e.into_inner());
-        requests.push(parsed.clone());
-        requests.len()
-    };
-    let turn = if offers_tool(&parsed, "spawn_agent") {
-        leader_turn(&parsed)
-    } else if offers_tool(&parsed, "benchmark") {
-        worker_turn(&parsed)
-    } else {
-        let message = json!({"error": {"message": "unexpected request: no known tools offered"}});
-        return (axum::http::StatusCode::BAD_REQUEST, axum::Json(message)).into_response();
-    };
-    let events: Vec<Result<bytes::Bytes, std::convert::Infallible>> = turn_chunks(&turn, index)
-        .into_iter()
-        .map(|event| format!("data: {event}\n\n"))
-        .chain(std::iter::once("data: [DONE]\n\n".to_string()))
-        .map(|line| Ok(bytes::Bytes::from(line)))
-        .collect();
-    (
-        [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
-        axum::body::Body::from_stream(futures::stream::iter(events)),
-    )
-        .into_response()
-}
-
-/// The endpoint on a loopback port; stops when dropped.
-struct ModelServer {
-    base_url: String,
-    seen: Arc<Seen>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ModelServer {
-    async fn start() -> ModelServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Seen::default());
-        let app = axum::Router::new()
-            .route(
-                "/v1/chat/completions",
-                axum::routing::post(chat_completions),
-            )
-            .with_state(Arc::clone(&seen));
-        let task = tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                eprintln!("model endpoint: {error}");
-            }
-        });
-        ModelServer {
-            base_url: format!("http://{addr}/v1"),
-            seen,
-            task,
-        }
-    }
-
-    /// The worker's requests, in arrival order.
-    fn worker_requests(&self) -> Vec<Value> {
-        let requests = self.seen.requests.lock().unwrap_or_else(|e| e.into_inner());
-        requests
-            .iter()
-            .filter(|r| offers_tool(r, "benchmark"))
-            .cloned()
-            .collect()
-    }
-}
-
-impl Drop for ModelServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 // --------------------------------------------------------------- the test
 
 async fn job_records(stack: &TestStack, job_id: &str) -> Vec<ResultRecord> {
@@ -437,7 +241,13 @@ fn is_edit(record: &ResultRecord, marker: &str) -> bool {
 async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_not() {
     let kernels = tempfile::tempdir().unwrap();
     write_kernel_root(kernels.path());
-    let server = ModelServer::start().await;
+    let server = ModelServer::start(ScriptedModel {
+        model: MODEL_NAME,
+        leader: leader_turn,
+        worker: worker_turn,
+        text_tools: false,
+    })
+    .await;
     let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
     let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
     options.kernel_root = kernels.path().to_path_buf();
@@ -466,7 +276,7 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
     })
     .await;
     let job = get_job(&mut control, &job_id).await;
-    let worker_requests = server.worker_requests();
+    let worker_requests = server.requests_of(Caller::Worker);
     let last = worker_requests
         .iter()
         .max_by_key(|r| tool_results(r).len())
