@@ -1,17 +1,19 @@
 //! Jobs as every suite drives them through the leader's Control service:
 //! the spec of a test job, submitting it, reading its record and its whole
-//! WatchJob stream, and picking results and agent events out of that
-//! stream. The end-to-end, chaos, trace and real-model tests share one copy
+//! WatchJob stream, picking results and agent events out of that stream,
+//! and reading the job's measurement records from the results store. The end-to-end, chaos, trace and real-model tests share one copy
 //! so that they all read a job the same way, over whichever client they
 //! hold (plain, with trace context, with a bearer token).
 
 use std::time::Duration;
 
+use mtswarm_bus::results::{ResultQuery, ResultRecord, ResultsStore};
+use mtswarm_bus::{Bus, BusConfig};
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;
 use tokio_stream::StreamExt as _;
 
-use crate::stack::GrpcTransport;
+use crate::stack::{GrpcTransport, TestStack};
 
 /// A job on `kernel_dir` with a ten-minute wall-time budget, `num_agents`
 /// agents (0: the leader decides) and no shell.
@@ -212,4 +214,23 @@ pub async fn decide_approval_for<T: GrpcTransport>(
         })
         .await
         .map(|r| r.into_inner().approval.expect("the decided record"))
+}
+
+/// Every measurement record of `job_id` in `stack`'s results store (at
+/// most 10,000), in stream order.
+pub async fn job_records(stack: &TestStack, job_id: &str) -> Vec<ResultRecord> {
+    let bus = Bus::connect(BusConfig::new(stack.nats.url()))
+        .await
+        .expect("connect to NATS");
+    let store = ResultsStore::open(&bus).await.expect("results store");
+    let records = store
+        .query(&ResultQuery {
+            job_id: Some(job_id.to_string()),
+            limit: 10_000,
+            ..ResultQuery::default()
+        })
+        .await
+        .expect("query the job's records");
+    let _ = bus.drain().await;
+    records
 }

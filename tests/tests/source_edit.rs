@@ -27,12 +27,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use mtswarm_bus::results::{CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
-use mtswarm_bus::{Bus, BusConfig};
+use mtswarm_bus::results::{CandidateStatus, ResultRecord};
 use mtswarm_llm::OpenAiConfig;
 use mtswarm_proto::v1;
 use mtswarm_tests::cli::{client_command, stdout_of};
-use mtswarm_tests::jobs::{get_job, job_spec, submit, watch_to_end};
+use mtswarm_tests::jobs::{get_job, job_records, job_spec, submit, watch_to_end};
 use mtswarm_tests::scripted_model::{
     Caller, ModelServer, ScriptedModel, Turn, artifact_of, kernel_dir, tool_results,
 };
@@ -201,23 +200,6 @@ fn worker_turn(body: &Value) -> Turn {
 }
 
 // --------------------------------------------------------------- the test
-
-async fn job_records(stack: &TestStack, job_id: &str) -> Vec<ResultRecord> {
-    let bus = Bus::connect(BusConfig::new(stack.nats.url()))
-        .await
-        .expect("connect to NATS");
-    let store = ResultsStore::open(&bus).await.expect("results store");
-    let records = store
-        .query(&ResultQuery {
-            job_id: Some(job_id.to_string()),
-            limit: 1_000,
-            ..ResultQuery::default()
-        })
-        .await
-        .expect("query the job's records");
-    let _ = bus.drain().await;
-    records
-}
 
 /// sha256 of `kernel_c` with the pristine harness and `params`, as the
 /// build hashes what it compiles.

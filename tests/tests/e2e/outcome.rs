@@ -17,9 +17,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use mtswarm_bus::results::{CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
-use mtswarm_bus::{Bus, BusConfig};
+use mtswarm_bus::results::{CandidateStatus, ResultRecord};
 use mtswarm_proto::v1;
+use mtswarm_tests::jobs::job_records;
 use mtswarm_tests::stack::wait_for_free_slices;
 use mtswarm_tests::{NodeProcess, StackOptions, TestStack, node_bin, small_fleet_toml};
 use serde_json::Value;
@@ -152,23 +152,6 @@ fn run_json(mut command: Command) -> (i32, Value) {
         )
     });
     (output.status.code().unwrap_or(-1), value)
-}
-
-async fn job_records(stack: &TestStack, job_id: &str) -> Vec<ResultRecord> {
-    let bus = Bus::connect(BusConfig::new(stack.nats.url()))
-        .await
-        .expect("connect to NATS");
-    let store = ResultsStore::open(&bus).await.expect("results store");
-    let records = store
-        .query(&ResultQuery {
-            job_id: Some(job_id.to_string()),
-            limit: 10_000,
-            ..ResultQuery::default()
-        })
-        .await
-        .expect("query the job's records");
-    let _ = bus.drain().await;
-    records
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
