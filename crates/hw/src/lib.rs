@@ -20,6 +20,7 @@ pub mod lock;
 pub mod measure;
 pub mod plausibility;
 pub mod process;
+pub mod reference;
 pub mod sandbox;
 pub mod sdk;
 pub mod simulated;

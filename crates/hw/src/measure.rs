@@ -230,6 +230,7 @@ pub(super) fn samples_of(outcome: &RunOutcome) -> Vec<RunSample> {
             max_abs_err: outcome.max_abs_err,
             counters: outcome.counters,
             seed: None,
+            useful_flops: 0,
         }]
     } else {
         outcome.samples.clone()
@@ -442,11 +443,20 @@ fn conclude(
             stats.median
         ));
     }
+    // The useful work (model or harness), never the executed flops: code
+    // padded with useless arithmetic must not raise its own figure.
     let flops = result
         .samples
         .iter()
-        .map(|s| s.counters.flops)
+        .map(|s| s.useful_flops)
         .find(|f| *f > 0)
+        .or_else(|| {
+            result
+                .samples
+                .iter()
+                .map(|s| s.counters.flops)
+                .find(|f| *f > 0)
+        })
         .or((outcome.counters.flops > 0).then_some(outcome.counters.flops));
     result.flops = flops;
     if let Some(flops) = flops

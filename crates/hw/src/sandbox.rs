@@ -41,6 +41,7 @@ use crate::HwError;
 
 pub mod pidns;
 pub mod pids;
+pub mod view;
 
 /// Processes and threads a build command may run at once (gcc's driver,
 /// cc1, as and ld need a handful).
@@ -58,6 +59,9 @@ pub struct Policy {
     /// At most this many processes and threads at once ([`pids`]): for
     /// builds, which must fork but not without end.
     pub max_processes: Option<u32>,
+    /// A file system of its own holding only these paths ([`view`]): for
+    /// the device compile, so no host path is even visible.
+    pub view: Option<view::View>,
 }
 
 /// System trees every confined program needs to start (dynamic loader,
@@ -83,6 +87,7 @@ const SYSTEM_WRITE: &[&str] = &["/dev/null"];
 pub struct Prepared {
     landlock: Option<OwnedFd>,
     filters: Vec<BpfProgram>,
+    view: Option<view::PreparedView>,
 }
 
 fn warn_once(once: &'static Once, what: &str, why: &str) {
@@ -99,11 +104,25 @@ static SECCOMP_MISSING: Once = Once::new();
 static NETNS_MISSING: Once = Once::new();
 
 impl Policy {
-    /// Build the ruleset and filters (in the parent, before spawning).
-    pub fn prepare(&self) -> Result<Prepared, HwError> {
+    /// Build the ruleset, filters and view (in the parent, before
+    /// spawning a program that will run in `cwd`).
+    pub fn prepare(&self, cwd: &Path) -> Result<Prepared, HwError> {
+        let view = match &self.view {
+            Some(v) if view::available() => Some(v.prepare(cwd)?),
+            _ => None,
+        };
+        // Landlock rules follow the host's directory tree, which a view
+        // replaces; the view is the stricter of the two (read-only binds,
+        // nothing else present), so it stands instead.
+        let landlock = if view.is_some() {
+            None
+        } else {
+            self.landlock_ruleset()
+        };
         Ok(Prepared {
-            landlock: self.landlock_ruleset(),
+            landlock,
             filters: self.filters()?,
+            view,
         })
     }
 
@@ -248,6 +267,9 @@ impl Prepared {
     /// system calls; the first failure is returned (the spawn fails, which
     /// is never silent).
     pub fn apply_in_child(&self, new_netns: bool) -> std::io::Result<()> {
+        if let Some(view) = &self.view {
+            view.apply_in_child()?;
+        }
         if new_netns {
             // SAFETY: plain system call.
             if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
@@ -273,17 +295,23 @@ impl Prepared {
     }
 }
 
+/// Where `program` is: itself when it is a path, else the first match on
+/// `search_path`.
+pub fn find_program(program: &str, search_path: Option<&str>) -> Option<PathBuf> {
+    if program.contains('/') {
+        Some(PathBuf::from(program))
+    } else {
+        std::env::split_paths(search_path?)
+            .map(|dir| dir.join(program))
+            .find(|candidate| candidate.is_file())
+    }
+}
+
 /// The install tree of a toolchain program (`/opt/cc/bin/gcc` -> `/opt/cc`,
 /// a wrapper script -> its directory), which its build steps must read. A
 /// bare name is looked up in `search_path` (the step's `PATH`).
 pub fn toolchain_root(program: &str, search_path: Option<&str>) -> Option<PathBuf> {
-    let found = if program.contains('/') {
-        PathBuf::from(program)
-    } else {
-        std::env::split_paths(search_path?)
-            .map(|dir| dir.join(program))
-            .find(|candidate| candidate.is_file())?
-    };
+    let found = find_program(program, search_path)?;
     let dir = std::fs::canonicalize(found).ok()?.parent()?.to_path_buf();
     match dir.file_name() {
         Some(name) if name == "bin" => dir.parent().map(Path::to_path_buf),
@@ -299,6 +327,7 @@ pub fn launch_policy(dir: &Path) -> Policy {
         write: vec![dir.to_path_buf()],
         no_processes: true,
         max_processes: None,
+        view: None,
     }
 }
 
@@ -310,5 +339,6 @@ pub fn build_policy(cwd: &Path, read: &[PathBuf]) -> Policy {
         write: vec![cwd.to_path_buf()],
         no_processes: false,
         max_processes: Some(BUILD_MAX_PROCESSES),
+        view: None,
     }
 }

@@ -282,6 +282,7 @@ impl Board for SimulatedBoard {
                     stall_cycles: 0,
                 },
                 seed: Some(launch),
+                useful_flops: flops as u64,
             };
             let flags = plausibility::flags_of(&sample, flops, &bounds);
             plausibility::apply(&mut sample, &flags);

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use emulator_support::*;
-use mtswarm_hw::emulator::EmulatorBoard;
+use mtswarm_hw::host::HostBoard;
 use mtswarm_hw::sdk::{ProcessLimits, SdkBoard};
 use mtswarm_hw::{Board, BuildRequest, ChipSpec, HwError, RunRequest};
 use sdk_support::{confined, fake_sdk_config, fixture_kernel, sdk_slice};
@@ -78,8 +78,10 @@ fn wrapper(dir: &Path, body: &str) -> PathBuf {
     path
 }
 
-fn board_with(compiler: &Path, cache: &Path) -> EmulatorBoard {
-    EmulatorBoard::new(slice(2), ChipSpec::default())
+/// A host-backend board (native build steps through `compiler`): the
+/// confinement of build steps is the same for every backend.
+fn board_with(compiler: &Path, cache: &Path) -> HostBoard {
+    HostBoard::new(slice(2), ChipSpec::default())
         .expect("slice")
         .with_cache_dir(cache)
         .with_compiler(compiler.display().to_string())
@@ -342,4 +344,81 @@ async fn a_local_sdk_launch_is_confined_and_still_measures() {
     assert!(tail.contains("PROBE secret []"), "{tail}");
     assert!(!tail.contains("PROBE fork ok"), "{tail}");
     assert!(!outcome.valid, "a probe prints no result: {tail}");
+}
+
+/// A descriptor of this process without close-on-exec, as a daemon's
+/// parent could pass down: (its number, the file that keeps it open).
+fn leaked_descriptor(dir: &Path) -> (i32, std::fs::File) {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::create(dir.join("daemon-secret")).expect("create");
+    let fd = file.as_raw_fd();
+    // SAFETY: clearing FD_CLOEXEC of a descriptor this test owns.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        assert!(flags >= 0);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC), 0);
+    }
+    (fd, file)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn descriptors_the_daemon_holds_reach_neither_a_build_step_nor_a_launch() {
+    let _serial = SERIAL.lock().await;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (fd, _keep) = leaked_descriptor(tmp.path());
+    // The build step: a compiler wrapper that tries to read the descriptor.
+    let cc = wrapper(
+        tmp.path(),
+        &format!(
+            "if ( : <&{fd} ) 2>/dev/null; then echo leaked >> fd.marker; else echo closed >> fd.marker; fi"
+        ),
+    );
+    let out = tmp.path().join("out");
+    let board = board_with(&cc, &tmp.path().join("cache"));
+    let artifact = board.build(&request(&out)).await.expect("builds");
+    let marker = std::fs::read_to_string(out.join("fd.marker")).expect("the wrapper ran");
+    assert!(
+        marker.contains("closed") && !marker.contains("leaked"),
+        "{marker}"
+    );
+    // The launch: native device code that looks for the descriptor and
+    // spoils its answer when it finds it.
+    let dir = fixture(&kernel_with_body(
+        "#include <fcntl.h>",
+        &format!(
+            "int t = get_thread_id(), g = get_group_size();\n\
+             for (uint64_t i = t; i < n; i += g) c[i] = a[i] + b[i];\n\
+             if (t == 0 && fcntl({fd}, F_GETFD) != -1) c[0] = -1e300;"
+        ),
+    ));
+    let native = HostBoard::new(slice(2), ChipSpec::default())
+        .expect("slice")
+        .with_cache_dir(tmp.path().join("cache"));
+    let built = native
+        .build(&BuildRequest {
+            kernel_dir: dir.path().to_path_buf(),
+            defines: defines("vecadd", &[("N", "4096")]),
+            out_dir: tmp.path().join("native"),
+        })
+        .await
+        .expect("builds natively");
+    let outcome = native
+        .run(
+            &built,
+            &RunRequest {
+                cores: 2,
+                runs: 1,
+                timeout: Duration::from_secs(60),
+                args: Vec::new(),
+                seed: None,
+            },
+        )
+        .await
+        .expect("runs");
+    assert!(
+        outcome.valid,
+        "the launch saw descriptor {fd}: {:?}",
+        outcome.error
+    );
+    drop(artifact);
 }

@@ -43,8 +43,10 @@ async fn unrolling_scalar_code_does_not_make_it_free() {
     // 65536 dependent multiply-adds in scalar code: at least ~2 instructions
     // each over 5 issue slots, whatever the unrolling.
     assert!(unrolled as f64 >= 65536.0 * 2.0 / 5.0, "{unrolled}");
+    // Unrolling saves the loop's own instructions (as on the board), not
+    // the arithmetic.
     assert!(
-        (unrolled as f64) > 0.5 * rolled as f64,
+        (unrolled as f64) > rolled as f64 / 3.0,
         "rolled {rolled}, unrolled {unrolled}"
     );
 }

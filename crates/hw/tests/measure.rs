@@ -89,6 +89,7 @@ impl Board for ScriptedBoard {
                     ..Counters::default()
                 },
                 seed: None,
+                useful_flops: self.flops,
             });
         }
         let valid = samples.iter().all(|s| s.valid);

@@ -377,6 +377,7 @@ fn measurement() -> Measurement {
             ..Default::default()
         },
         seed: None,
+        useful_flops: 2_000_000,
     };
     Measurement {
         slice: "board1/c3".into(),

@@ -3,7 +3,8 @@
  * MTSWARM_RESULT line per execution.
  *
  * The check is Freivalds' projection: C x against A (B x) for a random x
- * with entries in [0.5, 1.5), in O(n^2) instead of the O(n^3) reference, so
+ * with entries in [0.5, 1.5), drawn after the kernel ran from randomness it
+ * cannot observe (mtswarm_check_seed), in O(n^2) instead of the O(n^3) reference, so
  * fresh inputs every execution cost no more than the kernel's own
  * emulation. A wrong element c_ij shows as an error of at least half its
  * own in row i; max_abs_err is the largest row error. */
@@ -72,7 +73,6 @@ int main(int argc, char **argv) {
         uint64_t state = mtswarm_execution_seed(run);
         for (long i = 0; i < (long)M * K; i++) a[i] = mtswarm_uniform(&state, -0.5, 0.5);
         for (long i = 0; i < (long)K * N; i++) b[i] = mtswarm_uniform(&state, -0.5, 0.5);
-        for (long j = 0; j < N; j++) x[j] = mtswarm_uniform(&state, 0.5, 1.5);
         for (long i = 0; i < (long)M * N; i++) c[i] = NAN;
         uint64_t args[4] = {(uint64_t)barrier, (uint64_t)a, (uint64_t)b, (uint64_t)c};
         int g = hthread_group_create(cluster, cores, "dgemm_kernel", 1, 3, args);
@@ -82,6 +82,10 @@ int main(int argc, char **argv) {
         }
         mtswarm_exec_and_wait(g);
         hthread_group_destroy(g);
+        /* The check vector is drawn now, from randomness the kernel cannot
+         * observe: one drawn with the inputs could be predicted from them. */
+        uint64_t check = mtswarm_check_seed();
+        for (long j = 0; j < N; j++) x[j] = mtswarm_uniform(&check, 0.5, 1.5);
         double max_err = projection_error(a, b, c, x, bx); /* NaN counts as a failure */
         int valid = max_err <= TOLERANCE;
         char msg[128];

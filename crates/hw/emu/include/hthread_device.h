@@ -1,9 +1,12 @@
 /* Device-side hthreads API (the DSP cores), emulator edition.
  *
- * Each DSP core of a thread group runs as one host thread. Memory levels:
- * DDR (hthread_malloc on the host), GSM (`__gsm__` arrays, shared by the
- * cluster), AM (vector_malloc, per core), SM (scalar_malloc, per core).
- * Capacities and costs come from the chip spec the runtime was given. */
+ * Under the emulator device code is WebAssembly: each DSP core of a thread
+ * group is an instance of the kernel on one device memory, and these
+ * functions are the runtime's (nothing else is there to call: no C
+ * library, no files, no clock but get_clk). Memory levels: DDR
+ * (hthread_malloc on the host), GSM (`__gsm__` arrays, shared by the
+ * cluster), AM (vector_malloc, per core), SM (scalar_malloc, per core, and
+ * the core's stack). Capacities and costs come from the chip spec. */
 #ifndef MTSWARM_HTHREAD_DEVICE_H
 #define MTSWARM_HTHREAD_DEVICE_H
 
@@ -51,14 +54,30 @@ void dma_wait(unsigned int channel);
 int dma_query(unsigned int channel);
 
 /* Contiguous convenience transfers into/out of AM (vector_) and SM (scalar_). */
-unsigned int vector_load_async(const void *src, void *dst, unsigned int bytes);
-unsigned int vector_store_async(const void *src, void *dst, unsigned int bytes);
-unsigned int scalar_load_async(const void *src, void *dst, unsigned int bytes);
-unsigned int scalar_store_async(const void *src, void *dst, unsigned int bytes);
-void vector_load(const void *src, void *dst, unsigned int bytes);
-void vector_store(const void *src, void *dst, unsigned int bytes);
-void scalar_load(const void *src, void *dst, unsigned int bytes);
-void scalar_store(const void *src, void *dst, unsigned int bytes);
+static inline unsigned int vector_load_async(const void *src, void *dst, unsigned int bytes) {
+    return dma_p2p(src, 1, bytes, 0, dst, 1, bytes, 0, 0, 0);
+}
+static inline unsigned int vector_store_async(const void *src, void *dst, unsigned int bytes) {
+    return dma_p2p(src, 1, bytes, 0, dst, 1, bytes, 0, 0, 0);
+}
+static inline unsigned int scalar_load_async(const void *src, void *dst, unsigned int bytes) {
+    return dma_p2p(src, 1, bytes, 0, dst, 1, bytes, 0, 0, 0);
+}
+static inline unsigned int scalar_store_async(const void *src, void *dst, unsigned int bytes) {
+    return dma_p2p(src, 1, bytes, 0, dst, 1, bytes, 0, 0, 0);
+}
+static inline void vector_load(const void *src, void *dst, unsigned int bytes) {
+    dma_wait(vector_load_async(src, dst, bytes));
+}
+static inline void vector_store(const void *src, void *dst, unsigned int bytes) {
+    dma_wait(vector_store_async(src, dst, bytes));
+}
+static inline void scalar_load(const void *src, void *dst, unsigned int bytes) {
+    dma_wait(scalar_load_async(src, dst, bytes));
+}
+static inline void scalar_store(const void *src, void *dst, unsigned int bytes) {
+    dma_wait(scalar_store_async(src, dst, bytes));
+}
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,7 +55,11 @@ static inline uint64_t mtswarm_launch_seed(void) {
     }
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
+#if defined(__wasi__)
+    return (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 20);
+#else
     return (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 20) ^ ((uint64_t)getpid() << 40);
+#endif
 }
 
 /* The seed of execution `run` of this launch: draw its inputs from it. */
@@ -69,6 +74,18 @@ static inline uint64_t mtswarm_execution_seed(int run) {
     mtswarm_seed_current_ = mtswarm_next(&state);
     mtswarm_seed_drawn_ = 1;
     return mtswarm_seed_current_;
+}
+
+/* A seed for the checks of an execution, drawn after its kernel ran from
+ * the system's randomness (which device code has no way to observe). */
+static inline uint64_t mtswarm_check_seed(void) {
+    uint64_t v = 0;
+    if (getentropy(&v, sizeof v) != 0) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        v = (uint64_t)t.tv_nsec ^ ((uint64_t)t.tv_sec << 30) ^ mtswarm_seed_current_;
+    }
+    return v;
 }
 
 /* `--runs N` (default 1): kernel executions in this process. */

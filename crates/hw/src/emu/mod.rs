@@ -1,20 +1,24 @@
-//! The emulator itself, as the C backends use it: its runtime sources
-//! (`crates/hw/emu/`, embedded and written to a cache), the instrumentation
-//! that turns device code into modeled cycles, and the protocol the runtime
-//! and the harness print on stdout.
+//! The emulator itself: device code isolated from its own accounting.
 //!
-//! The `emulator` and `host` backends both compile the same runtime (the
-//! host one without the cycle model) through [`crate::toolchain`]; the
-//! pieces here know nothing of boards or slices, so both backends and the
-//! toolchain can stand on them.
+//! A kernel is compiled to WebAssembly and can call nothing but the device
+//! contract ([`contract`]); [`instrument`] rewrites it so that every
+//! stretch of code charges its issue slots and every memory access is
+//! checked and charged by the memory it touches, into counters the C code
+//! cannot address; [`layout`] fixes where every memory level lives; and
+//! [`machine`] runs the harness and one instance of the kernel per core in
+//! this process, computing every figure on the host side. [`protocol`]
+//! reads the harness's output lines, [`runtime`] materializes the headers,
+//! the harness shim and the `host` backend's native C runtime.
 //!
-//! The chip spec reaches the C runtime as a `key=value;...` string: baked
-//! into each build and passed again in `$MTSWARM_SPEC` at run time, so a
-//! TOML change changes the model.
+//! The pieces here know nothing of boards or slices, so both C backends
+//! and the toolchain can stand on them.
 
 use crate::board::BackendKind;
 
+pub(crate) mod contract;
 pub(crate) mod instrument;
+pub(crate) mod layout;
+pub(crate) mod machine;
 pub(crate) mod protocol;
 pub(crate) mod runtime;
 
@@ -33,13 +37,6 @@ impl Flavor {
         match self {
             Self::Emulated => BackendKind::Emulator,
             Self::Native => BackendKind::Host,
-        }
-    }
-    /// File name of this flavour's compiled runtime in the cache.
-    pub(crate) fn runtime_object(self) -> &'static str {
-        match self {
-            Self::Emulated => "runtime-emu.o",
-            Self::Native => "runtime-host.o",
         }
     }
 }

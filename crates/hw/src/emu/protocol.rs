@@ -110,6 +110,8 @@ pub(crate) fn parse_output(
                     ),
                 };
             let done = std::mem::take(&mut pending);
+            // Useful work: the model's, else the harness's count.
+            let useful = model.map(|m| m.flops).filter(|f| *f > 0.0).unwrap_or(flops);
             let (modeled_cycles, seconds) = match flavor {
                 Flavor::Emulated => (Some(to_u64(done.cycles)), done.cycles / spec.clock_hz),
                 Flavor::Native => (None, done.wall),
@@ -123,7 +125,7 @@ pub(crate) fn parse_output(
                 Some(error.unwrap_or_else(|| "output differs from the reference".to_owned()))
             };
             last_rate = if seconds > 0.0 {
-                let rate = flops / seconds;
+                let rate = useful / seconds;
                 let peak = match flavor {
                     Flavor::Emulated => rate / spec.peak_flops(done.threads),
                     Flavor::Native => 0.0,
@@ -140,6 +142,7 @@ pub(crate) fn parse_output(
                 max_abs_err,
                 counters: done.counters,
                 seed,
+                useful_flops: to_u64(useful),
             };
             // Wall-clock figures of the host CPU are not the chip's: only
             // emulated figures are held to the chip's bounds.

@@ -1,4 +1,6 @@
-//! Runtime materialization: the emulator's C sources, embedded with
+//! Runtime materialization: the emulator's C headers (hthreads API, vector
+//! intrinsics, harness helpers, the device's own C headers), the harness
+//! shim and the `host` backend's native runtime, embedded with
 //! `include_str!`, are written to a cache directory keyed by their hash on
 //! first use, so an installed binary needs nothing from the source tree.
 
@@ -29,9 +31,24 @@ const RUNTIME_SOURCES: &[(&str, &str)] = &[
         "include/mtswarm_harness.h",
         include_str!("../../emu/include/mtswarm_harness.h"),
     ),
+    ("device/float.h", include_str!("../../emu/device/float.h")),
+    ("device/limits.h", include_str!("../../emu/device/limits.h")),
+    ("device/math.h", include_str!("../../emu/device/math.h")),
+    ("device/stdarg.h", include_str!("../../emu/device/stdarg.h")),
     (
-        "runtime/emu_runtime.c",
-        include_str!("../../emu/runtime/emu_runtime.c"),
+        "device/stdbool.h",
+        include_str!("../../emu/device/stdbool.h"),
+    ),
+    ("device/stddef.h", include_str!("../../emu/device/stddef.h")),
+    ("device/stdint.h", include_str!("../../emu/device/stdint.h")),
+    ("device/string.h", include_str!("../../emu/device/string.h")),
+    (
+        "runtime/emu_host_shim.c",
+        include_str!("../../emu/runtime/emu_host_shim.c"),
+    ),
+    (
+        "runtime/host_runtime.c",
+        include_str!("../../emu/runtime/host_runtime.c"),
     ),
 ];
 

@@ -192,7 +192,7 @@ pub async fn run_confined(
     let child_cap = std::sync::Arc::clone(&process_cap);
     let sandbox = match &limits.sandbox {
         Some(policy) => Some((
-            policy.prepare()?,
+            policy.prepare(cwd)?,
             crate::sandbox::network_namespaces_available(),
         )),
         None => None,
@@ -233,6 +233,10 @@ pub async fn run_confined(
             if let Some((prepared, netns)) = &sandbox {
                 prepared.apply_in_child(*netns)?;
             }
+            // Nothing the daemon holds open reaches the program: every
+            // descriptor past stdio closes on exec (std's exec-error pipe
+            // already does).
+            close_inherited_on_exec();
             Ok(())
         });
     }
@@ -290,6 +294,33 @@ pub async fn run_confined(
         stderr,
         wall,
     })
+}
+
+/// Mark every descriptor above stderr close-on-exec (async-signal-safe).
+fn close_inherited_on_exec() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: plain system calls on this (forked) process's descriptors.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0 {
+            return;
+        }
+        // Kernels before 5.11 lack the flag: one descriptor at a time.
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 16) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in 3..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
 }
 
 /// The last `max_chars` characters of `text` (output kept in errors).

@@ -73,6 +73,11 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
             let seconds = times.get(i).copied().or(r.seconds).unwrap_or(fallback);
             let error = parse_error.or(r.error).filter(|e| !e.is_empty());
             let valid = r.valid && error.is_none();
+            let claimed = r
+                .flops
+                .filter(|f| f.is_finite() && *f > 0.0)
+                .map(|f| f as u64)
+                .unwrap_or(0);
             RunSample {
                 valid,
                 error: if valid {
@@ -84,14 +89,11 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
                 seconds,
                 max_abs_err: r.max_abs_err,
                 counters: Counters {
-                    flops: r
-                        .flops
-                        .filter(|f| f.is_finite() && *f > 0.0)
-                        .map(|f| f as u64)
-                        .unwrap_or(0),
+                    flops: claimed,
                     ..Counters::default()
                 },
                 seed: r.seed,
+                useful_flops: claimed,
             }
         })
         .collect()

@@ -9,10 +9,11 @@ use crate::HwError;
 use crate::board::{Artifact, Board, BuildRequest, RunOutcome, RunRequest, Slice};
 use crate::spec::ChipSpec;
 
-/// A board whose kernels are compiled by the host C compiler against the
-/// hthreads runtime and launched as confined processes: instrumented, with
-/// modeled cycles, when `EMULATED` ([`crate::EmulatorBoard`]), natively with
-/// wall-clock time otherwise ([`crate::HostBoard`]).
+/// A board whose kernels are compiled against the hthreads headers: to
+/// WebAssembly run isolated in this process, with modeled cycles, when
+/// `EMULATED` ([`crate::EmulatorBoard`]); natively and launched as a
+/// confined process, with wall-clock time, otherwise
+/// ([`crate::HostBoard`]).
 #[derive(Debug, Clone)]
 pub struct ToolchainBoard<const EMULATED: bool> {
     pub(crate) toolchain: Toolchain,
@@ -41,9 +42,14 @@ impl<const EMULATED: bool> ToolchainBoard<EMULATED> {
         self
     }
 
-    /// The C compiler to use (default `gcc`).
+    /// The C compiler to use: the native compiler of the `host` backend
+    /// (default `gcc`), clang for the emulator (default `clang`).
     pub fn with_compiler(mut self, compiler: impl Into<String>) -> Self {
-        self.toolchain.compiler = compiler.into();
+        if EMULATED {
+            self.toolchain.clang = compiler.into();
+        } else {
+            self.toolchain.compiler = compiler.into();
+        }
         self
     }
 
@@ -61,7 +67,11 @@ impl<const EMULATED: bool> Board for ToolchainBoard<EMULATED> {
     }
 
     async fn build(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
-        self.toolchain.build(request, Self::FLAVOR).await
+        if EMULATED {
+            self.toolchain.build_emulated(request).await
+        } else {
+            self.toolchain.build_native(request).await
+        }
     }
 
     async fn run(&self, artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {

@@ -1,21 +1,19 @@
-//! Building a kernel directory into a harness: check the defines and the
-//! kernel's source, compile the runtime once per cache, compile the kernel
-//! (instrumented for the emulator), the host program and the spec, check
-//! the object's symbols and stack frames, and link.
+//! Building a kernel directory into a native harness for the `host`
+//! backend: check the defines and the files the kernel's translation unit
+//! opens, compile the runtime once per cache, compile the kernel, the host
+//! program and the spec, and link. (The emulator builds WebAssembly
+//! instead, see `emulated`.)
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::compile::{
-    compile_cached, compile_kernel_step, compile_step, compiler_version, object_symbols,
-};
+use super::compile::{compile_cached, compile_kernel_step, compile_step, compiler_version};
 use super::{Flavor, OPT_FLAGS, TAIL_CHARS, Toolchain, check_defines};
 use crate::HwError;
 use crate::board::{Artifact, BuildRequest};
 use crate::device_check;
-use crate::emu::instrument::{KERNEL_INSTRUMENTATION, charge_basic_blocks, check_stack_frames};
 use crate::emu::runtime::{materialize_runtime, runtime_hash, spec_string};
 use crate::error::io_err;
 use crate::plausibility::ModelFigures;
@@ -23,36 +21,29 @@ use crate::process::{kernel_hash, tail, verified};
 use crate::spec::ChipSpec;
 
 impl Toolchain {
-    /// Compile the runtime for `flavor` once per cache directory.
-    async fn runtime_object(&self, runtime_dir: &Path, flavor: Flavor) -> Result<PathBuf, HwError> {
-        let object = runtime_dir.join(flavor.runtime_object());
+    /// Compile the native runtime once per cache directory.
+    async fn runtime_object(&self, runtime_dir: &Path) -> Result<PathBuf, HwError> {
+        let object = runtime_dir.join("runtime-host.o");
         let object_hash = object.with_extension("o.sha256");
         if object.exists() && verified(&object, &object_hash) {
             return Ok(object);
         }
-        let staging = runtime_dir.join(format!(
-            ".{}.{}.tmp",
-            flavor.runtime_object(),
-            uuid::Uuid::new_v4()
-        ));
+        let staging = runtime_dir.join(format!(".runtime-host.o.{}.tmp", uuid::Uuid::new_v4()));
         let mut argv = vec![self.compiler.clone()];
         argv.extend(OPT_FLAGS.iter().map(|s| (*s).to_owned()));
-        if flavor == Flavor::Native {
-            argv.push("-DMTSWARM_HOST_BACKEND".into());
-        }
         argv.extend([
             "-pthread".into(),
             "-I".into(),
             runtime_dir.join("include").display().to_string(),
             "-c".into(),
             runtime_dir
-                .join("runtime/emu_runtime.c")
+                .join("runtime/host_runtime.c")
                 .display()
                 .to_string(),
             "-o".into(),
             staging.display().to_string(),
         ]);
-        compile_step(argv, runtime_dir, "emulator runtime", &[]).await?;
+        compile_step(argv, runtime_dir, "host runtime", &[]).await?;
         let bytes = std::fs::read(&staging).map_err(|e| io_err("reading", &staging, e))?;
         std::fs::write(&object_hash, hex::encode(Sha256::digest(&bytes)))
             .map_err(|e| io_err("writing", &object_hash, e))?;
@@ -60,26 +51,21 @@ impl Toolchain {
         Ok(object)
     }
 
-    /// Preprocess kernel.c once to see what it is made of: refuse it when
-    /// it opened a file outside `allowed` (the error names the file, never
-    /// its content) or, for the emulator, when its own text switches the
-    /// instrumentation off or dodges it ([`device_check`]). The preprocessed
-    /// text is removed afterwards: it may hold an included file's content.
+    /// Preprocess kernel.c once to see which files it opens: refuse it
+    /// when it opened a file outside `allowed` (the error names the file,
+    /// never its content). The preprocessed text is removed afterwards: it
+    /// may hold an included file's content.
     async fn check_kernel_source(
         &self,
-        kernel_dir: &Path,
         out_dir: &Path,
+        kernel_dir: &Path,
         allowed: &[PathBuf],
         defines: &[String],
-        flavor: Flavor,
     ) -> Result<(), HwError> {
         let runtime_include = allowed.get(2).cloned().unwrap_or_default();
         let preprocessed = out_dir.join("kernel.check.i");
         let deps = out_dir.join("kernel.check.d");
         let mut argv = vec![self.compiler.clone(), "-E".into()];
-        if flavor == Flavor::Native {
-            argv.push("-DMTSWARM_HOST_BACKEND".into());
-        }
         argv.extend([
             "-fno-diagnostics-show-caret".into(),
             "-I".into(),
@@ -98,13 +84,7 @@ impl Toolchain {
             compile_kernel_step(argv, out_dir, "kernel.c", allowed).await?;
             let dep_text =
                 std::fs::read_to_string(&deps).map_err(|e| io_err("reading", &deps, e))?;
-            device_check::check_includes(&device_check::parse_deps(&dep_text), out_dir, allowed)?;
-            if flavor == Flavor::Emulated {
-                let text = std::fs::read_to_string(&preprocessed)
-                    .map_err(|e| io_err("reading", &preprocessed, e))?;
-                device_check::check_preprocessed(&text, kernel_dir)?;
-            }
-            Ok(())
+            device_check::check_includes(&device_check::parse_deps(&dep_text), out_dir, allowed)
         }
         .await;
         let _ = std::fs::remove_file(&preprocessed);
@@ -112,11 +92,7 @@ impl Toolchain {
         result
     }
 
-    pub(crate) async fn build(
-        &self,
-        request: &BuildRequest,
-        flavor: Flavor,
-    ) -> Result<Artifact, HwError> {
+    pub(crate) async fn build_native(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
         check_defines(&request.defines)?;
         let kernel_dir = &request.kernel_dir;
         for file in ["kernel.c", "host.c"] {
@@ -136,7 +112,7 @@ impl Toolchain {
             .canonicalize()
             .map_err(|e| io_err("resolving", out_dir, e))?;
         let runtime_dir = materialize_runtime(&self.cache_dir)?;
-        let runtime_object = self.runtime_object(&runtime_dir, flavor).await?;
+        let runtime_object = self.runtime_object(&runtime_dir).await?;
 
         let spec_c = out_dir.join("mtswarm_spec.c");
         std::fs::write(
@@ -154,15 +130,9 @@ impl Toolchain {
             .iter()
             .map(|(k, v)| format!("-D{k}={v}"))
             .collect();
-        let compile = |source: PathBuf, object: &str, instrument: bool| {
+        let compile = |source: PathBuf, object: &str| {
             let mut argv = vec![self.compiler.clone()];
             argv.extend(OPT_FLAGS.iter().map(|s| (*s).to_owned()));
-            if flavor == Flavor::Native {
-                argv.push("-DMTSWARM_HOST_BACKEND".into());
-            }
-            if instrument {
-                argv.extend(KERNEL_INSTRUMENTATION.iter().map(|s| (*s).to_owned()));
-            }
             argv.extend(["-pthread".into(), "-I".into(), include.clone()]);
             argv.extend(defines.iter().cloned());
             argv.extend([
@@ -173,25 +143,7 @@ impl Toolchain {
             ]);
             argv
         };
-        let instrument = flavor == Flavor::Emulated;
-        // On x86-64 the kernel goes through assembly so that each basic block
-        // can be charged by its instruction count (see `charge_basic_blocks`).
-        let via_assembly = instrument && cfg!(target_arch = "x86_64");
-        let mut kernel_argv = compile(
-            kernel_dir.join("kernel.c"),
-            if via_assembly { "kernel.s" } else { "kernel.o" },
-            instrument,
-        );
-        if instrument {
-            // Auto-vectorised scalar code would hide scalar work in packed
-            // host instructions; MT-3000 vector work goes through intrinsics.
-            kernel_argv.insert(1, "-fno-tree-vectorize".into());
-            // Device stacks live in SM: frames are checked after compiling.
-            kernel_argv.insert(1, "-fstack-usage".into());
-        }
-        if via_assembly && let Some(c) = kernel_argv.iter_mut().find(|a| a.as_str() == "-c") {
-            *c = "-S".into();
-        }
+        let kernel_argv = compile(kernel_dir.join("kernel.c"), "kernel.o");
         // What the kernel's translation unit may read and quote: its own
         // directory, the emulator's headers and the toolchain's headers.
         let mut allowed = vec![kernel_dir.clone(), out_dir.clone()];
@@ -206,11 +158,11 @@ impl Toolchain {
                 .iter()
                 .map(PathBuf::from),
         );
-        self.check_kernel_source(&kernel_dir, &out_dir, &allowed, &defines, flavor)
+        self.check_kernel_source(&out_dir, &kernel_dir, &allowed, &defines)
             .await?;
         // What every build step may read besides the toolchain.
         let reads = vec![kernel_dir.clone(), runtime_dir.clone()];
-        let host_argv = compile(kernel_dir.join("host.c"), "host.o", false);
+        let host_argv = compile(kernel_dir.join("host.c"), "host.o");
         let mut spec_argv = vec![self.compiler.clone(), "-c".into()];
         spec_argv.extend([
             spec_c.display().to_string(),
@@ -233,40 +185,6 @@ impl Toolchain {
         let mut log = kernel_log?;
         log.push_str(&host_log?);
         log.push_str(&spec_log?);
-        if instrument {
-            check_stack_frames(&out_dir.join("kernel.su"), &self.spec)?;
-        }
-        if via_assembly {
-            let asm_path = out_dir.join("kernel.s");
-            let asm =
-                std::fs::read_to_string(&asm_path).map_err(|e| io_err("reading", &asm_path, e))?;
-            let charged = charge_basic_blocks(&asm, &self.spec);
-            let charged_path = out_dir.join("kernel.emu.s");
-            std::fs::write(&charged_path, charged)
-                .map_err(|e| io_err("writing", &charged_path, e))?;
-            let argv = vec![
-                self.compiler.clone(),
-                "-c".into(),
-                charged_path.display().to_string(),
-                "-o".into(),
-                out_dir.join("kernel.o").display().to_string(),
-            ];
-            log.push_str(&compile_step(argv, &out_dir, "kernel.emu.s", &reads).await?);
-        }
-
-        if instrument {
-            // The object may call nothing outside the device contract and
-            // define nothing the runtime, the C library or the harness use.
-            let (undefined, defined) = object_symbols(&out_dir.join("kernel.o")).await?;
-            let mut reserved: BTreeSet<String> = BTreeSet::new();
-            for other in [runtime_object.clone(), host_object.clone()] {
-                let (u, d) = object_symbols(&other).await?;
-                reserved.extend(u);
-                reserved.extend(d);
-            }
-            let source = std::fs::read_to_string(kernel_dir.join("kernel.c")).unwrap_or_default();
-            device_check::check_symbols(&undefined, &defined, &reserved, &source)?;
-        }
 
         let program = out_dir.join("harness");
         let mut link = vec![self.compiler.clone(), "-rdynamic".into(), "-pthread".into()];
@@ -285,22 +203,14 @@ impl Toolchain {
         log.push_str(&compile_step(link, &out_dir, "link", &reads).await?);
 
         let version = compiler_version(&self.compiler).await;
-        let flags = match flavor {
-            Flavor::Emulated => format!(
-                "-O2 -fno-tree-vectorize {}",
-                KERNEL_INSTRUMENTATION.join(" ")
-            ),
-            Flavor::Native => "-O2".to_owned(),
-        };
         Ok(Artifact {
-            backend: flavor.backend(),
+            backend: Flavor::Native.backend(),
             dir: out_dir.clone(),
             program,
             kernel_hash: kernel_hash(&kernel_dir, &request.defines)?,
             toolchain: format!(
-                "{} {version} {flags} ({} runtime {})",
+                "{} {version} -O2 (host runtime {})",
                 self.compiler,
-                flavor.backend(),
                 &runtime_hash()[..12]
             ),
             log: tail(&log, TAIL_CHARS),

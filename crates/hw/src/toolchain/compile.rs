@@ -15,21 +15,27 @@ use crate::device_check;
 use crate::error::io_err;
 use crate::process::{ProcessLimits, ProcessOutput, run_confined, tail, verified};
 
-/// `gcc -dumpfullversion`, cached per compiler.
+/// The compiler's version, cached per compiler.
 pub(super) async fn compiler_version(compiler: &str) -> String {
     static VERSIONS: OnceLock<std::sync::Mutex<BTreeMap<String, String>>> = OnceLock::new();
     let cache = VERSIONS.get_or_init(Default::default);
     if let Some(v) = cache.lock().ok().and_then(|m| m.get(compiler).cloned()) {
         return v;
     }
-    let version = match tokio::process::Command::new(compiler)
-        .arg("-dumpfullversion")
-        .output()
-        .await
-    {
-        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        _ => "unknown".to_owned(),
-    };
+    // gcc answers -dumpfullversion (12.2.0; -dumpversion says 12), clang
+    // only -dumpversion (14.0.6).
+    let mut version = "unknown".to_owned();
+    for flag in ["-dumpfullversion", "-dumpversion"] {
+        if let Ok(out) = tokio::process::Command::new(compiler)
+            .arg(flag)
+            .output()
+            .await
+            && out.status.success()
+        {
+            version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            break;
+        }
+    }
     if let Ok(mut m) = cache.lock() {
         m.insert(compiler.to_owned(), version.clone());
     }
@@ -57,6 +63,81 @@ async fn run_build_confined(
         MAX_OUTPUT_BYTES,
     )
     .await
+}
+
+/// Compile device code: the compiler runs in a file system of its own
+/// ([`crate::sandbox::view`]) holding only itself, its libraries, the
+/// directories of `allowed` (read-only) and `cwd` (its output), so the
+/// kernel's text can neither include nor test for any other host path.
+/// Diagnostics are scrubbed as in [`compile_kernel_step`].
+pub(super) async fn compile_device_step(
+    mut argv: Vec<String>,
+    cwd: &Path,
+    what: &str,
+    allowed: &[PathBuf],
+) -> Result<String, HwError> {
+    let path = std::env::var("PATH").ok();
+    let program = argv
+        .first()
+        .and_then(|p| crate::sandbox::find_program(p, path.as_deref()))
+        .ok_or_else(|| {
+            HwError::compile(format!(
+                "{what}: `{}` not found on PATH (deploy/setup.sh installs clang)",
+                argv.first().map(String::as_str).unwrap_or_default()
+            ))
+        })?;
+    let binary = std::fs::canonicalize(&program).map_err(|e| io_err("resolving", &program, e))?;
+    let files = crate::sandbox::view::program_files(&binary)?;
+    let mut paths: Vec<(PathBuf, bool)> = files.iter().map(|f| (f.clone(), false)).collect();
+    paths.push((program.clone(), false));
+    paths.extend(
+        allowed
+            .iter()
+            .filter(|p| *p != cwd)
+            .map(|p| (p.clone(), false)),
+    );
+    paths.push((cwd.to_path_buf(), true));
+    paths.push((PathBuf::from("/dev/null"), true));
+    let mut library_dirs: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.parent().map(|d| d.display().to_string()))
+        .collect();
+    library_dirs.dedup();
+    let mut policy = crate::sandbox::build_policy(cwd, allowed);
+    policy.read.push(binary.clone());
+    policy.view = Some(crate::sandbox::view::View { paths });
+    let limits = ProcessLimits {
+        sandbox: Some(policy),
+        ..ProcessLimits::default()
+    };
+    argv[0] = binary.display().to_string();
+    let mut env = BTreeMap::new();
+    env.insert("LD_LIBRARY_PATH".to_owned(), library_dirs.join(":"));
+    let out = run_confined(
+        &argv,
+        cwd,
+        &env,
+        Duration::from_secs(120),
+        &limits,
+        MAX_OUTPUT_BYTES,
+    )
+    .await
+    .map_err(|e| match e {
+        HwError::Timeout(t) => {
+            HwError::compile_caused(format!("{what}: compiler timed out after {t:?}"), e)
+        }
+        other => other,
+    })?;
+    let scrub = |text: &str| device_check::scrub_diagnostics(text, allowed);
+    if out.status.success() {
+        Ok(scrub(&out.stderr))
+    } else {
+        let mut msg = tail(scrub(out.stderr.trim()).trim(), TAIL_CHARS);
+        if msg.is_empty() {
+            msg = format!("compiler exited with {}", out.status);
+        }
+        Err(HwError::compile(format!("{what}: {msg}")))
+    }
 }
 
 /// Run one compiler command; its diagnostics become the error on failure.
@@ -115,21 +196,6 @@ pub(super) async fn compile_kernel_step(
         }
         Err(e) => Err(e),
     }
-}
-
-/// `nm` of an object: (undefined, defined) symbols.
-pub(super) async fn object_symbols(object: &Path) -> Result<(Vec<String>, Vec<String>), HwError> {
-    let argv = vec!["nm".to_owned(), object.display().to_string()];
-    let cwd = object.parent().unwrap_or(Path::new("/"));
-    let out = run_build_confined(&argv, cwd, &[], Duration::from_secs(30)).await?;
-    if !out.status.success() {
-        return Err(HwError::compile(format!(
-            "nm {}: {}",
-            object.display(),
-            tail(out.stderr.trim(), 500)
-        )));
-    }
-    Ok(device_check::parse_nm(&out.stdout))
 }
 
 /// Compiles a translation unit that rarely changes between candidates

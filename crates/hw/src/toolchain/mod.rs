@@ -1,12 +1,13 @@
 //! The C toolchain of the emulator and host backends: how a kernel
-//! directory becomes a harness (confined compiles of the kernel, the host
-//! program and the emulator runtime, with an object cache) and how that
-//! harness is launched and read back.
+//! directory becomes a harness (confined compiles with an object cache)
+//! and how that harness is launched and read back.
 //!
-//! The two backends differ only in `Flavor`: the emulator instruments
-//! device code and reports modeled cycles, the host backend builds natively
-//! and reports wall time. The one check of `-D` defines every backend
-//! applies (`check_defines`) lives here too.
+//! The two backends differ in `Flavor`: the emulator builds WebAssembly
+//! with clang (`emulated`) and runs it isolated in this process, reporting
+//! modeled cycles; the host backend builds natively (`build`) and launches
+//! a confined process, reporting wall time. Both read the same output
+//! protocol. The one check of `-D` defines every backend applies
+//! (`check_defines`) lives here too.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use crate::spec::ChipSpec;
 mod board;
 mod build;
 mod compile;
+mod emulated;
 mod run;
 
 pub(crate) use crate::emu::Flavor;
@@ -67,7 +69,11 @@ pub(crate) struct Toolchain {
     pub(crate) slice: Slice,
     pub(crate) spec: ChipSpec,
     pub(crate) cache_dir: PathBuf,
+    /// The native C compiler (the `host` backend).
     pub(crate) compiler: String,
+    /// clang, which builds the emulator's WebAssembly (with wasm-ld and
+    /// wasi-libc installed).
+    pub(crate) clang: String,
     pub(crate) limits: RunLimits,
     /// Fault injection (emulator only; `None` = off).
     pub(crate) faults: Option<std::sync::Arc<FaultInjector>>,
@@ -101,6 +107,7 @@ impl Toolchain {
             spec,
             cache_dir: default_cache_dir(),
             compiler: "gcc".to_owned(),
+            clang: "clang".to_owned(),
             limits: RunLimits::default(),
             faults: None,
         })

@@ -126,6 +126,7 @@ impl ScriptedBoard {
                         ..Counters::default()
                     },
                     seed: None,
+                    useful_flops: 1_000_000,
                 }
             })
             .collect();

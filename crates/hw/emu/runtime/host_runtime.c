@@ -1,29 +1,18 @@
-/* The MT-3000 emulator runtime: host and device hthreads API, memory
- * capacities and the cycle model.
+/* The hthreads runtime of the `host` backend: the host and device API on
+ * the local CPU, each DSP core of a thread group a host thread, timed by
+ * the wall clock.
  *
- * Every DSP core of a thread group runs as one host thread. Each core keeps
- * a modeled clock that advances only through what the core itself does, so
- * the cycle counts are deterministic whatever the host scheduler does:
- *   - compute: the kernel's issue counters (basic blocks of scalar code from
- *     the coverage hook, vector intrinsics by class) are folded into the clock
- *     at every synchronisation point as the maximum over the issue classes
- *     (the VLIW issues them in parallel slots);
- *   - DMA: a transfer starts when the core's DMA engine is free, takes the
- *     start-up cost plus bytes over the bandwidth share of the core (the
- *     shared level's bandwidth divided by the group size), and dma_wait
- *     stalls only for what is left;
- *   - barriers: everybody leaves at the slowest arrival plus a fixed cost.
- * All numbers come from the chip spec in $MTSWARM_SPEC (or the copy baked in
- * at build time).
- *
- * Built with -DMTSWARM_HOST_BACKEND, the same runtime skips the model and
- * reports wall-clock time instead (the `host` backend). */
+ * Kernels built for the host backend run natively, for real timing of code
+ * that is not MT-3000-specific; nothing is modeled. The capacities of the
+ * chip spec in $MTSWARM_SPEC (or the copy baked in at build time) still
+ * hold, so a configuration that cannot run on the chip fails here too.
+ * The emulator does not use this file: it runs device code as WebAssembly
+ * (crates/hw/src/emu/machine). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,8 +26,6 @@
 #include "hthread_device.h"
 #include "hthread_host.h"
 
-__thread struct mtswarm_issue_counters mtswarm_issue;
-
 /* The spec baked in at build time (generated file), overridden by
  * $MTSWARM_SPEC at run time. */
 extern const char mtswarm_spec_default[] __attribute__((weak));
@@ -49,7 +36,6 @@ extern char __stop_mtswarm_gsm[] __attribute__((weak));
 #define MAX_ARGS 16
 #define MAX_GROUPS 64
 #define MAX_BARRIERS 64
-#define CHANNEL_RING 256
 #define MAX_DDR_ALLOCS 4096
 
 /* ---------------------------------------------------------------- errors */
@@ -226,14 +212,7 @@ struct core_state {
     int id;
     struct group *group;
     struct core_mem *mem;
-    double clk;
-    double dma_free;
-    double chan_done[CHANNEL_RING];
     unsigned int next_chan;
-    double flops;
-    double dma_bytes;
-    double ddr_bytes; /* bytes moved over DDR: DMA and direct accesses */
-    double stall;
 };
 
 struct cluster {
@@ -258,7 +237,6 @@ struct barrier {
     pthread_cond_t cv;
     int arrived, expected;
     unsigned long generation;
-    double max_clk, release_clk;
 };
 
 static pthread_mutex_t api_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -267,14 +245,6 @@ static struct group groups[MAX_GROUPS];
 static struct barrier barriers[MAX_BARRIERS];
 static struct ddr_alloc ddr_allocs[MAX_DDR_ALLOCS];
 static __thread struct core_state *current_core;
-
-static int host_backend(void) {
-#ifdef MTSWARM_HOST_BACKEND
-    return 1;
-#else
-    return 0;
-#endif
-}
 
 static struct cluster *cluster_of(int cluster_id, const char *who) {
     const struct spec *sp = spec();
@@ -353,145 +323,6 @@ static struct core_state *need_core(const char *who) {
     return cs;
 }
 
-/* ----------------------------------------------------------- cycle model */
-
-/* Basic-block hook of -fsanitize-coverage=trace-pc. On x86-64 the build
- * replaces each call by an inline charge sized to the block (see
- * emulator.rs); elsewhere every block costs model.scalar_block_cycles. */
-__attribute__((no_sanitize_coverage)) void __sanitizer_cov_trace_pc(void) {
-    mtswarm_issue.scalar_millicycles += (uint64_t)(S.scalar_block_cycles * 1000.0);
-}
-
-static double ddr_bytes_per_cycle(const struct core_state *cs) {
-    return S.ddr_bandwidth / S.clusters / S.clock_hz / cs->group->nthreads;
-}
-
-static double gsm_bytes_per_cycle(const struct core_state *cs) {
-    return S.gsm_bandwidth / S.clock_hz / cs->group->nthreads;
-}
-
-/* Bring the core's clock up to date with the work issued since the last
- * synchronisation point.
- *
- * Compute: the issue classes run in parallel VLIW slots, so the busiest
- * one sets the time. Direct accesses to GSM and DDR (loads and stores that
- * do not go through DMA) stall the in-order core for their latency each,
- * and their bytes go through the core's port to the shared level at the
- * core's bandwidth share, after any DMA transfer already queued there: no
- * mix of DMA and direct accesses moves data faster than the share. */
-static void fold(struct core_state *cs) {
-    if (host_backend()) return;
-    struct mtswarm_issue_counters *c = &mtswarm_issue;
-    double bcast_slots = S.vector_issue_slots - S.fma_per_lane - S.vector_mem_slots;
-    if (bcast_slots < 1) bcast_slots = 1;
-    double scalar = (double)c->scalar_millicycles / 1000.0 + (double)c->sm_words / S.vector_mem_slots;
-    double fma = (double)(c->vector_fma + c->vector_mul) / S.fma_per_lane;
-    double mem = (double)c->vector_mem / S.vector_mem_slots;
-    double bcast = (double)c->vector_bcast / bcast_slots;
-    double busy = fmax(fmax(scalar, fma), fmax(mem, bcast));
-    double latency = (double)c->ddr_accesses * S.ddr_latency_cycles +
-                     (double)c->gsm_accesses * S.gsm_latency_cycles;
-    double clk = cs->clk + busy + latency;
-    if (c->ddr_bytes || c->gsm_bytes) {
-        double transfer = (double)c->ddr_bytes / ddr_bytes_per_cycle(cs) +
-                          (double)c->gsm_bytes / gsm_bytes_per_cycle(cs);
-        double start = cs->clk > cs->dma_free ? cs->clk : cs->dma_free;
-        cs->dma_free = start + transfer;
-        if (cs->dma_free > clk) clk = cs->dma_free;
-    }
-    cs->stall += clk - (cs->clk + busy);
-    cs->clk = clk;
-    cs->ddr_bytes += (double)c->ddr_bytes;
-    cs->flops += ((double)c->vector_fma * 2.0 + (double)c->vector_mul) * S.vector_lanes +
-                 (double)c->scalar_flops;
-    c->scalar_millicycles = c->scalar_flops = c->vector_fma = c->vector_mul = 0;
-    c->vector_mem = c->vector_bcast = c->sm_words = 0;
-    c->gsm_accesses = c->gsm_bytes = c->ddr_accesses = c->ddr_bytes = 0;
-}
-
-/* ------------------------------------------------- memory access charges */
-
-/* Hooks of gcc's -fsanitize=thread instrumentation: the kernel is compiled
- * with it (and linked without libtsan), so every load and store of device
- * code lands here with its address and size and is charged by the level it
- * touches. This core's AM, SM and stack (device stacks live in SM) are
- * on-core: a scalar access costs only its issue slot (counted with its
- * basic block); a bulk access (>= 16 bytes: vectors, struct copies) takes
- * the vector load/store units in AM and one word per slot in SM. GSM and
- * anything else (hthread_malloc memory, other cores' scratchpads, static
- * data) are charged as direct accesses to GSM or DDR (see fold). */
-static inline void charge_access(const void *ptr, size_t size) {
-    struct mtswarm_issue_counters *c = &mtswarm_issue;
-    uintptr_t a = (uintptr_t)ptr;
-    if (a - c->am_lo < c->am_hi - c->am_lo) {
-        if (size >= 16) c->vector_mem += (size + MTSWARM_VECTOR_BYTES - 1) / MTSWARM_VECTOR_BYTES;
-        return;
-    }
-    if (a - c->sm_lo < c->sm_hi - c->sm_lo || a - c->stack_lo < c->stack_hi - c->stack_lo) {
-        if (size >= 16) c->sm_words += (size + 7) / 8;
-        return;
-    }
-    uint64_t requests = (size + MTSWARM_VECTOR_BYTES - 1) / MTSWARM_VECTOR_BYTES;
-    uint64_t bytes = (size + 7) / 8 * 8;
-    if (__start_mtswarm_gsm && a - (uintptr_t)__start_mtswarm_gsm <
-                                   (uintptr_t)__stop_mtswarm_gsm - (uintptr_t)__start_mtswarm_gsm) {
-        c->gsm_accesses += requests;
-        c->gsm_bytes += bytes;
-    } else {
-        c->ddr_accesses += requests;
-        c->ddr_bytes += bytes;
-    }
-}
-
-#define MTSWARM_ACCESS_HOOKS(n)                                                \
-    void __tsan_read##n(void *p) { charge_access(p, n); }                     \
-    void __tsan_write##n(void *p) { charge_access(p, n); }                    \
-    void __tsan_unaligned_read##n(void *p) { charge_access(p, n); }           \
-    void __tsan_unaligned_write##n(void *p) { charge_access(p, n); }          \
-    void __tsan_volatile_read##n(void *p) { charge_access(p, n); }            \
-    void __tsan_volatile_write##n(void *p) { charge_access(p, n); }           \
-    void __tsan_unaligned_volatile_read##n(void *p) { charge_access(p, n); }  \
-    void __tsan_unaligned_volatile_write##n(void *p) { charge_access(p, n); }
-MTSWARM_ACCESS_HOOKS(1)
-MTSWARM_ACCESS_HOOKS(2)
-MTSWARM_ACCESS_HOOKS(4)
-MTSWARM_ACCESS_HOOKS(8)
-MTSWARM_ACCESS_HOOKS(16)
-void __tsan_read_range(void *p, size_t n) { charge_access(p, n); }
-void __tsan_write_range(void *p, size_t n) { charge_access(p, n); }
-/* Module constructor and function hooks of the instrumentation: nothing to
- * do (the build turns function entry/exit hooks off). */
-void __tsan_init(void) {}
-void __tsan_func_entry(void *pc) { (void)pc; }
-void __tsan_func_exit(void) {}
-
-/* memcpy / memset / memmove called from device code (the build renames
- * them to these): their bytes are accesses like any other. */
-void *mtswarm_dev_memcpy(void *dst, const void *src, size_t n) {
-    if (n) {
-        charge_access(src, n);
-        charge_access(dst, n);
-    }
-    return memcpy(dst, src, n);
-}
-void *mtswarm_dev_memmove(void *dst, const void *src, size_t n) {
-    if (n) {
-        charge_access(src, n);
-        charge_access(dst, n);
-    }
-    return memmove(dst, src, n);
-}
-void *mtswarm_dev_memset(void *dst, int value, size_t n) {
-    if (n) charge_access(dst, n);
-    return memset(dst, value, n);
-}
-
-static void stall_until(struct core_state *cs, double t) {
-    if (t > cs->clk) {
-        cs->stall += t - cs->clk;
-        cs->clk = t;
-    }
-}
 
 /* ------------------------------------------------------------- host API */
 
@@ -614,27 +445,9 @@ static void *core_main(void *arg) {
     struct core_state *cs = arg;
     struct group *g = cs->group;
     current_core = cs;
-    memset(&mtswarm_issue, 0, sizeof mtswarm_issue);
-    mtswarm_issue.am_lo = (uintptr_t)cs->mem->am.base;
-    mtswarm_issue.am_hi = (uintptr_t)cs->mem->am.base + cs->mem->am.capacity;
-    mtswarm_issue.sm_lo = (uintptr_t)cs->mem->sm.base;
-    mtswarm_issue.sm_hi = (uintptr_t)cs->mem->sm.base + cs->mem->sm.capacity;
-    pthread_attr_t attr;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        void *stack = NULL;
-        size_t stack_size = 0;
-        if (pthread_attr_getstack(&attr, &stack, &stack_size) == 0) {
-            mtswarm_issue.stack_lo = (uintptr_t)stack;
-            mtswarm_issue.stack_hi = (uintptr_t)stack + stack_size;
-        }
-        pthread_attr_destroy(&attr);
-    }
     uint64_t *a = g->args;
     ((kernel_fn)g->fn)(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
                        a[12], a[13], a[14], a[15]);
-    fold(cs);
-    /* Outstanding transfers finish before the core reports done. */
-    stall_until(cs, cs->dma_free);
     /* Buffers do not outlive the kernel, as with a fresh image on the board. */
     cs->mem->am.count = 0;
     cs->mem->am.in_use = 0;
@@ -681,87 +494,19 @@ int hthread_group_exec(int group_id) {
     return 0;
 }
 
-/* ------------------------------------------------------ fault injection */
-
-/* $MTSWARM_FAULT, set by the backend for a launch it decided to fail (fleet
- * `faults`): `hang` never returns from the wait (the run timeout kills the
- * process group), `crash` dies from SIGSEGV, `wrong` corrupts every buffer
- * the kernel may write so the harness's answer check fails. */
-enum fault { FAULT_NONE, FAULT_HANG, FAULT_CRASH, FAULT_WRONG };
-
-static enum fault injected_fault(void) {
-    const char *s = getenv("MTSWARM_FAULT");
-    if (!s || !*s) return FAULT_NONE;
-    if (strcmp(s, "hang") == 0) return FAULT_HANG;
-    if (strcmp(s, "crash") == 0) return FAULT_CRASH;
-    if (strcmp(s, "wrong") == 0) return FAULT_WRONG;
-    emu_fail("config", "MTSWARM_FAULT=%s: expected hang, crash or wrong", s);
-}
-
-/* Every 8-byte word of the writable buffers becomes 2x+1 (as a double): a
- * finite result that differs from any reference by at least 1. */
-static void corrupt_outputs(int cluster) {
-    pthread_mutex_lock(&api_lock);
-    for (int i = 0; i < MAX_DDR_ALLOCS; i++) {
-        struct ddr_alloc *a = &ddr_allocs[i];
-        if (!a->ptr || a->cluster != cluster || !(a->flags & HT_MEM_WO)) continue;
-        double *words = a->ptr;
-        for (size_t w = 0; w < a->bytes / sizeof(double); w++) {
-            double v = words[w];
-            words[w] = isfinite(v) ? v * 2.0 + 1.0 : 1.0;
-        }
-    }
-    pthread_mutex_unlock(&api_lock);
-}
-
-static void apply_fault(int cluster) {
-    switch (injected_fault()) {
-    case FAULT_NONE:
-        return;
-    case FAULT_HANG:
-        fflush(stdout);
-        for (;;) pause();
-    case FAULT_CRASH:
-        fflush(stdout);
-        signal(SIGSEGV, SIG_DFL);
-        raise(SIGSEGV);
-        abort();
-    case FAULT_WRONG:
-        corrupt_outputs(cluster);
-        return;
-    }
-}
-
 int hthread_group_wait(int group_id) {
-    const struct spec *sp = spec();
     struct group *g = group_of(group_id, "hthread_group_wait");
     if (!g->executing) emu_fail("usage", "hthread_group_wait(%d): group is not running", group_id);
     for (int i = 0; i < g->nthreads; i++) pthread_join(g->threads[i], NULL);
-    apply_fault(g->cluster);
     struct timespec end;
     clock_gettime(CLOCK_MONOTONIC, &end);
     double wall = (double)(end.tv_sec - g->wall_start.tv_sec) +
                   (double)(end.tv_nsec - g->wall_start.tv_nsec) * 1e-9;
-    double kernel = 0, flops = 0, bytes = 0, ddr = 0, stall = 0;
-    for (int i = 0; i < g->nthreads; i++) {
-        struct core_state *cs = &g->cores[i];
-        if (cs->clk > kernel) kernel = cs->clk;
-        flops += cs->flops;
-        bytes += cs->dma_bytes;
-        ddr += cs->ddr_bytes;
-        stall += cs->stall;
-    }
     pthread_mutex_lock(&out_lock);
     printf("MTSWARM_EMU {\"kernel\":");
     json_string(stdout, g->name);
-    printf(",\"cluster\":%d,\"threads\":%d,\"modeled\":%s,\"cycles\":[", g->cluster, g->nthreads,
-           host_backend() ? "false" : "true");
-    for (int i = 0; i < g->nthreads; i++)
-        printf("%s%.0f", i ? "," : "", ceil(g->cores[i].clk));
-    printf("],\"kernel_cycles\":%.0f,\"seconds\":%.9e,\"flops\":%.0f,\"dma_bytes\":%.0f,"
-           "\"ddr_bytes\":%.0f,\"stall_cycles\":%.0f,\"wall_seconds\":%.9e}\n",
-           ceil(kernel), host_backend() ? wall : ceil(kernel) / sp->clock_hz, flops, bytes, ddr,
-           ceil(stall), wall);
+    printf(",\"cluster\":%d,\"threads\":%d,\"modeled\":false,\"seconds\":%.9e,\"wall_seconds\":%.9e}\n",
+           g->cluster, g->nthreads, wall, wall);
     fflush(stdout);
     pthread_mutex_unlock(&out_lock);
     pthread_mutex_lock(&api_lock);
@@ -868,32 +613,24 @@ static void barrier_sync(int barrier_id, int ncores, const char *who) {
     if (ncores < 1 || ncores > cs->group->nthreads)
         emu_fail("usage", "%s(%d, %d) on core %d: the group has %d cores", who, barrier_id, ncores,
                  cs->id, cs->group->nthreads);
-    fold(cs);
     struct barrier *b = &barriers[barrier_id];
     pthread_mutex_lock(&b->lock);
     if (b->arrived == 0) {
         b->expected = ncores;
-        b->max_clk = cs->clk;
     } else if (b->expected != ncores) {
         emu_fail("usage", "%s(%d) on core %d: cores disagree on the participant count (%d vs %d)",
                  who, barrier_id, cs->id, ncores, b->expected);
     }
-    if (cs->clk > b->max_clk) b->max_clk = cs->clk;
     b->arrived++;
-    double release;
     if (b->arrived == b->expected) {
-        b->release_clk = b->max_clk + (host_backend() ? 0 : S.barrier_cycles);
         b->arrived = 0;
         b->generation++;
-        release = b->release_clk;
         pthread_cond_broadcast(&b->cv);
     } else {
         unsigned long gen = b->generation;
         while (gen == b->generation) pthread_cond_wait(&b->cv, &b->lock);
-        release = b->release_clk;
     }
     pthread_mutex_unlock(&b->lock);
-    stall_until(cs, release);
 }
 
 void group_barrier(int barrier_id) {
@@ -907,22 +644,17 @@ int hthread_printf(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     pthread_mutex_lock(&out_lock);
-    int n = vprintf(fmt, ap);
+    int n = vfprintf(stderr, fmt, ap);
     pthread_mutex_unlock(&out_lock);
     va_end(ap);
     return n;
 }
 
 unsigned long get_clk(void) {
-    struct core_state *cs = need_core("get_clk");
-    if (host_backend()) {
-        struct timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return (unsigned long)t.tv_sec * 1000000000ul + (unsigned long)t.tv_nsec;
-    }
-    fold(cs);
-    cs->clk += S.get_clk_cycles;
-    return (unsigned long)cs->clk;
+    need_core("get_clk");
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long)t.tv_sec * 1000000000ul + (unsigned long)t.tv_nsec;
 }
 
 void *scalar_malloc(unsigned int bytes) {
@@ -945,34 +677,6 @@ void vector_free(void *ptr) {
     scratch_free(&cs->mem->am, ptr, "vector_free", cs->id);
 }
 
-enum level { LEVEL_DDR, LEVEL_GSM, LEVEL_AM, LEVEL_SM };
-static const char *level_name[] = {"DDR", "GSM", "AM", "SM"};
-
-static int in_range(uintptr_t lo, uintptr_t hi, uintptr_t a) { return a >= lo && a < hi; }
-
-static enum level classify(const struct core_state *cs, uintptr_t a, uintptr_t *lo, uintptr_t *hi) {
-    const struct scratch *am = &cs->mem->am, *sm = &cs->mem->sm;
-    if (__start_mtswarm_gsm &&
-        in_range((uintptr_t)__start_mtswarm_gsm, (uintptr_t)__stop_mtswarm_gsm, a)) {
-        *lo = (uintptr_t)__start_mtswarm_gsm;
-        *hi = (uintptr_t)__stop_mtswarm_gsm;
-        return LEVEL_GSM;
-    }
-    if (in_range((uintptr_t)am->base, (uintptr_t)am->base + am->capacity, a)) {
-        *lo = (uintptr_t)am->base;
-        *hi = (uintptr_t)am->base + am->capacity;
-        return LEVEL_AM;
-    }
-    if (in_range((uintptr_t)sm->base, (uintptr_t)sm->base + sm->capacity, a)) {
-        *lo = (uintptr_t)sm->base;
-        *hi = (uintptr_t)sm->base + sm->capacity;
-        return LEVEL_SM;
-    }
-    *lo = 0;
-    *hi = UINTPTR_MAX;
-    return LEVEL_DDR;
-}
-
 unsigned int dma_p2p(const void *src, unsigned long src_rows, unsigned int src_row_bytes,
                      int src_row_gap, void *dst, unsigned long dst_rows, unsigned int dst_row_bytes,
                      int dst_row_gap, int row_syn, unsigned int synmask) {
@@ -991,21 +695,6 @@ unsigned int dma_p2p(const void *src, unsigned long src_rows, unsigned int src_r
     if (src_total != dst_total)
         emu_fail("usage", "dma_p2p on core %d: source has %llu bytes, destination %llu", cs->id,
                  (unsigned long long)src_total, (unsigned long long)dst_total);
-    uintptr_t slo, shi, dlo, dhi;
-    enum level sl = classify(cs, (uintptr_t)src, &slo, &shi);
-    enum level dl = classify(cs, (uintptr_t)dst, &dlo, &dhi);
-    uintptr_t src_end = (uintptr_t)src + (src_rows - 1) * ((uint64_t)src_row_bytes + src_row_gap) +
-                        src_row_bytes;
-    uintptr_t dst_end = (uintptr_t)dst + (dst_rows - 1) * ((uint64_t)dst_row_bytes + dst_row_gap) +
-                        dst_row_bytes;
-    if (src_end > shi)
-        emu_fail("usage", "dma_p2p on core %d: source runs past the end of %s", cs->id,
-                 level_name[sl]);
-    if (dst_end > dhi)
-        emu_fail("usage", "dma_p2p on core %d: destination runs past the end of %s", cs->id,
-                 level_name[dl]);
-
-    /* Move the data now; the model decides when it is visible as done. */
     const char *s = src;
     char *d = dst;
     uint64_t s_left = src_row_bytes, d_left = dst_row_bytes, remaining = src_total;
@@ -1026,68 +715,18 @@ unsigned int dma_p2p(const void *src, unsigned long src_rows, unsigned int src_r
             d_left = dst_row_bytes;
         }
     }
-
-    unsigned int ch = cs->next_chan++;
-    if (host_backend()) return ch;
-    fold(cs);
-    double per_cycle;
-    /* A DDR-to-DDR copy moves its bytes over DDR twice (read and write). */
-    double ddr_ends = (double)(sl == LEVEL_DDR) + (double)(dl == LEVEL_DDR);
-    if (ddr_ends > 0)
-        per_cycle = ddr_bytes_per_cycle(cs) / ddr_ends;
-    else if (sl == LEVEL_GSM || dl == LEVEL_GSM)
-        per_cycle = gsm_bytes_per_cycle(cs);
-    else
-        per_cycle = S.gsm_bandwidth / S.clock_hz; /* core-local AM <-> SM */
-    double start = cs->clk > cs->dma_free ? cs->clk : cs->dma_free;
-    double done = start + S.dma_startup_cycles + (double)src_total / per_cycle;
-    cs->dma_free = done;
-    cs->chan_done[ch % CHANNEL_RING] = done;
-    cs->dma_bytes += (double)src_total;
-    cs->ddr_bytes += (double)src_total * ddr_ends;
-    return ch;
+    return cs->next_chan++;
 }
 
 void dma_wait(unsigned int channel) {
     struct core_state *cs = need_core("dma_wait");
     if (channel >= cs->next_chan)
         emu_fail("usage", "dma_wait(%u) on core %d: no such transfer", channel, cs->id);
-    if (host_backend()) return;
-    fold(cs);
-    /* Transfers complete in issue order, so one that left the ring is done. */
-    if (cs->next_chan - channel <= CHANNEL_RING) stall_until(cs, cs->chan_done[channel % CHANNEL_RING]);
 }
 
 int dma_query(unsigned int channel) {
     struct core_state *cs = need_core("dma_query");
     if (channel >= cs->next_chan)
         emu_fail("usage", "dma_query(%u) on core %d: no such transfer", channel, cs->id);
-    if (host_backend() || cs->next_chan - channel > CHANNEL_RING) return 1;
-    fold(cs);
-    return cs->chan_done[channel % CHANNEL_RING] <= cs->clk;
-}
-
-unsigned int vector_load_async(const void *src, void *dst, unsigned int bytes) {
-    return dma_p2p(src, 1, bytes, 0, dst, 1, bytes, 0, 0, 0);
-}
-unsigned int vector_store_async(const void *src, void *dst, unsigned int bytes) {
-    return dma_p2p(src, 1, bytes, 0, dst, 1, bytes, 0, 0, 0);
-}
-unsigned int scalar_load_async(const void *src, void *dst, unsigned int bytes) {
-    return dma_p2p(src, 1, bytes, 0, dst, 1, bytes, 0, 0, 0);
-}
-unsigned int scalar_store_async(const void *src, void *dst, unsigned int bytes) {
-    return dma_p2p(src, 1, bytes, 0, dst, 1, bytes, 0, 0, 0);
-}
-void vector_load(const void *src, void *dst, unsigned int bytes) {
-    dma_wait(vector_load_async(src, dst, bytes));
-}
-void vector_store(const void *src, void *dst, unsigned int bytes) {
-    dma_wait(vector_store_async(src, dst, bytes));
-}
-void scalar_load(const void *src, void *dst, unsigned int bytes) {
-    dma_wait(scalar_load_async(src, dst, bytes));
-}
-void scalar_store(const void *src, void *dst, unsigned int bytes) {
-    dma_wait(scalar_store_async(src, dst, bytes));
+    return 1;
 }
