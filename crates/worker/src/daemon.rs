@@ -165,6 +165,10 @@ impl WorkerDaemon {
                     health.clone(),
                     config.quarantine_after,
                     failing_tx.clone(),
+                    config
+                        .workspace_root
+                        .join(".reference")
+                        .join(bus_id.replace(['/', '.'], "-")),
                 )),
                 slice: slice.clone(),
                 bus_id,

@@ -1,17 +1,26 @@
 //! Slice health: every hardware run of a slice goes through a
-//! [`MonitoredBoard`] that counts failed runs in a row. A crash, a timeout
-//! or a wrong answer is the hardware's failure; a compile error, a capacity
-//! error or a bad configuration is the kernel's and is not counted; a valid
-//! run resets the count. When the count reaches the daemon's
-//! `quarantine_after`, the board reports the slice to the daemon, which
-//! writes the `SliceQuarantine` record and fences the slice's session (see
-//! the daemon's quarantine monitor).
+//! [`MonitoredBoard`] that counts failed runs in a row. A run that crashes,
+//! times out or answers wrong fails, but whose failure it is takes a
+//! second run to tell: candidates are written to win and may be wrong, trap
+//! or hang on a healthy slice. So after a failed run the board runs the
+//! reference kernel ([`mtswarm_hw::reference`], known to be right) on the
+//! same slice, and counts the failure only if the reference fails too. A
+//! compile error, a capacity error or a bad configuration is the kernel's
+//! and is never counted; a valid run resets the count. When the count
+//! reaches the daemon's `quarantine_after`, the board reports the slice to
+//! the daemon, which writes the `SliceQuarantine` record and fences the
+//! slice's session (see the daemon's quarantine monitor).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use mtswarm_hw::{Artifact, Board, BuildRequest, HwError, RunOutcome, RunRequest, Slice};
-use tokio::sync::mpsc;
+use tokio::sync::{Mutex, mpsc};
+
+/// Longest a reference run may take.
+const REFERENCE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A slice whose runs failed `quarantine_after` times in a row.
 #[derive(Debug, Clone)]
@@ -75,9 +84,14 @@ pub(crate) struct MonitoredBoard {
     health: Arc<SliceHealth>,
     quarantine_after: u32,
     reports: mpsc::UnboundedSender<FailingSlice>,
+    /// Where the reference kernel and its build live.
+    reference_dir: PathBuf,
+    /// The reference kernel's build, once made.
+    reference: Mutex<Option<Artifact>>,
 }
 
 impl MonitoredBoard {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         inner: Arc<dyn Board>,
         slice_index: usize,
@@ -86,6 +100,7 @@ impl MonitoredBoard {
         health: Arc<SliceHealth>,
         quarantine_after: u32,
         reports: mpsc::UnboundedSender<FailingSlice>,
+        reference_dir: PathBuf,
     ) -> Self {
         Self {
             inner,
@@ -95,6 +110,65 @@ impl MonitoredBoard {
             health,
             quarantine_after,
             reports,
+            reference_dir,
+            reference: Mutex::new(None),
+        }
+    }
+
+    /// Run the reference kernel on this slice: `None` when it is right,
+    /// else why it is not (then the slice is failing).
+    async fn reference_failure(&self, cores: u32) -> Option<String> {
+        let mut built = self.reference.lock().await;
+        if built.is_none() {
+            let kernel_dir =
+                match mtswarm_hw::reference::write_reference_kernel(&self.reference_dir) {
+                    Ok(dir) => dir,
+                    // Nothing to compare with: the failure counts.
+                    Err(e) => return Some(format!("the reference kernel cannot be written: {e}")),
+                };
+            let request = BuildRequest {
+                kernel_dir,
+                defines: Default::default(),
+                out_dir: self.reference_dir.join("build"),
+            };
+            match self.inner.build(&request).await {
+                Ok(artifact) => *built = Some(artifact),
+                Err(e) => return Some(format!("the reference kernel does not build: {e}")),
+            }
+        }
+        let artifact = built.as_ref()?;
+        let request = RunRequest {
+            cores: cores.clamp(1, self.inner.slice().cores.max(1)),
+            runs: 1,
+            timeout: REFERENCE_TIMEOUT,
+            args: Vec::new(),
+            seed: None,
+        };
+        let result = self.inner.run(artifact, &request).await;
+        failure_of(&result).map(|reason| format!("the reference kernel fails too: {reason}"))
+    }
+
+    /// One more failed run of the slice in a row; reported when it reaches
+    /// `quarantine_after`.
+    fn count_failure(&self, reason: String) {
+        let count = self
+            .health
+            .consecutive_failures
+            .fetch_add(1, Ordering::SeqCst)
+            + 1;
+        tracing::warn!(
+            slice.id = %self.bus_id,
+            consecutive_failures = count,
+            quarantine_after = self.quarantine_after,
+            %reason,
+            "hardware run failed"
+        );
+        if self.quarantine_after > 0 && count >= self.quarantine_after {
+            let _ = self.reports.send(FailingSlice {
+                slice_index: self.slice_index,
+                consecutive_failures: count,
+                reason,
+            });
         }
     }
 }
@@ -119,27 +193,15 @@ impl Board for MonitoredBoard {
         match failure_of(&result) {
             None if result.is_ok() => self.health.reset(),
             None => {}
-            Some(reason) => {
-                let count = self
-                    .health
-                    .consecutive_failures
-                    .fetch_add(1, Ordering::SeqCst)
-                    + 1;
-                tracing::warn!(
+            Some(reason) => match self.reference_failure(request.cores).await {
+                Some(reference) => self.count_failure(format!("{reason}; {reference}")),
+                None => tracing::info!(
                     slice.id = %self.bus_id,
-                    consecutive_failures = count,
-                    quarantine_after = self.quarantine_after,
                     %reason,
-                    "hardware run failed"
-                );
-                if self.quarantine_after > 0 && count >= self.quarantine_after {
-                    let _ = self.reports.send(FailingSlice {
-                        slice_index: self.slice_index,
-                        consecutive_failures: count,
-                        reason,
-                    });
-                }
-            }
+                    "a candidate failed and the reference kernel passed on this slice: the \
+                     failure is the candidate's, not the slice's"
+                ),
+            },
         }
         result
     }
