@@ -1,7 +1,7 @@
 //! Host cost of evaluating one tuning candidate on the emulator: build the
-//! dgemm kernel directory at its tune.toml defaults and run it once on two
-//! cores (what a worker pays per candidate), the build alone and the run
-//! alone.
+//! cluster-scale dgemm_gsm kernel directory at its tune.toml defaults and
+//! run it once on a whole 24-core cluster (what a worker pays per candidate
+//! in the demo), the build alone and the run alone.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -15,7 +15,7 @@ use mtswarm_hw::{BackendKind, Board, BuildRequest, ChipSpec, RunRequest, Slice};
 
 fn candidate(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let kernel_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels/dgemm");
+    let kernel_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels/dgemm_gsm");
     let space = TuneSpace::load(&kernel_dir).expect("tune.toml");
     let defines = space.defines(&space.default_config());
     let cache = tempfile::tempdir().expect("cache dir");
@@ -23,7 +23,7 @@ fn candidate(c: &mut Criterion) {
     let slice = Slice {
         board: "bench".into(),
         cluster: Some(0),
-        cores: 2,
+        cores: 24,
         backend: BackendKind::Emulator,
     };
     let board = EmulatorBoard::new(slice, ChipSpec::default())
@@ -35,7 +35,7 @@ fn candidate(c: &mut Criterion) {
         out_dir: out.path().to_path_buf(),
     };
     let run = RunRequest {
-        cores: 2,
+        cores: 24,
         runs: 1,
         timeout: Duration::from_secs(120),
         args: Vec::new(),
@@ -43,7 +43,7 @@ fn candidate(c: &mut Criterion) {
     };
     let artifact = runtime.block_on(board.build(&build)).expect("builds");
 
-    let mut group = c.benchmark_group("dgemm_candidate");
+    let mut group = c.benchmark_group("dgemm_gsm_candidate");
     group.sample_size(10);
     group.bench_function("build_and_run", |b| {
         b.to_async(&runtime).iter(|| async {

@@ -164,9 +164,8 @@ impl View {
         for (path, writable) in &self.paths {
             add_path(&mut nodes, path, *writable, 0)?;
         }
-        let base = std::env::temp_dir().join("mtswarm-views");
-        std::fs::create_dir_all(&base).map_err(|e| crate::error::io_err("creating", &base, e))?;
-        let root = base.join(uuid::Uuid::new_v4().to_string());
+        // An empty directory of its own, removed when the step is done.
+        let root = std::env::temp_dir().join(format!(".mtswarm-view-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir(&root).map_err(|e| crate::error::io_err("creating", &root, e))?;
         let mut prepared = Vec::new();
         for (path, node) in nodes {

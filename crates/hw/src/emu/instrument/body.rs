@@ -16,7 +16,7 @@ use wasm_encoder::{Function, ValType};
 use wasmparser::{FunctionBody, Operator};
 
 use super::checks::{self, SCRATCH_VALUES, Scratch};
-use super::context::{Context, add_to};
+use super::context::{Context, add_to, bad_module, reencode_error};
 use super::globals::Counter;
 use super::ops::{Class, SLOW_VECTOR_UNITS, Vector, classify, name};
 use crate::HwError;
@@ -225,16 +225,6 @@ pub(super) fn instrument(
         f.instruction(&ins);
     }
     Ok(f)
-}
-
-pub(super) fn bad_module(e: wasmparser::BinaryReaderError) -> HwError {
-    HwError::compile(format!("kernel.c: the compiled module does not parse: {e}"))
-}
-
-pub(super) fn reencode_error<E: std::fmt::Display>(e: E) -> HwError {
-    HwError::compile(format!(
-        "kernel.c: the compiled module cannot be rewritten: {e}"
-    ))
 }
 
 #[cfg(test)]

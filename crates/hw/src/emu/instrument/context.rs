@@ -1,8 +1,11 @@
 //! What every piece of the instrumentation needs: where the added globals
 //! and the slow path are, the layout's and the chip's numbers, and the one
-//! way a counter is bumped.
+//! way a counter is bumped, and the errors of a module that cannot be
+//! read or rewritten.
 
 use wasm_encoder::{Function, Instruction};
+
+use crate::HwError;
 
 /// What the instrumentation of a body needs to know.
 #[derive(Debug, Clone, Copy)]
@@ -33,4 +36,14 @@ pub(super) fn add_to(f: &mut Function, global: u32, value: i64) {
         .instruction(&Instruction::I64Const(value))
         .instruction(&Instruction::I64Add)
         .instruction(&Instruction::GlobalSet(global));
+}
+
+pub(super) fn bad_module(e: wasmparser::BinaryReaderError) -> HwError {
+    HwError::compile(format!("kernel.c: the compiled module does not parse: {e}"))
+}
+
+pub(super) fn reencode_error<E: std::fmt::Display>(e: E) -> HwError {
+    HwError::compile(format!(
+        "kernel.c: the compiled module cannot be rewritten: {e}"
+    ))
 }

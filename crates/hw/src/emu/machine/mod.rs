@@ -32,6 +32,7 @@ mod device;
 mod engine;
 mod host;
 mod launch;
+mod libm;
 mod memory;
 mod model;
 mod places;
