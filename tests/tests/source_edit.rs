@@ -17,8 +17,9 @@
 //! the job's best in the outcome, its stored record carries the unified
 //! diff against the pristine kernel and the hash of the edited sources
 //! (checked against a hash of those sources computed here); the gaming
-//! variant is caught by the harness protections, recorded with its diff,
-//! and is not the best; `mtswarm jobs <id>` and `mtswarm report` name the
+//! variant (it zeroes the read-only inputs so that an all-zero output
+//! passes) is stopped by the emulator's memory checks, recorded with its
+//! diff, and is not the best; `mtswarm jobs <id>` and `mtswarm report` name the
 //! edited source.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
@@ -82,12 +83,10 @@ const GAMING_KERNEL: &str = r#"#include <stdint.h>
 __global__ void vecadd_kernel(uint64_t n, uint64_t exec_index, double *a, double *b, double *c) {
     (void)exec_index;
     int t = get_thread_id(), g = get_group_size();
-    for (uint64_t i = 16 * t; i + 16 <= n; i += 16 * g) {
-        mtswarm_vdouble x, y;
-        __builtin_memcpy(&x, a + i, 128);
-        __builtin_memcpy(&y, b + i, 128);
-        x = x + y; /* uncharged: not an intrinsic */
-        __builtin_memcpy(c + i, &x, 128);
+    for (uint64_t i = t; i < n; i += g) {
+        a[i] = 0.0; /* zero the read-only inputs: c = 0 then checks */
+        b[i] = 0.0;
+        c[i] = 0.0;
     }
 }
 "#;
@@ -370,7 +369,7 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
     let gamed: Vec<&ResultRecord> = candidates
         .iter()
         .copied()
-        .filter(|r| is_edit(r, "x = x + y;"))
+        .filter(|r| is_edit(r, "a[i] = 0.0;"))
         .collect();
     assert!(
         !gamed.is_empty(),
