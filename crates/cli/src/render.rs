@@ -178,6 +178,7 @@ pub fn outcome(outcome: Option<&v1::JobOutcome>) -> Value {
             "cancelled": o.tasks_cancelled, "pending": o.tasks_pending,
         },
         "failure_reason": o.failure_reason,
+        "refused_records": o.refused_records,
         "costs": o.agent_costs.iter().map(token_cost).collect::<Vec<_>>(),
         "total_cost": o.total_cost.as_ref().map(token_cost),
     })
@@ -337,6 +338,12 @@ pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
             lines.push(format!("records   {}", b.record_ids.join(", ")));
         }
         None => lines.push(format!("no result {}", o.failure_reason)),
+    }
+    if o.refused_records > 0 {
+        let n = o.refused_records;
+        lines.push(format!(
+            "refused   {n} record(s) not produced by the worker of their task"
+        ));
     }
     let mut statuses: Vec<String> = o
         .candidates_by_status
@@ -519,7 +526,22 @@ pub fn approval(record: &v1::ApprovalRecord) -> Value {
         .map(approval_request)
         .unwrap_or_else(|| json!({}));
     if let Value::Object(map) = &mut value {
-        map.insert("state".into(), json!(approval_state(record.state())));
+        // A record that failed the leader's verification is neither
+        // pending nor decided: it says so, and why.
+        let state = if record.verification_error.is_empty() {
+            approval_state(record.state())
+        } else {
+            "unverified".to_string()
+        };
+        map.insert("state".into(), json!(state));
+        map.insert(
+            "verification_error".into(),
+            if record.verification_error.is_empty() {
+                Value::Null
+            } else {
+                json!(record.verification_error)
+            },
+        );
         map.insert(
             "decision".into(),
             record

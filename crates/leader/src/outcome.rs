@@ -6,7 +6,13 @@
 //!
 //! Which records count: those of a task's accepted attempt (the fencing rule
 //! of [`crate::results`] applies to measurements too: a record of a stale
-//! attempt is not the job's). The best is the fastest usable record
+//! attempt is not the job's), and, when the leader signs placements, only
+//! those the worker the attempt was placed on produced: each record carries
+//! the leader's grant of its attempt and the granted worker's signature
+//! over its stored bytes (`mtswarm_auth::provenance`). Others are refused,
+//! logged and counted (`JobOutcome.refused_records`).
+//!
+//! The best is the fastest usable record
 //! (valid, unflagged, benchmarked with a median time; ranked by GFLOPS,
 //! then by median time), whether it was built from the pristine kernel or
 //! from sources an agent edited (the outcome then names the edit: its
@@ -16,7 +22,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use mtswarm_bus::results::{CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
+use mtswarm_bus::results::{
+    CandidateStatus, ResultQuery, ResultRecord, ResultsStore, SignedRecord,
+};
 use mtswarm_bus::v1;
 
 use crate::job::JobContext;
@@ -36,16 +44,61 @@ const READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 /// reason says so (the job then fails rather than claiming a result).
 pub(crate) async fn compute(shared: &Shared, context: &JobContext) -> v1::JobOutcome {
     let tasks = context.results.snapshot();
-    let records = match read_records(shared, &context.job_id).await {
-        Ok(records) => records,
+    match believed_records(shared, &context.job_id).await {
+        Ok((records, refused)) => {
+            let mut outcome = from_records(&tasks, &records);
+            outcome.refused_records = refused;
+            outcome
+        }
         Err(error) => {
             let mut outcome = from_records(&tasks, &[]);
             outcome.best = None;
             outcome.failure_reason = format!("the results store could not be read: {error}");
-            return outcome;
+            outcome
         }
+    }
+}
+
+/// The job's records the leader believes, and how many it refused (see the
+/// module docs).
+pub(crate) async fn believed_records(
+    shared: &Shared,
+    job_id: &str,
+) -> Result<(Vec<ResultRecord>, u32), mtswarm_bus::BusError> {
+    let signed = read_records(shared, job_id).await?;
+    Ok(believed(shared.config.decision_key.as_ref(), signed))
+}
+
+/// The records of `signed` whose provenance verifies (all of them without
+/// a decision key), and the number refused (each logged).
+pub(crate) fn believed(
+    signer: Option<&mtswarm_auth::DecisionSigner>,
+    signed: Vec<SignedRecord>,
+) -> (Vec<ResultRecord>, u32) {
+    let Some(signer) = signer else {
+        return (signed.into_iter().map(|s| s.record).collect(), 0);
     };
-    from_records(&tasks, &records)
+    let verifier = signer.verifier();
+    let mut refused = 0u32;
+    let records = signed
+        .into_iter()
+        .filter_map(|signed| match verifier.verify_measurement(&signed) {
+            Ok(()) => Some(signed.record),
+            Err(error) => {
+                refused = refused.saturating_add(1);
+                tracing::warn!(
+                    job_id = %signed.record.job_id,
+                    record_id = %signed.record.record_id,
+                    worker_id = %signed.record.worker_id,
+                    slice_id = %signed.record.slice_id,
+                    %error,
+                    "measurement record refused: not produced by the worker its attempt was placed on"
+                );
+                None
+            }
+        })
+        .collect();
+    (records, refused)
 }
 
 /// The job's records, read again with backoff for up to [`READ_PATIENCE`]
@@ -53,7 +106,7 @@ pub(crate) async fn compute(shared: &Shared, context: &JobContext) -> v1::JobOut
 async fn read_records(
     shared: &Shared,
     job_id: &str,
-) -> Result<Vec<ResultRecord>, mtswarm_bus::BusError> {
+) -> Result<Vec<SignedRecord>, mtswarm_bus::BusError> {
     let deadline = tokio::time::Instant::now() + READ_PATIENCE;
     let mut backoff = mtswarm_bus::Backoff::new(
         std::time::Duration::from_millis(200),
@@ -63,7 +116,7 @@ async fn read_records(
         let attempt = async {
             let store = ResultsStore::open(&shared.bus).await?;
             store
-                .query(&ResultQuery {
+                .query_signed(&ResultQuery {
                     job_id: Some(job_id.to_string()),
                     limit: MAX_OUTCOME_RECORDS,
                     ..ResultQuery::default()

@@ -522,15 +522,34 @@ impl v1::control_server::Control for ControlService {
                     .map_err(|_| Status::invalid_argument(format!("unknown approval state {s}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // A record that fails verification is not decided, whatever it
+        // says: a listing of pending ones shows it too (as unverified).
+        let wants_pending = states.is_empty() || states.contains(&v1::ApprovalState::Pending);
+        let read_states: Vec<v1::ApprovalState> = if wants_pending {
+            Vec::new()
+        } else {
+            states.clone()
+        };
         let mut approvals: Vec<v1::ApprovalRecord> = self
             .shared
             .approvals
-            .list(job_id, &states)
+            .list(job_id, &read_states)
             .await
             .map_err(bus_status)?
             .into_iter()
             .map(|v| v.value)
             .collect();
+        // What the leader believes of each record, for whoever reads it.
+        let signer = self.shared.config.decision_key.as_ref();
+        for approval in &mut approvals {
+            approval.verification_error =
+                crate::approvals::verify::verification_error(signer, approval).unwrap_or_default();
+        }
+        approvals.retain(|a| {
+            states.is_empty()
+                || states.contains(&a.state())
+                || (wants_pending && !a.verification_error.is_empty())
+        });
         approvals.sort_by_key(|a| {
             a.request
                 .as_ref()
@@ -572,6 +591,9 @@ impl v1::control_server::Control for ControlService {
             }
             Err(DecideError::Bus(error)) => Err(bus_status(error)),
             Err(error @ DecideError::Sign(_)) => Err(Status::internal(error.to_string())),
+            Err(error @ DecideError::Unverified { .. }) => {
+                Err(Status::failed_precondition(error.to_string()))
+            }
         }
     }
 

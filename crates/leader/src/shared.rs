@@ -198,6 +198,30 @@ impl Shared {
             .unwrap_or_default()
     }
 
+    /// The leader's signed placement grant of `assignment` on the worker
+    /// whose record key is `worker_key` (`mtswarm_auth::provenance`);
+    /// `None` without a decision key, or for a worker that registered no
+    /// key (its records then carry nothing the leader would accept).
+    pub(crate) fn grant(
+        &self,
+        assignment: &v1::TaskAssignment,
+        worker_key: &str,
+    ) -> Option<v1::PlacementGrant> {
+        let signer = self.config.decision_key.as_ref()?;
+        if worker_key.is_empty() {
+            tracing::warn!(worker_id = %assignment.worker_id, task_id = %assignment.task_id, "the worker registered no record key; its records for this task will be refused");
+            return None;
+        }
+        let mut grant = mtswarm_auth::grant_for(assignment, worker_key);
+        match signer.sign_grant(&mut grant) {
+            Ok(()) => Some(grant),
+            Err(error) => {
+                tracing::warn!(%error, "placement grant not signed");
+                None
+            }
+        }
+    }
+
     /// Learns the TTL of a lease record.
     pub(crate) fn observe_lease_ttl(&self, ttl_seconds: u32) {
         if ttl_seconds == 0 {
