@@ -306,9 +306,10 @@ async fn start_secure(
         .ensure_topology(&TopologyConfig::for_tests())
         .await
         .expect("topology");
+    let worker_tls = deployment.worker_tls("bench").expect("worker certificate");
     let security = mtswarm_auth::ServerSecurity::load(
         Some(&grpc.identities_file),
-        Some((&grpc.server_cert_file, &grpc.server_key_file)),
+        Some((&worker_tls.cert_file, &worker_tls.key_file)),
     )
     .expect("security");
     let mut config = WorkerConfig::new(&fleet_path, "bench");
@@ -340,7 +341,11 @@ async fn start_secure(
         )
         .expect("token");
     let channel = auth
-        .endpoint(worker.endpoint(), Duration::from_secs(10))
+        .worker_endpoint(
+            worker.worker_id(),
+            worker.endpoint(),
+            Duration::from_secs(10),
+        )
         .expect("endpoint")
         .connect()
         .await

@@ -58,6 +58,16 @@ pub enum AuthError {
     )]
     EndpointNotAllowed(String),
 
+    /// An endpoint a credential must not be sent to: plain text, or a
+    /// worker endpoint that is not `https://`.
+    #[error("refusing to connect to {url}: {reason}")]
+    InsecureEndpoint {
+        /// The endpoint as given.
+        url: String,
+        /// Why it is refused and what would be accepted.
+        reason: String,
+    },
+
     /// A TLS certificate, key or setting cannot be used.
     #[error("invalid TLS setting: {0}")]
     Tls(String),

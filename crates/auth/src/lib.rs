@@ -29,7 +29,7 @@ mod security;
 mod server;
 mod tls;
 
-pub use client::{BearerInterceptor, ClientAuth};
+pub use client::{BearerInterceptor, ClientAuth, worker_tls_name};
 pub use client_config::{
     CLIENT_CONFIG_ENV, CLIENT_PROFILE_ENV, ClientConfig, ClientProfile, default_client_config_path,
 };

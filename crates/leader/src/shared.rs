@@ -235,19 +235,29 @@ impl Shared {
             });
     }
 
-    /// A Worker service client for `endpoint` that carries the current
-    /// trace context and gives up after the configured call timeout.
-    /// The call presents the leader's token (`LeaderConfig::worker_auth`),
-    /// over TLS for `https://` endpoints.
-    pub(crate) fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, WorkerClientError> {
+    /// A Worker service client for worker `worker_id` at `endpoint` that
+    /// carries the current trace context and gives up after the configured
+    /// call timeout. The call presents the leader's token
+    /// (`LeaderConfig::worker_auth`); with a token or a CA the endpoint
+    /// must be `https://` and its certificate must name the worker's own
+    /// identity ([`mtswarm_auth::worker_tls_name`]), so the token never
+    /// reaches an endpoint a worker's registration merely claims.
+    pub(crate) fn worker_client(
+        &self,
+        worker_id: &str,
+        endpoint: &str,
+    ) -> Result<WorkerClient, WorkerClientError> {
         let timeout: Duration = self.config.worker_call_timeout;
         let channel = self
             .config
             .worker_auth
-            .endpoint(endpoint, timeout)
-            .map_err(|source| WorkerClientError {
-                endpoint: endpoint.to_string(),
-                source,
+            .worker_endpoint(worker_id, endpoint, timeout)
+            .map_err(|source| {
+                tracing::warn!(worker_id, endpoint, error = %source, "worker endpoint refused");
+                WorkerClientError {
+                    endpoint: endpoint.to_string(),
+                    source,
+                }
             })?
             .timeout(timeout)
             .connect_lazy();

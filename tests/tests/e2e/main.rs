@@ -7,7 +7,9 @@
 mod abuse;
 mod approvals;
 mod cli_client;
+mod clients;
 mod insider_approvals;
+mod insider_endpoints;
 mod insider_records;
 mod introspection;
 mod invalid_requests;

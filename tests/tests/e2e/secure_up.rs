@@ -136,8 +136,13 @@ impl SecureUp {
             .as_str()
             .expect("worker url")
             .to_string();
+        let worker_id = self.ready["workers"][0]["worker_id"]
+            .as_str()
+            .expect("worker id")
+            .to_string();
+        // Its certificate names its identity, not the host.
         let channel = auth
-            .endpoint(&url, WAIT)
+            .worker_endpoint(&worker_id, &url, WAIT)
             .expect("endpoint")
             .connect()
             .await
@@ -390,5 +395,68 @@ pub(crate) async fn wait_for_leader_log(stack: &SecureUp, needle: &str, times: u
             "{needle:?} was not logged {times} time(s) by the leader:\n{log}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A TCP port that records the first bytes of every connection made to it
+/// (what a client sent before anything answered): where a test points a
+/// client or the leader to see whether a credential would have left.
+pub(crate) struct Trap {
+    pub(crate) addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Trap {
+    pub(crate) async fn start() -> Trap {
+        use tokio::io::AsyncReadExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>> = Default::default();
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let sink = sink.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0u8; 64];
+                    let read =
+                        tokio::time::timeout(Duration::from_secs(2), socket.read(&mut buffer))
+                            .await;
+                    let n = match read {
+                        Ok(Ok(n)) => n,
+                        _ => 0,
+                    };
+                    buffer.truncate(n);
+                    sink.lock().unwrap_or_else(|e| e.into_inner()).push(buffer);
+                });
+            }
+        });
+        Trap { addr, seen, task }
+    }
+
+    /// The first bytes of each connection so far.
+    pub(crate) fn connections(&self) -> Vec<Vec<u8>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits (bounded) until `count` connections were recorded.
+    pub(crate) async fn wait_for(&self, count: usize) -> Vec<Vec<u8>> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen = self.connections();
+            if seen.len() >= count && seen.iter().all(|c| !c.is_empty()) {
+                return seen;
+            }
+            assert!(Instant::now() < deadline, "connections seen: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Trap {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

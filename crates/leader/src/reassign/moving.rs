@@ -198,7 +198,7 @@ impl Reassigner {
             let new_slice = moved.slice_id.clone();
             let shared = self.shared.clone();
             tokio::spawn(async move {
-                let Ok(mut client) = shared.worker_client(&old.endpoint) else {
+                let Ok(mut client) = shared.worker_client(&old.worker_id, &old.endpoint) else {
                     return;
                 };
                 let request = v1::CancelSessionRequest {
