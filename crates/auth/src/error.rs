@@ -49,7 +49,7 @@ pub enum AuthError {
     },
 
     /// A role name that is not one of the known roles.
-    #[error("unknown role {0:?} (known: submit, approve, admin, leader)")]
+    #[error("unknown role {0:?} (known: submit, read, approve, admin, leader)")]
     UnknownRole(String),
 
     /// A model endpoint outside the worker daemon's allowlist.

@@ -72,7 +72,8 @@ impl GrpcCredentials {
 
 /// The identities of a default deployment: the leader (calls the workers),
 /// `admin` (every person's role, the local user of `mtswarm up`), and one
-/// identity per single role for least-privilege clients.
+/// identity per single role for least-privilege clients (`submitter` sees
+/// only its own jobs; `reader` reads every job and changes nothing).
 pub fn default_identities() -> Vec<(String, Vec<Role>)> {
     vec![
         (LEADER_IDENTITY.to_string(), vec![Role::Leader]),
@@ -81,6 +82,7 @@ pub fn default_identities() -> Vec<(String, Vec<Role>)> {
             vec![Role::Submit, Role::Approve, Role::Admin],
         ),
         ("submitter".to_string(), vec![Role::Submit]),
+        ("reader".to_string(), vec![Role::Read]),
         ("approver".to_string(), vec![Role::Approve]),
     ]
 }

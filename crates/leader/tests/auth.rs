@@ -220,7 +220,7 @@ async fn each_call_needs_its_role_and_names_it() {
             .list_jobs(v1::ListJobsRequest::default())
             .await,
         Code::PermissionDenied,
-        "`submit` or `admin`",
+        "`submit` or `read` or `admin`",
     );
     secured
         .client(Some("admin"))
