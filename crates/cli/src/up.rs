@@ -136,7 +136,8 @@ pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCod
         .context("creating the stack's temporary directory")?;
     // Logs live outside the temporary directory: they outlive the stack.
     let logs = cmd.log_dir.clone().unwrap_or_else(default_log_dir);
-    std::fs::create_dir_all(&logs)
+    // Private: the logs name jobs, files and identities.
+    mtswarm_auth::generate::private_dir(&logs)
         .with_context(|| format!("creating the log directory {}", logs.display()))?;
     let mut stack = LocalStack::new("mtswarm up");
     let started = tokio::select! {
