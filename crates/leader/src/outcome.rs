@@ -20,7 +20,7 @@
 //! over the kernel's tune.toml baseline measured in the same job on the
 //! same kind of slice (backend and cores), when such a record exists.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use mtswarm_bus::results::{
     CandidateStatus, ResultQuery, ResultRecord, ResultsStore, SignedRecord,
@@ -42,11 +42,29 @@ const READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Reads the job's records from the results store and computes its outcome.
 /// A store that cannot be read yields an outcome without a best whose
 /// reason says so (the job then fails rather than claiming a result).
-pub(crate) async fn compute(shared: &Shared, context: &JobContext) -> v1::JobOutcome {
-    let tasks = context.results.snapshot();
+/// Leaves out the tasks `tasks_left_out` (and their records: the leader's
+/// confirming tasks are not the job's candidates) and, as candidates for
+/// the best, the records `disputed` (figures another worker did not
+/// reproduce).
+pub(crate) async fn compute_excluding(
+    shared: &Shared,
+    context: &JobContext,
+    tasks_left_out: &HashSet<String>,
+    disputed: &HashSet<String>,
+) -> v1::JobOutcome {
+    let tasks: Vec<TaskView> = context
+        .results
+        .snapshot()
+        .into_iter()
+        .filter(|t| !tasks_left_out.contains(&t.task_id))
+        .collect();
     match believed_records(shared, &context.job_id).await {
         Ok((records, refused)) => {
-            let mut outcome = from_records(&tasks, &records);
+            let records: Vec<ResultRecord> = records
+                .into_iter()
+                .filter(|r| !tasks_left_out.contains(&r.task_id))
+                .collect();
+            let mut outcome = from_records_disputed(&tasks, &records, disputed);
             outcome.refused_records = refused;
             outcome
         }
@@ -153,6 +171,16 @@ pub fn accepted_records<'a>(
 /// The outcome of a job whose tasks are `tasks` (with their accepted
 /// results) and whose stored records are `records` (any attempt).
 pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutcome {
+    from_records_disputed(tasks, records, &HashSet::new())
+}
+
+/// [`from_records`] where the records `disputed` count (as records of
+/// their status) but cannot be the best.
+pub fn from_records_disputed(
+    tasks: &[TaskView],
+    records: &[ResultRecord],
+    disputed: &HashSet<String>,
+) -> v1::JobOutcome {
     let mut outcome = v1::JobOutcome::default();
     for task in tasks {
         match task.result.as_ref().map(|r| r.status()) {
@@ -180,7 +208,7 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
     let best = trusted
         .iter()
         .copied()
-        .filter(|r| !r.baseline)
+        .filter(|r| !r.baseline && !disputed.contains(&r.record_id))
         .max_by(|a, b| {
             let ga = a.gflops.unwrap_or(f64::NEG_INFINITY);
             let gb = b.gflops.unwrap_or(f64::NEG_INFINITY);
@@ -206,7 +234,7 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
 /// A valid, unflagged, benchmarked figure: fit to be a job's result. A
 /// GFLOPS figure is not required (a kernel whose flops the counters do not
 /// see still has a median time).
-fn usable(record: &ResultRecord) -> bool {
+pub(crate) fn usable(record: &ResultRecord) -> bool {
     record.valid
         && record.flags.is_empty()
         && record.gflops.is_none_or(f64::is_finite)
@@ -279,6 +307,7 @@ fn best_candidate(
         source_edited: best.source_edited(),
         source_diff: best.source_diff.clone().unwrap_or_default(),
         reproduced,
+        confirmation: None,
     }
 }
 

@@ -331,10 +331,12 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
         .finished_at
         .unwrap_or_else(|| prost_types::Timestamp::from(SystemTime::now()));
     let mut already_done = false;
+    let mut confirmation = false;
     let mut assigned_at = None;
     let marked = owner
         .modify_task(&result.job_id, &result.task_id, |stored| {
             already_done = stored.is_some_and(|t| t.done);
+            confirmation = stored.is_some_and(crate::ids::is_confirmation);
             assigned_at = stored
                 .and_then(|t| t.assignment.as_ref())
                 .and_then(|a| a.assigned_at);
@@ -360,7 +362,10 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     if !already_done
         && let Err(error) = owner
             .modify(&result.job_id, |job| {
-                job.tasks_done = job.tasks_done.saturating_add(1);
+                // A confirming task is the leader's, not one of the job's.
+                if !confirmation {
+                    job.tasks_done = job.tasks_done.saturating_add(1);
+                }
                 let total = job.usage.get_or_insert_with(Default::default);
                 total.steps = total.steps.saturating_add(usage.steps);
                 total.prompt_tokens = total.prompt_tokens.saturating_add(usage.prompt_tokens);

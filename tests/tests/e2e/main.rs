@@ -8,6 +8,7 @@ mod abuse;
 mod approvals;
 mod cli_client;
 mod clients;
+mod confirmation;
 mod insider_approvals;
 mod insider_endpoints;
 mod insider_records;

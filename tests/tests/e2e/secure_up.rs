@@ -72,9 +72,24 @@ pub(crate) struct SecureUp {
 
 impl SecureUp {
     pub(crate) fn start() -> SecureUp {
+        Self::start_with(None)
+    }
+
+    /// `mtswarm up` over the fleet `fleet_toml` instead of the built-in one.
+    pub(crate) fn start_with_fleet(fleet_toml: &str) -> SecureUp {
+        Self::start_with(Some(fleet_toml))
+    }
+
+    fn start_with(fleet_toml: Option<&str>) -> SecureUp {
         let dir = tempfile::tempdir().expect("temp dir");
         let client_config = dir.path().join("config.toml");
-        let (up, ready) = spawn_up(node(&client_config), dir.path(), WAIT);
+        let mut command = node(&client_config);
+        if let Some(text) = fleet_toml {
+            let fleet = dir.path().join("fleet.toml");
+            std::fs::write(&fleet, text).expect("write the fleet");
+            command.env("MTSWARM_FLEET", fleet);
+        }
+        let (up, ready) = spawn_up(command, dir.path(), WAIT);
         let ready = ready.document;
         let client = ClientConfig::load(&client_config)
             .expect("client configuration readable")

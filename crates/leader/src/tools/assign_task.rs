@@ -115,7 +115,10 @@ impl Tool for AssignTask {
                 "task not recorded in the job record: {error}"
             )));
         }
-        self.0.spawning.count_tasks(job, 1).await;
+        // A confirming task is the leader's, not one of the job's.
+        if !crate::ids::is_confirmation(&record) {
+            self.0.spawning.count_tasks(job, 1).await;
+        }
         if let Err(error) = job.publish_recorded(&task).await {
             job.results.settle(
                 &task_id,
