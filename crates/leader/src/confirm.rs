@@ -110,10 +110,18 @@ pub(crate) fn confirmation_tasks(context: &JobContext) -> HashSet<String> {
 }
 
 /// Confirms the job's best (see the module docs). Never fails: what could
-/// not be done is a confirmation state with its reason.
-pub(crate) async fn confirm(shared: &Arc<Shared>, context: &Arc<JobContext>) -> Confirmed {
+/// not be done is a confirmation state with its reason. A cancellation of
+/// the job (`cancel`) ends a confirmation that is waiting as failed.
+pub(crate) async fn confirm(
+    shared: &Arc<Shared>,
+    context: &Arc<JobContext>,
+    cancel: &mut tokio::sync::watch::Receiver<Option<String>>,
+) -> Confirmed {
     let mut confirmed = Confirmed::default();
     for round in 1..=MAX_ROUNDS {
+        if cancel.borrow().is_some() {
+            break;
+        }
         let records = match outcome::believed_records(shared, &context.job_id).await {
             Ok((records, _)) => records,
             Err(error) => {
@@ -153,7 +161,7 @@ pub(crate) async fn confirm(shared: &Arc<Shared>, context: &Arc<JobContext>) -> 
             tolerance: tolerance(&original.backend),
             ..Default::default()
         };
-        let measured = measure_elsewhere(shared, context, round, &original).await;
+        let measured = measure_elsewhere(shared, context, round, &original, cancel).await;
         confirmation.seconds = started.elapsed().as_secs_f64();
         let state = match measured {
             Measured::Unavailable(reason) => {
@@ -291,6 +299,7 @@ async fn measure_elsewhere(
     context: &Arc<JobContext>,
     round: usize,
     original: &ResultRecord,
+    cancel: &mut tokio::sync::watch::Receiver<Option<String>>,
 ) -> Measured {
     let kind = format!("{}/{} cores", original.backend, original.cores);
     let confirmer = match find_confirmer(shared, context, original).await {
@@ -382,10 +391,22 @@ async fn measure_elsewhere(
         .duration_since(SystemTime::now())
         .unwrap_or_default()
         .min(CONFIRM_TIMEOUT);
-    let (views, timed_out) = context
-        .results
-        .collect(std::slice::from_ref(&task_id), true, left)
-        .await;
+    let cancelled = async {
+        if cancel.wait_for(Option::is_some).await.is_err() {
+            // No one can cancel any more: only the task ends the wait.
+            std::future::pending::<()>().await;
+        }
+    };
+    let collected = tokio::select! {
+        collected = context.results.collect(std::slice::from_ref(&task_id), true, left) => collected,
+        () = cancelled => {
+            return Measured::Failed {
+                task_id,
+                reason: "the job was cancelled while its best was being confirmed".into(),
+            };
+        }
+    };
+    let (views, timed_out) = collected;
     let result = views.into_iter().find_map(|v| v.result);
     let Some(result) = result.filter(|_| !timed_out) else {
         return Measured::Failed {

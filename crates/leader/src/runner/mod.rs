@@ -159,10 +159,18 @@ async fn run(
     // An answered job's best is measured again on another worker before it
     // is the job's (`crate::confirm`), while the job's agents still run.
     let confirmed = if end.state == v1::JobState::Succeeded {
-        crate::confirm::confirm(&shared, &context).await
+        crate::confirm::confirm(&shared, &context, &mut cancel).await
     } else {
         crate::confirm::Confirmed::default()
     };
+    // Cancelled while its best was being confirmed: cancellation wins.
+    let cancelled_meanwhile = cancel.borrow().clone();
+    if end.state == v1::JobState::Succeeded
+        && let Some(reason) = cancelled_meanwhile
+    {
+        end.state = v1::JobState::Cancelled;
+        end.error = reason;
+    }
     crate::placement::cancel_all_agents(
         &shared,
         &context,
