@@ -41,8 +41,8 @@ MAX_NAME = 52
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 # Keys of the worker Secret every worker pod needs (the board's own NATS
-# key is added per board).
-SHARED_KEYS = ["identities.toml", "server.pem", "server.key", "decision.pub"]
+# key and TLS certificate and key are added per board).
+SHARED_KEYS = ["identities.toml", "decision.pub"]
 
 
 class FleetError(Exception):
@@ -112,9 +112,14 @@ def statefulset(board_id, backend, host):
             f'        kubernetes.io/hostname: "{host}"\n'
         )
     nkey = f"worker-{board_id}.nk"
+    # Its own TLS certificate and key (issued for its identity only),
+    # mounted under fixed names the shared pod template points at.
+    own = [(key, key) for key in SHARED_KEYS + [nkey]] + [
+        (f"worker-{board_id}.pem", "worker.pem"),
+        (f"worker-{board_id}.key", "worker.key"),
+    ]
     items = "".join(
-        f"              - key: {key}\n                path: {key}\n"
-        for key in SHARED_KEYS + [nkey]
+        f"              - key: {key}\n                path: {path}\n" for key, path in own
     )
     where = f"on node {host}" if host is not None else "on any node"
     return (

@@ -79,6 +79,10 @@ struct Harness {
     sessions: Vec<Session>,
     /// Result tokens of the tasks (the secure stack's leader key).
     result_key: Option<mtswarm_auth::ResultKey>,
+    /// The secure stack's decision key and the worker's record key: each
+    /// task carries a signed placement grant, as the leader's
+    /// `assign_task` sends it.
+    grants: Option<(mtswarm_auth::DecisionSigner, String)>,
 }
 
 /// Messages ever stored per stream (its last sequence: a work-queue stream
@@ -120,7 +124,7 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 .map(|key| key.token(JOB_ID, &task_id, 1))
                 .unwrap_or_default();
             let now = SystemTime::now();
-            let task = v1::TaskAssignment {
+            let mut task = v1::TaskAssignment {
                 task_id,
                 job_id: JOB_ID.into(),
                 attempt: 1,
@@ -137,7 +141,13 @@ async fn one_operation(harness: &Harness, mode: Mode) {
                 resume_from_checkpoint: false,
                 measure_baseline: false,
                 result_token,
+                grant: None,
             };
+            if let Some((signer, worker_key)) = &harness.grants {
+                let mut grant = mtswarm_auth::grant_for(&task, worker_key);
+                signer.sign_grant(&mut grant).expect("grant");
+                task.grant = Some(grant);
+            }
             let status = harness.leader.round_trip(&task, false).await;
             assert_eq!(status, v1::TaskStatus::Ok, "no-op task failed");
         }
@@ -296,9 +306,10 @@ async fn start_secure(
         .ensure_topology(&TopologyConfig::for_tests())
         .await
         .expect("topology");
+    let worker_tls = deployment.worker_tls("bench").expect("worker certificate");
     let security = mtswarm_auth::ServerSecurity::load(
         Some(&grpc.identities_file),
-        Some((&grpc.server_cert_file, &grpc.server_key_file)),
+        Some((&worker_tls.cert_file, &worker_tls.key_file)),
     )
     .expect("security");
     let mut config = WorkerConfig::new(&fleet_path, "bench");
@@ -306,6 +317,15 @@ async fn start_secure(
     config.nats_nkey_file = deployment.worker_seed("bench").map(|p| p.to_path_buf());
     config.nats_tls = tls;
     config.security = security;
+    let signer = mtswarm_auth::DecisionSigner::load(&deployment.decision_key.seed_file)
+        .expect("decision key");
+    config.leader_key = Some(signer.verifier());
+    let worker_key = mtswarm_auth::WorkerKey::derive(
+        &mtswarm_auth::generate::read_seed(deployment.worker_seed("bench").expect("seed"))
+            .expect("seed"),
+    )
+    .expect("record key")
+    .public_key();
     config.kernel_root = mtswarm_tests::kernel_root();
     config.workspace_root = dir.join("secure-workspaces");
     config.max_sessions = sessions as usize;
@@ -321,7 +341,11 @@ async fn start_secure(
         )
         .expect("token");
     let channel = auth
-        .endpoint(worker.endpoint(), Duration::from_secs(10))
+        .worker_endpoint(
+            worker.worker_id(),
+            worker.endpoint(),
+            Duration::from_secs(10),
+        )
         .expect("endpoint")
         .connect()
         .await
@@ -334,6 +358,7 @@ async fn start_secure(
         leader: Leader::new(leader, "bench-secure"),
         sessions: spawned,
         result_key: Some(key),
+        grants: Some((signer, worker_key)),
     });
     (server, harness, worker)
 }
@@ -378,6 +403,7 @@ fn main() {
             leader,
             sessions: spawned,
             result_key: None,
+            grants: None,
         });
         let secure = if modes.contains(&Mode::Secure) {
             Some(start_secure(dir.path(), sessions).await)

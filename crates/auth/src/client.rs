@@ -1,6 +1,13 @@
 //! The client side: the bearer token a process presents and the CA it
 //! trusts, turned into a tonic endpoint (TLS for `https://` URLs) and an
 //! interceptor that adds the token to every call.
+//!
+//! A token never travels in clear text unless the caller said so
+//! ([`ClientAuth::allow_plaintext_token`]): an `http://` endpoint with a
+//! token is refused. The leader's calls to worker daemons go further
+//! ([`ClientAuth::worker_endpoint`]): the endpoint must be `https://` and
+//! its certificate must name the worker's own identity, whatever URL the
+//! worker's registration gives.
 
 use std::path::Path;
 use std::time::Duration;
@@ -19,6 +26,17 @@ use crate::tls::{install_crypto_provider, read_pem};
 pub struct ClientAuth {
     token: Option<MetadataValue<Ascii>>,
     ca_pem: Option<Vec<u8>>,
+    /// The caller accepted sending the token over plain `http://`.
+    plaintext_token: bool,
+}
+
+/// The name a worker daemon's certificate is issued for (its only DNS
+/// name): `<worker id>.worker.mtswarm`, lowercase. The leader checks a
+/// worker's certificate against this name, not against the host of the
+/// endpoint the worker registered, so a worker cannot send the leader (and
+/// its token) to an endpoint that is not its own.
+pub fn worker_tls_name(worker_id: &str) -> String {
+    format!("{}.worker.mtswarm", worker_id.to_ascii_lowercase())
 }
 
 impl std::fmt::Debug for ClientAuth {
@@ -26,6 +44,7 @@ impl std::fmt::Debug for ClientAuth {
         f.debug_struct("ClientAuth")
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("ca", &self.ca_pem.is_some())
+            .field("plaintext_token", &self.plaintext_token)
             .finish()
     }
 }
@@ -68,6 +87,13 @@ impl ClientAuth {
         self
     }
 
+    /// Allows sending the token over plain `http://` (anyone on the path
+    /// can read it and act as this identity); refused otherwise.
+    pub fn allow_plaintext_token(mut self, allow: bool) -> Self {
+        self.plaintext_token = allow;
+        self
+    }
+
     /// A bearer token will be sent with every call.
     pub fn has_token(&self) -> bool {
         self.token.is_some()
@@ -79,13 +105,55 @@ impl ClientAuth {
     }
 
     /// An endpoint for `url`, with TLS when it is `https://` (which then
-    /// needs the CA), and the given connect timeout.
+    /// needs the CA), and the given connect timeout. A token over plain
+    /// `http://` is refused unless [`ClientAuth::allow_plaintext_token`].
     pub fn endpoint(&self, url: &str, connect_timeout: Duration) -> Result<Endpoint, AuthError> {
+        self.tls_endpoint(url, connect_timeout, None)
+    }
+
+    /// The endpoint of worker `worker_id` at `url` (its registration's),
+    /// for the leader's calls. With a token or a CA configured, `url` must
+    /// be `https://` and the server's certificate must be issued for
+    /// [`worker_tls_name`] of `worker_id`; with neither (a deployment
+    /// without credentials) nothing secret is sent and `http://` is fine.
+    pub fn worker_endpoint(
+        &self,
+        worker_id: &str,
+        url: &str,
+        connect_timeout: Duration,
+    ) -> Result<Endpoint, AuthError> {
+        if self.token.is_none() && self.ca_pem.is_none() {
+            return self.tls_endpoint(url, connect_timeout, None);
+        }
+        if !url.starts_with("https://") {
+            return Err(AuthError::InsecureEndpoint {
+                url: url.to_string(),
+                reason: format!(
+                    "worker {worker_id} registered an endpoint without TLS; the leader calls workers only over https with a certificate for {}",
+                    worker_tls_name(worker_id)
+                ),
+            });
+        }
+        self.tls_endpoint(url, connect_timeout, Some(worker_tls_name(worker_id)))
+    }
+
+    fn tls_endpoint(
+        &self,
+        url: &str,
+        connect_timeout: Duration,
+        server_name: Option<String>,
+    ) -> Result<Endpoint, AuthError> {
         let endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| AuthError::Tls(format!("{url:?} is not a URL: {e}")))?
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true);
         if !url.starts_with("https://") {
+            if self.token.is_some() && !self.plaintext_token {
+                return Err(AuthError::InsecureEndpoint {
+                    url: url.to_string(),
+                    reason: "the bearer token would travel in clear text; use the https:// address (or allow plain text explicitly)".into(),
+                });
+            }
             return Ok(endpoint);
         }
         let Some(ca) = &self.ca_pem else {
@@ -94,8 +162,12 @@ impl ClientAuth {
             )));
         };
         install_crypto_provider();
+        let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+        if let Some(name) = server_name {
+            tls = tls.domain_name(name);
+        }
         endpoint
-            .tls_config(ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)))
+            .tls_config(tls)
             .map_err(|e| AuthError::Tls(format!("TLS for {url}: {e}")))
     }
 

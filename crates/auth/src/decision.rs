@@ -20,7 +20,7 @@ use crate::AuthError;
 
 /// Domain separation: no other signature of this key can be mistaken for a
 /// decision's.
-const CONTEXT: &[u8] = b"mtswarm approval decision v1\0";
+const CONTEXT: &[u8] = b"mtswarm approval decision v2\0";
 
 /// Why a decision's signature was refused.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,10 @@ pub fn canonical_decision(decision: &v1::ApprovalDecision) -> Vec<u8> {
     text(&mut out, &decision.tool_name);
     text(&mut out, &decision.agent_id);
     text(&mut out, &decision.standing_approval_id);
+    // The call itself: a decision applies only to the call whose
+    // arguments and risk it names.
+    text(&mut out, &decision.arguments_sha256);
+    out.extend_from_slice(&decision.risk.to_be_bytes());
     out
 }
 
@@ -131,6 +135,10 @@ impl DecisionSigner {
     /// The public key workers verify with (`N...`).
     pub fn public_key(&self) -> String {
         self.pair.public_key()
+    }
+
+    pub(crate) fn pair(&self) -> &nkeys::KeyPair {
+        &self.pair
     }
 
     /// The verifier of this key's signatures.
@@ -202,6 +210,10 @@ impl DecisionVerifier {
         Self::from_public_key(&text)
     }
 
+    pub(crate) fn pair(&self) -> &nkeys::KeyPair {
+        &self.pair
+    }
+
     /// The leader public key (`N...`) decisions are checked against.
     pub fn public_key(&self) -> &str {
         &self.public_key
@@ -248,6 +260,8 @@ mod tests {
             tool_name: "benchmark".into(),
             agent_id: "tuner-1".into(),
             standing_approval_id: String::new(),
+            arguments_sha256: "ab".repeat(32),
+            risk: v1::RiskLevel::Medium as i32,
         }
     }
 
@@ -290,6 +304,11 @@ mod tests {
                 "standing_approval_id",
                 Box::new(|d| d.standing_approval_id = "ap-9".into()),
             ),
+            (
+                "arguments_sha256",
+                Box::new(|d| d.arguments_sha256 = "cd".repeat(32)),
+            ),
+            ("risk", Box::new(|d| d.risk = v1::RiskLevel::Low as i32)),
             ("signature", Box::new(|d| d.signature[0] ^= 1)),
             ("signature length", Box::new(|d| d.signature.truncate(63))),
         ];

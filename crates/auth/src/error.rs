@@ -49,7 +49,7 @@ pub enum AuthError {
     },
 
     /// A role name that is not one of the known roles.
-    #[error("unknown role {0:?} (known: submit, approve, admin, leader)")]
+    #[error("unknown role {0:?} (known: submit, read, approve, admin, leader)")]
     UnknownRole(String),
 
     /// A model endpoint outside the worker daemon's allowlist.
@@ -57,6 +57,16 @@ pub enum AuthError {
         "model endpoint {0:?} is not in the daemon's allowlist (--model-endpoint / MTSWARM_MODEL_ENDPOINTS)"
     )]
     EndpointNotAllowed(String),
+
+    /// An endpoint a credential must not be sent to: plain text, or a
+    /// worker endpoint that is not `https://`.
+    #[error("refusing to connect to {url}: {reason}")]
+    InsecureEndpoint {
+        /// The endpoint as given.
+        url: String,
+        /// Why it is refused and what would be accepted.
+        reason: String,
+    },
 
     /// A TLS certificate, key or setting cannot be used.
     #[error("invalid TLS setting: {0}")]

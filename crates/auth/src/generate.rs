@@ -1,7 +1,13 @@
-//! Generating a deployment's gRPC credentials: a CA, a server certificate
-//! for the given host names (every daemon serves with it), and one bearer
-//! token per identity with the identities file the servers verify them
-//! against. `mtswarm credentials` and `mtswarm up` call this.
+//! Generating a deployment's gRPC credentials: a CA, one certificate and
+//! private key per process (the leader's and the NATS server's for the
+//! given host names, each worker daemon's for its identity name only,
+//! [`crate::worker_tls_name`]), and one bearer token per identity with the
+//! identities file the servers verify them against. `mtswarm credentials`
+//! and `mtswarm up` call this.
+//!
+//! One key per process: a worker host that is taken over holds its own
+//! key, whose certificate names only that worker, so it can serve as
+//! neither the leader nor the NATS server nor another worker.
 //!
 //! The CA's private key is not kept: a local stack regenerates everything
 //! on each start, and a deployment that wants to issue more certificates
@@ -25,15 +31,27 @@ pub const LOCAL_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 /// The identity the leader presents to worker daemons.
 pub const LEADER_IDENTITY: &str = "leader";
 
+/// A certificate (PEM) and its private key (PEM, mode 0600) as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertificateFiles {
+    /// The certificate.
+    pub cert_file: PathBuf,
+    /// Its private key.
+    pub key_file: PathBuf,
+}
+
 /// What [`grpc_credentials`] wrote.
 #[derive(Debug, Clone)]
 pub struct GrpcCredentials {
     /// CA certificate (PEM) clients trust.
     pub ca_file: PathBuf,
-    /// Server certificate (PEM) and key of every daemon.
-    pub server_cert_file: PathBuf,
-    /// The server certificate's private key (PEM, mode 0600).
-    pub server_key_file: PathBuf,
+    /// The leader's certificate and key (the given host names).
+    pub leader: CertificateFiles,
+    /// The NATS server's certificate and key (the given host names).
+    pub nats: CertificateFiles,
+    /// Each worker daemon's certificate and key, by worker id (its
+    /// identity name only).
+    pub workers: BTreeMap<String, CertificateFiles>,
     /// The identities file the servers load (token digests only).
     pub identities_file: PathBuf,
     /// Identity name -> file with its token (mode 0600).
@@ -45,11 +63,17 @@ impl GrpcCredentials {
     pub fn token_file(&self, name: &str) -> Option<&Path> {
         self.token_files.get(name).map(PathBuf::as_path)
     }
+
+    /// The certificate and key of worker `worker_id`.
+    pub fn worker_tls(&self, worker_id: &str) -> Option<&CertificateFiles> {
+        self.workers.get(worker_id)
+    }
 }
 
 /// The identities of a default deployment: the leader (calls the workers),
 /// `admin` (every person's role, the local user of `mtswarm up`), and one
-/// identity per single role for least-privilege clients.
+/// identity per single role for least-privilege clients (`submitter` sees
+/// only its own jobs; `reader` reads every job and changes nothing).
 pub fn default_identities() -> Vec<(String, Vec<Role>)> {
     vec![
         (LEADER_IDENTITY.to_string(), vec![Role::Leader]),
@@ -58,6 +82,7 @@ pub fn default_identities() -> Vec<(String, Vec<Role>)> {
             vec![Role::Submit, Role::Approve, Role::Admin],
         ),
         ("submitter".to_string(), vec![Role::Submit]),
+        ("reader".to_string(), vec![Role::Read]),
         ("approver".to_string(), vec![Role::Approve]),
     ]
 }
@@ -83,57 +108,124 @@ fn write_public(path: &Path, contents: &[u8]) -> Result<(), AuthError> {
     })
 }
 
+/// A certificate authority held in memory while a deployment's
+/// certificates are issued (its key is never written).
+pub struct CertificateAuthority {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl std::fmt::Debug for CertificateAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CertificateAuthority(<key redacted>)")
+    }
+}
+
+impl CertificateAuthority {
+    /// A fresh CA.
+    pub fn new() -> Result<Self, AuthError> {
+        let ca_key = KeyPair::generate().map_err(generation("the CA key"))?;
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(generation("the CA"))?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca.distinguished_name
+            .push(DnType::CommonName, "mtswarm deployment CA");
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca.self_signed(&ca_key).map_err(generation("the CA"))?;
+        Ok(Self {
+            pem: ca_cert.pem(),
+            issuer: Issuer::new(ca, ca_key),
+        })
+    }
+
+    /// The CA certificate (PEM) clients trust.
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// A server certificate for `names` (DNS names or IP addresses) with a
+    /// fresh key of its own, as (certificate PEM, key PEM).
+    pub fn issue(
+        &self,
+        common_name: &str,
+        names: &[String],
+    ) -> Result<(String, String), AuthError> {
+        let key = KeyPair::generate().map_err(generation("a server key"))?;
+        let mut params =
+            CertificateParams::new(names.to_vec()).map_err(generation("a server certificate"))?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(generation("a server certificate"))?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// Issues a certificate for `names` and writes it to `<dir>/<stem>.pem`
+    /// and its key to `<dir>/<stem>.key` (mode 0600).
+    pub fn write(
+        &self,
+        dir: &Path,
+        stem: &str,
+        common_name: &str,
+        names: &[String],
+    ) -> Result<CertificateFiles, AuthError> {
+        let (cert, key) = self.issue(common_name, names)?;
+        let files = CertificateFiles {
+            cert_file: dir.join(format!("{stem}.pem")),
+            key_file: dir.join(format!("{stem}.key")),
+        };
+        write_secret(&files.key_file, key.as_bytes())?;
+        write_public(&files.cert_file, cert.as_bytes())?;
+        Ok(files)
+    }
+}
+
 /// A CA and a server certificate for `hosts` (DNS names or IP addresses),
 /// as (CA PEM, server certificate PEM, server key PEM).
 pub fn certificates(hosts: &[String]) -> Result<(String, String, String), AuthError> {
-    let ca_key = KeyPair::generate().map_err(generation("the CA key"))?;
-    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(generation("the CA"))?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.distinguished_name
-        .push(DnType::CommonName, "mtswarm deployment CA");
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).map_err(generation("the CA"))?;
-    let issuer = Issuer::new(ca, ca_key);
-
-    let server_key = KeyPair::generate().map_err(generation("the server key"))?;
-    let mut server =
-        CertificateParams::new(hosts.to_vec()).map_err(generation("the server certificate"))?;
-    server
-        .distinguished_name
-        .push(DnType::CommonName, "mtswarm daemon");
-    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    server.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    let server_cert = server
-        .signed_by(&server_key, &issuer)
-        .map_err(generation("the server certificate"))?;
-    Ok((ca_cert.pem(), server_cert.pem(), server_key.serialize_pem()))
+    let ca = CertificateAuthority::new()?;
+    let (cert, key) = ca.issue("mtswarm daemon", hosts)?;
+    Ok((ca.pem, cert, key))
 }
 
-/// Writes a CA, a server certificate for `hosts`, a token per identity and
-/// the identities file into `dir` (created).
+/// Writes a CA, the leader's and the NATS server's certificates for
+/// `hosts`, one certificate per worker of `worker_ids` for its identity
+/// name, a token per identity and the identities file into `dir`
+/// (created, mode 0700).
 pub fn grpc_credentials(
     dir: &Path,
     hosts: &[String],
     identities: &[(String, Vec<Role>)],
+    worker_ids: &[String],
 ) -> Result<GrpcCredentials, AuthError> {
-    std::fs::create_dir_all(dir).map_err(|source| AuthError::Write {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let (ca_pem, cert_pem, key_pem) = certificates(hosts)?;
+    private_dir(dir)?;
+    let ca = CertificateAuthority::new()?;
     let ca_file = dir.join("ca.pem");
-    let server_cert_file = dir.join("server.pem");
-    let server_key_file = dir.join("server.key");
-    write_public(&ca_file, ca_pem.as_bytes())?;
-    write_public(&server_cert_file, cert_pem.as_bytes())?;
-    write_secret(&server_key_file, key_pem.as_bytes())?;
+    write_public(&ca_file, ca.pem().as_bytes())?;
+    let tls = dir.join("tls");
+    private_dir(&tls)?;
+    let leader = ca.write(&tls, "leader", "mtswarm leader", hosts)?;
+    let nats = ca.write(&tls, "nats", "mtswarm NATS server", hosts)?;
+    let mut workers = BTreeMap::new();
+    for worker_id in worker_ids {
+        let files = ca.write(
+            &tls,
+            worker_id,
+            &format!("mtswarm worker {worker_id}"),
+            &[crate::worker_tls_name(worker_id)],
+        )?;
+        workers.insert(worker_id.clone(), files);
+    }
 
     let mut entries = Vec::new();
     let mut token_files = BTreeMap::new();
@@ -157,11 +249,29 @@ pub fn grpc_credentials(
     )?;
     Ok(GrpcCredentials {
         ca_file,
-        server_cert_file,
-        server_key_file,
+        leader,
+        nats,
+        workers,
         identities_file,
         token_files,
     })
+}
+
+/// Creates `dir` (and its parents) with mode 0700, and sets 0700 on it when
+/// it exists: the file names in a credentials directory are nobody else's
+/// business either.
+pub fn private_dir(dir: &Path) -> Result<(), AuthError> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    let failed = |source| AuthError::Write {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(failed)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(failed)
 }
 
 /// A worker daemon of the deployment, for its NATS permissions.
@@ -310,6 +420,66 @@ mod tests {
     use rustls::client::danger::ServerCertVerifier as _;
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+    /// One key per process: the worker's certificate names only its
+    /// identity, so it serves neither as the leader (the stack's host
+    /// names) nor as another worker; the leader's names no worker.
+    #[test]
+    fn each_process_has_its_own_key_and_a_workers_names_only_that_worker() {
+        crate::install_crypto_provider();
+        let dir = tempfile::tempdir().expect("dir");
+        let hosts = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let workers = vec!["worker-b0".to_string(), "worker-b1".to_string()];
+        let written =
+            super::grpc_credentials(dir.path(), &hosts, &super::default_identities(), &workers)
+                .expect("credentials");
+        let ca = std::fs::read(&written.ca_file).expect("ca");
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(&ca).expect("CA PEM"))
+            .expect("CA");
+        let verifier = rustls::client::WebPkiServerVerifier::builder(Arc::new(roots))
+            .build()
+            .expect("verifier");
+        let valid = |files: &super::CertificateFiles, name: &str| {
+            let pem = std::fs::read(&files.cert_file).expect("cert");
+            let cert = CertificateDer::from_pem_slice(&pem).expect("cert PEM");
+            verifier
+                .verify_server_cert(
+                    &cert,
+                    &[],
+                    &ServerName::try_from(name.to_string()).expect("name"),
+                    &[],
+                    UnixTime::now(),
+                )
+                .is_ok()
+        };
+        let b0 = written.worker_tls("worker-b0").expect("worker-b0");
+        let b1 = written.worker_tls("worker-b1").expect("worker-b1");
+        assert!(valid(b0, &crate::worker_tls_name("worker-b0")));
+        assert!(!valid(b0, &crate::worker_tls_name("worker-b1")));
+        assert!(!valid(b0, "127.0.0.1") && !valid(b0, "localhost"));
+        assert!(valid(&written.leader, "127.0.0.1"));
+        assert!(!valid(
+            &written.leader,
+            &crate::worker_tls_name("worker-b0")
+        ));
+        let keys: Vec<Vec<u8>> = [&written.leader, &written.nats, b0, b1]
+            .iter()
+            .map(|f| std::fs::read(&f.key_file).expect("key"))
+            .collect();
+        for (i, a) in keys.iter().enumerate() {
+            assert!(keys[i + 1..].iter().all(|b| a != b), "a key is shared");
+        }
+        use std::os::unix::fs::PermissionsExt as _;
+        for private in [dir.path().to_path_buf(), dir.path().join("tls")] {
+            let mode = std::fs::metadata(&private)
+                .expect("dir")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o700, "{}", private.display());
+        }
+    }
 
     /// The Kubernetes layout: one certificate for the leader's Service and,
     /// through a wildcard, every worker pod under the headless Service.

@@ -9,7 +9,8 @@
 //! client side (a token and a CA to trust, [`ClientAuth`]) and the
 //! generation of a local deployment's credentials ([`generate`]), and the
 //! leader's signature on approval decisions ([`DecisionSigner`],
-//! [`DecisionVerifier`]).
+//! [`DecisionVerifier`]) and on placements, with the workers' signatures on
+//! what they produce for them ([`provenance`]).
 //!
 //! Tokens are stored on the server side only as SHA-256 digests, so the
 //! identities file is not a secret in itself.
@@ -21,13 +22,14 @@ mod endpoints;
 mod error;
 pub mod generate;
 mod identity;
+pub mod provenance;
 mod result_token;
 mod role;
 mod security;
 mod server;
 mod tls;
 
-pub use client::{BearerInterceptor, ClientAuth};
+pub use client::{BearerInterceptor, ClientAuth, worker_tls_name};
 pub use client_config::{
     CLIENT_CONFIG_ENV, CLIENT_PROFILE_ENV, ClientConfig, ClientProfile, default_client_config_path,
 };
@@ -35,6 +37,9 @@ pub use decision::{DecisionSigner, DecisionVerifier, SignatureError, canonical_d
 pub use endpoints::ModelEndpoints;
 pub use error::AuthError;
 pub use identity::{Identity, IdentityEntry, IdentityTable, token_digest};
+pub use provenance::{
+    ProvenanceError, RecordKind, WorkerKey, arguments_digest, canonical_arguments, grant_for,
+};
 pub use result_token::ResultKey;
 pub use role::Role;
 pub use security::ServerSecurity;

@@ -9,8 +9,12 @@ use crate::AuthError;
 /// What an identity may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
-    /// Submit, watch and list jobs; cancel its own jobs.
+    /// Submit jobs; read, watch, list and cancel its own jobs and their
+    /// approvals.
     Submit,
+    /// Read every job, its events and its approvals (arguments included);
+    /// change nothing.
+    Read,
     /// Decide approvals.
     Approve,
     /// Fleet, quarantine, cancel any job.
@@ -22,12 +26,19 @@ pub enum Role {
 
 impl Role {
     /// Every role, in a stable order.
-    pub const ALL: [Role; 4] = [Role::Submit, Role::Approve, Role::Admin, Role::Leader];
+    pub const ALL: [Role; 5] = [
+        Role::Submit,
+        Role::Read,
+        Role::Approve,
+        Role::Admin,
+        Role::Leader,
+    ];
 
     /// The name used in identities files and error messages.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Submit => "submit",
+            Role::Read => "read",
             Role::Approve => "approve",
             Role::Admin => "admin",
             Role::Leader => "leader",

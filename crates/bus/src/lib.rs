@@ -72,7 +72,9 @@ pub use ownership::{
 };
 pub use reopen::{Backoff, reopen};
 pub use results::{ResultQuery, ResultRecord, ResultsStore};
-pub use stores::{Approvals, Checkpoints, Quarantine, STANDING_APPROVAL_PREFIX, Workers};
+pub use stores::{
+    Approvals, CheckpointSeal, Checkpoints, Quarantine, STANDING_APPROVAL_PREFIX, Workers,
+};
 pub use topology::{TopologyConfig, TopologyInfo};
 
 /// State of the NATS connection as last reported by the client.

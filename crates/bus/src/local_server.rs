@@ -188,10 +188,16 @@ impl NatsServer {
         let binary = find_binary()?;
         let store_dir = match options.store_dir {
             Some(path) => {
-                std::fs::create_dir_all(&path).map_err(LocalServerError::io(format!(
-                    "cannot create {}",
-                    path.display()
-                )))?;
+                // Private: the store holds every job's records.
+                use std::os::unix::fs::DirBuilderExt as _;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&path)
+                    .map_err(LocalServerError::io(format!(
+                        "cannot create {}",
+                        path.display()
+                    )))?;
                 Store::Given(path)
             }
             None => Store::Temporary(
@@ -332,7 +338,13 @@ impl NatsServer {
             .stderr(Stdio::null())
             // Its own process group: a terminal's Ctrl-C reaches the process
             // that started it, which then stops the stack in order.
-            .process_group(0);
+            .process_group(0)
+            // The server needs none of this process's environment (model
+            // API keys, tokens): only what finds programs.
+            .env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
+        }
         if self.die_with_parent {
             // SAFETY: prctl(2) is async-signal-safe; it only asks the kernel
             // to send SIGTERM to the child when its parent dies.

@@ -19,10 +19,24 @@ use crate::{Bus, BusError};
 /// Read-modify-write attempts before a contended update gives up.
 pub(crate) const MAX_CAS_RETRIES: usize = 16;
 
+/// Signs what a process writes to the checkpoints bucket and tells a
+/// genuine stored checkpoint from a forgery. Every worker identity may
+/// write the bucket (checkpoints move with their sessions), so a stored
+/// checkpoint counts (for fencing and for a resume) only when its seal
+/// says so; the worker's seal checks the leader's placement grant and the
+/// granted worker's signature (`mtswarm_auth::provenance`).
+pub trait CheckpointSeal: Send + Sync + std::fmt::Debug {
+    /// Signs `checkpoint` in place before it is written.
+    fn sign(&self, checkpoint: &mut SessionCheckpoint);
+    /// Why a stored checkpoint is not genuine; `None` when it is.
+    fn refusal(&self, checkpoint: &SessionCheckpoint) -> Option<String>;
+}
+
 /// Latest checkpoint per session (bucket `mtswarm_checkpoints`, key = session id).
 #[derive(Debug, Clone)]
 pub struct Checkpoints {
     kv: TypedKv<SessionCheckpoint>,
+    seal: Option<std::sync::Arc<dyn CheckpointSeal>>,
 }
 
 impl Checkpoints {
@@ -30,7 +44,15 @@ impl Checkpoints {
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
             kv: TypedKv::open(bus, subjects::CHECKPOINTS_BUCKET).await?,
+            seal: None,
         })
+    }
+
+    /// Signs every checkpoint written through these methods with `seal`
+    /// and trusts a stored one only when `seal` finds it genuine.
+    pub fn with_seal(mut self, seal: std::sync::Arc<dyn CheckpointSeal>) -> Self {
+        self.seal = Some(seal);
+        self
     }
 
     /// The raw typed bucket, for reads and writes these methods do not cover.
@@ -38,23 +60,45 @@ impl Checkpoints {
         &self.kv
     }
 
+    /// Signs `checkpoint` with the seal (nothing without one), for a write
+    /// through [`Checkpoints::kv`].
+    pub fn sign(&self, checkpoint: &mut SessionCheckpoint) {
+        if let Some(seal) = &self.seal {
+            seal.sign(checkpoint);
+        }
+    }
+
+    /// Why the stored `checkpoint` is not genuine (`None`: it is, or
+    /// there is no seal to tell).
+    pub fn refusal(&self, checkpoint: &SessionCheckpoint) -> Option<String> {
+        self.seal.as_ref()?.refusal(checkpoint)
+    }
+
     /// Stores `checkpoint` as the session's latest, unless the stored one
     /// belongs to a later attempt of the same task ([`BusError::StaleAttempt`]):
     /// a worker still running a task that was reassigned cannot overwrite the
     /// new attempt's progress. Attempts of different tasks are not comparable
     /// (every task starts at attempt 1), so a session's next task always
-    /// replaces the previous one's checkpoint.
+    /// replaces the previous one's checkpoint. A stored checkpoint the seal
+    /// refuses (a forgery by another worker) fences nothing: it is
+    /// replaced and logged.
     /// `updated_at` is set to now when the caller left it empty.
     pub async fn put(&self, checkpoint: &SessionCheckpoint) -> Result<u64, BusError> {
-        let mut checkpoint = std::borrow::Cow::Borrowed(checkpoint);
+        let mut checkpoint = checkpoint.clone();
         if checkpoint.updated_at.is_none() {
-            checkpoint.to_mut().updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+            checkpoint.updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
         }
-        let checkpoint = checkpoint.as_ref();
+        self.sign(&mut checkpoint);
+        let checkpoint = &checkpoint;
         let session_id = &checkpoint.session_id;
         for _ in 0..MAX_CAS_RETRIES {
             let result = match self.kv.get(session_id).await? {
                 None => self.kv.create(session_id, checkpoint).await,
+                Some(current) if self.refused(&current) => {
+                    self.kv
+                        .update(session_id, checkpoint, current.revision)
+                        .await
+                }
                 Some(current) if supersedes(&current.value, checkpoint) => {
                     return Err(BusError::StaleAttempt {
                         session_id: session_id.clone(),
@@ -80,11 +124,28 @@ impl Checkpoints {
         })
     }
 
+    /// True (and logged) when the seal refuses a stored checkpoint.
+    fn refused(&self, stored: &Versioned<SessionCheckpoint>) -> bool {
+        match self.refusal(&stored.value) {
+            Some(reason) => {
+                tracing::warn!(
+                    session_id = %stored.value.session_id,
+                    revision = stored.revision,
+                    %reason,
+                    "stored checkpoint refused: not written by a worker placed on the session"
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Marks the stored checkpoint of `attempt` of `task_id` as fenced: that
     /// attempt lost its slice, so from now on [`Checkpoints::put`] refuses
     /// its states (a redelivery of the fenced attempt is stopped at its
     /// first write) while a later attempt still resumes from it. `Ok(false)`
-    /// when the stored checkpoint is not that attempt's (nothing to mark).
+    /// when the stored checkpoint is not that attempt's (nothing to mark),
+    /// or not genuine.
     pub async fn mark_fenced(
         &self,
         session_id: &str,
@@ -98,11 +159,15 @@ impl Checkpoints {
             if current.value.task_id != task_id || current.value.attempt != attempt {
                 return Ok(false);
             }
+            if self.refused(&current) {
+                return Ok(false);
+            }
             if current.value.fenced {
                 return Ok(true);
             }
             let mut marked = current.value.clone();
             marked.fenced = true;
+            self.sign(&mut marked);
             match self.kv.update(session_id, &marked, current.revision).await {
                 Ok(_) => return Ok(true),
                 Err(BusError::CasConflict { .. }) => continue,
@@ -116,12 +181,25 @@ impl Checkpoints {
         })
     }
 
-    /// The session's latest checkpoint.
+    /// The session's latest checkpoint as stored (genuine or not).
     pub async fn get(
         &self,
         session_id: &str,
     ) -> Result<Option<Versioned<SessionCheckpoint>>, BusError> {
         self.kv.get(session_id).await
+    }
+
+    /// The session's latest checkpoint when the seal finds it genuine;
+    /// `None` (logged) for a forgery, which a resume must never start from.
+    pub async fn get_genuine(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<Versioned<SessionCheckpoint>>, BusError> {
+        Ok(self
+            .kv
+            .get(session_id)
+            .await?
+            .filter(|stored| !self.refused(stored)))
     }
 
     /// Removes a finished session's checkpoint.
@@ -180,6 +258,7 @@ impl Approvals {
             request: Some(request.clone()),
             state: ApprovalState::Pending as i32,
             decision: None,
+            verification_error: String::new(),
         };
         let revision = self.kv.create(&request.approval_id, &record).await?;
         Ok(Versioned {
@@ -288,6 +367,7 @@ impl Approvals {
             request: current.value.request.clone(),
             state: state as i32,
             decision: Some(decision.clone()),
+            verification_error: String::new(),
         };
         let revision = self
             .kv

@@ -93,6 +93,14 @@ pub struct LeaderArgs {
     /// the client configuration's).
     #[arg(long = "tls-ca", env = "MTSWARM_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// Send the bearer token even to a plain `http://` leader address.
+    /// Anyone who sees the traffic can then read the token and act as this
+    /// identity; without this flag such a command is refused.
+    #[arg(
+        long = "insecure-plaintext-token",
+        env = "MTSWARM_INSECURE_PLAINTEXT_TOKEN"
+    )]
+    pub insecure_plaintext_token: bool,
 }
 
 /// The Control client the commands use: every call carries the caller's
@@ -162,13 +170,22 @@ impl LeaderArgs {
             connect_timeout,
             token_file: None,
             tls_ca: None,
+            insecure_plaintext_token: false,
         }
     }
 
     /// The leader address with a scheme (`host:port` becomes
-    /// `http://host:port`, or `https://` when a CA is configured).
+    /// `https://host:port` when a token or a CA is configured, so a token
+    /// never goes out in clear text by default; `http://host:port` only
+    /// without either).
     pub fn url(&self) -> String {
-        let configured = client_config().and_then(|c| c.leader);
+        let config = client_config();
+        let secured = self.token_file.is_some()
+            || self.tls_ca.is_some()
+            || config
+                .as_ref()
+                .is_some_and(|c| c.token.is_some() || c.ca_file.is_some());
+        let configured = config.and_then(|c| c.leader);
         let Some(address) = self
             .leader
             .as_deref()
@@ -183,7 +200,7 @@ impl LeaderArgs {
         // `host:port` of the configured leader keeps its scheme.
         match configured {
             Some(url) if url.split_once("://").map(|(_, rest)| rest) == Some(address) => url,
-            _ if self.tls_ca.is_some() => format!("https://{address}"),
+            _ if secured => format!("https://{address}"),
             _ => with_scheme(address),
         }
     }
@@ -209,24 +226,51 @@ impl LeaderArgs {
         if !self.connect_timeout.is_finite() || self.connect_timeout <= 0.0 {
             anyhow::bail!("--connect-timeout must be a positive number of seconds");
         }
-        let auth = self.client_auth()?;
+        let auth = self
+            .client_auth()?
+            .allow_plaintext_token(self.insecure_plaintext_token);
         let endpoint = auth
             .endpoint(&url, Duration::from_secs_f64(self.connect_timeout))
-            .map_err(|error| {
-                anyhow::anyhow!(
-                    "cannot reach the leader at {url}: is `mtswarm up` running? ({error}; its client configuration or --tls-ca names the CA)"
-                )
+            .map_err(|error| match error {
+                mtswarm_auth::AuthError::InsecureEndpoint { .. } => anyhow::anyhow!(
+                    "{error} (pass --insecure-plaintext-token to send it anyway)"
+                ),
+                other => anyhow::anyhow!(
+                    "cannot reach the leader at {url}: is `mtswarm up` running? ({other}; its client configuration or --tls-ca names the CA)"
+                ),
             })?;
-        let channel = endpoint.connect().await.map_err(|error| {
-            anyhow::anyhow!(
-                "cannot reach the leader at {url}: is `mtswarm up` running? ({})",
-                error_chain(&error)
-            )
-        })?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|error| connect_error(&url, &error_chain(&error)))?;
         Ok(
             ControlClient::with_interceptor(channel, auth.interceptor(TraceContextInterceptor))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES),
         )
+    }
+}
+
+/// Why a connection to the leader failed, in words: a TLS failure names
+/// the certificate problem (not "is it running?"), anything else asks
+/// whether a leader runs there.
+pub fn connect_error(url: &str, chain: &str) -> anyhow::Error {
+    let lower = chain.to_ascii_lowercase();
+    let tls = [
+        "certificate",
+        "tls",
+        "handshake",
+        "unknownissuer",
+        "notvalidforname",
+        "x509",
+    ]
+    .iter()
+    .any(|word| lower.contains(word));
+    if tls {
+        anyhow::anyhow!(
+            "TLS with the leader at {url} failed: {chain} (its certificate is not one the configured CA issued for this address; check --tls-ca and the address)"
+        )
+    } else {
+        anyhow::anyhow!("cannot reach the leader at {url}: is `mtswarm up` running? ({chain})")
     }
 }
 

@@ -1,6 +1,8 @@
 //! `mtswarm credentials`: every credential of one deployment from one
-//! command. For the fleet it is given it writes a CA and a server
-//! certificate (gRPC and NATS serve with it), one bearer token per identity
+//! command. For the fleet it is given it writes a CA and one certificate
+//! and private key per process (the leader's and the NATS server's for the
+//! given hosts, each worker daemon's for its own identity name, so a
+//! worker's key can serve as nothing else), one bearer token per identity
 //! with the identities file the daemons verify them against, one NATS nkey
 //! per process role (the leader, the clients, each worker daemon) and the
 //! nats-server `authorization` block with each identity's least-privilege
@@ -97,10 +99,20 @@ pub struct Deployment {
 impl Deployment {
     /// The nkey seed file of the worker daemon of `board`.
     pub fn worker_seed(&self, board: &str) -> Option<&Path> {
+        self.nats.seed_file(self.worker_id(board)?)
+    }
+
+    /// The worker id of the daemon of `board`.
+    pub fn worker_id(&self, board: &str) -> Option<&str> {
         self.workers
             .iter()
             .find(|(b, _)| b == board)
-            .and_then(|(_, worker)| self.nats.seed_file(&worker.worker_id))
+            .map(|(_, worker)| worker.worker_id.as_str())
+    }
+
+    /// The TLS certificate and key of the worker daemon of `board`.
+    pub fn worker_tls(&self, board: &str) -> Option<&generate::CertificateFiles> {
+        self.grpc.worker_tls(self.worker_id(board)?)
     }
 
     /// The nats-server configuration of a stack with these credentials:
@@ -163,9 +175,10 @@ pub fn generate_deployment(
     } else {
         hosts.to_vec()
     };
-    let grpc = generate::grpc_credentials(dir, &hosts, &default_identities())
-        .context("generating the gRPC credentials")?;
     let workers = fleet_workers(fleet_file, fleet);
+    let worker_ids: Vec<String> = workers.iter().map(|(_, w)| w.worker_id.clone()).collect();
+    let grpc = generate::grpc_credentials(dir, &hosts, &default_identities(), &worker_ids)
+        .context("generating the gRPC credentials")?;
     let nats_workers: Vec<NatsWorker> = workers.iter().map(|(_, w)| w.clone()).collect();
     let nats =
         generate::nats_credentials(dir, &nats_workers).context("generating the NATS identities")?;
@@ -182,12 +195,13 @@ pub fn generate_deployment(
     })
 }
 
-/// The nats-server `tls` block serving with the deployment's certificate.
+/// The nats-server `tls` block serving with the NATS server's own
+/// certificate.
 pub fn nats_tls_block(grpc: &GrpcCredentials) -> String {
     format!(
         "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n}}\n",
-        grpc.server_cert_file.display().to_string(),
-        grpc.server_key_file.display().to_string()
+        grpc.nats.cert_file.display().to_string(),
+        grpc.nats.key_file.display().to_string()
     )
 }
 
@@ -198,10 +212,25 @@ pub fn credentials(cmd: CredentialsCmd) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("loading the fleet {}", cmd.fleet.display()))?;
     let deployment = generate_deployment(&cmd.out, &cmd.fleet, &fleet, &cmd.hosts)?;
     let grpc = &deployment.grpc;
-    println!("gRPC (leader and workers: --identities, --tls-cert, --tls-key):");
+    println!("gRPC (leader and workers: --identities; each its own --tls-cert, --tls-key):");
     println!("  identities:   {}", grpc.identities_file.display());
-    println!("  certificate:  {}", grpc.server_cert_file.display());
-    println!("  key:          {}", grpc.server_key_file.display());
+    println!(
+        "  leader:       {} {}",
+        grpc.leader.cert_file.display(),
+        grpc.leader.key_file.display()
+    );
+    for (worker_id, files) in &grpc.workers {
+        println!(
+            "  {worker_id:<13} {} {}",
+            files.cert_file.display(),
+            files.key_file.display()
+        );
+    }
+    println!(
+        "  NATS server:  {} {}",
+        grpc.nats.cert_file.display(),
+        grpc.nats.key_file.display()
+    );
     println!("  CA (clients): {}", grpc.ca_file.display());
     for (name, path) in &grpc.token_files {
         println!("  token {name:<10} {}", path.display());

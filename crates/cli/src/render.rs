@@ -178,6 +178,8 @@ pub fn outcome(outcome: Option<&v1::JobOutcome>) -> Value {
             "cancelled": o.tasks_cancelled, "pending": o.tasks_pending,
         },
         "failure_reason": o.failure_reason,
+        "confirmations": o.confirmations.iter().map(confirmation).collect::<Vec<_>>(),
+        "refused_records": o.refused_records,
         "costs": o.agent_costs.iter().map(token_cost).collect::<Vec<_>>(),
         "total_cost": o.total_cost.as_ref().map(token_cost),
     })
@@ -269,6 +271,19 @@ pub fn best_candidate(b: &v1::BestCandidate) -> Value {
         "source_edited": b.source_edited,
         "source_diff": b.source_diff,
         "reproduced": b.reproduced,
+        "confirmation": b.confirmation.as_ref().map(confirmation),
+    })
+}
+
+/// A confirmation of a figure on another worker, for `--json`.
+pub fn confirmation(c: &v1::Confirmation) -> Value {
+    json!({
+        "state": short_name(c.state().as_str_name(), "CONFIRMATION_STATE_"),
+        "reason": c.reason, "seconds": c.seconds, "tolerance": c.tolerance,
+        "original": {"record_id": c.original_record_id, "worker_id": c.original_worker_id,
+                     "slice_id": c.original_slice_id, "median_seconds": c.original_median_seconds},
+        "confirming": {"record_id": c.record_id, "worker_id": c.worker_id,
+                       "slice_id": c.slice_id, "median_seconds": c.median_seconds},
     })
 }
 
@@ -334,9 +349,27 @@ pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
             if b.reproduced {
                 lines.push("          exact modeled time, reproduced by a spot re-run".to_owned());
             }
+            if let Some(c) = &b.confirmation {
+                lines.push(format!(
+                    "confirmed {}: {}",
+                    short_name(c.state().as_str_name(), "CONFIRMATION_STATE_"),
+                    c.reason
+                ));
+            }
             lines.push(format!("records   {}", b.record_ids.join(", ")));
         }
         None => lines.push(format!("no result {}", o.failure_reason)),
+    }
+    let disputed = o
+        .confirmations
+        .iter()
+        .filter(|c| c.state() == v1::ConfirmationState::Disagreed);
+    lines.extend(disputed.map(|c| format!("disputed  {}", c.reason)));
+    if o.refused_records > 0 {
+        let n = o.refused_records;
+        lines.push(format!(
+            "refused   {n} record(s) not produced by the worker of their task"
+        ));
     }
     let mut statuses: Vec<String> = o
         .candidates_by_status
@@ -519,7 +552,22 @@ pub fn approval(record: &v1::ApprovalRecord) -> Value {
         .map(approval_request)
         .unwrap_or_else(|| json!({}));
     if let Value::Object(map) = &mut value {
-        map.insert("state".into(), json!(approval_state(record.state())));
+        // A record that failed the leader's verification is neither
+        // pending nor decided: it says so, and why.
+        let state = if record.verification_error.is_empty() {
+            approval_state(record.state())
+        } else {
+            "unverified".to_string()
+        };
+        map.insert("state".into(), json!(state));
+        map.insert(
+            "verification_error".into(),
+            if record.verification_error.is_empty() {
+                Value::Null
+            } else {
+                json!(record.verification_error)
+            },
+        );
         map.insert(
             "decision".into(),
             record

@@ -136,7 +136,8 @@ pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCod
         .context("creating the stack's temporary directory")?;
     // Logs live outside the temporary directory: they outlive the stack.
     let logs = cmd.log_dir.clone().unwrap_or_else(default_log_dir);
-    std::fs::create_dir_all(&logs)
+    // Private: the logs name jobs, files and identities.
+    mtswarm_auth::generate::private_dir(&logs)
         .with_context(|| format!("creating the log directory {}", logs.display()))?;
     let mut stack = LocalStack::new("mtswarm up");
     let started = tokio::select! {
@@ -427,14 +428,16 @@ async fn start_stack(
         }
         Ok(())
     };
-    let grpc_args = |command: &mut Command| {
+    // One key per process: the leader's certificate names the hosts, each
+    // worker's only its own identity.
+    let grpc_args = |command: &mut Command, tls: &generate::CertificateFiles| {
         command
             .arg("--identities")
             .arg(&grpc.identities_file)
             .arg("--tls-cert")
-            .arg(&grpc.server_cert_file)
+            .arg(&tls.cert_file)
             .arg("--tls-key")
-            .arg(&grpc.server_key_file);
+            .arg(&tls.key_file);
     };
 
     let telemetry_args = |command: &mut Command| {
@@ -474,7 +477,7 @@ async fn start_stack(
             grpc.token_file(generate::LEADER_IDENTITY)
                 .context("no leader token was generated")?,
         );
-    grpc_args(&mut command);
+    grpc_args(&mut command, &grpc.leader);
     nats_args(&mut command, generate::NATS_LEADER)?;
     telemetry_args(&mut command);
     command
@@ -513,7 +516,12 @@ async fn start_stack(
             )
             .arg("--leader-public-key-file")
             .arg(&deployment.decision_key.public_file);
-        grpc_args(&mut command);
+        grpc_args(
+            &mut command,
+            deployment
+                .worker_tls(&board.id)
+                .with_context(|| format!("no TLS certificate for board {}", board.id))?,
+        );
         if own_nats {
             command
                 .arg("--nats-nkey-file")

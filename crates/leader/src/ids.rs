@@ -5,6 +5,17 @@
 
 use mtswarm_core::ToolContext;
 
+/// Call keys of the leader's own confirming calls start with this (never a
+/// model's call id: their step is `u32::MAX`). A task assigned by such a
+/// call confirms a figure (`crate::confirm`): it is not one of the job's
+/// own tasks in its counts.
+pub const CONFIRM_CALL_PREFIX: &str = "mtswarm-confirm-";
+
+/// Whether the task record was assigned by a confirming call.
+pub(crate) fn is_confirmation(task: &mtswarm_bus::v1::TaskRecord) -> bool {
+    task.assign_call_id.starts_with(CONFIRM_CALL_PREFIX)
+}
+
 /// Agent id of the leader's own loop in events, approvals and sessions.
 pub const LEADER_AGENT_ID: &str = "leader";
 

@@ -98,6 +98,7 @@
 
 pub mod approvals;
 pub mod config;
+pub mod confirm;
 pub mod cost;
 mod daemon;
 pub mod digest;

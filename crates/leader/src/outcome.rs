@@ -6,7 +6,13 @@
 //!
 //! Which records count: those of a task's accepted attempt (the fencing rule
 //! of [`crate::results`] applies to measurements too: a record of a stale
-//! attempt is not the job's). The best is the fastest usable record
+//! attempt is not the job's), and, when the leader signs placements, only
+//! those the worker the attempt was placed on produced: each record carries
+//! the leader's grant of its attempt and the granted worker's signature
+//! over its stored bytes (`mtswarm_auth::provenance`). Others are refused,
+//! logged and counted (`JobOutcome.refused_records`).
+//!
+//! The best is the fastest usable record
 //! (valid, unflagged, benchmarked with a median time; ranked by GFLOPS,
 //! then by median time), whether it was built from the pristine kernel or
 //! from sources an agent edited (the outcome then names the edit: its
@@ -14,9 +20,11 @@
 //! over the kernel's tune.toml baseline measured in the same job on the
 //! same kind of slice (backend and cores), when such a record exists.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use mtswarm_bus::results::{CandidateStatus, ResultQuery, ResultRecord, ResultsStore};
+use mtswarm_bus::results::{
+    CandidateStatus, ResultQuery, ResultRecord, ResultsStore, SignedRecord,
+};
 use mtswarm_bus::v1;
 
 use crate::job::JobContext;
@@ -34,18 +42,81 @@ const READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Reads the job's records from the results store and computes its outcome.
 /// A store that cannot be read yields an outcome without a best whose
 /// reason says so (the job then fails rather than claiming a result).
-pub(crate) async fn compute(shared: &Shared, context: &JobContext) -> v1::JobOutcome {
-    let tasks = context.results.snapshot();
-    let records = match read_records(shared, &context.job_id).await {
-        Ok(records) => records,
+/// Leaves out the tasks `tasks_left_out` (and their records: the leader's
+/// confirming tasks are not the job's candidates) and, as candidates for
+/// the best, the records `disputed` (figures another worker did not
+/// reproduce).
+pub(crate) async fn compute_excluding(
+    shared: &Shared,
+    context: &JobContext,
+    tasks_left_out: &HashSet<String>,
+    disputed: &HashSet<String>,
+) -> v1::JobOutcome {
+    let tasks: Vec<TaskView> = context
+        .results
+        .snapshot()
+        .into_iter()
+        .filter(|t| !tasks_left_out.contains(&t.task_id))
+        .collect();
+    match believed_records(shared, &context.job_id).await {
+        Ok((records, refused)) => {
+            let records: Vec<ResultRecord> = records
+                .into_iter()
+                .filter(|r| !tasks_left_out.contains(&r.task_id))
+                .collect();
+            let mut outcome = from_records_disputed(&tasks, &records, disputed);
+            outcome.refused_records = refused;
+            outcome
+        }
         Err(error) => {
             let mut outcome = from_records(&tasks, &[]);
             outcome.best = None;
             outcome.failure_reason = format!("the results store could not be read: {error}");
-            return outcome;
+            outcome
         }
+    }
+}
+
+/// The job's records the leader believes, and how many it refused (see the
+/// module docs).
+pub(crate) async fn believed_records(
+    shared: &Shared,
+    job_id: &str,
+) -> Result<(Vec<ResultRecord>, u32), mtswarm_bus::BusError> {
+    let signed = read_records(shared, job_id).await?;
+    Ok(believed(shared.config.decision_key.as_ref(), signed))
+}
+
+/// The records of `signed` whose provenance verifies (all of them without
+/// a decision key), and the number refused (each logged).
+pub(crate) fn believed(
+    signer: Option<&mtswarm_auth::DecisionSigner>,
+    signed: Vec<SignedRecord>,
+) -> (Vec<ResultRecord>, u32) {
+    let Some(signer) = signer else {
+        return (signed.into_iter().map(|s| s.record).collect(), 0);
     };
-    from_records(&tasks, &records)
+    let verifier = signer.verifier();
+    let mut refused = 0u32;
+    let records = signed
+        .into_iter()
+        .filter_map(|signed| match verifier.verify_measurement(&signed) {
+            Ok(()) => Some(signed.record),
+            Err(error) => {
+                refused = refused.saturating_add(1);
+                tracing::warn!(
+                    job_id = %signed.record.job_id,
+                    record_id = %signed.record.record_id,
+                    worker_id = %signed.record.worker_id,
+                    slice_id = %signed.record.slice_id,
+                    %error,
+                    "measurement record refused: not produced by the worker its attempt was placed on"
+                );
+                None
+            }
+        })
+        .collect();
+    (records, refused)
 }
 
 /// The job's records, read again with backoff for up to [`READ_PATIENCE`]
@@ -53,7 +124,7 @@ pub(crate) async fn compute(shared: &Shared, context: &JobContext) -> v1::JobOut
 async fn read_records(
     shared: &Shared,
     job_id: &str,
-) -> Result<Vec<ResultRecord>, mtswarm_bus::BusError> {
+) -> Result<Vec<SignedRecord>, mtswarm_bus::BusError> {
     let deadline = tokio::time::Instant::now() + READ_PATIENCE;
     let mut backoff = mtswarm_bus::Backoff::new(
         std::time::Duration::from_millis(200),
@@ -63,7 +134,7 @@ async fn read_records(
         let attempt = async {
             let store = ResultsStore::open(&shared.bus).await?;
             store
-                .query(&ResultQuery {
+                .query_signed(&ResultQuery {
                     job_id: Some(job_id.to_string()),
                     limit: MAX_OUTCOME_RECORDS,
                     ..ResultQuery::default()
@@ -100,6 +171,16 @@ pub fn accepted_records<'a>(
 /// The outcome of a job whose tasks are `tasks` (with their accepted
 /// results) and whose stored records are `records` (any attempt).
 pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutcome {
+    from_records_disputed(tasks, records, &HashSet::new())
+}
+
+/// [`from_records`] where the records `disputed` count (as records of
+/// their status) but cannot be the best.
+pub fn from_records_disputed(
+    tasks: &[TaskView],
+    records: &[ResultRecord],
+    disputed: &HashSet<String>,
+) -> v1::JobOutcome {
     let mut outcome = v1::JobOutcome::default();
     for task in tasks {
         match task.result.as_ref().map(|r| r.status()) {
@@ -127,7 +208,7 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
     let best = trusted
         .iter()
         .copied()
-        .filter(|r| !r.baseline)
+        .filter(|r| !r.baseline && !disputed.contains(&r.record_id))
         .max_by(|a, b| {
             let ga = a.gflops.unwrap_or(f64::NEG_INFINITY);
             let gb = b.gflops.unwrap_or(f64::NEG_INFINITY);
@@ -153,7 +234,7 @@ pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutc
 /// A valid, unflagged, benchmarked figure: fit to be a job's result. A
 /// GFLOPS figure is not required (a kernel whose flops the counters do not
 /// see still has a median time).
-fn usable(record: &ResultRecord) -> bool {
+pub(crate) fn usable(record: &ResultRecord) -> bool {
     record.valid
         && record.flags.is_empty()
         && record.gflops.is_none_or(f64::is_finite)
@@ -226,6 +307,7 @@ fn best_candidate(
         source_edited: best.source_edited(),
         source_diff: best.source_diff.clone().unwrap_or_default(),
         reproduced,
+        confirmation: None,
     }
 }
 

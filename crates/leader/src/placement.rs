@@ -64,7 +64,7 @@ async fn spawn_session(
     slice_id: &str,
     resume: bool,
 ) -> Result<v1::SpawnSessionResponse, SpawnError> {
-    let mut client = shared.worker_client(&agent.endpoint)?;
+    let mut client = shared.worker_client(&agent.worker_id, &agent.endpoint)?;
     let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
         .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
         .unwrap_or_default();
@@ -141,7 +141,7 @@ pub(crate) async fn stop_session(
     agent: &AgentEntry,
     reason: &str,
 ) -> Result<bool, CancelError> {
-    let mut client = shared.worker_client(&agent.endpoint)?;
+    let mut client = shared.worker_client(&agent.worker_id, &agent.endpoint)?;
     client
         .cancel_session(v1::CancelSessionRequest {
             session_id: agent.session_id.clone(),

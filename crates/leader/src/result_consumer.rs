@@ -52,6 +52,19 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
         );
         return None;
     }
+    if let Some(placed) = placement_mismatch(shared, result) {
+        counters.forged.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            job_id = %result.job_id,
+            task_id = %result.task_id,
+            attempt = result.attempt,
+            worker_id = %result.worker_id,
+            slice_id = %result.slice_id,
+            placed = %placed,
+            "result dropped: it names another worker or slice than the attempt was placed on"
+        );
+        return None;
+    }
     let acceptance = job.offer(result);
     match &acceptance {
         Acceptance::Accepted => {
@@ -115,6 +128,22 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
         }
     }
     Some(acceptance)
+}
+
+/// Where the result's attempt was placed, when the result names another
+/// worker or slice (`None`: it names the placement, or the attempt is not
+/// the one on record here, which the table judges).
+fn placement_mismatch(shared: &Shared, result: &v1::TaskResult) -> Option<String> {
+    use mtswarm_bus::results::canonical_slice_id;
+    let context = shared.contexts.get(&result.job_id)?;
+    let tasks = context.tasks();
+    let assignment = tasks.get(&result.task_id)?.assignment.as_ref()?;
+    if assignment.attempt != result.attempt {
+        return None;
+    }
+    let same = assignment.worker_id == result.worker_id
+        && canonical_slice_id(&assignment.slice_id) == canonical_slice_id(&result.slice_id);
+    (!same).then(|| format!("{} / {}", assignment.worker_id, assignment.slice_id))
 }
 
 /// How long the server keeps a leader's result consumer once nobody pulls
@@ -302,10 +331,12 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
         .finished_at
         .unwrap_or_else(|| prost_types::Timestamp::from(SystemTime::now()));
     let mut already_done = false;
+    let mut confirmation = false;
     let mut assigned_at = None;
     let marked = owner
         .modify_task(&result.job_id, &result.task_id, |stored| {
             already_done = stored.is_some_and(|t| t.done);
+            confirmation = stored.is_some_and(crate::ids::is_confirmation);
             assigned_at = stored
                 .and_then(|t| t.assignment.as_ref())
                 .and_then(|a| a.assigned_at);
@@ -331,7 +362,10 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
     if !already_done
         && let Err(error) = owner
             .modify(&result.job_id, |job| {
-                job.tasks_done = job.tasks_done.saturating_add(1);
+                // A confirming task is the leader's, not one of the job's.
+                if !confirmation {
+                    job.tasks_done = job.tasks_done.saturating_add(1);
+                }
                 let total = job.usage.get_or_insert_with(Default::default);
                 total.steps = total.steps.saturating_add(usage.steps);
                 total.prompt_tokens = total.prompt_tokens.saturating_add(usage.prompt_tokens);

@@ -21,8 +21,28 @@ use crate::runner::{self, is_final};
 use crate::shared::Shared;
 use crate::validate::validate_submit;
 
-/// Roles that may read jobs (get, list, watch).
-const READ_JOBS: &[Role] = &[Role::Submit, Role::Admin];
+/// Roles that may read jobs (get, list, watch): a submitter its own only
+/// ([`may_read`]).
+const READ_JOBS: &[Role] = &[Role::Submit, Role::Read, Role::Admin];
+
+/// Whether `identity` may read `job` and its events and approvals: its
+/// own (it submitted it), or every job with the `read` or `admin` role.
+fn may_read(identity: &Identity, job: &v1::JobRecord) -> bool {
+    reads_every_job(identity) || job.submitted_by == identity.name
+}
+
+/// The identity reads every job (`read` or `admin`).
+fn reads_every_job(identity: &Identity) -> bool {
+    identity.has(Role::Read) || identity.has(Role::Admin)
+}
+
+/// PERMISSION_DENIED for a job another identity submitted.
+fn not_yours(job_id: &str, identity: &Identity) -> Status {
+    tracing::warn!(job.id = %job_id, identity = %identity.name, "read of another identity's job refused");
+    Status::permission_denied(format!(
+        "job {job_id} was submitted by another identity; reading it needs the `read` or `admin` role"
+    ))
+}
 /// Server cap and default of `ListJobs.page_size`.
 const MAX_PAGE_SIZE: usize = 500;
 const DEFAULT_PAGE_SIZE: usize = 100;
@@ -274,8 +294,11 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::GetJobRequest>,
     ) -> Result<Response<v1::GetJobResponse>, Status> {
-        require_any(&request, READ_JOBS)?;
+        let identity = require_any(&request, READ_JOBS)?;
         let job = self.read_job(&request.get_ref().job_id).await?;
+        if !may_read(&identity, &job) {
+            return Err(not_yours(&job.job_id, &identity));
+        }
         Ok(Response::new(v1::GetJobResponse { job: Some(job) }))
     }
 
@@ -283,7 +306,7 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::ListJobsRequest>,
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
-        require_any(&request, READ_JOBS)?;
+        let identity = require_any(&request, READ_JOBS)?;
         let request = request.into_inner();
         let offset: usize = if request.page_token.is_empty() {
             0
@@ -305,6 +328,7 @@ impl v1::control_server::Control for ControlService {
             .map_err(bus_status)?
             .into_iter()
             .map(|v| listed(v.value))
+            .filter(|job| may_read(&identity, job))
             .filter(|job| request.states.is_empty() || request.states.contains(&job.state))
             .collect();
         // Newest first; the id breaks ties so pages are stable.
@@ -332,10 +356,13 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::WatchJobRequest>,
     ) -> Result<Response<Self::WatchJobStream>, Status> {
-        require_any(&request, READ_JOBS)?;
+        let identity = require_any(&request, READ_JOBS)?;
         let request = request.into_inner();
         let job_id = request.job_id.clone();
-        self.stored_job(&job_id).await?;
+        let stored = self.stored_job(&job_id).await?;
+        if !may_read(&identity, &stored) {
+            return Err(not_yours(&job_id, &identity));
+        }
         let mut events = self
             .shared
             .journal
@@ -508,11 +535,23 @@ impl v1::control_server::Control for ControlService {
         &self,
         request: Request<v1::ListApprovalsRequest>,
     ) -> Result<Response<v1::ListApprovalsResponse>, Status> {
-        require_any(&request, &[Role::Approve, Role::Submit, Role::Admin])?;
+        let identity = require_any(
+            &request,
+            &[Role::Approve, Role::Submit, Role::Read, Role::Admin],
+        )?;
         let request = request.into_inner();
         let job_id = (!request.job_id.is_empty()).then_some(request.job_id.as_str());
         if let Some(job_id) = job_id {
             check_job_id(job_id)?;
+        }
+        // Approvers decide every job's calls; a submitter sees its own
+        // jobs' only (their arguments are its business alone).
+        let every_job = identity.has(Role::Approve) || reads_every_job(&identity);
+        if let Some(job_id) = job_id
+            && !every_job
+            && !may_read(&identity, &self.stored_job(job_id).await?)
+        {
+            return Err(not_yours(job_id, &identity));
         }
         let states = request
             .states
@@ -522,15 +561,60 @@ impl v1::control_server::Control for ControlService {
                     .map_err(|_| Status::invalid_argument(format!("unknown approval state {s}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // A record that fails verification is not decided, whatever it
+        // says: a listing of pending ones shows it too (as unverified).
+        let wants_pending = states.is_empty() || states.contains(&v1::ApprovalState::Pending);
+        let read_states: Vec<v1::ApprovalState> = if wants_pending {
+            Vec::new()
+        } else {
+            states.clone()
+        };
         let mut approvals: Vec<v1::ApprovalRecord> = self
             .shared
             .approvals
-            .list(job_id, &states)
+            .list(job_id, &read_states)
             .await
             .map_err(bus_status)?
             .into_iter()
             .map(|v| v.value)
             .collect();
+        if !every_job {
+            let mut owners: std::collections::HashMap<String, bool> = Default::default();
+            let mut mine = Vec::with_capacity(approvals.len());
+            for approval in approvals {
+                let job_id = approval
+                    .request
+                    .as_ref()
+                    .map(|r| r.job_id.clone())
+                    .unwrap_or_default();
+                let readable = match owners.get(&job_id) {
+                    Some(readable) => *readable,
+                    None => {
+                        let readable = match self.shared.jobs.get(&job_id).await {
+                            Ok(Some(job)) => may_read(&identity, &job.value),
+                            _ => false,
+                        };
+                        owners.insert(job_id, readable);
+                        readable
+                    }
+                };
+                if readable {
+                    mine.push(approval);
+                }
+            }
+            approvals = mine;
+        }
+        // What the leader believes of each record, for whoever reads it.
+        let signer = self.shared.config.decision_key.as_ref();
+        for approval in &mut approvals {
+            approval.verification_error =
+                crate::approvals::verify::verification_error(signer, approval).unwrap_or_default();
+        }
+        approvals.retain(|a| {
+            states.is_empty()
+                || states.contains(&a.state())
+                || (wants_pending && !a.verification_error.is_empty())
+        });
         approvals.sort_by_key(|a| {
             a.request
                 .as_ref()
@@ -572,6 +656,9 @@ impl v1::control_server::Control for ControlService {
             }
             Err(DecideError::Bus(error)) => Err(bus_status(error)),
             Err(error @ DecideError::Sign(_)) => Err(Status::internal(error.to_string())),
+            Err(error @ DecideError::Unverified { .. }) => {
+                Err(Status::failed_precondition(error.to_string()))
+            }
         }
     }
 

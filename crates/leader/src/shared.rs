@@ -198,6 +198,30 @@ impl Shared {
             .unwrap_or_default()
     }
 
+    /// The leader's signed placement grant of `assignment` on the worker
+    /// whose record key is `worker_key` (`mtswarm_auth::provenance`);
+    /// `None` without a decision key, or for a worker that registered no
+    /// key (its records then carry nothing the leader would accept).
+    pub(crate) fn grant(
+        &self,
+        assignment: &v1::TaskAssignment,
+        worker_key: &str,
+    ) -> Option<v1::PlacementGrant> {
+        let signer = self.config.decision_key.as_ref()?;
+        if worker_key.is_empty() {
+            tracing::warn!(worker_id = %assignment.worker_id, task_id = %assignment.task_id, "the worker registered no record key; its records for this task will be refused");
+            return None;
+        }
+        let mut grant = mtswarm_auth::grant_for(assignment, worker_key);
+        match signer.sign_grant(&mut grant) {
+            Ok(()) => Some(grant),
+            Err(error) => {
+                tracing::warn!(%error, "placement grant not signed");
+                None
+            }
+        }
+    }
+
     /// Learns the TTL of a lease record.
     pub(crate) fn observe_lease_ttl(&self, ttl_seconds: u32) {
         if ttl_seconds == 0 {
@@ -211,19 +235,29 @@ impl Shared {
             });
     }
 
-    /// A Worker service client for `endpoint` that carries the current
-    /// trace context and gives up after the configured call timeout.
-    /// The call presents the leader's token (`LeaderConfig::worker_auth`),
-    /// over TLS for `https://` endpoints.
-    pub(crate) fn worker_client(&self, endpoint: &str) -> Result<WorkerClient, WorkerClientError> {
+    /// A Worker service client for worker `worker_id` at `endpoint` that
+    /// carries the current trace context and gives up after the configured
+    /// call timeout. The call presents the leader's token
+    /// (`LeaderConfig::worker_auth`); with a token or a CA the endpoint
+    /// must be `https://` and its certificate must name the worker's own
+    /// identity ([`mtswarm_auth::worker_tls_name`]), so the token never
+    /// reaches an endpoint a worker's registration merely claims.
+    pub(crate) fn worker_client(
+        &self,
+        worker_id: &str,
+        endpoint: &str,
+    ) -> Result<WorkerClient, WorkerClientError> {
         let timeout: Duration = self.config.worker_call_timeout;
         let channel = self
             .config
             .worker_auth
-            .endpoint(endpoint, timeout)
-            .map_err(|source| WorkerClientError {
-                endpoint: endpoint.to_string(),
-                source,
+            .worker_endpoint(worker_id, endpoint, timeout)
+            .map_err(|source| {
+                tracing::warn!(worker_id, endpoint, error = %source, "worker endpoint refused");
+                WorkerClientError {
+                    endpoint: endpoint.to_string(),
+                    source,
+                }
             })?
             .timeout(timeout)
             .connect_lazy();

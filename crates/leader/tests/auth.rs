@@ -45,10 +45,11 @@ impl Secured {
             .iter()
             .map(|h| h.to_string())
             .collect();
-        let credentials = grpc_credentials(dir.path(), &hosts, &identities).expect("credentials");
+        let credentials =
+            grpc_credentials(dir.path(), &hosts, &identities, &[]).expect("credentials");
         let security = ServerSecurity::load(
             Some(&credentials.identities_file),
-            Some((&credentials.server_cert_file, &credentials.server_key_file)),
+            Some((&credentials.leader.cert_file, &credentials.leader.key_file)),
         )
         .expect("security");
         // The job stays RUNNING on its first model turn.
@@ -219,7 +220,7 @@ async fn each_call_needs_its_role_and_names_it() {
             .list_jobs(v1::ListJobsRequest::default())
             .await,
         Code::PermissionDenied,
-        "`submit` or `admin`",
+        "`submit` or `read` or `admin`",
     );
     secured
         .client(Some("admin"))

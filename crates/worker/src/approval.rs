@@ -26,6 +26,15 @@
 //! decision, as a message or as a stored record, is dropped and logged
 //! with its approval id and the run keeps waiting; the only verdict applied
 //! without a signature is this session's own timeout default.
+//!
+//! A signed decision is still applied only to the call it names, exactly:
+//! its approval id, job, session and call id, tool, canonical arguments
+//! and risk must be this session's own pending call's ([`OwnCall`]), so a
+//! decision copied from another approval, another job (a standing decision
+//! relabelled) or a record whose display was rewritten decides nothing.
+//! The request this session stores carries its task's placement grant and
+//! is signed with the daemon's record key, so the leader can tell it from
+//! a rewrite; a stored record that is not this call's is replaced by it.
 
 use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
@@ -115,12 +124,83 @@ fn non_empty<'a>(text: &'a str, fallback: &'a str) -> &'a str {
     }
 }
 
+/// What this session's own pending call is, as a decision must name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OwnCall {
+    pub(crate) approval_id: String,
+    pub(crate) job_id: String,
+    pub(crate) agent_id: String,
+    pub(crate) session_id: String,
+    pub(crate) call_id: String,
+    pub(crate) tool_name: String,
+    pub(crate) arguments_sha256: String,
+    pub(crate) risk: i32,
+}
+
+impl OwnCall {
+    fn of(request: &v1::ApprovalRequest) -> Self {
+        Self {
+            approval_id: request.approval_id.clone(),
+            job_id: request.job_id.clone(),
+            agent_id: request.agent_id.clone(),
+            session_id: request.session_id.clone(),
+            call_id: request.call_id.clone(),
+            tool_name: request.tool_name.clone(),
+            arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
+            risk: request.risk,
+        }
+    }
+
+    /// The first field in which `decision` names another call, if any.
+    pub(crate) fn mismatch(&self, decision: &v1::ApprovalDecision) -> Option<&'static str> {
+        [
+            ("approval id", decision.approval_id == self.approval_id),
+            ("job", decision.job_id == self.job_id),
+            ("session", decision.session_id == self.session_id),
+            ("call id", decision.call_id == self.call_id),
+            ("tool", decision.tool_name == self.tool_name),
+            (
+                "arguments",
+                decision.arguments_sha256 == self.arguments_sha256,
+            ),
+            ("risk", decision.risk == self.risk),
+        ]
+        .into_iter()
+        .find_map(|(field, same)| (!same).then_some(field))
+    }
+
+    /// Whether a stored request describes this call (the same ids, tool,
+    /// arguments and risk), whoever stored it.
+    fn describes(&self, request: &v1::ApprovalRequest) -> bool {
+        let stored = OwnCall::of(request);
+        stored == *self
+    }
+}
+
 /// One call waiting, with what is known about its decision.
 struct Pending {
     request: v1::ApprovalRequest,
+    own: OwnCall,
     decision: Option<v1::ApprovalDecision>,
     /// Revision of the last stored record refused (logged once per revision).
     refused: Option<u64>,
+}
+
+/// True when `decision` decides `own` exactly (logged when not).
+fn names_the_call(own: &OwnCall, decision: &v1::ApprovalDecision, source: &'static str) -> bool {
+    match own.mismatch(decision) {
+        None => true,
+        Some(field) => {
+            tracing::warn!(
+                approval.id = %own.approval_id,
+                decision.approval_id = %decision.approval_id,
+                source,
+                field,
+                "approval decision dropped: it names another call than this session's; still waiting"
+            );
+            false
+        }
+    }
 }
 
 /// True when `decision` may be applied: the leader signed it, or no leader
@@ -144,27 +224,79 @@ fn genuine(shared: &Shared, decision: &v1::ApprovalDecision, source: &'static st
     }
 }
 
-/// The decision of a stored record, if it is decided by the leader.
-/// `refused` remembers the revision last refused so that a record re-read
-/// on every tick is logged once.
+/// What a stored record says of this session's call.
+enum Stored {
+    /// Undecided, or a decision the leader did not sign (refused, logged).
+    Waiting,
+    /// The leader's decision of this very call.
+    Decided(Box<v1::ApprovalDecision>),
+    /// A decision the leader signed for another call: the record was
+    /// rewritten (its display, or a decision copied in from elsewhere).
+    OtherCall,
+}
+
+/// What the stored record says of `own`. `refused` remembers the revision
+/// last refused so that a record re-read on every tick is logged once.
 fn stored_decision(
     shared: &Shared,
+    own: &OwnCall,
     stored: &mtswarm_bus::Versioned<v1::ApprovalRecord>,
     refused: &mut Option<u64>,
     source: &'static str,
-) -> Option<v1::ApprovalDecision> {
+) -> Stored {
     if stored.value.state() == v1::ApprovalState::Pending {
-        return None;
+        return Stored::Waiting;
     }
-    let decision = stored.value.decision.as_ref()?;
+    let Some(decision) = stored.value.decision.as_ref() else {
+        return Stored::Waiting;
+    };
     if *refused == Some(stored.revision) {
-        return None;
+        return Stored::Waiting;
     }
-    if genuine(shared, decision, source) {
-        Some(decision.clone())
-    } else {
-        *refused = Some(stored.revision);
-        None
+    *refused = Some(stored.revision);
+    if !genuine(shared, decision, source) {
+        return Stored::Waiting;
+    }
+    if !names_the_call(own, decision, source) {
+        return Stored::OtherCall;
+    }
+    *refused = None;
+    Stored::Decided(Box::new(decision.clone()))
+}
+
+/// Takes what `stored` says for `pending`: its decision, or, when the
+/// leader decided another call in it, the session's own request stored
+/// again as pending (so listings show what really waits and a person can
+/// decide it).
+async fn take_stored(
+    shared: &Shared,
+    pending: &mut Pending,
+    stored: &mtswarm_bus::Versioned<v1::ApprovalRecord>,
+) {
+    match stored_decision(shared, &pending.own, stored, &mut pending.refused, "record") {
+        Stored::Decided(decision) => pending.decision = Some(*decision),
+        Stored::Waiting => {}
+        Stored::OtherCall => restore(shared, &pending.request, stored.revision).await,
+    }
+}
+
+/// Stores `request` (this session's own) as the pending record again,
+/// over the rewritten revision `revision`.
+async fn restore(shared: &Shared, request: &v1::ApprovalRequest, revision: u64) {
+    tracing::warn!(approval.id = %request.approval_id, "approval record rewritten for another call; storing this session's pending request again");
+    let record = v1::ApprovalRecord {
+        request: Some(request.clone()),
+        state: v1::ApprovalState::Pending as i32,
+        decision: None,
+        verification_error: String::new(),
+    };
+    if let Err(error) = shared
+        .approvals
+        .kv()
+        .update(&request.approval_id, &record, revision)
+        .await
+    {
+        tracing::warn!(%error, approval.id = %request.approval_id, "pending approval request not stored again");
     }
 }
 
@@ -229,16 +361,20 @@ pub(crate) async fn await_decisions<T>(
             slice_id: preview.slice_id.clone(),
             estimated_device_seconds: preview.estimated_device_seconds.unwrap_or(0.0),
             files: preview.files.clone(),
+            grant: wait.task.grant.clone(),
+            signature: Vec::new(),
         };
+        let mut request = request;
+        if let Err(error) = shared.record_key.sign_approval_request(&mut request) {
+            tracing::warn!(%error, "approval request not signed");
+        }
+        let own = OwnCall::of(&request);
         let mut refused = None;
         let (request, decision) = match shared.approvals.create(&request).await {
             Ok(_) => (request, None),
             Err(BusError::AlreadyExists { .. }) => {
                 match shared.approvals.get(&request.approval_id).await {
-                    Ok(Some(stored)) => {
-                        let decision = stored_decision(shared, &stored, &mut refused, "record");
-                        (stored.value.request.unwrap_or(request), decision)
-                    }
+                    Ok(Some(stored)) => adopt(shared, &own, request, stored, &mut refused).await,
                     Ok(None) => (request, None),
                     Err(error) => {
                         tracing::warn!(%error, "approval record unreadable");
@@ -267,6 +403,7 @@ pub(crate) async fn await_decisions<T>(
             request.approval_id.clone(),
             Pending {
                 request,
+                own,
                 decision,
                 refused,
             },
@@ -295,10 +432,15 @@ pub(crate) async fn await_decisions<T>(
                 match message {
                     Some(Ok(received)) => {
                         let decision = received.message;
-                        if pending.get(&decision.approval_id).is_some_and(|p| p.decision.is_none())
-                            && genuine(shared, &decision, "message")
+                        if pending.get(&decision.approval_id).is_some_and(|p| {
+                            p.decision.is_none() && names_the_call(&p.own, &decision, "message")
+                        }) && genuine(shared, &decision, "message")
                         {
-                            let settled = settle(shared, decision).await;
+                            let own = pending.get(&decision.approval_id).map(|p| p.own.clone());
+                            let settled = match own {
+                                Some(own) => settle(shared, &own, decision).await,
+                                None => decision,
+                            };
                             if let Some(p) = pending.get_mut(&settled.approval_id) {
                                 p.decision = Some(settled);
                             }
@@ -314,7 +456,7 @@ pub(crate) async fn await_decisions<T>(
                         if let Some(p) = pending.get_mut(&key)
                             && p.decision.is_none()
                         {
-                            p.decision = stored_decision(shared, &value, &mut p.refused, "record");
+                            take_stored(shared, p, &value).await;
                         }
                     }
                     Some(Ok(_)) => {}
@@ -338,9 +480,13 @@ pub(crate) async fn await_decisions<T>(
                         decided_by: "timeout".to_owned(),
                         decided_at: Some(now_timestamp()),
                         timed_out: true,
+                        tool_name: p.own.tool_name.clone(),
+                        agent_id: p.own.agent_id.clone(),
+                        arguments_sha256: p.own.arguments_sha256.clone(),
+                        risk: p.own.risk,
                         ..Default::default()
                     };
-                    let settled = settle(shared, decision).await;
+                    let settled = settle(shared, &p.own, decision).await;
                     if settled.timed_out
                         && let Err(error) = shared.bus.publish_approval_decision(&settled).await
                     {
@@ -360,7 +506,7 @@ pub(crate) async fn await_decisions<T>(
                 }
                 for p in pending.values_mut().filter(|p| p.decision.is_none()) {
                     if let Ok(Some(stored)) = shared.approvals.get(&p.request.approval_id).await {
-                        p.decision = stored_decision(shared, &stored, &mut p.refused, "record");
+                        take_stored(shared, p, &stored).await;
                     }
                 }
             }
@@ -448,7 +594,11 @@ fn record_wait(request: &v1::ApprovalRequest, decision: &v1::ApprovalDecision) {
 /// timeout) on the stored request unless it was decided already; returns
 /// the decision that stands. A stored decision the leader did not sign
 /// does not stand: `decision` is applied instead.
-async fn settle(shared: &Shared, decision: v1::ApprovalDecision) -> v1::ApprovalDecision {
+async fn settle(
+    shared: &Shared,
+    own: &OwnCall,
+    decision: v1::ApprovalDecision,
+) -> v1::ApprovalDecision {
     for _ in 0..4 {
         match shared.approvals.decide(&decision).await {
             Ok(record) => return record.value.decision.unwrap_or(decision),
@@ -457,6 +607,7 @@ async fn settle(shared: &Shared, decision: v1::ApprovalDecision) -> v1::Approval
                     Ok(Some(stored)) if stored.value.state() != v1::ApprovalState::Pending => {
                         if let Some(standing) = &stored.value.decision
                             && genuine(shared, standing, "record")
+                            && names_the_call(own, standing, "record")
                         {
                             return standing.clone();
                         }
@@ -485,6 +636,43 @@ async fn settle(shared: &Shared, decision: v1::ApprovalDecision) -> v1::Approval
     decision
 }
 
+/// The stored record of this call when the session asks again (a resumed
+/// or moved session): kept, with its decision if that decides this call,
+/// when it describes this very call (and, with the leader's key, verifies
+/// as a worker's request for it); otherwise it is not this call's record
+/// (rewritten by another writer) and is replaced by this session's own
+/// pending request, so listings show what waits.
+async fn adopt(
+    shared: &Shared,
+    own: &OwnCall,
+    request: v1::ApprovalRequest,
+    stored: mtswarm_bus::Versioned<v1::ApprovalRecord>,
+    refused: &mut Option<u64>,
+) -> (v1::ApprovalRequest, Option<v1::ApprovalDecision>) {
+    let stored_request = stored.value.request.clone().unwrap_or_default();
+    let verified = match &shared.config.leader_key {
+        Some(verifier) => verifier.verify_approval_request(&stored_request),
+        None => Ok(()),
+    };
+    if own.describes(&stored_request) && verified.is_ok() {
+        match stored_decision(shared, own, &stored, refused, "record") {
+            Stored::Decided(decision) => return (stored_request, Some(*decision)),
+            Stored::Waiting => return (stored_request, None),
+            Stored::OtherCall => {
+                restore(shared, &stored_request, stored.revision).await;
+                return (stored_request, None);
+            }
+        }
+    }
+    let why = match verified {
+        Err(error) => error.to_string(),
+        Ok(()) => "it describes another call".to_string(),
+    };
+    tracing::warn!(approval.id = %own.approval_id, %why, "stored approval record is not this call's");
+    restore(shared, &request, stored.revision).await;
+    (request, None)
+}
+
 async fn next_or_pending<S, I>(stream: &mut Option<S>) -> Option<I>
 where
     S: futures::Stream<Item = I> + Unpin,
@@ -492,5 +680,73 @@ where
     match stream {
         Some(stream) => stream.next().await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> v1::ApprovalRequest {
+        v1::ApprovalRequest {
+            approval_id: "ap-1".into(),
+            job_id: "job-b".into(),
+            agent_id: "tuner-1".into(),
+            session_id: "s-1".into(),
+            call_id: "c1-benchmark".into(),
+            tool_name: "benchmark".into(),
+            arguments_json: r#"{"artifact":"a1","repeats":3}"#.into(),
+            risk: v1::RiskLevel::Medium as i32,
+            ..Default::default()
+        }
+    }
+
+    fn decision_for(request: &v1::ApprovalRequest) -> v1::ApprovalDecision {
+        v1::ApprovalDecision {
+            approval_id: request.approval_id.clone(),
+            job_id: request.job_id.clone(),
+            session_id: request.session_id.clone(),
+            call_id: request.call_id.clone(),
+            verdict: v1::ApprovalVerdict::Approve as i32,
+            tool_name: request.tool_name.clone(),
+            arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
+            risk: request.risk,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_a_decision_of_this_very_call_decides_it() {
+        let own = OwnCall::of(&request());
+        assert_eq!(own.mismatch(&decision_for(&request())), None);
+        // The same arguments spelled otherwise are the same call.
+        let mut respelled = request();
+        respelled.arguments_json = r#"{ "repeats": 3, "artifact": "a1" }"#.into();
+        assert_eq!(own.mismatch(&decision_for(&respelled)), None);
+
+        type Change = Box<dyn Fn(&mut v1::ApprovalRequest)>;
+        let cases: Vec<(&str, Change)> = vec![
+            ("approval id", Box::new(|r| r.approval_id = "ap-2".into())),
+            // A standing decision of another job relabelled: checked here
+            // too, whatever the leader did.
+            ("job", Box::new(|r| r.job_id = "job-a".into())),
+            ("session", Box::new(|r| r.session_id = "s-2".into())),
+            ("call id", Box::new(|r| r.call_id = "c2".into())),
+            ("tool", Box::new(|r| r.tool_name = "read_file".into())),
+            (
+                "arguments",
+                Box::new(|r| r.arguments_json = r#"{"artifact":"a2","repeats":3}"#.into()),
+            ),
+            ("risk", Box::new(|r| r.risk = v1::RiskLevel::Low as i32)),
+        ];
+        for (field, change) in cases {
+            let mut other = request();
+            change(&mut other);
+            assert_eq!(own.mismatch(&decision_for(&other)), Some(field), "{field}");
+        }
+        assert!(own.describes(&request()));
+        let mut shown = request();
+        shown.tool_name = "read_file".into();
+        assert!(!own.describes(&shown));
     }
 }

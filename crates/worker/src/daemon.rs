@@ -181,12 +181,14 @@ impl WorkerDaemon {
         bus_config.servers = config.nats_urls.clone();
         bus_config.credentials_file = config.nats_credentials.clone();
         bus_config.tls = config.nats_tls.clone();
+        let mut bus_config_seed = None;
         if let Some(path) = &config.nats_nkey_file {
             let seed =
                 mtswarm_auth::generate::read_seed(path).map_err(|e| WorkerError::Config {
                     field: "nats_nkey_file",
                     reason: e.to_string(),
                 })?;
+            bus_config_seed = Some(seed.clone());
             bus_config.nkey_seed = Some(seed);
             bus_config.inbox_prefix =
                 Some(mtswarm_bus::permissions::worker_inbox_prefix(&worker_id));
@@ -204,9 +206,13 @@ impl WorkerDaemon {
         let lease_set = leases.keep_set(crate::shared::renew_every(config.lease_ttl));
         let workers = Workers::open(&bus).await?;
         let quarantine = Quarantine::open(&bus).await?;
-        let checkpoints = Checkpoints::open(&bus).await?;
+        // The key this daemon signs its records with (registered below).
+        let record_key = crate::provenance::record_key(bus_config_seed.as_deref());
+        let (seal, signer) =
+            crate::provenance::seal_and_signer(&record_key, config.leader_key.as_ref());
+        let checkpoints = Checkpoints::open(&bus).await?.with_seal(seal);
         let approvals = Approvals::open(&bus).await?;
-        let results = ResultsStore::open(&bus).await?;
+        let results = ResultsStore::open(&bus).await?.with_signer(signer);
 
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -257,6 +263,7 @@ impl WorkerDaemon {
             approvals,
             results,
             hw_lock: HwLock::new(),
+            record_key,
             slices,
             draining: AtomicBool::new(false),
             started_at: now_timestamp(),

@@ -139,6 +139,7 @@ mod janitor;
 mod leases;
 pub mod policy;
 pub mod prompt;
+mod provenance;
 mod quarantine;
 mod results;
 mod service;

@@ -220,6 +220,10 @@ impl MeasurementRecorder {
                 model: model.to_owned(),
                 call_id: String::new(),
                 timestamp_ms: None,
+                grant: task
+                    .grant
+                    .as_ref()
+                    .map(mtswarm_bus::results::RecordGrant::of),
             },
             ledger: Mutex::new(Ledger::default()),
         }
@@ -472,6 +476,7 @@ impl MeasurementRecorder {
                         timestamp_ms: now,
                         status: touched.status,
                         reason: touched.reason.clone(),
+                        grant: self.provenance.grant.clone(),
                         ..ResultRecord::default()
                     }
                     .with_source_diff(Some(candidate.1.clone()))

@@ -107,6 +107,9 @@ pub(crate) struct Shared {
     pub(crate) approvals: Approvals,
     pub(crate) results: ResultsStore,
     pub(crate) hw_lock: HwLock,
+    /// The key this daemon signs its records with; its public half is in
+    /// the worker record ([`crate::provenance`]).
+    pub(crate) record_key: mtswarm_auth::WorkerKey,
     pub(crate) slices: Vec<SliceEntry>,
     /// Slice index by bus id and by hardware id ([`slice_id_index`]).
     pub(crate) slice_ids: HashMap<String, usize>,
@@ -152,6 +155,7 @@ impl Shared {
             started_at: Some(self.started_at),
             heartbeat_at: Some(now_timestamp()),
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            record_key: self.record_key.public_key(),
         }
     }
 

@@ -24,9 +24,9 @@ fn pass(request: Request<()>) -> Result<Request<()>, Status> {
     Ok(request)
 }
 
-async fn client(url: &str, auth: &ClientAuth) -> Client {
+async fn client(worker_id: &str, url: &str, auth: &ClientAuth) -> Client {
     let channel = auth
-        .endpoint(url, WAIT)
+        .worker_endpoint(worker_id, url, WAIT)
         .expect("endpoint")
         .connect()
         .await
@@ -50,13 +50,21 @@ async fn refused_drain(client: &mut Client) -> Status {
 async fn only_the_leader_identity_may_call_the_worker_service() {
     let env = Env::start().await;
     let hosts: Vec<String> = LOCAL_HOSTS.iter().map(|h| h.to_string()).collect();
-    let credentials =
-        grpc_credentials(&env.dir.path().join("creds"), &hosts, &default_identities())
-            .expect("credentials");
     let mut config = env.config("emu0");
+    let worker_id = config.effective_worker_id();
+    let credentials = grpc_credentials(
+        &env.dir.path().join("creds"),
+        &hosts,
+        &default_identities(),
+        std::slice::from_ref(&worker_id),
+    )
+    .expect("credentials");
+    let tls = credentials
+        .worker_tls(&worker_id)
+        .expect("worker certificate");
     config.security = ServerSecurity::load(
         Some(&credentials.identities_file),
-        Some((&credentials.server_cert_file, &credentials.server_key_file)),
+        Some((&tls.cert_file, &tls.key_file)),
     )
     .expect("security");
     let handle = env.daemon(config).await;
@@ -72,7 +80,11 @@ async fn only_the_leader_identity_may_call_the_worker_service() {
             .expect("token")
     };
 
-    let mut anonymous = client(&url, &ca).await;
+    // The worker's certificate names its identity, not the host: a
+    // client checking the host alone is refused.
+    let by_host = ca.endpoint(&url, WAIT).expect("endpoint").connect().await;
+    assert!(by_host.is_err(), "the worker's certificate names its host");
+    let mut anonymous = client(&worker_id, &url, &ca).await;
     let drained = refused_drain(&mut anonymous).await;
     assert_eq!(drained.code(), Code::Unauthenticated, "{drained:?}");
     let spawned = anonymous
@@ -82,14 +94,14 @@ async fn only_the_leader_identity_may_call_the_worker_service() {
     assert_eq!(spawned.code(), Code::Unauthenticated, "{spawned:?}");
 
     // A person's identity, even an admin, is not the leader.
-    let mut admin = client(&url, &token("admin")).await;
+    let mut admin = client(&worker_id, &url, &token("admin")).await;
     let denied = refused_drain(&mut admin).await;
     assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
     assert!(denied.message().contains("`leader`"), "{denied:?}");
 
     // Even the leader may not point a session at an endpoint off the
     // daemon's allowlist (its key would follow).
-    let mut leader = client(&url, &token("leader")).await;
+    let mut leader = client(&worker_id, &url, &token("leader")).await;
     let mut off_list = spawn_request("j", "a", "s-evil", &slice);
     off_list.model = Some(v1::ModelSettings {
         base_url: "http://127.0.0.1:9/v1".into(),

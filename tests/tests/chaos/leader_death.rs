@@ -8,7 +8,7 @@ use std::time::Duration;
 use mtswarm_tests::chaos::ChaosOptions;
 use mtswarm_tests::{node_bin, small_fleet_toml};
 
-use crate::support::{Started, ms, one_at_a_time, outcome, start_mid_job};
+use crate::support::{Started, ms, one_at_a_time, outcome, own_agents, start_mid_job};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn job_survives_the_leader_being_killed_and_replaced() {
@@ -50,7 +50,7 @@ async fn job_survives_the_leader_being_killed_and_replaced() {
     );
     assert_eq!(job.tasks_done, 2, "{job:#?}");
     assert_eq!(
-        job.agents.len(),
+        own_agents(job).len(),
         2,
         "no agent spawned twice: {:#?}",
         job.agents

@@ -103,22 +103,33 @@ pub(crate) struct Tally {
     pub highest_attempt: u32,
 }
 
+/// Tallies the job's own tasks: the leader's confirmation of the best
+/// (`confirmations`, task ids) is a task of its own, left out.
 pub(crate) fn tally(
     observations: &[Observation],
     job_id: &str,
     accepted: &[v1::TaskResult],
+    confirmations: &std::collections::BTreeSet<String>,
 ) -> Tally {
     let mut publishes: BTreeMap<(String, u32), usize> = BTreeMap::new();
     let mut results_seen = 0;
     for observation in observations {
         match &observation.seen {
-            Seen::Task(t) if t.job_id == job_id => {
+            Seen::Task(t) if t.job_id == job_id && !confirmations.contains(&t.task_id) => {
                 *publishes.entry((t.task_id.clone(), t.attempt)).or_insert(0) += 1;
             }
-            Seen::Result(r) if r.job_id == job_id => results_seen += 1,
+            Seen::Result(r) if r.job_id == job_id && !confirmations.contains(&r.task_id) => {
+                results_seen += 1
+            }
             _ => {}
         }
     }
+    let accepted: Vec<v1::TaskResult> = accepted
+        .iter()
+        .filter(|r| !confirmations.contains(&r.task_id))
+        .cloned()
+        .collect();
+    let accepted = accepted.as_slice();
     let per_task = accepted_per_task(accepted);
     let task_ids: std::collections::BTreeSet<&String> = publishes.keys().map(|(t, _)| t).collect();
     Tally {
@@ -174,7 +185,12 @@ pub(crate) async fn outcome(
     let finished_at = Instant::now();
     let events = job_events(control, job_id).await;
     let accepted = accepted_results(&events);
-    let counts = tally(&stack.observer.snapshot(), job_id, &accepted);
+    let counts = tally(
+        &stack.observer.snapshot(),
+        job_id,
+        &accepted,
+        &confirmation_tasks(&job),
+    );
     Outcome {
         job,
         finished_at,
@@ -213,6 +229,30 @@ impl Outcome {
             accepted_per_task(accepted)
         );
     }
+}
+
+/// The task ids of the leader's confirmations of the job's best.
+pub(crate) fn confirmation_tasks(job: &v1::JobRecord) -> std::collections::BTreeSet<String> {
+    job.tasks
+        .iter()
+        .filter(|t| {
+            t.assign_call_id
+                .starts_with(mtswarm_leader::confirm::CONFIRM_CALL_PREFIX)
+        })
+        .filter_map(|t| t.assignment.as_ref().map(|a| a.task_id.clone()))
+        .collect()
+}
+
+/// The job's own agents (an agent the leader spawned to confirm the best
+/// is its own).
+pub(crate) fn own_agents(job: &v1::JobRecord) -> Vec<&v1::AgentPlacement> {
+    job.agents
+        .iter()
+        .filter(|a| {
+            !a.agent_id
+                .starts_with(mtswarm_leader::confirm::CONFIRM_CALL_PREFIX)
+        })
+        .collect()
 }
 
 /// Prints one scenario's figures as `CHAOS-FIGURES scenario=NAME key=value ...`

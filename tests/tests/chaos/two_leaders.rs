@@ -20,7 +20,7 @@ use mtswarm_tests::chaos::{ChaosOptions, ChaosStack};
 use mtswarm_tests::{node_bin, small_fleet_toml};
 use tokio::time::Instant;
 
-use crate::support::{Outcome, Started, ms, one_at_a_time, outcome, start_mid_job};
+use crate::support::{Outcome, Started, ms, one_at_a_time, outcome, own_agents, start_mid_job};
 
 /// Ownership TTL of both leaders, whole seconds.
 const JOB_LEASE_TTL: u64 = 3;
@@ -92,7 +92,7 @@ fn assert_finished_once(stack: &ChaosStack, end: &Outcome, job_id: &str) {
     );
     assert_eq!(job.tasks_done, 2, "{job:#?}");
     assert_eq!(
-        job.agents.len(),
+        own_agents(job).len(),
         2,
         "no agent spawned twice: {:#?}",
         job.agents

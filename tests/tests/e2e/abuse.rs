@@ -4,212 +4,18 @@
 //! processes, with the credentials it generates), the attacker a client of
 //! its own. The KV junk case lives with the bucket listings.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use mtswarm_auth::{ClientAuth, ClientConfig, ClientProfile};
-use mtswarm_bus::{Bus, BusConfig, subjects, v1};
-use mtswarm_tests::cli::spawn_up;
-use mtswarm_tests::jobs::{approvals as approvals_of, get_job, submit};
-use mtswarm_tests::{NodeProcess, node_bin};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
-use tonic::{Code, Request, Status};
+use mtswarm_bus::{subjects, v1};
+use mtswarm_tests::jobs::{approvals as approvals_of, get_job};
+use tonic::Code;
 
-const WAIT: Duration = Duration::from_secs(120);
+use crate::secure_up::{
+    SecureUp, WAIT, assert_code, finished_job, node, submit_vecadd, wait_for_worker_log,
+    worker_logs,
+};
 
-type Pass = fn(Request<()>) -> Result<Request<()>, Status>;
-type Control = v1::control_client::ControlClient<
-    InterceptedService<Channel, mtswarm_auth::BearerInterceptor<Pass>>,
->;
-type Worker = v1::worker_client::WorkerClient<
-    InterceptedService<Channel, mtswarm_auth::BearerInterceptor<Pass>>,
->;
-
-fn pass(request: Request<()>) -> Result<Request<()>, Status> {
-    Ok(request)
-}
-
-/// Submits a one-agent vecadd job as `admin`'s identity; its id.
-async fn submit_vecadd(admin: &mut Control) -> String {
-    let spec = v1::JobSpec {
-        goal: "Tune the vecadd kernel.".into(),
-        kernel_dir: "vecadd".into(),
-        num_agents: 1,
-        ..Default::default()
-    };
-    submit(admin, spec).await
-}
-
-/// The job once it is no longer queued or running; `None` (after a short
-/// pause) while it still is. Panics with the job after `deadline`.
-async fn finished_job(
-    admin: &mut Control,
-    job_id: &str,
-    deadline: Instant,
-) -> Option<v1::JobRecord> {
-    let record = get_job(admin, job_id).await;
-    if !matches!(record.state(), v1::JobState::Queued | v1::JobState::Running) {
-        return Some(record);
-    }
-    assert!(
-        Instant::now() < deadline,
-        "the job did not finish: {record:?}"
-    );
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    None
-}
-
-/// A running `mtswarm up` and what it wrote for its clients.
-struct SecureUp {
-    up: NodeProcess,
-    ready: serde_json::Value,
-    client: ClientProfile,
-    client_config: PathBuf,
-    credentials: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl SecureUp {
-    fn start() -> SecureUp {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let client_config = dir.path().join("config.toml");
-        let (up, ready) = spawn_up(node(&client_config), dir.path(), WAIT);
-        let ready = ready.document;
-        let client = ClientConfig::load(&client_config)
-            .expect("client configuration readable")
-            .expect("mtswarm up wrote the client configuration")
-            .local;
-        let credentials = client
-            .ca_file
-            .as_deref()
-            .and_then(Path::parent)
-            .expect("credentials directory")
-            .to_path_buf();
-        SecureUp {
-            up,
-            ready,
-            client,
-            client_config,
-            credentials,
-            _dir: dir,
-        }
-    }
-
-    fn leader_url(&self) -> String {
-        self.client.leader.clone().expect("leader url")
-    }
-
-    fn nats_url(&self) -> String {
-        self.client.nats.clone().expect("nats url")
-    }
-
-    fn ca(&self) -> ClientAuth {
-        ClientAuth::none()
-            .with_ca_file(self.client.ca_file.as_deref().expect("ca"))
-            .expect("ca file")
-    }
-
-    fn token(&self, identity: &str) -> ClientAuth {
-        self.ca()
-            .with_token_file(
-                &self
-                    .credentials
-                    .join("tokens")
-                    .join(format!("{identity}.token")),
-            )
-            .expect("token file")
-    }
-
-    async fn control(&self, auth: ClientAuth) -> Control {
-        let channel = auth
-            .endpoint(&self.leader_url(), WAIT)
-            .expect("endpoint")
-            .connect()
-            .await
-            .expect("TLS connection to the leader");
-        v1::control_client::ControlClient::with_interceptor(channel, auth.interceptor(pass as Pass))
-    }
-
-    async fn worker(&self, auth: ClientAuth) -> Worker {
-        let url = self.ready["workers"][0]["grpc"]
-            .as_str()
-            .expect("worker url")
-            .to_string();
-        let channel = auth
-            .endpoint(&url, WAIT)
-            .expect("endpoint")
-            .connect()
-            .await
-            .expect("TLS connection to the worker");
-        v1::worker_client::WorkerClient::with_interceptor(channel, auth.interceptor(pass as Pass))
-    }
-
-    /// A NATS connection as `identity` (`leader`, `client`, a worker id), or
-    /// anonymous; TLS with the stack's CA either way.
-    async fn nats(&self, identity: Option<&str>) -> Result<Bus, mtswarm_bus::BusError> {
-        let mut config = BusConfig::new(self.nats_url()).with_name("attacker");
-        config.retry_on_initial_connect = false;
-        config.request_timeout = Duration::from_secs(3);
-        config.tls.require_tls = true;
-        config.tls.ca_file = self.client.ca_file.clone();
-        if let Some(identity) = identity {
-            let seed = mtswarm_auth::generate::read_seed(
-                &self.credentials.join("nats").join(format!("{identity}.nk")),
-            )
-            .expect("seed");
-            config.nkey_seed = Some(seed);
-            config.inbox_prefix = Some(match identity {
-                "leader" => "_INBOX".to_string(),
-                "client" => mtswarm_bus::permissions::CLIENT_INBOX_PREFIX.to_string(),
-                worker => mtswarm_bus::permissions::worker_inbox_prefix(worker),
-            });
-        }
-        let bus = Bus::connect(config).await?;
-        bus.wait_connected(Duration::from_secs(10)).await?;
-        Ok(bus)
-    }
-
-    fn leader_log(&self) -> String {
-        let logs = PathBuf::from(self.ready["logs"].as_str().expect("logs"));
-        std::fs::read_to_string(logs.join("leader.log")).unwrap_or_default()
-    }
-
-    fn stop(mut self) {
-        self.up.interrupt().expect("SIGINT");
-        let status = self.up.wait_exit(WAIT).unwrap_or_else(|e| panic!("{e}"));
-        assert!(status.success(), "{status}; {}", self.up.stderr());
-        assert!(
-            !self.client_config.exists(),
-            "the stack's client configuration outlived it"
-        );
-    }
-}
-
-fn node(client_config: &Path) -> Command {
-    let mut command = Command::new(node_bin!());
-    command
-        .env("MTSWARM_CACHE_DIR", mtswarm_tests::emulator_cache_dir())
-        .env("MTSWARM_CONFIG", client_config)
-        .env_remove("MTSWARM_LEADER")
-        .env_remove("MTSWARM_NATS_URL")
-        .env_remove("MTSWARM_FLEET")
-        .env_remove("MTSWARM_TOKEN_FILE")
-        .env_remove("MTSWARM_TLS_CA")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
-    command
-}
-
-fn assert_code<T: std::fmt::Debug>(result: Result<T, Status>, code: Code) -> Status {
-    let status = result.expect_err("refused");
-    assert_eq!(status.code(), code, "{status:?}");
-    status
-}
-
-/// Acceptance 2: anonymous gRPC calls are refused on the leader and the
-/// workers, and the README commands work with nothing extra typed.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_default_stack_refuses_anonymous_grpc_and_the_readme_commands_work() {
     let stack = SecureUp::start();
@@ -524,31 +330,6 @@ async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
 }
 
 /// The worker logs of the stack, all boards.
-fn worker_logs(stack: &SecureUp) -> String {
-    let logs = PathBuf::from(stack.ready["logs"].as_str().expect("logs"));
-    ["worker-board0.log", "worker-board1.log"]
-        .iter()
-        .map(|name| std::fs::read_to_string(logs.join(name)).unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Waits until the workers' logs contain `needle` `times` times.
-async fn wait_for_worker_log(stack: &SecureUp, needle: &str, times: usize) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let log = worker_logs(stack);
-        if log.matches(needle).count() >= times {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{needle:?} was not logged {times} time(s):\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Any worker identity may write the approvals bucket (records move with
 /// sessions), so a worker can store a decided record: unsigned or with a
 /// forged signature it is dropped and logged with its approval id, the run
@@ -600,6 +381,7 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
             signature,
             ..forged_decision.clone()
         }),
+        verification_error: String::new(),
     };
     // Unsigned first, then signed by a key of the forger's own.
     approvals

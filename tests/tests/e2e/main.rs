@@ -7,9 +7,15 @@
 mod abuse;
 mod approvals;
 mod cli_client;
+mod clients;
+mod confirmation;
+mod insider_approvals;
+mod insider_endpoints;
+mod insider_records;
 mod introspection;
 mod invalid_requests;
 mod job;
 mod outcome;
+mod secure_up;
 mod support;
 mod up;

@@ -184,12 +184,14 @@ fn leaders_and_workers_serve_grpc_over_tls_with_tcp_probes() {
                     "{probe} is a TCP probe of the gRPC port: {probe_spec:?}"
                 );
             }
+            // One key per process: the leader's own, each worker's own.
+            let own = if port == 7700 { "leader" } else { "worker" };
             for (name, file) in [
-                ("MTSWARM_TLS_CERT", "server.pem"),
-                ("MTSWARM_TLS_KEY", "server.key"),
+                ("MTSWARM_TLS_CERT", format!("{own}.pem")),
+                ("MTSWARM_TLS_KEY", format!("{own}.key")),
             ] {
                 let value = env_value(object, name).unwrap_or_else(|| panic!("{name} on {port}"));
-                assert!(value.starts_with("/etc/mtswarm/credentials/") && value.ends_with(file));
+                assert!(value.starts_with("/etc/mtswarm/credentials/") && value.ends_with(&file));
             }
             let env_from = c["envFrom"].as_vec().expect("envFrom");
             assert!(env_from.iter().any(|e| {

@@ -116,6 +116,16 @@ fn worker_statefulsets_are_the_fleet() {
                 1,
                 "{name} sees no other board's key: {keys:?}"
             );
+            // Its own TLS key, issued for its identity only, and no other.
+            assert!(
+                keys.contains(&format!("{worker_id}.key")),
+                "{name}: {keys:?}"
+            );
+            assert_eq!(
+                keys.iter().filter(|k| k.ends_with(".key")).count(),
+                1,
+                "{name} sees no other process's TLS key: {keys:?}"
+            );
             // On the node its board is attached to.
             let node = pod(worker)["nodeSelector"]["kubernetes.io/hostname"].as_str();
             assert_eq!(node, board.host.as_deref(), "{name}");

@@ -23,6 +23,7 @@
 //! `-D` parameters into `param.<NAME>` columns.
 
 mod export;
+mod hex;
 mod query;
 mod record;
 mod store;
@@ -34,10 +35,10 @@ pub use crate::topology::{
 pub use export::{CSV_COLUMNS, ExportError, read_jsonl, to_csv, to_jsonl};
 pub use query::ResultQuery;
 pub use record::{
-    CandidateStatus, MAX_SOURCE_DIFF_BYTES, Provenance, RecordError, ResultRecord, ResultStats,
-    SOURCE_DIFF_TRUNCATED, unix_millis,
+    CandidateStatus, MAX_SOURCE_DIFF_BYTES, Provenance, RecordError, RecordGrant, ResultRecord,
+    ResultStats, SOURCE_DIFF_TRUNCATED, unix_millis,
 };
-pub use store::ResultsStore;
+pub use store::{RECORD_SIGNATURE_HEADER, RecordSigner, ResultsStore, SignedRecord};
 pub use subject::{canonical_slice_id, measurement_subject, token};
 
 /// Content type of a stored result record.

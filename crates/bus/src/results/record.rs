@@ -107,6 +107,71 @@ pub struct ResultRecord {
     /// has one; `false` on real-timing backends (their repeats are the
     /// check) and in records written before it was recorded.
     pub reproduced: bool,
+    /// The leader's placement grant of the attempt that measured
+    /// (`TaskAssignment.grant`): with the worker's signature over the
+    /// stored record (header `Mtswarm-Record-Signature`), it says which
+    /// worker produced the record for which placement. `None` when the
+    /// leader signs nothing (and in records written before grants).
+    pub grant: Option<RecordGrant>,
+}
+
+/// [`crate::v1::PlacementGrant`] as a measurement record carries it (JSON;
+/// the signature in hex).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RecordGrant {
+    /// Job of the task.
+    pub job_id: String,
+    /// Task placed.
+    pub task_id: String,
+    /// Attempt placed.
+    pub attempt: u32,
+    /// Agent that runs it.
+    pub agent_id: String,
+    /// Session that runs it.
+    pub session_id: String,
+    /// Worker the session runs on.
+    pub worker_id: String,
+    /// Slice (bus form) the session runs on.
+    pub slice_id: String,
+    /// The worker's record key.
+    pub worker_key: String,
+    /// The leader's signature, hex.
+    pub signature: String,
+}
+
+impl RecordGrant {
+    /// The grant as a record carries it.
+    pub fn of(grant: &crate::v1::PlacementGrant) -> Self {
+        Self {
+            job_id: grant.job_id.clone(),
+            task_id: grant.task_id.clone(),
+            attempt: grant.attempt,
+            agent_id: grant.agent_id.clone(),
+            session_id: grant.session_id.clone(),
+            worker_id: grant.worker_id.clone(),
+            slice_id: grant.slice_id.clone(),
+            worker_key: grant.worker_key.clone(),
+            signature: super::hex::encode(&grant.signature),
+        }
+    }
+
+    /// The grant itself (a signature that is not hex decodes to nothing,
+    /// which no key verifies).
+    pub fn to_grant(&self) -> crate::v1::PlacementGrant {
+        let signature = super::hex::decode(&self.signature).unwrap_or_default();
+        crate::v1::PlacementGrant {
+            job_id: self.job_id.clone(),
+            task_id: self.task_id.clone(),
+            attempt: self.attempt,
+            agent_id: self.agent_id.clone(),
+            session_id: self.session_id.clone(),
+            worker_id: self.worker_id.clone(),
+            slice_id: self.slice_id.clone(),
+            worker_key: self.worker_key.clone(),
+            signature,
+        }
+    }
 }
 
 /// Longest [`ResultRecord::source_diff`] a record may carry.
@@ -345,6 +410,7 @@ impl ResultRecord {
             baseline: false,
             source_diff: None,
             reproduced: view.spot_checked,
+            grant: provenance.grant.clone(),
         }
         .with_derived_status())
     }
@@ -443,6 +509,8 @@ pub struct Provenance {
     pub call_id: String,
     /// When the measurement finished; `None` = from the measurement (or now).
     pub timestamp_ms: Option<u64>,
+    /// The attempt's placement grant, copied into every record.
+    pub grant: Option<RecordGrant>,
 }
 
 impl Provenance {

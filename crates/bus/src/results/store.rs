@@ -22,11 +22,37 @@ use crate::{Bus, BusError};
 /// pending fails instead of hanging.
 const SCAN_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Header carrying the producer's signature over a record's payload
+/// (hex), set when the store has a [`RecordSigner`].
+pub const RECORD_SIGNATURE_HEADER: &str = "Mtswarm-Record-Signature";
+
+/// Signs the stored bytes of each record a process writes: the worker's
+/// record key (`mtswarm_auth::WorkerKey`), so the leader can tell which
+/// worker produced a measurement.
+pub trait RecordSigner: Send + Sync + std::fmt::Debug {
+    /// The signature of `payload` (the record's JSON as stored); `None`
+    /// leaves the record unsigned.
+    fn sign(&self, record_id: &str, payload: &[u8]) -> Option<Vec<u8>>;
+}
+
+/// A stored record with the exact bytes it was stored as and the
+/// producer's signature over them, if it carries one.
+#[derive(Debug, Clone)]
+pub struct SignedRecord {
+    /// The record.
+    pub record: ResultRecord,
+    /// Its payload as stored (what the signature covers).
+    pub payload: bytes::Bytes,
+    /// The signature of [`RECORD_SIGNATURE_HEADER`], decoded.
+    pub signature: Option<Vec<u8>>,
+}
+
 /// Durable store of measured candidates over the measurements stream.
 /// Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ResultsStore {
     bus: Bus,
+    signer: Option<std::sync::Arc<dyn RecordSigner>>,
 }
 
 fn scan_error(source: impl Into<crate::error::NatsSource>) -> BusError {
@@ -49,7 +75,16 @@ impl ResultsStore {
                 what: format!("stream {}", subjects::MEASUREMENTS_STREAM),
                 source: source.into(),
             })?;
-        Ok(ResultsStore { bus: bus.clone() })
+        Ok(ResultsStore {
+            bus: bus.clone(),
+            signer: None,
+        })
+    }
+
+    /// Signs every record this store writes with `signer`.
+    pub fn with_signer(mut self, signer: std::sync::Arc<dyn RecordSigner>) -> Self {
+        self.signer = Some(signer);
+        self
     }
 
     /// Stores `record` and returns its stream sequence (that of the first
@@ -79,6 +114,16 @@ impl ResultsStore {
             async_nats::header::NATS_MESSAGE_ID,
             record.record_id.as_str(),
         );
+        if let Some(signature) = self
+            .signer
+            .as_ref()
+            .and_then(|signer| signer.sign(&record.record_id, &payload))
+        {
+            headers.insert(
+                RECORD_SIGNATURE_HEADER,
+                super::hex::encode(&signature).as_str(),
+            );
+        }
         trace::inject_current(&mut headers);
         let header_bytes = crate::limits::header_bytes(&headers);
         let what = || format!("result record {} on {subject}", record.record_id);
@@ -125,11 +170,35 @@ impl ResultsStore {
     pub async fn query(&self, query: &ResultQuery) -> Result<Vec<ResultRecord>, BusError> {
         query.check()?;
         let mut kept: VecDeque<ResultRecord> = VecDeque::with_capacity(query.limit.min(1024));
-        self.scan(query, |record| {
+        self.scan(query, |record, _| {
             if kept.len() == query.limit {
                 kept.pop_front();
             }
             kept.push_back(record);
+        })
+        .await?;
+        Ok(kept.into())
+    }
+
+    /// [`ResultsStore::query`] with each record's stored bytes and its
+    /// producer's signature, for a reader that checks who produced it.
+    pub async fn query_signed(&self, query: &ResultQuery) -> Result<Vec<SignedRecord>, BusError> {
+        query.check()?;
+        let mut kept: VecDeque<SignedRecord> = VecDeque::with_capacity(query.limit.min(1024));
+        self.scan(query, |record, message| {
+            if kept.len() == query.limit {
+                kept.pop_front();
+            }
+            let signature = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(RECORD_SIGNATURE_HEADER))
+                .and_then(|v| super::hex::decode(v.as_str()));
+            kept.push_back(SignedRecord {
+                record,
+                payload: message.payload.clone(),
+                signature,
+            });
         })
         .await?;
         Ok(kept.into())
@@ -153,7 +222,7 @@ impl ResultsStore {
         };
         query.check()?;
         let mut best: Vec<ResultRecord> = Vec::new();
-        self.scan(&query, |record| {
+        self.scan(&query, |record, _| {
             if !record.trustworthy() {
                 return;
             }
@@ -176,7 +245,7 @@ impl ResultsStore {
     async fn scan(
         &self,
         query: &ResultQuery,
-        mut visit: impl FnMut(ResultRecord),
+        mut visit: impl FnMut(ResultRecord, &async_nats::jetstream::Message),
     ) -> Result<(), BusError> {
         let stream = self
             .bus
@@ -210,7 +279,7 @@ impl ResultsStore {
             let message = message.map_err(scan_error)?;
             let pending = message.info().map(|info| info.pending).unwrap_or(0);
             match decode_record(&message.subject, message.headers.as_ref(), &message.payload) {
-                Ok(record) if query.matches(&record) => visit(record),
+                Ok(record) if query.matches(&record) => visit(record, &message),
                 Ok(_) => {}
                 Err(reason) => {
                     tracing::warn!(subject = %message.subject, %reason, "skipping undecodable result record")

@@ -75,22 +75,30 @@ pub async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
             "no pending approvals"
         },
         header: format!(
-            "{:<38} {:<9} {:<7} {:<14} WHAT",
+            "{:<38} {:<10} {:<7} {:<14} WHAT",
             "APPROVAL", "STATE", "RISK", "AGENT"
         ),
         row: &|record| {
             let value = render::approval(record);
-            format!(
-                "{:<38} {:<9} {:<7} {:<14} {}",
-                render::compact(&value["approval_id"], 38),
-                render::compact(&value["state"], 9),
-                render::compact(&value["risk"], 7),
-                render::compact(&value["agent_id"], 14),
+            let what = if record.verification_error.is_empty() {
                 record
                     .request
                     .as_ref()
                     .map(|r| render::truncate(&render::what_it_does(r), 100))
                     .unwrap_or_default()
+            } else {
+                // What the record claims is not believed: say why instead.
+                render::truncate(
+                    &format!("failed verification: {}", record.verification_error),
+                    100,
+                )
+            };
+            format!(
+                "{:<38} {:<10} {:<7} {:<14} {what}",
+                render::compact(&value["approval_id"], 38),
+                render::compact(&value["state"], 10),
+                render::compact(&value["risk"], 7),
+                render::compact(&value["agent_id"], 14),
             )
         },
         footer: Some(

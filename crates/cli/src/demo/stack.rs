@@ -86,7 +86,7 @@ pub(super) async fn start_stack(
     leader_config.grpc_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
     let leader_security = ServerSecurity::load(
         Some(&grpc.identities_file),
-        Some((&grpc.server_cert_file, &grpc.server_key_file)),
+        Some((&grpc.leader.cert_file, &grpc.leader.key_file)),
     )?;
     leader_config.security = leader_security.clone();
     leader_config.worker_auth = ClientAuth::none()
@@ -112,36 +112,49 @@ pub(super) async fn start_stack(
     let leader_url = leader.grpc_url();
     started.stack.leader = Some(StackLeader::InProcess(leader));
 
-    let security = leader_security;
-    let starts = fleet.boards.iter().map(|board| {
-        let mut config = WorkerConfig::new(fleet_path.to_path_buf(), board.id.clone());
-        config.nats_urls = vec![nats_url.clone()];
-        config.nats_nkey_file = deployment.worker_seed(&board.id).map(Path::to_path_buf);
-        config.nats_tls = mtswarm_bus::config::TlsConfig {
-            require_tls: true,
-            ca_file: Some(grpc.ca_file.clone()),
-            client_cert: None,
-        };
-        config.security = security.clone();
-        config.leader_key = Some(leader_public_key.clone());
-        config.listen = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        config.kernel_root = kernel_root.to_path_buf();
-        config.workspace_root = state.join("workspaces");
-        config.measure.exact = Some(cmd.exact_timing);
-        config.model = match &endpoint {
-            Some((base_url, model)) => WorkerModel::OpenAi {
-                base_url: base_url.clone(),
-                model: model.clone(),
-            },
-            None => WorkerModel::Builtin,
-        };
-        let id = board.id.clone();
-        async move {
-            WorkerDaemon::start(config)
-                .await
-                .with_context(|| format!("starting the worker of board {id}"))
-        }
-    });
+    let mut securities = Vec::new();
+    for board in &fleet.boards {
+        let tls = deployment
+            .worker_tls(&board.id)
+            .with_context(|| format!("no TLS certificate for board {}", board.id))?;
+        securities.push(ServerSecurity::load(
+            Some(&grpc.identities_file),
+            Some((&tls.cert_file, &tls.key_file)),
+        )?);
+    }
+    let starts = fleet
+        .boards
+        .iter()
+        .zip(securities)
+        .map(|(board, security)| {
+            let mut config = WorkerConfig::new(fleet_path.to_path_buf(), board.id.clone());
+            config.nats_urls = vec![nats_url.clone()];
+            config.nats_nkey_file = deployment.worker_seed(&board.id).map(Path::to_path_buf);
+            config.nats_tls = mtswarm_bus::config::TlsConfig {
+                require_tls: true,
+                ca_file: Some(grpc.ca_file.clone()),
+                client_cert: None,
+            };
+            config.security = security;
+            config.leader_key = Some(leader_public_key.clone());
+            config.listen = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+            config.kernel_root = kernel_root.to_path_buf();
+            config.workspace_root = state.join("workspaces");
+            config.measure.exact = Some(cmd.exact_timing);
+            config.model = match &endpoint {
+                Some((base_url, model)) => WorkerModel::OpenAi {
+                    base_url: base_url.clone(),
+                    model: model.clone(),
+                },
+                None => WorkerModel::Builtin,
+            };
+            let id = board.id.clone();
+            async move {
+                WorkerDaemon::start(config)
+                    .await
+                    .with_context(|| format!("starting the worker of board {id}"))
+            }
+        });
     for worker in futures::future::join_all(starts).await {
         started.stack.workers.push(StackWorker::InProcess(worker?));
     }

@@ -76,10 +76,49 @@ impl ChildProcess {
     }
 }
 
+/// Variables a daemon of the stack gets from this process's environment,
+/// besides its own settings ([`PASSED_PREFIXES`]): finding programs and
+/// files, locale, logging, and the model API key the daemons present to
+/// their own model endpoint. Anything else (other programs' secrets) stays
+/// out of the children.
+const PASSED: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TMPDIR",
+    "TZ",
+    "XDG_CACHE_HOME",
+    "XDG_RUNTIME_DIR",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "CC",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+];
+
+/// Prefixes of the variables that are a daemon's own settings.
+const PASSED_PREFIXES: &[&str] = &["MTSWARM_", "OTEL_"];
+
+/// Whether a daemon of the stack gets the variable `name`.
+fn passed_to_children(name: &str) -> bool {
+    PASSED.contains(&name) || PASSED_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// A command for `program` with its output in `log`, in its own process
-/// group, stopped by the kernel when this process dies.
+/// group, stopped by the kernel when this process dies, with only the
+/// environment a daemon needs ([`passed_to_children`]).
 pub fn child_command(program: &Path, log: &Path) -> anyhow::Result<Command> {
     let mut command = Command::new(program);
+    command.env_clear();
+    for (name, value) in std::env::vars_os() {
+        if name.to_str().is_some_and(passed_to_children) {
+            command.env(name, value);
+        }
+    }
     let log_file = std::fs::File::create(log)
         .with_context(|| format!("creating the log file {}", log.display()))?;
     let stderr = log_file

@@ -43,6 +43,10 @@ async fn record_timeout(shared: &Shared, approval_id: &str) {
         decided_by: "timeout".to_string(),
         decided_at: Some(now()),
         timed_out: true,
+        tool_name: request.tool_name.clone(),
+        agent_id: request.agent_id.clone(),
+        arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
+        risk: request.risk,
         ..Default::default()
     };
     if let Some(signer) = signer
@@ -104,6 +108,12 @@ pub(crate) async fn await_decisions(
             summary: format!("{} (leader tool)", approval.tool),
             ..Default::default()
         };
+        let mut request = request;
+        if let Some(signer) = &shared.config.decision_key
+            && let Err(error) = signer.sign_own_request(&mut request)
+        {
+            tracing::warn!(%error, "leader approval request not signed");
+        }
         if let Err(error) = shared.approvals.create(&request).await {
             return Decisions::Failed(format!("approval not stored: {error}"));
         }

@@ -13,9 +13,17 @@
 //! A decision may reach beyond its call ("this tool for this job", "for
 //! this agent"): [`standing`] keeps it and decides the later requests it
 //! covers as they arrive, without asking anyone.
+//!
+//! A request counts only when [`verify`] says its worker signed it under
+//! the leader's own grant for that job, agent and session: others are
+//! dropped when relayed, never covered by a standing decision, listed as
+//! failing verification, and a decision on one is always a deny. Every
+//! decision the leader signs names the call exactly (tool, canonical
+//! arguments, risk), so the worker applies it to nothing else.
 
 pub(crate) mod leader_wait;
 pub(crate) mod standing;
+pub(crate) mod verify;
 
 use std::time::SystemTime;
 
@@ -49,6 +57,15 @@ pub enum DecideError {
     /// The leader's decision key could not sign the decision.
     #[error("{0}")]
     Sign(mtswarm_auth::SignatureError),
+    /// The stored request failed verification: it was denied, whatever
+    /// was asked.
+    #[error("approval {approval_id} failed verification ({reason}); it was denied")]
+    Unverified {
+        /// Approval id from the request.
+        approval_id: String,
+        /// Why it failed.
+        reason: String,
+    },
 }
 
 /// `current` as the worker sees it: a decided record without the leader's
@@ -62,7 +79,16 @@ pub(crate) fn as_worker_sees_it(
         && current.value.state() != v1::ApprovalState::Pending
         && let Some(decision) = &current.value.decision
         && !decision.timed_out
-        && let Err(error) = signer.verifier().verify(decision)
+        && let Some(error) = signer
+            .verifier()
+            .verify(decision)
+            .err()
+            .map(|e| e.to_string())
+            .or_else(|| {
+                let request = current.value.request.as_ref()?;
+                verify::decision_mismatch(request, decision)
+                    .map(|field| format!("it names another {field}"))
+            })
     {
         tracing::warn!(%error, approval_id = %decision.approval_id, "stored approval decision is not the leader's; deciding over it");
         seen.value.state = v1::ApprovalState::Pending as i32;
@@ -125,6 +151,17 @@ pub(crate) async fn relay_requests(
             }
         };
         if !owns(&request.job_id) {
+            continue;
+        }
+        if let Some(reason) = verify::request_error(signer.as_ref(), &request) {
+            tracing::warn!(
+                approval_id = %request.approval_id,
+                job_id = %request.job_id,
+                session_id = %request.session_id,
+                tool = %request.tool_name,
+                %reason,
+                "approval request refused: not signed by the worker its task was placed on"
+            );
             continue;
         }
         match approvals.create(&request).await {
@@ -246,8 +283,10 @@ pub(crate) async fn decide(
                 continue;
             };
             let covered = pending.tool_name == standing.tool_name
+                && pending.job_id == standing.job_id
                 && (standing.scope() == v1::ApprovalScope::ToolForJob
-                    || pending.agent_id == standing.agent_id);
+                    || pending.agent_id == standing.agent_id)
+                && verify::request_error(signer, &pending).is_none();
             if covered {
                 decide_standing(bus, approvals, journal, signer, &pending, standing).await;
             }
@@ -280,7 +319,23 @@ async fn decide_as(
         .ok_or_else(|| DecideError::NotFound(request.approval_id.clone()))?;
     let current = as_worker_sees_it(signer, &current);
     let pending = current.value.request.clone().unwrap_or_default();
-    let scope = request.scope();
+    let unverified = current
+        .value
+        .request
+        .as_ref()
+        .map_or(Some("the record holds no request".to_string()), |r| {
+            verify::request_error(signer, r)
+        });
+    let mut scope = request.scope();
+    let mut verdict = verdict;
+    let mut reason = request.reason.clone();
+    if let Some(why) = &unverified {
+        // Never approved, never standing: denied and said so.
+        tracing::warn!(approval_id = %request.approval_id, reason = %why, "decision on an approval that failed verification: denied");
+        verdict = v1::ApprovalVerdict::Deny;
+        scope = v1::ApprovalScope::Call;
+        reason = format!("the request failed verification: {why}");
+    }
     if standing::is_standing(scope) && pending.risk() == v1::RiskLevel::High {
         return Err(DecideError::Invalid(format!(
             "`{}` is a high-risk tool: its calls are decided one at a time (scope {} refused)",
@@ -295,7 +350,7 @@ async fn decide_as(
         session_id: pending.session_id.clone(),
         call_id: pending.call_id.clone(),
         verdict: verdict as i32,
-        reason: request.reason.clone(),
+        reason,
         decided_by: if request.decided_by.is_empty() {
             "anonymous".to_string()
         } else {
@@ -312,6 +367,9 @@ async fn decide_as(
         tool_name: pending.tool_name.clone(),
         agent_id: pending.agent_id.clone(),
         standing_approval_id: standing_approval_id.unwrap_or_default().to_string(),
+        // The call itself, as its worker signed it: applied to nothing else.
+        arguments_sha256: mtswarm_auth::arguments_digest(&pending.arguments_json),
+        risk: pending.risk,
     };
     if let Some(signer) = signer {
         signer.sign(&mut decision).map_err(DecideError::Sign)?;
@@ -358,6 +416,12 @@ async fn decide_as(
             .await
     {
         tracing::warn!(%error, "approval decision not journaled");
+    }
+    if let Some(reason) = unverified {
+        return Err(DecideError::Unverified {
+            approval_id: request.approval_id.clone(),
+            reason,
+        });
     }
     Ok(decided)
 }

@@ -16,6 +16,9 @@ pub struct AgentEntry {
     pub slice_id: String,
     /// The worker daemon's gRPC endpoint.
     pub endpoint: String,
+    /// The worker's record key from its registration when the agent was
+    /// placed there: the agent's task grants name it.
+    pub worker_key: String,
     /// The agent's role (e.g. `tuner`).
     pub role: String,
     /// Its standing instructions.
@@ -40,6 +43,7 @@ impl AgentEntry {
             worker_id: self.worker_id.clone(),
             slice_id: self.slice_id.clone(),
             endpoint: self.endpoint.clone(),
+            worker_key: self.worker_key.clone(),
             role: self.role.clone(),
             instructions: self.instructions.clone(),
             cancelled: self.cancelled,
@@ -58,6 +62,7 @@ impl AgentEntry {
             worker_id: placement.worker_id.clone(),
             slice_id: placement.slice_id.clone(),
             endpoint: placement.endpoint.clone(),
+            worker_key: placement.worker_key.clone(),
             role: placement.role.clone(),
             instructions: placement.instructions.clone(),
             cancelled: placement.cancelled,

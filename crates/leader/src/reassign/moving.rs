@@ -107,6 +107,7 @@ impl Reassigner {
                 worker_id: worker.worker_id.clone(),
                 slice_id: descriptor.slice_id.clone(),
                 endpoint: worker.endpoint.clone(),
+                worker_key: worker.record_key.clone(),
                 spawning: true,
                 ..agent.clone()
             };
@@ -197,7 +198,7 @@ impl Reassigner {
             let new_slice = moved.slice_id.clone();
             let shared = self.shared.clone();
             tokio::spawn(async move {
-                let Ok(mut client) = shared.worker_client(&old.endpoint) else {
+                let Ok(mut client) = shared.worker_client(&old.worker_id, &old.endpoint) else {
                     return;
                 };
                 let request = v1::CancelSessionRequest {
@@ -239,6 +240,7 @@ impl Reassigner {
                 assignment.attempt,
             );
             assignment.assigned_at = None;
+            assignment.grant = self.shared.grant(assignment, &agent.worker_key);
             // The new attempt is the only one accepted from now on, before
             // anything can answer it.
             context

@@ -156,6 +156,21 @@ async fn run(
     if !context.results.wait_recorded(RECORDING_WAIT).await {
         tracing::warn!(%job_id, "a result still being recorded as the job ended; its task counts as cancelled");
     }
+    // An answered job's best is measured again on another worker before it
+    // is the job's (`crate::confirm`), while the job's agents still run.
+    let confirmed = if end.state == v1::JobState::Succeeded {
+        crate::confirm::confirm(&shared, &context, &mut cancel).await
+    } else {
+        crate::confirm::Confirmed::default()
+    };
+    // Cancelled while its best was being confirmed: cancellation wins.
+    let cancelled_meanwhile = cancel.borrow().clone();
+    if end.state == v1::JobState::Succeeded
+        && let Some(reason) = cancelled_meanwhile
+    {
+        end.state = v1::JobState::Cancelled;
+        end.error = reason;
+    }
     crate::placement::cancel_all_agents(
         &shared,
         &context,
@@ -165,7 +180,14 @@ async fn run(
         },
     )
     .await;
-    let mut outcome = crate::outcome::compute(&shared, &context).await;
+    let mut outcome = crate::outcome::compute_excluding(
+        &shared,
+        &context,
+        &crate::confirm::confirmation_tasks(&context),
+        &confirmed.disputed,
+    )
+    .await;
+    confirmed.apply(&mut outcome);
     let (agent_costs, total_cost) = crate::cost::job_costs(
         &context.results.snapshot(),
         &end.usage,

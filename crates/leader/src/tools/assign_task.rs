@@ -71,7 +71,7 @@ impl Tool for AssignTask {
         }
         let task_id = task_id_for(&job.job_id, &key);
         let measure_baseline = first_on_its_slice_kind(&self.0, &agent.slice_id).await;
-        let task = v1::TaskAssignment {
+        let mut task = v1::TaskAssignment {
             task_id: task_id.clone(),
             job_id: job.job_id.clone(),
             attempt: 1,
@@ -89,7 +89,9 @@ impl Tool for AssignTask {
             resume_from_checkpoint: false,
             measure_baseline,
             result_token: self.0.shared.result_token(&job.job_id, &task_id, 1),
+            grant: None,
         };
+        task.grant = self.0.shared.grant(&task, &agent.worker_key);
         let record = v1::TaskRecord {
             assignment: Some(task.clone()),
             done: false,
@@ -113,7 +115,10 @@ impl Tool for AssignTask {
                 "task not recorded in the job record: {error}"
             )));
         }
-        self.0.spawning.count_tasks(job, 1).await;
+        // A confirming task is the leader's, not one of the job's.
+        if !crate::ids::is_confirmation(&record) {
+            self.0.spawning.count_tasks(job, 1).await;
+        }
         if let Err(error) = job.publish_recorded(&task).await {
             job.results.settle(
                 &task_id,

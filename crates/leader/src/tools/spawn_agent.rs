@@ -140,6 +140,7 @@ impl Tool for SpawnAgent {
                 worker_id: worker.worker_id.clone(),
                 slice_id: descriptor.slice_id.clone(),
                 endpoint: worker.endpoint.clone(),
+                worker_key: worker.record_key.clone(),
                 role: role.clone(),
                 instructions: instructions.clone(),
                 cancelled: false,

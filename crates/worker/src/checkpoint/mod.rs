@@ -179,6 +179,7 @@ impl KvCheckpointSink {
         attempt: u32,
         known: SessionCheckpointCell,
         context: &ContextConfig,
+        grant: Option<v1::PlacementGrant>,
     ) -> Self {
         Self {
             inner: Arc::new(SinkInner {
@@ -194,6 +195,9 @@ impl KvCheckpointSink {
                     format_version: CHECKPOINT_FORMAT_VERSION,
                     updated_at: None,
                     fenced: false,
+                    // Signed by the store's seal before every write.
+                    grant,
+                    signature: Vec::new(),
                 },
                 limits: ShownLimits::of(context),
                 frozen: AtomicBool::new(false),
@@ -249,6 +253,7 @@ impl SinkInner {
         checkpoint.step = state.step();
         checkpoint.state_json = json.into_bytes();
         checkpoint.updated_at = Some(now_timestamp());
+        self.store.sign(&mut checkpoint);
         Ok(checkpoint)
     }
 
@@ -443,6 +448,7 @@ mod tests {
             attempt,
             known.clone(),
             &ContextConfig::default(),
+            None,
         )
     }
 
@@ -601,5 +607,67 @@ mod tests {
         write(&current, 6).await.expect("successor continues");
         let stored = checkpoints.get("s1").await.expect("get").expect("stored");
         assert_eq!((stored.value.attempt, stored.value.step), (2, 6));
+    }
+
+    /// With the daemon's seal, a stored checkpoint counts only with the
+    /// leader's grant and the granted worker's signature: another worker's
+    /// "later attempt" neither fences the session off nor is resumed from.
+    #[tokio::test]
+    async fn a_forged_later_attempt_neither_fences_nor_is_read_back() {
+        let (_server, _bus, plain) = store().await;
+        let leader = mtswarm_auth::DecisionSigner::generate();
+        let key = mtswarm_auth::WorkerKey::generate();
+        let (seal, _) = crate::provenance::seal_and_signer(&key, Some(&leader.verifier()));
+        let checkpoints = plain.clone().with_seal(seal);
+        let assignment = v1::TaskAssignment {
+            task_id: "t1".into(),
+            job_id: "j1".into(),
+            attempt: 1,
+            agent_id: "a1".into(),
+            session_id: "s1".into(),
+            worker_id: "w1".into(),
+            slice_id: "b0-c0".into(),
+            ..Default::default()
+        };
+        let mut grant = mtswarm_auth::grant_for(&assignment, &key.public_key());
+        leader.sign_grant(&mut grant).expect("grant");
+        let cell: SessionCheckpointCell = Arc::new(Mutex::new(None));
+        let session = KvCheckpointSink::new(
+            checkpoints.clone(),
+            "s1",
+            "j1",
+            "a1",
+            "t1",
+            1,
+            cell.clone(),
+            &ContextConfig::default(),
+            Some(grant),
+        );
+        let mut first = session.inner.template.clone();
+        first.step = 1;
+        checkpoints.sign(&mut first);
+        checkpoints.put(&first).await.expect("genuine write");
+        let genuine = checkpoints.get_genuine("s1").await.expect("get");
+        assert_eq!(genuine.map(|c| c.value.step), Some(1));
+
+        // Another worker writes attempt 99 with the grant copied, signed
+        // by a key of its own.
+        let mut forged = first.clone();
+        forged.attempt = 99;
+        forged.step = 1_000;
+        mtswarm_auth::WorkerKey::generate()
+            .sign_checkpoint(&mut forged)
+            .expect("sign");
+        plain.kv().put("s1", &forged).await.expect("stored");
+        assert!(checkpoints.get_genuine("s1").await.expect("get").is_none());
+
+        write(&session, 2).await.expect("not fenced by a forgery");
+        assert!(!session.fenced());
+        let stored = checkpoints
+            .get_genuine("s1")
+            .await
+            .expect("get")
+            .expect("stored");
+        assert_eq!((stored.value.attempt, stored.value.step), (1, 2));
     }
 }

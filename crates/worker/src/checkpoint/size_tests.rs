@@ -250,6 +250,7 @@ async fn long_session(checkpoints: &Checkpoints, session: &str, steps: u32) -> R
             1,
             known,
             &config.context,
+            None,
         ),
         largest: Mutex::new((0, 0)),
         states: Mutex::new(Vec::new()),
@@ -389,6 +390,8 @@ async fn a_checkpoint_written_whole_or_bounded_resumes_the_same_run() {
         format_version: 1,
         updated_at: None,
         fenced: false,
+        grant: None,
+        signature: Vec::new(),
     };
     let bounded = v1::SessionCheckpoint {
         state_json: checkpoint_json(&state, ShownLimits::default())

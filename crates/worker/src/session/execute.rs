@@ -65,6 +65,7 @@ impl TaskRun<'_> {
             task.attempt,
             runtime.checkpoint.clone(),
             &config.context,
+            task.grant.clone(),
         ));
         let engine = runtime
             .engine_for(config)

@@ -95,7 +95,7 @@ pub(super) async fn start_session(
         .with_rules(crate::approval_rules::engine_rules(&request.approval_rules));
     let mut known_checkpoint = None;
     let resumed_from_step = if request.resume {
-        match shared.checkpoints.get(&request.session_id).await {
+        match shared.checkpoints.get_genuine(&request.session_id).await {
             Ok(Some(checkpoint)) => {
                 known_checkpoint = Some(KnownCheckpoint::of_stored(&checkpoint));
                 checkpoint.value.step

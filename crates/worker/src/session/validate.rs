@@ -68,6 +68,17 @@ impl TaskRun<'_> {
         if task.attempt == 0 {
             return Err(InvalidTask::AttemptZero);
         }
+        // The task came over the leader's own subject, so it runs; records
+        // signed under a grant that does not place them here would be
+        // refused by the leader, which is worth saying now.
+        if let Some(problem) = crate::provenance::grant_problem(
+            shared.config.leader_key.as_ref(),
+            task,
+            &shared.worker_id,
+            &shared.record_key.public_key(),
+        ) {
+            tracing::warn!(task.id = %task.task_id, attempt = task.attempt, %problem, "the task's placement grant does not match this daemon; its records will be refused");
+        }
         for (field, size, limit, name) in [
             (
                 "parameters_json",

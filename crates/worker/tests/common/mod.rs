@@ -336,6 +336,11 @@ pub(crate) fn decision(
         verdict: verdict as i32,
         reason: reason.into(),
         decided_by: "reviewer".into(),
+        // A decision names the call it decides, as the leader's does.
+        tool_name: request.tool_name.clone(),
+        agent_id: request.agent_id.clone(),
+        arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
+        risk: request.risk,
         ..Default::default()
     }
 }
