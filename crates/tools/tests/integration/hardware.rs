@@ -1,0 +1,470 @@
+//! compile / run / validate / benchmark / board_info: happy paths on the
+//! shipped emulator with the vecadd example, bad inputs, stale artifacts,
+//! and wrong-answer kernels that must never get a benchmark figure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use common::{
+    GOOD_KERNEL, ScriptedBoard, assert_refused, call, emulator_board, invalid_args, scripted_tools,
+    toolset, vecadd_workspace, workspace_with,
+};
+use mtswarm_core::{Effect, ToolError, ToolOutput};
+use mtswarm_hw::BackendKind;
+use mtswarm_hw::measure::MeasureConfig;
+use mtswarm_tools::ToolSet;
+use serde_json::{Value, json};
+
+fn emulator_tools() -> (tempfile::TempDir, ToolSet) {
+    let ws = vecadd_workspace();
+    let tools = ToolSet::builder(ws.path(), Arc::new(emulator_board(4)))
+        .measure_defaults(MeasureConfig {
+            warmup: 1,
+            min_repeats: 3,
+            runs_per_launch: 3,
+            ..MeasureConfig::default()
+        })
+        .build()
+        .expect("tools");
+    (ws, tools)
+}
+
+fn evidence(out: &ToolOutput, kind: &str) -> Option<bool> {
+    out.effects.iter().find_map(|e| match e {
+        Effect::Evidence {
+            kind: k, passed, ..
+        } if k == kind => Some(*passed),
+        _ => None,
+    })
+}
+
+fn state<'a>(out: &'a ToolOutput, key: &str) -> Option<&'a Value> {
+    out.effects.iter().find_map(|e| match e {
+        Effect::State { key: k, value, .. } if k == key => Some(value),
+        _ => None,
+    })
+}
+
+const SMALL: &str = "N=16384,CHUNK=1024";
+
+#[tokio::test]
+async fn emulator_compile_run_validate_benchmark_happy_path() {
+    let (_ws, tools) = emulator_tools();
+    let out = call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": SMALL}),
+    )
+    .await
+    .expect("compile");
+    let compiled = state(&out, "compile_results").expect("compile_results effect");
+    assert_eq!(compiled["artifact"], "b1");
+    assert_eq!(compiled["defines"], json!({"N": "16384", "CHUNK": "1024"}));
+
+    let out = call(&tools, "run", json!({"cores": "2"}))
+        .await
+        .expect("run");
+    let outcome = &out.data.as_ref().expect("data")["outcome"];
+    assert_eq!(outcome["valid"], true, "{}", out.content);
+    assert!(
+        outcome["modeled_cycles"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        out.content
+    );
+
+    let out = call(&tools, "validate", json!({"artifact": "b1"}))
+        .await
+        .expect("validate");
+    assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
+
+    let out = call(&tools, "benchmark", json!({"artifact": "b1", "cores": 4}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
+    let summary = state(&out, "benchmark_results").expect("benchmark_results");
+    assert_eq!(summary["valid"], true);
+    assert_eq!(summary["backend"], "emulator");
+    assert_eq!(summary["slice"], "emu0/c0");
+    assert!(summary["median_seconds"].as_f64().unwrap_or(0.0) > 0.0);
+    assert!(
+        summary["kernel_hash"]
+            .as_str()
+            .is_some_and(|h| h.len() == 64)
+    );
+    let candidates = state(&out, "current_candidates").expect("candidates");
+    assert_eq!(candidates[0]["artifact"], "b1");
+    assert!(state(&out, "best").is_some());
+
+    let out = call(&tools, "board_info", json!({}))
+        .await
+        .expect("board_info");
+    assert!(
+        out.content
+            .contains("slice emu0/c0 (emulator backend, 4 cores)"),
+        "{}",
+        out.content
+    );
+    assert_eq!(out.data.expect("data")["artifacts"], json!(["b1"]));
+}
+
+/// The emulator's modeled cycles are exact: one launch is the measurement,
+/// a benchmark is validation evidence too, and `repeats: 2` asks for a spot
+/// re-run with the same inputs, which reproduces the figure.
+#[tokio::test]
+async fn emulator_benchmark_is_one_launch_and_its_spot_rerun_reproduces_it() {
+    let (_ws, tools) = emulator_tools();
+    call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": SMALL}),
+    )
+    .await
+    .expect("compile");
+    let out = call(&tools, "board_info", json!({}))
+        .await
+        .expect("board_info");
+    assert!(
+        out.content.contains("measurement: exact timing"),
+        "{}",
+        out.content
+    );
+
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
+    assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
+    let m = &out.data.as_ref().expect("data")["measurement"];
+    assert_eq!(m["exact"], true, "{m}");
+    // The session's first figure is its best so far: always reproduced, by
+    // a second launch with the same inputs and one more execution on others.
+    assert_eq!(m["spot_checked"], true, "{m}");
+    assert_eq!(m["launches"], 2, "{m}");
+    assert!(m["flags"].as_array().is_some_and(Vec::is_empty), "{m}");
+    let cycles: Vec<u64> = m["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .filter_map(|s| s["modeled_cycles"].as_u64())
+        .collect();
+    assert_eq!(cycles.len(), 3, "{m}");
+    assert!(cycles.iter().all(|c| *c == cycles[0]), "{cycles:?}");
+    assert!(
+        out.content.contains("reproduced by a spot re-run"),
+        "{}",
+        out.content
+    );
+
+    // A slower candidate is not a best: one launch, or two when a spot
+    // re-run is drawn at random.
+    call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": "N=16384,CHUNK=256,BUF=1"}),
+    )
+    .await
+    .expect("compile");
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    let m = &out.data.as_ref().expect("data")["measurement"];
+    let slower = m["samples"][0]["modeled_cycles"].as_u64().expect("cycles");
+    assert!(slower > cycles[0], "{slower} vs {}", cycles[0]);
+    let launches = m["launches"].as_u64().expect("launches");
+    let checked = m["spot_checked"] == true;
+    assert_eq!(launches, if checked { 2 } else { 1 }, "{m}");
+
+    // Asking for repeats asks for the check.
+    let out = call(&tools, "benchmark", json!({"repeats": 2}))
+        .await
+        .expect("benchmark");
+    let m = &out.data.as_ref().expect("data")["measurement"];
+    assert_eq!(m["spot_checked"], true, "{m}");
+    assert_eq!(m["launches"], 2, "{m}");
+    assert!(
+        out.content.contains("reproduced by a spot re-run"),
+        "{}",
+        out.content
+    );
+}
+
+#[tokio::test]
+async fn emulator_fault_after_first_run_gets_no_benchmark_figure() {
+    let (_ws, tools) = emulator_tools();
+    call(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": format!("{SMALL},FAULT_AFTER=1"), "unchecked": true}),
+    )
+    .await
+    .expect("compile");
+    // The session's first figure would be its best, so it is spot-checked,
+    // and the check's execution on other inputs goes wrong.
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(false), "{}", out.content);
+    let summary = state(&out, "benchmark_results").expect("results");
+    assert_eq!(summary["valid"], false);
+    assert!(
+        summary["median_seconds"].is_null() && summary["gflops"].is_null(),
+        "{summary}"
+    );
+    assert!(state(&out, "current_candidates").is_none());
+    assert!(out.content.contains("no timing"), "{}", out.content);
+    // It was right at first: validation passed, a later execution failed.
+    let m = &out.data.expect("data")["measurement"];
+    assert_eq!(m["failed_validation"], false, "{m}");
+    assert!(
+        m["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("exceeds tolerance"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn wrong_answer_fails_validation_before_any_timing() {
+    let ws = workspace_with(&GOOD_KERNEL.replace("* 2.0", "* 2.0 /* WRONG */"));
+    let board = Arc::new(ScriptedBoard::new(BackendKind::Host));
+    let tools = toolset(ws.path(), board.clone());
+    call(&tools, "compile", json!({})).await.expect("compile");
+    let out = call(&tools, "validate", json!({})).await.expect("validate");
+    assert_eq!(evidence(&out, "validate"), Some(false));
+    let before = board.launches.load(Ordering::SeqCst);
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(false));
+    // Only the validation launch ran: nothing was timed.
+    assert_eq!(board.launches.load(Ordering::SeqCst) - before, 1);
+    let m = &out.data.expect("data")["measurement"];
+    assert_eq!(m["failed_validation"], true);
+    assert!(m["stats"].is_null() && m["samples"].as_array().is_some_and(Vec::is_empty));
+}
+
+#[tokio::test]
+async fn kernel_wrong_on_later_runs_is_caught_by_benchmark() {
+    let ws = workspace_with(&GOOD_KERNEL.replace("* 2.0", "* 2.0 /* WRONG_LATER */"));
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
+    call(&tools, "compile", json!({})).await.expect("compile");
+    // Without warm-up the first timed execution must catch it.
+    let out = call(&tools, "benchmark", json!({"warmup": "0"}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(false), "{}", out.content);
+    let m = &out.data.expect("data")["measurement"];
+    assert_eq!(m["failed_validation"], false);
+    assert!(m["stats"].is_null() && m["gflops"].is_null());
+    assert!(
+        m["error"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("timed execution 1"),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn hardware_tools_reject_bad_input() {
+    let ws = workspace_with(GOOD_KERNEL);
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
+    assert_refused(
+        &tools,
+        &[
+            ("run", json!({}), "compile first"),
+            ("validate", json!({}), "compile first"),
+            ("benchmark", json!({}), "compile first"),
+            ("compile", json!({"kernel_dir": "nope"}), "not a directory"),
+            ("compile", json!({"kernel_dir": "../.."}), "`..`"),
+        ],
+    )
+    .await;
+
+    call(&tools, "compile", json!({"defines": ["-DN=64"]}))
+        .await
+        .expect("compile");
+    assert_refused(&tools, &[("run", json!({"cores": 99}), "1..=8")]).await;
+    let msg = invalid_args(call(&tools, "run", json!({"artifact": "b7"})).await);
+    assert!(
+        msg.contains("unknown artifact `b7`") && msg.contains("b1"),
+        "{msg}"
+    );
+    assert_refused(
+        &tools,
+        &[
+            (
+                "validate",
+                json!({"timeout_seconds": -1}),
+                "timeout_seconds",
+            ),
+            ("benchmark", json!({"repeats": 0}), "repeats"),
+            ("board_info", json!({"verbose": true}), "verbose"),
+        ],
+    )
+    .await;
+
+    // A compile error is a failed call with the compiler's message.
+    std::fs::write(ws.path().join("kernel.c"), "SYNTAX_ERROR").expect("write");
+    match call(&tools, "compile", json!({})).await {
+        Err(ToolError::Failed(msg)) => assert!(msg.contains("expected ';'"), "{msg}"),
+        other => panic!("expected a compile failure, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn artifacts_built_before_an_edit_are_refused() {
+    let ws = workspace_with(GOOD_KERNEL);
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
+    call(&tools, "compile", json!({})).await.expect("compile");
+    call(&tools, "validate", json!({}))
+        .await
+        .expect("validate before the edit");
+    call(
+        &tools,
+        "write_file",
+        json!({"path": "kernel.c", "content": GOOD_KERNEL.replace("2.0", "4.0")}),
+    )
+    .await
+    .expect("edit");
+    let msg = invalid_args(call(&tools, "benchmark", json!({})).await);
+    assert!(msg.contains("before the latest source edit"), "{msg}");
+    // Editing a note does not make the build stale.
+    call(&tools, "compile", json!({})).await.expect("recompile");
+    call(
+        &tools,
+        "write_file",
+        json!({"path": "notes.md", "content": "x"}),
+    )
+    .await
+    .expect("note");
+    let out = call(&tools, "benchmark", json!({}))
+        .await
+        .expect("benchmark");
+    assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
+}
+
+#[tokio::test]
+async fn hardware_tools_declare_the_slice_as_their_resource() {
+    let ws = workspace_with(GOOD_KERNEL);
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
+    for name in ["run", "validate", "benchmark"] {
+        let tool = tools.get(name).expect("tool");
+        assert!(
+            tool.needs_hardware() && tool.concurrency_safe() && !tool.read_only(),
+            "{name}"
+        );
+        assert_eq!(tool.resource().as_deref(), Some("fake0/c1"), "{name}");
+        assert_eq!(tool.risk(), mtswarm_core::Risk::Medium, "{name}");
+    }
+    for name in [
+        "compile",
+        "wait_build",
+        "read_file",
+        "list_files",
+        "grep",
+        "analyze_kernel",
+        "estimate",
+        "board_info",
+    ] {
+        let tool = tools.get(name).expect("tool");
+        assert!(!tool.needs_hardware() && tool.concurrency_safe(), "{name}");
+        assert_eq!(tool.risk(), mtswarm_core::Risk::Low, "{name}");
+        assert!(
+            tool.input_schema()["properties"].is_object() || name == "board_info",
+            "{name}"
+        );
+    }
+    assert_eq!(tools.names().len(), 13);
+    let mut registry = mtswarm_core::ToolRegistry::new();
+    tools.register_all(&mut registry).expect("register");
+    assert_eq!(registry.names().count(), 13);
+    assert!(
+        tools.register_all(&mut registry).is_err(),
+        "names are unique"
+    );
+}
+
+#[tokio::test]
+async fn a_background_build_is_collected_by_wait_build_and_never_run_before() {
+    let ws = workspace_with(GOOD_KERNEL);
+    let mut board = ScriptedBoard::new(BackendKind::Emulator);
+    board.build_time = std::time::Duration::from_millis(300);
+    let board = Arc::new(board);
+    let tools = toolset(ws.path(), board.clone());
+    let started = call(&tools, "compile", json!({"background": "true"}))
+        .await
+        .expect("background compile");
+    assert!(
+        started.content.contains("artifact b1"),
+        "{}",
+        started.content
+    );
+    assert!(
+        state(&started, "compile_results").is_none(),
+        "nothing is compiled yet: {}",
+        started.content
+    );
+    // The build is still running: the slice is not taken for it.
+    let refused = invalid_args(call(&tools, "validate", json!({"artifact": "b1"})).await);
+    assert!(refused.contains("wait_build"), "{refused}");
+    assert_eq!(board.launches.load(Ordering::SeqCst), 0);
+
+    let done = call(&tools, "wait_build", json!({"artifact": "b1"}))
+        .await
+        .expect("wait_build");
+    assert!(
+        done.content.starts_with("compiled . as artifact b1"),
+        "{}",
+        done.content
+    );
+    assert_eq!(
+        state(&done, "compile_results").expect("compile_results")["artifact"],
+        "b1"
+    );
+    assert_eq!(board.build_intervals.lock().expect("builds").len(), 1);
+    let out = call(&tools, "validate", json!({"artifact": "b1"}))
+        .await
+        .expect("validate");
+    assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
+    // Nobody held the slice while the build finished: the slice waited.
+    assert!(
+        done.content
+            .contains(mtswarm_tools::hardware::SLICE_IDLE_NOTE),
+        "{}",
+        done.content
+    );
+    // Waiting again reports the same build, without waiting.
+    let again = call(&tools, "wait_build", json!({"artifact": "b1"}))
+        .await
+        .expect("wait_build again");
+    assert_eq!(
+        again.content.lines().next(),
+        done.content.lines().next(),
+        "{}",
+        again.content
+    );
+    assert!(
+        !again
+            .content
+            .contains(mtswarm_tools::hardware::SLICE_IDLE_NOTE)
+    );
+
+    std::fs::write(ws.path().join("kernel.c"), "SYNTAX_ERROR").expect("write");
+    call(&tools, "compile", json!({"background": true}))
+        .await
+        .expect("background compile of a broken kernel");
+    match call(&tools, "wait_build", json!({"artifact": "b2"})).await {
+        Err(ToolError::Failed(msg)) => assert!(msg.contains("compile failed"), "{msg}"),
+        other => panic!("expected the compile error, got {other:?}"),
+    }
+    let refused = invalid_args(call(&tools, "benchmark", json!({"artifact": "b2"})).await);
+    assert!(refused.contains("did not build"), "{refused}");
+    let unknown = invalid_args(call(&tools, "wait_build", json!({"artifact": "b9"})).await);
+    assert!(unknown.contains("unknown artifact"), "{unknown}");
+}

@@ -1,0 +1,104 @@
+//! A worker that loses its slice while running an attempt stops the run and
+//! publishes a fenced CANCELLED result for that attempt: when a later
+//! attempt took over the session's checkpoint, and when the slice's lease
+//! is lost.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
+
+use crate::common;
+
+use common::*;
+use mtswarm_bus::{Approvals, Checkpoints, Leases, v1};
+use serde_json::json;
+
+fn params() -> serde_json::Value {
+    json!({
+        "candidates": [{"N": 4096, "CHUNK": 256}, {"N": 4096, "CHUNK": 1024}],
+        "repeats": 3
+    })
+}
+
+/// Starts a session on `emu0`'s first slice and runs attempt 1 of a task
+/// until it pauses for the approval of its first validation.
+struct Paused {
+    env: Env,
+    handle: mtswarm_worker::WorkerHandle,
+    slice: String,
+    request: v1::ApprovalRequest,
+    watch: JobWatch,
+}
+
+async fn paused_attempt(job: &str) -> Paused {
+    let env = Env::start().await;
+    let handle = env.daemon(env.config("emu0")).await;
+    let slice = handle.slice_ids()[0].clone();
+    let mut watch = env.watch(job, "tf").await;
+    let session = Session::on(&handle, &slice, job, "agentF", "sessF");
+    spawn(&handle, session.spawn_request()).await;
+    env.publish(&session.task("taskF", 1, params())).await;
+    let request = next_message(&mut watch.requests, "the approval request").await;
+    Paused {
+        env,
+        handle,
+        slice,
+        request,
+        watch,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_fenced_by_a_later_attempt_publishes_a_fenced_result() {
+    let mut paused = paused_attempt("jobF1").await;
+    let checkpoints = Checkpoints::open(&paused.env.bus)
+        .await
+        .expect("checkpoints");
+    let approvals = Approvals::open(&paused.env.bus).await.expect("approvals");
+
+    // Attempt 2 of the task took the session over elsewhere.
+    let mut taken_over = stored(checkpoints.kv(), "sessF").await;
+    assert_eq!(taken_over.attempt, 1);
+    taken_over.attempt = 2;
+    taken_over.updated_at = None;
+    checkpoints
+        .put(&taken_over)
+        .await
+        .expect("attempt 2 checkpoint");
+
+    // Attempt 1 resumes, and its next checkpoint is refused.
+    approvals
+        .decide(&approve(&paused.request))
+        .await
+        .expect("decide");
+    let result = fenced_result(&mut paused.watch.results).await;
+    assert!(result.error.contains("later attempt"), "{}", result.error);
+    // Attempt 1 never overwrote attempt 2's checkpoint.
+    assert_eq!(stored(checkpoints.kv(), "sessF").await.attempt, 2);
+    let mut seen = Vec::new();
+    let finished = events_until(&mut paused.watch.events, &mut seen, |e| task_finished(e, 1)).await;
+    assert_eq!(payload(&finished)["fenced"], true);
+    paused.handle.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_loss_fences_the_running_attempt_and_ends_the_session() {
+    let mut paused = paused_attempt("jobF2").await;
+    let leases = Leases::open(&paused.env.bus).await.expect("leases");
+    let lease = stored(leases.kv(), &paused.slice).await;
+    assert_eq!(lease.session_id, "sessF");
+
+    // The lease is gone under the worker (what a lapse or a takeover does):
+    // its next renewal is refused.
+    leases
+        .kv()
+        .delete(&paused.slice, None)
+        .await
+        .expect("delete the lease");
+    let result = fenced_result(&mut paused.watch.results).await;
+    assert!(
+        result.error.contains("lease") && result.error.contains(&paused.slice),
+        "{}",
+        result.error
+    );
+    fenced_session_end(&mut paused.watch.events, "sessF").await;
+    paused.handle.shutdown().await.expect("shutdown");
+}
