@@ -18,6 +18,8 @@
 //!   task runs (an unknown name, a value outside the space or a broken
 //!   constraint fails the task naming it); `"unchecked_defines": true`
 //!   skips the check (fault knobs, experiments outside the space);
+//! - optional `"source_diff"`: a unified diff of edited kernel sources,
+//!   applied with `apply_patch` before anything is built (see [`patch`]);
 //! - optional `"cores"`, `"warmup"`, `"repeats"` (benchmark settings),
 //!   `"validate_runs"` (executions checked per validate) and `"kernel_dir"`
 //!   (overrides the line above);
@@ -73,6 +75,7 @@
 
 mod outcome;
 mod params;
+mod patch;
 pub mod search;
 mod sequential;
 
@@ -131,6 +134,9 @@ pub fn decide(messages: &[Message]) -> Decision {
         return Decision::Final(
             "No-op task: nothing to run.\n```json\n{\"noop\":true,\"best\":null}\n```".to_owned(),
         );
+    }
+    if let Some(decision) = patch::decide(&params, messages) {
+        return decision;
     }
     if params.strategy() == Strategy::Search {
         return search::decide(&params, messages);

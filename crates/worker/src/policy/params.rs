@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use mtswarm_tools::source_diff::MAX_SOURCE_DIFF_BYTES;
 use serde_json::Value;
 
 /// Why a task's parameters could not be read.
@@ -54,6 +55,20 @@ pub enum TaskParametersError {
     NotAnObject {
         /// What was given.
         got: Value,
+    },
+    /// `source_diff` is not a string.
+    #[error("`source_diff` must be a unified diff as a string, got {got}")]
+    SourceDiffNotAString {
+        /// What was given.
+        got: Value,
+    },
+    /// `source_diff` is longer than a record may carry.
+    #[error("`source_diff` is {bytes} bytes, more than the {max} a record carries")]
+    SourceDiffTooLong {
+        /// Its length.
+        bytes: usize,
+        /// [`mtswarm_tools::source_diff::MAX_SOURCE_DIFF_BYTES`].
+        max: usize,
     },
     /// `kernel_dir` is not a string.
     #[error("`kernel_dir` must be a string, got {got}")]
@@ -135,6 +150,10 @@ pub struct TaskParameters {
     pub kernel_dir: String,
     /// `-D` maps, values as text.
     pub candidates: Vec<BTreeMap<String, String>>,
+    /// Unified diff of edited kernel sources (paths relative to the kernel
+    /// directory) to apply before anything is built; `None`: the pristine
+    /// sources.
+    pub source_diff: Option<String>,
     /// DSP cores of every validate and benchmark; `None`: all cores of the slice.
     pub cores: Option<u32>,
     /// Untimed executions before a benchmark times (0 allowed); `None`:
@@ -321,6 +340,20 @@ impl TaskParameters {
             }
         };
         params.noop = matches!(map.get("noop"), Some(Value::Bool(true)));
+        params.source_diff = match map.get("source_diff") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(d)) if d.trim().is_empty() => None,
+            Some(Value::String(d)) if d.len() > MAX_SOURCE_DIFF_BYTES => {
+                return Err(TaskParametersError::SourceDiffTooLong {
+                    bytes: d.len(),
+                    max: MAX_SOURCE_DIFF_BYTES,
+                });
+            }
+            Some(Value::String(d)) => Some(d.clone()),
+            Some(other) => {
+                return Err(TaskParametersError::SourceDiffNotAString { got: other.clone() });
+            }
+        };
         params.cores = small_count(map.get("cores").unwrap_or(&Value::Null), "cores")?;
         params.warmup = match map.get("warmup") {
             Some(Value::Number(n)) => Some(

@@ -132,3 +132,57 @@ fn noop_answers_at_once_and_bad_parameters_are_explained() {
     };
     assert!(text.contains("not a valid macro name"), "{text}");
 }
+
+#[test]
+fn an_edited_source_is_patched_in_before_anything_is_built() {
+    let diff = "--- a/kernel.c\n+++ b/kernel.c\n@@ -1 +1 @@\n-int a;\n+int b;\n";
+    for strategy in ["sequential", "search"] {
+        let start =
+            task(json!({"params": {"CHUNK": 512}, "strategy": strategy, "source_diff": diff}));
+
+        let mut history = start.clone();
+        let patch = answer_next(&mut history, "patched vecadd/kernel.c");
+        assert_eq!(patch.name, "apply_patch", "{strategy}");
+        let args: Value = serde_json::from_str(&patch.arguments).unwrap();
+        assert_eq!(
+            args["patch"],
+            "--- a/vecadd/kernel.c\n+++ b/vecadd/kernel.c\n@@ -1 +1 @@\n-int a;\n+int b;\n",
+            "{strategy}: the diff is rebased onto the kernel directory"
+        );
+        // Applied: the plan goes on as without a diff, never patching twice.
+        let next = match decide(&history) {
+            Decision::Call(call) => vec![call],
+            Decision::Calls(calls) => calls,
+            Decision::Final(text) => panic!("{strategy}: the plan goes on, got {text}"),
+        };
+        assert!(
+            next.iter().all(|c| c.name != "apply_patch"),
+            "{strategy}: {next:?}"
+        );
+
+        // Not applied: the task ends saying why, with nothing built.
+        let mut history = start;
+        answer_next(
+            &mut history,
+            "error: `vecadd/kernel.c`: hunk 1 does not match",
+        );
+        let Decision::Final(text) = decide(&history) else {
+            panic!("{strategy}: a failed patch ends the task");
+        };
+        assert!(text.contains("source_diff does not apply"), "{text}");
+        assert!(text.contains("hunk 1 does not match"), "{text}");
+    }
+
+    let long = format!("--- a/kernel.c\n+++ b/kernel.c\n{}", "+x\n".repeat(9000));
+    let Decision::Final(text) = decide(&task(json!({"params": {}, "source_diff": long}))) else {
+        panic!("an overlong diff is refused");
+    };
+    assert!(text.contains("more than the 16384"), "{text}");
+    let Decision::Final(text) = decide(&task(json!({"params": {}, "source_diff": 3}))) else {
+        panic!("a diff that is not text is refused");
+    };
+    assert!(
+        text.contains("`source_diff` must be a unified diff"),
+        "{text}"
+    );
+}
