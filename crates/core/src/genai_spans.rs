@@ -1,5 +1,5 @@
 //! The engine's spans, named and attributed as the OpenTelemetry GenAI
-//! semantic conventions v1.41.1 say (`docs/gen-ai/gen-ai-spans.md` of
+//! semantic conventions v1.41.1 say (the GenAI spans document of
 //! open-telemetry/semantic-conventions at that tag), so a trace backend's
 //! GenAI views read the loop without a mapping of their own:
 //!

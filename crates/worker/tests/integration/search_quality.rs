@@ -2,9 +2,9 @@
 //! configuration's modeled time on the emulator, written once by
 //! `deploy/sweep_vs_demo.py --sweep-only --save-sweep` (modeled cycles are
 //! exact, so the figures are the emulator's, not a model of them):
-//! `fixtures/dgemm_sweep.json` (the 112 configurations of
-//! `examples/kernels/dgemm`) and the hw crate's
-//! `tests/fixtures/dgemm_gsm_sweep.json` (the 2,205 of
+//! `crates/worker/tests/fixtures/dgemm_sweep.json` (the 112 configurations
+//! of `examples/kernels/dgemm`) and
+//! `crates/hw/tests/fixtures/dgemm_gsm_sweep.json` (the 2,205 of
 //! `examples/kernels/dgemm_gsm`, a cluster-scale dgemm).
 //!
 //! The space is split among agents as the leader splits it

@@ -17,7 +17,10 @@ pub(crate) struct DeviceMemory {
 }
 
 impl DeviceMemory {
-    pub(crate) fn new(memory: SharedMemory) -> Self {
+    /// Wraps `memory`, whose whole reservation (`reserved` bytes from its
+    /// base) is kept out of forked children.
+    pub(crate) fn new(memory: SharedMemory, reserved: u64) -> Self {
+        keep_out_of_children(&memory, reserved);
         Self { memory }
     }
 
@@ -99,5 +102,31 @@ impl DeviceMemory {
         let bytes = self.read(addr, avail)?;
         let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
         Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+    }
+}
+
+/// Marks the memory's reservation `MADV_DONTFORK`. The daemon forks for
+/// every build step and native launch (the confinement is set up between
+/// fork and exec); a fork copies the page tables of every populated private
+/// mapping and the child's exec tears them down again, so each live
+/// launch's device memory (hundreds of MB populated, 4 GiB reserved) made
+/// every fork of a busy worker cost tens of milliseconds of system time.
+/// No child ever touches device memory: it execs at once. The flag holds
+/// across later `mprotect` splits as the memory grows. Failure only loses
+/// the saving, so it is logged, not returned.
+fn keep_out_of_children(memory: &SharedMemory, reserved: u64) {
+    let base = memory.data().as_ptr() as *mut libc::c_void;
+    let Ok(len) = usize::try_from(reserved) else {
+        return;
+    };
+    // SAFETY: madvise(MADV_DONTFORK) changes only what fork copies of this
+    // range, which wasmtime mapped for this memory and keeps mapped while
+    // `memory` lives; it does not change its contents or protection.
+    let rc = unsafe { libc::madvise(base, len, libc::MADV_DONTFORK) };
+    if rc != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "device memory stays in forked children (madvise MADV_DONTFORK failed)"
+        );
     }
 }

@@ -17,7 +17,7 @@ use super::super::{EmuError, GroupShared};
 use super::{
     Allocation, Ctx, HT_MEM_RO, HT_MEM_WO, HarnessState, fail, harness_bytes, harness_memory,
 };
-use crate::emu::layout::{BUFFER_ALIGN, MAX_PAGES, Span};
+use crate::emu::layout::{BUFFER_ALIGN, MAX_PAGES, PAGE, Span};
 use crate::faults::Fault;
 use crate::spec::ChipSpec;
 
@@ -38,7 +38,7 @@ fn device_memory(state: &mut HarnessState, ddr_len: u64) -> Result<DeviceMemory,
     let ty = wasmtime::MemoryType::shared(pages as u32, MAX_PAGES as u32);
     let shared = SharedMemory::new(engine()?, ty)
         .map_err(|e| EmuError::Capacity(format!("cannot create device memory: {e}")))?;
-    let memory = DeviceMemory::new(shared);
+    let memory = DeviceMemory::new(shared, MAX_PAGES * PAGE);
     for (at, bytes) in &state.launch.device.segments {
         memory.write(u64::from(*at), bytes)?;
     }
