@@ -5,7 +5,7 @@
 //! an admin's).
 
 use mtswarm_bus::v1;
-use mtswarm_tests::jobs::{approvals as approvals_of, list_all_jobs, submit};
+use mtswarm_tests::jobs::{approvals as approvals_of, get_job, list_all_jobs, submit};
 use tonic::Code;
 
 use crate::secure_up::{SecureUp, Trap, assert_code, node, submit_vecadd};
@@ -120,6 +120,11 @@ async fn a_submitter_reads_only_its_own_jobs_and_reading_every_job_is_a_role() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
     while approvals_of(&mut admin, &theirs, &[]).await.is_empty() {
         assert!(std::time::Instant::now() < deadline, "no approval asked");
+        let job = get_job(&mut admin, &theirs).await;
+        assert!(
+            job.state == v1::JobState::Queued as i32 || job.state == v1::JobState::Running as i32,
+            "the job ended before it asked an approval: {job:?}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let all = approvals_of(&mut submitter, "", &[]).await;

@@ -30,8 +30,29 @@ pub(crate) fn pass(request: Request<()>) -> Result<Request<()>, Status> {
     Ok(request)
 }
 
-/// Submits a one-agent vecadd job as `admin`'s identity; its id.
+/// Waits until the leader lists at least one slice: `up` is ready when its
+/// daemons are, and the leader learns of the workers' registrations a
+/// moment later; a job submitted before that finds no slice and fails.
+pub(crate) async fn fleet_known(control: &mut Control) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let fleet = control
+            .list_fleet(v1::ListFleetRequest::default())
+            .await
+            .expect("ListFleet")
+            .into_inner();
+        if !fleet.slices.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the leader lists no slice");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Submits a one-agent vecadd job as `admin`'s identity once the leader
+/// knows the fleet; its id.
 pub(crate) async fn submit_vecadd(admin: &mut Control) -> String {
+    fleet_known(admin).await;
     let spec = v1::JobSpec {
         goal: "Tune the vecadd kernel.".into(),
         kernel_dir: "vecadd".into(),
