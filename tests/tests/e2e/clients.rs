@@ -71,7 +71,7 @@ async fn a_submitter_reads_only_its_own_jobs_and_reading_every_job_is_a_role() {
     let mut admin = stack.control(stack.token("admin")).await;
     let mut submitter = stack.control(stack.token("submitter")).await;
     let mut reader = stack.control(stack.token("reader")).await;
-    let theirs = submit_vecadd(&mut admin).await;
+    let mut theirs = submit_vecadd(&mut admin).await;
     let mine = submit(
         &mut submitter,
         v1::JobSpec {
@@ -118,13 +118,24 @@ async fn a_submitter_reads_only_its_own_jobs_and_reading_every_job_is_a_role() {
     assert_eq!(listed, vec![mine.clone()], "the submitter's listing");
     // Approvals of every job, as the submitter sees them: its own only.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    let mut attempts = 1;
     while approvals_of(&mut admin, &theirs, &[]).await.is_empty() {
         assert!(std::time::Instant::now() < deadline, "no approval asked");
         let job = get_job(&mut admin, &theirs).await;
-        assert!(
-            job.state == v1::JobState::Queued as i32 || job.state == v1::JobState::Running as i32,
-            "the job ended before it asked an approval: {job:?}"
-        );
+        if job.state != v1::JobState::Queued as i32 && job.state != v1::JobState::Running as i32 {
+            // Right after `up` a spawn can still find no free slice (the
+            // leader's lease view lags the registrations) and the job
+            // fails at once; this test is about who reads what, so the
+            // job is submitted again, a bounded number of times.
+            assert!(
+                attempts < 5 && job.final_answer.contains("no free slice"),
+                "the job ended before it asked an approval: {}",
+                job.final_answer
+            );
+            attempts += 1;
+            theirs = submit_vecadd(&mut admin).await;
+            continue;
+        }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let all = approvals_of(&mut submitter, "", &[]).await;
