@@ -32,7 +32,8 @@ pub(crate) fn pass(request: Request<()>) -> Result<Request<()>, Status> {
 
 /// Waits until the leader lists at least one slice: `up` is ready when its
 /// daemons are, and the leader learns of the workers' registrations a
-/// moment later; a job submitted before that finds no slice and fails.
+/// moment later. (Listed is not yet spawnable: a spawn can still find no
+/// free slice for a moment after, see the tenancy test in clients.rs.)
 pub(crate) async fn fleet_known(control: &mut Control) {
     let deadline = Instant::now() + WAIT;
     loop {
