@@ -104,6 +104,7 @@ pub mod error;
 pub mod event;
 pub mod gate;
 pub mod genai_spans;
+pub mod limits;
 pub mod lock;
 pub mod middleware;
 pub mod model;

@@ -9,9 +9,9 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use mtswarm_bus::v1;
 use mtswarm_core::Message;
-use mtswarm_leader::BuiltinLeaderPolicy;
-use mtswarm_leader::policy::JOB_SPEC_PREFIX;
 use mtswarm_leader::results::ResultTable;
+use mtswarm_policy::BuiltinLeaderPolicy;
+use mtswarm_policy::plan::JOB_LINE_PREFIX;
 use serde_json::json;
 
 fn offer_results(c: &mut Criterion) {
@@ -50,8 +50,8 @@ fn policy_decision(c: &mut Criterion) {
     let slices: Vec<_> = (0..8)
         .map(|i| json!({"slice_id": format!("b{}-c{}", i / 4, i % 4), "state": "free"}))
         .collect();
-    let first = policy.decide(&[Message::user(format!("Tune.\n{JOB_SPEC_PREFIX}{{}}"))]);
-    let mtswarm_leader::policy::Turn::Calls(calls) = first else {
+    let first = policy.decide(&[Message::user(format!("Tune.\n{JOB_LINE_PREFIX}{{}}"))]);
+    let mtswarm_policy::leader::Turn::Calls(calls) = first else {
         panic!("expected the first calls");
     };
     let spawns: Vec<_> = (0..8)
@@ -63,7 +63,7 @@ fn policy_decision(c: &mut Criterion) {
         .collect();
     let mut messages = vec![
         Message::system("leader"),
-        Message::user(format!("Tune.\n{JOB_SPEC_PREFIX}{{}}")),
+        Message::user(format!("Tune.\n{JOB_LINE_PREFIX}{{}}")),
         Message::assistant("", calls.clone()),
         Message::tool(calls[0].id.clone(), json!({"slices": slices}).to_string()),
         Message::tool(calls[1].id.clone(), space),

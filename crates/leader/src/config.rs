@@ -14,7 +14,7 @@ use mtswarm_core::{AutoApprove, ChatModel, InjectionPlacement};
 use mtswarm_llm::{OpenAiClient, OpenAiConfig};
 
 use crate::error::ModelFactoryError;
-use crate::policy::BuiltinLeaderPolicy;
+use mtswarm_policy::BuiltinLeaderPolicy;
 
 /// Builds the model that drives one job's leader loop. Gets the job's spec;
 /// an `Err` fails the job with that message.

@@ -1,7 +1,7 @@
 //! mtswarm leader: the `Control` gRPC service, the job manager (one job
 //! runner per job driving the leader's ReAct loop with the leader tools),
 //! the durable result consumer, the approval broker, the job event journal
-//! behind `WatchJob`, and the builtin leader policy.
+//! behind `WatchJob`; it hosts the builtin leader policy of `mtswarm-policy`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), mtswarm_leader::LeaderError> {
@@ -69,7 +69,7 @@
 //! - `ids`: the leader's agent and session ids, call keys, task ids;
 //!   [`error`]: the error enums (the final answer's JSON block is read by
 //!   `mtswarm_core::answer`).
-//! - [`config`], [`policy`] (the builtin leader model), [`fleet`] (joining
+//! - [`config`], [`fleet`] (joining
 //!   workers, leases and quarantine), [`validate`], `scheduler`
 //!   (admission), [`digest`] (tool output budgets).
 //! - [`results`]: the per-job result tables; [`journal`]: the job event
@@ -110,7 +110,6 @@ mod job;
 pub mod journal;
 pub mod outcome;
 mod placement;
-pub mod policy;
 pub mod prices;
 mod prompt;
 mod reassign;
@@ -130,7 +129,6 @@ pub use daemon::{LeaderDaemon, LeaderHandle};
 pub use error::{LeaderError, ModelFactoryError};
 pub use ids::LEADER_AGENT_ID;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
-pub use policy::BuiltinLeaderPolicy;
 pub use prices::{ModelPrice, PriceError, PriceTable};
 pub use results::LeaderCounters;
 pub use shared::LeaderTableSizes;

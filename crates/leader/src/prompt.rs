@@ -4,7 +4,7 @@
 //! policy reads).
 
 use mtswarm_bus::v1;
-use serde_json::json;
+use mtswarm_policy::plan::JobLine;
 
 use crate::job::JobContext;
 use crate::placement::fleet_view;
@@ -44,7 +44,8 @@ Tools:\n\
 - spawn_agent(selector?, role?, instructions?, name?): start a worker agent on a free matching slice; \
 `name` becomes its agent id.\n\
 - assign_task(agent, instructions, parameters): give an agent a task. parameters is a JSON object; \
-to split a tuning space use {{\"candidates\": [{{\"PARAM\": value, ...}}, ...]}} (each candidate a map of -D defines from tune.toml).\n\
+to split a tuning space use {{\"candidates\": [{{\"PARAM\": value, ...}}, ...], \"search_budget\": n}} (each candidate a map of -D defines \
+from tune.toml; search_budget: candidates the agent screens at most, its share of the job line's search_budget).\n\
 - collect_result(agents? | tasks?, mode any|all, timeout_seconds): wait for task results.\n\
 - cancel_agent(agent, reason?): stop an agent.\n\
 - read_file(path): read a file of the kernel directory (tune.toml describes the tuning space).\n\
@@ -84,14 +85,15 @@ pub(crate) fn user_input(
         .map(|b| b.wall_time_seconds)
         .filter(|s| *s > 0)
         .unwrap_or(shared.config.default_collect_timeout.as_secs());
-    let machine = json!({
-        "job_id": context.job_id,
-        "kernel_dir": spec.kernel_dir,
-        "slice_selector": spec.slice_selector,
-        "num_agents": spec.num_agents,
-        "collect_timeout_seconds": collect_timeout,
-        "max_evaluations": spec.budgets.map(|b| b.max_evaluations).unwrap_or(0),
-    });
-    text.push_str(&format!("\n\n{}{machine}", crate::policy::JOB_SPEC_PREFIX));
+    let line = JobLine {
+        job_id: context.job_id.clone(),
+        kernel_dir: spec.kernel_dir.clone(),
+        slice_selector: spec.slice_selector.clone(),
+        num_agents: spec.num_agents,
+        collect_timeout_seconds: collect_timeout,
+        search_budget: spec.budgets.map(|b| b.max_evaluations).unwrap_or(0),
+    };
+    text.push_str("\n\n");
+    text.push_str(&line.render());
     text
 }

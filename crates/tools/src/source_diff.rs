@@ -19,7 +19,7 @@ use serde::Serialize;
 
 /// Longest diff kept with an artifact (and stored with a record); a longer
 /// one is cut at a line and ends with [`TRUNCATION_MARKER`].
-pub const MAX_SOURCE_DIFF_BYTES: usize = 16 * 1024;
+pub use mtswarm_core::limits::MAX_SOURCE_DIFF_BYTES;
 
 /// Ends a diff cut to [`MAX_SOURCE_DIFF_BYTES`].
 pub const TRUNCATION_MARKER: &str = "\\ diff truncated: ";

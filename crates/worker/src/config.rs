@@ -72,7 +72,7 @@ pub struct SessionModelContext {
 /// How sessions get their model when SpawnSession names none.
 #[derive(Clone, Default)]
 pub enum WorkerModel {
-    /// [`crate::policy::BuiltinWorkerPolicy`] (the default).
+    /// [`mtswarm_policy::BuiltinWorkerPolicy`] (the default).
     #[default]
     Builtin,
     /// An OpenAI-compatible endpoint for every session without its own

@@ -93,8 +93,8 @@
 //!   and results; SpawnSession accepts either form.
 //! - Worker id default: `worker-<board>`.
 //! - The task's first user message is rendered by
-//!   [`policy::render_task_message`]; `parameters_json` is the policy's
-//!   task-parameter object (see [`policy`]).
+//!   [`mtswarm_policy::worker::render_task_message`]; `parameters_json` is the policy's
+//!   task-parameter object (see [`mtswarm_policy::worker`]).
 //! - `TaskResult.result_json`: `best` (the benchmark tool's best candidate:
 //!   defines, median seconds, GFLOPS, peak fraction, kernel hash),
 //!   `candidates`, `benchmarks`, `evidence` (passed checks), `answer`,
@@ -121,7 +121,7 @@
 //!   slices, the session table); `session_entry`: a session as the table
 //!   knows it; `stop`: how a session is asked to stop;
 //! - leaves: [`config`], [`disk`], [`error`], [`events`], `health`,
-//!   `checkpoint`, `results`, [`policy`], [`prompt`], `text`, [`workspace`].
+//!   `checkpoint`, `results`, [`prompt`], `text`, [`workspace`].
 
 pub mod approval;
 mod approval_rules;
@@ -137,7 +137,6 @@ mod heartbeat;
 mod inbox;
 mod janitor;
 mod leases;
-pub mod policy;
 pub mod prompt;
 mod provenance;
 mod quarantine;
@@ -155,5 +154,4 @@ pub use config::{DefaultVerdict, ModelFactory, SessionModelContext, WorkerConfig
 pub use daemon::{WorkerDaemon, WorkerHandle, bus_slice_id};
 pub use disk::{DiskError, DiskUsage, JanitorReport, RemovedWorkspace};
 pub use error::WorkerError;
-pub use policy::BuiltinWorkerPolicy;
 pub use service::WorkerService;

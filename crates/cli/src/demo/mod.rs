@@ -155,7 +155,7 @@ fn demo_budget(asked: u32, configurations: usize) -> u32 {
     }
     let share = (configurations as f64 * DEMO_SEARCH_SHARE).floor() as usize;
     let budget = share
-        .max(mtswarm_hw::tune::MIN_SEARCH_EVALUATIONS)
+        .max(mtswarm_policy::MIN_SEARCH_EVALUATIONS)
         .min(configurations);
     u32::try_from(budget).unwrap_or(u32::MAX)
 }

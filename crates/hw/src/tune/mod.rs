@@ -36,15 +36,6 @@ use serde::{Deserialize, Serialize};
 use crate::HwError;
 use crate::spec::ChipSpec;
 
-mod budget;
-mod partition;
-
-pub use budget::{
-    MIN_AGENT_EVALUATIONS, MIN_SEARCH_EVALUATIONS, SEARCH_SHARE, search_agents, search_budget,
-    split_budget,
-};
-pub use partition::balanced_partitions;
-
 /// Configurations enumerated at most (the cartesian product before the
 /// constraints); a larger space is a mistake in the file.
 pub const MAX_CARTESIAN: usize = 1_000_000;

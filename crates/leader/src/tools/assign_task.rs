@@ -82,7 +82,12 @@ impl Tool for AssignTask {
             instructions,
             kernel_dir: job.spec.kernel_dir.clone(),
             parameters_json: parameters.to_string(),
-            budgets: job.spec.budgets,
+            // The job's evaluation budget reaches the task as its plan's
+            // `search_budget` (split over the tasks), never as a budget.
+            budgets: job.spec.budgets.map(|b| v1::Budgets {
+                max_evaluations: 0,
+                ..b
+            }),
             deadline: Some(prost_types::Timestamp::from(job.deadline)),
             // Set once the publish is acknowledged (see the module docs).
             assigned_at: None,

@@ -23,10 +23,10 @@ use crate::approval::{self, ApprovalWait};
 use crate::checkpoint::KvCheckpointSink;
 use crate::config::DefaultVerdict;
 use crate::events::EventPublisher;
-use crate::policy::render_task_message;
 use crate::results::MeasurementRecorder;
 use crate::stop::StopMode;
 use mtswarm_core::answer::last_json;
+use mtswarm_policy::worker::render_task_message;
 
 use v1::AgentEventKind as Kind;
 use v1::SessionState;

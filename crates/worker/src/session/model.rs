@@ -11,8 +11,8 @@ use mtswarm_llm::{
 };
 
 use crate::config::{SessionModelContext, WorkerModel};
-use crate::policy::BuiltinWorkerPolicy;
 use crate::shared::Shared;
+use mtswarm_policy::BuiltinWorkerPolicy;
 
 /// Why a session's model could not be set up.
 #[derive(Debug, thiserror::Error)]

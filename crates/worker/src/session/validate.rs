@@ -6,6 +6,7 @@
 
 use mtswarm_bus::v1;
 use mtswarm_hw::tune::TuneError;
+use mtswarm_policy::plan::{PlanError, TaskPlan, define_texts};
 use serde_json::{Value, json};
 
 use super::task_run::TaskRun;
@@ -36,6 +37,9 @@ pub(super) enum InvalidTask {
     /// `parameters_json` does not parse.
     #[error("parameters_json is not valid JSON: {0}")]
     ParametersJson(#[source] serde_json::Error),
+    /// `parameters_json` is JSON but not a task plan.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// The task's kernel directory is refused or cannot be copied.
     #[error(transparent)]
     KernelDir(#[from] KernelDirError),
@@ -119,6 +123,7 @@ impl TaskRun<'_> {
         } else {
             serde_json::from_str(&task.parameters_json).map_err(InvalidTask::ParametersJson)?
         };
+        let plan = TaskPlan::from_value(&parameters)?;
         let kernel_dir = if task.kernel_dir.trim().is_empty() {
             runtime.kernel_dir.clone()
         } else {
@@ -131,7 +136,7 @@ impl TaskRun<'_> {
         };
         check_task_defines(
             &runtime.workspace.join(&kernel_name),
-            &parameters,
+            &plan,
             &shared.slices[entry.slice_index].spec,
         )?;
         Ok(Prepared {
@@ -149,41 +154,24 @@ impl TaskRun<'_> {
 /// tuning something else than asked.
 fn check_task_defines(
     kernel_dir: &std::path::Path,
-    parameters: &Value,
+    plan: &TaskPlan,
     spec: &mtswarm_hw::ChipSpec,
 ) -> Result<(), InvalidTask> {
-    let one = parameters.get("params").into_iter();
-    let many = parameters
-        .get("candidates")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten();
-    let candidates: Vec<&Value> = one.chain(many).collect();
     // Nothing to check (a free-form or no-op task): tune.toml is not read.
-    if candidates.is_empty() {
+    if plan.all_candidates().next().is_none() || plan.unchecked_defines == Some(true) {
         return Ok(());
     }
     let file = kernel_dir.join("tune.toml");
-    if !file.is_file() || parameters.get("unchecked_defines") == Some(&Value::Bool(true)) {
+    if !file.is_file() {
         return Ok(());
     }
     let Ok(space) = mtswarm_hw::tune::TuneSpace::load(&file) else {
         // The tools report an unreadable tune.toml when they read it.
         return Ok(());
     };
-    for (index, candidate) in candidates.into_iter().enumerate() {
-        let Some(map) = candidate.as_object() else {
-            continue;
-        };
-        let defines: std::collections::BTreeMap<String, String> = map
-            .iter()
-            .map(|(k, v)| {
-                let text = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
-                (k.clone(), text)
-            })
-            .collect();
+    for (index, candidate) in plan.all_candidates().enumerate() {
         space
-            .check_defines(&defines, spec)
+            .check_defines(&define_texts(candidate), spec)
             .map_err(|source| InvalidTask::Defines { index, source })?;
     }
     Ok(())
@@ -197,7 +185,9 @@ fn merge_budgets(session: &v1::Budgets, task: Option<&v1::Budgets>) -> v1::Budge
         max_tokens: set_or(task.max_tokens, session.max_tokens),
         device_seconds: set_or(task.device_seconds, session.device_seconds),
         wall_time_seconds: set_or(task.wall_time_seconds, session.wall_time_seconds),
-        max_evaluations: set_or(task.max_evaluations, session.max_evaluations),
+        // The job's evaluation budget reaches a task as its plan's
+        // `search_budget`, never as a task budget.
+        max_evaluations: 0,
     }
 }
 

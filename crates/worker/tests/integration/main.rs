@@ -1,4 +1,4 @@
-//! The worker daemon, session and policy tests of mtswarm-worker.
+//! The worker daemon and session tests of mtswarm-worker.
 //!
 //! Every file beside this one is a module of one test binary. A binary per
 //! file would link the whole dependency tree (the emulator's compiler and
@@ -9,7 +9,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
 mod common;
-mod policy_support;
 
 mod approvals;
 mod auth;
@@ -19,11 +18,7 @@ mod dispatch;
 mod fencing;
 mod limits;
 mod nats_restart;
-mod policy_pipeline;
-mod policy_plan;
-mod policy_search;
 mod quarantine;
 mod resume;
-mod search_quality;
 mod session;
 mod tracing;

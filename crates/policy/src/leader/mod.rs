@@ -15,14 +15,14 @@
 //!    MT-3000 spec) among the agents, each part a balanced sample of the
 //!    space (every parameter value spread evenly, see
 //!    [`balanced_partitions`]), and `assign_task` each its part as
-//!    `{"candidates": [{...-D map...}, ...], "search_budget": n}`: the
-//!    job's evaluation budget (`Budgets.max_evaluations`, else
+//!    a [`TaskPlan`] `{"candidates": [{...-D map...}, ...], "search_budget":
+//!    n}`: the job's evaluation budget (the job line's `search_budget`, else
 //!    [`search_budget`] of the space) split evenly over the parts
 //!    ([`split_budget`]), so the whole job evaluates a small share of a
 //!    large space;
 //! 4. `collect_result` of all tasks, mode `all`, with the job's timeout
 //!    (its compact summary: `best`, `failed_tasks`, `agents` rows; see
-//!    [`crate::digest`]);
+//!    the leader's `digest`);
 //! 5. when some collected tasks FAILED (not cancelled), retry each failed
 //!    partition once on another agent: `list_fleet` again, `spawn_agent` a
 //!    `tuner-retry-N` on a free slice per failed partition, or, when no slice
@@ -33,61 +33,40 @@
 //!    "gflops", "peak_percent", "median_seconds", "agent", "slice_id",
 //!    "task_id"}, "task_status", "candidate_status", "pending"}`, or
 //!    `{"best": null, "error"}`. The job's outcome does not come from this
-//!    answer (see [`crate::outcome`]); the completion gate checks that its
+//!    answer (see the leader's `outcome`); the completion gate checks that its
 //!    figures are backed (`grounding`).
 //!
 //! The retry round's calls have ids starting with `retry-`, which is how
 //! the policy tells the rounds apart when it reads the conversation.
 //!
 //! The job parameters come from the `job_spec: {...}` line the job runner
-//! puts at the end of the task message ([`JOB_SPEC_PREFIX`]).
+//! puts at the end of the task message ([`JobLine`]).
 
 use std::collections::HashMap;
 
 use futures::stream;
 use mtswarm_core::model::{FinishReason, ModelEvent};
 use mtswarm_core::{ChatModel, ChatRequest, Message, ModelError, ModelStream, Role, ToolCall};
-use mtswarm_hw::tune::{Config, balanced_partitions, search_agents, search_budget, split_budget};
+use mtswarm_hw::tune::{Config, ParamValue};
+
+use crate::budget::{search_agents, search_budget, split_budget};
+use crate::partition::balanced_partitions;
+use crate::plan::{DefineValue, Defines, JobLine, TaskPlan};
 use mtswarm_hw::{ChipSpec, TuneSpace};
 use serde_json::{Value, json};
-
-/// Prefix of the machine-readable job line in the leader's task message.
-pub const JOB_SPEC_PREFIX: &str = "job_spec: ";
 
 /// Name of the tuning-space file in a kernel directory.
 const TUNE_FILE: &str = "tune.toml";
 
-/// Job parameters the policy needs.
-#[derive(Debug, Clone, PartialEq)]
-struct JobLine {
-    num_agents: usize,
-    collect_timeout_seconds: u64,
-    /// Evaluations of the whole job; `None`: [`search_budget`] of the space.
-    max_evaluations: Option<usize>,
-}
-
-impl JobLine {
-    fn from_messages(messages: &[Message]) -> Self {
-        let line = messages
-            .iter()
-            .find(|m| m.role == Role::User)
-            .and_then(|m| {
-                m.content
-                    .lines()
-                    .rev()
-                    .find_map(|l| l.trim().strip_prefix(JOB_SPEC_PREFIX.trim_end()))
-            })
-            .and_then(|json| serde_json::from_str::<Value>(json.trim()).ok())
-            .unwrap_or(Value::Null);
-        Self {
-            num_agents: line["num_agents"].as_u64().unwrap_or(0) as usize,
-            collect_timeout_seconds: line["collect_timeout_seconds"].as_u64().unwrap_or(600),
-            max_evaluations: line["max_evaluations"]
-                .as_u64()
-                .filter(|n| *n > 0)
-                .and_then(|n| usize::try_from(n).ok()),
-        }
-    }
+/// The job line of the conversation's task message; the defaults when it
+/// has none or it does not read.
+fn job_line(messages: &[Message]) -> JobLine {
+    messages
+        .iter()
+        .find(|m| m.role == Role::User)
+        .and_then(|m| JobLine::find(&m.content))
+        .and_then(Result::ok)
+        .unwrap_or_default()
 }
 
 /// The builtin leader policy (see the module docs).
@@ -117,7 +96,7 @@ impl BuiltinLeaderPolicy {
 
     /// The next turn for this conversation.
     pub fn decide(&self, messages: &[Message]) -> Turn {
-        let job = JobLine::from_messages(messages);
+        let job = job_line(messages);
         let history = History::new(messages);
         let Some(last) = history.last_calls() else {
             return Turn::Calls(vec![
@@ -261,14 +240,14 @@ impl BuiltinLeaderPolicy {
             )));
         }
         let count = if job.num_agents > 0 {
-            job.num_agents.min(free.len())
+            (job.num_agents as usize).min(free.len())
         } else {
             // As many as the search's budget feeds (a space that cannot be
             // read is reported by the assign step).
             match self.configurations(history) {
                 Ok(configurations) => {
                     let budget = job
-                        .max_evaluations
+                        .search_budget()
                         .unwrap_or_else(|| search_budget(configurations.len()));
                     search_agents(budget, configurations.len(), free.len())
                 }
@@ -324,12 +303,12 @@ impl BuiltinLeaderPolicy {
             }
             Err(error) => return Turn::Final(failure(&format!("no tuning space: {error}"))),
         };
-        let parts: Vec<Vec<Value>> = balanced_partitions(&configurations, agents.len())
+        let parts: Vec<Vec<Defines>> = balanced_partitions(&configurations, agents.len())
             .into_iter()
-            .map(|part| part.iter().map(|c| json!(c)).collect())
+            .map(|part| part.iter().map(defines_of).collect())
             .collect();
         let total = job
-            .max_evaluations
+            .search_budget()
             .unwrap_or_else(|| search_budget(configurations.len()));
         let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
         let budgets = split_budget(total, &sizes);
@@ -346,7 +325,11 @@ impl BuiltinLeaderPolicy {
                         json!({
                             "agent": agent,
                             "instructions": "Search the candidate configurations for the fastest one within the evaluation budget; answer with the best one.",
-                            "parameters": {"candidates": part, "search_budget": budget},
+                            "parameters": TaskPlan::search(
+                                part,
+                                u32::try_from(budget).unwrap_or(u32::MAX),
+                            )
+                            .to_value(),
                         }),
                     )
                 })
@@ -385,8 +368,8 @@ const RETRY: &str = "retry-";
 /// A partition whose task FAILED in the first collect.
 struct FailedPartition {
     agent: String,
-    /// The task's `parameters` (candidates and evaluation budget).
-    parameters: Value,
+    /// The task's plan (candidates and search budget).
+    parameters: TaskPlan,
 }
 
 /// The failed partitions of the first collect (in its order) and the agents
@@ -403,7 +386,7 @@ fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
         return (Vec::new(), Vec::new());
     };
     // Task id -> the agent and the candidates it was assigned.
-    let assigned: HashMap<String, (String, Value)> = history
+    let assigned: HashMap<String, (String, TaskPlan)> = history
         .all_calls()
         .filter(|c| c.name == "assign_task" && !c.id.starts_with(RETRY))
         .filter_map(|c| {
@@ -412,7 +395,8 @@ fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
                 .to_string();
             let args: Value = serde_json::from_str(&c.arguments).ok()?;
             let agent = args["agent"].as_str().unwrap_or_default().to_string();
-            Some((task, (agent, args["parameters"].clone())))
+            let plan = TaskPlan::from_value(&args["parameters"]).ok()?;
+            Some((task, (agent, plan)))
         })
         .collect();
     let failed: Vec<FailedPartition> = collected["failed_tasks"]
@@ -421,7 +405,7 @@ fn first_round(history: &History<'_>) -> (Vec<FailedPartition>, Vec<String>) {
         .flatten()
         .filter_map(Value::as_str)
         .filter_map(|task| assigned.get(task))
-        .filter(|(_, p)| p["candidates"].as_array().is_some_and(|a| !a.is_empty()))
+        .filter(|(_, p)| p.candidates.as_ref().is_some_and(|a| !a.is_empty()))
         .map(|(agent, parameters)| FailedPartition {
             agent: agent.clone(),
             parameters: parameters.clone(),
@@ -554,7 +538,7 @@ fn retry_assign(history: &History<'_>) -> Turn {
             json!({
                 "agent": agent,
                 "instructions": "Search the candidate configurations for the fastest one within the evaluation budget; answer with the best one.",
-                "parameters": partition.parameters,
+                "parameters": partition.parameters.to_value(),
             }),
         ));
     }
@@ -676,6 +660,22 @@ fn turn_stream(turn: Turn) -> ModelStream {
         ],
     };
     Box::pin(stream::iter(items))
+}
+
+/// A configuration as a plan's candidate.
+fn defines_of(config: &Config) -> Defines {
+    config
+        .iter()
+        .map(|(name, value)| {
+            let value = match value {
+                ParamValue::Int(i) => DefineValue::Number((*i).into()),
+                ParamValue::Float(f) => serde_json::Number::from_f64(*f)
+                    .map_or_else(|| DefineValue::Text(f.to_string()), DefineValue::Number),
+                ParamValue::Str(s) => DefineValue::Text(s.clone()),
+            };
+            (name.clone(), value)
+        })
+        .collect()
 }
 
 #[cfg(test)]

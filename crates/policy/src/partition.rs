@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::Config;
+use mtswarm_hw::tune::Config;
 
 /// Splits `configurations` into `parts` partitions of near-equal size (they
 /// differ by at most one) in which every parameter value is spread as evenly

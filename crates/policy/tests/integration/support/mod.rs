@@ -16,9 +16,9 @@ use mtswarm_hw::lock::HwLock;
 use mtswarm_hw::measure::{MeasureConfig, measure};
 use mtswarm_hw::tune::{ParamValue, TuneSpace};
 use mtswarm_hw::{BackendKind, Board, BuildRequest, ChipSpec, EmulatorBoard, Slice};
+use mtswarm_policy::BuiltinWorkerPolicy;
+use mtswarm_policy::worker::render_task_message;
 use mtswarm_tools::{ToolSet, TuningPhase};
-use mtswarm_worker::BuiltinWorkerPolicy;
-use mtswarm_worker::policy::render_task_message;
 use serde_json::Value;
 
 pub(crate) const CORES: u32 = 2;

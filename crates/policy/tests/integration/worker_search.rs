@@ -12,10 +12,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use crate::policy_support;
+use crate::support;
 
-use policy_support::*;
 use serde_json::json;
+use support::*;
 
 /// Evaluations the policy and each random search may spend.
 const BUDGET: usize = 12;
@@ -41,7 +41,7 @@ async fn search_finds_the_near_best_and_beats_random_search_at_equal_evaluations
 
     let run = run_policy(json!({
         "candidates": space,
-        "max_evaluations": BUDGET,
+        "max_hardware_calls": BUDGET,
     }))
     .await;
     let reported = run

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use mtswarm_core::answer::last_json;
 use mtswarm_core::{Message, ToolCall};
-use mtswarm_worker::policy::search::MAX_ADAPTIVE_DEPTH;
-use mtswarm_worker::policy::{Decision, decide, render_task_message};
+use mtswarm_policy::worker::search::MAX_ADAPTIVE_DEPTH;
+use mtswarm_policy::worker::{Decision, decide, render_task_message};
 use serde_json::{Value, json};
 
 /// A simulated slice: per candidate (by `X` define) a time and a bound.
@@ -323,10 +323,10 @@ fn the_budget_bounds_the_hardware_calls_and_the_answer_says_so() {
     let landscape: Vec<(u32, f64, f64)> =
         (0..20).map(|x| (x, 10.0 - f64::from(x % 7), 0.1)).collect();
     let mut world = World::new(&landscape);
-    let answer = world.run(json!({"candidates": candidates(20), "max_evaluations": 5}));
+    let answer = world.run(json!({"candidates": candidates(20), "max_hardware_calls": 5}));
     assert_eq!(world.hardware_calls(), 5);
     assert_eq!(answer["evaluations"], 5);
-    assert_eq!(answer["max_evaluations"], 5);
+    assert_eq!(answer["max_hardware_calls"], 5);
     let benchmarks = world.calls_of("benchmark").count();
     assert_eq!(benchmarks, 2, "the default two finalists");
     assert_has_best(&answer);
@@ -335,7 +335,7 @@ fn the_budget_bounds_the_hardware_calls_and_the_answer_says_so() {
 
     // A budget of one: a single benchmark of the best-ranked candidate.
     let mut world = World::new(&landscape);
-    let answer = world.run(json!({"candidates": candidates(20), "max_evaluations": 1}));
+    let answer = world.run(json!({"candidates": candidates(20), "max_hardware_calls": 1}));
     assert_eq!(world.hardware_calls(), 1);
     assert_has_best(&answer);
 }
@@ -385,7 +385,7 @@ fn a_kernel_without_a_model_is_estimated_once_and_keeps_the_list_order() {
     let landscape = rising_landscape(4);
     let mut world = World::new(&landscape);
     world.no_model = true;
-    let answer = world.run(json!({"candidates": candidates(4), "max_evaluations": 3}));
+    let answer = world.run(json!({"candidates": candidates(4), "max_hardware_calls": 3}));
     let estimates = world.calls_of("estimate").count();
     assert_eq!(estimates, 1);
     let first_validate = world.calls_of("validate").next().expect("a validate");
@@ -398,7 +398,7 @@ fn a_lost_artifact_is_compiled_again_and_does_not_count() {
     let landscape = rising_landscape(4);
     let mut world = World::new(&landscape);
     world.lose_artifacts_once = true;
-    let answer = world.run(json!({"candidates": candidates(4), "max_evaluations": 4}));
+    let answer = world.run(json!({"candidates": candidates(4), "max_hardware_calls": 4}));
     let ids: Vec<&str> = world.calls().map(|c| c.id.as_str()).collect();
     assert!(ids.iter().any(|id| id.ends_with("-compile-r1")), "{ids:?}");
     assert!(ids.iter().any(|id| id.ends_with("-validate-r1")), "{ids:?}");
@@ -426,8 +426,8 @@ fn short_lists_keep_the_sequential_plan_and_bad_settings_are_explained() {
     assert!(answer.get("strategy").is_none());
     for (params, needle) in [
         (
-            json!({"candidates": candidates(3), "max_evaluations": 0}),
-            "max_evaluations",
+            json!({"candidates": candidates(3), "max_hardware_calls": 0}),
+            "max_hardware_calls",
         ),
         (
             json!({"candidates": candidates(3), "strategy": "greedy"}),
@@ -478,7 +478,7 @@ fn with_exact_timing_screening_is_a_benchmark_and_records_each_candidate_once() 
     // A budget of one is one screening benchmark.
     let mut world = World::new(&landscape);
     world.exact = true;
-    let answer = world.run(json!({"candidates": candidates(8), "max_evaluations": 1}));
+    let answer = world.run(json!({"candidates": candidates(8), "max_hardware_calls": 1}));
     assert_has_best(&answer);
     assert_eq!(world.hardware_calls(), 1);
 }

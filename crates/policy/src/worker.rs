@@ -9,7 +9,7 @@
 //!
 //! The first user message carries a line `Kernel directory: <dir>` and a
 //! fenced ```` ```json ```` block after `Task parameters:` (see
-//! [`render_task_message`]) holding one JSON object:
+//! [`render_task_message`]) holding one [`crate::plan::TaskPlan`]:
 //!
 //! - `{"noop": true}`: answer at once, no tools (latency benchmarks);
 //! - `{"candidates": [{"CHUNK": 1024, "BUF": 2}, ...]}`: `-D` maps to try;
@@ -23,10 +23,11 @@
 //! - optional `"cores"`, `"warmup"`, `"repeats"` (benchmark settings),
 //!   `"validate_runs"` (executions checked per validate) and `"kernel_dir"`
 //!   (overrides the line above);
-//! - optional search settings (see [`search`]): `"max_evaluations"` (at most
-//!   this many hardware calls, i.e. `validate` plus `benchmark` calls, in the
-//!   whole task), `"finalists"` (screened candidates that get a full
-//!   benchmark, default 2), `"compile_ahead"` (build the next candidates
+//! - optional search settings (see [`search`]): `"search_budget"`
+//!   (candidates screened at most), `"max_hardware_calls"` (at most this
+//!   many hardware calls, i.e. `validate` plus `benchmark` calls, in the
+//!   whole task; also read as `"max_evaluations"`), `"finalists"`
+//!   (screened candidates that get a full benchmark, default 2), `"compile_ahead"` (build the next candidates
 //!   in the background while the slice runs, default true),
 //!   `"compile_depth"` (candidates kept built or building ahead, default
 //!   [`search::DEFAULT_COMPILE_DEPTH`]), `"estimate"`
@@ -65,7 +66,7 @@
 //! The final answer names the fastest benchmarked candidate and ends with a
 //! ```` ```json ```` block `{"best": {...} | null, "candidates": [...]}`
 //! (the search plan adds `"strategy"`, `"evaluations"` and
-//! `"max_evaluations"`).
+//! `"max_hardware_calls"`).
 //!
 //! Call ids encode the plan (`c<index>-<tool>`), which is how the policy
 //! finds its place again after a pause or a resume in another process. A

@@ -9,9 +9,9 @@ use mtswarm_core::{Message, Role, ToolCall};
 
 use super::surrogate::{Encoding, Surrogate, expected_improvement};
 use super::{BOARD_INFO_ID, EXACT_TIMING, PRUNE_MARGIN, SCREEN, SLICE_IDLE};
-use crate::policy::outcome::{CandidateOutcome, Pattern, artifact_id, capture_f64, first_line};
-use crate::policy::params::TaskParameters;
-use crate::policy::{MAX_RECOMPILES, artifact_missing};
+use crate::worker::outcome::{CandidateOutcome, Pattern, artifact_id, capture_f64, first_line};
+use crate::worker::params::TaskParameters;
+use crate::worker::{MAX_RECOMPILES, artifact_missing};
 
 static BOUND: LazyLock<Pattern> =
     LazyLock::new(|| Pattern::new(r"bound ([0-9.]+(?:[eE][-+]?[0-9]+)?) s"));
@@ -54,7 +54,7 @@ pub(super) struct State {
 
 /// Candidate index and round in a call id: `c<index>-<tool>[-r<n>]`.
 fn parse_id(id: &str) -> Option<usize> {
-    crate::policy::parse_call_id(id)
+    crate::worker::parse_call_id(id)
 }
 
 /// Pair every call of ours with the tool message that answers it (ids may

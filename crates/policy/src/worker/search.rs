@@ -56,7 +56,7 @@
 //!    without a model turn in between.
 //!
 //! One evaluation is one hardware call on a candidate (`validate` or
-//! `benchmark`); `max_evaluations` bounds their total, finalists included.
+//! `benchmark`); `max_hardware_calls` bounds their total, finalists included.
 //! Calls refused because the artifact is gone (after a resume in another
 //! process) do not count and the candidate is compiled again.
 //!
@@ -69,8 +69,8 @@ mod surrogate;
 
 use std::collections::BTreeSet;
 
+use crate::budget::search_budget;
 use mtswarm_core::{Message, ToolCall};
-use mtswarm_hw::tune::search_budget;
 use serde_json::{Value, json};
 
 pub use super::params::DEFAULT_COMPILE_DEPTH;
@@ -149,12 +149,12 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
     // default share of the list (unless only a hardware-call limit is set).
     let screen_cap = params.search_budget.or_else(|| {
         params
-            .max_evaluations
+            .max_hardware_calls
             .is_none()
             .then(|| u32::try_from(search_budget(params.candidates.len())).unwrap_or(u32::MAX))
     });
     // Hardware calls at most: the screenings plus the finalists' benchmarks.
-    let budget = params.max_evaluations.unwrap_or_else(|| {
+    let budget = params.max_hardware_calls.unwrap_or_else(|| {
         screen_cap
             .unwrap_or(u32::MAX)
             .saturating_add(if state.exact { 0 } else { params.finalists })
@@ -361,7 +361,7 @@ fn hardware_call(params: &TaskParameters, state: &State, index: usize, tool: &st
 }
 
 fn final_answer(params: &TaskParameters, state: &State) -> String {
-    let budget = params.max_evaluations;
+    let budget = params.max_hardware_calls;
     let best_screen = state.screened_by_time().first().map(|t| t.1);
     let mut outcomes = state.outcomes.clone();
     for (i, o) in outcomes.iter_mut().enumerate() {
@@ -418,7 +418,7 @@ fn final_answer(params: &TaskParameters, state: &State) -> String {
         "candidates": outcomes,
         "strategy": "search",
         "evaluations": state.evaluations,
-        "max_evaluations": budget.map(Value::from).unwrap_or(Value::Null),
+        "max_hardware_calls": budget.map(Value::from).unwrap_or(Value::Null),
     });
     format!(
         "{headline}\n```json\n{}\n```",

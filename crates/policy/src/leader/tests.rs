@@ -1,6 +1,7 @@
 //! Tests of the builtin leader policy: its turns on scripted histories.
 
 use super::*;
+use crate::plan::JOB_LINE_PREFIX;
 
 /// The tuning space the integration tests' kernel has (three values of `A`).
 const SPACE: &str = include_str!("../../tests/fixtures/tune.toml");
@@ -56,7 +57,7 @@ fn plans_fleet_spawn_split_assign_collect_and_reports_the_best() {
     let mut messages = vec![
         Message::system("leader"),
         Message::user(format!(
-            "Tune it.\n\n{JOB_SPEC_PREFIX}{}",
+            "Tune it.\n\n{JOB_LINE_PREFIX}{}",
             json!({"num_agents": 0, "collect_timeout_seconds": 30})
         )),
     ];
@@ -122,7 +123,7 @@ fn plans_fleet_spawn_split_assign_collect_and_reports_the_best() {
 fn a_failed_partition_is_retried_once_on_an_agent_whose_task_succeeded() {
     let policy = BuiltinLeaderPolicy::new();
     let mut messages = vec![Message::user(format!(
-        "Tune.\n\n{JOB_SPEC_PREFIX}{}",
+        "Tune.\n\n{JOB_LINE_PREFIX}{}",
         json!({"num_agents": 0, "collect_timeout_seconds": 30})
     ))];
     let fleet = json!({"selector": "", "slices": [
@@ -231,7 +232,7 @@ fn spawned_on(space: &str, job_line: Value) -> (BuiltinLeaderPolicy, Vec<Message
     let policy = BuiltinLeaderPolicy::new();
     let mut messages = vec![
         Message::system("leader"),
-        Message::user(format!("Tune it.\n\n{JOB_SPEC_PREFIX}{job_line}")),
+        Message::user(format!("Tune it.\n\n{JOB_LINE_PREFIX}{job_line}")),
     ];
     let slices: Vec<Value> = (0..8)
         .map(|i| json!({"slice_id": format!("b0-c{i}"), "state": "free"}))
@@ -283,7 +284,7 @@ fn a_large_space_gets_a_tenth_of_it_as_budget_split_over_the_agents_it_feeds() {
     // A job budget of its own: 400 evaluations feed every slice.
     let (_, _, count) = spawned_on(
         LARGE_SPACE,
-        json!({"num_agents": 0, "collect_timeout_seconds": 30, "max_evaluations": 400}),
+        json!({"num_agents": 0, "collect_timeout_seconds": 30, "search_budget": 400}),
     );
     assert_eq!(count, 8);
     // An explicit agent count wins over the budget's.

@@ -11,11 +11,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use crate::policy_support;
+use crate::support;
 
 use mtswarm_hw::measure::MeasureConfig;
-use policy_support::*;
 use serde_json::json;
+use support::*;
 
 const BUDGET: u32 = 8;
 const VALIDATE_RUNS: u32 = 6;
@@ -31,7 +31,7 @@ async fn background_builds_keep_the_slice_busy_for_most_of_the_tuning_phase() {
     let params = |ahead: bool| {
         json!({
             "candidates": space,
-            "max_evaluations": BUDGET,
+            "max_hardware_calls": BUDGET,
             "validate_runs": VALIDATE_RUNS,
             "compile_ahead": ahead,
         })

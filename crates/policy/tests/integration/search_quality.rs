@@ -30,11 +30,10 @@ use std::path::PathBuf;
 
 use mtswarm_core::{Message, ToolCall};
 use mtswarm_hw::ChipSpec;
-use mtswarm_hw::tune::{
-    TuneSpace, balanced_partitions, search_agents, search_budget, split_budget,
-};
+use mtswarm_hw::tune::TuneSpace;
+use mtswarm_policy::worker::{Decision, decide, render_task_message};
+use mtswarm_policy::{balanced_partitions, search_agents, search_budget, split_budget};
 use mtswarm_tools::estimate::roofline;
-use mtswarm_worker::policy::{Decision, decide, render_task_message};
 use serde_json::{Value, json};
 
 type Defines = BTreeMap<String, String>;
