@@ -108,66 +108,28 @@ pub struct ApprovalRule {
     pub action: RuleAction,
 }
 
-/// The risk table, the job's rules and the auto-approval mode.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The job's risk overrides and rules and the auto-approval mode.
+///
+/// A tool's risk is the one it declares ([`crate::Tool::risk`], next to
+/// its name, schema and effects); there is no second table to drift from
+/// it. An override judges a tool differently for one job.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RiskPolicy {
-    /// Risk by tool name; tools not listed use [`crate::Tool::risk`].
-    pub defaults: HashMap<String, Risk>,
-    /// Per-job overrides, consulted first.
+    /// Per-job overrides of declared risks.
+    #[serde(default)]
     pub overrides: HashMap<String, Risk>,
     /// How much risk runs without asking.
+    #[serde(default)]
     pub auto_approve: AutoApprove,
     /// The job's rules, consulted before `auto_approve`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<ApprovalRule>,
 }
 
-impl Default for RiskPolicy {
-    /// The project's tool table (DESIGN.md) with low-risk auto-approval.
-    fn default() -> Self {
-        let table: [(&str, Risk); 21] = [
-            ("list_fleet", Risk::Low),
-            ("job_status", Risk::Low),
-            ("spawn_agent", Risk::Medium),
-            ("assign_task", Risk::Low),
-            ("collect_result", Risk::Low),
-            ("cancel_agent", Risk::Medium),
-            ("read_file", Risk::Low),
-            ("list_files", Risk::Low),
-            ("grep", Risk::Low),
-            ("analyze_kernel", Risk::Low),
-            ("estimate", Risk::Low),
-            ("query_results", Risk::Low),
-            ("write_file", Risk::Medium),
-            ("apply_patch", Risk::Medium),
-            ("compile", Risk::Low),
-            ("run", Risk::Medium),
-            ("validate", Risk::Medium),
-            ("benchmark", Risk::Medium),
-            ("profile", Risk::Medium),
-            ("shell", Risk::High),
-            ("reset_slice", Risk::High),
-        ];
-        Self {
-            defaults: table
-                .into_iter()
-                .map(|(name, risk)| (name.to_owned(), risk))
-                .collect(),
-            overrides: HashMap::new(),
-            auto_approve: AutoApprove::default(),
-            rules: Vec::new(),
-        }
-    }
-}
-
 impl RiskPolicy {
     /// The risk of calling `tool`, given what the tool declares.
     pub fn risk_of(&self, tool: &str, declared: Risk) -> Risk {
-        self.overrides
-            .get(tool)
-            .or_else(|| self.defaults.get(tool))
-            .copied()
-            .unwrap_or(declared)
+        self.overrides.get(tool).copied().unwrap_or(declared)
     }
 
     /// Judge `tool` as `risk`, whatever it declares.

@@ -294,7 +294,10 @@ async fn tracing_middleware_builds_the_span_tree() {
             ScriptedTurn::text("ok").with_usage(200, 10),
         ],
         registry(vec![
-            FnTool::echo("run", "ran").concurrent().hardware("slice-0"),
+            FnTool::echo("run", "ran")
+                .risk(Risk::Medium)
+                .concurrent()
+                .hardware("slice-0"),
             FnTool::echo("grep", "found").concurrent(),
         ]),
         auto_all(),
