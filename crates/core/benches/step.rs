@@ -14,25 +14,16 @@ use mtswarm_core::*;
 
 struct NoopTool;
 
+fn noop_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object", "properties": {"n": {"type": "integer"}}})
+}
+
+static NOOP: ToolSpec = ToolSpec::new("noop", "does nothing", noop_schema).concurrent();
+
 #[async_trait::async_trait]
 impl Tool for NoopTool {
-    fn name(&self) -> &str {
-        "noop"
-    }
-    fn description(&self) -> &str {
-        "does nothing"
-    }
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({"type": "object", "properties": {"n": {"type": "integer"}}})
-    }
-    fn risk(&self) -> Risk {
-        Risk::Low
-    }
-    fn read_only(&self) -> bool {
-        true
-    }
-    fn concurrency_safe(&self) -> bool {
-        true
+    fn spec(&self) -> &ToolSpec {
+        &NOOP
     }
     async fn call(
         &self,

@@ -129,7 +129,7 @@ pub use lock::{LocalResourceLock, ResourceGuard, ResourceLock};
 pub use middleware::Middleware;
 pub use model::{
     BUILTIN_PROVIDER, ChatModel, ChatRequest, Message, ModelError, ModelEvent, ModelStream, Role,
-    ToolCall, ToolSpec,
+    ToolCall, ToolDefinition,
 };
 pub use policy::{
     ApprovalConfig, ApprovalDecision, ApprovalRule, AutoApprove, Permission, RiskPolicy, RuleAction,
@@ -139,5 +139,8 @@ pub use state::{
     CallStatus, Checkpoint, LoopState, Node, PendingCall, RiskTracker, RunEnd, StopReason,
     Transition, TransitionReason, Verdict,
 };
-pub use tool::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+pub use tool::{
+    Effect, EffectKind, Risk, Tool, ToolContext, ToolError, ToolOutput, ToolSchema, ToolSpec,
+    schema_of,
+};
 pub use working::{EvidenceLedger, WorkingState};

@@ -112,7 +112,7 @@ impl Message {
 
 /// A tool as advertised to the model (OpenAI "function" tool).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
+pub struct ToolDefinition {
     /// The tool's name.
     pub name: String,
     /// What it does.
@@ -143,7 +143,7 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     /// The tools the model may call.
     #[serde(default)]
-    pub tools: Vec<ToolSpec>,
+    pub tools: Vec<ToolDefinition>,
     /// How it may use them.
     #[serde(default)]
     pub tool_choice: ToolChoice,

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::model::ToolSpec;
+use crate::model::ToolDefinition;
 use crate::tool::Tool;
 
 /// Why a tool could not be registered.
@@ -33,7 +33,7 @@ pub struct RegisteredTool {
     /// The tool.
     pub tool: Arc<dyn Tool>,
     /// What the model is told about it.
-    pub spec: ToolSpec,
+    pub definition: ToolDefinition,
     /// `None`: always available; `Some(g)`: only while group `g` is active.
     pub group: Option<String>,
     validator: Arc<jsonschema::Validator>,
@@ -110,19 +110,19 @@ impl ToolRegistry {
     }
 
     fn insert(&mut self, tool: Arc<dyn Tool>, group: Option<String>) -> Result<(), RegistryError> {
-        let name = tool.name().to_owned();
+        let name = tool.spec().name.to_string();
         if self.tools.contains_key(&name) {
             return Err(RegistryError::Duplicate(name));
         }
-        let schema = tool.input_schema();
+        let schema = tool.spec().schema();
         let validator =
             shared_validator(&schema).map_err(|message| RegistryError::InvalidSchema {
                 tool: name.clone(),
                 message: message.to_string(),
             })?;
-        let spec = ToolSpec {
+        let definition = ToolDefinition {
             name: name.clone(),
-            description: tool.description().to_owned(),
+            description: tool.spec().description.to_string(),
             parameters: schema,
         };
         self.order.push(name.clone());
@@ -130,7 +130,7 @@ impl ToolRegistry {
             name,
             RegisteredTool {
                 tool,
-                spec,
+                definition,
                 group,
                 validator,
             },
@@ -198,9 +198,9 @@ impl ToolRegistry {
     }
 
     /// The tools advertised to the model right now.
-    pub fn specs(&self, active_groups: &[String]) -> Vec<ToolSpec> {
+    pub fn specs(&self, active_groups: &[String]) -> Vec<ToolDefinition> {
         self.visible_names(active_groups)
-            .filter_map(|name| self.tools.get(name).map(|t| t.spec.clone()))
+            .filter_map(|name| self.tools.get(name).map(|t| t.definition.clone()))
             .collect()
     }
 
@@ -209,7 +209,7 @@ impl ToolRegistry {
         entry: &RegisteredTool,
         parsed: serde_json::Value,
     ) -> Result<serde_json::Value, CallRejection> {
-        let name = entry.spec.name.as_str();
+        let name = entry.definition.name.as_str();
         let normalized = entry.tool.normalize(parsed).map_err(|message| {
             CallRejection::Normalize(format!(
                 "arguments of '{name}' could not be normalized: {message}"

@@ -2,10 +2,12 @@
 //!
 //! Tools live in other crates (`mtswarm-tools` for workers, `mtswarm-leader`
 //! for the leader); the engine routes, approves, schedules and observes them
-//! only through this trait. The flags (`risk`, `read_only`, `concurrency_safe`,
-//! `needs_hardware`) are what the scheduler and the risk policy key off, so a
-//! tool must report them truthfully.
+//! only through this trait and the [`ToolSpec`] each tool declares. The
+//! spec's flags (`risk`, `read_only`, `concurrency_safe`, `needs_hardware`,
+//! `effects`) are what the scheduler and the risk policy key off, so a tool
+//! must declare them truthfully.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -171,26 +173,142 @@ impl ToolContext {
     }
 }
 
+/// Which kind of [`Effect`] a tool may report. A tool declares the kinds in
+/// its [`ToolSpec`]; the engine drops (and logs) an effect of a kind the
+/// tool did not declare, so a read-only tool cannot void evidence and a
+/// file tool cannot claim a benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectKind {
+    /// [`Effect::Mutation`].
+    Mutation,
+    /// [`Effect::Evidence`].
+    Evidence,
+    /// [`Effect::State`].
+    State,
+}
+
+impl Effect {
+    /// The kind of this effect.
+    pub fn kind(&self) -> EffectKind {
+        match self {
+            Self::Mutation { .. } => EffectKind::Mutation,
+            Self::Evidence { .. } => EffectKind::Evidence,
+            Self::State { .. } => EffectKind::State,
+        }
+    }
+}
+
+/// Everything a tool declares about itself, in one value: what the model is
+/// told (name, description, the schema of its argument type) and what the
+/// engine routes, approves and schedules by (risk, whether it writes,
+/// whether it may run beside other calls, whether it takes the hardware
+/// lock, which effects it reports). Each tool has one, next to its code;
+/// nothing else (no risk table, no flag list) describes a tool.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    /// The name the model calls it by (unique in a registry).
+    pub name: Cow<'static, str>,
+    /// What it does, for the model.
+    pub description: Cow<'static, str>,
+    /// JSON Schema of the arguments object: [`schema_of`] its argument type.
+    pub schema: ToolSchema,
+    /// The risk when no policy override names the tool.
+    pub risk: Risk,
+    /// Changes nothing outside the tool's own process.
+    pub read_only: bool,
+    /// May run at the same time as other concurrency-safe calls of a step.
+    pub concurrency_safe: bool,
+    /// Touches the hardware slice: the engine takes the resource lock named
+    /// by [`Tool::resource`] around the call (one holder at a time).
+    pub needs_hardware: bool,
+    /// The kinds of effect its outputs may carry.
+    pub effects: &'static [EffectKind],
+}
+
+impl ToolSpec {
+    /// A low-risk, read-only tool that runs alone, off the hardware, with no
+    /// effects; the builder methods below say what differs.
+    pub const fn new(
+        name: &'static str,
+        description: &'static str,
+        schema: fn() -> serde_json::Value,
+    ) -> Self {
+        Self {
+            name: Cow::Borrowed(name),
+            description: Cow::Borrowed(description),
+            schema: ToolSchema::Of(schema),
+            risk: Risk::Low,
+            read_only: true,
+            concurrency_safe: false,
+            needs_hardware: false,
+            effects: &[],
+        }
+    }
+
+    /// Judged at `risk`.
+    pub const fn risk(mut self, risk: Risk) -> Self {
+        self.risk = risk;
+        self
+    }
+
+    /// Changes something outside its process (a file, a lease, a task).
+    pub const fn writes(mut self) -> Self {
+        self.read_only = false;
+        self
+    }
+
+    /// May run beside other concurrency-safe calls of the same step.
+    pub const fn concurrent(mut self) -> Self {
+        self.concurrency_safe = true;
+        self
+    }
+
+    /// Runs on the slice, under its lock.
+    pub const fn hardware(mut self) -> Self {
+        self.needs_hardware = true;
+        self
+    }
+
+    /// Reports effects of these kinds.
+    pub const fn effects(mut self, kinds: &'static [EffectKind]) -> Self {
+        self.effects = kinds;
+        self
+    }
+
+    /// Whether outputs may carry effects of `kind`.
+    pub fn declares(&self, kind: EffectKind) -> bool {
+        self.effects.contains(&kind)
+    }
+
+    /// The JSON Schema of the arguments object.
+    pub fn schema(&self) -> serde_json::Value {
+        match &self.schema {
+            ToolSchema::Of(schema) => schema(),
+            ToolSchema::Given(schema) => schema.clone(),
+        }
+    }
+}
+
+/// Where a tool's argument schema comes from.
+#[derive(Debug, Clone)]
+pub enum ToolSchema {
+    /// Derived from the argument type ([`schema_of`]): every compiled tool.
+    Of(fn() -> serde_json::Value),
+    /// Given as JSON, for tools made at run time (tests, adapters).
+    Given(serde_json::Value),
+}
+
+/// The JSON Schema of an argument type, as a [`ToolSpec`] carries it.
+pub fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(serde_json::Value::Null)
+}
+
 /// A tool the engine can route, approve, schedule and call.
 #[async_trait::async_trait]
 pub trait Tool: Send + Sync {
-    /// The name the model calls it by (unique in a registry).
-    fn name(&self) -> &str;
-    /// What it does, for the model.
-    fn description(&self) -> &str;
-    /// JSON Schema of the arguments object (generate it with schemars).
-    fn input_schema(&self) -> serde_json::Value;
-    /// The risk when no policy override names the tool.
-    fn risk(&self) -> Risk;
-    /// Changes nothing outside the tool's own process.
-    fn read_only(&self) -> bool;
-    /// May run at the same time as other concurrency-safe calls of a step.
-    fn concurrency_safe(&self) -> bool;
-    /// Touches the hardware slice: the engine takes the resource lock named by
-    /// [`Tool::resource`] around the call (one holder at a time per resource).
-    fn needs_hardware(&self) -> bool {
-        false
-    }
+    /// What the tool declares about itself.
+    fn spec(&self) -> &ToolSpec;
     /// The resource a hardware call locks (e.g. the slice id).
     fn resource(&self) -> Option<String> {
         None

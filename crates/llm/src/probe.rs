@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use mtswarm_core::model::{
-    ChatModel, ChatRequest, Message, ModelError, ModelEvent, ToolCall, ToolChoice, ToolSpec,
+    ChatModel, ChatRequest, Message, ModelError, ModelEvent, ToolCall, ToolChoice, ToolDefinition,
 };
 use serde::Serialize;
 use serde_json::json;
@@ -125,8 +125,8 @@ struct Turn {
 
 const PROBE_TOOL: &str = "record_number";
 
-fn probe_tool() -> ToolSpec {
-    ToolSpec {
+fn probe_tool() -> ToolDefinition {
+    ToolDefinition {
         name: PROBE_TOOL.to_owned(),
         description: "Records one integer.".to_owned(),
         parameters: json!({

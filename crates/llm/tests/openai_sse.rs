@@ -16,7 +16,7 @@ use axum::routing::post;
 use futures::StreamExt;
 use mtswarm_llm::{
     ChatModel, ChatRequest, FinishReason, Message, ModelError, ModelEvent, ModelStream,
-    OpenAiClient, OpenAiConfig, ToolCall, ToolChoice, ToolSpec, Usage,
+    OpenAiClient, OpenAiConfig, ToolCall, ToolChoice, ToolDefinition, Usage,
 };
 use serde_json::{Value, json};
 
@@ -630,7 +630,7 @@ async fn request_body_uses_openai_tool_and_message_shapes() {
             Message::tool("call_2", "3.2 GFLOP/s"),
             Message::assistant("Compiled and measured.", vec![]),
         ],
-        tools: vec![ToolSpec {
+        tools: vec![ToolDefinition {
             name: "compile".into(),
             description: "Compile a kernel".into(),
             parameters: json!({"type": "object", "properties": {"src": {"type": "string"}}, "required": ["src"]}),

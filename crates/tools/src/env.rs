@@ -11,7 +11,6 @@ use mtswarm_core::ToolError;
 use mtswarm_hw::lock::HwLock;
 use mtswarm_hw::measure::{MeasureConfig, Measurement};
 use mtswarm_hw::{Artifact, Board, ChipSpec};
-use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -249,11 +248,6 @@ impl ToolEnv {
     pub fn slice_id(&self) -> String {
         self.board.slice().id()
     }
-}
-
-/// The JSON schema of an argument struct.
-pub(crate) fn schema_of<T: JsonSchema>() -> Value {
-    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null)
 }
 
 /// Deserialize arguments, naming the problem for the model.

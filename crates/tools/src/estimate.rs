@@ -11,7 +11,9 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{
+    Effect, EffectKind, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of,
+};
 use mtswarm_hw::ChipSpec;
 use mtswarm_hw::tune::TuneSpace;
 use schemars::JsonSchema;
@@ -19,7 +21,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::env::{ToolEnv, parse_args};
-use crate::files::tool_basics;
 use crate::normalize::Shape;
 
 /// Arguments of estimate.
@@ -161,17 +162,23 @@ impl Estimate {
     }
 }
 
+/// What `estimate` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "estimate",
+    "Roofline bound of a kernel on this slice from the MT-3000 spec: give flops and DDR bytes per execution, or kernel_dir and the configuration's defines when its tune.toml has a [model] table; returns the bound in seconds and GFLOPS and whether it is compute- or memory-bound.",
+    schema_of::<EstimateArgs>,
+)
+.concurrent()
+.effects(&[EffectKind::State]);
+
 #[async_trait::async_trait]
 impl Tool for Estimate {
-    tool_basics!(
-        "estimate",
-        "Roofline bound of a kernel on this slice from the MT-3000 spec: give flops and DDR bytes per execution, or kernel_dir and the configuration's defines when its tune.toml has a [model] table; returns the bound in seconds and GFLOPS and whether it is compute- or memory-bound.",
-        EstimateArgs,
-        Risk::Low,
-        true,
-        true,
-        ESTIMATE_SHAPE
-    );
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &ESTIMATE_SHAPE)
+    }
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: EstimateArgs = parse_args(args)?;

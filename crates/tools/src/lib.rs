@@ -1,13 +1,12 @@
 //! mtswarm-tools: the worker agent's tools, over one hardware slice and one
 //! per-session workspace directory.
 //!
-//! | tool | risk | read-only | concurrent | hardware |
-//! |---|---|---|---|---|
-//! | read_file, list_files, grep | low | yes | yes | no |
-//! | analyze_kernel, estimate, board_info | low | yes | yes | no |
-//! | compile, wait_build | low | yes | yes | no (host CPU) |
-//! | write_file, apply_patch | medium | no | no | no |
-//! | run, validate, benchmark | medium | no | yes | slice lock |
+//! One file per tool, each declaring its one [`mtswarm_core::ToolSpec`]
+//! (`static SPEC`): name, description, the schema of its argument type,
+//! risk, whether it writes, runs beside other calls or takes the slice, and
+//! the effects it reports. The file tools are in [`files`], the hardware
+//! tools (compile, wait_build, board_info, run, validate, benchmark) in
+//! [`hardware`], then [`analyze`], [`estimate`] and [`results`].
 //!
 //! The hardware tools name the slice id as their [`Tool::resource`], so the
 //! engine serializes them per slice with the lock from [`HwResourceLock`]
@@ -184,12 +183,15 @@ impl ToolSet {
 
     /// One tool by name.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.iter().find(|t| t.name() == name).cloned()
+        self.tools.iter().find(|t| t.spec().name == name).cloned()
     }
 
     /// Names of every tool in the set, in the order they were registered.
     pub fn names(&self) -> Vec<String> {
-        self.tools.iter().map(|t| t.name().to_owned()).collect()
+        self.tools
+            .iter()
+            .map(|t| t.spec().name.to_string())
+            .collect()
     }
 
     /// The lock to hand the engine for this session's hardware calls

@@ -16,14 +16,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::ToolSet;
 use crate::env::parse_args;
-use crate::files::tool_basics;
 use crate::normalize::Shape;
 
 /// Results shown per group when the call does not say.
@@ -235,7 +234,7 @@ impl ToolSet {
         if let Some(kernel) = default_kernel {
             tool = tool.with_default_kernel(kernel);
         }
-        self.tools.retain(|t| t.name() != "query_results");
+        self.tools.retain(|t| t.spec().name != "query_results");
         self.tools.push(Arc::new(tool));
         self
     }
@@ -327,17 +326,22 @@ fn summary(r: &PastResult) -> Value {
     })
 }
 
+/// What `query_results` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "query_results",
+    "Earlier benchmark results for this kernel: results of the same code (kernel_hash from compile) first, then of other versions of the same kernel (same name, other hash). Best trustworthy figures first, then invalid or flagged candidates, with their -D parameters. Read-only.",
+    schema_of::<QueryResultsArgs>,
+)
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for QueryResultsTool {
-    tool_basics!(
-        "query_results",
-        "Earlier benchmark results for this kernel: results of the same code (kernel_hash from compile) first, then of other versions of the same kernel (same name, other hash). Best trustworthy figures first, then invalid or flagged candidates, with their -D parameters. Read-only.",
-        QueryResultsArgs,
-        Risk::Low,
-        true,
-        true,
-        QUERY_RESULTS_SHAPE
-    );
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &QUERY_RESULTS_SHAPE)
+    }
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: QueryResultsArgs = parse_args(args)?;

@@ -91,14 +91,14 @@ pub fn worker_system_prompt(
     for tool in tools {
         prompt.push_str(&format!(
             "- {} ({:?} risk{}): {}\n",
-            tool.name(),
-            tool.risk(),
-            if tool.needs_hardware() {
+            tool.spec().name,
+            tool.spec().risk,
+            if tool.spec().needs_hardware {
                 ", holds the slice"
             } else {
                 ""
             },
-            tool.description()
+            tool.spec().description
         ));
     }
     prompt.push_str(KERNEL_STRUCTURE);

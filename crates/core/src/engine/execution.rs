@@ -13,7 +13,7 @@ use super::config::DEFAULT_HARDWARE_RESOURCE;
 use crate::event::EventKind;
 use crate::middleware::{ToolCallInfo, ToolCallOutcome, run_chain};
 use crate::state::{CallStatus, Node, TransitionReason};
-use crate::tool::{ToolContext, ToolError, ToolProgress};
+use crate::tool::{Effect, ToolContext, ToolError, ToolProgress, ToolSpec};
 
 impl Run {
     pub(super) async fn execute(&mut self) {
@@ -49,7 +49,7 @@ impl Run {
         for index in approved {
             let safe = registry
                 .get(&self.state.calls[index].call.name)
-                .is_some_and(|e| e.tool.concurrency_safe());
+                .is_some_and(|e| e.tool.spec().concurrency_safe);
             match batches.last_mut() {
                 Some(batch) if safe && open_concurrent => batch.push(index),
                 _ => batches.push(vec![index]),
@@ -120,7 +120,7 @@ impl Run {
                         Box::new(move |_info: ToolCallInfo| {
                             Box::pin(async move {
                                 let started = Instant::now();
-                                let guard = if entry.tool.needs_hardware() {
+                                let guard = if entry.tool.spec().needs_hardware {
                                     // Without a named resource, all such
                                     // tools share one lock: the safe default.
                                     let resource = entry
@@ -182,10 +182,14 @@ impl Run {
         });
     }
 
-    pub(super) fn record_result(&mut self, index: usize, outcome: ToolCallOutcome) {
+    pub(super) fn record_result(&mut self, index: usize, mut outcome: ToolCallOutcome) {
+        let registry = &self.engine.registry;
         let Some(call) = self.state.calls.get_mut(index) else {
             return;
         };
+        if let (Ok(output), Some(entry)) = (&mut outcome.result, registry.get(&call.call.name)) {
+            keep_declared_effects(entry.tool.spec(), &mut output.effects);
+        }
         let lock_wait_ms = outcome
             .lock_wait
             .map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX));
@@ -226,6 +230,23 @@ impl Run {
 
 /// The result event of a call that returned no output: refused before it
 /// ran, or failed (`content` says why).
+/// Drops (and logs) the effects of kinds the tool did not declare: what a
+/// call may change in the working state and the evidence ledger is the
+/// tool's declaration, not whatever its output claims.
+fn keep_declared_effects(spec: &ToolSpec, effects: &mut Vec<Effect>) {
+    effects.retain(|effect| {
+        let declared = spec.declares(effect.kind());
+        if !declared {
+            tracing::warn!(
+                tool = %spec.name,
+                kind = ?effect.kind(),
+                "effect of a kind the tool does not declare dropped"
+            );
+        }
+        declared
+    });
+}
+
 fn failed_result(
     call_id: String,
     name: String,

@@ -32,7 +32,7 @@ impl Run {
                     continue;
                 }
             };
-            let risk = policy.risk_of(&call.call.name, entry.tool.risk());
+            let risk = policy.risk_of(&call.call.name, entry.tool.spec().risk);
             call.risk = Some(risk);
             let policy_verdict = policy.permission_for(&call.call.name, risk);
             let permission = if middlewares.is_empty() {

@@ -199,3 +199,55 @@ async fn best_effort_job_ends_unverified_when_evidence_is_missing() {
         )
     );
 }
+
+#[tokio::test]
+async fn evidence_a_tool_does_not_declare_does_not_pass_the_gate() {
+    // A tool that declares only state effects claims a passed validate:
+    // the engine drops the claim, so the gate still finds no evidence.
+    let liar = FnTool::with_effects("read_file", vec![evidence("validate", true)])
+        .declaring(&[EffectKind::State]);
+    let (engine, _) = engine(
+        gated(&["validate"], false, 1),
+        vec![
+            ScriptedTurn::call("r1", "read_file", "{}"),
+            ScriptedTurn::text("validated: 2x faster"),
+            ScriptedTurn::text("validated, really"),
+        ],
+        registry(vec![liar]),
+        auto_all(),
+    );
+    let (_, outcome) = run_go(&engine).await;
+    let state = outcome.state();
+    assert!(
+        state.evidence().records.is_empty(),
+        "{:?}",
+        state.evidence()
+    );
+    assert!(
+        !matches!(
+            outcome,
+            Outcome::Final {
+                verdict: Verdict::Pass,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    // Declared, the same claim counts.
+    let honest = FnTool::with_effects("validate", vec![evidence("validate", true)]);
+    let (engine, _) = engine_with(honest);
+    let (_, outcome) = run_go(&engine).await;
+    assert_passed_with(&outcome, "validated: 2x faster");
+}
+
+fn engine_with(tool: FnTool) -> (Engine, std::sync::Arc<ScriptedModel>) {
+    engine(
+        gated(&["validate"], false, 1),
+        vec![
+            ScriptedTurn::call("v1", "validate", "{}"),
+            ScriptedTurn::text("validated: 2x faster"),
+        ],
+        registry(vec![tool]),
+        auto_all(),
+    )
+}

@@ -6,30 +6,44 @@ use std::sync::Arc;
 
 use mtswarm_bus::results::canonical_slice_id;
 use mtswarm_bus::v1;
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
+use mtswarm_policy::plan::TaskPlan;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ToolEnv, output, text_arg};
+use super::{ToolEnv, given, output, parse_args};
 use crate::fleet::parse_selector;
 use crate::ids::{call_key, task_id_for};
 
 pub(super) struct AssignTask(pub(super) Arc<ToolEnv>);
 
+/// Arguments of `assign_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AssignTaskArgs {
+    /// agent id from spawn_agent
+    agent: String,
+    /// what the agent must do
+    instructions: String,
+    /// the task plan, e.g. {"candidates":[{"MB":64}], "search_budget": 8}
+    #[serde(default)]
+    parameters: Option<serde_json::Map<String, Value>>,
+}
+
+/// What `assign_task` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "assign_task",
+    "Give a spawned agent a task: instructions plus a JSON object of parameters (e.g. {\"candidates\":[{...-D map...}]}). Returns the task id; results arrive through collect_result.",
+    schema_of::<AssignTaskArgs>,
+)
+.writes()
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for AssignTask {
-    tool_meta!(
-        "assign_task",
-        "Give a spawned agent a task: instructions plus a JSON object of parameters (e.g. {\"candidates\":[{...-D map...}]}). Returns the task id; results arrive through collect_result.",
-        Risk::Low,
-        false,
-        true
-    );
-    fn input_schema(&self) -> Value {
-        json!({"type":"object","properties":{
-            "agent":{"type":"string","description":"agent id from spawn_agent"},
-            "instructions":{"type":"string","description":"what the agent must do"},
-            "parameters":{"type":"object","description":"task parameters, e.g. {\"candidates\":[{\"MB\":64}]}"}
-        },"required":["agent","instructions"],"additionalProperties":false})
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let job = &self.0.job;
@@ -46,19 +60,15 @@ impl Tool for AssignTask {
                 "attempt": assignment.attempt,
             })));
         }
-        let agent_id = text_arg(&args, "agent")
+        let args: AssignTaskArgs = parse_args(args)?;
+        let agent_id = given(Some(args.agent))
             .ok_or_else(|| ToolError::InvalidArgs("agent is required".into()))?;
-        let instructions = text_arg(&args, "instructions")
+        let instructions = given(Some(args.instructions))
             .ok_or_else(|| ToolError::InvalidArgs("instructions must not be empty".into()))?;
-        let parameters = match args.get("parameters") {
-            None | Some(Value::Null) => json!({}),
-            Some(Value::Object(map)) => Value::Object(map.clone()),
-            Some(other) => {
-                return Err(ToolError::InvalidArgs(format!(
-                    "parameters must be a JSON object, got {other}"
-                )));
-            }
-        };
+        let parameters = Value::Object(args.parameters.unwrap_or_default());
+        // The worker reads the parameters as a task plan: one that does not
+        // read is refused here, naming the field, before any task exists.
+        TaskPlan::from_value(&parameters).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
         let agent = job.agent(&agent_id).ok_or_else(|| {
             ToolError::InvalidArgs(format!(
                 "no agent named {agent_id:?} in this job (spawn it first)"

@@ -3,29 +3,56 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ToolEnv, output, string_list};
+use super::{ToolEnv, output, parse_args};
 
 pub(super) struct CollectResult(pub(super) Arc<ToolEnv>);
 
+/// Arguments of `collect_result`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CollectResultArgs {
+    /// the agents whose tasks to wait for
+    #[serde(default)]
+    agents: Option<Vec<String>>,
+    /// the tasks to wait for
+    #[serde(default)]
+    tasks: Option<Vec<String>>,
+    /// all: every task; any: at least one not collected before
+    #[serde(default)]
+    mode: Option<CollectMode>,
+    /// how long to wait
+    #[serde(default)]
+    #[schemars(range(min = 0.0))]
+    timeout_seconds: Option<f64>,
+}
+
+/// How many results `collect_result` waits for.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum CollectMode {
+    /// At least one not collected before.
+    Any,
+    /// Every one.
+    All,
+}
+
+/// What `collect_result` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "collect_result",
+    "Wait for task results: of the given tasks, or of the given agents' tasks, or of every task. mode=all waits for all of them, mode=any for at least one not collected before; both return what is there when timeout_seconds passes.",
+    schema_of::<CollectResultArgs>,
+)
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for CollectResult {
-    tool_meta!(
-        "collect_result",
-        "Wait for task results: of the given tasks, or of the given agents' tasks, or of every task. mode=all waits for all of them, mode=any for at least one not collected before; both return what is there when timeout_seconds passes.",
-        Risk::Low,
-        true,
-        true
-    );
-    fn input_schema(&self) -> Value {
-        json!({"type":"object","properties":{
-            "agents":{"type":"array","items":{"type":"string"}},
-            "tasks":{"type":"array","items":{"type":"string"}},
-            "mode":{"type":"string","enum":["any","all"]},
-            "timeout_seconds":{"type":"number","minimum":0}
-        },"additionalProperties":false})
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
     }
     fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         // A single id where a list is expected, and numbers as strings.
@@ -47,18 +74,11 @@ impl Tool for CollectResult {
         Ok(args)
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: CollectResultArgs = parse_args(args)?;
         let job = &self.0.job;
         let config = &self.0.shared.config;
-        let all = match args.get("mode").and_then(Value::as_str).unwrap_or("all") {
-            "all" => true,
-            "any" => false,
-            other => {
-                return Err(ToolError::InvalidArgs(format!(
-                    "mode must be any or all, got {other:?}"
-                )));
-            }
-        };
-        let timeout = match args.get("timeout_seconds").and_then(Value::as_f64) {
+        let all = !matches!(args.mode, Some(CollectMode::Any));
+        let timeout = match args.timeout_seconds {
             Some(s) if s.is_finite() && s >= 0.0 => {
                 Duration::from_secs_f64(s).min(config.max_collect_timeout)
             }
@@ -69,8 +89,8 @@ impl Tool for CollectResult {
             }
             None => config.default_collect_timeout,
         };
-        let tasks = string_list(&args, "tasks");
-        let agents = string_list(&args, "agents");
+        let tasks = args.tasks.unwrap_or_default();
+        let agents = args.agents.unwrap_or_default();
         let ids = if !tasks.is_empty() {
             if let Some(unknown) = tasks.iter().find(|t| !job.results.knows(t)) {
                 return Err(ToolError::InvalidArgs(format!(

@@ -2,29 +2,38 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ToolEnv, output};
+use super::{ToolEnv, output, parse_args};
 
 /// Agents and pending tasks `job_status` lists at most.
 pub const STATUS_LIST_LIMIT: usize = 32;
 
 pub(super) struct JobStatus(pub(super) Arc<ToolEnv>);
 
+/// `job_status` takes no arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct JobStatusArgs {}
+
+/// What `job_status` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "job_status",
+    "The job's agents and the state of its tasks.",
+    schema_of::<JobStatusArgs>,
+)
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for JobStatus {
-    tool_meta!(
-        "job_status",
-        "The job's agents and the state of its tasks.",
-        Risk::Low,
-        true,
-        true
-    );
-    fn input_schema(&self) -> Value {
-        json!({"type":"object","properties":{},"additionalProperties":false})
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
     }
-    async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let JobStatusArgs {} = parse_args(args)?;
         let job = &self.0.job;
         let agents: Vec<Value> = job
             .agent_list()

@@ -7,10 +7,12 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ToolEnv, output, text_arg};
+use super::{ToolEnv, given, output, parse_args};
 use crate::fleet::{parse_selector, state_name};
 use crate::placement::fleet_view;
 
@@ -20,26 +22,39 @@ pub(super) struct ListFleet(pub(super) Arc<ToolEnv>);
 /// a thousand ids of a dozen characters fit one tool result as shown.
 pub(crate) const DEFAULT_COMPACT_LIMIT: usize = 1024;
 
+/// Arguments of `list_fleet`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListFleetArgs {
+    /// slice selector, e.g. backend=emulator,cores>=8; empty = the job's selector
+    #[serde(default)]
+    selector: Option<String>,
+    /// answer only the free slice ids (free_slices) and the counts, for large fleets
+    #[serde(default)]
+    compact: Option<bool>,
+    /// with compact: list at most this many free slice ids (default 1024)
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    limit: Option<u64>,
+}
+
+/// What `list_fleet` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "list_fleet",
+    "List the slices of the fleet that match a selector (default: the job's), with their state (free, leased, quarantined) and the worker that owns each.",
+    schema_of::<ListFleetArgs>,
+)
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for ListFleet {
-    tool_meta!(
-        "list_fleet",
-        "List the slices of the fleet that match a selector (default: the job's), with their state (free, leased, quarantined) and the worker that owns each.",
-        Risk::Low,
-        true,
-        true
-    );
-    fn input_schema(&self) -> Value {
-        json!({"type":"object","properties":{
-            "selector":{"type":"string","description":"slice selector, e.g. backend=emulator,cores>=8; empty = the job's selector"},
-            "compact":{"type":"boolean","description":"answer only the free slice ids (free_slices) and the counts, for large fleets"},
-            "limit":{"type":"integer","minimum":1,"description":"with compact: list at most this many free slice ids (default 1024)"}
-        },"additionalProperties":false})
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: ListFleetArgs = parse_args(args)?;
         let job = &self.0.job;
-        let selector_text =
-            text_arg(&args, "selector").unwrap_or_else(|| job.spec.slice_selector.clone());
+        let selector_text = given(args.selector).unwrap_or_else(|| job.spec.slice_selector.clone());
         let selector =
             parse_selector(&selector_text).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
         let shared = &self.0.shared;
@@ -52,18 +67,15 @@ impl Tool for ListFleet {
             .filter(|w| w.draining)
             .map(|w| w.worker_id.as_str())
             .collect();
-        let compact = args.get("compact").and_then(Value::as_bool) == Some(true);
-        let limit = match args.get("limit") {
-            None | Some(Value::Null) => DEFAULT_COMPACT_LIMIT,
-            Some(value) => value
-                .as_u64()
-                .filter(|n| *n >= 1)
-                .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-                .ok_or_else(|| {
-                    ToolError::InvalidArgs(format!(
-                        "limit must be a whole number of slices >= 1, got {value}"
-                    ))
-                })?,
+        let compact = args.compact == Some(true);
+        let limit = match args.limit {
+            None => DEFAULT_COMPACT_LIMIT,
+            Some(0) => {
+                return Err(ToolError::InvalidArgs(
+                    "limit must be a whole number of slices >= 1, got 0".into(),
+                ));
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
         };
         let mut free = 0;
         let mut free_slices: Vec<String> = Vec::new();

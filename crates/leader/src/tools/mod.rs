@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Tool, ToolOutput, ToolRegistry};
+use mtswarm_core::{Tool, ToolError, ToolOutput, ToolRegistry};
 use serde_json::Value;
 
 use crate::job::JobContext;
@@ -45,26 +45,6 @@ use crate::shared::Shared;
 pub use crate::ids::{call_key, task_id_for};
 pub use crate::job::AgentEntry;
 pub use job_status::STATUS_LIST_LIMIT;
-
-macro_rules! tool_meta {
-    ($name:expr, $description:expr, $risk:expr, $read_only:expr, $concurrent:expr) => {
-        fn name(&self) -> &str {
-            $name
-        }
-        fn description(&self) -> &str {
-            $description
-        }
-        fn risk(&self) -> Risk {
-            $risk
-        }
-        fn read_only(&self) -> bool {
-            $read_only
-        }
-        fn concurrency_safe(&self) -> bool {
-            $concurrent
-        }
-    };
-}
 
 mod assign_task;
 mod cancel_agent;
@@ -112,24 +92,15 @@ pub(crate) fn registry(shared: Arc<Shared>, context: Arc<JobContext>) -> ToolReg
     registry
 }
 
-pub(super) fn text_arg(args: &Value, name: &str) -> Option<String> {
-    args.get(name)
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
+/// Arguments as the tool's argument type (the schema already checked
+/// them); a mismatch names the field.
+pub(super) fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args).map_err(|e| ToolError::InvalidArgs(e.to_string()))
 }
 
-pub(super) fn string_list(args: &Value, name: &str) -> Vec<String> {
-    match args.get(name) {
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_string)
-            .collect(),
-        Some(Value::String(one)) if !one.is_empty() => vec![one.clone()],
-        _ => Vec::new(),
-    }
+/// A text argument as given: trimmed, `None` when absent or blank.
+pub(super) fn given(text: Option<String>) -> Option<String> {
+    text.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty())
 }
 
 pub(super) fn output(value: Value) -> ToolOutput {

@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
-use serde_json::{Value, json};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
 
-use super::{ToolEnv, text_arg};
+use super::{ToolEnv, given, parse_args};
 use crate::validate::resolve_file;
 
 /// Largest file `read_file` returns in full; longer files are cut with a marker.
@@ -13,20 +15,30 @@ const READ_FILE_LIMIT: usize = 64 * 1024;
 
 pub(super) struct ReadFile(pub(super) Arc<ToolEnv>);
 
+/// Arguments of `read_file`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadFileArgs {
+    /// path relative to the job's kernel directory
+    path: String,
+}
+
+/// What `read_file` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "read_file",
+    "Read a text file of the job's kernel directory (path relative to it), e.g. tune.toml or kernel.c.",
+    schema_of::<ReadFileArgs>,
+)
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for ReadFile {
-    tool_meta!(
-        "read_file",
-        "Read a text file of the job's kernel directory (path relative to it), e.g. tune.toml or kernel.c.",
-        Risk::Low,
-        true,
-        true
-    );
-    fn input_schema(&self) -> Value {
-        json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false})
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let relative = text_arg(&args, "path")
+        let args: ReadFileArgs = parse_args(args)?;
+        let relative = given(Some(args.path))
             .ok_or_else(|| ToolError::InvalidArgs("path is required".into()))?;
         let path = resolve_file(&self.0.job.kernel_dir, &relative)
             .map_err(|e| ToolError::InvalidArgs(e.to_string()))?;

@@ -2,30 +2,50 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ToolEnv, output, text_arg};
+use super::{ToolEnv, given, output, parse_args};
 
 pub(super) struct ResultDetails(pub(super) Arc<ToolEnv>);
 
+/// Arguments of `result_details`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResultDetailsArgs {
+    /// only this task's candidates
+    #[serde(default)]
+    task: Option<String>,
+    /// only this agent's candidates
+    #[serde(default)]
+    agent: Option<String>,
+    /// only candidates of this status
+    #[serde(default)]
+    status: Option<String>,
+    /// the page, from 1
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    page: Option<u64>,
+    /// candidates per page
+    #[serde(default)]
+    #[schemars(range(min = 1, max = crate::digest::MAX_PAGE_SIZE))]
+    page_size: Option<u64>,
+}
+
+/// What `result_details` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "result_details",
+    "Every candidate of the collected task results, one page at a time: params, status (benchmarked, screened, pruned, invalid, compile_failed, ...), figures and reason. Filter by task, agent or candidate status; page starts at 1.",
+    schema_of::<ResultDetailsArgs>,
+)
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for ResultDetails {
-    tool_meta!(
-        "result_details",
-        "Every candidate of the collected task results, one page at a time: params, status (benchmarked, screened, pruned, invalid, compile_failed, ...), figures and reason. Filter by task, agent or candidate status; page starts at 1.",
-        Risk::Low,
-        true,
-        true
-    );
-    fn input_schema(&self) -> Value {
-        json!({"type":"object","properties":{
-            "task":{"type":"string"},
-            "agent":{"type":"string"},
-            "status":{"type":"string"},
-            "page":{"type":"integer","minimum":1},
-            "page_size":{"type":"integer","minimum":1,"maximum":crate::digest::MAX_PAGE_SIZE}
-        },"additionalProperties":false})
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
     }
     fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         // Numbers as strings.
@@ -44,8 +64,9 @@ impl Tool for ResultDetails {
         Ok(args)
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: ResultDetailsArgs = parse_args(args)?;
         let job = &self.0.job;
-        let task = text_arg(&args, "task");
+        let task = given(args.task);
         if let Some(task) = &task
             && !job.results.knows(task)
         {
@@ -53,7 +74,7 @@ impl Tool for ResultDetails {
                 "no task {task:?} in this job"
             )));
         }
-        let agent = text_arg(&args, "agent");
+        let agent = given(args.agent);
         if let Some(agent) = &agent
             && !job.agents().contains_key(agent)
         {
@@ -61,7 +82,7 @@ impl Tool for ResultDetails {
                 "no agent {agent:?} in this job"
             )));
         }
-        let status = text_arg(&args, "status");
+        let status = given(args.status);
         if let Some(status) = &status
             && mtswarm_bus::results::CandidateStatus::parse(status).is_none()
         {
@@ -74,17 +95,13 @@ impl Tool for ResultDetails {
                     .join(", ")
             )));
         }
-        let number = |key: &str| {
-            args.get(key)
-                .and_then(Value::as_u64)
-                .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
-        };
+        let number = |n: Option<u64>| n.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
         let query = crate::digest::DetailsQuery {
             task,
             agent,
             status,
-            page: number("page"),
-            page_size: number("page_size"),
+            page: number(args.page),
+            page_size: number(args.page_size),
         };
         Ok(output(crate::digest::details_page(
             &job.results.snapshot(),

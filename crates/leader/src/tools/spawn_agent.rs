@@ -5,11 +5,13 @@
 use std::sync::Arc;
 
 use mtswarm_bus::{subjects, v1};
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
-use super::{ToolEnv, output, text_arg};
+use super::{ToolEnv, given, output, parse_args};
 use crate::error::SpawnError;
 use crate::fleet::FleetView;
 use crate::fleet::parse_selector;
@@ -30,27 +32,46 @@ fn agent_name_ok(name: &str) -> Result<(), ToolError> {
     Ok(())
 }
 
+/// Arguments of `spawn_agent`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SpawnAgentArgs {
+    /// slice selector; empty = the job's selector
+    #[serde(default)]
+    selector: Option<String>,
+    /// agent role, e.g. tuner
+    #[serde(default)]
+    role: Option<String>,
+    /// standing instructions for the agent
+    #[serde(default)]
+    instructions: Option<String>,
+    /// agent id to use ([A-Za-z0-9_-], unique in the job)
+    #[serde(default)]
+    name: Option<String>,
+    /// run on exactly this slice
+    #[serde(default)]
+    slice_id: Option<String>,
+}
+
+/// What `spawn_agent` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "spawn_agent",
+    "Start a worker agent on a free slice matching the selector (default: the job's). Returns the agent id (the optional name) used by assign_task, collect_result and cancel_agent.",
+    schema_of::<SpawnAgentArgs>,
+)
+.risk(Risk::Medium)
+.writes()
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for SpawnAgent {
-    tool_meta!(
-        "spawn_agent",
-        "Start a worker agent on a free slice matching the selector (default: the job's). Returns the agent id (the optional name) used by assign_task, collect_result and cancel_agent.",
-        Risk::Medium,
-        false,
-        true
-    );
-    fn input_schema(&self) -> Value {
-        json!({"type":"object","properties":{
-            "selector":{"type":"string","description":"slice selector; empty = the job's selector"},
-            "role":{"type":"string","description":"agent role, e.g. tuner"},
-            "instructions":{"type":"string","description":"standing instructions for the agent"},
-            "name":{"type":"string","description":"agent id to use ([A-Za-z0-9_-], unique in the job)"},
-            "slice_id":{"type":"string","description":"run on exactly this slice"}
-        },"additionalProperties":false})
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let job = &self.0.job;
         let shared = &self.0.shared;
+        let args: SpawnAgentArgs = parse_args(args)?;
         let key = call_key(ctx);
         let known = job
             .agents()
@@ -60,7 +81,7 @@ impl Tool for SpawnAgent {
         if let Some(agent) = known {
             return Ok(output(respawned(shared, job, &agent).await));
         }
-        let wanted = text_arg(&args, "name");
+        let wanted = given(args.name);
         if let Some(name) = &wanted {
             agent_name_ok(name)?;
         }
@@ -72,13 +93,12 @@ impl Tool for SpawnAgent {
         })?;
         let agent_id = reservation.name().to_string();
         agent_name_ok(&agent_id)?;
-        let role = text_arg(&args, "role").unwrap_or_else(|| "tuner".to_string());
-        let instructions = text_arg(&args, "instructions").unwrap_or_default();
-        let selector_text =
-            text_arg(&args, "selector").unwrap_or_else(|| job.spec.slice_selector.clone());
+        let role = given(args.role).unwrap_or_else(|| "tuner".to_string());
+        let instructions = given(args.instructions).unwrap_or_default();
+        let selector_text = given(args.selector).unwrap_or_else(|| job.spec.slice_selector.clone());
         let selector =
             parse_selector(&selector_text).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
-        let wanted_slice = text_arg(&args, "slice_id");
+        let wanted_slice = given(args.slice_id);
         let _permit = spawning.permit().await;
         let read = |fresh: bool| {
             let selector = selector.as_ref();

@@ -204,7 +204,7 @@ pub(crate) fn tool_calls_from_text(mut inner: ModelStream) -> ModelStream {
 
 #[cfg(test)]
 mod tests {
-    use mtswarm_core::model::ToolSpec;
+    use mtswarm_core::model::ToolDefinition;
 
     use super::*;
 
@@ -243,7 +243,7 @@ mod tests {
                 Message::tool("c1", "built as artifact b1"),
                 Message::user("[session context] step 2"),
             ],
-            tools: vec![ToolSpec {
+            tools: vec![ToolDefinition {
                 name: "compile".into(),
                 description: "Builds a kernel.".into(),
                 parameters: json!({"type": "object"}),

@@ -241,7 +241,7 @@ pub(crate) fn mentions_context_overflow(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mtswarm_core::model::{ToolCall, ToolSpec};
+    use mtswarm_core::model::{ToolCall, ToolDefinition};
 
     #[test]
     fn tool_message_without_call_id_is_rejected_with_its_position() {
@@ -272,7 +272,7 @@ mod tests {
                     arguments: "{}".into(),
                 }],
             )],
-            tools: vec![ToolSpec {
+            tools: vec![ToolDefinition {
                 name: "f".into(),
                 description: "d".into(),
                 parameters: json!({"type": "object"}),

@@ -17,7 +17,7 @@ mod scan;
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
 use mtswarm_hw::ChipSpec;
 use regex::Regex;
 use schemars::JsonSchema;
@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::env::{ToolEnv, parse_args};
-use crate::files::tool_basics;
 use crate::normalize::Shape;
 use expr::{Evaluator, sizeof_type};
 use scan::{find_loops, line_of, strip_comments, trip_count};
@@ -394,17 +393,22 @@ fn summarize(path: &str, a: &KernelAnalysis) -> String {
 /// Static analysis of a kernel source file.
 pub struct AnalyzeKernel(pub(crate) Arc<ToolEnv>);
 
+/// What `analyze_kernel` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "analyze_kernel",
+    "Static analysis of device code: loop nests, vector intrinsics, DMA and barrier calls, and AM/SM/GSM footprint (evaluated with the given -D values) against the chip's capacities.",
+    schema_of::<AnalyzeArgs>,
+)
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for AnalyzeKernel {
-    tool_basics!(
-        "analyze_kernel",
-        "Static analysis of device code: loop nests, vector intrinsics, DMA and barrier calls, and AM/SM/GSM footprint (evaluated with the given -D values) against the chip's capacities.",
-        AnalyzeArgs,
-        Risk::Low,
-        true,
-        true,
-        ANALYZE_SHAPE
-    );
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &ANALYZE_SHAPE)
+    }
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: AnalyzeArgs = parse_args(args)?;

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{
+    Effect, EffectKind, Risk, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of,
+};
 use mtswarm_hw::BackendKind;
 use mtswarm_hw::measure::{MeasureConfig, Measurement, measure};
 use schemars::JsonSchema;
@@ -10,7 +12,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::env::{ToolEnv, parse_args};
-use crate::files::tool_basics;
 use crate::normalize::Shape;
 use crate::source_diff::SourceDiff;
 
@@ -101,18 +102,29 @@ fn source_data(source: &SourceDiff) -> Value {
 /// Measure an artifact: validate, warm up, time, re-check.
 pub struct Benchmark(pub(crate) Arc<ToolEnv>);
 
+/// What `benchmark` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "benchmark",
+    "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. With exact timing (the emulator's modeled cycles) one validated execution is the figure and spot re-runs with the same inputs check it: always for a new best, at random for others, and when repeats > 1. Records benchmark evidence and updates the candidates.",
+    schema_of::<BenchmarkArgs>,
+)
+.risk(Risk::Medium)
+.writes()
+.concurrent()
+.hardware()
+.effects(&[EffectKind::Evidence, EffectKind::State]);
+
 #[async_trait::async_trait]
 impl Tool for Benchmark {
-    tool_basics!(
-        "benchmark",
-        "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. With exact timing (the emulator's modeled cycles) one validated execution is the figure and spot re-runs with the same inputs check it: always for a new best, at random for others, and when repeats > 1. Records benchmark evidence and updates the candidates.",
-        BenchmarkArgs,
-        Risk::Medium,
-        false,
-        true,
-        BENCHMARK_SHAPE
-    );
-    hardware_flags!();
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn resource(&self) -> Option<String> {
+        Some(self.0.slice_id())
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &BENCHMARK_SHAPE)
+    }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: BenchmarkArgs = parse_args(args)?;

@@ -2,14 +2,13 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
 use mtswarm_hw::measure::exact_timing;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::env::{ToolEnv, parse_args};
-use crate::files::tool_basics;
 use crate::normalize::Shape;
 
 use super::{ARTIFACTS_SHOWN, CANDIDATES_SHOWN};
@@ -22,17 +21,22 @@ pub struct BoardInfoArgs {}
 /// The slice, its chip and its lock statistics.
 pub struct BoardInfo(pub(crate) Arc<ToolEnv>);
 
+/// What `board_info` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "board_info",
+    "Describe this session's slice: backend, cores, chip spec (peak, memory sizes, bandwidth), slice lock statistics, compiled artifacts and best candidates.",
+    schema_of::<BoardInfoArgs>,
+)
+.concurrent();
+
 #[async_trait::async_trait]
 impl Tool for BoardInfo {
-    tool_basics!(
-        "board_info",
-        "Describe this session's slice: backend, cores, chip spec (peak, memory sizes, bandwidth), slice lock statistics, compiled artifacts and best candidates.",
-        BoardInfoArgs,
-        Risk::Low,
-        true,
-        true,
-        Shape::NONE
-    );
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &Shape::NONE)
+    }
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let _args: BoardInfoArgs = parse_args(args)?;

@@ -5,14 +5,15 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{
+    Effect, EffectKind, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of,
+};
 use mtswarm_hw::{Artifact, Board, BuildRequest};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::env::{BuildReport, BuiltArtifact, ToolEnv, parse_args};
-use crate::files::tool_basics;
 use crate::normalize::Shape;
 use crate::source_diff::{MAX_FAILED_EDITS, SourceDiff, failed_edit_note};
 
@@ -195,17 +196,23 @@ pub(super) fn build_output(report: BuildReport, source: Option<&SourceDiff>) -> 
 /// Build a kernel directory for the session's backend.
 pub struct Compile(pub(crate) Arc<ToolEnv>);
 
+/// What `compile` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "compile",
+    "Compile the kernel directory (kernel.c + host.c) with the given -D defines for this slice's backend. Returns an artifact id for run/validate/benchmark. Runs on the host CPU; with background=true it returns at once and wait_build collects the result.",
+    schema_of::<CompileArgs>,
+)
+.concurrent()
+.effects(&[EffectKind::State]);
+
 #[async_trait::async_trait]
 impl Tool for Compile {
-    tool_basics!(
-        "compile",
-        "Compile the kernel directory (kernel.c + host.c) with the given -D defines for this slice's backend. Returns an artifact id for run/validate/benchmark. Runs on the host CPU; with background=true it returns at once and wait_build collects the result.",
-        CompileArgs,
-        Risk::Low,
-        true,
-        true,
-        COMPILE_SHAPE
-    );
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &COMPILE_SHAPE)
+    }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: CompileArgs = parse_args(args)?;

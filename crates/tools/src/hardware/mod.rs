@@ -21,19 +21,6 @@
 //! benchmark waits for the session's compiles and holds new ones back
 //! while it measures.
 
-/// The hardware tools' shared `Tool` answers: they need the slice, and the
-/// slice id is the resource the engine locks.
-macro_rules! hardware_flags {
-    () => {
-        fn needs_hardware(&self) -> bool {
-            true
-        }
-        fn resource(&self) -> Option<String> {
-            Some(self.0.slice_id())
-        }
-    };
-}
-
 mod benchmark;
 mod board_info;
 mod compile;

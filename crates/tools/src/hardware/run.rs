@@ -2,14 +2,13 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
 use mtswarm_hw::{HwError, RunOutcome, RunRequest};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::env::{BuiltArtifact, ToolEnv, parse_args};
-use crate::files::tool_basics;
 use crate::normalize::Shape;
 
 use super::{cores_of, hw_error, outcome_text, timeout_of};
@@ -74,18 +73,28 @@ pub(super) async fn launch(
 /// Launch an artifact once on the slice.
 pub struct Run(pub(crate) Arc<ToolEnv>);
 
+/// What `run` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "run",
+    "Launch a compiled artifact on this slice (holds the slice) and report validity, time, GFLOPS and output. Use validate or benchmark for evidence.",
+    schema_of::<RunArgs>,
+)
+.risk(Risk::Medium)
+.writes()
+.concurrent()
+.hardware();
+
 #[async_trait::async_trait]
 impl Tool for Run {
-    tool_basics!(
-        "run",
-        "Launch a compiled artifact on this slice (holds the slice) and report validity, time, GFLOPS and output. Use validate or benchmark for evidence.",
-        RunArgs,
-        Risk::Medium,
-        false,
-        true,
-        RUN_SHAPE
-    );
-    hardware_flags!();
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn resource(&self) -> Option<String> {
+        Some(self.0.slice_id())
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &RUN_SHAPE)
+    }
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: RunArgs = parse_args(args)?;

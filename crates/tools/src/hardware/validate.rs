@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Effect, Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{
+    Effect, EffectKind, Risk, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of,
+};
 use serde_json::{Value, json};
 
 use crate::env::{ToolEnv, parse_args};
-use crate::files::tool_basics;
 
 use super::run::{RUN_SHAPE, RunArgs, launch};
 use super::{hw_error, kernel_fault, outcome_text};
@@ -15,18 +16,29 @@ use super::{hw_error, kernel_fault, outcome_text};
 /// Check an artifact's output against the reference.
 pub struct Validate(pub(crate) Arc<ToolEnv>);
 
+/// What `validate` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "validate",
+    "Run a compiled artifact on this slice and check every execution's output against the reference (default 2 executions). Records validation evidence.",
+    schema_of::<RunArgs>,
+)
+.risk(Risk::Medium)
+.writes()
+.concurrent()
+.hardware()
+.effects(&[EffectKind::Evidence]);
+
 #[async_trait::async_trait]
 impl Tool for Validate {
-    tool_basics!(
-        "validate",
-        "Run a compiled artifact on this slice and check every execution's output against the reference (default 2 executions). Records validation evidence.",
-        RunArgs,
-        Risk::Medium,
-        false,
-        true,
-        RUN_SHAPE
-    );
-    hardware_flags!();
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn resource(&self) -> Option<String> {
+        Some(self.0.slice_id())
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &RUN_SHAPE)
+    }
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: RunArgs = parse_args(args)?;

@@ -2,13 +2,12 @@
 
 use std::sync::Arc;
 
-use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput};
+use mtswarm_core::{EffectKind, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::env::{ToolEnv, parse_args};
-use crate::files::tool_basics;
 use crate::normalize::Shape;
 
 use super::compile::build_output;
@@ -43,17 +42,23 @@ const WAIT_BUILD_SHAPE: Shape = Shape {
 /// Wait for a background build and report it as compile would have.
 pub struct WaitBuild(pub(crate) Arc<ToolEnv>);
 
+/// What `wait_build` declares: the one description of the tool.
+static SPEC: ToolSpec = ToolSpec::new(
+    "wait_build",
+    "Wait for a build started with compile(background=true) and report it exactly as compile would (artifact id, or the compiler's errors). Runs on the host CPU; never takes the slice.",
+    schema_of::<WaitBuildArgs>,
+)
+.concurrent()
+.effects(&[EffectKind::State]);
+
 #[async_trait::async_trait]
 impl Tool for WaitBuild {
-    tool_basics!(
-        "wait_build",
-        "Wait for a build started with compile(background=true) and report it exactly as compile would (artifact id, or the compiler's errors). Runs on the host CPU; never takes the slice.",
-        WaitBuildArgs,
-        Risk::Low,
-        true,
-        true,
-        WAIT_BUILD_SHAPE
-    );
+    fn spec(&self) -> &ToolSpec {
+        &SPEC
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &WAIT_BUILD_SHAPE)
+    }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: WaitBuildArgs = parse_args(args)?;

@@ -39,26 +39,8 @@ struct Recording {
 
 #[async_trait::async_trait]
 impl Tool for Recording {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn description(&self) -> &str {
-        self.inner.description()
-    }
-    fn input_schema(&self) -> Value {
-        self.inner.input_schema()
-    }
-    fn risk(&self) -> mtswarm_core::Risk {
-        self.inner.risk()
-    }
-    fn read_only(&self) -> bool {
-        self.inner.read_only()
-    }
-    fn concurrency_safe(&self) -> bool {
-        self.inner.concurrency_safe()
-    }
-    fn needs_hardware(&self) -> bool {
-        self.inner.needs_hardware()
+    fn spec(&self) -> &mtswarm_core::ToolSpec {
+        self.inner.spec()
     }
     fn resource(&self) -> Option<String> {
         self.inner.resource()
@@ -75,7 +57,7 @@ impl Tool for Recording {
         }
         let result = self.inner.call(args, ctx).await;
         self.intervals.lock().expect("intervals").push((
-            self.inner.name().to_owned(),
+            self.inner.spec().name.to_string(),
             start,
             Instant::now(),
         ));
@@ -99,7 +81,7 @@ fn wrap(tools: &mtswarm_tools::ToolSet, intervals: &Intervals) -> Vec<Arc<dyn To
         .map(|inner| {
             let barrier = READ_ONLY_CALLS
                 .iter()
-                .any(|(name, _)| *name == inner.name())
+                .any(|(name, _)| *name == inner.spec().name)
                 .then(|| barrier.clone());
             Arc::new(Recording {
                 inner,
@@ -153,7 +135,7 @@ async fn batch_driven_through_the_slice_lock_overlaps_reads_and_serializes_bench
     let calls = batch.into_iter().map(|(name, args)| {
         let tool = wrapped
             .iter()
-            .find(|t| t.name() == name)
+            .find(|t| t.spec().name == name)
             .cloned()
             .expect("tool");
         let lock = lock.clone();
@@ -161,7 +143,7 @@ async fn batch_driven_through_the_slice_lock_overlaps_reads_and_serializes_bench
             let args = tool
                 .normalize(serde_json::from_str(args).expect("json"))
                 .expect("normalize");
-            let guard = match (tool.needs_hardware(), tool.resource()) {
+            let guard = match (tool.spec().needs_hardware, tool.resource()) {
                 (true, Some(resource)) => Some(lock.acquire(&resource).await),
                 _ => None,
             };

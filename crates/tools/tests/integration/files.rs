@@ -175,8 +175,8 @@ async fn write_file_creates_parents_and_declares_the_edit() {
         append: false
     }));
     let tool = tools.get("write_file").expect("tool");
-    assert!(!tool.read_only() && !tool.concurrency_safe());
-    assert_eq!(tool.risk(), mtswarm_core::Risk::Medium);
+    assert!(!tool.spec().read_only && !tool.spec().concurrency_safe);
+    assert_eq!(tool.spec().risk, mtswarm_core::Risk::Medium);
 }
 
 #[tokio::test]

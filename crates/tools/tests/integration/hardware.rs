@@ -356,11 +356,11 @@ async fn hardware_tools_declare_the_slice_as_their_resource() {
     for name in ["run", "validate", "benchmark"] {
         let tool = tools.get(name).expect("tool");
         assert!(
-            tool.needs_hardware() && tool.concurrency_safe() && !tool.read_only(),
+            tool.spec().needs_hardware && tool.spec().concurrency_safe && !tool.spec().read_only,
             "{name}"
         );
         assert_eq!(tool.resource().as_deref(), Some("fake0/c1"), "{name}");
-        assert_eq!(tool.risk(), mtswarm_core::Risk::Medium, "{name}");
+        assert_eq!(tool.spec().risk, mtswarm_core::Risk::Medium, "{name}");
     }
     for name in [
         "compile",
@@ -373,10 +373,13 @@ async fn hardware_tools_declare_the_slice_as_their_resource() {
         "board_info",
     ] {
         let tool = tools.get(name).expect("tool");
-        assert!(!tool.needs_hardware() && tool.concurrency_safe(), "{name}");
-        assert_eq!(tool.risk(), mtswarm_core::Risk::Low, "{name}");
         assert!(
-            tool.input_schema()["properties"].is_object() || name == "board_info",
+            !tool.spec().needs_hardware && tool.spec().concurrency_safe,
+            "{name}"
+        );
+        assert_eq!(tool.spec().risk, mtswarm_core::Risk::Low, "{name}");
+        assert!(
+            tool.spec().schema()["properties"].is_object() || name == "board_info",
             "{name}"
         );
     }

@@ -163,8 +163,8 @@ async fn tool_set_hook_uses_the_session_kernel_by_default() {
     )
     .with_results(history(), Some("spmv".into()));
     let tool = tools.get("query_results").expect("registered");
-    assert_eq!(tool.risk(), Risk::Low);
-    assert!(tool.read_only() && tool.concurrency_safe() && !tool.needs_hardware());
+    assert_eq!(tool.spec().risk, Risk::Low);
+    assert!(tool.spec().read_only && tool.spec().concurrency_safe && !tool.spec().needs_hardware);
     let out = call(&tools, "query_results", json!({}))
         .await
         .expect("default kernel");

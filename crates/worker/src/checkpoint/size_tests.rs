@@ -12,9 +12,9 @@ use std::sync::atomic::AtomicU32;
 use futures::StreamExt;
 use mtswarm_core::model::{FinishReason, ModelEvent, ToolChoice};
 use mtswarm_core::{
-    AutoApprove, ChatModel, ChatRequest, Effect, Engine, EngineConfig, EventKind,
-    LocalResourceLock, ModelError, ModelStream, Outcome, Risk, RiskPolicy, Role, Tool, ToolCall,
-    ToolContext, ToolError, ToolOutput, ToolRegistry,
+    AutoApprove, ChatModel, ChatRequest, Effect, EffectKind, Engine, EngineConfig, EventKind,
+    LocalResourceLock, ModelError, ModelStream, Outcome, RiskPolicy, Role, Tool, ToolCall,
+    ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec,
 };
 use serde_json::{Value, json};
 
@@ -115,29 +115,21 @@ struct Step {
     benchmark: bool,
 }
 
+fn step_schema() -> Value {
+    json!({"type": "object", "properties": {"candidate": {"type": "integer"}, "defines": {"type": "object"}}})
+}
+
+static COMPILE: ToolSpec = ToolSpec::new("compile", "a compile stand-in", step_schema)
+    .concurrent()
+    .effects(&[EffectKind::Mutation, EffectKind::State]);
+static BENCHMARK: ToolSpec = ToolSpec::new("benchmark", "a benchmark stand-in", step_schema)
+    .concurrent()
+    .effects(&[EffectKind::Evidence, EffectKind::State]);
+
 #[async_trait::async_trait]
 impl Tool for Step {
-    fn name(&self) -> &str {
-        if self.benchmark {
-            "benchmark"
-        } else {
-            "compile"
-        }
-    }
-    fn description(&self) -> &str {
-        "a compile or benchmark stand-in"
-    }
-    fn input_schema(&self) -> Value {
-        json!({"type": "object", "properties": {"candidate": {"type": "integer"}, "defines": {"type": "object"}}})
-    }
-    fn risk(&self) -> Risk {
-        Risk::Low
-    }
-    fn read_only(&self) -> bool {
-        true
-    }
-    fn concurrency_safe(&self) -> bool {
-        true
+    fn spec(&self) -> &ToolSpec {
+        if self.benchmark { &BENCHMARK } else { &COMPILE }
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let candidate = args["candidate"].as_u64().unwrap_or(0);

@@ -83,8 +83,8 @@ pub(super) async fn start_session(
     );
     let hardware_tools = all_tools
         .iter()
-        .filter(|t| t.needs_hardware())
-        .map(|t| t.name().to_owned())
+        .filter(|t| t.spec().needs_hardware)
+        .map(|t| t.spec().name.to_string())
         .collect();
     let policy = RiskPolicy::default()
         .with_auto_approve(if request.auto_approve {

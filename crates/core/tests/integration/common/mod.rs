@@ -21,13 +21,21 @@ type Behaviour = Arc<
 
 /// A tool whose flags and behaviour are set by the test.
 pub(crate) struct FnTool {
-    pub name: String,
-    pub risk: Risk,
-    pub concurrency_safe: bool,
+    spec: ToolSpec,
     pub resource: Option<String>,
-    pub schema: Value,
     pub normalize_error: Option<String>,
     behaviour: Behaviour,
+}
+
+/// A test tool may report any effect.
+const ALL_EFFECTS: &[EffectKind] = &[
+    EffectKind::Mutation,
+    EffectKind::Evidence,
+    EffectKind::State,
+];
+
+fn object_schema() -> Value {
+    json!({"type": "object"})
 }
 
 impl FnTool {
@@ -36,12 +44,11 @@ impl FnTool {
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
     {
+        let mut spec = ToolSpec::new("test", "test tool", object_schema).effects(ALL_EFFECTS);
+        spec.name = name.to_owned().into();
         Self {
-            name: name.to_owned(),
-            risk: Risk::Low,
-            concurrency_safe: false,
+            spec,
             resource: None,
-            schema: json!({"type": "object"}),
             normalize_error: None,
             behaviour: Arc::new(move |args, ctx| Box::pin(behaviour(args, ctx))),
         }
@@ -66,19 +73,26 @@ impl FnTool {
         })
     }
     pub(crate) fn risk(mut self, risk: Risk) -> Self {
-        self.risk = risk;
+        self.spec = self.spec.risk(risk);
         self
     }
+    /// Read-only and concurrency-safe, as the engine's read-only tools are.
     pub(crate) fn concurrent(mut self) -> Self {
-        self.concurrency_safe = true;
+        self.spec = self.spec.concurrent();
         self
     }
     pub(crate) fn hardware(mut self, resource: &str) -> Self {
+        self.spec = self.spec.hardware();
         self.resource = Some(resource.to_owned());
         self
     }
     pub(crate) fn schema(mut self, schema: Value) -> Self {
-        self.schema = schema;
+        self.spec.schema = ToolSchema::Given(schema);
+        self
+    }
+    /// Reports effects of these kinds only.
+    pub(crate) fn declaring(mut self, kinds: &'static [EffectKind]) -> Self {
+        self.spec = self.spec.effects(kinds);
         self
     }
     pub(crate) fn failing_normalize(mut self, message: &str) -> Self {
@@ -89,26 +103,8 @@ impl FnTool {
 
 #[async_trait::async_trait]
 impl Tool for FnTool {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn description(&self) -> &str {
-        "test tool"
-    }
-    fn input_schema(&self) -> Value {
-        self.schema.clone()
-    }
-    fn risk(&self) -> Risk {
-        self.risk
-    }
-    fn read_only(&self) -> bool {
-        self.concurrency_safe
-    }
-    fn concurrency_safe(&self) -> bool {
-        self.concurrency_safe
-    }
-    fn needs_hardware(&self) -> bool {
-        self.resource.is_some()
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
     fn resource(&self) -> Option<String> {
         self.resource.clone()
