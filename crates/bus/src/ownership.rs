@@ -26,46 +26,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
+pub use mtswarm_proto::v1::JobOwner;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::codec::BusMessage;
 use crate::kv::{KvChange, TypedKv, Versioned};
 use crate::renewal::Renewal;
 use crate::subjects;
 use crate::{Bus, BusError};
-
-/// The owner of one job (the value under `<job_id>` in
-/// `mtswarm_job_owners`).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct JobOwner {
-    /// The owned job (the key).
-    #[prost(string, tag = "1")]
-    pub job_id: String,
-    /// Leader id of the owner.
-    #[prost(string, tag = "2")]
-    pub leader_id: String,
-    /// The owner's `Control` gRPC URL, for clients and forwarding.
-    #[prost(string, tag = "3")]
-    pub grpc_url: String,
-    /// Fencing epoch: larger than that of every earlier owner of the job.
-    #[prost(uint64, tag = "4")]
-    pub epoch: u64,
-    /// Lapse time without renewal, whole seconds.
-    #[prost(uint32, tag = "5")]
-    pub ttl_seconds: u32,
-    /// When this owner took the job.
-    #[prost(message, optional, tag = "6")]
-    pub acquired_at: Option<prost_types::Timestamp>,
-    /// When the owner last renewed (its clock; informative).
-    #[prost(message, optional, tag = "7")]
-    pub renewed_at: Option<prost_types::Timestamp>,
-}
-
-impl BusMessage for JobOwner {
-    const TYPE_NAME: &'static str = "mtswarm.v1.JobOwner";
-    const CONTENT_TYPE: &'static str = "application/x-protobuf; proto=mtswarm.v1.JobOwner";
-}
 
 /// Why an ownership operation was refused.
 #[derive(Debug, thiserror::Error)]
