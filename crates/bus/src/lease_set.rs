@@ -12,9 +12,10 @@
 //! a refused renewal (someone else wrote the key) or a TTL run out since the
 //! last stored renewal makes the lease [`KeptLease::Lost`], and a daemon
 //! that dies stops renewing every key at once, each lapsing after its TTL
-//! for another daemon to take. Timing (one period per attempt, retries soon
-//! after a failure, adoption of a write whose ack was lost) is
-//! [`crate::renewal`]'s, shared with the keeper.
+//! for another daemon to take. Each renewal is the keepers' own attempt
+//! (`TtlLease::attempt` in `crate::ttl_lease`: one period per attempt,
+//! retries soon after a failure, adoption of a write whose ack was lost,
+//! timed by [`crate::renewal`]); only the scheduling is this set's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,6 +29,7 @@ use crate::BusError;
 use crate::kv::Versioned;
 use crate::leases::{KeptLease, Leases};
 use crate::renewal::Renewal;
+use crate::ttl_lease::{Attempt, Leased as _};
 
 /// Renewals (and releases) one loop has in flight at once: enough to keep
 /// the connection busy, few enough not to queue a burst of thousands behind
@@ -69,10 +71,6 @@ struct Timing {
 
 fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn ttl_of(lease: &SliceLease) -> Duration {
-    Duration::from_secs(u64::from(lease.ttl_seconds.max(1)))
 }
 
 impl Slot {
@@ -139,65 +137,24 @@ impl Inner {
         let Some(current) = slot.held() else {
             return;
         };
-        let slice_id = current.value.slice_id.clone();
-        let attempt_at = Instant::now();
-        if timing.renewal.expired(attempt_at) {
-            let reason = format!(
-                "not renewed within its TTL of {} s (last renewal {:.1} s ago)",
-                ttl_of(&current.value).as_secs(),
-                timing.renewal.since_renewal(attempt_at).as_secs_f64()
-            );
-            tracing::warn!(%slice_id, %reason, "slice lease lost");
-            slot.set(KeptLease::Lost { slice_id, reason });
-            return;
-        }
-        // A renewal stuck on a dead connection or a stream without a leader
-        // is abandoned after one period and sent again soon.
-        let wait = timing.renewal.begin(attempt_at);
-        let Ok(result) = tokio::time::timeout(wait, self.leases.renew(&current)).await else {
-            tracing::warn!(%slice_id, waited_ms = wait.as_millis(), "slice lease renewal not acknowledged; sending it again");
-            timing.next_at = Instant::now() + timing.renewal.retry_delay();
-            return;
-        };
-        match result {
-            Ok(renewed) => {
-                timing.renewal.stored(attempt_at);
-                timing.next_at = attempt_at + self.renew_every;
-                slot.set(KeptLease::Held(renewed));
+        let attempt = self
+            .leases
+            .ttl_lease()
+            .attempt(&current, &mut timing.renewal);
+        match attempt.await {
+            Attempt::Held { lease, from } => {
+                timing.next_at = from + self.renew_every;
+                slot.set(KeptLease::Held(lease));
             }
-            Err(error @ BusError::LeaseLost { .. }) => {
-                // A renewal whose ack was lost looks like a conflict: the key
-                // then holds our own write, which we adopt.
-                if let Ok(Some(stored)) = self.leases.get(&slice_id).await
-                    && same_holding(&stored.value, &current.value)
-                {
-                    tracing::info!(%slice_id, "slice lease renewal had landed; continuing from it");
-                    let from = timing.renewal.adopted(attempt_at);
-                    timing.next_at = from + self.renew_every;
-                    slot.set(KeptLease::Held(stored));
-                    return;
-                }
-                tracing::warn!(%slice_id, %error, "slice lease lost");
-                slot.set(KeptLease::Lost {
-                    slice_id,
-                    reason: error.to_string(),
-                });
-            }
-            Err(error) => {
-                tracing::warn!(%slice_id, %error, "slice lease renewal failed; retrying");
+            Attempt::Retry => {
                 timing.next_at = Instant::now() + timing.renewal.retry_delay();
             }
+            Attempt::Lost { reason } => slot.set(KeptLease::Lost {
+                slice_id: current.value.slice_id,
+                reason,
+            }),
         }
     }
-}
-
-/// The stored lease is the one `ours` describes (same holder, epoch,
-/// session and job): a write of ours.
-fn same_holding(stored: &SliceLease, ours: &SliceLease) -> bool {
-    stored.worker_id == ours.worker_id
-        && stored.epoch == ours.epoch
-        && stored.session_id == ours.session_id
-        && stored.job_id == ours.job_id
 }
 
 impl LeaseSet {
@@ -205,7 +162,7 @@ impl LeaseSet {
     /// its slice.
     pub fn insert(&self, held: Versioned<SliceLease>) {
         let now = Instant::now();
-        let ttl = ttl_of(&held.value);
+        let ttl = held.value.ttl();
         let slot = Arc::new(Slot {
             state: Mutex::new(KeptLease::Held(held.clone())),
             writing: tokio::sync::Mutex::new(Timing {

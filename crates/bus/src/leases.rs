@@ -4,16 +4,23 @@
 //! reassigns the slice's work. Every write is conditional on the revision the
 //! holder last saw, so a holder that lost its lease finds out on its next
 //! renewal instead of overwriting the new holder.
+//!
+//! That mechanism (and its renewal loop) is `crate::ttl_lease`'s, shared
+//! with job ownership. This module holds what is particular to slices: the
+//! request a worker makes, which fields a renewal may change (session and
+//! job, never holder or epoch), errors naming the slice and its holder, and
+//! the [`LeaseKeeper`] whose state a worker's session watches.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
 use mtswarm_proto::v1::SliceLease;
 
-use crate::kv::{KvChange, TypedKv, Versioned};
-use crate::renewal::Renewal;
+use crate::kv::{TypedKv, Versioned};
 use crate::subjects;
+use crate::ttl_lease::{Change, Leased, TtlLease, Write};
 use crate::{Bus, BusError};
 
 /// What a worker asks for when it takes a slice.
@@ -55,7 +62,7 @@ pub type LeaseWatch = Pin<Box<dyn Stream<Item = Result<LeaseEvent, BusError>> + 
 /// The leases bucket.
 #[derive(Debug, Clone)]
 pub struct Leases {
-    kv: TypedKv<SliceLease>,
+    lease: TtlLease<SliceLease>,
 }
 
 fn timestamp(at: SystemTime) -> prost_types::Timestamp {
@@ -66,17 +73,109 @@ fn ttl_seconds(ttl: Duration) -> u32 {
     u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX)
 }
 
+/// A worker holds a slice: the key is the slice id, the holder the worker.
+impl Leased for SliceLease {
+    const KIND: &'static str = "slice lease";
+
+    type Error = BusError;
+
+    fn key(&self) -> &str {
+        &self.slice_id
+    }
+
+    fn holder(&self) -> &str {
+        &self.worker_id
+    }
+
+    fn ttl_seconds(&self) -> u32 {
+        self.ttl_seconds
+    }
+
+    fn set_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch;
+    }
+
+    fn renewed(&mut self, now: SystemTime) {
+        self.renewed_at = Some(timestamp(now));
+        self.expires_at = Some(timestamp(now + self.ttl()));
+    }
+
+    /// The same holder, epoch, session and job: a renewal only restamps.
+    fn is_own_write(&self, stored: &Self) -> bool {
+        stored.worker_id == self.worker_id
+            && stored.epoch == self.epoch
+            && stored.session_id == self.session_id
+            && stored.job_id == self.job_id
+    }
+
+    fn held(key: &str, _asked_by: &str, current: Option<Self>) -> BusError {
+        let current = current.unwrap_or_default();
+        BusError::LeaseHeld {
+            slice_id: key.to_string(),
+            holder_worker_id: current.worker_id,
+            holder_session_id: current.session_id,
+        }
+    }
+
+    fn lost(
+        _lease: &TtlLease<Self>,
+        held: &Versioned<Self>,
+        write: Write,
+    ) -> impl Future<Output = BusError> + Send {
+        std::future::ready(BusError::LeaseLost {
+            slice_id: held.value.slice_id.clone(),
+            action: match write {
+                Write::Retake => "reclaimed",
+                Write::Renewal => "renewed",
+                Write::Release => "released",
+            },
+        })
+    }
+
+    fn is_lost(error: &BusError) -> bool {
+        matches!(error, BusError::LeaseLost { .. })
+    }
+}
+
+impl LeaseRequest {
+    /// The lease this request asks for, taken at `now` (its epoch is set
+    /// when it is written).
+    fn lease(&self, now: SystemTime) -> SliceLease {
+        SliceLease {
+            slice_id: self.slice_id.clone(),
+            worker_id: self.worker_id.clone(),
+            session_id: self.session_id.clone(),
+            job_id: self.job_id.clone(),
+            ttl_seconds: ttl_seconds(self.ttl),
+            expires_at: Some(timestamp(now + self.ttl)),
+            acquired_at: Some(timestamp(now)),
+            renewed_at: Some(timestamp(now)),
+            epoch: 0,
+        }
+    }
+
+    fn validate(&self) -> Result<(), BusError> {
+        subjects::validate_id("slice id", &self.slice_id)?;
+        subjects::validate_id("worker id", &self.worker_id)
+    }
+}
+
 impl Leases {
     /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
-            kv: TypedKv::open(bus, subjects::LEASES_BUCKET).await?,
+            lease: TtlLease::open(bus, subjects::LEASES_BUCKET).await?,
         })
     }
 
     /// The underlying typed bucket.
     pub fn kv(&self) -> &TypedKv<SliceLease> {
-        &self.kv
+        self.lease.kv()
+    }
+
+    /// The TTL'd holdings the leases are (for [`crate::LeaseSet`]'s loop).
+    pub(crate) fn ttl_lease(&self) -> &TtlLease<SliceLease> {
+        &self.lease
     }
 
     /// Takes the slice if nobody holds it. Fails with [`BusError::LeaseHeld`]
@@ -84,34 +183,9 @@ impl Leases {
     /// `epoch` is larger than that of any earlier lease in the bucket, so it
     /// can fence work done under an older lease.
     pub async fn acquire(&self, request: &LeaseRequest) -> Result<Versioned<SliceLease>, BusError> {
-        subjects::validate_id("slice id", &request.slice_id)?;
-        subjects::validate_id("worker id", &request.worker_id)?;
-        let now = SystemTime::now();
-        let lease = SliceLease {
-            slice_id: request.slice_id.clone(),
-            worker_id: request.worker_id.clone(),
-            session_id: request.session_id.clone(),
-            job_id: request.job_id.clone(),
-            ttl_seconds: ttl_seconds(request.ttl),
-            expires_at: Some(timestamp(now + request.ttl)),
-            acquired_at: Some(timestamp(now)),
-            renewed_at: Some(timestamp(now)),
-            epoch: self.next_epoch().await?,
-        };
-        match self
-            .kv
-            .create_with_ttl(&request.slice_id, &lease, request.ttl)
-            .await
-        {
-            Ok(revision) => Ok(Versioned {
-                value: lease,
-                revision,
-            }),
-            Err(BusError::AlreadyExists { .. }) | Err(BusError::CasConflict { .. }) => {
-                Err(self.held_error(&request.slice_id).await)
-            }
-            Err(other) => Err(other),
-        }
+        request.validate()?;
+        let lease = request.lease(SystemTime::now());
+        self.lease.acquire(lease, request.ttl).await
     }
 
     /// Takes over a live lease that names `request.worker_id` as holder (a
@@ -119,34 +193,9 @@ impl Leases {
     /// lapse). Fails with [`BusError::LeaseHeld`] when another worker holds it;
     /// acquires normally when the slice is free.
     pub async fn reclaim(&self, request: &LeaseRequest) -> Result<Versioned<SliceLease>, BusError> {
-        match self.kv.get(&request.slice_id).await? {
-            None => self.acquire(request).await,
-            Some(current) if current.value.worker_id == request.worker_id => {
-                let now = SystemTime::now();
-                let mut lease = current.value.clone();
-                lease.session_id = request.session_id.clone();
-                lease.job_id = request.job_id.clone();
-                lease.ttl_seconds = ttl_seconds(request.ttl);
-                lease.expires_at = Some(timestamp(now + request.ttl));
-                lease.acquired_at = Some(timestamp(now));
-                lease.renewed_at = Some(timestamp(now));
-                lease.epoch = self.next_epoch().await?;
-                let revision = self
-                    .kv
-                    .update_with_ttl(&request.slice_id, &lease, current.revision, request.ttl)
-                    .await
-                    .map_err(|e| self.lost_if_conflict(e, &request.slice_id, "reclaimed"))?;
-                Ok(Versioned {
-                    value: lease,
-                    revision,
-                })
-            }
-            Some(current) => Err(BusError::LeaseHeld {
-                slice_id: request.slice_id.clone(),
-                holder_worker_id: current.value.worker_id,
-                holder_session_id: current.value.session_id,
-            }),
-        }
+        request.validate()?;
+        let lease = request.lease(SystemTime::now());
+        self.lease.take(lease, request.ttl).await
     }
 
     /// Extends the lease by its TTL. [`BusError::LeaseLost`] when it lapsed or
@@ -155,7 +204,7 @@ impl Leases {
         &self,
         held: &Versioned<SliceLease>,
     ) -> Result<Versioned<SliceLease>, BusError> {
-        self.renew_with(held, |_| {}).await
+        self.lease.renew(held).await
     }
 
     /// Renews and changes the lease's session/job fields in one write.
@@ -170,97 +219,44 @@ impl Leases {
         lease.slice_id = held.value.slice_id.clone();
         lease.worker_id = held.value.worker_id.clone();
         lease.epoch = held.value.epoch;
-        let ttl = Duration::from_secs(u64::from(lease.ttl_seconds.max(1)));
-        let now = SystemTime::now();
-        lease.renewed_at = Some(timestamp(now));
-        lease.expires_at = Some(timestamp(now + ttl));
-        let revision = self
-            .kv
-            .update_with_ttl(&lease.slice_id, &lease, held.revision, ttl)
-            .await
-            .map_err(|e| self.lost_if_conflict(e, &held.value.slice_id, "renewed"))?;
-        Ok(Versioned {
-            value: lease,
-            revision,
-        })
+        self.lease.renew_as(held, lease).await
     }
 
     /// Gives the slice up. [`BusError::LeaseLost`] when the lease had already
     /// lapsed or changed hands (then there is nothing to release).
     pub async fn release(&self, held: &Versioned<SliceLease>) -> Result<(), BusError> {
-        self.kv
-            .delete(&held.value.slice_id, Some(held.revision))
-            .await
-            .map_err(|e| self.lost_if_conflict(e, &held.value.slice_id, "released"))
+        self.lease.release(held).await
     }
 
     /// The live lease on a slice, if any.
     pub async fn get(&self, slice_id: &str) -> Result<Option<Versioned<SliceLease>>, BusError> {
-        self.kv.get(slice_id).await
+        self.lease.get(slice_id).await
     }
 
     /// All live leases.
     pub async fn list(&self) -> Result<Vec<Versioned<SliceLease>>, BusError> {
-        Ok(self
-            .kv
-            .list()
-            .await?
-            .into_iter()
-            .map(|(_, lease)| lease)
-            .collect())
+        self.lease.list().await
     }
 
     /// Lease changes from now on; a [`LeaseEvent::Lapsed`] frees the slice.
     pub async fn watch(&self) -> Result<LeaseWatch, BusError> {
-        Ok(Self::lease_events(self.kv.watch().await?))
+        Ok(Box::pin(self.lease.watch().await?.map(lease_event)))
     }
 
     /// Current leases (as `Held`) and then changes.
     pub async fn watch_with_current(&self) -> Result<LeaseWatch, BusError> {
-        Ok(Self::lease_events(self.kv.watch_with_current().await?))
+        Ok(Box::pin(
+            self.lease.watch_with_current().await?.map(lease_event),
+        ))
     }
+}
 
-    fn lease_events(watch: crate::kv::KvWatch<SliceLease>) -> LeaseWatch {
-        Box::pin(watch.map(|change| {
-            Ok(match change? {
-                KvChange::Put { value, .. } => LeaseEvent::Held(value),
-                KvChange::Deleted { key, .. } => LeaseEvent::Released { slice_id: key },
-                KvChange::Expired { key, .. } => LeaseEvent::Lapsed { slice_id: key },
-            })
-        }))
-    }
-
-    /// A number larger than every revision written to the bucket so far.
-    async fn next_epoch(&self) -> Result<u64, BusError> {
-        Ok(self.kv.last_sequence().await? + 1)
-    }
-
-    async fn held_error(&self, slice_id: &str) -> BusError {
-        match self.kv.get(slice_id).await {
-            Ok(Some(current)) => BusError::LeaseHeld {
-                slice_id: slice_id.to_string(),
-                holder_worker_id: current.value.worker_id,
-                holder_session_id: current.value.session_id,
-            },
-            // Released between the failed create and this read: still a lost race.
-            Ok(None) => BusError::LeaseHeld {
-                slice_id: slice_id.to_string(),
-                holder_worker_id: String::new(),
-                holder_session_id: String::new(),
-            },
-            Err(error) => error,
-        }
-    }
-
-    fn lost_if_conflict(&self, error: BusError, slice_id: &str, action: &'static str) -> BusError {
-        match error {
-            BusError::CasConflict { .. } => BusError::LeaseLost {
-                slice_id: slice_id.to_string(),
-                action,
-            },
-            other => other,
-        }
-    }
+fn lease_event(change: Result<Change<SliceLease>, BusError>) -> Result<LeaseEvent, BusError> {
+    Ok(match change? {
+        Change::Held(lease) => LeaseEvent::Held(lease),
+        Change::Released { key } => LeaseEvent::Released { slice_id: key },
+        Change::Lapsed { key } => LeaseEvent::Lapsed { slice_id: key },
+    })
 }
 
 /// What a [`LeaseKeeper`] currently knows about its lease.
@@ -302,72 +298,19 @@ impl Leases {
     /// the TTL). Must be called inside a tokio runtime.
     pub fn keep(&self, held: Versioned<SliceLease>, renew_every: Duration) -> LeaseKeeper {
         let (state_tx, state_rx) = tokio::sync::watch::channel(KeptLease::Held(held.clone()));
-        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let leases = self.clone();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let lease = self.lease.clone();
         let task = tokio::spawn(async move {
-            let ttl = Duration::from_secs(u64::from(held.value.ttl_seconds.max(1)));
-            let mut current = held;
-            let mut renewal = Renewal::new(tokio::time::Instant::now(), renew_every, ttl);
-            loop {
-                tokio::select! {
-                    _ = &mut stop_rx => return,
-                    _ = tokio::time::sleep(renewal.next_delay()) => {}
-                }
-                let attempt_at = tokio::time::Instant::now();
-                if renewal.expired(attempt_at) {
-                    let reason = format!(
-                        "not renewed within its TTL of {} s (last renewal {:.1} s ago)",
-                        ttl.as_secs(),
-                        renewal.since_renewal(attempt_at).as_secs_f64()
-                    );
-                    tracing::warn!(slice_id = %current.value.slice_id, %reason, "slice lease lost");
-                    state_tx.send_replace(KeptLease::Lost {
-                        slice_id: current.value.slice_id.clone(),
-                        reason,
-                    });
-                    return;
-                }
-                // A renewal stuck on a dead connection or a stream without
-                // a leader is abandoned after one period and sent again.
-                let wait = renewal.begin(attempt_at);
-                let Ok(result) = tokio::time::timeout(wait, leases.renew(&current)).await else {
-                    tracing::warn!(slice_id = %current.value.slice_id, waited_ms = wait.as_millis(), "slice lease renewal not acknowledged; sending it again");
-                    continue;
-                };
-                match result {
-                    Ok(renewed) => {
-                        current = renewed.clone();
-                        renewal.stored(attempt_at);
-                        state_tx.send_replace(KeptLease::Held(renewed));
-                    }
-                    Err(error @ BusError::LeaseLost { .. }) => {
-                        // A renewal whose ack was lost (the server went away
-                        // after storing it, or the attempt was abandoned)
-                        // looks like a conflict: the key then holds our own
-                        // write, which we adopt.
-                        if let Ok(Some(stored)) = leases.get(&current.value.slice_id).await
-                            && stored.value.worker_id == current.value.worker_id
-                            && stored.value.epoch == current.value.epoch
-                            && stored.value.session_id == current.value.session_id
-                            && stored.value.job_id == current.value.job_id
-                        {
-                            tracing::info!(slice_id = %current.value.slice_id, "slice lease renewal had landed; continuing from it");
-                            current = stored.clone();
-                            renewal.adopted(attempt_at);
-                            state_tx.send_replace(KeptLease::Held(stored));
-                            continue;
-                        }
-                        tracing::warn!(slice_id = %current.value.slice_id, %error, "slice lease lost");
-                        state_tx.send_replace(KeptLease::Lost {
-                            slice_id: current.value.slice_id.clone(),
-                            reason: error.to_string(),
-                        });
-                        return;
-                    }
-                    Err(error) => {
-                        tracing::warn!(slice_id = %current.value.slice_id, %error, "slice lease renewal failed; retrying");
-                    }
-                }
+            let slice_id = held.value.slice_id.clone();
+            let ttl = held.value.ttl();
+            let renewed = |held, _| {
+                state_tx.send_replace(KeptLease::Held(held));
+            };
+            let lost = lease
+                .keep(held, renew_every, ttl, stop_rx, || true, renewed)
+                .await;
+            if let Some(reason) = lost {
+                state_tx.send_replace(KeptLease::Lost { slice_id, reason });
             }
         });
         LeaseKeeper {

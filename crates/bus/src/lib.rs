@@ -44,6 +44,7 @@ pub mod subjects;
 pub mod testing;
 mod topology;
 pub mod trace;
+mod ttl_lease;
 
 use std::sync::Arc;
 

@@ -16,6 +16,12 @@
 //! its TTL (SIGSTOP) finds its fence closed on its first write after it
 //! resumes, before its keeper's next renewal is refused.
 //!
+//! The key's lifecycle (conditional create, CAS renewals, lapse markers,
+//! the renewal loop) is `crate::ttl_lease`'s, shared with slice leases.
+//! This module holds what is particular to jobs: the owner's fence, errors
+//! naming the job and the leaders involved (a refused renewal reads who
+//! owns the job now), and the keeper that closes the fence.
+//!
 //! Why a bucket of its own rather than keys in `mtswarm_leases` or
 //! `mtswarm_jobs`: the jobs bucket has no per-key TTLs (records must not
 //! lapse), and the slice leases bucket is read and written by workers
@@ -26,46 +32,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
+pub use mtswarm_proto::v1::JobOwner;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::codec::BusMessage;
-use crate::kv::{KvChange, TypedKv, Versioned};
-use crate::renewal::Renewal;
+use crate::kv::Versioned;
 use crate::subjects;
+use crate::ttl_lease::{Change, Leased, TtlLease, Write};
 use crate::{Bus, BusError};
-
-/// The owner of one job (the value under `<job_id>` in
-/// `mtswarm_job_owners`).
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct JobOwner {
-    /// The owned job (the key).
-    #[prost(string, tag = "1")]
-    pub job_id: String,
-    /// Leader id of the owner.
-    #[prost(string, tag = "2")]
-    pub leader_id: String,
-    /// The owner's `Control` gRPC URL, for clients and forwarding.
-    #[prost(string, tag = "3")]
-    pub grpc_url: String,
-    /// Fencing epoch: larger than that of every earlier owner of the job.
-    #[prost(uint64, tag = "4")]
-    pub epoch: u64,
-    /// Lapse time without renewal, whole seconds.
-    #[prost(uint32, tag = "5")]
-    pub ttl_seconds: u32,
-    /// When this owner took the job.
-    #[prost(message, optional, tag = "6")]
-    pub acquired_at: Option<prost_types::Timestamp>,
-    /// When the owner last renewed (its clock; informative).
-    #[prost(message, optional, tag = "7")]
-    pub renewed_at: Option<prost_types::Timestamp>,
-}
-
-impl BusMessage for JobOwner {
-    const TYPE_NAME: &'static str = "mtswarm.v1.JobOwner";
-    const CONTENT_TYPE: &'static str = "application/x-protobuf; proto=mtswarm.v1.JobOwner";
-}
 
 /// Why an ownership operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -127,22 +101,94 @@ pub type OwnerWatch = Pin<Box<dyn Stream<Item = Result<OwnerEvent, BusError>> + 
 /// The job ownership bucket.
 #[derive(Debug, Clone)]
 pub struct JobOwners {
-    kv: TypedKv<JobOwner>,
+    lease: TtlLease<JobOwner>,
 }
 
 fn ttl_seconds(ttl: Duration) -> u32 {
     u32::try_from(ttl.as_secs()).unwrap_or(u32::MAX).max(1)
 }
 
-fn ttl_of(owner: &JobOwner) -> Duration {
-    Duration::from_secs(u64::from(owner.ttl_seconds.max(1)))
+/// A leader owns a job: the key is the job id, the holder the leader.
+impl Leased for JobOwner {
+    const KIND: &'static str = "job ownership";
+
+    type Error = OwnershipError;
+
+    fn key(&self) -> &str {
+        &self.job_id
+    }
+
+    fn holder(&self) -> &str {
+        &self.leader_id
+    }
+
+    fn ttl_seconds(&self) -> u32 {
+        self.ttl_seconds
+    }
+
+    fn set_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch;
+    }
+
+    fn renewed(&mut self, now: SystemTime) {
+        self.renewed_at = Some(prost_types::Timestamp::from(now));
+    }
+
+    /// Only the keeper of an epoch writes it.
+    fn is_own_write(&self, stored: &Self) -> bool {
+        stored.leader_id == self.leader_id && stored.epoch == self.epoch
+    }
+
+    fn held(key: &str, asked_by: &str, current: Option<Self>) -> OwnershipError {
+        let current = current.unwrap_or_default();
+        OwnershipError::Held {
+            job_id: key.to_string(),
+            owner: current.leader_id,
+            epoch: current.epoch,
+            asked_by: asked_by.to_string(),
+        }
+    }
+
+    /// Reads who owns the job now: a leader that lost a job is told who
+    /// took it, and one that lost the race to take its own job back is
+    /// refused like any other taker.
+    async fn lost(lease: &TtlLease<Self>, held: &Versioned<Self>, write: Write) -> OwnershipError {
+        let job_id = &held.value.job_id;
+        let reason = match write {
+            Write::Retake => {
+                return match lease.get(job_id).await {
+                    Ok(current) => {
+                        Self::held(job_id, &held.value.leader_id, current.map(|c| c.value))
+                    }
+                    Err(error) => error.into(),
+                };
+            }
+            Write::Renewal => "its renewal was refused",
+            Write::Release => "its release was refused",
+        };
+        let now_owner = match lease.get(job_id).await {
+            Ok(Some(current)) => Some(current.value.leader_id),
+            _ => None,
+        };
+        OwnershipError::Lost {
+            job_id: job_id.clone(),
+            leader_id: held.value.leader_id.clone(),
+            epoch: held.value.epoch,
+            now_owner,
+            reason: reason.to_string(),
+        }
+    }
+
+    fn is_lost(error: &OwnershipError) -> bool {
+        matches!(error, OwnershipError::Lost { .. })
+    }
 }
 
 impl JobOwners {
     /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
         Ok(Self {
-            kv: TypedKv::open(bus, subjects::JOB_OWNERS_BUCKET).await?,
+            lease: TtlLease::open(bus, subjects::JOB_OWNERS_BUCKET).await?,
         })
     }
 
@@ -164,47 +210,13 @@ impl JobOwners {
             job_id: job_id.to_string(),
             leader_id: leader_id.to_string(),
             grpc_url: grpc_url.to_string(),
-            epoch: self.kv.last_sequence().await? + 1,
+            epoch: 0,
             ttl_seconds: ttl_seconds(ttl),
             acquired_at: Some(now),
             renewed_at: Some(now),
         };
-        let ttl = ttl_of(&owner);
-        let written = match self.kv.get(job_id).await? {
-            Some(current) if current.value.leader_id == leader_id => {
-                self.kv
-                    .update_with_ttl(job_id, &owner, current.revision, ttl)
-                    .await
-            }
-            Some(current) => return Err(self.held(current.value, leader_id)),
-            None => self.kv.create_with_ttl(job_id, &owner, ttl).await,
-        };
-        match written {
-            Ok(revision) => Ok(Versioned {
-                value: owner,
-                revision,
-            }),
-            Err(BusError::AlreadyExists { .. } | BusError::CasConflict { .. }) => {
-                let current = self.kv.get(job_id).await?.map(|c| c.value);
-                Err(self.held(
-                    current.unwrap_or_else(|| JobOwner {
-                        job_id: job_id.to_string(),
-                        ..Default::default()
-                    }),
-                    leader_id,
-                ))
-            }
-            Err(other) => Err(other.into()),
-        }
-    }
-
-    fn held(&self, current: JobOwner, asked_by: &str) -> OwnershipError {
-        OwnershipError::Held {
-            job_id: current.job_id,
-            owner: current.leader_id,
-            epoch: current.epoch,
-            asked_by: asked_by.to_string(),
-        }
+        let ttl = owner.ttl();
+        self.lease.take(owner, ttl).await
     }
 
     /// Extends the ownership by its TTL; [`OwnershipError::Lost`] when the
@@ -213,67 +225,28 @@ impl JobOwners {
         &self,
         held: &Versioned<JobOwner>,
     ) -> Result<Versioned<JobOwner>, OwnershipError> {
-        let mut owner = held.value.clone();
-        owner.renewed_at = Some(prost_types::Timestamp::from(SystemTime::now()));
-        match self
-            .kv
-            .update_with_ttl(&owner.job_id, &owner, held.revision, ttl_of(&owner))
-            .await
-        {
-            Ok(revision) => Ok(Versioned {
-                value: owner,
-                revision,
-            }),
-            Err(BusError::CasConflict { .. }) => {
-                Err(self.lost(held, "its renewal was refused").await)
-            }
-            Err(other) => Err(other.into()),
-        }
-    }
-
-    async fn lost(&self, held: &Versioned<JobOwner>, reason: &str) -> OwnershipError {
-        let now_owner = match self.kv.get(&held.value.job_id).await {
-            Ok(Some(current)) => Some(current.value.leader_id),
-            _ => None,
-        };
-        OwnershipError::Lost {
-            job_id: held.value.job_id.clone(),
-            leader_id: held.value.leader_id.clone(),
-            epoch: held.value.epoch,
-            now_owner,
-            reason: reason.to_string(),
-        }
+        self.lease.renew(held).await
     }
 
     /// Gives the job up (it ended, or the owner stops). Lost when it had
     /// already changed hands.
     pub async fn release(&self, held: &Versioned<JobOwner>) -> Result<(), OwnershipError> {
-        match self
-            .kv
-            .delete(&held.value.job_id, Some(held.revision))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(BusError::CasConflict { .. }) => {
-                Err(self.lost(held, "its release was refused").await)
-            }
-            Err(other) => Err(other.into()),
-        }
+        self.lease.release(held).await
     }
 
     /// The live owner of `job_id`, if any.
     pub async fn get(&self, job_id: &str) -> Result<Option<Versioned<JobOwner>>, BusError> {
-        self.kv.get(job_id).await
+        self.lease.get(job_id).await
     }
 
     /// Ownership changes from now on; a [`OwnerEvent::Lapsed`] frees a job
     /// whose owner died.
     pub async fn watch(&self) -> Result<OwnerWatch, BusError> {
-        Ok(Box::pin(self.kv.watch().await?.map(|change| {
+        Ok(Box::pin(self.lease.watch().await?.map(|change| {
             Ok(match change? {
-                KvChange::Put { value, .. } => OwnerEvent::Held(value),
-                KvChange::Deleted { key, .. } => OwnerEvent::Released { job_id: key },
-                KvChange::Expired { key, .. } => OwnerEvent::Lapsed { job_id: key },
+                Change::Held(owner) => OwnerEvent::Held(owner),
+                Change::Released { key } => OwnerEvent::Released { job_id: key },
+                Change::Lapsed { key } => OwnerEvent::Lapsed { job_id: key },
             })
         })))
     }
@@ -434,13 +407,13 @@ impl JobOwners {
     /// Starts renewing `held` every `renew_every` (at most a third of the
     /// TTL). Must be called inside a tokio runtime.
     pub fn keep(&self, held: Versioned<JobOwner>, renew_every: Duration) -> OwnershipKeeper {
-        let ttl = ttl_of(&held.value);
-        let margin = fence_margin(ttl);
+        let ttl = held.value.ttl();
+        let valid_for = ttl - fence_margin(ttl);
         // The acquisition started before this instant: counting from here
         // would only be later than the server's own clock start.
         let (state, _) = watch::channel(KeptOwnership::Held {
             owner: held.clone(),
-            valid_until: Instant::now() + ttl - margin,
+            valid_until: Instant::now() + valid_for,
         });
         let state = Arc::new(state);
         let fence = Fence {
@@ -449,79 +422,29 @@ impl JobOwners {
             epoch: held.value.epoch,
             state: state.clone(),
         };
-        let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let owners = self.clone();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let lease = self.lease.clone();
         let task = tokio::spawn(async move {
-            let mut current = held;
-            let mut renewal = Renewal::new(Instant::now(), renew_every, ttl - margin);
-            let hold = |owner: Versioned<JobOwner>, from: Instant| {
-                // Not over a loss a fence check recorded meanwhile.
+            // A loss a fence check recorded ends the renewals, and no
+            // renewal writes over it.
+            let held_still = || matches!(*state.borrow(), KeptOwnership::Held { .. });
+            let renewed = |owner, from: Instant| {
                 state.send_if_modified(|s| match s {
                     KeptOwnership::Held { .. } => {
                         *s = KeptOwnership::Held {
                             owner,
-                            valid_until: from + ttl - margin,
+                            valid_until: from + valid_for,
                         };
                         true
                     }
                     _ => false,
                 });
             };
-            loop {
-                tokio::select! {
-                    _ = &mut stop_rx => return,
-                    _ = tokio::time::sleep(renewal.next_delay()) => {}
-                }
-                if !matches!(*state.borrow(), KeptOwnership::Held { .. }) {
-                    return;
-                }
-                let attempt_at = Instant::now();
-                if renewal.expired(attempt_at) {
-                    let reason = format!(
-                        "not renewed within its TTL of {} s (last renewal {:.1} s ago)",
-                        ttl.as_secs(),
-                        renewal.since_renewal(attempt_at).as_secs_f64()
-                    );
-                    state.send_replace(KeptOwnership::Lost { reason });
-                    return;
-                }
-                // A renewal stuck on a dead connection or a stream without
-                // a leader is abandoned after one period and sent again.
-                let wait = renewal.begin(attempt_at);
-                let Ok(result) = tokio::time::timeout(wait, owners.renew(&current)).await else {
-                    tracing::warn!(job_id = %current.value.job_id, waited_ms = wait.as_millis(), "job ownership renewal not acknowledged; sending it again");
-                    continue;
-                };
-                match result {
-                    Ok(renewed) => {
-                        current = renewed.clone();
-                        renewal.stored(attempt_at);
-                        hold(renewed, attempt_at);
-                    }
-                    Err(error @ OwnershipError::Lost { .. }) => {
-                        // An abandoned renewal that was stored after all
-                        // makes the next one a conflict: the key then holds
-                        // our own write (only this keeper writes its epoch),
-                        // which we adopt.
-                        if let Ok(Some(stored)) = owners.get(&current.value.job_id).await
-                            && stored.value.leader_id == current.value.leader_id
-                            && stored.value.epoch == current.value.epoch
-                        {
-                            tracing::info!(job_id = %current.value.job_id, "job ownership renewal had landed; continuing from it");
-                            current = stored.clone();
-                            let from = renewal.adopted(attempt_at);
-                            hold(stored, from);
-                            continue;
-                        }
-                        state.send_replace(KeptOwnership::Lost {
-                            reason: error.to_string(),
-                        });
-                        return;
-                    }
-                    Err(error) => {
-                        tracing::warn!(job_id = %current.value.job_id, %error, "job ownership renewal failed; retrying");
-                    }
-                }
+            let lost = lease
+                .keep(held, renew_every, valid_for, stop_rx, held_still, renewed)
+                .await;
+            if let Some(reason) = lost {
+                state.send_replace(KeptOwnership::Lost { reason });
             }
         });
         OwnershipKeeper {

@@ -1,5 +1,5 @@
 //! The timing of a TTL renewal loop (slice leases, job ownership), shared
-//! by both keepers so they tolerate the same outages.
+//! by every keeper (`crate::ttl_lease`) so they tolerate the same outages.
 //!
 //! A renewal is a conditional KV write, acknowledged by the bucket's stream
 //! leader. When a node of a cluster dies, the streams it led have no leader
