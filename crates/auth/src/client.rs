@@ -16,7 +16,7 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
-use crate::AuthError;
+use crate::error::AuthError;
 use crate::server::AUTHORIZATION;
 use crate::tls::{install_crypto_provider, read_pem};
 

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::AuthError;
+use crate::error::AuthError;
 
 /// Environment variable naming the client configuration file.
 pub const CLIENT_CONFIG_ENV: &str = "MTSWARM_CONFIG";

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use mtswarm_bus::v1;
 
-use crate::AuthError;
+use crate::error::AuthError;
 
 /// Domain separation: no other signature of this key can be mistaken for a
 /// decision's.

@@ -4,7 +4,7 @@
 //! configured for: a job cannot point a daemon, and its key, at a listener
 //! of its choosing.
 
-use crate::AuthError;
+use crate::error::AuthError;
 
 /// `https://host/v1/` and `https://host/v1` are the same endpoint.
 fn normalize(url: &str) -> String {

@@ -23,7 +23,9 @@ use rcgen::{
 };
 
 use crate::client_config::write_secret;
-use crate::{AuthError, IdentityEntry, IdentityTable, Role, token_digest};
+use crate::error::AuthError;
+use crate::identity::{IdentityEntry, IdentityTable, token_digest};
+use crate::role::Role;
 
 /// Names a local stack's certificate is valid for.
 pub const LOCAL_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];

@@ -10,7 +10,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::{AuthError, Role};
+use crate::error::AuthError;
+
+use crate::role::Role;
 
 /// An authenticated caller: a name (recorded as `submitted_by`,
 /// `decided_by`) and its roles.

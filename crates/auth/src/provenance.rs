@@ -28,7 +28,9 @@ use mtswarm_bus::v1;
 use prost::Message as _;
 use sha2::{Digest as _, Sha256};
 
-use crate::{AuthError, DecisionSigner, DecisionVerifier};
+use crate::decision::{DecisionSigner, DecisionVerifier};
+
+use crate::error::AuthError;
 
 /// Domain separation of the leader's grants.
 const GRANT_CONTEXT: &[u8] = b"mtswarm placement grant v1\0";

@@ -10,7 +10,7 @@
 use sha2::{Digest as _, Sha256};
 use std::path::Path;
 
-use crate::AuthError;
+use crate::error::AuthError;
 
 const BLOCK: usize = 64;
 

@@ -7,7 +7,13 @@ use std::sync::Arc;
 
 use tonic::transport::Server;
 
-use crate::{AuthError, Authenticator, IdentityTable, ServerTls};
+use crate::error::AuthError;
+
+use crate::identity::IdentityTable;
+
+use crate::server::Authenticator;
+
+use crate::tls::ServerTls;
 
 /// Identities and TLS of one gRPC server; the default accepts anonymous
 /// plaintext callers.

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use tonic::{Request, Status};
 
-use crate::{Identity, IdentityTable, Role};
+use crate::identity::{Identity, IdentityTable};
+
+use crate::role::Role;
 
 /// Metadata key of the bearer token.
 pub(crate) const AUTHORIZATION: &str = "authorization";
@@ -142,7 +144,7 @@ mod tests {
     use tonic::service::Interceptor as _;
 
     use super::*;
-    use crate::{IdentityEntry, token_digest};
+    use crate::identity::{IdentityEntry, token_digest};
 
     fn authenticator() -> Authenticator {
         let table = IdentityTable::from_entries(&[IdentityEntry {

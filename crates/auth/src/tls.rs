@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use tonic::transport::{Identity as TlsIdentity, ServerTlsConfig};
 
-use crate::AuthError;
+use crate::error::AuthError;
 
 /// Makes aws-lc-rs the process's rustls provider (idempotent). tonic,
 /// async-nats and reqwest all build on it; installing it explicitly keeps a

@@ -6,7 +6,7 @@ use async_nats::HeaderMap;
 use bytes::Bytes;
 use mtswarm_proto::v1;
 
-use crate::BusError;
+use crate::error::BusError;
 
 /// Header naming the payload's encoding and protobuf type.
 pub const CONTENT_TYPE_HEADER: &str = "Content-Type";

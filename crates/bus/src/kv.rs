@@ -14,8 +14,9 @@ use async_nats::jetstream::message::PublishMessage;
 use futures::{Stream, StreamExt as _, TryStreamExt as _};
 
 use crate::codec::{self, BusMessage};
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::subjects;
-use crate::{Bus, BusError};
 
 /// A value with the KV revision it was read or written at (the CAS token).
 #[derive(Debug, Clone, PartialEq)]

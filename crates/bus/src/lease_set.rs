@@ -25,7 +25,7 @@ use futures::StreamExt as _;
 use mtswarm_proto::v1::SliceLease;
 use tokio::time::Instant;
 
-use crate::BusError;
+use crate::error::BusError;
 use crate::kv::Versioned;
 use crate::leases::{KeptLease, Leases};
 use crate::renewal::Renewal;

@@ -18,10 +18,11 @@ use std::time::{Duration, SystemTime};
 use futures::{Stream, StreamExt as _};
 use mtswarm_proto::v1::SliceLease;
 
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::kv::{TypedKv, Versioned};
 use crate::subjects;
 use crate::ttl_lease::{Change, Leased, TtlLease, Write};
-use crate::{Bus, BusError};
 
 /// What a worker asks for when it takes a slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,8 +385,9 @@ impl Drop for LeaseKeeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BusConfig;
+    use crate::config::TopologyConfig;
     use crate::testing::NatsServer;
-    use crate::{BusConfig, TopologyConfig};
 
     async fn kept_lease(nats: &NatsServer, ttl: Duration) -> LeaseKeeper {
         let bus = Bus::connect(BusConfig::new(nats.url()).with_name("lease-test"))

@@ -9,7 +9,9 @@
 
 use async_nats::HeaderMap;
 
-use crate::{Bus, BusError};
+use crate::connection::Bus;
+
+use crate::error::BusError;
 
 /// What a KV write adds to the value on the wire beyond the payload: its
 /// subject-level headers (expected revision, per-key TTL).

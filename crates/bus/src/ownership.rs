@@ -36,10 +36,11 @@ pub use mtswarm_proto::v1::JobOwner;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::kv::Versioned;
 use crate::subjects;
 use crate::ttl_lease::{Change, Leased, TtlLease, Write};
-use crate::{Bus, BusError};
 
 /// Why an ownership operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -515,8 +516,9 @@ impl Drop for OwnershipKeeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BusConfig;
+    use crate::config::TopologyConfig;
     use crate::testing::NatsServer;
-    use crate::{BusConfig, TopologyConfig};
 
     async fn owners(nats: &NatsServer) -> JobOwners {
         let bus = Bus::connect(BusConfig::new(nats.url()).with_name("owners-test"))

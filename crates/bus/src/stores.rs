@@ -12,9 +12,10 @@ use mtswarm_proto::v1::{
     SessionCheckpoint, SliceQuarantine, WorkerRecord,
 };
 
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::kv::{KvWatch, TypedKv, Versioned};
 use crate::subjects;
-use crate::{Bus, BusError};
 
 /// Read-modify-write attempts before a contended update gives up.
 pub(crate) const MAX_CAS_RETRIES: usize = 16;

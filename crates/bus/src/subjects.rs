@@ -24,7 +24,7 @@
 //! `board3-c1` qualify. JetStream API access (`$JS.API.>`, `$JS.ACK.>`) and
 //! `_INBOX.>` must also be allowed for every identity.
 
-use crate::BusError;
+use crate::error::BusError;
 
 /// Common prefix of all mtswarm subjects.
 pub const PREFIX: &str = "mtswarm";

@@ -8,83 +8,14 @@
 //! stream missing ([`Bus::recover_topology`]), so a job waits out the gap
 //! instead of hanging for good.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_nats::jetstream::{self, kv, stream};
 
+use crate::config::TopologyConfig;
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::subjects;
-use crate::{Bus, BusError};
-
-/// Sizes, ages and TTLs of the streams and buckets.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TopologyConfig {
-    /// Replicas of every stream and bucket (1 for a single server, 3 in a cluster).
-    pub replicas: usize,
-    /// Window in which a re-publish with the same `Nats-Msg-Id` is dropped
-    /// (tasks and results).
-    pub duplicate_window: Duration,
-    /// How long unconsumed tasks and results are kept.
-    pub task_max_age: Duration,
-    /// How long results are kept in the measurements stream.
-    pub result_max_age: Duration,
-    /// Replay window and size limit of the events stream (oldest dropped first).
-    pub event_max_age: Duration,
-    /// Size limit of the events stream, bytes.
-    pub event_max_bytes: i64,
-    /// Lifetime of the delete marker a lapsed lease or worker record leaves,
-    /// so watchers see the lapse (server ≥ 2.11 per-key TTL).
-    pub lease_marker_ttl: Duration,
-    /// Bucket-wide max age for leases and worker records, used only when the
-    /// server lacks per-key TTLs (then this is the effective lease TTL).
-    pub fallback_lease_ttl: Duration,
-    /// History kept per key in the jobs and approvals buckets.
-    pub record_history: i64,
-    /// File storage (survives server restarts) or memory (tests, benchmarks).
-    pub storage: stream::StorageType,
-    /// Size limit of the measurements stream, bytes (the oldest records go
-    /// first). JetStream reserves it on every replica's disk up front.
-    pub measurements_max_bytes: i64,
-    /// Largest single record the measurements stream accepts, bytes.
-    pub measurement_max_record_bytes: i32,
-    /// Largest record this client stores in any stream or bucket, bytes
-    /// (`None`: the server's `max_payload` alone). The effective limit is
-    /// the smaller of this and the connected server's `max_payload`.
-    pub max_record_bytes: Option<usize>,
-}
-
-impl Default for TopologyConfig {
-    fn default() -> Self {
-        Self {
-            replicas: 1,
-            duplicate_window: Duration::from_secs(10 * 60),
-            task_max_age: Duration::from_secs(7 * 24 * 3600),
-            result_max_age: Duration::from_secs(7 * 24 * 3600),
-            event_max_age: Duration::from_secs(24 * 3600),
-            event_max_bytes: 1 << 30,
-            lease_marker_ttl: Duration::from_secs(60),
-            fallback_lease_ttl: Duration::from_secs(15),
-            record_history: 5,
-            storage: stream::StorageType::File,
-            measurements_max_bytes: MEASUREMENTS_MAX_BYTES,
-            measurement_max_record_bytes: MEASUREMENT_MAX_RECORD_BYTES,
-            max_record_bytes: None,
-        }
-    }
-}
-
-impl TopologyConfig {
-    /// The default shape with small size limits, for tests and benchmarks:
-    /// JetStream reserves a stream's `max_bytes` on disk when it creates
-    /// it, so the production limits (GiBs) fail with "insufficient storage"
-    /// (error 10047) on a machine with little free disk.
-    pub fn for_tests() -> Self {
-        Self {
-            event_max_bytes: 64 << 20,
-            measurements_max_bytes: 64 << 20,
-            ..Self::default()
-        }
-    }
-}
 
 /// What [`Bus::ensure_topology`] found about the server's capabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,16 +27,6 @@ pub struct TopologyInfo {
 
 /// Most replicas JetStream keeps of a stream.
 const MAX_REPLICAS: usize = 5;
-
-/// The topology a [`Bus`] created, and when its last re-creation started.
-#[derive(Debug, Default)]
-pub(crate) struct Remembered {
-    config: std::sync::Mutex<Option<TopologyConfig>>,
-    /// The shape this client works with (record limits, the measurements
-    /// stream): the one ensured or adopted last.
-    in_use: std::sync::Mutex<Option<TopologyConfig>>,
-    last_recovery: tokio::sync::Mutex<Option<Instant>>,
-}
 
 impl Bus {
     /// Re-creates the topology last ensured through this connection after
@@ -343,14 +264,6 @@ impl Bus {
         }
     }
 }
-
-/// Default size cap of the measurements stream
-/// ([`TopologyConfig::measurements_max_bytes`]); the oldest records go first.
-pub const MEASUREMENTS_MAX_BYTES: i64 = 4 << 30;
-/// Default largest single measurement record
-/// ([`TopologyConfig::measurement_max_record_bytes`]; a record with 10,000
-/// raw samples is ~250 KB).
-pub const MEASUREMENT_MAX_RECORD_BYTES: i32 = 1 << 20;
 
 /// The measurements stream as [`Bus::ensure_topology`] creates it: limits
 /// retention without an age limit (the history is what later jobs learn

@@ -28,9 +28,10 @@ use futures::{Stream, StreamExt as _};
 use tokio::time::Instant;
 
 use crate::codec::BusMessage;
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::kv::{KvChange, TypedKv, Versioned};
 use crate::renewal::Renewal;
-use crate::{Bus, BusError};
 
 /// A write of a holder conditional on the revision it last saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

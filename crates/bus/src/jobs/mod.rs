@@ -24,10 +24,11 @@ use std::time::SystemTime;
 use mtswarm_proto::v1::{AgentPlacement, JobRecord, LeaderCheckpoint, TaskRecord};
 
 use crate::codec::BusMessage;
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::kv::{KvWatch, TypedKv, Versioned};
 use crate::stores::MAX_CAS_RETRIES;
 use crate::subjects;
-use crate::{Bus, BusError};
 
 pub use owner::OwnerWrites;
 use owner::{OwnerStamped, Writer};

@@ -17,7 +17,7 @@
 use mtswarm_proto::v1::{AgentPlacement, JobRecord, LeaderCheckpoint, TaskRecord};
 
 use super::{Jobs, agent_key, loop_key, task_key, write_at_revision};
-use crate::BusError;
+use crate::error::BusError;
 use crate::kv::Versioned;
 
 /// A record that carries the fencing epoch of the owner that wrote it.

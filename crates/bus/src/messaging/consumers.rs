@@ -8,8 +8,9 @@ use async_nats::jetstream::stream::Stream;
 use mtswarm_proto::v1;
 
 use super::delivery::{DeliveryStream, consumer_error, deliveries};
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::subjects;
-use crate::{Bus, BusError};
 
 /// Settings of a worker's durable task consumer.
 #[derive(Debug, Clone, PartialEq, Eq)]

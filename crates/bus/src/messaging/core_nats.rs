@@ -11,8 +11,9 @@ use super::delivery::{
     Received, ReceivedStream, ReplayedEvent, consumer_error, outgoing_headers, received_stream,
 };
 use crate::codec::{self, BusMessage};
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::subjects;
-use crate::{Bus, BusError};
 
 impl Bus {
     async fn publish_core<T: BusMessage>(

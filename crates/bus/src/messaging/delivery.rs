@@ -13,8 +13,9 @@ use mtswarm_proto::v1;
 use mtswarm_telemetry::TelemetryError;
 
 use crate::codec::{self, BusMessage};
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::trace;
-use crate::{Bus, BusError};
 
 /// Boxed stream of typed JetStream deliveries.
 pub type DeliveryStream<T> = Pin<Box<dyn Stream<Item = Result<Delivery<T>, BusError>> + Send>>;

@@ -6,8 +6,9 @@ use mtswarm_proto::v1;
 
 use super::delivery::{PendingPublish, PublishReceipt, outgoing_headers};
 use crate::codec::{self, BusMessage};
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::subjects;
-use crate::{Bus, BusError};
 
 fn require_attempt(attempt: u32) -> Result<(), BusError> {
     if attempt == 0 {

@@ -29,9 +29,8 @@ mod record;
 mod store;
 mod subject;
 
-pub use crate::topology::{
-    MEASUREMENT_MAX_RECORD_BYTES, MEASUREMENTS_MAX_BYTES, measurements_stream_config,
-};
+pub use crate::config::{MEASUREMENT_MAX_RECORD_BYTES, MEASUREMENTS_MAX_BYTES};
+pub use crate::topology::measurements_stream_config;
 pub use export::{CSV_COLUMNS, ExportError, read_jsonl, to_csv, to_jsonl};
 pub use query::ResultQuery;
 pub use record::{

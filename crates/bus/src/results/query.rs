@@ -6,7 +6,8 @@ use std::time::SystemTime;
 use super::record::{CandidateStatus, ResultRecord, unix_millis};
 use super::subject::{HASH_TOKEN_LEN, canonical_slice_id, hash_token, token};
 use super::{DEFAULT_QUERY_LIMIT, MAX_QUERY_LIMIT};
-use crate::{BusError, subjects};
+use crate::error::BusError;
+use crate::subjects;
 
 /// Filters of [`ResultsStore::query`](crate::ResultsStore::query). Every `Some` narrows the result.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::MAX_RECORD_ID_LEN;
 use super::subject::{canonical_slice_id, measurement_subject};
-use crate::{BusError, subjects};
+use crate::error::BusError;
+use crate::subjects;
 
 /// Robust statistics of the timed executions, seconds (as measured by
 /// `mtswarm_hw::measure`).

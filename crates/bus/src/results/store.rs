@@ -12,11 +12,12 @@ use futures::StreamExt as _;
 use super::RESULT_RECORD_CONTENT_TYPE;
 use super::query::ResultQuery;
 use super::record::ResultRecord;
+use crate::connection::Bus;
+use crate::error::BusError;
 use crate::messaging::PublishReceipt;
 use crate::subjects;
 use crate::topology::measurements_stream_config;
 use crate::trace;
-use crate::{Bus, BusError};
 
 /// A scan that receives nothing for this long while records are still
 /// pending fails instead of hanging.

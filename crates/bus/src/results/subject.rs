@@ -1,7 +1,9 @@
 //! Subject of a stored record: `mtswarm.measurement.<job_id>.<kernel>.<hash16>.<slice>`,
 //! with every free-form value made a safe token.
 
-use crate::{BusError, subjects};
+use crate::error::BusError;
+
+use crate::subjects;
 
 /// Characters of the kernel hash used as a subject token.
 pub(super) const HASH_TOKEN_LEN: usize = 16;

@@ -13,7 +13,15 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use tokio::sync::oneshot;
 
-use crate::{Bus, PendingPublish, ResultConsumerConfig, TaskConsumerConfig, v1};
+use crate::connection::Bus;
+
+use crate::messaging::PendingPublish;
+
+use crate::messaging::ResultConsumerConfig;
+
+use crate::messaging::TaskConsumerConfig;
+
+use mtswarm_proto::v1;
 
 /// Result waiters of a bench's leader side, keyed by task id.
 pub type ResultWaiters = Arc<Mutex<HashMap<String, oneshot::Sender<v1::TaskStatus>>>>;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::stream;
 use futures::StreamExt as _;
 
-use crate::Bus;
+use crate::connection::Bus;
 use crate::local_server::{LocalServerError, LocalServerOptions, NatsServer, free_port};
 
 /// Pause between two looks at a condition being waited for.
