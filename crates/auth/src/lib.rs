@@ -5,8 +5,10 @@
 //! TLS, never from request fields; the identity the token maps to carries
 //! the roles that decide what the caller may do ([`Role`]). This crate owns
 //! that mapping ([`IdentityTable`], loaded from the deployment's identities
-//! file), the tonic interceptor that enforces it ([`Authenticator`]), the
-//! client side (a token and a CA to trust, [`ClientAuth`]) and the
+//! file), the tonic interceptor that enforces it ([`Authenticator`]) on the
+//! one gRPC server setup of both daemons ([`serve`]: TLS, health,
+//! reflection), the client side (a token and a CA to trust, [`ClientAuth`])
+//! and the
 //! generation of a local deployment's credentials ([`generate`]), and the
 //! leader's signature on approval decisions ([`DecisionSigner`],
 //! [`DecisionVerifier`]) and on placements, with the workers' signatures on
@@ -26,6 +28,7 @@ pub mod provenance;
 mod result_token;
 mod role;
 mod security;
+mod serve;
 mod server;
 mod tls;
 
@@ -43,5 +46,6 @@ pub use provenance::{
 pub use result_token::ResultKey;
 pub use role::Role;
 pub use security::ServerSecurity;
+pub use serve::{ServeError, ServeOptions, Serving, serve};
 pub use server::{Authenticator, require, require_any};
 pub use tls::{ServerTls, install_crypto_provider};

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use mtswarm_bus::results::{ResultRecord, canonical_slice_id};
 use mtswarm_bus::v1;
-use mtswarm_core::ToolContext;
+use mtswarm_core::{ToolContext, ToolRegistry};
 use serde_json::{Value, json};
 
 use crate::ids::leader_session_id;
@@ -122,108 +122,21 @@ pub(crate) async fn confirm(
         if cancel.borrow().is_some() {
             break;
         }
-        let records = match outcome::believed_records(shared, &context.job_id).await {
-            Ok((records, _)) => records,
-            Err(error) => {
-                tracing::warn!(%error, job_id = %context.job_id, "results store unreadable; the best is not confirmed");
-                return confirmed;
-            }
-        };
-        let skip = confirmation_tasks(context);
-        let tasks: Vec<TaskView> = context
-            .results
-            .snapshot()
-            .into_iter()
-            .filter(|t| !skip.contains(&t.task_id))
-            .collect();
-        let candidates: Vec<ResultRecord> = records
-            .iter()
-            .filter(|r| !skip.contains(&r.task_id) && !confirmed.disputed.contains(&r.record_id))
-            .cloned()
-            .collect();
-        let Some(best) = outcome::from_records(&tasks, &candidates).best else {
-            break;
-        };
-        let Some(original) = candidates
-            .iter()
-            .find(|r| best.record_ids.first() == Some(&r.record_id))
-            .cloned()
-        else {
-            break;
-        };
+        let (best_record_ids, original) =
+            match next_candidate(shared, context, &confirmed.disputed).await {
+                Ok(Some(candidate)) => candidate,
+                Ok(None) => break,
+                Err(()) => return confirmed,
+            };
         let started = Instant::now();
-        let mut confirmation = v1::Confirmation {
-            original_record_id: original.record_id.clone(),
-            original_worker_id: original.worker_id.clone(),
-            original_slice_id: original.slice_id.clone(),
-            original_gflops: original.gflops.unwrap_or_default(),
-            original_median_seconds: median(&original),
-            tolerance: tolerance(&original.backend),
-            ..Default::default()
-        };
+        let mut confirmation = opening(&original);
         let measured = measure_elsewhere(shared, context, round, &original, cancel).await;
         confirmation.seconds = started.elapsed().as_secs_f64();
-        let state = match measured {
-            Measured::Unavailable(reason) => {
-                confirmation.reason = reason;
-                v1::ConfirmationState::Unavailable
-            }
-            Measured::Failed { task_id, reason } => {
-                confirmation.task_id = task_id;
-                confirmation.reason = reason;
-                v1::ConfirmationState::Failed
-            }
-            Measured::Record { task_id, record } => {
-                confirmation.task_id = task_id;
-                confirmation.record_id = record.record_id.clone();
-                confirmation.worker_id = record.worker_id.clone();
-                confirmation.slice_id = record.slice_id.clone();
-                confirmation.gflops = record.gflops.unwrap_or_default();
-                confirmation.median_seconds = median(&record);
-                let difference = relative_difference(
-                    confirmation.original_median_seconds,
-                    confirmation.median_seconds,
-                );
-                if difference <= confirmation.tolerance {
-                    confirmation.reason = format!(
-                        "reproduced on slice {} of worker {} ({:.4e} s against {:.4e} s, {:.1}% apart, tolerance {:.0}%)",
-                        record.slice_id,
-                        record.worker_id,
-                        confirmation.median_seconds,
-                        confirmation.original_median_seconds,
-                        difference * 100.0,
-                        confirmation.tolerance * 100.0
-                    );
-                    v1::ConfirmationState::Confirmed
-                } else {
-                    confirmation.reason = format!(
-                        "not reproduced: slice {} of worker {} measured {:.4e} s where slice {} of worker {} reported {:.4e} s ({:.0}% apart, tolerance {:.0}%); both figures are flagged",
-                        record.slice_id,
-                        record.worker_id,
-                        confirmation.median_seconds,
-                        original.slice_id,
-                        original.worker_id,
-                        confirmation.original_median_seconds,
-                        difference * 100.0,
-                        confirmation.tolerance * 100.0
-                    );
-                    tracing::warn!(
-                        job_id = %context.job_id,
-                        original_record = %original.record_id,
-                        original_worker = %original.worker_id,
-                        original_slice = %original.slice_id,
-                        confirming_record = %record.record_id,
-                        confirming_worker = %record.worker_id,
-                        confirming_slice = %record.slice_id,
-                        difference,
-                        "measurements disagree: both figures flagged (no slice quarantined)"
-                    );
-                    confirmed.disputed.extend(best.record_ids.iter().cloned());
-                    confirmed.disputed.insert(record.record_id.clone());
-                    v1::ConfirmationState::Disagreed
-                }
-            }
-        };
+        let state = judge(&mut confirmation, measured, &original, &context.job_id);
+        if state == v1::ConfirmationState::Disagreed {
+            confirmed.disputed.extend(best_record_ids);
+            confirmed.disputed.insert(confirmation.record_id.clone());
+        }
         confirmation.state = state as i32;
         tracing::info!(
             job_id = %context.job_id,
@@ -239,23 +152,154 @@ pub(crate) async fn confirm(
             return confirmed;
         }
     }
-    if !confirmed.confirmations.is_empty()
-        && confirmed
-            .confirmations
+    confirmed.gave_up = gave_up_reason(&confirmed.confirmations);
+    confirmed
+}
+
+/// The job's best among its own records not disputed yet: the best's
+/// record ids and its first record. `Ok(None)` when there is none; `Err`
+/// (logged) when the results store is not readable.
+async fn next_candidate(
+    shared: &Arc<Shared>,
+    context: &JobContext,
+    disputed: &HashSet<String>,
+) -> Result<Option<(Vec<String>, ResultRecord)>, ()> {
+    let records = match outcome::believed_records(shared, &context.job_id).await {
+        Ok((records, _)) => records,
+        Err(error) => {
+            tracing::warn!(%error, job_id = %context.job_id, "results store unreadable; the best is not confirmed");
+            return Err(());
+        }
+    };
+    let skip = confirmation_tasks(context);
+    let tasks: Vec<TaskView> = context
+        .results
+        .snapshot()
+        .into_iter()
+        .filter(|t| !skip.contains(&t.task_id))
+        .collect();
+    let candidates: Vec<ResultRecord> = records
+        .iter()
+        .filter(|r| !skip.contains(&r.task_id) && !disputed.contains(&r.record_id))
+        .cloned()
+        .collect();
+    let Some(best) = outcome::from_records(&tasks, &candidates).best else {
+        return Ok(None);
+    };
+    let original = candidates
+        .iter()
+        .find(|r| best.record_ids.first() == Some(&r.record_id))
+        .cloned();
+    Ok(original.map(|original| (best.record_ids, original)))
+}
+
+/// A round's confirmation before anything is measured: the original
+/// record's side and the tolerance of its kind.
+fn opening(original: &ResultRecord) -> v1::Confirmation {
+    v1::Confirmation {
+        original_record_id: original.record_id.clone(),
+        original_worker_id: original.worker_id.clone(),
+        original_slice_id: original.slice_id.clone(),
+        original_gflops: original.gflops.unwrap_or_default(),
+        original_median_seconds: median(original),
+        tolerance: tolerance(&original.backend),
+        ..Default::default()
+    }
+}
+
+/// Writes what was measured into `confirmation` and says what it makes of
+/// the original: unavailable, failed, confirmed or disagreed.
+fn judge(
+    confirmation: &mut v1::Confirmation,
+    measured: Measured,
+    original: &ResultRecord,
+    job_id: &str,
+) -> v1::ConfirmationState {
+    match measured {
+        Measured::Unavailable(reason) => {
+            confirmation.reason = reason;
+            v1::ConfirmationState::Unavailable
+        }
+        Measured::Failed { task_id, reason } => {
+            confirmation.task_id = task_id;
+            confirmation.reason = reason;
+            v1::ConfirmationState::Failed
+        }
+        Measured::Record { task_id, record } => {
+            confirmation.task_id = task_id;
+            compare(confirmation, &record, original, job_id)
+        }
+    }
+}
+
+/// Compares the confirming record's median with the original's within the
+/// kind's tolerance; a disagreement is logged with both sides.
+fn compare(
+    confirmation: &mut v1::Confirmation,
+    record: &ResultRecord,
+    original: &ResultRecord,
+    job_id: &str,
+) -> v1::ConfirmationState {
+    confirmation.record_id = record.record_id.clone();
+    confirmation.worker_id = record.worker_id.clone();
+    confirmation.slice_id = record.slice_id.clone();
+    confirmation.gflops = record.gflops.unwrap_or_default();
+    confirmation.median_seconds = median(record);
+    let difference = relative_difference(
+        confirmation.original_median_seconds,
+        confirmation.median_seconds,
+    );
+    if difference <= confirmation.tolerance {
+        confirmation.reason = format!(
+            "reproduced on slice {} of worker {} ({:.4e} s against {:.4e} s, {:.1}% apart, tolerance {:.0}%)",
+            record.slice_id,
+            record.worker_id,
+            confirmation.median_seconds,
+            confirmation.original_median_seconds,
+            difference * 100.0,
+            confirmation.tolerance * 100.0
+        );
+        return v1::ConfirmationState::Confirmed;
+    }
+    confirmation.reason = format!(
+        "not reproduced: slice {} of worker {} measured {:.4e} s where slice {} of worker {} reported {:.4e} s ({:.0}% apart, tolerance {:.0}%); both figures are flagged",
+        record.slice_id,
+        record.worker_id,
+        confirmation.median_seconds,
+        original.slice_id,
+        original.worker_id,
+        confirmation.original_median_seconds,
+        difference * 100.0,
+        confirmation.tolerance * 100.0
+    );
+    tracing::warn!(
+        job_id = %job_id,
+        original_record = %original.record_id,
+        original_worker = %original.worker_id,
+        original_slice = %original.slice_id,
+        confirming_record = %record.record_id,
+        confirming_worker = %record.worker_id,
+        confirming_slice = %record.slice_id,
+        difference,
+        "measurements disagree: both figures flagged (no slice quarantined)"
+    );
+    v1::ConfirmationState::Disagreed
+}
+
+/// Why the job has no confirmed best, when every round disagreed.
+fn gave_up_reason(confirmations: &[v1::Confirmation]) -> Option<String> {
+    if confirmations.is_empty()
+        || !confirmations
             .iter()
             .all(|c| c.state() == v1::ConfirmationState::Disagreed)
     {
-        let rounds: Vec<&str> = confirmed
-            .confirmations
-            .iter()
-            .map(|c| c.reason.as_str())
-            .collect();
-        confirmed.gave_up = Some(format!(
-            "the confirmation failed: no best figure was reproduced on another worker's slice of the same kind ({})",
-            rounds.join("; ")
-        ));
+        return None;
     }
-    confirmed
+    let rounds: Vec<&str> = confirmations.iter().map(|c| c.reason.as_str()).collect();
+    Some(format!(
+        "the confirmation failed: no best figure was reproduced on another worker's slice of the same kind ({})",
+        rounds.join("; ")
+    ))
 }
 
 /// The median of a record, seconds (0 without one).
@@ -312,58 +356,90 @@ async fn measure_elsewhere(
         }
         Err(reason) => return Measured::Unavailable(reason),
     };
-    let registry = crate::tools::registry(shared.clone(), context.clone());
-    let session = leader_session_id(&context.job_id);
-    let call = |name: &str| {
-        ToolContext::new(
-            session.clone(),
-            format!("{CONFIRM_CALL_PREFIX}{round}-{name}"),
+    let tools = RoundTools::new(shared, context, round);
+    let steps = async {
+        let agent = confirming_agent(&tools, confirmer).await?;
+        let task_id = assign_confirmation(&tools, &agent, original).await?;
+        let result = await_result(context, &task_id, cancel).await?;
+        Ok::<_, Measured>(read_record(shared, context, task_id, &result, original).await)
+    };
+    match steps.await {
+        Ok(measured) | Err(measured) => measured,
+    }
+}
+
+/// The leader's own tools, called by the confirmation of round `round`
+/// (call ids `<CONFIRM_CALL_PREFIX><round>-<step>`).
+struct RoundTools {
+    registry: ToolRegistry,
+    session: String,
+    round: usize,
+}
+
+impl RoundTools {
+    fn new(shared: &Arc<Shared>, context: &Arc<JobContext>, round: usize) -> Self {
+        Self {
+            registry: crate::tools::registry(shared.clone(), context.clone()),
+            session: leader_session_id(&context.job_id),
+            round,
+        }
+    }
+
+    /// Calls `tool` as step `step` of the round; its data, or why it failed.
+    async fn run(&self, tool: &'static str, args: Value, step: &str) -> Result<Value, String> {
+        let ctx = ToolContext::new(
+            self.session.clone(),
+            format!("{CONFIRM_CALL_PREFIX}{}-{step}", self.round),
             u32::MAX,
+        );
+        let Some(registered) = self.registry.get(tool) else {
+            return Err(format!("the leader has no {tool} tool"));
+        };
+        registered
+            .tool
+            .call(args, &ctx)
+            .await
+            .map(|out| out.data.unwrap_or(Value::Null))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The confirmer's agent: the idle one, or one spawned on the free slice.
+async fn confirming_agent(tools: &RoundTools, confirmer: Confirmer) -> Result<String, Measured> {
+    let slice_id = match confirmer {
+        Confirmer::Agent(agent) => return Ok(agent),
+        Confirmer::FreeSlice(slice_id) => slice_id,
+    };
+    let spawned = tools
+        .run(
+            "spawn_agent",
+            json!({
+                "name": format!("{CONFIRM_CALL_PREFIX}{}", tools.round),
+                "slice_id": slice_id,
+                "role": "tuner",
+                "instructions": "Measure exactly the configuration you are given, as the task says.",
+            }),
+            "spawn",
         )
-    };
-    let run = |tool: &'static str, args: Value, ctx: ToolContext| {
-        let registry = &registry;
-        async move {
-            let Some(registered) = registry.get(tool) else {
-                return Err(format!("the leader has no {tool} tool"));
-            };
-            registered
-                .tool
-                .call(args, &ctx)
-                .await
-                .map(|out| out.data.unwrap_or(Value::Null))
-                .map_err(|e| e.to_string())
-        }
-    };
-    let agent = match confirmer {
-        Confirmer::Agent(agent) => agent,
-        Confirmer::FreeSlice(slice_id) => {
-            let spawned = run(
-                "spawn_agent",
-                json!({
-                    "name": format!("{CONFIRM_CALL_PREFIX}{round}"),
-                    "slice_id": slice_id,
-                    "role": "tuner",
-                    "instructions": "Measure exactly the configuration you are given, as the task says.",
-                }),
-                call("spawn"),
-            )
-            .await;
-            match spawned.map(|v| v["agent"].as_str().map(str::to_string)) {
-                Ok(Some(agent)) => agent,
-                Ok(None) => {
-                    return Measured::Unavailable(format!(
-                        "no agent could be started on slice {slice_id}"
-                    ));
-                }
-                Err(error) => {
-                    return Measured::Unavailable(format!(
-                        "no agent could be started on slice {slice_id}: {error}"
-                    ));
-                }
-            }
-        }
-    };
+        .await;
+    match spawned.map(|v| v["agent"].as_str().map(str::to_string)) {
+        Ok(Some(agent)) => Ok(agent),
+        Ok(None) => Err(Measured::Unavailable(format!(
+            "no agent could be started on slice {slice_id}"
+        ))),
+        Err(error) => Err(Measured::Unavailable(format!(
+            "no agent could be started on slice {slice_id}: {error}"
+        ))),
+    }
+}
+
+/// Assigns `agent` the task of benchmarking exactly the original's
+/// configuration (its parameters and source diff); the task id.
+async fn assign_confirmation(
+    tools: &RoundTools,
+    agent: &str,
+    original: &ResultRecord,
+) -> Result<String, Measured> {
     let mut parameters = json!({"params": original.params, "strategy": "sequential"});
     let mut instructions = "Confirm a measurement: compile, validate and benchmark exactly this configuration once, and answer with its figure.".to_string();
     if let Some(diff) = original.source_diff.as_ref().filter(|d| !d.is_empty()) {
@@ -371,20 +447,32 @@ async fn measure_elsewhere(
         instructions
             .push_str(" Apply the unified diff in `source_diff` to the kernel sources first.");
     }
-    let assigned = run(
-        "assign_task",
-        json!({"agent": agent, "instructions": instructions, "parameters": parameters}),
-        call("assign"),
-    )
-    .await;
-    let task_id = match assigned.map(|v| v["task_id"].as_str().map(str::to_string)) {
-        Ok(Some(task_id)) => task_id,
-        Ok(None) | Err(_) => {
-            return Measured::Failed {
-                task_id: String::new(),
-                reason: format!("the confirming task could not be assigned to agent {agent}"),
-            };
-        }
+    let assigned = tools
+        .run(
+            "assign_task",
+            json!({"agent": agent, "instructions": instructions, "parameters": parameters}),
+            "assign",
+        )
+        .await;
+    match assigned.map(|v| v["task_id"].as_str().map(str::to_string)) {
+        Ok(Some(task_id)) => Ok(task_id),
+        Ok(None) | Err(_) => Err(Measured::Failed {
+            task_id: String::new(),
+            reason: format!("the confirming task could not be assigned to agent {agent}"),
+        }),
+    }
+}
+
+/// Waits for the confirming task's OK result, within the job's deadline
+/// and [`CONFIRM_TIMEOUT`], unless the job is cancelled first.
+async fn await_result(
+    context: &JobContext,
+    task_id: &str,
+    cancel: &mut tokio::sync::watch::Receiver<Option<String>>,
+) -> Result<v1::TaskResult, Measured> {
+    let failed = |reason: String| Measured::Failed {
+        task_id: task_id.to_owned(),
+        reason,
     };
     let left = context
         .deadline
@@ -397,36 +485,42 @@ async fn measure_elsewhere(
             std::future::pending::<()>().await;
         }
     };
+    let ids = [task_id.to_owned()];
     let collected = tokio::select! {
-        collected = context.results.collect(std::slice::from_ref(&task_id), true, left) => collected,
+        collected = context.results.collect(&ids, true, left) => collected,
         () = cancelled => {
-            return Measured::Failed {
-                task_id,
-                reason: "the job was cancelled while its best was being confirmed".into(),
-            };
+            return Err(failed(
+                "the job was cancelled while its best was being confirmed".into(),
+            ));
         }
     };
     let (views, timed_out) = collected;
     let result = views.into_iter().find_map(|v| v.result);
     let Some(result) = result.filter(|_| !timed_out) else {
-        return Measured::Failed {
-            task_id,
-            reason: format!(
-                "the confirming task did not finish within {} s",
-                left.as_secs()
-            ),
-        };
+        return Err(failed(format!(
+            "the confirming task did not finish within {} s",
+            left.as_secs()
+        )));
     };
     if result.status() != v1::TaskStatus::Ok {
-        return Measured::Failed {
-            task_id,
-            reason: format!(
-                "the confirming task ended {}: {}",
-                result.status().as_str_name(),
-                result.error.chars().take(300).collect::<String>()
-            ),
-        };
+        return Err(failed(format!(
+            "the confirming task ended {}: {}",
+            result.status().as_str_name(),
+            result.error.chars().take(300).collect::<String>()
+        )));
     }
+    Ok(result)
+}
+
+/// The confirming task's usable record of the same build (its attempt, the
+/// original's parameters and kernel hash).
+async fn read_record(
+    shared: &Arc<Shared>,
+    context: &JobContext,
+    task_id: String,
+    result: &v1::TaskResult,
+    original: &ResultRecord,
+) -> Measured {
     let records = match outcome::believed_records(shared, &context.job_id).await {
         Ok((records, _)) => records,
         Err(error) => {

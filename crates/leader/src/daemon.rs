@@ -3,7 +3,8 @@
 //! event and approval relays, the reassigner with its lease and quarantine
 //! watches), take over and resume the QUEUED or RUNNING jobs no live leader
 //! owns, watch for the ones whose owner dies later (`runner/ownership.rs`),
-//! and serve `Control` with health and reflection on the configured address.
+//! and serve `Control` with health and reflection on the configured address
+//! ([`mtswarm_auth::serve`]). Each of those is one step below, in that order.
 //!
 //! Every background loop re-creates its subscription, consumer or watch
 //! with backoff when NATS goes away and comes back (the client itself
@@ -11,14 +12,15 @@
 //! ends before shutdown.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mtswarm_auth::{ServeError, ServeOptions, Serving};
 use mtswarm_bus::{Approvals, Bus, JobOwners, Jobs, Leases, Quarantine, Workers, v1};
-use tokio::sync::watch;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::TcpIncoming;
 
 use crate::config::LeaderConfig;
 use crate::error::LeaderError;
@@ -27,6 +29,7 @@ use crate::result_consumer::consume_results;
 use crate::results::{LeaderCounters, ResultTable};
 use crate::service::ControlService;
 use crate::shared::Shared;
+use crate::trigger::Trigger;
 
 /// Longest leader id (it is part of the result consumer's durable name).
 const MAX_LEADER_ID_LEN: usize = 64;
@@ -64,191 +67,276 @@ impl LeaderDaemon {
     /// Starts the leader; returns once the gRPC server accepts connections
     /// and health reports SERVING.
     pub async fn start(config: LeaderConfig) -> Result<LeaderHandle, LeaderError> {
-        let kernel_root = config.kernel_root.canonicalize().map_err(|e| {
-            LeaderError::InvalidConfig(format!(
-                "kernel root {} is not usable: {e}",
-                config.kernel_root.display()
-            ))
-        })?;
-        if !kernel_root.is_dir() {
-            return Err(LeaderError::InvalidConfig(format!(
-                "kernel root {} is not a directory",
-                kernel_root.display()
-            )));
-        }
-        if config.grpc_max_message_bytes < 64 * 1024 {
-            return Err(LeaderError::InvalidConfig(
-                "grpc_max_message_bytes must be at least 64 KiB".into(),
-            ));
-        }
-        if let Err(error) = mtswarm_bus::subjects::validate_id("leader id", &config.leader_id) {
-            return Err(LeaderError::InvalidConfig(format!("leader_id: {error}")));
-        }
-        if config.leader_id.len() > MAX_LEADER_ID_LEN {
-            return Err(LeaderError::InvalidConfig(format!(
-                "leader_id {} is longer than {MAX_LEADER_ID_LEN} characters",
-                config.leader_id
-            )));
-        }
-        if config.job_lease_ttl < Duration::from_secs(1) || config.job_lease_ttl.subsec_nanos() != 0
-        {
-            return Err(LeaderError::InvalidConfig(format!(
-                "job_lease_ttl {:?} must be whole seconds, at least 1 s",
-                config.job_lease_ttl
-            )));
-        }
-        if config.max_active_jobs == 0 {
-            return Err(LeaderError::InvalidConfig(
-                "max_active_jobs must be at least 1".into(),
-            ));
-        }
-        let bus = Bus::connect(config.bus.clone()).await?;
-        bus.wait_connected(config.bus.connect_timeout.max(Duration::from_secs(5)))
-            .await?;
-        bus.ensure_topology(&config.topology).await?;
-        let journal = Journal::ensure(&bus, &config.topology)
-            .await
-            .map_err(LeaderError::JobEvents)?;
-        let (jobs, approvals, workers, leases, quarantine, owners) = tokio::try_join!(
-            Jobs::open(&bus),
-            Approvals::open(&bus),
-            Workers::open(&bus),
-            Leases::open(&bus),
-            Quarantine::open(&bus),
-            JobOwners::open(&bus),
-        )?;
+        let kernel_root = check_config(&config)?;
+        let bus = connect_bus(&config).await?;
+        let stores = Stores::open(&bus, &config).await?;
         // Bound first: the ownership records name this leader's address.
-        let listener = tokio::net::TcpListener::bind(config.grpc_addr)
-            .await
-            .map_err(|source| LeaderError::Bind {
-                addr: config.grpc_addr,
-                source,
-            })?;
-        let grpc_addr = listener.local_addr().map_err(|source| LeaderError::Bind {
-            addr: config.grpc_addr,
-            source,
-        })?;
+        let (listener, grpc_addr) = bind(config.grpc_addr).await?;
         let scheme = config.security.scheme();
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let (reassign_tx, reassign_rx) = tokio::sync::mpsc::unbounded_channel();
-        let (standby_tx, standby_rx) = tokio::sync::mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
-            model_factory: config.effective_model_factory(),
-            kernel_root,
-            bus: bus.clone(),
-            jobs,
-            approvals,
-            workers,
-            leases,
-            quarantine,
-            journal,
-            results: Arc::new(ResultTable::default()),
-            runners: Default::default(),
-            claimed_slices: Default::default(),
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let (reassign_tx, reassign_rx) = mpsc::unbounded_channel();
+        let (standby_tx, standby_rx) = mpsc::unbounded_channel();
+        let links = Links {
             shutdown: shutdown_rx.clone(),
-            scheduler: crate::scheduler::Scheduler::new(
-                config.max_active_jobs,
-                config.max_queued_jobs,
-            ),
-            contexts: Default::default(),
             reassign_tx,
-            lease_ttl_ms: Default::default(),
-            owners,
-            grpc_url: format!("{scheme}://{grpc_addr}"),
-            owned: Default::default(),
             standby_tx,
-            config,
-        });
+            grpc_url: format!("{scheme}://{grpc_addr}"),
+        };
+        let shared = shared_state(config, kernel_root, bus, stores, links);
         tracing::info!(leader_id = %shared.config.leader_id, "leader starting");
         mtswarm_telemetry::metrics::metrics().init_leader_series();
         let observers = observe_jobs(&shared);
-
-        let mut background = vec![
-            tokio::spawn(consume_results(shared.clone(), shutdown_rx.clone())),
-            tokio::spawn(journal::relay_agent_events(
-                bus.clone(),
-                shared.journal.clone(),
-                owns(&shared),
-                shutdown_rx.clone(),
-            )),
-            tokio::spawn(crate::approvals::relay_requests(
-                bus.clone(),
-                shared.approvals.clone(),
-                shared.journal.clone(),
-                shared.config.decision_key.clone(),
-                owns(&shared),
-                shutdown_rx.clone(),
-            )),
-        ];
-        background.extend(crate::reassign::start(
-            shared.clone(),
-            reassign_rx,
-            shutdown_rx.clone(),
-        ));
-        // The relays subscribe asynchronously; make sure the server has the
-        // subscriptions before the daemon reports ready.
-        bus.flush().await?;
-        // Jobs nobody owns (their leader died, or this one under the same
-        // id); then the standby loop takes over the ones that lapse later.
-        crate::runner::take_unowned(&shared).await?;
-        background.push(tokio::spawn(crate::runner::standby(
-            shared.clone(),
-            standby_rx,
-            shutdown_rx.clone(),
-        )));
-        background.push(tokio::spawn(crate::runner::watch_cancellations(
-            shared.clone(),
-            shutdown_rx.clone(),
-        )));
-        let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<v1::control_server::ControlServer<ControlService>>()
-            .await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(mtswarm_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .map_err(|e| LeaderError::Reflection(e.to_string()))?;
-        let max = shared.config.grpc_max_message_bytes;
-        let control = v1::control_server::ControlServer::new(ControlService {
-            shared: shared.clone(),
-        })
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
-        // Every call but health checks (probes) is authenticated; each
-        // Control method then checks the role it needs.
-        let security = &shared.config.security;
-        let authenticator = security.authenticator();
-        if !authenticator.is_enabled() {
-            tracing::warn!("no identities configured: Control accepts anonymous calls");
-        }
-        let control = InterceptedService::new(control, authenticator.clone());
-        let reflection = InterceptedService::new(reflection, authenticator);
-        let mut builder = security
-            .server_builder()
-            .map_err(|e| LeaderError::InvalidConfig(e.to_string()))?;
-        let mut server_shutdown = shutdown_rx.clone();
-        let server = tokio::spawn(
-            builder
-                .add_service(health_service)
-                .add_service(reflection)
-                .add_service(control)
-                .serve_with_incoming_shutdown(TcpIncoming::from(listener), async move {
-                    let _ = server_shutdown.wait_for(|stop| *stop).await;
-                }),
-        );
+        let mut background = start_loops(&shared, reassign_rx, &shutdown_rx);
+        background.extend(take_over_jobs(&shared, standby_rx, &shutdown_rx).await?);
+        let serving = serve_control(&shared, listener, shutdown_rx).await?;
         tracing::info!("listening on {grpc_addr}");
         Ok(LeaderHandle {
             grpc_addr,
             scheme,
             shared,
-            health,
-            shutdown: shutdown_tx,
-            server,
+            health: serving.health,
+            shutdown,
+            server: serving.task,
             background,
             _observers: observers,
         })
     }
+}
+
+/// Checks what the configuration must hold before anything starts; the
+/// canonical kernel root.
+fn check_config(config: &LeaderConfig) -> Result<PathBuf, LeaderError> {
+    let kernel_root = config.kernel_root.canonicalize().map_err(|e| {
+        LeaderError::InvalidConfig(format!(
+            "kernel root {} is not usable: {e}",
+            config.kernel_root.display()
+        ))
+    })?;
+    if !kernel_root.is_dir() {
+        return Err(LeaderError::InvalidConfig(format!(
+            "kernel root {} is not a directory",
+            kernel_root.display()
+        )));
+    }
+    if config.grpc_max_message_bytes < 64 * 1024 {
+        return Err(LeaderError::InvalidConfig(
+            "grpc_max_message_bytes must be at least 64 KiB".into(),
+        ));
+    }
+    if let Err(error) = mtswarm_bus::subjects::validate_id("leader id", &config.leader_id) {
+        return Err(LeaderError::InvalidConfig(format!("leader_id: {error}")));
+    }
+    if config.leader_id.len() > MAX_LEADER_ID_LEN {
+        return Err(LeaderError::InvalidConfig(format!(
+            "leader_id {} is longer than {MAX_LEADER_ID_LEN} characters",
+            config.leader_id
+        )));
+    }
+    if config.job_lease_ttl < Duration::from_secs(1) || config.job_lease_ttl.subsec_nanos() != 0 {
+        return Err(LeaderError::InvalidConfig(format!(
+            "job_lease_ttl {:?} must be whole seconds, at least 1 s",
+            config.job_lease_ttl
+        )));
+    }
+    if config.max_active_jobs == 0 {
+        return Err(LeaderError::InvalidConfig(
+            "max_active_jobs must be at least 1".into(),
+        ));
+    }
+    Ok(kernel_root)
+}
+
+/// Connects to NATS and ensures the topology (the leader creates the
+/// streams and buckets).
+async fn connect_bus(config: &LeaderConfig) -> Result<Bus, LeaderError> {
+    let bus = Bus::connect(config.bus.clone()).await?;
+    bus.wait_connected(config.bus.connect_timeout.max(Duration::from_secs(5)))
+        .await?;
+    bus.ensure_topology(&config.topology).await?;
+    Ok(bus)
+}
+
+/// The leader's job event journal and its buckets on NATS.
+struct Stores {
+    journal: Journal,
+    jobs: Jobs,
+    approvals: Approvals,
+    workers: Workers,
+    leases: Leases,
+    quarantine: Quarantine,
+    owners: JobOwners,
+}
+
+impl Stores {
+    async fn open(bus: &Bus, config: &LeaderConfig) -> Result<Self, LeaderError> {
+        let journal = Journal::ensure(bus, &config.topology)
+            .await
+            .map_err(LeaderError::JobEvents)?;
+        let (jobs, approvals, workers, leases, quarantine, owners) = tokio::try_join!(
+            Jobs::open(bus),
+            Approvals::open(bus),
+            Workers::open(bus),
+            Leases::open(bus),
+            Quarantine::open(bus),
+            JobOwners::open(bus),
+        )?;
+        Ok(Self {
+            journal,
+            jobs,
+            approvals,
+            workers,
+            leases,
+            quarantine,
+            owners,
+        })
+    }
+}
+
+/// Binds the gRPC listener; the address it got (the actual port when the
+/// configuration asked for port 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), LeaderError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| LeaderError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| LeaderError::Bind { addr, source })?;
+    Ok((listener, bound))
+}
+
+/// How the daemon's parts reach each other: the shutdown signal, the
+/// reassigner's triggers, the standby loop's candidates, and the URL the
+/// ownership records name.
+struct Links {
+    shutdown: watch::Receiver<bool>,
+    reassign_tx: mpsc::UnboundedSender<Trigger>,
+    standby_tx: mpsc::UnboundedSender<String>,
+    grpc_url: String,
+}
+
+/// The daemon's shared state ([`crate::shared`]).
+fn shared_state(
+    config: LeaderConfig,
+    kernel_root: PathBuf,
+    bus: Bus,
+    stores: Stores,
+    links: Links,
+) -> Arc<Shared> {
+    Arc::new(Shared {
+        model_factory: config.effective_model_factory(),
+        kernel_root,
+        bus,
+        jobs: stores.jobs,
+        approvals: stores.approvals,
+        workers: stores.workers,
+        leases: stores.leases,
+        quarantine: stores.quarantine,
+        journal: stores.journal,
+        results: Arc::new(ResultTable::default()),
+        runners: Default::default(),
+        claimed_slices: Default::default(),
+        shutdown: links.shutdown,
+        scheduler: crate::scheduler::Scheduler::new(config.max_active_jobs, config.max_queued_jobs),
+        contexts: Default::default(),
+        reassign_tx: links.reassign_tx,
+        lease_ttl_ms: Default::default(),
+        owners: stores.owners,
+        grpc_url: links.grpc_url,
+        owned: Default::default(),
+        standby_tx: links.standby_tx,
+        config,
+    })
+}
+
+/// Starts the background loops: the result consumer, the agent event and
+/// approval relays (journaling the jobs this leader owns), and the
+/// reassigner with its lease and quarantine watches.
+fn start_loops(
+    shared: &Arc<Shared>,
+    reassign_rx: mpsc::UnboundedReceiver<Trigger>,
+    shutdown: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let bus = &shared.bus;
+    let mut background = vec![
+        tokio::spawn(consume_results(shared.clone(), shutdown.clone())),
+        tokio::spawn(journal::relay_agent_events(
+            bus.clone(),
+            shared.journal.clone(),
+            owns(shared),
+            shutdown.clone(),
+        )),
+        tokio::spawn(crate::approvals::relay_requests(
+            bus.clone(),
+            shared.approvals.clone(),
+            shared.journal.clone(),
+            shared.config.decision_key.clone(),
+            owns(shared),
+            shutdown.clone(),
+        )),
+    ];
+    background.extend(crate::reassign::start(
+        shared.clone(),
+        reassign_rx,
+        shutdown.clone(),
+    ));
+    background
+}
+
+/// Takes over the jobs nobody owns (their leader died, or this one under
+/// the same id), then starts the standby loop, which takes over the ones
+/// that lapse later, and the watch of cancellations.
+async fn take_over_jobs(
+    shared: &Arc<Shared>,
+    standby_rx: mpsc::UnboundedReceiver<String>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<Vec<JoinHandle<()>>, LeaderError> {
+    // The relays subscribe asynchronously; make sure the server has the
+    // subscriptions before the daemon reports ready.
+    shared.bus.flush().await?;
+    crate::runner::take_unowned(shared).await?;
+    Ok(vec![
+        tokio::spawn(crate::runner::standby(
+            shared.clone(),
+            standby_rx,
+            shutdown.clone(),
+        )),
+        tokio::spawn(crate::runner::watch_cancellations(
+            shared.clone(),
+            shutdown.clone(),
+        )),
+    ])
+}
+
+/// Serves `Control` with health and reflection until shutdown
+/// ([`mtswarm_auth::serve`]). Every call but health checks (probes) is
+/// authenticated; each Control method then checks the role it needs. No
+/// request span: `SubmitJob` makes its own, the root of the job's trace.
+async fn serve_control(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<Serving, LeaderError> {
+    let max = shared.config.grpc_max_message_bytes;
+    let control = v1::control_server::ControlServer::new(ControlService {
+        shared: shared.clone(),
+    })
+    .max_decoding_message_size(max)
+    .max_encoding_message_size(max);
+    let options = ServeOptions::default();
+    mtswarm_auth::serve(
+        listener,
+        &shared.config.security,
+        control,
+        options,
+        async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        },
+    )
+    .await
+    .map_err(|error| match error {
+        ServeError::Tls(error) => LeaderError::InvalidConfig(error.to_string()),
+        ServeError::Reflection(reason) => LeaderError::Reflection(reason),
+    })
 }
 
 /// Observes the jobs this leader runs and queues (`mtswarm.jobs`) from

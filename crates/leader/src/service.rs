@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
 use mtswarm_auth::{Identity, Role, require, require_any};
-use mtswarm_bus::{BusError, OwnershipError, subjects, v1};
+use mtswarm_bus::{BusError, Fence, OwnershipError, subjects, v1};
 use sha2::{Digest as _, Sha256};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -18,8 +18,9 @@ use crate::job::PendingStart;
 use crate::journal::WATCH_IDLE_CHECK;
 use crate::placement::fleet_view;
 use crate::runner::{self, is_final};
+use crate::scheduler::Ticket;
 use crate::shared::Shared;
-use crate::validate::validate_submit;
+use crate::validate::{ValidatedJob, validate_submit};
 
 /// Roles that may read jobs (get, list, watch): a submitter its own only
 /// ([`may_read`]).
@@ -190,40 +191,8 @@ impl ControlService {
             }
         }
         runner::guard_ownership(shared, &job_id, fence.clone());
-        let queued = v1::job_event::Event::StateChange(v1::JobStateChange {
-            previous: v1::JobState::Unspecified as i32,
-            current: v1::JobState::Queued as i32,
-            reason: "submitted".to_string(),
-            outcome: None,
-        });
-        if let Err(error) = shared.journal.append_confirmed(&job_id, queued).await {
-            tracing::warn!(%error, %job_id, "submission not journaled");
-        }
-        let budgets = validated.spec.budgets.unwrap_or_default();
-        let deadline = SystemTime::now()
-            + if budgets.wall_time_seconds > 0 {
-                Duration::from_secs(budgets.wall_time_seconds)
-            } else {
-                shared.config.default_task_deadline
-            };
-        let context = Arc::new(shared.job_context(
-            job_id.clone(),
-            validated.spec,
-            validated.kernel_dir,
-            deadline,
-            fence,
-        ));
-        let job_span = crate::spans::workflow_span(&span, &job_id, false);
-        let pending = PendingStart {
-            context,
-            attachments: validated.attachments,
-            span: job_span,
-            resume_state: None,
-        };
-        match shared.scheduler.commit(ticket, pending) {
-            Some(pending) => runner::start(shared.clone(), pending),
-            None => tracing::info!(%job_id, "job queued: every run slot is taken"),
-        }
+        journal_submitted(shared, &job_id).await;
+        start_or_queue(shared, &job_id, validated, fence, &span, ticket);
         tracing::info!(%job_id, "job submitted");
         Ok(Response::new(v1::SubmitJobResponse { job_id, trace_id }))
     }
@@ -250,6 +219,57 @@ impl ControlService {
             .map_err(bus_status)?
             .map(|v| v.value)
             .ok_or_else(|| Status::not_found(format!("job {job_id} not found")))
+    }
+}
+
+/// Journals the job's first state change (QUEUED, "submitted").
+async fn journal_submitted(shared: &Shared, job_id: &str) {
+    let queued = v1::job_event::Event::StateChange(v1::JobStateChange {
+        previous: v1::JobState::Unspecified as i32,
+        current: v1::JobState::Queued as i32,
+        reason: "submitted".to_string(),
+        outcome: None,
+    });
+    if let Err(error) = shared.journal.append_confirmed(job_id, queued).await {
+        tracing::warn!(%error, %job_id, "submission not journaled");
+    }
+}
+
+/// Builds the admitted job's context (its deadline from its wall-time
+/// budget) and starts its runner in its workflow span, below `span`, or
+/// queues it when every run slot is taken.
+fn start_or_queue(
+    shared: &Arc<Shared>,
+    job_id: &str,
+    validated: ValidatedJob,
+    fence: Fence,
+    span: &tracing::Span,
+    ticket: Ticket,
+) {
+    let budgets = validated.spec.budgets.unwrap_or_default();
+    let deadline = SystemTime::now()
+        + if budgets.wall_time_seconds > 0 {
+            Duration::from_secs(budgets.wall_time_seconds)
+        } else {
+            shared.config.default_task_deadline
+        };
+    let context = Arc::new(shared.job_context(
+        job_id.to_owned(),
+        validated.spec,
+        validated.kernel_dir,
+        deadline,
+        fence,
+    ));
+    let job_span = crate::spans::workflow_span(span, job_id, false);
+    let pending = PendingStart {
+        context,
+        attachments: validated.attachments,
+        span: job_span,
+        resume_state: None,
+    };
+    match shared.scheduler.commit(ticket, pending) {
+        Some(pending) => runner::start(shared.clone(), pending),
+        None => tracing::info!(%job_id, "job queued: every run slot is taken"),
     }
 }
 

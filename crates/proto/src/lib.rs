@@ -11,6 +11,9 @@
 //! Well-known types (`google.protobuf.Timestamp`) map to [`prost_types`].
 
 /// Generated code for package `mtswarm.v1`.
+// Each generated server routes all its methods in one `call` function:
+// longer than the workspace's limit, and tonic's code, not ours to split.
+#[allow(clippy::too_many_lines)]
 pub mod v1 {
     tonic::include_proto!("mtswarm.v1");
 }

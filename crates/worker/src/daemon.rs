@@ -2,9 +2,9 @@
 //! board's slices (a `Board` and a lease each), connects to NATS, builds the
 //! shared state ([`crate::shared`]), runs the workspace janitor's first pass,
 //! registers the worker record, starts the heartbeat, the quarantine tasks
-//! and the janitor and serves the `Worker` gRPC service
-//! (with health and reflection); it returns once the daemon is registered
-//! and serving. [`WorkerHandle::shutdown`] stops it gracefully,
+//! and the janitor and serves the `Worker` gRPC service (with health and
+//! reflection, [`mtswarm_auth::serve`]); it returns once the daemon is
+//! registered and serving. Each of those is one step below, in that order. [`WorkerHandle::shutdown`] stops it gracefully,
 //! [`WorkerHandle::kill`] the way a crash would.
 
 use std::net::SocketAddr;
@@ -13,14 +13,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use mtswarm_auth::{Role, ServeOptions, Serving, WorkerKey};
 use mtswarm_bus::results::ResultsStore;
-use mtswarm_bus::{Approvals, Bus, BusConfig, Checkpoints, Leases, Quarantine, Workers, v1};
+use mtswarm_bus::{
+    Approvals, Bus, BusConfig, Checkpoints, LeaseSet, Leases, Quarantine, Workers, v1,
+};
 use mtswarm_hw::emulator::EmulatorBoard;
 use mtswarm_hw::sdk::SdkConfig;
 use mtswarm_hw::{BackendKind, Board, ChipSpec, Fleet, HwLock, Slice};
+use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
-use tonic::service::interceptor::InterceptedService;
 
 use crate::config::{WorkerConfig, sanitize_id};
 use crate::disk::{DiskState, DiskUsage, JanitorReport};
@@ -126,289 +129,368 @@ impl WorkerDaemon {
     pub async fn start(config: WorkerConfig) -> Result<WorkerHandle, WorkerError> {
         config.validate()?;
         let worker_id = config.effective_worker_id();
-        let fleet = Fleet::load(&config.fleet_file)?;
-        let board = fleet
-            .board(&config.board)
-            .ok_or_else(|| WorkerError::UnknownBoard {
-                board: config.board.clone(),
-                known: fleet
-                    .boards
-                    .iter()
-                    .map(|b| b.id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?
-            .clone();
-        let mut slices = Vec::with_capacity(board.slices.len());
         let (failing_tx, failing_rx) = tokio::sync::mpsc::unbounded_channel::<FailingSlice>();
-        for (slice_index, slice) in board.slices.iter().enumerate() {
-            let bus_id = bus_slice_id(slice);
-            mtswarm_bus::subjects::validate_id("slice id", &bus_id).map_err(|e| {
-                WorkerError::Config {
-                    field: "board",
-                    reason: e.to_string(),
-                }
-            })?;
-            let health = Arc::new(SliceHealth::default());
-            let hardware = open_board(
-                &fleet,
-                slice,
-                &board.spec,
-                config.emulator_cache_dir.as_ref(),
-            )?;
-            slices.push(SliceEntry {
-                board: Arc::new(MonitoredBoard::new(
-                    hardware,
-                    slice_index,
-                    bus_id.clone(),
-                    worker_id.clone(),
-                    health.clone(),
-                    config.quarantine_after,
-                    failing_tx.clone(),
-                    config
-                        .workspace_root
-                        .join(".reference")
-                        .join(bus_id.replace(['/', '.'], "-")),
-                )),
-                slice: slice.clone(),
-                bus_id,
-                spec: board.spec.clone(),
-                health,
-            });
-        }
-
-        let mut bus_config = BusConfig::new(config.nats_urls[0].clone()).with_name(&worker_id);
-        bus_config.servers = config.nats_urls.clone();
-        bus_config.credentials_file = config.nats_credentials.clone();
-        bus_config.tls = config.nats_tls.clone();
-        let mut bus_config_seed = None;
-        if let Some(path) = &config.nats_nkey_file {
-            let seed =
-                mtswarm_auth::generate::read_seed(path).map_err(|e| WorkerError::Config {
-                    field: "nats_nkey_file",
-                    reason: e.to_string(),
-                })?;
-            bus_config_seed = Some(seed.clone());
-            bus_config.nkey_seed = Some(seed);
-            bus_config.inbox_prefix =
-                Some(mtswarm_bus::permissions::worker_inbox_prefix(&worker_id));
-        }
-        let bus = Bus::connect(bus_config).await?;
-        bus.wait_connected(Duration::from_secs(30)).await?;
-        // A confined identity may not create streams: the leader has.
-        if config.nats_nkey_file.is_none() {
-            bus.ensure_topology(&config.topology).await?;
-        } else {
-            bus.adopt_topology(&config.topology);
-        }
-        let leases = Leases::open(&bus).await?;
-        // One renewal loop for every slice's lease (see `crate::leases`).
-        let lease_set = leases.keep_set(crate::shared::renew_every(config.lease_ttl));
-        let workers = Workers::open(&bus).await?;
-        let quarantine = Quarantine::open(&bus).await?;
-        // The key this daemon signs its records with (registered below).
-        let record_key = crate::provenance::record_key(bus_config_seed.as_deref());
-        let (seal, signer) =
-            crate::provenance::seal_and_signer(&record_key, config.leader_key.as_ref());
-        let checkpoints = Checkpoints::open(&bus).await?.with_seal(seal);
-        let approvals = Approvals::open(&bus).await?;
-        let results = ResultsStore::open(&bus).await?.with_signer(signer);
-
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| WorkerError::Bind {
-                addr: config.listen,
-                source,
-            })?;
-        let grpc_addr = listener.local_addr().map_err(|source| WorkerError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-        let scheme = config.security.scheme();
-        let endpoint = match &config.advertise_endpoint {
-            Some(endpoint) => endpoint.clone(),
-            None if grpc_addr.ip().is_unspecified() => {
-                format!("{scheme}://127.0.0.1:{}", grpc_addr.port())
-            }
-            None => format!("{scheme}://{grpc_addr}"),
-        };
-
-        let disk = DiskState::new(&config);
-        let shared = Arc::new(Shared {
-            disk,
-            table: Mutex::new(Table::new(slices.len())),
-            slice_ids: crate::shared::slice_id_index(&slices),
-            api_key: match &config.llm_api_key_file {
-                Some(path) => Some(
-                    std::fs::read_to_string(path)
-                        .map_err(|e| WorkerError::Config {
-                            field: "llm_api_key_file",
-                            reason: format!("{}: {e}", path.display()),
-                        })?
-                        .trim()
-                        .to_string(),
-                )
-                .filter(|k| !k.is_empty()),
-                None => api_key_from_env(&config.llm_api_key_env),
-            },
-            config,
-            worker_id,
-            endpoint,
-            bus,
-            leases,
-            lease_set,
-            workers,
-            quarantine,
-            checkpoints,
-            approvals,
-            results,
-            hw_lock: HwLock::new(),
-            record_key,
-            slices,
-            draining: AtomicBool::new(false),
-            started_at: now_timestamp(),
-        });
-
+        let slices = open_slices(&config, &worker_id, &failing_tx)?;
+        let (bus, nkey_seed) = connect_bus(&config, &worker_id).await?;
+        let stores = Stores::open(&bus, &config, nkey_seed.as_deref()).await?;
+        let (listener, grpc_addr) = bind(config.listen).await?;
+        let endpoint = advertised_endpoint(&config, grpc_addr);
+        let shared = shared_state(config, worker_id, endpoint, bus, stores, slices)?;
         mtswarm_telemetry::metrics::metrics().init_worker_series(
             &shared.worker_id,
             shared.slices.iter().map(|slice| slice.bus_id.as_str()),
         );
         let observers = observe_worker(&shared);
-
         // Leftovers of a previous process past the retention go before the
         // first spawn, which is checked against the quota measured here.
         crate::janitor::run_pass(&shared).await;
-
-        // Leases: a restarted daemon reclaims its own; another holder means
-        // two daemons were started for one board.
-        shared.take_leases().await?;
-
-        let registered = match shared
-            .workers
-            .register(&shared.record(), shared.config.worker_ttl)
-            .await
-        {
-            Ok(held) => held,
-            Err(error) => {
-                shared.release_leases().await;
-                return Err(error.into());
-            }
-        };
-        let (heartbeat_stop, heartbeat_rx) = watch::channel(false);
-        let heartbeat = tokio::spawn(crate::heartbeat::heartbeat_loop(
-            shared.clone(),
-            registered,
-            heartbeat_rx,
-        ));
-        let consumer = match crate::dispatch::open(&shared).await {
-            Ok(consumer) => consumer,
-            Err(error) => {
-                heartbeat.abort();
-                shared.release_leases().await;
-                return Err(error.into());
-            }
-        };
-        let background = vec![
-            tokio::spawn(crate::dispatch::run(
-                shared.clone(),
-                consumer,
-                heartbeat_stop.subscribe(),
-            )),
-            tokio::spawn(crate::quarantine::monitor(shared.clone(), failing_rx)),
-            tokio::spawn(crate::quarantine::watch(shared.clone())),
-            tokio::spawn(crate::janitor::run(shared.clone())),
-        ];
-
-        let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<v1::worker_server::WorkerServer<crate::service::WorkerService>>()
-            .await;
-        let reflection_v1 = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(mtswarm_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .map_err(|e| WorkerError::Serve(e.to_string()))?;
-        let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(mtswarm_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .build_v1alpha()
-            .map_err(|e| WorkerError::Serve(e.to_string()))?;
-        let service = crate::service::WorkerService::new(shared.clone());
-        // Only the leader's identity may spawn, cancel, drain or inspect
-        // sessions; health checks (probes) stay open.
-        let authenticator = shared.config.security.authenticator();
-        if !authenticator.is_enabled() {
-            tracing::warn!("no identities configured: the Worker service accepts anonymous calls");
-        }
-        if shared.config.leader_key.is_none() {
-            tracing::warn!(
-                "no leader public key configured: approval decisions are applied without verifying the leader's signature"
-            );
-        }
-        let authenticator = authenticator.requiring(mtswarm_auth::Role::Leader);
-        let builder = shared
-            .config
-            .security
-            .server_builder()
-            .map_err(|e| WorkerError::Serve(e.to_string()))?;
+        let heartbeat = register(&shared).await?;
+        let background = start_loops(&shared, &heartbeat, failing_rx).await?;
         let (server_stop, server_stop_rx) = oneshot::channel::<()>();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        let server = tokio::spawn(
-            builder
-                .trace_fn(mtswarm_telemetry::grpc::server_span)
-                .add_service(health_service)
-                .add_service(InterceptedService::new(
-                    reflection_v1,
-                    authenticator.clone(),
-                ))
-                .add_service(InterceptedService::new(
-                    reflection_v1alpha,
-                    authenticator.clone(),
-                ))
-                .add_service(InterceptedService::new(
-                    v1::worker_server::WorkerServer::new(service),
-                    authenticator,
-                ))
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = server_stop_rx.await;
-                }),
-        );
-
+        let serving = serve_worker(&shared, listener, server_stop_rx).await?;
         tracing::info!(worker.id = %shared.worker_id, board = %shared.config.board, slices = shared.slices.len(), "listening on {grpc_addr}");
-        if let Some(path) = &shared.config.ready_file {
-            let local = if grpc_addr.ip().is_unspecified() {
-                format!("{scheme}://127.0.0.1:{}", grpc_addr.port())
-            } else {
-                format!("{scheme}://{grpc_addr}")
-            };
-            let mut body = serde_json::json!({
-                "grpc": local,
-                "endpoint": shared.endpoint,
-                "worker_id": shared.worker_id,
-            });
-            if let Some(url) = &shared.config.metrics_url {
-                body["metrics"] = serde_json::Value::String(url.clone());
-            }
-            let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, body.to_string())
-                .and_then(|()| std::fs::rename(&tmp, path))
-                .map_err(|source| WorkerError::ReadyFile {
-                    path: path.clone(),
-                    source,
-                })?;
-        }
+        write_ready_file(&shared, grpc_addr)?;
         Ok(WorkerHandle {
             shared,
             grpc_addr,
-            health,
+            health: serving.health,
             server_stop: Some(server_stop),
-            server: Some(server),
-            heartbeat_stop: Some(heartbeat_stop),
-            heartbeat: Some(heartbeat),
+            server: Some(serving.task),
+            heartbeat_stop: Some(heartbeat.stop),
+            heartbeat: Some(heartbeat.task),
             background,
             _observers: observers,
         })
     }
+}
+
+/// The configured board of the fleet file, each of its slices opened: a
+/// `Board` (monitored for failures, reported on `failing`) and its health.
+fn open_slices(
+    config: &WorkerConfig,
+    worker_id: &str,
+    failing: &tokio::sync::mpsc::UnboundedSender<FailingSlice>,
+) -> Result<Vec<SliceEntry>, WorkerError> {
+    let fleet = Fleet::load(&config.fleet_file)?;
+    let board = fleet
+        .board(&config.board)
+        .ok_or_else(|| WorkerError::UnknownBoard {
+            board: config.board.clone(),
+            known: fleet
+                .boards
+                .iter()
+                .map(|b| b.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?
+        .clone();
+    let mut slices = Vec::with_capacity(board.slices.len());
+    for (slice_index, slice) in board.slices.iter().enumerate() {
+        let bus_id = bus_slice_id(slice);
+        mtswarm_bus::subjects::validate_id("slice id", &bus_id).map_err(|e| {
+            WorkerError::Config {
+                field: "board",
+                reason: e.to_string(),
+            }
+        })?;
+        let health = Arc::new(SliceHealth::default());
+        let hardware = open_board(
+            &fleet,
+            slice,
+            &board.spec,
+            config.emulator_cache_dir.as_ref(),
+        )?;
+        slices.push(SliceEntry {
+            board: Arc::new(MonitoredBoard::new(
+                hardware,
+                slice_index,
+                bus_id.clone(),
+                worker_id.to_owned(),
+                health.clone(),
+                config.quarantine_after,
+                failing.clone(),
+                config
+                    .workspace_root
+                    .join(".reference")
+                    .join(bus_id.replace(['/', '.'], "-")),
+            )),
+            slice: slice.clone(),
+            bus_id,
+            spec: board.spec.clone(),
+            health,
+        });
+    }
+    Ok(slices)
+}
+
+/// Connects to NATS as `worker_id`, with its nkey when one is configured
+/// (a confined identity: its own inbox prefix), and ensures the topology,
+/// or adopts it when confined (such an identity may not create streams:
+/// the leader has). Returns the nkey seed too: the record key derives from
+/// it.
+async fn connect_bus(
+    config: &WorkerConfig,
+    worker_id: &str,
+) -> Result<(Bus, Option<String>), WorkerError> {
+    let mut bus_config = BusConfig::new(config.nats_urls[0].clone()).with_name(worker_id);
+    bus_config.servers = config.nats_urls.clone();
+    bus_config.credentials_file = config.nats_credentials.clone();
+    bus_config.tls = config.nats_tls.clone();
+    let mut nkey_seed = None;
+    if let Some(path) = &config.nats_nkey_file {
+        let seed = mtswarm_auth::generate::read_seed(path).map_err(|e| WorkerError::Config {
+            field: "nats_nkey_file",
+            reason: e.to_string(),
+        })?;
+        nkey_seed = Some(seed.clone());
+        bus_config.nkey_seed = Some(seed);
+        bus_config.inbox_prefix = Some(mtswarm_bus::permissions::worker_inbox_prefix(worker_id));
+    }
+    let bus = Bus::connect(bus_config).await?;
+    bus.wait_connected(Duration::from_secs(30)).await?;
+    if config.nats_nkey_file.is_none() {
+        bus.ensure_topology(&config.topology).await?;
+    } else {
+        bus.adopt_topology(&config.topology);
+    }
+    Ok((bus, nkey_seed))
+}
+
+/// The daemon's buckets and stores on NATS, and the key it signs its
+/// records with.
+struct Stores {
+    leases: Leases,
+    lease_set: LeaseSet,
+    workers: Workers,
+    quarantine: Quarantine,
+    record_key: WorkerKey,
+    checkpoints: Checkpoints,
+    approvals: Approvals,
+    results: ResultsStore,
+}
+
+impl Stores {
+    async fn open(
+        bus: &Bus,
+        config: &WorkerConfig,
+        nkey_seed: Option<&str>,
+    ) -> Result<Self, WorkerError> {
+        let leases = Leases::open(bus).await?;
+        // One renewal loop for every slice's lease (see `crate::leases`).
+        let lease_set = leases.keep_set(crate::shared::renew_every(config.lease_ttl));
+        let workers = Workers::open(bus).await?;
+        let quarantine = Quarantine::open(bus).await?;
+        // The key this daemon signs its records with (registered with the
+        // worker record).
+        let record_key = crate::provenance::record_key(nkey_seed);
+        let (seal, signer) =
+            crate::provenance::seal_and_signer(&record_key, config.leader_key.as_ref());
+        let checkpoints = Checkpoints::open(bus).await?.with_seal(seal);
+        let approvals = Approvals::open(bus).await?;
+        let results = ResultsStore::open(bus).await?.with_signer(signer);
+        Ok(Self {
+            leases,
+            lease_set,
+            workers,
+            quarantine,
+            record_key,
+            checkpoints,
+            approvals,
+            results,
+        })
+    }
+}
+
+/// Binds the gRPC listener; the address it got (the actual port when the
+/// configuration asked for port 0).
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), WorkerError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| WorkerError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| WorkerError::Bind { addr, source })?;
+    Ok((listener, bound))
+}
+
+/// `<scheme>://<addr>` for clients on this host: loopback when bound to
+/// every interface.
+fn local_url(scheme: &str, grpc_addr: SocketAddr) -> String {
+    if grpc_addr.ip().is_unspecified() {
+        format!("{scheme}://127.0.0.1:{}", grpc_addr.port())
+    } else {
+        format!("{scheme}://{grpc_addr}")
+    }
+}
+
+/// The endpoint the worker record names: the configured one, else the
+/// bound address.
+fn advertised_endpoint(config: &WorkerConfig, grpc_addr: SocketAddr) -> String {
+    match &config.advertise_endpoint {
+        Some(endpoint) => endpoint.clone(),
+        None => local_url(config.security.scheme(), grpc_addr),
+    }
+}
+
+/// The model API key: from its file when one is configured, else from the
+/// configured environment variable (or `OPENAI_API_KEY`).
+fn read_api_key(config: &WorkerConfig) -> Result<Option<String>, WorkerError> {
+    let Some(path) = &config.llm_api_key_file else {
+        return Ok(api_key_from_env(&config.llm_api_key_env));
+    };
+    let key = std::fs::read_to_string(path).map_err(|e| WorkerError::Config {
+        field: "llm_api_key_file",
+        reason: format!("{}: {e}", path.display()),
+    })?;
+    Ok(Some(key.trim().to_string()).filter(|k| !k.is_empty()))
+}
+
+/// The daemon's shared state ([`crate::shared`]).
+fn shared_state(
+    config: WorkerConfig,
+    worker_id: String,
+    endpoint: String,
+    bus: Bus,
+    stores: Stores,
+    slices: Vec<SliceEntry>,
+) -> Result<Arc<Shared>, WorkerError> {
+    let disk = DiskState::new(&config);
+    let api_key = read_api_key(&config)?;
+    Ok(Arc::new(Shared {
+        disk,
+        table: Mutex::new(Table::new(slices.len())),
+        slice_ids: crate::shared::slice_id_index(&slices),
+        api_key,
+        config,
+        worker_id,
+        endpoint,
+        bus,
+        leases: stores.leases,
+        lease_set: stores.lease_set,
+        workers: stores.workers,
+        quarantine: stores.quarantine,
+        checkpoints: stores.checkpoints,
+        approvals: stores.approvals,
+        results: stores.results,
+        hw_lock: HwLock::new(),
+        record_key: stores.record_key,
+        slices,
+        draining: AtomicBool::new(false),
+        started_at: now_timestamp(),
+    }))
+}
+
+/// The worker record's heartbeat: its task and its stop signal (which
+/// stops the task dispatch too).
+struct Heartbeat {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// Takes the slice leases, registers the worker record and starts its
+/// heartbeat. A restarted daemon reclaims its own leases; another holder
+/// means two daemons were started for one board. The leases are released
+/// again when the record cannot be registered.
+async fn register(shared: &Arc<Shared>) -> Result<Heartbeat, WorkerError> {
+    shared.take_leases().await?;
+    let registered = match shared
+        .workers
+        .register(&shared.record(), shared.config.worker_ttl)
+        .await
+    {
+        Ok(held) => held,
+        Err(error) => {
+            shared.release_leases().await;
+            return Err(error.into());
+        }
+    };
+    let (stop, heartbeat_rx) = watch::channel(false);
+    let task = tokio::spawn(crate::heartbeat::heartbeat_loop(
+        shared.clone(),
+        registered,
+        heartbeat_rx,
+    ));
+    Ok(Heartbeat { stop, task })
+}
+
+/// Opens the task consumer and starts the background loops: the task
+/// dispatch (until the heartbeat stops), the quarantine monitor and watch,
+/// and the workspace janitor. Without a consumer the heartbeat stops and
+/// the leases are released.
+async fn start_loops(
+    shared: &Arc<Shared>,
+    heartbeat: &Heartbeat,
+    failing: tokio::sync::mpsc::UnboundedReceiver<FailingSlice>,
+) -> Result<Vec<JoinHandle<()>>, WorkerError> {
+    let consumer = match crate::dispatch::open(shared).await {
+        Ok(consumer) => consumer,
+        Err(error) => {
+            heartbeat.task.abort();
+            shared.release_leases().await;
+            return Err(error.into());
+        }
+    };
+    Ok(vec![
+        tokio::spawn(crate::dispatch::run(
+            shared.clone(),
+            consumer,
+            heartbeat.stop.subscribe(),
+        )),
+        tokio::spawn(crate::quarantine::monitor(shared.clone(), failing)),
+        tokio::spawn(crate::quarantine::watch(shared.clone())),
+        tokio::spawn(crate::janitor::run(shared.clone())),
+    ])
+}
+
+/// Serves `Worker` with health and reflection until `stop`
+/// ([`mtswarm_auth::serve`]): only the leader's identity may spawn, cancel,
+/// drain or inspect sessions (or use reflection); health checks (probes)
+/// stay open. Each request runs in a span whose parent is the caller's.
+async fn serve_worker(
+    shared: &Arc<Shared>,
+    listener: TcpListener,
+    stop: oneshot::Receiver<()>,
+) -> Result<Serving, WorkerError> {
+    if shared.config.leader_key.is_none() {
+        tracing::warn!(
+            "no leader public key configured: approval decisions are applied without verifying the leader's signature"
+        );
+    }
+    let service =
+        v1::worker_server::WorkerServer::new(crate::service::WorkerService::new(shared.clone()));
+    let options = ServeOptions {
+        required_role: Some(Role::Leader),
+        request_span: Some(mtswarm_telemetry::grpc::server_span),
+    };
+    mtswarm_auth::serve(listener, &shared.config.security, service, options, async {
+        let _ = stop.await;
+    })
+    .await
+    .map_err(|e| WorkerError::Serve(e.to_string()))
+}
+
+/// Writes the ready file, when one is configured: the local gRPC URL, the
+/// advertised endpoint, the worker id and the metrics URL, as JSON; renamed
+/// into place, so a reader never sees half of it.
+fn write_ready_file(shared: &Shared, grpc_addr: SocketAddr) -> Result<(), WorkerError> {
+    let Some(path) = &shared.config.ready_file else {
+        return Ok(());
+    };
+    let mut body = serde_json::json!({
+        "grpc": local_url(shared.config.security.scheme(), grpc_addr),
+        "endpoint": shared.endpoint,
+        "worker_id": shared.worker_id,
+    });
+    if let Some(url) = &shared.config.metrics_url {
+        body["metrics"] = serde_json::Value::String(url.clone());
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, body.to_string())
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|source| WorkerError::ReadyFile {
+            path: path.clone(),
+            source,
+        })
 }
 
 impl WorkerHandle {

@@ -306,8 +306,7 @@ async fn decide_as(
 ) -> Result<Versioned<v1::ApprovalRecord>, DecideError> {
     mtswarm_bus::subjects::validate_id("approval id", &request.approval_id)
         .map_err(|e| DecideError::Invalid(e.to_string()))?;
-    let verdict = request.verdict();
-    if verdict == v1::ApprovalVerdict::Unspecified {
+    if request.verdict() == v1::ApprovalVerdict::Unspecified {
         return Err(DecideError::Invalid(
             "verdict must be APPROVE or DENY (got APPROVAL_VERDICT_UNSPECIFIED)".into(),
         ));
@@ -326,31 +325,76 @@ async fn decide_as(
         .map_or(Some("the record holds no request".to_string()), |r| {
             verify::request_error(signer, r)
         });
-    let mut scope = request.scope();
-    let mut verdict = verdict;
-    let mut reason = request.reason.clone();
-    if let Some(why) = &unverified {
-        // Never approved, never standing: denied and said so.
-        tracing::warn!(approval_id = %request.approval_id, reason = %why, "decision on an approval that failed verification: denied");
-        verdict = v1::ApprovalVerdict::Deny;
-        scope = v1::ApprovalScope::Call;
-        reason = format!("the request failed verification: {why}");
-    }
-    if standing::is_standing(scope) && pending.risk() == v1::RiskLevel::High {
+    let verdict = Verdict::of(request, unverified.as_deref());
+    if standing::is_standing(verdict.scope) && pending.risk() == v1::RiskLevel::High {
         return Err(DecideError::Invalid(format!(
             "`{}` is a high-risk tool: its calls are decided one at a time (scope {} refused)",
             pending.tool_name,
-            scope.as_str_name()
+            verdict.scope.as_str_name()
         )));
     }
-    let standing_scope = standing::is_standing(scope);
-    let mut decision = v1::ApprovalDecision {
+    let standing_scope = standing::is_standing(verdict.scope);
+    let mut decision = decision_for(request, &pending, verdict, standing_approval_id);
+    if let Some(signer) = signer {
+        signer.sign(&mut decision).map_err(DecideError::Sign)?;
+    }
+    let decided = write_decision(approvals, &decision, &current).await?;
+    if standing_scope {
+        standing::remember(approvals, &decided.value).await;
+    }
+    announce(bus, journal, &decision).await;
+    if let Some(reason) = unverified {
+        return Err(DecideError::Unverified {
+            approval_id: request.approval_id.clone(),
+            reason,
+        });
+    }
+    Ok(decided)
+}
+
+/// What a decision says: the request's verdict, scope and reason, unless
+/// the stored request failed verification (then denied, for this call
+/// only, and said so).
+struct Verdict {
+    verdict: v1::ApprovalVerdict,
+    scope: v1::ApprovalScope,
+    reason: String,
+}
+
+impl Verdict {
+    fn of(request: &v1::DecideApprovalRequest, unverified: Option<&str>) -> Self {
+        let Some(why) = unverified else {
+            return Self {
+                verdict: request.verdict(),
+                scope: request.scope(),
+                reason: request.reason.clone(),
+            };
+        };
+        // Never approved, never standing: denied and said so.
+        tracing::warn!(approval_id = %request.approval_id, reason = %why, "decision on an approval that failed verification: denied");
+        Self {
+            verdict: v1::ApprovalVerdict::Deny,
+            scope: v1::ApprovalScope::Call,
+            reason: format!("the request failed verification: {why}"),
+        }
+    }
+}
+
+/// The decision on `pending`, naming the call exactly (tool, canonical
+/// arguments, risk) so the worker applies it to nothing else; unsigned.
+fn decision_for(
+    request: &v1::DecideApprovalRequest,
+    pending: &v1::ApprovalRequest,
+    verdict: Verdict,
+    standing_approval_id: Option<&str>,
+) -> v1::ApprovalDecision {
+    v1::ApprovalDecision {
         approval_id: request.approval_id.clone(),
         job_id: pending.job_id.clone(),
         session_id: pending.session_id.clone(),
         call_id: pending.call_id.clone(),
-        verdict: verdict as i32,
-        reason,
+        verdict: verdict.verdict as i32,
+        reason: verdict.reason,
         decided_by: if request.decided_by.is_empty() {
             "anonymous".to_string()
         } else {
@@ -359,8 +403,8 @@ async fn decide_as(
         decided_at: Some(prost_types::Timestamp::from(SystemTime::now())),
         timed_out: false,
         signature: Vec::new(),
-        scope: if standing_scope {
-            scope as i32
+        scope: if standing::is_standing(verdict.scope) {
+            verdict.scope as i32
         } else {
             v1::ApprovalScope::Call as i32
         },
@@ -370,39 +414,47 @@ async fn decide_as(
         // The call itself, as its worker signed it: applied to nothing else.
         arguments_sha256: mtswarm_auth::arguments_digest(&pending.arguments_json),
         risk: pending.risk,
-    };
-    if let Some(signer) = signer {
-        signer.sign(&mut decision).map_err(DecideError::Sign)?;
     }
-    let decided = match approvals.decide_at(&decision, &current).await {
-        Ok(decided) => decided,
+}
+
+/// Writes the decision over the record as read (CAS): the first decision
+/// stands, a later one is refused with the state it found.
+async fn write_decision(
+    approvals: &Approvals,
+    decision: &v1::ApprovalDecision,
+    current: &Versioned<v1::ApprovalRecord>,
+) -> Result<Versioned<v1::ApprovalRecord>, DecideError> {
+    match approvals.decide_at(decision, current).await {
+        Ok(decided) => Ok(decided),
         Err(BusError::AlreadyDecided { approval_id, state }) => {
-            return Err(DecideError::AlreadyDecided { approval_id, state });
+            Err(DecideError::AlreadyDecided { approval_id, state })
         }
         Err(BusError::CasConflict { .. }) => {
             // Another decision landed between the read and the write.
             let state = approvals
-                .get(&request.approval_id)
+                .get(&decision.approval_id)
                 .await
                 .ok()
                 .flatten()
                 .map(|r| r.value.state().as_str_name().to_string())
                 .unwrap_or_else(|| "changed concurrently".into());
-            return Err(DecideError::AlreadyDecided {
-                approval_id: request.approval_id.clone(),
+            Err(DecideError::AlreadyDecided {
+                approval_id: decision.approval_id.clone(),
                 state,
-            });
+            })
         }
         Err(BusError::InvalidDecision { reason, .. }) => {
-            return Err(DecideError::Invalid(reason.to_string()));
+            Err(DecideError::Invalid(reason.to_string()))
         }
-        Err(error) => return Err(DecideError::Bus(error)),
-    };
-    if standing_scope {
-        standing::remember(approvals, &decided.value).await;
+        Err(error) => Err(DecideError::Bus(error)),
     }
+}
+
+/// Publishes the decision to the waiting session and journals it in its
+/// job; the stored record holds it either way.
+async fn announce(bus: &Bus, journal: &Journal, decision: &v1::ApprovalDecision) {
     if !decision.session_id.is_empty()
-        && let Err(error) = bus.publish_approval_decision(&decision).await
+        && let Err(error) = bus.publish_approval_decision(decision).await
     {
         // The record holds the decision; a session can also read it from KV.
         tracing::warn!(%error, approval_id = %decision.approval_id, "decision not published");
@@ -417,11 +469,4 @@ async fn decide_as(
     {
         tracing::warn!(%error, "approval decision not journaled");
     }
-    if let Some(reason) = unverified {
-        return Err(DecideError::Unverified {
-            approval_id: request.approval_id.clone(),
-            reason,
-        });
-    }
-    Ok(decided)
 }

@@ -11,10 +11,11 @@ use mtswarm_bus::v1;
 use serde_json::json;
 
 use super::Reassigner;
-use crate::fleet::parse_selector;
+use crate::fleet::{FleetView, parse_selector};
 use crate::ids::{LEADER_AGENT_ID, leader_session_id};
 use crate::job::{AgentEntry, JobContext};
 use crate::placement::{fleet_view, spawn_on, stop_session};
+use crate::shared::Shared;
 
 impl Reassigner {
     /// Moves the agent to a free slice and re-publishes its pending tasks.
@@ -30,187 +31,61 @@ impl Reassigner {
         cause_at: SystemTime,
         forced: bool,
     ) -> bool {
-        let Some(agent) = context.agent(agent_id) else {
+        let Some((agent, pending)) = agent_to_move(context, agent_id) else {
             return true;
         };
-        if agent.cancelled {
-            return true;
-        }
-        let pending = context.pending_tasks_of(agent_id);
-        if pending.is_empty() {
-            return true;
-        }
-        let shared = &self.shared;
-        let from_slice = agent.slice_id.clone();
-        let selector = match parse_selector(&context.spec.slice_selector) {
-            Ok(selector) => selector,
-            Err(error) => {
-                tracing::error!(job_id = %context.job_id, %error, "job selector unusable for a reassignment");
-                return false;
-            }
-        };
-        let view = match fleet_view(shared, selector.as_ref()).await {
-            Ok(view) => view,
-            Err(error) => {
-                tracing::warn!(%error, job_id = %context.job_id, agent_id, "fleet not readable; reassignment retried on the next sweep");
-                return false;
-            }
-        };
-        // A live worker holds a lease on each of its idle slices (naming no
-        // session); a FREE slice without one belongs to a worker that is
-        // not renewing (dead or stopped but not yet expired from the
-        // workers bucket): calling it would only time out.
-        let held: HashSet<(String, String)> = match shared.leases.list().await {
-            Ok(leases) => leases
-                .into_iter()
-                .map(|l| (l.value.slice_id, l.value.worker_id))
-                .collect(),
-            Err(error) => {
-                tracing::warn!(%error, job_id = %context.job_id, agent_id, "leases not readable; reassignment retried on the next sweep");
-                return false;
-            }
-        };
-        let mut moved: Option<AgentEntry> = None;
-        let mut refusals = Vec::new();
-        let same_slice_ok = !forced;
-        let mut candidates: Vec<&v1::FleetSlice> = view.slices.iter().collect();
-        candidates.sort_by_key(|s| s.slice.as_ref().is_none_or(|d| d.slice_id != from_slice));
-        for slice in candidates {
-            let Some(descriptor) = &slice.slice else {
-                continue;
-            };
-            if (descriptor.slice_id == from_slice && !same_slice_ok)
-                || slice.state() != v1::SliceState::Free
-                || !held.contains(&(descriptor.slice_id.clone(), slice.worker_id.clone()))
-            {
-                continue;
-            }
-            let Some(worker) = view
-                .workers
-                .iter()
-                .find(|w| w.worker_id == slice.worker_id && !w.draining)
-            else {
-                continue;
-            };
-            let claimed = match shared.claimed_slices.entry(descriptor.slice_id.clone()) {
-                // The agent's own claim on the slice it is on.
-                dashmap::Entry::Occupied(entry) => *entry.get() == agent.session_id,
-                dashmap::Entry::Vacant(entry) => {
-                    entry.insert(agent.session_id.clone());
-                    true
-                }
-            };
-            if !claimed {
-                continue;
-            }
-            let mut candidate = AgentEntry {
-                worker_id: worker.worker_id.clone(),
-                slice_id: descriptor.slice_id.clone(),
-                endpoint: worker.endpoint.clone(),
-                worker_key: worker.record_key.clone(),
-                spawning: true,
-                ..agent.clone()
-            };
-            if !context.place_agent(&candidate) {
-                // Cancelled since the move began: nothing to move.
-                if descriptor.slice_id != from_slice {
-                    shared.claimed_slices.remove(&descriptor.slice_id);
-                }
-                return true;
-            }
-            match spawn_on(shared, context, &candidate, &descriptor.slice_id, true).await {
-                // A worker that still runs the session elsewhere answers
-                // with that placement: not a move.
-                Ok(response)
-                    if response.slice_id.is_empty() || response.slice_id == descriptor.slice_id =>
-                {
-                    candidate.spawning = false;
-                    candidate.moves = agent.moves.saturating_add(1);
-                    moved = Some(candidate);
-                    break;
-                }
-                Ok(response) => {
-                    refusals.push(format!(
-                        "{}: the session still runs on {}",
-                        descriptor.slice_id, response.slice_id
-                    ));
-                }
-                Err(refusal) => refusals.push(format!("{}: {refusal}", descriptor.slice_id)),
-            }
-            if descriptor.slice_id != from_slice {
-                shared.claimed_slices.remove(&descriptor.slice_id);
-            }
-            if !context.place_agent(&agent) {
-                return true;
-            }
-        }
-        let Some(moved) = moved else {
-            for task in &pending {
-                let Some(a) = &task.assignment else { continue };
-                if self.shortage_logged.insert((
-                    context.job_id.clone(),
-                    a.task_id.clone(),
-                    a.attempt,
-                )) {
-                    tracing::warn!(
-                        job_id = %context.job_id,
-                        agent_id,
-                        task_id = %a.task_id,
-                        attempt = a.attempt,
-                        reason,
-                        refusals = %refusals.join("; "),
-                        "no free slice to move the agent to; retrying on every sweep"
-                    );
-                }
-            }
+        let Some(free) = free_slices(&self.shared, context, agent_id).await else {
             return false;
         };
-        if moved.slice_id != from_slice {
-            shared
-                .claimed_slices
-                .remove_if(&from_slice, |_, session| *session == agent.session_id);
-        }
-        if !context.place_agent(&moved) {
-            // Cancelled while the new session started: the cancellation may
-            // have reached the worker before that session existed.
-            if let Err(error) = stop_session(shared, &moved, "agent cancelled while moving").await {
-                tracing::warn!(%error, job_id = %context.job_id, agent_id, "session of an agent cancelled while moving not stopped");
+        let moved = match spawn_elsewhere(&self.shared, context, &agent, &free, forced).await {
+            SliceSearch::Moved(moved) => moved,
+            SliceSearch::Cancelled => return true,
+            SliceSearch::NoSlice(refusals) => {
+                self.log_shortage(context, agent_id, reason, &pending, &refusals);
+                return false;
             }
-            for slice_id in [&moved.slice_id, &from_slice] {
-                shared
-                    .claimed_slices
-                    .remove_if(slice_id, |_, session| *session == agent.session_id);
-            }
+        };
+        if !place_moved(&self.shared, context, &agent, &moved).await {
             return true;
         }
-        if let Err(error) = context.store_placement(&moved).await {
-            tracing::warn!(%error, job_id = %context.job_id, agent_id, "moved placement not recorded");
-        }
+        let from_slice = agent.slice_id.clone();
         let to_slice = moved.slice_id.clone();
         self.republish(context, &moved, pending, reason, cause_at, &from_slice)
             .await;
         tracing::info!(job_id = %context.job_id, agent_id, from_slice, to_slice, reason, "agent moved");
         if agent.endpoint != moved.endpoint {
-            // The old worker may still run the session (quarantined slice,
-            // fenced run, a stopped process that comes back): free its
-            // slice. In the background: a dead worker only times out.
-            let old = agent.clone();
-            let new_slice = moved.slice_id.clone();
-            let shared = self.shared.clone();
-            tokio::spawn(async move {
-                let Ok(mut client) = shared.worker_client(&old.worker_id, &old.endpoint) else {
-                    return;
-                };
-                let request = v1::CancelSessionRequest {
-                    session_id: old.session_id.clone(),
-                    reason: format!("session moved to slice {new_slice}"),
-                };
-                if let Err(status) = client.cancel_session(request).await {
-                    tracing::debug!(worker_id = %old.worker_id, error = %status.message(), "old session of a moved agent not cancelled");
-                }
-            });
+            cancel_old_session(self.shared.clone(), agent, moved.slice_id);
         }
         true
+    }
+
+    /// Logs that no slice took the agent, once per pending task attempt
+    /// (the sweep tries again every time).
+    fn log_shortage(
+        &mut self,
+        context: &JobContext,
+        agent_id: &str,
+        reason: &str,
+        pending: &[v1::TaskRecord],
+        refusals: &[String],
+    ) {
+        for task in pending {
+            let Some(a) = &task.assignment else { continue };
+            if self
+                .shortage_logged
+                .insert((context.job_id.clone(), a.task_id.clone(), a.attempt))
+            {
+                tracing::warn!(
+                    job_id = %context.job_id,
+                    agent_id,
+                    task_id = %a.task_id,
+                    attempt = a.attempt,
+                    reason,
+                    refusals = %refusals.join("; "),
+                    "no free slice to move the agent to; retrying on every sweep"
+                );
+            }
+        }
     }
 
     /// Registers, records and publishes the next attempt of each of
@@ -313,4 +188,248 @@ impl Reassigner {
             }
         }
     }
+}
+
+/// The agent and its pending tasks, when there is something to move: the
+/// agent is known, not cancelled, and has tasks without an accepted result.
+fn agent_to_move(
+    context: &JobContext,
+    agent_id: &str,
+) -> Option<(AgentEntry, Vec<v1::TaskRecord>)> {
+    let agent = context.agent(agent_id)?;
+    if agent.cancelled {
+        return None;
+    }
+    let pending = context.pending_tasks_of(agent_id);
+    if pending.is_empty() {
+        return None;
+    }
+    Some((agent, pending))
+}
+
+/// The fleet as the move sees it: the slices of the job's selector and the
+/// (slice, worker) pairs a live worker holds a lease on.
+struct FreeSlices {
+    view: FleetView,
+    held: HashSet<(String, String)>,
+}
+
+impl FreeSlices {
+    /// The slices the agent may move to, the one it lost first (when
+    /// `same_slice_ok`): FREE, idly held by their worker, whose worker is
+    /// known and not draining.
+    fn candidates<'a>(
+        &'a self,
+        from_slice: &'a str,
+        same_slice_ok: bool,
+    ) -> impl Iterator<Item = (&'a v1::SliceDescriptor, &'a v1::WorkerRecord)> + 'a {
+        let mut slices: Vec<&v1::FleetSlice> = self.view.slices.iter().collect();
+        slices.sort_by_key(|s| s.slice.as_ref().is_none_or(|d| d.slice_id != from_slice));
+        slices.into_iter().filter_map(move |slice| {
+            let descriptor = slice.slice.as_ref()?;
+            if (descriptor.slice_id == from_slice && !same_slice_ok)
+                || slice.state() != v1::SliceState::Free
+                || !self
+                    .held
+                    .contains(&(descriptor.slice_id.clone(), slice.worker_id.clone()))
+            {
+                return None;
+            }
+            let worker = self
+                .view
+                .workers
+                .iter()
+                .find(|w| w.worker_id == slice.worker_id && !w.draining)?;
+            Some((descriptor, worker))
+        })
+    }
+}
+
+/// Reads the fleet for the job's selector and the leases; `None` (logged)
+/// when either is not readable now.
+async fn free_slices(shared: &Shared, context: &JobContext, agent_id: &str) -> Option<FreeSlices> {
+    let selector = match parse_selector(&context.spec.slice_selector) {
+        Ok(selector) => selector,
+        Err(error) => {
+            tracing::error!(job_id = %context.job_id, %error, "job selector unusable for a reassignment");
+            return None;
+        }
+    };
+    let view = match fleet_view(shared, selector.as_ref()).await {
+        Ok(view) => view,
+        Err(error) => {
+            tracing::warn!(%error, job_id = %context.job_id, agent_id, "fleet not readable; reassignment retried on the next sweep");
+            return None;
+        }
+    };
+    // A live worker holds a lease on each of its idle slices (naming no
+    // session); a FREE slice without one belongs to a worker that is not
+    // renewing (dead or stopped but not yet expired from the workers
+    // bucket): calling it would only time out.
+    let held: HashSet<(String, String)> = match shared.leases.list().await {
+        Ok(leases) => leases
+            .into_iter()
+            .map(|l| (l.value.slice_id, l.value.worker_id))
+            .collect(),
+        Err(error) => {
+            tracing::warn!(%error, job_id = %context.job_id, agent_id, "leases not readable; reassignment retried on the next sweep");
+            return None;
+        }
+    };
+    Some(FreeSlices { view, held })
+}
+
+/// Where the search for a new slice ended.
+enum SliceSearch {
+    /// The agent's session runs at this placement now.
+    Moved(AgentEntry),
+    /// The agent was cancelled since the move began: nothing to move.
+    Cancelled,
+    /// No slice took the session; why each one tried refused.
+    NoSlice(Vec<String>),
+}
+
+/// What one slice answered.
+enum SliceAttempt {
+    Moved(AgentEntry),
+    Cancelled,
+    Refused(String),
+}
+
+/// Tries the candidate slices in order until one runs the agent's session.
+async fn spawn_elsewhere(
+    shared: &Shared,
+    context: &JobContext,
+    agent: &AgentEntry,
+    free: &FreeSlices,
+    forced: bool,
+) -> SliceSearch {
+    let mut refusals = Vec::new();
+    for (descriptor, worker) in free.candidates(&agent.slice_id, !forced) {
+        if !claim_slice(shared, &descriptor.slice_id, &agent.session_id) {
+            continue;
+        }
+        match spawn_on_slice(shared, context, agent, descriptor, worker).await {
+            SliceAttempt::Moved(moved) => return SliceSearch::Moved(moved),
+            SliceAttempt::Cancelled => return SliceSearch::Cancelled,
+            SliceAttempt::Refused(refusal) => refusals.push(refusal),
+        }
+    }
+    SliceSearch::NoSlice(refusals)
+}
+
+/// Claims a slice for the agent's session among this leader's agents:
+/// false when another agent has it (the agent's own claim on the slice it
+/// is on counts as its own).
+fn claim_slice(shared: &Shared, slice_id: &str, session_id: &str) -> bool {
+    match shared.claimed_slices.entry(slice_id.to_owned()) {
+        dashmap::Entry::Occupied(entry) => *entry.get() == session_id,
+        dashmap::Entry::Vacant(entry) => {
+            entry.insert(session_id.to_owned());
+            true
+        }
+    }
+}
+
+/// `SpawnSession` with `resume = true` on one claimed slice; on a refusal
+/// the claim is released and the agent placed back where it was.
+async fn spawn_on_slice(
+    shared: &Shared,
+    context: &JobContext,
+    agent: &AgentEntry,
+    descriptor: &v1::SliceDescriptor,
+    worker: &v1::WorkerRecord,
+) -> SliceAttempt {
+    let from_slice = &agent.slice_id;
+    let mut candidate = AgentEntry {
+        worker_id: worker.worker_id.clone(),
+        slice_id: descriptor.slice_id.clone(),
+        endpoint: worker.endpoint.clone(),
+        worker_key: worker.record_key.clone(),
+        spawning: true,
+        ..agent.clone()
+    };
+    if !context.place_agent(&candidate) {
+        // Cancelled since the move began: nothing to move.
+        if descriptor.slice_id != *from_slice {
+            shared.claimed_slices.remove(&descriptor.slice_id);
+        }
+        return SliceAttempt::Cancelled;
+    }
+    let refusal = match spawn_on(shared, context, &candidate, &descriptor.slice_id, true).await {
+        // A worker that still runs the session elsewhere answers with that
+        // placement: not a move.
+        Ok(response)
+            if response.slice_id.is_empty() || response.slice_id == descriptor.slice_id =>
+        {
+            candidate.spawning = false;
+            candidate.moves = agent.moves.saturating_add(1);
+            return SliceAttempt::Moved(candidate);
+        }
+        Ok(response) => format!(
+            "{}: the session still runs on {}",
+            descriptor.slice_id, response.slice_id
+        ),
+        Err(refusal) => format!("{}: {refusal}", descriptor.slice_id),
+    };
+    if descriptor.slice_id != *from_slice {
+        shared.claimed_slices.remove(&descriptor.slice_id);
+    }
+    if !context.place_agent(agent) {
+        return SliceAttempt::Cancelled;
+    }
+    SliceAttempt::Refused(refusal)
+}
+
+/// Releases the old slice's claim and records the new placement; false
+/// when the agent was cancelled while its new session started (that
+/// session is stopped then, and both claims released).
+async fn place_moved(
+    shared: &Shared,
+    context: &JobContext,
+    agent: &AgentEntry,
+    moved: &AgentEntry,
+) -> bool {
+    let agent_id = agent.agent_id.as_str();
+    let from_slice = &agent.slice_id;
+    if moved.slice_id != *from_slice {
+        shared
+            .claimed_slices
+            .remove_if(from_slice, |_, session| *session == agent.session_id);
+    }
+    if !context.place_agent(moved) {
+        // Cancelled while the new session started: the cancellation may
+        // have reached the worker before that session existed.
+        if let Err(error) = stop_session(shared, moved, "agent cancelled while moving").await {
+            tracing::warn!(%error, job_id = %context.job_id, agent_id, "session of an agent cancelled while moving not stopped");
+        }
+        for slice_id in [&moved.slice_id, from_slice] {
+            shared
+                .claimed_slices
+                .remove_if(slice_id, |_, session| *session == agent.session_id);
+        }
+        return false;
+    }
+    if let Err(error) = context.store_placement(moved).await {
+        tracing::warn!(%error, job_id = %context.job_id, agent_id, "moved placement not recorded");
+    }
+    true
+}
+
+/// The old worker may still run the session (quarantined slice, fenced
+/// run, a stopped process that comes back): free its slice. In the
+/// background: a dead worker only times out.
+fn cancel_old_session(shared: Arc<Shared>, old: AgentEntry, new_slice: String) {
+    tokio::spawn(async move {
+        let Ok(mut client) = shared.worker_client(&old.worker_id, &old.endpoint) else {
+            return;
+        };
+        let request = v1::CancelSessionRequest {
+            session_id: old.session_id.clone(),
+            reason: format!("session moved to slice {new_slice}"),
+        };
+        if let Err(status) = client.cancel_session(request).await {
+            tracing::debug!(worker_id = %old.worker_id, error = %status.message(), "old session of a moved agent not cancelled");
+        }
+    });
 }

@@ -30,6 +30,14 @@ impl JobEnd {
         }
     }
 
+    /// The job was cancelled, for `reason`.
+    pub(super) fn cancelled(reason: impl Into<String>) -> Self {
+        Self {
+            state: v1::JobState::Cancelled,
+            ..Self::failed(reason)
+        }
+    }
+
     /// Applies the outcome: an answered job without an accepted valid
     /// measurement FAILED with the outcome's reason, whatever the answer
     /// says; with one it SUCCEEDED and its summary is the outcome's.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use mtswarm_bus::{subjects, v1};
 use mtswarm_core::{Risk, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of};
+use mtswarm_hw::SliceSelector;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -71,7 +72,7 @@ impl Tool for SpawnAgent {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let job = &self.0.job;
         let shared = &self.0.shared;
-        let args: SpawnAgentArgs = parse_args(args)?;
+        let mut args: SpawnAgentArgs = parse_args(args)?;
         let key = call_key(ctx);
         let known = job
             .agents()
@@ -81,7 +82,7 @@ impl Tool for SpawnAgent {
         if let Some(agent) = known {
             return Ok(output(respawned(shared, job, &agent).await));
         }
-        let wanted = given(args.name);
+        let wanted = given(args.name.take());
         if let Some(name) = &wanted {
             agent_name_ok(name)?;
         }
@@ -93,109 +94,24 @@ impl Tool for SpawnAgent {
         })?;
         let agent_id = reservation.name().to_string();
         agent_name_ok(&agent_id)?;
-        let role = given(args.role).unwrap_or_else(|| "tuner".to_string());
-        let instructions = given(args.instructions).unwrap_or_default();
-        let selector_text = given(args.selector).unwrap_or_else(|| job.spec.slice_selector.clone());
-        let selector =
-            parse_selector(&selector_text).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
-        let wanted_slice = given(args.slice_id);
+        let request = SpawnRequest::read(args, job, agent_id, key)?;
         let _permit = spawning.permit().await;
-        let read = |fresh: bool| {
-            let selector = selector.as_ref();
-            let selector_text = selector_text.as_str();
-            async move {
-                spawning
-                    .view(shared, selector_text, selector, fresh)
-                    .await
-                    .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))
-            }
-        };
-        let (mut view, cached) = read(false).await?;
-        if cached && !has_free_slice(&view, wanted_slice.as_deref(), shared) {
-            // The shared view may predate a slice freed meanwhile.
-            view = read(true).await?.0;
-        }
-        let session_id = format!(
-            "{}-{}",
-            job.job_id.chars().take(36).collect::<String>(),
-            agent_id
-        )
-        .chars()
-        .take(subjects::MAX_ID_LEN)
-        .collect::<String>();
+        let view = read_fleet(&self.0, &request).await?;
         let mut refusals = Vec::new();
-        for slice in &view.slices {
-            let Some(descriptor) = &slice.slice else {
-                continue;
-            };
-            if wanted_slice
-                .as_deref()
-                .is_some_and(|w| w != descriptor.slice_id)
-            {
-                continue;
-            }
-            if slice.state() != v1::SliceState::Free {
-                continue;
-            }
-            let Some(worker) = view.workers.iter().find(|w| w.worker_id == slice.worker_id) else {
-                continue;
-            };
-            if worker.draining {
-                continue;
-            }
+        for (descriptor, worker) in free_slices(&view, request.wanted_slice.as_deref()) {
             // Claim locally first: a concurrent spawn skips this slice.
-            let claimed = match shared.claimed_slices.entry(descriptor.slice_id.clone()) {
-                dashmap::Entry::Occupied(_) => false,
-                dashmap::Entry::Vacant(entry) => {
-                    entry.insert(session_id.clone());
-                    true
-                }
-            };
-            if !claimed {
+            if !claim(shared, &descriptor.slice_id, &request.session_id) {
                 continue;
             }
-            let entry = AgentEntry {
-                agent_id: agent_id.clone(),
-                session_id: session_id.clone(),
-                worker_id: worker.worker_id.clone(),
-                slice_id: descriptor.slice_id.clone(),
-                endpoint: worker.endpoint.clone(),
-                worker_key: worker.record_key.clone(),
-                role: role.clone(),
-                instructions: instructions.clone(),
-                cancelled: false,
-                spawn_call_id: key.clone(),
-                moves: 0,
-                spawning: true,
-            };
-            // A later slice after a refusal: the agent exists already and
-            // a job cancellation may have marked it meanwhile.
-            let placed = if job.agents().contains_key(&agent_id) {
-                job.place_agent(&entry)
-            } else {
-                job.agents().insert(agent_id.clone(), entry.clone());
-                true
-            };
-            if !placed {
-                shared.claimed_slices.remove(&descriptor.slice_id);
-                return Err(cancelled_while_spawning(&agent_id));
-            }
-            // Recorded before the worker is called: a leader that crashes
-            // in between finds the agent when it re-executes this call.
-            if let Err(error) = job.store_placement(&entry).await {
-                shared.claimed_slices.remove(&descriptor.slice_id);
-                job.agents().remove(&agent_id);
-                return Err(ToolError::Failed(format!(
-                    "agent placement not stored in the job record: {error}"
-                )));
-            }
+            let entry = request.entry(descriptor, worker);
+            place(&self.0, &entry).await?;
             // The claim lasts as long as the agent (released by cancel_agent,
             // which every job end calls), so this leader never places two
             // sessions on one slice whatever the lease shows meanwhile.
             let started = tokio::spawn(
                 start_session(
                     self.0.clone(),
-                    entry.clone(),
+                    entry,
                     descriptor.slice_id.clone(),
                     worker.worker_id.clone(),
                 )
@@ -207,23 +123,23 @@ impl Tool for SpawnAgent {
             match started {
                 Started::Placed(entry) => {
                     ctx.progress(
-                        format!("agent {agent_id} runs on {}", entry.slice_id),
+                        format!("agent {} runs on {}", request.agent_id, entry.slice_id),
                         Some(1.0),
                     );
                     return Ok(output(json!({
-                        "agent": agent_id, "session_id": session_id,
-                        "worker_id": entry.worker_id, "slice_id": entry.slice_id, "role": role,
+                        "agent": request.agent_id, "session_id": request.session_id,
+                        "worker_id": entry.worker_id, "slice_id": entry.slice_id, "role": request.role,
                     })));
                 }
-                Started::Cancelled => return Err(cancelled_while_spawning(&agent_id)),
+                Started::Cancelled => return Err(cancelled_while_spawning(&request.agent_id)),
                 Started::Refused(refusal) => {
                     shared.claimed_slices.remove(&descriptor.slice_id);
                     refusals.push(format!("{}: {refusal}", descriptor.slice_id));
                 }
             }
         }
-        if job.agents().contains_key(&agent_id) {
-            job.forget_placement(&agent_id).await;
+        if job.agents().contains_key(&request.agent_id) {
+            job.forget_placement(&request.agent_id).await;
         }
         let detail = if refusals.is_empty() {
             String::new()
@@ -231,9 +147,155 @@ impl Tool for SpawnAgent {
             format!(" (refused: {})", refusals.join("; "))
         };
         Err(ToolError::Failed(format!(
-            "no free slice matches selector {selector_text:?}{detail}"
+            "no free slice matches selector {:?}{detail}",
+            request.selector_text
         )))
     }
+}
+
+/// What a new `spawn_agent` call asks for, read from its arguments.
+struct SpawnRequest {
+    agent_id: String,
+    /// `<job id>-<agent id>`, cut to an id's length.
+    session_id: String,
+    role: String,
+    instructions: String,
+    /// The selector as given (the job's when none was).
+    selector_text: String,
+    selector: Option<SliceSelector>,
+    /// Run on exactly this slice.
+    wanted_slice: Option<String>,
+    /// The call's key: a re-executed call finds its agent by it.
+    spawn_call_id: String,
+}
+
+impl SpawnRequest {
+    fn read(
+        args: SpawnAgentArgs,
+        job: &JobContext,
+        agent_id: String,
+        spawn_call_id: String,
+    ) -> Result<Self, ToolError> {
+        let selector_text = given(args.selector).unwrap_or_else(|| job.spec.slice_selector.clone());
+        let selector =
+            parse_selector(&selector_text).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let session_id = format!(
+            "{}-{}",
+            job.job_id.chars().take(36).collect::<String>(),
+            agent_id
+        )
+        .chars()
+        .take(subjects::MAX_ID_LEN)
+        .collect::<String>();
+        Ok(Self {
+            session_id,
+            role: given(args.role).unwrap_or_else(|| "tuner".to_string()),
+            instructions: given(args.instructions).unwrap_or_default(),
+            selector_text,
+            selector,
+            wanted_slice: given(args.slice_id),
+            agent_id,
+            spawn_call_id,
+        })
+    }
+
+    /// The agent's entry on `slice` of `worker`, while its session starts.
+    fn entry(&self, slice: &v1::SliceDescriptor, worker: &v1::WorkerRecord) -> AgentEntry {
+        AgentEntry {
+            agent_id: self.agent_id.clone(),
+            session_id: self.session_id.clone(),
+            worker_id: worker.worker_id.clone(),
+            slice_id: slice.slice_id.clone(),
+            endpoint: worker.endpoint.clone(),
+            worker_key: worker.record_key.clone(),
+            role: self.role.clone(),
+            instructions: self.instructions.clone(),
+            cancelled: false,
+            spawn_call_id: self.spawn_call_id.clone(),
+            moves: 0,
+            spawning: true,
+        }
+    }
+}
+
+/// The fleet for the request's selector: the job's shared view, read again
+/// when it shows no free slice (it may predate a slice freed meanwhile).
+async fn read_fleet(env: &ToolEnv, request: &SpawnRequest) -> Result<Arc<FleetView>, ToolError> {
+    let read = |fresh: bool| async move {
+        env.spawning
+            .view(
+                &env.shared,
+                &request.selector_text,
+                request.selector.as_ref(),
+                fresh,
+            )
+            .await
+            .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))
+    };
+    let (view, cached) = read(false).await?;
+    if cached && !has_free_slice(&view, request.wanted_slice.as_deref(), &env.shared) {
+        return Ok(read(true).await?.0);
+    }
+    Ok(view)
+}
+
+/// The FREE slices of `view` (only `wanted`, when given) with their worker,
+/// when it is known and not draining.
+fn free_slices<'a>(
+    view: &'a FleetView,
+    wanted: Option<&'a str>,
+) -> impl Iterator<Item = (&'a v1::SliceDescriptor, &'a v1::WorkerRecord)> + 'a {
+    view.slices.iter().filter_map(move |slice| {
+        let descriptor = slice.slice.as_ref()?;
+        if wanted.is_some_and(|w| w != descriptor.slice_id) || slice.state() != v1::SliceState::Free
+        {
+            return None;
+        }
+        let worker = view
+            .workers
+            .iter()
+            .find(|w| w.worker_id == slice.worker_id)?;
+        (!worker.draining).then_some((descriptor, worker))
+    })
+}
+
+/// Claims `slice_id` for the new session; false when another spawn or
+/// agent of this leader has it.
+fn claim(shared: &Shared, slice_id: &str, session_id: &str) -> bool {
+    match shared.claimed_slices.entry(slice_id.to_owned()) {
+        dashmap::Entry::Occupied(_) => false,
+        dashmap::Entry::Vacant(entry) => {
+            entry.insert(session_id.to_owned());
+            true
+        }
+    }
+}
+
+/// Places the agent on its claimed slice and records the placement before
+/// the worker is called (a leader that crashes in between finds the agent
+/// when it re-executes the call); the claim is released on failure.
+async fn place(env: &ToolEnv, entry: &AgentEntry) -> Result<(), ToolError> {
+    let (job, shared) = (&env.job, &env.shared);
+    // A later slice after a refusal: the agent exists already and a job
+    // cancellation may have marked it meanwhile.
+    let placed = if job.agents().contains_key(&entry.agent_id) {
+        job.place_agent(entry)
+    } else {
+        job.agents().insert(entry.agent_id.clone(), entry.clone());
+        true
+    };
+    if !placed {
+        shared.claimed_slices.remove(&entry.slice_id);
+        return Err(cancelled_while_spawning(&entry.agent_id));
+    }
+    if let Err(error) = job.store_placement(entry).await {
+        shared.claimed_slices.remove(&entry.slice_id);
+        job.agents().remove(&entry.agent_id);
+        return Err(ToolError::Failed(format!(
+            "agent placement not stored in the job record: {error}"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether `view` shows a free, unclaimed slice (`wanted`, when given) on a

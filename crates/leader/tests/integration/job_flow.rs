@@ -40,11 +40,10 @@ fn agent_event(task: &v1::TaskAssignment, sequence: u64) -> v1::AgentEvent {
     }
 }
 
-#[tokio::test]
-async fn scripted_leader_runs_a_job_on_a_fake_worker() {
-    let env = Env::start().await;
-    let mut worker = FakeWorker::start(&env.bus, "fw1", "fb0").await;
-    let script = ScriptedModel::new([
+/// list_fleet, spawn_agent a1 on board fb0, assign it one candidate,
+/// collect, answer.
+fn job_script() -> ScriptedModel {
+    ScriptedModel::new([
         ScriptedTurn::call("c1", "list_fleet", "{}"),
         ScriptedTurn::call(
             "c2",
@@ -64,23 +63,12 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         ScriptedTurn::text(
             "Best A=1.\n```json\n{\"best\":{\"params\":{\"A\":1},\"gflops\":1.5}}\n```",
         ),
-    ]);
-    // The answer waits until the test has seen the late duplicate handled.
-    let model = Arc::new(GatedModel::new(script, 4));
-    let leader = env.leader(model.clone()).await;
-    let mut control = control(&leader).await;
-    let mut task_stream = task_stream(&env.bus, "fw1").await;
+    ])
+}
 
-    let job_id = submit(&mut control, "Tune k1.").await;
-
-    let spawn = worker.next_spawn("SpawnSession").await;
-    assert_eq!(spawn.job_id, job_id);
-    assert_eq!(spawn.agent_id, "a1");
-    assert_eq!(spawn.slice_id, "fb0-c0");
-    assert_eq!(spawn.kernel_dir, "k1");
-
-    let delivery = next_task(&mut task_stream, "the task").await;
-    let task = delivery.message().clone();
+/// The task the leader assigned after spawning a1 on fb0-c0: its first
+/// attempt, on the spawned session, with the script's parameters.
+fn assert_first_task(task: &v1::TaskAssignment, job_id: &str, spawn: &v1::SpawnSessionRequest) {
     assert_eq!(task.job_id, job_id);
     assert_eq!(task.agent_id, "a1");
     assert_eq!(task.session_id, spawn.session_id);
@@ -90,31 +78,38 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         serde_json::from_str::<Value>(&task.parameters_json).expect("json"),
         json!({"candidates": [{"A": 1}]})
     );
+}
 
-    env.bus
-        .publish_event(&agent_event(&task, 1))
+/// What the fake worker sends for the task: two agent events, a result of
+/// an attempt that is not current, the result, and a second copy of it
+/// under another message id (so the stream keeps it and the leader's own
+/// deduplication has to drop it). Returns the copy's stream sequence.
+async fn answer_the_task(bus: &mtswarm_bus::Bus, task: &v1::TaskAssignment) -> u64 {
+    bus.publish_event(&agent_event(task, 1))
         .await
         .expect("event 1");
-    env.bus
-        .publish_event(&agent_event(&task, 2))
+    bus.publish_event(&agent_event(task, 2))
         .await
         .expect("event 2");
     // Not the current attempt: fenced off.
-    publish_measured(&env.bus, &result_for(&task, 2, 99.0))
+    publish_measured(bus, &result_for(task, 2, 99.0))
         .await
         .expect("attempt-2 result");
-    publish_measured(&env.bus, &result_for(&task, 1, 1.5))
+    publish_measured(bus, &result_for(task, 1, 1.5))
         .await
         .expect("result");
-    // A second copy under another message id, so the stream keeps it and
-    // the leader's own deduplication has to drop it.
-    let copy_sequence =
-        publish_copy(&env.bus, &result_for(&task, 1, 7.0), "copy-of-the-result").await;
-    delivery.ack().await.expect("task ack");
+    publish_copy(bus, &result_for(task, 1, 7.0), "copy-of-the-result").await
+}
 
-    // Wait until the leader's consumer has acknowledged the copy.
-    let stream = env
-        .bus
+/// Waits until the leader's own result consumer has acknowledged the
+/// result stream up to `sequence`, and checks the server removes that
+/// consumer once its leader stops pulling.
+async fn await_results_handled(
+    bus: &mtswarm_bus::Bus,
+    leader: &mtswarm_leader::LeaderHandle,
+    sequence: u64,
+) {
+    let stream = bus
         .jetstream()
         .get_stream(subjects::RESULTS_STREAM)
         .await
@@ -128,7 +123,7 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         async move {
             let mut consumer: PullConsumer = stream.get_consumer(&consumer_name).await.ok()?;
             let info = consumer.info().await.ok()?;
-            (info.ack_floor.stream_sequence >= copy_sequence).then_some(())
+            (info.ack_floor.stream_sequence >= sequence).then_some(())
         }
     })
     .await;
@@ -143,12 +138,15 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         std::time::Duration::from_secs(15 * 60),
         "the server removes the consumer of a leader that stopped pulling"
     );
-    model.open();
+}
 
-    let events = watch_to_end(&mut control, &job_id, 0).await;
-    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+/// The job's stream: its states in order, sequences increasing, one
+/// accepted result (attempt 1), the worker's events in order, the leader's
+/// four tool calls, and collect_result's summary of the accepted figure.
+fn assert_job_events(events: &[v1::JobEvent]) {
+    assert_eq!(final_state(events), Some(v1::JobState::Succeeded));
     assert_eq!(
-        states(&events),
+        states(events),
         vec![
             v1::JobState::Queued,
             v1::JobState::Running,
@@ -157,15 +155,15 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
     );
     let sequences: Vec<u64> = events.iter().map(|e| e.sequence).collect();
     assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
-    let results = task_results(&events);
+    let results = task_results(events);
     assert_eq!(results.len(), 1, "one accepted result: {results:?}");
     assert_eq!(results[0].attempt, 1);
-    let worker_sequences: Vec<u64> = agent_events(&events)
+    let worker_sequences: Vec<u64> = agent_events(events)
         .filter(|a| a.agent_id == "a1")
         .map(|a| a.sequence)
         .collect();
     assert_eq!(worker_sequences, vec![1, 2], "worker events in order");
-    let leader_tools: Vec<String> = agent_events(&events)
+    let leader_tools: Vec<String> = agent_events(events)
         .filter(|a| a.agent_id == "leader" && a.kind() == v1::AgentEventKind::ToolResult)
         .filter_map(|a| {
             let payload: Value = serde_json::from_str(&a.payload_json).ok()?;
@@ -176,7 +174,7 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         leader_tools,
         vec!["list_fleet", "spawn_agent", "assign_task", "collect_result"]
     );
-    let collected = leader_tool_outputs(&events, "collect_result")
+    let collected = leader_tool_outputs(events, "collect_result")
         .into_iter()
         .next()
         .expect("collect_result output");
@@ -184,8 +182,11 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
     assert_eq!(collected["task_status"], json!({"ok": 1}));
     assert_eq!(collected["best"]["gflops"], json!(1.5));
     assert_eq!(collected["timed_out"], json!(false));
+}
 
-    let job = get_job(&mut control, &job_id).await.expect("get_job");
+/// The job's record: SUCCEEDED with its one agent and task, and the
+/// answer's best.
+fn assert_job_record(job: &v1::JobRecord) {
     assert_eq!(job.state(), v1::JobState::Succeeded);
     assert_eq!(job.agent_ids, vec!["a1".to_string()]);
     assert_eq!((job.tasks_total, job.tasks_done), (1, 1));
@@ -193,6 +194,38 @@ async fn scripted_leader_runs_a_job_on_a_fake_worker() {
         serde_json::from_str::<Value>(&job.result_json).expect("result json")["best"]["gflops"],
         json!(1.5)
     );
+}
+
+#[tokio::test]
+async fn scripted_leader_runs_a_job_on_a_fake_worker() {
+    let env = Env::start().await;
+    let mut worker = FakeWorker::start(&env.bus, "fw1", "fb0").await;
+    // The answer waits until the test has seen the late duplicate handled.
+    let model = Arc::new(GatedModel::new(job_script(), 4));
+    let leader = env.leader(model.clone()).await;
+    let mut control = control(&leader).await;
+    let mut task_stream = task_stream(&env.bus, "fw1").await;
+
+    let job_id = submit(&mut control, "Tune k1.").await;
+
+    let spawn = worker.next_spawn("SpawnSession").await;
+    assert_eq!(spawn.job_id, job_id);
+    assert_eq!(spawn.agent_id, "a1");
+    assert_eq!(spawn.slice_id, "fb0-c0");
+    assert_eq!(spawn.kernel_dir, "k1");
+
+    let delivery = next_task(&mut task_stream, "the task").await;
+    let task = delivery.message().clone();
+    assert_first_task(&task, &job_id, &spawn);
+    let copy_sequence = answer_the_task(&env.bus, &task).await;
+    delivery.ack().await.expect("task ack");
+    await_results_handled(&env.bus, &leader, copy_sequence).await;
+    model.open();
+
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_job_events(&events);
+    let job = get_job(&mut control, &job_id).await.expect("get_job");
+    assert_job_record(&job);
     // The job's end releases its agents.
     let cancel = worker.next_cancel("CancelSession").await;
     assert_eq!(cancel.session_id, spawn.session_id);

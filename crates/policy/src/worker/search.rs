@@ -99,11 +99,37 @@ const SCREEN: &str = "screen";
 /// Id of the `board_info` call of step 1.
 const BOARD_INFO_ID: &str = "board-info";
 
-/// Decide the next move of the search plan.
+/// Decide the next move of the search plan: the analysis calls until
+/// they are done, then the step around the current hardware action, else
+/// the final answer.
 pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
     let state = replay(params, messages);
-    // Step 1: analyze every candidate and estimate the first; step 2, when
-    // the kernel has a model, estimate the others.
+    let calls = analysis_calls(params, &state);
+    if !calls.is_empty() {
+        return Decision::Calls(calls);
+    }
+    let limits = Limits::of(params, &state);
+    let times = state.screened_by_time();
+    let depth = build_depth(params, &state);
+    let action = screening_action(&state, &limits, &times, depth)
+        .or_else(|| finalist_action(&state, &limits, &times, depth));
+    let Some(mut action) = action else {
+        return Decision::Final(final_answer(params, &state));
+    };
+    let runs_now = state.outcomes[action.current].artifact.is_some();
+    let calls = current_calls(params, &state, &limits, &mut action);
+    if !params.compile_ahead {
+        return Decision::Calls(calls);
+    }
+    Decision::Calls(with_builds_ahead(
+        params, &state, action, calls, runs_now, depth,
+    ))
+}
+
+/// Step 1 (and 2, with a model): `board_info`, the analysis of every
+/// candidate, the estimate of the first and then of the others; empty once
+/// all are answered.
+fn analysis_calls(params: &TaskParameters, state: &State) -> Vec<ToolCall> {
     let estimate_call = |i: usize| ToolCall {
         id: format!("c{i}-estimate"),
         name: "estimate".to_owned(),
@@ -142,161 +168,249 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
             calls.extend((1..params.candidates.len()).map(estimate_call));
         }
     }
-    if !calls.is_empty() {
-        return Decision::Calls(calls);
-    }
-    // Candidates screened at most: the task's search budget, else the
-    // default share of the list (unless only a hardware-call limit is set).
-    let screen_cap = params.search_budget.or_else(|| {
-        params
-            .max_hardware_calls
-            .is_none()
-            .then(|| u32::try_from(search_budget(params.candidates.len())).unwrap_or(u32::MAX))
-    });
-    // Hardware calls at most: the screenings plus the finalists' benchmarks.
-    let budget = params.max_hardware_calls.unwrap_or_else(|| {
-        screen_cap
-            .unwrap_or(u32::MAX)
-            .saturating_add(if state.exact { 0 } else { params.finalists })
-    });
-    // With exact timing every screened candidate is benchmarked already.
-    let finalists = if state.exact {
-        0
-    } else {
-        params.finalists.min(budget).max(1)
-    };
-    let screen_tool = if state.exact { SCREEN } else { "validate" };
-    let screen_slots = budget
-        .saturating_sub(finalists)
-        .min(screen_cap.unwrap_or(u32::MAX));
-    let times = state.screened_by_time();
-    let screens_done = state.evaluations - state.benchmarks;
+    calls
+}
 
-    // The current hardware action and the candidates likely to follow.
-    let depth = (params.compile_depth + state.late_builds)
-        .min(params.compile_depth.max(MAX_ADAPTIVE_DEPTH)) as usize;
-    let mut action: Option<(usize, &str)> = None;
-    let mut ahead: Vec<usize> = Vec::new();
-    if screens_done < screen_slots {
-        let order = state.screening_order(&times);
-        if let Some((&next, rest)) = order.split_first() {
-            action = Some((next, screen_tool));
-            // The likeliest next ones: the current candidates do not change
-            // the picture (the usual case once a good candidate is known).
-            // One more than the depth: a built one may run in this step too.
-            let later = (screen_slots - screens_done - 1) as usize;
-            ahead.extend(rest.iter().take((depth + 1).min(later)));
+/// How many hardware calls the task may make, and how they split between
+/// screening and finalists.
+struct Limits {
+    /// Hardware calls at most: the screenings plus the finalists'
+    /// benchmarks.
+    budget: u32,
+    /// Benchmarks of the fastest screened (none with exact timing).
+    finalists: u32,
+    /// The screening call: `validate`, or [`SCREEN`] with exact timing.
+    screen_tool: &'static str,
+    /// Screenings at most.
+    screen_slots: u32,
+}
+
+impl Limits {
+    fn of(params: &TaskParameters, state: &State) -> Self {
+        // Candidates screened at most: the task's search budget, else the
+        // default share of the list (unless only a hardware-call limit is set).
+        let screen_cap = params.search_budget.or_else(|| {
+            params
+                .max_hardware_calls
+                .is_none()
+                .then(|| u32::try_from(search_budget(params.candidates.len())).unwrap_or(u32::MAX))
+        });
+        let budget = params.max_hardware_calls.unwrap_or_else(|| {
+            screen_cap
+                .unwrap_or(u32::MAX)
+                .saturating_add(if state.exact { 0 } else { params.finalists })
+        });
+        // With exact timing every screened candidate is benchmarked already.
+        let finalists = if state.exact {
+            0
+        } else {
+            params.finalists.min(budget).max(1)
+        };
+        Self {
+            budget,
+            finalists,
+            screen_tool: if state.exact { SCREEN } else { "validate" },
+            screen_slots: budget
+                .saturating_sub(finalists)
+                .min(screen_cap.unwrap_or(u32::MAX)),
         }
     }
-    if action.is_none() && state.benchmarks < finalists && state.evaluations < budget {
-        // Finalists: the fastest screened; without any, the best-ranked.
-        let mut pool: Vec<usize> = times.iter().map(|t| t.0).collect();
-        if pool.is_empty() && screens_done == 0 {
-            pool = state
-                .ranked()
-                .into_iter()
-                .filter(|&i| state.usable(i))
-                .collect();
-        }
-        let open = finalists - state.benchmarks;
-        let mut open_pool = pool
+}
+
+/// Builds kept going beyond the current candidate: the configured depth,
+/// one more per build the slice sat idle for, up to [`MAX_ADAPTIVE_DEPTH`].
+fn build_depth(params: &TaskParameters, state: &State) -> usize {
+    (params.compile_depth + state.late_builds).min(params.compile_depth.max(MAX_ADAPTIVE_DEPTH))
+        as usize
+}
+
+/// The current hardware action and the candidates likely to follow it.
+struct Action {
+    current: usize,
+    /// `validate`, [`SCREEN`] or `benchmark`.
+    tool: &'static str,
+    ahead: Vec<usize>,
+}
+
+/// Step 2: the next candidate to screen while screenings are left.
+fn screening_action(
+    state: &State,
+    limits: &Limits,
+    times: &[(usize, f64)],
+    depth: usize,
+) -> Option<Action> {
+    let screens_done = state.evaluations - state.benchmarks;
+    if screens_done >= limits.screen_slots {
+        return None;
+    }
+    let order = state.screening_order(times);
+    let (&next, rest) = order.split_first()?;
+    // The likeliest next ones: the current candidates do not change the
+    // picture (the usual case once a good candidate is known). One more
+    // than the depth: a built one may run in this step too.
+    let later = (limits.screen_slots - screens_done - 1) as usize;
+    Some(Action {
+        current: next,
+        tool: limits.screen_tool,
+        ahead: rest.iter().take((depth + 1).min(later)).copied().collect(),
+    })
+}
+
+/// Step 4: the next finalist to benchmark: the fastest screened; without
+/// any, the best-ranked.
+fn finalist_action(
+    state: &State,
+    limits: &Limits,
+    times: &[(usize, f64)],
+    depth: usize,
+) -> Option<Action> {
+    if state.benchmarks >= limits.finalists || state.evaluations >= limits.budget {
+        return None;
+    }
+    let screens_done = state.evaluations - state.benchmarks;
+    let mut pool: Vec<usize> = times.iter().map(|t| t.0).collect();
+    if pool.is_empty() && screens_done == 0 {
+        pool = state
+            .ranked()
             .into_iter()
-            .take(finalists as usize)
-            .filter(|&i| !state.known[i].benchmarked)
-            .take(open as usize);
-        if let Some(next) = open_pool.next() {
-            action = Some((next, "benchmark"));
-            ahead.extend(open_pool.take(depth));
-        }
+            .filter(|&i| state.usable(i))
+            .collect();
     }
-    let Some((current, tool)) = action else {
-        return Decision::Final(final_answer(params, &state));
-    };
-    let needs_compile = |i: usize| {
-        state.outcomes[i].artifact.is_none()
-            && state.known[i].building.is_none()
-            && state.usable(i)
-            && state.known[i].lost <= MAX_RECOMPILES
-    };
-    let mut calls = Vec::new();
-    let runs_now = state.outcomes[current].artifact.is_some();
-    if runs_now {
-        calls.push(hardware_call(params, &state, current, tool));
+    let open = limits.finalists - state.benchmarks;
+    let mut open_pool = pool
+        .into_iter()
+        .take(limits.finalists as usize)
+        .filter(|&i| !state.known[i].benchmarked)
+        .take(open as usize);
+    let next = open_pool.next()?;
+    Some(Action {
+        current: next,
+        tool: "benchmark",
+        ahead: open_pool.take(depth).collect(),
+    })
+}
+
+/// Whether candidate `i` has to be built before it can run.
+fn needs_compile(state: &State, i: usize) -> bool {
+    state.outcomes[i].artifact.is_none()
+        && state.known[i].building.is_none()
+        && state.usable(i)
+        && state.known[i].lost <= MAX_RECOMPILES
+}
+
+/// The calls the current candidate needs now: its launch (with the built
+/// ones next in line), the wait for its late build, or its compile.
+fn current_calls(
+    params: &TaskParameters,
+    state: &State,
+    limits: &Limits,
+    action: &mut Action,
+) -> Vec<ToolCall> {
+    let current = action.current;
+    if state.outcomes[current].artifact.is_some() {
+        let mut calls = vec![hardware_call(params, state, current, action.tool)];
         if params.compile_ahead {
-            // Built candidates next in line run in the same step: the engine
-            // hands the slice lock from one call to the next, without the
-            // turn in between.
-            let most = if tool == screen_tool {
-                HARDWARE_CALLS_PER_STEP
-            } else {
-                finalists as usize
-            };
-            let mut planned = 1u32;
-            // A screening launch joins only when a build stays in reserve
-            // for the next step.
-            let reserve = |ahead: &[usize]| {
-                tool == "benchmark"
-                    || ahead.iter().skip(1).any(|&i| {
-                        state.outcomes[i].artifact.is_some() || state.known[i].building.is_some()
-                    })
-            };
-            while calls.len() < most
-                && state.evaluations + planned < budget
-                && let Some(&next) = ahead.first()
-                && state.outcomes[next].artifact.is_some()
-                && reserve(&ahead)
-            {
-                calls.push(hardware_call(params, &state, next, tool));
-                ahead.remove(0);
-                planned += 1;
-            }
+            launch_built_ahead(params, state, limits, action, &mut calls);
         }
+        calls
     } else if state.known[current].building.is_some() {
         // Its background build is late: the slice waits for it.
-        calls.push(wait_call(&state, current));
-    } else if needs_compile(current) {
-        calls.push(compile_call(params, &state, current, false));
+        vec![wait_call(state, current)]
+    } else if needs_compile(state, current) {
+        vec![compile_call(params, state, current, false)]
     } else {
         // Nothing to build it from: the call reports why.
-        calls.push(hardware_call(params, &state, current, tool));
+        vec![hardware_call(params, state, current, action.tool)]
     }
-    if params.compile_ahead {
-        // Collect the builds next in line while the slice runs (they are
-        // the next step's candidates), and keep `depth` builds going.
-        ahead.truncate(depth);
-        // As many as this step consumes: a wait the slice does not need
-        // yet would only hold the step up.
-        let mut waits = if runs_now {
-            calls.iter().filter(|c| c.name == tool_name(tool)).count()
-        } else {
-            0
-        };
-        let mut seen: BTreeSet<usize> = [current].into();
-        // Background builds go first in the step: they return at once, and
-        // the engine runs a hardware call alone, so a build listed after a
-        // launch would only start when the launch ends.
-        let mut builds = Vec::new();
-        for i in ahead {
-            if !seen.insert(i) {
-                continue;
-            }
-            if state.known[i].building.is_some() {
-                if waits > 0 {
-                    calls.push(wait_call(&state, i));
-                    waits -= 1;
-                }
-            } else if needs_compile(i) {
-                builds.push(compile_call(params, &state, i, true));
-            }
+}
+
+/// Step 6: built candidates next in line run in the same step as the
+/// current one (taken off `action.ahead`): the engine hands the slice lock
+/// from one call to the next, without the turn in between.
+fn launch_built_ahead(
+    params: &TaskParameters,
+    state: &State,
+    limits: &Limits,
+    action: &mut Action,
+    calls: &mut Vec<ToolCall>,
+) {
+    let tool = action.tool;
+    let most = if tool == limits.screen_tool {
+        HARDWARE_CALLS_PER_STEP
+    } else {
+        limits.finalists as usize
+    };
+    let mut planned = 1u32;
+    // A screening launch joins only when a build stays in reserve for the
+    // next step.
+    let reserve = |ahead: &[usize]| {
+        tool == "benchmark"
+            || ahead
+                .iter()
+                .skip(1)
+                .any(|&i| state.outcomes[i].artifact.is_some() || state.known[i].building.is_some())
+    };
+    while calls.len() < most
+        && state.evaluations + planned < limits.budget
+        && let Some(&next) = action.ahead.first()
+        && state.outcomes[next].artifact.is_some()
+        && reserve(&action.ahead)
+    {
+        calls.push(hardware_call(params, state, next, tool));
+        action.ahead.remove(0);
+        planned += 1;
+    }
+}
+
+/// Step 5: collect the builds next in line while the slice runs (they are
+/// the next step's candidates), and keep `depth` builds going; the
+/// background builds go first when the step launches.
+fn with_builds_ahead(
+    params: &TaskParameters,
+    state: &State,
+    action: Action,
+    mut calls: Vec<ToolCall>,
+    runs_now: bool,
+    depth: usize,
+) -> Vec<ToolCall> {
+    let Action {
+        current,
+        tool,
+        mut ahead,
+    } = action;
+    ahead.truncate(depth);
+    // As many as this step consumes: a wait the slice does not need yet
+    // would only hold the step up.
+    let mut waits = if runs_now {
+        calls.iter().filter(|c| c.name == tool_name(tool)).count()
+    } else {
+        0
+    };
+    let mut seen: BTreeSet<usize> = [current].into();
+    // Background builds go first in the step: they return at once, and the
+    // engine runs a hardware call alone, so a build listed after a launch
+    // would only start when the launch ends.
+    let mut builds = Vec::new();
+    for i in ahead {
+        if !seen.insert(i) {
+            continue;
         }
-        if runs_now {
-            builds.append(&mut calls);
-            calls = builds;
-        } else {
-            calls.append(&mut builds);
+        if state.known[i].building.is_some() {
+            if waits > 0 {
+                calls.push(wait_call(state, i));
+                waits -= 1;
+            }
+        } else if needs_compile(state, i) {
+            builds.push(compile_call(params, state, i, true));
         }
     }
-    Decision::Calls(calls)
+    if runs_now {
+        builds.append(&mut calls);
+        builds
+    } else {
+        calls.append(&mut builds);
+        calls
+    }
 }
 
 fn round_suffix(known: &Known) -> String {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use mtswarm_bus::v1;
 use mtswarm_core::{
-    ApprovalConfig, ApprovalDecision, EngineConfig, GateConfig, InjectionConfig, LoopState, Node,
-    Outcome, RunEnd, StopReason,
+    ApprovalConfig, ApprovalDecision, ApprovalRequest, EngineConfig, GateConfig, InjectionConfig,
+    LoopState, Node, Outcome, RunEnd, StopReason,
 };
 use serde_json::json;
 use tokio::sync::watch;
@@ -41,14 +41,6 @@ impl TaskRun<'_> {
         prepared: Prepared,
         resumed: Option<LoopState>,
     ) -> Result<Driven, TaskEnd> {
-        let (shared, entry, runtime, events, delivery, task) = (
-            self.shared,
-            self.entry,
-            self.runtime,
-            self.events,
-            self.delivery,
-            &self.task,
-        );
         let Prepared {
             deadline,
             parameters,
@@ -56,30 +48,20 @@ impl TaskRun<'_> {
             budgets,
         } = prepared;
         let config = self.engine_config(&budgets);
-        let sink = Arc::new(KvCheckpointSink::new(
-            shared.checkpoints.clone(),
-            &entry.session_id,
-            &task.job_id,
-            &entry.agent_id,
-            &task.task_id,
-            task.attempt,
-            runtime.checkpoint.clone(),
-            &config.context,
-            task.grant.clone(),
-        ));
-        let engine = runtime
+        let sink = self.checkpoint_sink(&config);
+        let engine = self
+            .runtime
             .engine_for(config)
             .with_checkpoint_sink(sink.clone());
-
         let resumed_from_step = resumed.as_ref().map(LoopState::step).unwrap_or(0);
         // Staged: it goes out with the run's first events (or the baseline's).
-        events.stage(
+        self.events.stage(
             resumed_from_step,
             Kind::Log,
-            json!({"type": "task_started", "task_id": task.task_id, "attempt": task.attempt,
+            json!({"type": "task_started", "task_id": self.task.task_id, "attempt": self.task.attempt,
                "resumed_from_step": resumed_from_step, "kernel_dir": kernel_name}),
         );
-        let first = match resumed {
+        let mut run = match resumed {
             Some(state) if state.node() == Node::Done => {
                 return Ok(Driven::Outcome(Box::new(outcome_of_done(state))));
             }
@@ -91,41 +73,25 @@ impl TaskRun<'_> {
             }
             None => {
                 let message = render_task_message(
-                    &task.task_id,
+                    &self.task.task_id,
                     &kernel_name,
-                    &task.instructions,
+                    &self.task.instructions,
                     &parameters,
                 );
-                engine.start(&entry.session_id, &runtime.system_prompt, message)
+                engine.start(&self.entry.session_id, &self.runtime.system_prompt, message)
             }
         };
-        let recorder = MeasurementRecorder::new(
-            shared.results.clone(),
-            task,
-            &shared.worker_id,
-            &kernel_name,
-            runtime.model.model_name(),
-            runtime.tools.env().clone(),
-        );
-        // After the agent's run, not before it: measured first, it held
-        // this one slice for as long as the reference takes while every
-        // other slice of the job tuned (on the emulator, the naive kernel
-        // is the slowest launch of the job), and the speed-up it serves is
-        // only computed when the job ends. Any attempt that ends measures
-        // it (one that dies first did not).
-        let baseline_wanted = task.measure_baseline && kernel_name != ".";
-        let mut run = first;
+        let recorder = self.recorder(&kernel_name);
+        let segment = Segment {
+            sink: &sink,
+            deadline,
+            device_budget: (budgets.device_seconds > 0.0).then_some(budgets.device_seconds),
+            recorder: &recorder,
+        };
         loop {
             let (stream, handle) = run;
             sink.attach(handle.control());
-            let segment = Segment {
-                sink: &sink,
-                deadline,
-                device_budget: (budgets.device_seconds > 0.0).then_some(budgets.device_seconds),
-                recorder: &recorder,
-            };
-            let driven = self.drive(stop, &segment, stream, handle).await;
-            let outcome = match driven {
+            let outcome = match self.drive(stop, &segment, stream, handle).await {
                 Driven::Abandoned if sink.fenced() => return Ok(Driven::Fenced),
                 Driven::Fenced => return Ok(Driven::Fenced),
                 Driven::Abandoned => return Ok(Driven::Abandoned),
@@ -136,40 +102,9 @@ impl TaskRun<'_> {
                 approvals,
             } = outcome
             else {
-                if sink.fenced() {
-                    return Ok(Driven::Fenced);
-                }
-                let answer = match &outcome {
-                    Outcome::Final { text, .. } => last_json(text),
-                    _ => None,
-                };
-                let cancelled = matches!(
-                    &outcome,
-                    Outcome::Stopped {
-                        reason: StopReason::Cancelled,
-                        ..
-                    }
-                );
-                if baseline_wanted && !cancelled {
-                    measure_baseline(runtime, events, &recorder, &kernel_name).await;
-                }
-                recorder.finish(answer.as_ref()).await;
-                return Ok(Driven::Outcome(Box::new(outcome)));
+                return Ok(self.finish(outcome, &sink, &recorder, &kernel_name).await);
             };
-            // The run's last events before the wait must not wait with it.
-            events.flush().await;
-            entry.update(|p| p.state = SessionState::AwaitingApproval);
-            let wait = ApprovalWait {
-                shared,
-                session_id: &entry.session_id,
-                agent_id: &entry.agent_id,
-                task,
-                events,
-                step: checkpoint.step(),
-                tools: runtime.tools.env(),
-            };
-            let decisions = match approval::await_decisions(&wait, &approvals, stop, delivery).await
-            {
+            let decisions = match self.await_approvals(stop, &checkpoint, &approvals).await {
                 Ok(decisions) => decisions,
                 Err(approval::Interrupted::Abandon) => return Ok(Driven::Abandoned),
                 Err(approval::Interrupted::Fence) => return Ok(Driven::Fenced),
@@ -181,11 +116,102 @@ impl TaskRun<'_> {
                     })));
                 }
             };
-            entry.update(|p| p.state = SessionState::Running);
+            self.entry.update(|p| p.state = SessionState::Running);
             run = engine
                 .resume_with_decisions(checkpoint, decisions)
                 .map_err(|e| TaskEnd::failed(format!("resume after approval: {e}")))?;
         }
+    }
+
+    /// The attempt's checkpoint sink: the session's checkpoint key, written
+    /// as this attempt of this task, with its grant.
+    fn checkpoint_sink(&self, config: &EngineConfig) -> Arc<KvCheckpointSink> {
+        let (entry, task) = (self.entry, &self.task);
+        Arc::new(KvCheckpointSink::new(
+            self.shared.checkpoints.clone(),
+            &entry.session_id,
+            &task.job_id,
+            &entry.agent_id,
+            &task.task_id,
+            task.attempt,
+            self.runtime.checkpoint.clone(),
+            &config.context,
+            task.grant.clone(),
+        ))
+    }
+
+    /// Records the attempt's measurements under the kernel's name.
+    fn recorder(&self, kernel_name: &str) -> MeasurementRecorder {
+        MeasurementRecorder::new(
+            self.shared.results.clone(),
+            &self.task,
+            &self.shared.worker_id,
+            kernel_name,
+            self.runtime.model.model_name(),
+            self.runtime.tools.env().clone(),
+        )
+    }
+
+    /// The run ended (not paused): fenced when its slice was lost meanwhile;
+    /// else the kernel's baseline when asked, and the measurements finished
+    /// with the answer's JSON.
+    async fn finish(
+        &self,
+        outcome: Outcome,
+        sink: &KvCheckpointSink,
+        recorder: &MeasurementRecorder,
+        kernel_name: &str,
+    ) -> Driven {
+        if sink.fenced() {
+            return Driven::Fenced;
+        }
+        let answer = match &outcome {
+            Outcome::Final { text, .. } => last_json(text),
+            _ => None,
+        };
+        let cancelled = matches!(
+            &outcome,
+            Outcome::Stopped {
+                reason: StopReason::Cancelled,
+                ..
+            }
+        );
+        // After the agent's run, not before it: measured first, it held
+        // this one slice for as long as the reference takes while every
+        // other slice of the job tuned (on the emulator, the naive kernel
+        // is the slowest launch of the job), and the speed-up it serves is
+        // only computed when the job ends. Any attempt that ends measures
+        // it (one that dies first did not).
+        let baseline_wanted = self.task.measure_baseline && kernel_name != ".";
+        if baseline_wanted && !cancelled {
+            measure_baseline(self.runtime, self.events, recorder, kernel_name).await;
+        }
+        recorder.finish(answer.as_ref()).await;
+        Driven::Outcome(Box::new(outcome))
+    }
+
+    /// A paused run: the session awaits the decisions of its approvals
+    /// ([`approval::await_decisions`]).
+    async fn await_approvals(
+        &self,
+        stop: &mut watch::Receiver<StopMode>,
+        checkpoint: &LoopState,
+        approvals: &[ApprovalRequest],
+    ) -> Result<approval::Decisions, approval::Interrupted> {
+        // The run's last events before the wait must not wait with it.
+        self.events.flush().await;
+        self.entry
+            .update(|p| p.state = SessionState::AwaitingApproval);
+        let wait = ApprovalWait {
+            shared: self.shared,
+            session_id: &self.entry.session_id,
+            agent_id: &self.entry.agent_id,
+            task: &self.task,
+            events: self.events,
+            step: checkpoint.step(),
+            tools: self.runtime.tools.env(),
+        };
+        approval::await_decisions(&wait, approvals, stop, self.delivery).await
     }
 
     /// The engine configuration of the attempt: its budgets (the daemon's

@@ -48,8 +48,38 @@ pub(crate) async fn spawn_session(
             shared.worker_id
         )));
     }
-    // Pick the slice.
-    let candidates: Vec<usize> = if !request.slice_id.trim().is_empty() {
+    let candidates = candidate_slices(shared, &request)?;
+    let quarantined = quarantined_among(shared, &candidates).await?;
+    let named = !request.slice_id.trim().is_empty();
+    if named && let Some((_, reason)) = quarantined.first() {
+        return Err(Status::failed_precondition(format!(
+            "slice {} is quarantined: {reason}",
+            shared.slices[candidates[0]].bus_id
+        )));
+    }
+    let index = match reserve(shared, &request, &candidates, &quarantined)? {
+        Reserved::Slice(index) => index,
+        Reserved::Started(response) => return Ok(response),
+    };
+    match start_session(shared, index, &request).await {
+        Ok(entry) => {
+            let slice_id = shared.slices[index].bus_id.clone();
+            Ok(entry.response(&shared.worker_id, &slice_id))
+        }
+        Err(error) => {
+            shared.table().free(index, &request.session_id);
+            Err(status_of(error))
+        }
+    }
+}
+
+/// The slices the request may run on, by index: the one it names, else
+/// every slice its selector matches (every slice without one).
+fn candidate_slices(
+    shared: &Shared,
+    request: &v1::SpawnSessionRequest,
+) -> Result<Vec<usize>, Status> {
+    if !request.slice_id.trim().is_empty() {
         let index = shared.slice_index(&request.slice_id).ok_or_else(|| {
             Status::not_found(format!(
                 "slice `{}` is not on worker {} (slices: {})",
@@ -63,28 +93,33 @@ pub(crate) async fn spawn_session(
                     .join(", ")
             ))
         })?;
-        vec![index]
+        return Ok(vec![index]);
+    }
+    let selector = if request.slice_selector.trim().is_empty() {
+        mtswarm_hw::SliceSelector::all()
     } else {
-        let selector = if request.slice_selector.trim().is_empty() {
-            mtswarm_hw::SliceSelector::all()
-        } else {
-            mtswarm_hw::SliceSelector::parse(&request.slice_selector)
-                .map_err(|e| invalid(e.to_string()))?
-        };
-        let matching: Vec<usize> = (0..shared.slices.len())
-            .filter(|&i| selector.matches(&shared.slices[i].slice))
-            .collect();
-        if matching.is_empty() {
-            return Err(Status::not_found(format!(
-                "no slice of worker {} matches `{}`",
-                shared.worker_id, request.slice_selector
-            )));
-        }
-        matching
+        mtswarm_hw::SliceSelector::parse(&request.slice_selector)
+            .map_err(|e| invalid(e.to_string()))?
     };
-    let named = !request.slice_id.trim().is_empty();
+    let matching: Vec<usize> = (0..shared.slices.len())
+        .filter(|&i| selector.matches(&shared.slices[i].slice))
+        .collect();
+    if matching.is_empty() {
+        return Err(Status::not_found(format!(
+            "no slice of worker {} matches `{}`",
+            shared.worker_id, request.slice_selector
+        )));
+    }
+    Ok(matching)
+}
+
+/// The candidates that are quarantined, with the reason of each.
+async fn quarantined_among(
+    shared: &Shared,
+    candidates: &[usize],
+) -> Result<Vec<(usize, String)>, Status> {
     let mut quarantined = Vec::new();
-    for &index in &candidates {
+    for &index in candidates {
         let slice_id = &shared.slices[index].bus_id;
         match shared.quarantine.get(slice_id).await {
             Ok(Some(record)) => quarantined.push((index, record.value.reason)),
@@ -94,66 +129,70 @@ pub(crate) async fn spawn_session(
             }
         }
     }
-    if named && let Some((_, reason)) = quarantined.first() {
-        return Err(Status::failed_precondition(format!(
-            "slice {} is quarantined: {reason}",
-            shared.slices[candidates[0]].bus_id
+    Ok(quarantined)
+}
+
+/// What the reservation found.
+enum Reserved {
+    /// This free slice is the session's now.
+    Slice(usize),
+    /// The session was started meanwhile: its answer.
+    Started(v1::SpawnSessionResponse),
+}
+
+/// Reserves the first free, unquarantined candidate for the session and
+/// checks the session limit and the disk quota, atomically (under the
+/// table's lock).
+fn reserve(
+    shared: &Shared,
+    request: &v1::SpawnSessionRequest,
+    candidates: &[usize],
+    quarantined: &[(usize, String)],
+) -> Result<Reserved, Status> {
+    let named = !request.slice_id.trim().is_empty();
+    let mut table = shared.table();
+    if let Some(existing) = table.sessions.get(&request.session_id) {
+        let slice_id = &shared.slices[existing.slice_index].bus_id;
+        return Ok(Reserved::Started(
+            existing.response(&shared.worker_id, slice_id),
+        ));
+    }
+    if table.holds_slice(&request.session_id) {
+        return Err(Status::unavailable(format!(
+            "session {} is being started; retry",
+            request.session_id
         )));
     }
-    // Reserve the slice (and check the session limit) atomically.
-    let index = {
-        let mut table = shared.table();
-        if let Some(existing) = table.sessions.get(&request.session_id) {
-            let slice_id = &shared.slices[existing.slice_index].bus_id;
-            return Ok(existing.response(&shared.worker_id, slice_id));
-        }
-        if table.holds_slice(&request.session_id) {
-            return Err(Status::unavailable(format!(
-                "session {} is being started; retry",
-                request.session_id
-            )));
-        }
-        if table.sessions.len() >= shared.config.max_sessions {
-            return Err(Status::resource_exhausted(format!(
-                "worker {} runs its maximum of {} sessions",
-                shared.worker_id, shared.config.max_sessions
-            )));
-        }
-        let free = candidates
-            .iter()
-            .copied()
-            .find(|&i| table.slice_owner[i].is_none() && !quarantined.iter().any(|(q, _)| *q == i));
-        let Some(index) = free else {
-            let slice = &shared.slices[candidates[0]].bus_id;
-            return Err(Status::failed_precondition(if named {
-                format!(
-                    "slice {slice} is busy with session {}",
-                    table.slice_owner[candidates[0]].clone().unwrap_or_default()
-                )
-            } else {
-                format!(
-                    "no free slice of worker {} matches `{}`",
-                    shared.worker_id, request.slice_selector
-                )
-            }));
-        };
-        // Under the table's lock: the janitor relies on it (see `janitor`).
-        if let Err(error) = shared.disk.admit(&request.session_id) {
-            return Err(Status::resource_exhausted(error.to_string()));
-        }
-        table.reserve(index, &request.session_id);
-        index
-    };
-    match start_session(shared, index, &request).await {
-        Ok(entry) => {
-            let slice_id = shared.slices[index].bus_id.clone();
-            Ok(entry.response(&shared.worker_id, &slice_id))
-        }
-        Err(error) => {
-            shared.table().free(index, &request.session_id);
-            Err(status_of(error))
-        }
+    if table.sessions.len() >= shared.config.max_sessions {
+        return Err(Status::resource_exhausted(format!(
+            "worker {} runs its maximum of {} sessions",
+            shared.worker_id, shared.config.max_sessions
+        )));
     }
+    let free = candidates
+        .iter()
+        .copied()
+        .find(|&i| table.slice_owner[i].is_none() && !quarantined.iter().any(|(q, _)| *q == i));
+    let Some(index) = free else {
+        let slice = &shared.slices[candidates[0]].bus_id;
+        return Err(Status::failed_precondition(if named {
+            format!(
+                "slice {slice} is busy with session {}",
+                table.slice_owner[candidates[0]].clone().unwrap_or_default()
+            )
+        } else {
+            format!(
+                "no free slice of worker {} matches `{}`",
+                shared.worker_id, request.slice_selector
+            )
+        }));
+    };
+    // Under the table's lock: the janitor relies on it (see `janitor`).
+    if let Err(error) = shared.disk.admit(&request.session_id) {
+        return Err(Status::resource_exhausted(error.to_string()));
+    }
+    table.reserve(index, &request.session_id);
+    Ok(Reserved::Slice(index))
 }
 
 /// The gRPC status of a session that could not be started: refused input

@@ -4,12 +4,13 @@
 //! (see [`super::lifecycle`]).
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use mtswarm_bus::{BusError, v1};
 use mtswarm_core::{AutoApprove, RegistryError, RiskPolicy, ToolRegistry};
 use mtswarm_tools::{ToolSet, ToolsError};
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use super::lifecycle::run_session;
 use super::model::{ModelChoiceError, session_model};
@@ -18,7 +19,7 @@ use crate::checkpoint::KnownCheckpoint;
 use crate::leases::LeaseError;
 use crate::prompt::worker_system_prompt;
 use crate::session_entry::{SessionEntry, SessionIds};
-use crate::shared::Shared;
+use crate::shared::{Shared, SliceEntry};
 use crate::workspace::{KernelDirError, resolve_kernel_dir, session_workspace};
 
 /// Why a session could not be started (SpawnSession maps each to a gRPC
@@ -61,17 +62,7 @@ pub(super) async fn start_session(
     if !request.kernel_dir.trim().is_empty() {
         resolve_kernel_dir(&shared.config.kernel_root, &request.kernel_dir)?;
     }
-    let tools = ToolSet::builder(&workspace, slice.board.clone())
-        .spec(slice.spec.clone())
-        .lock(shared.hw_lock.clone())
-        .measure_defaults(shared.config.measure.clone())
-        .build()?
-        .with_results(
-            crate::results::BusResults::new(shared.results.clone()),
-            kernel_name_of(&request.kernel_dir),
-        );
-    let mut registry = ToolRegistry::new();
-    tools.register_all(&mut registry)?;
+    let (tools, registry) = session_tools(shared, slice, &workspace, &request.kernel_dir)?;
     let model = session_model(shared, request)?;
     let all_tools = tools.tools();
     let system_prompt = worker_system_prompt(
@@ -86,32 +77,7 @@ pub(super) async fn start_session(
         .filter(|t| t.spec().needs_hardware)
         .map(|t| t.spec().name.to_string())
         .collect();
-    let policy = RiskPolicy::default()
-        .with_auto_approve(if request.auto_approve {
-            AutoApprove::UpToMedium
-        } else {
-            AutoApprove::LowOnly
-        })
-        .with_rules(crate::approval_rules::engine_rules(&request.approval_rules));
-    let mut known_checkpoint = None;
-    let resumed_from_step = if request.resume {
-        match shared.checkpoints.get_genuine(&request.session_id).await {
-            Ok(Some(checkpoint)) => {
-                known_checkpoint = Some(KnownCheckpoint::of_stored(&checkpoint));
-                checkpoint.value.step
-            }
-            Ok(None) => 0,
-            // A record that is not a checkpoint never will be one: the
-            // session starts afresh rather than refusing every move.
-            Err(error) if error.is_undecodable() => {
-                tracing::warn!(%error, "stored checkpoint unreadable; the session starts afresh");
-                0
-            }
-            Err(error) => return Err(StartError::CheckpointLookup(error)),
-        }
-    } else {
-        0
-    };
+    let (resumed_from_step, known_checkpoint) = resume_point(shared, request).await?;
     let lease_epoch = shared
         .set_lease_session(index, &request.session_id, &request.job_id)
         .await?;
@@ -132,7 +98,7 @@ pub(super) async fn start_session(
         model,
         system_prompt,
         workspace,
-        policy,
+        policy: approval_policy(request),
         kernel_dir: request.kernel_dir.clone(),
         budgets: request.budgets.unwrap_or_default(),
         hardware_tools,
@@ -151,21 +117,7 @@ pub(super) async fn start_session(
         kernel_copies: Mutex::new(HashMap::new()),
         checkpoint: Arc::new(Mutex::new(known_checkpoint)),
     };
-    let span = tracing::info_span!(
-        "worker.session",
-        session.id = %request.session_id,
-        job.id = %request.job_id,
-        agent.id = %request.agent_id,
-        slice.id = %slice.bus_id,
-        worker.id = %shared.worker_id,
-    );
-    if !request.traceparent.is_empty() {
-        let parent =
-            mtswarm_telemetry::propagation::context_from_traceparent(&request.traceparent, None);
-        if let Err(error) = mtswarm_telemetry::propagation::set_parent(&span, parent) {
-            tracing::debug!(%error, "SpawnSession traceparent not applied");
-        }
-    }
+    let span = session_span(shared, request, &slice.bus_id);
     shared
         .table()
         .sessions
@@ -175,6 +127,86 @@ pub(super) async fn start_session(
     entry.set_join(join);
     tracing::info!(session.id = %request.session_id, slice.id = %slice.bus_id, "session started");
     Ok(entry)
+}
+
+/// The session's tools on the slice's board, in its workspace (their
+/// results filed under the kernel's name), and their registry.
+fn session_tools(
+    shared: &Shared,
+    slice: &SliceEntry,
+    workspace: &Path,
+    kernel_dir: &str,
+) -> Result<(ToolSet, ToolRegistry), StartError> {
+    let tools = ToolSet::builder(workspace, slice.board.clone())
+        .spec(slice.spec.clone())
+        .lock(shared.hw_lock.clone())
+        .measure_defaults(shared.config.measure.clone())
+        .build()?
+        .with_results(
+            crate::results::BusResults::new(shared.results.clone()),
+            kernel_name_of(kernel_dir),
+        );
+    let mut registry = ToolRegistry::new();
+    tools.register_all(&mut registry)?;
+    Ok((tools, registry))
+}
+
+/// What the session may run without asking: up to medium risk when the
+/// request auto-approves, else low risk only; and the request's rules.
+fn approval_policy(request: &v1::SpawnSessionRequest) -> RiskPolicy {
+    RiskPolicy::default()
+        .with_auto_approve(if request.auto_approve {
+            AutoApprove::UpToMedium
+        } else {
+            AutoApprove::LowOnly
+        })
+        .with_rules(crate::approval_rules::engine_rules(&request.approval_rules))
+}
+
+/// Where a resumed session continues (the step SpawnSession reports, and
+/// its checkpoint as known); step 0 and none for a fresh one.
+async fn resume_point(
+    shared: &Shared,
+    request: &v1::SpawnSessionRequest,
+) -> Result<(u32, Option<KnownCheckpoint>), StartError> {
+    if !request.resume {
+        return Ok((0, None));
+    }
+    match shared.checkpoints.get_genuine(&request.session_id).await {
+        Ok(Some(checkpoint)) => Ok((
+            checkpoint.value.step,
+            Some(KnownCheckpoint::of_stored(&checkpoint)),
+        )),
+        Ok(None) => Ok((0, None)),
+        // A record that is not a checkpoint never will be one: the
+        // session starts afresh rather than refusing every move.
+        Err(error) if error.is_undecodable() => {
+            tracing::warn!(%error, "stored checkpoint unreadable; the session starts afresh");
+            Ok((0, None))
+        }
+        Err(error) => Err(StartError::CheckpointLookup(error)),
+    }
+}
+
+/// The session's span, a child of the spawning leader's span when the
+/// request carries its trace context.
+fn session_span(shared: &Shared, request: &v1::SpawnSessionRequest, slice_id: &str) -> Span {
+    let span = tracing::info_span!(
+        "worker.session",
+        session.id = %request.session_id,
+        job.id = %request.job_id,
+        agent.id = %request.agent_id,
+        slice.id = %slice_id,
+        worker.id = %shared.worker_id,
+    );
+    if !request.traceparent.is_empty() {
+        let parent =
+            mtswarm_telemetry::propagation::context_from_traceparent(&request.traceparent, None);
+        if let Err(error) = mtswarm_telemetry::propagation::set_parent(&span, parent) {
+            tracing::debug!(%error, "SpawnSession traceparent not applied");
+        }
+    }
+    span
 }
 
 /// The kernel's name as results are filed under it: the last component of

@@ -12,11 +12,14 @@ use std::time::Duration;
 use common::*;
 use futures::StreamExt as _;
 use mtswarm_bus::{Checkpoints, Leases, Workers, v1};
+use mtswarm_worker::WorkerHandle;
 use serde_json::json;
 use tonic::Code;
+use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
+use v1::worker_client::WorkerClient;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the_daemon() {
@@ -38,8 +41,28 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     let leases = Leases::open(&env.bus).await.expect("leases");
     let workers = Workers::open(&env.bus).await.expect("workers");
 
-    // Health: SERVING for the Worker service once started.
-    let health = HealthClient::new(channel(&handle).await)
+    assert_serving_and_registered(&handle, &workers, &leases, &slices).await;
+    spawn_twice_gets_one_session(&mut grpc, &leases).await;
+    refusals_have_the_right_codes(&mut grpc).await;
+    spawn_by_selector_then_the_limit(&mut grpc).await;
+    stray_and_no_op_tasks(&env, &handle).await;
+    no_op_tasks_store_no_checkpoint_and_one_event_message(&env.bus, "jobD", "s2", "noop1").await;
+    status_lists_both_sessions(&mut grpc, &handle).await;
+    cancel_ends_the_session(&mut grpc, &mut events).await;
+    drain_refuses_new_sessions(&mut grpc).await;
+    shutdown_releases_leases_and_registration(handle, &leases, &workers, &slices).await;
+}
+
+/// Health says SERVING for the Worker service once started; the worker
+/// record names its endpoint and both slices, each with an idle lease of
+/// the worker.
+async fn assert_serving_and_registered(
+    handle: &WorkerHandle,
+    workers: &Workers,
+    leases: &Leases,
+    slices: &[String],
+) {
+    let health = HealthClient::new(channel(handle).await)
         .check(HealthCheckRequest {
             service: "mtswarm.v1.Worker".into(),
         })
@@ -47,18 +70,19 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         .expect("health")
         .into_inner();
     assert_eq!(health.status(), ServingStatus::Serving);
-
-    // Registration and leases.
     let record = stored(workers.kv(), handle.worker_id()).await;
     assert_eq!(record.endpoint, handle.endpoint());
     assert_eq!(record.slices.len(), 2);
-    for slice in &slices {
+    for slice in slices {
         let lease = stored(leases.kv(), slice).await;
         assert_eq!(lease.worker_id, handle.worker_id());
         assert!(lease.session_id.is_empty());
     }
+}
 
-    // Spawn, then the same request again: same answer.
+/// Spawn s1, then the same request again: same answer, and the slice's
+/// lease names the session.
+async fn spawn_twice_gets_one_session(grpc: &mut WorkerClient<Channel>, leases: &Leases) {
     let first = grpc
         .spawn_session(spawn_request("jobD", "a1", "s1", "emu0/c0"))
         .await
@@ -75,8 +99,10 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     assert_eq!(lease.session_id, "s1");
     assert_eq!(lease.job_id, "jobD");
     assert_eq!(lease.epoch, first.lease_epoch);
+}
 
-    // Refusals.
+/// A busy slice, an unknown slice, a bad id and a bad kernel directory.
+async fn refusals_have_the_right_codes(grpc: &mut WorkerClient<Channel>) {
     let bad_kernel = v1::SpawnSessionRequest {
         kernel_dir: "../secrets".into(),
         ..spawn_request("jobD", "a2", "s2", "")
@@ -99,10 +125,13 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         ),
         (bad_kernel, Code::InvalidArgument, "bad kernel dir"),
     ] {
-        refused_spawn(&mut grpc, request, code, what).await;
+        refused_spawn(grpc, request, code, what).await;
     }
+}
 
-    // Any free slice by selector, then the session limit.
+/// Any free slice by selector (s2 gets the other one), then the session
+/// limit.
+async fn spawn_by_selector_then_the_limit(grpc: &mut WorkerClient<Channel>) {
     let mut by_selector = spawn_request("jobD", "a2", "s2", "");
     by_selector.slice_selector = "backend=emulator".into();
     let second = grpc
@@ -112,17 +141,21 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         .into_inner();
     assert_eq!(second.slice_id, "emu0-c1");
     refused_spawn(
-        &mut grpc,
+        grpc,
         spawn_request("jobD", "a3", "s3", ""),
         Code::ResourceExhausted,
         "max sessions",
     )
     .await;
+}
 
-    // A task for another session on s2's slice is terminated without a
-    // result; the no-op task behind it answers without tools.
+/// A task for another session on s2's slice is terminated without a
+/// result; the no-op task behind it answers without tools. A later task of
+/// the session with a lower attempt number than the previous one is not
+/// mistaken for a stale attempt.
+async fn stray_and_no_op_tasks(env: &Env, handle: &WorkerHandle) {
     let mut results = results(&env.bus, "jobD", "td").await;
-    let s2 = Session::on(&handle, "emu0-c1", "jobD", "a2", "s2");
+    let s2 = Session::on(handle, "emu0-c1", "jobD", "a2", "s2");
     let stray = Session {
         id: "someone-else".into(),
         ..s2.clone()
@@ -137,8 +170,6 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     let body: serde_json::Value = serde_json::from_str(&result.result_json).expect("json");
     assert_eq!(body["answer_json"]["noop"], true, "{body}");
     assert_eq!(result.usage.expect("usage").device_seconds, 0.0);
-    // A later task of the session with a lower attempt number than the
-    // previous one is not mistaken for a stale attempt.
     for (task_id, attempt) in [("noop2", 3), ("noop3", 1)] {
         env.publish(&s2.task(task_id, attempt, json!({"noop": true})))
             .await;
@@ -149,9 +180,10 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         );
         assert_eq!(result.status, v1::TaskStatus::Ok as i32, "{result:?}");
     }
-    no_op_tasks_store_no_checkpoint_and_one_event_message(&env.bus, "jobD", "s2", "noop1").await;
+}
 
-    // Status lists both sessions with their slices.
+/// Status lists both sessions with their slices, every slice leased.
+async fn status_lists_both_sessions(grpc: &mut WorkerClient<Channel>, handle: &WorkerHandle) {
     let status = grpc
         .status(v1::StatusRequest {})
         .await
@@ -172,8 +204,14 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         ]
     );
     assert!(status.slices.iter().all(|s| s.lease.is_some()));
+}
 
-    // Cancel s1: it ends, its slice's lease is idle again.
+/// Cancel s1: it ends (its SessionFinished event comes); cancelling an
+/// unknown session cancels nothing.
+async fn cancel_ends_the_session(
+    grpc: &mut WorkerClient<Channel>,
+    events: &mut mtswarm_bus::ReceivedStream<v1::AgentEvent>,
+) {
     let cancelled = grpc
         .cancel_session(v1::CancelSessionRequest {
             session_id: "s1".into(),
@@ -184,7 +222,7 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         .into_inner();
     assert!(cancelled.cancelled);
     let mut seen = Vec::new();
-    events_until(&mut events, &mut seen, |e| {
+    events_until(events, &mut seen, |e| {
         e.session_id == "s1" && is_kind(e, v1::AgentEventKind::SessionFinished)
     })
     .await;
@@ -197,8 +235,10 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         .expect("cancel unknown")
         .into_inner();
     assert!(!unknown_cancel.cancelled);
+}
 
-    // Drain: no new sessions.
+/// Drain: no new sessions, and Status says the daemon drains.
+async fn drain_refuses_new_sessions(grpc: &mut WorkerClient<Channel>) {
     grpc.drain(v1::DrainRequest {
         grace_seconds: 30,
         reason: "maintenance".into(),
@@ -206,7 +246,7 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
     .await
     .expect("drain");
     refused_spawn(
-        &mut grpc,
+        grpc,
         spawn_request("jobD", "a4", "s4", ""),
         Code::FailedPrecondition,
         "draining",
@@ -218,14 +258,21 @@ async fn spawn_is_idempotent_refusals_have_the_right_codes_and_leases_follow_the
         .expect("status")
         .into_inner();
     assert!(status.draining);
+}
 
-    // Shutdown releases the leases and the registration.
+/// Shutdown releases the slices' leases and the worker record.
+async fn shutdown_releases_leases_and_registration(
+    handle: WorkerHandle,
+    leases: &Leases,
+    workers: &Workers,
+    slices: &[String],
+) {
     let worker_id = handle.worker_id().to_owned();
     tokio::time::timeout(Duration::from_secs(60), handle.shutdown())
         .await
         .expect("shutdown in time")
         .expect("shutdown");
-    for slice in &slices {
+    for slice in slices {
         assert!(
             leases.get(slice).await.expect("get").is_none(),
             "{slice} still leased"

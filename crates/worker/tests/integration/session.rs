@@ -9,7 +9,8 @@ use crate::common;
 
 use common::*;
 use mtswarm_bus::results::{ResultQuery, ResultsStore};
-use mtswarm_bus::{Checkpoints, KvChange, v1};
+use mtswarm_bus::{Checkpoints, KvChange, KvWatch, v1};
+use mtswarm_worker::WorkerHandle;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,6 +41,36 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
     env.publish(&session.task("task1", 1, params)).await;
 
     let result = next_result(&mut watch.results, "the task result").await;
+    let body = assert_ok_with_a_real_figure(&result);
+    let usage = result.usage.expect("usage");
+    assert!(usage.device_seconds > 0.0 && usage.steps >= 7, "{usage:?}");
+    assert_every_benchmark_recorded(&env, &handle, &body).await;
+
+    // Events: in order, gapless from 1, all tool calls of the plan.
+    let mut all = Vec::new();
+    events_until(&mut watch.events, &mut all, |e| task_finished(e, 1)).await;
+    assert_plan_events(&all);
+    assert_a_checkpoint_per_step(&mut checkpoint_watch, &checkpoints, usage.steps).await;
+
+    // Status lists the session as idle again, on its slice.
+    let status = grpc
+        .status(v1::StatusRequest {})
+        .await
+        .expect("status")
+        .into_inner();
+    let session = status
+        .sessions
+        .iter()
+        .find(|s| s.session_id == "sess1")
+        .expect("listed");
+    assert_eq!(session.slice_id, slice);
+    handle.shutdown().await.expect("shutdown");
+}
+
+/// task1's first attempt of sess1 ended OK with a measured best (16384
+/// elements, a median and GFLOPS), the answer names the same best, and a
+/// benchmark is among the evidence. Returns the result's JSON.
+fn assert_ok_with_a_real_figure(result: &v1::TaskResult) -> serde_json::Value {
     assert_eq!(result.task_id, "task1");
     assert_eq!(result.attempt, 1);
     assert_eq!(result.session_id, "sess1");
@@ -59,11 +90,16 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
             .is_some_and(|e| e.iter().any(|r| r["kind"] == "benchmark")),
         "{body}"
     );
-    let usage = result.usage.expect("usage");
-    assert!(usage.device_seconds > 0.0 && usage.steps >= 7, "{usage:?}");
+    body
+}
 
-    // Every benchmark is in the results store with its provenance, and the
-    // best of them is the figure the task reported.
+/// Every benchmark is in the results store with its provenance, and the
+/// best of them is the figure the task reported (`body`).
+async fn assert_every_benchmark_recorded(
+    env: &Env,
+    handle: &WorkerHandle,
+    body: &serde_json::Value,
+) {
     let store = ResultsStore::open(&env.bus).await.expect("results store");
     let records = store
         .query(&ResultQuery {
@@ -91,16 +127,18 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
         .filter_map(|r| r.gflops)
         .fold(f64::MIN, f64::max);
     assert!(
-        (best_recorded - best["gflops"].as_f64().unwrap_or_default()).abs() < 1e-6,
+        (best_recorded - body["best"]["gflops"].as_f64().unwrap_or_default()).abs() < 1e-6,
         "recorded best {best_recorded} vs reported {body}"
     );
+}
 
-    // Events: in order, gapless from 1, all tool calls of the plan.
-    let mut all = Vec::new();
-    events_until(&mut watch.events, &mut all, |e| task_finished(e, 1)).await;
-    assert_gapless(&all, 1);
+/// The session's events from its start: gapless, and the plan's tool
+/// calls (compile, validate, benchmark per candidate), every one OK and
+/// of task1.
+fn assert_plan_events(all: &[v1::AgentEvent]) {
+    assert_gapless(all, 1);
     assert!(is_kind(&all[0], v1::AgentEventKind::SessionStarted));
-    let calls: Vec<String> = payloads_of(&all, v1::AgentEventKind::ToolCall)
+    let calls: Vec<String> = payloads_of(all, v1::AgentEventKind::ToolCall)
         .map(|p| p["name"].as_str().unwrap_or("").to_owned())
         .collect();
     assert_eq!(
@@ -115,21 +153,24 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
         ]
     );
     let tool_results: Vec<serde_json::Value> =
-        payloads_of(&all, v1::AgentEventKind::ToolResult).collect();
+        payloads_of(all, v1::AgentEventKind::ToolResult).collect();
     assert!(
         tool_results.iter().all(|r| r["ok"] == true),
         "{tool_results:?}"
     );
     assert!(tool_results.iter().all(|r| r["task_id"] == "task1"));
+}
 
-    // Checkpoints: one at least per step, steps never go back, and the last
-    // one is the finished run.
+/// Checkpoints of sess1: one at least per step up to `last_step`, steps
+/// never go back, and the last one is the finished run.
+async fn assert_a_checkpoint_per_step(
+    checkpoint_watch: &mut KvWatch<v1::SessionCheckpoint>,
+    checkpoints: &Checkpoints,
+    last_step: u32,
+) {
     let mut steps = Vec::new();
-    while steps.last() != Some(&usage.steps) || steps.len() < 2 {
-        match next(&mut checkpoint_watch, "checkpoints")
-            .await
-            .expect("change")
-        {
+    while steps.last() != Some(&last_step) || steps.len() < 2 {
+        match next(checkpoint_watch, "checkpoints").await.expect("change") {
             KvChange::Put { key, value } if key == "sess1" => {
                 assert_eq!(value.value.task_id, "task1");
                 steps.push(value.value.step);
@@ -138,7 +179,7 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
         }
     }
     assert!(steps.windows(2).all(|w| w[0] <= w[1]), "{steps:?}");
-    for step in 1..=usage.steps {
+    for step in 1..=last_step {
         assert!(
             steps.contains(&step),
             "no checkpoint at step {step}: {steps:?}"
@@ -149,20 +190,6 @@ async fn task_runs_to_a_result_with_a_real_benchmark_figure() {
         mtswarm_core::LoopState::from_json(std::str::from_utf8(&last.state_json).expect("utf8"))
             .expect("state");
     assert_eq!(state.node(), mtswarm_core::Node::Done);
-
-    // Status lists the session as idle again, on its slice.
-    let status = grpc
-        .status(v1::StatusRequest {})
-        .await
-        .expect("status")
-        .into_inner();
-    let session = status
-        .sessions
-        .iter()
-        .find(|s| s.session_id == "sess1")
-        .expect("listed");
-    assert_eq!(session.slice_id, slice);
-    handle.shutdown().await.expect("shutdown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,6 +107,8 @@ pub(super) fn replay(params: &TaskParameters, messages: &[Message]) -> State {
     state
 }
 
+/// Replays one answered call into the state: each tool's answer is read
+/// by its own step.
 fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall, content: &str) {
     if call.id == BOARD_INFO_ID {
         state.board_known = true;
@@ -119,121 +121,149 @@ fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall
     if index >= state.outcomes.len() {
         return;
     }
+    match call.name.as_str() {
+        "analyze_kernel" => read_analysis(state, index, content),
+        "estimate" => read_estimate(state, index, content),
+        "compile" => read_compile(state, owners, index, content),
+        "wait_build" => read_wait(state, index, content),
+        tool @ ("validate" | "benchmark") => read_evaluation(state, index, call, tool, content),
+        _ => {}
+    }
+}
+
+/// `analyze_kernel`: the static footprint may already show that the build
+/// cannot run.
+fn read_analysis(state: &mut State, index: usize, content: &str) {
+    state.analyzed = true;
+    if !content.starts_with("error")
+        && let Some(line) = content
+            .lines()
+            .find(|l| l.contains("OVER CAPACITY") || l.contains("TOO MANY BUFFERS"))
+    {
+        state.outcomes[index].failure = Some(format!("analysis: {}", line.trim()));
+    }
+}
+
+/// `estimate`: the candidate's roofline bound; the first one tells whether
+/// the kernel has a model at all.
+fn read_estimate(state: &mut State, index: usize, content: &str) {
+    let outcome = &mut state.outcomes[index];
+    outcome.estimate_seconds = if content.starts_with("error") {
+        None
+    } else {
+        capture_f64(&BOUND, content).filter(|s| *s > 0.0)
+    };
+    if state.estimates == 0 {
+        state.probe_ok = outcome.estimate_seconds.is_some();
+    }
+    state.estimates += 1;
+}
+
+/// `compile`: an artifact (built, or building in the background) or a
+/// failure. An artifact id seen before means the ids restarted in a new
+/// process: every earlier build is gone.
+fn read_compile(
+    state: &mut State,
+    owners: &mut HashMap<String, usize>,
+    index: usize,
+    content: &str,
+) {
+    state.known[index].compiles += 1;
+    let artifact = artifact_id(content);
+    let background = content.starts_with("building") && content.contains("background");
+    match artifact {
+        Some(a) if content.starts_with("compiled") || background => {
+            if owners.contains_key(&a) {
+                // Ids restarted: every earlier build is gone.
+                owners.clear();
+                for o in &mut state.outcomes {
+                    o.artifact = None;
+                }
+                for k in &mut state.known {
+                    k.building = None;
+                }
+            }
+            owners.insert(a.clone(), index);
+            let outcome = &mut state.outcomes[index];
+            outcome.failure = None;
+            state.known[index].compile_failed = false;
+            if background {
+                state.known[index].building = Some(a);
+            } else {
+                outcome.artifact = Some(a);
+            }
+        }
+        _ => {
+            state.outcomes[index].failure = Some(format!("compile: {}", first_line(content)));
+            state.known[index].compile_failed = true;
+        }
+    }
+}
+
+/// `wait_build`: the background build's artifact, its loss, or its
+/// failure; and whether the slice sat idle for it.
+fn read_wait(state: &mut State, index: usize, content: &str) {
     let outcome = &mut state.outcomes[index];
     let known = &mut state.known[index];
-    match call.name.as_str() {
-        "analyze_kernel" => {
-            state.analyzed = true;
-            // The static footprint already shows the build cannot run.
-            if !content.starts_with("error")
-                && let Some(line) = content
-                    .lines()
-                    .find(|l| l.contains("OVER CAPACITY") || l.contains("TOO MANY BUFFERS"))
-            {
-                outcome.failure = Some(format!("analysis: {}", line.trim()));
-            }
+    known.building = None;
+    if content.contains(SLICE_IDLE) {
+        state.late_builds += 1;
+    }
+    let artifact = artifact_id(content);
+    match artifact {
+        Some(a) if content.starts_with("compiled") => {
+            outcome.artifact = Some(a);
+            outcome.failure = None;
         }
-        "estimate" => {
-            outcome.estimate_seconds = if content.starts_with("error") {
-                None
-            } else {
-                capture_f64(&BOUND, content).filter(|s| *s > 0.0)
-            };
-            if state.estimates == 0 {
-                state.probe_ok = outcome.estimate_seconds.is_some();
-            }
-            state.estimates += 1;
+        // Gone with the process that built it: compile again.
+        _ if artifact_missing(content) => known.lost += 1,
+        _ => {
+            outcome.failure = Some(format!("compile: {}", first_line(content)));
+            known.compile_failed = true;
         }
-        "compile" => {
-            known.compiles += 1;
-            let artifact = artifact_id(content);
-            let background = content.starts_with("building") && content.contains("background");
-            match artifact {
-                Some(a) if content.starts_with("compiled") || background => {
-                    if owners.contains_key(&a) {
-                        // Ids restarted: every earlier build is gone.
-                        owners.clear();
-                        for o in &mut state.outcomes {
-                            o.artifact = None;
-                        }
-                        for k in &mut state.known {
-                            k.building = None;
-                        }
-                    }
-                    owners.insert(a.clone(), index);
-                    let outcome = &mut state.outcomes[index];
-                    outcome.failure = None;
-                    state.known[index].compile_failed = false;
-                    if background {
-                        state.known[index].building = Some(a);
-                    } else {
-                        outcome.artifact = Some(a);
-                    }
-                }
-                _ => {
-                    outcome.failure = Some(format!("compile: {}", first_line(content)));
-                    known.compile_failed = true;
-                }
-            }
+    }
+}
+
+/// `validate` or `benchmark`: one evaluation (a screening or a finalist's
+/// benchmark), unless the artifact was gone.
+fn read_evaluation(state: &mut State, index: usize, call: &ToolCall, tool: &str, content: &str) {
+    let outcome = &mut state.outcomes[index];
+    let known = &mut state.known[index];
+    if artifact_missing(content) {
+        known.lost += 1;
+        known.building = None;
+        outcome.artifact = None;
+        if known.lost > MAX_RECOMPILES {
+            outcome.failure = Some(format!(
+                "{tool}: artifact lost again: {}",
+                first_line(content)
+            ));
         }
-        "wait_build" => {
-            known.building = None;
-            if content.contains(SLICE_IDLE) {
-                state.late_builds += 1;
-            }
-            let artifact = artifact_id(content);
-            match artifact {
-                Some(a) if content.starts_with("compiled") => {
-                    outcome.artifact = Some(a);
-                    outcome.failure = None;
-                }
-                // Gone with the process that built it: compile again.
-                _ if artifact_missing(content) => known.lost += 1,
-                _ => {
-                    outcome.failure = Some(format!("compile: {}", first_line(content)));
-                    known.compile_failed = true;
-                }
-            }
+        return;
+    }
+    state.evaluations += 1;
+    let screen = tool == "benchmark" && call.id.contains(&format!("-{SCREEN}"));
+    if screen {
+        // Exact timing: the benchmark is the screening, and its figure the
+        // candidate's.
+        known.screened = true;
+        if outcome.read_benchmark(content) {
+            outcome.screen_seconds = outcome.median_seconds;
         }
-        tool @ ("validate" | "benchmark") => {
-            if artifact_missing(content) {
-                known.lost += 1;
-                known.building = None;
-                outcome.artifact = None;
-                if known.lost > MAX_RECOMPILES {
-                    outcome.failure = Some(format!(
-                        "{tool}: artifact lost again: {}",
-                        first_line(content)
-                    ));
-                }
-                return;
-            }
-            state.evaluations += 1;
-            let screen = tool == "benchmark" && call.id.contains(&format!("-{SCREEN}"));
-            if screen {
-                // Exact timing: the benchmark is the screening, and its
-                // figure the candidate's.
-                known.screened = true;
-                if outcome.read_benchmark(content) {
-                    outcome.screen_seconds = outcome.median_seconds;
-                }
-            } else if tool == "validate" {
-                known.screened = true;
-                if content.contains("validation PASSED") {
-                    // A passed validation without a parsable time still
-                    // counts as valid; it ranks last.
-                    outcome.screen_seconds =
-                        Some(capture_f64(&SCREEN_TIME, content).unwrap_or(f64::INFINITY));
-                } else {
-                    outcome.failure = Some(format!("validate: {}", first_line(content)));
-                }
-            } else {
-                state.benchmarks += 1;
-                known.benchmarked = true;
-                outcome.read_benchmark(content);
-            }
+    } else if tool == "validate" {
+        known.screened = true;
+        if content.contains("validation PASSED") {
+            // A passed validation without a parsable time still counts as
+            // valid; it ranks last.
+            outcome.screen_seconds =
+                Some(capture_f64(&SCREEN_TIME, content).unwrap_or(f64::INFINITY));
+        } else {
+            outcome.failure = Some(format!("validate: {}", first_line(content)));
         }
-        _ => {}
+    } else {
+        state.benchmarks += 1;
+        known.benchmarked = true;
+        outcome.read_benchmark(content);
     }
 }
 
