@@ -21,4 +21,3 @@ mod nats_restart;
 mod quarantine;
 mod resume;
 mod session;
-mod tracing;

@@ -1,9 +1,15 @@
 //! The task's span joins the trace of whoever published the task: the
 //! worker's result and its agent events carry the publisher's trace id.
+//!
+//! A binary of its own: the telemetry it installs (the OpenTelemetry
+//! propagator and tracer provider) is process-wide, and a test of the shared
+//! integration binary that sets up telemetry at the same time would take it
+//! over.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use crate::common;
+#[path = "integration/common/mod.rs"]
+mod common;
 
 use common::*;
 use mtswarm_bus::v1;
