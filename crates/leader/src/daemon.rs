@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::LeaderConfig;
 use crate::error::LeaderError;
+use crate::job_manager::JobManager;
 use crate::journal::{self, Journal};
 use crate::result_consumer::consume_results;
 use crate::results::{LeaderCounters, ResultTable};
@@ -319,6 +320,7 @@ async fn serve_control(
     let max = shared.config.grpc_max_message_bytes;
     let control = v1::control_server::ControlServer::new(ControlService {
         shared: shared.clone(),
+        jobs: JobManager::new(shared.clone()),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);

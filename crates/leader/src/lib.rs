@@ -83,7 +83,9 @@
 //!   and the leader loop's own approval wait), `result_consumer`,
 //!   `grounding` (the completion gate), [`outcome`], `reassign`.
 //! - [`runner`]: state transitions, resume, the event relay, the loop.
-//! - `service` (the `Control` gRPC service) and `daemon` (start, stop).
+//! - `service` (the `Control` gRPC service, which only translates), `job_manager`
+//!   (admission: place, ownership, record, start or queue, rolled back by a
+//!   guard) and `daemon` (start, stop).
 //!
 //! # Invariants
 //!
@@ -107,6 +109,7 @@ pub mod fleet;
 mod grounding;
 mod ids;
 mod job;
+mod job_manager;
 pub mod journal;
 pub mod outcome;
 mod placement;

@@ -6,21 +6,18 @@ use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
 use mtswarm_auth::{Identity, Role, require, require_any};
-use mtswarm_bus::{BusError, Fence, OwnershipError, subjects, v1};
-use sha2::{Digest as _, Sha256};
+use mtswarm_bus::{BusError, subjects, v1};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
 use crate::approvals::{DecideError, decide};
 use crate::fleet::parse_selector;
-use crate::job::PendingStart;
+use crate::job_manager::{JobManager, SubmitError};
 use crate::journal::WATCH_IDLE_CHECK;
 use crate::placement::fleet_view;
 use crate::runner::{self, is_final};
-use crate::scheduler::Ticket;
 use crate::shared::Shared;
-use crate::validate::{ValidatedJob, validate_submit};
 
 /// Roles that may read jobs (get, list, watch): a submitter its own only
 /// ([`may_read`]).
@@ -53,7 +50,21 @@ const WATCH_BUFFER: usize = 256;
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) struct ControlService {
-    pub shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
+    /// Admits the jobs this service is asked to run.
+    pub(crate) jobs: JobManager,
+}
+
+/// A refused submission as the caller sees it.
+fn submit_status(error: SubmitError) -> Status {
+    match error {
+        SubmitError::Endpoint(_) | SubmitError::Invalid(_) | SubmitError::KeyTooLong => {
+            Status::invalid_argument(error.to_string())
+        }
+        SubmitError::Busy(_) => Status::resource_exhausted(error.to_string()),
+        SubmitError::Ownership { .. } => Status::unavailable(error.to_string()),
+        SubmitError::Bus(error) => bus_status(*error),
+    }
 }
 
 fn bus_status(error: BusError) -> Status {
@@ -66,21 +77,6 @@ fn bus_status(error: BusError) -> Status {
 
 fn check_job_id(job_id: &str) -> Result<(), Status> {
     subjects::validate_id("job id", job_id).map_err(|e| Status::invalid_argument(e.to_string()))
-}
-
-/// Job id for a submission: derived from the idempotency key (so a retry
-/// maps to the same KV key and the create is the atomic check), else fresh.
-fn job_id_for(idempotency_key: &str) -> Result<String, Status> {
-    if idempotency_key.is_empty() {
-        return Ok(uuid::Uuid::now_v7().simple().to_string());
-    }
-    if idempotency_key.len() > 256 {
-        return Err(Status::invalid_argument(
-            "idempotency_key is too long (at most 256 bytes)",
-        ));
-    }
-    let digest = Sha256::digest(idempotency_key.as_bytes());
-    Ok(format!("idem-{}", &hex::encode(digest)[..32]))
 }
 
 /// A job as `ListJobs` answers it: the stored record alone. One written by
@@ -97,106 +93,6 @@ fn timestamp_key(t: &Option<prost_types::Timestamp>) -> (i64, i32) {
 }
 
 impl ControlService {
-    async fn submit(
-        &self,
-        request: v1::SubmitJobRequest,
-        identity: Identity,
-        span: tracing::Span,
-    ) -> Result<Response<v1::SubmitJobResponse>, Status> {
-        let shared = &self.shared;
-        // A job names a model endpoint only from the operator's allowlist.
-        if let Some(model) = request.spec.as_ref().and_then(|s| s.model.as_ref())
-            && !model.base_url.trim().is_empty()
-        {
-            shared
-                .config
-                .endpoints()
-                .check(&model.base_url)
-                .map_err(|e| Status::invalid_argument(format!("spec.model.base_url: {e}")))?;
-        }
-        let validated = validate_submit(
-            request.spec.as_ref(),
-            &shared.kernel_root,
-            &shared.config.limits,
-        )
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let job_id = job_id_for(&request.idempotency_key)?;
-        span.record("job.id", job_id.as_str());
-        // A place is taken before the record is written, so a refusal
-        // stores nothing and an accepted job always has a place.
-        let ticket = shared
-            .scheduler
-            .reserve()
-            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
-        let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
-            .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
-            .unwrap_or_default();
-        // The receiving leader owns the job, from before its record exists,
-        // so every QUEUED or RUNNING record has (or had) an owner whose
-        // lapse the other leaders see.
-        let existing = shared.jobs.get(&job_id).await.map_err(bus_status)?;
-        if let Some(existing) = existing.filter(|_| !request.idempotency_key.is_empty()) {
-            shared.scheduler.cancel(ticket);
-            tracing::info!(%job_id, "submission retried with the same idempotency key");
-            let trace_id = trace_id_of(&existing.value.traceparent);
-            return Ok(Response::new(v1::SubmitJobResponse { job_id, trace_id }));
-        }
-        let fence = match shared.take_ownership(&job_id).await {
-            Ok(fence) => fence,
-            Err(OwnershipError::Held { .. }) if !request.idempotency_key.is_empty() => {
-                shared.scheduler.cancel(ticket);
-                tracing::info!(%job_id, "submission retried with the same idempotency key (owned by another leader)");
-                return Ok(Response::new(v1::SubmitJobResponse {
-                    job_id,
-                    trace_id: String::new(),
-                }));
-            }
-            Err(error) => {
-                shared.scheduler.cancel(ticket);
-                return Err(Status::unavailable(format!(
-                    "job {job_id} ownership not taken: {error}"
-                )));
-            }
-        };
-        let trace_id = trace_id_of(&traceparent);
-        let now = prost_types::Timestamp::from(SystemTime::now());
-        let record = v1::JobRecord {
-            job_id: job_id.clone(),
-            spec: Some(validated.spec.clone()),
-            state: v1::JobState::Queued as i32,
-            submitted_by: identity.name,
-            created_at: Some(now),
-            updated_at: Some(now),
-            traceparent,
-            owner_epoch: fence.epoch(),
-            ..Default::default()
-        };
-        match shared.jobs.create(&record).await {
-            Ok(_) => {}
-            Err(BusError::AlreadyExists { .. }) if !request.idempotency_key.is_empty() => {
-                shared.scheduler.cancel(ticket);
-                shared.release_ownership(&job_id).await;
-                tracing::info!(%job_id, "submission retried with the same idempotency key");
-                // Raced by a retry of the same submission: its record's
-                // trace is not known here.
-                return Ok(Response::new(v1::SubmitJobResponse {
-                    job_id,
-                    trace_id: String::new(),
-                }));
-            }
-            Err(error) => {
-                shared.scheduler.cancel(ticket);
-                shared.release_ownership(&job_id).await;
-                return Err(bus_status(error));
-            }
-        }
-        runner::guard_ownership(shared, &job_id, fence.clone());
-        journal_submitted(shared, &job_id).await;
-        start_or_queue(shared, &job_id, validated, fence, &span, ticket);
-        tracing::info!(%job_id, "job submitted");
-        Ok(Response::new(v1::SubmitJobResponse { job_id, trace_id }))
-    }
-
     /// The job's record with its agents, tasks and loop state (read from
     /// their keys for this one job).
     async fn read_job(&self, job_id: &str) -> Result<v1::JobRecord, Status> {
@@ -220,64 +116,6 @@ impl ControlService {
             .map(|v| v.value)
             .ok_or_else(|| Status::not_found(format!("job {job_id} not found")))
     }
-}
-
-/// Journals the job's first state change (QUEUED, "submitted").
-async fn journal_submitted(shared: &Shared, job_id: &str) {
-    let queued = v1::job_event::Event::StateChange(v1::JobStateChange {
-        previous: v1::JobState::Unspecified as i32,
-        current: v1::JobState::Queued as i32,
-        reason: "submitted".to_string(),
-        outcome: None,
-    });
-    if let Err(error) = shared.journal.append_confirmed(job_id, queued).await {
-        tracing::warn!(%error, %job_id, "submission not journaled");
-    }
-}
-
-/// Builds the admitted job's context (its deadline from its wall-time
-/// budget) and starts its runner in its workflow span, below `span`, or
-/// queues it when every run slot is taken.
-fn start_or_queue(
-    shared: &Arc<Shared>,
-    job_id: &str,
-    validated: ValidatedJob,
-    fence: Fence,
-    span: &tracing::Span,
-    ticket: Ticket,
-) {
-    let budgets = validated.spec.budgets.unwrap_or_default();
-    let deadline = SystemTime::now()
-        + if budgets.wall_time_seconds > 0 {
-            Duration::from_secs(budgets.wall_time_seconds)
-        } else {
-            shared.config.default_task_deadline
-        };
-    let context = Arc::new(shared.job_context(
-        job_id.to_owned(),
-        validated.spec,
-        validated.kernel_dir,
-        deadline,
-        fence,
-    ));
-    let job_span = crate::spans::workflow_span(span, job_id, false);
-    let pending = PendingStart {
-        context,
-        attachments: validated.attachments,
-        span: job_span,
-        resume_state: None,
-    };
-    match shared.scheduler.commit(ticket, pending) {
-        Some(pending) => runner::start(shared.clone(), pending),
-        None => tracing::info!(%job_id, "job queued: every run slot is taken"),
-    }
-}
-
-/// The trace id of a stored traceparent, empty when there is none.
-fn trace_id_of(traceparent: &str) -> String {
-    mtswarm_telemetry::propagation::trace_id_of(traceparent)
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// Resolves once the daemon shuts down (or the signal is gone).
@@ -305,9 +143,16 @@ impl v1::control_server::Control for ControlService {
             tracing::debug!(%error, "SubmitJob trace context not applied");
         }
         let identity = require(&request, Role::Submit)?;
-        self.submit(request.into_inner(), identity, span.clone())
-            .instrument(span)
+        let submitted = self
+            .jobs
+            .submit(request.into_inner(), identity.name, &span)
+            .instrument(span.clone())
             .await
+            .map_err(submit_status)?;
+        Ok(Response::new(v1::SubmitJobResponse {
+            job_id: submitted.job_id,
+            trace_id: submitted.trace_id,
+        }))
     }
 
     async fn get_job(
