@@ -7,9 +7,11 @@
 
 use std::fmt::Write as _;
 
+use mtswarm_core::clock::format_rfc3339;
+
 use crate::candidates::CandidateEntry;
 use crate::svg::{self, escape};
-use crate::{JobReport, params_label, roofline_svg, scatter_svg, units, utc_time};
+use crate::{JobReport, params_label, roofline_svg, scatter_svg, units};
 
 /// Reasons listed per status group; the rest are counted.
 const REASONS_SHOWN: usize = 3;
@@ -145,8 +147,8 @@ pub(crate) fn render(report: &JobReport) -> String {
         "window",
         &format!(
             "{} to {} ({})",
-            utc_time(report.started_at_ms),
-            utc_time(report.finished_at_ms),
+            format_rfc3339(report.started_at_ms),
+            format_rfc3339(report.finished_at_ms),
             units::wall_time(report.wall_seconds())
         ),
     );

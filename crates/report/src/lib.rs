@@ -646,15 +646,3 @@ pub fn params_label(params: &BTreeMap<String, String>) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
-
-/// `2026-11-29T21:40:00Z`-style UTC time of a Unix-milliseconds instant.
-pub fn utc_time(ms: u64) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
-}
