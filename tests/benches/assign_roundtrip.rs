@@ -52,7 +52,9 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt as _;
 
-use floor::{FLOOR_SLICE, FLOOR_WORKER, IN_FLIGHT, JOB_ID, Leader, env_number, find, measure, us};
+use floor::{
+    Cell, FLOOR_SLICE, FLOOR_WORKER, IN_FLIGHT, JOB_ID, Leader, env_number, find, measure, us,
+};
 use mtswarm_bus::testing::NatsServer;
 use mtswarm_bus::{TopologyConfig, v1};
 use mtswarm_proto::v1::worker_client::WorkerClient;
@@ -372,90 +374,22 @@ fn main() {
     let server = NatsServer::start().expect("nats-server from PATH");
     let server_pid = server.pid().map(|pid| pid.to_string()).unwrap_or_default();
     let dir = tempfile::tempdir().expect("temp dir");
-    let cells = runtime.block_on(async {
-        let leader =
-            floor::start_floor(&server.url(), &TopologyConfig::for_tests(), "bench-assign").await;
-
-        // A real worker daemon with one single-core slice per session.
-        let fleet = dir.path().join("fleet.toml");
-        std::fs::write(&fleet, fleet_toml("bench", sessions)).expect("write fleet");
-        let mut config = WorkerConfig::new(&fleet, "bench");
-        config.nats_urls = vec![server.url()];
-        config.kernel_root = mtswarm_tests::kernel_root();
-        config.workspace_root = dir.path().join("workspaces");
-        config.max_sessions = sessions as usize;
-        let worker = WorkerDaemon::start(config).await.expect("worker daemon");
-        let client = WorkerClient::connect(format!("http://{}", worker.grpc_addr()))
-            .await
-            .expect("worker gRPC");
-        let before = resident_bytes();
-        let spawned = spawn_sessions(&client, &worker, "bench").await;
-        let after = resident_bytes();
-        eprintln!(
-            "worker daemon with {} sessions: process RSS {:.1} MB before spawning, {:.1} MB after ({:.1} KB per idle session)",
-            spawned.len(),
-            before as f64 / 1e6,
-            after as f64 / 1e6,
-            after.saturating_sub(before) as f64 / 1e3 / spawned.len().max(1) as f64
-        );
-
-        let harness = Arc::new(Harness {
-            leader,
-            sessions: spawned,
-            result_key: None,
-            grants: None,
-        });
+    let (cells, stored) = runtime.block_on(async {
+        let (harness, worker) = start_plain(&server, dir.path(), sessions).await;
         let secure = if modes.contains(&Mode::Secure) {
             Some(start_secure(dir.path(), sessions).await)
         } else {
             None
         };
-        let secure_pid = secure
-            .as_ref()
-            .and_then(|(server, _, _)| server.pid())
-            .map(|pid| pid.to_string())
-            .unwrap_or_default();
-        let mut cells = Vec::new();
-        // Per mode: operations measured and messages stored, by stream.
-        let mut stored: BTreeMap<String, (u64, BTreeMap<String, u64>)> = BTreeMap::new();
-        for in_flight in IN_FLIGHT {
-            for mode in modes.iter().copied() {
-                let (side, pid) = match (&secure, mode) {
-                    (Some((_, secure, _)), Mode::Secure) => (secure.clone(), &secure_pid),
-                    _ => (harness.clone(), &server_pid),
-                };
-                let counted_side = side.clone();
-                let operation = move || {
-                    let side = side.clone();
-                    async move { one_operation(&side, mode).await }
-                };
-                let warm_up = Duration::from_millis(500);
-                let counted = counted_side.leader.bus().clone();
-                let before = stored_messages(&counted).await;
-                let started = counted_side.leader.next_task();
-                let cell = measure(mode, in_flight, warm_up, duration, pid, operation).await;
-                let operations = counted_side.leader.next_task() - started - 1;
-                let after = stored_messages(&counted).await;
-                let entry = stored.entry(format!("{mode:?}")).or_default();
-                entry.0 += operations;
-                for (name, last) in after {
-                    let delta = last.saturating_sub(before.get(&name).copied().unwrap_or(0));
-                    *entry.1.entry(name).or_default() += delta;
-                }
-                eprintln!(
-                    "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)  cpu/op server {:>6.1} us client {:>6.1} us",
-                    format!("{:?}", cell.mode),
-                    cell.in_flight,
-                    us(cell.p50),
-                    us(cell.p99),
-                    cell.per_second,
-                    cell.operations,
-                    us(cell.server_cpu_per_op),
-                    us(cell.client_cpu_per_op),
-                );
-                cells.push(cell);
-            }
-        }
+        let sides = Sides {
+            plain: harness,
+            plain_pid: server_pid,
+            secure: secure.as_ref().map(|(server, harness, _)| {
+                let pid = server.pid().map(|pid| pid.to_string()).unwrap_or_default();
+                (harness.clone(), pid)
+            }),
+        };
+        let measured = measure_every_cell(&modes, duration, &sides).await;
         if let Err(error) = worker.shutdown().await {
             eprintln!("worker shutdown: {error}");
         }
@@ -465,17 +399,127 @@ fn main() {
             }
             drop(server);
         }
-        (cells, stored)
+        measured
     });
-    let (cells, stored) = cells;
+    print_against_the_floor(&cells);
+    print_assign_against_floor(&cells);
+    print_stored_per_task(&stored);
+    print_secure_overhead(&cells);
+}
 
+/// The plain side: the floor's leader on `server` and a real worker daemon
+/// with one single-core slice per session, its sessions spawned.
+async fn start_plain(
+    server: &NatsServer,
+    dir: &std::path::Path,
+    sessions: u32,
+) -> (Arc<Harness>, WorkerHandle) {
+    let leader =
+        floor::start_floor(&server.url(), &TopologyConfig::for_tests(), "bench-assign").await;
+
+    // A real worker daemon with one single-core slice per session.
+    let fleet = dir.join("fleet.toml");
+    std::fs::write(&fleet, fleet_toml("bench", sessions)).expect("write fleet");
+    let mut config = WorkerConfig::new(&fleet, "bench");
+    config.nats_urls = vec![server.url()];
+    config.kernel_root = mtswarm_tests::kernel_root();
+    config.workspace_root = dir.join("workspaces");
+    config.max_sessions = sessions as usize;
+    let worker = WorkerDaemon::start(config).await.expect("worker daemon");
+    let client = WorkerClient::connect(format!("http://{}", worker.grpc_addr()))
+        .await
+        .expect("worker gRPC");
+    let before = resident_bytes();
+    let spawned = spawn_sessions(&client, &worker, "bench").await;
+    let after = resident_bytes();
+    eprintln!(
+        "worker daemon with {} sessions: process RSS {:.1} MB before spawning, {:.1} MB after ({:.1} KB per idle session)",
+        spawned.len(),
+        before as f64 / 1e6,
+        after as f64 / 1e6,
+        after.saturating_sub(before) as f64 / 1e3 / spawned.len().max(1) as f64
+    );
+
+    let harness = Arc::new(Harness {
+        leader,
+        sessions: spawned,
+        result_key: None,
+        grants: None,
+    });
+    (harness, worker)
+}
+
+/// The sides a mode runs on: the plain one, and the secure one when asked
+/// for; each with its nats-server's pid.
+struct Sides {
+    plain: Arc<Harness>,
+    plain_pid: String,
+    secure: Option<(Arc<Harness>, String)>,
+}
+
+/// Messages stored per mode: operations measured and messages, by stream.
+type Stored = BTreeMap<String, (u64, BTreeMap<String, u64>)>;
+
+/// Every mode at every number of operations in flight, with what each
+/// stored.
+async fn measure_every_cell(
+    modes: &[Mode],
+    duration: Duration,
+    sides: &Sides,
+) -> (Vec<Cell<Mode>>, Stored) {
+    let mut cells = Vec::new();
+    // Per mode: operations measured and messages stored, by stream.
+    let mut stored: Stored = BTreeMap::new();
+    for in_flight in IN_FLIGHT {
+        for mode in modes.iter().copied() {
+            let (side, pid) = match (&sides.secure, mode) {
+                (Some((secure, pid)), Mode::Secure) => (secure.clone(), pid),
+                _ => (sides.plain.clone(), &sides.plain_pid),
+            };
+            let counted_side = side.clone();
+            let operation = move || {
+                let side = side.clone();
+                async move { one_operation(&side, mode).await }
+            };
+            let warm_up = Duration::from_millis(500);
+            let counted = counted_side.leader.bus().clone();
+            let before = stored_messages(&counted).await;
+            let started = counted_side.leader.next_task();
+            let cell = measure(mode, in_flight, warm_up, duration, pid, operation).await;
+            let operations = counted_side.leader.next_task() - started - 1;
+            let after = stored_messages(&counted).await;
+            let entry = stored.entry(format!("{mode:?}")).or_default();
+            entry.0 += operations;
+            for (name, last) in after {
+                let delta = last.saturating_sub(before.get(&name).copied().unwrap_or(0));
+                *entry.1.entry(name).or_default() += delta;
+            }
+            eprintln!(
+                "{:<8} in-flight {:>3}: p50 {:>9.1} us  p99 {:>9.1} us  {:>9.0} ops/s ({} ops)  cpu/op server {:>6.1} us client {:>6.1} us",
+                format!("{:?}", cell.mode),
+                cell.in_flight,
+                us(cell.p50),
+                us(cell.p99),
+                cell.per_second,
+                cell.operations,
+                us(cell.server_cpu_per_op),
+                us(cell.client_cpu_per_op),
+            );
+            cells.push(cell);
+        }
+    }
+    (cells, stored)
+}
+
+/// Raw, floor and assign side by side, and assign's CPU per task.
+fn print_against_the_floor(cells: &[Cell<Mode>]) {
     println!();
     println!(
         "| in flight | raw p50 (us) | raw p99 (us) | raw ops/s | floor p50 (us) | floor p99 (us) | floor tasks/s | assign p50 (us) | assign p99 (us) | no-op tasks/s | floor p50 / raw p50 | assign p50 / raw p50 | CPU/task server (us) | CPU/task client (us) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for in_flight in IN_FLIGHT {
-        let cell = |mode| find(&cells, mode, in_flight);
+        let cell = |mode| find(cells, mode, in_flight);
         if let (Some(raw), Some(floor), Some(assign)) =
             (cell(Mode::Raw), cell(Mode::Floor), cell(Mode::Assign))
         {
@@ -497,13 +541,17 @@ fn main() {
             );
         }
     }
+}
+
+/// Assign against the floor: the ratios the dispatch targets are stated in.
+fn print_assign_against_floor(cells: &[Cell<Mode>]) {
     println!();
     println!(
         "| in flight | floor p50 (us) | assign p50 (us) | assign p50 / floor p50 | floor tasks/s | no-op tasks/s | no-op / floor tasks/s | CPU/task server floor -> assign (us) | CPU/task client floor -> assign (us) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for in_flight in IN_FLIGHT {
-        let cell = |mode| find(&cells, mode, in_flight);
+        let cell = |mode| find(cells, mode, in_flight);
         if let (Some(floor), Some(assign)) = (cell(Mode::Floor), cell(Mode::Assign)) {
             println!(
                 "| {in_flight} | {:.1} | {:.1} | {:.1}x | {:.0} | {:.0} | {:.0} % | {:.1} -> {:.1} | {:.1} -> {:.1} |",
@@ -520,10 +568,14 @@ fn main() {
             );
         }
     }
+}
+
+/// The messages each mode stored per task, by stream.
+fn print_stored_per_task(stored: &Stored) {
     println!();
     println!("| mode | stream | stored messages per task |");
     println!("|---|---|---|");
-    for (mode, (operations, streams)) in &stored {
+    for (mode, (operations, streams)) in stored {
         if matches!(mode.as_str(), "Raw") || *operations == 0 {
             continue;
         }
@@ -534,13 +586,17 @@ fn main() {
             );
         }
     }
+}
+
+/// The secure stack's overhead over `assign`.
+fn print_secure_overhead(cells: &[Cell<Mode>]) {
     println!();
     println!(
         "| in flight | assign p50 (us) | secure p50 (us) | p50 overhead | assign p99 (us) | secure p99 (us) | secure tasks/s |"
     );
     println!("|---|---|---|---|---|---|---|");
     for in_flight in IN_FLIGHT {
-        let cell = |mode| find(&cells, mode, in_flight);
+        let cell = |mode| find(cells, mode, in_flight);
         if let (Some(assign), Some(secure)) = (cell(Mode::Assign), cell(Mode::Secure)) {
             println!(
                 "| {in_flight} | {:.1} | {:.1} | {:+.1} % | {:.1} | {:.1} | {:.0} |",

@@ -23,7 +23,9 @@ use mtswarm_proto::v1;
 use mtswarm_telemetry::metrics::endpoint::MetricsEndpoint;
 use mtswarm_telemetry::metrics::provider::{MetricsConfig, init_metrics};
 use mtswarm_tests::jobs::{approvals, decide_approval_for, get_job, is_final};
-use mtswarm_tests::observability::{Prometheus, dashboard_path, dashboard_queries, instant_expr};
+use mtswarm_tests::observability::{
+    PanelQuery, Prometheus, dashboard_path, dashboard_queries, instant_expr,
+};
 use mtswarm_tests::stack::Control;
 use mtswarm_tests::{StackOptions, TestStack, small_fleet_toml};
 
@@ -103,7 +105,55 @@ async fn prometheus_answers_every_dashboard_query_after_a_job() {
     .await
     .expect("the leader's metrics endpoint");
 
-    // The leader's model reports its token usage, as a real one does.
+    let (stack, mut control) = start_stack(scripted_stack_options(), 1).await;
+    let worker_targets: Vec<String> = stack
+        .worker_ready
+        .iter()
+        .map(|ready| {
+            target_of(
+                ready.document["metrics"]
+                    .as_str()
+                    .expect("the worker announces its metrics URL in its ready file"),
+            )
+        })
+        .collect();
+    let leader_target = target_of(&leader_endpoint.url());
+
+    let config = scrape_config(&leader_target, &worker_targets);
+    let prometheus =
+        tokio::task::block_in_place(|| Prometheus::start(&config, Duration::from_secs(60)));
+    wait_until_every_target_is_up(&prometheus, 1 + worker_targets.len()).await;
+
+    let job_id = submit(&mut control, job_spec("Metrics", "vecadd", false)).await;
+    let (job, decided) =
+        approve_until_final(&stack, &mut control, &job_id, Duration::from_secs(300)).await;
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "{job:#?}\n{}",
+        stack.worker_logs()
+    );
+    assert!(decided >= 1, "the job asked for no approval");
+
+    // Every query of every panel answers with data once Prometheus has
+    // scraped what the job left (waited for, not slept on).
+    let empty = queries_without_data(&prometheus, &queries).await;
+    assert!(
+        empty.is_empty(),
+        "dashboard queries without data:\n{}\nPrometheus:\n{}",
+        empty.join("\n"),
+        prometheus.log()
+    );
+    assert_the_figures_are_the_jobs(&prometheus);
+
+    drop(prometheus);
+    stack.shutdown().await;
+    leader_endpoint.shutdown().await;
+}
+
+/// One worker process serving its metrics; the leader's model scripted,
+/// reporting its token usage as a real one does, at a price.
+fn scripted_stack_options() -> StackOptions {
     let turns = fan_out_script(&[("a1", "")], &quick_vecadd_parameters())
         .into_iter()
         .map(|turn| turn.with_usage(1200, 60))
@@ -120,21 +170,12 @@ async fn prometheus_answers_every_dashboard_query_after_a_job() {
         script_leader(config, turns)
     });
     options.worker_args = vec!["--metrics-addr".into(), "127.0.0.1:0".into()];
-    let (stack, mut control) = start_stack(options, 1).await;
-    let worker_targets: Vec<String> = stack
-        .worker_ready
-        .iter()
-        .map(|ready| {
-            target_of(
-                ready.document["metrics"]
-                    .as_str()
-                    .expect("the worker announces its metrics URL in its ready file"),
-            )
-        })
-        .collect();
-    let leader_target = target_of(&leader_endpoint.url());
+    options
+}
 
-    let config = format!(
+/// Scrape every second the leader (`leader_target`) and the workers.
+fn scrape_config(leader_target: &str, worker_targets: &[String]) -> String {
+    format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
          scrape_configs:\n  - job_name: mtswarm-leader\n    static_configs:\n      - targets: [\"{leader_target}\"]\n\
          \x20 - job_name: mtswarm-worker\n    static_configs:\n      - targets: [{}]\n",
@@ -143,10 +184,11 @@ async fn prometheus_answers_every_dashboard_query_after_a_job() {
             .map(|t| format!("\"{t}\""))
             .collect::<Vec<_>>()
             .join(", ")
-    );
-    let prometheus =
-        tokio::task::block_in_place(|| Prometheus::start(&config, Duration::from_secs(60)));
-    let targets = 1 + worker_targets.len();
+    )
+}
+
+/// Wait (at most a minute) until Prometheus scrapes all of its `targets`.
+async fn wait_until_every_target_is_up(prometheus: &Prometheus, targets: usize) {
     let up_deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let up = prometheus.query("count(up == 1)").unwrap_or_default();
@@ -166,24 +208,15 @@ async fn prometheus_answers_every_dashboard_query_after_a_job() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
 
-    let job_id = submit(&mut control, job_spec("Metrics", "vecadd", false)).await;
-    let (job, decided) =
-        approve_until_final(&stack, &mut control, &job_id, Duration::from_secs(300)).await;
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.worker_logs()
-    );
-    assert!(decided >= 1, "the job asked for no approval");
-
-    // Every query of every panel answers with data once Prometheus has
-    // scraped what the job left (waited for, not slept on).
+/// The queries that answer no data once Prometheus has scraped what the
+/// job left (tried again for at most 90 s); empty when all do.
+async fn queries_without_data(prometheus: &Prometheus, queries: &[PanelQuery]) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(90);
-    let empty = loop {
+    loop {
         let mut empty = Vec::new();
-        for query in &queries {
+        for query in queries {
             let expr = instant_expr(&query.expr, RATE_WINDOW);
             match prometheus.query(&expr) {
                 Ok(samples) if !samples.is_empty() => {}
@@ -195,18 +228,14 @@ async fn prometheus_answers_every_dashboard_query_after_a_job() {
             }
         }
         if empty.is_empty() || Instant::now() >= deadline {
-            break empty;
+            return empty;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    assert!(
-        empty.is_empty(),
-        "dashboard queries without data:\n{}\nPrometheus:\n{}",
-        empty.join("\n"),
-        prometheus.log()
-    );
+    }
+}
 
-    // The figures are the job's, not placeholders.
+/// The figures are the job's, not placeholders.
+fn assert_the_figures_are_the_jobs(prometheus: &Prometheus) {
     let value = |expr: &str| -> f64 {
         prometheus
             .query(expr)
@@ -226,8 +255,4 @@ async fn prometheus_answers_every_dashboard_query_after_a_job() {
     assert_eq!(value("sum(mtswarm_approvals_pending)"), 0.0);
     assert!(value("sum(gen_ai_client_token_usage_sum{gen_ai_token_type=\"input\"})") >= 1200.0);
     assert!(value("sum(mtswarm_slice_lock_busy_time_seconds_total)") > 0.0);
-
-    drop(prometheus);
-    stack.shutdown().await;
-    leader_endpoint.shutdown().await;
 }

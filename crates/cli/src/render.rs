@@ -3,6 +3,7 @@
 //! JSON (so `--json` output nests documents instead of quoting them), and
 //! one JSON object per record for `--json`.
 
+use mtswarm_core::clock::format_rfc3339_millis;
 use mtswarm_proto::prost_types::Timestamp;
 use mtswarm_proto::v1;
 use serde_json::{Value, json};
@@ -65,31 +66,8 @@ pub fn parse_job_state(text: &str) -> Option<v1::JobState> {
 /// RFC 3339 UTC (`2026-01-02T03:04:05.678Z`), or `None` for an absent stamp.
 pub fn timestamp(ts: Option<&Timestamp>) -> Option<String> {
     let ts = ts?;
-    let days = ts.seconds.div_euclid(86_400);
-    let secs_of_day = ts.seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    let millis = ts.nanos.clamp(0, 999_999_999) / 1_000_000;
-    Some(format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        secs_of_day / 3600,
-        (secs_of_day % 3600) / 60,
-        secs_of_day % 60
-    ))
-}
-
-/// Days since 1970-01-01 to a (year, month, day) civil date (proleptic
-/// Gregorian), after Howard Hinnant's `civil_from_days`.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    let millis = u32::try_from(ts.nanos.clamp(0, 999_999_999) / 1_000_000).unwrap_or(0);
+    Some(format_rfc3339_millis(ts.seconds, millis))
 }
 
 /// An embedded JSON document field: parsed when valid, kept as a string when

@@ -206,16 +206,7 @@ pub async fn watch_job(
     let interactive_view = !options.json && std::io::stdout().is_terminal();
     let can_prompt =
         options.prompt && std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
-    let multi = MultiProgress::with_draw_target(if interactive_view {
-        ProgressDrawTarget::stdout()
-    } else {
-        ProgressDrawTarget::hidden()
-    });
-    let style = ProgressStyle::with_template("{spinner} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_spinner());
-    let job_bar = multi.add(ProgressBar::new_spinner().with_style(style.clone()));
-    job_bar.set_message(format!("job {job_id}: connecting"));
-
+    let mut view = LiveView::new(job_id, interactive_view);
     let mut stream = control
         .watch_job(v1::WatchJobRequest {
             job_id: job_id.to_string(),
@@ -224,10 +215,6 @@ pub async fn watch_job(
         .await
         .map_err(|status| rpc_error("watching the job", leader, status))?
         .into_inner();
-
-    let mut agents: BTreeMap<String, AgentView> = BTreeMap::new();
-    let mut state = v1::JobState::Unspecified;
-    let mut tasks_done = 0u32;
     while let Some(item) = stream.next().await {
         let event = item.map_err(|status| rpc_error("watching the job", leader, status))?;
         if options.json {
@@ -238,67 +225,18 @@ pub async fn watch_job(
             println!("{}", plain_line(&event));
         }
         match &event.event {
-            Some(Event::AgentEvent(agent_event)) => {
-                let view = agents.entry(agent_event.agent_id.clone()).or_default();
-                view.step = view.step.max(agent_event.step);
-                view.last_sequence = agent_event.sequence;
-                view.doing = describe(agent_event);
-                if view.bar.is_none() {
-                    view.bar =
-                        Some(multi.add(ProgressBar::new_spinner().with_style(style.clone())));
-                }
-                if let Some(bar) = &view.bar {
-                    bar.set_message(view.line(&agent_event.agent_id));
-                    bar.tick();
-                }
-            }
-            Some(Event::StateChange(change)) => {
-                state = change.current();
-                job_bar.set_message(format!(
-                    "job {job_id}: {}  tasks done {tasks_done}",
-                    render::job_state(state)
-                ));
-            }
-            Some(Event::TaskResult(result)) => {
-                tasks_done += 1;
-                let view = agents.entry(result.agent_id.clone()).or_default();
-                if result.status() == v1::TaskStatus::Ok {
-                    view.tasks_done += 1;
-                } else {
-                    view.tasks_failed += 1;
-                }
-                view.doing = format!(
-                    "task {} {}: {}",
-                    result.task_id,
-                    render::task_status(result.status()),
-                    if result.error.is_empty() {
-                        &result.summary
-                    } else {
-                        &result.error
-                    }
-                );
-                if let Some(bar) = &view.bar {
-                    bar.set_message(view.line(&result.agent_id));
-                }
-                job_bar.set_message(format!(
-                    "job {job_id}: {}  tasks done {tasks_done}",
-                    render::job_state(state)
-                ));
-            }
+            Some(Event::AgentEvent(agent_event)) => view.agent_event(agent_event),
+            Some(Event::StateChange(change)) => view.state_change(change.current()),
+            Some(Event::TaskResult(result)) => view.task_result(result),
             Some(Event::ApprovalRequested(request)) => {
                 if can_prompt {
-                    ask_about(control, leader, request, &multi).await?;
+                    ask_about(control, leader, request, &view.multi).await?;
                 }
             }
             Some(Event::ApprovalDecided(_)) | None => {}
         }
     }
-    job_bar.finish_and_clear();
-    for view in agents.values() {
-        if let Some(bar) = &view.bar {
-            bar.finish();
-        }
-    }
+    view.finish();
     // The stream ended: the job is final. Show how it ended.
     let job = control
         .get_job(v1::GetJobRequest {
@@ -309,29 +247,136 @@ pub async fn watch_job(
         .into_inner()
         .job
         .unwrap_or_default();
-    if options.json {
-        println!(
-            "{}",
-            serde_json::json!({ "type": "job", "job": render::job(&job) })
-        );
-    } else {
-        println!(
-            "job {job_id} {}{}",
-            render::job_state(job.state()),
-            if job.summary.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", job.summary)
-            }
-        );
-        if !job.error.is_empty() {
-            println!("error: {}", job.error);
-        }
-        for line in render::outcome_lines(job.outcome.as_ref()) {
-            println!("{line}");
+    print_end(&job, job_id, options.json);
+    Ok(ExitCode::from(render::job_exit_code(&job)))
+}
+
+/// The live view of a watched job: a line for the job, one per agent (drawn
+/// on a terminal only).
+struct LiveView {
+    job_id: String,
+    multi: MultiProgress,
+    style: ProgressStyle,
+    job_bar: ProgressBar,
+    agents: BTreeMap<String, AgentView>,
+    state: v1::JobState,
+    tasks_done: u32,
+}
+
+impl LiveView {
+    fn new(job_id: &str, interactive_view: bool) -> Self {
+        let multi = MultiProgress::with_draw_target(if interactive_view {
+            ProgressDrawTarget::stdout()
+        } else {
+            ProgressDrawTarget::hidden()
+        });
+        let style = ProgressStyle::with_template("{spinner} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        let job_bar = multi.add(ProgressBar::new_spinner().with_style(style.clone()));
+        job_bar.set_message(format!("job {job_id}: connecting"));
+        Self {
+            job_id: job_id.to_owned(),
+            multi,
+            style,
+            job_bar,
+            agents: BTreeMap::new(),
+            state: v1::JobState::Unspecified,
+            tasks_done: 0,
         }
     }
-    Ok(ExitCode::from(render::job_exit_code(&job)))
+
+    /// An agent's step: what it is doing now, on its own line.
+    fn agent_event(&mut self, agent_event: &v1::AgentEvent) {
+        let view = self.agents.entry(agent_event.agent_id.clone()).or_default();
+        view.step = view.step.max(agent_event.step);
+        view.last_sequence = agent_event.sequence;
+        view.doing = describe(agent_event);
+        if view.bar.is_none() {
+            view.bar = Some(
+                self.multi
+                    .add(ProgressBar::new_spinner().with_style(self.style.clone())),
+            );
+        }
+        if let Some(bar) = &view.bar {
+            bar.set_message(view.line(&agent_event.agent_id));
+            bar.tick();
+        }
+    }
+
+    fn state_change(&mut self, state: v1::JobState) {
+        self.state = state;
+        self.show_job();
+    }
+
+    /// A task's end, counted for the job and its agent.
+    fn task_result(&mut self, result: &v1::TaskResult) {
+        self.tasks_done += 1;
+        let view = self.agents.entry(result.agent_id.clone()).or_default();
+        if result.status() == v1::TaskStatus::Ok {
+            view.tasks_done += 1;
+        } else {
+            view.tasks_failed += 1;
+        }
+        view.doing = format!(
+            "task {} {}: {}",
+            result.task_id,
+            render::task_status(result.status()),
+            if result.error.is_empty() {
+                &result.summary
+            } else {
+                &result.error
+            }
+        );
+        if let Some(bar) = &view.bar {
+            bar.set_message(view.line(&result.agent_id));
+        }
+        self.show_job();
+    }
+
+    fn show_job(&self) {
+        self.job_bar.set_message(format!(
+            "job {}: {}  tasks done {}",
+            self.job_id,
+            render::job_state(self.state),
+            self.tasks_done
+        ));
+    }
+
+    fn finish(&self) {
+        self.job_bar.finish_and_clear();
+        for view in self.agents.values() {
+            if let Some(bar) = &view.bar {
+                bar.finish();
+            }
+        }
+    }
+}
+
+/// How the job ended: its state, summary, error and outcome, or with `json`
+/// one object (`{"type": "job", "job"}`).
+fn print_end(job: &v1::JobRecord, job_id: &str, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "type": "job", "job": render::job(job) })
+        );
+        return;
+    }
+    println!(
+        "job {job_id} {}{}",
+        render::job_state(job.state()),
+        if job.summary.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", job.summary)
+        }
+    );
+    if !job.error.is_empty() {
+        println!("error: {}", job.error);
+    }
+    for line in render::outcome_lines(job.outcome.as_ref()) {
+        println!("{line}");
+    }
 }
 
 /// One event as a line of text (non-terminal output).

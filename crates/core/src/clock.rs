@@ -53,14 +53,28 @@ impl Clock for ManualClock {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time in milliseconds (UTC).
+/// `YYYY-MM-DDTHH:MM:SSZ` for a Unix time in milliseconds (UTC); the
+/// milliseconds are dropped.
 pub fn format_rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
+    let seconds = i64::try_from(ms / 1000).unwrap_or(i64::MAX);
+    format_utc(seconds, None)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for `seconds` since the Unix epoch (negative
+/// before it) and `millis` into that second (UTC): records that carry
+/// sub-second times (protobuf timestamps) show them.
+pub fn format_rfc3339_millis(seconds: i64, millis: u32) -> String {
+    format_utc(seconds, Some(millis.min(999)))
+}
+
+/// The one RFC 3339 UTC formatter behind both precisions.
+fn format_utc(seconds: i64, millis: Option<u32>) -> String {
+    let days = seconds.div_euclid(86_400);
+    let rem = seconds.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
+    let fraction = millis.map(|ms| format!(".{ms:03}")).unwrap_or_default();
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{fraction}Z",
         rem / 3600,
         (rem % 3600) / 60,
         rem % 60
@@ -96,5 +110,15 @@ mod tests {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
         assert_eq!(format_rfc3339(1_700_000_000_123), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn formats_milliseconds_and_instants_before_the_epoch() {
+        assert_eq!(
+            format_rfc3339_millis(1_767_323_045, 678),
+            "2026-01-02T03:04:05.678Z"
+        );
+        assert_eq!(format_rfc3339_millis(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339_millis(-1, 5), "1969-12-31T23:59:59.005Z");
     }
 }

@@ -15,6 +15,7 @@ mod error;
 pub mod faults;
 pub mod fleet;
 pub mod harness;
+mod harness_line;
 pub mod host;
 pub mod lock;
 pub mod measure;

@@ -298,80 +298,124 @@ pub async fn measure(
         BackendKind::Emulator | BackendKind::Simulated
     ));
     let wall_start = std::time::Instant::now();
-    let mut result = Measurement {
-        slice: board.slice().id(),
-        backend: board.backend(),
-        toolchain: artifact.toolchain.clone(),
-        kernel_hash: artifact.kernel_hash.clone(),
-        defines: artifact.defines.clone(),
-        cores: config.cores,
-        valid: false,
-        error: None,
-        failed_validation: false,
-        stats: None,
-        flops: None,
-        gflops: None,
-        peak_fraction: None,
-        speedup_over_baseline: None,
-        flags: Vec::new(),
-        deterministic,
-        samples: Vec::new(),
-        launches: 0,
-        wall_seconds: 0.0,
-        finished_at: 0,
-        harness: artifact.harness.clone(),
-        exact: false,
-        spot_checked: false,
-    };
+    let mut result = Measurement::unmeasured(board, artifact, config, deterministic);
     let exact = config
         .exact
         .unwrap_or_else(|| exact_timing(board.backend()));
-    let request = |runs: u32| RunRequest {
+    let outcome = if exact {
+        exact::measure_exact(board, artifact, config, &mut result).await?
+    } else {
+        measure_repeated(board, artifact, config, deterministic, &mut result).await?
+    };
+    // A measurement stopped by a wrong launch has no figures.
+    if result.error.is_none() {
+        conclude(&mut result, &outcome, spec, config);
+    }
+    result.wall_seconds = wall_start.elapsed().as_secs_f64();
+    result.finished_at = unix_now();
+    Ok(result)
+}
+
+impl Measurement {
+    /// A measurement of `artifact` on `board` before any launch.
+    fn unmeasured(
+        board: &dyn Board,
+        artifact: &Artifact,
+        config: &MeasureConfig,
+        deterministic: bool,
+    ) -> Self {
+        Self {
+            slice: board.slice().id(),
+            backend: board.backend(),
+            toolchain: artifact.toolchain.clone(),
+            kernel_hash: artifact.kernel_hash.clone(),
+            defines: artifact.defines.clone(),
+            cores: config.cores,
+            valid: false,
+            error: None,
+            failed_validation: false,
+            stats: None,
+            flops: None,
+            gflops: None,
+            peak_fraction: None,
+            speedup_over_baseline: None,
+            flags: Vec::new(),
+            deterministic,
+            samples: Vec::new(),
+            launches: 0,
+            wall_seconds: 0.0,
+            finished_at: 0,
+            harness: artifact.harness.clone(),
+            exact: false,
+            spot_checked: false,
+        }
+    }
+}
+
+/// One launch of `runs` executions (at least one), counted, its flags
+/// noted; its outcome and samples.
+async fn launch(
+    board: &dyn Board,
+    artifact: &Artifact,
+    config: &MeasureConfig,
+    runs: u32,
+    result: &mut Measurement,
+) -> Result<(RunOutcome, Vec<RunSample>), HwError> {
+    let request = RunRequest {
         cores: config.cores,
         runs: runs.max(1),
         timeout: config.launch_timeout,
         args: config.args.clone(),
         seed: None,
     };
-    let finish = |mut m: Measurement| {
-        m.wall_seconds = wall_start.elapsed().as_secs_f64();
-        m.finished_at = unix_now();
-        m
-    };
-
-    if exact {
-        let outcome = exact::measure_exact(board, artifact, config, &mut result).await?;
-        if result.error.is_some() {
-            return Ok(finish(result));
-        }
-        conclude(&mut result, &outcome, spec, config);
-        return Ok(finish(result));
-    }
-
-    // 1. Validation: one execution, checked before anything is timed.
-    let outcome = board.run(artifact, &request(1)).await?;
+    let outcome = board.run(artifact, &request).await?;
     result.launches += 1;
     let samples = samples_of(&outcome);
-    note_flags(&mut result, &outcome);
+    note_flags(result, &outcome);
+    Ok((outcome, samples))
+}
+
+/// The measurement of a backend whose timing varies: validation, warm-up,
+/// then timed executions. Stops at the first wrong launch, its reason in
+/// `result.error`. Returns the validation launch's outcome (whose counters
+/// stand in for samples without any).
+async fn measure_repeated(
+    board: &dyn Board,
+    artifact: &Artifact,
+    config: &MeasureConfig,
+    deterministic: bool,
+    result: &mut Measurement,
+) -> Result<RunOutcome, HwError> {
+    // 1. Validation: one execution, checked before anything is timed.
+    let (outcome, samples) = launch(board, artifact, config, 1, result).await?;
     if let Some(reason) = launch_error(&outcome, &samples, 0) {
         result.failed_validation = true;
         result.error = Some(format!("validation failed: {reason}"));
-        return Ok(finish(result));
+        return Ok(outcome);
     }
-
     // 2. Warm-up: untimed but validated.
     if config.warmup > 0 {
-        let outcome = board.run(artifact, &request(config.warmup)).await?;
-        result.launches += 1;
-        let samples = samples_of(&outcome);
-        note_flags(&mut result, &outcome);
-        if let Some(reason) = launch_error(&outcome, &samples, 0) {
+        let (warm_up, samples) = launch(board, artifact, config, config.warmup, result).await?;
+        if let Some(reason) = launch_error(&warm_up, &samples, 0) {
             result.error = Some(format!("warm-up {reason}"));
-            return Ok(finish(result));
+            return Ok(outcome);
         }
     }
-
     // 3. Timed executions, each re-validated.
+    timed_executions(board, artifact, config, deterministic, result).await?;
+    Ok(outcome)
+}
+
+/// Timed executions until both the minimum count and the minimum total time
+/// are reached (at most `max_repeats`), each re-validated; a wrong one stops
+/// them, its reason in `result.error`.
+async fn timed_executions(
+    board: &dyn Board,
+    artifact: &Artifact,
+    config: &MeasureConfig,
+    deterministic: bool,
+    result: &mut Measurement,
+) -> Result<(), HwError> {
     let min_count = if deterministic {
         config.min_repeats_deterministic.max(2)
     } else {
@@ -396,12 +440,8 @@ pub async fn measure(
         let batch = wanted
             .min(max_count.saturating_sub(result.samples.len()))
             .max(1);
-        let outcome = board
-            .run(artifact, &request(u32::try_from(batch).unwrap_or(u32::MAX)))
-            .await?;
-        result.launches += 1;
-        let samples = samples_of(&outcome);
-        note_flags(&mut result, &outcome);
+        let runs = u32::try_from(batch).unwrap_or(u32::MAX);
+        let (outcome, samples) = launch(board, artifact, config, runs, result).await?;
         let first_index = result.samples.len();
         let error = launch_error(&outcome, &samples, first_index);
         total_seconds += samples.iter().map(|s| s.seconds).sum::<f64>();
@@ -409,17 +449,14 @@ pub async fn measure(
         result.samples.extend(samples);
         if let Some(reason) = error {
             result.error = Some(format!("timed {reason}"));
-            return Ok(finish(result));
+            return Ok(());
         }
         if produced == 0 {
             result.error = Some("a timed launch produced no executions".into());
-            return Ok(finish(result));
+            return Ok(());
         }
     }
-
-    // 4. Statistics and plausibility.
-    conclude(&mut result, &outcome, spec, config);
-    Ok(finish(result))
+    Ok(())
 }
 
 /// Statistics of the timed samples and the plausibility flags, on any path;

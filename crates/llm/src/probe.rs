@@ -198,177 +198,208 @@ pub async fn probe(
     config.request_timeout = timeout;
     let client = OpenAiClient::new(config)?;
     let model = client.config().model.clone();
-    let mut checks = Vec::new();
-    let mut usage_seen = false;
-    let check = |capability, verdict, detail: String| Check {
-        capability,
-        verdict,
-        detail,
+    let mut prober = Prober {
+        client: &client,
+        model: &model,
+        usage_seen: false,
     };
-
-    checks.push(match client.list_models().await {
-        Ok(models) if models.contains(&model) => check(
-            Capability::ModelsList,
-            Verdict::Works,
-            format!("{} models, {model} among them", models.len()),
-        ),
-        Ok(models) => check(
-            Capability::ModelsList,
-            Verdict::Missing,
-            format!(
-                "{model} not listed (listed: {})",
-                if models.is_empty() {
-                    "none".to_owned()
-                } else {
-                    excerpt(&models.join(", "))
-                }
-            ),
-        ),
-        Err(error) => check(Capability::ModelsList, Verdict::Failed, error.to_string()),
-    });
-
+    let models_list = prober.models_list().await;
     let ask = vec![
         Message::system(SYSTEM),
         Message::user(format!("Call the tool `{PROBE_TOOL}` with n = 7.")),
     ];
-    let first = turn(&client, request(ask.clone(), ToolChoice::Auto)).await;
-    let call = match &first {
-        Ok(turn) => {
-            usage_seen |= turn.usage;
-            let valid = valid_calls(turn);
-            match valid.first() {
-                Some(call) => {
-                    checks.push(check(
-                        Capability::ToolCalls,
-                        Verdict::Works,
-                        format!("{}({})", call.name, call.arguments),
-                    ));
-                    Some((*call).clone())
-                }
-                None => {
-                    checks.push(check(
-                        Capability::ToolCalls,
-                        Verdict::Missing,
-                        if turn.calls.is_empty() {
-                            format!("answered in text instead: {:?}", excerpt(&turn.text))
-                        } else {
-                            format!("calls without valid arguments: {:?}", turn.calls)
-                        },
-                    ));
-                    None
-                }
-            }
-        }
-        Err(error) => {
-            checks.push(check(
-                Capability::ToolCalls,
-                Verdict::Failed,
-                error.to_string(),
-            ));
-            None
-        }
-    };
+    let (tool_calls, call, answered) = prober.tool_calls(&ask).await;
+    let tool_results = prober.tool_results(ask, call).await;
+    let parallel_tool_calls = prober.parallel_tool_calls().await;
+    let usage = prober.usage(answered);
+    Ok(ProbeReport {
+        endpoint: client.endpoint().to_owned(),
+        model,
+        checks: vec![
+            models_list,
+            tool_calls,
+            tool_results,
+            parallel_tool_calls,
+            usage,
+        ],
+    })
+}
 
-    checks.push(match call {
-        None => check(
-            Capability::ToolResults,
-            Verdict::Failed,
-            "not checked: no tool call to answer".to_owned(),
-        ),
-        Some(call) => {
-            let id = if call.id.is_empty() {
-                "call_probe".to_owned()
-            } else {
-                call.id.clone()
-            };
-            let mut messages = ask.clone();
-            messages.push(Message::assistant(
-                "",
-                vec![ToolCall {
-                    id: id.clone(),
-                    ..call
-                }],
-            ));
-            messages.push(Message::tool(id, "recorded"));
-            match turn(&client, request(messages, ToolChoice::None)).await {
-                Ok(reply) => {
-                    usage_seen |= reply.usage;
-                    if reply.text.trim().is_empty() && reply.calls.is_empty() {
-                        check(
-                            Capability::ToolResults,
-                            Verdict::Missing,
-                            "an empty reply to the tool result".to_owned(),
-                        )
+impl Check {
+    fn new(capability: Capability, verdict: Verdict, detail: impl Into<String>) -> Self {
+        Self {
+            capability,
+            verdict,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The checks of one endpoint and model, run in order; whether any turn
+/// reported usage so far.
+struct Prober<'a> {
+    client: &'a OpenAiClient,
+    model: &'a str,
+    usage_seen: bool,
+}
+
+impl Prober<'_> {
+    /// A turn of the probe, its usage noted.
+    async fn turn(&mut self, request: ChatRequest) -> Result<Turn, ModelError> {
+        let turn = turn(self.client, request).await?;
+        self.usage_seen |= turn.usage;
+        Ok(turn)
+    }
+
+    /// Whether `GET /models` lists the model.
+    async fn models_list(&self) -> Check {
+        let model = self.model;
+        match self.client.list_models().await {
+            Ok(models) if models.iter().any(|m| m == model) => Check::new(
+                Capability::ModelsList,
+                Verdict::Works,
+                format!("{} models, {model} among them", models.len()),
+            ),
+            Ok(models) => Check::new(
+                Capability::ModelsList,
+                Verdict::Missing,
+                format!(
+                    "{model} not listed (listed: {})",
+                    if models.is_empty() {
+                        "none".to_owned()
                     } else {
-                        check(
-                            Capability::ToolResults,
-                            Verdict::Works,
-                            format!("replied {:?}", excerpt(&reply.text)),
-                        )
+                        excerpt(&models.join(", "))
                     }
-                }
-                Err(error) => check(Capability::ToolResults, Verdict::Failed, error.to_string()),
+                ),
+            ),
+            Err(error) => Check::new(Capability::ModelsList, Verdict::Failed, error.to_string()),
+        }
+    }
+
+    /// Whether a streamed turn asked by `ask` calls the probe tool; the
+    /// check, the call (to answer next) and whether the turn was answered.
+    async fn tool_calls(&mut self, ask: &[Message]) -> (Check, Option<ToolCall>, bool) {
+        let turn = match self.turn(request(ask.to_vec(), ToolChoice::Auto)).await {
+            Ok(turn) => turn,
+            Err(error) => {
+                let check = Check::new(Capability::ToolCalls, Verdict::Failed, error.to_string());
+                return (check, None, false);
+            }
+        };
+        match valid_calls(&turn).first() {
+            Some(call) => {
+                let check = Check::new(
+                    Capability::ToolCalls,
+                    Verdict::Works,
+                    format!("{}({})", call.name, call.arguments),
+                );
+                (check, Some((*call).clone()), true)
+            }
+            None => {
+                let detail = if turn.calls.is_empty() {
+                    format!("answered in text instead: {:?}", excerpt(&turn.text))
+                } else {
+                    format!("calls without valid arguments: {:?}", turn.calls)
+                };
+                let check = Check::new(Capability::ToolCalls, Verdict::Missing, detail);
+                (check, None, true)
             }
         }
-    });
+    }
 
-    let parallel = vec![
-        Message::system(SYSTEM),
-        Message::user(format!(
-            "In one reply, call the tool `{PROBE_TOOL}` twice: once with n = 1 and once with n = 2."
-        )),
-    ];
-    checks.push(
-        match turn(&client, request(parallel, ToolChoice::Auto)).await {
+    /// Whether the result of `call` (made in answer to `ask`) sent back is
+    /// answered.
+    async fn tool_results(&mut self, ask: Vec<Message>, call: Option<ToolCall>) -> Check {
+        let Some(call) = call else {
+            return Check::new(
+                Capability::ToolResults,
+                Verdict::Failed,
+                "not checked: no tool call to answer",
+            );
+        };
+        let id = if call.id.is_empty() {
+            "call_probe".to_owned()
+        } else {
+            call.id.clone()
+        };
+        let mut messages = ask;
+        messages.push(Message::assistant(
+            "",
+            vec![ToolCall {
+                id: id.clone(),
+                ..call
+            }],
+        ));
+        messages.push(Message::tool(id, "recorded"));
+        match self.turn(request(messages, ToolChoice::None)).await {
+            Ok(reply) if reply.text.trim().is_empty() && reply.calls.is_empty() => Check::new(
+                Capability::ToolResults,
+                Verdict::Missing,
+                "an empty reply to the tool result",
+            ),
+            Ok(reply) => Check::new(
+                Capability::ToolResults,
+                Verdict::Works,
+                format!("replied {:?}", excerpt(&reply.text)),
+            ),
+            Err(error) => Check::new(Capability::ToolResults, Verdict::Failed, error.to_string()),
+        }
+    }
+
+    /// Whether one turn makes several tool calls when asked to.
+    async fn parallel_tool_calls(&mut self) -> Check {
+        let parallel = vec![
+            Message::system(SYSTEM),
+            Message::user(format!(
+                "In one reply, call the tool `{PROBE_TOOL}` twice: once with n = 1 and once with n = 2."
+            )),
+        ];
+        match self.turn(request(parallel, ToolChoice::Auto)).await {
             Ok(turn) => {
-                usage_seen |= turn.usage;
                 let valid = valid_calls(&turn).len();
                 if valid >= 2 {
-                    check(
+                    Check::new(
                         Capability::ParallelToolCalls,
                         Verdict::Works,
                         format!("{valid} calls in one turn"),
                     )
                 } else {
-                    check(
+                    Check::new(
                         Capability::ParallelToolCalls,
                         Verdict::Missing,
                         format!("{valid} call(s) in the turn"),
                     )
                 }
             }
-            Err(error) => check(
+            Err(error) => Check::new(
                 Capability::ParallelToolCalls,
                 Verdict::Failed,
                 error.to_string(),
             ),
-        },
-    );
+        }
+    }
 
-    let any_answer = first.is_ok();
-    checks.push(if usage_seen {
-        check(
-            Capability::Usage,
-            Verdict::Works,
-            "usage chunks in the stream".to_owned(),
-        )
-    } else if any_answer {
-        check(
-            Capability::Usage,
-            Verdict::Missing,
-            "no usage in any streamed turn".to_owned(),
-        )
-    } else {
-        check(
-            Capability::Usage,
-            Verdict::Failed,
-            "not checked: no turn was answered".to_owned(),
-        )
-    });
-
-    Ok(ProbeReport {
-        endpoint: client.endpoint().to_owned(),
-        model,
-        checks,
-    })
+    /// Whether any turn reported token usage; `answered`: whether the first
+    /// turn was answered at all.
+    fn usage(&self, answered: bool) -> Check {
+        if self.usage_seen {
+            Check::new(
+                Capability::Usage,
+                Verdict::Works,
+                "usage chunks in the stream",
+            )
+        } else if answered {
+            Check::new(
+                Capability::Usage,
+                Verdict::Missing,
+                "no usage in any streamed turn",
+            )
+        } else {
+            Check::new(
+                Capability::Usage,
+                Verdict::Failed,
+                "not checked: no turn was answered",
+            )
+        }
+    }
 }

@@ -7,9 +7,11 @@
 
 use std::fmt::Write as _;
 
+use mtswarm_core::clock::format_rfc3339;
+
 use crate::candidates::CandidateEntry;
 use crate::svg::{self, escape};
-use crate::{JobReport, params_label, roofline_svg, scatter_svg, units, utc_time};
+use crate::{JobReport, params_label, roofline_svg, scatter_svg, units};
 
 /// Reasons listed per status group; the rest are counted.
 const REASONS_SHOWN: usize = 3;
@@ -62,6 +64,23 @@ fn percent(fraction: Option<f64>) -> String {
 
 pub(crate) fn render(report: &JobReport) -> String {
     let mut out = String::new();
+    head(&mut out, report);
+    summary_section(&mut out, report);
+    best_source_section(&mut out, report);
+    status_section(&mut out, report);
+    best_so_far_section(&mut out, report);
+    parameters_section(&mut out, report);
+    roofline_section(&mut out, report);
+    timeline_section(&mut out, report);
+    top_section(&mut out, report);
+    benchmarked_section(&mut out, report);
+    others_section(&mut out, report);
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The document's head and the page's title: the kernel, the job, its goal.
+fn head(out: &mut String, report: &JobReport) {
     out.push_str("<!DOCTYPE html>\n");
     out.push_str("<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n");
     out.push_str("<meta charset=\"utf-8\"/>\n");
@@ -81,37 +100,41 @@ pub(crate) fn render(report: &JobReport) -> String {
     if !report.goal.trim().is_empty() {
         let _ = writeln!(out, "<p class=\"goal\">{}</p>", escape(&report.goal));
     }
+}
 
+/// `table#summary`: the best, the baseline, the counts, the window and each
+/// slice's utilization, with what the counts count.
+fn summary_section(out: &mut String, report: &JobReport) {
     out.push_str("<h2>Summary</h2>\n<table id=\"summary\"><tbody>");
     let best = report.best.as_ref();
     row(
-        &mut out,
+        out,
         "best GFLOPS",
         &best
             .map(|b| format!("{:.2}", b.gflops))
             .unwrap_or_else(|| "no valid candidate".to_string()),
     );
     row(
-        &mut out,
+        out,
         "% of peak",
         &percent(best.and_then(|b| b.peak_fraction)),
     );
     row(
-        &mut out,
+        out,
         "best params",
         &best
             .map(|b| params_label(&b.params))
             .unwrap_or_else(|| "-".to_string()),
     );
     row(
-        &mut out,
+        out,
         "best source",
         &best
             .map(crate::Candidate::source_label)
             .unwrap_or_else(|| "-".to_string()),
     );
     row(
-        &mut out,
+        out,
         "baseline GFLOPS",
         &report
             .baseline
@@ -120,20 +143,16 @@ pub(crate) fn render(report: &JobReport) -> String {
             .unwrap_or_else(|| "-".to_string()),
     );
     row(
-        &mut out,
+        out,
         "speedup over naive",
         &report
             .speedup_over_naive()
             .map(|s| format!("{s:.2}x"))
             .unwrap_or_else(|| "-".to_string()),
     );
+    row(out, "candidates", &crate::terminal::counts_line(report));
     row(
-        &mut out,
-        "candidates",
-        &crate::terminal::counts_line(report),
-    );
-    row(
-        &mut out,
+        out,
         "best median time",
         &best
             .and_then(|b| b.median_seconds)
@@ -141,25 +160,25 @@ pub(crate) fn render(report: &JobReport) -> String {
             .unwrap_or_else(|| "-".to_string()),
     );
     row(
-        &mut out,
+        out,
         "window",
         &format!(
             "{} to {} ({})",
-            utc_time(report.started_at_ms),
-            utc_time(report.finished_at_ms),
+            format_rfc3339(report.started_at_ms),
+            format_rfc3339(report.finished_at_ms),
             units::wall_time(report.wall_seconds())
         ),
     );
     for (slice, share) in &report.slice_utilization {
-        row(
-            &mut out,
-            &format!("utilization {slice}"),
-            &percent(Some(*share)),
-        );
+        row(out, &format!("utilization {slice}"), &percent(Some(*share)));
     }
     out.push_str("</tbody></table>\n");
     let _ = writeln!(out, "<p class=\"definitions\">{}</p>", escape(DEFINITIONS));
+}
 
+/// `pre#best-source-diff`: the best's edited source, when an agent wrote it.
+fn best_source_section(out: &mut String, report: &JobReport) {
+    let best = report.best.as_ref();
     if let Some(diff) = best.and_then(|b| b.source_diff.as_deref()) {
         out.push_str("<h2>The best's edited source</h2>\n<pre id=\"best-source-diff\">");
         out.push_str(&escape(diff));
@@ -167,24 +186,28 @@ pub(crate) fn render(report: &JobReport) -> String {
             "</pre>\n<p class=\"definitions\">The best candidate was built from kernel sources an agent wrote: the unified diff against the pristine kernel the task started from. The harness (host.c, tune.toml, the reference) was the pristine one.</p>\n",
         );
     }
+}
 
-    status_section(&mut out, report);
-
+/// The best GFLOPS so far, over every timed run.
+fn best_so_far_section(out: &mut String, report: &JobReport) {
     out.push_str("<h2>Best GFLOPS so far</h2>\n<figure>");
     out.push_str(&svg::best_so_far(report));
     out.push_str(
         "<figcaption>Each point is one timed run (hollow red: wrong answer or flagged); the line is the best trustworthy figure so far.</figcaption></figure>\n",
     );
+}
 
-    parameters_section(&mut out, report);
-    roofline_section(&mut out, report);
-
+/// Hardware use per slice over the job.
+fn timeline_section(out: &mut String, report: &JobReport) {
     out.push_str("<h2>Hardware use per slice</h2>\n<figure>");
     out.push_str(&svg::slice_timeline(report));
     out.push_str(
         "<figcaption>Each bar is one interval during which the slice's hardware was busy, colored by agent.</figcaption></figure>\n",
     );
+}
 
+/// `table#top-candidates`: the trustworthy candidates, best first.
+fn top_section(out: &mut String, report: &JobReport) {
     out.push_str("<h2>Top candidates</h2>\n<table id=\"top-candidates\"><thead><tr><th>#</th><th>GFLOPS</th><th>% of peak</th><th>median</th><th>params</th><th>slice</th><th>agent</th><th>kernel hash</th></tr></thead><tbody>");
     for (i, c) in report.top.iter().enumerate() {
         let _ = write!(
@@ -206,11 +229,6 @@ pub(crate) fn render(report: &JobReport) -> String {
         out.push_str("<tr><td colspan=\"8\">no trustworthy candidate</td></tr>");
     }
     out.push_str("</tbody></table>\n");
-
-    benchmarked_section(&mut out, report);
-    others_section(&mut out, report);
-    out.push_str("</body>\n</html>\n");
-    out
 }
 
 /// What the counts count, under the summary.

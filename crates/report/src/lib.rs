@@ -352,6 +352,104 @@ pub fn slice_utilization(
         .collect()
 }
 
+/// The timed runs, for the best-so-far plot: a pruned or screened
+/// candidate has no figure to plot, and would read as a failed measurement.
+fn measurement_points(records: &[&ResultRecord]) -> Vec<MeasurementPoint> {
+    records
+        .iter()
+        .filter(|r| candidates::timed(r))
+        .map(|r| MeasurementPoint {
+            timestamp_ms: r.timestamp_ms,
+            slice: r.slice_id.clone(),
+            agent: r.agent_id.clone(),
+            gflops: r.trustworthy().then_some(r.gflops).flatten(),
+            valid: r.valid,
+            params: r.params.clone(),
+        })
+        .collect()
+}
+
+/// Each record's `wall_seconds` on its slice, ending at its timestamp.
+fn busy_intervals(records: &[&ResultRecord]) -> Vec<BusyInterval> {
+    records
+        .iter()
+        .filter(|r| r.wall_seconds > 0.0)
+        .map(|r| {
+            let wall_ms = (r.wall_seconds * 1000.0).round() as u64;
+            BusyInterval {
+                slice: r.slice_id.clone(),
+                start_ms: r.timestamp_ms.saturating_sub(wall_ms),
+                end_ms: r.timestamp_ms,
+                agent: r.agent_id.clone(),
+                label: params_label(&r.params),
+            }
+        })
+        .collect()
+}
+
+/// From the first busy start (or record) to the last busy end (or record).
+fn window(busy: &[BusyInterval], records: &[&ResultRecord]) -> (u64, u64) {
+    let started_at_ms = busy
+        .iter()
+        .map(|b| b.start_ms)
+        .chain(records.iter().map(|r| r.timestamp_ms))
+        .min()
+        .unwrap_or_default();
+    let finished_at_ms = busy
+        .iter()
+        .map(|b| b.end_ms)
+        .chain(records.iter().map(|r| r.timestamp_ms))
+        .max()
+        .unwrap_or_default();
+    (started_at_ms, finished_at_ms)
+}
+
+/// The best [`DEFAULT_TOP`] of the trustworthy records, best first: one per
+/// distinct (kernel hash, parameters), its best figure kept.
+fn top_candidates(trustworthy: &[&ResultRecord]) -> Vec<Candidate> {
+    let mut distinct: BTreeMap<(String, Vec<(String, String)>), Candidate> = BTreeMap::new();
+    for r in trustworthy {
+        let key = (
+            r.kernel_hash.clone(),
+            r.params
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        );
+        let candidate = candidate_of(r);
+        match distinct.get(&key) {
+            Some(kept) if kept.gflops >= candidate.gflops => {}
+            _ => {
+                distinct.insert(key, candidate);
+            }
+        }
+    }
+    let mut top: Vec<Candidate> = distinct.into_values().collect();
+    top.sort_by(|a, b| b.gflops.total_cmp(&a.gflops));
+    top.truncate(DEFAULT_TOP);
+    top
+}
+
+/// The baseline the records hold: the tune.toml baseline when one was
+/// measured, else the earliest trustworthy record without parameters (the
+/// naive kernel), else none.
+fn reference_baseline(
+    marked: Option<&ResultRecord>,
+    trustworthy: &[&ResultRecord],
+) -> Option<Baseline> {
+    let naive = trustworthy.iter().copied().find(|r| r.params.is_empty());
+    let (record, description) = match (marked, naive) {
+        (Some(r), _) => (r, "tune.toml baseline"),
+        (None, Some(r)) => (r, "naive kernel (no parameters)"),
+        (None, None) => return None,
+    };
+    Some(Baseline {
+        gflops: record.gflops.unwrap_or_default(),
+        params: record.params.clone(),
+        description: description.to_string(),
+    })
+}
+
 impl JobReport {
     /// A report of one job from its results-store records (any order).
     ///
@@ -389,89 +487,18 @@ impl JobReport {
             .filter(|r| !r.baseline)
             .collect();
 
-        // Timed runs only: a pruned or screened candidate has no figure to
-        // plot, and would read as a failed measurement.
-        let measurements: Vec<MeasurementPoint> = records
-            .iter()
-            .filter(|r| candidates::timed(r))
-            .map(|r| MeasurementPoint {
-                timestamp_ms: r.timestamp_ms,
-                slice: r.slice_id.clone(),
-                agent: r.agent_id.clone(),
-                gflops: r.trustworthy().then_some(r.gflops).flatten(),
-                valid: r.valid,
-                params: r.params.clone(),
-            })
-            .collect();
-        let busy: Vec<BusyInterval> = all_records
-            .iter()
-            .filter(|r| r.wall_seconds > 0.0)
-            .map(|r| {
-                let wall_ms = (r.wall_seconds * 1000.0).round() as u64;
-                BusyInterval {
-                    slice: r.slice_id.clone(),
-                    start_ms: r.timestamp_ms.saturating_sub(wall_ms),
-                    end_ms: r.timestamp_ms,
-                    agent: r.agent_id.clone(),
-                    label: params_label(&r.params),
-                }
-            })
-            .collect();
-        let started_at_ms = busy
-            .iter()
-            .map(|b| b.start_ms)
-            .chain(all_records.iter().map(|r| r.timestamp_ms))
-            .min()
-            .unwrap_or_default();
-        let finished_at_ms = busy
-            .iter()
-            .map(|b| b.end_ms)
-            .chain(all_records.iter().map(|r| r.timestamp_ms))
-            .max()
-            .unwrap_or_default();
-
+        let measurements = measurement_points(&records);
+        let busy = busy_intervals(&all_records);
+        let (started_at_ms, finished_at_ms) = window(&busy, &all_records);
         let trustworthy: Vec<&ResultRecord> = records
             .iter()
             .copied()
             .filter(|r| r.trustworthy())
             .collect();
-        let mut distinct: BTreeMap<(String, Vec<(String, String)>), Candidate> = BTreeMap::new();
-        for r in &trustworthy {
-            let key = (
-                r.kernel_hash.clone(),
-                r.params
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            );
-            let candidate = candidate_of(r);
-            match distinct.get(&key) {
-                Some(kept) if kept.gflops >= candidate.gflops => {}
-                _ => {
-                    distinct.insert(key, candidate);
-                }
-            }
-        }
-        let mut top: Vec<Candidate> = distinct.into_values().collect();
-        top.sort_by(|a, b| b.gflops.total_cmp(&a.gflops));
-        top.truncate(DEFAULT_TOP);
-
+        let top = top_candidates(&trustworthy);
         // Only a real reference: a speed-up over "the first candidate that
         // happened to run" says nothing.
-        let baseline = baseline.or_else(|| {
-            let marked = marked_baseline.as_ref();
-            let naive = trustworthy.iter().find(|r| r.params.is_empty());
-            let (record, description) = match (marked, naive) {
-                (Some(r), _) => (r, "tune.toml baseline"),
-                (None, Some(r)) => (r, "naive kernel (no parameters)"),
-                (None, None) => return None,
-            };
-            Some(Baseline {
-                gflops: record.gflops.unwrap_or_default(),
-                params: record.params.clone(),
-                description: description.to_string(),
-            })
-        });
+        let baseline = baseline.or_else(|| reference_baseline(marked_baseline, &trustworthy));
 
         let mut slice_utilization = slice_utilization(&busy, started_at_ms, finished_at_ms);
         for slice in slices
@@ -645,16 +672,4 @@ pub fn params_label(params: &BTreeMap<String, String>) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// `2026-11-29T21:40:00Z`-style UTC time of a Unix-milliseconds instant.
-pub fn utc_time(ms: u64) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("{ms} ms since the epoch"))
 }

@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::{JobReport, params_label, utc_time};
+use mtswarm_core::clock::format_rfc3339;
+
+use crate::{JobReport, params_label};
 
 const WIDTH: f64 = 900.0;
 const MARGIN_LEFT: f64 = 70.0;
@@ -151,7 +153,7 @@ impl TimeAxis {
             r#"<text class="axis-title" x="{:.1}" y="{:.1}" text-anchor="middle">seconds since {}</text>"#,
             (self.left + self.right) / 2.0,
             y + 36.0,
-            escape(&utc_time(self.start_ms))
+            escape(&format_rfc3339(self.start_ms))
         );
     }
 }

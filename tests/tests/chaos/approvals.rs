@@ -12,6 +12,7 @@ use mtswarm_tests::chaos::{ChaosOptions, ChaosStack, Seen};
 use mtswarm_tests::jobs::{approvals, decide_approval, get_job};
 use mtswarm_tests::stack::Control;
 use mtswarm_tests::{node_bin, small_fleet_toml};
+use tokio::time::Instant;
 
 use crate::support::{
     Started, first_assignment, is_final, ms, one_at_a_time, outcome, report, start_job, vecadd_job,
@@ -94,35 +95,8 @@ async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
             .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
     // The new session has resumed the paused checkpoint (it re-announces
     // the task) and still finds the same record: no second request.
-    let session = first.session_id.clone();
-    stack
-        .observer
-        .wait_for(
-            "the resumed session's task_started",
-            Duration::from_secs(60),
-            |seen| {
-                seen.iter().find_map(|o| match &o.seen {
-                    Seen::Event(e) if o.at > reassigned_at && e.session_id == session => {
-                        mtswarm_tests::chaos::log_payload(e, "task_started")
-                    }
-                    _ => None,
-                })
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
-    let pending = approvals(&mut control, &job_id, &[v1::ApprovalState::Pending]).await;
-    let same_call: Vec<&v1::ApprovalRequest> = pending
-        .iter()
-        .filter_map(|r| r.request.as_ref())
-        .filter(|r| r.session_id == request.session_id && r.call_id == request.call_id)
-        .collect();
-    assert_eq!(
-        same_call.len(),
-        1,
-        "one pending record for the paused call: {pending:#?}"
-    );
-    assert_eq!(same_call[0].approval_id, request.approval_id);
+    wait_for_the_resumed_session(&stack, &first.session_id, reassigned_at).await;
+    assert_one_pending_record_of_the_call(&mut control, &job_id, &request).await;
 
     let approved_at = tokio::time::Instant::now();
     let decided = decide(
@@ -132,54 +106,9 @@ async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
     )
     .await;
     assert_eq!(decided.state(), v1::ApprovalState::Approved);
-    let call_id = request.call_id.clone();
-    let tool_ran = stack
-        .observer
-        .wait_for(
-            "the approved call's tool result",
-            Duration::from_secs(60),
-            |seen| {
-                seen.iter().find_map(|o| match &o.seen {
-                    Seen::Event(e)
-                        if o.at > approved_at && e.kind() == v1::AgentEventKind::ToolResult =>
-                    {
-                        let payload: serde_json::Value =
-                            serde_json::from_str(&e.payload_json).unwrap_or_default();
-                        (payload["call_id"] == call_id.as_str()).then_some((o.at, payload))
-                    }
-                    _ => None,
-                })
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
-
+    let tool_ran = approved_tool_result(&stack, &request.call_id, approved_at).await;
     // Approve whatever else the session asks until the job ends.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    let mut approved = 1;
-    loop {
-        let job = get_job(&mut control, &job_id).await;
-        if is_final(job.state()) {
-            break;
-        }
-        for record in approvals(&mut control, &job_id, &[v1::ApprovalState::Pending]).await {
-            if let Some(pending) = record.request {
-                decide(
-                    &mut control,
-                    &pending.approval_id,
-                    v1::ApprovalVerdict::Approve,
-                )
-                .await;
-                approved += 1;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "job not final in time: {job:#?}\n{}",
-            stack.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let approved = 1 + approve_until_final(&stack, &mut control, &job_id).await;
     let end = outcome(&stack, &mut control, &job_id, Duration::from_secs(10)).await;
     let (job, accepted) = (&end.job, &end.accepted);
     report(
@@ -215,6 +144,101 @@ async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
     assert_eq!(accepted.len(), 1, "{accepted:#?}");
     assert_eq!(accepted[0].attempt, 2, "{:#?}", accepted[0]);
     assert_eq!(accepted[0].worker_id, second.worker_id);
+}
+
+/// Wait until the session `session` announces its task again after
+/// `reassigned_at`: it resumed from its checkpoint.
+async fn wait_for_the_resumed_session(stack: &ChaosStack, session: &str, reassigned_at: Instant) {
+    stack
+        .observer
+        .wait_for(
+            "the resumed session's task_started",
+            Duration::from_secs(60),
+            |seen| {
+                seen.iter().find_map(|o| match &o.seen {
+                    Seen::Event(e) if o.at > reassigned_at && e.session_id == session => {
+                        mtswarm_tests::chaos::log_payload(e, "task_started")
+                    }
+                    _ => None,
+                })
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()));
+}
+
+/// The paused call has one pending record, the one from before the move.
+async fn assert_one_pending_record_of_the_call(
+    control: &mut Control,
+    job_id: &str,
+    request: &v1::ApprovalRequest,
+) {
+    let pending = approvals(control, job_id, &[v1::ApprovalState::Pending]).await;
+    let same_call: Vec<&v1::ApprovalRequest> = pending
+        .iter()
+        .filter_map(|r| r.request.as_ref())
+        .filter(|r| r.session_id == request.session_id && r.call_id == request.call_id)
+        .collect();
+    assert_eq!(
+        same_call.len(),
+        1,
+        "one pending record for the paused call: {pending:#?}"
+    );
+    assert_eq!(same_call[0].approval_id, request.approval_id);
+}
+
+/// When the approved call's tool result came after `approved_at`, and its
+/// payload.
+async fn approved_tool_result(
+    stack: &ChaosStack,
+    call_id: &str,
+    approved_at: Instant,
+) -> (Instant, serde_json::Value) {
+    stack
+        .observer
+        .wait_for(
+            "the approved call's tool result",
+            Duration::from_secs(60),
+            |seen| {
+                seen.iter().find_map(|o| match &o.seen {
+                    Seen::Event(e)
+                        if o.at > approved_at && e.kind() == v1::AgentEventKind::ToolResult =>
+                    {
+                        let payload: serde_json::Value =
+                            serde_json::from_str(&e.payload_json).unwrap_or_default();
+                        (payload["call_id"] == call_id).then_some((o.at, payload))
+                    }
+                    _ => None,
+                })
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", stack.logs()))
+}
+
+/// Approve whatever else the job's sessions ask until the job is final (at
+/// most 240 s); how many were approved.
+async fn approve_until_final(stack: &ChaosStack, control: &mut Control, job_id: &str) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+    let mut approved = 0;
+    loop {
+        let job = get_job(control, job_id).await;
+        if is_final(job.state()) {
+            return approved;
+        }
+        for record in approvals(control, job_id, &[v1::ApprovalState::Pending]).await {
+            if let Some(pending) = record.request {
+                decide(control, &pending.approval_id, v1::ApprovalVerdict::Approve).await;
+                approved += 1;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job not final in time: {job:#?}\n{}",
+            stack.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

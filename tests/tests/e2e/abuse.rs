@@ -12,7 +12,7 @@ use mtswarm_tests::jobs::{approvals as approvals_of, get_job};
 use tonic::Code;
 
 use crate::secure_up::{
-    SecureUp, WAIT, assert_code, finished_job, node, submit_vecadd, wait_for_worker_log,
+    Control, SecureUp, WAIT, assert_code, finished_job, node, submit_vecadd, wait_for_worker_log,
     worker_logs,
 };
 
@@ -329,7 +329,6 @@ async fn a_forged_result_is_dropped_and_the_genuine_one_counts() {
     stack.stop();
 }
 
-/// The worker logs of the stack, all boards.
 /// Any worker identity may write the approvals bucket (records move with
 /// sessions), so a worker can store a decided record: unsigned or with a
 /// forged signature it is dropped and logged with its approval id, the run
@@ -352,8 +351,35 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let approval_id = target.approval_id.clone();
+    forge_decisions_as_a_worker(&stack, &target).await;
 
-    // The forger: a worker identity writing the record directly.
+    // The run is still paused; the genuine decision decides over the
+    // forgery, and every later call is approved too until the job ends.
+    let record = loop {
+        approve_over_the_forgery(&mut approver, &job_id, &approval_id).await;
+        if let Some(record) = finished_job(&mut admin, &job_id, deadline).await {
+            break record;
+        }
+    };
+    assert_eq!(record.state(), v1::JobState::Succeeded, "{record:?}");
+
+    // What the session applied for that call: the approver's decision,
+    // never the forger's.
+    let applied = applied_decisions(&stack, &job_id, &approval_id).await;
+    assert_eq!(applied, vec!["approver".to_string()], "decisions applied");
+    let log = stack.leader_log();
+    assert!(
+        log.contains("stored approval decision is not the leader's"),
+        "{log}"
+    );
+    stack.stop();
+}
+
+/// The forger, a worker identity, writes the decided record of `target`
+/// directly: unsigned first, then signed by a key of its own; the workers
+/// drop both and log why.
+async fn forge_decisions_as_a_worker(stack: &SecureUp, target: &v1::ApprovalRequest) {
+    let approval_id = target.approval_id.clone();
     let rogue = stack
         .nats(Some("worker-board1"))
         .await
@@ -383,14 +409,13 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
         }),
         verification_error: String::new(),
     };
-    // Unsigned first, then signed by a key of the forger's own.
     approvals
         .kv()
         .put(&approval_id, &forge(Vec::new()))
         .await
         .expect("a worker identity writes the record");
     wait_for_worker_log(
-        &stack,
+        stack,
         &format!("approval decision {approval_id} carries no signature"),
         1,
     )
@@ -405,62 +430,58 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
         .await
         .expect("a worker identity writes the record");
     wait_for_worker_log(
-        &stack,
+        stack,
         &format!("approval decision {approval_id} is not signed by the leader key"),
         1,
     )
     .await;
-    let log = worker_logs(&stack);
+    let log = worker_logs(stack);
     assert!(
         log.contains("approval decision dropped: not signed by the leader"),
         "{log}"
     );
+}
 
-    // The run is still paused; the genuine decision decides over the
-    // forgery, and every later call is approved too until the job ends.
-    let record = loop {
-        let pending = approvals_of(&mut approver, &job_id, &[]).await;
-        for approval in pending {
-            let id = approval
-                .request
-                .as_ref()
-                .map(|r| r.approval_id.clone())
-                .unwrap_or_default();
-            let forged =
-                approval.decision.as_ref().map(|d| d.decided_by.as_str()) == Some("mallory");
-            if approval.state() != v1::ApprovalState::Pending && !forged {
-                continue;
-            }
-            let decided = approver
-                .decide_approval(v1::DecideApprovalRequest {
-                    approval_id: id.clone(),
-                    verdict: v1::ApprovalVerdict::Approve as i32,
-                    reason: "ok".into(),
-                    decided_by: String::new(),
-                    ..Default::default()
-                })
-                .await;
-            if id == approval_id {
-                let decision = decided
-                    .expect("the leader decides over the forged record")
-                    .into_inner()
-                    .approval
-                    .and_then(|a| a.decision)
-                    .expect("decision");
-                assert_eq!(decision.decided_by, "approver");
-                assert_eq!(decision.signature.len(), 64, "{decision:?}");
-            }
+/// Approve every pending call of the job, and the forged one: the leader's
+/// decision of `approval_id` is the approver's, signed.
+async fn approve_over_the_forgery(approver: &mut Control, job_id: &str, approval_id: &str) {
+    let pending = approvals_of(approver, job_id, &[]).await;
+    for approval in pending {
+        let id = approval
+            .request
+            .as_ref()
+            .map(|r| r.approval_id.clone())
+            .unwrap_or_default();
+        let forged = approval.decision.as_ref().map(|d| d.decided_by.as_str()) == Some("mallory");
+        if approval.state() != v1::ApprovalState::Pending && !forged {
+            continue;
         }
-        if let Some(record) = finished_job(&mut admin, &job_id, deadline).await {
-            break record;
+        let decided = approver
+            .decide_approval(v1::DecideApprovalRequest {
+                approval_id: id.clone(),
+                verdict: v1::ApprovalVerdict::Approve as i32,
+                reason: "ok".into(),
+                decided_by: String::new(),
+                ..Default::default()
+            })
+            .await;
+        if id == approval_id {
+            let decision = decided
+                .expect("the leader decides over the forged record")
+                .into_inner()
+                .approval
+                .and_then(|a| a.decision)
+                .expect("decision");
+            assert_eq!(decision.decided_by, "approver");
+            assert_eq!(decision.signature.len(), 64, "{decision:?}");
         }
-    };
-    assert_eq!(record.state(), v1::JobState::Succeeded, "{record:?}");
+    }
+}
 
-    // What the session applied for that call: the approver's decision,
-    // never the forger's.
+/// Who decided `approval_id`, for each decision the job's session applied.
+async fn applied_decisions(stack: &SecureUp, job_id: &str, approval_id: &str) -> Vec<String> {
     let leader = stack.nats(Some("leader")).await.expect("leader identity");
-    let mut events = leader.replay_events(&job_id, 0).await.expect("replay");
+    let mut events = leader.replay_events(job_id, 0).await.expect("replay");
     let mut applied = Vec::new();
     loop {
         let next = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
@@ -473,7 +494,7 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
         }
         let payload: serde_json::Value =
             serde_json::from_str(&event.payload_json).expect("payload");
-        if payload["approval_id"] == approval_id.as_str() {
+        if payload["approval_id"] == approval_id {
             applied.push(
                 payload["decided_by"]
                     .as_str()
@@ -482,11 +503,5 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
             );
         }
     }
-    assert_eq!(applied, vec!["approver".to_string()], "decisions applied");
-    let log = stack.leader_log();
-    assert!(
-        log.contains("stored approval decision is not the leader's"),
-        "{log}"
-    );
-    stack.stop();
+    applied
 }

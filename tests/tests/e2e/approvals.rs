@@ -109,14 +109,19 @@ fn tool_result_of(events: &[v1::JobEvent], call_id: &str) -> Option<serde_json::
 async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
     let options = fan_out_options(&[("reviewed", "")], small_fleet_toml(1, 1, 2));
     let (stack, mut control) = start_stack(options, 1).await;
+    approving_resumes_the_session(&stack, &mut control).await;
+    denying_is_the_calls_observation(&stack, &mut control).await;
+    stack.shutdown().await;
+}
 
-    // --- approve: every paused call of the session is approved; tools run.
+/// Approve: every paused call of the session is approved; tools run.
+async fn approving_resumes_the_session(stack: &TestStack, control: &mut Control) {
     let job_id = submit(
-        &mut control,
+        control,
         job_spec("Tune vecadd with a human in the loop", "vecadd", false),
     )
     .await;
-    let first = next_pending(&mut control, &job_id, Duration::from_secs(120)).await;
+    let first = next_pending(control, &job_id, Duration::from_secs(120)).await;
     let request = first.request.clone().expect("request");
     assert_eq!(request.job_id, job_id);
     assert_eq!(request.agent_id, "reviewed");
@@ -127,7 +132,7 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
         "{request:#?}"
     );
     let decided = decide(
-        &mut control,
+        control,
         &request.approval_id,
         v1::ApprovalVerdict::Approve,
         "looks fine",
@@ -137,7 +142,7 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
     assert_eq!(decided.state(), v1::ApprovalState::Approved);
     // Deciding twice is refused.
     let again = decide(
-        &mut control,
+        control,
         &request.approval_id,
         v1::ApprovalVerdict::Deny,
         "changed my mind",
@@ -146,21 +151,15 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
     .expect_err("second decision refused");
     assert_eq!(again.code(), tonic::Code::FailedPrecondition, "{again:?}");
     // Approve whatever else the session asks for until the job ends.
-    let (job, approved) = decide_until_final(
-        &stack,
-        &mut control,
-        &job_id,
-        v1::ApprovalVerdict::Approve,
-        "ok",
-    )
-    .await;
+    let (job, approved) =
+        decide_until_final(stack, control, &job_id, v1::ApprovalVerdict::Approve, "ok").await;
     assert_eq!(
         job.state(),
         v1::JobState::Succeeded,
         "{job:#?}\n{}",
         stack.worker_logs()
     );
-    let events = all_events(&stack, &mut control, &job_id).await;
+    let events = all_events(stack, control, &job_id).await;
     let results = task_results(&events);
     assert_eq!(results.len(), 1, "{results:#?}");
     assert_eq!(results[0].status(), v1::TaskStatus::Ok, "{:#?}", results[0]);
@@ -173,20 +172,22 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
         request.call_id
     );
     // Every decided request is listed as approved, the first one too.
-    let listed_decided = approvals(&mut control, &job_id, &[v1::ApprovalState::Approved]).await;
+    let listed_decided = approvals(control, &job_id, &[v1::ApprovalState::Approved]).await;
     assert!(listed_decided.len() > approved.len());
+}
 
-    // --- deny: the model sees the denial as the call's observation.
+/// Deny: the model sees the denial as the call's observation.
+async fn denying_is_the_calls_observation(stack: &TestStack, control: &mut Control) {
     let job_id = submit(
-        &mut control,
+        control,
         job_spec("Tune vecadd, but the reviewer says no", "vecadd", false),
     )
     .await;
-    let pending = next_pending(&mut control, &job_id, Duration::from_secs(120)).await;
+    let pending = next_pending(control, &job_id, Duration::from_secs(120)).await;
     let request = pending.request.expect("request");
     let reason = "not on this board today";
     let decided = decide(
-        &mut control,
+        control,
         &request.approval_id,
         v1::ApprovalVerdict::Deny,
         reason,
@@ -195,15 +196,9 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
     .expect("DecideApproval(deny)");
     assert_eq!(decided.state(), v1::ApprovalState::Denied);
     // Deny anything else it asks, so the job ends.
-    let (job, _denied) = decide_until_final(
-        &stack,
-        &mut control,
-        &job_id,
-        v1::ApprovalVerdict::Deny,
-        reason,
-    )
-    .await;
-    let events = all_events(&stack, &mut control, &job_id).await;
+    let (job, _denied) =
+        decide_until_final(stack, control, &job_id, v1::ApprovalVerdict::Deny, reason).await;
+    let events = all_events(stack, control, &job_id).await;
     let payload = tool_result_of(&events, &request.call_id).unwrap_or_else(|| {
         panic!(
             "no result event for the denied call {}; job {job:#?}",
@@ -225,7 +220,6 @@ async fn paused_calls_are_listed_and_resume_on_approve_or_deny() {
         parsed.get("best").is_none_or(serde_json::Value::is_null),
         "nothing was benchmarked, so there is no best: {parsed}"
     );
-    stack.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -240,14 +234,40 @@ async fn approving_a_tool_for_the_job_answers_every_agents_later_calls() {
         job_spec("Tune vecadd, approving tools for the job", "vecadd", false),
     )
     .await;
+    let (job, asked) = approve_each_tool_for_the_job(&stack, &mut control, &job_id).await;
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "{job:#?}\n{}",
+        stack.worker_logs()
+    );
+    assert!(
+        !asked.is_empty() && asked.len() <= 2,
+        "questions asked: {:#?}",
+        asked.iter().map(|q| &q.tool_name).collect::<Vec<_>>()
+    );
+    assert_each_question_shows_the_candidate(&asked);
+    assert_standing_decisions_answered_the_rest(&mut control, &job_id, &asked).await;
+    a_job_rule_runs_its_tools_unasked(&stack, &mut control).await;
+    stack.shutdown().await;
+}
+
+/// Answer each question of the job with "approve this tool for the whole
+/// job" until it is final (at most 240 s); the final record and the
+/// questions answered.
+async fn approve_each_tool_for_the_job(
+    stack: &TestStack,
+    control: &mut Control,
+    job_id: &str,
+) -> (v1::JobRecord, Vec<v1::ApprovalRequest>) {
     let mut asked: Vec<v1::ApprovalRequest> = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-    let job = loop {
-        let job = get_job(&mut control, &job_id).await;
+    loop {
+        let job = get_job(control, job_id).await;
         if is_final(job.state()) {
-            break job;
+            return (job, asked);
         }
-        for record in approvals(&mut control, &job_id, &[v1::ApprovalState::Pending]).await {
+        for record in approvals(control, job_id, &[v1::ApprovalState::Pending]).await {
             let request = record.request.expect("request");
             // A call of a tool approved for the job may still be listed for
             // a moment before its standing decision lands: not a question.
@@ -255,7 +275,7 @@ async fn approving_a_tool_for_the_job_answers_every_agents_later_calls() {
                 continue;
             }
             match decide_approval_for(
-                &mut control,
+                control,
                 &request.approval_id,
                 v1::ApprovalVerdict::Approve,
                 "fine for this job",
@@ -281,21 +301,13 @@ async fn approving_a_tool_for_the_job_answers_every_agents_later_calls() {
             stack.worker_logs()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "{job:#?}\n{}",
-        stack.worker_logs()
-    );
-    assert!(
-        !asked.is_empty() && asked.len() <= 2,
-        "questions asked: {:#?}",
-        asked.iter().map(|q| &q.tool_name).collect::<Vec<_>>()
-    );
-    // Each question shows what the call will do: the candidate's parameters
-    // (the task's CHUNK and BUF), the slice and the tool.
-    for question in &asked {
+    }
+}
+
+/// Each question shows what the call will do: the candidate's parameters
+/// (the task's CHUNK and BUF), the slice and the tool.
+fn assert_each_question_shows_the_candidate(asked: &[v1::ApprovalRequest]) {
+    for question in asked {
         let candidate: serde_json::Value =
             serde_json::from_str(&question.candidate_json).unwrap_or_default();
         assert_eq!(candidate["CHUNK"], "1024", "{question:#?}");
@@ -308,9 +320,17 @@ async fn approving_a_tool_for_the_job_answers_every_agents_later_calls() {
             "{question:#?}"
         );
     }
-    // The other agent's calls were decided by the standing decisions,
-    // signed, naming the decision they came from; nothing is left pending.
-    let decided = approvals(&mut control, &job_id, &[]).await;
+}
+
+/// The other agent's calls were decided by the standing decisions, signed,
+/// naming the decision they came from; nothing is left pending, and the
+/// standing records are not listed as approvals of their own.
+async fn assert_standing_decisions_answered_the_rest(
+    control: &mut Control,
+    job_id: &str,
+    asked: &[v1::ApprovalRequest],
+) {
+    let decided = approvals(control, job_id, &[]).await;
     let standing: Vec<&v1::ApprovalDecision> = decided
         .iter()
         .filter_map(|r| r.decision.as_ref())
@@ -343,8 +363,10 @@ async fn approving_a_tool_for_the_job_answers_every_agents_later_calls() {
             .collect::<std::collections::BTreeSet<_>>()
             .len()
     );
+}
 
-    // A job-spec rule by tool: `validate` and `benchmark` run unasked.
+/// A job-spec rule by tool: `validate` and `benchmark` run unasked.
+async fn a_job_rule_runs_its_tools_unasked(stack: &TestStack, control: &mut Control) {
     let mut spec = job_spec("Tune vecadd under a job policy", "vecadd", false);
     spec.approval_rules = ["validate", "benchmark", "run"]
         .into_iter()
@@ -354,15 +376,9 @@ async fn approving_a_tool_for_the_job_answers_every_agents_later_calls() {
             action: v1::ApprovalAction::Allow as i32,
         })
         .collect();
-    let job_id = submit(&mut control, spec).await;
-    let (job, asked) = decide_until_final(
-        &stack,
-        &mut control,
-        &job_id,
-        v1::ApprovalVerdict::Approve,
-        "ok",
-    )
-    .await;
+    let job_id = submit(control, spec).await;
+    let (job, asked) =
+        decide_until_final(stack, control, &job_id, v1::ApprovalVerdict::Approve, "ok").await;
     assert_eq!(job.state(), v1::JobState::Succeeded, "{job:#?}");
     assert!(
         asked
@@ -370,5 +386,4 @@ async fn approving_a_tool_for_the_job_answers_every_agents_later_calls() {
             .all(|q| !["validate", "benchmark", "run"].contains(&q.tool_name.as_str())),
         "the rule's tools asked: {asked:#?}"
     );
-    stack.shutdown().await;
 }

@@ -36,88 +36,151 @@ async fn submit_watch_and_results_through_the_binary() {
     let leader = stack.leader_url.clone();
 
     let nats = stack.nats.url();
-    let (job_id, watch_lines, csv, jsonl, measured, jobs, approvals, traced) =
-        tokio::task::spawn_blocking(move || {
-            let submitted = stdout_of(
-                &mtswarm(
-                    &leader,
-                    &[
-                        "submit",
-                        "Tune vecadd from the CLI",
-                        "--kernel",
-                        "vecadd",
-                        "--auto-approve",
-                        "--json",
-                    ],
-                ),
-                "submit",
-            );
-            let submitted: serde_json::Value =
-                serde_json::from_str(&submitted).expect("submit --json");
-            let job_id = submitted["job_id"].as_str().expect("job_id").to_string();
-            let trace_id = submitted["trace_id"]
-                .as_str()
-                .expect("trace_id")
-                .to_string();
-            let watch = stdout_of(&mtswarm(&leader, &["watch", &job_id, "--json"]), "watch");
-            // The trace id as people read it: watch's first line, the job's detail.
-            let plain_watch = stdout_of(&mtswarm(&leader, &["watch", &job_id]), "watch");
-            let detail = stdout_of(&mtswarm(&leader, &["jobs", &job_id]), "jobs JOB");
-            let csv = stdout_of(
-                &mtswarm(&leader, &["tasks", &job_id, "--format", "csv"]),
-                "tasks csv",
-            );
-            let jsonl = stdout_of(
-                &mtswarm(
-                    &leader,
-                    &["tasks", &job_id, "--format", "jsonl", "--status", "ok"],
-                ),
-                "tasks jsonl",
-            );
-            let measured = stdout_of(
-                &mtswarm(
-                    &leader,
-                    &["results", &job_id, "--nats", &nats, "--format", "jsonl"],
-                ),
-                "results jsonl",
-            );
-            let jobs = stdout_of(&mtswarm(&leader, &["jobs", "--json"]), "jobs");
-            profiles_select_the_leader(&leader, &job_id);
-            let approvals = stdout_of(
-                &mtswarm(&leader, &["approvals", "--json", "--all"]),
-                "approvals",
-            );
-            for args in [
-                vec!["watch", &job_id, "--json"],
-                vec!["results", &job_id, "--nats", &nats, "--format", "jsonl"],
-            ] {
-                let closed = output_into_closed_pipe(client_command(&node_bin!(), &leader, &args));
-                let stderr = String::from_utf8_lossy(&closed.stderr);
-                assert!(
-                    closed.status.success()
-                        && !stderr.contains("panicked")
-                        && !stderr.contains("Broken pipe")
-                        // Logs off a terminal carry no colour escapes.
-                        && !stderr.contains('\u{1b}'),
-                    "{args:?} into a closed pipe: {}, stderr: {stderr}",
-                    closed.status
-                );
-            }
-            let traced = (trace_id, plain_watch, detail);
-            (job_id, watch, csv, jsonl, measured, jobs, approvals, traced)
-        })
+    let printed = tokio::task::spawn_blocking(move || Printed::run(&leader, &nats))
         .await
         .expect("client commands");
+    let job_id = printed.job_id.as_str();
 
-    // watch: one JSON object per line, the job's events, then the final job.
-    let lines: Vec<serde_json::Value> = watch_lines
+    assert_watch_prints_json_lines(&printed);
+    assert_tasks_and_results(&printed);
+    let jobs: serde_json::Value = serde_json::from_str(&printed.jobs).expect("jobs --json");
+    assert_eq!(jobs["jobs"][0]["job_id"], job_id);
+    assert_eq!(jobs["jobs"][0]["state"], "succeeded");
+    assert_the_trace_id_is_shown(&printed, &jobs);
+    let approvals: serde_json::Value =
+        serde_json::from_str(&printed.approvals).expect("approvals --json");
+    assert_eq!(approvals["approvals"].as_array().map(Vec::len), Some(0));
+    stack.shutdown().await;
+}
+
+/// What the client commands printed, from submitting a job to listing its
+/// approvals.
+struct Printed {
+    job_id: String,
+    /// The job's trace id, as `submit --json` answered it.
+    trace_id: String,
+    /// `watch --json`
+    watch: String,
+    /// `watch`
+    plain_watch: String,
+    /// `jobs JOB`
+    detail: String,
+    /// `tasks --format csv`
+    csv: String,
+    /// `tasks --format jsonl --status ok`
+    jsonl: String,
+    /// `results --format jsonl`
+    measured: String,
+    /// `jobs --json`
+    jobs: String,
+    /// `approvals --json --all`
+    approvals: String,
+}
+
+impl Printed {
+    /// Submit a job and run every client command on it (profiles and closed
+    /// pipes checked on the way).
+    fn run(leader: &str, nats: &str) -> Self {
+        let submitted = stdout_of(
+            &mtswarm(
+                leader,
+                &[
+                    "submit",
+                    "Tune vecadd from the CLI",
+                    "--kernel",
+                    "vecadd",
+                    "--auto-approve",
+                    "--json",
+                ],
+            ),
+            "submit",
+        );
+        let submitted: serde_json::Value = serde_json::from_str(&submitted).expect("submit --json");
+        let job_id = submitted["job_id"].as_str().expect("job_id").to_string();
+        let trace_id = submitted["trace_id"]
+            .as_str()
+            .expect("trace_id")
+            .to_string();
+        let watch = stdout_of(&mtswarm(leader, &["watch", &job_id, "--json"]), "watch");
+        // The trace id as people read it: watch's first line, the job's detail.
+        let plain_watch = stdout_of(&mtswarm(leader, &["watch", &job_id]), "watch");
+        let detail = stdout_of(&mtswarm(leader, &["jobs", &job_id]), "jobs JOB");
+        let csv = stdout_of(
+            &mtswarm(leader, &["tasks", &job_id, "--format", "csv"]),
+            "tasks csv",
+        );
+        let jsonl = stdout_of(
+            &mtswarm(
+                leader,
+                &["tasks", &job_id, "--format", "jsonl", "--status", "ok"],
+            ),
+            "tasks jsonl",
+        );
+        let measured = stdout_of(
+            &mtswarm(
+                leader,
+                &["results", &job_id, "--nats", nats, "--format", "jsonl"],
+            ),
+            "results jsonl",
+        );
+        let jobs = stdout_of(&mtswarm(leader, &["jobs", "--json"]), "jobs");
+        profiles_select_the_leader(leader, &job_id);
+        let approvals = stdout_of(
+            &mtswarm(leader, &["approvals", "--json", "--all"]),
+            "approvals",
+        );
+        assert_closed_pipes_end_quietly(leader, &job_id, nats);
+        Self {
+            job_id,
+            trace_id,
+            watch,
+            plain_watch,
+            detail,
+            csv,
+            jsonl,
+            measured,
+            jobs,
+            approvals,
+        }
+    }
+}
+
+/// `watch --json` and `results --format jsonl` into a closed pipe (`| head
+/// -1`) end quietly with success.
+fn assert_closed_pipes_end_quietly(leader: &str, job_id: &str, nats: &str) {
+    for args in [
+        vec!["watch", job_id, "--json"],
+        vec!["results", job_id, "--nats", nats, "--format", "jsonl"],
+    ] {
+        let closed = output_into_closed_pipe(client_command(&node_bin!(), leader, &args));
+        let stderr = String::from_utf8_lossy(&closed.stderr);
+        assert!(
+            closed.status.success()
+                && !stderr.contains("panicked")
+                && !stderr.contains("Broken pipe")
+                // Logs off a terminal carry no colour escapes.
+                && !stderr.contains('\u{1b}'),
+            "{args:?} into a closed pipe: {}, stderr: {stderr}",
+            closed.status
+        );
+    }
+}
+
+/// watch: one JSON object per line, the job's trace first, then its
+/// events, then the final job.
+fn assert_watch_prints_json_lines(printed: &Printed) {
+    let lines: Vec<serde_json::Value> = printed
+        .watch
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
         .collect();
     // First the job's trace id, as `submit` named it.
     assert_eq!(lines[0]["type"], "trace", "{}", lines[0]);
-    assert_eq!(lines[0]["job_id"].as_str(), Some(job_id.as_str()));
-    assert_eq!(lines[0]["trace_id"].as_str(), Some(traced.0.as_str()));
+    assert_eq!(lines[0]["job_id"].as_str(), Some(printed.job_id.as_str()));
+    assert_eq!(
+        lines[0]["trace_id"].as_str(),
+        Some(printed.trace_id.as_str())
+    );
     let last = lines.last().expect("watch printed something");
     assert_eq!(last["type"], "job");
     assert_eq!(last["job"]["state"], "succeeded", "{last}");
@@ -127,9 +190,13 @@ async fn submit_watch_and_results_through_the_binary() {
             .iter()
             .any(|l| l["type"] == "agent_event" && l["agent_event"]["agent_id"] == "cli-agent")
     );
+}
 
-    // results: CSV header plus one row; JSON lines with the parsed result.
-    let mut rows = csv.lines();
+/// tasks: CSV header plus one row; JSON lines with the parsed result.
+/// results: the benchmarked candidate, recorded by the worker in the store.
+fn assert_tasks_and_results(printed: &Printed) {
+    let job_id = printed.job_id.as_str();
+    let mut rows = printed.csv.lines();
     assert!(
         rows.next()
             .expect("header")
@@ -138,15 +205,16 @@ async fn submit_watch_and_results_through_the_binary() {
     let row = rows.next().expect("one result row");
     assert!(row.contains(",cli-agent,") && row.contains(",ok,"), "{row}");
     assert!(rows.next().is_none());
-    let results: Vec<serde_json::Value> = jsonl
+    let results: Vec<serde_json::Value> = printed
+        .jsonl
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
         .collect();
     assert_eq!(results.len(), 1);
-    assert_eq!(results[0]["job_id"], job_id.as_str());
+    assert_eq!(results[0]["job_id"], job_id);
     assert!(results[0]["result"].is_object(), "{}", results[0]);
 
-    // results: the benchmarked candidate, recorded by the worker in the store.
+    let measured = &printed.measured;
     let records: Vec<serde_json::Value> = measured
         .lines()
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
@@ -156,18 +224,17 @@ async fn submit_watch_and_results_through_the_binary() {
         "the task's measurement is in the store"
     );
     for record in &records {
-        assert_eq!(record["job_id"], job_id.as_str(), "{record}");
+        assert_eq!(record["job_id"], job_id, "{record}");
         assert_eq!(record["kernel"], "vecadd", "{record}");
         assert_eq!(record["agent_id"], "cli-agent", "{record}");
     }
     assert!(records.iter().any(|r| r["valid"] == true), "{measured}");
+}
 
-    let jobs: serde_json::Value = serde_json::from_str(&jobs).expect("jobs --json");
-    assert_eq!(jobs["jobs"][0]["job_id"], job_id.as_str());
-    assert_eq!(jobs["jobs"][0]["state"], "succeeded");
-
-    // The job's trace id: from submit, in the listing, in watch and detail.
-    let (trace_id, plain_watch, detail) = traced;
+/// The job's trace id: from submit, in the listing, in watch and detail.
+fn assert_the_trace_id_is_shown(printed: &Printed, jobs: &serde_json::Value) {
+    let (job_id, trace_id) = (&printed.job_id, &printed.trace_id);
+    let (plain_watch, detail) = (&printed.plain_watch, &printed.detail);
     assert!(
         trace_id.len() == 32 && trace_id.bytes().all(|b| b.is_ascii_hexdigit()),
         "{trace_id:?}"
@@ -182,9 +249,6 @@ async fn submit_watch_and_results_through_the_binary() {
         detail.lines().any(|l| l == format!("trace     {trace_id}")),
         "{detail}"
     );
-    let approvals: serde_json::Value = serde_json::from_str(&approvals).expect("approvals --json");
-    assert_eq!(approvals["approvals"].as_array().map(Vec::len), Some(0));
-    stack.shutdown().await;
 }
 
 /// `mtswarm` with only the client configuration at `config` to find the

@@ -8,7 +8,7 @@ use mtswarm_bus::v1;
 use mtswarm_tests::jobs::{approvals as approvals_of, get_job, list_all_jobs, submit};
 use tonic::Code;
 
-use crate::secure_up::{SecureUp, Trap, assert_code, node, submit_vecadd};
+use crate::secure_up::{Control, SecureUp, Trap, assert_code, node, submit_vecadd};
 
 /// The first bytes an HTTP/2 client sends in clear text.
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
@@ -71,7 +71,7 @@ async fn a_submitter_reads_only_its_own_jobs_and_reading_every_job_is_a_role() {
     let mut admin = stack.control(stack.token("admin")).await;
     let mut submitter = stack.control(stack.token("submitter")).await;
     let mut reader = stack.control(stack.token("reader")).await;
-    let mut theirs = submit_vecadd(&mut admin).await;
+    let theirs = submit_vecadd(&mut admin).await;
     let mine = submit(
         &mut submitter,
         v1::JobSpec {
@@ -83,33 +83,7 @@ async fn a_submitter_reads_only_its_own_jobs_and_reading_every_job_is_a_role() {
     )
     .await;
 
-    let denied = assert_code(
-        submitter
-            .get_job(v1::GetJobRequest {
-                job_id: theirs.clone(),
-            })
-            .await,
-        Code::PermissionDenied,
-    );
-    assert!(denied.message().contains("`read`"), "{denied:?}");
-    assert_code(
-        submitter
-            .watch_job(v1::WatchJobRequest {
-                job_id: theirs.clone(),
-                from_sequence: 0,
-            })
-            .await,
-        Code::PermissionDenied,
-    );
-    assert_code(
-        submitter
-            .list_approvals(v1::ListApprovalsRequest {
-                job_id: theirs.clone(),
-                states: Vec::new(),
-            })
-            .await,
-        Code::PermissionDenied,
-    );
+    assert_another_identitys_job_is_refused(&mut submitter, &theirs).await;
     let listed: Vec<String> = list_all_jobs(&mut submitter)
         .await
         .into_iter()
@@ -117,27 +91,7 @@ async fn a_submitter_reads_only_its_own_jobs_and_reading_every_job_is_a_role() {
         .collect();
     assert_eq!(listed, vec![mine.clone()], "the submitter's listing");
     // Approvals of every job, as the submitter sees them: its own only.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
-    let mut attempts = 1;
-    while approvals_of(&mut admin, &theirs, &[]).await.is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no approval asked");
-        let job = get_job(&mut admin, &theirs).await;
-        if job.state != v1::JobState::Queued as i32 && job.state != v1::JobState::Running as i32 {
-            // Right after `up` a spawn can still find no free slice (the
-            // leader's lease view lags the registrations) and the job
-            // fails at once; this test is about who reads what, so the
-            // job is submitted again, a bounded number of times.
-            assert!(
-                attempts < 5 && job.final_answer.contains("no free slice"),
-                "the job ended before it asked an approval: {}",
-                job.final_answer
-            );
-            attempts += 1;
-            theirs = submit_vecadd(&mut admin).await;
-            continue;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let theirs = wait_for_an_approval(&mut admin, theirs).await;
     let all = approvals_of(&mut submitter, "", &[]).await;
     assert!(
         all.iter()
@@ -164,33 +118,110 @@ async fn a_submitter_reads_only_its_own_jobs_and_reading_every_job_is_a_role() {
     );
     assert!(text.contains(&mine) && !text.contains(&theirs), "{text}");
 
-    // The reader reads both and can change neither.
+    assert_the_reader_reads_both_and_changes_neither(&mut reader, &mine, &theirs).await;
+    for job_id in [&theirs, &mine] {
+        admin
+            .cancel_job(v1::CancelJobRequest {
+                job_id: job_id.clone(),
+                reason: "test over".into(),
+            })
+            .await
+            .expect("cancel");
+    }
+    stack.stop();
+}
+
+/// The submitter may not read, watch or list the approvals of `theirs`.
+async fn assert_another_identitys_job_is_refused(submitter: &mut Control, theirs: &str) {
+    let denied = assert_code(
+        submitter
+            .get_job(v1::GetJobRequest {
+                job_id: theirs.to_owned(),
+            })
+            .await,
+        Code::PermissionDenied,
+    );
+    assert!(denied.message().contains("`read`"), "{denied:?}");
+    assert_code(
+        submitter
+            .watch_job(v1::WatchJobRequest {
+                job_id: theirs.to_owned(),
+                from_sequence: 0,
+            })
+            .await,
+        Code::PermissionDenied,
+    );
+    assert_code(
+        submitter
+            .list_approvals(v1::ListApprovalsRequest {
+                job_id: theirs.to_owned(),
+                states: Vec::new(),
+            })
+            .await,
+        Code::PermissionDenied,
+    );
+}
+
+/// Wait until the admin's job `theirs` asks an approval; the job that did
+/// (submitted again when a spawn found no free slice).
+async fn wait_for_an_approval(admin: &mut Control, mut theirs: String) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    let mut attempts = 1;
+    while approvals_of(admin, &theirs, &[]).await.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no approval asked");
+        let job = get_job(admin, &theirs).await;
+        if job.state != v1::JobState::Queued as i32 && job.state != v1::JobState::Running as i32 {
+            // Right after `up` a spawn can still find no free slice (the
+            // leader's lease view lags the registrations) and the job
+            // fails at once; this test is about who reads what, so the
+            // job is submitted again, a bounded number of times.
+            assert!(
+                attempts < 5 && job.final_answer.contains("no free slice"),
+                "the job ended before it asked an approval: {}",
+                job.final_answer
+            );
+            attempts += 1;
+            theirs = submit_vecadd(admin).await;
+            continue;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    theirs
+}
+
+/// The reader reads and watches every job, lists both, and can cancel or
+/// submit none.
+async fn assert_the_reader_reads_both_and_changes_neither(
+    reader: &mut Control,
+    mine: &str,
+    theirs: &str,
+) {
     reader
         .get_job(v1::GetJobRequest {
-            job_id: theirs.clone(),
+            job_id: theirs.to_owned(),
         })
         .await
         .expect("the reader reads every job");
     reader
         .watch_job(v1::WatchJobRequest {
-            job_id: theirs.clone(),
+            job_id: theirs.to_owned(),
             from_sequence: 0,
         })
         .await
         .expect("the reader watches every job");
-    let listed: Vec<String> = list_all_jobs(&mut reader)
+    let listed: Vec<String> = list_all_jobs(reader)
         .await
         .into_iter()
         .map(|j| j.job_id)
         .collect();
     assert!(
-        listed.contains(&mine) && listed.contains(&theirs),
+        listed.iter().any(|j| j == mine) && listed.iter().any(|j| j == theirs),
         "{listed:?}"
     );
     assert_code(
         reader
             .cancel_job(v1::CancelJobRequest {
-                job_id: theirs.clone(),
+                job_id: theirs.to_owned(),
                 reason: "no".into(),
             })
             .await,
@@ -205,14 +236,4 @@ async fn a_submitter_reads_only_its_own_jobs_and_reading_every_job_is_a_role() {
             .await,
         Code::PermissionDenied,
     );
-    for job_id in [&theirs, &mine] {
-        admin
-            .cancel_job(v1::CancelJobRequest {
-                job_id: job_id.clone(),
-                reason: "test over".into(),
-            })
-            .await
-            .expect("cancel");
-    }
-    stack.stop();
 }

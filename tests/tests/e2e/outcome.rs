@@ -186,8 +186,31 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
         baseline.params.get("VARIANT").map(String::as_str),
         Some("naive")
     );
+    assert_one_record_per_candidate(&records, &lines, &job);
+    assert_the_outcome_is_the_best_record(&stack, &job_id, &records, baseline);
+
+    // `mtswarm report JOB` writes the HTML of a job run through submit.
+    let html = stack.dir().join("report.html");
+    let (code, summary) = run_json({
+        let mut c = cli(&stack);
+        c.args(["report", &job_id, "--json", "--out"]).arg(&html);
+        c
+    });
+    assert_eq!(code, 0, "{summary:#}");
+    let text = std::fs::read_to_string(&html).expect("the report file");
+    assert!(
+        text.contains(&job_id) && text.contains("<svg"),
+        "an HTML report of the job"
+    );
+    assert_eq!(summary["records"].as_u64(), Some(all_records.len() as u64));
+    stack.shutdown().await;
+}
+
+/// One record per candidate the agents touched (six), with the statuses
+/// the agents themselves report, counted the same by the outcome.
+fn assert_one_record_per_candidate(records: &[ResultRecord], lines: &[Value], job: &Value) {
     let distinct: BTreeSet<&BTreeMap<String, String>> = records.iter().map(|r| &r.params).collect();
-    let assigned: usize = agents_counts(&lines).values().sum();
+    let assigned: usize = agents_counts(lines).values().sum();
     assert_eq!(
         records.len(),
         assigned,
@@ -196,7 +219,7 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
             .iter()
             .map(|r| (&r.params, r.status()))
             .collect::<Vec<_>>(),
-        agents_counts(&lines),
+        agents_counts(lines),
         lines
             .iter()
             .filter(|l| l["type"] == "task_result")
@@ -207,12 +230,12 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
     assert_eq!(distinct.len(), records.len());
     assert_eq!(assigned, 6, "the space has six configurations");
     let mut stored: BTreeMap<String, usize> = BTreeMap::new();
-    for record in &records {
+    for record in records {
         *stored
             .entry(record.status().as_str().to_string())
             .or_default() += 1;
     }
-    assert_eq!(stored, agents_counts(&lines), "{records:#?}");
+    assert_eq!(stored, agents_counts(lines), "{records:#?}");
     assert!(
         stored.get("benchmarked").is_some_and(|n| *n > 0),
         "{stored:?}"
@@ -225,7 +248,16 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
         stored.iter().map(|(k, v)| (k.clone(), *v as u64)).collect(),
         "the outcome counts the same candidates"
     );
+}
 
+/// The outcome's best, as `jobs ID --json` shows it, is the best valid
+/// record of the job in the store, its speed-up over the `baseline` record.
+fn assert_the_outcome_is_the_best_record(
+    stack: &TestStack,
+    job_id: &str,
+    records: &[ResultRecord],
+    baseline: &ResultRecord,
+) {
     // The outcome's best is the best valid record of the job in the store
     // (the emulator is deterministic: equal figures may tie).
     let top = records
@@ -235,8 +267,8 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
         .reduce(f64::max)
         .unwrap_or_else(|| panic!("no valid record among {records:#?}"));
     let (code, shown) = run_json({
-        let mut c = cli(&stack);
-        c.args(["jobs", &job_id, "--json"]);
+        let mut c = cli(stack);
+        c.args(["jobs", job_id, "--json"]);
         c
     });
     assert_eq!(code, 0);
@@ -276,22 +308,6 @@ async fn the_readme_flow_succeeds_with_the_best_record_as_its_outcome() {
             .is_some_and(|a| a.contains("GFLOP")),
         "the model's answer is kept beside the outcome: {shown:#}"
     );
-
-    // `mtswarm report JOB` writes the HTML of a job run through submit.
-    let html = stack.dir().join("report.html");
-    let (code, summary) = run_json({
-        let mut c = cli(&stack);
-        c.args(["report", &job_id, "--json", "--out"]).arg(&html);
-        c
-    });
-    assert_eq!(code, 0, "{summary:#}");
-    let text = std::fs::read_to_string(&html).expect("the report file");
-    assert!(
-        text.contains(&job_id) && text.contains("<svg"),
-        "an HTML report of the job"
-    );
-    assert_eq!(summary["records"].as_u64(), Some(all_records.len() as u64));
-    stack.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -172,9 +172,25 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
         Some("mtswarm")
     );
     assert_eq!(tool_names(&admin).await, TOOLS);
+    let job_id = run_a_vecadd_job(&admin).await;
+    read_the_job(&admin, &job_id).await;
+    admin.cancel().await.expect("close the stdio session");
 
+    // The approver may decide approvals, nothing else: the MCP server adds
+    // no right to the credential it presents.
+    the_approver_may_not_submit(&client_config, &credentials).await;
+    // Streamable HTTP on loopback, as the submitter.
+    the_submitter_over_streamable_http(&client_config, &credentials, dir.path()).await;
+
+    up.interrupt().expect("SIGINT");
+    let status = tokio::task::block_in_place(|| up.wait_exit(WAIT)).expect("up exits");
+    assert!(status.success(), "{status}; {}", up.stderr());
+}
+
+/// Submit a vecadd job and watch it to its outcome, a call at a time; its id.
+async fn run_a_vecadd_job(admin: &Client) -> String {
     let submitted = answer(
-        &admin,
+        admin,
         "submit_job",
         json!({"goal": "Tune vecadd through MCP", "kernel": "vecadd",
                "agents": 1, "auto_approve": true}),
@@ -182,7 +198,7 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
     .await;
     let job_id = submitted["job_id"].as_str().expect("job_id").to_string();
     let mut watched = answer(
-        &admin,
+        admin,
         "watch_job",
         json!({"job_id": job_id, "timeout_seconds": 300}),
     )
@@ -190,7 +206,7 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
     // A job longer than one call goes on from where the last answer ended.
     while watched["finished"] != json!(true) {
         watched = answer(
-            &admin,
+            admin,
             "watch_job",
             json!({"job_id": job_id, "timeout_seconds": 300,
                    "from_sequence": watched["next_sequence"]}),
@@ -210,17 +226,23 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
         "an outcome with a measured best: {watched:#}"
     );
 
-    let job = answer(&admin, "get_job", json!({"job_id": job_id})).await;
+    job_id
+}
+
+/// The job, its results, its report, the fleet and the listing as the
+/// tools return them; an unknown job and a bad state are refused.
+async fn read_the_job(admin: &Client, job_id: &str) {
+    let job = answer(admin, "get_job", json!({"job_id": job_id})).await;
     assert_eq!(job["state"], "succeeded");
-    assert_eq!(job["job_id"].as_str(), Some(job_id.as_str()));
-    let results = answer(&admin, "list_results", json!({"job_id": job_id})).await;
+    assert_eq!(job["job_id"].as_str(), Some(job_id));
+    let results = answer(admin, "list_results", json!({"job_id": job_id})).await;
     let tasks = results["tasks"].as_array().expect("tasks");
     assert!(
         tasks.iter().any(|t| t["status"] == "ok"),
         "an ok task result: {results:#}"
     );
     let ok_only = answer(
-        &admin,
+        admin,
         "list_results",
         json!({"job_id": job_id, "status": "failed"}),
     )
@@ -233,12 +255,7 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
             .all(|t| t["status"] == "failed"),
         "{ok_only:#}"
     );
-    let report = call(
-        &admin,
-        "get_report",
-        json!({"job_id": job_id, "html": true}),
-    )
-    .await;
+    let report = call(admin, "get_report", json!({"job_id": job_id, "html": true})).await;
     assert_ne!(report.is_error, Some(true), "{report:?}");
     let summary = report.structured_content.clone().expect("summary");
     assert!(
@@ -251,33 +268,33 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
     assert_eq!(html["resource"]["mimeType"], "text/html", "{html:.300}");
     let text = html["resource"]["text"].as_str().unwrap_or_default();
     assert!(
-        text.contains("<html") && text.contains(&job_id),
+        text.contains("<html") && text.contains(job_id),
         "{text:.300}"
     );
-    let fleet = answer(&admin, "list_fleet", json!({})).await;
+    let fleet = answer(admin, "list_fleet", json!({})).await;
     assert!(
         !fleet["slices"].as_array().expect("slices").is_empty(),
         "{fleet:#}"
     );
-    let listed = answer(&admin, "list_jobs", json!({"states": ["succeeded"]})).await;
+    let listed = answer(admin, "list_jobs", json!({"states": ["succeeded"]})).await;
     assert!(
         listed["jobs"]
             .as_array()
             .expect("jobs")
             .iter()
-            .any(|j| j["job_id"].as_str() == Some(job_id.as_str())),
+            .any(|j| j["job_id"].as_str() == Some(job_id)),
         "{listed:#}"
     );
-    let unknown = refusal(&admin, "get_job", json!({"job_id": "no-such-job"})).await;
+    let unknown = refusal(admin, "get_job", json!({"job_id": "no-such-job"})).await;
     assert_eq!(unknown["code"], "NOT_FOUND", "{unknown:#}");
-    let bad = refusal(&admin, "list_jobs", json!({"states": ["sleeping"]})).await;
+    let bad = refusal(admin, "list_jobs", json!({"states": ["sleeping"]})).await;
     assert_eq!(bad["code"], "INVALID_ARGUMENT", "{bad:#}");
-    admin.cancel().await.expect("close the stdio session");
+}
 
-    // The approver may decide approvals, nothing else: the MCP server adds
-    // no right to the credential it presents.
+/// The approver's token is refused a submit and the fleet.
+async fn the_approver_may_not_submit(client_config: &Path, credentials: &Path) {
     let approver = stdio_client(
-        &client_config,
+        client_config,
         Some(&credentials.join("tokens").join("approver.token")),
     )
     .await;
@@ -296,10 +313,13 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
     let refused = refusal(&approver, "list_fleet", json!({})).await;
     assert_eq!(refused["code"], "PERMISSION_DENIED", "{refused:#}");
     approver.cancel().await.expect("close the stdio session");
+}
 
-    // Streamable HTTP on loopback, as the submitter.
-    let ready = dir.path().join("mcp.ready.json");
-    let mut http = node_command(&client_config);
+/// The submitter's token over streamable HTTP lists the tools and its jobs,
+/// not the fleet.
+async fn the_submitter_over_streamable_http(client_config: &Path, credentials: &Path, dir: &Path) {
+    let ready = dir.join("mcp.ready.json");
+    let mut http = node_command(client_config);
     http.args(["mcp", "--http", "127.0.0.1:0", "--ready-file"])
         .arg(&ready)
         .env(
@@ -322,8 +342,4 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
     server.interrupt().expect("SIGINT");
     let status = tokio::task::block_in_place(|| server.wait_exit(WAIT)).expect("mcp exits");
     assert!(status.success(), "{status}: {}", server.stderr());
-
-    up.interrupt().expect("SIGINT");
-    let status = tokio::task::block_in_place(|| up.wait_exit(WAIT)).expect("up exits");
-    assert!(status.success(), "{status}; {}", up.stderr());
 }

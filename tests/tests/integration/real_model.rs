@@ -356,8 +356,23 @@ async fn real_model_drives_a_job_to_completion() {
         "refused by the strict template: {refused:#?}"
     );
 
-    // Prefix stability: each loop's request is, but for its per-step tail,
-    // a byte-identical prefix of its next one.
+    assert_each_request_is_a_prefix_of_the_next(&requests);
+    let leader_requests: Vec<&Value> = requests
+        .iter()
+        .filter(|r| caller_of(r) == Caller::Leader)
+        .collect();
+    assert_both_loops_streamed_with_tools(&job, &leader_requests, &requests);
+    assert_the_leader_answer_is_grounded(&job, &leader_requests);
+    assert_the_task_result_is_measured(&events, &stack);
+
+    drop(control);
+    stack.shutdown().await;
+    drop(server);
+}
+
+/// Prefix stability: each loop's request is, but for its per-step tail, a
+/// byte-identical prefix of its next one.
+fn assert_each_request_is_a_prefix_of_the_next(requests: &[Value]) {
     for (name, caller) in [("leader", Caller::Leader), ("worker", Caller::Worker)] {
         let own: Vec<&Value> = requests.iter().filter(|r| caller_of(r) == caller).collect();
         let fractions: Vec<f64> = own
@@ -383,12 +398,16 @@ async fn real_model_drives_a_job_to_completion() {
             min * 100.0
         );
     }
+}
 
-    // Both loops called the endpoint, streaming, with OpenAI tool shapes.
-    let leader_requests: Vec<&Value> = requests
-        .iter()
-        .filter(|r| caller_of(r) == Caller::Leader)
-        .collect();
+/// Both loops called the endpoint for every step, streaming, with OpenAI
+/// tool shapes, and got their tool results back; the job's costs count
+/// those requests.
+fn assert_both_loops_streamed_with_tools(
+    job: &v1::JobRecord,
+    leader_requests: &[&Value],
+    requests: &[Value],
+) {
     let worker_requests: Vec<&Value> = requests
         .iter()
         .filter(|r| caller_of(r) == Caller::Worker)
@@ -403,7 +422,7 @@ async fn real_model_drives_a_job_to_completion() {
         "the worker asked its model for every step: {} requests",
         worker_requests.len()
     );
-    assert_costs(&job, leader_requests.len(), worker_requests.len());
+    assert_costs(job, leader_requests.len(), worker_requests.len());
     for request in leader_requests.iter().chain(&worker_requests) {
         assert!(
             is_stream_request(request),
@@ -431,10 +450,12 @@ async fn real_model_drives_a_job_to_completion() {
             .any(|r| tool_results(r).len() >= 3 && tool_results(r)[2].contains("GFLOPS")),
         "the benchmark tool's result went back to the model"
     );
+}
 
-    // The leader model read the compact collect summary (within its
-    // budget), fetched one page of details, had its invented figure
-    // rejected by the completion gate and answered with the measured one.
+/// The leader model read the compact collect summary (within its budget),
+/// fetched one page of details, had its invented figure rejected by the
+/// completion gate and answered with the measured one.
+fn assert_the_leader_answer_is_grounded(job: &v1::JobRecord, leader_requests: &[&Value]) {
     let last_leader = leader_requests
         .iter()
         .max_by_key(|r| tool_results(r).len())
@@ -470,8 +491,11 @@ async fn real_model_drives_a_job_to_completion() {
         .and_then(|o| o.best.as_ref())
         .expect("an outcome with a best");
     assert!(best.gflops > 0.0 && best.agent_id == "a1", "{best:#?}");
+}
 
-    // The task result carries the emulator's measurement.
+/// The task result carries the emulator's measurement of the candidate the
+/// leader assigned, and the worker model's answer.
+fn assert_the_task_result_is_measured(events: &[v1::JobEvent], stack: &TestStack) {
     let results: Vec<v1::TaskResult> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -506,10 +530,6 @@ async fn real_model_drives_a_job_to_completion() {
             .is_some_and(|a| a.contains("compiled, validated and benchmarked")),
         "the model's final answer is the task's answer: {parsed:#}"
     );
-
-    drop(control);
-    stack.shutdown().await;
-    drop(server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -229,18 +229,7 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
         text_tools: false,
     })
     .await;
-    let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
-    options.kernel_root = kernels.path().to_path_buf();
-    options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
-    options.worker_args = vec![
-        "--llm-url".to_string(),
-        server.base_url.clone(),
-        "--llm-model".to_string(),
-        MODEL_NAME.to_string(),
-    ];
-    let stack = TestStack::start(options).await;
-    stack.wait_for_slices(1, Duration::from_secs(30)).await;
+    let stack = start_stack(kernels.path(), &server).await;
     let mut control = stack.control().await;
     let job_id = submit(
         &mut control,
@@ -278,10 +267,45 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
 
     let records = job_records(&stack, &job_id).await;
     let candidates: Vec<&ResultRecord> = records.iter().filter(|r| !r.baseline).collect();
+    let improved = assert_the_rewrite_is_faster(&candidates, &records, kernels.path());
+    assert_the_broken_edit_is_its_own_candidate(&candidates, &records, &results);
+    let gamed = assert_the_gaming_edit_is_caught(&candidates, &records);
+    assert_the_outcome_names_the_rewrite(&job, improved, &gamed);
+    assert_people_read_the_edit(&stack, &job_id, kernels.path(), improved);
+
+    drop(control);
+    stack.shutdown().await;
+    drop(server);
+}
+
+/// A stack of one worker on one slice, both loops driven by `server`,
+/// tuning the kernels of `kernel_root`.
+async fn start_stack(kernel_root: &Path, server: &ModelServer) -> TestStack {
+    let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
+    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
+    options.kernel_root = kernel_root.to_path_buf();
+    options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
+    options.worker_args = vec![
+        "--llm-url".to_string(),
+        server.base_url.clone(),
+        "--llm-model".to_string(),
+        MODEL_NAME.to_string(),
+    ];
+    let stack = TestStack::start(options).await;
+    stack.wait_for_slices(1, Duration::from_secs(30)).await;
+    stack
+}
+
+/// The pristine candidates carry no diff; the rewrite is benchmarked,
+/// trustworthy, with its diff and the hash of the edited sources, and
+/// genuinely faster than every pristine figure. Its record.
+fn assert_the_rewrite_is_faster<'a>(
+    candidates: &[&'a ResultRecord],
+    records: &[ResultRecord],
+    kernel_root: &Path,
+) -> &'a ResultRecord {
     let shared: BTreeMap<String, String> =
         serde_json::from_value(shared_defines()).expect("defines");
-
-    // The pristine candidates carry no diff.
     let pristine: Vec<&ResultRecord> = candidates
         .iter()
         .copied()
@@ -290,8 +314,6 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
     assert_eq!(pristine.len(), 2, "two pristine candidates: {records:#?}");
     let pristine_best = pristine.iter().filter_map(|r| r.gflops).fold(0.0, f64::max);
 
-    // The rewrite: benchmarked, trustworthy, with its diff and the hash of
-    // the edited sources, and genuinely faster than every pristine figure.
     let improved = candidates
         .iter()
         .copied()
@@ -322,7 +344,7 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
     );
     assert_eq!(
         improved.kernel_hash,
-        expected_hash(kernels.path(), &improved_kernel(), &improved.params),
+        expected_hash(kernel_root, &improved_kernel(), &improved.params),
         "the hash of the edited sources"
     );
     let same_knobs = pristine
@@ -332,16 +354,28 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
     assert_ne!(same_knobs.kernel_hash, improved.kernel_hash);
     assert_eq!(
         same_knobs.kernel_hash,
-        expected_hash(kernels.path(), NAIVE_KERNEL, &same_knobs.params)
+        expected_hash(kernel_root, NAIVE_KERNEL, &same_knobs.params)
     );
     let improved_gflops = improved.gflops.expect("a figure");
     assert!(
         improved_gflops > 2.0 * pristine_best,
         "the rewrite is genuinely faster: {improved_gflops} GFLOPS vs {pristine_best} pristine"
     );
+    println!(
+        "pristine best {pristine_best:.3} GFLOPS, rewrite {improved_gflops:.3} GFLOPS ({:.1}x); diff {} bytes",
+        improved_gflops / pristine_best,
+        diff.len()
+    );
+    improved
+}
 
-    // The edit that did not build is its own candidate, with its diff; the
-    // pristine kernel with the same knobs is not marked as failing.
+/// The edit that did not build is its own candidate, with its diff; the
+/// pristine kernel with the same knobs is not marked as failing.
+fn assert_the_broken_edit_is_its_own_candidate(
+    candidates: &[&ResultRecord],
+    records: &[ResultRecord],
+    results: &[String],
+) {
     let broken = candidates
         .iter()
         .copied()
@@ -352,6 +386,8 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
         CandidateStatus::CompileFailed,
         "{broken:#?}"
     );
+    let shared: BTreeMap<String, String> =
+        serde_json::from_value(shared_defines()).expect("defines");
     assert_eq!(broken.params, shared);
     assert!(
         candidates
@@ -364,8 +400,13 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
         "the failure names the edit: {}",
         results[5]
     );
+}
 
-    // The gaming variant: recorded with its diff, caught, never the best.
+/// The gaming variant: recorded with its diff, caught. Its records.
+fn assert_the_gaming_edit_is_caught<'a>(
+    candidates: &[&'a ResultRecord],
+    records: &[ResultRecord],
+) -> Vec<&'a ResultRecord> {
     let gamed: Vec<&ResultRecord> = candidates
         .iter()
         .copied()
@@ -381,8 +422,16 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
             "the gaming edit is caught: {record:#?}"
         );
     }
+    gamed
+}
 
-    // The outcome's best is the rewrite, and says so.
+/// The outcome's best is the rewrite, and says so; the gaming edit is
+/// never the best.
+fn assert_the_outcome_names_the_rewrite(
+    job: &v1::JobRecord,
+    improved: &ResultRecord,
+    gamed: &[&ResultRecord],
+) {
     let best = job
         .outcome
         .as_ref()
@@ -390,6 +439,7 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
         .expect("an outcome with a best");
     assert!(best.source_edited, "{best:#?}");
     assert_eq!(best.kernel_hash, improved.kernel_hash);
+    let diff = improved.source_diff.as_deref().unwrap();
     assert_eq!(best.source_diff, diff);
     assert!(best.record_ids.contains(&improved.record_id), "{best:#?}");
     assert!(
@@ -398,11 +448,19 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
             .all(|g| !best.record_ids.contains(&g.record_id)),
         "{best:#?}"
     );
+    let improved_gflops = improved.gflops.expect("a figure");
     assert!((best.gflops - improved_gflops).abs() < 1e-9);
+}
 
-    // What people read: `jobs <id>` and the report.
+/// What people read, `jobs <id>` and the report, names the edited source.
+fn assert_people_read_the_edit(
+    stack: &TestStack,
+    job_id: &str,
+    kernel_root: &Path,
+    improved: &ResultRecord,
+) {
     let detail = stdout_of(
-        &client_command(&node_bin!(), &stack.leader_url, &["jobs", &job_id])
+        &client_command(&node_bin!(), &stack.leader_url, &["jobs", job_id])
             .output()
             .expect("run jobs"),
         "jobs JOB",
@@ -419,12 +477,12 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
             &stack.leader_url,
             &[
                 "report",
-                &job_id,
+                job_id,
                 "--json",
                 "--nats",
                 &stack.nats.url(),
                 "--kernel-root",
-                &kernels.path().display().to_string(),
+                &kernel_root.display().to_string(),
                 "-o",
                 &html.display().to_string(),
             ],
@@ -441,13 +499,4 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
     );
     let page = std::fs::read_to_string(&html).expect("the HTML report");
     assert!(page.contains("id=\"best-source-diff\""), "the diff section");
-    println!(
-        "pristine best {pristine_best:.3} GFLOPS, rewrite {improved_gflops:.3} GFLOPS ({:.1}x); diff {} bytes",
-        improved_gflops / pristine_best,
-        diff.len()
-    );
-
-    drop(control);
-    stack.shutdown().await;
-    drop(server);
 }

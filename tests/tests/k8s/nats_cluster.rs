@@ -173,45 +173,9 @@ async fn production_nats_config_forms_a_three_node_cluster_on_loopback() {
             http: free_port(),
         })
         .collect();
-    let mut servers = Servers {
-        children: Vec::new(),
-        logs: Vec::new(),
-    };
     let started = Instant::now();
-    for node in &nodes {
-        let conf = dir.path().join(format!("{}.conf", node.name));
-        std::fs::write(
-            &conf,
-            node_config(&rendered, node, &nodes, &pods, dir.path()),
-        )
-        .expect("write config");
-        let log = dir.path().join(format!("{}.log", node.name));
-        let out = File::create(&log).expect("log");
-        let err = out.try_clone().expect("log");
-        let child = Command::new("nats-server")
-            .arg("-c")
-            .arg(&conf)
-            .env("SERVER_NAME", &node.name)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .expect("nats-server on PATH (deploy/setup.sh installs it)");
-        servers.children.push(child);
-        servers.logs.push(log);
-    }
-
-    let mut config = BusConfig::new(format!("nats://127.0.0.1:{}", nodes[0].client));
-    config.servers = nodes
-        .iter()
-        .map(|n| format!("nats://127.0.0.1:{}", n.client))
-        .collect();
-    config.nkey_seed = Some(seed);
-    config.name = "k8s-nats-cluster-test".into();
-    let bus = tokio::time::timeout(TIMEOUT, Bus::connect(config))
-        .await
-        .unwrap_or_else(|_| panic!("no connection within {TIMEOUT:?}\n{}", servers.logs()))
-        .unwrap_or_else(|e| panic!("connect: {e}\n{}", servers.logs()));
+    let servers = start_servers(&rendered, &nodes, &pods, dir.path());
+    let bus = connect(&nodes, seed, &servers).await;
     wait_meta_leader(&bus, TIMEOUT).await;
     let elected = started.elapsed();
 
@@ -227,7 +191,64 @@ async fn production_nats_config_forms_a_three_node_cluster_on_loopback() {
         );
     }
     wait_replicas_current(&bus, TIMEOUT).await;
+    let streams = assert_every_stream_is_on_every_pod(&bus, &pod_names).await;
+    eprintln!(
+        "production NATS config: {replicas} nodes, meta leader after {:.1}s, \
+         {streams} streams and buckets on all {replicas} ({:.1}s in all)",
+        elected.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    drop(bus);
+    drop(servers);
+}
 
+/// One nats-server per node, each with its copy of the rendered
+/// configuration, logging into `dir`.
+fn start_servers(rendered: &str, nodes: &[Node], pods: &[String], dir: &Path) -> Servers {
+    let mut servers = Servers {
+        children: Vec::new(),
+        logs: Vec::new(),
+    };
+    for node in nodes {
+        let conf = dir.join(format!("{}.conf", node.name));
+        std::fs::write(&conf, node_config(rendered, node, nodes, pods, dir)).expect("write config");
+        let log = dir.join(format!("{}.log", node.name));
+        let out = File::create(&log).expect("log");
+        let err = out.try_clone().expect("log");
+        let child = Command::new("nats-server")
+            .arg("-c")
+            .arg(&conf)
+            .env("SERVER_NAME", &node.name)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("nats-server on PATH (deploy/setup.sh installs it)");
+        servers.children.push(child);
+        servers.logs.push(log);
+    }
+
+    servers
+}
+
+/// A client of every node, with the leader's NATS identity (`seed`).
+async fn connect(nodes: &[Node], seed: String, servers: &Servers) -> Bus {
+    let mut config = BusConfig::new(format!("nats://127.0.0.1:{}", nodes[0].client));
+    config.servers = nodes
+        .iter()
+        .map(|n| format!("nats://127.0.0.1:{}", n.client))
+        .collect();
+    config.nkey_seed = Some(seed);
+    config.name = "k8s-nats-cluster-test".into();
+    tokio::time::timeout(TIMEOUT, Bus::connect(config))
+        .await
+        .unwrap_or_else(|_| panic!("no connection within {TIMEOUT:?}\n{}", servers.logs()))
+        .unwrap_or_else(|e| panic!("connect: {e}\n{}", servers.logs()))
+}
+
+/// mtswarm's streams and buckets are each on every node, named after its
+/// pod; how many there are.
+async fn assert_every_stream_is_on_every_pod(bus: &Bus, pod_names: &[String]) -> usize {
     let names: Vec<String> = bus
         .jetstream()
         .stream_names()
@@ -253,13 +274,5 @@ async fn production_nats_config_forms_a_three_node_cluster_on_loopback() {
             "{name} is on every node, named after its pod"
         );
     }
-    eprintln!(
-        "production NATS config: {replicas} nodes, meta leader after {:.1}s, \
-         {} streams and buckets on all {replicas} ({:.1}s in all)",
-        elected.as_secs_f64(),
-        names.len(),
-        started.elapsed().as_secs_f64()
-    );
-    drop(bus);
-    drop(servers);
+    names.len()
 }

@@ -34,9 +34,9 @@ mod baseline;
 mod kernel;
 mod progress;
 mod stack;
+mod summary;
 mod utilization;
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -47,17 +47,16 @@ use clap::Args;
 use indicatif::{MultiProgress, ProgressDrawTarget};
 use mtswarm_bus::Bus;
 use mtswarm_bus::local_server::NatsServer;
-use mtswarm_bus::results::{ResultQuery, ResultsStore};
-use mtswarm_hw::ChipSpec;
+use mtswarm_bus::results::{ResultQuery, ResultRecord, ResultsStore};
 use mtswarm_hw::fleet::Fleet;
+use mtswarm_hw::{ChipSpec, TuneSpace};
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::job_event::Event;
-use mtswarm_report::BusyInterval;
 use mtswarm_worker::bus_slice_id;
-use serde_json::json;
 use tokio_stream::StreamExt as _;
 
-use crate::common::{LeaderArgs, TelemetryArgs, rpc_error};
+use crate::common::{Control, LeaderArgs, TelemetryArgs, rpc_error};
+use crate::credentials::Deployment;
 use crate::daemons::stop_requested;
 use crate::metrics::DaemonMetrics;
 use baseline::measure_baseline;
@@ -65,8 +64,8 @@ use kernel::{TUNE_FILE, fleet_toml, prepare_kernel};
 use mtswarm_auth::generate;
 use progress::{JobObservation, View, observe, task_finished};
 use stack::{Started, start_stack};
+use summary::Finished;
 pub use utilization::UTILIZATION_DEFINITION;
-use utilization::{phase_utilization, tuning_phases};
 
 /// How long the results store may take to show the job's last records.
 const RESULTS_SETTLE: Duration = Duration::from_secs(10);
@@ -208,6 +207,9 @@ async fn serve_metrics(cmd: &DemoCmd, telemetry: &TelemetryArgs) -> DaemonMetric
     }
 }
 
+/// The demo's stages, in order: the kernel and fleet, the stack (with the
+/// baseline measured meanwhile), the job submitted and followed to its end,
+/// its records, then the report and the summary.
 async fn run(
     cmd: &DemoCmd,
     state: &Path,
@@ -215,32 +217,22 @@ async fn run(
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
     let spec = ChipSpec::default();
-    let (kernel_root, kernel, space) = prepare_kernel(cmd, state)?;
-    let fleet_path = state.join("fleet.toml");
-    std::fs::write(&fleet_path, fleet_toml(cmd.boards, cmd.clusters, &spec)?)
-        .context("writing the demo fleet")?;
-    let fleet = Fleet::load(&fleet_path).context("loading the demo fleet")?;
-    // One spelling everywhere: the bus form (`board0-c0`) that agents,
-    // records and the fleet listing use.
-    let slices: Vec<String> = fleet.slices().iter().map(bus_slice_id).collect();
-    let candidates = space.configurations(&spec)?.len();
-    if !cmd.json {
-        println!(
-            "mtswarm demo: tuning {kernel} ({candidates} configurations) on {} boards x {} clusters = {} slices",
-            cmd.boards,
-            cmd.clusters,
-            slices.len()
-        );
-    }
-
+    let plan = DemoPlan::prepare(cmd, state, &spec)?;
     // The baseline overlaps with the stack's startup.
     stack.baseline = Some(tokio::spawn(measure_baseline(
-        kernel_root.join(&kernel),
-        space.clone(),
+        plan.kernel_root.join(&plan.kernel),
+        plan.space.clone(),
         state.join("baseline-build"),
     )));
-    let (leader_url, deployment) =
-        start_stack(cmd, state, &kernel_root, &fleet_path, &fleet, stack).await?;
+    let (leader_url, deployment) = start_stack(
+        cmd,
+        state,
+        &plan.kernel_root,
+        &plan.fleet_path,
+        &plan.fleet,
+        stack,
+    )
+    .await?;
     let nats_url = stack
         .stack
         .nats
@@ -252,6 +244,84 @@ async fn run(
     leader.token_file = deployment.grpc.token_file("admin").map(Path::to_path_buf);
     leader.tls_ca = Some(deployment.grpc.ca_file.clone());
     let mut control = leader.connect().await?;
+    let job_id = submit_job(&mut control, &leader_url, cmd, &plan).await?;
+    let seen = follow_job(&mut control, &leader_url, cmd, &job_id).await?;
+    let job = succeeded_job(&mut control, &leader_url, &job_id).await?;
+
+    let baseline = stack
+        .baseline
+        .take()
+        .context("the baseline measurement was not started")?
+        .await
+        .context("the baseline measurement stopped")??;
+    let expected: u64 = seen.agents.values().map(|a| a.benchmarked).sum();
+    let records = job_records(&deployment, &nats_url, &job_id, expected).await?;
+    let finished = Finished {
+        job_id,
+        job,
+        records,
+        seen,
+        baseline,
+    };
+    summary::report(cmd, &plan, &spec, &finished, started)
+}
+
+/// What the demo tunes and where: the kernel (copied, its space reduced as
+/// asked) and the emulated fleet.
+struct DemoPlan {
+    kernel_root: PathBuf,
+    kernel: String,
+    space: TuneSpace,
+    fleet_path: PathBuf,
+    fleet: Fleet,
+    /// The fleet's slices in the bus form (`board0-c0`) that agents,
+    /// records and the fleet listing use.
+    slices: Vec<String>,
+    /// Configurations of the space.
+    candidates: usize,
+}
+
+impl DemoPlan {
+    /// Prepare the kernel and write the fleet under `state`; say what the
+    /// demo tunes.
+    fn prepare(cmd: &DemoCmd, state: &Path, spec: &ChipSpec) -> anyhow::Result<Self> {
+        let (kernel_root, kernel, space) = prepare_kernel(cmd, state)?;
+        let fleet_path = state.join("fleet.toml");
+        std::fs::write(&fleet_path, fleet_toml(cmd.boards, cmd.clusters, spec)?)
+            .context("writing the demo fleet")?;
+        let fleet = Fleet::load(&fleet_path).context("loading the demo fleet")?;
+        // One spelling everywhere: the bus form (`board0-c0`) that agents,
+        // records and the fleet listing use.
+        let slices: Vec<String> = fleet.slices().iter().map(bus_slice_id).collect();
+        let candidates = space.configurations(spec)?.len();
+        if !cmd.json {
+            println!(
+                "mtswarm demo: tuning {kernel} ({candidates} configurations) on {} boards x {} clusters = {} slices",
+                cmd.boards,
+                cmd.clusters,
+                slices.len()
+            );
+        }
+        Ok(Self {
+            kernel_root,
+            kernel,
+            space,
+            fleet_path,
+            fleet,
+            slices,
+            candidates,
+        })
+    }
+}
+
+/// Submit the tuning job (auto-approved, within the demo's budgets); its id.
+async fn submit_job(
+    control: &mut Control,
+    leader_url: &str,
+    cmd: &DemoCmd,
+    plan: &DemoPlan,
+) -> anyhow::Result<String> {
+    let kernel = &plan.kernel;
     let job_spec = v1::JobSpec {
         goal: format!(
             "Tune the {kernel} kernel for the highest GFLOPS over its {TUNE_FILE} space."
@@ -263,7 +333,7 @@ async fn run(
             max_tokens: 0,
             device_seconds: 0.0,
             wall_time_seconds: cmd.timeout,
-            max_evaluations: demo_budget(cmd.max_evaluations, candidates),
+            max_evaluations: demo_budget(cmd.max_evaluations, plan.candidates),
         }),
         num_agents: 0,
         model: None,
@@ -277,13 +347,23 @@ async fn run(
             idempotency_key: String::new(),
         })
         .await
-        .map_err(|status| rpc_error("submitting the job", &leader_url, status))?
+        .map_err(|status| rpc_error("submitting the job", leader_url, status))?
         .into_inner()
         .job_id;
     if !cmd.json {
         println!("submitted job {job_id}");
     }
+    Ok(job_id)
+}
 
+/// Follow the job's events live, per agent, until its stream ends (or
+/// `--timeout`); what they showed.
+async fn follow_job(
+    control: &mut Control,
+    leader_url: &str,
+    cmd: &DemoCmd,
+    job_id: &str,
+) -> anyhow::Result<JobObservation> {
     let bars = !cmd.json && std::io::stdout().is_terminal();
     let view = View {
         multi: MultiProgress::with_draw_target(if bars {
@@ -296,11 +376,11 @@ async fn run(
     };
     let mut stream = control
         .watch_job(v1::WatchJobRequest {
-            job_id: job_id.clone(),
+            job_id: job_id.to_owned(),
             from_sequence: 0,
         })
         .await
-        .map_err(|status| rpc_error("watching the job", &leader_url, status))?
+        .map_err(|status| rpc_error("watching the job", leader_url, status))?
         .into_inner();
     let mut seen = JobObservation::default();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(cmd.timeout);
@@ -313,7 +393,7 @@ async fn run(
                 cmd.timeout
             ),
         };
-        let event = item.map_err(|status| rpc_error("watching the job", &leader_url, status))?;
+        let event = item.map_err(|status| rpc_error("watching the job", leader_url, status))?;
         match &event.event {
             Some(Event::AgentEvent(agent_event)) => observe(agent_event, &mut seen, &view),
             Some(Event::TaskResult(result)) => task_finished(result, &mut seen, &view),
@@ -325,12 +405,21 @@ async fn run(
             bar.finish();
         }
     }
+    Ok(seen)
+}
+
+/// The job's final record, or why it did not succeed.
+async fn succeeded_job(
+    control: &mut Control,
+    leader_url: &str,
+    job_id: &str,
+) -> anyhow::Result<v1::JobRecord> {
     let job = control
         .get_job(v1::GetJobRequest {
-            job_id: job_id.clone(),
+            job_id: job_id.to_owned(),
         })
         .await
-        .map_err(|status| rpc_error("getting the job", &leader_url, status))?
+        .map_err(|status| rpc_error("getting the job", leader_url, status))?
         .into_inner()
         .job
         .unwrap_or_default();
@@ -345,26 +434,27 @@ async fn run(
             }
         );
     }
+    Ok(job)
+}
 
-    let baseline = stack
-        .baseline
-        .take()
-        .context("the baseline measurement was not started")?
-        .await
-        .context("the baseline measurement stopped")??;
-
-    // Every benchmark of the job, from the results store.
+/// Every benchmark of the job, from the results store: waits (at most
+/// [`RESULTS_SETTLE`]) for the `expected` records the agents reported.
+async fn job_records(
+    deployment: &Deployment,
+    nats_url: &str,
+    job_id: &str,
+    expected: u64,
+) -> anyhow::Result<Vec<ResultRecord>> {
     let bus =
-        Bus::connect(deployment.bus_config(&nats_url, generate::NATS_LEADER, "mtswarm-demo")?)
+        Bus::connect(deployment.bus_config(nats_url, generate::NATS_LEADER, "mtswarm-demo")?)
             .await
             .context("connecting to NATS for the results")?;
     let store = ResultsStore::open(&bus).await?;
     let query = ResultQuery {
-        job_id: Some(job_id.clone()),
+        job_id: Some(job_id.to_owned()),
         limit: 100_000,
         ..ResultQuery::default()
     };
-    let expected: u64 = seen.agents.values().map(|a| a.benchmarked).sum();
     let settle = Instant::now() + RESULTS_SETTLE;
     let records = loop {
         let records = store.query(&query).await?;
@@ -376,170 +466,7 @@ async fn run(
     if let Err(error) = bus.drain().await {
         tracing::debug!(%error, "closing the results connection");
     }
-    // The same report `mtswarm report JOB` writes, with the demo's own
-    // baseline and the slices' busy intervals from the job's events.
-    let mut report = crate::report::job_report(&job, &records, Some(baseline.baseline.clone()));
-    report.with_kernel_model(&space, &spec);
-    for slice in &slices {
-        report.slice_utilization.entry(slice.clone()).or_insert(0.0);
-    }
-    let mut phases: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    if !seen.busy.is_empty() {
-        // The lock-holding intervals of every hardware tool (compile
-        // included when it takes the lock).
-        let first_busy = seen
-            .busy
-            .iter()
-            .map(|b| b.start_ms)
-            .min()
-            .unwrap_or_default();
-        let start = seen
-            .first_assignment_ms
-            .map_or(first_busy, |a| a.min(first_busy));
-        let end = seen
-            .last_result_ms
-            .unwrap_or_else(|| seen.busy.iter().map(|b| b.end_ms).max().unwrap_or(start));
-        report.busy = seen
-            .busy
-            .iter()
-            .map(|interval| BusyInterval {
-                slice: mtswarm_bus::results::canonical_slice_id(&interval.slice),
-                ..interval.clone()
-            })
-            .collect();
-        // The timeline spans the whole job; utilization is per slice, over
-        // its own tuning phase.
-        report.started_at_ms = start;
-        report.finished_at_ms = end;
-        phases = tuning_phases(&report.busy);
-        let mut utilization = phase_utilization(&report.busy, &phases);
-        for slice in &slices {
-            utilization.entry(slice.clone()).or_insert(0.0);
-        }
-        report.slice_utilization = utilization;
-    }
-    let phase_seconds: BTreeMap<&str, f64> = phases
-        .iter()
-        .map(|(slice, (from, to))| (slice.as_str(), to.saturating_sub(*from) as f64 / 1000.0))
-        .collect();
-    let lowest = report
-        .slice_utilization
-        .iter()
-        .min_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(slice, share)| (slice.clone(), *share));
-    let mean_utilization = if report.slice_utilization.is_empty() {
-        0.0
-    } else {
-        report.slice_utilization.values().sum::<f64>() / report.slice_utilization.len() as f64
-    };
-    // Evaluated, benchmarked and valid come from the records (one per
-    // candidate and status), as in `mtswarm report`.
-    let assigned: u64 = seen.agents.values().map(|a| a.assigned).sum();
-    let Some(best) = report.best.clone() else {
-        bail!(
-            "job {job_id} recorded {} candidate record(s) but none was a valid benchmark",
-            records.len()
-        );
-    };
-
-    let report_path = match &cmd.report {
-        Some(path) => path.clone(),
-        None => std::env::current_dir()
-            .context("locating the current directory")?
-            .join(format!("mtswarm-demo-{job_id}.html")),
-    };
-    let report_path = report.write_html(&report_path)?;
-    let report_path = report_path.canonicalize().unwrap_or(report_path);
-    let summary = report.summary(Some(&report_path));
-    let elapsed = started.elapsed().as_secs_f64();
-    let to_best = time_to_best(&records, Some(&best.params), started);
-    let to_first = time_to_best(&records, None, started);
-
-    if cmd.json {
-        let mut value = serde_json::to_value(&summary)?;
-        value["elapsed_seconds"] = json!(elapsed);
-        value["time_to_best_seconds"] = json!(to_best);
-        value["time_to_first_result_seconds"] = json!(to_first);
-        // What the job cost in model terms (leader and agents together).
-        value["usage"] = json!(job.usage.as_ref().map(|u| json!({
-            "steps": u.steps,
-            "prompt_tokens": u.prompt_tokens,
-            "completion_tokens": u.completion_tokens,
-        })));
-        value["baseline_source"] = json!(baseline.source);
-        value["slices"] = json!(slices);
-        value["candidates_assigned"] = json!(assigned);
-        value["tuning_phase_seconds"] = json!(phase_seconds);
-        value["utilization_definition"] = json!(UTILIZATION_DEFINITION);
-        println!("{value}");
-    } else {
-        println!();
-        println!("{}", report.render_terminal());
-        println!(
-            "best: {} -> {:.1} GFLOPS ({:.1} % of peak) on {}{}",
-            mtswarm_report::params_label(&best.params),
-            best.gflops,
-            best.peak_fraction.unwrap_or_default() * 100.0,
-            best.slice,
-            if best.reproduced {
-                ", reproduced by a spot re-run"
-            } else {
-                ""
-            }
-        );
-        if let Some(speedup) = summary.speedup_over_naive {
-            println!(
-                "speedup over the naive kernel: {speedup:.1}x (baseline {:.2} GFLOPS; {})",
-                baseline.baseline.gflops, baseline.source
-            );
-        }
-        println!(
-            "candidates: {assigned} assigned, {} (evaluated: any record; benchmarked: timed run; valid: right answer, unflagged)",
-            report.counts_line()
-        );
-        if let Some((slice, share)) = &lowest {
-            println!(
-                "slice utilization ({UTILIZATION_DEFINITION}): lowest {:.1} % ({slice}), mean {:.1} %",
-                share * 100.0,
-                mean_utilization * 100.0
-            );
-        }
-        if let Some(seconds) = to_best {
-            println!(
-                "best found {} after the demo started",
-                mtswarm_report::units::wall_time(seconds)
-            );
-        }
-        println!("HTML report: {}", report_path.display());
-        println!(
-            "demo finished in {}",
-            mtswarm_report::units::wall_time(elapsed)
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Seconds from `started` (the demo's start) to the first trustworthy
-/// record of the best parameters: when the system had its answer, which a
-/// side-by-side comparison with a sweep needs (the job itself goes on to
-/// confirm it and to rule the rest out). With `best` `None`, to the first
-/// trustworthy record of any candidate (what starting up cost).
-fn time_to_best(
-    records: &[mtswarm_bus::results::ResultRecord],
-    best: Option<&BTreeMap<String, String>>,
-    started: Instant,
-) -> Option<f64> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_millis();
-    let start_ms = u64::try_from(now_ms.saturating_sub(started.elapsed().as_millis())).ok()?;
-    records
-        .iter()
-        .filter(|r| !r.baseline && r.trustworthy() && best.is_none_or(|b| &r.params == b))
-        .map(|r| r.timestamp_ms)
-        .min()
-        .map(|ms| ms.saturating_sub(start_ms) as f64 / 1000.0)
+    Ok(records)
 }
 
 #[cfg(test)]

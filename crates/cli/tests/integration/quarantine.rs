@@ -55,7 +55,49 @@ async fn quarantined_slice_is_listed_and_lifted() {
     let bus = Bus::connect(BusConfig::new(nats.url()))
         .await
         .expect("connect");
-    let workers = Workers::open(&bus).await.expect("workers bucket");
+    let quarantine = write_worker_state(&bus).await;
+
+    let url = leader_url.clone();
+    let printed = tokio::task::spawn_blocking(move || Printed::run(&url))
+        .await
+        .expect("cli runs");
+
+    assert_fleet_shows_each_state(&printed.table, &printed.fleet);
+    let listed = &printed.listed;
+    let entries = listed["quarantined"].as_array().expect("a list");
+    assert_eq!(entries.len(), 1, "{listed}");
+    assert_eq!(entries[0]["slice_id"], "board0-c0");
+    assert_eq!(entries[0]["consecutive_failures"], 3);
+    assert_eq!(entries[0]["by"], "worker-board0");
+    let listed_table = &printed.listed_table;
+    assert!(
+        listed_table.contains("board0-c0") && listed_table.contains("crash"),
+        "{listed_table}"
+    );
+
+    let (lifted, after, again) = (&printed.lifted, &printed.after, &printed.again);
+    assert_eq!(lifted["lifted"], true, "{lifted}");
+    assert_eq!(
+        lifted["previous"]["reason"],
+        "3 hardware runs failed in a row (crash)"
+    );
+    assert_eq!(state_of(after, "board0-c0"), "free", "{after}");
+    assert!(again.contains("was not quarantined"), "{again}");
+    assert!(quarantine.get("board0-c0").await.expect("get").is_none());
+    let bad = &printed.bad;
+    assert!(!bad.status.success(), "an invalid slice id is refused");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("invalid request"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    leader.shutdown().await.expect("leader shutdown");
+}
+
+/// What a worker daemon would have written: its registration (two slices),
+/// a quarantine of one of them, and a lease of a worker that is gone.
+async fn write_worker_state(bus: &Bus) -> Quarantine {
+    let workers = Workers::open(bus).await.expect("workers bucket");
     workers
         .register(
             &v1::WorkerRecord {
@@ -68,7 +110,7 @@ async fn quarantined_slice_is_listed_and_lifted() {
         )
         .await
         .expect("register a worker");
-    let quarantine = Quarantine::open(&bus).await.expect("quarantine bucket");
+    let quarantine = Quarantine::open(bus).await.expect("quarantine bucket");
     quarantine
         .put(&v1::SliceQuarantine {
             slice_id: "board0-c0".to_string(),
@@ -84,7 +126,7 @@ async fn quarantined_slice_is_listed_and_lifted() {
         .expect("quarantine a slice");
 
     // A lease on a slice no live worker lists: its worker is gone.
-    Leases::open(&bus)
+    Leases::open(bus)
         .await
         .expect("leases bucket")
         .acquire(&LeaseRequest {
@@ -96,43 +138,66 @@ async fn quarantined_slice_is_listed_and_lifted() {
         })
         .await
         .expect("a lease of a departed worker");
+    quarantine
+}
 
-    let url = leader_url.clone();
-    let (table, fleet, listed, listed_table, lifted, after, again, bad) =
-        tokio::task::spawn_blocking(move || {
-            (
-                stdout_of(&mtswarm(&url, &["fleet"]), "fleet"),
-                json_of(&mtswarm(&url, &["fleet", "--json"]), "fleet --json"),
-                json_of(
-                    &mtswarm(&url, &["quarantine", "list", "--json"]),
-                    "quarantine list",
-                ),
-                stdout_of(&mtswarm(&url, &["quarantine", "list"]), "quarantine list"),
-                json_of(
-                    &mtswarm(
-                        &url,
-                        &[
-                            "quarantine",
-                            "lift",
-                            "board0-c0",
-                            "--reason",
-                            "reseated",
-                            "--json",
-                        ],
-                    ),
-                    "quarantine lift",
-                ),
-                json_of(&mtswarm(&url, &["fleet", "--json"]), "fleet --json"),
-                stdout_of(
-                    &mtswarm(&url, &["quarantine", "lift", "board0-c0"]),
-                    "second lift",
-                ),
-                mtswarm(&url, &["quarantine", "lift", "not a slice"]),
-            )
-        })
-        .await
-        .expect("cli runs");
+/// What the binary printed, command by command, in the order they ran.
+struct Printed {
+    /// `fleet`
+    table: String,
+    /// `fleet --json`
+    fleet: Value,
+    /// `quarantine list --json`
+    listed: Value,
+    /// `quarantine list`
+    listed_table: String,
+    /// `quarantine lift board0-c0 --reason reseated --json`
+    lifted: Value,
+    /// `fleet --json`, after the lift
+    after: Value,
+    /// `quarantine lift board0-c0` again
+    again: String,
+    /// `quarantine lift` of an invalid slice id
+    bad: Output,
+}
 
+impl Printed {
+    fn run(url: &str) -> Self {
+        Self {
+            table: stdout_of(&mtswarm(url, &["fleet"]), "fleet"),
+            fleet: json_of(&mtswarm(url, &["fleet", "--json"]), "fleet --json"),
+            listed: json_of(
+                &mtswarm(url, &["quarantine", "list", "--json"]),
+                "quarantine list",
+            ),
+            listed_table: stdout_of(&mtswarm(url, &["quarantine", "list"]), "quarantine list"),
+            lifted: json_of(
+                &mtswarm(
+                    url,
+                    &[
+                        "quarantine",
+                        "lift",
+                        "board0-c0",
+                        "--reason",
+                        "reseated",
+                        "--json",
+                    ],
+                ),
+                "quarantine lift",
+            ),
+            after: json_of(&mtswarm(url, &["fleet", "--json"]), "fleet --json"),
+            again: stdout_of(
+                &mtswarm(url, &["quarantine", "lift", "board0-c0"]),
+                "second lift",
+            ),
+            bad: mtswarm(url, &["quarantine", "lift", "not a slice"]),
+        }
+    }
+}
+
+/// The fleet before the lift: one slice quarantined (with its reason and
+/// failures), one offline (its worker gone), one free.
+fn assert_fleet_shows_each_state(table: &str, fleet: &Value) {
     let row = table
         .lines()
         .find(|l| l.starts_with("board0-c0"))
@@ -157,42 +222,18 @@ async fn quarantined_slice_is_listed_and_lifted() {
         .find(|l| l.starts_with("board0-c1"))
         .expect("c1 row");
     assert!(free_row.contains("free"), "{free_row}");
-    let state = |fleet: &Value, id: &str| {
-        fleet["slices"]
-            .as_array()
-            .and_then(|s| s.iter().find(|s| s["slice_id"] == id))
-            .map(|s| s["state"].clone())
-            .unwrap_or(Value::Null)
-    };
-    assert_eq!(state(&fleet, "board0-c0"), "quarantined", "{fleet}");
+    assert_eq!(state_of(fleet, "board0-c0"), "quarantined", "{fleet}");
     assert_eq!(
         fleet["slices"][0]["quarantine"]["consecutive_failures"], 3,
         "{fleet}"
     );
+}
 
-    let entries = listed["quarantined"].as_array().expect("a list");
-    assert_eq!(entries.len(), 1, "{listed}");
-    assert_eq!(entries[0]["slice_id"], "board0-c0");
-    assert_eq!(entries[0]["consecutive_failures"], 3);
-    assert_eq!(entries[0]["by"], "worker-board0");
-    assert!(
-        listed_table.contains("board0-c0") && listed_table.contains("crash"),
-        "{listed_table}"
-    );
-
-    assert_eq!(lifted["lifted"], true, "{lifted}");
-    assert_eq!(
-        lifted["previous"]["reason"],
-        "3 hardware runs failed in a row (crash)"
-    );
-    assert_eq!(state(&after, "board0-c0"), "free", "{after}");
-    assert!(again.contains("was not quarantined"), "{again}");
-    assert!(quarantine.get("board0-c0").await.expect("get").is_none());
-    assert!(!bad.status.success(), "an invalid slice id is refused");
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("invalid request"),
-        "{}",
-        String::from_utf8_lossy(&bad.stderr)
-    );
-    leader.shutdown().await.expect("leader shutdown");
+/// The state of slice `id` in `fleet --json`.
+fn state_of(fleet: &Value, id: &str) -> Value {
+    fleet["slices"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["slice_id"] == id))
+        .map(|s| s["state"].clone())
+        .unwrap_or(Value::Null)
 }

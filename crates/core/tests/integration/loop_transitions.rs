@@ -739,9 +739,45 @@ async fn working_state_time_and_context_usage_are_injected() {
         "{}",
         injected.content
     );
+    assert_one_injection_in_the_last_message(&requests);
+    // Everything before the per-step tail is byte-identical in the next
+    // request: the first request's task without its injection.
+    let first = &requests[0].messages;
+    let task = first[0]
+        .content
+        .split("\n\n[session context]")
+        .next()
+        .expect("task text");
+    assert_eq!(requests[1].messages[0].content, task);
+    assert_eq!(requests[1].messages[0].role, first[0].role);
+    assert_eq!(
+        requests[1].messages[0].role,
+        Role::User,
+        "no empty system prompt"
+    );
+    assert_eq!(
+        requests[1].messages.len(),
+        4,
+        "task, call, result, injection"
+    );
+    // The first view had nothing to report.
+    assert!(
+        !requests[0]
+            .messages
+            .last()
+            .expect("m")
+            .content
+            .contains("working state")
+    );
+    assert_injection_can_go_in_the_last_tool_result().await;
+}
+
+/// Every request carries the session context once, in its last message, in
+/// a shape every chat template accepts.
+fn assert_one_injection_in_the_last_message(requests: &[ChatRequest]) {
     // The view is extended in place between turns: one injection, in the
     // last message (on the first step, appended to the task itself).
-    for request in &requests {
+    for request in requests {
         let injections = request
             .messages
             .iter()
@@ -774,40 +810,15 @@ async fn working_state_time_and_context_usage_are_injected() {
             );
         }
     }
-    // Everything before the per-step tail is byte-identical in the next
-    // request: the first request's task without its injection.
-    let first = &requests[0].messages;
-    let task = first[0]
-        .content
-        .split("\n\n[session context]")
-        .next()
-        .expect("task text");
-    assert_eq!(requests[1].messages[0].content, task);
-    assert_eq!(requests[1].messages[0].role, first[0].role);
-    assert_eq!(
-        requests[1].messages[0].role,
-        Role::User,
-        "no empty system prompt"
-    );
-    assert_eq!(
-        requests[1].messages.len(),
-        4,
-        "task, call, result, injection"
-    );
-    // The first view had nothing to report.
-    assert!(
-        !requests[0]
-            .messages
-            .last()
-            .expect("m")
-            .content
-            .contains("working state")
-    );
-    // Placed in the last tool result instead, when so configured.
+}
+
+/// The session context is placed in the last tool result instead, when so
+/// configured.
+async fn assert_injection_can_go_in_the_last_tool_result() {
     let tool = FnTool::with_effects("write_file", vec![]);
     let mut config = EngineConfig::default();
     config.injection.placement = mtswarm_core::InjectionPlacement::ToolResult;
-    let (placed, model) = self::engine(
+    let (placed, model) = engine(
         config,
         call_then("c1", "write_file", "{}", "ok"),
         registry(vec![tool]),

@@ -1,15 +1,16 @@
 //! The harness protocol (stdout lines, see `examples/kernels/README.md`):
 //! `MTSWARM_EMU {json}` per `hthread_group_wait` (from the runtime),
-//! `MTSWARM_RESULT {json}` per kernel execution (from the harness) and
-//! `MTSWARM_ERROR {json}` when the runtime stops the program (capacity
-//! exceeded, API misuse). Parsing them is where emulated figures meet the
-//! plausibility bounds.
+//! `MTSWARM_RESULT {json}` per kernel execution (from the harness, read as
+//! every backend reads it: `crate::harness_line`) and `MTSWARM_ERROR {json}`
+//! when the runtime stops the program (capacity exceeded, API misuse).
+//! Reading them is where emulated figures meet the plausibility bounds.
 
 use serde::Deserialize;
 
 use super::Flavor;
 use crate::HwError;
 use crate::board::{Counters, RunOutcome, RunSample};
+use crate::harness_line::{HarnessLine, ResultLine};
 use crate::plausibility::{self, ModelFigures};
 use crate::spec::ChipSpec;
 
@@ -28,19 +29,6 @@ struct EmuLine {
     stall_cycles: f64,
     #[serde(default)]
     wall_seconds: f64,
-}
-
-#[derive(Debug, Deserialize)]
-struct ResultLine {
-    valid: bool,
-    #[serde(default)]
-    max_abs_err: Option<f64>,
-    #[serde(default)]
-    flops: Option<f64>,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    seed: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,126 +63,167 @@ pub(crate) fn parse_output(
     flavor: Flavor,
     model: Option<ModelFigures>,
 ) -> Result<RunOutcome, HwError> {
-    let mut outcome = RunOutcome::default();
-    let mut pending = Pending::default();
-    let mut last_rate = (0.0, 0.0); // gflops, peak fraction of the last sample
+    let mut reading = Reading {
+        spec,
+        flavor,
+        model,
+        outcome: RunOutcome::default(),
+        pending: Pending::default(),
+        last_rate: (0.0, 0.0),
+    };
     for line in stdout.lines() {
-        let line = line.trim();
-        if let Some(json) = line.strip_prefix("MTSWARM_EMU ") {
-            let emu: EmuLine = serde_json::from_str(json).map_err(|e| {
-                HwError::launch_caused(format!("bad MTSWARM_EMU line ({e}): {json}"), e)
-            })?;
-            pending.cycles += emu.kernel_cycles;
-            pending.wall += emu.wall_seconds;
-            pending.threads = pending.threads.max(emu.threads);
-            pending.counters.flops += to_u64(emu.flops);
-            pending.counters.dma_bytes += to_u64(emu.dma_bytes);
-            pending.counters.ddr_bytes += to_u64(emu.ddr_bytes);
-            pending.counters.stall_cycles += to_u64(emu.stall_cycles);
-        } else if let Some(json) = line.strip_prefix("MTSWARM_RESULT ") {
-            let (valid, max_abs_err, flops, error, seed) =
-                match serde_json::from_str::<ResultLine>(json) {
-                    Ok(r) => (
-                        r.valid,
-                        r.max_abs_err,
-                        r.flops.unwrap_or(0.0),
-                        r.error,
-                        r.seed,
-                    ),
-                    Err(e) => (
-                        false,
-                        None,
-                        0.0,
-                        Some(format!("unparseable MTSWARM_RESULT line ({e})")),
-                        None,
-                    ),
-                };
-            let done = std::mem::take(&mut pending);
-            // Useful work: the model's, else the harness's count.
-            let useful = model.map(|m| m.flops).filter(|f| *f > 0.0).unwrap_or(flops);
-            let (modeled_cycles, seconds) = match flavor {
-                Flavor::Emulated => (Some(to_u64(done.cycles)), done.cycles / spec.clock_hz),
-                Flavor::Native => (None, done.wall),
+        match HarnessLine::of(line) {
+            Some(HarnessLine::Emu(json)) => reading.add_group_wait(json)?,
+            Some(HarnessLine::Result(json)) => reading.close_execution(ResultLine::parse(json)),
+            Some(HarnessLine::Error(json)) => reading.runtime_stopped(json)?,
+            // The harness's own timing: the emulator's figures replace it.
+            Some(HarnessLine::Time(_)) | None => {}
+        }
+    }
+    Ok(reading.finish())
+}
+
+/// The outcome read so far, line by line.
+struct Reading<'a> {
+    spec: &'a ChipSpec,
+    flavor: Flavor,
+    model: Option<ModelFigures>,
+    outcome: RunOutcome,
+    /// The figures of the execution whose result line is still to come.
+    pending: Pending,
+    /// GFLOPS and peak fraction of the last sample.
+    last_rate: (f64, f64),
+}
+
+impl Reading<'_> {
+    /// A `MTSWARM_EMU` line: its figures add to the pending execution.
+    fn add_group_wait(&mut self, json: &str) -> Result<(), HwError> {
+        let emu: EmuLine = serde_json::from_str(json).map_err(|e| {
+            HwError::launch_caused(format!("bad MTSWARM_EMU line ({e}): {json}"), e)
+        })?;
+        let pending = &mut self.pending;
+        pending.cycles += emu.kernel_cycles;
+        pending.wall += emu.wall_seconds;
+        pending.threads = pending.threads.max(emu.threads);
+        pending.counters.flops += to_u64(emu.flops);
+        pending.counters.dma_bytes += to_u64(emu.dma_bytes);
+        pending.counters.ddr_bytes += to_u64(emu.ddr_bytes);
+        pending.counters.stall_cycles += to_u64(emu.stall_cycles);
+        Ok(())
+    }
+
+    /// A `MTSWARM_RESULT` line: the pending figures become a sample, held to
+    /// the chip's bounds when emulated.
+    fn close_execution(&mut self, result: ResultLine) {
+        let done = std::mem::take(&mut self.pending);
+        let flops = result.flops.unwrap_or(0.0);
+        // Useful work: the model's, else the harness's count.
+        let useful = self
+            .model
+            .map(|m| m.flops)
+            .filter(|f| *f > 0.0)
+            .unwrap_or(flops);
+        let (modeled_cycles, seconds) = match self.flavor {
+            Flavor::Emulated => (Some(to_u64(done.cycles)), done.cycles / self.spec.clock_hz),
+            Flavor::Native => (None, done.wall),
+        };
+        let valid = result.valid && result.error.is_none() && done.threads > 0;
+        let error = if valid {
+            None
+        } else if done.threads == 0 {
+            Some("the harness reported a result without running the kernel".to_owned())
+        } else {
+            Some(
+                result
+                    .error
+                    .unwrap_or_else(|| "output differs from the reference".to_owned()),
+            )
+        };
+        self.last_rate = self.rate(useful, seconds, done.threads);
+        let mut sample = RunSample {
+            valid,
+            error,
+            modeled_cycles,
+            seconds,
+            max_abs_err: result.max_abs_err,
+            counters: done.counters,
+            seed: result.seed,
+            useful_flops: to_u64(useful),
+        };
+        // Wall-clock figures of the host CPU are not the chip's: only
+        // emulated figures are held to the chip's bounds.
+        if self.flavor == Flavor::Emulated {
+            let bounds = plausibility::Bounds {
+                spec: self.spec,
+                cores: done.threads,
+                model: self.model,
+                counted_flops: true,
             };
-            let valid = valid && error.is_none() && done.threads > 0;
-            let error = if valid {
-                None
-            } else if done.threads == 0 {
-                Some("the harness reported a result without running the kernel".to_owned())
-            } else {
-                Some(error.unwrap_or_else(|| "output differs from the reference".to_owned()))
+            let flags = plausibility::flags_of(&sample, flops, &bounds);
+            plausibility::apply(&mut sample, &flags);
+            plausibility::collect(&mut self.outcome, &[flags]);
+        }
+        self.outcome.samples.push(sample);
+    }
+
+    /// GFLOPS and peak fraction of `useful` flops in `seconds` on `threads`
+    /// cores (no peak fraction for the host CPU's figures).
+    fn rate(&self, useful: f64, seconds: f64, threads: u32) -> (f64, f64) {
+        if seconds > 0.0 {
+            let rate = useful / seconds;
+            let peak = match self.flavor {
+                Flavor::Emulated => rate / self.spec.peak_flops(threads),
+                Flavor::Native => 0.0,
             };
-            last_rate = if seconds > 0.0 {
-                let rate = useful / seconds;
-                let peak = match flavor {
-                    Flavor::Emulated => rate / spec.peak_flops(done.threads),
-                    Flavor::Native => 0.0,
-                };
-                (rate / 1e9, peak)
-            } else {
-                (0.0, 0.0)
-            };
-            let mut sample = RunSample {
-                valid,
-                error,
-                modeled_cycles,
-                seconds,
-                max_abs_err,
-                counters: done.counters,
-                seed,
-                useful_flops: to_u64(useful),
-            };
-            // Wall-clock figures of the host CPU are not the chip's: only
-            // emulated figures are held to the chip's bounds.
-            if flavor == Flavor::Emulated {
-                let bounds = plausibility::Bounds {
-                    spec,
-                    cores: done.threads,
-                    model,
-                    counted_flops: true,
-                };
-                let flags = plausibility::flags_of(&sample, flops, &bounds);
-                plausibility::apply(&mut sample, &flags);
-                plausibility::collect(&mut outcome, &[flags]);
-            }
-            outcome.samples.push(sample);
-        } else if let Some(json) = line.strip_prefix("MTSWARM_ERROR ") {
-            let err: ErrorLine = serde_json::from_str(json).map_err(|e| {
-                HwError::launch_caused(format!("bad MTSWARM_ERROR line ({e}): {json}"), e)
-            })?;
-            match err.kind.as_str() {
-                "capacity" => return Err(HwError::Capacity(err.message)),
-                "launch" => return Err(HwError::launch(err.message)),
-                "config" => return Err(HwError::Config(err.message)),
-                _ => {
-                    outcome.valid = false;
-                    outcome.error = Some(err.message);
-                }
+            (rate / 1e9, peak)
+        } else {
+            (0.0, 0.0)
+        }
+    }
+
+    /// A `MTSWARM_ERROR` line: an error of the run, or an invalid outcome.
+    fn runtime_stopped(&mut self, json: &str) -> Result<(), HwError> {
+        let err: ErrorLine = serde_json::from_str(json).map_err(|e| {
+            HwError::launch_caused(format!("bad MTSWARM_ERROR line ({e}): {json}"), e)
+        })?;
+        match err.kind.as_str() {
+            "capacity" => Err(HwError::Capacity(err.message)),
+            "launch" => Err(HwError::launch(err.message)),
+            "config" => Err(HwError::Config(err.message)),
+            _ => {
+                self.outcome.valid = false;
+                self.outcome.error = Some(err.message);
+                Ok(())
             }
         }
     }
-    if let Some(last) = outcome.samples.last() {
-        outcome.modeled_cycles = last.modeled_cycles;
-        outcome.seconds = last.seconds;
-        outcome.counters = last.counters;
-        outcome.max_abs_err = last.max_abs_err;
-        outcome.gflops = last_rate.0;
-        outcome.peak_fraction = last_rate.1;
+
+    /// The outcome: the last sample's figures, valid when every sample is.
+    fn finish(self) -> RunOutcome {
+        let mut outcome = self.outcome;
+        if let Some(last) = outcome.samples.last() {
+            outcome.modeled_cycles = last.modeled_cycles;
+            outcome.seconds = last.seconds;
+            outcome.counters = last.counters;
+            outcome.max_abs_err = last.max_abs_err;
+            outcome.gflops = self.last_rate.0;
+            outcome.peak_fraction = self.last_rate.1;
+        }
+        if outcome.error.is_none() {
+            outcome.valid = !outcome.samples.is_empty() && outcome.samples.iter().all(|s| s.valid);
+            outcome.error = outcome
+                .samples
+                .iter()
+                .find_map(|s| s.error.clone())
+                .or_else(|| {
+                    outcome
+                        .samples
+                        .is_empty()
+                        .then(|| "no MTSWARM_RESULT line".to_owned())
+                });
+        }
+        outcome
     }
-    if outcome.error.is_none() {
-        outcome.valid = !outcome.samples.is_empty() && outcome.samples.iter().all(|s| s.valid);
-        outcome.error = outcome
-            .samples
-            .iter()
-            .find_map(|s| s.error.clone())
-            .or_else(|| {
-                outcome
-                    .samples
-                    .is_empty()
-                    .then(|| "no MTSWARM_RESULT line".to_owned())
-            });
-    }
-    Ok(outcome)
 }
 
 #[cfg(test)]

@@ -159,6 +159,59 @@ pub async fn run_confined(
     let Some((program, args)) = argv.split_first() else {
         return Err(HwError::Config("empty command".into()));
     };
+    let mut command = command(program, args, cwd, env);
+    // Removes its cgroup when dropped, after the child has been waited for.
+    let process_cap = confine(&mut command, limits, cwd)?;
+    let mut child = command
+        .spawn()
+        .map_err(|e| HwError::launch_caused(format!("cannot start `{program}`: {e}"), e))?;
+    let started = Instant::now();
+    // Kills the whole group when dropped: on time-out, on normal exit (a
+    // harness may leave background processes behind) and when the caller
+    // abandons the run (the tool call was cancelled).
+    let group = GroupKill(child.id().and_then(|p| i32::try_from(p).ok()));
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| tokio::spawn(drain(s, max_output_bytes)));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| tokio::spawn(drain(s, max_output_bytes)));
+    let status = match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(status) => status
+            .map_err(|e| HwError::launch_caused(format!("waiting for `{program}`: {e}"), e))?,
+        Err(_) => {
+            drop(group);
+            let _ = child.kill().await;
+            for task in [stdout, stderr].into_iter().flatten() {
+                task.abort();
+            }
+            return Err(HwError::Timeout(timeout));
+        }
+    };
+    let wall = started.elapsed();
+    drop(group);
+    let stdout = collect(stdout).await;
+    let stderr = collect(stderr).await;
+    drop(command);
+    drop(process_cap);
+    Ok(ProcessOutput {
+        status,
+        stdout,
+        stderr,
+        wall,
+    })
+}
+
+/// `program` with `args` in `cwd`, in a process group of its own, its
+/// output piped.
+fn command(
+    program: &str,
+    args: &[String],
+    cwd: &Path,
+    env: &BTreeMap<String, String>,
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
     // A cleared environment: the daemon's (API keys, NATS credentials) is
     // not the program's. Only these pass through, then the caller's own.
@@ -179,9 +232,19 @@ pub async fn run_confined(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    command
+}
+
+/// Apply `limits` to the child of `command` between fork and exec: priority,
+/// resource limits, the process cap, a PID namespace and the sandbox.
+/// Returns the process cap, which must outlive the child.
+fn confine(
+    command: &mut tokio::process::Command,
+    limits: &ProcessLimits,
+    cwd: &Path,
+) -> Result<std::sync::Arc<Option<crate::sandbox::pids::ProcessCap>>, HwError> {
     let limits = limits.clone();
     let pid_namespace = crate::sandbox::pidns::available();
-    // Removes its cgroup when dropped, after the child has been waited for.
     let process_cap = std::sync::Arc::new(
         limits
             .sandbox
@@ -240,60 +303,23 @@ pub async fn run_confined(
             Ok(())
         });
     }
-    let mut child = command
-        .spawn()
-        .map_err(|e| HwError::launch_caused(format!("cannot start `{program}`: {e}"), e))?;
-    let started = Instant::now();
-    // Kills the whole group when dropped: on time-out, on normal exit (a
-    // harness may leave background processes behind) and when the caller
-    // abandons the run (the tool call was cancelled).
-    let group = GroupKill(child.id().and_then(|p| i32::try_from(p).ok()));
-    let stdout = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(drain(s, max_output_bytes)));
-    let stderr = child
-        .stderr
-        .take()
-        .map(|s| tokio::spawn(drain(s, max_output_bytes)));
-    let status = match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(status) => status
-            .map_err(|e| HwError::launch_caused(format!("waiting for `{program}`: {e}"), e))?,
+    Ok(process_cap)
+}
+
+/// The output a drain task kept. A process that left the group (setsid)
+/// could hold the pipes open forever: output that has not arrived shortly
+/// after exit is dropped.
+async fn collect(task: Option<tokio::task::JoinHandle<Vec<u8>>>) -> String {
+    let Some(mut task) = task else {
+        return String::new();
+    };
+    match tokio::time::timeout(OUTPUT_GRACE, &mut task).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned(),
         Err(_) => {
-            drop(group);
-            let _ = child.kill().await;
-            for task in [stdout, stderr].into_iter().flatten() {
-                task.abort();
-            }
-            return Err(HwError::Timeout(timeout));
+            task.abort();
+            String::new()
         }
-    };
-    let wall = started.elapsed();
-    drop(group);
-    // A process that left the group (setsid) could hold the pipes open
-    // forever: output that has not arrived shortly after exit is dropped.
-    let collect = |task: Option<tokio::task::JoinHandle<Vec<u8>>>| async move {
-        let Some(mut task) = task else {
-            return String::new();
-        };
-        match tokio::time::timeout(OUTPUT_GRACE, &mut task).await {
-            Ok(bytes) => String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned(),
-            Err(_) => {
-                task.abort();
-                String::new()
-            }
-        }
-    };
-    let stdout = collect(stdout).await;
-    let stderr = collect(stderr).await;
-    drop(command);
-    drop(process_cap);
-    Ok(ProcessOutput {
-        status,
-        stdout,
-        stderr,
-        wall,
-    })
+    }
 }
 
 /// Mark every descriptor above stderr close-on-exec (async-signal-safe).

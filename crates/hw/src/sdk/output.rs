@@ -7,23 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::board::{Counters, RunSample};
-use crate::process::tail;
-
-#[derive(Debug, Deserialize)]
-struct HarnessResult {
-    #[serde(default)]
-    valid: bool,
-    #[serde(default)]
-    max_abs_err: Option<f64>,
-    #[serde(default)]
-    flops: Option<f64>,
-    #[serde(default)]
-    error: Option<String>,
-    #[serde(default)]
-    seconds: Option<f64>,
-    #[serde(default)]
-    seed: Option<u64>,
-}
+use crate::harness_line::{HarnessLine, ResultLine};
 
 #[derive(Debug, Deserialize)]
 struct HarnessTime {
@@ -33,32 +17,17 @@ struct HarnessTime {
 /// Parse the harness's `MTSWARM_RESULT` / `MTSWARM_TIME` lines into samples.
 /// `wall` is charged to executions that report no time.
 pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
-    let mut results: Vec<(HarnessResult, Option<String>)> = Vec::new();
+    let mut results: Vec<ResultLine> = Vec::new();
     let mut times: Vec<f64> = Vec::new();
     for line in stdout.lines() {
-        let line = line.trim();
-        if let Some(json) = line.strip_prefix("MTSWARM_RESULT") {
-            match serde_json::from_str::<HarnessResult>(json.trim()) {
-                Ok(r) => results.push((r, None)),
-                Err(e) => results.push((
-                    HarnessResult {
-                        valid: false,
-                        max_abs_err: None,
-                        flops: None,
-                        error: None,
-                        seconds: None,
-                        seed: None,
-                    },
-                    Some(format!(
-                        "unparseable MTSWARM_RESULT line ({e}): {}",
-                        tail(json, 200)
-                    )),
-                )),
+        match HarnessLine::of(line) {
+            Some(HarnessLine::Result(json)) => results.push(ResultLine::parse(json)),
+            Some(HarnessLine::Time(json)) => {
+                if let Ok(t) = serde_json::from_str::<HarnessTime>(json) {
+                    times.push(t.seconds);
+                }
             }
-        } else if let Some(json) = line.strip_prefix("MTSWARM_TIME")
-            && let Ok(t) = serde_json::from_str::<HarnessTime>(json.trim())
-        {
-            times.push(t.seconds);
+            _ => {}
         }
     }
     let fallback = if results.is_empty() {
@@ -69,9 +38,9 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
     results
         .into_iter()
         .enumerate()
-        .map(|(i, (r, parse_error))| {
+        .map(|(i, r)| {
             let seconds = times.get(i).copied().or(r.seconds).unwrap_or(fallback);
-            let error = parse_error.or(r.error).filter(|e| !e.is_empty());
+            let error = r.error.filter(|e| !e.is_empty());
             let valid = r.valid && error.is_none();
             let claimed = r
                 .flops

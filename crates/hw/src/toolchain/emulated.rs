@@ -68,6 +68,51 @@ const HOST_IMPORTS: &[&str] = &[
 
 impl Toolchain {
     pub(crate) async fn build_emulated(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
+        let build = EmulatedBuild::prepare(self, request)?;
+        let (imports_file, host_imports) = build.write_import_lists()?;
+        let mut log = build.compile().await?;
+        log.push_str(&build.link_kernel(&imports_file).await?);
+        log.push_str(&build.link_harness(&host_imports).await?);
+
+        let kernel_dir = &build.kernel_dir;
+        let version = compiler_version(&self.clang).await;
+        Ok(Artifact {
+            backend: BackendKind::Emulator,
+            dir: build.out_dir.clone(),
+            program: build.out_dir.join(HARNESS_WASM),
+            kernel_hash: kernel_hash(kernel_dir, &request.defines)?,
+            toolchain: format!(
+                "{} {version} {} (emulator runtime {})",
+                self.clang,
+                DEVICE_FLAGS[..5].join(" "),
+                &runtime_hash()[..12]
+            ),
+            log: tail(&log, TAIL_CHARS),
+            defines: request.defines.clone(),
+            harness: crate::harness::harness_hashes(kernel_dir)?,
+            model: model_figures(kernel_dir, &request.defines, &self.spec),
+        })
+    }
+}
+
+/// One emulated build: where its inputs, outputs and the emulator's runtime
+/// are, and the defines every compile gets.
+struct EmulatedBuild<'a> {
+    toolchain: &'a Toolchain,
+    kernel_dir: PathBuf,
+    out_dir: PathBuf,
+    /// The emulator's runtime tree: headers, device headers, host shim.
+    runtime_dir: PathBuf,
+    /// `-D NAME=VALUE` of each define.
+    defines: Vec<String>,
+    /// What the harness's compiles and the links may read.
+    reads: Vec<PathBuf>,
+}
+
+impl<'a> EmulatedBuild<'a> {
+    /// Check the request (defines, `kernel.c` and `host.c`, line markers),
+    /// create the build directory and materialize the runtime.
+    fn prepare(toolchain: &'a Toolchain, request: &BuildRequest) -> Result<Self, HwError> {
         check_defines(&request.defines)?;
         let kernel_dir = &request.kernel_dir;
         for file in ["kernel.c", "host.c"] {
@@ -86,25 +131,53 @@ impl Toolchain {
         let out_dir = out_dir
             .canonicalize()
             .map_err(|e| io_err("resolving", out_dir, e))?;
-        let runtime_dir = materialize_runtime(&self.cache_dir)?;
-        let include = runtime_dir.join("include");
-        let device_include = runtime_dir.join("device");
+        let runtime_dir = materialize_runtime(&toolchain.cache_dir)?;
         device_check::check_line_markers(&kernel_dir)?;
-        let defines: Vec<String> = request
+        let defines = request
             .defines
             .iter()
             .map(|(k, v)| format!("-D{k}={v}"))
             .collect();
+        let reads = vec![kernel_dir.clone(), runtime_dir.clone()];
+        Ok(Self {
+            toolchain,
+            kernel_dir,
+            out_dir,
+            runtime_dir,
+            defines,
+            reads,
+        })
+    }
 
+    /// The symbols each link may leave undefined: the device contract for
+    /// the kernel, the host API for the harness. Their paths, in that order.
+    fn write_import_lists(&self) -> Result<(PathBuf, PathBuf), HwError> {
+        let imports_file = self.out_dir.join("device.imports");
+        let listed: String = contract::IMPORTS
+            .iter()
+            .map(|i| format!("{}\n", i.name))
+            .collect();
+        std::fs::write(&imports_file, listed).map_err(|e| io_err("writing", &imports_file, e))?;
+        let host_imports = self.out_dir.join("host.imports");
+        std::fs::write(&host_imports, HOST_IMPORTS.join("\n") + "\n")
+            .map_err(|e| io_err("writing", &host_imports, e))?;
+        Ok((imports_file, host_imports))
+    }
+
+    /// Compile the kernel, the harness and the host shim, together; their
+    /// logs.
+    async fn compile(&self) -> Result<String, HwError> {
+        let include = self.runtime_dir.join("include");
+        let device_include = self.runtime_dir.join("device");
         // What the kernel's compile may read: its directory and the device
         // headers (and the compiler's own files, see `compile_step`).
         let allowed = vec![
-            kernel_dir.clone(),
-            out_dir.clone(),
+            self.kernel_dir.clone(),
+            self.out_dir.clone(),
             include.clone(),
             device_include.clone(),
         ];
-        let mut kernel_argv = vec![self.clang.clone()];
+        let mut kernel_argv = vec![self.toolchain.clang.clone()];
         kernel_argv.extend(DEVICE_FLAGS.iter().map(|s| (*s).to_owned()));
         kernel_argv.extend([
             "-isystem".into(),
@@ -112,64 +185,62 @@ impl Toolchain {
             "-isystem".into(),
             include.display().to_string(),
         ]);
-        kernel_argv.extend(defines.iter().cloned());
+        kernel_argv.extend(self.defines.iter().cloned());
         kernel_argv.extend([
             "-c".into(),
-            kernel_dir.join("kernel.c").display().to_string(),
+            self.kernel_dir.join("kernel.c").display().to_string(),
             "-o".into(),
-            out_dir.join("kernel.o").display().to_string(),
+            self.out_dir.join("kernel.o").display().to_string(),
         ]);
-
-        let imports_file = out_dir.join("device.imports");
-        let listed: String = contract::IMPORTS
-            .iter()
-            .map(|i| format!("{}\n", i.name))
-            .collect();
-        std::fs::write(&imports_file, listed).map_err(|e| io_err("writing", &imports_file, e))?;
-        let host_imports = out_dir.join("host.imports");
-        std::fs::write(&host_imports, HOST_IMPORTS.join("\n") + "\n")
-            .map_err(|e| io_err("writing", &host_imports, e))?;
-
-        let reads = vec![kernel_dir.clone(), runtime_dir.clone()];
-        let harness_compile = |source: PathBuf, object: &str| {
-            let mut argv = vec![self.clang.clone()];
-            argv.extend(HARNESS_FLAGS.iter().map(|s| (*s).to_owned()));
-            argv.extend(["-I".into(), include.display().to_string()]);
-            argv.extend(defines.iter().cloned());
-            argv.extend([
-                "-c".into(),
-                source.display().to_string(),
-                "-o".into(),
-                out_dir.join(object).display().to_string(),
-            ]);
-            argv
-        };
-        let host_object = out_dir.join("host.o");
-        let shim_object = out_dir.join("shim.o");
+        let host_source = self.kernel_dir.join("host.c");
+        let shim_source = self.runtime_dir.join("runtime/emu_host_shim.c");
+        let (host_object, shim_object) = (self.out_dir.join("host.o"), self.out_dir.join("shim.o"));
         let (kernel_log, host_log, shim_log) = tokio::join!(
-            compile_device_step(kernel_argv, &out_dir, "kernel.c", &allowed),
+            compile_device_step(kernel_argv, &self.out_dir, "kernel.c", &allowed),
             compile_cached(
-                harness_compile(kernel_dir.join("host.c"), "host.o"),
+                self.harness_compile(&host_source, "host.o"),
                 &host_object,
-                &runtime_dir,
+                &self.runtime_dir,
                 "host.c",
-                &reads
+                &self.reads
             ),
             compile_cached(
-                harness_compile(runtime_dir.join("runtime/emu_host_shim.c"), "shim.o"),
+                self.harness_compile(&shim_source, "shim.o"),
                 &shim_object,
-                &runtime_dir,
+                &self.runtime_dir,
                 "the emulator's host shim",
-                &reads
+                &self.reads
             ),
         );
         let mut log = kernel_log?;
         log.push_str(&host_log?);
         log.push_str(&shim_log?);
+        Ok(log)
+    }
 
-        let kernel_wasm = out_dir.join(KERNEL_WASM);
+    /// The compile of a harness source (`host.c`, the shim) into `object`.
+    fn harness_compile(&self, source: &Path, object: &str) -> Vec<String> {
+        let include = self.runtime_dir.join("include");
+        let mut argv = vec![self.toolchain.clang.clone()];
+        argv.extend(HARNESS_FLAGS.iter().map(|s| (*s).to_owned()));
+        argv.extend(["-I".into(), include.display().to_string()]);
+        argv.extend(self.defines.iter().cloned());
+        argv.extend([
+            "-c".into(),
+            source.display().to_string(),
+            "-o".into(),
+            self.out_dir.join(object).display().to_string(),
+        ]);
+        argv
+    }
+
+    /// Link `kernel.wasm` against nothing but the device contract, then
+    /// check and instrument it once: a module the emulator would refuse is
+    /// a compile error here.
+    async fn link_kernel(&self, imports_file: &Path) -> Result<String, HwError> {
+        let kernel_wasm = self.out_dir.join(KERNEL_WASM);
         let link = vec![
-            self.clang.clone(),
+            self.toolchain.clang.clone(),
             "--target=wasm32".into(),
             "-nostdlib".into(),
             "-Wl,--no-entry".into(),
@@ -178,45 +249,31 @@ impl Toolchain {
             "-Wl,--export=__data_end".into(),
             "-Wl,-z,stack-size=0".into(),
             format!("-Wl,--allow-undefined-file={}", imports_file.display()),
-            out_dir.join("kernel.o").display().to_string(),
+            self.out_dir.join("kernel.o").display().to_string(),
             "-o".into(),
             kernel_wasm.display().to_string(),
         ];
-        log.push_str(&link_kernel(link, &out_dir, &reads).await?);
+        let log = link_kernel(link, &self.out_dir, &self.reads).await?;
         let wasm = std::fs::read(&kernel_wasm).map_err(|e| io_err("reading", &kernel_wasm, e))?;
-        instrument::prepare(&wasm, &self.spec)?;
+        instrument::prepare(&wasm, &self.toolchain.spec)?;
+        Ok(log)
+    }
 
-        let harness = out_dir.join(HARNESS_WASM);
+    /// Link the harness with wasi-libc and the host shim into
+    /// `harness.wasm`, the artifact's program.
+    async fn link_harness(&self, host_imports: &Path) -> Result<String, HwError> {
         let harness_link = vec![
-            self.clang.clone(),
+            self.toolchain.clang.clone(),
             "--target=wasm32-wasi".into(),
-            host_object.display().to_string(),
-            shim_object.display().to_string(),
+            self.out_dir.join("host.o").display().to_string(),
+            self.out_dir.join("shim.o").display().to_string(),
             "-o".into(),
-            harness.display().to_string(),
+            self.out_dir.join(HARNESS_WASM).display().to_string(),
             "-Wl,-z,stack-size=1048576".into(),
             format!("-Wl,--allow-undefined-file={}", host_imports.display()),
             "-lm".into(),
         ];
-        log.push_str(&compile_step(harness_link, &out_dir, "harness link", &reads).await?);
-
-        let version = compiler_version(&self.clang).await;
-        Ok(Artifact {
-            backend: BackendKind::Emulator,
-            dir: out_dir.clone(),
-            program: harness,
-            kernel_hash: kernel_hash(&kernel_dir, &request.defines)?,
-            toolchain: format!(
-                "{} {version} {} (emulator runtime {})",
-                self.clang,
-                DEVICE_FLAGS[..5].join(" "),
-                &runtime_hash()[..12]
-            ),
-            log: tail(&log, TAIL_CHARS),
-            defines: request.defines.clone(),
-            harness: crate::harness::harness_hashes(&kernel_dir)?,
-            model: model_figures(&kernel_dir, &request.defines, &self.spec),
-        })
+        compile_step(harness_link, &self.out_dir, "harness link", &self.reads).await
     }
 }
 

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use mtswarm_core::{
     Effect, EffectKind, Risk, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, schema_of,
 };
-use mtswarm_hw::BackendKind;
 use mtswarm_hw::measure::{MeasureConfig, Measurement, measure};
+use mtswarm_hw::{BackendKind, HwError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::env::{ToolEnv, parse_args};
+use crate::env::{BuiltArtifact, ToolEnv, parse_args};
 use crate::normalize::Shape;
 use crate::source_diff::SourceDiff;
 
@@ -128,51 +128,7 @@ impl Tool for Benchmark {
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: BenchmarkArgs = parse_args(args)?;
-        let mut config: MeasureConfig = self.0.measure_defaults.clone();
-        config.cores = cores_of(&self.0, args.cores)?;
-        let (built, baseline) = {
-            let session = self.0.session();
-            // Exact timing: a figure that would be the session's best (the
-            // first one is) is always reproduced by a spot re-run, so no
-            // best stands on one unchecked execution.
-            config.spot_check_at_or_below =
-                Some(session.best_seconds(config.cores).unwrap_or(f64::INFINITY));
-            (
-                session.artifact(args.artifact.as_deref())?,
-                session.baseline_seconds,
-            )
-        };
-        if let Some(w) = args.warmup {
-            config.warmup = w.min(1000);
-        }
-        if let Some(r) = args.repeats {
-            if r == 0 || r > 10_000 {
-                return Err(ToolError::InvalidArgs(format!(
-                    "repeats must be in 1..=10000, got {r}"
-                )));
-            }
-            config.min_repeats = r;
-            config.min_repeats_deterministic = r;
-            // Exact timing: more than one execution asks for the check
-            // that a repeat gives the same figure.
-            config.spot_check |= r > 1;
-            config.max_repeats = config.max_repeats.max(r);
-        }
-        if let Some(s) = args.min_seconds {
-            if !(s.is_finite() && (0.0..=600.0).contains(&s)) {
-                return Err(ToolError::InvalidArgs(format!(
-                    "min_seconds must be in 0..=600, got {s}"
-                )));
-            }
-            config.min_seconds = s;
-        }
-        if args.timeout_seconds.is_some() {
-            config.launch_timeout = timeout_of(args.timeout_seconds)?;
-        }
-        config.baseline_seconds = args
-            .baseline_seconds
-            .or(config.baseline_seconds)
-            .or(baseline);
+        let (built, config) = measure_config(&self.0, &args)?;
         ctx.progress(format!("benchmarking artifact {}", built.id), None);
         // Host timing shares the CPU with the compiler: never time while
         // this session compiles.
@@ -188,112 +144,175 @@ impl Tool for Benchmark {
             &config,
         )
         .await;
-        let m = match measured {
-            Ok(m) => m,
-            Err(e) if kernel_fault(&e) => {
-                let summary = json!({
-                    "artifact": built.id, "kernel_hash": built.artifact.kernel_hash,
-                    "defines": built.artifact.defines, "valid": false, "error": e.to_string(),
-                    "source_edited": built.source.edited,
-                });
-                let mut data = summary.clone();
-                data["source"] = source_data(&built.source);
-                return Ok(ToolOutput::text(format!(
-                    "benchmark FAILED for artifact {}: {e}",
-                    built.id
-                ))
-                .with_data(data)
-                .with_effect(Effect::Evidence {
-                    kind: "benchmark".into(),
-                    passed: false,
-                    summary: summary.clone(),
-                })
-                .with_effect(Effect::State {
-                    key: "benchmark_results".into(),
-                    value: summary,
-                    append: true,
-                }));
-            }
-            Err(e) => return Err(hw_error(e)),
-        };
-        let summary = measurement_summary(&built.id, &m, &built.source);
-        let passed = m.trustworthy();
-        let text = match (&m.stats, passed) {
-            (Some(s), _) => {
-                let mut t = format!(
-                    "artifact {} on {} cores: median {:.4e} s, trimmed mean {:.4e} s over {} runs (min {:.4e}, max {:.4e})",
-                    built.id, m.cores, s.median, s.trimmed_mean, s.count, s.min, s.max
-                );
-                if let Some(g) = m.gflops {
-                    t.push_str(&format!(", {g:.2} GFLOPS"));
-                }
-                if let Some(p) = m.peak_fraction {
-                    t.push_str(&format!(" ({:.1}% of peak)", p * 100.0));
-                }
-                if let Some(x) = m.speedup_over_baseline {
-                    t.push_str(&format!(", {x:.2}x over baseline"));
-                }
-                if built.source.edited {
-                    t.push_str(&format!(
-                        "; built from edited sources ({})",
-                        built.source.stat()
-                    ));
-                }
-                if m.exact {
-                    t.push_str(if m.spot_checked {
-                        "; exact modeled time, reproduced by a spot re-run"
-                    } else {
-                        "; exact modeled time of the validated launch"
-                    });
-                }
-                for f in &m.flags {
-                    t.push_str(&format!("\nFLAG: {f}"));
-                }
-                t
-            }
-            (None, _) => format!(
-                "benchmark FAILED for artifact {}: {} (no timing reported for a wrong result)",
-                built.id,
-                m.error.clone().unwrap_or_else(|| "invalid".into())
-            ),
-        };
-        let mut out = ToolOutput::text(text)
-            .with_data(json!({"summary": summary, "measurement": m,
-                              "source": source_data(&built.source)}))
-            // A measurement starts with a validation launch and re-checks
-            // every execution: it is validation evidence as well (with
-            // exact timing it is the only check a screened candidate gets).
-            .with_effect(Effect::Evidence {
-                kind: "validate".into(),
-                passed: m.valid,
-                summary: summary.clone(),
-            })
-            .with_effect(Effect::Evidence {
-                kind: "benchmark".into(),
-                passed,
-                summary: summary.clone(),
-            })
-            .with_effect(Effect::State {
-                key: "benchmark_results".into(),
-                value: summary,
-                append: true,
-            });
-        if passed {
-            let candidates = self.0.session().add_candidate(&built.id, &m);
-            let shown: Vec<_> = candidates.iter().take(CANDIDATES_SHOWN).collect();
+        match measured {
+            Ok(m) => Ok(measured_output(&self.0, &built, &m)),
+            Err(e) if kernel_fault(&e) => Ok(kernel_fault_output(&built, &e)),
+            Err(e) => Err(hw_error(e)),
+        }
+    }
+}
+
+/// The artifact to measure and how: the session's defaults, the arguments
+/// over them, the session's best and baseline.
+fn measure_config(
+    env: &ToolEnv,
+    args: &BenchmarkArgs,
+) -> Result<(BuiltArtifact, MeasureConfig), ToolError> {
+    let mut config: MeasureConfig = env.measure_defaults.clone();
+    config.cores = cores_of(env, args.cores)?;
+    let (built, baseline) = {
+        let session = env.session();
+        // Exact timing: a figure that would be the session's best (the
+        // first one is) is always reproduced by a spot re-run, so no
+        // best stands on one unchecked execution.
+        config.spot_check_at_or_below =
+            Some(session.best_seconds(config.cores).unwrap_or(f64::INFINITY));
+        (
+            session.artifact(args.artifact.as_deref())?,
+            session.baseline_seconds,
+        )
+    };
+    if let Some(w) = args.warmup {
+        config.warmup = w.min(1000);
+    }
+    if let Some(r) = args.repeats {
+        if r == 0 || r > 10_000 {
+            return Err(ToolError::InvalidArgs(format!(
+                "repeats must be in 1..=10000, got {r}"
+            )));
+        }
+        config.min_repeats = r;
+        config.min_repeats_deterministic = r;
+        // Exact timing: more than one execution asks for the check
+        // that a repeat gives the same figure.
+        config.spot_check |= r > 1;
+        config.max_repeats = config.max_repeats.max(r);
+    }
+    if let Some(s) = args.min_seconds {
+        if !(s.is_finite() && (0.0..=600.0).contains(&s)) {
+            return Err(ToolError::InvalidArgs(format!(
+                "min_seconds must be in 0..=600, got {s}"
+            )));
+        }
+        config.min_seconds = s;
+    }
+    if args.timeout_seconds.is_some() {
+        config.launch_timeout = timeout_of(args.timeout_seconds)?;
+    }
+    config.baseline_seconds = args
+        .baseline_seconds
+        .or(config.baseline_seconds)
+        .or(baseline);
+    Ok((built, config))
+}
+
+/// A measurement the kernel itself stopped (it exceeded the chip's
+/// capacity or its time): a failed benchmark, recorded as such.
+fn kernel_fault_output(built: &BuiltArtifact, e: &HwError) -> ToolOutput {
+    let summary = json!({
+        "artifact": built.id, "kernel_hash": built.artifact.kernel_hash,
+        "defines": built.artifact.defines, "valid": false, "error": e.to_string(),
+        "source_edited": built.source.edited,
+    });
+    let mut data = summary.clone();
+    data["source"] = source_data(&built.source);
+    ToolOutput::text(format!("benchmark FAILED for artifact {}: {e}", built.id))
+        .with_data(data)
+        .with_effect(Effect::Evidence {
+            kind: "benchmark".into(),
+            passed: false,
+            summary: summary.clone(),
+        })
+        .with_effect(Effect::State {
+            key: "benchmark_results".into(),
+            value: summary,
+            append: true,
+        })
+}
+
+/// A measurement's output: its text, data and evidence and, when it can be
+/// trusted, the session's candidates and best updated.
+fn measured_output(env: &ToolEnv, built: &BuiltArtifact, m: &Measurement) -> ToolOutput {
+    let summary = measurement_summary(&built.id, m, &built.source);
+    let passed = m.trustworthy();
+    let mut out = ToolOutput::text(measurement_text(built, m))
+        .with_data(json!({"summary": summary, "measurement": m,
+                          "source": source_data(&built.source)}))
+        // A measurement starts with a validation launch and re-checks
+        // every execution: it is validation evidence as well (with
+        // exact timing it is the only check a screened candidate gets).
+        .with_effect(Effect::Evidence {
+            kind: "validate".into(),
+            passed: m.valid,
+            summary: summary.clone(),
+        })
+        .with_effect(Effect::Evidence {
+            kind: "benchmark".into(),
+            passed,
+            summary: summary.clone(),
+        })
+        .with_effect(Effect::State {
+            key: "benchmark_results".into(),
+            value: summary,
+            append: true,
+        });
+    if passed {
+        let candidates = env.session().add_candidate(&built.id, m);
+        let shown: Vec<_> = candidates.iter().take(CANDIDATES_SHOWN).collect();
+        out = out.with_effect(Effect::State {
+            key: "current_candidates".into(),
+            value: serde_json::to_value(&shown).unwrap_or(Value::Null),
+            append: false,
+        });
+        if let Some(best) = candidates.first() {
             out = out.with_effect(Effect::State {
-                key: "current_candidates".into(),
-                value: serde_json::to_value(&shown).unwrap_or(Value::Null),
+                key: "best".into(),
+                value: serde_json::to_value(best).unwrap_or(Value::Null),
                 append: false,
             });
-            if let Some(best) = candidates.first() {
-                out = out.with_effect(Effect::State {
-                    key: "best".into(),
-                    value: serde_json::to_value(best).unwrap_or(Value::Null),
-                    append: false,
-                });
-            }
         }
-        Ok(out)
     }
+    out
+}
+
+/// What the model reads of a measurement: the figures with what qualifies
+/// them, or why there are none.
+fn measurement_text(built: &BuiltArtifact, m: &Measurement) -> String {
+    let Some(s) = &m.stats else {
+        return format!(
+            "benchmark FAILED for artifact {}: {} (no timing reported for a wrong result)",
+            built.id,
+            m.error.clone().unwrap_or_else(|| "invalid".into())
+        );
+    };
+    let mut t = format!(
+        "artifact {} on {} cores: median {:.4e} s, trimmed mean {:.4e} s over {} runs (min {:.4e}, max {:.4e})",
+        built.id, m.cores, s.median, s.trimmed_mean, s.count, s.min, s.max
+    );
+    if let Some(g) = m.gflops {
+        t.push_str(&format!(", {g:.2} GFLOPS"));
+    }
+    if let Some(p) = m.peak_fraction {
+        t.push_str(&format!(" ({:.1}% of peak)", p * 100.0));
+    }
+    if let Some(x) = m.speedup_over_baseline {
+        t.push_str(&format!(", {x:.2}x over baseline"));
+    }
+    if built.source.edited {
+        t.push_str(&format!(
+            "; built from edited sources ({})",
+            built.source.stat()
+        ));
+    }
+    if m.exact {
+        t.push_str(if m.spot_checked {
+            "; exact modeled time, reproduced by a spot re-run"
+        } else {
+            "; exact modeled time of the validated launch"
+        });
+    }
+    for f in &m.flags {
+        t.push_str(&format!("\nFLAG: {f}"));
+    }
+    t
 }

@@ -100,15 +100,13 @@ pub(crate) fn prepare(wasm: &[u8], spec: &ChipSpec) -> Result<Device, HwError> {
     })
 }
 
-/// Write the instrumented module.
+/// Write the instrumented module: the input's sections rewritten, then the
+/// accounting added.
 fn rewrite(wasm: &[u8], r: &Reading, layout: &Layout, spec: &ChipSpec) -> Result<Vec<u8>, HwError> {
-    let mut re = RoundtripReencoder;
     let imported = r.imports.len() as u32;
-    let slow_fn = imported + r.defined_funcs.len() as u32;
-    let first_global = r.globals;
     let cx = context::Context {
-        first_global,
-        slow_fn,
+        first_global: r.globals,
+        slow_fn: imported + r.defined_funcs.len() as u32,
         window_len: layout.window_len(),
         am_offset: layout.am_offset(),
         units_per_issue: u64::from(spec.vector_lanes.max(2) / 2),
@@ -117,130 +115,188 @@ fn rewrite(wasm: &[u8], r: &Reading, layout: &Layout, spec: &ChipSpec) -> Result
         stack_pointer: r.stack_pointer.unwrap_or(0),
         stack_bytes: layout.stack_bytes,
     };
-    let mut types = TypeSection::new();
-    let mut imports = ImportSection::new();
-    let mut functions = FunctionSection::new();
-    let mut tables = TableSection::new();
-    let mut globals = GlobalSection::new();
-    let mut exports = ExportSection::new();
-    let mut elements = ElementSection::new();
-    let mut code = CodeSection::new();
-    let mut customs: Vec<CustomSection<'_>> = Vec::new();
-    let mut slow_type = 0;
-    let mut func_index = imported;
-    for payload in Parser::new(0).parse_all(wasm) {
-        match payload.map_err(bad_module)? {
-            Payload::TypeSection(section) => {
-                utils::parse_type_section(&mut re, &mut types, section).map_err(reencode_error)?;
-                slow_type = r.func_types.len() as u32;
-                types.ty().function([wasm_encoder::ValType::I32; 4], []);
-            }
-            Payload::ImportSection(section) => {
-                for import in section.into_imports() {
-                    let import = import.map_err(bad_module)?;
-                    let ty = match import.ty {
-                        TypeRef::Memory(m) => EntityType::Memory(MemoryType {
-                            minimum: m.initial,
-                            maximum: Some(MAX_PAGES),
-                            memory64: false,
-                            shared: true,
-                            page_size_log2: None,
-                        }),
-                        other => re.entity_type(other).map_err(reencode_error)?,
-                    };
-                    imports.import(import.module, import.name, ty);
+    let mut sections = Sections::default();
+    sections.rewrite_input(wasm, r, &cx)?;
+    sections.add_accounting(r, layout, cx.first_global)?;
+    Ok(sections.assemble())
+}
+
+/// The sections of the instrumented module, in the making.
+#[derive(Default)]
+struct Sections<'a> {
+    types: TypeSection,
+    imports: ImportSection,
+    functions: FunctionSection,
+    tables: TableSection,
+    globals: GlobalSection,
+    exports: ExportSection,
+    elements: ElementSection,
+    code: CodeSection,
+    customs: Vec<CustomSection<'a>>,
+}
+
+impl<'a> Sections<'a> {
+    /// The input's sections, each function body instrumented, the memory
+    /// import shared, the slow path's type and function declared; the data
+    /// segments are left out (the runtime writes the image).
+    fn rewrite_input(
+        &mut self,
+        wasm: &'a [u8],
+        r: &Reading,
+        cx: &context::Context,
+    ) -> Result<(), HwError> {
+        let mut re = RoundtripReencoder;
+        let mut slow_type = 0;
+        let mut func_index = r.imports.len() as u32;
+        for payload in Parser::new(0).parse_all(wasm) {
+            match payload.map_err(bad_module)? {
+                Payload::TypeSection(section) => {
+                    utils::parse_type_section(&mut re, &mut self.types, section)
+                        .map_err(reencode_error)?;
+                    slow_type = r.func_types.len() as u32;
+                    self.types
+                        .ty()
+                        .function([wasm_encoder::ValType::I32; 4], []);
                 }
-            }
-            Payload::FunctionSection(section) => {
-                for ty in section {
-                    functions.function(ty.map_err(bad_module)?);
+                Payload::ImportSection(section) => self.shared_memory_imports(section)?,
+                Payload::FunctionSection(section) => {
+                    for ty in section {
+                        self.functions.function(ty.map_err(bad_module)?);
+                    }
+                    self.functions.function(slow_type);
                 }
-                functions.function(slow_type);
+                Payload::TableSection(section) => {
+                    utils::parse_table_section(&mut re, &mut self.tables, section)
+                        .map_err(reencode_error)?;
+                }
+                Payload::GlobalSection(section) => {
+                    utils::parse_global_section(&mut re, &mut self.globals, section)
+                        .map_err(reencode_error)?;
+                }
+                Payload::ElementSection(section) => {
+                    utils::parse_element_section(&mut re, &mut self.elements, section)
+                        .map_err(reencode_error)?;
+                }
+                Payload::CodeSectionEntry(entry) => {
+                    let ty = r.function_type(func_index)?;
+                    let name = r
+                        .function_names
+                        .get(&func_index)
+                        .map_or_else(|| format!("function {func_index}"), Clone::clone);
+                    let body = body::instrument(&entry, ty.0.len() as u32, cx, &name)?;
+                    self.code.function(&body);
+                    func_index += 1;
+                }
+                Payload::CustomSection(section) if section.name() == "name" => {
+                    self.customs.push(CustomSection {
+                        name: "name".into(),
+                        data: section.data().to_vec().into(),
+                    });
+                }
+                _ => {}
             }
-            Payload::TableSection(section) => {
-                utils::parse_table_section(&mut re, &mut tables, section)
-                    .map_err(reencode_error)?;
-            }
-            Payload::GlobalSection(section) => {
-                utils::parse_global_section(&mut re, &mut globals, section)
-                    .map_err(reencode_error)?;
-            }
-            Payload::ElementSection(section) => {
-                utils::parse_element_section(&mut re, &mut elements, section)
-                    .map_err(reencode_error)?;
-            }
-            Payload::CodeSectionEntry(entry) => {
-                let ty = r.function_type(func_index)?;
-                let name = r
-                    .function_names
-                    .get(&func_index)
-                    .map_or_else(|| format!("function {func_index}"), Clone::clone);
-                code.function(&body::instrument(&entry, ty.0.len() as u32, &cx, &name)?);
-                func_index += 1;
-            }
-            Payload::CustomSection(section) if section.name() == "name" => {
-                customs.push(CustomSection {
-                    name: "name".into(),
-                    data: section.data().to_vec().into(),
-                });
-            }
-            _ => {}
         }
-    }
-    code.function(&slow::function(layout, first_global));
-    if r.func_types.is_empty() {
-        // No type section in the input: the slow path's type is the only one.
-        types.ty().function([wasm_encoder::ValType::I32; 4], []);
-    }
-    for slot in 0..COUNT {
-        let ty = globals::val_type(slot);
-        let init = if ty == ValType::I64 {
-            ConstExpr::i64_const(0)
-        } else {
-            ConstExpr::i32_const(0)
-        };
-        globals.global(
-            GlobalType {
-                val_type: re.val_type(ty).map_err(reencode_error)?,
-                mutable: true,
-                shared: false,
-            },
-            &init,
-        );
-    }
-    for (name, func) in &r.function_exports {
-        exports.export(name, ExportKind::Func, *func);
-    }
-    for counter in Counter::ALL {
-        exports.export(
-            counter.export(),
-            ExportKind::Global,
-            first_global + counter.slot(),
-        );
-    }
-    for state in State::ALL {
-        exports.export(
-            state.export(),
-            ExportKind::Global,
-            first_global + state.slot(),
-        );
-    }
-    if let Some(sp) = r.stack_pointer {
-        exports.export(STACK_POINTER_EXPORT, ExportKind::Global, sp);
+        Ok(())
     }
 
-    let mut module = Module::new();
-    module.section(&types).section(&imports).section(&functions);
-    if !tables.is_empty() {
-        module.section(&tables);
+    /// The imports as they were, but the memory: shared (each core is an
+    /// instance on its own thread) and able to grow to the device's size.
+    fn shared_memory_imports(
+        &mut self,
+        section: wasmparser::ImportSectionReader<'_>,
+    ) -> Result<(), HwError> {
+        let mut re = RoundtripReencoder;
+        for import in section.into_imports() {
+            let import = import.map_err(bad_module)?;
+            let ty = match import.ty {
+                TypeRef::Memory(m) => EntityType::Memory(MemoryType {
+                    minimum: m.initial,
+                    maximum: Some(MAX_PAGES),
+                    memory64: false,
+                    shared: true,
+                    page_size_log2: None,
+                }),
+                other => re.entity_type(other).map_err(reencode_error)?,
+            };
+            self.imports.import(import.module, import.name, ty);
+        }
+        Ok(())
     }
-    module.section(&globals).section(&exports);
-    if !elements.is_empty() {
-        module.section(&elements);
+
+    /// The slow path's body, the accounting globals after the module's own,
+    /// and the exports: the kernels, the accounting and the stack pointer.
+    fn add_accounting(
+        &mut self,
+        r: &Reading,
+        layout: &Layout,
+        first_global: u32,
+    ) -> Result<(), HwError> {
+        let mut re = RoundtripReencoder;
+        self.code.function(&slow::function(layout, first_global));
+        if r.func_types.is_empty() {
+            // No type section in the input: the slow path's type is the only one.
+            self.types
+                .ty()
+                .function([wasm_encoder::ValType::I32; 4], []);
+        }
+        for slot in 0..COUNT {
+            let ty = globals::val_type(slot);
+            let init = if ty == ValType::I64 {
+                ConstExpr::i64_const(0)
+            } else {
+                ConstExpr::i32_const(0)
+            };
+            self.globals.global(
+                GlobalType {
+                    val_type: re.val_type(ty).map_err(reencode_error)?,
+                    mutable: true,
+                    shared: false,
+                },
+                &init,
+            );
+        }
+        for (name, func) in &r.function_exports {
+            self.exports.export(name, ExportKind::Func, *func);
+        }
+        for counter in Counter::ALL {
+            self.exports.export(
+                counter.export(),
+                ExportKind::Global,
+                first_global + counter.slot(),
+            );
+        }
+        for state in State::ALL {
+            self.exports.export(
+                state.export(),
+                ExportKind::Global,
+                first_global + state.slot(),
+            );
+        }
+        if let Some(sp) = r.stack_pointer {
+            self.exports
+                .export(STACK_POINTER_EXPORT, ExportKind::Global, sp);
+        }
+        Ok(())
     }
-    module.section(&code);
-    for custom in &customs {
-        module.section(custom);
+
+    /// The module, its sections in the order WebAssembly requires.
+    fn assemble(self) -> Vec<u8> {
+        let mut module = Module::new();
+        module
+            .section(&self.types)
+            .section(&self.imports)
+            .section(&self.functions);
+        if !self.tables.is_empty() {
+            module.section(&self.tables);
+        }
+        module.section(&self.globals).section(&self.exports);
+        if !self.elements.is_empty() {
+            module.section(&self.elements);
+        }
+        module.section(&self.code);
+        for custom in &self.customs {
+            module.section(custom);
+        }
+        module.finish()
     }
-    Ok(module.finish())
 }

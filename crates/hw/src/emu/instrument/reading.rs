@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use wasmparser::{
-    DataKind, ExternalKind, KnownCustom, Name, Operator, Parser, Payload, TypeRef, ValType,
+    CustomSectionReader, DataKind, DataSectionReader, ExportSectionReader, ExternalKind,
+    GlobalSectionReader, ImportSectionReader, KnownCustom, Name, Operator, Parser, Payload,
+    TypeRef, ValType,
 };
 
 use super::context::bad_module;
@@ -56,52 +58,21 @@ impl Reading {
 }
 
 pub(super) fn read(wasm: &[u8]) -> Result<Reading, HwError> {
-    let mut r = Reading::default();
-    let mut global_names = BTreeMap::new();
-    let mut memory_imports = 0;
+    let mut pass = FirstPass::default();
     for payload in Parser::new(0).parse_all(wasm) {
         match payload.map_err(bad_module)? {
             Payload::TypeSection(types) => {
                 for ty in types.into_iter_err_on_gc_types() {
                     let ty = ty.map_err(bad_module)?;
-                    r.func_types
+                    pass.r
+                        .func_types
                         .push((ty.params().to_vec(), ty.results().to_vec()));
                 }
             }
-            Payload::ImportSection(imports) => {
-                for import in imports.into_imports() {
-                    let import = import.map_err(bad_module)?;
-                    if import.module != IMPORT_MODULE {
-                        return Err(refuse(format!(
-                            "imports `{}.{}`: device code imports only from `{IMPORT_MODULE}`",
-                            import.module, import.name
-                        )));
-                    }
-                    match import.ty {
-                        TypeRef::Func(ty) => {
-                            let (params, results) =
-                                r.func_types.get(ty as usize).cloned().unwrap_or_default();
-                            r.imports
-                                .push(contract_import(import.name, &params, &results)?);
-                        }
-                        TypeRef::Memory(m) if import.name == MEMORY_IMPORT => {
-                            if m.memory64 || m.shared {
-                                return Err(refuse("the device memory must be 32-bit, unshared"));
-                            }
-                            memory_imports += 1;
-                        }
-                        _ => {
-                            return Err(refuse(format!(
-                                "imports `{}`, which is not a device function or the memory",
-                                import.name
-                            )));
-                        }
-                    }
-                }
-            }
+            Payload::ImportSection(imports) => pass.imports(imports)?,
             Payload::FunctionSection(funcs) => {
                 for ty in funcs {
-                    r.defined_funcs.push(ty.map_err(bad_module)?);
+                    pass.r.defined_funcs.push(ty.map_err(bad_module)?);
                 }
             }
             Payload::MemorySection(_) => {
@@ -114,75 +85,16 @@ pub(super) fn read(wasm: &[u8]) -> Result<Reading, HwError> {
                     "has a start function; device code runs only when launched",
                 ));
             }
-            Payload::GlobalSection(globals) => {
-                for global in globals {
-                    let global = global.map_err(bad_module)?;
-                    if global.ty.mutable {
-                        if r.stack_pointer.is_some() || global.ty.content_type != ValType::I32 {
-                            return Err(refuse(
-                                "defines WebAssembly globals of its own; device state lives in memory",
-                            ));
-                        }
-                        r.stack_pointer = Some(r.globals);
-                    } else if global.ty.content_type == ValType::I32 {
-                        let mut ops = global.init_expr.get_operators_reader();
-                        if let Ok(Operator::I32Const { value }) = ops.read() {
-                            global_names.insert(r.globals, value as u32);
-                        }
-                    }
-                    r.globals += 1;
-                }
-            }
-            Payload::ExportSection(exports) => {
-                for export in exports {
-                    let export = export.map_err(bad_module)?;
-                    match export.kind {
-                        ExternalKind::Func => r
-                            .function_exports
-                            .push((export.name.to_owned(), export.index)),
-                        ExternalKind::Global if export.name == "__data_end" => {
-                            r.data_end = global_names.get(&export.index).copied();
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            Payload::DataSection(data) => {
-                for segment in data {
-                    let segment = segment.map_err(bad_module)?;
-                    let DataKind::Active { offset_expr, .. } = segment.kind else {
-                        return Err(refuse("has a passive data segment"));
-                    };
-                    let mut ops = offset_expr.get_operators_reader();
-                    let Ok(Operator::I32Const { value }) = ops.read() else {
-                        return Err(refuse("a data segment has no constant address"));
-                    };
-                    r.segments.push((value as u32, segment.data.to_vec()));
-                }
-            }
-            Payload::CustomSection(section) => {
-                if let KnownCustom::Name(names) = section.as_known() {
-                    for name in names {
-                        match name {
-                            Ok(Name::Data(map)) => {
-                                for naming in map.into_iter().flatten() {
-                                    r.segment_names.insert(naming.index, naming.name.to_owned());
-                                }
-                            }
-                            Ok(Name::Function(map)) => {
-                                for naming in map.into_iter().flatten() {
-                                    r.function_names
-                                        .insert(naming.index, naming.name.to_owned());
-                                }
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-            }
+            Payload::GlobalSection(globals) => pass.globals(globals)?,
+            Payload::ExportSection(exports) => pass.exports(exports)?,
+            Payload::DataSection(data) => pass.data(data)?,
+            Payload::CustomSection(section) => pass.names(&section),
             _ => {}
         }
     }
+    let FirstPass {
+        r, memory_imports, ..
+    } = pass;
     if memory_imports != 1 {
         return Err(refuse(format!(
             "imports {memory_imports} memories; device code imports exactly `{IMPORT_MODULE}.{MEMORY_IMPORT}`"
@@ -192,6 +104,139 @@ pub(super) fn read(wasm: &[u8]) -> Result<Reading, HwError> {
         return Err(refuse("has no stack pointer (was it linked by wasm-ld?)"));
     }
     Ok(r)
+}
+
+/// The reading under way, with what only the reading itself needs.
+#[derive(Default)]
+struct FirstPass {
+    r: Reading,
+    /// The constant value of each immutable i32 global, by index (how the
+    /// `__data_end` export is found).
+    global_names: BTreeMap<u32, u32>,
+    memory_imports: u32,
+}
+
+impl FirstPass {
+    /// Every import must be a device function of the contract or the memory.
+    fn imports(&mut self, imports: ImportSectionReader<'_>) -> Result<(), HwError> {
+        for import in imports.into_imports() {
+            let import = import.map_err(bad_module)?;
+            if import.module != IMPORT_MODULE {
+                return Err(refuse(format!(
+                    "imports `{}.{}`: device code imports only from `{IMPORT_MODULE}`",
+                    import.module, import.name
+                )));
+            }
+            match import.ty {
+                TypeRef::Func(ty) => {
+                    let (params, results) = self
+                        .r
+                        .func_types
+                        .get(ty as usize)
+                        .cloned()
+                        .unwrap_or_default();
+                    self.r
+                        .imports
+                        .push(contract_import(import.name, &params, &results)?);
+                }
+                TypeRef::Memory(m) if import.name == MEMORY_IMPORT => {
+                    if m.memory64 || m.shared {
+                        return Err(refuse("the device memory must be 32-bit, unshared"));
+                    }
+                    self.memory_imports += 1;
+                }
+                _ => {
+                    return Err(refuse(format!(
+                        "imports `{}`, which is not a device function or the memory",
+                        import.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The one mutable global is the stack pointer; the constants are kept.
+    fn globals(&mut self, globals: GlobalSectionReader<'_>) -> Result<(), HwError> {
+        let r = &mut self.r;
+        for global in globals {
+            let global = global.map_err(bad_module)?;
+            if global.ty.mutable {
+                if r.stack_pointer.is_some() || global.ty.content_type != ValType::I32 {
+                    return Err(refuse(
+                        "defines WebAssembly globals of its own; device state lives in memory",
+                    ));
+                }
+                r.stack_pointer = Some(r.globals);
+            } else if global.ty.content_type == ValType::I32 {
+                let mut ops = global.init_expr.get_operators_reader();
+                if let Ok(Operator::I32Const { value }) = ops.read() {
+                    self.global_names.insert(r.globals, value as u32);
+                }
+            }
+            r.globals += 1;
+        }
+        Ok(())
+    }
+
+    fn exports(&mut self, exports: ExportSectionReader<'_>) -> Result<(), HwError> {
+        for export in exports {
+            let export = export.map_err(bad_module)?;
+            match export.kind {
+                ExternalKind::Func => self
+                    .r
+                    .function_exports
+                    .push((export.name.to_owned(), export.index)),
+                ExternalKind::Global if export.name == "__data_end" => {
+                    self.r.data_end = self.global_names.get(&export.index).copied();
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Every data segment is active, at a constant address.
+    fn data(&mut self, data: DataSectionReader<'_>) -> Result<(), HwError> {
+        for segment in data {
+            let segment = segment.map_err(bad_module)?;
+            let DataKind::Active { offset_expr, .. } = segment.kind else {
+                return Err(refuse("has a passive data segment"));
+            };
+            let mut ops = offset_expr.get_operators_reader();
+            let Ok(Operator::I32Const { value }) = ops.read() else {
+                return Err(refuse("a data segment has no constant address"));
+            };
+            self.r.segments.push((value as u32, segment.data.to_vec()));
+        }
+        Ok(())
+    }
+
+    /// The names of data segments and functions, from the name section.
+    fn names(&mut self, section: &CustomSectionReader<'_>) {
+        let KnownCustom::Name(names) = section.as_known() else {
+            return;
+        };
+        for name in names {
+            match name {
+                Ok(Name::Data(map)) => {
+                    for naming in map.into_iter().flatten() {
+                        self.r
+                            .segment_names
+                            .insert(naming.index, naming.name.to_owned());
+                    }
+                }
+                Ok(Name::Function(map)) => {
+                    for naming in map.into_iter().flatten() {
+                        self.r
+                            .function_names
+                            .insert(naming.index, naming.name.to_owned());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// The contract entry for an import, or the reason it is refused.

@@ -294,143 +294,187 @@ fn memory_fn(
 
 /// Define every import of the contract the module uses.
 pub(crate) fn define(linker: &mut Linker<CoreState>, imports: &[&Import]) -> wasmtime::Result<()> {
-    let m = IMPORT_MODULE;
     for import in imports {
         let name = import.name;
-        match (import.kind, name) {
-            (DeviceFn::Api, "get_thread_id") | (DeviceFn::Api, "get_core_id") => {
-                linker.func_wrap(m, name, |c: Ctx<'_>| c.data().id as i32)?;
+        let defined = match import.kind {
+            DeviceFn::Api => {
+                define_core_api(linker, name)?
+                    || define_allocation(linker, name)?
+                    || define_dma(linker, name)?
             }
-            (DeviceFn::Api, "get_group_size") => {
-                linker.func_wrap(m, name, |c: Ctx<'_>| c.data().shared.threads as i32)?;
+            DeviceFn::Memory => define_memory(linker, name)?,
+            DeviceFn::Libm => {
+                super::libm::define(linker, name)?;
+                true
             }
-            (DeviceFn::Api, "group_barrier") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, id: i32| {
-                    let n = c.data().shared.threads as i32;
-                    barrier(&mut c, id, n, "group_barrier")
-                })?;
-            }
-            (DeviceFn::Api, "core_barrier") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, id: i32, n: i32| {
-                    barrier(&mut c, id, n, "core_barrier")
-                })?;
-            }
-            (DeviceFn::Api, "hthread_printf") => {
-                linker.func_wrap(m, name, |c: Ctx<'_>, fmt: i32, va: i32| {
-                    let shared = &c.data().shared;
-                    let text = printf::format(&shared.memory, fmt as u32, va as u32);
-                    shared.print(c.data().id, &text);
-                    text.len() as i32
-                })?;
-            }
-            (DeviceFn::Api, "get_clk") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>| -> wasmtime::Result<i32> {
-                    fold(&mut c)?;
-                    let cycles = f64::from(c.data().shared.spec.latency.get_clk);
-                    let clock = &mut c.data_mut().clock;
-                    clock.spend(cycles);
-                    Ok(clock.clk as u64 as u32 as i32)
-                })?;
-            }
-            (DeviceFn::Api, "scalar_malloc") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, bytes: i32| {
-                    let id = c.data().id;
-                    c.data_mut()
-                        .sm
-                        .alloc(bytes as u32, id)
-                        .map(|a| a as i32)
-                        .map_err(err)
-                })?;
-            }
-            (DeviceFn::Api, "vector_malloc") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, bytes: i32| {
-                    let id = c.data().id;
-                    c.data_mut()
-                        .am
-                        .alloc(bytes as u32, id)
-                        .map(|a| a as i32)
-                        .map_err(err)
-                })?;
-            }
-            (DeviceFn::Api, "scalar_free") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, addr: i32| {
-                    let id = c.data().id;
-                    c.data_mut().sm.free(addr as u32, id).map_err(err)
-                })?;
-            }
-            (DeviceFn::Api, "vector_free") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, addr: i32| {
-                    let id = c.data().id;
-                    c.data_mut().am.free(addr as u32, id).map_err(err)
-                })?;
-            }
-            (DeviceFn::Api, "dma_p2p") => {
-                linker.func_wrap(
-                    m,
-                    name,
-                    |mut c: Ctx<'_>,
-                     src: i32,
-                     src_rows: i32,
-                     src_row_bytes: i32,
-                     src_gap: i32,
-                     dst: i32,
-                     dst_rows: i32,
-                     dst_row_bytes: i32,
-                     dst_gap: i32,
-                     _row_syn: i32,
-                     _synmask: i32| {
-                        dma_p2p(
-                            &mut c,
-                            src as u32,
-                            src_rows as u32,
-                            src_row_bytes as u32,
-                            src_gap,
-                            dst as u32,
-                            dst_rows as u32,
-                            dst_row_bytes as u32,
-                            dst_gap,
-                        )
-                        .map(|ch| ch as i32)
-                    },
-                )?;
-            }
-            (DeviceFn::Api, "dma_wait") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, ch: i32| {
-                    dma_channel(&c, ch as u32, "dma_wait")?;
-                    fold(&mut c)?;
-                    let clock = &mut c.data_mut().clock;
-                    let done = clock.done_at(ch as u32);
-                    clock.stall_until(done);
-                    Ok(())
-                })?;
-            }
-            (DeviceFn::Api, "dma_query") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, ch: i32| {
-                    dma_channel(&c, ch as u32, "dma_query")?;
-                    fold(&mut c)?;
-                    let clock = &c.data().clock;
-                    Ok(i32::from(clock.done_at(ch as u32) <= clock.clk))
-                })?;
-            }
-            (DeviceFn::Memory, "memcpy") | (DeviceFn::Memory, "memmove") => {
-                linker.func_wrap(m, name, move |mut c: Ctx<'_>, d: i32, s: i32, n: i32| {
-                    memory_fn(&mut c, name, d as u32, Some(s as u32), 0, n as u32).map(|r| r as i32)
-                })?;
-            }
-            (DeviceFn::Memory, "memset") => {
-                linker.func_wrap(m, name, |mut c: Ctx<'_>, d: i32, v: i32, n: i32| {
-                    memory_fn(&mut c, "memset", d as u32, None, v as u8, n as u32).map(|r| r as i32)
-                })?;
-            }
-            (DeviceFn::Libm, _) => super::libm::define(linker, name)?,
-            (_, other) => {
-                return Err(wasmtime::Error::msg(format!(
-                    "device import `{other}` has no implementation"
-                )));
-            }
+        };
+        if !defined {
+            return Err(wasmtime::Error::msg(format!(
+                "device import `{name}` has no implementation"
+            )));
         }
     }
     Ok(())
+}
+
+/// The core's identity, barriers, output and clock; whether `name` is one.
+fn define_core_api(linker: &mut Linker<CoreState>, name: &'static str) -> wasmtime::Result<bool> {
+    let m = IMPORT_MODULE;
+    match name {
+        "get_thread_id" | "get_core_id" => {
+            linker.func_wrap(m, name, |c: Ctx<'_>| c.data().id as i32)?;
+        }
+        "get_group_size" => {
+            linker.func_wrap(m, name, |c: Ctx<'_>| c.data().shared.threads as i32)?;
+        }
+        "group_barrier" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, id: i32| {
+                let n = c.data().shared.threads as i32;
+                barrier(&mut c, id, n, "group_barrier")
+            })?;
+        }
+        "core_barrier" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, id: i32, n: i32| {
+                barrier(&mut c, id, n, "core_barrier")
+            })?;
+        }
+        "hthread_printf" => {
+            linker.func_wrap(m, name, |c: Ctx<'_>, fmt: i32, va: i32| {
+                let shared = &c.data().shared;
+                let text = printf::format(&shared.memory, fmt as u32, va as u32);
+                shared.print(c.data().id, &text);
+                text.len() as i32
+            })?;
+        }
+        "get_clk" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>| -> wasmtime::Result<i32> {
+                fold(&mut c)?;
+                let cycles = f64::from(c.data().shared.spec.latency.get_clk);
+                let clock = &mut c.data_mut().clock;
+                clock.spend(cycles);
+                Ok(clock.clk as u64 as u32 as i32)
+            })?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// The scratchpads' allocators; whether `name` is one.
+fn define_allocation(linker: &mut Linker<CoreState>, name: &'static str) -> wasmtime::Result<bool> {
+    let m = IMPORT_MODULE;
+    match name {
+        "scalar_malloc" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, bytes: i32| {
+                let id = c.data().id;
+                c.data_mut()
+                    .sm
+                    .alloc(bytes as u32, id)
+                    .map(|a| a as i32)
+                    .map_err(err)
+            })?;
+        }
+        "vector_malloc" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, bytes: i32| {
+                let id = c.data().id;
+                c.data_mut()
+                    .am
+                    .alloc(bytes as u32, id)
+                    .map(|a| a as i32)
+                    .map_err(err)
+            })?;
+        }
+        "scalar_free" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, addr: i32| {
+                let id = c.data().id;
+                c.data_mut().sm.free(addr as u32, id).map_err(err)
+            })?;
+        }
+        "vector_free" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, addr: i32| {
+                let id = c.data().id;
+                c.data_mut().am.free(addr as u32, id).map_err(err)
+            })?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// The DMA engine: transfers and their channels; whether `name` is one.
+fn define_dma(linker: &mut Linker<CoreState>, name: &'static str) -> wasmtime::Result<bool> {
+    let m = IMPORT_MODULE;
+    match name {
+        "dma_p2p" => {
+            linker.func_wrap(
+                m,
+                name,
+                |mut c: Ctx<'_>,
+                 src: i32,
+                 src_rows: i32,
+                 src_row_bytes: i32,
+                 src_gap: i32,
+                 dst: i32,
+                 dst_rows: i32,
+                 dst_row_bytes: i32,
+                 dst_gap: i32,
+                 _row_syn: i32,
+                 _synmask: i32| {
+                    dma_p2p(
+                        &mut c,
+                        src as u32,
+                        src_rows as u32,
+                        src_row_bytes as u32,
+                        src_gap,
+                        dst as u32,
+                        dst_rows as u32,
+                        dst_row_bytes as u32,
+                        dst_gap,
+                    )
+                    .map(|ch| ch as i32)
+                },
+            )?;
+        }
+        "dma_wait" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, ch: i32| {
+                dma_channel(&c, ch as u32, "dma_wait")?;
+                fold(&mut c)?;
+                let clock = &mut c.data_mut().clock;
+                let done = clock.done_at(ch as u32);
+                clock.stall_until(done);
+                Ok(())
+            })?;
+        }
+        "dma_query" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, ch: i32| {
+                dma_channel(&c, ch as u32, "dma_query")?;
+                fold(&mut c)?;
+                let clock = &c.data().clock;
+                Ok(i32::from(clock.done_at(ch as u32) <= clock.clk))
+            })?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// `memcpy`, `memmove`, `memset`; whether `name` is one.
+fn define_memory(linker: &mut Linker<CoreState>, name: &'static str) -> wasmtime::Result<bool> {
+    let m = IMPORT_MODULE;
+    match name {
+        "memcpy" | "memmove" => {
+            linker.func_wrap(m, name, move |mut c: Ctx<'_>, d: i32, s: i32, n: i32| {
+                memory_fn(&mut c, name, d as u32, Some(s as u32), 0, n as u32).map(|r| r as i32)
+            })?;
+        }
+        "memset" => {
+            linker.func_wrap(m, name, |mut c: Ctx<'_>, d: i32, v: i32, n: i32| {
+                memory_fn(&mut c, "memset", d as u32, None, v as u8, n as u32).map(|r| r as i32)
+            })?;
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
 }
 
 /// The counter globals of an instance, in `Counter::ALL` order.

@@ -15,7 +15,8 @@ use super::super::places::{DdrBuffer, DdrMap};
 use super::super::sync::Barriers;
 use super::super::{EmuError, GroupShared};
 use super::{
-    Allocation, Ctx, HT_MEM_RO, HT_MEM_WO, HarnessState, fail, harness_bytes, harness_memory,
+    Allocation, Ctx, HT_MEM_RO, HT_MEM_WO, HarnessState, LaunchShared, fail, harness_bytes,
+    harness_memory,
 };
 use crate::emu::layout::{BUFFER_ALIGN, MAX_PAGES, PAGE, Span};
 use crate::faults::Fault;
@@ -68,24 +69,92 @@ pub(super) fn group_wait(c: &mut Ctx<'_>, id: i32) -> wasmtime::Result<()> {
     let (cluster, threads, kernel) = (group.cluster, group.threads, group.kernel.clone());
     let (args, nscalar) = (group.args.clone(), group.nscalar);
     let launch = c.data().launch.clone();
-    let layout = launch.device.layout.clone();
 
-    // Place the buffers: read-only first, each 128-byte aligned.
     let allocations = c.data().allocations.clone();
-    let mut order: Vec<usize> = (0..allocations.len()).collect();
-    order.sort_by_key(|&i| (allocations[i].flags != HT_MEM_RO, i));
-    let mut placed = vec![0u32; allocations.len()];
-    let mut offset = 0u64;
-    let mut read_only_len = 0u64;
-    for &i in &order {
-        placed[i] = layout.ddr_lo + offset as u32;
-        offset += u64::from(allocations[i].bytes).div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
-        if allocations[i].flags == HT_MEM_RO {
-            read_only_len = offset;
+    let placement = Placement::of(&allocations, launch.device.layout.ddr_lo);
+    let memory = device_memory(c.data_mut(), placement.len).map_err(fail)?;
+    let mut names = buffer_names(&allocations);
+    let device_args = translate_pointers(&args, nscalar, &allocations, &placement, &mut names)?;
+    let buffers = allocations
+        .iter()
+        .enumerate()
+        .map(|(i, a)| DdrBuffer {
+            span: Span::new(placement.at[i], a.bytes),
+            read_only: a.flags == HT_MEM_RO,
+            name: format!("{})", names[i]),
+        })
+        .collect();
+    copy_in(c, &memory, &allocations, &placement)?;
+
+    let shared = Arc::new(GroupShared {
+        spec: launch.spec.clone(),
+        device: launch.device.clone(),
+        module: launch.module.clone(),
+        memory: memory.clone(),
+        threads,
+        ddr: DdrMap {
+            len: placement.len as u32,
+            read_only_len: placement.read_only_len as u32,
+            buffers,
+        },
+        barrier_ids: c.data().barriers.clone(),
+        sync: Barriers::new(threads, launch.spec.model.barrier_cycles as f64),
+        abort: launch.abort.clone(),
+        output: launch.output.clone(),
+        niceness: launch.niceness,
+    });
+    let figures = cores::run(&shared, &kernel, &device_args).map_err(fail)?;
+    apply_fault(&launch, &memory, &allocations, &placement)?;
+    copy_out(c, &memory, &allocations, &placement)?;
+
+    let wall = started.elapsed().as_secs_f64();
+    let line = emu_line(&kernel, cluster, &figures, &launch.spec, wall);
+    let state = c.data_mut();
+    let at = (state.stdout_len)();
+    state.emu_lines.push((at, line));
+    if let Some(g) = state.groups.get_mut(&id) {
+        g.started = None;
+    }
+    Ok(())
+}
+
+/// Where the DDR buffers lie in device memory: read-only ones first (so
+/// one bound protects them all), each 128-byte aligned.
+struct Placement {
+    /// The device address of each buffer, in allocation order.
+    at: Vec<u32>,
+    /// Bytes of all buffers, padding included.
+    len: u64,
+    /// Bytes of the read-only buffers at the start.
+    read_only_len: u64,
+}
+
+impl Placement {
+    fn of(allocations: &[Allocation], ddr_lo: u32) -> Self {
+        let mut order: Vec<usize> = (0..allocations.len()).collect();
+        order.sort_by_key(|&i| (allocations[i].flags != HT_MEM_RO, i));
+        let mut at = vec![0u32; allocations.len()];
+        let mut offset = 0u64;
+        let mut read_only_len = 0u64;
+        for &i in &order {
+            at[i] = ddr_lo + offset as u32;
+            offset += u64::from(allocations[i].bytes).div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
+            if allocations[i].flags == HT_MEM_RO {
+                read_only_len = offset;
+            }
+        }
+        Self {
+            at,
+            len: offset,
+            read_only_len,
         }
     }
-    let memory = device_memory(c.data_mut(), offset).map_err(fail)?;
-    let mut names: Vec<String> = allocations
+}
+
+/// How an error names each buffer (without the closing parenthesis: the
+/// kernel arguments pointing into it are added).
+fn buffer_names(allocations: &[Allocation]) -> Vec<String> {
+    allocations
         .iter()
         .enumerate()
         .map(|(i, a)| {
@@ -96,10 +165,19 @@ pub(super) fn group_wait(c: &mut Ctx<'_>, id: i32) -> wasmtime::Result<()> {
             };
             format!("DDR buffer {i} ({flags}, {} bytes", a.bytes)
         })
-        .collect();
+        .collect()
+}
 
-    // Translate pointer arguments into device addresses.
-    let mut device_args = args.clone();
+/// The kernel's arguments with each pointer (after the `nscalar` scalars)
+/// translated from the harness's buffer into the device's.
+fn translate_pointers(
+    args: &[u64],
+    nscalar: usize,
+    allocations: &[Allocation],
+    placement: &Placement,
+    names: &mut [String],
+) -> wasmtime::Result<Vec<u64>> {
+    let mut device_args = args.to_vec();
     for (k, arg) in device_args.iter_mut().enumerate().skip(nscalar) {
         let host = *arg;
         if host == 0 {
@@ -112,83 +190,70 @@ pub(super) fn group_wait(c: &mut Ctx<'_>, id: i32) -> wasmtime::Result<()> {
                 "hthread_group_create: argument {k} ({host:#x}) points into no hthread_malloc buffer"
             ))));
         };
-        *arg = u64::from(placed[i]) + (host - u64::from(allocations[i].host));
+        *arg = u64::from(placement.at[i]) + (host - u64::from(allocations[i].host));
         names[i].push_str(&format!(", kernel argument {k}"));
     }
-    let buffers = allocations
-        .iter()
-        .enumerate()
-        .map(|(i, a)| DdrBuffer {
-            span: Span::new(placed[i], a.bytes),
-            read_only: a.flags == HT_MEM_RO,
-            name: format!("{})", names[i]),
-        })
-        .collect();
+    Ok(device_args)
+}
 
-    // Copy in: inputs as the harness wrote them, outputs poisoned.
+/// Copy in: inputs as the harness wrote them, outputs poisoned.
+fn copy_in(
+    c: &mut Ctx<'_>,
+    memory: &DeviceMemory,
+    allocations: &[Allocation],
+    placement: &Placement,
+) -> wasmtime::Result<()> {
     for (i, a) in allocations.iter().enumerate() {
+        let at = u64::from(placement.at[i]);
         if a.flags == HT_MEM_WO {
-            memory
-                .fill(u64::from(placed[i]), u64::from(a.bytes), 0xff)
-                .map_err(fail)?;
+            memory.fill(at, u64::from(a.bytes), 0xff).map_err(fail)?;
         } else {
             let bytes = harness_bytes(c, a.host, a.bytes)?;
-            memory.write(u64::from(placed[i]), &bytes).map_err(fail)?;
+            memory.write(at, &bytes).map_err(fail)?;
         }
     }
+    Ok(())
+}
 
-    let shared = Arc::new(GroupShared {
-        spec: launch.spec.clone(),
-        device: launch.device.clone(),
-        module: launch.module.clone(),
-        memory: memory.clone(),
-        threads,
-        ddr: DdrMap {
-            len: offset as u32,
-            read_only_len: read_only_len as u32,
-            buffers,
-        },
-        barrier_ids: c.data().barriers.clone(),
-        sync: Barriers::new(threads, launch.spec.model.barrier_cycles as f64),
-        abort: launch.abort.clone(),
-        output: launch.output.clone(),
-        niceness: launch.niceness,
-    });
-    let figures = cores::run(&shared, &kernel, &device_args).map_err(fail)?;
-
+/// The launch's injected fault, if any, after the cores ran.
+fn apply_fault(
+    launch: &LaunchShared,
+    memory: &DeviceMemory,
+    allocations: &[Allocation],
+    placement: &Placement,
+) -> wasmtime::Result<()> {
     match launch.fault {
         Some(Fault::Hang) => {
             // Never returns by itself: the launch's timeout stops it.
             while !launch.abort.is_raised() {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            return Err(fail(EmuError::Aborted));
+            Err(fail(EmuError::Aborted))
         }
-        Some(Fault::Crash) => return Err(fail(EmuError::Crash(libc::SIGSEGV))),
-        Some(Fault::Wrong) => corrupt_outputs(&memory, &allocations, &placed).map_err(fail)?,
-        None => {}
+        Some(Fault::Crash) => Err(fail(EmuError::Crash(libc::SIGSEGV))),
+        Some(Fault::Wrong) => corrupt_outputs(memory, allocations, &placement.at).map_err(fail),
+        None => Ok(()),
     }
+}
 
-    // Copy out what the kernel may write.
+/// Copy out what the kernel may write.
+fn copy_out(
+    c: &mut Ctx<'_>,
+    memory: &DeviceMemory,
+    allocations: &[Allocation],
+    placement: &Placement,
+) -> wasmtime::Result<()> {
     let harness = harness_memory(c)?;
     for (i, a) in allocations.iter().enumerate() {
         if a.flags & HT_MEM_WO == 0 {
             continue;
         }
         let bytes = memory
-            .read(u64::from(placed[i]), u64::from(a.bytes))
+            .read(u64::from(placement.at[i]), u64::from(a.bytes))
             .map_err(fail)?;
         harness
             .write(&mut *c, a.host as usize, &bytes)
             .map_err(|e| fail(EmuError::Usage(format!("copying DDR buffer {i} back: {e}"))))?;
-    }
-    let wall = started.elapsed().as_secs_f64();
-    let line = emu_line(&kernel, cluster, &figures, &launch.spec, wall);
-    let state = c.data_mut();
-    let at = (state.stdout_len)();
-    state.emu_lines.push((at, line));
-    if let Some(g) = state.groups.get_mut(&id) {
-        g.started = None;
     }
     Ok(())
 }

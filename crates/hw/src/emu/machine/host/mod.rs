@@ -155,6 +155,14 @@ fn harness_string(c: &mut Ctx<'_>, addr: u32) -> wasmtime::Result<String> {
 
 /// Define the host API on the harness's linker.
 pub(crate) fn define(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> {
+    define_devices(linker)?;
+    define_groups(linker)?;
+    define_barriers(linker)?;
+    define_ddr(linker)
+}
+
+/// Opening devices and loading device images on the clusters.
+fn define_devices(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> {
     linker.func_wrap("env", "hthread_dev_open", |mut c: Ctx<'_>, cluster: i32| {
         cluster_ok(&c, cluster, "hthread_dev_open")?;
         c.data_mut().open.insert(cluster);
@@ -208,6 +216,11 @@ pub(crate) fn define(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> 
             Ok(c.data().launch.cores as i32)
         },
     )?;
+    Ok(())
+}
+
+/// Thread groups: created, started (by the C shim's `hthread_group_exec`), waited for (the run itself) and destroyed.
+fn define_groups(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> {
     linker.func_wrap(
         "env",
         "hthread_group_create",
@@ -219,6 +232,23 @@ pub(crate) fn define(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> 
          nptr: i32,
          args: i32| { group_create(&mut c, cluster, threads, name, nscalar, nptr, args) },
     )?;
+    linker.func_wrap("mtswarm", "group_exec", |mut c: Ctx<'_>, group: i32| {
+        let state = c.data_mut();
+        let busy = state.groups.values().any(|g| g.started.is_some());
+        match state.groups.get_mut(&group) {
+            None => Err(fail(EmuError::Usage(format!(
+                "hthread_group_exec({group}): no such thread group"
+            )))),
+            Some(g) if busy => Err(fail(EmuError::Usage(format!(
+                "hthread_group_exec({group}): cluster {} is already running a group",
+                g.cluster
+            )))),
+            Some(g) => {
+                g.started = Some(Instant::now());
+                Ok(0i32)
+            }
+        }
+    })?;
     linker.func_wrap("env", "hthread_group_wait", |mut c: Ctx<'_>, group: i32| {
         group_wait(&mut c, group).map(|()| 0i32)
     })?;
@@ -238,6 +268,11 @@ pub(crate) fn define(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> 
             }
         },
     )?;
+    Ok(())
+}
+
+/// Barrier ids for kernels that synchronise.
+fn define_barriers(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> {
     linker.func_wrap(
         "env",
         "hthread_barrier_create",
@@ -261,6 +296,11 @@ pub(crate) fn define(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> 
             0i32
         },
     )?;
+    Ok(())
+}
+
+/// DDR buffers the harness allocated, as the C shim registers and releases them.
+fn define_ddr(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> {
     linker.func_wrap(
         "mtswarm",
         "ddr_register",
@@ -278,23 +318,6 @@ pub(crate) fn define(linker: &mut Linker<HarnessState>) -> wasmtime::Result<()> 
             None => Err(fail(EmuError::Usage(format!(
                 "hthread_free({ptr:#x}): not an hthread_malloc pointer"
             )))),
-        }
-    })?;
-    linker.func_wrap("mtswarm", "group_exec", |mut c: Ctx<'_>, group: i32| {
-        let state = c.data_mut();
-        let busy = state.groups.values().any(|g| g.started.is_some());
-        match state.groups.get_mut(&group) {
-            None => Err(fail(EmuError::Usage(format!(
-                "hthread_group_exec({group}): no such thread group"
-            )))),
-            Some(g) if busy => Err(fail(EmuError::Usage(format!(
-                "hthread_group_exec({group}): cluster {} is already running a group",
-                g.cluster
-            )))),
-            Some(g) => {
-                g.started = Some(Instant::now());
-                Ok(0i32)
-            }
         }
     })?;
     Ok(())
