@@ -273,13 +273,9 @@ async fn start_secure(
     let fleet_path = dir.join("secure-fleet.toml");
     std::fs::write(&fleet_path, fleet_toml("bench", sessions)).expect("write fleet");
     let fleet = mtswarm_hw::fleet::Fleet::load(&fleet_path).expect("fleet");
-    let deployment = mtswarm_cli::credentials::generate_deployment(
-        &dir.join("credentials"),
-        &fleet_path,
-        &fleet,
-        &[],
-    )
-    .expect("credentials");
+    let deployment =
+        mtswarm_cli::generate_deployment(&dir.join("credentials"), &fleet_path, &fleet, &[])
+            .expect("credentials");
     let config = deployment
         .nats_server_config()
         .expect("nats-server configuration");

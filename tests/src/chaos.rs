@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use mtswarm_bus::local_server::NatsServer;
 use mtswarm_bus::{Bus, BusConfig, Checkpoints, KvChange, codec, subjects, v1};
-use mtswarm_cli::local_stack::{LeaderProcessArgs, WorkerProcessArgs};
+use mtswarm_cli::{LeaderProcessArgs, WorkerProcessArgs};
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
 use tokio::sync::watch;

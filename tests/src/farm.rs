@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use mtswarm_cli::local_stack::{LeaderProcessArgs, WorkerProcessArgs};
+use mtswarm_cli::{LeaderProcessArgs, WorkerProcessArgs};
 use mtswarm_hw::board::ModelFigures;
 use mtswarm_hw::simulated;
 use mtswarm_hw::{ChipSpec, TuneSpace};

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use mtswarm_bus::local_server::NatsServer;
-use mtswarm_cli::local_stack::WorkerProcessArgs;
+use mtswarm_cli::WorkerProcessArgs;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;

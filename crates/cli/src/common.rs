@@ -17,7 +17,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 /// Default gRPC address of the leader (`mtswarm up` and `mtswarm leader`).
-pub const DEFAULT_LEADER: &str = "http://127.0.0.1:7700";
+pub(crate) const DEFAULT_LEADER: &str = "http://127.0.0.1:7700";
 
 /// Logging and tracing flags, on every subcommand.
 #[derive(Debug, Clone, Args)]
@@ -105,7 +105,7 @@ pub struct LeaderArgs {
 
 /// The Control client the commands use: every call carries the caller's
 /// token and the current span's trace context.
-pub type Control =
+pub(crate) type Control =
     ControlClient<InterceptedService<Channel, BearerInterceptor<TraceContextInterceptor>>>;
 
 /// The profile `--profile` / `MTSWARM_PROFILE` named, set once by
@@ -113,7 +113,7 @@ pub type Control =
 static REQUESTED_PROFILE: OnceLock<Option<String>> = OnceLock::new();
 
 /// Records the profile the command line asked for (first call wins).
-pub fn request_profile(profile: Option<String>) {
+pub(crate) fn request_profile(profile: Option<String>) {
     let _ = REQUESTED_PROFILE.set(profile.filter(|p| !p.trim().is_empty()));
 }
 
@@ -125,7 +125,7 @@ fn requested_profile() -> Option<&'static str> {
 /// profile asked for, else the file's default profile, else the local
 /// stack's. An unknown profile is an error naming the known ones; no
 /// file (or no `$HOME`) is `Ok(None)` when no profile was asked for.
-pub fn selected_profile() -> anyhow::Result<Option<ClientProfile>> {
+pub(crate) fn selected_profile() -> anyhow::Result<Option<ClientProfile>> {
     let Some(path) = mtswarm_auth::default_client_config_path() else {
         if let Some(name) = requested_profile() {
             anyhow::bail!(
@@ -149,7 +149,7 @@ pub fn selected_profile() -> anyhow::Result<Option<ClientProfile>> {
 /// The selected deployment of the client configuration, if there is one.
 /// An unusable file is reported and ignored (flags then say everything);
 /// [`crate::run`] has already refused an unknown profile.
-pub fn client_config() -> Option<ClientProfile> {
+pub(crate) fn client_config() -> Option<ClientProfile> {
     match selected_profile() {
         Ok(profile) => profile,
         Err(error) => {
@@ -253,7 +253,7 @@ impl LeaderArgs {
 /// Why a connection to the leader failed, in words: a TLS failure names
 /// the certificate problem (not "is it running?"), anything else asks
 /// whether a leader runs there.
-pub fn connect_error(url: &str, chain: &str) -> anyhow::Error {
+pub(crate) fn connect_error(url: &str, chain: &str) -> anyhow::Error {
     let lower = chain.to_ascii_lowercase();
     let tls = [
         "certificate",
@@ -275,7 +275,7 @@ pub fn connect_error(url: &str, chain: &str) -> anyhow::Error {
 }
 
 /// `host:port` -> `http://host:port`; URLs with a scheme are kept.
-pub fn with_scheme(address: &str) -> String {
+pub(crate) fn with_scheme(address: &str) -> String {
     let trimmed = address.trim();
     if trimmed.contains("://") {
         trimmed.to_string()
@@ -285,7 +285,7 @@ pub fn with_scheme(address: &str) -> String {
 }
 
 /// An error and its sources on one line.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {
@@ -301,7 +301,7 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// A failed call to the leader as a readable error: the status code's
 /// meaning and the leader's message.
-pub fn rpc_error(what: &str, leader: &str, status: tonic::Status) -> anyhow::Error {
+pub(crate) fn rpc_error(what: &str, leader: &str, status: tonic::Status) -> anyhow::Error {
     let message = status.message();
     match status.code() {
         tonic::Code::Unavailable => anyhow::anyhow!(
@@ -322,7 +322,7 @@ pub fn rpc_error(what: &str, leader: &str, status: tonic::Status) -> anyhow::Err
 
 /// Writes `contents` to `path` atomically (temporary file + rename), so a
 /// reader polling for the file never sees half of it.
-pub fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
+pub(crate) fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -337,7 +337,7 @@ pub fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()> {
 }
 
 /// Identity recorded as the decider of approvals: `$USER@host`, else `cli`.
-pub fn local_identity() -> String {
+pub(crate) fn local_identity() -> String {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_default();

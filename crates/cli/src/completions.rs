@@ -24,14 +24,14 @@ pub struct CompletionsCmd {
 }
 
 /// Writes the completion script of `shell` to `out`.
-pub fn write(shell: Shell, out: &mut dyn Write) {
+pub(crate) fn write(shell: Shell, out: &mut dyn Write) {
     let mut command = Cli::command();
     clap_complete::generate(shell, &mut command, "mtswarm", out);
 }
 
 /// Prints the script on stdout (generated whole first: the generator
 /// panics on a failed write, a closed pipe must end quietly).
-pub fn completions(cmd: CompletionsCmd) -> anyhow::Result<ExitCode> {
+pub(crate) fn completions(cmd: CompletionsCmd) -> anyhow::Result<ExitCode> {
     let mut script = Vec::new();
     write(cmd.shell, &mut script);
     let mut stdout = std::io::stdout().lock();

@@ -140,7 +140,7 @@ impl Deployment {
 }
 
 /// The worker daemons of a fleet (default worker ids) with their slices.
-pub fn fleet_workers(fleet_file: &Path, fleet: &Fleet) -> Vec<(String, NatsWorker)> {
+pub(crate) fn fleet_workers(fleet_file: &Path, fleet: &Fleet) -> Vec<(String, NatsWorker)> {
     fleet
         .boards
         .iter()
@@ -197,7 +197,7 @@ pub fn generate_deployment(
 
 /// The nats-server `tls` block serving with the NATS server's own
 /// certificate.
-pub fn nats_tls_block(grpc: &GrpcCredentials) -> String {
+pub(crate) fn nats_tls_block(grpc: &GrpcCredentials) -> String {
     format!(
         "tls {{\n  cert_file: {:?}\n  key_file: {:?}\n}}\n",
         grpc.nats.cert_file.display().to_string(),
@@ -207,7 +207,7 @@ pub fn nats_tls_block(grpc: &GrpcCredentials) -> String {
 
 /// `mtswarm credentials`: writes a deployment's credentials for the fleet
 /// into `--out` and prints which daemon flag takes which file.
-pub fn credentials(cmd: CredentialsCmd) -> anyhow::Result<ExitCode> {
+pub(crate) fn credentials(cmd: CredentialsCmd) -> anyhow::Result<ExitCode> {
     let fleet = Fleet::load(&cmd.fleet)
         .with_context(|| format!("loading the fleet {}", cmd.fleet.display()))?;
     let deployment = generate_deployment(&cmd.out, &cmd.fleet, &fleet, &cmd.hosts)?;

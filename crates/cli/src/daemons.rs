@@ -21,7 +21,7 @@ use crate::credentials::NatsSecurityArgs;
 use crate::metrics::DaemonMetrics;
 
 /// Default NATS URL of every process.
-pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
+pub(crate) const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
 
 /// The model endpoint a daemon's agents use by default, its API key and the
 /// other endpoints jobs may name.
@@ -405,7 +405,7 @@ pub struct WorkerCmd {
 }
 
 /// Resolves when the process is asked to stop (Ctrl-C / SIGINT or SIGTERM).
-pub async fn stop_requested() -> &'static str {
+pub(crate) async fn stop_requested() -> &'static str {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(signal) => signal,
         Err(error) => {
@@ -443,7 +443,7 @@ pub(crate) fn bus_config(
 
 /// `mtswarm leader`: runs the leader daemon until SIGINT/SIGTERM, then shuts
 /// it down and flushes traces. Exit 0 after a requested stop.
-pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let mut guard = telemetry.init("mtswarm-leader")?;
     let metrics = DaemonMetrics::start(telemetry, "mtswarm-leader", cmd.metrics_addr).await?;
     if !cmd.kernel_root.is_dir() {
@@ -533,7 +533,7 @@ pub async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow::Result
 
 /// `mtswarm worker`: runs one board's worker daemon until SIGINT/SIGTERM.
 /// Exit 0 after a requested stop.
-pub async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let mut guard = telemetry.init("mtswarm-worker")?;
     let metrics = DaemonMetrics::start(telemetry, "mtswarm-worker", cmd.metrics_addr).await?;
     // Sessions read the key from the environment or its file; a key on the

@@ -33,7 +33,7 @@ impl Scope {
 }
 
 /// DecideApproval with the local identity as the decider.
-pub async fn decide_approval(
+pub(crate) async fn decide_approval(
     control: &mut crate::common::Control,
     leader: &str,
     approval_id: &str,

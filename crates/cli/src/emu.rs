@@ -91,7 +91,7 @@ struct RunArgs {
 /// `mtswarm emu run`: builds and runs the kernel. Exit 0 when the run was
 /// valid (every execution matched the reference), 1 otherwise, also when
 /// the build or run failed.
-pub async fn main(args: EmuArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn main(args: EmuArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         EmuCommand::Run(run) => run_command(run).await,
         EmuCommand::Space(space) => space_command(&space),

@@ -2,48 +2,52 @@
 //! also reads an environment variable), wires the library crates together
 //! and prints. Each command family lives in its own module:
 //!
-//! - [`up`]: a whole local stack (nats-server, leader, one worker per board);
-//! - [`demo`]: a private stack that tunes one kernel end to end and reports;
-//! - [`local_stack`]: the stack both of them start and stop (and whose
+//! - `up`: a whole local stack (nats-server, leader, one worker per board);
+//! - `demo`: a private stack that tunes one kernel end to end and reports;
+//! - `local_stack`: the stack both of them start and stop (and whose
 //!   process command lines the tests' stacks use);
-//! - [`daemons`]: `leader` and `worker`, thin wrappers over the daemons;
-//! - [`client`]: `submit`, `jobs`, `fleet`, `quarantine`, `approvals`,
+//! - `daemons`: `leader` and `worker`, thin wrappers over the daemons;
+//! - `client`: `submit`, `jobs`, `fleet`, `quarantine`, `approvals`,
 //!   `approve`/`deny`, `tasks` against the leader's Control service;
-//! - [`results`]: `results`, the results store read over NATS;
-//! - [`report`]: `report`, the HTML report of any job;
-//! - [`watch`]: live progress of a job, with interactive approvals
-//!   ([`approval_prompt`] asks them);
-//! - [`decision`]: deciding one approval (`approve`/`deny` and `watch`);
+//! - `results`: `results`, the results store read over NATS;
+//! - `report`: `report`, the HTML report of any job;
+//! - `watch`: live progress of a job, with interactive approvals
+//!   (`approval_prompt` asks them);
+//! - `decision`: deciding one approval (`approve`/`deny` and `watch`);
 //! - `emu`: build and run one kernel on the emulator;
-//! - [`llm`]: whether a model endpoint can drive the agents;
-//! - [`mcp`]: `mcp`, the farm as Model Context Protocol tools for outside
+//! - `llm`: whether a model endpoint can drive the agents;
+//! - `mcp`: `mcp`, the farm as Model Context Protocol tools for outside
 //!   agents (stdio or streamable HTTP), a client of the leader like `client`;
-//! - [`completions`]: the shell completion scripts;
-//! - [`pipe`]: a closed stdout pipe ends any command quietly with success.
+//! - `completions`: the shell completion scripts;
+//! - `pipe`: a closed stdout pipe ends any command quietly with success.
 //!
 //! The library form exists so that other binaries (the end-to-end tests'
 //! `mtswarm-node`) run exactly this command line: [`run`] is the whole of
 //! `main`.
 
-pub mod approval_prompt;
-pub mod client;
-pub mod common;
-pub mod completions;
-pub mod credentials;
-pub mod daemons;
-pub mod decision;
-pub mod demo;
-pub mod emu;
-pub mod llm;
-pub mod local_stack;
-pub mod mcp;
-pub mod metrics;
-pub mod pipe;
-pub mod render;
-pub mod report;
-pub mod results;
-pub mod up;
-pub mod watch;
+mod approval_prompt;
+mod client;
+mod common;
+mod completions;
+mod credentials;
+mod daemons;
+mod decision;
+mod demo;
+mod emu;
+mod llm;
+mod local_stack;
+mod mcp;
+mod metrics;
+mod pipe;
+mod render;
+mod report;
+mod results;
+mod up;
+mod watch;
+
+pub use credentials::generate_deployment;
+pub use local_stack::{LeaderProcessArgs, WorkerProcessArgs};
+pub use up::{DEFAULT_FLEET_TOML, DEFAULT_METRICS_PORT};
 
 use std::process::ExitCode;
 

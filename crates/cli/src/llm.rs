@@ -47,7 +47,7 @@ pub struct LlmCheckCmd {
 }
 
 /// Runs an `mtswarm llm` command.
-pub async fn llm(command: LlmCommand) -> anyhow::Result<ExitCode> {
+pub(crate) async fn llm(command: LlmCommand) -> anyhow::Result<ExitCode> {
     match command {
         LlmCommand::Check(cmd) => check(cmd).await,
     }

@@ -12,7 +12,7 @@ use crate::common::TelemetryArgs;
 
 /// What a daemon keeps of its metrics until it stops.
 #[derive(Debug, Default)]
-pub struct DaemonMetrics {
+pub(crate) struct DaemonMetrics {
     guard: Option<MetricsGuard>,
     endpoint: Option<MetricsEndpoint>,
 }
@@ -22,7 +22,7 @@ impl DaemonMetrics {
     /// anywhere (a `/metrics` endpoint on `addr`, or an OTLP collector the
     /// environment or `--otlp-endpoint` names); otherwise the instruments
     /// stay no-ops.
-    pub async fn start(
+    pub(crate) async fn start(
         telemetry: &TelemetryArgs,
         service_name: &str,
         addr: Option<SocketAddr>,
@@ -37,7 +37,7 @@ impl DaemonMetrics {
     }
 
     /// [`DaemonMetrics::start`] with the OTLP settings of `config`.
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         mut config: MetricsConfig,
         addr: Option<SocketAddr>,
     ) -> anyhow::Result<Self> {
@@ -64,7 +64,7 @@ impl DaemonMetrics {
     }
 
     /// `http://ADDR/metrics` when the endpoint runs.
-    pub fn url(&self) -> Option<String> {
+    pub(crate) fn url(&self) -> Option<String> {
         self.endpoint.as_ref().map(|endpoint| {
             let addr = endpoint.local_addr();
             if addr.ip().is_unspecified() {
@@ -76,7 +76,7 @@ impl DaemonMetrics {
     }
 
     /// Stops the endpoint and pushes the last values (OTLP).
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         if let Some(endpoint) = self.endpoint.take() {
             endpoint.shutdown().await;
         }

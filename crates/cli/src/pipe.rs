@@ -10,7 +10,7 @@
 use std::io;
 
 /// True when `error` comes from a write into a closed pipe.
-pub fn is_closed_pipe(error: &anyhow::Error) -> bool {
+pub(crate) fn is_closed_pipe(error: &anyhow::Error) -> bool {
     error
         .chain()
         .filter_map(|cause| cause.downcast_ref::<io::Error>())
@@ -26,7 +26,7 @@ fn is_print_to_closed_pipe(message: &str) -> bool {
 
 /// Makes a `println!` into a closed pipe end the process with status 0,
 /// quietly; other panics keep the previous hook.
-pub fn install_hook() {
+pub(crate) fn install_hook() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let payload = info.payload();

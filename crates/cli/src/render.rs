@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 /// `JOB_STATE_RUNNING` -> `running`: the enum's proto name without the
 /// type prefix, lower-case.
-pub fn short_name(proto_name: &str, prefix: &str) -> String {
+pub(crate) fn short_name(proto_name: &str, prefix: &str) -> String {
     proto_name
         .strip_prefix(prefix)
         .unwrap_or(proto_name)
@@ -18,42 +18,42 @@ pub fn short_name(proto_name: &str, prefix: &str) -> String {
 }
 
 /// A job state as `mtswarm` prints it: `queued`, `running`, `succeeded`, ...
-pub fn job_state(state: v1::JobState) -> String {
+pub(crate) fn job_state(state: v1::JobState) -> String {
     short_name(state.as_str_name(), "JOB_STATE_")
 }
 
 /// A slice state as `mtswarm fleet` prints it: `free`, `leased`, `quarantined`, `offline`.
-pub fn slice_state(state: v1::SliceState) -> String {
+pub(crate) fn slice_state(state: v1::SliceState) -> String {
     short_name(state.as_str_name(), "SLICE_STATE_")
 }
 
 /// An approval state as printed: `pending`, `approved` or `denied`.
-pub fn approval_state(state: v1::ApprovalState) -> String {
+pub(crate) fn approval_state(state: v1::ApprovalState) -> String {
     short_name(state.as_str_name(), "APPROVAL_STATE_")
 }
 
 /// An approval verdict as printed: `approve` or `deny`.
-pub fn verdict(verdict: v1::ApprovalVerdict) -> String {
+pub(crate) fn verdict(verdict: v1::ApprovalVerdict) -> String {
     short_name(verdict.as_str_name(), "APPROVAL_VERDICT_")
 }
 
 /// A tool's risk level as printed: `low`, `medium` or `high`.
-pub fn risk(risk: v1::RiskLevel) -> String {
+pub(crate) fn risk(risk: v1::RiskLevel) -> String {
     short_name(risk.as_str_name(), "RISK_LEVEL_")
 }
 
 /// A task status as printed: `ok`, `failed` or `cancelled`.
-pub fn task_status(status: v1::TaskStatus) -> String {
+pub(crate) fn task_status(status: v1::TaskStatus) -> String {
     short_name(status.as_str_name(), "TASK_STATUS_")
 }
 
 /// An agent event kind as printed (`tool_call`, `tool_result`, `error`, ...).
-pub fn event_kind(kind: v1::AgentEventKind) -> String {
+pub(crate) fn event_kind(kind: v1::AgentEventKind) -> String {
     short_name(kind.as_str_name(), "AGENT_EVENT_KIND_")
 }
 
 /// Parses a `running`/`RUNNING`/`JOB_STATE_RUNNING` spelling.
-pub fn parse_job_state(text: &str) -> Option<v1::JobState> {
+pub(crate) fn parse_job_state(text: &str) -> Option<v1::JobState> {
     let upper = text.trim().to_ascii_uppercase();
     let full = if upper.starts_with("JOB_STATE_") {
         upper
@@ -64,7 +64,7 @@ pub fn parse_job_state(text: &str) -> Option<v1::JobState> {
 }
 
 /// RFC 3339 UTC (`2026-01-02T03:04:05.678Z`), or `None` for an absent stamp.
-pub fn timestamp(ts: Option<&Timestamp>) -> Option<String> {
+pub(crate) fn timestamp(ts: Option<&Timestamp>) -> Option<String> {
     let ts = ts?;
     let millis = u32::try_from(ts.nanos.clamp(0, 999_999_999) / 1_000_000).unwrap_or(0);
     Some(format_rfc3339_millis(ts.seconds, millis))
@@ -72,7 +72,7 @@ pub fn timestamp(ts: Option<&Timestamp>) -> Option<String> {
 
 /// An embedded JSON document field: parsed when valid, kept as a string when
 /// not (never dropped), `null` when empty.
-pub fn embedded_json(text: &str) -> Value {
+pub(crate) fn embedded_json(text: &str) -> Value {
     if text.trim().is_empty() {
         return Value::Null;
     }
@@ -80,7 +80,7 @@ pub fn embedded_json(text: &str) -> Value {
 }
 
 /// A job's budgets (0 = unlimited or the server default); `null` when unset.
-pub fn budgets(b: Option<&v1::Budgets>) -> Value {
+pub(crate) fn budgets(b: Option<&v1::Budgets>) -> Value {
     match b {
         None => Value::Null,
         Some(b) => json!({
@@ -93,7 +93,7 @@ pub fn budgets(b: Option<&v1::Budgets>) -> Value {
 }
 
 /// Steps, tokens and seconds spent; `null` when the record carries none.
-pub fn usage(u: Option<&v1::Usage>) -> Value {
+pub(crate) fn usage(u: Option<&v1::Usage>) -> Value {
     match u {
         None => Value::Null,
         Some(u) => json!({
@@ -108,7 +108,7 @@ pub fn usage(u: Option<&v1::Usage>) -> Value {
 
 /// One job for `--json`: its spec flattened in, states and timestamps
 /// readable, `result_json` parsed, the outcome with [`outcome`].
-pub fn job(job: &v1::JobRecord) -> Value {
+pub(crate) fn job(job: &v1::JobRecord) -> Value {
     let spec = job.spec.clone().unwrap_or_default();
     json!({
         "job_id": job.job_id,
@@ -140,7 +140,7 @@ pub fn job(job: &v1::JobRecord) -> Value {
 }
 
 /// A job outcome with units in its field names; `null` while the job runs.
-pub fn outcome(outcome: Option<&v1::JobOutcome>) -> Value {
+pub(crate) fn outcome(outcome: Option<&v1::JobOutcome>) -> Value {
     let Some(o) = outcome else {
         return Value::Null;
     };
@@ -164,7 +164,7 @@ pub fn outcome(outcome: Option<&v1::JobOutcome>) -> Value {
 }
 
 /// Model tokens and their estimated cost (one agent's, or a job's total).
-pub fn token_cost(c: &v1::TokenCost) -> Value {
+pub(crate) fn token_cost(c: &v1::TokenCost) -> Value {
     json!({
         "agent_id": c.agent_id,
         "model": c.model,
@@ -178,7 +178,7 @@ pub fn token_cost(c: &v1::TokenCost) -> Value {
 
 /// A job's tokens and cost in a few characters for tables: `0.0123 USD`,
 /// `1.2k tok` without a price, `-` without an outcome.
-pub fn cost_cell(outcome: Option<&v1::JobOutcome>) -> String {
+pub(crate) fn cost_cell(outcome: Option<&v1::JobOutcome>) -> String {
     let Some(total) = outcome.and_then(|o| o.total_cost.as_ref()) else {
         return "-".to_string();
     };
@@ -228,7 +228,7 @@ fn cost_line(o: &v1::JobOutcome) -> Option<String> {
 
 /// The best configuration of a job: its parameters, figures (GFLOPS,
 /// median seconds, % of peak), where it ran and the records behind it.
-pub fn best_candidate(b: &v1::BestCandidate) -> Value {
+pub(crate) fn best_candidate(b: &v1::BestCandidate) -> Value {
     let params: std::collections::BTreeMap<&String, &String> = b.params.iter().collect();
     json!({
         "params": params,
@@ -254,7 +254,7 @@ pub fn best_candidate(b: &v1::BestCandidate) -> Value {
 }
 
 /// A confirmation of a figure on another worker, for `--json`.
-pub fn confirmation(c: &v1::Confirmation) -> Value {
+pub(crate) fn confirmation(c: &v1::Confirmation) -> Value {
     json!({
         "state": short_name(c.state().as_str_name(), "CONFIRMATION_STATE_"),
         "reason": c.reason, "seconds": c.seconds, "tolerance": c.tolerance,
@@ -292,7 +292,7 @@ fn source_lines(b: &v1::BestCandidate) -> Vec<String> {
 }
 
 /// Lines for people describing an outcome (empty when there is none).
-pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
+pub(crate) fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
     let Some(o) = outcome else {
         return Vec::new();
     };
@@ -374,7 +374,7 @@ pub fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
 }
 
 /// Seconds in a readable unit (`1.23 ms`, `4.5 s`, `2m 03s`).
-pub fn seconds(s: f64) -> String {
+pub(crate) fn seconds(s: f64) -> String {
     if !s.is_finite() || s <= 0.0 {
         return format!("{s} s");
     }
@@ -394,7 +394,7 @@ pub fn seconds(s: f64) -> String {
 
 /// The exit code a job's end maps to: 0 succeeded with a result, 1 failed,
 /// cancelled or succeeded without one.
-pub fn job_exit_code(job: &v1::JobRecord) -> u8 {
+pub(crate) fn job_exit_code(job: &v1::JobRecord) -> u8 {
     let has_result = job.outcome.as_ref().is_some_and(|o| o.best.is_some());
     if job.state() == v1::JobState::Succeeded && has_result {
         0
@@ -405,7 +405,7 @@ pub fn job_exit_code(job: &v1::JobRecord) -> u8 {
 
 /// A slice's identity; `cluster` is `null` when the slice is a whole board
 /// (the proto's -1); the whole value is `null` when absent.
-pub fn slice_descriptor(s: Option<&v1::SliceDescriptor>) -> Value {
+pub(crate) fn slice_descriptor(s: Option<&v1::SliceDescriptor>) -> Value {
     match s {
         None => Value::Null,
         Some(s) => json!({
@@ -420,7 +420,7 @@ pub fn slice_descriptor(s: Option<&v1::SliceDescriptor>) -> Value {
 
 /// One row of `mtswarm fleet --json`: the slice, its worker and state, its
 /// lease or quarantine (`null` when none) and its lock utilization (0..1).
-pub fn fleet_slice(s: &v1::FleetSlice) -> Value {
+pub(crate) fn fleet_slice(s: &v1::FleetSlice) -> Value {
     let descriptor = s.slice.clone().unwrap_or_default();
     json!({
         "slice_id": descriptor.slice_id,
@@ -449,7 +449,7 @@ pub fn fleet_slice(s: &v1::FleetSlice) -> Value {
 
 /// One worker daemon as `mtswarm fleet --json` lists it: endpoint, slices,
 /// load and heartbeat.
-pub fn worker(w: &v1::WorkerRecord) -> Value {
+pub(crate) fn worker(w: &v1::WorkerRecord) -> Value {
     json!({
         "worker_id": w.worker_id,
         "endpoint": w.endpoint,
@@ -464,7 +464,7 @@ pub fn worker(w: &v1::WorkerRecord) -> Value {
 
 /// What an agent asked to run: the tool, its parsed arguments, the risk and
 /// what happens when nobody decides in time.
-pub fn approval_request(r: &v1::ApprovalRequest) -> Value {
+pub(crate) fn approval_request(r: &v1::ApprovalRequest) -> Value {
     json!({
         "approval_id": r.approval_id,
         "job_id": r.job_id,
@@ -489,7 +489,7 @@ pub fn approval_request(r: &v1::ApprovalRequest) -> Value {
 /// What an approval request's call will do, in one line: the worker's
 /// summary (tool, candidate, slice, device time, files), else the tool
 /// and its arguments (requests of older workers).
-pub fn what_it_does(r: &v1::ApprovalRequest) -> String {
+pub(crate) fn what_it_does(r: &v1::ApprovalRequest) -> String {
     if r.summary.trim().is_empty() {
         format!("{} {}", r.tool_name, r.arguments_json)
     } else {
@@ -498,7 +498,7 @@ pub fn what_it_does(r: &v1::ApprovalRequest) -> String {
 }
 
 /// How far a decision reaches, as printed: `call`, `tool_for_job` or `tool_for_agent`.
-pub fn approval_scope(scope: v1::ApprovalScope) -> String {
+pub(crate) fn approval_scope(scope: v1::ApprovalScope) -> String {
     match scope {
         v1::ApprovalScope::Unspecified => "call".to_string(),
         other => short_name(other.as_str_name(), "APPROVAL_SCOPE_"),
@@ -506,7 +506,7 @@ pub fn approval_scope(scope: v1::ApprovalScope) -> String {
 }
 
 /// Who decided an approval, how, when and why (`timed_out` when nobody did).
-pub fn approval_decision(d: &v1::ApprovalDecision) -> Value {
+pub(crate) fn approval_decision(d: &v1::ApprovalDecision) -> Value {
     json!({
         "approval_id": d.approval_id,
         "job_id": d.job_id,
@@ -523,7 +523,7 @@ pub fn approval_decision(d: &v1::ApprovalDecision) -> Value {
 
 /// One approval for `--json`: the request's fields plus `state` and the
 /// `decision` (`null` while pending).
-pub fn approval(record: &v1::ApprovalRecord) -> Value {
+pub(crate) fn approval(record: &v1::ApprovalRecord) -> Value {
     let mut value = record
         .request
         .as_ref()
@@ -560,7 +560,7 @@ pub fn approval(record: &v1::ApprovalRecord) -> Value {
 
 /// One task attempt's result for `--json` (`result_json` parsed): one line
 /// of `mtswarm tasks --format jsonl`.
-pub fn task_result(r: &v1::TaskResult) -> Value {
+pub(crate) fn task_result(r: &v1::TaskResult) -> Value {
     json!({
         "task_id": r.task_id,
         "attempt": r.attempt,
@@ -580,7 +580,7 @@ pub fn task_result(r: &v1::TaskResult) -> Value {
 
 /// One event of an agent's session (a tool call, its result, a state
 /// transition ...) with its parsed payload.
-pub fn agent_event(e: &v1::AgentEvent) -> Value {
+pub(crate) fn agent_event(e: &v1::AgentEvent) -> Value {
     json!({
         "job_id": e.job_id,
         "agent_id": e.agent_id,
@@ -594,7 +594,7 @@ pub fn agent_event(e: &v1::AgentEvent) -> Value {
 }
 
 /// One `WatchJob` event as a JSON line: `{"sequence":..,"type":..,..}`.
-pub fn job_event(e: &v1::JobEvent) -> Value {
+pub(crate) fn job_event(e: &v1::JobEvent) -> Value {
     use v1::job_event::Event;
     let (kind, body) = match &e.event {
         Some(Event::AgentEvent(a)) => ("agent_event", agent_event(a)),
@@ -623,7 +623,7 @@ pub fn job_event(e: &v1::JobEvent) -> Value {
 
 /// A compact one-line rendering of a JSON value for tables and prompts,
 /// cut to `max` characters.
-pub fn compact(value: &Value, max: usize) -> String {
+pub(crate) fn compact(value: &Value, max: usize) -> String {
     let text = match value {
         Value::String(s) => s.clone(),
         Value::Null => String::new(),
@@ -633,7 +633,7 @@ pub fn compact(value: &Value, max: usize) -> String {
 }
 
 /// `text` cut to at most `max` characters, with an ellipsis when cut.
-pub fn truncate(text: &str, max: usize) -> String {
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     let single_line: String = text
         .chars()
         .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })

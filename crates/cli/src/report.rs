@@ -61,7 +61,7 @@ pub struct ReportCmd {
 }
 
 /// The kernel's name: the last component of the job's kernel directory.
-pub fn kernel_name(job: &v1::JobRecord) -> String {
+pub(crate) fn kernel_name(job: &v1::JobRecord) -> String {
     let dir = job
         .spec
         .as_ref()
@@ -77,7 +77,7 @@ pub fn kernel_name(job: &v1::JobRecord) -> String {
 /// Adds the kernel's tune.toml and the chip model to `report` (parameter
 /// axes in tune.toml order, the roofline). A kernel directory without a
 /// readable tune.toml leaves the report as it is, with a note saying so.
-pub fn add_kernel_model(report: &mut JobReport, kernel_dir: &Path, spec: &ChipSpec) {
+pub(crate) fn add_kernel_model(report: &mut JobReport, kernel_dir: &Path, spec: &ChipSpec) {
     match TuneSpace::load(kernel_dir) {
         Ok(space) => {
             report.with_kernel_model(&space, spec);
@@ -94,7 +94,7 @@ pub fn add_kernel_model(report: &mut JobReport, kernel_dir: &Path, spec: &ChipSp
 
 /// The report of `job` from its records. `baseline` overrides the records'
 /// own baseline (the demo measures one before the job).
-pub fn job_report(
+pub(crate) fn job_report(
     job: &v1::JobRecord,
     records: &[ResultRecord],
     baseline: Option<Baseline>,
@@ -118,7 +118,7 @@ pub fn job_report(
 
 /// `mtswarm report JOB`: reads the job from the leader and its records from
 /// the results store, writes the HTML report and prints its summary.
-pub async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn report(cmd: ReportCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let job = control
         .get_job(v1::GetJobRequest {

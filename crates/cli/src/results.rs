@@ -123,7 +123,7 @@ impl ResultsCmd {
 
 /// `--since`: an RFC 3339 instant, or an age before `now` (`90s`, `15m`,
 /// `2h`, `7d`, `1w`).
-pub fn parse_since(text: &str, now: SystemTime) -> anyhow::Result<SystemTime> {
+pub(crate) fn parse_since(text: &str, now: SystemTime) -> anyhow::Result<SystemTime> {
     let text = text.trim();
     if let Some(age) = parse_age(text) {
         return Ok(now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH));
@@ -163,7 +163,7 @@ const REPORT_RECORD_LIMIT: usize = 100_000;
 /// The records of `job_id` in the results store (at most
 /// [`REPORT_RECORD_LIMIT`]), as `mtswarm report` and the MCP server's
 /// `get_report` read them: connect, query, close.
-pub async fn job_records(
+pub(crate) async fn job_records(
     job_id: &str,
     nats: &[String],
     nats_creds: Option<PathBuf>,
@@ -186,7 +186,7 @@ pub async fn job_records(
 
 /// Connects to NATS for a one-shot read of the results store (also used by
 /// `mtswarm report`). The caller drains the bus when done.
-pub async fn connect_store(
+pub(crate) async fn connect_store(
     nats: &[String],
     nats_creds: Option<PathBuf>,
     nats_security: &NatsSecurityArgs,
@@ -230,7 +230,7 @@ pub async fn connect_store(
 
 /// `mtswarm results`: reads the matching records straight from the results
 /// store over NATS and prints or exports them. Exit 0 on any match count.
-pub async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
     let query = cmd.query(SystemTime::now())?;
     let nats = &cmd.bus;
     let (bus, store) =

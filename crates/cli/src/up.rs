@@ -50,7 +50,7 @@ pub const DEFAULT_METRICS_PORT: u16 = 9464;
 
 /// The metrics address of the stack's `index`th daemon (0: the leader,
 /// then the workers in fleet order) when the leader's port is `base`.
-pub fn metrics_addr(base: u16, index: usize) -> String {
+pub(crate) fn metrics_addr(base: u16, index: usize) -> String {
     if base == 0 {
         return "127.0.0.1:0".to_string();
     }
@@ -123,7 +123,7 @@ fn default_log_dir() -> PathBuf {
 /// `mtswarm up`: starts nats-server (unless `--nats`), the leader and one
 /// worker per board, prints the endpoints and runs until SIGINT/SIGTERM
 /// (exit 0) or until a part exits (an error that stops the rest).
-pub async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn up(cmd: UpCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let _guard = telemetry.init_client()?;
     let state = tempfile::Builder::new()
         .prefix("mtswarm-up-")

@@ -55,7 +55,7 @@ pub struct WatchCmd {
 
 /// How to watch.
 #[derive(Debug, Clone, Copy)]
-pub struct WatchOptions {
+pub(crate) struct WatchOptions {
     /// First event sequence to replay (0 = from the job's first event).
     pub from_sequence: u64,
     /// One JSON object per event on stdout instead of the live view.
@@ -68,7 +68,7 @@ pub struct WatchOptions {
 
 /// `mtswarm watch JOB`: follows the job's events until it ends; exits as
 /// [`render::job_exit_code`] maps the end (see `--help`).
-pub async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn watch(cmd: WatchCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     print_trace_id(&mut control, &cmd.job_id, cmd.json).await;
     watch_job(
@@ -197,7 +197,7 @@ fn describe(event: &v1::AgentEvent) -> String {
 }
 
 /// Follows `job_id` until it is final. Returns 0 when it succeeded.
-pub async fn watch_job(
+pub(crate) async fn watch_job(
     control: &mut Control,
     leader: &str,
     job_id: &str,

@@ -285,13 +285,11 @@ fn prometheus_configurations_are_valid_and_scrape_the_daemons_ports() {
         );
     }
     // `mtswarm up` on its built-in fleet: the leader and one worker per board.
-    let fleet = mtswarm_hw::fleet::Fleet::from_toml_str(
-        mtswarm_cli::up::DEFAULT_FLEET_TOML,
-        Path::new("."),
-    )
-    .expect("the built-in fleet");
+    let fleet =
+        mtswarm_hw::fleet::Fleet::from_toml_str(mtswarm_cli::DEFAULT_FLEET_TOML, Path::new("."))
+            .expect("the built-in fleet");
     let want: BTreeSet<u16> = (0..=fleet.boards.len())
-        .map(|i| mtswarm_cli::up::DEFAULT_METRICS_PORT + u16::try_from(i).unwrap())
+        .map(|i| mtswarm_cli::DEFAULT_METRICS_PORT + u16::try_from(i).unwrap())
         .collect();
     assert_eq!(static_ports(&yaml(&compose_config)), want);
 

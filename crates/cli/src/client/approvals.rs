@@ -50,7 +50,7 @@ pub struct DecideCmd {
 
 /// `mtswarm approvals`: prints the pending (or, with `--all`, every)
 /// approval request as a table or JSON. Exit 0 on any answer of the leader.
-pub async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let states = if cmd.all {
         Vec::new()
@@ -110,7 +110,10 @@ pub async fn approvals(cmd: ApprovalsCmd) -> anyhow::Result<ExitCode> {
 
 /// `mtswarm approve` / `mtswarm deny`: records `verdict` on one approval and
 /// prints the decided record. Exit 0 once the leader accepted the decision.
-pub async fn decide(cmd: DecideCmd, verdict: v1::ApprovalVerdict) -> anyhow::Result<ExitCode> {
+pub(crate) async fn decide(
+    cmd: DecideCmd,
+    verdict: v1::ApprovalVerdict,
+) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let record = decide_approval(
         &mut control,

@@ -26,7 +26,7 @@ pub struct FleetCmd {
 
 /// `mtswarm fleet`: prints every slice with its worker, state, lock
 /// utilization and lease or quarantine, then a count per state.
-pub async fn fleet(cmd: FleetCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn fleet(cmd: FleetCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let fleet = control
         .list_fleet(v1::ListFleetRequest {

@@ -46,7 +46,7 @@ pub struct CancelCmd {
 /// `mtswarm cancel JOB`: stops the job's loop and its agents. Exit 0 when
 /// the job is CANCELLED now (or was before), 1 when it had already ended
 /// otherwise.
-pub async fn cancel(cmd: CancelCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn cancel(cmd: CancelCmd) -> anyhow::Result<ExitCode> {
     let reason = if cmd.reason.trim().is_empty() {
         format!("cancelled by {}", local_identity())
     } else {
@@ -82,7 +82,7 @@ pub async fn cancel(cmd: CancelCmd) -> anyhow::Result<ExitCode> {
 
 /// `mtswarm jobs [JOB]`: with a job id, that job in full and its outcome;
 /// without, every job (all pages) in the given states. Exit 0 on any answer.
-pub async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     if let Some(job_id) = &cmd.job_id {
         let job = control

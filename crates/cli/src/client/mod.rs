@@ -12,10 +12,11 @@ mod quarantine;
 mod submit;
 mod tasks;
 
-pub use crate::decision::decide_approval;
-pub use approvals::{ApprovalsCmd, DecideCmd, approvals, decide};
-pub use fleet::{FleetCmd, fleet};
-pub use jobs::{CancelCmd, JobsCmd, cancel, jobs};
-pub use quarantine::{QuarantineLiftCmd, QuarantineListCmd, quarantine_lift, quarantine_list};
-pub use submit::{SubmitCmd, submit};
-pub use tasks::{ResultsFormat, StatusFilter, TasksCmd, tasks};
+pub(crate) use approvals::{ApprovalsCmd, DecideCmd, approvals, decide};
+pub(crate) use fleet::{FleetCmd, fleet};
+pub(crate) use jobs::{CancelCmd, JobsCmd, cancel, jobs};
+pub(crate) use quarantine::{
+    QuarantineLiftCmd, QuarantineListCmd, quarantine_lift, quarantine_list,
+};
+pub(crate) use submit::{SubmitCmd, submit};
+pub(crate) use tasks::{TasksCmd, tasks};

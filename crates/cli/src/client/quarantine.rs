@@ -55,7 +55,7 @@ fn quarantine_entry(slice: &v1::FleetSlice, q: &v1::SliceQuarantine) -> Value {
 
 /// `mtswarm quarantine list`: every quarantined slice with its failure
 /// count, since when, by whom and why.
-pub async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let fleet = control
         .list_fleet(v1::ListFleetRequest::default())
@@ -95,7 +95,7 @@ pub async fn quarantine_list(cmd: QuarantineListCmd) -> anyhow::Result<ExitCode>
 
 /// `mtswarm quarantine lift SLICE`: returns the slice to service. Exit 0
 /// also when it was not quarantined (the output says so).
-pub async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<ExitCode> {
     // `board0/c1` and `board0-c1` name the same slice; anything else that
     // is not an id is left for the leader to refuse.
     let slice_id = cmd.slice_id.trim().replace('/', "-");

@@ -94,7 +94,7 @@ pub struct SubmitCmd {
 
 /// `mtswarm submit GOAL`: submits the job and prints its id; with
 /// `--watch` follows it and exits as `mtswarm watch` does.
-pub async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn submit(cmd: SubmitCmd) -> anyhow::Result<ExitCode> {
     if !cmd.device_seconds.is_finite() || cmd.device_seconds < 0.0 {
         bail!("--device-seconds must be a non-negative number");
     }

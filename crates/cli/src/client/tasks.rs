@@ -67,7 +67,7 @@ const RESULTS_IDLE: Duration = Duration::from_millis(750);
 
 /// `mtswarm tasks JOB`: replays the job's task results (until it goes
 /// quiet, or with `--follow` until the job ends), filters and prints them.
-pub async fn tasks(cmd: TasksCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn tasks(cmd: TasksCmd) -> anyhow::Result<ExitCode> {
     let mut control = cmd.leader.connect().await?;
     let leader = cmd.leader.url();
     let job = control

@@ -65,7 +65,6 @@ use mtswarm_auth::generate;
 use progress::{JobObservation, View, observe, task_finished};
 use stack::{Started, start_stack};
 use summary::Finished;
-pub use utilization::UTILIZATION_DEFINITION;
 
 /// How long the results store may take to show the job's last records.
 const RESULTS_SETTLE: Duration = Duration::from_secs(10);
@@ -144,7 +143,7 @@ pub struct DemoCmd {
 /// build, one validated execution of about 2.1 s, and the spot re-runs of
 /// every new best and of one other in four), and a 2-core machine runs the
 /// eight agents' candidates two at a time.
-pub const DEMO_SEARCH_SHARE: f64 = 0.05;
+pub(crate) const DEMO_SEARCH_SHARE: f64 = 0.05;
 
 /// The job's evaluation budget: `asked`, else [`DEMO_SEARCH_SHARE`] of the
 /// space's `configurations` (at least the job default's floor, at most all).
@@ -161,7 +160,7 @@ fn demo_budget(asked: u32, configurations: usize) -> u32 {
 
 /// `mtswarm demo`: runs the whole demo in a temporary directory and stops
 /// the private stack however it ends (exit 130 on SIGINT/SIGTERM).
-pub async fn demo(cmd: DemoCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn demo(cmd: DemoCmd, telemetry: &TelemetryArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let metrics = serve_metrics(&cmd, telemetry).await;
     let state = tempfile::Builder::new()

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use mtswarm_report::{BusyInterval, slice_utilization};
 
 /// What the per-slice utilization figure means, as printed with it.
-pub const UTILIZATION_DEFINITION: &str = "share of each slice's tuning phase (its first hardware-lock acquisition to its last release) during which the lock was held";
+pub(crate) const UTILIZATION_DEFINITION: &str = "share of each slice's tuning phase (its first hardware-lock acquisition to its last release) during which the lock was held";
 
 /// Each slice's tuning phase, `(first acquisition, last release)` in ms,
 /// from the lock-holding intervals of its hardware calls.

@@ -19,7 +19,7 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 
 /// A running child process of a stack.
-pub struct ChildProcess {
+pub(crate) struct ChildProcess {
     name: String,
     child: Child,
 }
@@ -27,7 +27,7 @@ pub struct ChildProcess {
 impl ChildProcess {
     /// The part called `name`, running as `child` (spawned from a
     /// [`child_command`]).
-    pub fn new(name: impl Into<String>, child: Child) -> Self {
+    pub(crate) fn new(name: impl Into<String>, child: Child) -> Self {
         Self {
             name: name.into(),
             child,
@@ -35,17 +35,17 @@ impl ChildProcess {
     }
 
     /// What the stack calls this part (`leader`, `worker board0`).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// Its process id, while it has not been reaped.
-    pub fn pid(&self) -> Option<i32> {
+    pub(crate) fn pid(&self) -> Option<i32> {
         self.child.id().and_then(|pid| i32::try_from(pid).ok())
     }
 
     /// How it exited, if it has.
-    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn exit_status(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 
@@ -61,7 +61,7 @@ impl ChildProcess {
 
     /// SIGTERM, then waits up to `STOP_TIMEOUT`, then SIGKILL; `who`
     /// prefixes the message about a child that had to be killed.
-    pub async fn stop(&mut self, who: &str) {
+    pub(crate) async fn stop(&mut self, who: &str) {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
         }
@@ -111,7 +111,7 @@ fn passed_to_children(name: &str) -> bool {
 /// A command for `program` with its output in `log`, in its own process
 /// group, stopped by the kernel when this process dies, with only the
 /// environment a daemon needs ([`passed_to_children`]).
-pub fn child_command(program: &Path, log: &Path) -> anyhow::Result<Command> {
+pub(crate) fn child_command(program: &Path, log: &Path) -> anyhow::Result<Command> {
     let mut command = Command::new(program);
     command.env_clear();
     for (name, value) in std::env::vars_os() {
@@ -144,7 +144,7 @@ pub fn child_command(program: &Path, log: &Path) -> anyhow::Result<Command> {
 }
 
 /// Waits for `part` to write a ready file, or fails with its log.
-pub async fn wait_ready_file(
+pub(crate) async fn wait_ready_file(
     part: &mut ChildProcess,
     path: &Path,
     log: &Path,
@@ -177,7 +177,7 @@ pub async fn wait_ready_file(
 }
 
 /// The last lines of a log file, for error messages.
-pub fn tail(path: &Path) -> String {
+pub(crate) fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")

@@ -8,9 +8,9 @@
 //! [`crate::credentials::generate_deployment`].
 
 mod child;
-pub mod process_args;
+pub(crate) mod process_args;
 
-pub use child::{ChildProcess, child_command, tail, wait_ready_file};
+pub(crate) use child::{ChildProcess, child_command, wait_ready_file};
 pub use process_args::{LeaderProcessArgs, WorkerProcessArgs};
 
 use mtswarm_bus::local_server::NatsServer;
@@ -18,7 +18,7 @@ use mtswarm_leader::LeaderHandle;
 use mtswarm_worker::WorkerHandle;
 
 /// The leader of a stack.
-pub enum StackLeader {
+pub(crate) enum StackLeader {
     /// Started with `LeaderDaemon::start` in this process.
     InProcess(LeaderHandle),
     /// A child process running `mtswarm leader`.
@@ -26,7 +26,7 @@ pub enum StackLeader {
 }
 
 /// One worker daemon of a stack.
-pub enum StackWorker {
+pub(crate) enum StackWorker {
     /// Started with `WorkerDaemon::start` in this process.
     InProcess(WorkerHandle),
     /// A child process running `mtswarm worker`.
@@ -35,7 +35,7 @@ pub enum StackWorker {
 
 /// Everything a local stack started, in start order; [`LocalStack::stop`]
 /// stops it in reverse.
-pub struct LocalStack {
+pub(crate) struct LocalStack {
     /// Who runs the stack, the prefix of its messages (`mtswarm up`).
     who: &'static str,
     /// The stack's own nats-server (none when it uses a running one).
@@ -48,7 +48,7 @@ pub struct LocalStack {
 
 impl LocalStack {
     /// An empty stack whose messages start with `who`.
-    pub fn new(who: &'static str) -> Self {
+    pub(crate) fn new(who: &'static str) -> Self {
         Self {
             who,
             nats: None,
@@ -60,7 +60,7 @@ impl LocalStack {
     /// Stops the workers (together), then the leader, then nats-server.
     /// What does not stop cleanly is reported on stderr, not returned: the
     /// rest is stopped all the same.
-    pub async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         let who = self.who;
         let workers = std::mem::take(&mut self.workers);
         let stops = workers.into_iter().map(|worker| async move {
@@ -93,7 +93,7 @@ impl LocalStack {
     }
 
     /// The `index`th worker, when it runs as a child process.
-    pub fn worker_process(&mut self, index: usize) -> Option<&mut ChildProcess> {
+    pub(crate) fn worker_process(&mut self, index: usize) -> Option<&mut ChildProcess> {
         match self.workers.get_mut(index) {
             Some(StackWorker::Process(process)) => Some(process),
             _ => None,
@@ -102,7 +102,7 @@ impl LocalStack {
 
     /// The first part that exited by itself, if any (in-process parts end
     /// only when stopped).
-    pub fn exited(&mut self) -> Option<String> {
+    pub(crate) fn exited(&mut self) -> Option<String> {
         if let Some(nats) = &mut self.nats
             && !nats.is_running()
         {

@@ -36,13 +36,13 @@ use crate::common::LeaderArgs;
 use crate::credentials::NatsSecurityArgs;
 use crate::daemons::DEFAULT_NATS;
 
-pub use server::{FarmServer, ResultsStoreArgs};
+pub(crate) use server::{FarmServer, ResultsStoreArgs};
 
 /// Where `--http` alone listens: loopback only.
-pub const DEFAULT_HTTP: &str = "127.0.0.1:7790";
+pub(crate) const DEFAULT_HTTP: &str = "127.0.0.1:7790";
 
 /// The path the streamable HTTP transport serves.
-pub const HTTP_PATH: &str = "/mcp";
+pub(crate) const HTTP_PATH: &str = "/mcp";
 
 /// Arguments of `mtswarm mcp`: the transport, and where the leader (and the
 /// results store, for reports) are and how to authenticate.
@@ -86,7 +86,7 @@ pub struct McpCmd {
 
 /// `mtswarm mcp`: serves the tools over stdio until the client closes it,
 /// or over streamable HTTP until interrupted.
-pub async fn mcp(cmd: McpCmd) -> anyhow::Result<ExitCode> {
+pub(crate) async fn mcp(cmd: McpCmd) -> anyhow::Result<ExitCode> {
     if cmd.http.is_some_and(|addr| !addr.ip().is_loopback()) && cmd.allowed_hosts.is_empty() {
         tracing::warn!(
             "the MCP server listens beyond loopback; clients must name a loopback Host unless --allowed-host says otherwise"

@@ -16,7 +16,7 @@ use crate::credentials::NatsSecurityArgs;
 /// Where the results store is and how to authenticate to it (the report
 /// tool reads the job's candidate records there).
 #[derive(Debug, Clone)]
-pub struct ResultsStoreArgs {
+pub(crate) struct ResultsStoreArgs {
     /// NATS server URL(s).
     pub nats: Vec<String>,
     /// NATS credentials file (.creds).
@@ -37,7 +37,7 @@ const INSTRUCTIONS: &str = "Tools of an mtswarm farm that tunes MT-3000 kernels.
 
 /// The farm's MCP tools over one leader.
 #[derive(Debug, Clone)]
-pub struct FarmServer {
+pub(crate) struct FarmServer {
     pub(super) leader: LeaderArgs,
     pub(super) store: ResultsStoreArgs,
     tool_router: ToolRouter<FarmServer>,
@@ -46,7 +46,7 @@ pub struct FarmServer {
 impl FarmServer {
     /// A server whose tools call the leader `leader` names (with its
     /// credential) and read reports from `store`.
-    pub fn new(leader: LeaderArgs, store: ResultsStoreArgs) -> Self {
+    pub(crate) fn new(leader: LeaderArgs, store: ResultsStoreArgs) -> Self {
         Self {
             leader,
             store,
@@ -61,7 +61,8 @@ impl FarmServer {
     }
 
     /// The names of every tool, sorted.
-    pub fn tool_names(&self) -> Vec<String> {
+    #[cfg(test)]
+    fn tool_names(&self) -> Vec<String> {
         self.tool_router
             .list_all()
             .into_iter()
