@@ -110,7 +110,7 @@ pub struct ApprovalRule {
 
 /// The job's risk overrides and rules and the auto-approval mode.
 ///
-/// A tool's risk is the one it declares ([`crate::Tool::risk`], next to
+/// A tool's risk is the one it declares ([`crate::ToolSpec::risk`], next to
 /// its name, schema and effects); there is no second table to drift from
 /// it. An override judges a tool differently for one job.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

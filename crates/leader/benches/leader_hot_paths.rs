@@ -9,7 +9,7 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use mtswarm_bus::v1;
 use mtswarm_core::Message;
-use mtswarm_leader::results::ResultTable;
+use mtswarm_leader::ResultTable;
 use mtswarm_policy::BuiltinLeaderPolicy;
 use mtswarm_policy::plan::JOB_LINE_PREFIX;
 use serde_json::json;

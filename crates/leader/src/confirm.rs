@@ -48,7 +48,7 @@ pub use crate::ids::CONFIRM_CALL_PREFIX;
 
 /// Candidates tried at most: after this many disagreements the job has no
 /// confirmed best.
-pub const MAX_ROUNDS: usize = 2;
+pub(crate) const MAX_ROUNDS: usize = 2;
 
 /// Longest a confirming task may take (the job's deadline may cut it).
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -57,7 +57,7 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// on two slices of `backend`'s kind that still agrees: modeled timing
 /// (the emulator) is exact but for its inputs; the simulated boards add
 /// up to 10% noise per execution; real boards and host CPUs vary more.
-pub fn tolerance(backend: &str) -> f64 {
+pub(crate) fn tolerance(backend: &str) -> f64 {
     match backend {
         "emulator" => 0.02,
         "simulated" => 0.25,

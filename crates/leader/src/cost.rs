@@ -14,7 +14,7 @@ use crate::results::TaskView;
 
 /// The cost entries of a job: one per agent and model (the leader first,
 /// then agents by id), and their total.
-pub fn job_costs(
+pub(crate) fn job_costs(
     tasks: &[TaskView],
     leader: &v1::Usage,
     prices: &PriceTable,

@@ -28,16 +28,16 @@ use crate::results::TaskView;
 /// Largest `collect_result` output, bytes of JSON.
 pub const COLLECT_BUDGET_BYTES: usize = 6 * 1024;
 /// Largest `result_details` page, bytes of JSON.
-pub const DETAILS_BUDGET_BYTES: usize = 12 * 1024;
+pub(crate) const DETAILS_BUDGET_BYTES: usize = 12 * 1024;
 /// Rows of a details page unless asked otherwise.
-pub const DEFAULT_PAGE_SIZE: usize = 20;
+pub(crate) const DEFAULT_PAGE_SIZE: usize = 20;
 /// Most rows of a details page (a larger `page_size` is cut to it).
-pub const MAX_PAGE_SIZE: usize = 40;
+pub(crate) const MAX_PAGE_SIZE: usize = 40;
 /// Characters of an error or reason kept in a summary or a row.
 const SHORT_TEXT: usize = 100;
 
 /// A task status as the tools name it.
-pub fn status_name(status: v1::TaskStatus) -> &'static str {
+pub(crate) fn status_name(status: v1::TaskStatus) -> &'static str {
     match status {
         v1::TaskStatus::Ok => "ok",
         v1::TaskStatus::Failed => "failed",
@@ -58,7 +58,7 @@ fn short(text: &str, limit: usize) -> String {
 
 /// The job's goal as `job_status` shows it (the model has the full text in
 /// its task message already).
-pub fn short_goal(goal: &str) -> String {
+pub(crate) fn short_goal(goal: &str) -> String {
     short(goal, 300)
 }
 
@@ -98,7 +98,7 @@ fn peak_percent_of(value: &Value) -> Option<f64> {
 
 /// What happened to one candidate, from the worker's structured fields
 /// (the names of [`CandidateStatus`]).
-pub fn candidate_status(candidate: &Value) -> &'static str {
+pub(crate) fn candidate_status(candidate: &Value) -> &'static str {
     CandidateStatus::of_candidate_json(candidate).as_str()
 }
 
@@ -156,7 +156,7 @@ fn size(value: &Value) -> usize {
 }
 
 /// The `collect_result` output for these task views (see the module docs).
-pub fn collect_summary(views: &[TaskView], timed_out: bool) -> Value {
+pub(crate) fn collect_summary(views: &[TaskView], timed_out: bool) -> Value {
     let mut by_task: BTreeMap<&'static str, u32> = BTreeMap::new();
     let mut by_candidate: BTreeMap<&'static str, u32> = BTreeMap::new();
     let mut best: Option<(f64, Value)> = None;
@@ -257,7 +257,7 @@ pub fn collect_summary(views: &[TaskView], timed_out: bool) -> Value {
 
 /// Filters of [`details_page`].
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct DetailsQuery {
+pub(crate) struct DetailsQuery {
     /// Only this task's candidates; `None` = every task.
     pub task: Option<String>,
     /// Only this agent's tasks; `None` = every agent.
@@ -271,7 +271,7 @@ pub struct DetailsQuery {
 }
 
 /// One page of candidate rows of the selected tasks (see the module docs).
-pub fn details_page(views: &[TaskView], query: &DetailsQuery) -> Value {
+pub(crate) fn details_page(views: &[TaskView], query: &DetailsQuery) -> Value {
     let mut rows = Vec::new();
     for view in views {
         if query.task.as_ref().is_some_and(|t| t != &view.task_id)

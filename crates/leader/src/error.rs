@@ -33,7 +33,7 @@ pub enum LeaderError {
 }
 
 /// A source error of a NATS client call, kept for its chain.
-pub type NatsSource = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type NatsSource = Box<dyn std::error::Error + Send + Sync>;
 
 /// Errors of the job event journal ([`crate::journal::Journal`]).
 #[derive(Debug, thiserror::Error)]
@@ -112,12 +112,12 @@ pub enum JournalError {
 /// A slice selector that does not parse.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct SelectorError(#[from] pub mtswarm_hw::fleet::SelectorError);
+pub(crate) struct SelectorError(#[from] pub mtswarm_hw::fleet::SelectorError);
 
 /// Why a SubmitJob request (or a file of the kernel directory) is refused;
 /// each variant names the field or path involved.
 #[derive(Debug, thiserror::Error)]
-pub enum ValidateError {
+pub(crate) enum ValidateError {
     /// A path that must be relative is absolute.
     #[error("{what} {path:?} must be relative")]
     NotRelative {
@@ -277,7 +277,7 @@ pub enum ValidateError {
 #[error(
     "the leader is at its limits: max_active_jobs = {max_active} jobs running and max_queued_jobs = {max_queued} jobs queued; retry later"
 )]
-pub struct AdmissionError {
+pub(crate) struct AdmissionError {
     /// The configured maximum of running jobs.
     pub max_active: usize,
     /// The configured maximum of queued jobs.
@@ -287,7 +287,7 @@ pub struct AdmissionError {
 /// A Worker service client that could not be built.
 #[derive(Debug, thiserror::Error)]
 #[error("worker endpoint {endpoint:?}: {source}")]
-pub struct WorkerClientError {
+pub(crate) struct WorkerClientError {
     /// The worker endpoint as recorded.
     pub endpoint: String,
     /// The underlying error.
@@ -297,7 +297,7 @@ pub struct WorkerClientError {
 
 /// Why a `SpawnSession` for a placement did not succeed.
 #[derive(Debug, thiserror::Error)]
-pub enum SpawnError {
+pub(crate) enum SpawnError {
     /// No client for the worker's endpoint.
     #[error(transparent)]
     Client(#[from] WorkerClientError),
@@ -313,7 +313,7 @@ pub enum SpawnError {
 
 /// Why a job's results could not be replayed into its table.
 #[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     /// The job id cannot name a results subject.
     #[error("{0}")]
     Subject(#[from] mtswarm_bus::BusError),
@@ -369,7 +369,7 @@ pub enum ReplayError {
 
 /// Why a job left behind by a previous leader could not be resumed.
 #[derive(Debug, thiserror::Error)]
-pub enum ResumeError {
+pub(crate) enum ResumeError {
     /// The stored spec does not validate against this leader.
     #[error("the job's spec is no longer valid here: {0}")]
     InvalidSpec(#[source] ValidateError),
@@ -383,7 +383,7 @@ pub enum ResumeError {
 
 /// Why an agent's session could not be cancelled.
 #[derive(Debug, thiserror::Error)]
-pub enum CancelError {
+pub(crate) enum CancelError {
     /// The job has no agent of that name.
     #[error("no agent named {agent_id:?} in this job")]
     UnknownAgent {
@@ -432,7 +432,7 @@ pub enum ModelFactoryError {
 /// A write of a job's durable state (its record and parts, a task
 /// publication) that did not happen.
 #[derive(Debug, thiserror::Error)]
-pub enum JobWriteError {
+pub(crate) enum JobWriteError {
     /// The bus refused or failed it.
     #[error(transparent)]
     Bus(#[from] mtswarm_bus::BusError),

@@ -21,7 +21,7 @@ use crate::error::SelectorError;
 
 /// Workers and their slices with a state each.
 #[derive(Debug, Clone, Default)]
-pub struct FleetView {
+pub(crate) struct FleetView {
     /// The slices the selector matched, by slice id, each with its state;
     /// a slice only a lease still names (its worker is gone) appears only
     /// when there is no selector.
@@ -33,7 +33,7 @@ pub struct FleetView {
 
 /// The hw crate's view of a slice descriptor, for selector matching; `None`
 /// when the descriptor names a backend the hw crate does not know.
-pub fn hw_slice(descriptor: &v1::SliceDescriptor) -> Option<Slice> {
+pub(crate) fn hw_slice(descriptor: &v1::SliceDescriptor) -> Option<Slice> {
     Some(Slice {
         board: descriptor.board.clone(),
         cluster: u32::try_from(descriptor.cluster).ok(),
@@ -43,7 +43,7 @@ pub fn hw_slice(descriptor: &v1::SliceDescriptor) -> Option<Slice> {
 }
 
 /// True when `selector` (None = all) matches the slice.
-pub fn selector_matches(selector: Option<&SliceSelector>, slice: &v1::FleetSlice) -> bool {
+pub(crate) fn selector_matches(selector: Option<&SliceSelector>, slice: &v1::FleetSlice) -> bool {
     match selector {
         None => true,
         Some(selector) => slice
@@ -55,7 +55,7 @@ pub fn selector_matches(selector: Option<&SliceSelector>, slice: &v1::FleetSlice
 }
 
 /// Parses a selector string; empty or `*` means every slice.
-pub fn parse_selector(text: &str) -> Result<Option<SliceSelector>, SelectorError> {
+pub(crate) fn parse_selector(text: &str) -> Result<Option<SliceSelector>, SelectorError> {
     if text.trim().is_empty() {
         return Ok(None);
     }
@@ -64,7 +64,7 @@ pub fn parse_selector(text: &str) -> Result<Option<SliceSelector>, SelectorError
 
 /// True when the worker's last heartbeat is older than `stale_after` (a
 /// record without a heartbeat time counts as fresh: its KV TTL governs it).
-pub fn worker_is_stale(worker: &v1::WorkerRecord, stale_after: Duration) -> bool {
+pub(crate) fn worker_is_stale(worker: &v1::WorkerRecord, stale_after: Duration) -> bool {
     worker
         .heartbeat_at
         .and_then(|t| SystemTime::try_from(t).ok())
@@ -74,7 +74,7 @@ pub fn worker_is_stale(worker: &v1::WorkerRecord, stale_after: Duration) -> bool
 
 /// Reads workers, leases and quarantine records and joins them (see the
 /// module docs for the states).
-pub async fn read_fleet(
+pub(crate) async fn read_fleet(
     workers: &Workers,
     leases: &Leases,
     quarantine: &Quarantine,
@@ -161,7 +161,7 @@ pub async fn read_fleet(
 }
 
 /// Lower-case state name for tool output.
-pub fn state_name(state: v1::SliceState) -> &'static str {
+pub(crate) fn state_name(state: v1::SliceState) -> &'static str {
     match state {
         v1::SliceState::Free => "free",
         v1::SliceState::Leased => "leased",

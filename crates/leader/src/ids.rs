@@ -20,7 +20,7 @@ pub(crate) fn is_confirmation(task: &mtswarm_bus::v1::TaskRecord) -> bool {
 pub const LEADER_AGENT_ID: &str = "leader";
 
 /// `leader-<job_id>`, cut to the id limit.
-pub fn leader_session_id(job_id: &str) -> String {
+pub(crate) fn leader_session_id(job_id: &str) -> String {
     format!("leader-{job_id}")
         .chars()
         .take(mtswarm_bus::subjects::MAX_ID_LEN)
@@ -31,14 +31,14 @@ pub fn leader_session_id(job_id: &str) -> String {
 /// model's call id qualified by the loop step (`<call id>@<step>`), because
 /// a model may reuse a call id in a later step for a different call, while
 /// a call re-executed from a checkpoint keeps both.
-pub fn call_key(ctx: &ToolContext) -> String {
+pub(crate) fn call_key(ctx: &ToolContext) -> String {
     format!("{}@{}", ctx.call_id, ctx.step)
 }
 
 /// Task id of the task assigned by the call `call_key` of `job_id` (UUID v5
 /// of both): a re-executed call maps to the same id, so even a second
 /// publish would be deduplicated by the tasks stream.
-pub fn task_id_for(job_id: &str, call_key: &str) -> String {
+pub(crate) fn task_id_for(job_id: &str, call_key: &str) -> String {
     uuid::Uuid::new_v5(
         &uuid::Uuid::NAMESPACE_OID,
         format!("mtswarm-task/{job_id}/{call_key}").as_bytes(),

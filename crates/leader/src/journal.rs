@@ -30,7 +30,7 @@ use crate::error::JournalError;
 /// Stream holding every job's events.
 pub const JOB_EVENTS_STREAM: &str = "MTSWARM_JOB_EVENTS";
 /// Wildcard of the journal subjects.
-pub const ALL_JOB_EVENTS: &str = "mtswarm.jobevent.>";
+pub(crate) const ALL_JOB_EVENTS: &str = "mtswarm.jobevent.>";
 /// Content type of journal messages.
 const CONTENT_TYPE: &str = "application/x-protobuf; proto=mtswarm.v1.JobEvent";
 
@@ -41,7 +41,8 @@ pub fn job_events_subject(job_id: &str) -> Result<String, mtswarm_bus::BusError>
 }
 
 /// Boxed stream of journal entries (sequence filled in).
-pub type JobEventStream = Pin<Box<dyn Stream<Item = Result<v1::JobEvent, JournalError>> + Send>>;
+pub(crate) type JobEventStream =
+    Pin<Box<dyn Stream<Item = Result<v1::JobEvent, JournalError>> + Send>>;
 
 /// Writer and reader of the job event journal.
 #[derive(Clone, Debug)]
@@ -107,7 +108,7 @@ impl Journal {
     /// stream sequence. A publish the stream did not acknowledge (its leader
     /// being elected again after a node died, the connection moving to
     /// another node) is sent again under the same `Nats-Msg-Id` until it is
-    /// acknowledged or [`APPEND_PATIENCE`] ran out, so a retry of a publish
+    /// acknowledged or `APPEND_PATIENCE` ran out, so a retry of a publish
     /// that was stored after all is dropped by the stream, not stored twice.
     pub async fn append_confirmed(
         &self,
@@ -217,7 +218,7 @@ impl Journal {
 /// acknowledge. An election of the journal stream's leader after a node of
 /// a cluster died takes seconds (up to about ten on a loaded machine); a
 /// leader cut off from every node longer than this logs the event as lost.
-pub const APPEND_PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const APPEND_PATIENCE: Duration = Duration::from_secs(60);
 
 /// A fresh message id for an event appended once.
 fn new_message_id() -> String {

@@ -16,20 +16,20 @@
 //!
 //! # Data flow
 //!
-//! SubmitJob validates ([`validate`]), stores a QUEUED `JobRecord` (jobs KV)
+//! SubmitJob validates (`validate`), stores a QUEUED `JobRecord` (jobs KV)
 //! inside the `SubmitJob` span (its traceparent is stored in the record) and
-//! starts a job runner ([`runner`]) in an `invoke_workflow` span below it. The
+//! starts a job runner (`runner`) in an `invoke_workflow` span below it. The
 //! runner moves the job to RUNNING and runs the engine with the leader
-//! [`tools`]; every step's loop state is stored under the job's loop key
+//! `tools`; every step's loop state is stored under the job's loop key
 //! (`<job>.loop`, as the model is shown it). `spawn_agent` calls `Worker.SpawnSession`,
 //! `assign_task` publishes a `TaskAssignment` (attempt 1) from inside the
 //! tool span, and the single durable result consumer (`result_consumer`)
-//! fills the job's result table ([`results`]) that `collect_result` waits
+//! fills the job's result table (`results`) that `collect_result` waits
 //! on; `collect_result`
 //! returns a compact summary within a fixed budget and `result_details`
-//! pages through the candidates ([`digest`]). When the loop answers, the
+//! pages through the candidates (`digest`). When the loop answers, the
 //! job's typed outcome is computed from the accepted results' records in
-//! the results store ([`outcome`]): SUCCEEDED with a best configuration, or
+//! the results store (`outcome`): SUCCEEDED with a best configuration, or
 //! FAILED with the reason when there is no accepted valid measurement. The
 //! answer is kept as `final_answer` (its last ```` ```json ```` block is
 //! `result_json`); a completion gate rejects answers claiming figures no
@@ -40,14 +40,14 @@
 //! - `spawn_agent` / `assign_task` record the agent's placement / the task
 //!   under the job's agent / task key before acting, and a
 //!   re-executed call (same call id and step) returns what the first
-//!   execution did without spawning or publishing again ([`tools`]).
+//!   execution did without spawning or publishing again (`tools`).
 //! - The reassigner (`reassign.rs`) moves agents whose slice lease lapsed,
 //!   was released or names another session, whose slice was quarantined,
 //!   or whose current attempt came back fenced, and re-publishes their
 //!   tasks as the next attempt (`task_reassigned` LOG events in the
 //!   journal); a sweep every lease TTL / 2 catches what the watches missed.
 //! - A starting leader resumes the jobs left QUEUED or RUNNING
-//!   ([`runner`]), replaying their results from the results stream.
+//!   (`runner`), replaying their results from the results stream.
 //! - Admission: at most `max_active_jobs` loops run, at most
 //!   `max_queued_jobs` wait QUEUED, beyond that SubmitJob is
 //!   RESOURCE_EXHAUSTED naming the limits.
@@ -56,7 +56,7 @@
 //! - [`LeaderHandle::counters`] reports accepted, restored, duplicate,
 //!   stale and fenced results and re-published attempts.
 //!
-//! `WatchJob` reads the job's journal ([`journal`]): a JetStream stream
+//! `WatchJob` reads the job's journal (`journal`): a JetStream stream
 //! `MTSWARM_JOB_EVENTS` (subjects `mtswarm.jobevent.<job_id>`) into which
 //! the leader relays every agent event, approval request and decision,
 //! accepted task result and state change.
@@ -67,22 +67,22 @@
 //! `.ci/module_cycles.py` checks it):
 //!
 //! - `ids`: the leader's agent and session ids, call keys, task ids;
-//!   [`error`]: the error enums (the final answer's JSON block is read by
+//!   `error`: the error enums (the final answer's JSON block is read by
 //!   `mtswarm_core::answer`).
-//! - [`config`], [`fleet`] (joining
-//!   workers, leases and quarantine), [`validate`], `scheduler`
-//!   (admission), [`digest`] (tool output budgets).
-//! - [`results`]: the per-job result tables; [`journal`]: the job event
+//! - `config`, `fleet` (joining
+//!   workers, leases and quarantine), `validate`, `scheduler`
+//!   (admission), `digest` (tool output budgets).
+//! - `results`: the per-job result tables; `journal`: the job event
 //!   stream; `trigger`: the reassigner's queue messages.
 //! - `job`: the job's durable state (`JobContext`, agent entries, task
 //!   records and their writes into the `JobRecord`), the admitted and the
 //!   running job's handles.
 //! - `shared`: the daemon's shared handles (a plain struct).
 //! - `placement`: the one fleet view, `SpawnSession`, cancelling agents.
-//! - [`tools`] (one file per tool), `prompt`, [`approvals`] (the broker
+//! - `tools` (one file per tool), `prompt`, `approvals` (the broker
 //!   and the leader loop's own approval wait), `result_consumer`,
-//!   `grounding` (the completion gate), [`outcome`], `reassign`.
-//! - [`runner`]: state transitions, resume, the event relay, the loop.
+//!   `grounding` (the completion gate), `outcome`, `reassign`.
+//! - `runner`: state transitions, resume, the event relay, the loop.
 //! - `service` (the `Control` gRPC service, which only translates), `job_manager`
 //!   (admission: place, ownership, record, start or queue, rolled back by a
 //!   guard) and `daemon` (start, stop).
@@ -98,34 +98,34 @@
 //! - Per-message work (results, events, approvals) is a lookup by id; none
 //!   of it scans all jobs.
 
-pub mod approvals;
-pub mod config;
-pub mod confirm;
-pub mod cost;
+mod approvals;
+mod config;
+mod confirm;
+mod cost;
 mod daemon;
-pub mod digest;
-pub mod error;
-pub mod fleet;
+mod digest;
+mod error;
+mod fleet;
 mod grounding;
 mod ids;
 mod job;
 mod job_manager;
-pub mod journal;
-pub mod outcome;
+mod journal;
+mod outcome;
 mod placement;
-pub mod prices;
+mod prices;
 mod prompt;
 mod reassign;
 mod result_consumer;
-pub mod results;
-pub mod runner;
+mod results;
+mod runner;
 mod scheduler;
 mod service;
 mod shared;
 mod spans;
-pub mod tools;
+mod tools;
 mod trigger;
-pub mod validate;
+mod validate;
 
 pub use config::{LeaderConfig, ModelFactory, SubmitLimits};
 pub use daemon::{LeaderDaemon, LeaderHandle};
@@ -135,3 +135,9 @@ pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
 pub use prices::{ModelPrice, PriceError, PriceTable};
 pub use results::LeaderCounters;
 pub use shared::LeaderTableSizes;
+// What tests and benchmarks outside the crate look at: the confirmation
+// tasks' call ids, the journal, the result table, the collect budget.
+pub use confirm::CONFIRM_CALL_PREFIX;
+pub use digest::COLLECT_BUDGET_BYTES;
+pub use journal::Journal;
+pub use results::ResultTable;

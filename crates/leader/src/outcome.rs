@@ -154,7 +154,7 @@ async fn read_records(
 }
 
 /// The records of `records` that belong to an accepted attempt of `tasks`.
-pub fn accepted_records<'a>(
+pub(crate) fn accepted_records<'a>(
     tasks: &[TaskView],
     records: &'a [ResultRecord],
 ) -> Vec<&'a ResultRecord> {
@@ -170,13 +170,13 @@ pub fn accepted_records<'a>(
 
 /// The outcome of a job whose tasks are `tasks` (with their accepted
 /// results) and whose stored records are `records` (any attempt).
-pub fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutcome {
+pub(crate) fn from_records(tasks: &[TaskView], records: &[ResultRecord]) -> v1::JobOutcome {
     from_records_disputed(tasks, records, &HashSet::new())
 }
 
 /// [`from_records`] where the records `disputed` count (as records of
 /// their status) but cannot be the best.
-pub fn from_records_disputed(
+pub(crate) fn from_records_disputed(
     tasks: &[TaskView],
     records: &[ResultRecord],
     disputed: &HashSet<String>,
@@ -377,7 +377,7 @@ fn failure_reason(
 }
 
 /// One line for people: the best configuration and its figures with units.
-pub fn summary_line(best: &v1::BestCandidate) -> String {
+pub(crate) fn summary_line(best: &v1::BestCandidate) -> String {
     let mut params: Vec<(&String, &String)> = best.params.iter().collect();
     params.sort();
     let params = params
@@ -409,8 +409,9 @@ pub fn summary_line(best: &v1::BestCandidate) -> String {
     )
 }
 
-/// The status name counts of an outcome as a map (for JSON renderers).
-pub fn status_counts(outcome: &v1::JobOutcome) -> BTreeMap<String, u32> {
+/// The status name counts of an outcome as a map.
+#[cfg(test)]
+fn status_counts(outcome: &v1::JobOutcome) -> BTreeMap<String, u32> {
     outcome
         .candidates_by_status
         .iter()

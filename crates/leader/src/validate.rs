@@ -8,7 +8,6 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::LazyLock;
 
 use mtswarm_bus::v1;
-use mtswarm_hw::SliceSelector;
 use regex::Regex;
 
 use crate::config::SubmitLimits;
@@ -17,7 +16,7 @@ use crate::fleet::parse_selector;
 
 /// A file named by `@path` in the goal, read at submission.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attachment {
+pub(crate) struct Attachment {
     /// As written in the goal, relative to the kernel directory.
     pub path: String,
     /// The file's text (attachments must be UTF-8).
@@ -26,13 +25,11 @@ pub struct Attachment {
 
 /// A request that passed validation.
 #[derive(Debug, Clone)]
-pub struct ValidatedJob {
+pub(crate) struct ValidatedJob {
     /// The request's spec, unchanged.
     pub spec: v1::JobSpec,
     /// Canonical kernel directory.
     pub kernel_dir: PathBuf,
-    /// The parsed `JobSpec.slice_selector`; `None` = every slice.
-    pub selector: Option<SliceSelector>,
     /// The goal's `@path` files, in order of first appearance.
     pub attachments: Vec<Attachment>,
 }
@@ -65,7 +62,10 @@ fn plain_relative(what: &'static str, relative: &str) -> Result<(), ValidateErro
 }
 
 /// Resolves the job's kernel directory under `kernel_root` (canonical).
-pub fn resolve_kernel_dir(kernel_root: &Path, kernel_dir: &str) -> Result<PathBuf, ValidateError> {
+pub(crate) fn resolve_kernel_dir(
+    kernel_root: &Path,
+    kernel_dir: &str,
+) -> Result<PathBuf, ValidateError> {
     if kernel_dir.trim().is_empty() {
         return Err(ValidateError::EmptyKernelDir);
     }
@@ -85,7 +85,7 @@ pub fn resolve_kernel_dir(kernel_root: &Path, kernel_dir: &str) -> Result<PathBu
 }
 
 /// Resolves a file below `kernel_dir` (canonical, confined, a regular file).
-pub fn resolve_file(kernel_dir: &Path, relative: &str) -> Result<PathBuf, ValidateError> {
+pub(crate) fn resolve_file(kernel_dir: &Path, relative: &str) -> Result<PathBuf, ValidateError> {
     plain_relative("path", relative)?;
     let resolved =
         kernel_dir
@@ -108,7 +108,7 @@ pub fn resolve_file(kernel_dir: &Path, relative: &str) -> Result<PathBuf, Valida
 }
 
 /// The distinct `@path` references of `goal`, in order of appearance.
-pub fn at_references(goal: &str) -> Vec<String> {
+pub(crate) fn at_references(goal: &str) -> Vec<String> {
     let mut seen = Vec::new();
     for capture in AT_PATH.iter().flat_map(|re| re.captures_iter(goal)) {
         let raw = capture.get(1).map(|m| m.as_str()).unwrap_or_default();
@@ -171,7 +171,7 @@ fn check_model(model: &v1::ModelSettings) -> Result<(), ValidateError> {
 }
 
 /// Validates a SubmitJob request. `kernel_root` must be canonical.
-pub fn validate_submit(
+pub(crate) fn validate_submit(
     spec: Option<&v1::JobSpec>,
     kernel_root: &Path,
     limits: &SubmitLimits,
@@ -187,7 +187,9 @@ pub fn validate_submit(
         });
     }
     let kernel_dir = resolve_kernel_dir(kernel_root, &spec.kernel_dir)?;
-    let selector = parse_selector(&spec.slice_selector).map_err(ValidateError::Selector)?;
+    // Parsed to refuse a bad one now; the tools parse it again when they
+    // place agents.
+    parse_selector(&spec.slice_selector).map_err(ValidateError::Selector)?;
     if let Some(budgets) = &spec.budgets {
         check_budgets(budgets, limits)?;
     }
@@ -247,7 +249,6 @@ pub fn validate_submit(
     Ok(ValidatedJob {
         spec,
         kernel_dir,
-        selector,
         attachments,
     })
 }

@@ -19,7 +19,7 @@
 //!   constraint fails the task naming it); `"unchecked_defines": true`
 //!   skips the check (fault knobs, experiments outside the space);
 //! - optional `"source_diff"`: a unified diff of edited kernel sources,
-//!   applied with `apply_patch` before anything is built (see [`patch`]);
+//!   applied with `apply_patch` before anything is built (see `patch`);
 //! - optional `"cores"`, `"warmup"`, `"repeats"` (benchmark settings),
 //!   `"validate_runs"` (executions checked per validate) and `"kernel_dir"`
 //!   (overrides the line above);

@@ -237,7 +237,7 @@ pub(crate) fn confirmation_tasks(job: &v1::JobRecord) -> std::collections::BTree
         .iter()
         .filter(|t| {
             t.assign_call_id
-                .starts_with(mtswarm_leader::confirm::CONFIRM_CALL_PREFIX)
+                .starts_with(mtswarm_leader::CONFIRM_CALL_PREFIX)
         })
         .filter_map(|t| t.assignment.as_ref().map(|a| a.task_id.clone()))
         .collect()
@@ -248,10 +248,7 @@ pub(crate) fn confirmation_tasks(job: &v1::JobRecord) -> std::collections::BTree
 pub(crate) fn own_agents(job: &v1::JobRecord) -> Vec<&v1::AgentPlacement> {
     job.agents
         .iter()
-        .filter(|a| {
-            !a.agent_id
-                .starts_with(mtswarm_leader::confirm::CONFIRM_CALL_PREFIX)
-        })
+        .filter(|a| !a.agent_id.starts_with(mtswarm_leader::CONFIRM_CALL_PREFIX))
         .collect()
 }
 

@@ -48,7 +48,7 @@ async fn job_fans_out_to_three_agents_on_two_worker_processes() {
         .iter()
         .filter(|t| {
             t.assign_call_id
-                .starts_with(mtswarm_leader::confirm::CONFIRM_CALL_PREFIX)
+                .starts_with(mtswarm_leader::CONFIRM_CALL_PREFIX)
         })
         .filter_map(|t| t.assignment.as_ref())
         .map(|a| a.task_id.as_str())

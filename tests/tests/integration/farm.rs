@@ -70,7 +70,7 @@ async fn a_64_agent_job_over_simulated_boards_finds_the_model_best() {
         .iter()
         .filter(|t| {
             !t.assign_call_id
-                .starts_with(mtswarm_leader::confirm::CONFIRM_CALL_PREFIX)
+                .starts_with(mtswarm_leader::CONFIRM_CALL_PREFIX)
         })
         .count();
     assert_eq!(own_tasks, AGENTS as usize, "one task per agent");

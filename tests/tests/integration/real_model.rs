@@ -464,7 +464,7 @@ fn assert_the_leader_answer_is_grounded(job: &v1::JobRecord, leader_requests: &[
     assert!(leader_results.len() >= 5, "{leader_results:#?}");
     let summary: Value = serde_json::from_str(&leader_results[3]).expect("summary JSON");
     assert!(
-        leader_results[3].len() <= mtswarm_leader::digest::COLLECT_BUDGET_BYTES,
+        leader_results[3].len() <= mtswarm_leader::COLLECT_BUDGET_BYTES,
         "{} bytes",
         leader_results[3].len()
     );

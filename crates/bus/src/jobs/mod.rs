@@ -15,7 +15,7 @@
 //!
 //! The job's owner writes through [`OwnerWrites`] ([`Jobs::as_owner`]):
 //! the same writes, refused when a later owner of the job wrote the record
-//! (see [`owner`]).
+//! (see `owner`).
 
 mod owner;
 

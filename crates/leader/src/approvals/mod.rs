@@ -34,7 +34,7 @@ use crate::journal::Journal;
 
 /// Why a decision was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum DecideError {
+pub(crate) enum DecideError {
     /// The request is unusable: a bad approval id, an unspecified verdict or
     /// a decision the approvals store refuses; the text says which.
     #[error("{0}")]

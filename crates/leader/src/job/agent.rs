@@ -5,7 +5,7 @@ use mtswarm_bus::v1;
 
 /// One agent the job spawned.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentEntry {
+pub(crate) struct AgentEntry {
     /// The agent's id in the job (the `spawn_agent` name).
     pub agent_id: String,
     /// The worker session that runs it (kept when the agent moves).
@@ -36,7 +36,7 @@ pub struct AgentEntry {
 
 impl AgentEntry {
     /// The durable form stored under the agent's key.
-    pub fn to_placement(&self) -> v1::AgentPlacement {
+    pub(crate) fn to_placement(&self) -> v1::AgentPlacement {
         v1::AgentPlacement {
             agent_id: self.agent_id.clone(),
             session_id: self.session_id.clone(),
@@ -55,7 +55,7 @@ impl AgentEntry {
     }
 
     /// An agent read back from its stored placement.
-    pub fn from_placement(placement: &v1::AgentPlacement) -> Self {
+    pub(crate) fn from_placement(placement: &v1::AgentPlacement) -> Self {
         Self {
             agent_id: placement.agent_id.clone(),
             session_id: placement.session_id.clone(),

@@ -20,7 +20,7 @@ use mtswarm_bus::{Bus, Fence, Jobs, v1};
 use crate::results::JobResults;
 
 pub(crate) use admission::{PendingStart, RunnerHandle};
-pub use agent::AgentEntry;
+pub(crate) use agent::AgentEntry;
 
 /// Per-job state the tools work on.
 pub(crate) struct JobContext {

@@ -50,11 +50,9 @@ use crate::shared::Shared;
 use crate::validate::Attachment;
 
 pub(crate) use self::ownership::{guard_ownership, standby, take_unowned, watch_cancellations};
-pub use self::relay::agent_event;
 pub(crate) use self::resume::resume_job;
-pub use self::transition::is_final;
+pub(crate) use self::transition::is_final;
 pub(crate) use self::transition::transition;
-pub use crate::ids::{LEADER_AGENT_ID, leader_session_id};
 
 /// Characters of the model's final answer kept in the job record (the
 /// record is one KV value; the outcome carries what was achieved).

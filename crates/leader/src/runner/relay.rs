@@ -46,7 +46,7 @@ pub(super) async fn pump(
 }
 
 /// Maps a core engine event to the bus `AgentEvent` of the leader agent.
-pub fn agent_event(
+pub(crate) fn agent_event(
     job_id: &str,
     agent_id: &str,
     session_id: &str,

@@ -14,7 +14,7 @@ pub(crate) fn now() -> prost_types::Timestamp {
 }
 
 /// True for SUCCEEDED, FAILED and CANCELLED.
-pub fn is_final(state: v1::JobState) -> bool {
+pub(crate) fn is_final(state: v1::JobState) -> bool {
     matches!(
         state,
         v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{ToolEnv, output, parse_args};
 
 /// Agents and pending tasks `job_status` lists at most.
-pub const STATUS_LIST_LIMIT: usize = 32;
+pub(crate) const STATUS_LIST_LIMIT: usize = 32;
 
 pub(super) struct JobStatus(pub(super) Arc<ToolEnv>);
 

@@ -42,10 +42,6 @@ use serde_json::Value;
 use crate::job::JobContext;
 use crate::shared::Shared;
 
-pub use crate::ids::{call_key, task_id_for};
-pub use crate::job::AgentEntry;
-pub use job_status::STATUS_LIST_LIMIT;
-
 mod assign_task;
 mod cancel_agent;
 mod collect_result;

@@ -12,7 +12,7 @@ use futures::StreamExt as _;
 use mtswarm_bus::testing::cluster::{LocalCluster, stream_leader, wait_meta_leader};
 use mtswarm_bus::{Bus, BusConfig, TopologyConfig, v1};
 use mtswarm_leader::JOB_EVENTS_STREAM;
-use mtswarm_leader::journal::Journal;
+use mtswarm_leader::Journal;
 
 /// Bound of the cluster's own waits (elections take seconds).
 const WAIT: Duration = Duration::from_secs(60);

@@ -97,7 +97,7 @@ async fn run_job(agents: usize) -> Sizes {
         .iter()
         .filter(|t| {
             !t.assign_call_id
-                .starts_with(mtswarm_leader::confirm::CONFIRM_CALL_PREFIX)
+                .starts_with(mtswarm_leader::CONFIRM_CALL_PREFIX)
         })
         .collect();
     assert_eq!(own_tasks.len(), agents, "GetJob has every task");
