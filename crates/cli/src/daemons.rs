@@ -350,11 +350,11 @@ pub struct WorkerCmd {
     pub workspace_root: Option<PathBuf>,
     /// How long a finished session's workspace (kernel copies, builds) is
     /// kept after its last change, e.g. `30m`, `24h`, `7days` (default 24h).
-    #[arg(long, env = "MTSWARM_WORKSPACE_RETENTION", value_parser = mtswarm_worker::disk::parse_retention)]
+    #[arg(long, env = "MTSWARM_WORKSPACE_RETENTION", value_parser = mtswarm_worker::parse_retention)]
     pub workspace_retention: Option<Duration>,
     /// Bytes the workspace root may hold, e.g. `10GiB`, `500MB` or plain
     /// bytes; at or over it new sessions are refused (default: no quota).
-    #[arg(long, env = "MTSWARM_DISK_QUOTA", value_parser = mtswarm_worker::disk::parse_disk_quota)]
+    #[arg(long, env = "MTSWARM_DISK_QUOTA", value_parser = mtswarm_worker::parse_disk_quota)]
     pub disk_quota: Option<u64>,
     /// Slice lease TTL in seconds.
     #[arg(long, env = "MTSWARM_LEASE_TTL", default_value_t = 10)]

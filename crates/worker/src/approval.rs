@@ -84,7 +84,7 @@ pub(crate) struct ApprovalWait<'a> {
 /// The approval id of one call of one task of one session: `ap-` and 32 hex
 /// digits of a SHA-256 over the three ids, so a session resumed on another
 /// worker asking again for the same call finds the same approval record.
-pub fn approval_id(session_id: &str, task_id: &str, call_id: &str) -> String {
+pub(crate) fn approval_id(session_id: &str, task_id: &str, call_id: &str) -> String {
     let mut hash = Sha256::new();
     for part in [session_id, task_id, call_id] {
         hash.update(part.as_bytes());

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use v1::AgentEventKind as Kind;
 
 /// The proto kind of an engine event.
-pub fn agent_event_kind(kind: &EventKind) -> Kind {
+pub(crate) fn agent_event_kind(kind: &EventKind) -> Kind {
     match kind {
         EventKind::Transition { .. } => Kind::StateTransition,
         EventKind::Thinking { .. } => Kind::Thinking,

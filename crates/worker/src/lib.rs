@@ -55,7 +55,7 @@
 //!   terminated).
 //! - A task with `resume_from_checkpoint` (or a redelivery) resumes from the
 //!   session's checkpoint when that checkpoint belongs to the same task.
-//! - Approvals across processes: see [`approval`].
+//! - Approvals across processes: see `approval`.
 //! - Fencing: an attempt that loses its slice while it runs (the slice's
 //!   lease lost to a lapse or a takeover, a checkpoint write refused because
 //!   a later attempt owns the session, the slice quarantined) stops, and its
@@ -72,7 +72,7 @@
 //! - Resume on another slice: SpawnSession with `resume` and the session id
 //!   of a session that ran elsewhere reports the checkpoint's step; a task
 //!   with `resume_from_checkpoint` (attempt above the checkpoint's) resumes
-//!   from it, including a run paused on approvals (see [`approval`]).
+//!   from it, including a run paused on approvals (see `approval`).
 //! - NATS outages: the task subscription is re-opened with backoff, lease
 //!   renewals are retried until the TTL would have run out, the worker
 //!   record is re-registered and the quarantine watch re-created; nothing of
@@ -115,29 +115,29 @@
 //!   `tonic::Status`), session start, the session loop and one task
 //!   attempt's stages (validation, resume point, run, drive, result,
 //!   fencing);
-//! - [`approval`], `quarantine`, `heartbeat`, `leases`, `janitor`: what
+//! - `approval`, `quarantine`, `heartbeat`, `leases`, `janitor`: what
 //!   acts on the shared state besides sessions;
 //! - `shared`: the daemon's shared state (configuration, bus stores,
 //!   slices, the session table); `session_entry`: a session as the table
 //!   knows it; `stop`: how a session is asked to stop;
-//! - leaves: [`config`], [`disk`], [`error`], [`events`], `health`,
-//!   `checkpoint`, `results`, [`prompt`], `text`, [`workspace`].
+//! - leaves: `config`, `disk`, `error`, `events`, `health`,
+//!   `checkpoint`, `results`, `prompt`, `text`, `workspace`.
 
-pub mod approval;
+mod approval;
 mod approval_rules;
 mod checkpoint;
-pub mod config;
+mod config;
 mod daemon;
-pub mod disk;
+mod disk;
 mod dispatch;
-pub mod error;
-pub mod events;
+mod error;
+mod events;
 mod health;
 mod heartbeat;
 mod inbox;
 mod janitor;
 mod leases;
-pub mod prompt;
+mod prompt;
 mod provenance;
 mod quarantine;
 mod results;
@@ -147,11 +147,13 @@ mod session_entry;
 mod shared;
 mod stop;
 mod text;
-pub mod workspace;
+mod workspace;
 
 pub use checkpoint::CHECKPOINT_FORMAT_VERSION;
 pub use config::{DefaultVerdict, ModelFactory, SessionModelContext, WorkerConfig, WorkerModel};
 pub use daemon::{WorkerDaemon, WorkerHandle, bus_slice_id};
-pub use disk::{DiskError, DiskUsage, JanitorReport, RemovedWorkspace};
+pub use disk::{
+    DiskError, DiskUsage, JanitorReport, RemovedWorkspace, parse_disk_quota, parse_retention,
+};
 pub use error::WorkerError;
 pub use service::WorkerService;

@@ -29,7 +29,7 @@ const KERNEL_STRUCTURE: &str = "\n## The kernel\n\
     and the fastest valid benchmark of any variant is the job's best.\n";
 
 /// The system prompt of a worker session.
-pub fn worker_system_prompt(
+pub(crate) fn worker_system_prompt(
     role: &str,
     instructions: &str,
     slice: &Slice,

@@ -13,7 +13,7 @@ const MAX_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Why a kernel directory is refused or could not be copied.
 #[derive(Debug, thiserror::Error)]
-pub enum KernelDirError {
+pub(crate) enum KernelDirError {
     /// The request names no kernel directory.
     #[error("no kernel directory given")]
     Missing,
@@ -87,7 +87,7 @@ pub enum KernelDirError {
 
 /// Why copying a kernel directory's tree failed.
 #[derive(Debug, thiserror::Error)]
-pub enum CopyError {
+pub(crate) enum CopyError {
     /// A file or directory could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {
@@ -120,13 +120,13 @@ impl CopyError {
 }
 
 /// The workspace directory of a session.
-pub fn session_workspace(root: &Path, session_id: &str) -> PathBuf {
+pub(crate) fn session_workspace(root: &Path, session_id: &str) -> PathBuf {
     root.join(session_id)
 }
 
 /// Check a kernel directory named relative to the kernel root; returns the
 /// source directory and the name of its copy in the workspace.
-pub fn resolve_kernel_dir(
+pub(crate) fn resolve_kernel_dir(
     kernel_root: &Path,
     kernel_dir: &str,
 ) -> Result<(PathBuf, String), KernelDirError> {
@@ -170,7 +170,7 @@ pub fn resolve_kernel_dir(
 /// Copy `kernel_dir` into the workspace unless a copy is already there (a
 /// resumed or later task keeps the session's edits). Returns the name of
 /// the copy inside the workspace.
-pub fn ensure_kernel_copy(
+pub(crate) fn ensure_kernel_copy(
     kernel_root: &Path,
     workspace: &Path,
     kernel_dir: &str,
