@@ -8,9 +8,9 @@
 
 use std::sync::Arc;
 
-use crate::HwError;
 use crate::board::{BackendKind, Board, Slice};
 use crate::emulator::EmulatorBoard;
+use crate::error::HwError;
 use crate::fleet::{Fleet, FleetBoard, config_error};
 use crate::host::HostBoard;
 use crate::sdk::{SdkBoard, SdkConfig};

@@ -6,7 +6,7 @@
 //!
 //! Each launch of a harness on a faulty slice draws, in this order: `hang`
 //! (the harness never finishes and is killed by the run timeout, reported as
-//! [`crate::HwError::Timeout`]), else `crash` (the harness dies from
+//! [`crate::error::HwError::Timeout`]), else `crash` (the harness dies from
 //! SIGSEGV), else `wrong` (every buffer the kernel writes is corrupted, so
 //! the harness's answer check fails). The draws are independent uniform
 //! numbers derived from sha256 over (seed, slice id, launch number, fault

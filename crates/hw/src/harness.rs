@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::HwError;
+use crate::error::HwError;
 use crate::tune::TuneSpace;
 
 /// Files that are always harness when present.

@@ -24,8 +24,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::HwError;
 use crate::board::{Artifact, BackendKind, Board, RunOutcome, RunRequest, RunSample};
+use crate::error::HwError;
 use crate::spec::ChipSpec;
 
 mod exact;

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::HwError;
+use crate::error::HwError;
 use crate::error::io_err;
 
 const SOURCES: &[(&str, &str)] = &[

@@ -37,7 +37,7 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
-use crate::HwError;
+use crate::error::HwError;
 
 pub mod pidns;
 pub mod pids;

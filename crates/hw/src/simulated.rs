@@ -31,11 +31,11 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::HwError;
 use crate::board::{
     Artifact, BackendKind, Board, BuildRequest, Counters, ModelFigures, RunOutcome, RunRequest,
     RunSample, Slice,
 };
+use crate::error::HwError;
 use crate::error::io_err;
 use crate::fleet::SimulatedSettings;
 use crate::plausibility;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::HwError;
+use crate::error::HwError;
 
 /// The files a `gcc -M` dependency list names (target first, dropped).
 pub fn parse_deps(text: &str) -> Vec<PathBuf> {

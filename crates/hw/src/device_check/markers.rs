@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use crate::HwError;
+use crate::error::HwError;
 use crate::error::io_err;
 
 /// Whether `line` is a line-marker directive.

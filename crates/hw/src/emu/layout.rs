@@ -19,7 +19,7 @@
 //! Device stacks live in SM on the board; here each core's stack is a range
 //! as large as SM right below it, inside the core's window.
 
-use crate::HwError;
+use crate::error::HwError;
 use crate::spec::ChipSpec;
 
 /// WebAssembly page size.

@@ -8,8 +8,8 @@
 use serde::Deserialize;
 
 use super::Flavor;
-use crate::HwError;
 use crate::board::{Counters, RunOutcome, RunSample};
+use crate::error::HwError;
 use crate::harness_line::{HarnessLine, ResultLine};
 use crate::plausibility::{self, ModelFigures};
 use crate::spec::ChipSpec;

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use crate::HwError;
+use crate::error::HwError;
 use crate::error::io_err;
 use crate::spec::ChipSpec;
 

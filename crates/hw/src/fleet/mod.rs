@@ -75,8 +75,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::HwError;
 use crate::board::{BackendKind, Slice};
+use crate::error::HwError;
 use crate::faults::FaultConfig;
 use crate::spec::ChipSpec;
 

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::config_error;
-use crate::HwError;
+use crate::error::HwError;
 
 /// Settings of one `simulated` board (every slice of it).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -33,8 +33,8 @@
 //! One execution instead of two in every measuring launch is most of an
 //! evaluation's CPU on the emulator: the product is computed in full.
 
-use crate::HwError;
 use crate::board::{Artifact, BackendKind, Board, RunOutcome, RunRequest};
+use crate::error::HwError;
 
 use super::{MeasureConfig, Measurement, launch_error, note_flags, samples_of};
 

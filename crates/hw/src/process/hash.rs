@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::HwError;
+use crate::error::HwError;
 use crate::error::io_err;
 
 /// sha256 over the kernel directory's sources (`*.c`, `*.h`, sorted by name)

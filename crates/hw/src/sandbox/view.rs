@@ -25,7 +25,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Once, OnceLock};
 
-use crate::HwError;
+use crate::error::HwError;
 
 static MISSING: Once = Once::new();
 

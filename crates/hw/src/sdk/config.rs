@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::HwError;
+use crate::error::HwError;
 use crate::process::ProcessLimits;
 
 fn tokens(list: &[&str]) -> Vec<String> {

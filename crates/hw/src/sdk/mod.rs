@@ -68,8 +68,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::HwError;
 use crate::board::{Artifact, BackendKind, Board, BuildRequest, RunOutcome, RunRequest, Slice};
+use crate::error::HwError;
 use crate::error::io_err;
 use crate::process::{describe_status, tail};
 use crate::spec::ChipSpec;

@@ -3,7 +3,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
-use crate::Fleet;
+use crate::fleet::Fleet;
 
 const TUNE: &str = "kernel = \"sim\"\n[model]\nflops = \"2 * N * N * N\"\nbytes = \"8 * N * N * B\"\n[sizes]\nN = 256\n[[param]]\nname = \"B\"\nvalues = [1, 2, 4, 8]\ndefault = 1\n";
 

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use super::{Flavor, RunLimits, Toolchain};
-use crate::HwError;
 use crate::board::{Artifact, Board, BuildRequest, RunOutcome, RunRequest, Slice};
+use crate::error::HwError;
 use crate::spec::ChipSpec;
 
 /// A board whose kernels are compiled against the hthreads headers: to

@@ -11,10 +11,10 @@ use sha2::{Digest, Sha256};
 
 use super::compile::{compile_cached, compile_kernel_step, compile_step, compiler_version};
 use super::{Flavor, OPT_FLAGS, TAIL_CHARS, Toolchain, check_defines};
-use crate::HwError;
 use crate::board::{Artifact, BuildRequest};
 use crate::device_check;
 use crate::emu::runtime::{materialize_runtime, runtime_hash, spec_string};
+use crate::error::HwError;
 use crate::error::io_err;
 use crate::plausibility::ModelFigures;
 use crate::process::{kernel_hash, tail, verified};

@@ -10,8 +10,8 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::{MAX_OUTPUT_BYTES, TAIL_CHARS};
-use crate::HwError;
 use crate::device_check;
+use crate::error::HwError;
 use crate::error::io_err;
 use crate::process::{ProcessLimits, ProcessOutput, run_confined, tail, verified};
 

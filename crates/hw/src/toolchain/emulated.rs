@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 
 use super::compile::{compile_cached, compile_device_step, compile_step, compiler_version};
 use super::{TAIL_CHARS, Toolchain, check_defines, model_figures};
-use crate::HwError;
 use crate::board::{Artifact, BackendKind, BuildRequest};
 use crate::device_check;
 use crate::emu::contract;
 use crate::emu::instrument;
 use crate::emu::runtime::{materialize_runtime, runtime_hash};
+use crate::error::HwError;
 use crate::error::io_err;
 use crate::process::{kernel_hash, tail};
 

@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::HwError;
 use crate::board::{BackendKind, Slice};
 use crate::emu::runtime::default_cache_dir;
+use crate::error::HwError;
 use crate::faults::FaultInjector;
 use crate::spec::ChipSpec;
 

@@ -10,11 +10,11 @@ use std::process::ExitStatus;
 
 use super::emulated::{HARNESS_WASM, KERNEL_WASM};
 use super::{Flavor, MAX_OUTPUT_BYTES, TAIL_CHARS, Toolchain};
-use crate::HwError;
 use crate::board::{Artifact, RunOutcome, RunRequest};
 use crate::emu::machine::{self, LaunchRequest, LaunchStatus};
 use crate::emu::protocol::parse_output;
 use crate::emu::runtime::spec_string;
+use crate::error::HwError;
 use crate::error::io_err;
 use crate::process::{ProcessLimits, ProcessOutput, run_confined, tail};
 

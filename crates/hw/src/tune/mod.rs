@@ -33,7 +33,7 @@ use std::path::Path;
 use evalexpr::{ContextWithMutableVariables, HashMapContext, Value as ExprValue};
 use serde::{Deserialize, Serialize};
 
-use crate::HwError;
+use crate::error::HwError;
 use crate::spec::ChipSpec;
 
 /// Configurations enumerated at most (the cartesian product before the

@@ -19,7 +19,7 @@ use super::checks::{self, SCRATCH_VALUES, Scratch};
 use super::context::{Context, add_to, bad_module, reencode_error};
 use super::globals::Counter;
 use super::ops::{Class, SLOW_VECTOR_UNITS, Vector, classify, name};
-use crate::HwError;
+use crate::error::HwError;
 
 /// What one straight-line sequence costs.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]

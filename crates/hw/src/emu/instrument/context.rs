@@ -5,7 +5,7 @@
 
 use wasm_encoder::{Function, Instruction};
 
-use crate::HwError;
+use crate::error::HwError;
 
 /// What the instrumentation of a body needs to know.
 #[derive(Debug, Clone, Copy)]

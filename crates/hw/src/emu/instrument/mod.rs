@@ -33,7 +33,7 @@ use wasmparser::{Parser, Payload, TypeRef, ValType, Validator, WasmFeatures};
 
 use super::contract::Import;
 use super::layout::{Layout, MAX_PAGES};
-use crate::HwError;
+use crate::error::HwError;
 use crate::spec::ChipSpec;
 
 mod body;

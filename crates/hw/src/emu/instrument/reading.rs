@@ -11,9 +11,9 @@ use wasmparser::{
 };
 
 use super::context::bad_module;
-use crate::HwError;
 use crate::emu::contract::{self, IMPORT_MODULE, Import, MEMORY_IMPORT};
 use crate::emu::layout::{NULL_END, Span, StaticImage};
+use crate::error::HwError;
 
 /// The section GSM arrays are placed in (`__gsm__`).
 const GSM_SECTION: &str = "mtswarm_gsm";

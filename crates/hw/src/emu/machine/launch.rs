@@ -17,8 +17,8 @@ use super::engine::{compile, engine};
 use super::host::{HarnessState, LaunchShared};
 use super::sync::Abort;
 use super::{DeviceOutput, EmuError, lower_priority};
-use crate::HwError;
 use crate::emu::instrument;
+use crate::error::HwError;
 use crate::faults::Fault;
 use crate::spec::ChipSpec;
 

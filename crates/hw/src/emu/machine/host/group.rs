@@ -29,7 +29,7 @@ fn device_memory(state: &mut HarnessState, ddr_len: u64) -> Result<DeviceMemory,
     let pages = layout
         .pages_for(ddr_len + BUFFER_ALIGN)
         .map_err(|e| match e {
-            crate::HwError::Capacity(m) => EmuError::Capacity(m),
+            crate::error::HwError::Capacity(m) => EmuError::Capacity(m),
             other => EmuError::Launch(other.to_string()),
         })?;
     if let Some(memory) = &state.memory {
