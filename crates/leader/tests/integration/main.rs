@@ -22,6 +22,7 @@ mod job_flow;
 mod journal_cluster;
 mod limits;
 mod nats_restart;
+mod plan_refused;
 mod reassign;
 mod record_size;
 mod restart;
