@@ -235,11 +235,39 @@ impl ToolRegistry {
             Ok(normalized)
         } else {
             Err(CallRejection::Schema(format!(
-                "arguments of '{name}' do not match its schema: {}",
-                problems.join("; ")
+                "arguments of '{name}' do not match its schema: {}; call '{name}' again with {}",
+                problems.join("; "),
+                accepted_arguments(&entry.definition.parameters)
             )))
         }
     }
+}
+
+/// The arguments a schema accepts, for a rejection's next step:
+/// `its arguments kernel_dir, defines (required: none)`.
+fn accepted_arguments(schema: &serde_json::Value) -> String {
+    let names: Vec<&str> = schema
+        .get("properties")
+        .and_then(serde_json::Value::as_object)
+        .map(|properties| properties.keys().map(String::as_str).collect())
+        .unwrap_or_default();
+    if names.is_empty() {
+        return "no arguments: {}".into();
+    }
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(serde_json::Value::as_array)
+        .map(|list| list.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    format!(
+        "only its arguments {} (required: {})",
+        names.join(", "),
+        if required.is_empty() {
+            "none".to_string()
+        } else {
+            required.join(", ")
+        }
+    )
 }
 
 /// Parse a call's raw argument text. An empty string means "no arguments",

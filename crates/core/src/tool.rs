@@ -299,9 +299,53 @@ pub enum ToolSchema {
     Given(serde_json::Value),
 }
 
-/// The JSON Schema of an argument type, as a [`ToolSpec`] carries it.
+/// The JSON Schema of an argument type, as a [`ToolSpec`] carries it:
+/// without the annotations that cost a model's context and validate
+/// nothing (`$schema`, `title`, `format`, `default: null`, and the type's
+/// own description, which the tool's description already is). Every tool's
+/// schema reaches the model on every call, and a small model has 8k tokens.
 pub fn schema_of<T: schemars::JsonSchema>() -> serde_json::Value {
-    serde_json::to_value(schemars::schema_for!(T)).unwrap_or(serde_json::Value::Null)
+    let mut schema =
+        serde_json::to_value(schemars::schema_for!(T)).unwrap_or(serde_json::Value::Null);
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("description");
+    }
+    strip_annotations(&mut schema);
+    schema
+}
+
+/// Removes the annotation keywords of [`schema_of`] from a schema node and
+/// every subschema (properties, items, definitions, combinators), leaving
+/// property names alone.
+fn strip_annotations(node: &mut serde_json::Value) {
+    let Some(object) = node.as_object_mut() else {
+        return;
+    };
+    for keyword in ["$schema", "title", "format"] {
+        object.remove(keyword);
+    }
+    if object
+        .get("default")
+        .is_some_and(serde_json::Value::is_null)
+    {
+        object.remove("default");
+    }
+    for (keyword, value) in object.iter_mut() {
+        match keyword.as_str() {
+            "properties" | "$defs" | "definitions" | "patternProperties" => {
+                if let Some(schemas) = value.as_object_mut() {
+                    schemas.values_mut().for_each(strip_annotations);
+                }
+            }
+            "anyOf" | "oneOf" | "allOf" | "prefixItems" => {
+                if let Some(schemas) = value.as_array_mut() {
+                    schemas.iter_mut().for_each(strip_annotations);
+                }
+            }
+            "items" | "additionalProperties" | "not" => strip_annotations(value),
+            _ => {}
+        }
+    }
 }
 
 /// A tool the engine can route, approve, schedule and call.
@@ -326,4 +370,47 @@ pub trait Tool: Send + Sync {
         args: serde_json::Value,
         ctx: &ToolContext,
     ) -> Result<ToolOutput, ToolError>;
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use serde_json::json;
+
+    /// Arguments of an example tool.
+    #[derive(schemars::JsonSchema)]
+    #[allow(dead_code)] // only its schema is read
+    struct Example {
+        /// a property that happens to be called title
+        title: String,
+        /// how many
+        #[serde(default)]
+        count: Option<u32>,
+        /// nested
+        #[serde(default)]
+        items: Option<Vec<Inner>>,
+    }
+
+    #[derive(schemars::JsonSchema)]
+    #[allow(dead_code)] // only its schema is read
+    struct Inner {
+        /// a number
+        value: f64,
+    }
+
+    #[test]
+    fn the_schema_keeps_what_validates_and_drops_the_annotations() {
+        let schema = super::schema_of::<Example>();
+        let text = schema.to_string();
+        for gone in ["$schema", "\"format\"", "Arguments of", "\"default\":null"] {
+            assert!(!text.contains(gone), "{gone} left in {text}");
+        }
+        assert!(schema["properties"]["title"].is_object(), "{text}");
+        assert!(!text.contains("\"title\":\"Example\""), "{text}");
+        assert_eq!(schema["properties"]["count"]["description"], "how many");
+        let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+        assert!(validator.is_valid(&json!({"title": "t", "count": 3, "items": [{"value": 1.5}]})));
+        assert!(!validator.is_valid(&json!({"title": "t", "count": "three"})));
+        assert!(!validator.is_valid(&json!({"title": "t", "items": [{}]})));
+        assert!(!validator.is_valid(&json!({"count": 1})));
+    }
 }

@@ -77,6 +77,30 @@ impl WorkingState {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
+
+    /// The state as the model is reminded of it: every list cut to its
+    /// latest `keep` items, with how many earlier ones there were
+    /// (`compile_results_earlier`), so the reminder does not grow with the
+    /// session (a small model's whole context is 8k tokens). The state
+    /// itself keeps every item for the task's result.
+    pub fn model_view(&self, keep: usize) -> serde_json::Value {
+        let mut view = serde_json::to_value(self).unwrap_or_default();
+        if let Some(fields) = view.as_object_mut() {
+            let cut: Vec<(String, usize)> = fields
+                .iter_mut()
+                .filter_map(|(name, value)| {
+                    let items = value.as_array_mut()?;
+                    let earlier = items.len().checked_sub(keep).filter(|n| *n > 0)?;
+                    items.drain(..earlier);
+                    Some((name.clone(), earlier))
+                })
+                .collect();
+            for (name, earlier) in cut {
+                fields.insert(format!("{name}_earlier"), serde_json::json!(earlier));
+            }
+        }
+        view
+    }
 }
 
 fn set_list(list: &mut Vec<serde_json::Value>, value: serde_json::Value, append: bool) {
@@ -195,6 +219,28 @@ pub(crate) fn apply_effect(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_model_view_keeps_the_latest_items_of_each_list_and_counts_the_rest() {
+        let mut state = WorkingState::default();
+        for n in 0..5 {
+            state.set(
+                "compile_results",
+                json!({"artifact": format!("b{n}")}),
+                true,
+            );
+        }
+        state.set("benchmark_results", json!({"artifact": "b4"}), true);
+        let view = state.model_view(3);
+        assert_eq!(
+            view["compile_results"],
+            json!([{"artifact": "b2"}, {"artifact": "b3"}, {"artifact": "b4"}])
+        );
+        assert_eq!(view["compile_results_earlier"], json!(2));
+        assert_eq!(view["benchmark_results"], json!([{"artifact": "b4"}]));
+        assert!(view.get("benchmark_results_earlier").is_none(), "{view}");
+        assert_eq!(state.compile_results.len(), 5, "the state keeps every item");
+    }
 
     #[test]
     fn state_effects_set_and_append() {

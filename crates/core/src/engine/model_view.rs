@@ -24,6 +24,10 @@ use crate::model::{
     ChatModel, ChatRequest, Message, ModelError, ModelEvent, Role, ToolChoice, push_merged,
 };
 
+/// Items of each working-state list the per-step reminder shows (the
+/// latest ones; see [`crate::WorkingState::model_view`]).
+const WORKING_LIST_ITEMS_SHOWN: usize = 3;
+
 /// The model view of `history[covered_from..covered_to]`, built
 /// incrementally: each step only converts the messages added since.
 pub(super) struct ViewCache {
@@ -258,7 +262,11 @@ impl Run {
         }
         if injection.working_state {
             if !self.state.working.is_empty() {
-                let json = serde_json::to_string(&*self.state.working).unwrap_or_default();
+                let json = self
+                    .state
+                    .working
+                    .model_view(WORKING_LIST_ITEMS_SHOWN)
+                    .to_string();
                 let _ = write!(text, "\nworking state: {json}");
             }
             let ledger = &self.state.evidence;
