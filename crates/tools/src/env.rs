@@ -5,6 +5,7 @@
 //! host compiler between two hardware calls).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mtswarm_core::ToolError;
@@ -247,6 +248,74 @@ impl ToolEnv {
     /// Id of the session's slice.
     pub fn slice_id(&self) -> String {
         self.board.slice().id()
+    }
+
+    /// The kernel directories of the workspace (those with a host.c),
+    /// relative to it: `vecadd`, or `.` for the root itself.
+    pub(crate) fn kernel_dir_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = crate::workspace::kernel_dirs(self.workspace.root())
+            .iter()
+            .map(|dir| self.workspace.relative(dir))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The workspace's kernel directories, for an error's next step.
+    pub(crate) fn kernel_dirs_hint(&self) -> String {
+        match self.kernel_dir_names().as_slice() {
+            [] => "the workspace holds no kernel directory (none has a host.c)".into(),
+            names => format!("the workspace's kernel directories: {}", names.join(", ")),
+        }
+    }
+
+    /// A refused file argument with the workspace's kernel directories
+    /// appended, so the model knows where the task's files are.
+    pub(crate) fn with_kernel_dirs_hint(&self, error: ToolError) -> ToolError {
+        match error {
+            ToolError::InvalidArgs(message) => ToolError::InvalidArgs(format!(
+                "{message}; {} (list_files shows their files)",
+                self.kernel_dirs_hint()
+            )),
+            other => other,
+        }
+    }
+
+    /// The kernel directory of a call: the one given, else the
+    /// workspace's only one; with several and none given, an error
+    /// naming them.
+    pub(crate) fn kernel_dir_or_only(&self, given: Option<&str>) -> Result<String, ToolError> {
+        if let Some(dir) = given.map(str::trim).filter(|d| !d.is_empty()) {
+            return Ok(dir.to_owned());
+        }
+        match self.kernel_dir_names().as_slice() {
+            [only] => Ok(only.clone()),
+            _ => Err(ToolError::InvalidArgs(format!(
+                "kernel_dir is required: {}",
+                self.kernel_dirs_hint()
+            ))),
+        }
+    }
+
+    /// A file path of a call resolved in the workspace; a path that is not
+    /// there but names a file of the workspace's only kernel directory
+    /// (`kernel.c` for `vecadd/kernel.c`) means that file. Returns the
+    /// path and its workspace-relative form.
+    pub(crate) fn resolve_file(&self, shown: &str) -> Result<(PathBuf, String), ToolError> {
+        let path = self.workspace.resolve(shown)?;
+        if std::fs::symlink_metadata(&path).is_ok() {
+            return Ok((path, shown.to_owned()));
+        }
+        if let [only] = self.kernel_dir_names().as_slice()
+            && only != "."
+        {
+            let inside = format!("{only}/{}", shown.trim().trim_start_matches("./"));
+            let candidate = self.workspace.resolve(&inside)?;
+            if candidate.is_file() {
+                return Ok((candidate, inside));
+            }
+        }
+        Ok((path, shown.to_owned()))
     }
 }
 

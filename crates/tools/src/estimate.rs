@@ -182,18 +182,24 @@ impl Tool for Estimate {
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: EstimateArgs = parse_args(args)?;
-        let modeled = match (&args.kernel_dir, args.flops.zip(args.bytes)) {
-            (Some(dir), None) => Some(self.model_figures(dir, args.defines.as_ref())?),
-            _ => None,
+        // Without flops and bytes, the figures come from the tune.toml of
+        // the kernel directory given, else of the workspace's only one.
+        let modeled = match args.flops.zip(args.bytes) {
+            Some(_) => None,
+            None => match self.0.kernel_dir_or_only(args.kernel_dir.as_deref()) {
+                Ok(dir) => Some(self.model_figures(&dir, args.defines.as_ref())?),
+                Err(_) if args.kernel_dir.is_none() => None,
+                Err(error) => return Err(error),
+            },
         };
         let (flops, bytes) = match (modeled, args.flops, args.bytes) {
             (Some((f, b)), flops, bytes) => (flops.unwrap_or(f), bytes.unwrap_or(b)),
             (None, Some(f), Some(b)) => (f, b),
             (None, _, _) => {
-                return Err(ToolError::InvalidArgs(
-                    "give flops and bytes, or kernel_dir (whose tune.toml has a [model] table) and defines"
-                        .to_owned(),
-                ));
+                return Err(ToolError::InvalidArgs(format!(
+                    "give flops and bytes, or kernel_dir (whose tune.toml has a [model] table) and defines; {}",
+                    self.0.kernel_dirs_hint()
+                )));
             }
         };
         if !(flops.is_finite() && flops > 0.0) {

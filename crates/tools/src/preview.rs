@@ -109,10 +109,10 @@ impl ToolEnv {
                         })
                         .collect();
                 }
-                preview.files.push(format!(
-                    "{}/ (read)",
-                    text_argument(arguments, "kernel_dir").unwrap_or(".")
-                ));
+                let dir = self
+                    .kernel_dir_or_only(text_argument(arguments, "kernel_dir"))
+                    .unwrap_or_else(|_| ".".into());
+                preview.files.push(format!("{dir}/ (read)"));
             }
             "run" | "validate" | "benchmark" | "profile" => {
                 let session = self.session();

@@ -412,10 +412,15 @@ impl Tool for AnalyzeKernel {
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: AnalyzeArgs = parse_args(args)?;
-        let shown = args.path.clone().unwrap_or_else(|| "kernel.c".into());
-        let path = self.0.workspace.resolve(&shown)?;
-        let source = std::fs::read_to_string(&path)
-            .map_err(|e| ToolError::InvalidArgs(format!("cannot read `{shown}`: {e}")))?;
+        let (path, shown) = self
+            .0
+            .resolve_file(args.path.as_deref().unwrap_or("kernel.c"))?;
+        let source = std::fs::read_to_string(&path).map_err(|e| {
+            ToolError::InvalidArgs(format!(
+                "cannot read `{shown}`: {e}; {}",
+                self.0.kernel_dirs_hint()
+            ))
+        })?;
         let analysis = analyze_source(&source, &args.defines.unwrap_or_default(), &self.0.spec);
         let data = serde_json::to_value(&analysis).unwrap_or(Value::Null);
         Ok(ToolOutput::text(summarize(&shown, &analysis))

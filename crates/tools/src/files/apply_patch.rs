@@ -137,7 +137,7 @@ impl Tool for ApplyPatch {
                 .or_else(|| new_name.clone())
                 .or_else(|| old_name.clone())
                 .ok_or_else(|| ToolError::InvalidArgs("a diff section names no file".into()))?;
-            let resolved = self.0.workspace.resolve(&target)?;
+            let (resolved, target) = self.0.resolve_file(&target)?;
             // Checked before anything is written: a refused file fails the whole patch.
             self.0.harness.check_writable(&resolved, &target)?;
             let original = if old_name.is_none() && args.path.is_none() {
@@ -148,7 +148,7 @@ impl Tool for ApplyPatch {
                 }
                 String::new()
             } else {
-                read_text(&resolved, &target)?
+                read_text(&resolved, &target).map_err(|e| self.0.with_kernel_dirs_hint(e))?
             };
             let patch = diffy::Patch::from_str(section)
                 .map_err(|e| ToolError::InvalidArgs(format!("`{target}`: malformed diff: {e}")))?;

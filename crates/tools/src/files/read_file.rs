@@ -58,16 +58,15 @@ impl Tool for ReadFile {
 
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: ReadFileArgs = parse_args(args)?;
-        let path = self.0.workspace.resolve(&args.path)?;
-        let text = read_text(&path, &args.path)?;
+        let (path, shown) = self.0.resolve_file(&args.path)?;
+        let text = read_text(&path, &shown).map_err(|e| self.0.with_kernel_dirs_hint(e))?;
         let lines: Vec<&str> = text.lines().collect();
         let start = args.offset.unwrap_or(1).max(1);
         let limit = args.limit.unwrap_or(400).max(1);
         let total = lines.len() as u64;
         if start > total.max(1) {
             return Err(ToolError::InvalidArgs(format!(
-                "offset {start} is past the end of `{}` ({total} lines)",
-                args.path
+                "offset {start} is past the end of `{shown}` ({total} lines)"
             )));
         }
         let mut content = String::new();
@@ -93,7 +92,7 @@ impl Tool for ReadFile {
             ));
         }
         Ok(ToolOutput::text(content).with_data(json!({
-            "path": args.path, "start": start, "end": end, "total_lines": total, "truncated": truncated,
+            "path": shown, "start": start, "end": end, "total_lines": total, "truncated": truncated,
         })))
     }
 }

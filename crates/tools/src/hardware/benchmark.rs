@@ -105,7 +105,7 @@ pub struct Benchmark(pub(crate) Arc<ToolEnv>);
 /// What `benchmark` declares: the one description of the tool.
 static SPEC: ToolSpec = ToolSpec::new(
     "benchmark",
-    "Benchmark a compiled artifact on this slice: a validation run first (a wrong answer gets no figure), warm-up, repeated timed runs each re-checked, median and trimmed mean, implausible speedups flagged. With exact timing (the emulator's modeled cycles) one validated execution is the figure and spot re-runs with the same inputs check it: always for a new best, at random for others, and when repeats > 1. Records benchmark evidence and updates the candidates.",
+    "Benchmark a compiled artifact (an id from compile) on this slice: a validation run first (a wrong answer gets no figure), then timed runs each re-checked (median, trimmed mean; implausible speedups flagged). With exact timing (the emulator's modeled cycles) one validated execution is the figure, re-checked by spot re-runs. Records benchmark evidence and updates the candidates.",
     schema_of::<BenchmarkArgs>,
 )
 .risk(Risk::Medium)

@@ -24,7 +24,7 @@ use super::hw_error;
 #[serde(deny_unknown_fields)]
 pub struct CompileArgs {
     /// Kernel directory relative to the workspace, holding kernel.c and
-    /// host.c (default: the workspace root).
+    /// host.c (default: the workspace's only kernel directory).
     #[serde(default)]
     pub kernel_dir: Option<String>,
     /// `-D` parameters: tuning knobs and problem sizes, NAME -> VALUE.
@@ -216,11 +216,17 @@ impl Tool for Compile {
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: CompileArgs = parse_args(args)?;
-        let shown = args.kernel_dir.clone().unwrap_or_else(|| ".".into());
+        let shown = self.0.kernel_dir_or_only(args.kernel_dir.as_deref())?;
         let kernel_dir = self.0.workspace.resolve(&shown)?;
-        if !kernel_dir.is_dir() {
+        if !kernel_dir.is_dir() || !kernel_dir.join("kernel.c").is_file() {
+            let what = if kernel_dir.is_dir() {
+                "holds no kernel.c"
+            } else {
+                "is not a directory"
+            };
             return Err(ToolError::InvalidArgs(format!(
-                "kernel_dir `{shown}` is not a directory"
+                "kernel_dir `{shown}` {what}: give one of {} (or omit kernel_dir when there is one)",
+                self.0.kernel_dirs_hint()
             )));
         }
         let defines = args.defines.unwrap_or_default();

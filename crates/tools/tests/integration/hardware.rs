@@ -471,3 +471,53 @@ async fn a_background_build_is_collected_by_wait_build_and_never_run_before() {
     let unknown = invalid_args(call(&tools, "wait_build", json!({"artifact": "b9"})).await);
     assert!(unknown.contains("unknown artifact"), "{unknown}");
 }
+
+/// A model that leaves out `kernel_dir`, or names a file of the kernel
+/// without its directory, means the session's only kernel; with several
+/// kernels, or a wrong one, the error names those there are.
+#[tokio::test]
+async fn the_only_kernel_directory_is_the_default_and_errors_name_the_kernels() {
+    let ws = vecadd_workspace();
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
+    let out = call(&tools, "compile", json!({"defines": {"CHUNK": "1024"}}))
+        .await
+        .expect("compiles the only kernel directory");
+    assert_eq!(
+        state(&out, "compile_results").expect("compile_results")["kernel_dir"],
+        "vecadd"
+    );
+    let read = call(&tools, "read_file", json!({"path": "tune.toml"}))
+        .await
+        .expect("tune.toml of the only kernel");
+    assert!(read.content.contains("CHUNK"), "{}", read.content);
+    assert_eq!(
+        read.data.as_ref().expect("data")["path"],
+        "vecadd/tune.toml"
+    );
+    assert_refused(
+        &tools,
+        &[
+            (
+                "compile",
+                json!({"kernel_dir": "nope"}),
+                "kernel directories: vecadd",
+            ),
+            (
+                "read_file",
+                json!({"path": "missing.c"}),
+                "kernel directories: vecadd",
+            ),
+        ],
+    )
+    .await;
+
+    common::copy_dir(
+        &common::examples_dir().join("vecadd"),
+        &ws.path().join("vecadd2"),
+    );
+    let refused = invalid_args(call(&tools, "compile", json!({})).await);
+    assert!(
+        refused.contains("kernel_dir is required") && refused.contains("vecadd, vecadd2"),
+        "{refused}"
+    );
+}
