@@ -28,6 +28,39 @@ const KERNEL_STRUCTURE: &str = "\n## The kernel\n\
     then benchmark it; its record carries that hash and the diff against the pristine kernel, \
     and the fastest valid benchmark of any variant is the job's best.\n";
 
+/// What the system prompt says of the tools: their names and what the
+/// schema does not say (which hold the slice, which may wait for an
+/// approval) and the usual order. Their descriptions and arguments reach
+/// the model with the tools themselves (natively, or in the system message
+/// in text mode), so they are not repeated here: a small model's context
+/// is 8k tokens.
+fn tools_section(tools: &[Arc<dyn Tool>]) -> String {
+    let names = |keep: &dyn Fn(&mtswarm_core::ToolSpec) -> bool| -> String {
+        let kept: Vec<&str> = tools
+            .iter()
+            .map(|t| t.spec())
+            .filter(|spec| keep(spec))
+            .map(|spec| spec.name.as_ref())
+            .collect();
+        if kept.is_empty() {
+            "none".to_string()
+        } else {
+            kept.join(", ")
+        }
+    };
+    format!(
+        "## Tools\n\
+         - Yours: {all}.\n\
+         - They hold the slice (one at a time): {hardware}. They may wait for a human's approval: {approval}.\n\
+         - The usual task: compile the task's candidate (its defines; kernel_dir defaults to the task's \
+         kernel directory) to get an artifact id, validate it, benchmark it, repeat for each candidate, \
+         then answer.\n",
+        all = names(&|_| true),
+        hardware = names(&|spec| spec.needs_hardware),
+        approval = names(&|spec| spec.risk >= mtswarm_core::Risk::Medium),
+    )
+}
+
 /// The system prompt of a worker session.
 pub(crate) fn worker_system_prompt(
     role: &str,
@@ -87,20 +120,7 @@ pub(crate) fn worker_system_prompt(
         sld = spec.latency.sldw,
         bc = spec.latency.svbcast,
     );
-    prompt.push_str("## Tools\n");
-    for tool in tools {
-        prompt.push_str(&format!(
-            "- {} ({:?} risk{}): {}\n",
-            tool.spec().name,
-            tool.spec().risk,
-            if tool.spec().needs_hardware {
-                ", holds the slice"
-            } else {
-                ""
-            },
-            tool.spec().description
-        ));
-    }
+    prompt.push_str(&tools_section(tools));
     prompt.push_str(KERNEL_STRUCTURE);
     prompt.push_str(
         "\n## Rules\n\
