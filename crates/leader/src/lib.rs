@@ -71,7 +71,9 @@
 //!   `mtswarm_core::answer`).
 //! - `config`, `fleet` (joining
 //!   workers, leases and quarantine), `validate`, `scheduler`
-//!   (admission), `digest` (tool output budgets).
+//!   (admission), `digest` (tool output budgets), `space` (the kernel's
+//!   tuning space as the model reads it, and the check of a plan's
+//!   candidates).
 //! - `results`: the per-job result tables; `journal`: the job event
 //!   stream; `trigger`: the reassigner's queue messages.
 //! - `job`: the job's durable state (`JobContext`, agent entries, task
@@ -122,6 +124,7 @@ mod runner;
 mod scheduler;
 mod service;
 mod shared;
+mod space;
 mod spans;
 mod tools;
 mod trigger;

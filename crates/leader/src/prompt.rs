@@ -1,5 +1,5 @@
 //! The leader loop's prompt: the system prompt (tools, the fleet as it is
-//! now, the job and the work plan) and the task message (the goal, the
+//! now, the job, its tuning space and the work plan) and the task message (the goal, the
 //! attached files and the machine-readable `job_spec:` line the builtin
 //! policy reads).
 
@@ -36,24 +36,34 @@ pub(crate) async fn system_prompt(shared: &Shared, context: &JobContext) -> Stri
         }
         Err(error) => format!("unknown (the fleet could not be read: {error})"),
     };
+    let space = match crate::space::load(&context.kernel_dir) {
+        Ok(space) => crate::space::describe(&space, &spec.kernel_dir),
+        Err(error) => format!(
+            "Tuning space: the kernel's tune.toml is not readable ({error}); read_file(\"tune.toml\") shows it.\n"
+        ),
+    };
     format!(
         "You are the leader of an mtswarm tuning job: you tune a compute kernel for MT-3000 boards \
-by directing worker agents, each running on one slice of hardware.\n\n\
+by directing worker agents, each running on one slice of hardware. You act through tool calls; \
+only your final answer is plain text.\n\n\
 Tools:\n\
 - list_fleet(selector?): slices matching a selector with their state (free/leased/quarantined).\n\
 - spawn_agent(selector?, role?, instructions?, name?): start a worker agent on a free matching slice; \
 `name` becomes its agent id.\n\
-- assign_task(agent, instructions, parameters): give an agent a task. parameters is a JSON object; \
-to split a tuning space use {{\"candidates\": [{{\"PARAM\": value, ...}}, ...], \"search_budget\": n}} (each candidate a map of -D defines \
-from tune.toml; search_budget: candidates the agent screens at most, its share of the job line's search_budget).\n\
+- assign_task(agent, instructions, parameters): give an agent a task. parameters is the task plan \
+{{\"candidates\": [candidate, ...], \"search_budget\": n}} (a candidate maps the tuning space's parameters \
+to values, passed as -D defines; search_budget: candidates the agent screens at most, its share of the job \
+line's search_budget).\n\
 - collect_result(agents? | tasks?, mode any|all, timeout_seconds): wait for task results.\n\
 - cancel_agent(agent, reason?): stop an agent.\n\
-- read_file(path): read a file of the kernel directory (tune.toml describes the tuning space).\n\
+- read_file(path): read a file of the kernel directory (kernel.c, tune.toml).\n\
 - job_status(): the job's agents and tasks.\n\n\
 Fleet: {fleet}.\n\
 Job: kernel directory {kernel}, slice selector {selector}, agents requested: {agents}.\n\n\
-Work plan: look at the fleet and tune.toml, spawn agents on free slices, split the tuning space among \
-them, assign, collect all results, then answer. Your final answer starts with a one-line summary and \
+{space}\n\
+Work plan: 1. spawn_agent once per agent (on free slices); 2. assign_task to each agent, splitting the \
+candidates among them; 3. collect_result with mode \"all\" until every task has reported; 4. answer. \
+Your final answer starts with a one-line summary and \
 ends with a ```json block: {{\"best\": {{\"params\": {{...}}, \"gflops\": n, \"peak_fraction\": n, \
 \"agent\": id, \"slice\": id}}, \"results\": [...]}} (or {{\"best\": null, \"error\": \"why\"}} when nothing worked).",
         kernel = spec.kernel_dir,

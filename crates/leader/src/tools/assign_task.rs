@@ -22,13 +22,51 @@ pub(super) struct AssignTask(pub(super) Arc<ToolEnv>);
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AssignTaskArgs {
-    /// agent id from spawn_agent
-    agent: String,
-    /// what the agent must do
-    instructions: String,
+    /// agent id from spawn_agent (default: the job's one agent, when it has one)
+    #[serde(default)]
+    agent: Option<String>,
+    /// what the agent must do (default: compile, validate and benchmark the candidates)
+    #[serde(default)]
+    instructions: Option<String>,
     /// the task plan, e.g. {"candidates":[{"MB":64}], "search_budget": 8}
     #[serde(default)]
     parameters: Option<serde_json::Map<String, Value>>,
+}
+
+/// A task's instructions when the call gives none.
+const DEFAULT_INSTRUCTIONS: &str = "Compile, validate and benchmark the candidates of the task plan; report the fastest valid one.";
+
+/// The job's agents that can take a task, for an error's next step.
+fn live_agents(job: &crate::job::JobContext) -> Vec<String> {
+    job.agent_list()
+        .into_iter()
+        .filter(|a| !a.cancelled)
+        .map(|a| a.agent_id)
+        .collect()
+}
+
+/// What to do instead of assigning to a missing or cancelled agent.
+fn assign_instead(job: &crate::job::JobContext) -> String {
+    let live = live_agents(job);
+    if live.is_empty() {
+        "the job has no agent yet: call spawn_agent first".into()
+    } else {
+        format!(
+            "spawn_agent first, or assign to one of the job's agents: {}",
+            live.join(", ")
+        )
+    }
+}
+
+/// The agent of a call that names none: the job's only live agent.
+fn only_live_agent(job: &crate::job::JobContext) -> Result<String, ToolError> {
+    match live_agents(job).as_slice() {
+        [only] => Ok(only.clone()),
+        _ => Err(ToolError::InvalidArgs(format!(
+            "agent is required: {}",
+            assign_instead(job)
+        ))),
+    }
 }
 
 /// What `assign_task` declares: the one description of the tool.
@@ -61,22 +99,38 @@ impl Tool for AssignTask {
             })));
         }
         let args: AssignTaskArgs = parse_args(args)?;
-        let agent_id = given(Some(args.agent))
-            .ok_or_else(|| ToolError::InvalidArgs("agent is required".into()))?;
-        let instructions = given(Some(args.instructions))
-            .ok_or_else(|| ToolError::InvalidArgs("instructions must not be empty".into()))?;
-        let parameters = Value::Object(args.parameters.unwrap_or_default());
+        let agent_id = match given(args.agent) {
+            Some(agent) => agent,
+            None => only_live_agent(job)?,
+        };
+        let instructions = given(args.instructions).unwrap_or_else(|| DEFAULT_INSTRUCTIONS.into());
+        let mut parameters = args.parameters.unwrap_or_default();
+        let space = crate::space::load(&job.kernel_dir).ok();
+        if let Some(space) = &space {
+            crate::space::lift_bare_candidate(space, &mut parameters);
+        }
+        let parameters = Value::Object(parameters);
         // The worker reads the parameters as a task plan: one that does not
-        // read is refused here, naming the field, before any task exists.
-        TaskPlan::from_value(&parameters).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        // read, or whose candidates name what the kernel's tuning space does
+        // not have, is refused here, naming the field, before any task exists.
+        let plan = TaskPlan::from_value(&parameters).map_err(|e| {
+            ToolError::InvalidArgs(format!(
+                "{e}. Nothing was assigned: call assign_task again with parameters {{\"candidates\": [{{...}}, ...], \"search_budget\": n}}"
+            ))
+        })?;
+        if let Some(space) = &space {
+            crate::space::check_plan(space, &plan).map_err(ToolError::InvalidArgs)?;
+        }
         let agent = job.agent(&agent_id).ok_or_else(|| {
             ToolError::InvalidArgs(format!(
-                "no agent named {agent_id:?} in this job (spawn it first)"
+                "no agent named {agent_id:?} in this job: {}",
+                assign_instead(job)
             ))
         })?;
         if agent.cancelled {
             return Err(ToolError::InvalidArgs(format!(
-                "agent {agent_id:?} was cancelled"
+                "agent {agent_id:?} was cancelled: {}",
+                assign_instead(job)
             )));
         }
         let task_id = task_id_for(&job.job_id, &key);

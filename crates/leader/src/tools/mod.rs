@@ -91,7 +91,11 @@ pub(crate) fn registry(shared: Arc<Shared>, context: Arc<JobContext>) -> ToolReg
 /// Arguments as the tool's argument type (the schema already checked
 /// them); a mismatch names the field.
 pub(super) fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolError> {
-    serde_json::from_value(args).map_err(|e| ToolError::InvalidArgs(e.to_string()))
+    serde_json::from_value(args).map_err(|e| {
+        ToolError::InvalidArgs(format!(
+            "{e}; call the tool again with the arguments its schema lists"
+        ))
+    })
 }
 
 /// A text argument as given: trimmed, `None` when absent or blank.
