@@ -67,6 +67,11 @@ pub struct LlmArgs {
     /// messages, tools, stream, ...) are refused at start-up.
     #[arg(long, env = "MTSWARM_LLM_EXTRA_BODY")]
     pub llm_extra_body: Option<String>,
+    /// Seconds to wait for --llm-url's response headers and between stream
+    /// pieces (default 120). A model on a CPU reads a long prompt for
+    /// minutes before its first token.
+    #[arg(long, env = "MTSWARM_LLM_TIMEOUT_SECS")]
+    pub llm_timeout_secs: Option<f64>,
 }
 
 /// `--llm-tool-mode`.
@@ -108,6 +113,17 @@ impl ContextIn {
 }
 
 impl LlmArgs {
+    /// `--llm-timeout-secs` as a duration; `None` for the client's default.
+    pub fn timeout(&self) -> anyhow::Result<Option<std::time::Duration>> {
+        match self.llm_timeout_secs {
+            None => Ok(None),
+            Some(secs) if secs.is_finite() && secs > 0.0 => {
+                Ok(Some(std::time::Duration::from_secs_f64(secs)))
+            }
+            Some(secs) => anyhow::bail!("--llm-timeout-secs must be a positive number, got {secs}"),
+        }
+    }
+
     /// The API key: from its file, else from the environment; a key given
     /// on the command line is refused.
     fn api_key(&self, daemon: &str) -> anyhow::Result<Option<String>> {
@@ -497,6 +513,9 @@ pub(crate) async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow:
         let mut llm = OpenAiConfig::new(url, model)
             .with_tool_mode(cmd.llm.llm_tool_mode.mode())
             .with_extra_body(cmd.llm.extra_body()?)?;
+        if let Some(timeout) = cmd.llm.timeout()? {
+            llm = llm.with_request_timeout(timeout);
+        }
         if let Some(key) = api_key {
             llm = llm.with_api_key(key);
         }
@@ -583,6 +602,7 @@ pub(crate) async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow:
     config.context_placement = cmd.llm.llm_context_in.placement();
     config.llm_tool_mode = cmd.llm.llm_tool_mode.mode();
     config.llm_extra_body = cmd.llm.extra_body()?;
+    config.llm_request_timeout = cmd.llm.timeout()?;
     config.llm_api_key_file = cmd.llm.llm_api_key_file.clone();
     config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
         (Some(path), _) => WorkerModel::Replay(path.clone()),

@@ -188,6 +188,9 @@ pub struct WorkerConfig {
     /// Fields merged into every request to the daemon's own endpoint
     /// (`--llm-extra-body`; checked by `mtswarm_llm::openai::parse_extra_body`).
     pub llm_extra_body: serde_json::Map<String, serde_json::Value>,
+    /// Wait for the daemon's own endpoint's response headers and between
+    /// stream pieces (`--llm-timeout-secs`); `None`: the client's default.
+    pub llm_request_timeout: Option<Duration>,
     /// What an undecided call gets after the timeout.
     pub approval_default: DefaultVerdict,
     /// The leader's public decision key: with it only decisions the leader
@@ -260,6 +263,7 @@ impl WorkerConfig {
             context_placement: InjectionPlacement::default(),
             llm_tool_mode: mtswarm_llm::ToolMode::Native,
             llm_extra_body: serde_json::Map::new(),
+            llm_request_timeout: None,
             approval_default: DefaultVerdict::Deny,
             leader_key: None,
             drain_grace: Duration::from_secs(60),

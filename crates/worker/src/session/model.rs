@@ -87,6 +87,9 @@ pub(super) fn session_model(
     if key_allowed {
         config = config.with_tool_mode(shared.config.llm_tool_mode);
         config.extra_body = shared.config.llm_extra_body.clone();
+        if let Some(timeout) = shared.config.llm_request_timeout {
+            config = config.with_request_timeout(timeout);
+        }
     }
     let client = OpenAiClient::new(config).map_err(ModelChoiceError::Client)?;
     Ok(Arc::new(client))
