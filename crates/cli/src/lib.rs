@@ -15,7 +15,8 @@
 //!   (`approval_prompt` asks them);
 //! - `decision`: deciding one approval (`approve`/`deny` and `watch`);
 //! - `emu`: build and run one kernel on the emulator;
-//! - `llm`: whether a model endpoint can drive the agents;
+//! - `llm`: whether a model endpoint can drive the agents; `llm_serve`, a
+//!   small model served on loopback for them ([`LocalModel`]);
 //! - `mcp`: `mcp`, the farm as Model Context Protocol tools for outside
 //!   agents (stdio or streamable HTTP), a client of the leader like `client`;
 //! - `completions`: the shell completion scripts;
@@ -35,6 +36,7 @@ mod decision;
 mod demo;
 mod emu;
 mod llm;
+mod llm_serve;
 mod local_stack;
 mod mcp;
 mod metrics;
@@ -46,6 +48,10 @@ mod up;
 mod watch;
 
 pub use credentials::generate_deployment;
+pub use llm_serve::{
+    DEFAULT_MODEL_FILE, LocalModel, LocalModelError, LocalModelOptions, default_model_dir,
+    default_model_path,
+};
 pub use local_stack::{LeaderProcessArgs, WorkerProcessArgs};
 pub use up::{DEFAULT_FLEET_TOML, DEFAULT_METRICS_PORT};
 
@@ -101,7 +107,7 @@ pub enum Command {
     Client(ClientCommand),
     /// The MT-3000 emulator that ships with mtswarm.
     Emu(emu::EmuArgs),
-    /// Model endpoints: `mtswarm llm check URL --llm-model M`.
+    /// Model endpoints: `mtswarm llm check URL --llm-model M`; `mtswarm llm serve`.
     #[command(subcommand)]
     Llm(llm::LlmCommand),
     /// Serve the farm as Model Context Protocol tools (stdio, or streamable

@@ -21,6 +21,9 @@ pub enum LlmCommand {
     /// Probe an endpoint: models list, streamed tool calls, tool results,
     /// parallel calls, usage; say what works and what mtswarm does about the rest.
     Check(LlmCheckCmd),
+    /// Serve a GGUF model on loopback (llama.cpp from PyPI's xllamacpp) and
+    /// print the URL and model name for the daemons.
+    Serve(crate::llm_serve::LlmServeCmd),
 }
 
 /// Arguments of `mtswarm llm check`.
@@ -50,6 +53,7 @@ pub struct LlmCheckCmd {
 pub(crate) async fn llm(command: LlmCommand) -> anyhow::Result<ExitCode> {
     match command {
         LlmCommand::Check(cmd) => check(cmd).await,
+        LlmCommand::Serve(cmd) => crate::llm_serve::serve(cmd).await,
     }
 }
 
