@@ -103,7 +103,8 @@ pub(crate) fn user_input(
         collect_timeout_seconds: collect_timeout,
         search_budget: spec.budgets.map(|b| b.max_evaluations).unwrap_or(0),
     };
-    text.push_str("\n\n");
+    // A small model answers at once unless told where to start.
+    text.push_str("\n\nBegin with step 1 of the work plan: call spawn_agent.\n\n");
     text.push_str(&line.render());
     text
 }

@@ -22,7 +22,7 @@ const EXAMPLES: usize = 3;
 /// Values of a parameter listed in full; longer lists show their ends.
 const VALUES_SHOWN: usize = 12;
 
-/// The kernel's tuning space, read from `kernel_dir/tune.toml`.
+/// The kernel's tuning space, read from the tune.toml of `kernel_dir`.
 pub(crate) fn load(kernel_dir: &Path) -> Result<TuneSpace, TuneError> {
     TuneSpace::load(&kernel_dir.join("tune.toml"))
 }
@@ -193,6 +193,73 @@ pub(crate) fn lift_bare_candidate(space: &TuneSpace, parameters: &mut Map<String
     parameters.insert("params".into(), Value::Object(candidate));
 }
 
+/// The arguments of an `assign_task` call as a small model writes them,
+/// put in shape before the schema check: `name` for a missing `agent`;
+/// `spawn_agent`'s arguments and the fields of earlier tool results
+/// (`role`, `selector`, `slice_id`, `session_id`, ...), which it copies
+/// from the step before, dropped; a plan's fields (`candidates`,
+/// `search_budget`, ...) and the space's parameters written beside
+/// `parameters` moved into it.
+pub(crate) fn shape_assign_args(space: Option<&TuneSpace>, args: &mut Map<String, Value>) {
+    if !args.contains_key("agent")
+        && let Some(name) = args.remove("name")
+    {
+        args.insert("agent".into(), name);
+    }
+    for copied in [
+        "name",
+        "role",
+        "selector",
+        "slice_id",
+        "session_id",
+        "worker_id",
+        "note",
+        "next",
+        "task_id",
+        "attempt",
+    ] {
+        args.remove(copied);
+    }
+    let plan_fields = ["candidates", "params", "search_budget", "strategy", "cores"];
+    let is_param = |key: &str| space.is_some_and(|s| s.params.iter().any(|p| p.name == key));
+    let moved: Vec<String> = args
+        .keys()
+        .filter(|key| plan_fields.contains(&key.as_str()) || is_param(key))
+        .cloned()
+        .collect();
+    if moved.is_empty() {
+        return;
+    }
+    let mut parameters = match args.remove("parameters") {
+        Some(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    for key in moved {
+        if let Some(value) = args.remove(&key) {
+            parameters.entry(key).or_insert(value);
+        }
+    }
+    args.insert("parameters".into(), Value::Object(parameters));
+}
+
+/// The plan of a call that gives no candidate at all: the example
+/// candidates of the prompt, screened in full.
+pub(crate) fn default_candidates(space: &TuneSpace, parameters: &mut Map<String, Value>) -> bool {
+    if ["candidates", "params", "noop", "source_diff"]
+        .iter()
+        .any(|key| parameters.contains_key(*key))
+    {
+        return false;
+    }
+    let allowed = space.configurations(&ChipSpec::default()).ok();
+    let picked = examples(space, allowed.as_deref());
+    parameters
+        .entry("search_budget")
+        .or_insert(json!(picked.len()));
+    parameters.insert("candidates".into(), Value::Array(picked));
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +335,45 @@ default = 2
             &plan(json!({"params": {"MB": 1}, "unchecked_defines": true})),
         )
         .expect("unchecked plans pass");
+    }
+
+    #[test]
+    fn assign_arguments_copied_from_a_spawn_are_put_in_shape() {
+        let mut args = json!({
+            "name": "a1", "role": "tuner", "selector": "", "slice_id": "1",
+            "instructions": "go", "CHUNK": 1024, "search_budget": 1,
+        })
+        .as_object()
+        .cloned()
+        .expect("an object");
+        shape_assign_args(Some(&space()), &mut args);
+        assert_eq!(
+            Value::Object(args),
+            json!({"agent": "a1", "instructions": "go",
+                   "parameters": {"CHUNK": 1024, "search_budget": 1}})
+        );
+        let mut named = json!({"agent": "a2", "name": "other"})
+            .as_object()
+            .cloned()
+            .expect("an object");
+        shape_assign_args(None, &mut named);
+        assert_eq!(Value::Object(named), json!({"agent": "a2"}));
+    }
+
+    #[test]
+    fn a_plan_without_candidates_gets_the_examples_and_one_with_them_is_left_alone() {
+        let mut empty = Map::new();
+        assert!(default_candidates(&space(), &mut empty));
+        let plan = plan(Value::Object(empty));
+        assert_eq!(plan.candidates.as_ref().map(Vec::len), Some(3));
+        assert_eq!(plan.search_budget, Some(3));
+        check_plan(&space(), &plan).expect("the defaults are in the space");
+        let mut given = json!({"params": {"CHUNK": 256}})
+            .as_object()
+            .cloned()
+            .expect("an object");
+        assert!(!default_candidates(&space(), &mut given));
+        assert_eq!(Value::Object(given), json!({"params": {"CHUNK": 256}}));
     }
 
     #[test]

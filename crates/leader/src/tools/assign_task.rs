@@ -33,6 +33,63 @@ pub(crate) struct AssignTaskArgs {
     parameters: Option<serde_json::Map<String, Value>>,
 }
 
+/// The call's parameters as the task's plan: a bare candidate lifted into
+/// `params`, the space's example candidates when it names none (`true`
+/// then), refused (naming the field) when it does not read as a plan or
+/// its candidates name what the kernel's tuning space does not have.
+fn checked_plan(
+    job: &crate::job::JobContext,
+    mut parameters: serde_json::Map<String, Value>,
+) -> Result<(Value, bool), ToolError> {
+    let space = crate::space::load(&job.kernel_dir).ok();
+    let mut defaulted = false;
+    if let Some(space) = &space {
+        crate::space::lift_bare_candidate(space, &mut parameters);
+        defaulted = crate::space::default_candidates(space, &mut parameters);
+    }
+    let parameters = Value::Object(parameters);
+    let plan = TaskPlan::from_value(&parameters).map_err(|e| {
+        ToolError::InvalidArgs(format!(
+            "{e}. Nothing was assigned: call assign_task again with parameters {{\"candidates\": [{{...}}, ...], \"search_budget\": n}}"
+        ))
+    })?;
+    if let Some(space) = &space {
+        crate::space::check_plan(space, &plan).map_err(ToolError::InvalidArgs)?;
+    }
+    Ok((parameters, defaulted))
+}
+
+/// What `assign_task` answers (a re-executed call the same): the task,
+/// and the step that waits for its result.
+fn assigned(task_id: &str, agent_id: &str, attempt: u32) -> ToolOutput {
+    output(json!({
+        "task_id": task_id, "agent": agent_id, "attempt": attempt,
+        "next": format!("collect_result with agents [{agent_id:?}] and mode \"all\" waits for its result"),
+    }))
+}
+
+/// The agent's unfinished task with these parameters and instructions.
+fn running_twin(
+    job: &crate::job::JobContext,
+    agent_id: &str,
+    parameters: &Value,
+    instructions: &str,
+) -> Option<v1::TaskAssignment> {
+    job.tasks()
+        .values()
+        .filter(|record| !record.done)
+        .filter_map(|record| record.assignment.as_ref())
+        .find(|a| {
+            a.agent_id == agent_id
+                && a.instructions == instructions
+                && serde_json::from_str::<Value>(&a.parameters_json)
+                    .ok()
+                    .as_ref()
+                    == Some(parameters)
+        })
+        .cloned()
+}
+
 /// A task's instructions when the call gives none.
 const DEFAULT_INSTRUCTIONS: &str = "Compile, validate and benchmark the candidates of the task plan; report the fastest valid one.";
 
@@ -83,6 +140,13 @@ impl Tool for AssignTask {
     fn spec(&self) -> &ToolSpec {
         &SPEC
     }
+    fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        if let Some(map) = args.as_object_mut() {
+            let space = crate::space::load(&self.0.job.kernel_dir).ok();
+            crate::space::shape_assign_args(space.as_ref(), map);
+        }
+        Ok(args)
+    }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let job = &self.0.job;
         let key = call_key(ctx);
@@ -93,10 +157,11 @@ impl Tool for AssignTask {
             .cloned();
         if let Some(record) = known {
             let assignment = record.assignment.unwrap_or_default();
-            return Ok(output(json!({
-                "task_id": assignment.task_id, "agent": assignment.agent_id,
-                "attempt": assignment.attempt,
-            })));
+            return Ok(assigned(
+                &assignment.task_id,
+                &assignment.agent_id,
+                assignment.attempt,
+            ));
         }
         let args: AssignTaskArgs = parse_args(args)?;
         let agent_id = match given(args.agent) {
@@ -104,23 +169,7 @@ impl Tool for AssignTask {
             None => only_live_agent(job)?,
         };
         let instructions = given(args.instructions).unwrap_or_else(|| DEFAULT_INSTRUCTIONS.into());
-        let mut parameters = args.parameters.unwrap_or_default();
-        let space = crate::space::load(&job.kernel_dir).ok();
-        if let Some(space) = &space {
-            crate::space::lift_bare_candidate(space, &mut parameters);
-        }
-        let parameters = Value::Object(parameters);
-        // The worker reads the parameters as a task plan: one that does not
-        // read, or whose candidates name what the kernel's tuning space does
-        // not have, is refused here, naming the field, before any task exists.
-        let plan = TaskPlan::from_value(&parameters).map_err(|e| {
-            ToolError::InvalidArgs(format!(
-                "{e}. Nothing was assigned: call assign_task again with parameters {{\"candidates\": [{{...}}, ...], \"search_budget\": n}}"
-            ))
-        })?;
-        if let Some(space) = &space {
-            crate::space::check_plan(space, &plan).map_err(ToolError::InvalidArgs)?;
-        }
+        let (parameters, defaulted) = checked_plan(job, args.parameters.unwrap_or_default())?;
         let agent = job.agent(&agent_id).ok_or_else(|| {
             ToolError::InvalidArgs(format!(
                 "no agent named {agent_id:?} in this job: {}",
@@ -132,6 +181,18 @@ impl Tool for AssignTask {
                 "agent {agent_id:?} was cancelled: {}",
                 assign_instead(job)
             )));
+        }
+        // The same task again while it runs (a small model repeats its
+        // last call): the running one is the answer, nothing is published.
+        if let Some(twin) = running_twin(job, &agent.agent_id, &parameters, &instructions) {
+            let mut answer = assigned(&twin.task_id, &twin.agent_id, twin.attempt);
+            if let Some(data) = answer.data.as_mut() {
+                data["note"] = json!(
+                    "this task was assigned already and is running; nothing new was assigned"
+                );
+                answer.content = data.to_string();
+            }
+            return Ok(answer);
         }
         let task_id = task_id_for(&job.job_id, &key);
         let measure_baseline = first_on_its_slice_kind(&self.0, &agent.slice_id).await;
@@ -199,9 +260,13 @@ impl Tool for AssignTask {
             return Err(ToolError::Failed(format!("task not published: {error}")));
         }
         mtswarm_telemetry::metrics::metrics().task_assigned(&task.worker_id);
-        Ok(output(
-            json!({"task_id": task_id, "agent": agent.agent_id, "attempt": 1}),
-        ))
+        let mut answer = assigned(&task_id, &agent.agent_id, 1);
+        if defaulted && let Some(data) = answer.data.as_mut() {
+            // What the agent was given, since the call named no candidate.
+            data["candidates"] = parameters["candidates"].clone();
+            answer.content = data.to_string();
+        }
+        Ok(answer)
     }
 }
 

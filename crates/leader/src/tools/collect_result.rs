@@ -116,6 +116,23 @@ impl Tool for CollectResult {
             ));
         }
         let (views, timed_out) = job.results.collect(&ids, all, timeout).await;
-        Ok(output(crate::digest::collect_summary(&views, timed_out)))
+        let mut summary = crate::digest::collect_summary(&views, timed_out);
+        summary["next"] = json!(next_step(&summary));
+        Ok(output(summary))
+    }
+}
+
+/// What the loop does after this collect, for a model that would not
+/// know: wait on, retry or answer.
+fn next_step(summary: &Value) -> &'static str {
+    let pending = summary["pending_tasks"]
+        .as_array()
+        .is_some_and(|p| !p.is_empty());
+    if pending {
+        "collect_result again: some tasks have not reported yet"
+    } else if summary["best"].is_object() {
+        "answer now: a one-line summary, then a ```json block with the best's params and gflops as given above"
+    } else {
+        "no valid measurement: assign_task again with other candidates (the errors say why these failed), or answer with best null"
     }
 }

@@ -89,14 +89,24 @@ impl Tool for SpawnAgent {
         let spawning = &self.0.spawning;
         let reservation = spawning.reserve_name(job, wanted).map_err(|taken| {
             ToolError::InvalidArgs(format!(
-                "an agent named {taken:?} already exists in this job"
+                "an agent named {taken:?} already exists in this job: assign_task with agent \
+{taken:?} gives it candidates; spawn_agent with another name starts one more agent"
             ))
         })?;
         let agent_id = reservation.name().to_string();
         agent_name_ok(&agent_id)?;
-        let request = SpawnRequest::read(args, job, agent_id, key)?;
+        let mut request = SpawnRequest::read(args, job, agent_id, key)?;
         let _permit = spawning.permit().await;
-        let view = read_fleet(&self.0, &request).await?;
+        let mut view = read_fleet(&self.0, &request).await?;
+        // A slice_id that names no slice of the fleet at all (a small model
+        // fills the field with "1") asks for nothing the fleet has: any
+        // free slice is meant, and the answer says which it got.
+        let ignored = request
+            .wanted_slice
+            .take_if(|wanted| !names_a_slice(&view, wanted));
+        if ignored.is_some() {
+            view = read_fleet(&self.0, &request).await?;
+        }
         let mut refusals = Vec::new();
         for (descriptor, worker) in free_slices(&view, request.wanted_slice.as_deref()) {
             // Claim locally first: a concurrent spawn skips this slice.
@@ -126,10 +136,17 @@ impl Tool for SpawnAgent {
                         format!("agent {} runs on {}", request.agent_id, entry.slice_id),
                         Some(1.0),
                     );
-                    return Ok(output(json!({
+                    let mut answer = json!({
                         "agent": request.agent_id, "session_id": request.session_id,
                         "worker_id": entry.worker_id, "slice_id": entry.slice_id, "role": request.role,
-                    })));
+                        "next": format!("assign_task with agent {:?} gives it candidates", request.agent_id),
+                    });
+                    if let Some(ignored) = &ignored {
+                        answer["note"] = json!(format!(
+                            "slice_id {ignored:?} names no slice of the fleet; the agent took a free one"
+                        ));
+                    }
+                    return Ok(output(answer));
                 }
                 Started::Cancelled => return Err(cancelled_while_spawning(&request.agent_id)),
                 Started::Refused(refusal) => {
@@ -146,8 +163,22 @@ impl Tool for SpawnAgent {
         } else {
             format!(" (refused: {})", refusals.join("; "))
         };
+        if let Some(wanted) = &request.wanted_slice {
+            let others: Vec<&str> = free_slices(&view, None)
+                .map(|(descriptor, _)| descriptor.slice_id.as_str())
+                .filter(|id| id != wanted)
+                .collect();
+            if !others.is_empty() {
+                return Err(ToolError::InvalidArgs(format!(
+                    "slice_id {wanted:?} is not a free slice of this job{detail}: omit slice_id to \
+take any free slice, or give one of {}",
+                    others.join(", ")
+                )));
+            }
+        }
         Err(ToolError::Failed(format!(
-            "no free slice matches selector {:?}{detail}",
+            "no free slice matches selector {:?}{detail}: every matching slice is busy; \
+collect_result from the agents you have, or cancel_agent one to free its slice",
             request.selector_text
         )))
     }
@@ -257,6 +288,14 @@ fn free_slices<'a>(
             .find(|w| w.worker_id == slice.worker_id)?;
         (!worker.draining).then_some((descriptor, worker))
     })
+}
+
+/// Whether `slice_id` is a slice of `view`, whatever its state.
+fn names_a_slice(view: &FleetView, slice_id: &str) -> bool {
+    view.slices
+        .iter()
+        .filter_map(|slice| slice.slice.as_ref())
+        .any(|descriptor| descriptor.slice_id == slice_id)
 }
 
 /// Claims `slice_id` for the new session; false when another spawn or
@@ -389,6 +428,10 @@ async fn respawned(shared: &Shared, job: &JobContext, agent: &AgentEntry) -> Val
         answer["cancelled"] = json!(true);
         return answer;
     }
+    answer["next"] = json!(format!(
+        "assign_task with agent {:?} gives it candidates",
+        agent.agent_id
+    ));
     shared
         .claimed_slices
         .entry(agent.slice_id.clone())
