@@ -47,6 +47,7 @@ mod watch;
 
 pub use credentials::generate_deployment;
 pub use local_stack::{LeaderProcessArgs, WorkerProcessArgs};
+pub use mcp::MCP_TOOL_NAMES;
 pub use up::{DEFAULT_FLEET_TOML, DEFAULT_METRICS_PORT};
 
 use std::process::ExitCode;

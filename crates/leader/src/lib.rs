@@ -107,11 +107,14 @@ mod digest;
 mod error;
 mod fleet;
 mod grounding;
+mod host;
 mod ids;
 mod job;
 mod job_manager;
 mod journal;
+mod keys;
 mod outcome;
+mod ownerships;
 mod placement;
 mod prices;
 mod prompt;
@@ -121,11 +124,13 @@ mod results;
 mod runner;
 mod scheduler;
 mod service;
-mod shared;
 mod spans;
+mod stores;
+mod tables;
 mod tools;
 mod trigger;
 mod validate;
+mod worker_dial;
 
 pub use config::{LeaderConfig, ModelFactory, SubmitLimits};
 pub use daemon::{LeaderDaemon, LeaderHandle};
@@ -134,7 +139,7 @@ pub use ids::LEADER_AGENT_ID;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
 pub use prices::{ModelPrice, PriceError, PriceTable};
 pub use results::LeaderCounters;
-pub use shared::LeaderTableSizes;
+pub use tables::LeaderTableSizes;
 // What tests and benchmarks outside the crate look at: the confirmation
 // tasks' call ids, the journal, the result table, the collect budget.
 pub use confirm::CONFIRM_CALL_PREFIX;

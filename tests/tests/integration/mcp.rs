@@ -25,17 +25,6 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(120);
 
-/// Every tool `mtswarm mcp` serves, sorted.
-const TOOLS: [&str; 7] = [
-    "get_job",
-    "get_report",
-    "list_fleet",
-    "list_jobs",
-    "list_results",
-    "submit_job",
-    "watch_job",
-];
-
 type Client = RunningService<RoleClient, ()>;
 
 /// `mtswarm-node` with the stack's client configuration and nothing of
@@ -171,7 +160,7 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
         info.server_info.as_ref().map(|s| s.name.as_str()),
         Some("mtswarm")
     );
-    assert_eq!(tool_names(&admin).await, TOOLS);
+    assert_eq!(tool_names(&admin).await, mtswarm_cli::MCP_TOOL_NAMES);
     let job_id = run_a_vecadd_job(&admin).await;
     read_the_job(&admin, &job_id).await;
     admin.cancel().await.expect("close the stdio session");
@@ -333,7 +322,7 @@ async fn the_submitter_over_streamable_http(client_config: &Path, credentials: &
         ().serve(StreamableHttpClientTransport::from_uri(url))
             .await
             .expect("MCP handshake over streamable HTTP");
-    assert_eq!(tool_names(&submitter).await, TOOLS);
+    assert_eq!(tool_names(&submitter).await, mtswarm_cli::MCP_TOOL_NAMES);
     let jobs = answer(&submitter, "list_jobs", json!({})).await;
     assert!(jobs["count"].is_u64(), "{jobs:#}");
     let refused = refusal(&submitter, "list_fleet", json!({})).await;
