@@ -45,6 +45,24 @@ impl ApprovedCall {
         }
     }
 
+    /// An unsigned `verdict` on this call that names it exactly (every
+    /// field [`ApprovedCall::mismatch`] checks, and the agent); who
+    /// decided, when and why are the caller's to fill in.
+    pub fn decision(&self, verdict: v1::ApprovalVerdict) -> v1::ApprovalDecision {
+        v1::ApprovalDecision {
+            approval_id: self.approval_id.clone(),
+            job_id: self.job_id.clone(),
+            agent_id: self.agent_id.clone(),
+            session_id: self.session_id.clone(),
+            call_id: self.call_id.clone(),
+            tool_name: self.tool_name.clone(),
+            arguments_sha256: self.arguments_sha256.clone(),
+            risk: self.risk,
+            verdict: verdict as i32,
+            ..Default::default()
+        }
+    }
+
     /// The first field in which `decision` names another call, if any.
     pub fn mismatch(&self, decision: &v1::ApprovalDecision) -> Option<&'static str> {
         [

@@ -423,20 +423,11 @@ async fn time_out(shared: &SessionHost, pending: &mut HashMap<String, Pending>) 
     let verdict = default_verdict(shared);
     for p in pending.values_mut().filter(|p| p.decision.is_none()) {
         let decision = v1::ApprovalDecision {
-            approval_id: p.request.approval_id.clone(),
-            job_id: p.request.job_id.clone(),
-            session_id: p.request.session_id.clone(),
-            call_id: p.request.call_id.clone(),
-            verdict: verdict as i32,
             reason: "approval timed out".to_owned(),
             decided_by: "timeout".to_owned(),
             decided_at: Some(now_timestamp()),
             timed_out: true,
-            tool_name: p.own.tool_name.clone(),
-            agent_id: p.own.agent_id.clone(),
-            arguments_sha256: p.own.arguments_sha256.clone(),
-            risk: p.own.risk,
-            ..Default::default()
+            ..p.own.decision(verdict)
         };
         let settled = settle(shared, &p.own, decision).await;
         if settled.timed_out

@@ -36,19 +36,11 @@ async fn record_timeout(stores: &Stores, keys: &LeaderKeys, approval_id: &str) {
     let request = current.value.request.clone().unwrap_or_default();
     let mut decision = v1::ApprovalDecision {
         approval_id: approval_id.to_string(),
-        job_id: request.job_id.clone(),
-        session_id: request.session_id.clone(),
-        call_id: request.call_id.clone(),
-        verdict: v1::ApprovalVerdict::Deny as i32,
         reason: "approval timed out".to_string(),
         decided_by: "timeout".to_string(),
         decided_at: Some(now()),
         timed_out: true,
-        tool_name: request.tool_name.clone(),
-        agent_id: request.agent_id.clone(),
-        arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
-        risk: request.risk,
-        ..Default::default()
+        ..mtswarm_auth::ApprovedCall::of(&request).decision(v1::ApprovalVerdict::Deny)
     };
     if let Some(signer) = signer
         && let Err(error) = signer.sign(&mut decision)

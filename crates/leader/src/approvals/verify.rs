@@ -112,17 +112,8 @@ mod tests {
         leader: &DecisionSigner,
         request: &v1::ApprovalRequest,
     ) -> v1::ApprovalDecision {
-        let mut decision = v1::ApprovalDecision {
-            approval_id: request.approval_id.clone(),
-            job_id: request.job_id.clone(),
-            session_id: request.session_id.clone(),
-            call_id: request.call_id.clone(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            tool_name: request.tool_name.clone(),
-            arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
-            risk: request.risk,
-            ..Default::default()
-        };
+        let mut decision =
+            mtswarm_auth::ApprovedCall::of(request).decision(v1::ApprovalVerdict::Approve);
         leader.sign(&mut decision).expect("sign");
         decision
     }

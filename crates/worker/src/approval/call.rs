@@ -229,17 +229,7 @@ mod tests {
     }
 
     fn decision_for(request: &v1::ApprovalRequest) -> v1::ApprovalDecision {
-        v1::ApprovalDecision {
-            approval_id: request.approval_id.clone(),
-            job_id: request.job_id.clone(),
-            session_id: request.session_id.clone(),
-            call_id: request.call_id.clone(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            tool_name: request.tool_name.clone(),
-            arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
-            risk: request.risk,
-            ..Default::default()
-        }
+        OwnCall::of(request).decision(v1::ApprovalVerdict::Approve)
     }
 
     #[test]
