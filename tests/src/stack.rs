@@ -10,10 +10,10 @@ use std::time::Duration;
 use mtswarm_bus::local_server::NatsServer;
 use mtswarm_cli::WorkerProcessArgs;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
+pub use mtswarm_proto::GrpcTransport;
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
-use tonic::codegen::{Body, Bytes, StdError};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -65,27 +65,6 @@ impl StackOptions {
 
 /// Control client with trace context injection, as the CLI uses.
 pub type Control = ControlClient<InterceptedService<Channel, TraceContextInterceptor>>;
-
-/// What a generated gRPC client needs of its transport: a channel, with or
-/// without interceptors (trace context, bearer tokens). Helpers that take
-/// any client bound their transport by this one name.
-pub trait GrpcTransport:
-    tonic::client::GrpcService<
-        tonic::body::Body,
-        Error: Into<StdError>,
-        ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
-    >
-{
-}
-
-impl<T> GrpcTransport for T where
-    T: tonic::client::GrpcService<
-            tonic::body::Body,
-            Error: Into<StdError>,
-            ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
-        >
-{
-}
 
 /// A running stack; everything stops when it drops (worker processes are
 /// killed, the leader's tasks end with the runtime, nats-server is killed).
