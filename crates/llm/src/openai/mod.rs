@@ -33,6 +33,8 @@ use mtswarm_core::model::{ChatModel, ChatRequest, ModelError, ModelStream, ToolC
 use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
 
+pub(crate) use text_calls::TEXT_CALL_ID_PREFIX;
+
 pub use config::{
     ApiKey, ConfigError, ENV_API_KEY, ENV_EXTRA_BODY, ENV_MAX_RETRIES, ENV_MODEL,
     ENV_OPENAI_API_KEY, ENV_OPENAI_BASE_URL, ENV_TIMEOUT_SECS, ENV_TOOL_MODE, ENV_URL,
