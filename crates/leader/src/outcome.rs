@@ -319,20 +319,7 @@ fn failure_reason(
     tasks: &[TaskView],
     accepted: &[&ResultRecord],
 ) -> String {
-    let first_error = || {
-        tasks
-            .iter()
-            .filter_map(|t| t.result.as_ref())
-            .map(|r| r.error.trim())
-            .find(|e| !e.is_empty())
-            .map(|e| {
-                format!(
-                    " (first error: {})",
-                    e.chars().take(300).collect::<String>()
-                )
-            })
-            .unwrap_or_default()
-    };
+    let first_error = || crate::results::first_error_note(tasks);
     if tasks.is_empty() {
         return "no task was assigned".to_string();
     }

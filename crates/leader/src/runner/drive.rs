@@ -10,15 +10,17 @@ use std::time::Duration;
 use mtswarm_bus::v1;
 use mtswarm_core::{
     ApprovalRequest, ChatModel, Engine, EngineConfig, LocalResourceLock, LoopState, Node, Outcome,
-    RiskPolicy, RunEnd, RunHandle, RunStream, StopReason, TracingMiddleware,
+    RiskPolicy, Role, RunEnd, RunHandle, RunStream, StopReason, TracingMiddleware,
 };
+use mtswarm_policy::BuiltinLeaderPolicy;
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use super::checkpoint::JobCheckpointSink;
-use super::end::{JobEnd, final_answer, usage_of};
+use super::end::{JobEnd, final_answer, refused_summary, usage_of};
 use super::relay::pump;
 use crate::approvals::leader_wait::{Decisions, await_decisions};
+use crate::grounding::{GroundedAnswerGate, MAX_ANSWER_REFUSALS};
 use crate::host::JobHost;
 use crate::ids::leader_session_id;
 use crate::job::JobContext;
@@ -109,7 +111,7 @@ async fn drive_engine(
                 message,
                 state,
             } => {
-                let mut end = stopped(&reason, &message);
+                let mut end = stopped(&reason, &message, &state);
                 end.usage = usage_of(&state);
                 return end;
             }
@@ -135,8 +137,9 @@ async fn drive_engine(
 }
 
 /// The engine of the job's loop: its configuration, the leader tools, the
-/// risk policy, tracing and metrics middleware, the grounded-answer gate
-/// and the job's checkpoint sink.
+/// risk policy, tracing and metrics middleware, the leader's completion
+/// gate (pushing back on early answers of every model but the builtin
+/// policy) and the job's checkpoint sink.
 fn build_engine(
     host: &Arc<JobHost>,
     context: &Arc<JobContext>,
@@ -145,6 +148,12 @@ fn build_engine(
     let spec = &context.spec;
     let config = engine_config(host, spec);
     let max_tool_result_chars = config.context.max_tool_result_chars;
+    // The builtin policy answers early only when it cannot go on (no free
+    // slice, nothing spawned): pushing back would only repeat its answer.
+    let mut gate = GroundedAnswerGate::new(context.results.clone());
+    if model.model_name() != BuiltinLeaderPolicy::MODEL_NAME {
+        gate = gate.with_push_back(context.deadline);
+    }
     Engine::new(
         config,
         model,
@@ -160,9 +169,7 @@ fn build_engine(
         mtswarm_telemetry::capture_message_content(),
     )))
     .with_middleware(Arc::new(mtswarm_llm::MetricsMiddleware::new()))
-    .with_gate(Arc::new(crate::grounding::GroundedAnswerGate::new(
-        context.results.clone(),
-    )))
+    .with_gate(Arc::new(gate))
     .with_checkpoint_sink(Arc::new(JobCheckpointSink {
         jobs: host.stores.jobs.clone(),
         job_id: context.job_id.clone(),
@@ -185,6 +192,7 @@ fn engine_config(host: &JobHost, spec: &v1::JobSpec) -> EngineConfig {
         ..EngineConfig::default()
     };
     config.injection.placement = host.config.context_placement;
+    config.gate.max_blocks = MAX_ANSWER_REFUSALS;
     // The leader reads whole result tables; keep more of each for the model.
     config.context.max_tool_result_chars = config.context.max_tool_result_chars.max(16_000);
     if let Some(model) = &spec.model {
@@ -223,7 +231,7 @@ fn resume_from(engine: &Engine, json: &str) -> ControlFlow<JobEnd, Run> {
         // recorded.
         return ControlFlow::Break(match state.end() {
             Some(RunEnd::Final { text, .. }) => final_answer(text, &state),
-            Some(RunEnd::Stopped { reason, message }) => stopped(reason, message),
+            Some(RunEnd::Stopped { reason, message }) => stopped(reason, message, &state),
             None => JobEnd::failed("leader loop ended without an outcome"),
         });
     }
@@ -235,11 +243,24 @@ fn resume_from(engine: &Engine, json: &str) -> ControlFlow<JobEnd, Run> {
     }
 }
 
-/// A loop that stopped without an answer: failed, or cancelled.
-fn stopped(reason: &StopReason, message: &str) -> JobEnd {
+/// A loop that stopped without an answer: failed, or cancelled. One whose
+/// answers were refused until the refusals were spent says so in its
+/// summary and keeps the last refused answer.
+fn stopped(reason: &StopReason, message: &str, state: &LoopState) -> JobEnd {
     let mut end = JobEnd::failed(format!("leader loop stopped ({reason:?}): {message}"));
-    if *reason == StopReason::Cancelled {
-        end.state = v1::JobState::Cancelled;
+    match reason {
+        StopReason::Cancelled => end.state = v1::JobState::Cancelled,
+        StopReason::CompletionGateFailed => {
+            end.summary = refused_summary(message);
+            end.final_answer = state
+                .history()
+                .iter()
+                .rev()
+                .find(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+                .map(|m| m.content.clone())
+                .unwrap_or_default();
+        }
+        _ => {}
     }
     end
 }
