@@ -261,6 +261,35 @@ async fn llm_check_reports_each_capability_of_each_endpoint() {
         "{tool_calls}"
     );
 
+    let sequential = serve(Abilities {
+        tools: true,
+        json_calls: false,
+        parallel: false,
+        usage: false,
+        models: false,
+    })
+    .await;
+    let (code, report) = check(sequential).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "one call per turn still drives jobs: {report:#}"
+    );
+    assert_eq!(
+        verdicts(&report),
+        expect(&[
+            ("models_list", "failed"),
+            ("tool_calls", "works"),
+            ("tool_results", "works"),
+            ("parallel_tool_calls", "missing"),
+            ("usage", "missing"),
+        ]),
+        "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_check_names_text_tool_mode_for_a_model_that_writes_its_calls() {
     let json_writer = serve(Abilities {
         tools: false,
         json_calls: true,
@@ -301,31 +330,5 @@ async fn llm_check_reports_each_capability_of_each_endpoint() {
     assert!(
         printed.contains("--llm-tool-mode text"),
         "the table names the setting: {printed}"
-    );
-
-    let sequential = serve(Abilities {
-        tools: true,
-        json_calls: false,
-        parallel: false,
-        usage: false,
-        models: false,
-    })
-    .await;
-    let (code, report) = check(sequential).await;
-    assert_eq!(
-        code,
-        Some(0),
-        "one call per turn still drives jobs: {report:#}"
-    );
-    assert_eq!(
-        verdicts(&report),
-        expect(&[
-            ("models_list", "failed"),
-            ("tool_calls", "works"),
-            ("tool_results", "works"),
-            ("parallel_tool_calls", "missing"),
-            ("usage", "missing"),
-        ]),
-        "{report:#}"
     );
 }
