@@ -228,6 +228,24 @@ async fn a_kernel_wrong_after_its_first_execution_is_caught_on_every_later_run()
     assert!(clean.valid && clean.samples.iter().all(|s| s.valid));
 }
 
+/// An output element left NaN fails the check wherever it stands, not only
+/// as the last one (a NaN error must not be replaced by the next finite one).
+#[tokio::test]
+async fn an_output_element_left_nan_is_invalid_wherever_it_stands() {
+    let kernel = kernel_with_body(
+        "",
+        "if (get_thread_id() != 0) return;\n\
+         for (uint64_t i = 0; i < n; i++) c[i] = a[i] + b[i];\n\
+         c[0] = __builtin_nan(\"\");",
+    );
+    let dir = fixture(&kernel);
+    let outcome = build_and_run(&board(1), dir.path(), defines("vecadd", &[("N", "4096")]), 1, 1)
+        .await
+        .expect("runs");
+    assert!(!outcome.valid, "{outcome:?}");
+    assert_eq!(outcome.max_abs_err, None, "{outcome:?}");
+}
+
 #[tokio::test]
 async fn the_spec_drives_the_model() {
     let dir = kernels_dir().join("vecadd");
