@@ -37,13 +37,12 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
     if gsm.len > 0 {
         in_fixed_span(&mut f, gsm);
         f.instruction(&Instruction::If(BlockType::Empty));
-        charge(
+        charge_and_return(
             &mut f,
-            g(Counter::GsmRequests.slot()),
-            g(Counter::GsmBytes.slot()),
+            first_global,
+            Counter::GsmRequests,
+            Counter::GsmBytes,
         );
-        f.instruction(&Instruction::Return)
-            .instruction(&Instruction::End);
     }
 
     // DDR buffers: [ddr_lo, ddr_lo + ddr_len), read-only ones first.
@@ -74,13 +73,12 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
         .instruction(&Instruction::If(BlockType::Empty));
     fault(&mut f, first_global, Fault::ReadOnlyBuffer);
     f.instruction(&Instruction::End);
-    charge(
+    charge_and_return(
         &mut f,
-        g(Counter::DdrRequests.slot()),
-        g(Counter::DdrBytes.slot()),
+        first_global,
+        Counter::DdrRequests,
+        Counter::DdrBytes,
     );
-    f.instruction(&Instruction::Return)
-        .instruction(&Instruction::End);
 
     // The kernel image's other static data lives in DDR.
     let image = layout.image.all;
@@ -96,13 +94,12 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
             fault(&mut f, first_global, Fault::ReadOnlyImage);
             f.instruction(&Instruction::End);
         }
-        charge(
+        charge_and_return(
             &mut f,
-            g(Counter::DdrRequests.slot()),
-            g(Counter::DdrBytes.slot()),
+            first_global,
+            Counter::DdrRequests,
+            Counter::DdrBytes,
         );
-        f.instruction(&Instruction::Return)
-            .instruction(&Instruction::End);
     }
 
     fault(&mut f, first_global, Fault::Outside);
@@ -131,12 +128,15 @@ fn is_store(f: &mut Function) {
         .instruction(&Instruction::I32ShrU);
 }
 
-/// The direct requests and their bytes.
-fn charge(f: &mut Function, requests: u32, bytes: u32) {
-    for (global, local, mask) in [
+/// Charge the direct requests and their bytes to the `requests` and
+/// `bytes` counters (globals from `first_global` on), then return: the
+/// access is accounted for (the `if` that chose its memory ends here).
+fn charge_and_return(f: &mut Function, first_global: u32, requests: Counter, bytes: Counter) {
+    for (counter, local, mask) in [
         (requests, REQUESTS, -1i32),
         (bytes, BYTES_STORE, 0x7fff_ffff),
     ] {
+        let global = first_global + counter.slot();
         f.instruction(&Instruction::GlobalGet(global))
             .instruction(&Instruction::LocalGet(local))
             .instruction(&Instruction::I32Const(mask))
@@ -145,6 +145,8 @@ fn charge(f: &mut Function, requests: u32, bytes: u32) {
             .instruction(&Instruction::I64Add)
             .instruction(&Instruction::GlobalSet(global));
     }
+    f.instruction(&Instruction::Return)
+        .instruction(&Instruction::End);
 }
 
 /// Record the fault and stop the core.
