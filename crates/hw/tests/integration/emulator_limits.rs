@@ -185,16 +185,7 @@ async fn a_hanging_kernel_is_killed_at_the_timeout() {
     let timeout = Duration::from_secs(2);
     let started = Instant::now();
     let err = board
-        .run(
-            &artifact,
-            &RunRequest {
-                cores: 2,
-                runs: 1,
-                timeout,
-                args: Vec::new(),
-                seed: None,
-            },
-        )
+        .run(&artifact, &RunRequest::new(2, 1, timeout))
         .await
         .expect_err("hangs");
     let elapsed = started.elapsed();
@@ -239,9 +230,15 @@ async fn an_output_element_left_nan_is_invalid_wherever_it_stands() {
          c[0] = __builtin_nan(\"\");",
     );
     let dir = fixture(&kernel);
-    let outcome = build_and_run(&board(1), dir.path(), defines("vecadd", &[("N", "4096")]), 1, 1)
-        .await
-        .expect("runs");
+    let outcome = build_and_run(
+        &board(1),
+        dir.path(),
+        defines("vecadd", &[("N", "4096")]),
+        1,
+        1,
+    )
+    .await
+    .expect("runs");
     assert!(!outcome.valid, "{outcome:?}");
     assert_eq!(outcome.max_abs_err, None, "{outcome:?}");
 }
@@ -296,16 +293,7 @@ async fn the_host_backend_runs_the_same_directory_with_wall_clock_time() {
         .expect("builds");
     assert_eq!(artifact.backend, BackendKind::Host);
     let outcome = board
-        .run(
-            &artifact,
-            &RunRequest {
-                cores: 2,
-                runs: 2,
-                timeout: Duration::from_secs(60),
-                args: Vec::new(),
-                seed: None,
-            },
-        )
+        .run(&artifact, &RunRequest::new(2, 2, Duration::from_secs(60)))
         .await
         .expect("runs");
     assert!(outcome.valid, "{:?}", outcome.error);
