@@ -454,17 +454,7 @@ mod tests {
         };
         // A renewal after the restart lands at a later revision; a loss ends
         // the wait too and fails the test.
-        let renewed = tokio::time::timeout(
-            ttl,
-            state.wait_for(|s| match s {
-                KeptLease::Held(held) => held.revision > at_restart,
-                _ => true,
-            }),
-        )
-        .await
-        .expect("renewed after the restart")
-        .expect("keeper alive")
-        .clone();
+        let renewed = crate::testing::renewed_after(&mut state, at_restart, ttl).await;
         assert!(matches!(renewed, KeptLease::Held(_)), "{renewed:?}");
     }
 }
