@@ -1,8 +1,9 @@
 //! Capacity limits, errors and confinement of the emulator: every limit of
 //! the chip spec fails the run with a message naming it, compile errors come
 //! back with the compiler's message, a hanging kernel is killed at the
-//! timeout, and a kernel that turns wrong after its first execution is
-//! reported invalid on every later one.
+//! timeout, a kernel that turns wrong after its first execution is
+//! reported invalid on every later one, and an output element left NaN
+//! fails the harness's check wherever it stands.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
