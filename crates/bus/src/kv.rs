@@ -465,16 +465,50 @@ impl<T: BusMessage> TypedKv<T> {
         }))
     }
 
-    /// Writes with a per-key TTL and an expected last revision (0 = the key
-    /// must have no message at all). Without per-key TTL support the TTL is
-    /// left to the bucket's max age.
-    async fn publish_conditional(
+    /// Creates `key` with a TTL; fails with [`BusError::AlreadyExists`] when
+    /// it has a live value. A deleted or lapsed key can be created again.
+    pub async fn create_with_ttl(
+        &self,
+        key: &str,
+        value: &T,
+        ttl: Duration,
+    ) -> Result<u64, BusError> {
+        match self.update_with_ttl(key, value, 0, ttl).await {
+            Err(BusError::CasConflict { .. }) => {}
+            other => return other,
+        }
+        // The key has history: allowed only if its last entry is a delete or
+        // expiry marker.
+        let entry = self
+            .store
+            .entry(key)
+            .await
+            .map_err(|e| kv_error("create", &self.bucket, key, e))?;
+        match entry {
+            Some(entry) if entry.operation != Operation::Put => {
+                self.update_with_ttl(key, value, entry.revision, ttl).await
+            }
+            Some(_) => Err(BusError::AlreadyExists {
+                bucket: self.bucket.clone(),
+                key: key.to_string(),
+            }),
+            // The marker itself expired in between: try as a fresh key once more.
+            None => self.update_with_ttl(key, value, 0, ttl).await,
+        }
+    }
+
+    /// Replaces `key`'s value at `expected_revision` (0: the key must have
+    /// no message at all) and restarts its TTL. Without per-key TTL
+    /// support the TTL is left to the bucket's max age.
+    pub async fn update_with_ttl(
         &self,
         key: &str,
         value: &T,
         expected_revision: u64,
         ttl: Duration,
     ) -> Result<u64, BusError> {
+        self.check_key(key)?;
+        check_ttl(ttl)?;
         let mut publish = PublishMessage::build()
             .payload(self.encode_checked(key, value)?)
             .expected_last_subject_sequence(expected_revision);
@@ -499,55 +533,6 @@ impl<T: BusMessage> TypedKv<T> {
             }
             Err(e) => Err(kv_error("write", &self.bucket, key, e)),
         }
-    }
-
-    /// Creates `key` with a TTL; fails with [`BusError::AlreadyExists`] when
-    /// it has a live value. A deleted or lapsed key can be created again.
-    pub async fn create_with_ttl(
-        &self,
-        key: &str,
-        value: &T,
-        ttl: Duration,
-    ) -> Result<u64, BusError> {
-        self.check_key(key)?;
-        check_ttl(ttl)?;
-        match self.publish_conditional(key, value, 0, ttl).await {
-            Err(BusError::CasConflict { .. }) => {}
-            other => return other,
-        }
-        // The key has history: allowed only if its last entry is a delete or
-        // expiry marker.
-        let entry = self
-            .store
-            .entry(key)
-            .await
-            .map_err(|e| kv_error("create", &self.bucket, key, e))?;
-        match entry {
-            Some(entry) if entry.operation != Operation::Put => {
-                self.publish_conditional(key, value, entry.revision, ttl)
-                    .await
-            }
-            Some(_) => Err(BusError::AlreadyExists {
-                bucket: self.bucket.clone(),
-                key: key.to_string(),
-            }),
-            // The marker itself expired in between: try as a fresh key once more.
-            None => self.publish_conditional(key, value, 0, ttl).await,
-        }
-    }
-
-    /// Replaces `key`'s value at `expected_revision` and restarts its TTL.
-    pub async fn update_with_ttl(
-        &self,
-        key: &str,
-        value: &T,
-        expected_revision: u64,
-        ttl: Duration,
-    ) -> Result<u64, BusError> {
-        self.check_key(key)?;
-        check_ttl(ttl)?;
-        self.publish_conditional(key, value, expected_revision, ttl)
-            .await
     }
 }
 

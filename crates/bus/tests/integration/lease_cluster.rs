@@ -37,11 +37,9 @@ async fn a_kept_lease_outlives_the_election_of_its_buckets_leader() {
     let leases = Leases::open(&bus).await.expect("leases");
     let held = leases
         .acquire(&LeaseRequest {
-            slice_id: "b0-c0".into(),
-            worker_id: "w0".into(),
             session_id: "s0".into(),
             job_id: "j0".into(),
-            ttl: TTL,
+            ..LeaseRequest::idle("b0-c0", "w0", TTL)
         })
         .await
         .expect("acquire");
