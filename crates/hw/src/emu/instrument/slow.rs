@@ -37,12 +37,7 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
     if gsm.len > 0 {
         in_fixed_span(&mut f, gsm);
         f.instruction(&Instruction::If(BlockType::Empty));
-        charge_and_return(
-            &mut f,
-            first_global,
-            Counter::GsmRequests,
-            Counter::GsmBytes,
-        );
+        charge_and_return(&mut f, first_global, GSM);
     }
 
     // DDR buffers: [ddr_lo, ddr_lo + ddr_len), read-only ones first.
@@ -73,12 +68,7 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
         .instruction(&Instruction::If(BlockType::Empty));
     fault(&mut f, first_global, Fault::ReadOnlyBuffer);
     f.instruction(&Instruction::End);
-    charge_and_return(
-        &mut f,
-        first_global,
-        Counter::DdrRequests,
-        Counter::DdrBytes,
-    );
+    charge_and_return(&mut f, first_global, DDR);
 
     // The kernel image's other static data lives in DDR.
     let image = layout.image.all;
@@ -94,12 +84,7 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
             fault(&mut f, first_global, Fault::ReadOnlyImage);
             f.instruction(&Instruction::End);
         }
-        charge_and_return(
-            &mut f,
-            first_global,
-            Counter::DdrRequests,
-            Counter::DdrBytes,
-        );
+        charge_and_return(&mut f, first_global, DDR);
     }
 
     fault(&mut f, first_global, Fault::Outside);
@@ -128,10 +113,16 @@ fn is_store(f: &mut Function) {
         .instruction(&Instruction::I32ShrU);
 }
 
-/// Charge the direct requests and their bytes to the `requests` and
-/// `bytes` counters (globals from `first_global` on), then return: the
+/// The counters of direct accesses to GSM: requests, bytes.
+const GSM: (Counter, Counter) = (Counter::GsmRequests, Counter::GsmBytes);
+/// The counters of direct accesses to DDR: requests, bytes.
+const DDR: (Counter, Counter) = (Counter::DdrRequests, Counter::DdrBytes);
+
+/// Charge the direct requests and their bytes to a memory's `counters`
+/// ([`GSM`], [`DDR`]; globals from `first_global` on), then return: the
 /// access is accounted for (the `if` that chose its memory ends here).
-fn charge_and_return(f: &mut Function, first_global: u32, requests: Counter, bytes: Counter) {
+fn charge_and_return(f: &mut Function, first_global: u32, counters: (Counter, Counter)) {
+    let (requests, bytes) = counters;
     for (counter, local, mask) in [
         (requests, REQUESTS, -1i32),
         (bytes, BYTES_STORE, 0x7fff_ffff),
