@@ -110,12 +110,7 @@ async fn an_edited_kernel_builds_with_its_diff_against_the_registered_pristine_s
         .register_pristine("vecadd", &examples_dir().join("vecadd"))
         .expect("register");
     let defines = json!({"N": "16384", "CHUNK": "1024"});
-    let built = call_ok(
-        &tools,
-        "compile",
-        json!({"kernel_dir": "vecadd", "defines": defines}),
-    )
-    .await;
+    let built = compile_vecadd(&tools, &defines).await;
     let data = built.data.as_ref().expect("data");
     assert_eq!(data["source_edited"], true, "{data}");
     assert_eq!(data["source_changes"], "kernel.c +1 -1", "{data}");
@@ -138,12 +133,7 @@ async fn an_edited_kernel_builds_with_its_diff_against_the_registered_pristine_s
 
     // Back to the pristine text: no diff, and the hash of the pristine build.
     std::fs::write(ws.path().join("vecadd/kernel.c"), &pristine).expect("revert");
-    let built = call_ok(
-        &tools,
-        "compile",
-        json!({"kernel_dir": "vecadd", "defines": defines}),
-    )
-    .await;
+    let built = compile_vecadd(&tools, &defines).await;
     let data = built.data.as_ref().expect("data");
     assert!(data.get("source_diff").is_none() && data.get("source_edited").is_none());
     let bench = benchmark_once(&tools).await;
@@ -158,6 +148,16 @@ async fn benchmark_once(tools: &ToolSet) -> ToolOutput {
         tools,
         "benchmark",
         json!({"cores": 2, "warmup": 0, "repeats": 1}),
+    )
+    .await
+}
+
+/// The workspace's vecadd compiled with `defines`.
+async fn compile_vecadd(tools: &ToolSet, defines: &serde_json::Value) -> ToolOutput {
+    call_ok(
+        tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": defines}),
     )
     .await
 }
