@@ -256,6 +256,36 @@ pub async fn wait_for_free_slices(
     timeout: Duration,
     context: impl Fn() -> String,
 ) -> v1::ListFleetResponse {
+    let free = |fleet: &v1::ListFleetResponse| {
+        fleet
+            .slices
+            .iter()
+            .filter(|s| s.state() == v1::SliceState::Free)
+            .count()
+    };
+    wait_for_fleet(
+        control,
+        timeout,
+        |fleet| free(fleet) >= count,
+        |fleet| {
+            format!(
+                "only {} of {count} slices free: {fleet:?}\n{}",
+                free(fleet),
+                context()
+            )
+        },
+    )
+    .await
+}
+
+/// Polls `ListFleet` until the fleet is `wanted`, and returns it; panics
+/// after `timeout` with `waiting_for` of the last fleet seen.
+pub async fn wait_for_fleet<T: GrpcTransport>(
+    control: &mut ControlClient<T>,
+    timeout: Duration,
+    wanted: impl Fn(&v1::ListFleetResponse) -> bool,
+    waiting_for: impl Fn(&v1::ListFleetResponse) -> String,
+) -> v1::ListFleetResponse {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let fleet = control
@@ -263,18 +293,13 @@ pub async fn wait_for_free_slices(
             .await
             .expect("ListFleet")
             .into_inner();
-        let free = fleet
-            .slices
-            .iter()
-            .filter(|s| s.state() == v1::SliceState::Free)
-            .count();
-        if free >= count {
+        if wanted(&fleet) {
             return fleet;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "only {free} of {count} slices free after {timeout:?}: {fleet:?}\n{}",
-            context()
+            "{} (after {timeout:?})",
+            waiting_for(&fleet)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

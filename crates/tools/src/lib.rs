@@ -140,8 +140,8 @@ impl ToolSetBuilder {
             Arc::new(estimate::Estimate(env.clone())),
             Arc::new(hardware::Compile(env.clone())),
             Arc::new(hardware::WaitBuild(env.clone())),
-            Arc::new(hardware::Run(env.clone())),
-            Arc::new(hardware::Validate(env.clone())),
+            Arc::new(hardware::Launch::run(env.clone())),
+            Arc::new(hardware::Launch::validate(env.clone())),
             Arc::new(hardware::Benchmark(env.clone())),
             Arc::new(hardware::BoardInfo(env.clone())),
         ];

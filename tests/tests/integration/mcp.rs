@@ -30,17 +30,7 @@ type Client = RunningService<RoleClient, ()>;
 /// `mtswarm-node` with the stack's client configuration and nothing of
 /// the test's environment that would point it elsewhere.
 fn node_command(client_config: &Path) -> std::process::Command {
-    let mut command = std::process::Command::new(node_bin!());
-    command
-        .env("MTSWARM_CACHE_DIR", mtswarm_tests::emulator_cache_dir())
-        .env("MTSWARM_CONFIG", client_config)
-        .env_remove("MTSWARM_LEADER")
-        .env_remove("MTSWARM_NATS_URL")
-        .env_remove("MTSWARM_FLEET")
-        .env_remove("MTSWARM_TOKEN_FILE")
-        .env_remove("MTSWARM_TLS_CA")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
-    command
+    mtswarm_tests::cli::configured_node(&node_bin!(), client_config)
 }
 
 /// `mtswarm mcp` on stdio as a child of this test, optionally with another

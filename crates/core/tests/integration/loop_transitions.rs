@@ -723,22 +723,18 @@ async fn working_state_time_and_context_usage_are_injected() {
     // After a tool result, the session context is a user message of its own.
     assert_eq!(injected.role, Role::User);
     assert!(injected.content.starts_with("[session context]"));
-    assert!(
-        injected
-            .content
-            .contains("current time: 2023-11-14T22:13:20Z")
-    );
-    assert!(injected.content.contains("\"source_file\":\"gemm.c\""));
-    assert!(
-        injected.content.contains("tokens ("),
-        "{}",
-        injected.content
-    );
-    assert!(
-        injected.content.contains("step 2 of 40"),
-        "{}",
-        injected.content
-    );
+    for part in [
+        "current time: 2023-11-14T22:13:20Z",
+        "\"source_file\":\"gemm.c\"",
+        "tokens (",
+        "step 2 of 40",
+    ] {
+        assert!(
+            injected.content.contains(part),
+            "{part}: {}",
+            injected.content
+        );
+    }
     assert_one_injection_in_the_last_message(&requests);
     // Everything before the per-step tail is byte-identical in the next
     // request: the first request's task without its injection.
