@@ -454,17 +454,8 @@ async fn second_empty_reply_fails_the_run() {
 
 #[tokio::test]
 async fn unparseable_tool_call_json_is_a_protocol_error_and_retried() {
-    let (engine, model) = engine(
-        EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "read_file", r#"{"path": "a.c""#),
-            ScriptedTurn::call("c2", "read_file", r#"{"path": "a.c"}"#),
-            ScriptedTurn::text("done"),
-        ],
-        registry(vec![FnTool::echo("read_file", "contents")]),
-        auto_all(),
-    );
-    let (_, outcome) = run_go(&engine).await;
+    let (_, outcome, model) =
+        refused_then_read(ScriptedTurn::call("c1", "read_file", r#"{"path": "a.c""#)).await;
     let state = outcome.state();
     assert_eq!(final_text(&outcome), "done");
     assert_eq!(state.risk().protocol_errors, 1);

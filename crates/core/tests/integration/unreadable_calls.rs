@@ -15,17 +15,11 @@ const PROBLEM: &str = "a tool call that is not valid JSON. Write each tool call 
 
 #[tokio::test]
 async fn an_unreadable_call_is_a_protocol_error_naming_its_problem_then_the_run_goes_on() {
-    let (engine, model) = engine(
-        EngineConfig::default(),
-        vec![
-            ScriptedTurn::tool_calls([ToolCall::unreadable("u1", PROBLEM)]),
-            ScriptedTurn::call("c2", "read_file", r#"{"path": "a.c"}"#),
-            ScriptedTurn::text("done"),
-        ],
-        registry(vec![FnTool::echo("read_file", "contents")]),
-        auto_all(),
-    );
-    let (events, outcome) = run_go(&engine).await;
+    let (events, outcome, model) =
+        refused_then_read(ScriptedTurn::tool_calls([ToolCall::unreadable(
+            "u1", PROBLEM,
+        )]))
+        .await;
     let state = outcome.state();
     assert_eq!(final_text(&outcome), "done");
     assert_eq!(state.risk().protocol_errors, 1);

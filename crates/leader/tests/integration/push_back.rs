@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use common::*;
 use mtswarm_bus::v1;
-use mtswarm_core::Role;
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use serde_json::json;
 
@@ -21,17 +20,6 @@ const GIVING_UP: &str = "{\n  \"best\": null,\n  \"error\": \"nothing worked\"\n
 /// Answers refused before the loop stops: the leader's refusal budget
 /// (three) plus the answer that finds it spent.
 const ANSWERS_TO_FAIL: usize = 4;
-
-/// The last user message of the model's `index`-th request.
-fn last_user_message(model: &ScriptedModel, index: usize) -> String {
-    model.requests()[index]
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .map(|m| m.content.clone())
-        .unwrap_or_default()
-}
 
 #[tokio::test]
 async fn an_answer_before_any_task_is_refused_and_the_loop_goes_on_to_a_result() {
@@ -64,7 +52,7 @@ async fn an_answer_before_any_task_is_refused_and_the_loop_goes_on_to_a_result()
     );
     assert_eq!(model.remaining(), 0, "every scripted turn was asked for");
     // The refusal is the next user message, saying what to do.
-    let refusal = last_user_message(&model, 1);
+    let refusal = model.last_user_message(1);
     assert!(
         refusal.contains("no task has been assigned")
             && refusal.contains("spawn_agent")
@@ -92,7 +80,7 @@ async fn a_model_that_keeps_giving_up_fails_the_job_with_a_readable_summary() {
     assert_eq!(model.requests().len(), ANSWERS_TO_FAIL);
     assert_eq!(model.remaining(), 1);
     for index in 1..ANSWERS_TO_FAIL {
-        let refusal = last_user_message(&model, index);
+        let refusal = model.last_user_message(index);
         assert!(refusal.contains("no task has been assigned"), "{refusal}");
     }
     let job = get_job(&mut control, &job_id).await.expect("get_job");
