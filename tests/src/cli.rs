@@ -21,6 +21,24 @@ pub fn client_command(node_bin: &Path, leader: &str, args: &[&str]) -> Command {
     command
 }
 
+/// `node_bin` with the client configuration `client_config` and nothing
+/// of the test's environment that would point it elsewhere (leader, NATS,
+/// fleet, token, CA, OTLP endpoint); kernels build in the shared emulator
+/// cache.
+pub fn configured_node(node_bin: &Path, client_config: &Path) -> Command {
+    let mut command = Command::new(node_bin);
+    command
+        .env("MTSWARM_CACHE_DIR", crate::emulator_cache_dir())
+        .env("MTSWARM_CONFIG", client_config)
+        .env_remove("MTSWARM_LEADER")
+        .env_remove("MTSWARM_NATS_URL")
+        .env_remove("MTSWARM_FLEET")
+        .env_remove("MTSWARM_TOKEN_FILE")
+        .env_remove("MTSWARM_TLS_CA")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    command
+}
+
 /// The stdout of a command that must have succeeded (`what` names it in
 /// the panic, with its stderr, when it did not).
 pub fn stdout_of(output: &Output, what: &str) -> String {

@@ -10,10 +10,10 @@ use std::time::Duration;
 use mtswarm_bus::local_server::NatsServer;
 use mtswarm_cli::WorkerProcessArgs;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
+pub use mtswarm_proto::GrpcTransport;
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
-use tonic::codegen::{Body, Bytes, StdError};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -65,27 +65,6 @@ impl StackOptions {
 
 /// Control client with trace context injection, as the CLI uses.
 pub type Control = ControlClient<InterceptedService<Channel, TraceContextInterceptor>>;
-
-/// What a generated gRPC client needs of its transport: a channel, with or
-/// without interceptors (trace context, bearer tokens). Helpers that take
-/// any client bound their transport by this one name.
-pub trait GrpcTransport:
-    tonic::client::GrpcService<
-        tonic::body::Body,
-        Error: Into<StdError>,
-        ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
-    >
-{
-}
-
-impl<T> GrpcTransport for T where
-    T: tonic::client::GrpcService<
-            tonic::body::Body,
-            Error: Into<StdError>,
-            ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
-        >
-{
-}
 
 /// A running stack; everything stops when it drops (worker processes are
 /// killed, the leader's tasks end with the runtime, nats-server is killed).
@@ -277,6 +256,36 @@ pub async fn wait_for_free_slices(
     timeout: Duration,
     context: impl Fn() -> String,
 ) -> v1::ListFleetResponse {
+    let free = |fleet: &v1::ListFleetResponse| {
+        fleet
+            .slices
+            .iter()
+            .filter(|s| s.state() == v1::SliceState::Free)
+            .count()
+    };
+    wait_for_fleet(
+        control,
+        timeout,
+        |fleet| free(fleet) >= count,
+        |fleet| {
+            format!(
+                "only {} of {count} slices free: {fleet:?}\n{}",
+                free(fleet),
+                context()
+            )
+        },
+    )
+    .await
+}
+
+/// Polls `ListFleet` until the fleet is `wanted`, and returns it; panics
+/// after `timeout` with `waiting_for` of the last fleet seen.
+pub async fn wait_for_fleet<T: GrpcTransport>(
+    control: &mut ControlClient<T>,
+    timeout: Duration,
+    wanted: impl Fn(&v1::ListFleetResponse) -> bool,
+    waiting_for: impl Fn(&v1::ListFleetResponse) -> String,
+) -> v1::ListFleetResponse {
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let fleet = control
@@ -284,18 +293,13 @@ pub async fn wait_for_free_slices(
             .await
             .expect("ListFleet")
             .into_inner();
-        let free = fleet
-            .slices
-            .iter()
-            .filter(|s| s.state() == v1::SliceState::Free)
-            .count();
-        if free >= count {
+        if wanted(&fleet) {
             return fleet;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "only {free} of {count} slices free after {timeout:?}: {fleet:?}\n{}",
-            context()
+            "{} (after {timeout:?})",
+            waiting_for(&fleet)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -17,6 +17,7 @@
 //! Tokens are stored on the server side only as SHA-256 digests, so the
 //! identities file is not a secret in itself.
 
+mod approved_call;
 mod client;
 mod client_config;
 mod decision;
@@ -32,6 +33,7 @@ mod serve;
 mod server;
 mod tls;
 
+pub use approved_call::ApprovedCall;
 pub use client::{BearerInterceptor, ClientAuth, worker_tls_name};
 pub use client_config::{
     CLIENT_CONFIG_ENV, CLIENT_PROFILE_ENV, ClientConfig, ClientProfile, default_client_config_path,

@@ -32,6 +32,10 @@ use crate::decision::{DecisionSigner, DecisionVerifier};
 
 use crate::error::AuthError;
 
+mod signed;
+
+use signed::{WorkerSigned as _, verify_worker_signed};
+
 /// Domain separation of the leader's grants.
 const GRANT_CONTEXT: &[u8] = b"mtswarm placement grant v1\0";
 /// Domain separation of a worker record key's derivation from a NATS seed.
@@ -402,16 +406,7 @@ impl DecisionVerifier {
         ] {
             same(kind, id, field, granted, claimed)?;
         }
-        let mut unsigned = checkpoint.clone();
-        unsigned.signature = Vec::new();
-        verify_record_signature(
-            &grant.worker_key,
-            &grant.worker_id,
-            kind,
-            id,
-            &unsigned.encode_to_vec(),
-            &checkpoint.signature,
-        )
+        verify_worker_signed(grant, checkpoint)
     }
 
     /// Checks an approval request: a worker's is signed by the worker its
@@ -424,8 +419,6 @@ impl DecisionVerifier {
     ) -> Result<(), ProvenanceError> {
         let kind = RecordKind::ApprovalRequest;
         let id = &request.approval_id;
-        let mut unsigned = request.clone();
-        unsigned.signature = Vec::new();
         let Some(grant) = &request.grant else {
             if request.signature.is_empty() {
                 return Err(ProvenanceError::NoGrant {
@@ -435,7 +428,7 @@ impl DecisionVerifier {
             }
             return self
                 .pair()
-                .verify(&kind.message(&unsigned.encode_to_vec()), &request.signature)
+                .verify(&kind.message(&request.unsigned_bytes()), &request.signature)
                 .map_err(|_| ProvenanceError::BadSignature {
                     kind,
                     id: id.clone(),
@@ -451,14 +444,7 @@ impl DecisionVerifier {
         ] {
             same(kind, id, field, granted, claimed)?;
         }
-        verify_record_signature(
-            &grant.worker_key,
-            &grant.worker_id,
-            kind,
-            id,
-            &unsigned.encode_to_vec(),
-            &request.signature,
-        )
+        verify_worker_signed(grant, request)
     }
 }
 
@@ -525,30 +511,6 @@ fn same(
         granted: granted.to_string(),
         claimed: claimed.to_string(),
     })
-}
-
-impl WorkerKey {
-    /// Signs a checkpoint (sets `checkpoint.signature` over the rest).
-    pub fn sign_checkpoint(
-        &self,
-        checkpoint: &mut v1::SessionCheckpoint,
-    ) -> Result<(), ProvenanceError> {
-        checkpoint.signature = Vec::new();
-        let bytes = checkpoint.encode_to_vec();
-        checkpoint.signature = self.sign(RecordKind::Checkpoint, &checkpoint.session_id, &bytes)?;
-        Ok(())
-    }
-
-    /// Signs an approval request (sets `request.signature` over the rest).
-    pub fn sign_approval_request(
-        &self,
-        request: &mut v1::ApprovalRequest,
-    ) -> Result<(), ProvenanceError> {
-        request.signature = Vec::new();
-        let bytes = request.encode_to_vec();
-        request.signature = self.sign(RecordKind::ApprovalRequest, &request.approval_id, &bytes)?;
-        Ok(())
-    }
 }
 
 /// A tool call's arguments in canonical form: the JSON text parsed and

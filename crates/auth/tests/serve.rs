@@ -1,7 +1,9 @@
 //! `mtswarm_auth::serve` on a real socket, as the worker daemon runs it
-//! (every call needs the `leader` role): health answers without a token,
-//! reflection (v1 and v1alpha) and the service only with one, the service
-//! only with the role; the shutdown signal stops the server.
+//! (every call needs the `leader` role): health answers without a token
+//! (and NOT_FOUND for a service it does not know), reflection (v1 and
+//! v1alpha, listing every service of `FILE_DESCRIPTOR_SET`, as grpcurl
+//! sees them) and the service only with one, the service only with the
+//! role; the shutdown signal stops the server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -130,51 +132,39 @@ async fn health(channel: &Channel, service: &str) -> ServingStatus {
         .status()
 }
 
-/// The services reflection v1 lists, or the status it refused with.
-async fn list_v1(channel: &Channel, token: Option<&str>) -> Result<Vec<String>, Status> {
-    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
-    let ask = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut answers = ServerReflectionClient::new(channel.clone())
-        .server_reflection_info(with_token(tokio_stream::iter(vec![ask]), token))
-        .await?
-        .into_inner();
-    let answer: ServerReflectionResponse = answers.next().await.expect("one answer")?;
-    match answer.message_response {
-        Some(MessageResponse::ListServicesResponse(list)) => {
-            Ok(list.service.into_iter().map(|s| s.name).collect())
+/// `$list(channel, token)`: the services reflection `$version` lists, or
+/// the status it refused with (one body for the two protocol versions,
+/// whose generated types are distinct).
+macro_rules! list_services {
+    ($list:ident, $version:ident) => {
+        async fn $list(channel: &Channel, token: Option<&str>) -> Result<Vec<String>, Status> {
+            use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
+            use tonic_reflection::pb::$version::server_reflection_request::MessageRequest;
+            use tonic_reflection::pb::$version::server_reflection_response::MessageResponse;
+            use tonic_reflection::pb::$version::{
+                ServerReflectionRequest, ServerReflectionResponse,
+            };
+            let ask = ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(MessageRequest::ListServices(String::new())),
+            };
+            let mut answers = ServerReflectionClient::new(channel.clone())
+                .server_reflection_info(with_token(tokio_stream::iter(vec![ask]), token))
+                .await?
+                .into_inner();
+            let answer: ServerReflectionResponse = answers.next().await.expect("one answer")?;
+            match answer.message_response {
+                Some(MessageResponse::ListServicesResponse(list)) => {
+                    Ok(list.service.into_iter().map(|s| s.name).collect())
+                }
+                other => panic!("not a service list: {other:?}"),
+            }
         }
-        other => panic!("not a service list: {other:?}"),
-    }
+    };
 }
 
-/// The services reflection v1alpha lists.
-async fn list_v1alpha(channel: &Channel, token: Option<&str>) -> Result<Vec<String>, Status> {
-    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
-    use tonic_reflection::pb::v1alpha::{ServerReflectionRequest, ServerReflectionResponse};
-    let ask = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut answers = ServerReflectionClient::new(channel.clone())
-        .server_reflection_info(with_token(tokio_stream::iter(vec![ask]), token))
-        .await?
-        .into_inner();
-    let answer: ServerReflectionResponse = answers.next().await.expect("one answer")?;
-    match answer.message_response {
-        Some(MessageResponse::ListServicesResponse(list)) => {
-            Ok(list.service.into_iter().map(|s| s.name).collect())
-        }
-        other => panic!("not a service list: {other:?}"),
-    }
-}
+list_services!(list_v1, v1);
+list_services!(list_v1alpha, v1alpha);
 
 #[tokio::test]
 async fn health_is_open_and_follows_the_reporter() {
@@ -187,6 +177,13 @@ async fn health_is_open_and_follows_the_reporter() {
             "{service:?}"
         );
     }
+    let unknown = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: "mtswarm.v1.Nope".into(),
+        })
+        .await
+        .expect_err("an unknown service");
+    assert_eq!(unknown.code(), Code::NotFound);
     serving
         .health
         .set_not_serving::<WorkerServer<IdleWorker>>()
@@ -207,14 +204,14 @@ async fn reflection_answers_both_protocols_to_the_authenticated_only() {
             .await
             .expect("v1alpha"),
     ] {
-        assert!(
-            names.iter().any(|n| n == service_names::WORKER),
-            "{names:?}"
-        );
-        assert!(
-            names.iter().any(|n| n == "grpc.health.v1.Health"),
-            "{names:?}"
-        );
+        // Every service of the protos (the leader's too) and health's.
+        for service in [
+            service_names::WORKER,
+            service_names::CONTROL,
+            "grpc.health.v1.Health",
+        ] {
+            assert!(names.iter().any(|n| n == service), "{service}: {names:?}");
+        }
     }
     let refused = list_v1(&channel, None).await.expect_err("no token");
     assert_eq!(refused.code(), Code::Unauthenticated);

@@ -249,34 +249,43 @@ impl<T: BusMessage> TypedKv<T> {
         }
     }
 
-    /// Writes `value` unconditionally; returns the new revision.
-    pub async fn put(&self, key: &str, value: &T) -> Result<u64, BusError> {
+    /// One write of `value` to `key`: the key and the encoded value are
+    /// checked, then `op` stores the payload (again after a recovered
+    /// topology); the new revision.
+    async fn write<Fut>(
+        &self,
+        key: &str,
+        value: &T,
+        op: impl Fn(bytes::Bytes) -> Fut,
+    ) -> Result<u64, BusError>
+    where
+        Fut: std::future::Future<Output = Result<u64, BusError>>,
+    {
         self.check_key(key)?;
         let payload = self.encode_checked(key, value)?;
-        self.with_recovery(key, || async {
-            self.store
-                .put(key, payload.clone())
-                .await
-                .map_err(|e| kv_error("put", &self.bucket, key, e))
+        self.with_recovery(key, || op(payload.clone())).await
+    }
+
+    /// Writes `value` unconditionally; returns the new revision.
+    pub async fn put(&self, key: &str, value: &T) -> Result<u64, BusError> {
+        self.write(key, value, |payload| async move {
+            let put = self.store.put(key, payload).await;
+            put.map_err(|e| kv_error("put", &self.bucket, key, e))
         })
         .await
     }
 
     /// Writes `value` only if `key` has no live value.
     pub async fn create(&self, key: &str, value: &T) -> Result<u64, BusError> {
-        self.check_key(key)?;
-        let payload = self.encode_checked(key, value)?;
-        self.with_recovery(key, || async {
-            self.store
-                .create(key, payload.clone())
-                .await
-                .map_err(|e| match e.kind() {
-                    kv::CreateErrorKind::AlreadyExists => BusError::AlreadyExists {
-                        bucket: self.bucket.clone(),
-                        key: key.to_string(),
-                    },
-                    _ => kv_error("create", &self.bucket, key, e),
-                })
+        self.write(key, value, |payload| async move {
+            let created = self.store.create(key, payload).await;
+            created.map_err(|e| match e.kind() {
+                kv::CreateErrorKind::AlreadyExists => BusError::AlreadyExists {
+                    bucket: self.bucket.clone(),
+                    key: key.to_string(),
+                },
+                _ => kv_error("create", &self.bucket, key, e),
+            })
         })
         .await
     }
@@ -288,13 +297,9 @@ impl<T: BusMessage> TypedKv<T> {
         value: &T,
         expected_revision: u64,
     ) -> Result<u64, BusError> {
-        self.check_key(key)?;
-        let payload = self.encode_checked(key, value)?;
-        self.with_recovery(key, || async {
-            self.store
-                .update(key, payload.clone(), expected_revision)
-                .await
-                .map_err(|e| self.update_error("update", key, expected_revision, e))
+        self.write(key, value, |payload| async move {
+            let updated = self.store.update(key, payload, expected_revision).await;
+            updated.map_err(|e| self.update_error("update", key, expected_revision, e))
         })
         .await
     }
@@ -398,35 +403,33 @@ impl<T: BusMessage> TypedKv<T> {
 
     /// Changes from now on of the keys matching `filter` (e.g. `*.loop`).
     pub async fn watch_matching(&self, filter: &str) -> Result<KvWatch<T>, BusError> {
-        let watch = self
-            .store
-            .watch(filter)
-            .await
-            .map_err(|e| kv_error("watch", &self.bucket, filter, e))?;
-        Ok(self.typed_watch(watch))
+        let watch = self.store.watch(filter).await;
+        self.typed_watch(filter, watch)
     }
 
     /// The current value of every key first (as `Put`), then changes.
     pub async fn watch_with_current(&self) -> Result<KvWatch<T>, BusError> {
         let filter = self.all_keys();
-        let watch = self
-            .store
-            .watch_with_history(filter)
-            .await
-            .map_err(|e| kv_error("watch", &self.bucket, filter, e))?;
-        Ok(self.typed_watch(watch))
+        let watch = self.store.watch_with_history(filter).await;
+        self.typed_watch(filter, watch)
     }
 
-    /// Typed changes of `watch`. A value that does not decode is skipped
-    /// with a warning (as in [`TypedKv::list`]): yielding it as an error
-    /// would make every watcher re-create its watch, meet the same value
-    /// again and never get past it.
-    fn typed_watch(&self, watch: kv::Watch) -> KvWatch<T> {
+    /// Typed changes of `watch`, the watch of `filter` (or why it could
+    /// not start). A value that does not decode is skipped with a warning
+    /// (as in [`TypedKv::list`]): yielding it as an error would make every
+    /// watcher re-create its watch, meet the same value again and never get
+    /// past it.
+    fn typed_watch(
+        &self,
+        filter: &str,
+        watch: Result<kv::Watch, kv::WatchError>,
+    ) -> Result<KvWatch<T>, BusError> {
+        let watch = watch.map_err(|e| kv_error("watch", &self.bucket, filter, e))?;
         let this = self.clone();
-        Box::pin(watch.filter_map(move |entry| {
+        Ok(Box::pin(watch.filter_map(move |entry| {
             let change = this.typed_change(entry);
             async move { change }
-        }))
+        })))
     }
 
     fn typed_change(
@@ -462,16 +465,50 @@ impl<T: BusMessage> TypedKv<T> {
         }))
     }
 
-    /// Writes with a per-key TTL and an expected last revision (0 = the key
-    /// must have no message at all). Without per-key TTL support the TTL is
-    /// left to the bucket's max age.
-    async fn publish_conditional(
+    /// Creates `key` with a TTL; fails with [`BusError::AlreadyExists`] when
+    /// it has a live value. A deleted or lapsed key can be created again.
+    pub async fn create_with_ttl(
+        &self,
+        key: &str,
+        value: &T,
+        ttl: Duration,
+    ) -> Result<u64, BusError> {
+        match self.update_with_ttl(key, value, 0, ttl).await {
+            Err(BusError::CasConflict { .. }) => {}
+            other => return other,
+        }
+        // The key has history: allowed only if its last entry is a delete or
+        // expiry marker.
+        let entry = self
+            .store
+            .entry(key)
+            .await
+            .map_err(|e| kv_error("create", &self.bucket, key, e))?;
+        match entry {
+            Some(entry) if entry.operation != Operation::Put => {
+                self.update_with_ttl(key, value, entry.revision, ttl).await
+            }
+            Some(_) => Err(BusError::AlreadyExists {
+                bucket: self.bucket.clone(),
+                key: key.to_string(),
+            }),
+            // The marker itself expired in between: try as a fresh key once more.
+            None => self.update_with_ttl(key, value, 0, ttl).await,
+        }
+    }
+
+    /// Replaces `key`'s value at `expected_revision` (0: the key must have
+    /// no message at all) and restarts its TTL. Without per-key TTL
+    /// support the TTL is left to the bucket's max age.
+    pub async fn update_with_ttl(
         &self,
         key: &str,
         value: &T,
         expected_revision: u64,
         ttl: Duration,
     ) -> Result<u64, BusError> {
+        self.check_key(key)?;
+        check_ttl(ttl)?;
         let mut publish = PublishMessage::build()
             .payload(self.encode_checked(key, value)?)
             .expected_last_subject_sequence(expected_revision);
@@ -496,55 +533,6 @@ impl<T: BusMessage> TypedKv<T> {
             }
             Err(e) => Err(kv_error("write", &self.bucket, key, e)),
         }
-    }
-
-    /// Creates `key` with a TTL; fails with [`BusError::AlreadyExists`] when
-    /// it has a live value. A deleted or lapsed key can be created again.
-    pub async fn create_with_ttl(
-        &self,
-        key: &str,
-        value: &T,
-        ttl: Duration,
-    ) -> Result<u64, BusError> {
-        self.check_key(key)?;
-        check_ttl(ttl)?;
-        match self.publish_conditional(key, value, 0, ttl).await {
-            Err(BusError::CasConflict { .. }) => {}
-            other => return other,
-        }
-        // The key has history: allowed only if its last entry is a delete or
-        // expiry marker.
-        let entry = self
-            .store
-            .entry(key)
-            .await
-            .map_err(|e| kv_error("create", &self.bucket, key, e))?;
-        match entry {
-            Some(entry) if entry.operation != Operation::Put => {
-                self.publish_conditional(key, value, entry.revision, ttl)
-                    .await
-            }
-            Some(_) => Err(BusError::AlreadyExists {
-                bucket: self.bucket.clone(),
-                key: key.to_string(),
-            }),
-            // The marker itself expired in between: try as a fresh key once more.
-            None => self.publish_conditional(key, value, 0, ttl).await,
-        }
-    }
-
-    /// Replaces `key`'s value at `expected_revision` and restarts its TTL.
-    pub async fn update_with_ttl(
-        &self,
-        key: &str,
-        value: &T,
-        expected_revision: u64,
-        ttl: Duration,
-    ) -> Result<u64, BusError> {
-        self.check_key(key)?;
-        check_ttl(ttl)?;
-        self.publish_conditional(key, value, expected_revision, ttl)
-            .await
     }
 }
 

@@ -139,6 +139,17 @@ impl Leased for SliceLease {
 }
 
 impl LeaseRequest {
+    /// `worker_id` owning `slice_id`, idle (no session, no job), for `ttl`.
+    pub fn idle(slice_id: impl Into<String>, worker_id: impl Into<String>, ttl: Duration) -> Self {
+        Self {
+            slice_id: slice_id.into(),
+            worker_id: worker_id.into(),
+            session_id: String::new(),
+            job_id: String::new(),
+            ttl,
+        }
+    }
+
     /// The lease this request asks for, taken at `now` (its epoch is set
     /// when it is written).
     fn lease(&self, now: SystemTime) -> SliceLease {
@@ -401,13 +412,7 @@ mod tests {
             .expect("topology");
         let leases = Leases::open(&bus).await.expect("leases");
         let held = leases
-            .acquire(&LeaseRequest {
-                slice_id: "b0-c0".into(),
-                worker_id: "w0".into(),
-                session_id: String::new(),
-                job_id: String::new(),
-                ttl,
-            })
+            .acquire(&LeaseRequest::idle("b0-c0", "w0", ttl))
             .await
             .expect("acquire");
         leases.keep(held, Duration::from_millis(200))
@@ -454,17 +459,7 @@ mod tests {
         };
         // A renewal after the restart lands at a later revision; a loss ends
         // the wait too and fails the test.
-        let renewed = tokio::time::timeout(
-            ttl,
-            state.wait_for(|s| match s {
-                KeptLease::Held(held) => held.revision > at_restart,
-                _ => true,
-            }),
-        )
-        .await
-        .expect("renewed after the restart")
-        .expect("keeper alive")
-        .clone();
+        let renewed = crate::testing::renewed_after(&mut state, at_restart, ttl).await;
         assert!(matches!(renewed, KeptLease::Held(_)), "{renewed:?}");
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 use mtswarm_auth::{BearerInterceptor, ClientAuth, ClientConfig, ClientProfile};
+use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
 use mtswarm_telemetry::{OtlpProtocol, TelemetryConfig, TelemetryGuard};
@@ -297,6 +298,53 @@ pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = inner.source();
     }
     text
+}
+
+/// The job states named by `names` (`queued`, `RUNNING`, `job_state_failed`
+/// ...), as `ListJobsRequest.states` takes them; the first unknown name
+/// is the error, with the states there are.
+pub(crate) fn job_states(names: &[String]) -> Result<Vec<i32>, String> {
+    names
+        .iter()
+        .map(|name| {
+            crate::render::parse_job_state(name)
+                .map(|state| state as i32)
+                .ok_or_else(|| {
+                    format!(
+                        "unknown job state {name:?} (queued, running, succeeded, failed, cancelled)"
+                    )
+                })
+        })
+        .collect()
+}
+
+/// How many pages of jobs one listing reads at the most (a leader that
+/// keeps answering with a next page cannot keep a client forever).
+const MAX_JOB_PAGES: usize = 1000;
+
+/// Every job in `states` (all jobs when empty), page by page.
+pub(crate) async fn list_all_jobs(
+    control: &mut Control,
+    states: &[i32],
+) -> Result<Vec<v1::JobRecord>, tonic::Status> {
+    let mut jobs = Vec::new();
+    let mut page_token = String::new();
+    for _ in 0..MAX_JOB_PAGES {
+        let page = control
+            .list_jobs(v1::ListJobsRequest {
+                states: states.to_vec(),
+                page_size: 0,
+                page_token: page_token.clone(),
+            })
+            .await?
+            .into_inner();
+        jobs.extend(page.jobs);
+        if page.next_page_token.is_empty() || page.next_page_token == page_token {
+            break;
+        }
+        page_token = page.next_page_token;
+    }
+    Ok(jobs)
 }
 
 /// A failed call to the leader as a readable error: the status code's

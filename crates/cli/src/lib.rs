@@ -53,6 +53,7 @@ pub use llm_serve::{
     default_model_path,
 };
 pub use local_stack::{LeaderProcessArgs, WorkerProcessArgs};
+pub use mcp::MCP_TOOL_NAMES;
 pub use up::{DEFAULT_FLEET_TOML, DEFAULT_METRICS_PORT};
 
 use std::process::ExitCode;

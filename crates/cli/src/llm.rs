@@ -1,9 +1,10 @@
 //! `mtswarm llm check URL --llm-model M`: whether an OpenAI-compatible
-//! endpoint can drive mtswarm's agents, capability by capability, and what
-//! mtswarm does about what it lacks ([`mtswarm_llm::probe`]).
+//! endpoint can drive mtswarm's agents, capability by capability, what
+//! mtswarm does about what it lacks ([`mtswarm_llm::probe`]), and the tool
+//! mode setting the daemons need for it (`--llm-tool-mode`).
 //!
-//! Exit 0 when the endpoint can drive jobs (tool calls and tool results
-//! work), 1 when it cannot, 2 when the command itself failed.
+//! Exit 0 when the endpoint can drive jobs (tool calls in some mode and
+//! tool results work), 1 when it cannot, 2 when the command itself failed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,8 +13,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use comfy_table::{ContentArrangement, Table, presets::UTF8_BORDERS_ONLY};
-use mtswarm_llm::OpenAiConfig;
 use mtswarm_llm::probe::{ProbeReport, Verdict, probe};
+use mtswarm_llm::{OpenAiConfig, ToolMode};
+
+/// The daemons' flag that sets the tool mode (`mtswarm leader`, `mtswarm
+/// worker`; the variable [`mtswarm_llm::openai::ENV_TOOL_MODE`] too).
+const TOOL_MODE_FLAG: &str = "--llm-tool-mode";
 
 /// `mtswarm llm ...`.
 #[derive(Debug, Subcommand)]
@@ -88,6 +93,11 @@ async fn check(cmd: LlmCheckCmd) -> anyhow::Result<ExitCode> {
                 "endpoint": report.endpoint,
                 "model": report.model,
                 "can_drive_mtswarm": report.can_drive_mtswarm(),
+                "tool_mode": report.tool_mode,
+                "setting": report.tool_mode.map(|mode| serde_json::json!({
+                    "flag": format!("{TOOL_MODE_FLAG} {}", mode.as_str()),
+                    "env": format!("{}={}", mtswarm_llm::openai::ENV_TOOL_MODE, mode.as_str()),
+                })),
                 "checks": report.checks,
             })
         );
@@ -131,9 +141,22 @@ fn print_report(report: &ProbeReport) {
         ]);
     }
     println!("{table}");
-    if report.can_drive_mtswarm() {
-        println!("this endpoint can drive mtswarm's agents");
-    } else {
-        println!("this endpoint cannot drive mtswarm's agents yet: see the rows above");
+    println!("{}", verdict_line(report));
+}
+
+/// What the report means for a deployment: whether the endpoint can drive
+/// the agents and, when it can, the exact tool mode setting.
+fn verdict_line(report: &ProbeReport) -> String {
+    let env = mtswarm_llm::openai::ENV_TOOL_MODE;
+    match report.tool_mode {
+        _ if !report.can_drive_mtswarm() => {
+            "this endpoint cannot drive mtswarm's agents yet: see the rows above".to_owned()
+        }
+        Some(ToolMode::Text) => format!(
+            "this endpoint can drive mtswarm's agents in text tool mode: start the daemons that use it with {TOOL_MODE_FLAG} text (or {env}=text in their environment, which `mtswarm up` passes on)"
+        ),
+        _ => format!(
+            "this endpoint can drive mtswarm's agents with native tool calls: keep the default {TOOL_MODE_FLAG} native ({env}=native)"
+        ),
     }
 }

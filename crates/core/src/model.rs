@@ -37,6 +37,39 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// The tool name of a call a model client saw attempted but could not read
+/// (text that looks like a tool call and does not parse as one). No tool
+/// has this name: the engine answers such a call as a protocol error whose
+/// text is the call's problem, on the path of arguments that are not JSON,
+/// so the model learns what went wrong and tries again (within
+/// `RecoveryConfig::max_protocol_retries` when nothing else was called).
+pub const UNREADABLE_TOOL_CALL: &str = "unreadable_tool_call";
+
+impl ToolCall {
+    /// A call a client could not read, carrying `problem` (what was wrong
+    /// and the shape expected) as its arguments `{"problem": ...}`, so the
+    /// call stays valid JSON wherever the conversation is sent back.
+    pub fn unreadable(id: impl Into<String>, problem: &str) -> Self {
+        Self {
+            id: id.into(),
+            name: UNREADABLE_TOOL_CALL.to_owned(),
+            arguments: serde_json::json!({ "problem": problem }).to_string(),
+        }
+    }
+
+    /// The problem of a call made by [`ToolCall::unreadable`]; `None` for
+    /// every other call.
+    pub fn unreadable_problem(&self) -> Option<String> {
+        if self.name != UNREADABLE_TOOL_CALL {
+            return None;
+        }
+        let problem = serde_json::from_str::<serde_json::Value>(&self.arguments)
+            .ok()
+            .and_then(|v| v.get("problem").and_then(|p| p.as_str()).map(str::to_owned));
+        Some(problem.unwrap_or_else(|| self.arguments.clone()))
+    }
+}
+
 /// A chat message in the OpenAI-compatible shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {

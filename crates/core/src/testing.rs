@@ -149,6 +149,23 @@ impl ScriptedModel {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    /// The last user message of the `index`-th request (where feedback
+    /// to the model goes: a gate's refusal, a protocol error's note); empty
+    /// when there is no such request or message.
+    pub fn last_user_message(&self, index: usize) -> String {
+        self.requests()
+            .get(index)
+            .and_then(|request| {
+                request
+                    .messages
+                    .iter()
+                    .rev()
+                    .find(|m| m.role == crate::model::Role::User)
+                    .map(|m| m.content.clone())
+            })
+            .unwrap_or_default()
+    }
 }
 
 #[async_trait::async_trait]

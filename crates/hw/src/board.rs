@@ -145,6 +145,18 @@ pub struct RunRequest {
 }
 
 impl RunRequest {
+    /// `runs` executions on `cores` cores within `timeout`, with no extra
+    /// harness arguments and a fresh input seed.
+    pub fn new(cores: u32, runs: u32, timeout: Duration) -> Self {
+        Self {
+            cores,
+            runs,
+            timeout,
+            args: Vec::new(),
+            seed: None,
+        }
+    }
+
     /// What every backend checks before a launch: `artifact` was built for
     /// `slice`'s backend, the cores are within the slice, at least one run.
     pub(crate) fn check(&self, artifact: &Artifact, slice: &Slice) -> Result<(), HwError> {

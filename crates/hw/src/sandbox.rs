@@ -101,7 +101,6 @@ fn warn_once(once: &'static Once, what: &str, why: &str) {
 
 static LANDLOCK_MISSING: Once = Once::new();
 static SECCOMP_MISSING: Once = Once::new();
-static NETNS_MISSING: Once = Once::new();
 
 impl Policy {
     /// Build the ruleset, filters and view (in the parent, before
@@ -238,28 +237,59 @@ fn deny_with(
 pub fn network_namespaces_available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        // SAFETY: the child only calls unshare and _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let ok = unsafe { libc::unshare(libc::CLONE_NEWNET) } == 0;
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        if pid < 0 {
-            return false;
-        }
+        may_unshare(
+            (libc::CLONE_NEWNET, "CLONE_NEWNET"),
+            "a network namespace",
+            "launches and builds keep the other confinement layers",
+        )
+    })
+}
+
+/// Whether this process may `unshare` the namespace `flag` (its value and
+/// its name), tried in a throw-away child (callers keep the answer: the
+/// probe forks). When it may not, a warning says that `what` is missing and
+/// what the sandbox does `without` it.
+pub(crate) fn may_unshare(
+    (flag, flag_name): (libc::c_int, &str),
+    what: &str,
+    without: &str,
+) -> bool {
+    // SAFETY: the child only calls unshare and _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let ok = unsafe { libc::unshare(flag) } == 0;
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut ok = false;
+    if pid > 0 {
         let mut status = 0;
         // SAFETY: waiting for the child forked above.
         unsafe { libc::waitpid(pid, &mut status, 0) };
-        let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-        if !ok {
-            warn_once(
-                &NETNS_MISSING,
-                "a network namespace",
-                "unshare(CLONE_NEWNET) is refused without CAP_SYS_ADMIN",
-            );
-        }
-        ok
-    })
+        ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    }
+    if !ok {
+        tracing::warn!(
+            "sandbox: {what} is not available on this host (unshare({flag_name}) is refused \
+             without CAP_SYS_ADMIN); {without}"
+        );
+    }
+    ok
+}
+
+/// How many descriptors a process may have open (`RLIMIT_NOFILE`, at most
+/// 65536; 1024 when unknown): the range a child closes when the kernel
+/// lacks `close_range`. Async-signal-safe.
+pub(crate) fn descriptor_limit() -> libc::c_int {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain system call writing only `limit`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(1 << 16) as libc::c_int
+    } else {
+        1024
+    }
 }
 
 impl Prepared {

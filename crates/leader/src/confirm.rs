@@ -37,12 +37,11 @@ use mtswarm_bus::v1;
 use mtswarm_core::{ToolContext, ToolRegistry};
 use serde_json::{Value, json};
 
+use crate::host::JobHost;
 use crate::ids::leader_session_id;
 use crate::job::JobContext;
 use crate::outcome;
-use crate::placement::fleet_view;
 use crate::results::TaskView;
-use crate::shared::Shared;
 
 pub use crate::ids::CONFIRM_CALL_PREFIX;
 
@@ -113,7 +112,7 @@ pub(crate) fn confirmation_tasks(context: &JobContext) -> HashSet<String> {
 /// not be done is a confirmation state with its reason. A cancellation of
 /// the job (`cancel`) ends a confirmation that is waiting as failed.
 pub(crate) async fn confirm(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &Arc<JobContext>,
     cancel: &mut tokio::sync::watch::Receiver<Option<String>>,
 ) -> Confirmed {
@@ -123,14 +122,14 @@ pub(crate) async fn confirm(
             break;
         }
         let (best_record_ids, original) =
-            match next_candidate(shared, context, &confirmed.disputed).await {
+            match next_candidate(host, context, &confirmed.disputed).await {
                 Ok(Some(candidate)) => candidate,
                 Ok(None) => break,
                 Err(()) => return confirmed,
             };
         let started = Instant::now();
         let mut confirmation = opening(&original);
-        let measured = measure_elsewhere(shared, context, round, &original, cancel).await;
+        let measured = measure_elsewhere(host, context, round, &original, cancel).await;
         confirmation.seconds = started.elapsed().as_secs_f64();
         let state = judge(&mut confirmation, measured, &original, &context.job_id);
         if state == v1::ConfirmationState::Disagreed {
@@ -160,11 +159,11 @@ pub(crate) async fn confirm(
 /// record ids and its first record. `Ok(None)` when there is none; `Err`
 /// (logged) when the results store is not readable.
 async fn next_candidate(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &JobContext,
     disputed: &HashSet<String>,
 ) -> Result<Option<(Vec<String>, ResultRecord)>, ()> {
-    let records = match outcome::believed_records(shared, &context.job_id).await {
+    let records = match host.believed_records(&context.job_id).await {
         Ok((records, _)) => records,
         Err(error) => {
             tracing::warn!(%error, job_id = %context.job_id, "results store unreadable; the best is not confirmed");
@@ -339,14 +338,14 @@ enum Confirmer {
 
 /// Runs round `round`'s confirming task for `original` and reads its record.
 async fn measure_elsewhere(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &Arc<JobContext>,
     round: usize,
     original: &ResultRecord,
     cancel: &mut tokio::sync::watch::Receiver<Option<String>>,
 ) -> Measured {
     let kind = format!("{}/{} cores", original.backend, original.cores);
-    let confirmer = match find_confirmer(shared, context, original).await {
+    let confirmer = match find_confirmer(host, context, original).await {
         Ok(Some(confirmer)) => confirmer,
         Ok(None) => {
             return Measured::Unavailable(format!(
@@ -356,12 +355,12 @@ async fn measure_elsewhere(
         }
         Err(reason) => return Measured::Unavailable(reason),
     };
-    let tools = RoundTools::new(shared, context, round);
+    let tools = RoundTools::new(host, context, round);
     let steps = async {
         let agent = confirming_agent(&tools, confirmer).await?;
         let task_id = assign_confirmation(&tools, &agent, original).await?;
         let result = await_result(context, &task_id, cancel).await?;
-        Ok::<_, Measured>(read_record(shared, context, task_id, &result, original).await)
+        Ok::<_, Measured>(read_record(host, context, task_id, &result, original).await)
     };
     match steps.await {
         Ok(measured) | Err(measured) => measured,
@@ -377,9 +376,9 @@ struct RoundTools {
 }
 
 impl RoundTools {
-    fn new(shared: &Arc<Shared>, context: &Arc<JobContext>, round: usize) -> Self {
+    fn new(host: &Arc<JobHost>, context: &Arc<JobContext>, round: usize) -> Self {
         Self {
-            registry: crate::tools::registry(shared.clone(), context.clone()),
+            registry: crate::tools::registry(host.tool_handles(), context.clone()),
             session: leader_session_id(&context.job_id),
             round,
         }
@@ -515,13 +514,13 @@ async fn await_result(
 /// The confirming task's usable record of the same build (its attempt, the
 /// original's parameters and kernel hash).
 async fn read_record(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &JobContext,
     task_id: String,
     result: &v1::TaskResult,
     original: &ResultRecord,
 ) -> Measured {
-    let records = match outcome::believed_records(shared, &context.job_id).await {
+    let records = match host.believed_records(&context.job_id).await {
         Ok((records, _)) => records,
         Err(error) => {
             return Measured::Failed {
@@ -557,13 +556,15 @@ async fn read_record(
 /// original's with a slice of the same backend and cores; `Ok(None)` when
 /// the fleet has neither.
 async fn find_confirmer(
-    shared: &Shared,
+    host: &JobHost,
     context: &JobContext,
     original: &ResultRecord,
 ) -> Result<Option<Confirmer>, String> {
     let selector = crate::fleet::parse_selector(&context.spec.slice_selector)
         .map_err(|e| format!("the job's slice selector is unusable: {e}"))?;
-    let view = fleet_view(shared, selector.as_ref())
+    let view = host
+        .placement
+        .fleet_view(selector.as_ref())
         .await
         .map_err(|e| format!("the fleet could not be read: {e}"))?;
     let same_kind = |slice: &v1::FleetSlice| {
@@ -605,7 +606,7 @@ async fn find_confirmer(
             && slice
                 .slice
                 .as_ref()
-                .is_some_and(|d| !shared.claimed_slices.contains_key(&d.slice_id))
+                .is_some_and(|d| !host.placement.claims.is_claimed(&d.slice_id))
     });
     Ok(free
         .and_then(|s| s.slice.as_ref())

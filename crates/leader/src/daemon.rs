@@ -17,20 +17,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mtswarm_auth::{ServeError, ServeOptions, Serving};
-use mtswarm_bus::{Approvals, Bus, JobOwners, Jobs, Leases, Quarantine, Workers, v1};
+use mtswarm_bus::{Bus, JobOwners, v1};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::LeaderConfig;
 use crate::error::LeaderError;
+use crate::host::JobHost;
 use crate::job_manager::JobManager;
-use crate::journal::{self, Journal};
-use crate::result_consumer::consume_results;
-use crate::results::{LeaderCounters, ResultTable};
+use crate::journal;
+use crate::keys::LeaderKeys;
+use crate::ownerships::Ownerships;
+use crate::placement::Placement;
+use crate::reassign::{LeaseClock, ReassignHandles};
+use crate::result_consumer::{ResultIntake, consume_results};
+use crate::results::LeaderCounters;
 use crate::service::ControlService;
-use crate::shared::Shared;
-use crate::trigger::Trigger;
+use crate::stores::Stores;
+use crate::tables::JobTables;
+use crate::trigger::{Trigger, Triggers};
+use crate::worker_dial::WorkerDialer;
 
 /// Longest leader id (it is part of the result consumer's durable name).
 const MAX_LEADER_ID_LEN: usize = 64;
@@ -48,7 +55,7 @@ pub struct LeaderHandle {
     grpc_addr: SocketAddr,
     /// `https` when the server has a TLS certificate.
     scheme: &'static str,
-    shared: Arc<Shared>,
+    host: Arc<JobHost>,
     health: tonic_health::server::HealthReporter,
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
@@ -70,7 +77,7 @@ impl LeaderDaemon {
     pub async fn start(config: LeaderConfig) -> Result<LeaderHandle, LeaderError> {
         let kernel_root = check_config(&config)?;
         let bus = connect_bus(&config).await?;
-        let stores = Stores::open(&bus, &config).await?;
+        let (stores, owners) = Stores::open(bus, &config).await?;
         // Bound first: the ownership records name this leader's address.
         let (listener, grpc_addr) = bind(config.grpc_addr).await?;
         let scheme = config.security.scheme();
@@ -79,22 +86,22 @@ impl LeaderDaemon {
         let (standby_tx, standby_rx) = mpsc::unbounded_channel();
         let links = Links {
             shutdown: shutdown_rx.clone(),
-            reassign_tx,
+            triggers: Triggers::new(reassign_tx),
             standby_tx,
             grpc_url: format!("{scheme}://{grpc_addr}"),
         };
-        let shared = shared_state(config, kernel_root, bus, stores, links);
-        tracing::info!(leader_id = %shared.config.leader_id, "leader starting");
+        let host = job_host(config, kernel_root, stores, owners, links);
+        tracing::info!(leader_id = %host.config.leader_id, "leader starting");
         mtswarm_telemetry::metrics::metrics().init_leader_series();
-        let observers = observe_jobs(&shared);
-        let mut background = start_loops(&shared, reassign_rx, &shutdown_rx);
-        background.extend(take_over_jobs(&shared, standby_rx, &shutdown_rx).await?);
-        let serving = serve_control(&shared, listener, shutdown_rx).await?;
+        let observers = observe_jobs(&host.tables);
+        let mut background = start_loops(&host, reassign_rx, &shutdown_rx);
+        background.extend(take_over_jobs(&host, standby_rx, &shutdown_rx).await?);
+        let serving = serve_control(&host, listener, shutdown_rx).await?;
         tracing::info!("listening on {grpc_addr}");
         Ok(LeaderHandle {
             grpc_addr,
             scheme,
-            shared,
+            host,
             health: serving.health,
             shutdown,
             server: serving.task,
@@ -157,42 +164,6 @@ async fn connect_bus(config: &LeaderConfig) -> Result<Bus, LeaderError> {
     Ok(bus)
 }
 
-/// The leader's job event journal and its buckets on NATS.
-struct Stores {
-    journal: Journal,
-    jobs: Jobs,
-    approvals: Approvals,
-    workers: Workers,
-    leases: Leases,
-    quarantine: Quarantine,
-    owners: JobOwners,
-}
-
-impl Stores {
-    async fn open(bus: &Bus, config: &LeaderConfig) -> Result<Self, LeaderError> {
-        let journal = Journal::ensure(bus, &config.topology)
-            .await
-            .map_err(LeaderError::JobEvents)?;
-        let (jobs, approvals, workers, leases, quarantine, owners) = tokio::try_join!(
-            Jobs::open(bus),
-            Approvals::open(bus),
-            Workers::open(bus),
-            Leases::open(bus),
-            Quarantine::open(bus),
-            JobOwners::open(bus),
-        )?;
-        Ok(Self {
-            journal,
-            jobs,
-            approvals,
-            workers,
-            leases,
-            quarantine,
-            owners,
-        })
-    }
-}
-
 /// Binds the gRPC listener; the address it got (the actual port when the
 /// configuration asked for port 0).
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), LeaderError> {
@@ -210,41 +181,55 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), LeaderError
 /// ownership records name.
 struct Links {
     shutdown: watch::Receiver<bool>,
-    reassign_tx: mpsc::UnboundedSender<Trigger>,
+    triggers: Triggers,
     standby_tx: mpsc::UnboundedSender<String>,
     grpc_url: String,
 }
 
-/// The daemon's shared state ([`crate::shared`]).
-fn shared_state(
+/// The handles the job-hosting parts share ([`crate::host`]).
+fn job_host(
     config: LeaderConfig,
     kernel_root: PathBuf,
-    bus: Bus,
     stores: Stores,
+    owners: JobOwners,
     links: Links,
-) -> Arc<Shared> {
-    Arc::new(Shared {
+) -> Arc<JobHost> {
+    let tables = Arc::new(JobTables::new(
+        config.max_active_jobs,
+        config.max_queued_jobs,
+    ));
+    let ownerships = Arc::new(Ownerships::new(
+        owners,
+        config.leader_id.clone(),
+        links.grpc_url,
+        config.job_lease_ttl,
+        links.standby_tx,
+    ));
+    let placement = Arc::new(Placement::new(
+        stores.workers.clone(),
+        stores.leases.clone(),
+        stores.quarantine.clone(),
+        WorkerDialer::new(config.worker_auth.clone(), config.worker_call_timeout),
+        config.worker_stale_after,
+    ));
+    let keys = LeaderKeys::new(config.result_key.clone(), config.decision_key.clone());
+    let intake = Arc::new(ResultIntake {
+        stores: stores.clone(),
+        tables: tables.clone(),
+        ownerships: ownerships.clone(),
+        keys: keys.clone(),
+        triggers: links.triggers,
+    });
+    Arc::new(JobHost {
         model_factory: config.effective_model_factory(),
         kernel_root,
-        bus,
-        jobs: stores.jobs,
-        approvals: stores.approvals,
-        workers: stores.workers,
-        leases: stores.leases,
-        quarantine: stores.quarantine,
-        journal: stores.journal,
-        results: Arc::new(ResultTable::default()),
-        runners: Default::default(),
-        claimed_slices: Default::default(),
+        stores,
+        tables,
+        ownerships,
+        placement,
+        keys,
+        intake,
         shutdown: links.shutdown,
-        scheduler: crate::scheduler::Scheduler::new(config.max_active_jobs, config.max_queued_jobs),
-        contexts: Default::default(),
-        reassign_tx: links.reassign_tx,
-        lease_ttl_ms: Default::default(),
-        owners: stores.owners,
-        grpc_url: links.grpc_url,
-        owned: Default::default(),
-        standby_tx: links.standby_tx,
         config,
     })
 }
@@ -253,30 +238,44 @@ fn shared_state(
 /// approval relays (journaling the jobs this leader owns), and the
 /// reassigner with its lease and quarantine watches.
 fn start_loops(
-    shared: &Arc<Shared>,
+    host: &JobHost,
     reassign_rx: mpsc::UnboundedReceiver<Trigger>,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
-    let bus = &shared.bus;
+    let stores = &host.stores;
     let mut background = vec![
-        tokio::spawn(consume_results(shared.clone(), shutdown.clone())),
+        tokio::spawn(consume_results(
+            host.intake.clone(),
+            host.config.result_consumer(),
+            shutdown.clone(),
+        )),
         tokio::spawn(journal::relay_agent_events(
-            bus.clone(),
-            shared.journal.clone(),
-            owns(shared),
+            stores.bus.clone(),
+            stores.journal.clone(),
+            owns(&host.ownerships),
             shutdown.clone(),
         )),
         tokio::spawn(crate::approvals::relay_requests(
-            bus.clone(),
-            shared.approvals.clone(),
-            shared.journal.clone(),
-            shared.config.decision_key.clone(),
-            owns(shared),
+            stores.bus.clone(),
+            stores.approvals.clone(),
+            stores.journal.clone(),
+            host.keys.decision().cloned(),
+            owns(&host.ownerships),
             shutdown.clone(),
         )),
     ];
+    let reassigner = ReassignHandles {
+        tables: host.tables.clone(),
+        placement: host.placement.clone(),
+        keys: host.keys.clone(),
+        leases: stores.leases.clone(),
+        quarantine: stores.quarantine.clone(),
+        journal: stores.journal.clone(),
+        triggers: host.intake.triggers.clone(),
+        lease_clock: LeaseClock::new(host.config.default_lease_ttl),
+    };
     background.extend(crate::reassign::start(
-        shared.clone(),
+        reassigner,
         reassign_rx,
         shutdown.clone(),
     ));
@@ -287,22 +286,22 @@ fn start_loops(
 /// the same id), then starts the standby loop, which takes over the ones
 /// that lapse later, and the watch of cancellations.
 async fn take_over_jobs(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     standby_rx: mpsc::UnboundedReceiver<String>,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, LeaderError> {
     // The relays subscribe asynchronously; make sure the server has the
     // subscriptions before the daemon reports ready.
-    shared.bus.flush().await?;
-    crate::runner::take_unowned(shared).await?;
+    host.stores.bus.flush().await?;
+    crate::runner::take_unowned(host).await?;
     Ok(vec![
         tokio::spawn(crate::runner::standby(
-            shared.clone(),
+            host.clone(),
             standby_rx,
             shutdown.clone(),
         )),
         tokio::spawn(crate::runner::watch_cancellations(
-            shared.clone(),
+            host.clone(),
             shutdown.clone(),
         )),
     ])
@@ -313,21 +312,21 @@ async fn take_over_jobs(
 /// authenticated; each Control method then checks the role it needs. No
 /// request span: `SubmitJob` makes its own, the root of the job's trace.
 async fn serve_control(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<Serving, LeaderError> {
-    let max = shared.config.grpc_max_message_bytes;
+    let max = host.config.grpc_max_message_bytes;
     let control = v1::control_server::ControlServer::new(ControlService {
-        shared: shared.clone(),
-        jobs: JobManager::new(shared.clone()),
+        host: host.clone(),
+        jobs: JobManager::new(host.clone()),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
     let options = ServeOptions::default();
     mtswarm_auth::serve(
         listener,
-        &shared.config.security,
+        &host.config.security,
         control,
         options,
         async move {
@@ -343,10 +342,10 @@ async fn serve_control(
 
 /// Observes the jobs this leader runs and queues (`mtswarm.jobs`) from
 /// its scheduler. Weak: the meter must not keep the daemon's state alive.
-fn observe_jobs(shared: &Arc<Shared>) -> mtswarm_telemetry::metrics::observe::LeaderObservers {
-    let shared = Arc::downgrade(shared);
+fn observe_jobs(tables: &Arc<JobTables>) -> mtswarm_telemetry::metrics::observe::LeaderObservers {
+    let tables = Arc::downgrade(tables);
     mtswarm_telemetry::metrics::observe::observe_jobs(move || {
-        let (running, queued) = shared.upgrade()?.scheduler.counts();
+        let (running, queued) = tables.upgrade()?.scheduler.counts();
         Some(mtswarm_telemetry::metrics::observe::JobCounts {
             running: u64::try_from(running).unwrap_or(u64::MAX),
             queued: u64::try_from(queued).unwrap_or(u64::MAX),
@@ -356,50 +355,39 @@ fn observe_jobs(shared: &Arc<Shared>) -> mtswarm_telemetry::metrics::observe::Le
 
 /// Whether this leader owns a job (the relays journal only its jobs). Weak:
 /// the relays must not keep the daemon's state alive after shutdown.
-fn owns(shared: &Arc<Shared>) -> impl Fn(&str) -> bool + Send + 'static {
-    let shared = Arc::downgrade(shared);
+fn owns(ownerships: &Arc<Ownerships>) -> impl Fn(&str) -> bool + Send + 'static {
+    let ownerships = Arc::downgrade(ownerships);
     move |job_id: &str| {
-        shared
+        ownerships
             .upgrade()
-            .is_some_and(|shared| shared.owned.contains_key(job_id))
+            .is_some_and(|ownerships| ownerships.owns(job_id))
     }
 }
 
 impl LeaderHandle {
-    /// Stops renewing every job ownership of this leader (closing their
-    /// fences); the keys lapse after their TTL.
-    async fn abandon_jobs(&self) {
-        let job_ids: Vec<String> = self.shared.owned.iter().map(|k| k.key().clone()).collect();
-        for job_id in job_ids {
-            if let Some((_, mut keeper)) = self.shared.owned.remove(&job_id) {
-                keeper.abandon().await;
-            }
-        }
-    }
-
     /// This leader's id among the leaders on its NATS.
     pub fn leader_id(&self) -> &str {
-        &self.shared.config.leader_id
+        &self.host.config.leader_id
     }
 
     /// Ids of the jobs this leader owns now.
     pub fn owned_jobs(&self) -> Vec<String> {
-        self.shared.owned.iter().map(|k| k.key().clone()).collect()
+        self.host.ownerships.job_ids()
     }
 
     /// Result and reassignment counters since the daemon started.
     pub fn counters(&self) -> LeaderCounters {
-        self.shared.results.counters()
+        self.host.tables.results.counters()
     }
 
     /// Sizes of the in-memory tables that hold per-job state (idle: all 0).
-    pub fn table_sizes(&self) -> crate::shared::LeaderTableSizes {
-        self.shared.table_sizes()
+    pub fn table_sizes(&self) -> crate::tables::LeaderTableSizes {
+        self.host.tables.sizes(self.host.placement.claims.len())
     }
 
     /// (running, queued) job counts of this leader's scheduler.
     pub fn job_counts(&self) -> (usize, usize) {
-        self.shared.scheduler.counts()
+        self.host.tables.scheduler.counts()
     }
 
     /// Stops the daemon the way a crash would, for tests of restarts: the
@@ -408,8 +396,8 @@ impl LeaderHandle {
     pub async fn abort(self) {
         self.shutdown.send_replace(true);
         // Its ownerships lapse after their TTL, as a crashed leader's do.
-        self.abandon_jobs().await;
-        for runner in self.shared.runners.iter() {
+        self.host.ownerships.abandon_all().await;
+        for runner in self.host.tables.runners.iter() {
             runner.abort();
         }
         self.server.abort();
@@ -435,12 +423,13 @@ impl LeaderHandle {
 
     /// The daemon's NATS connection.
     pub fn bus(&self) -> &Bus {
-        &self.shared.bus
+        &self.host.stores.bus
     }
 
     /// Ids of the jobs whose runners are in this process.
     pub fn running_jobs(&self) -> Vec<String> {
-        self.shared
+        self.host
+            .tables
             .runners
             .iter()
             .map(|r| r.key().clone())
@@ -455,12 +444,12 @@ impl LeaderHandle {
             .set_not_serving::<v1::control_server::ControlServer<ControlService>>()
             .await;
         self.shutdown.send_replace(true);
-        for runner in self.shared.runners.iter() {
+        for runner in self.host.tables.runners.iter() {
             runner.abort();
         }
         // Another leader takes the jobs over once their ownership lapses;
         // no write for them leaves this leader from now on.
-        self.abandon_jobs().await;
+        self.host.ownerships.abandon_all().await;
         let mut server = self.server;
         let served = match tokio::time::timeout(SERVER_STOP_WAIT, &mut server).await {
             Ok(served) => served,
@@ -473,7 +462,7 @@ impl LeaderHandle {
         for task in self.background {
             let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
         }
-        if let Err(error) = self.shared.bus.drain().await {
+        if let Err(error) = self.host.stores.bus.drain().await {
             tracing::warn!(%error, "NATS drain failed");
         }
         match served {

@@ -220,6 +220,19 @@ pub(crate) enum ValidateError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// An approval rule naming a tool no worker session has (a typo would
+    /// otherwise leave the tool governed by the risk rules alone).
+    #[error(
+        "approval rule {index} names tool {tool:?}, which no worker session has (its tools: {known})"
+    )]
+    UnknownRuleTool {
+        /// Position of the rule in `approval_rules` (from 0).
+        index: usize,
+        /// The name the rule gives.
+        tool: String,
+        /// The tools a session has, comma-separated.
+        known: String,
+    },
     /// More `@path` references than allowed.
     #[error("goal references {count} files with @path (limit {limit})")]
     TooManyAttachments {

@@ -1,17 +1,30 @@
-//! The leader's completion gate: a final answer may only claim figures that
-//! an accepted task result backs. A real model that summarizes from memory,
-//! rounds creatively or invents a number gets feedback naming the figures it
-//! may use and another try; the job's outcome never depends on the answer
-//! (see [`crate::outcome`]), but the answer kept beside it must not
-//! contradict it.
+//! The leader's completion gate. It pushes back on an answer that gives up
+//! early, and a final answer may only claim figures that an accepted task
+//! result backs. Each refusal is feedback naming what to do next, and the
+//! loop goes on; after [`MAX_ANSWER_REFUSALS`] refusals the engine stops
+//! the loop and the job fails. The job's outcome never depends on the
+//! answer (see [`crate::outcome`]), but the loop must not end before there
+//! was a chance of one, and the answer kept beside it must not contradict it.
 //!
-//! Claims read from an answer: every `<number> GFLOP[S|/s]` in the text and
-//! the `best.gflops` of its last ```` ```json ```` block. Backing figures:
-//! every number under a `gflops` key anywhere in the accepted results'
-//! `result_json` of the job. A claim is backed when it is within rounding
-//! (half a percent, or 0.006 for two-decimal figures) of one of them.
+//! Push-back (for models, not for the builtin leader policy, whose early
+//! answers are failures it cannot act on), while the job's deadline has not
+//! passed:
+//! - an answer given before any task was assigned is refused: spawn an
+//!   agent, assign it candidates, collect the results;
+//! - an answer claiming no best (no `best` in its JSON and no GFLOPS
+//!   figure) while no accepted result measured anything is refused: collect
+//!   the tasks still running, or assign corrected candidates when every
+//!   task finished without a measurement.
+//!
+//! Grounding: claims read from an answer are every `<number> GFLOP[S|/s]`
+//! in the text and the `best.gflops` of its last ```` ```json ```` block.
+//! Backing figures: every number under a `gflops` key anywhere in the
+//! accepted results' `result_json` of the job. A claim is backed when it is
+//! within rounding (half a percent, or 0.006 for two-decimal figures) of
+//! one of them.
 
 use std::sync::{Arc, LazyLock};
+use std::time::SystemTime;
 
 use mtswarm_core::{CompletionGate, EvidenceLedger, GateVerdict, WorkingState};
 use regex::Regex;
@@ -26,15 +39,92 @@ static GFLOPS_CLAIM: LazyLock<Option<Regex>> =
 
 /// Figures listed in the feedback at most.
 const FEEDBACK_FIGURES: usize = 8;
+/// Task ids named in the feedback at most.
+const FEEDBACK_TASKS: usize = 4;
 
-/// Rejects answers whose GFLOPS claims no accepted result backs.
+/// Refusals of the leader's answers (pushed back or ungrounded) fed back
+/// before the loop stops and the job fails: the engine's
+/// `GateConfig::max_blocks` of the leader's loop.
+pub(crate) const MAX_ANSWER_REFUSALS: u32 = 3;
+
+/// Pushes back on answers that give up early and rejects answers whose
+/// GFLOPS claims no accepted result backs (see the module docs).
 pub(crate) struct GroundedAnswerGate {
     results: Arc<JobResults>,
+    /// Until when answers that give up early are pushed back; `None`: never.
+    push_back_until: Option<SystemTime>,
 }
 
 impl GroundedAnswerGate {
+    /// A gate that only checks grounding.
     pub(crate) fn new(results: Arc<JobResults>) -> Self {
-        Self { results }
+        Self {
+            results,
+            push_back_until: None,
+        }
+    }
+
+    /// The gate, also pushing back on answers that give up early until
+    /// `deadline` (the job's).
+    pub(crate) fn with_push_back(mut self, deadline: SystemTime) -> Self {
+        self.push_back_until = Some(deadline);
+        self
+    }
+
+    /// Why an answer that gives up early is refused, with what to do next;
+    /// `None` when it is not pushed back.
+    fn push_back(&self, answer: &str, figures: &[f64]) -> Option<String> {
+        let until = self.push_back_until?;
+        if SystemTime::now() >= until {
+            return None;
+        }
+        let tasks = self.results.snapshot();
+        if tasks.is_empty() {
+            return Some(
+                "Your answer is not accepted: no task has been assigned yet, so nothing was measured \
+and the job cannot succeed. Do this next: call list_fleet to see the free slices, spawn_agent on \
+one, assign_task to that agent with candidate configurations (parameter names and values from the \
+kernel's tune.toml, which read_file reads), then collect_result, and answer with the best it reports."
+                    .to_owned(),
+            );
+        }
+        if claims_a_best(answer) || !figures.is_empty() {
+            return None;
+        }
+        let pending: Vec<&str> = tasks
+            .iter()
+            .filter(|t| t.result.is_none())
+            .map(|t| t.task_id.as_str())
+            .collect();
+        if !pending.is_empty() {
+            let shown = pending
+                .iter()
+                .take(FEEDBACK_TASKS)
+                .copied()
+                .collect::<Vec<_>>();
+            let more = pending.len().saturating_sub(shown.len());
+            return Some(format!(
+                "Your answer is not accepted: {} task(s) are still running ({}{}) and nothing has been \
+measured yet. Call collect_result with mode \"all\" to wait for their results, then answer with the \
+best it reports.",
+                pending.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        let first_error = crate::results::first_error_note(&tasks);
+        Some(format!(
+            "Your answer is not accepted: none of the {} finished task(s) measured a candidate{first_error}, \
+and there is time left to fix that. Do this next: read what went wrong (result_details shows each \
+candidate), assign_task corrected candidates (parameter names and values exactly as the kernel's \
+tune.toml has them) to an agent (spawn_agent first if none is free), collect_result, then answer \
+with the best it reports.",
+            tasks.len()
+        ))
     }
 
     fn backing_figures(&self) -> Vec<f64> {
@@ -85,6 +175,14 @@ pub(crate) fn claimed_gflops(answer: &str) -> Vec<f64> {
     claims
 }
 
+/// True when an answer claims a best: a GFLOPS figure, or a non-null
+/// `best` in its JSON.
+fn claims_a_best(answer: &str) -> bool {
+    !claimed_gflops(answer).is_empty()
+        || mtswarm_core::answer::last_json(answer)
+            .is_some_and(|block| block.get("best").is_some_and(|best| !best.is_null()))
+}
+
 fn backed(claim: f64, figures: &[f64]) -> bool {
     figures
         .iter()
@@ -98,11 +196,14 @@ impl CompletionGate for GroundedAnswerGate {
         _evidence: &EvidenceLedger,
         _working: &WorkingState,
     ) -> GateVerdict {
+        let figures = self.backing_figures();
+        if let Some(feedback) = self.push_back(answer, &figures) {
+            return GateVerdict::Fail { feedback };
+        }
         let claims = claimed_gflops(answer);
         if claims.is_empty() {
             return GateVerdict::Pass;
         }
-        let figures = self.backing_figures();
         let unbacked: Vec<String> = claims
             .iter()
             .filter(|c| !backed(**c, &figures))
@@ -152,6 +253,107 @@ mod tests {
         results.offer(&offered);
         results.publish_accepted("t1");
         GroundedAnswerGate::new(results)
+    }
+
+    use std::time::Duration;
+
+    /// A job's results with `tasks` (task id, result: `None` pending, else
+    /// its error and `result_json`).
+    fn results_with(tasks: &[(&str, Option<(&str, &str)>)]) -> Arc<JobResults> {
+        let results = Arc::new(JobResults::default());
+        for (task, result) in tasks {
+            results.register(task, "a1", 1);
+            if let Some((error, result_json)) = result {
+                let status = if error.is_empty() {
+                    v1::TaskStatus::Ok
+                } else {
+                    v1::TaskStatus::Failed
+                };
+                results.offer(&v1::TaskResult {
+                    task_id: (*task).into(),
+                    attempt: 1,
+                    status: status as i32,
+                    error: (*error).into(),
+                    result_json: (*result_json).into(),
+                    ..Default::default()
+                });
+                results.publish_accepted(task);
+            }
+        }
+        results
+    }
+
+    fn pushing(results: Arc<JobResults>) -> GroundedAnswerGate {
+        GroundedAnswerGate::new(results)
+            .with_push_back(SystemTime::now() + Duration::from_secs(3600))
+    }
+
+    fn verdict(gate: &GroundedAnswerGate, answer: &str) -> GateVerdict {
+        gate.evaluate(answer, &EvidenceLedger::default(), &WorkingState::default())
+    }
+
+    fn refusal(gate: &GroundedAnswerGate, answer: &str) -> String {
+        match verdict(gate, answer) {
+            GateVerdict::Fail { feedback } => feedback,
+            other => panic!("{answer}: {other:?}"),
+        }
+    }
+
+    const GIVING_UP: &str = "{\n  \"best\": null,\n  \"error\": \"nothing worked\"\n}";
+
+    #[test]
+    fn an_answer_before_any_task_is_pushed_back_with_what_to_do_next() {
+        let gate = pushing(results_with(&[]));
+        for answer in [
+            GIVING_UP,
+            "Nothing to tune.\n```json\n{\"best\": {\"params\": {}}}\n```",
+        ] {
+            let feedback = refusal(&gate, answer);
+            assert!(feedback.contains("no task has been assigned"), "{feedback}");
+            for step in ["spawn_agent", "assign_task", "collect_result", "tune.toml"] {
+                assert!(feedback.contains(step), "{step}: {feedback}");
+            }
+        }
+        // Past the job's deadline, or for the builtin policy: no push-back.
+        let late = GroundedAnswerGate::new(results_with(&[]))
+            .with_push_back(SystemTime::now() - Duration::from_secs(1));
+        assert_eq!(verdict(&late, GIVING_UP), GateVerdict::Pass);
+        let builtin = GroundedAnswerGate::new(results_with(&[]));
+        assert_eq!(verdict(&builtin, GIVING_UP), GateVerdict::Pass);
+    }
+
+    #[test]
+    fn claiming_nothing_while_tasks_run_or_could_be_fixed_is_pushed_back() {
+        let running = pushing(results_with(&[("t1", None), ("t2", Some(("boom", "{}")))]));
+        let feedback = refusal(&running, GIVING_UP);
+        assert!(
+            feedback.contains("1 task(s) are still running (t1)")
+                && feedback.contains("collect_result"),
+            "{feedback}"
+        );
+        let failed = pushing(results_with(&[(
+            "t1",
+            Some(("candidate 1: MB is not a parameter of vecadd", "{}")),
+        )]));
+        let feedback = refusal(&failed, "I could not find anything.");
+        assert!(
+            feedback.contains("none of the 1 finished task(s) measured a candidate")
+                && feedback.contains("MB is not a parameter")
+                && feedback.contains("assign_task"),
+            "{feedback}"
+        );
+        // A measured result, or an answer claiming a best: no push-back
+        // (the outcome takes the best from the records).
+        let measured = pushing(results_with(&[(
+            "t1",
+            Some(("", r#"{"best": {"gflops": 2.5}}"#)),
+        )]));
+        assert_eq!(verdict(&measured, GIVING_UP), GateVerdict::Pass);
+        assert_eq!(verdict(&measured, "Best at 2.5 GFLOPS."), GateVerdict::Pass);
+        assert!(matches!(
+            verdict(&failed, "It reaches 9 GFLOPS."),
+            GateVerdict::Fail { feedback } if feedback.contains("no accepted task result backs")
+        ));
     }
 
     #[test]

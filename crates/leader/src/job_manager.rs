@@ -14,10 +14,10 @@ use std::time::{Duration, SystemTime};
 use mtswarm_bus::{BusError, Fence, OwnershipError, v1};
 use sha2::{Digest as _, Sha256};
 
+use crate::host::JobHost;
 use crate::job::PendingStart;
 use crate::runner;
 use crate::scheduler::Ticket;
-use crate::shared::Shared;
 use crate::validate::{ValidatedJob, validate_submit};
 
 /// Longest idempotency key a submission may carry.
@@ -70,13 +70,13 @@ pub(crate) struct Submitted {
 /// Admits jobs and starts their runners.
 #[derive(Clone)]
 pub(crate) struct JobManager {
-    shared: Arc<Shared>,
+    host: Arc<JobHost>,
 }
 
 impl JobManager {
     /// The manager of the daemon's jobs.
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+    pub(crate) fn new(host: Arc<JobHost>) -> Self {
+        Self { host }
     }
 
     /// Admits `request` for `submitted_by`; its workflow span goes below
@@ -94,15 +94,16 @@ impl JobManager {
         // A place is taken before the record is written, so a refusal
         // stores nothing and an accepted job always has a place.
         let ticket = self
-            .shared
+            .host
+            .tables
             .scheduler
             .reserve()
             .map_err(|e| SubmitError::Busy(e.to_string()))?;
-        let mut admission = Admission::new(&self.shared, &job_id, ticket);
+        let mut admission = Admission::new(&self.host, &job_id, ticket);
         let traceparent = mtswarm_telemetry::propagation::current_trace_headers()
             .and_then(|h| h.get(mtswarm_telemetry::propagation::TRACEPARENT).cloned())
             .unwrap_or_default();
-        if retry && let Some(existing) = self.shared.jobs.get(&job_id).await? {
+        if retry && let Some(existing) = self.host.stores.jobs.get(&job_id).await? {
             tracing::info!(%job_id, "submission retried with the same idempotency key");
             let trace_id = trace_id_of(&existing.value.traceparent);
             return Ok(Submitted { job_id, trace_id });
@@ -124,7 +125,7 @@ impl JobManager {
             }
         };
         let record = queued_record(&job_id, &validated, submitted_by, traceparent, &fence);
-        match self.shared.jobs.create(&record).await {
+        match self.host.stores.jobs.create(&record).await {
             Ok(_) => {}
             Err(BusError::AlreadyExists { .. }) if retry => {
                 tracing::info!(%job_id, "submission retried with the same idempotency key");
@@ -135,7 +136,7 @@ impl JobManager {
             Err(error) => return Err(error.into()),
         }
         let ticket = admission.commit();
-        runner::guard_ownership(&self.shared, &job_id, fence.clone());
+        runner::guard_ownership(&self.host, &job_id, fence.clone());
         self.journal_submitted(&job_id).await;
         self.start_or_queue(&job_id, validated, fence, span, ticket);
         tracing::info!(%job_id, "job submitted");
@@ -147,20 +148,19 @@ impl JobManager {
 
     /// The model endpoint against the operator's allowlist, then the spec.
     fn validate(&self, request: &v1::SubmitJobRequest) -> Result<ValidatedJob, SubmitError> {
-        let shared = &self.shared;
+        let host = &self.host;
         if let Some(model) = request.spec.as_ref().and_then(|s| s.model.as_ref())
             && !model.base_url.trim().is_empty()
         {
-            shared
-                .config
+            host.config
                 .endpoints()
                 .check(&model.base_url)
                 .map_err(|e| SubmitError::Endpoint(e.to_string()))?;
         }
         validate_submit(
             request.spec.as_ref(),
-            &shared.kernel_root,
-            &shared.config.limits,
+            &host.kernel_root,
+            &host.config.limits,
         )
         .map_err(|e| SubmitError::Invalid(e.to_string()))
     }
@@ -173,7 +173,13 @@ impl JobManager {
             reason: "submitted".to_string(),
             outcome: None,
         });
-        if let Err(error) = self.shared.journal.append_confirmed(job_id, queued).await {
+        if let Err(error) = self
+            .host
+            .stores
+            .journal
+            .append_confirmed(job_id, queued)
+            .await
+        {
             tracing::warn!(%error, %job_id, "submission not journaled");
         }
     }
@@ -189,15 +195,15 @@ impl JobManager {
         span: &tracing::Span,
         ticket: Ticket,
     ) {
-        let shared = &self.shared;
+        let host = &self.host;
         let budgets = validated.spec.budgets.unwrap_or_default();
         let deadline = SystemTime::now()
             + if budgets.wall_time_seconds > 0 {
                 Duration::from_secs(budgets.wall_time_seconds)
             } else {
-                shared.config.default_task_deadline
+                host.config.default_task_deadline
             };
-        let context = Arc::new(shared.job_context(
+        let context = Arc::new(host.job_context(
             job_id.to_owned(),
             validated.spec,
             validated.kernel_dir,
@@ -210,8 +216,8 @@ impl JobManager {
             span: crate::spans::workflow_span(span, job_id, false),
             resume_state: None,
         };
-        match shared.scheduler.commit(ticket, pending) {
-            Some(pending) => runner::start(shared.clone(), pending),
+        match host.tables.scheduler.commit(ticket, pending) {
+            Some(pending) => runner::start(host.clone(), pending),
             None => tracing::info!(%job_id, "job queued: every run slot is taken"),
         }
     }
@@ -231,7 +237,7 @@ impl Submitted {
 /// and, once taken, the job's ownership. Dropped before [`Self::commit`],
 /// it gives the place back and releases the ownership.
 struct Admission {
-    shared: Arc<Shared>,
+    host: Arc<JobHost>,
     job_id: String,
     ticket: Ticket,
     owned: bool,
@@ -239,9 +245,9 @@ struct Admission {
 }
 
 impl Admission {
-    fn new(shared: &Arc<Shared>, job_id: &str, ticket: Ticket) -> Self {
+    fn new(host: &Arc<JobHost>, job_id: &str, ticket: Ticket) -> Self {
         Self {
-            shared: shared.clone(),
+            host: host.clone(),
             job_id: job_id.to_owned(),
             ticket,
             owned: false,
@@ -251,7 +257,7 @@ impl Admission {
 
     /// Takes the job's ownership; released again unless committed.
     async fn take_ownership(&mut self) -> Result<Fence, OwnershipError> {
-        let fence = self.shared.take_ownership(&self.job_id).await?;
+        let fence = self.host.ownerships.take(&self.job_id).await?;
         self.owned = true;
         Ok(fence)
     }
@@ -268,11 +274,11 @@ impl Drop for Admission {
         if self.committed {
             return;
         }
-        self.shared.scheduler.cancel(self.ticket);
+        self.host.tables.scheduler.cancel(self.ticket);
         if self.owned {
-            let shared = self.shared.clone();
+            let host = self.host.clone();
             let job_id = std::mem::take(&mut self.job_id);
-            tokio::spawn(async move { shared.release_ownership(&job_id).await });
+            tokio::spawn(async move { host.ownerships.release(&job_id).await });
         }
     }
 }

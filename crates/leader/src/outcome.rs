@@ -29,7 +29,7 @@ use mtswarm_bus::v1;
 
 use crate::job::JobContext;
 use crate::results::TaskView;
-use crate::shared::Shared;
+use crate::stores::Stores;
 
 /// Records read for one job's outcome at most.
 const MAX_OUTCOME_RECORDS: usize = 100_000;
@@ -47,7 +47,8 @@ const READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 /// the best, the records `disputed` (figures another worker did not
 /// reproduce).
 pub(crate) async fn compute_excluding(
-    shared: &Shared,
+    stores: &Stores,
+    signer: Option<&mtswarm_auth::DecisionSigner>,
     context: &JobContext,
     tasks_left_out: &HashSet<String>,
     disputed: &HashSet<String>,
@@ -58,7 +59,7 @@ pub(crate) async fn compute_excluding(
         .into_iter()
         .filter(|t| !tasks_left_out.contains(&t.task_id))
         .collect();
-    match believed_records(shared, &context.job_id).await {
+    match believed_records(stores, signer, &context.job_id).await {
         Ok((records, refused)) => {
             let records: Vec<ResultRecord> = records
                 .into_iter()
@@ -80,11 +81,12 @@ pub(crate) async fn compute_excluding(
 /// The job's records the leader believes, and how many it refused (see the
 /// module docs).
 pub(crate) async fn believed_records(
-    shared: &Shared,
+    stores: &Stores,
+    signer: Option<&mtswarm_auth::DecisionSigner>,
     job_id: &str,
 ) -> Result<(Vec<ResultRecord>, u32), mtswarm_bus::BusError> {
-    let signed = read_records(shared, job_id).await?;
-    Ok(believed(shared.config.decision_key.as_ref(), signed))
+    let signed = read_records(stores, job_id).await?;
+    Ok(believed(signer, signed))
 }
 
 /// The records of `signed` whose provenance verifies (all of them without
@@ -122,7 +124,7 @@ pub(crate) fn believed(
 /// The job's records, read again with backoff for up to [`READ_PATIENCE`]
 /// while the store cannot answer; the last error after that.
 async fn read_records(
-    shared: &Shared,
+    stores: &Stores,
     job_id: &str,
 ) -> Result<Vec<SignedRecord>, mtswarm_bus::BusError> {
     let deadline = tokio::time::Instant::now() + READ_PATIENCE;
@@ -132,7 +134,7 @@ async fn read_records(
     );
     loop {
         let attempt = async {
-            let store = ResultsStore::open(&shared.bus).await?;
+            let store = ResultsStore::open(&stores.bus).await?;
             store
                 .query_signed(&ResultQuery {
                     job_id: Some(job_id.to_string()),
@@ -317,20 +319,7 @@ fn failure_reason(
     tasks: &[TaskView],
     accepted: &[&ResultRecord],
 ) -> String {
-    let first_error = || {
-        tasks
-            .iter()
-            .filter_map(|t| t.result.as_ref())
-            .map(|r| r.error.trim())
-            .find(|e| !e.is_empty())
-            .map(|e| {
-                format!(
-                    " (first error: {})",
-                    e.chars().take(300).collect::<String>()
-                )
-            })
-            .unwrap_or_default()
-    };
+    let first_error = || crate::results::first_error_note(tasks);
     if tasks.is_empty() {
         return "no task was assigned".to_string();
     }

@@ -7,11 +7,10 @@ use mtswarm_bus::v1;
 use mtswarm_policy::plan::JobLine;
 
 use crate::job::JobContext;
-use crate::placement::fleet_view;
-use crate::shared::Shared;
+use crate::placement::Placement;
 use crate::validate::Attachment;
 
-pub(crate) async fn system_prompt(shared: &Shared, context: &JobContext) -> String {
+pub(crate) async fn system_prompt(placement: &Placement, context: &JobContext) -> String {
     let spec = &context.spec;
     let selector = if spec.slice_selector.is_empty() {
         "*"
@@ -21,7 +20,7 @@ pub(crate) async fn system_prompt(shared: &Shared, context: &JobContext) -> Stri
     let parsed = crate::fleet::parse_selector(&spec.slice_selector)
         .ok()
         .flatten();
-    let fleet = match fleet_view(shared, parsed.as_ref()).await {
+    let fleet = match placement.fleet_view(parsed.as_ref()).await {
         Ok(view) => {
             let free = view
                 .slices
@@ -78,7 +77,7 @@ ends with a ```json block: {{\"best\": {{\"params\": {{...}}, \"gflops\": n, \"p
 /// The task message: the goal, the attached files, and a machine-readable
 /// `job_spec:` line (last line) the builtin policy reads.
 pub(crate) fn user_input(
-    shared: &Shared,
+    default_collect_timeout: std::time::Duration,
     context: &JobContext,
     attachments: &[Attachment],
 ) -> String {
@@ -94,7 +93,7 @@ pub(crate) fn user_input(
         .budgets
         .map(|b| b.wall_time_seconds)
         .filter(|s| *s > 0)
-        .unwrap_or(shared.config.default_collect_timeout.as_secs());
+        .unwrap_or(default_collect_timeout.as_secs());
     let line = JobLine {
         job_id: context.job_id.clone(),
         kernel_dir: spec.kernel_dir.clone(),

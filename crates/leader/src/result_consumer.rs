@@ -14,16 +14,34 @@ use mtswarm_bus::{Backoff, ResultConsumerConfig, reopen, subjects, v1};
 use mtswarm_telemetry::metrics::{FencedAttempt, metrics};
 
 use crate::error::ReplayError;
-use crate::results::Acceptance;
-use crate::shared::Shared;
-use crate::trigger::Trigger;
+use crate::keys::LeaderKeys;
+use crate::ownerships::Ownerships;
+use crate::results::{Acceptance, AtomicCounters};
+use crate::stores::Stores;
+use crate::tables::JobTables;
+use crate::trigger::{Trigger, Triggers};
+
+/// What taking a result in uses: the bus and the job records (recording,
+/// journaling, replaying), the jobs' tables, the ownerships that fence the
+/// writes, the result key tokens are checked with, and the reassigner's
+/// queue for fenced attempts.
+pub(crate) struct ResultIntake {
+    pub(crate) stores: Stores,
+    pub(crate) tables: Arc<JobTables>,
+    pub(crate) ownerships: Arc<Ownerships>,
+    pub(crate) keys: LeaderKeys,
+    pub(crate) triggers: Triggers,
+}
 
 /// Offers one result (from the live consumer or a replay) to its job's
 /// table and does what the outcome asks: record and journal an accepted
 /// result, log and count the rest, hand a fenced current attempt to the
 /// reassigner. Returns `None` when the job has no table here.
-pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> Option<Acceptance> {
-    let Some(job) = shared.results.get(&result.job_id) else {
+pub(crate) async fn handle_result(
+    intake: &ResultIntake,
+    result: &v1::TaskResult,
+) -> Option<Acceptance> {
+    let Some(job) = intake.tables.results.get(&result.job_id) else {
         tracing::debug!(
             job_id = %result.job_id,
             task_id = %result.task_id,
@@ -31,9 +49,9 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
         );
         return None;
     };
-    let counters = &shared.results.counters;
+    let counters = &intake.tables.results.counters;
     // Only the session the attempt was placed on got its token.
-    if let Some(key) = &shared.config.result_key
+    if let Some(key) = intake.keys.result()
         && !key.verify(
             &result.job_id,
             &result.task_id,
@@ -41,27 +59,18 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
             &result.result_token,
         )
     {
-        counters.forged.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            job_id = %result.job_id,
-            task_id = %result.task_id,
-            attempt = result.attempt,
-            worker_id = %result.worker_id,
-            session_id = %result.session_id,
-            "result dropped: its token is not the one issued for this attempt"
+        drop_forged(
+            counters,
+            result,
+            "its token is not the one issued for this attempt",
         );
         return None;
     }
-    if let Some(placed) = placement_mismatch(shared, result) {
-        counters.forged.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            job_id = %result.job_id,
-            task_id = %result.task_id,
-            attempt = result.attempt,
-            worker_id = %result.worker_id,
-            slice_id = %result.slice_id,
-            placed = %placed,
-            "result dropped: it names another worker or slice than the attempt was placed on"
+    if let Some(placed) = placement_mismatch(&intake.tables, result) {
+        drop_forged(
+            counters,
+            result,
+            &format!("it names another worker or slice than the attempt was placed on ({placed})"),
         );
         return None;
     }
@@ -69,7 +78,7 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
     match &acceptance {
         Acceptance::Accepted => {
             counters.accepted.fetch_add(1, Ordering::Relaxed);
-            accepted(shared, result).await;
+            accepted(intake, result).await;
             job.publish_accepted(&result.task_id);
         }
         Acceptance::Restored => {
@@ -110,7 +119,7 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
                 .finished_at
                 .and_then(|t| SystemTime::try_from(t).ok())
                 .unwrap_or_else(SystemTime::now);
-            shared.trigger_reassign(Trigger::Fenced {
+            intake.triggers.send(Trigger::Fenced {
                 job_id: result.job_id.clone(),
                 task_id: result.task_id.clone(),
                 attempt: result.attempt,
@@ -130,12 +139,26 @@ pub(crate) async fn handle_result(shared: &Shared, result: &v1::TaskResult) -> O
     Some(acceptance)
 }
 
+/// Counts and logs a result dropped as forged, and why.
+fn drop_forged(counters: &AtomicCounters, result: &v1::TaskResult, why: &str) {
+    counters.forged.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        job_id = %result.job_id,
+        task_id = %result.task_id,
+        attempt = result.attempt,
+        worker_id = %result.worker_id,
+        session_id = %result.session_id,
+        slice_id = %result.slice_id,
+        "result dropped: {why}"
+    );
+}
+
 /// Where the result's attempt was placed, when the result names another
 /// worker or slice (`None`: it names the placement, or the attempt is not
 /// the one on record here, which the table judges).
-fn placement_mismatch(shared: &Shared, result: &v1::TaskResult) -> Option<String> {
+fn placement_mismatch(tables: &JobTables, result: &v1::TaskResult) -> Option<String> {
     use mtswarm_bus::results::canonical_slice_id;
-    let context = shared.contexts.get(&result.job_id)?;
+    let context = tables.contexts.get(&result.job_id)?;
     let tasks = context.tasks();
     let assignment = tasks.get(&result.task_id)?.assignment.as_ref()?;
     if assignment.attempt != result.attempt {
@@ -161,16 +184,17 @@ const RESULT_CONSUMER_INACTIVE_THRESHOLD: Duration = Duration::from_secs(15 * 60
 /// module docs). The consumer and its message stream are re-created with
 /// backoff whenever they fail (NATS restart), forever.
 pub(crate) async fn consume_results(
-    shared: Arc<Shared>,
+    intake: Arc<ResultIntake>,
+    consumer_name: String,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
     // One consumer per leader: each sees every result and keeps those of
     // the jobs it owns (a result of another leader's job finds no table
     // here and is acked; its owner gets it from its own consumer).
-    let consumer_name = shared.config.result_consumer();
     let open = || async {
-        shared
+        intake
+            .stores
             .bus
             .result_consumer(ResultConsumerConfig {
                 inactive_threshold: RESULT_CONSUMER_INACTIVE_THRESHOLD,
@@ -211,7 +235,7 @@ pub(crate) async fn consume_results(
             };
             failures_in_a_row = 0;
             let result = delivery.message().clone();
-            handle_result(&shared, &result).await;
+            handle_result(&intake, &result).await;
             if let Err(error) = delivery.ack().await {
                 tracing::warn!(%error, task_id = %result.task_id, "result ack failed; it will be redelivered and deduplicated");
             }
@@ -226,11 +250,12 @@ pub(crate) async fn consume_results(
 /// first) to its table; the table must be registered before. Returns the
 /// number of results read.
 pub(crate) async fn replay_job_results(
-    shared: &Shared,
+    intake: &ResultIntake,
     job_id: &str,
 ) -> Result<usize, ReplayError> {
     let subject = subjects::result(job_id)?;
-    let stream = shared
+    let stream = intake
+        .stores
         .bus
         .jetstream()
         .get_stream_no_info(subjects::RESULTS_STREAM)
@@ -296,7 +321,7 @@ pub(crate) async fn replay_job_results(
         ) {
             Ok(result) => {
                 read += 1;
-                handle_result(shared, &result).await;
+                handle_result(intake, &result).await;
             }
             Err(error) => tracing::warn!(%error, sequence, "undecodable result skipped in replay"),
         }
@@ -309,9 +334,9 @@ pub(crate) async fn replay_job_results(
 /// Records an accepted result: the task's record is marked done with its
 /// status, then the job's counters and usage grow (unless the task was
 /// recorded done already: a replayed result), and the result is journaled.
-async fn accepted(shared: &Shared, result: &v1::TaskResult) {
+async fn accepted(intake: &ResultIntake, result: &v1::TaskResult) {
     // Only the job's owner records its results.
-    let Some(fence) = shared.fence(&result.job_id) else {
+    let Some(fence) = intake.ownerships.fence(&result.job_id) else {
         tracing::warn!(job_id = %result.job_id, task_id = %result.task_id, reason = "this leader does not own the job", "accepted result not recorded here");
         return;
     };
@@ -319,7 +344,7 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
         tracing::warn!(job_id = %result.job_id, task_id = %result.task_id, reason = %error, "accepted result not recorded here");
         return;
     }
-    let owner = shared.jobs.as_owner(fence.epoch());
+    let owner = intake.stores.jobs.as_owner(fence.epoch());
     // A refusal by the store (a later owner wrote the record) marks the
     // ownership lost; the result is then recorded by that owner.
     let refused = |error: mtswarm_bus::BusError| match fence.refused(error) {
@@ -379,7 +404,8 @@ async fn accepted(shared: &Shared, result: &v1::TaskResult) {
         let error = refused(error);
         tracing::warn!(%error, job_id = %result.job_id, "job record not updated with a result");
     }
-    if let Err(error) = shared
+    if let Err(error) = intake
+        .stores
         .journal
         .append_with_id(
             &result.job_id,

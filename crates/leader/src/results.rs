@@ -67,6 +67,23 @@ struct TaskEntry {
     accepting: Option<v1::TaskResult>,
 }
 
+/// ` (first error: ...)` with the first error of `tasks`' results, cut to
+/// 300 characters; empty when none has one.
+pub(crate) fn first_error_note(tasks: &[TaskView]) -> String {
+    tasks
+        .iter()
+        .filter_map(|t| t.result.as_ref())
+        .map(|r| r.error.trim())
+        .find(|e| !e.is_empty())
+        .map(|e| {
+            format!(
+                " (first error: {})",
+                e.chars().take(300).collect::<String>()
+            )
+        })
+        .unwrap_or_default()
+}
+
 /// The results of one job.
 #[derive(Debug, Default)]
 pub struct JobResults {

@@ -13,11 +13,10 @@ use tracing::Instrument as _;
 
 use crate::approvals::{DecideError, decide};
 use crate::fleet::parse_selector;
+use crate::host::JobHost;
 use crate::job_manager::{JobManager, SubmitError};
 use crate::journal::WATCH_IDLE_CHECK;
-use crate::placement::fleet_view;
 use crate::runner::{self, is_final};
-use crate::shared::Shared;
 
 /// Roles that may read jobs (get, list, watch): a submitter its own only
 /// ([`may_read`]).
@@ -50,7 +49,7 @@ const WATCH_BUFFER: usize = 256;
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) struct ControlService {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) host: Arc<JobHost>,
     /// Admits the jobs this service is asked to run.
     pub(crate) jobs: JobManager,
 }
@@ -97,7 +96,8 @@ impl ControlService {
     /// their keys for this one job).
     async fn read_job(&self, job_id: &str) -> Result<v1::JobRecord, Status> {
         check_job_id(job_id)?;
-        self.shared
+        self.host
+            .stores
             .jobs
             .assembled(job_id)
             .await
@@ -108,7 +108,8 @@ impl ControlService {
     /// The job's stored record alone (state, owner, counts).
     async fn stored_job(&self, job_id: &str) -> Result<v1::JobRecord, Status> {
         check_job_id(job_id)?;
-        self.shared
+        self.host
+            .stores
             .jobs
             .get(job_id)
             .await
@@ -186,7 +187,8 @@ impl v1::control_server::Control for ControlService {
             n => n.min(MAX_PAGE_SIZE),
         };
         let mut jobs: Vec<v1::JobRecord> = self
-            .shared
+            .host
+            .stores
             .jobs
             .list()
             .await
@@ -229,14 +231,15 @@ impl v1::control_server::Control for ControlService {
             return Err(not_yours(&job_id, &identity));
         }
         let mut events = self
-            .shared
+            .host
+            .stores
             .journal
             .watch(&job_id, request.from_sequence)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
-        let shared = self.shared.clone();
-        let mut shutdown = self.shared.shutdown.clone();
+        let host = self.host.clone();
+        let mut shutdown = self.host.shutdown.clone();
         tokio::spawn(async move {
             let mut last_sequence = 0;
             loop {
@@ -278,7 +281,7 @@ impl v1::control_server::Control for ControlService {
                         }
                         // Silence: the job may have ended before `from_sequence`
                         // or its final entry aged out of the journal.
-                        let record = match shared.jobs.get(&job_id).await {
+                        let record = match host.stores.jobs.get(&job_id).await {
                             Ok(Some(record)) => record.value,
                             _ => continue,
                         };
@@ -331,7 +334,7 @@ impl v1::control_server::Control for ControlService {
         } else {
             request.reason.clone()
         };
-        let done = self.shared.runners.get(&request.job_id).map(|runner| {
+        let done = self.host.tables.runners.get(&request.job_id).map(|runner| {
             runner.cancel(&reason);
             runner.done()
         });
@@ -344,20 +347,18 @@ impl v1::control_server::Control for ControlService {
                 // leader, or left by a dead one): it never starts now. A
                 // job another leader runs is cancelled through its record,
                 // which its owner watches (`runner/ownership.rs`).
-                let fence = self.shared.fence(&request.job_id);
-                let queued_here = self.shared.scheduler.remove_queued(&request.job_id);
+                let fence = self.host.ownerships.fence(&request.job_id);
+                let queued_here = self.host.tables.scheduler.remove_queued(&request.job_id);
                 if let Some(queued) = &queued_here {
                     // A job resumed after a restart may have agents running.
-                    crate::placement::cancel_all_agents(
-                        &self.shared,
-                        &queued.context,
-                        "job cancelled",
-                    )
-                    .await;
-                    self.shared.results.remove(&request.job_id);
+                    self.host
+                        .placement
+                        .cancel_all_agents(&queued.context, "job cancelled")
+                        .await;
+                    self.host.tables.results.remove(&request.job_id);
                 }
                 runner::transition(
-                    &self.shared,
+                    &self.host,
                     &request.job_id,
                     fence.as_ref(),
                     v1::JobState::Cancelled,
@@ -369,7 +370,7 @@ impl v1::control_server::Control for ControlService {
                 )
                 .await;
                 if queued_here.is_some() {
-                    self.shared.release_ownership(&request.job_id).await;
+                    self.host.ownerships.release(&request.job_id).await;
                 }
             }
         }
@@ -386,8 +387,10 @@ impl v1::control_server::Control for ControlService {
         require(&request, Role::Admin)?;
         let selector = parse_selector(&request.get_ref().slice_selector)
             .map_err(|e| Status::invalid_argument(format!("bad slice_selector: {e}")))?;
-        let shared = &self.shared;
-        let view = fleet_view(shared, selector.as_ref())
+        let host = &self.host;
+        let view = host
+            .placement
+            .fleet_view(selector.as_ref())
             .await
             .map_err(bus_status)?;
         Ok(Response::new(v1::ListFleetResponse {
@@ -435,7 +438,8 @@ impl v1::control_server::Control for ControlService {
             states.clone()
         };
         let mut approvals: Vec<v1::ApprovalRecord> = self
-            .shared
+            .host
+            .stores
             .approvals
             .list(job_id, &read_states)
             .await
@@ -455,7 +459,7 @@ impl v1::control_server::Control for ControlService {
                 let readable = match owners.get(&job_id) {
                     Some(readable) => *readable,
                     None => {
-                        let readable = match self.shared.jobs.get(&job_id).await {
+                        let readable = match self.host.stores.jobs.get(&job_id).await {
                             Ok(Some(job)) => may_read(&identity, &job.value),
                             _ => false,
                         };
@@ -470,7 +474,7 @@ impl v1::control_server::Control for ControlService {
             approvals = mine;
         }
         // What the leader believes of each record, for whoever reads it.
-        let signer = self.shared.config.decision_key.as_ref();
+        let signer = self.host.keys.decision();
         for approval in &mut approvals {
             approval.verification_error =
                 crate::approvals::verify::verification_error(signer, approval).unwrap_or_default();
@@ -493,7 +497,7 @@ impl v1::control_server::Control for ControlService {
         request: Request<v1::DecideApprovalRequest>,
     ) -> Result<Response<v1::DecideApprovalResponse>, Status> {
         let identity = require(&request, Role::Approve)?;
-        let shared = &self.shared;
+        let host = &self.host;
         // The decider is who the credential says, whatever the request
         // wrote (a server without identities keeps the request's name).
         let mut request = request.into_inner();
@@ -501,10 +505,10 @@ impl v1::control_server::Control for ControlService {
             request.decided_by = identity.name;
         }
         match decide(
-            &shared.bus,
-            &shared.approvals,
-            &shared.journal,
-            shared.config.decision_key.as_ref(),
+            &host.stores.bus,
+            &host.stores.approvals,
+            &host.stores.journal,
+            host.keys.decision(),
             &request,
         )
         .await
@@ -536,7 +540,7 @@ impl v1::control_server::Control for ControlService {
         let slice_id = request.slice_id.trim();
         mtswarm_bus::subjects::validate_id("slice id", slice_id)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let quarantine = &self.shared.quarantine;
+        let quarantine = &self.host.stores.quarantine;
         let previous = quarantine
             .get(slice_id)
             .await

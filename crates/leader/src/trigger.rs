@@ -1,7 +1,6 @@
 //! The messages of the reassigner's queue: why an agent may have to move.
 //! Defined apart from the reassigner so the parts that raise them (the
-//! result consumer, the lease and quarantine watches) and the daemon's
-//! shared handles do not depend on it.
+//! result consumer, the lease and quarantine watches) do not depend on it.
 
 use std::time::SystemTime;
 
@@ -28,4 +27,20 @@ pub(crate) enum Trigger {
         reason: String,
         cause_at: SystemTime,
     },
+}
+
+/// The sending end of the reassigner's queue, for the parts that raise
+/// triggers.
+#[derive(Clone)]
+pub(crate) struct Triggers(tokio::sync::mpsc::UnboundedSender<Trigger>);
+
+impl Triggers {
+    pub(crate) fn new(sender: tokio::sync::mpsc::UnboundedSender<Trigger>) -> Self {
+        Self(sender)
+    }
+
+    /// Hands a trigger to the reassigner (dropped when it has stopped).
+    pub(crate) fn send(&self, trigger: Trigger) {
+        let _ = self.0.send(trigger);
+    }
 }

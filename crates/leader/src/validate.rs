@@ -256,7 +256,7 @@ pub(crate) fn validate_submit(
 /// At most this many approval rules per job.
 const MAX_APPROVAL_RULES: usize = 64;
 
-/// Every rule has an action and names a tool or a risk.
+/// Every rule has an action and names a tool a worker session has, or a risk.
 fn check_approval_rules(rules: &[v1::ApprovalRule]) -> Result<(), ValidateError> {
     if rules.len() > MAX_APPROVAL_RULES {
         return Err(ValidateError::ApprovalRule {
@@ -279,6 +279,13 @@ fn check_approval_rules(rules: &[v1::ApprovalRule]) -> Result<(), ValidateError>
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
             return invalid("the tool name must be 1-64 letters, digits, `_` or `-`");
+        }
+        if !tool.is_empty() && !mtswarm_tools::SESSION_TOOL_NAMES.contains(&tool) {
+            return Err(ValidateError::UnknownRuleTool {
+                index,
+                tool: tool.to_owned(),
+                known: mtswarm_tools::SESSION_TOOL_NAMES.join(", "),
+            });
         }
     }
     Ok(())
@@ -324,6 +331,14 @@ mod tests {
                     v1::ApprovalAction::Deny,
                 ),
                 "tool name",
+            ),
+            (
+                rule(
+                    "benchmrk",
+                    v1::RiskLevel::Unspecified,
+                    v1::ApprovalAction::Deny,
+                ),
+                "names tool \"benchmrk\", which no worker session has",
             ),
         ] {
             let error = check_approval_rules(&[bad]).expect_err(why).to_string();

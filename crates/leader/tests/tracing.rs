@@ -56,6 +56,13 @@ async fn the_job_is_one_trace_from_submit_to_the_task_headers() {
             "assign_task",
             r#"{"agent":"a1","instructions":"go","parameters":{"candidates":[{"A":2}]}}"#,
         ),
+        // Collected first: an answer claiming nothing while the task runs
+        // is pushed back.
+        ScriptedTurn::call(
+            "c3",
+            "collect_result",
+            r#"{"mode":"all","timeout_seconds":60}"#,
+        ),
         ScriptedTurn::text("done"),
     ]);
     let leader = env.leader(Arc::new(model)).await;

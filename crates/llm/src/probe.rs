@@ -1,9 +1,12 @@
-//! Can this endpoint drive mtswarm? [`probe`] asks an OpenAI-compatible
-//! endpoint what the agents rely on, through the same client the daemons
-//! use: the models list, a streamed tool call, a tool result sent back,
-//! several tool calls in one turn, and token usage in the stream. Each
-//! check says whether it works and what mtswarm does about it when it does
-//! not (`mtswarm llm check`).
+//! Can this endpoint drive mtswarm, and in which tool mode? [`probe`] asks
+//! an OpenAI-compatible endpoint what the agents rely on, through the same
+//! client the daemons use: the models list, a streamed tool call (native
+//! `tool_calls` first, then, when the server returns none, the text tool
+//! mode in which the model writes its calls in its reply), a tool result
+//! sent back, several tool calls in one turn, and token usage in the
+//! stream. The report names the tool mode that works ([`ProbeReport::tool_mode`]);
+//! each check says whether it works and what mtswarm does about it when
+//! it does not (`mtswarm llm check`).
 
 use std::time::Duration;
 
@@ -14,7 +17,7 @@ use mtswarm_core::model::{
 use serde::Serialize;
 use serde_json::json;
 
-use crate::openai::{ConfigError, OpenAiClient, OpenAiConfig};
+use crate::openai::{ConfigError, OpenAiClient, OpenAiConfig, TEXT_CALL_ID_PREFIX, ToolMode};
 
 /// What is checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -22,8 +25,13 @@ use crate::openai::{ConfigError, OpenAiClient, OpenAiConfig};
 pub enum Capability {
     /// `GET /models` lists the model.
     ModelsList,
-    /// A streamed turn calls an offered tool with valid JSON arguments.
+    /// A streamed turn calls an offered tool with valid JSON arguments in
+    /// the server's `tool_calls` (native tool mode).
     ToolCalls,
+    /// The model writes a call with valid JSON arguments in its reply when
+    /// the tools are described in the system message (text tool mode);
+    /// checked when native calls do not work.
+    TextToolCalls,
     /// A tool result sent back is answered.
     ToolResults,
     /// Several tool calls in one turn.
@@ -37,7 +45,8 @@ impl Capability {
     pub fn describe(self) -> &'static str {
         match self {
             Self::ModelsList => "models list (GET /models)",
-            Self::ToolCalls => "streamed tool calls",
+            Self::ToolCalls => "native tool calls (tool_calls)",
+            Self::TextToolCalls => "tool calls written in the reply (text tool mode)",
             Self::ToolResults => "tool results sent back",
             Self::ParallelToolCalls => "parallel tool calls",
             Self::Usage => "token usage in the stream",
@@ -49,7 +58,10 @@ impl Capability {
         match self {
             Self::ModelsList => "nothing needed: the model name is sent as given",
             Self::ToolCalls => {
-                "agents cannot act: enable tool calling on the server (vLLM: --enable-auto-tool-choice --tool-call-parser <parser>; llama.cpp: --jinja)"
+                "native tool mode cannot drive agents: use text tool mode when its row works, or enable tool calling on the server (vLLM: --enable-auto-tool-choice --tool-call-parser <parser>; llama.cpp: --jinja)"
+            }
+            Self::TextToolCalls => {
+                "text tool mode cannot drive agents either: the model wrote no call that reads"
             }
             Self::ToolResults => {
                 "jobs stop after their first tool call: the server cannot take tool messages"
@@ -61,9 +73,10 @@ impl Capability {
         }
     }
 
-    /// Whether mtswarm can run jobs without it.
+    /// Whether mtswarm can run jobs without it. Tool calls are needed in
+    /// one mode or the other, which [`ProbeReport::tool_mode`] tells.
     pub fn required(self) -> bool {
-        matches!(self, Self::ToolCalls | Self::ToolResults)
+        matches!(self, Self::ToolResults)
     }
 }
 
@@ -99,14 +112,21 @@ pub struct ProbeReport {
     pub model: String,
     /// The checks, in the order they ran.
     pub checks: Vec<Check>,
+    /// The tool mode in which the model's calls arrive: native when the
+    /// server returns `tool_calls`, else text when the model writes calls
+    /// that read in text tool mode; `None` when neither works.
+    pub tool_mode: Option<ToolMode>,
 }
 
 impl ProbeReport {
-    /// True when every capability mtswarm needs works.
+    /// True when tool calls work in some mode and every other capability
+    /// mtswarm needs works.
     pub fn can_drive_mtswarm(&self) -> bool {
-        self.checks
-            .iter()
-            .all(|c| !c.capability.required() || c.verdict == Verdict::Works)
+        self.tool_mode.is_some()
+            && self
+                .checks
+                .iter()
+                .all(|c| !c.capability.required() || c.verdict == Verdict::Works)
     }
 
     /// The check of `capability`, if it ran.
@@ -189,39 +209,54 @@ fn excerpt(text: &str) -> String {
 }
 
 /// Runs every check against `config`'s endpoint and model. Requests are
-/// made once each (no retries) with `timeout` per request.
+/// made once each (no retries) with `timeout` per request. Tool calls are
+/// asked for in native mode and, when the server returns none, in text
+/// mode; the tool results and parallel calls are checked in the mode that
+/// works (native when neither does).
 pub async fn probe(
     mut config: OpenAiConfig,
     timeout: Duration,
 ) -> Result<ProbeReport, ConfigError> {
     config.max_retries = 0;
     config.request_timeout = timeout;
-    let client = OpenAiClient::new(config)?;
-    let model = client.config().model.clone();
+    let native = OpenAiClient::new(config.clone().with_tool_mode(ToolMode::Native))?;
+    let text = OpenAiClient::new(config.with_tool_mode(ToolMode::Text))?;
+    let model = native.config().model.clone();
     let mut prober = Prober {
-        client: &client,
         model: &model,
         usage_seen: false,
     };
-    let models_list = prober.models_list().await;
+    let mut checks = vec![prober.models_list(&native).await];
     let ask = vec![
         Message::system(SYSTEM),
         Message::user(format!("Call the tool `{PROBE_TOOL}` with n = 7.")),
     ];
-    let (tool_calls, call, answered) = prober.tool_calls(&ask).await;
-    let tool_results = prober.tool_results(ask, call).await;
-    let parallel_tool_calls = prober.parallel_tool_calls().await;
-    let usage = prober.usage(answered);
+    let (check, mut call, mut answered) = prober.tool_calls(&native, ToolMode::Native, &ask).await;
+    let mut tool_mode = (check.verdict == Verdict::Works).then_some(ToolMode::Native);
+    checks.push(check);
+    if tool_mode.is_none() {
+        let (check, text_call, text_answered) =
+            prober.tool_calls(&text, ToolMode::Text, &ask).await;
+        if check.verdict == Verdict::Works {
+            tool_mode = Some(ToolMode::Text);
+            call = text_call;
+        }
+        answered |= text_answered;
+        checks.push(check);
+    }
+    let client = if tool_mode == Some(ToolMode::Text) {
+        &text
+    } else {
+        &native
+    };
+    checks.push(prober.tool_results(client, ask, call).await);
+    checks.push(prober.parallel_tool_calls(client).await);
+    checks.push(prober.usage(answered));
     Ok(ProbeReport {
-        endpoint: client.endpoint().to_owned(),
+        endpoint: native.endpoint().to_owned(),
         model,
-        checks: vec![
-            models_list,
-            tool_calls,
-            tool_results,
-            parallel_tool_calls,
-            usage,
-        ],
+        checks,
+        tool_mode,
     })
 }
 
@@ -238,23 +273,26 @@ impl Check {
 /// The checks of one endpoint and model, run in order; whether any turn
 /// reported usage so far.
 struct Prober<'a> {
-    client: &'a OpenAiClient,
     model: &'a str,
     usage_seen: bool,
 }
 
 impl Prober<'_> {
-    /// A turn of the probe, its usage noted.
-    async fn turn(&mut self, request: ChatRequest) -> Result<Turn, ModelError> {
-        let turn = turn(self.client, request).await?;
+    /// A turn of the probe on `client`, its usage noted.
+    async fn turn(
+        &mut self,
+        client: &OpenAiClient,
+        request: ChatRequest,
+    ) -> Result<Turn, ModelError> {
+        let turn = turn(client, request).await?;
         self.usage_seen |= turn.usage;
         Ok(turn)
     }
 
     /// Whether `GET /models` lists the model.
-    async fn models_list(&self) -> Check {
+    async fn models_list(&self, client: &OpenAiClient) -> Check {
         let model = self.model;
-        match self.client.list_models().await {
+        match client.list_models().await {
             Ok(models) if models.iter().any(|m| m == model) => Check::new(
                 Capability::ModelsList,
                 Verdict::Works,
@@ -276,40 +314,72 @@ impl Prober<'_> {
         }
     }
 
-    /// Whether a streamed turn asked by `ask` calls the probe tool; the
-    /// check, the call (to answer next) and whether the turn was answered.
-    async fn tool_calls(&mut self, ask: &[Message]) -> (Check, Option<ToolCall>, bool) {
-        let turn = match self.turn(request(ask.to_vec(), ToolChoice::Auto)).await {
+    /// Whether a streamed turn asked by `ask` calls the probe tool in
+    /// `mode` (`client` is of that mode); the check, the call (to answer
+    /// next) and whether the turn was answered. In native mode a call the
+    /// client read from the reply's text does not count: the server
+    /// returned no `tool_calls`.
+    async fn tool_calls(
+        &mut self,
+        client: &OpenAiClient,
+        mode: ToolMode,
+        ask: &[Message],
+    ) -> (Check, Option<ToolCall>, bool) {
+        let capability = match mode {
+            ToolMode::Native => Capability::ToolCalls,
+            ToolMode::Text => Capability::TextToolCalls,
+        };
+        let turn = match self
+            .turn(client, request(ask.to_vec(), ToolChoice::Auto))
+            .await
+        {
             Ok(turn) => turn,
             Err(error) => {
-                let check = Check::new(Capability::ToolCalls, Verdict::Failed, error.to_string());
+                let check = Check::new(capability, Verdict::Failed, error.to_string());
                 return (check, None, false);
             }
         };
-        match valid_calls(&turn).first() {
+        let valid = valid_calls(&turn);
+        let from_text = |call: &&ToolCall| call.id.starts_with(TEXT_CALL_ID_PREFIX);
+        let check = match valid.first() {
+            Some(call) if mode == ToolMode::Native && from_text(call) => Check::new(
+                capability,
+                Verdict::Missing,
+                format!(
+                    "the server returned no tool_calls; the call was in the reply's text: {}({})",
+                    call.name, call.arguments
+                ),
+            ),
             Some(call) => {
                 let check = Check::new(
-                    Capability::ToolCalls,
+                    capability,
                     Verdict::Works,
                     format!("{}({})", call.name, call.arguments),
                 );
-                (check, Some((*call).clone()), true)
+                return (check, Some((*call).clone()), true);
             }
-            None => {
-                let detail = if turn.calls.is_empty() {
-                    format!("answered in text instead: {:?}", excerpt(&turn.text))
-                } else {
-                    format!("calls without valid arguments: {:?}", turn.calls)
-                };
-                let check = Check::new(Capability::ToolCalls, Verdict::Missing, detail);
-                (check, None, true)
-            }
-        }
+            None if turn.calls.is_empty() => Check::new(
+                capability,
+                Verdict::Missing,
+                format!("answered in text instead: {:?}", excerpt(&turn.text)),
+            ),
+            None => Check::new(
+                capability,
+                Verdict::Missing,
+                format!("calls without valid arguments: {:?}", turn.calls),
+            ),
+        };
+        (check, None, true)
     }
 
     /// Whether the result of `call` (made in answer to `ask`) sent back is
     /// answered.
-    async fn tool_results(&mut self, ask: Vec<Message>, call: Option<ToolCall>) -> Check {
+    async fn tool_results(
+        &mut self,
+        client: &OpenAiClient,
+        ask: Vec<Message>,
+        call: Option<ToolCall>,
+    ) -> Check {
         let Some(call) = call else {
             return Check::new(
                 Capability::ToolResults,
@@ -331,7 +401,7 @@ impl Prober<'_> {
             }],
         ));
         messages.push(Message::tool(id, "recorded"));
-        match self.turn(request(messages, ToolChoice::None)).await {
+        match self.turn(client, request(messages, ToolChoice::None)).await {
             Ok(reply) if reply.text.trim().is_empty() && reply.calls.is_empty() => Check::new(
                 Capability::ToolResults,
                 Verdict::Missing,
@@ -347,14 +417,14 @@ impl Prober<'_> {
     }
 
     /// Whether one turn makes several tool calls when asked to.
-    async fn parallel_tool_calls(&mut self) -> Check {
+    async fn parallel_tool_calls(&mut self, client: &OpenAiClient) -> Check {
         let parallel = vec![
             Message::system(SYSTEM),
             Message::user(format!(
                 "In one reply, call the tool `{PROBE_TOOL}` twice: once with n = 1 and once with n = 2."
             )),
         ];
-        match self.turn(request(parallel, ToolChoice::Auto)).await {
+        match self.turn(client, request(parallel, ToolChoice::Auto)).await {
             Ok(turn) => {
                 let valid = valid_calls(&turn).len();
                 if valid >= 2 {

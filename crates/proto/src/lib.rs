@@ -6,7 +6,9 @@
 //!   (`v1::control_client::ControlClient`, `v1::worker_client::WorkerClient`)
 //!   and servers (`v1::control_server::{Control, ControlServer}`,
 //!   `v1::worker_server::{Worker, WorkerServer}`);
-//! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors for tonic-reflection.
+//! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors for tonic-reflection;
+//! - [`GrpcTransport`]: the one bound on what a generated client runs over,
+//!   for helpers that take any client.
 //!
 //! Well-known types (`google.protobuf.Timestamp`) map to [`prost_types`].
 
@@ -31,3 +33,26 @@ pub mod service_names {
 }
 
 pub use prost_types;
+
+use tonic::codegen::{Body, Bytes, StdError};
+
+/// What a generated gRPC client needs of its transport: a channel, with or
+/// without interceptors (trace context, bearer tokens). Helpers that take
+/// any client bound their transport by this one name.
+pub trait GrpcTransport:
+    tonic::client::GrpcService<
+        tonic::body::Body,
+        Error: Into<StdError>,
+        ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
+    >
+{
+}
+
+impl<T> GrpcTransport for T where
+    T: tonic::client::GrpcService<
+            tonic::body::Body,
+            Error: Into<StdError>,
+            ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
+        >
+{
+}

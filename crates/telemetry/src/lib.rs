@@ -43,6 +43,7 @@ pub mod genai;
 pub mod grpc;
 pub mod json_logs;
 pub mod metrics;
+mod owned_provider;
 pub mod propagation;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -58,6 +59,8 @@ use tracing::Dispatch;
 use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::{Layer as _, Registry};
+
+use crate::owned_provider::OwnedProvider;
 
 /// Environment variable for the log filter (takes precedence over `RUST_LOG`).
 pub const LOG_ENV: &str = "MTSWARM_LOG";
@@ -321,7 +324,7 @@ pub enum TelemetryError {
 #[must_use = "dropping the guard shuts tracing export down"]
 #[derive(Debug)]
 pub struct TelemetryGuard {
-    provider: Option<SdkTracerProvider>,
+    provider: OwnedProvider<SdkTracerProvider>,
     exporting: bool,
 }
 
@@ -333,31 +336,18 @@ impl TelemetryGuard {
 
     /// The tracer provider (e.g. to build an extra layer or tracer).
     pub fn tracer_provider(&self) -> Option<&SdkTracerProvider> {
-        self.provider.as_ref()
+        self.provider.get()
     }
 
     /// Exports every finished span now.
     pub fn force_flush(&self) -> Result<(), TelemetryError> {
-        match &self.provider {
-            Some(provider) => Ok(provider.force_flush()?),
-            None => Ok(()),
-        }
+        self.provider.force_flush()
     }
 
-    /// Flushes pending spans and stops the exporter. Later calls are no-ops.
+    /// Flushes pending spans and stops the exporter (also on drop). Later
+    /// calls are no-ops.
     pub fn shutdown(&mut self) -> Result<(), TelemetryError> {
-        match self.provider.take() {
-            Some(provider) => Ok(provider.shutdown()?),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for TelemetryGuard {
-    fn drop(&mut self) {
-        if let Err(error) = self.shutdown() {
-            eprintln!("mtswarm-telemetry: shutdown on drop failed: {error}");
-        }
+        self.provider.shutdown()
     }
 }
 
@@ -504,7 +494,7 @@ fn build_dispatch(
         .with(fmt_layer.with_filter(filter))
         .with(otel_layer);
     let guard = TelemetryGuard {
-        provider: Some(provider),
+        provider: OwnedProvider::new(provider, "shutdown on drop failed"),
         exporting: export.is_some(),
     };
     let dispatch = Dispatch::new(subscriber);

@@ -14,39 +14,12 @@
 
 use mtswarm_telemetry::{TelemetryConfig, init_scoped};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use tokio::sync::mpsc;
 
 mod common;
 use common::{next, set, start_receiver, unset};
 
 type Export = common::Export<ExportTraceServiceRequest>;
-
-impl Export {
-    fn resource_attribute(&self, key: &str) -> Option<String> {
-        self.request
-            .resource_spans
-            .iter()
-            .filter_map(|r| r.resource.as_ref())
-            .flat_map(|r| &r.attributes)
-            .find(|kv| kv.key == key)
-            .and_then(|kv| kv.value.as_ref()?.value.clone())
-            .map(|value| match value {
-                Value::StringValue(s) => s,
-                other => format!("{other:?}"),
-            })
-    }
-
-    fn span_names(&self) -> Vec<String> {
-        self.request
-            .resource_spans
-            .iter()
-            .flat_map(|r| &r.scope_spans)
-            .flat_map(|s| &s.spans)
-            .map(|s| s.name.clone())
-            .collect()
-    }
-}
 
 /// Exports one span named `name` with a configuration that names nothing
 /// but the service, and returns the first request the receiver gets.
@@ -75,18 +48,9 @@ async fn otlp_http_protobuf_from_the_environment_alone() {
     );
     let export = export_one("from the common endpoint", &mut exports).await;
     assert_eq!(export.path, "/v1/traces");
-    assert_eq!(
-        export.headers.get("content-type").map(|v| v.as_bytes()),
-        Some(&b"application/x-protobuf"[..])
-    );
-    assert_eq!(
-        export.headers.get("x-tenant").map(|v| v.as_bytes()),
-        Some(&b"lab-7"[..])
-    );
-    assert_eq!(
-        export.headers.get("x-team").map(|v| v.as_bytes()),
-        Some(&b"tuning"[..])
-    );
+    assert_eq!(export.content_type(), "application/x-protobuf");
+    assert_eq!(export.header("x-tenant"), Some("lab-7"));
+    assert_eq!(export.header("x-team"), Some("tuning"));
     assert_eq!(
         export.resource_attribute("service.name").as_deref(),
         Some("named-by-env")

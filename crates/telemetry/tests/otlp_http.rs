@@ -14,22 +14,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 mod common;
 use common::start_receiver;
 
-type Export = common::Export<ExportTraceServiceRequest>;
-
-fn span_names(export: &Export) -> Vec<String> {
-    export
-        .request
-        .resource_spans
-        .iter()
-        .flat_map(|r| &r.scope_spans)
-        .flat_map(|s| &s.spans)
-        .map(|s| s.name.clone())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_protobuf_exports_to_v1_traces_whatever_the_log_filter() {
-    let (addr, mut exports) = start_receiver().await;
+    let (addr, mut exports) = start_receiver::<ExportTraceServiceRequest>().await;
     let mut config = TelemetryConfig::new("telemetry-http-test");
     config.otlp_endpoint = Some(format!("http://{addr}"));
     config.otlp_protocol = Some(OtlpProtocol::HttpProtobuf);
@@ -49,7 +36,7 @@ async fn http_protobuf_exports_to_v1_traces_whatever_the_log_filter() {
         .expect("receiver alive");
     assert_eq!(export.path, "/v1/traces");
     assert_eq!(export.content_type(), "application/x-protobuf");
-    let names = span_names(&export);
+    let names = export.span_names();
     assert!(
         names.contains(&"cli.submit".to_string()) && names.contains(&"step".to_string()),
         "{names:?}"

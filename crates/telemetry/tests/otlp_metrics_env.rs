@@ -12,47 +12,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use mtswarm_telemetry::metrics::provider::{MetricsConfig, init_metrics};
 use mtswarm_telemetry::metrics::{ModelCall, catalog, metrics};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
 
 mod common;
 use common::{next, set, start_receiver, unset};
 
-type Export = common::Export<ExportMetricsServiceRequest>;
-
-impl Export {
-    fn service_name(&self) -> Option<String> {
-        self.request
-            .resource_metrics
-            .iter()
-            .filter_map(|r| r.resource.as_ref())
-            .flat_map(|r| &r.attributes)
-            .find(|kv| kv.key == "service.name")
-            .and_then(|kv| match kv.value.as_ref()?.value.clone()? {
-                Value::StringValue(s) => Some(s),
-                _ => None,
-            })
-    }
-
-    fn metric_names(&self) -> BTreeSet<String> {
-        self.request
-            .resource_metrics
-            .iter()
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-            .map(|m| m.name.clone())
-            .collect()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otlp_metrics_from_the_environment_alone() {
-    let (addr, mut exports) = start_receiver().await;
+    let (addr, mut exports) = start_receiver::<ExportMetricsServiceRequest>().await;
     set("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
     set("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf");
     set("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://{addr}"));
@@ -75,15 +46,12 @@ async fn otlp_metrics_from_the_environment_alone() {
     guard.force_flush().expect("flush");
     let export = next(&mut exports).await;
     assert_eq!(export.path, "/v1/metrics");
+    assert_eq!(export.content_type(), "application/x-protobuf");
+    assert_eq!(export.header("x-tenant"), Some("lab-7"));
     assert_eq!(
-        export.headers.get("content-type").map(|v| v.as_bytes()),
-        Some(&b"application/x-protobuf"[..])
+        export.resource_attribute("service.name").as_deref(),
+        Some("named-by-env")
     );
-    assert_eq!(
-        export.headers.get("x-tenant").map(|v| v.as_bytes()),
-        Some(&b"lab-7"[..])
-    );
-    assert_eq!(export.service_name().as_deref(), Some("named-by-env"));
     let names = export.metric_names();
     for def in [
         catalog::TASKS_ASSIGNED,

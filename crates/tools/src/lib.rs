@@ -41,6 +41,27 @@ pub use preview::CallPreview;
 pub use results::{InMemoryResults, PastResult, QueryResultsTool, ResultsQuery, ResultsSource};
 pub use workspace::{PathError, Workspace};
 
+/// The name of every tool a worker session has (the builder's tools and
+/// `query_results`): what a job's approval rules may name. A test keeps it
+/// equal to what [`ToolSetBuilder::build`] and [`ToolSet::with_results`]
+/// register.
+pub const SESSION_TOOL_NAMES: [&str; 14] = [
+    "read_file",
+    "list_files",
+    "grep",
+    "write_file",
+    "apply_patch",
+    "analyze_kernel",
+    "estimate",
+    "compile",
+    "wait_build",
+    "run",
+    "validate",
+    "benchmark",
+    "board_info",
+    "query_results",
+];
+
 /// Why a tool set could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsError {
@@ -119,8 +140,8 @@ impl ToolSetBuilder {
             Arc::new(estimate::Estimate(env.clone())),
             Arc::new(hardware::Compile(env.clone())),
             Arc::new(hardware::WaitBuild(env.clone())),
-            Arc::new(hardware::Run(env.clone())),
-            Arc::new(hardware::Validate(env.clone())),
+            Arc::new(hardware::Launch::run(env.clone())),
+            Arc::new(hardware::Launch::validate(env.clone())),
             Arc::new(hardware::Benchmark(env.clone())),
             Arc::new(hardware::BoardInfo(env.clone())),
         ];

@@ -268,16 +268,12 @@ mod tests {
         assert!(d.edited && !d.truncated);
         assert_eq!(d.files, ["extra.h", "kernel.c"]);
         assert_eq!((d.added, d.removed), (3, 1));
-        assert!(
-            d.diff.contains("--- a/kernel.c\n+++ b/kernel.c\n"),
-            "{}",
-            d.diff
-        );
-        assert!(
-            d.diff.contains("--- /dev/null\n+++ b/extra.h\n"),
-            "{}",
-            d.diff
-        );
+        for header in [
+            "--- a/kernel.c\n+++ b/kernel.c\n",
+            "--- /dev/null\n+++ b/extra.h\n",
+        ] {
+            assert!(d.diff.contains(header), "{header}: {}", d.diff);
+        }
         let kernel_part = &d.diff[d.diff.find("--- a/kernel.c").unwrap()..];
         let patch = diffy::Patch::from_str(kernel_part).unwrap();
         assert_eq!(diffy::apply(old, &patch).unwrap(), new);

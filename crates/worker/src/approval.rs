@@ -54,7 +54,7 @@ use self::call::{
 };
 use crate::config::DefaultVerdict;
 use crate::events::{EventPublisher, now_timestamp};
-use crate::shared::Shared;
+use crate::host::SessionHost;
 use crate::stop::StopMode;
 
 /// Decisions per call id, as the engine wants them.
@@ -70,7 +70,7 @@ pub(crate) enum Interrupted {
 
 /// The session and task a wait belongs to.
 pub(crate) struct ApprovalWait<'a> {
-    pub(crate) shared: &'a Shared,
+    pub(crate) shared: &'a SessionHost,
     pub(crate) session_id: &'a str,
     pub(crate) agent_id: &'a str,
     pub(crate) task: &'a v1::TaskAssignment,
@@ -143,7 +143,7 @@ struct Pending {
 /// again as pending (so listings show what really waits and a person can
 /// decide it).
 async fn take_stored(
-    shared: &Shared,
+    shared: &SessionHost,
     pending: &mut Pending,
     stored: &mtswarm_bus::Versioned<v1::ApprovalRecord>,
 ) {
@@ -172,7 +172,7 @@ pub(crate) async fn await_decisions<T>(
         .filter(|(_, p)| p.decision.is_none())
         .map(|(id, _)| id.clone())
         .collect();
-    let _waiting = WaitingApprovals::new(&shared.worker_id, undecided.len());
+    let _waiting = WaitingApprovals::new(&shared.identity.worker_id, undecided.len());
     let left = shared
         .config
         .approval_timeout
@@ -192,15 +192,20 @@ struct Sources {
 }
 
 impl Sources {
-    async fn open(shared: &Shared, session_id: &str) -> Self {
-        let messages = match shared.bus.subscribe_approval_decisions(session_id).await {
+    async fn open(shared: &SessionHost, session_id: &str) -> Self {
+        let messages = match shared
+            .stores
+            .bus
+            .subscribe_approval_decisions(session_id)
+            .await
+        {
             Ok(stream) => Some(stream),
             Err(error) => {
                 tracing::warn!(%error, "approval decision subscription failed; relying on the KV watch");
                 None
             }
         };
-        let records = match shared.approvals.watch().await {
+        let records = match shared.stores.approvals.watch().await {
             Ok(stream) => Some(stream),
             Err(error) => {
                 tracing::warn!(%error, "approvals watch failed; relying on decision messages");
@@ -212,7 +217,7 @@ impl Sources {
 }
 
 /// The verdict a request falls back to when its wait times out.
-fn default_verdict(shared: &Shared) -> v1::ApprovalVerdict {
+fn default_verdict(shared: &SessionHost) -> v1::ApprovalVerdict {
     match shared.config.approval_default {
         DefaultVerdict::Deny => v1::ApprovalVerdict::Deny,
         DefaultVerdict::Approve => v1::ApprovalVerdict::Approve,
@@ -231,7 +236,11 @@ async fn ask(
     let mut earliest = SystemTime::now();
     for call in approvals {
         let mut request = request_for(wait, call);
-        if let Err(error) = shared.record_key.sign_approval_request(&mut request) {
+        if let Err(error) = shared
+            .identity
+            .record_key
+            .sign_approval_request(&mut request)
+        {
             tracing::warn!(%error, "approval request not signed");
         }
         let own = OwnCall::of(&request);
@@ -245,7 +254,7 @@ async fn ask(
             earliest = at;
         }
         if decision.is_none()
-            && let Err(error) = shared.bus.publish_approval_request(&request).await
+            && let Err(error) = shared.stores.bus.publish_approval_request(&request).await
         {
             tracing::warn!(%error, "approval request not published");
         }
@@ -301,15 +310,15 @@ fn request_for(wait: &ApprovalWait<'_>, call: &ApprovalRequest) -> v1::ApprovalR
 /// it is adopted ([`adopt`]). The request that stands, and its decision
 /// when the record has one for this call.
 async fn store(
-    shared: &Shared,
+    shared: &SessionHost,
     own: &OwnCall,
     request: v1::ApprovalRequest,
     refused: &mut Option<u64>,
 ) -> (v1::ApprovalRequest, Option<v1::ApprovalDecision>) {
-    match shared.approvals.create(&request).await {
+    match shared.stores.approvals.create(&request).await {
         Ok(_) => (request, None),
         Err(BusError::AlreadyExists { .. }) => {
-            match shared.approvals.get(&request.approval_id).await {
+            match shared.stores.approvals.get(&request.approval_id).await {
                 Ok(Some(stored)) => adopt(shared, own, request, stored, refused).await,
                 Ok(None) => (request, None),
                 Err(error) => {
@@ -330,7 +339,7 @@ async fn store(
 /// default verdict at `deadline`; the task's delivery is kept in progress
 /// meanwhile. A stop of the session ends the wait.
 async fn collect<T>(
-    shared: &Shared,
+    shared: &SessionHost,
     pending: &mut HashMap<String, Pending>,
     sources: &mut Sources,
     deadline: tokio::time::Instant,
@@ -387,7 +396,7 @@ async fn collect<T>(
 /// A decision message: taken when it decides a pending call exactly and
 /// the leader signed it, after it is recorded (the record wins).
 async fn take_message(
-    shared: &Shared,
+    shared: &SessionHost,
     pending: &mut HashMap<String, Pending>,
     decision: v1::ApprovalDecision,
 ) {
@@ -410,28 +419,19 @@ async fn take_message(
 
 /// The timeout: every call still pending gets the default verdict,
 /// recorded (unless decided meanwhile) and published.
-async fn time_out(shared: &Shared, pending: &mut HashMap<String, Pending>) {
+async fn time_out(shared: &SessionHost, pending: &mut HashMap<String, Pending>) {
     let verdict = default_verdict(shared);
     for p in pending.values_mut().filter(|p| p.decision.is_none()) {
         let decision = v1::ApprovalDecision {
-            approval_id: p.request.approval_id.clone(),
-            job_id: p.request.job_id.clone(),
-            session_id: p.request.session_id.clone(),
-            call_id: p.request.call_id.clone(),
-            verdict: verdict as i32,
             reason: "approval timed out".to_owned(),
             decided_by: "timeout".to_owned(),
             decided_at: Some(now_timestamp()),
             timed_out: true,
-            tool_name: p.own.tool_name.clone(),
-            agent_id: p.own.agent_id.clone(),
-            arguments_sha256: p.own.arguments_sha256.clone(),
-            risk: p.own.risk,
-            ..Default::default()
+            ..p.own.decision(verdict)
         };
         let settled = settle(shared, &p.own, decision).await;
         if settled.timed_out
-            && let Err(error) = shared.bus.publish_approval_decision(&settled).await
+            && let Err(error) = shared.stores.bus.publish_approval_decision(&settled).await
         {
             tracing::warn!(%error, "timeout decision not published");
         }
@@ -444,7 +444,7 @@ async fn time_out(shared: &Shared, pending: &mut HashMap<String, Pending>) {
 /// that reached neither the subject nor the watch: NATS restarted in
 /// between).
 async fn tick<T>(
-    shared: &Shared,
+    shared: &SessionHost,
     pending: &mut HashMap<String, Pending>,
     sources: &mut Sources,
     delivery: &Delivery<T>,
@@ -453,10 +453,10 @@ async fn tick<T>(
         tracing::debug!(%error, "progress ack failed");
     }
     if sources.records.is_none() {
-        sources.records = shared.approvals.watch().await.ok();
+        sources.records = shared.stores.approvals.watch().await.ok();
     }
     for p in pending.values_mut().filter(|p| p.decision.is_none()) {
-        if let Ok(Some(stored)) = shared.approvals.get(&p.request.approval_id).await {
+        if let Ok(Some(stored)) = shared.stores.approvals.get(&p.request.approval_id).await {
             take_stored(shared, p, &stored).await;
         }
     }

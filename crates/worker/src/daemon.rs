@@ -1,6 +1,6 @@
 //! Starting and stopping the daemon: [`WorkerDaemon::start`] opens the
 //! board's slices (a `Board` and a lease each), connects to NATS, builds the
-//! shared state ([`crate::shared`]), runs the workspace janitor's first pass,
+//! host state ([`crate::host`]), runs the workspace janitor's first pass,
 //! registers the worker record, starts the heartbeat, the quarantine tasks
 //! and the janitor and serves the `Worker` gRPC service (with health and
 //! reflection, [`mtswarm_auth::serve`]); it returns once the daemon is
@@ -9,15 +9,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use mtswarm_auth::{Role, ServeOptions, Serving, WorkerKey};
-use mtswarm_bus::results::ResultsStore;
-use mtswarm_bus::{
-    Approvals, Bus, BusConfig, Checkpoints, LeaseSet, Leases, Quarantine, Workers, v1,
-};
+use mtswarm_auth::{Role, ServeOptions, Serving};
+use mtswarm_bus::{Bus, BusConfig, v1};
 use mtswarm_hw::emulator::EmulatorBoard;
 use mtswarm_hw::sdk::SdkConfig;
 use mtswarm_hw::{BackendKind, Board, ChipSpec, Fleet, HwLock, Slice};
@@ -29,10 +25,16 @@ use crate::config::{WorkerConfig, sanitize_id};
 use crate::disk::{DiskState, DiskUsage, JanitorReport};
 use crate::error::WorkerError;
 use crate::events::now_timestamp;
-use crate::health::{FailingSlice, MonitoredBoard, SliceHealth};
-use crate::session_entry::SessionEntry;
-use crate::shared::{Shared, SliceEntry, Table};
+use crate::health::{FailingSlice, MonitoredBoard, SliceHealth, SliceMonitor};
+use crate::heartbeat::Beat;
+use crate::host::SessionHost;
+use crate::identity::WorkerIdentity;
+use crate::janitor::Janitor;
+use crate::leases::SliceLeases;
+use crate::quarantine::Quarantining;
+use crate::slices::{SliceEntry, Slices};
 use crate::stop::StopMode;
+use crate::stores::WorkerStores;
 
 /// The bus form of a slice id (`board0/c1` -> `board0-c1`): slice ids are
 /// subject tokens and KV keys, which allow only `[A-Za-z0-9_-]`.
@@ -45,7 +47,7 @@ pub struct WorkerDaemon;
 
 /// A running daemon.
 pub struct WorkerHandle {
-    shared: Arc<Shared>,
+    host: Arc<SessionHost>,
     grpc_addr: SocketAddr,
     health: tonic_health::server::HealthReporter,
     server_stop: Option<oneshot::Sender<()>>,
@@ -61,27 +63,27 @@ pub struct WorkerHandle {
 /// `mtswarm.worker.sessions` and `mtswarm.slice.lock.*` metrics), every
 /// slice from the start. Weak: the meter must not keep the daemon's state
 /// alive.
-fn observe_worker(shared: &Arc<Shared>) -> mtswarm_telemetry::metrics::observe::WorkerObservers {
+fn observe_worker(host: &Arc<SessionHost>) -> mtswarm_telemetry::metrics::observe::WorkerObservers {
     use mtswarm_telemetry::metrics::observe::{SliceLockReading, observe_worker};
-    let sessions = Arc::downgrade(shared);
-    let locks = Arc::downgrade(shared);
+    let sessions = Arc::downgrade(host);
+    let locks = Arc::downgrade(host);
     observe_worker(
-        &shared.worker_id,
+        &host.identity.worker_id,
         move || {
-            let count = sessions.upgrade()?.table().sessions.len();
+            let count = sessions.upgrade()?.slices.table().sessions.len();
             Some(u64::try_from(count).unwrap_or(u64::MAX))
         },
         move || {
-            let shared = locks.upgrade()?;
-            let readings = shared
+            let host = locks.upgrade()?;
+            let readings = host
                 .slices
                 .iter()
                 .map(|entry| {
                     // Tools lock a slice by its hardware id.
-                    let stats = shared
+                    let stats = host
                         .hw_lock
                         .stats(&entry.slice.id())
-                        .or_else(|| shared.hw_lock.stats(&entry.bus_id));
+                        .or_else(|| host.hw_lock.stats(&entry.bus_id));
                     SliceLockReading {
                         slice: entry.bus_id.clone(),
                         busy_seconds: stats.as_ref().map_or(0.0, |s| s.busy.as_secs_f64()),
@@ -130,28 +132,36 @@ impl WorkerDaemon {
         config.validate()?;
         let worker_id = config.effective_worker_id();
         let (failing_tx, failing_rx) = tokio::sync::mpsc::unbounded_channel::<FailingSlice>();
-        let slices = open_slices(&config, &worker_id, &failing_tx)?;
+        let slices = Arc::new(Slices::new(open_slices(&config, &worker_id, &failing_tx)?));
         let (bus, nkey_seed) = connect_bus(&config, &worker_id).await?;
-        let stores = Stores::open(&bus, &config, nkey_seed.as_deref()).await?;
+        // The key this daemon signs its records with (registered with the
+        // worker record).
+        let record_key = crate::provenance::record_key(nkey_seed.as_deref());
+        let (stores, leases) = WorkerStores::open(bus, &config, &record_key).await?;
         let (listener, grpc_addr) = bind(config.listen).await?;
-        let endpoint = advertised_endpoint(&config, grpc_addr);
-        let shared = shared_state(config, worker_id, endpoint, bus, stores, slices)?;
+        let identity = WorkerIdentity {
+            endpoint: advertised_endpoint(&config, grpc_addr),
+            worker_id,
+            record_key,
+            started_at: now_timestamp(),
+        };
+        let host = session_host(config, identity, stores, leases, slices)?;
         mtswarm_telemetry::metrics::metrics().init_worker_series(
-            &shared.worker_id,
-            shared.slices.iter().map(|slice| slice.bus_id.as_str()),
+            &host.identity.worker_id,
+            host.slices.iter().map(|slice| slice.bus_id.as_str()),
         );
-        let observers = observe_worker(&shared);
+        let observers = observe_worker(&host);
         // Leftovers of a previous process past the retention go before the
         // first spawn, which is checked against the quota measured here.
-        crate::janitor::run_pass(&shared).await;
-        let heartbeat = register(&shared).await?;
-        let background = start_loops(&shared, &heartbeat, failing_rx).await?;
+        crate::janitor::run_pass(&janitor(&host)).await;
+        let heartbeat = register(&host).await?;
+        let background = start_loops(&host, &heartbeat, failing_rx).await?;
         let (server_stop, server_stop_rx) = oneshot::channel::<()>();
-        let serving = serve_worker(&shared, listener, server_stop_rx).await?;
-        tracing::info!(worker.id = %shared.worker_id, board = %shared.config.board, slices = shared.slices.len(), "listening on {grpc_addr}");
-        write_ready_file(&shared, grpc_addr)?;
+        let serving = serve_worker(&host, listener, server_stop_rx).await?;
+        tracing::info!(worker.id = %host.identity.worker_id, board = %host.config.board, slices = host.slices.len(), "listening on {grpc_addr}");
+        write_ready_file(&host, grpc_addr)?;
         Ok(WorkerHandle {
-            shared,
+            host,
             grpc_addr,
             health: serving.health,
             server_stop: Some(server_stop),
@@ -203,16 +213,18 @@ fn open_slices(
         slices.push(SliceEntry {
             board: Arc::new(MonitoredBoard::new(
                 hardware,
-                slice_index,
-                bus_id.clone(),
-                worker_id.to_owned(),
-                health.clone(),
-                config.quarantine_after,
-                failing.clone(),
-                config
-                    .workspace_root
-                    .join(".reference")
-                    .join(bus_id.replace(['/', '.'], "-")),
+                SliceMonitor {
+                    slice_index,
+                    bus_id: bus_id.clone(),
+                    worker_id: worker_id.to_owned(),
+                    health: health.clone(),
+                    quarantine_after: config.quarantine_after,
+                    reports: failing.clone(),
+                    reference_dir: config
+                        .workspace_root
+                        .join(".reference")
+                        .join(bus_id.replace(['/', '.'], "-")),
+                },
             )),
             slice: slice.clone(),
             bus_id,
@@ -254,51 +266,6 @@ async fn connect_bus(
         bus.adopt_topology(&config.topology);
     }
     Ok((bus, nkey_seed))
-}
-
-/// The daemon's buckets and stores on NATS, and the key it signs its
-/// records with.
-struct Stores {
-    leases: Leases,
-    lease_set: LeaseSet,
-    workers: Workers,
-    quarantine: Quarantine,
-    record_key: WorkerKey,
-    checkpoints: Checkpoints,
-    approvals: Approvals,
-    results: ResultsStore,
-}
-
-impl Stores {
-    async fn open(
-        bus: &Bus,
-        config: &WorkerConfig,
-        nkey_seed: Option<&str>,
-    ) -> Result<Self, WorkerError> {
-        let leases = Leases::open(bus).await?;
-        // One renewal loop for every slice's lease (see `crate::leases`).
-        let lease_set = leases.keep_set(crate::shared::renew_every(config.lease_ttl));
-        let workers = Workers::open(bus).await?;
-        let quarantine = Quarantine::open(bus).await?;
-        // The key this daemon signs its records with (registered with the
-        // worker record).
-        let record_key = crate::provenance::record_key(nkey_seed);
-        let (seal, signer) =
-            crate::provenance::seal_and_signer(&record_key, config.leader_key.as_ref());
-        let checkpoints = Checkpoints::open(bus).await?.with_seal(seal);
-        let approvals = Approvals::open(bus).await?;
-        let results = ResultsStore::open(bus).await?.with_signer(signer);
-        Ok(Self {
-            leases,
-            lease_set,
-            workers,
-            quarantine,
-            record_key,
-            checkpoints,
-            approvals,
-            results,
-        })
-    }
 }
 
 /// Binds the gRPC listener; the address it got (the actual port when the
@@ -345,38 +312,31 @@ fn read_api_key(config: &WorkerConfig) -> Result<Option<String>, WorkerError> {
     Ok(Some(key.trim().to_string()).filter(|k| !k.is_empty()))
 }
 
-/// The daemon's shared state ([`crate::shared`]).
-fn shared_state(
+/// The handles the session-running parts share ([`crate::host`]).
+fn session_host(
     config: WorkerConfig,
-    worker_id: String,
-    endpoint: String,
-    bus: Bus,
-    stores: Stores,
-    slices: Vec<SliceEntry>,
-) -> Result<Arc<Shared>, WorkerError> {
-    let disk = DiskState::new(&config);
+    identity: WorkerIdentity,
+    stores: WorkerStores,
+    leases: mtswarm_bus::Leases,
+    slices: Arc<Slices>,
+) -> Result<Arc<SessionHost>, WorkerError> {
+    let disk = Arc::new(DiskState::new(&config));
     let api_key = read_api_key(&config)?;
-    Ok(Arc::new(Shared {
+    let leases = Arc::new(SliceLeases::new(
+        leases,
+        slices.clone(),
+        identity.worker_id.clone(),
+        config.lease_ttl,
+    ));
+    Ok(Arc::new(SessionHost {
         disk,
-        table: Mutex::new(Table::new(slices.len())),
-        slice_ids: crate::shared::slice_id_index(&slices),
         api_key,
         config,
-        worker_id,
-        endpoint,
-        bus,
-        leases: stores.leases,
-        lease_set: stores.lease_set,
-        workers: stores.workers,
-        quarantine: stores.quarantine,
-        checkpoints: stores.checkpoints,
-        approvals: stores.approvals,
-        results: stores.results,
-        hw_lock: HwLock::new(),
-        record_key: stores.record_key,
+        identity: Arc::new(identity),
+        stores,
         slices,
-        draining: AtomicBool::new(false),
-        started_at: now_timestamp(),
+        leases,
+        hw_lock: HwLock::new(),
     }))
 }
 
@@ -391,22 +351,30 @@ struct Heartbeat {
 /// heartbeat. A restarted daemon reclaims its own leases; another holder
 /// means two daemons were started for one board. The leases are released
 /// again when the record cannot be registered.
-async fn register(shared: &Arc<Shared>) -> Result<Heartbeat, WorkerError> {
-    shared.take_leases().await?;
-    let registered = match shared
+async fn register(host: &Arc<SessionHost>) -> Result<Heartbeat, WorkerError> {
+    host.leases.take_leases().await?;
+    let registered = match host
+        .stores
         .workers
-        .register(&shared.record(), shared.config.worker_ttl)
+        .register(&host.identity.record(&host.slices), host.config.worker_ttl)
         .await
     {
         Ok(held) => held,
         Err(error) => {
-            shared.release_leases().await;
+            host.leases.release_leases().await;
             return Err(error.into());
         }
     };
     let (stop, heartbeat_rx) = watch::channel(false);
+    let beat = Beat {
+        identity: host.identity.clone(),
+        slices: host.slices.clone(),
+        workers: host.stores.workers.clone(),
+        leases: host.leases.clone(),
+        ttl: host.config.worker_ttl,
+    };
     let task = tokio::spawn(crate::heartbeat::heartbeat_loop(
-        shared.clone(),
+        beat,
         registered,
         heartbeat_rx,
     ));
@@ -418,27 +386,33 @@ async fn register(shared: &Arc<Shared>) -> Result<Heartbeat, WorkerError> {
 /// and the workspace janitor. Without a consumer the heartbeat stops and
 /// the leases are released.
 async fn start_loops(
-    shared: &Arc<Shared>,
+    host: &Arc<SessionHost>,
     heartbeat: &Heartbeat,
     failing: tokio::sync::mpsc::UnboundedReceiver<FailingSlice>,
 ) -> Result<Vec<JoinHandle<()>>, WorkerError> {
-    let consumer = match crate::dispatch::open(shared).await {
+    let consumer = match crate::dispatch::open(host).await {
         Ok(consumer) => consumer,
         Err(error) => {
             heartbeat.task.abort();
-            shared.release_leases().await;
+            host.leases.release_leases().await;
             return Err(error.into());
         }
     };
+    let quarantining = Arc::new(Quarantining {
+        slices: host.slices.clone(),
+        quarantine: host.stores.quarantine.clone(),
+        worker_id: host.identity.worker_id.clone(),
+        quarantine_after: host.config.quarantine_after,
+    });
     Ok(vec![
         tokio::spawn(crate::dispatch::run(
-            shared.clone(),
+            host.clone(),
             consumer,
             heartbeat.stop.subscribe(),
         )),
-        tokio::spawn(crate::quarantine::monitor(shared.clone(), failing)),
-        tokio::spawn(crate::quarantine::watch(shared.clone())),
-        tokio::spawn(crate::janitor::run(shared.clone())),
+        tokio::spawn(crate::quarantine::monitor(quarantining.clone(), failing)),
+        tokio::spawn(crate::quarantine::watch(quarantining)),
+        tokio::spawn(crate::janitor::run(janitor(host))),
     ])
 }
 
@@ -447,41 +421,49 @@ async fn start_loops(
 /// drain or inspect sessions (or use reflection); health checks (probes)
 /// stay open. Each request runs in a span whose parent is the caller's.
 async fn serve_worker(
-    shared: &Arc<Shared>,
+    host: &Arc<SessionHost>,
     listener: TcpListener,
     stop: oneshot::Receiver<()>,
 ) -> Result<Serving, WorkerError> {
-    if shared.config.leader_key.is_none() {
+    if host.config.leader_key.is_none() {
         tracing::warn!(
             "no leader public key configured: approval decisions are applied without verifying the leader's signature"
         );
     }
     let service =
-        v1::worker_server::WorkerServer::new(crate::service::WorkerService::new(shared.clone()));
+        v1::worker_server::WorkerServer::new(crate::service::WorkerService::new(host.clone()));
     let options = ServeOptions {
         required_role: Some(Role::Leader),
         request_span: Some(mtswarm_telemetry::grpc::server_span),
     };
-    mtswarm_auth::serve(listener, &shared.config.security, service, options, async {
+    mtswarm_auth::serve(listener, &host.config.security, service, options, async {
         let _ = stop.await;
     })
     .await
     .map_err(|e| WorkerError::Serve(e.to_string()))
 }
 
+/// What the workspace janitor works with.
+fn janitor(host: &SessionHost) -> Arc<Janitor> {
+    Arc::new(Janitor {
+        disk: host.disk.clone(),
+        slices: host.slices.clone(),
+    })
+}
+
 /// Writes the ready file, when one is configured: the local gRPC URL, the
 /// advertised endpoint, the worker id and the metrics URL, as JSON; renamed
 /// into place, so a reader never sees half of it.
-fn write_ready_file(shared: &Shared, grpc_addr: SocketAddr) -> Result<(), WorkerError> {
-    let Some(path) = &shared.config.ready_file else {
+fn write_ready_file(host: &SessionHost, grpc_addr: SocketAddr) -> Result<(), WorkerError> {
+    let Some(path) = &host.config.ready_file else {
         return Ok(());
     };
     let mut body = serde_json::json!({
-        "grpc": local_url(shared.config.security.scheme(), grpc_addr),
-        "endpoint": shared.endpoint,
-        "worker_id": shared.worker_id,
+        "grpc": local_url(host.config.security.scheme(), grpc_addr),
+        "endpoint": host.identity.endpoint,
+        "worker_id": host.identity.worker_id,
     });
-    if let Some(url) = &shared.config.metrics_url {
+    if let Some(url) = &host.config.metrics_url {
         body["metrics"] = serde_json::Value::String(url.clone());
     }
     let tmp = path.with_extension("tmp");
@@ -501,54 +483,49 @@ impl WorkerHandle {
 
     /// The endpoint in the WorkerRecord (`http://host:port`).
     pub fn endpoint(&self) -> &str {
-        &self.shared.endpoint
+        &self.host.identity.endpoint
     }
 
     /// The worker id in use: configured, or `worker-<board>`.
     pub fn worker_id(&self) -> &str {
-        &self.shared.worker_id
+        &self.host.identity.worker_id
     }
 
     /// The bus ids of the daemon's slices (`board0-c1`, ...), in fleet order.
     pub fn slice_ids(&self) -> Vec<String> {
-        self.shared
-            .slices
-            .iter()
-            .map(|s| s.bus_id.clone())
-            .collect()
+        self.host.slices.iter().map(|s| s.bus_id.clone()).collect()
     }
 
     /// The workspace root's usage at the last janitor pass, and its quota.
     pub fn disk_usage(&self) -> DiskUsage {
-        self.shared.disk.usage()
+        self.host.disk.usage()
     }
 
     /// The janitor's latest pass report; it changes after every pass (the
     /// first pass ran before [`WorkerDaemon::start`] returned).
     pub fn janitor_reports(&self) -> watch::Receiver<JanitorReport> {
-        self.shared.disk.subscribe()
+        self.host.disk.subscribe()
     }
 
     /// Sessions currently known to the daemon.
     pub fn session_count(&self) -> usize {
-        self.shared.table().sessions.len()
+        self.host.slices.table().sessions.len()
     }
 
     /// Graceful stop: refuse new sessions, stop the running ones (their last
     /// checkpoint stays; unfinished tasks are not acknowledged, so they are
     /// delivered again), deregister, release the leases, stop serving.
     pub async fn shutdown(mut self) -> Result<(), WorkerError> {
-        self.shared.draining.store(true, Ordering::SeqCst);
+        self.host.slices.start_draining();
         self.health
             .set_not_serving::<v1::worker_server::WorkerServer<crate::service::WorkerService>>()
             .await;
-        self.shared.stop_sessions(StopMode::Abandon);
+        self.host.slices.stop_sessions(StopMode::Abandon);
         let joins: Vec<JoinHandle<()>> = {
-            let sessions: Vec<Arc<SessionEntry>> =
-                self.shared.table().sessions.values().cloned().collect();
+            let sessions = self.host.slices.sessions();
             sessions.iter().filter_map(|s| s.take_join()).collect()
         };
-        let timeout = self.shared.config.shutdown_timeout;
+        let timeout = self.host.config.shutdown_timeout;
         for join in joins {
             let abort = join.abort_handle();
             if tokio::time::timeout(timeout, join).await.is_err() {
@@ -565,10 +542,16 @@ impl WorkerHandle {
         if let Some(heartbeat) = self.heartbeat.take() {
             let _ = heartbeat.await;
         }
-        if let Err(error) = self.shared.workers.deregister(&self.shared.worker_id).await {
+        if let Err(error) = self
+            .host
+            .stores
+            .workers
+            .deregister(&self.host.identity.worker_id)
+            .await
+        {
             tracing::warn!(%error, "worker record not removed");
         }
-        self.shared.release_leases().await;
+        self.host.leases.release_leases().await;
         if let Some(stop) = self.server_stop.take() {
             let _ = stop.send(());
         }
@@ -584,20 +567,20 @@ impl WorkerHandle {
                 }
             }
         }
-        if let Err(error) = self.shared.bus.flush().await {
+        if let Err(error) = self.host.stores.bus.flush().await {
             tracing::debug!(%error, "final flush failed");
         }
-        tracing::info!(worker.id = %self.shared.worker_id, "worker stopped");
+        tracing::info!(worker.id = %self.host.identity.worker_id, "worker stopped");
         Ok(())
     }
 
     /// Stop at once the way a crash would look to the rest of the system:
     /// sessions aborted, leases and the worker record left to lapse.
     pub async fn kill(mut self) {
-        for session in self.shared.table().sessions.values() {
+        for session in self.host.slices.table().sessions.values() {
             session.abort();
         }
-        self.shared.abandon_leases().await;
+        self.host.leases.abandon_leases().await;
         if let Some(heartbeat) = self.heartbeat.take() {
             heartbeat.abort();
         }
@@ -624,7 +607,7 @@ impl Drop for WorkerHandle {
         if let Some(server) = self.server.take() {
             server.abort();
         }
-        for session in self.shared.table().sessions.values() {
+        for session in self.host.slices.table().sessions.values() {
             session.abort();
         }
     }

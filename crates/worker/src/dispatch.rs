@@ -28,8 +28,8 @@ use futures::StreamExt as _;
 use mtswarm_bus::{Backoff, BusError, Delivery, TaskConsumer, TaskConsumerConfig, subjects, v1};
 use tokio::sync::watch;
 
+use crate::host::SessionHost;
 use crate::session_entry::SessionEntry;
-use crate::shared::Shared;
 use crate::stop::StopMode;
 
 /// Longest wait before a task whose session is not here is offered again.
@@ -50,7 +50,7 @@ fn max_ack_pending(slices: usize) -> i64 {
 /// Opens the daemon's task consumer. A consumer of an earlier version per
 /// slice would overlap its filter (the work queue allows one consumer per
 /// subject): those are removed and the open tried once more.
-pub(crate) async fn open(shared: &Shared) -> Result<TaskConsumer, BusError> {
+pub(crate) async fn open(shared: &SessionHost) -> Result<TaskConsumer, BusError> {
     let config = TaskConsumerConfig {
         slice_id: None,
         ack_wait: shared.config.task_ack_wait,
@@ -62,17 +62,20 @@ pub(crate) async fn open(shared: &Shared) -> Result<TaskConsumer, BusError> {
         memory_state: true,
     };
     match shared
+        .stores
         .bus
-        .task_consumer(&shared.worker_id, config.clone())
+        .task_consumer(&shared.identity.worker_id, config.clone())
         .await
     {
         Ok(consumer) => Ok(consumer),
         Err(first) if !first.is_overlapping_consumer() => Err(first),
         Err(first) => {
             let mut removed = 0usize;
-            for slice in &shared.slices {
-                let name = subjects::task_consumer_name(&shared.worker_id, Some(&slice.bus_id))?;
+            for slice in shared.slices.iter() {
+                let name =
+                    subjects::task_consumer_name(&shared.identity.worker_id, Some(&slice.bus_id))?;
                 if shared
+                    .stores
                     .bus
                     .delete_consumer(subjects::TASKS_STREAM, &name)
                     .await
@@ -88,7 +91,11 @@ pub(crate) async fn open(shared: &Shared) -> Result<TaskConsumer, BusError> {
                 removed,
                 "removed the per-slice task consumers of an earlier version"
             );
-            shared.bus.task_consumer(&shared.worker_id, config).await
+            shared
+                .stores
+                .bus
+                .task_consumer(&shared.identity.worker_id, config)
+                .await
         }
     }
 }
@@ -97,7 +104,7 @@ pub(crate) async fn open(shared: &Shared) -> Result<TaskConsumer, BusError> {
 /// deliveries, one tick keeps queued deliveries alive and ends sessions
 /// idle for longer than the configured timeout.
 pub(crate) async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<SessionHost>,
     consumer: TaskConsumer,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -172,13 +179,13 @@ enum Route {
 }
 
 struct Router {
-    shared: Arc<Shared>,
+    shared: Arc<SessionHost>,
     /// Slice bus id -> index, so routing does not scan the slices.
     slice_index: HashMap<String, usize>,
 }
 
 impl Router {
-    fn new(shared: &Arc<Shared>) -> Self {
+    fn new(shared: &Arc<SessionHost>) -> Self {
         let slice_index = shared
             .slices
             .iter()
@@ -200,7 +207,7 @@ impl Router {
         let Some(&index) = self.slice_index.get(subject_slice) else {
             return Route::Terminate("the task's slice is not on this worker");
         };
-        let table = self.shared.table();
+        let table = self.shared.slices.table();
         match (
             table.sessions.get(&task.session_id),
             table.slice_owner[index].as_deref(),
@@ -273,8 +280,7 @@ impl Router {
     /// Keep every queued delivery from being redelivered, and end sessions
     /// that have waited for a task longer than the idle timeout.
     async fn tick(&self) {
-        let sessions: Vec<Arc<SessionEntry>> =
-            self.shared.table().sessions.values().cloned().collect();
+        let sessions = self.shared.slices.sessions();
         let idle_timeout = self.shared.config.session_idle_timeout;
         let now = Instant::now();
         for entry in sessions {

@@ -74,43 +74,33 @@ fn outcome_label(result: &Result<RunOutcome, HwError>) -> &'static str {
     }
 }
 
+/// What a monitored board reports to: its slice, the slice's health,
+/// when failures quarantine it, and where the reports go.
+pub(crate) struct SliceMonitor {
+    pub(crate) slice_index: usize,
+    pub(crate) bus_id: String,
+    pub(crate) worker_id: String,
+    pub(crate) health: Arc<SliceHealth>,
+    pub(crate) quarantine_after: u32,
+    pub(crate) reports: mpsc::UnboundedSender<FailingSlice>,
+    /// Where the reference kernel and its build live.
+    pub(crate) reference_dir: PathBuf,
+}
+
 /// A board whose runs are counted for the slice's health (and the
 /// daemon's metrics).
 pub(crate) struct MonitoredBoard {
     inner: Arc<dyn Board>,
-    slice_index: usize,
-    bus_id: String,
-    worker_id: String,
-    health: Arc<SliceHealth>,
-    quarantine_after: u32,
-    reports: mpsc::UnboundedSender<FailingSlice>,
-    /// Where the reference kernel and its build live.
-    reference_dir: PathBuf,
+    monitor: SliceMonitor,
     /// The reference kernel's build, once made.
     reference: Mutex<Option<Artifact>>,
 }
 
 impl MonitoredBoard {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        inner: Arc<dyn Board>,
-        slice_index: usize,
-        bus_id: String,
-        worker_id: String,
-        health: Arc<SliceHealth>,
-        quarantine_after: u32,
-        reports: mpsc::UnboundedSender<FailingSlice>,
-        reference_dir: PathBuf,
-    ) -> Self {
+    pub(crate) fn new(inner: Arc<dyn Board>, monitor: SliceMonitor) -> Self {
         Self {
             inner,
-            slice_index,
-            bus_id,
-            worker_id,
-            health,
-            quarantine_after,
-            reports,
-            reference_dir,
+            monitor,
             reference: Mutex::new(None),
         }
     }
@@ -121,7 +111,7 @@ impl MonitoredBoard {
         let mut built = self.reference.lock().await;
         if built.is_none() {
             let kernel_dir =
-                match mtswarm_hw::reference::write_reference_kernel(&self.reference_dir) {
+                match mtswarm_hw::reference::write_reference_kernel(&self.monitor.reference_dir) {
                     Ok(dir) => dir,
                     // Nothing to compare with: the failure counts.
                     Err(e) => return Some(format!("the reference kernel cannot be written: {e}")),
@@ -129,7 +119,7 @@ impl MonitoredBoard {
             let request = BuildRequest {
                 kernel_dir,
                 defines: Default::default(),
-                out_dir: self.reference_dir.join("build"),
+                out_dir: self.monitor.reference_dir.join("build"),
             };
             match self.inner.build(&request).await {
                 Ok(artifact) => *built = Some(artifact),
@@ -152,20 +142,21 @@ impl MonitoredBoard {
     /// `quarantine_after`.
     fn count_failure(&self, reason: String) {
         let count = self
+            .monitor
             .health
             .consecutive_failures
             .fetch_add(1, Ordering::SeqCst)
             + 1;
         tracing::warn!(
-            slice.id = %self.bus_id,
+            slice.id = %self.monitor.bus_id,
             consecutive_failures = count,
-            quarantine_after = self.quarantine_after,
+            quarantine_after = self.monitor.quarantine_after,
             %reason,
             "hardware run failed"
         );
-        if self.quarantine_after > 0 && count >= self.quarantine_after {
-            let _ = self.reports.send(FailingSlice {
-                slice_index: self.slice_index,
+        if self.monitor.quarantine_after > 0 && count >= self.monitor.quarantine_after {
+            let _ = self.monitor.reports.send(FailingSlice {
+                slice_index: self.monitor.slice_index,
                 consecutive_failures: count,
                 reason,
             });
@@ -186,17 +177,17 @@ impl Board for MonitoredBoard {
     async fn run(&self, artifact: &Artifact, request: &RunRequest) -> Result<RunOutcome, HwError> {
         let result = self.inner.run(artifact, request).await;
         mtswarm_telemetry::metrics::metrics().kernel_run(
-            &self.worker_id,
-            &self.bus_id,
+            &self.monitor.worker_id,
+            &self.monitor.bus_id,
             outcome_label(&result),
         );
         match failure_of(&result) {
-            None if result.is_ok() => self.health.reset(),
+            None if result.is_ok() => self.monitor.health.reset(),
             None => {}
             Some(reason) => match self.reference_failure(request.cores).await {
                 Some(reference) => self.count_failure(format!("{reason}; {reference}")),
                 None => tracing::info!(
-                    slice.id = %self.bus_id,
+                    slice.id = %self.monitor.bus_id,
                     %reason,
                     "a candidate failed and the reference kernel passed on this slice: the \
                      failure is the candidate's, not the slice's"

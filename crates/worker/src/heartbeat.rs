@@ -5,18 +5,32 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mtswarm_bus::{Versioned, v1};
+use mtswarm_bus::{Versioned, Workers, v1};
 use tokio::sync::watch;
 
-use crate::shared::Shared;
+use crate::identity::WorkerIdentity;
+use crate::leases::SliceLeases;
+use crate::slices::Slices;
+
+/// What the heartbeat works with: the record it writes (the identity and
+/// the slices it is built from), where, for how long, and the leases it
+/// checks on every beat.
+pub(crate) struct Beat {
+    pub(crate) identity: Arc<WorkerIdentity>,
+    pub(crate) slices: Arc<Slices>,
+    pub(crate) workers: Workers,
+    pub(crate) leases: Arc<SliceLeases>,
+    /// The worker record's TTL; the heartbeat beats every third of it.
+    pub(crate) ttl: Duration,
+}
 
 /// Beat until `stop` changes.
 pub(crate) async fn heartbeat_loop(
-    shared: Arc<Shared>,
+    beat: Beat,
     mut held: Versioned<v1::WorkerRecord>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let ttl = shared.config.worker_ttl;
+    let ttl = beat.ttl;
     let mut ticker = tokio::time::interval((ttl / 3).max(Duration::from_millis(200)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
@@ -25,17 +39,17 @@ pub(crate) async fn heartbeat_loop(
             _ = stop.changed() => return,
             _ = ticker.tick() => {}
         }
-        let record = shared.record();
-        match shared.workers.heartbeat(&held, &record, ttl).await {
+        let record = beat.identity.record(&beat.slices);
+        match beat.workers.heartbeat(&held, &record, ttl).await {
             Ok(next) => held = next,
             Err(error) => {
                 tracing::warn!(%error, "worker heartbeat failed; registering again");
-                match shared.workers.register(&record, ttl).await {
+                match beat.workers.register(&record, ttl).await {
                     Ok(next) => held = next,
                     Err(error) => tracing::warn!(%error, "worker registration failed"),
                 }
             }
         }
-        shared.check_leases().await;
+        beat.leases.check_leases().await;
     }
 }

@@ -47,10 +47,11 @@ use std::time::{Duration, SystemTime};
 
 use bytesize::ByteSize;
 
+use crate::disk::DiskState;
 use crate::disk::{
     Child, ChildKind, JanitorReport, RemovedWorkspace, TRASH_PREFIX, mark_in_use, scan_root,
 };
-use crate::shared::{Shared, Table};
+use crate::slices::{Slices, Table};
 
 /// How often the janitor runs for a retention: a quarter of it, between
 /// 500 ms (tests) and a minute, so a live session's workspace is marked in
@@ -59,20 +60,28 @@ pub(crate) fn interval_for(retention: Duration) -> Duration {
     (retention / 4).clamp(Duration::from_millis(500), Duration::from_secs(60))
 }
 
+/// What the janitor works with: the workspace root's bookkeeping and the
+/// session table (a live session's workspace is never removed).
+#[derive(Clone)]
+pub(crate) struct Janitor {
+    pub(crate) disk: Arc<DiskState>,
+    pub(crate) slices: Arc<Slices>,
+}
+
 /// The janitor's loop (the daemon runs the first pass itself, before it
 /// serves).
-pub(crate) async fn run(shared: Arc<Shared>) {
-    let every = interval_for(shared.disk.retention());
+pub(crate) async fn run(janitor: Arc<Janitor>) {
+    let every = interval_for(janitor.disk.retention());
     loop {
         tokio::time::sleep(every).await;
-        run_pass(&shared).await;
+        run_pass(&janitor).await;
     }
 }
 
 /// One pass, off the async threads (it walks the file system).
-pub(crate) async fn run_pass(shared: &Arc<Shared>) {
-    let shared = shared.clone();
-    if let Err(error) = tokio::task::spawn_blocking(move || pass(&shared)).await {
+pub(crate) async fn run_pass(janitor: &Arc<Janitor>) {
+    let janitor = janitor.clone();
+    if let Err(error) = tokio::task::spawn_blocking(move || pass(&janitor)).await {
         tracing::warn!(%error, "workspace janitor pass did not finish");
     }
 }
@@ -102,12 +111,12 @@ fn expired(time: SystemTime, now: SystemTime, retention: Duration) -> bool {
     now.duration_since(time).is_ok_and(|age| age >= retention)
 }
 
-fn pass(shared: &Shared) {
-    let disk = &shared.disk;
+fn pass(janitor: &Janitor) {
+    let disk = &janitor.disk;
     let root = disk.root();
     let retention = disk.retention();
     let (pass, live) = {
-        let table = shared.table();
+        let table = janitor.slices.table();
         (disk.begin_pass(), live_ids(&table))
     };
     for session_id in &live {
@@ -137,7 +146,7 @@ fn pass(shared: &Shared) {
                 if !live.contains(&child.name)
                     && child.newest.is_some_and(|t| expired(t, now, retention)) =>
             {
-                remove_workspace(shared, child, pass, now)
+                remove_workspace(janitor, child, pass, now)
             }
             ChildKind::Workspace | ChildKind::Other => Ok(false),
         };
@@ -179,19 +188,19 @@ fn pass(shared: &Shared) {
 /// still belongs to no session and still looks finished; `Ok(false)` when
 /// it was kept.
 fn remove_workspace(
-    shared: &Shared,
+    janitor: &Janitor,
     child: &Child,
     pass: u64,
     now: SystemTime,
 ) -> io::Result<bool> {
-    let trash = shared.disk.root().join(format!(
+    let trash = janitor.disk.root().join(format!(
         "{TRASH_PREFIX}{}-{pass}-{}",
         std::process::id(),
         child.name
     ));
     {
-        let table = shared.table();
-        if is_live(&table, &child.name) || shared.disk.admitted_during_pass(&child.name) {
+        let table = janitor.slices.table();
+        if is_live(&table, &child.name) || janitor.disk.admitted_during_pass(&child.name) {
             return Ok(false);
         }
         // Still a real directory (not replaced by a link), and not marked
@@ -201,7 +210,7 @@ fn remove_workspace(
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(error) => return Err(error),
         };
-        if !meta.file_type().is_dir() || !expired(meta.modified()?, now, shared.disk.retention()) {
+        if !meta.file_type().is_dir() || !expired(meta.modified()?, now, janitor.disk.retention()) {
             return Ok(false);
         }
         match std::fs::rename(&child.path, &trash) {

@@ -5,11 +5,28 @@
 //! the daemon's one [`mtswarm_bus::LeaseSet`] loop, so a slice (and the idle
 //! session on it) owns no task or timer of its own.
 
-use mtswarm_bus::{BusError, KeptLease, LeaseRequest};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mtswarm_bus::{BusError, KeptLease, LeaseRequest, LeaseSet, Leases};
 
 use crate::error::WorkerError;
-use crate::shared::{Shared, SliceEntry};
+use crate::slices::{SliceEntry, Slices};
 use crate::stop::StopMode;
+
+/// How often the slices' leases are renewed: a third of their TTL.
+pub(crate) fn renew_every(lease_ttl: Duration) -> Duration {
+    (lease_ttl / 3).max(Duration::from_millis(200))
+}
+
+/// The leases of the daemon's slices, kept by one renewal loop.
+pub(crate) struct SliceLeases {
+    leases: Leases,
+    set: LeaseSet,
+    slices: Arc<Slices>,
+    worker_id: String,
+    ttl: Duration,
+}
 
 /// Why a slice's lease could not be pointed at a session.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +46,34 @@ pub(crate) enum LeaseError {
     },
 }
 
-impl Shared {
+impl SliceLeases {
+    /// The leases of `slices`, taken as `worker_id` with `ttl`.
+    pub(crate) fn new(
+        leases: Leases,
+        slices: Arc<Slices>,
+        worker_id: String,
+        ttl: Duration,
+    ) -> Self {
+        Self {
+            set: leases.keep_set(renew_every(ttl)),
+            leases,
+            slices,
+            worker_id,
+            ttl,
+        }
+    }
+
+    /// What the daemon knows of slice `index`'s lease (`None`: it keeps
+    /// none right now).
+    pub(crate) fn state(&self, index: usize) -> Option<KeptLease> {
+        self.set.state(&self.slices[index].bus_id)
+    }
+
+    /// What the daemon knows of the lease of the slice with bus id `slice_id`.
+    pub(crate) fn state_of(&self, slice_id: &str) -> Option<KeptLease> {
+        self.set.state(slice_id)
+    }
+
     /// Put the session/job on the slice's lease (empty = idle). Returns the
     /// lease epoch.
     pub(crate) async fn set_lease_session(
@@ -42,7 +86,7 @@ impl Shared {
         let slice_id = || entry.bus_id.clone();
         let (session, job) = (session_id.to_owned(), job_id.to_owned());
         match self
-            .lease_set
+            .set
             .change(&entry.bus_id, move |lease| {
                 lease.session_id = session;
                 lease.job_id = job;
@@ -66,7 +110,7 @@ impl Shared {
     /// Re-take leases that were lost (and stop the sessions using them).
     pub(crate) async fn check_leases(&self) {
         for (index, entry) in self.slices.iter().enumerate() {
-            let state = self.lease_state(index);
+            let state = self.state(index);
             let lost = match &state {
                 // Past its expiry without a renewal (the process was
                 // paused, NATS was away): as good as lost.
@@ -80,9 +124,9 @@ impl Shared {
             if !lost {
                 continue;
             }
-            let owner = self.table().slice_owner[index].clone();
+            let owner = self.slices.table().slice_owner[index].clone();
             if let Some(session_id) = &owner {
-                let session = self.table().sessions.get(session_id).cloned();
+                let session = self.slices.table().sessions.get(session_id).cloned();
                 if let Some(session) = session {
                     let why = match state {
                         Some(KeptLease::Lost { reason, .. }) => reason,
@@ -112,7 +156,7 @@ impl Shared {
     /// own; another holder means two daemons were started for one board.
     /// On failure the leases taken so far are released.
     pub(crate) async fn take_leases(&self) -> Result<(), WorkerError> {
-        for entry in &self.slices {
+        for entry in self.slices.iter() {
             match self.reclaim_idle(entry).await {
                 Ok(()) => {}
                 Err(BusError::LeaseHeld {
@@ -141,22 +185,22 @@ impl Shared {
             worker_id: self.worker_id.clone(),
             session_id: String::new(),
             job_id: String::new(),
-            ttl: self.config.lease_ttl,
+            ttl: self.ttl,
         };
         let held = self.leases.reclaim(&request).await?;
-        self.lease_set.insert(held);
+        self.set.insert(held);
         Ok(())
     }
 
     /// Release every lease the daemon holds.
     pub(crate) async fn release_leases(&self) {
-        for (slice_id, error) in self.lease_set.release_all().await {
+        for (slice_id, error) in self.set.release_all().await {
             tracing::warn!(slice.id = %slice_id, %error, "slice lease not released");
         }
     }
 
     /// Drop every lease without releasing it (it lapses, as after a crash).
     pub(crate) async fn abandon_leases(&self) {
-        self.lease_set.abandon_all().await;
+        self.set.abandon_all().await;
     }
 }

@@ -15,41 +15,52 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mtswarm_bus::{Backoff, KvChange, v1};
+use mtswarm_bus::{Backoff, KvChange, Quarantine, v1};
 use tokio::sync::mpsc;
 
 use crate::events::now_timestamp;
 use crate::health::FailingSlice;
-use crate::shared::Shared;
+use crate::slices::Slices;
 use crate::stop::StopMode;
 use crate::text::first_line;
+
+/// What the quarantine monitor and watch work with: the daemon's slices
+/// (their health, the sessions to fence), the quarantine bucket, and who
+/// writes the records.
+pub(crate) struct Quarantining {
+    pub(crate) slices: Arc<Slices>,
+    pub(crate) quarantine: Quarantine,
+    pub(crate) worker_id: String,
+    /// Consecutive failed runs that quarantine a slice.
+    pub(crate) quarantine_after: u32,
+}
 
 /// Longest pause between retries of a failed write or watch.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Fence the session running on the slice, if any.
-pub(crate) fn fence_slice(shared: &Shared, slice_index: usize, reason: &str) {
+pub(crate) fn fence_slice(slices: &Slices, slice_index: usize, reason: &str) {
     let session = {
-        let table = shared.table();
+        let table = slices.table();
         table.slice_owner[slice_index]
             .as_ref()
             .and_then(|id| table.sessions.get(id).cloned())
     };
     if let Some(session) = session {
-        tracing::warn!(slice.id = %shared.slices[slice_index].bus_id, session.id = %session.session_id, %reason, "fencing the slice's session");
+        tracing::warn!(slice.id = %slices[slice_index].bus_id, session.id = %session.session_id, %reason, "fencing the slice's session");
         session.stop(StopMode::Fence(reason.to_owned()));
     }
 }
 
 /// Write quarantine records for failing slices and fence their sessions.
 pub(crate) async fn monitor(
-    shared: Arc<Shared>,
+    quarantining: Arc<Quarantining>,
     mut failing: mpsc::UnboundedReceiver<FailingSlice>,
 ) {
     while let Some(report) = failing.recv().await {
-        let entry = &shared.slices[report.slice_index];
+        let entry = &quarantining.slices[report.slice_index];
         // Reports that raced with an earlier quarantine of the same streak.
-        if entry.health.consecutive_failures() < shared.config.quarantine_after {
+        if entry.health.consecutive_failures() < quarantining.quarantine_after {
             continue;
         }
         let reason = format!(
@@ -59,25 +70,25 @@ pub(crate) async fn monitor(
         );
         let record = v1::SliceQuarantine {
             slice_id: entry.bus_id.clone(),
-            worker_id: shared.worker_id.clone(),
+            worker_id: quarantining.worker_id.clone(),
             reason: reason.clone(),
             consecutive_failures: report.consecutive_failures,
             since: Some(now_timestamp()),
-            by: shared.worker_id.clone(),
+            by: quarantining.worker_id.clone(),
         };
         // The session stops now; the record follows as soon as NATS takes it.
         fence_slice(
-            &shared,
+            &quarantining.slices,
             report.slice_index,
             &format!("slice {} quarantined: {reason}", entry.bus_id),
         );
         let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
         loop {
-            match shared.quarantine.put(&record).await {
+            match quarantining.quarantine.put(&record).await {
                 Ok(_) => {
                     tracing::error!(slice.id = %entry.bus_id, consecutive_failures = report.consecutive_failures, %reason, "slice quarantined");
                     mtswarm_telemetry::metrics::metrics()
-                        .slice_quarantined(&shared.worker_id, &entry.bus_id);
+                        .slice_quarantined(&quarantining.worker_id, &entry.bus_id);
                     entry.health.reset();
                     break;
                 }
@@ -91,19 +102,20 @@ pub(crate) async fn monitor(
 }
 
 /// Fence the sessions of slices quarantined by anyone, for the daemon's life.
-pub(crate) async fn watch(shared: Arc<Shared>) {
+pub(crate) async fn watch(quarantining: Arc<Quarantining>) {
     let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
     loop {
-        match shared.quarantine.kv().watch().await {
+        match quarantining.quarantine.kv().watch().await {
             Ok(mut changes) => {
                 backoff.reset();
                 while let Some(change) = changes.next().await {
                     match change {
                         Ok(KvChange::Put { key, value }) => {
-                            if let Some(index) = shared.slices.iter().position(|s| s.bus_id == key)
+                            if let Some(index) =
+                                quarantining.slices.iter().position(|s| s.bus_id == key)
                             {
                                 fence_slice(
-                                    &shared,
+                                    &quarantining.slices,
                                     index,
                                     &format!("slice {key} quarantined: {}", value.value.reason),
                                 );

@@ -2,24 +2,23 @@
 //! over the daemon's shared state.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mtswarm_bus::{KeptLease, v1};
 use tonic::{Request, Response, Status};
 
+use crate::host::SessionHost;
 use crate::session::spawn_session;
-use crate::shared::Shared;
 use crate::stop::StopMode;
 
 /// The daemon's `mtswarm.v1.Worker` service over its shared state;
 /// [`WorkerDaemon::start`](crate::WorkerDaemon::start) builds and serves it.
 pub struct WorkerService {
-    shared: Arc<Shared>,
+    shared: Arc<SessionHost>,
 }
 
 impl WorkerService {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<SessionHost>) -> Self {
         Self { shared }
     }
 }
@@ -42,6 +41,7 @@ impl v1::worker_server::Worker for WorkerService {
         let request = request.into_inner();
         let session = self
             .shared
+            .slices
             .table()
             .sessions
             .get(&request.session_id)
@@ -71,17 +71,17 @@ impl v1::worker_server::Worker for WorkerService {
         } else {
             Duration::from_secs(request.grace_seconds)
         };
-        let first = !self.shared.draining.swap(true, Ordering::SeqCst);
+        let first = !self.shared.slices.start_draining();
         tracing::info!(reason = %request.reason, ?grace, "draining");
-        self.shared.stop_sessions(StopMode::AfterTask);
+        self.shared.slices.stop_sessions(StopMode::AfterTask);
         if first {
             let shared = self.shared.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(grace).await;
-                shared.stop_sessions(StopMode::Abandon);
+                shared.slices.stop_sessions(StopMode::Abandon);
             });
         }
-        let remaining = self.shared.table().sessions.len();
+        let remaining = self.shared.slices.table().sessions.len();
         Ok(Response::new(v1::DrainResponse {
             sessions_remaining: u32::try_from(remaining).unwrap_or(u32::MAX),
         }))
@@ -93,14 +93,14 @@ impl v1::worker_server::Worker for WorkerService {
     ) -> Result<Response<v1::StatusResponse>, Status> {
         let shared = &self.shared;
         let sessions: Vec<v1::SessionStatus> = {
-            let table = shared.table();
+            let table = shared.slices.table();
             table
                 .sessions
                 .values()
                 .map(|s| s.status(&shared.slices[s.slice_index].bus_id))
                 .collect()
         };
-        let quarantined: Vec<String> = match shared.quarantine.list().await {
+        let quarantined: Vec<String> = match shared.stores.quarantine.list().await {
             Ok(list) => list.into_iter().map(|q| q.value.slice_id).collect(),
             Err(error) => {
                 tracing::warn!(%error, "quarantine list unavailable for Status");
@@ -108,8 +108,8 @@ impl v1::worker_server::Worker for WorkerService {
             }
         };
         let mut slices = Vec::with_capacity(shared.slices.len());
-        for entry in &shared.slices {
-            let lease = match shared.lease_set.state(&entry.bus_id) {
+        for entry in shared.slices.iter() {
+            let lease = match shared.leases.state_of(&entry.bus_id) {
                 Some(KeptLease::Held(held)) => Some(held.value),
                 _ => None,
             };
@@ -126,8 +126,8 @@ impl v1::worker_server::Worker for WorkerService {
             });
         }
         Ok(Response::new(v1::StatusResponse {
-            worker_id: shared.worker_id.clone(),
-            draining: shared.draining.load(Ordering::SeqCst),
+            worker_id: shared.identity.worker_id.clone(),
+            draining: shared.slices.is_draining(),
             sessions,
             slices,
             version: env!("CARGO_PKG_VERSION").to_owned(),

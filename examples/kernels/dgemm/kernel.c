@@ -16,20 +16,13 @@
 #include <compiler/m3000.h>
 #include <hthread_device.h>
 
+#include "sizes.h"
+
 #define naive 1
 #define blocked 2
 
 #ifndef VARIANT
 #define VARIANT blocked
-#endif
-#ifndef M
-#define M 512
-#endif
-#ifndef N
-#define N 512
-#endif
-#ifndef K
-#define K 512
 #endif
 
 #if VARIANT == naive

@@ -27,15 +27,7 @@
 #include <compiler/m3000.h>
 #include <hthread_device.h>
 
-#ifndef M
-#define M 1152
-#endif
-#ifndef N
-#define N 1728
-#endif
-#ifndef K
-#define K 3072
-#endif
+#include "sizes.h"
 
 #ifndef MG
 #define MG 288

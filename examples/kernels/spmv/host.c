@@ -23,8 +23,7 @@ static uint32_t lcg(uint64_t *s) {
 
 int main(int argc, char **argv) {
     int runs = mtswarm_parse_runs(argc, argv);
-    int cluster = mtswarm_cluster();
-    if (hthread_dev_open(cluster) != 0 || hthread_dat_load(cluster, "kernel.dat") != 0) return 1;
+    int cluster = mtswarm_open("spmv");
     int cores = mtswarm_cores(cluster);
     uint64_t seed = 42;
     uint32_t *row_ptr = hthread_malloc(cluster, (NROWS + 1) * sizeof(uint32_t), HT_MEM_RO);
@@ -63,22 +62,9 @@ int main(int argc, char **argv) {
         for (uint32_t i = 0; i < NROWS; i++) y[i] = NAN;
         uint64_t args[6] = {(uint64_t)barrier, (uint64_t)row_ptr, (uint64_t)col,
                             (uint64_t)val,     (uint64_t)x,       (uint64_t)y};
-        int g = hthread_group_create(cluster, cores, "spmv_kernel", 1, 5, args);
-        if (g < 0) return 1;
-        mtswarm_exec_and_wait(g);
-        hthread_group_destroy(g);
-        double max_err = 0.0;
-        for (uint32_t i = 0; i < NROWS; i++) {
-            double err = fabs(y[i] - ref[i]);
-            if (!(err <= max_err)) max_err = err;
-        }
-        int valid = max_err <= TOLERANCE;
-        char msg[128];
-        snprintf(msg, sizeof msg, "max_abs_err %.3e exceeds tolerance %.1e", max_err, (double)TOLERANCE);
-        mtswarm_report(valid, max_err, flops, valid ? NULL : msg);
-        failed |= !valid;
+        if (mtswarm_launch(cluster, cores, "spmv_kernel", 1, 5, args, flops) != 0) return 1;
+        failed |= !mtswarm_report_within(mtswarm_max_abs_diff(y, ref, NROWS), TOLERANCE, flops);
     }
-    hthread_dat_unload(cluster);
-    hthread_dev_close(cluster);
+    mtswarm_close(cluster);
     return failed ? 1 : 0;
 }

@@ -8,20 +8,15 @@
 #include <hthread_host.h>
 #include <mtswarm_harness.h>
 
-#ifndef NX
-#define NX 1024
-#endif
-#ifndef NY
-#define NY 1024
-#endif
+#include "sizes.h"
+
 #ifndef TOLERANCE
 #define TOLERANCE 1e-12
 #endif
 
 int main(int argc, char **argv) {
     int runs = mtswarm_parse_runs(argc, argv);
-    int cluster = mtswarm_cluster();
-    if (hthread_dev_open(cluster) != 0 || hthread_dat_load(cluster, "kernel.dat") != 0) return 1;
+    int cluster = mtswarm_open("stencil2d");
     int cores = mtswarm_cores(cluster);
     size_t cells = (size_t)NX * NY;
     double *in = hthread_malloc(cluster, cells * sizeof(double), HT_MEM_RO);
@@ -47,22 +42,9 @@ int main(int argc, char **argv) {
                 out[p] = (i == 0 || i == NX - 1) ? in[p] : NAN;
             }
         uint64_t args[3] = {0, (uint64_t)in, (uint64_t)out};
-        int g = hthread_group_create(cluster, cores, "stencil_kernel", 1, 2, args);
-        if (g < 0) return 1;
-        mtswarm_exec_and_wait(g);
-        hthread_group_destroy(g);
-        double max_err = 0.0;
-        for (size_t i = 0; i < cells; i++) {
-            double err = fabs(out[i] - ref[i]);
-            if (!(err <= max_err)) max_err = err;
-        }
-        int valid = max_err <= TOLERANCE;
-        char msg[128];
-        snprintf(msg, sizeof msg, "max_abs_err %.3e exceeds tolerance %.1e", max_err, (double)TOLERANCE);
-        mtswarm_report(valid, max_err, flops, valid ? NULL : msg);
-        failed |= !valid;
+        if (mtswarm_launch(cluster, cores, "stencil_kernel", 1, 2, args, flops) != 0) return 1;
+        failed |= !mtswarm_report_within(mtswarm_max_abs_diff(out, ref, cells), TOLERANCE, flops);
     }
-    hthread_dat_unload(cluster);
-    hthread_dev_close(cluster);
+    mtswarm_close(cluster);
     return failed ? 1 : 0;
 }

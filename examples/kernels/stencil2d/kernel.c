@@ -11,12 +11,8 @@
 #include <compiler/m3000.h>
 #include <hthread_device.h>
 
-#ifndef NX
-#define NX 1024
-#endif
-#ifndef NY
-#define NY 1024
-#endif
+#include "sizes.h"
+
 #ifndef TR
 #define TR 8
 #endif

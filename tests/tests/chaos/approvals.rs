@@ -52,36 +52,38 @@ async fn decide(
 
 /// A one-agent vecadd job with `goal` on two free slices whose worker
 /// sessions wait for a reviewer (undecided calls are denied after
-/// `approval_timeout`): its start, its first assignment and the first
-/// request that waits for a decision.
+/// `approval_timeout`): its stack, Control client and id, its first
+/// assignment and the first request that waits for a decision.
 async fn paused_for_approval(
     approval_timeout: Duration,
     goal: &str,
-) -> (Started, v1::TaskAssignment, v1::ApprovalRequest) {
+) -> (
+    ChaosStack,
+    Control,
+    String,
+    v1::TaskAssignment,
+    v1::ApprovalRequest,
+) {
     let mut options = ChaosOptions::new(node_bin!(), small_fleet_toml(2, 1, 2));
     options.worker_args = vec![
         "--approval-timeout".into(),
         approval_timeout.as_secs().to_string(),
     ];
-    let mut started = start_job(options, 2, vecadd_job(goal, 1, false)).await;
-    let first = first_assignment(&started.stack, &started.job_id).await;
-    let request = first_pending(&started.stack, &mut started.control, &started.job_id).await;
-    (started, first, request)
+    let Started {
+        stack,
+        mut control,
+        job_id,
+        ..
+    } = start_job(options, 2, vecadd_job(goal, 1, false)).await;
+    let first = first_assignment(&stack, &job_id).await;
+    let request = first_pending(&stack, &mut control, &job_id).await;
+    (stack, control, job_id, first, request)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pending_approval_survives_its_worker_and_resumes_on_the_new_slice() {
     let _serial = one_at_a_time().await;
-    let (
-        Started {
-            mut stack,
-            mut control,
-            job_id,
-            ..
-        },
-        first,
-        request,
-    ) = paused_for_approval(
+    let (mut stack, mut control, job_id, first, request) = paused_for_approval(
         Duration::from_secs(600),
         "Tune vecadd with a reviewer; a worker will die",
     )
@@ -245,16 +247,8 @@ async fn approve_until_final(stack: &ChaosStack, control: &mut Control, job_id: 
 async fn undecided_approval_times_out_denied_across_a_move() {
     let _serial = one_at_a_time().await;
     let timeout = Duration::from_secs(6);
-    let (
-        Started {
-            mut stack,
-            mut control,
-            job_id,
-            ..
-        },
-        first,
-        request,
-    ) = paused_for_approval(timeout, "Tune vecadd; nobody answers the reviewer").await;
+    let (mut stack, mut control, job_id, first, request) =
+        paused_for_approval(timeout, "Tune vecadd; nobody answers the reviewer").await;
     let killed_at = stack.kill_worker(&first.worker_id);
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

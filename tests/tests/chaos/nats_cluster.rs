@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 
 use mtswarm_bus::testing::cluster::{
-    LocalCluster, stream_leader, wait_meta_leader, wait_node_current,
+    LocalCluster, stream_info, stream_leader, wait_meta_leader, wait_node_current,
 };
 use mtswarm_bus::{Bus, BusConfig, subjects};
 use mtswarm_tests::chaos::ChaosOptions;
@@ -61,12 +61,7 @@ async fn job_completes_when_a_stream_leader_of_a_three_node_cluster_is_killed() 
         submitted_at,
     } = start_mid_job(options, "Tune vecadd; a NATS node will die").await;
 
-    let tasks = probe
-        .jetstream()
-        .get_stream(subjects::TASKS_STREAM)
-        .await
-        .expect("tasks stream")
-        .get_info()
+    let tasks = stream_info(&probe, subjects::TASKS_STREAM)
         .await
         .expect("tasks stream info");
     assert_eq!(tasks.config.num_replicas, 3, "{:?}", tasks.config);

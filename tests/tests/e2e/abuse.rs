@@ -12,8 +12,8 @@ use mtswarm_tests::jobs::{approvals as approvals_of, get_job};
 use tonic::Code;
 
 use crate::secure_up::{
-    Control, SecureUp, WAIT, assert_code, finished_job, node, submit_vecadd, wait_for_worker_log,
-    worker_logs,
+    Control, SecureUp, WAIT, assert_code, decisions_applied, finished_job, node, submit_vecadd,
+    wait_for_worker_log, worker_logs,
 };
 
 #[tokio::test(flavor = "multi_thread")]
@@ -365,7 +365,11 @@ async fn a_decision_written_into_the_approvals_bucket_by_a_worker_is_not_applied
 
     // What the session applied for that call: the approver's decision,
     // never the forger's.
-    let applied = applied_decisions(&stack, &job_id, &approval_id).await;
+    let applied: Vec<String> = decisions_applied(&stack, &job_id, &approval_id)
+        .await
+        .into_iter()
+        .map(|(decided_by, _verdict)| decided_by)
+        .collect();
     assert_eq!(applied, vec!["approver".to_string()], "decisions applied");
     let log = stack.leader_log();
     assert!(
@@ -476,32 +480,4 @@ async fn approve_over_the_forgery(approver: &mut Control, job_id: &str, approval
             assert_eq!(decision.signature.len(), 64, "{decision:?}");
         }
     }
-}
-
-/// Who decided `approval_id`, for each decision the job's session applied.
-async fn applied_decisions(stack: &SecureUp, job_id: &str, approval_id: &str) -> Vec<String> {
-    let leader = stack.nats(Some("leader")).await.expect("leader identity");
-    let mut events = leader.replay_events(job_id, 0).await.expect("replay");
-    let mut applied = Vec::new();
-    loop {
-        let next = tokio::time::timeout(Duration::from_secs(5), events.next()).await;
-        let Ok(Some(Ok(event))) = next else {
-            break;
-        };
-        let event = event.event;
-        if event.kind() != v1::AgentEventKind::ApprovalDecided {
-            continue;
-        }
-        let payload: serde_json::Value =
-            serde_json::from_str(&event.payload_json).expect("payload");
-        if payload["approval_id"] == approval_id {
-            applied.push(
-                payload["decided_by"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            );
-        }
-    }
-    applied
 }

@@ -6,29 +6,24 @@
 //! over `https` to a certificate naming that worker, and every process has
 //! its own key: neither works.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mtswarm_bus::v1;
 use mtswarm_tests::jobs::{get_job, submit};
+use mtswarm_tests::stack::wait_for_fleet;
 
 use crate::secure_up::{SecureUp, Trap, WAIT, approve_until_finished, node};
 
 /// The stack's fleet once both workers registered every slice.
 async fn full_fleet(stack: &SecureUp) -> v1::ListFleetResponse {
     let mut admin = stack.control(stack.token("admin")).await;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let fleet = admin
-            .list_fleet(v1::ListFleetRequest::default())
-            .await
-            .expect("ListFleet")
-            .into_inner();
-        if fleet.slices.len() == 8 && fleet.workers.len() == 2 {
-            return fleet;
-        }
-        assert!(Instant::now() < deadline, "fleet incomplete: {fleet:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_fleet(
+        &mut admin,
+        WAIT,
+        |fleet| fleet.slices.len() == 8 && fleet.workers.len() == 2,
+        |fleet| format!("fleet incomplete: {fleet:?}"),
+    )
+    .await
 }
 
 /// Keeps worker-board1's registration pointing at `endpoint` (rewriting
@@ -65,26 +60,18 @@ impl Drop for Hijack {
 /// Waits until the leader's fleet shows worker-board1 at `endpoint`.
 async fn leader_sees(stack: &SecureUp, endpoint: &str) {
     let mut admin = stack.control(stack.token("admin")).await;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let fleet = admin
-            .list_fleet(v1::ListFleetRequest::default())
-            .await
-            .expect("ListFleet")
-            .into_inner();
-        if fleet
-            .workers
-            .iter()
-            .any(|w| w.worker_id == "worker-board1" && w.endpoint == endpoint)
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the hijack never showed: {fleet:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_fleet(
+        &mut admin,
+        WAIT,
+        |fleet| {
+            fleet
+                .workers
+                .iter()
+                .any(|w| w.worker_id == "worker-board1" && w.endpoint == endpoint)
+        },
+        |fleet| format!("the hijack never showed: {fleet:?}"),
+    )
+    .await;
 }
 
 /// A job that wants every slice: the leader tries board1's too.

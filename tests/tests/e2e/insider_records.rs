@@ -15,12 +15,41 @@ use mtswarm_auth::WorkerKey;
 use mtswarm_bus::results::{
     CandidateStatus, RecordGrant, RecordSigner, ResultRecord, ResultStats, ResultsStore,
 };
-use mtswarm_bus::v1;
+use mtswarm_bus::{Bus, v1};
 
 use crate::secure_up::{
     SecureUp, approve_pending, approve_until_finished, job_checkpoint, submit_vecadd,
     wait_for_worker_log, worker_logs,
 };
+
+/// A vecadd job on a fresh stack, as the other board's worker attacks it:
+/// its id; what a worker identity may read of it (the session's first
+/// checkpoint and the placement grant it carries); the forger, the worker
+/// the grant does not name: its identity and its NATS connection.
+async fn job_under_attack() -> (
+    SecureUp,
+    String,
+    v1::SessionCheckpoint,
+    v1::PlacementGrant,
+    &'static str,
+    Bus,
+) {
+    let stack = SecureUp::start();
+    let mut admin = stack.control(stack.token("admin")).await;
+    let job_id = submit_vecadd(&mut admin).await;
+    let reader = stack
+        .nats(Some("worker-board1"))
+        .await
+        .expect("worker identity");
+    let checkpoint = job_checkpoint(&reader, &job_id).await;
+    let grant = checkpoint
+        .grant
+        .clone()
+        .expect("the checkpoint carries its placement grant");
+    let forger_id = other_worker(&grant.worker_id);
+    let forger = stack.nats(Some(forger_id)).await.expect("forger identity");
+    (stack, job_id, checkpoint, grant, forger_id, forger)
+}
 
 /// The forged figure: a thousand times any real vecadd.
 const FORGED_GFLOPS: f64 = 987_654.0;
@@ -91,23 +120,7 @@ fn forged_record(grant: &v1::PlacementGrant, n: u32) -> ResultRecord {
 /// best is a genuine figure.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_measurement_forged_by_another_worker_never_becomes_the_outcome() {
-    let stack = SecureUp::start();
-    let mut admin = stack.control(stack.token("admin")).await;
-    let job_id = submit_vecadd(&mut admin).await;
-
-    // What a worker identity may read: the session's checkpoint and the
-    // grant it carries.
-    let reader = stack
-        .nats(Some("worker-board1"))
-        .await
-        .expect("worker identity");
-    let checkpoint = job_checkpoint(&reader, &job_id).await;
-    let grant = checkpoint
-        .grant
-        .clone()
-        .expect("the checkpoint carries its placement grant");
-    let forger_id = other_worker(&grant.worker_id);
-    let forger = stack.nats(Some(forger_id)).await.expect("forger identity");
+    let (stack, job_id, _checkpoint, grant, forger_id, forger) = job_under_attack().await;
     let seed = mtswarm_auth::generate::read_seed(
         &stack
             .credentials
@@ -165,17 +178,7 @@ async fn a_measurement_forged_by_another_worker_never_becomes_the_outcome() {
 /// over it and the job ends with its genuine result.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_checkpoint_forged_by_another_worker_neither_fences_nor_is_resumed() {
-    let stack = SecureUp::start();
-    let mut admin = stack.control(stack.token("admin")).await;
-    let job_id = submit_vecadd(&mut admin).await;
-    let reader = stack
-        .nats(Some("worker-board1"))
-        .await
-        .expect("worker identity");
-    let genuine = job_checkpoint(&reader, &job_id).await;
-    let grant = genuine.grant.clone().expect("a grant");
-    let forger_id = other_worker(&grant.worker_id);
-    let forger = stack.nats(Some(forger_id)).await.expect("forger identity");
+    let (stack, job_id, genuine, _grant, forger_id, forger) = job_under_attack().await;
     let checkpoints = mtswarm_bus::Checkpoints::open(&forger)
         .await
         .expect("checkpoints");

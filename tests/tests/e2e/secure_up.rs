@@ -11,6 +11,7 @@ use mtswarm_auth::{ClientAuth, ClientConfig, ClientProfile};
 use mtswarm_bus::{Bus, BusConfig, v1};
 use mtswarm_tests::cli::spawn_up;
 use mtswarm_tests::jobs::{get_job, submit};
+use mtswarm_tests::stack::wait_for_fleet;
 use mtswarm_tests::{NodeProcess, node_bin};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -35,19 +36,13 @@ pub(crate) fn pass(request: Request<()>) -> Result<Request<()>, Status> {
 /// moment later. (Listed is not yet spawnable: a spawn can still find no
 /// free slice for a moment after, see the tenancy test in clients.rs.)
 pub(crate) async fn fleet_known(control: &mut Control) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let fleet = control
-            .list_fleet(v1::ListFleetRequest::default())
-            .await
-            .expect("ListFleet")
-            .into_inner();
-        if !fleet.slices.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the leader lists no slice");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_fleet(
+        control,
+        WAIT,
+        |fleet| !fleet.slices.is_empty(),
+        |_| "the leader lists no slice".into(),
+    )
+    .await;
 }
 
 /// Submits a one-agent vecadd job as `admin`'s identity once the leader
@@ -229,17 +224,7 @@ impl SecureUp {
 }
 
 pub(crate) fn node(client_config: &Path) -> Command {
-    let mut command = Command::new(node_bin!());
-    command
-        .env("MTSWARM_CACHE_DIR", mtswarm_tests::emulator_cache_dir())
-        .env("MTSWARM_CONFIG", client_config)
-        .env_remove("MTSWARM_LEADER")
-        .env_remove("MTSWARM_NATS_URL")
-        .env_remove("MTSWARM_FLEET")
-        .env_remove("MTSWARM_TOKEN_FILE")
-        .env_remove("MTSWARM_TLS_CA")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
-    command
+    mtswarm_tests::cli::configured_node(&node_bin!(), client_config)
 }
 
 pub(crate) fn assert_code<T: std::fmt::Debug>(result: Result<T, Status>, code: Code) -> Status {

@@ -1,9 +1,12 @@
 //! `mtswarm llm check` against real HTTP endpoints on loopback, each an
 //! OpenAI-compatible server with some capabilities and not others: one
-//! that does everything, one that ignores `tools` and answers in text, and
-//! one with tool calls but one call per turn, no usage and no models list.
-//! The report names each capability correctly and the exit code says
-//! whether the endpoint can drive mtswarm.
+//! that does everything, one that ignores `tools` and answers in prose,
+//! one that ignores `tools` but whose model writes its calls as JSON in its
+//! reply (a small model behind a server without a parser for its format),
+//! and one with tool calls but one call per turn, no usage and no models
+//! list. The report names each capability correctly, the tool mode that
+//! works and the setting for it, and the exit code says whether the
+//! endpoint can drive mtswarm.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -18,6 +21,8 @@ const MODEL: &str = "probe-model";
 #[derive(Debug, Clone, Copy)]
 struct Abilities {
     tools: bool,
+    /// Without `tools`: the model writes its calls as JSON in its text.
+    json_calls: bool,
     parallel: bool,
     usage: bool,
     models: bool,
@@ -40,10 +45,12 @@ fn last_user(body: &Value) -> String {
 /// The SSE events of the answer to `body`.
 fn answer(abilities: Abilities, body: &Value) -> Vec<Value> {
     let offered = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    // A tool result: a `tool` message, or in text tool mode a user message.
     let answers_tool = body["messages"]
         .as_array()
         .and_then(|m| m.last())
-        .is_some_and(|m| m["role"] == "tool");
+        .is_some_and(|m| m["role"] == "tool")
+        || last_user(body).contains("[tool result]");
     let mut events = vec![chunk(
         json!({"role": "assistant", "content": ""}),
         Value::Null,
@@ -73,9 +80,15 @@ fn answer(abilities: Abilities, body: &Value) -> Vec<Value> {
         events.push(chunk(json!({}), json!("tool_calls")));
     } else {
         let text = if answers_tool {
-            "The number is recorded."
+            "The number is recorded.".to_string()
+        } else if abilities.json_calls && last_user(body).contains("twice") {
+            "<tool_call>\n{\"name\": \"record_number\", \"arguments\": {\"n\": 1}}\n</tool_call>\n\
+             <tool_call>\n{\"name\": \"record_number\", \"arguments\": {\"n\": 2}}\n</tool_call>"
+                .to_string()
+        } else if abilities.json_calls {
+            "```json\n{\"name\": \"record_number\", \"arguments\": {\"n\": 7}}\n```".to_string()
         } else {
-            "I would call record_number with n = 7."
+            "I would call record_number with n = 7.".to_string()
         };
         events.push(chunk(json!({"content": text}), Value::Null));
         events.push(chunk(json!({}), json!("stop")));
@@ -127,27 +140,35 @@ async fn serve(abilities: Abilities) -> String {
     format!("http://{addr}/v1")
 }
 
-/// `mtswarm llm check URL --llm-model MODEL --json`: exit code and report.
-async fn check(url: String) -> (Option<i32>, Value) {
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(node_bin!())
-            .args([
-                "llm",
-                "check",
-                &url,
-                "--llm-model",
-                MODEL,
-                "--json",
-                "--timeout",
-                "20",
-            ])
+/// `mtswarm llm check URL --llm-model MODEL`, with `--json` when `json`.
+async fn run_check(url: String, json: bool) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        let mut command = Command::new(node_bin!());
+        command.args([
+            "llm",
+            "check",
+            &url,
+            "--llm-model",
+            MODEL,
+            "--timeout",
+            "20",
+        ]);
+        if json {
+            command.arg("--json");
+        }
+        command
             .env_remove("MTSWARM_LLM_API_KEY")
             .env_remove("MTSWARM_JSON")
             .output()
             .expect("run mtswarm llm check")
     })
     .await
-    .expect("join");
+    .expect("join")
+}
+
+/// `mtswarm llm check URL --llm-model MODEL --json`: exit code and report.
+async fn check(url: String) -> (Option<i32>, Value) {
+    let output = run_check(url, true).await;
     let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
         panic!(
             "llm check --json: {e}\nstdout: {}\nstderr: {}",
@@ -183,6 +204,7 @@ fn expect(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 async fn llm_check_reports_each_capability_of_each_endpoint() {
     let full = serve(Abilities {
         tools: true,
+        json_calls: false,
         parallel: true,
         usage: true,
         models: true,
@@ -191,6 +213,8 @@ async fn llm_check_reports_each_capability_of_each_endpoint() {
     let (code, report) = check(full).await;
     assert_eq!(code, Some(0), "{report:#}");
     assert_eq!(report["can_drive_mtswarm"], true);
+    assert_eq!(report["tool_mode"], "native", "{report:#}");
+    assert_eq!(report["setting"]["flag"], "--llm-tool-mode native");
     assert_eq!(
         verdicts(&report),
         expect(&[
@@ -205,6 +229,7 @@ async fn llm_check_reports_each_capability_of_each_endpoint() {
 
     let text_only = serve(Abilities {
         tools: false,
+        json_calls: false,
         parallel: false,
         usage: true,
         models: true,
@@ -213,11 +238,14 @@ async fn llm_check_reports_each_capability_of_each_endpoint() {
     let (code, report) = check(text_only).await;
     assert_eq!(code, Some(1), "{report:#}");
     assert_eq!(report["can_drive_mtswarm"], false);
+    assert_eq!(report["tool_mode"], Value::Null);
+    assert_eq!(report["setting"], Value::Null);
     assert_eq!(
         verdicts(&report),
         expect(&[
             ("models_list", "works"),
             ("tool_calls", "missing"),
+            ("text_tool_calls", "missing"),
             ("tool_results", "failed"),
             ("parallel_tool_calls", "missing"),
             ("usage", "works"),
@@ -235,6 +263,7 @@ async fn llm_check_reports_each_capability_of_each_endpoint() {
 
     let sequential = serve(Abilities {
         tools: true,
+        json_calls: false,
         parallel: false,
         usage: false,
         models: false,
@@ -256,5 +285,50 @@ async fn llm_check_reports_each_capability_of_each_endpoint() {
             ("usage", "missing"),
         ]),
         "{report:#}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_check_names_text_tool_mode_for_a_model_that_writes_its_calls() {
+    let json_writer = serve(Abilities {
+        tools: false,
+        json_calls: true,
+        parallel: true,
+        usage: true,
+        models: true,
+    })
+    .await;
+    let (code, report) = check(json_writer).await;
+    assert_eq!(
+        code,
+        Some(0),
+        "calls written as JSON drive jobs: {report:#}"
+    );
+    assert_eq!(report["tool_mode"], "text", "{report:#}");
+    assert_eq!(report["setting"]["flag"], "--llm-tool-mode text");
+    assert_eq!(report["setting"]["env"], "MTSWARM_LLM_TOOL_MODE=text");
+    assert_eq!(
+        verdicts(&report),
+        expect(&[
+            ("models_list", "works"),
+            ("tool_calls", "missing"),
+            ("text_tool_calls", "works"),
+            ("tool_results", "works"),
+            ("parallel_tool_calls", "works"),
+            ("usage", "works"),
+        ]),
+        "{report:#}"
+    );
+    let native = report["checks"][1]["detail"].as_str().unwrap_or_default();
+    assert!(native.contains("no tool_calls"), "{native}");
+    let url = report["endpoint"]
+        .as_str()
+        .unwrap_or_default()
+        .trim_end_matches("/chat/completions")
+        .to_string();
+    let printed = String::from_utf8_lossy(&run_check(url, false).await.stdout).into_owned();
+    assert!(
+        printed.contains("--llm-tool-mode text"),
+        "the table names the setting: {printed}"
     );
 }

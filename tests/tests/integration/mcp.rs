@@ -25,33 +25,12 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(120);
 
-/// Every tool `mtswarm mcp` serves, sorted.
-const TOOLS: [&str; 7] = [
-    "get_job",
-    "get_report",
-    "list_fleet",
-    "list_jobs",
-    "list_results",
-    "submit_job",
-    "watch_job",
-];
-
 type Client = RunningService<RoleClient, ()>;
 
 /// `mtswarm-node` with the stack's client configuration and nothing of
 /// the test's environment that would point it elsewhere.
 fn node_command(client_config: &Path) -> std::process::Command {
-    let mut command = std::process::Command::new(node_bin!());
-    command
-        .env("MTSWARM_CACHE_DIR", mtswarm_tests::emulator_cache_dir())
-        .env("MTSWARM_CONFIG", client_config)
-        .env_remove("MTSWARM_LEADER")
-        .env_remove("MTSWARM_NATS_URL")
-        .env_remove("MTSWARM_FLEET")
-        .env_remove("MTSWARM_TOKEN_FILE")
-        .env_remove("MTSWARM_TLS_CA")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
-    command
+    mtswarm_tests::cli::configured_node(&node_bin!(), client_config)
 }
 
 /// `mtswarm mcp` on stdio as a child of this test, optionally with another
@@ -171,7 +150,7 @@ async fn an_mcp_client_runs_a_vecadd_job_through_mtswarm_mcp() {
         info.server_info.as_ref().map(|s| s.name.as_str()),
         Some("mtswarm")
     );
-    assert_eq!(tool_names(&admin).await, TOOLS);
+    assert_eq!(tool_names(&admin).await, mtswarm_cli::MCP_TOOL_NAMES);
     let job_id = run_a_vecadd_job(&admin).await;
     read_the_job(&admin, &job_id).await;
     admin.cancel().await.expect("close the stdio session");
@@ -333,7 +312,7 @@ async fn the_submitter_over_streamable_http(client_config: &Path, credentials: &
         ().serve(StreamableHttpClientTransport::from_uri(url))
             .await
             .expect("MCP handshake over streamable HTTP");
-    assert_eq!(tool_names(&submitter).await, TOOLS);
+    assert_eq!(tool_names(&submitter).await, mtswarm_cli::MCP_TOOL_NAMES);
     let jobs = answer(&submitter, "list_jobs", json!({})).await;
     assert!(jobs["count"].is_u64(), "{jobs:#}");
     let refused = refusal(&submitter, "list_fleet", json!({})).await;

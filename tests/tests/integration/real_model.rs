@@ -327,34 +327,8 @@ async fn real_model_drives_a_job_to_completion() {
         MODEL_NAME.to_string(),
     ];
     let stack = TestStack::start(options).await;
-    stack.wait_for_slices(1, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-
-    let job_id = submit(
-        &mut control,
-        job_spec("Tune vecadd with one candidate", "vecadd", 0, true),
-    )
-    .await;
-    let events = watch_to_end(&mut control, &job_id, Duration::from_secs(300), || {
-        format!("workers:\n{}", stack.worker_logs())
-    })
-    .await;
-    let job = get_job(&mut control, &job_id).await;
+    let (job, events) = vecadd_job_succeeds(&stack, &server).await;
     let requests = server.requests();
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "job {job:#?}\nrequests seen: {}\nworkers:\n{}",
-        requests.len(),
-        stack.worker_logs()
-    );
-
-    // The strict template rendered every request.
-    let refused = server.refusals();
-    assert!(
-        refused.is_empty(),
-        "refused by the strict template: {refused:#?}"
-    );
 
     assert_each_request_is_a_prefix_of_the_next(&requests);
     let leader_requests: Vec<&Value> = requests
@@ -365,7 +339,6 @@ async fn real_model_drives_a_job_to_completion() {
     assert_the_leader_answer_is_grounded(&job, &leader_requests);
     assert_the_task_result_is_measured(&events, &stack);
 
-    drop(control);
     stack.shutdown().await;
     drop(server);
 }
@@ -548,31 +521,8 @@ async fn text_tool_calls_drive_a_job_on_a_server_without_tool_calling() {
         "text".to_string(),
     ];
     let stack = TestStack::start(options).await;
-    stack.wait_for_slices(1, Duration::from_secs(30)).await;
-    let mut control = stack.control().await;
-    let job_id = submit(
-        &mut control,
-        job_spec("Tune vecadd with one candidate", "vecadd", 0, true),
-    )
-    .await;
-    watch_to_end(&mut control, &job_id, Duration::from_secs(300), || {
-        format!("workers:\n{}", stack.worker_logs())
-    })
-    .await;
-    let job = get_job(&mut control, &job_id).await;
+    let (job, _) = vecadd_job_succeeds(&stack, &server).await;
     let requests = server.requests();
-    assert_eq!(
-        job.state(),
-        v1::JobState::Succeeded,
-        "job {job:#?}\nrequests seen: {}\nworkers:\n{}",
-        requests.len(),
-        stack.worker_logs()
-    );
-    let refused = server.refusals();
-    assert!(
-        refused.is_empty(),
-        "refused by the strict template: {refused:#?}"
-    );
     // No request offered native tools; both loops listed theirs in text
     // and got their calls' results back as user messages.
     assert!(
@@ -599,4 +549,38 @@ async fn text_tool_calls_drive_a_job_on_a_server_without_tool_calling() {
         job.final_answer
     );
     stack.shutdown().await;
+}
+
+/// Submits a one-candidate vecadd job to `stack` and waits for its end:
+/// the job SUCCEEDED, and the strict template of `server` rendered every
+/// request. The job and its events.
+async fn vecadd_job_succeeds(
+    stack: &TestStack,
+    server: &ModelServer,
+) -> (v1::JobRecord, Vec<v1::JobEvent>) {
+    stack.wait_for_slices(1, Duration::from_secs(30)).await;
+    let mut control = stack.control().await;
+    let job_id = submit(
+        &mut control,
+        job_spec("Tune vecadd with one candidate", "vecadd", 0, true),
+    )
+    .await;
+    let events = watch_to_end(&mut control, &job_id, Duration::from_secs(300), || {
+        format!("workers:\n{}", stack.worker_logs())
+    })
+    .await;
+    let job = get_job(&mut control, &job_id).await;
+    assert_eq!(
+        job.state(),
+        v1::JobState::Succeeded,
+        "job {job:#?}\nrequests seen: {}\nworkers:\n{}",
+        server.requests().len(),
+        stack.worker_logs()
+    );
+    let refused = server.refusals();
+    assert!(
+        refused.is_empty(),
+        "refused by the strict template: {refused:#?}"
+    );
+    (job, events)
 }

@@ -3,6 +3,7 @@
 
 use std::pin::Pin;
 
+use async_nats::Subscriber;
 use async_nats::jetstream::consumer::{self, DeliverPolicy, pull};
 use futures::{Stream, StreamExt as _};
 use mtswarm_proto::v1;
@@ -34,19 +35,22 @@ impl Bus {
             })
     }
 
-    async fn subscribe_core<T: BusMessage>(
-        &self,
-        subject: String,
-    ) -> Result<ReceivedStream<T>, BusError> {
-        let subscriber = self
-            .client()
+    /// A core NATS subscription to `subject`.
+    async fn core_subscriber(&self, subject: String) -> Result<Subscriber, BusError> {
+        self.client()
             .subscribe(subject.clone())
             .await
             .map_err(|source| BusError::Subscribe {
                 subject,
                 source: source.into(),
-            })?;
-        Ok(received_stream(subscriber))
+            })
+    }
+
+    async fn subscribe_core<T: BusMessage>(
+        &self,
+        subject: String,
+    ) -> Result<ReceivedStream<T>, BusError> {
+        Ok(received_stream(self.core_subscriber(subject).await?))
     }
 
     /// Publishes a progress event to `mtswarm.event.<job_id>.<agent_id>` (core
@@ -103,15 +107,9 @@ impl Bus {
         &self,
         job_id: &str,
     ) -> Result<ReceivedStream<v1::AgentEvent>, BusError> {
-        let subject = subjects::events_for_job(job_id)?;
         let subscriber = self
-            .client()
-            .subscribe(subject.clone())
-            .await
-            .map_err(|source| BusError::Subscribe {
-                subject,
-                source: source.into(),
-            })?;
+            .core_subscriber(subjects::events_for_job(job_id)?)
+            .await?;
         Ok(Box::pin(subscriber.flat_map(|message| {
             let subject = message.subject.to_string();
             let headers = message.headers.unwrap_or_default();

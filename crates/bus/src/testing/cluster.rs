@@ -149,7 +149,9 @@ pub async fn stream_leader(bus: &Bus, name: &str, timeout: Duration) -> String {
     }
 }
 
-async fn stream_info(bus: &Bus, name: &str) -> Result<stream::Info, String> {
+/// What `bus`'s server says of stream `name` (its configuration and
+/// cluster), or why it could not say.
+pub async fn stream_info(bus: &Bus, name: &str) -> Result<stream::Info, String> {
     let mut stream = bus
         .jetstream()
         .get_stream(name)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::task;
 use futures::StreamExt as _;
 use mtswarm_bus::testing::cluster::{
-    LocalCluster, stream_leader, wait_meta_leader, wait_replicas_current,
+    LocalCluster, stream_info, stream_leader, wait_meta_leader, wait_replicas_current,
 };
 use mtswarm_bus::{
     Bus, BusConfig, BusError, DeliveryStream, Jobs, TaskConsumerConfig, TopologyConfig, subjects,
@@ -141,12 +141,7 @@ async fn a_three_replica_bus_survives_a_killed_node_and_the_node_catches_up() {
     until_ok("ensure R3", || leader.ensure_topology(&topology)).await;
     wait_replicas_current(&leader, WAIT).await;
 
-    let tasks_info = leader
-        .jetstream()
-        .get_stream(subjects::TASKS_STREAM)
-        .await
-        .expect("tasks stream")
-        .get_info()
+    let tasks_info = stream_info(&leader, subjects::TASKS_STREAM)
         .await
         .expect("tasks info");
     assert_eq!(tasks_info.config.num_replicas, 3);

@@ -37,11 +37,9 @@ async fn a_kept_lease_outlives_the_election_of_its_buckets_leader() {
     let leases = Leases::open(&bus).await.expect("leases");
     let held = leases
         .acquire(&LeaseRequest {
-            slice_id: "b0-c0".into(),
-            worker_id: "w0".into(),
             session_id: "s0".into(),
             job_id: "j0".into(),
-            ttl: TTL,
+            ..LeaseRequest::idle("b0-c0", "w0", TTL)
         })
         .await
         .expect("acquire");
@@ -61,17 +59,7 @@ async fn a_kept_lease_outlives_the_election_of_its_buckets_leader() {
     let killed_at = tokio::time::Instant::now();
 
     // Renewed on the new leader, and never lost on the way.
-    let renewed = tokio::time::timeout(
-        WAIT,
-        state.wait_for(|s| match s {
-            KeptLease::Held(held) => held.revision > renewed_before,
-            _ => true,
-        }),
-    )
-    .await
-    .expect("renewed after the kill")
-    .expect("keeper alive")
-    .clone();
+    let renewed = mtswarm_bus::testing::renewed_after(&mut state, renewed_before, WAIT).await;
     let after = killed_at.elapsed();
     let KeptLease::Held(renewed) = renewed else {
         panic!("lost over the election, {after:?} after the kill: {renewed:?}");

@@ -18,13 +18,7 @@ const TTL: Duration = Duration::from_secs(2);
 const RENEW_EVERY: Duration = Duration::from_millis(600);
 
 fn request(slice: usize, worker: &str) -> LeaseRequest {
-    LeaseRequest {
-        slice_id: format!("b0-c{slice}"),
-        worker_id: worker.into(),
-        session_id: String::new(),
-        job_id: String::new(),
-        ttl: TTL,
-    }
+    LeaseRequest::idle(format!("b0-c{slice}"), worker, TTL)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use mtswarm_proto::v1;
 use serde_json::{Value, json};
 
 use super::output::{Listing, print_json};
-use crate::common::{LeaderArgs, local_identity, rpc_error};
+use crate::common::{LeaderArgs, job_states, list_all_jobs, local_identity, rpc_error};
 use crate::render;
 
 /// Arguments of `mtswarm jobs`: a filtered list, or one job in detail.
@@ -105,31 +105,10 @@ pub(crate) async fn jobs(cmd: JobsCmd) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut states = Vec::new();
-    for name in &cmd.states {
-        let state = render::parse_job_state(name).with_context(|| {
-            format!("unknown job state {name:?} (queued, running, succeeded, failed, cancelled)")
-        })?;
-        states.push(state as i32);
-    }
-    let mut jobs = Vec::new();
-    let mut page_token = String::new();
-    loop {
-        let page = control
-            .list_jobs(v1::ListJobsRequest {
-                states: states.clone(),
-                page_size: 0,
-                page_token: page_token.clone(),
-            })
-            .await
-            .map_err(|status| rpc_error("listing jobs", &cmd.leader.url(), status))?
-            .into_inner();
-        jobs.extend(page.jobs);
-        if page.next_page_token.is_empty() || page.next_page_token == page_token {
-            break;
-        }
-        page_token = page.next_page_token;
-    }
+    let states = job_states(&cmd.states).map_err(anyhow::Error::msg)?;
+    let jobs = list_all_jobs(&mut control, &states)
+        .await
+        .map_err(|status| rpc_error("listing jobs", &cmd.leader.url(), status))?;
     let listing = Listing {
         items: &jobs,
         json_key: "jobs",

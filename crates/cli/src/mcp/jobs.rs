@@ -1,6 +1,5 @@
 //! Tool `list_jobs`: the jobs the leader knows, optionally by state.
 
-use mtswarm_proto::v1;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::{tool, tool_router};
@@ -10,10 +9,8 @@ use serde_json::{Value, json};
 
 use super::reply::{ToolError, reply};
 use super::server::FarmServer;
+use crate::common::{job_states, list_all_jobs};
 use crate::render;
-
-/// Pages read at most (a runaway page token cannot loop forever).
-const MAX_PAGES: usize = 1000;
 
 /// Which jobs to list.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -37,34 +34,14 @@ impl FarmServer {
 
 impl FarmServer {
     async fn list(&self, request: ListJobs) -> Result<Value, ToolError> {
-        let mut states = Vec::new();
-        for name in &request.states {
-            let state = render::parse_job_state(name).ok_or_else(|| {
-                ToolError::Invalid(format!(
-                    "unknown job state {name:?} (queued, running, succeeded, failed, cancelled)"
-                ))
-            })?;
-            states.push(state as i32);
-        }
+        let states = job_states(&request.states).map_err(ToolError::Invalid)?;
         let mut control = self.control().await?;
-        let mut jobs = Vec::new();
-        let mut page_token = String::new();
-        for _ in 0..MAX_PAGES {
-            let page = control
-                .list_jobs(v1::ListJobsRequest {
-                    states: states.clone(),
-                    page_size: 0,
-                    page_token: page_token.clone(),
-                })
-                .await
-                .map_err(ToolError::leader("listing jobs"))?
-                .into_inner();
-            jobs.extend(page.jobs.iter().map(render::job));
-            if page.next_page_token.is_empty() || page.next_page_token == page_token {
-                break;
-            }
-            page_token = page.next_page_token;
-        }
+        let jobs: Vec<Value> = list_all_jobs(&mut control, &states)
+            .await
+            .map_err(ToolError::leader("listing jobs"))?
+            .iter()
+            .map(render::job)
+            .collect();
         Ok(json!({ "count": jobs.len(), "jobs": jobs }))
     }
 }

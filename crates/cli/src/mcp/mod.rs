@@ -44,6 +44,19 @@ pub(crate) const DEFAULT_HTTP: &str = "127.0.0.1:7790";
 /// The path the streamable HTTP transport serves.
 pub(crate) const HTTP_PATH: &str = "/mcp";
 
+/// Every tool `mtswarm mcp` serves, sorted by name: what an MCP client
+/// lists, whatever role its credential has (each call then checks the
+/// role it needs).
+pub const MCP_TOOL_NAMES: [&str; 7] = [
+    "get_job",
+    "get_report",
+    "list_fleet",
+    "list_jobs",
+    "list_results",
+    "submit_job",
+    "watch_job",
+];
+
 /// Arguments of `mtswarm mcp`: the transport, and where the leader (and the
 /// results store, for reports) are and how to authenticate.
 #[derive(Debug, Args)]

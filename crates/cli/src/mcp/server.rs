@@ -130,18 +130,7 @@ mod tests {
                 nats_security: NatsSecurityArgs::default(),
             },
         );
-        assert_eq!(
-            server.tool_names(),
-            [
-                "get_job",
-                "get_report",
-                "list_fleet",
-                "list_jobs",
-                "list_results",
-                "submit_job",
-                "watch_job"
-            ]
-        );
+        assert_eq!(server.tool_names(), super::super::MCP_TOOL_NAMES);
         for tool in server.tool_router.list_all() {
             assert!(
                 tool.description.as_deref().is_some_and(|d| d.len() > 20),

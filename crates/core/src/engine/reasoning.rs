@@ -5,7 +5,7 @@ use crate::event::EventKind;
 use crate::gate::GateVerdict;
 use crate::middleware::{CompactionTrigger, ModelTurn};
 use crate::model::{Message, ModelError};
-use crate::registry::parse_arguments;
+use crate::registry::{CallRejection, parse_arguments};
 use crate::state::{CallStatus, Node, PendingCall, StopReason, TransitionReason, Verdict};
 
 use super::Run;
@@ -242,7 +242,15 @@ impl Run {
         let mut pending = Vec::with_capacity(calls.len());
         let mut protocol_errors: u32 = 0;
         for call in calls {
-            let (arguments, status) = match parse_arguments(&call.arguments) {
+            // A call the client saw attempted in text but could not read
+            // is a protocol error naming its problem.
+            let parsed = match call.unreadable_problem() {
+                Some(problem) => Err(CallRejection::Protocol(format!(
+                    "protocol error: {problem}"
+                ))),
+                None => parse_arguments(&call.arguments),
+            };
+            let (arguments, status) = match parsed {
                 Ok(value) => (Some(value), CallStatus::Pending),
                 Err(rejection) => {
                     protocol_errors += 1;

@@ -31,19 +31,6 @@ fn evidence(kind: &str, passed: bool) -> Effect {
     }
 }
 
-/// The last user message the model was sent in its `index`-th request:
-/// where the gate's feedback goes.
-fn last_user_message(model: &ScriptedModel, index: usize) -> String {
-    model.requests()[index]
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == Role::User)
-        .expect("feedback")
-        .content
-        .clone()
-}
-
 /// The run ended with `text`, verified.
 fn assert_passed_with(outcome: &Outcome, text: &str) {
     assert!(
@@ -112,7 +99,7 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
         ]
     );
     assert_eq!(state.recovery().completion_blocks, 1);
-    let feedback = last_user_message(&model, 1);
+    let feedback = model.last_user_message(1);
     assert!(feedback.contains("validate"), "{feedback}");
 }
 
@@ -174,7 +161,7 @@ async fn evidence_before_the_latest_edit_is_void() {
     assert_passed_with(&outcome, "re-verified, 3x");
     let state = outcome.state();
     assert_eq!(state.recovery().completion_blocks, 1);
-    let text = last_user_message(&model, 4);
+    let text = model.last_user_message(4);
     assert!(text.contains("'gemm.c' changed"), "{text}");
     assert!(text.contains("validate, benchmark"), "{text}");
     assert!(state.evidence().has_valid("validate"));

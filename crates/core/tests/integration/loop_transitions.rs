@@ -454,17 +454,8 @@ async fn second_empty_reply_fails_the_run() {
 
 #[tokio::test]
 async fn unparseable_tool_call_json_is_a_protocol_error_and_retried() {
-    let (engine, model) = engine(
-        EngineConfig::default(),
-        vec![
-            ScriptedTurn::call("c1", "read_file", r#"{"path": "a.c""#),
-            ScriptedTurn::call("c2", "read_file", r#"{"path": "a.c"}"#),
-            ScriptedTurn::text("done"),
-        ],
-        registry(vec![FnTool::echo("read_file", "contents")]),
-        auto_all(),
-    );
-    let (_, outcome) = run_go(&engine).await;
+    let (_, outcome, model) =
+        refused_then_read(ScriptedTurn::call("c1", "read_file", r#"{"path": "a.c""#)).await;
     let state = outcome.state();
     assert_eq!(final_text(&outcome), "done");
     assert_eq!(state.risk().protocol_errors, 1);
@@ -723,22 +714,18 @@ async fn working_state_time_and_context_usage_are_injected() {
     // After a tool result, the session context is a user message of its own.
     assert_eq!(injected.role, Role::User);
     assert!(injected.content.starts_with("[session context]"));
-    assert!(
-        injected
-            .content
-            .contains("current time: 2023-11-14T22:13:20Z")
-    );
-    assert!(injected.content.contains("\"source_file\":\"gemm.c\""));
-    assert!(
-        injected.content.contains("tokens ("),
-        "{}",
-        injected.content
-    );
-    assert!(
-        injected.content.contains("step 2 of 40"),
-        "{}",
-        injected.content
-    );
+    for part in [
+        "current time: 2023-11-14T22:13:20Z",
+        "\"source_file\":\"gemm.c\"",
+        "tokens (",
+        "step 2 of 40",
+    ] {
+        assert!(
+            injected.content.contains(part),
+            "{part}: {}",
+            injected.content
+        );
+    }
     assert_one_injection_in_the_last_message(&requests);
     // Everything before the per-step tail is byte-identical in the next
     // request: the first request's task without its injection.

@@ -1,4 +1,5 @@
-//! The engine's tests: loop transitions, approvals, middleware, concurrency.
+//! The engine's tests: loop transitions, approvals, middleware, concurrency,
+//! unreadable tool calls.
 //!
 //! Every file beside this one is a module of one test binary. A binary per
 //! file would link the whole dependency tree (the emulator's compiler and
@@ -15,3 +16,4 @@ mod completion_gate;
 mod concurrency;
 mod loop_transitions;
 mod middleware;
+mod unreadable_calls;

@@ -44,55 +44,31 @@ impl Recorder {
     }
 }
 
+/// The hooks of [`Middleware`] as `hook(input) -> output as "label"`:
+/// each one a [`Recorder::wrap`] logging under its label.
+macro_rules! recorded_hooks {
+    ($($hook:ident($input:ty) -> $output:ty as $label:literal;)*) => {
+        $(
+            fn $hook<'a>(
+                &'a self,
+                input: $input,
+                next: Next<'a, $input, $output>,
+            ) -> BoxFuture<'a, $output> {
+                self.wrap($label, input, next)
+            }
+        )*
+    };
+}
+
 impl Middleware for Recorder {
-    fn on_step<'a>(
-        &'a self,
-        info: StepInfo,
-        next: Next<'a, StepInfo, StepReport>,
-    ) -> BoxFuture<'a, StepReport> {
-        self.wrap("step", info, next)
-    }
-    fn on_reasoning<'a>(
-        &'a self,
-        info: StepInfo,
-        next: Next<'a, StepInfo, StepReport>,
-    ) -> BoxFuture<'a, StepReport> {
-        self.wrap("reasoning", info, next)
-    }
-    fn on_acting<'a>(
-        &'a self,
-        info: StepInfo,
-        next: Next<'a, StepInfo, StepReport>,
-    ) -> BoxFuture<'a, StepReport> {
-        self.wrap("acting", info, next)
-    }
-    fn on_model_call<'a>(
-        &'a self,
-        input: ModelCallInput,
-        next: Next<'a, ModelCallInput, Result<ModelTurn, ModelError>>,
-    ) -> BoxFuture<'a, Result<ModelTurn, ModelError>> {
-        self.wrap("model", input, next)
-    }
-    fn on_tool_call<'a>(
-        &'a self,
-        info: ToolCallInfo,
-        next: Next<'a, ToolCallInfo, ToolCallOutcome>,
-    ) -> BoxFuture<'a, ToolCallOutcome> {
-        self.wrap("tool", info, next)
-    }
-    fn on_check_permission<'a>(
-        &'a self,
-        input: PermissionInput,
-        next: Next<'a, PermissionInput, Permission>,
-    ) -> BoxFuture<'a, Permission> {
-        self.wrap("permission", input, next)
-    }
-    fn on_system_prompt<'a>(
-        &'a self,
-        input: SystemPromptInput,
-        next: Next<'a, SystemPromptInput, String>,
-    ) -> BoxFuture<'a, String> {
-        self.wrap("prompt", input, next)
+    recorded_hooks! {
+        on_step(StepInfo) -> StepReport as "step";
+        on_reasoning(StepInfo) -> StepReport as "reasoning";
+        on_acting(StepInfo) -> StepReport as "acting";
+        on_model_call(ModelCallInput) -> Result<ModelTurn, ModelError> as "model";
+        on_tool_call(ToolCallInfo) -> ToolCallOutcome as "tool";
+        on_check_permission(PermissionInput) -> Permission as "permission";
+        on_system_prompt(SystemPromptInput) -> String as "prompt";
     }
 }
 
@@ -280,11 +256,16 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Ca
     }
 }
 
-#[tokio::test]
-async fn tracing_middleware_builds_the_span_tree() {
+/// Spans of this thread go to a fresh [`Capture`] while the guard lives.
+fn capturing() -> (Capture, tracing::subscriber::DefaultGuard) {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
+    (capture, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test]
+async fn tracing_middleware_builds_the_span_tree() {
+    let (capture, _guard) = capturing();
 
     let (engine, _) = engine(
         EngineConfig::default(),
@@ -367,9 +348,7 @@ async fn tracing_middleware_builds_the_span_tree() {
 
 #[tokio::test]
 async fn message_content_reaches_spans_only_when_asked_for() {
-    let capture = Capture::default();
-    let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (capture, _guard) = capturing();
 
     let (engine, _) = engine(
         EngineConfig::default(),

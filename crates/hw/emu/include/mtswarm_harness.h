@@ -1,6 +1,9 @@
 /* Helpers for host harnesses (examples/kernels/<name>/host.c): argument
- * parsing, core selection and the MTSWARM_RESULT line. Plain C with no
- * emulator dependency, so a harness builds for the board as well.
+ * parsing, opening the cluster, core selection, launching an execution,
+ * comparing its output and the MTSWARM_RESULT line. Plain C with no
+ * emulator dependency, so a harness builds for the board as well. They
+ * live here, on the toolchain's include path, rather than in each kernel
+ * directory: what checks a kernel is never the kernel's to change.
  *
  * Protocol: one line per kernel execution on stdout,
  *   MTSWARM_TIME {"seconds":0.0123}     (wall clock of group_exec..group_wait)
@@ -159,6 +162,62 @@ static inline void mtswarm_report(int valid, double max_abs_err, double flops, c
     if (mtswarm_seed_drawn_) printf(",\"seed\":%llu", (unsigned long long)mtswarm_seed_current_);
     fputs("}\n", stdout);
     fflush(stdout);
+}
+
+/* Open the launch's cluster (mtswarm_cluster) and load the kernel
+ * (kernel.dat) onto it; a harness that cannot exits with status 1, naming
+ * itself (`harness`). Returns the cluster. */
+static inline int mtswarm_open(const char *harness) {
+    int cluster = mtswarm_cluster();
+    if (hthread_dev_open(cluster) != 0 || hthread_dat_load(cluster, "kernel.dat") != 0) {
+        fprintf(stderr, "%s: cannot open cluster %d\n", harness, cluster);
+        exit(1);
+    }
+    return cluster;
+}
+
+/* Unload the kernel and close the cluster mtswarm_open opened. */
+static inline void mtswarm_close(int cluster) {
+    hthread_dat_unload(cluster);
+    hthread_dev_close(cluster);
+}
+
+/* Run one execution: the __global__ function `kernel` on `cores` cores of
+ * `cluster`, with `nscalar` scalar then `nptr` pointer arguments `args`,
+ * timed by mtswarm_exec_and_wait. A group that cannot be created is
+ * reported as an invalid execution of `flops` and returns -1; else 0. */
+static inline int mtswarm_launch(int cluster, int cores, const char *kernel, int nscalar, int nptr,
+                                 uint64_t *args, double flops) {
+    int group = hthread_group_create(cluster, cores, kernel, nscalar, nptr, args);
+    if (group < 0) {
+        mtswarm_report(0, NAN, flops, "hthread_group_create failed");
+        return -1;
+    }
+    mtswarm_exec_and_wait(group);
+    hthread_group_destroy(group);
+    return 0;
+}
+
+/* max_i |got[i] - want[i]| over `n` elements; NaN when any difference is
+ * NaN (an element left unwritten as NaN fails wherever it stands). */
+static inline double mtswarm_max_abs_diff(const double *got, const double *want, size_t n) {
+    double max_err = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs(got[i] - want[i]);
+        if (isnan(err)) return NAN;
+        if (err > max_err) max_err = err;
+    }
+    return max_err;
+}
+
+/* Report an execution of `flops` whose largest error is `max_err`: valid
+ * when it is within `tolerance` (NaN never is). Returns whether it was. */
+static inline int mtswarm_report_within(double max_err, double tolerance, double flops) {
+    int valid = max_err <= tolerance;
+    char msg[128];
+    snprintf(msg, sizeof msg, "max_abs_err %.3e exceeds tolerance %.1e", max_err, tolerance);
+    mtswarm_report(valid, max_err, flops, valid ? NULL : msg);
+    return valid;
 }
 
 #endif

@@ -8,6 +8,7 @@
 //! anything else, or one of these with another signature, is refused at
 //! build time with the reason.
 
+use DeviceFn::{Api, Libm, Memory};
 use wasmparser::ValType::{self, F32, F64, I32};
 
 /// Module name of every device import.
@@ -39,7 +40,8 @@ pub(crate) struct Import {
     pub(crate) kind: DeviceFn,
 }
 
-const fn api(
+const fn import(
+    kind: DeviceFn,
     name: &'static str,
     params: &'static [ValType],
     results: &'static [ValType],
@@ -48,89 +50,62 @@ const fn api(
         name,
         params,
         results,
-        kind: DeviceFn::Api,
-    }
-}
-
-const fn libm(
-    name: &'static str,
-    params: &'static [ValType],
-    results: &'static [ValType],
-) -> Import {
-    Import {
-        name,
-        params,
-        results,
-        kind: DeviceFn::Libm,
+        kind,
     }
 }
 
 /// Every importable function. Pointers, `int`, `unsigned int` and
 /// `unsigned long` are all `i32` on wasm32.
 pub(crate) const IMPORTS: &[Import] = &[
-    api("get_thread_id", &[], &[I32]),
-    api("get_group_size", &[], &[I32]),
-    api("get_core_id", &[], &[I32]),
-    api("group_barrier", &[I32], &[]),
-    api("core_barrier", &[I32, I32], &[]),
-    api("hthread_printf", &[I32, I32], &[I32]),
-    api("get_clk", &[], &[I32]),
-    api("scalar_malloc", &[I32], &[I32]),
-    api("scalar_free", &[I32], &[]),
-    api("vector_malloc", &[I32], &[I32]),
-    api("vector_free", &[I32], &[]),
-    api(
+    import(Api, "get_thread_id", &[], &[I32]),
+    import(Api, "get_group_size", &[], &[I32]),
+    import(Api, "get_core_id", &[], &[I32]),
+    import(Api, "group_barrier", &[I32], &[]),
+    import(Api, "core_barrier", &[I32, I32], &[]),
+    import(Api, "hthread_printf", &[I32, I32], &[I32]),
+    import(Api, "get_clk", &[], &[I32]),
+    import(Api, "scalar_malloc", &[I32], &[I32]),
+    import(Api, "scalar_free", &[I32], &[]),
+    import(Api, "vector_malloc", &[I32], &[I32]),
+    import(Api, "vector_free", &[I32], &[]),
+    import(
+        Api,
         "dma_p2p",
         &[I32, I32, I32, I32, I32, I32, I32, I32, I32, I32],
         &[I32],
     ),
-    api("dma_wait", &[I32], &[]),
-    api("dma_query", &[I32], &[I32]),
-    Import {
-        name: "memcpy",
-        params: &[I32, I32, I32],
-        results: &[I32],
-        kind: DeviceFn::Memory,
-    },
-    Import {
-        name: "memmove",
-        params: &[I32, I32, I32],
-        results: &[I32],
-        kind: DeviceFn::Memory,
-    },
-    Import {
-        name: "memset",
-        params: &[I32, I32, I32],
-        results: &[I32],
-        kind: DeviceFn::Memory,
-    },
-    libm("exp", &[F64], &[F64]),
-    libm("expf", &[F32], &[F32]),
-    libm("log", &[F64], &[F64]),
-    libm("logf", &[F32], &[F32]),
-    libm("pow", &[F64, F64], &[F64]),
-    libm("powf", &[F32, F32], &[F32]),
-    libm("sin", &[F64], &[F64]),
-    libm("sinf", &[F32], &[F32]),
-    libm("cos", &[F64], &[F64]),
-    libm("cosf", &[F32], &[F32]),
-    libm("tanh", &[F64], &[F64]),
-    libm("tanhf", &[F32], &[F32]),
-    libm("fmin", &[F64, F64], &[F64]),
-    libm("fminf", &[F32, F32], &[F32]),
-    libm("fmax", &[F64, F64], &[F64]),
-    libm("fmaxf", &[F32, F32], &[F32]),
-    libm("fma", &[F64, F64, F64], &[F64]),
-    libm("fmaf", &[F32, F32, F32], &[F32]),
+    import(Api, "dma_wait", &[I32], &[]),
+    import(Api, "dma_query", &[I32], &[I32]),
+    import(Memory, "memcpy", &[I32, I32, I32], &[I32]),
+    import(Memory, "memmove", &[I32, I32, I32], &[I32]),
+    import(Memory, "memset", &[I32, I32, I32], &[I32]),
+    import(Libm, "exp", &[F64], &[F64]),
+    import(Libm, "expf", &[F32], &[F32]),
+    import(Libm, "log", &[F64], &[F64]),
+    import(Libm, "logf", &[F32], &[F32]),
+    import(Libm, "pow", &[F64, F64], &[F64]),
+    import(Libm, "powf", &[F32, F32], &[F32]),
+    import(Libm, "sin", &[F64], &[F64]),
+    import(Libm, "sinf", &[F32], &[F32]),
+    import(Libm, "cos", &[F64], &[F64]),
+    import(Libm, "cosf", &[F32], &[F32]),
+    import(Libm, "tanh", &[F64], &[F64]),
+    import(Libm, "tanhf", &[F32], &[F32]),
+    import(Libm, "fmin", &[F64, F64], &[F64]),
+    import(Libm, "fminf", &[F32, F32], &[F32]),
+    import(Libm, "fmax", &[F64, F64], &[F64]),
+    import(Libm, "fmaxf", &[F32, F32], &[F32]),
+    import(Libm, "fma", &[F64, F64, F64], &[F64]),
+    import(Libm, "fmaf", &[F32, F32, F32], &[F32]),
     // Usually single instructions; imported when the compiler keeps the call.
-    libm("sqrt", &[F64], &[F64]),
-    libm("sqrtf", &[F32], &[F32]),
-    libm("fabs", &[F64], &[F64]),
-    libm("fabsf", &[F32], &[F32]),
-    libm("floor", &[F64], &[F64]),
-    libm("floorf", &[F32], &[F32]),
-    libm("ceil", &[F64], &[F64]),
-    libm("ceilf", &[F32], &[F32]),
+    import(Libm, "sqrt", &[F64], &[F64]),
+    import(Libm, "sqrtf", &[F32], &[F32]),
+    import(Libm, "fabs", &[F64], &[F64]),
+    import(Libm, "fabsf", &[F32], &[F32]),
+    import(Libm, "floor", &[F64], &[F64]),
+    import(Libm, "floorf", &[F32], &[F32]),
+    import(Libm, "ceil", &[F64], &[F64]),
+    import(Libm, "ceilf", &[F32], &[F32]),
 ];
 
 /// The importable function called `name`.

@@ -31,6 +31,10 @@ const RUNTIME_SOURCES: &[(&str, &str)] = &[
         "include/mtswarm_harness.h",
         include_str!("../../emu/include/mtswarm_harness.h"),
     ),
+    (
+        "include/mtswarm_gemm.h",
+        include_str!("../../emu/include/mtswarm_gemm.h"),
+    ),
     ("device/float.h", include_str!("../../emu/device/float.h")),
     ("device/limits.h", include_str!("../../emu/device/limits.h")),
     ("device/math.h", include_str!("../../emu/device/math.h")),

@@ -331,15 +331,7 @@ fn close_inherited_on_exec() {
             return;
         }
         // Kernels before 5.11 lack the flag: one descriptor at a time.
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur.min(1 << 16) as libc::c_int
-        } else {
-            1024
-        };
+        let max = crate::sandbox::descriptor_limit();
         for fd in 3..max {
             let flags = libc::fcntl(fd, libc::F_GETFD);
             if flags >= 0 {

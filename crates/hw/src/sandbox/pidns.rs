@@ -26,39 +26,19 @@
 //! restricted pod), a warning is logged once and the process-group kill
 //! stays the only guard.
 
-use std::sync::{Once, OnceLock};
-
-static MISSING: Once = Once::new();
+use std::sync::OnceLock;
 
 /// Whether this process may create PID namespaces (checked once, in a
 /// throw-away child, so the answer is known before any spawn relies on it).
 pub fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        // SAFETY: the child only calls unshare and _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let ok = unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0;
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        let mut ok = false;
-        if pid > 0 {
-            let mut status = 0;
-            // SAFETY: waiting for the child forked above.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-        }
-        if !ok {
-            MISSING.call_once(|| {
-                tracing::warn!(
-                    "sandbox: a PID namespace is not available on this host \
-                     (unshare(CLONE_NEWPID) is refused without CAP_SYS_ADMIN); a build's or \
-                     launch's descendants are killed by process group only, and one that calls \
-                     setsid can outlive it"
-                );
-            });
-        }
-        ok
+        super::may_unshare(
+            (libc::CLONE_NEWPID, "CLONE_NEWPID"),
+            "a PID namespace",
+            "a build's or launch's descendants are killed by process group only, and one that \
+             calls setsid can outlive it",
+        )
     })
 }
 
@@ -76,15 +56,7 @@ fn close_all_except(keep: libc::c_int) {
             return;
         }
         // Kernels before 5.9 lack close_range.
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur.min(1 << 16) as libc::c_int
-        } else {
-            1024
-        };
+        let max = super::descriptor_limit();
         for fd in 0..max {
             if fd != keep {
                 libc::close(fd);

@@ -23,41 +23,21 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Once, OnceLock};
+use std::sync::OnceLock;
 
 use crate::error::HwError;
-
-static MISSING: Once = Once::new();
 
 /// Whether this process may create mount namespaces (checked once, in a
 /// throw-away child).
 pub fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        // SAFETY: the child only calls unshare and _exit.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            let ok = unsafe { libc::unshare(libc::CLONE_NEWNS) } == 0;
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        let mut ok = false;
-        if pid > 0 {
-            let mut status = 0;
-            // SAFETY: waiting for the child forked above.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
-            ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-        }
-        if !ok {
-            MISSING.call_once(|| {
-                tracing::warn!(
-                    "sandbox: a mount namespace is not available on this host \
-                     (unshare(CLONE_NEWNS) is refused without CAP_SYS_ADMIN); device compiles \
-                     see the host's file system through Landlock only, which does not hide \
-                     whether a path exists"
-                );
-            });
-        }
-        ok
+        super::may_unshare(
+            (libc::CLONE_NEWNS, "CLONE_NEWNS"),
+            "a mount namespace",
+            "device compiles see the host's file system through Landlock only, which does not \
+             hide whether a path exists",
+        )
     })
 }
 

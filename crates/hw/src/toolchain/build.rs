@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::compile::{compile_cached, compile_kernel_step, compile_step, compiler_version};
-use super::{Flavor, OPT_FLAGS, TAIL_CHARS, Toolchain, check_defines};
+use super::{BuildDirs, Flavor, OPT_FLAGS, TAIL_CHARS, Toolchain};
 use crate::board::{Artifact, BuildRequest};
 use crate::device_check;
-use crate::emu::runtime::{materialize_runtime, runtime_hash, spec_string};
+use crate::emu::runtime::{runtime_hash, spec_string};
 use crate::error::HwError;
 use crate::error::io_err;
 use crate::plausibility::ModelFigures;
@@ -93,25 +93,12 @@ impl Toolchain {
     }
 
     pub(crate) async fn build_native(&self, request: &BuildRequest) -> Result<Artifact, HwError> {
-        check_defines(&request.defines)?;
-        let kernel_dir = &request.kernel_dir;
-        for file in ["kernel.c", "host.c"] {
-            if !kernel_dir.join(file).is_file() {
-                return Err(HwError::kernel(format!(
-                    "{}: missing {file}",
-                    kernel_dir.display()
-                )));
-            }
-        }
-        let kernel_dir = kernel_dir
-            .canonicalize()
-            .map_err(|e| HwError::kernel_caused(format!("{}: {e}", kernel_dir.display()), e))?;
-        let out_dir = &request.out_dir;
-        std::fs::create_dir_all(out_dir).map_err(|e| io_err("creating", out_dir, e))?;
-        let out_dir = out_dir
-            .canonicalize()
-            .map_err(|e| io_err("resolving", out_dir, e))?;
-        let runtime_dir = materialize_runtime(&self.cache_dir)?;
+        let BuildDirs {
+            kernel_dir,
+            out_dir,
+            runtime_dir,
+            defines,
+        } = self.build_dirs(request)?;
         let runtime_object = self.runtime_object(&runtime_dir).await?;
 
         let spec_c = out_dir.join("mtswarm_spec.c");
@@ -125,11 +112,6 @@ impl Toolchain {
         .map_err(|e| io_err("writing", &spec_c, e))?;
 
         let include = runtime_dir.join("include").display().to_string();
-        let defines: Vec<String> = request
-            .defines
-            .iter()
-            .map(|(k, v)| format!("-D{k}={v}"))
-            .collect();
         let compile = |source: PathBuf, object: &str| {
             let mut argv = vec![self.compiler.clone()];
             argv.extend(OPT_FLAGS.iter().map(|s| (*s).to_owned()));

@@ -121,14 +121,26 @@ pub(super) async fn compile_device_step(
         &limits,
         MAX_OUTPUT_BYTES,
     )
-    .await
-    .map_err(|e| match e {
+    .await;
+    compiler_result(what, out, |text| {
+        device_check::scrub_diagnostics(text, allowed)
+    })
+}
+
+/// What a compiler command (`what`) gave: its diagnostics, through
+/// `scrub`, when it succeeded; else a compile error with their tail (or the
+/// exit status when it printed none), or naming the time-out that ended it.
+fn compiler_result(
+    what: &str,
+    out: Result<ProcessOutput, HwError>,
+    scrub: impl Fn(&str) -> String,
+) -> Result<String, HwError> {
+    let out = out.map_err(|e| match e {
         HwError::Timeout(t) => {
             HwError::compile_caused(format!("{what}: compiler timed out after {t:?}"), e)
         }
         other => other,
     })?;
-    let scrub = |text: &str| device_check::scrub_diagnostics(text, allowed);
     if out.status.success() {
         Ok(scrub(&out.stderr))
     } else {
@@ -159,23 +171,8 @@ pub(super) async fn compile_step(
         argv.first()
             .and_then(|p| crate::sandbox::toolchain_root(p, path.as_deref())),
     );
-    let out = run_build_confined(&argv, cwd, &reads, Duration::from_secs(120))
-        .await
-        .map_err(|e| match e {
-            HwError::Timeout(t) => {
-                HwError::compile_caused(format!("{what}: compiler timed out after {t:?}"), e)
-            }
-            other => other,
-        })?;
-    if out.status.success() {
-        Ok(out.stderr)
-    } else {
-        let mut msg = tail(out.stderr.trim(), TAIL_CHARS);
-        if msg.is_empty() {
-            msg = format!("compiler exited with {}", out.status);
-        }
-        Err(HwError::compile(format!("{what}: {msg}")))
-    }
+    let out = run_build_confined(&argv, cwd, &reads, Duration::from_secs(120)).await;
+    compiler_result(what, out, str::to_owned)
 }
 
 /// [`compile_step`] for a translation unit of the kernel directory: its

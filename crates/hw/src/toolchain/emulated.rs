@@ -14,12 +14,12 @@
 use std::path::{Path, PathBuf};
 
 use super::compile::{compile_cached, compile_device_step, compile_step, compiler_version};
-use super::{TAIL_CHARS, Toolchain, check_defines, model_figures};
+use super::{BuildDirs, TAIL_CHARS, Toolchain, model_figures};
 use crate::board::{Artifact, BackendKind, BuildRequest};
 use crate::device_check;
 use crate::emu::contract;
 use crate::emu::instrument;
-use crate::emu::runtime::{materialize_runtime, runtime_hash};
+use crate::emu::runtime::runtime_hash;
 use crate::error::HwError;
 use crate::error::io_err;
 use crate::process::{kernel_hash, tail};
@@ -113,31 +113,13 @@ impl<'a> EmulatedBuild<'a> {
     /// Check the request (defines, `kernel.c` and `host.c`, line markers),
     /// create the build directory and materialize the runtime.
     fn prepare(toolchain: &'a Toolchain, request: &BuildRequest) -> Result<Self, HwError> {
-        check_defines(&request.defines)?;
-        let kernel_dir = &request.kernel_dir;
-        for file in ["kernel.c", "host.c"] {
-            if !kernel_dir.join(file).is_file() {
-                return Err(HwError::kernel(format!(
-                    "{}: missing {file}",
-                    kernel_dir.display()
-                )));
-            }
-        }
-        let kernel_dir = kernel_dir
-            .canonicalize()
-            .map_err(|e| HwError::kernel_caused(format!("{}: {e}", kernel_dir.display()), e))?;
-        let out_dir = &request.out_dir;
-        std::fs::create_dir_all(out_dir).map_err(|e| io_err("creating", out_dir, e))?;
-        let out_dir = out_dir
-            .canonicalize()
-            .map_err(|e| io_err("resolving", out_dir, e))?;
-        let runtime_dir = materialize_runtime(&toolchain.cache_dir)?;
+        let BuildDirs {
+            kernel_dir,
+            out_dir,
+            runtime_dir,
+            defines,
+        } = toolchain.build_dirs(request)?;
         device_check::check_line_markers(&kernel_dir)?;
-        let defines = request
-            .defines
-            .iter()
-            .map(|(k, v)| format!("-D{k}={v}"))
-            .collect();
         let reads = vec![kernel_dir.clone(), runtime_dir.clone()];
         Ok(Self {
             toolchain,

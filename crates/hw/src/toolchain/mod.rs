@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::board::{BackendKind, Slice};
-use crate::emu::runtime::default_cache_dir;
-use crate::error::HwError;
+use crate::board::{BackendKind, BuildRequest, Slice};
+use crate::emu::runtime::{default_cache_dir, materialize_runtime};
+use crate::error::{HwError, io_err};
 use crate::faults::FaultInjector;
 use crate::spec::ChipSpec;
 
@@ -110,6 +110,56 @@ impl Toolchain {
             clang: "clang".to_owned(),
             limits: RunLimits::default(),
             faults: None,
+        })
+    }
+}
+
+/// Where one build of the emulator or host backend reads and writes, each
+/// path canonical.
+pub(crate) struct BuildDirs {
+    /// The kernel directory (it has `kernel.c` and `host.c`).
+    pub(crate) kernel_dir: PathBuf,
+    /// The build directory, created.
+    pub(crate) out_dir: PathBuf,
+    /// The emulator's runtime tree, materialized in the cache.
+    pub(crate) runtime_dir: PathBuf,
+    /// `-DNAME=VALUE` of each define.
+    pub(crate) defines: Vec<String>,
+}
+
+impl Toolchain {
+    /// Check a build request (its defines, `kernel.c` and `host.c`), create
+    /// its build directory and materialize the runtime.
+    pub(crate) fn build_dirs(&self, request: &BuildRequest) -> Result<BuildDirs, HwError> {
+        check_defines(&request.defines)?;
+        let kernel_dir = &request.kernel_dir;
+        for file in ["kernel.c", "host.c"] {
+            if !kernel_dir.join(file).is_file() {
+                return Err(HwError::kernel(format!(
+                    "{}: missing {file}",
+                    kernel_dir.display()
+                )));
+            }
+        }
+        let kernel_dir = kernel_dir
+            .canonicalize()
+            .map_err(|e| HwError::kernel_caused(format!("{}: {e}", kernel_dir.display()), e))?;
+        let out_dir = &request.out_dir;
+        std::fs::create_dir_all(out_dir).map_err(|e| io_err("creating", out_dir, e))?;
+        let out_dir = out_dir
+            .canonicalize()
+            .map_err(|e| io_err("resolving", out_dir, e))?;
+        let runtime_dir = materialize_runtime(&self.cache_dir)?;
+        let defines = request
+            .defines
+            .iter()
+            .map(|(k, v)| format!("-D{k}={v}"))
+            .collect();
+        Ok(BuildDirs {
+            kernel_dir,
+            out_dir,
+            runtime_dir,
+            defines,
         })
     }
 }

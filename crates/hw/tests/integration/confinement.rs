@@ -145,16 +145,7 @@ async fn a_setsid_grandchild_of_the_compiler_dies_with_the_build() {
 
     // The board stays healthy: the artifact runs and validates.
     let outcome = board
-        .run(
-            &artifact,
-            &RunRequest {
-                cores: 2,
-                runs: 1,
-                timeout: Duration::from_secs(60),
-                args: Vec::new(),
-                seed: None,
-            },
-        )
+        .run(&artifact, &RunRequest::new(2, 1, Duration::from_secs(60)))
         .await
         .expect("runs");
     assert!(outcome.valid, "{:?}", outcome.error);
@@ -295,13 +286,7 @@ fn local_sdk_board(tmp: &Path, launch: Option<Vec<String>>) -> (SdkBoard, BuildR
 #[tokio::test]
 async fn a_local_sdk_launch_is_confined_and_still_measures() {
     let _serial = SERIAL.lock().await;
-    let run = RunRequest {
-        cores: 4,
-        runs: 2,
-        timeout: Duration::from_secs(20),
-        args: Vec::new(),
-        seed: None,
-    };
+    let run = RunRequest::new(4, 2, Duration::from_secs(20));
     // The documented launch, run on this host: the harness works.
     let tmp = tempfile::tempdir().expect("tmp");
     let (board, build) = local_sdk_board(tmp.path(), None);
@@ -403,16 +388,7 @@ async fn descriptors_the_daemon_holds_reach_neither_a_build_step_nor_a_launch() 
         .await
         .expect("builds natively");
     let outcome = native
-        .run(
-            &built,
-            &RunRequest {
-                cores: 2,
-                runs: 1,
-                timeout: Duration::from_secs(60),
-                args: Vec::new(),
-                seed: None,
-            },
-        )
+        .run(&built, &RunRequest::new(2, 1, Duration::from_secs(60)))
         .await
         .expect("runs");
     assert!(

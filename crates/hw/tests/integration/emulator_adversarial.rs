@@ -85,11 +85,16 @@ fn corpus_file(name: &str) -> String {
     std::fs::read_to_string(corpus_dir().join(format!("{name}.c"))).expect("corpus file")
 }
 
-/// A kernel directory: `harness` (a kernel directory's host.c) with the
-/// corpus kernel `name` as its device code and the honest helper beside it.
+/// A kernel directory: `harness` (a kernel directory's host.c, with the
+/// `sizes.h` beside it if there is one) with the corpus kernel `name` as its
+/// device code and the honest helper beside it.
 fn corpus_fixture(name: &str, harness: &Path) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::copy(harness, dir.path().join("host.c")).expect("copy host.c");
+    let sizes = harness.with_file_name("sizes.h");
+    if sizes.is_file() {
+        std::fs::copy(sizes, dir.path().join("sizes.h")).expect("copy sizes.h");
+    }
     std::fs::write(dir.path().join("kernel.c"), corpus_file(name)).expect("kernel.c");
     std::fs::copy(corpus_dir().join("honest.h"), dir.path().join("honest.h")).expect("honest.h");
     dir

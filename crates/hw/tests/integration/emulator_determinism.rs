@@ -35,13 +35,7 @@ async fn same_build_and_inputs_give_identical_cycles() {
         let outcome = board
             .run(
                 &artifact,
-                &RunRequest {
-                    cores: 4,
-                    runs,
-                    timeout: Duration::from_secs(120),
-                    args: Vec::new(),
-                    seed: None,
-                },
+                &RunRequest::new(4, runs, Duration::from_secs(120)),
             )
             .await
             .expect("runs");

@@ -1,8 +1,9 @@
 //! Capacity limits, errors and confinement of the emulator: every limit of
 //! the chip spec fails the run with a message naming it, compile errors come
 //! back with the compiler's message, a hanging kernel is killed at the
-//! timeout, and a kernel that turns wrong after its first execution is
-//! reported invalid on every later one.
+//! timeout, a kernel that turns wrong after its first execution is
+//! reported invalid on every later one, and an output element left NaN
+//! fails the harness's check wherever it stands.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -185,16 +186,7 @@ async fn a_hanging_kernel_is_killed_at_the_timeout() {
     let timeout = Duration::from_secs(2);
     let started = Instant::now();
     let err = board
-        .run(
-            &artifact,
-            &RunRequest {
-                cores: 2,
-                runs: 1,
-                timeout,
-                args: Vec::new(),
-                seed: None,
-            },
-        )
+        .run(&artifact, &RunRequest::new(2, 1, timeout))
         .await
         .expect_err("hangs");
     let elapsed = started.elapsed();
@@ -226,6 +218,30 @@ async fn a_kernel_wrong_after_its_first_execution_is_caught_on_every_later_run()
     }
     let clean = run_example("vecadd", &[], 2, 4).await.expect("runs");
     assert!(clean.valid && clean.samples.iter().all(|s| s.valid));
+}
+
+/// An output element left NaN fails the check wherever it stands, not only
+/// as the last one (a NaN error must not be replaced by the next finite one).
+#[tokio::test]
+async fn an_output_element_left_nan_is_invalid_wherever_it_stands() {
+    let kernel = kernel_with_body(
+        "",
+        "if (get_thread_id() != 0) return;\n\
+         for (uint64_t i = 0; i < n; i++) c[i] = a[i] + b[i];\n\
+         c[0] = __builtin_nan(\"\");",
+    );
+    let dir = fixture(&kernel);
+    let outcome = build_and_run(
+        &board(1),
+        dir.path(),
+        defines("vecadd", &[("N", "4096")]),
+        1,
+        1,
+    )
+    .await
+    .expect("runs");
+    assert!(!outcome.valid, "{outcome:?}");
+    assert_eq!(outcome.max_abs_err, None, "{outcome:?}");
 }
 
 #[tokio::test]
@@ -278,16 +294,7 @@ async fn the_host_backend_runs_the_same_directory_with_wall_clock_time() {
         .expect("builds");
     assert_eq!(artifact.backend, BackendKind::Host);
     let outcome = board
-        .run(
-            &artifact,
-            &RunRequest {
-                cores: 2,
-                runs: 2,
-                timeout: Duration::from_secs(60),
-                args: Vec::new(),
-                seed: None,
-            },
-        )
+        .run(&artifact, &RunRequest::new(2, 2, Duration::from_secs(60)))
         .await
         .expect("runs");
     assert!(outcome.valid, "{:?}", outcome.error);

@@ -63,13 +63,7 @@ async fn host_objects_are_reused_across_tuned_defines_and_rebuilt_when_they_matt
     assert_ne!(first.kernel_hash, second.kernel_hash);
 
     // The harness linked from cached objects still checks its answer.
-    let run = RunRequest {
-        cores: 2,
-        runs: 1,
-        timeout: Duration::from_secs(120),
-        args: Vec::new(),
-        seed: None,
-    };
+    let run = RunRequest::new(2, 1, Duration::from_secs(120));
     let outcome = board.run(&second, &run).await.expect("runs");
     assert!(outcome.valid, "{outcome:?}");
 

@@ -26,13 +26,7 @@ enum Seen {
 }
 
 async fn launch(board: &EmulatorBoard, artifact: &Artifact, timeout: Duration) -> Seen {
-    let request = mtswarm_hw::RunRequest {
-        cores: 2,
-        runs: 2,
-        timeout,
-        args: Vec::new(),
-        seed: None,
-    };
+    let request = mtswarm_hw::RunRequest::new(2, 2, timeout);
     match board.run(artifact, &request).await {
         Err(HwError::Timeout(_)) => Seen::Timeout,
         Err(other) => Seen::Other(other.to_string()),

@@ -118,13 +118,7 @@ async fn a_launched_kernel_cannot_reach_files_env_network_or_processes() {
         })
         .await
         .expect("the host backend builds plain C");
-    let request = RunRequest {
-        cores: 2,
-        runs: 1,
-        timeout: Duration::from_secs(60),
-        args: Vec::new(),
-        seed: None,
-    };
+    let request = RunRequest::new(2, 1, Duration::from_secs(60));
     let outcome = board.run(&artifact, &request).await.expect("runs");
     let tail = &outcome.output_tail;
     eprintln!("{tail}");

@@ -73,16 +73,6 @@ fn define(name: &str, value: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(name.to_string(), value.to_string())])
 }
 
-fn run_request(cores: u32, runs: u32, timeout: Duration) -> RunRequest {
-    RunRequest {
-        cores,
-        runs,
-        timeout,
-        args: vec![],
-        seed: None,
-    }
-}
-
 fn recorded(log: &Path) -> Vec<Vec<String>> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -174,7 +164,7 @@ async fn sdk_issues_the_documented_commands_and_parses_results() {
 
     let outcome = s
         .board
-        .run(&artifact, &run_request(8, 3, Duration::from_secs(30)))
+        .run(&artifact, &RunRequest::new(8, 3, Duration::from_secs(30)))
         .await
         .expect("run");
     let calls = recorded(&s.log);
@@ -269,7 +259,10 @@ async fn sdk_run_timeout_kills_the_process_group() {
     let start = Instant::now();
     let err = s
         .board
-        .run(&artifact, &run_request(1, 1, Duration::from_millis(300)))
+        .run(
+            &artifact,
+            &RunRequest::new(1, 1, Duration::from_millis(300)),
+        )
         .await
         .expect_err("hang times out");
     assert!(matches!(err, HwError::Timeout(_)), "{err}");
@@ -281,7 +274,7 @@ async fn sdk_run_timeout_kills_the_process_group() {
     );
     let err = s
         .board
-        .run(&artifact, &run_request(25, 1, Duration::from_secs(1)))
+        .run(&artifact, &RunRequest::new(25, 1, Duration::from_secs(1)))
         .await
         .expect_err("too many cores");
     assert!(err.to_string().contains("out of range 1..=24"), "{err}");

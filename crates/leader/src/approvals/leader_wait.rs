@@ -12,7 +12,8 @@ use tokio::sync::watch;
 
 use crate::ids::LEADER_AGENT_ID;
 use crate::job::JobContext;
-use crate::shared::Shared;
+use crate::keys::LeaderKeys;
+use crate::stores::Stores;
 
 fn now() -> prost_types::Timestamp {
     prost_types::Timestamp::from(SystemTime::now())
@@ -26,41 +27,33 @@ pub(crate) enum Decisions {
 }
 
 /// Marks a still-pending approval as denied by timeout.
-async fn record_timeout(shared: &Shared, approval_id: &str) {
-    let Ok(Some(current)) = shared.approvals.get(approval_id).await else {
+async fn record_timeout(stores: &Stores, keys: &LeaderKeys, approval_id: &str) {
+    let Ok(Some(current)) = stores.approvals.get(approval_id).await else {
         return;
     };
-    let signer = shared.config.decision_key.as_ref();
+    let signer = keys.decision();
     let current = super::as_worker_sees_it(signer, &current);
     let request = current.value.request.clone().unwrap_or_default();
     let mut decision = v1::ApprovalDecision {
         approval_id: approval_id.to_string(),
-        job_id: request.job_id.clone(),
-        session_id: request.session_id.clone(),
-        call_id: request.call_id.clone(),
-        verdict: v1::ApprovalVerdict::Deny as i32,
         reason: "approval timed out".to_string(),
         decided_by: "timeout".to_string(),
         decided_at: Some(now()),
         timed_out: true,
-        tool_name: request.tool_name.clone(),
-        agent_id: request.agent_id.clone(),
-        arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
-        risk: request.risk,
-        ..Default::default()
+        ..mtswarm_auth::ApprovedCall::of(&request).decision(v1::ApprovalVerdict::Deny)
     };
     if let Some(signer) = signer
         && let Err(error) = signer.sign(&mut decision)
     {
         tracing::warn!(%error, "timeout decision not signed");
     }
-    if shared
+    if stores
         .approvals
         .decide_at(&decision, &current)
         .await
         .is_ok()
     {
-        let _ = shared
+        let _ = stores
             .journal
             .append(
                 &request.job_id,
@@ -74,14 +67,15 @@ async fn record_timeout(shared: &Shared, approval_id: &str) {
 /// any agent's, then wait for the decisions (DecideApproval publishes them
 /// to the leader session's decision subject).
 pub(crate) async fn await_decisions(
-    shared: &Shared,
+    stores: &Stores,
+    keys: &LeaderKeys,
     context: &JobContext,
     session_id: &str,
     approvals: &[mtswarm_core::ApprovalRequest],
     timeout: Duration,
     cancel: &mut watch::Receiver<Option<String>>,
 ) -> Decisions {
-    let mut decisions_in = match shared.bus.subscribe_approval_decisions(session_id).await {
+    let mut decisions_in = match stores.bus.subscribe_approval_decisions(session_id).await {
         Ok(stream) => stream,
         Err(error) => return Decisions::Failed(format!("cannot wait for approvals: {error}")),
     };
@@ -109,15 +103,15 @@ pub(crate) async fn await_decisions(
             ..Default::default()
         };
         let mut request = request;
-        if let Some(signer) = &shared.config.decision_key
+        if let Some(signer) = keys.decision()
             && let Err(error) = signer.sign_own_request(&mut request)
         {
             tracing::warn!(%error, "leader approval request not signed");
         }
-        if let Err(error) = shared.approvals.create(&request).await {
+        if let Err(error) = stores.approvals.create(&request).await {
             return Decisions::Failed(format!("approval not stored: {error}"));
         }
-        if let Err(error) = shared.bus.publish_approval_request(&request).await {
+        if let Err(error) = stores.bus.publish_approval_request(&request).await {
             tracing::warn!(%error, "leader approval request not announced");
         }
         waiting.insert(approval_id, approval.call_id.clone());
@@ -149,7 +143,7 @@ pub(crate) async fn await_decisions(
                     if decided.contains_key(call_id) {
                         continue;
                     }
-                    record_timeout(shared, approval_id).await;
+                    record_timeout(stores, keys, approval_id).await;
                     decided.insert(
                         call_id.clone(),
                         ApprovalDecision::Deny {

@@ -390,10 +390,6 @@ fn decision_for(
 ) -> v1::ApprovalDecision {
     v1::ApprovalDecision {
         approval_id: request.approval_id.clone(),
-        job_id: pending.job_id.clone(),
-        session_id: pending.session_id.clone(),
-        call_id: pending.call_id.clone(),
-        verdict: verdict.verdict as i32,
         reason: verdict.reason,
         decided_by: if request.decided_by.is_empty() {
             "anonymous".to_string()
@@ -401,19 +397,14 @@ fn decision_for(
             request.decided_by.clone()
         },
         decided_at: Some(prost_types::Timestamp::from(SystemTime::now())),
-        timed_out: false,
-        signature: Vec::new(),
         scope: if standing::is_standing(verdict.scope) {
             verdict.scope as i32
         } else {
             v1::ApprovalScope::Call as i32
         },
-        tool_name: pending.tool_name.clone(),
-        agent_id: pending.agent_id.clone(),
         standing_approval_id: standing_approval_id.unwrap_or_default().to_string(),
         // The call itself, as its worker signed it: applied to nothing else.
-        arguments_sha256: mtswarm_auth::arguments_digest(&pending.arguments_json),
-        risk: pending.risk,
+        ..mtswarm_auth::ApprovedCall::of(pending).decision(verdict.verdict)
     }
 }
 

@@ -7,7 +7,7 @@
 //! else is shown as failing verification, never as pending or approved,
 //! and is never approved.
 
-use mtswarm_auth::{DecisionSigner, arguments_digest};
+use mtswarm_auth::DecisionSigner;
 use mtswarm_bus::v1;
 
 /// Why `record` fails verification, or `None` when it verifies (or the
@@ -57,20 +57,7 @@ pub(crate) fn decision_mismatch(
     request: &v1::ApprovalRequest,
     decision: &v1::ApprovalDecision,
 ) -> Option<&'static str> {
-    [
-        ("approval id", decision.approval_id == request.approval_id),
-        ("job", decision.job_id == request.job_id),
-        ("session", decision.session_id == request.session_id),
-        ("call id", decision.call_id == request.call_id),
-        ("tool", decision.tool_name == request.tool_name),
-        (
-            "arguments",
-            decision.arguments_sha256 == arguments_digest(&request.arguments_json),
-        ),
-        ("risk", decision.risk == request.risk),
-    ]
-    .into_iter()
-    .find_map(|(field, same)| (!same).then_some(field))
+    mtswarm_auth::ApprovedCall::of(request).mismatch(decision)
 }
 
 /// Why `request` (as relayed or stored) is not one the leader may act on.
@@ -125,17 +112,8 @@ mod tests {
         leader: &DecisionSigner,
         request: &v1::ApprovalRequest,
     ) -> v1::ApprovalDecision {
-        let mut decision = v1::ApprovalDecision {
-            approval_id: request.approval_id.clone(),
-            job_id: request.job_id.clone(),
-            session_id: request.session_id.clone(),
-            call_id: request.call_id.clone(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            tool_name: request.tool_name.clone(),
-            arguments_sha256: arguments_digest(&request.arguments_json),
-            risk: request.risk,
-            ..Default::default()
-        };
+        let mut decision =
+            mtswarm_auth::ApprovedCall::of(request).decision(v1::ApprovalVerdict::Approve);
         leader.sign(&mut decision).expect("sign");
         decision
     }

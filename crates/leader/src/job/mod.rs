@@ -43,7 +43,7 @@ pub(crate) struct JobContext {
 
 impl JobContext {
     /// A fresh job's context (no agents, no tasks yet).
-    // One caller (`Shared::job_context`), which names every part.
+    // One caller (`JobHost::job_context`), which names every part.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         job_id: String,

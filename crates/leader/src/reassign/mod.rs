@@ -45,6 +45,7 @@
 //! Every watch is re-created with backoff when it ends or fails (NATS
 //! restart); nothing here ends before the daemon shuts down.
 
+mod lease_clock;
 mod moving;
 mod watches;
 
@@ -53,13 +54,33 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use dashmap::DashMap;
-use mtswarm_bus::v1;
+use mtswarm_bus::{Leases, Quarantine, v1};
 use tokio::sync::{mpsc, watch};
 
+pub(crate) use self::lease_clock::LeaseClock;
 use self::watches::{watch_leases, watch_quarantine};
 use crate::job::{AgentEntry, JobContext};
-use crate::shared::Shared;
-use crate::trigger::Trigger;
+use crate::journal::Journal;
+use crate::keys::LeaderKeys;
+use crate::placement::Placement;
+use crate::tables::JobTables;
+use crate::trigger::{Trigger, Triggers};
+
+/// What the reassigner and its watches work with: the running jobs, the
+/// placement of agents, the keys for the next attempts' tokens and grants,
+/// the lease and quarantine buckets it watches, the journal it records
+/// moves in, and its own queue (for the watches' triggers).
+pub(crate) struct ReassignHandles {
+    pub(crate) tables: Arc<JobTables>,
+    pub(crate) placement: Arc<Placement>,
+    pub(crate) keys: LeaderKeys,
+    pub(crate) leases: Leases,
+    pub(crate) quarantine: Quarantine,
+    pub(crate) journal: Journal,
+    pub(crate) triggers: Triggers,
+    /// The lease TTL learnt from the lease records.
+    pub(crate) lease_clock: LeaseClock,
+}
 
 /// The latest lease record seen per slice (for lapse times).
 type LeaseCache = Arc<DashMap<String, v1::SliceLease>>;
@@ -72,25 +93,26 @@ fn time_of(timestamp: Option<prost_types::Timestamp>) -> Option<SystemTime> {
 
 /// Starts the reassigner and its two watches; the handles end at shutdown.
 pub(crate) fn start(
-    shared: Arc<Shared>,
+    handles: ReassignHandles,
     triggers: mpsc::UnboundedReceiver<Trigger>,
     shutdown: watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let cache: LeaseCache = Arc::default();
+    let handles = Arc::new(handles);
     vec![
         tokio::spawn(watch_leases(
-            shared.clone(),
+            handles.clone(),
             cache.clone(),
             shutdown.clone(),
         )),
-        tokio::spawn(watch_quarantine(shared.clone(), shutdown.clone())),
-        tokio::spawn(run(shared, cache, triggers, shutdown)),
+        tokio::spawn(watch_quarantine(handles.clone(), shutdown.clone())),
+        tokio::spawn(run(handles, cache, triggers, shutdown)),
     ]
 }
 
 /// State of the reassigner loop.
 struct Reassigner {
-    shared: Arc<Shared>,
+    handles: Arc<ReassignHandles>,
     cache: LeaseCache,
     /// (job, task, attempt) whose "no free slice" was logged already.
     shortage_logged: HashSet<(String, String, u32)>,
@@ -101,13 +123,13 @@ struct Reassigner {
 }
 
 async fn run(
-    shared: Arc<Shared>,
+    handles: Arc<ReassignHandles>,
     cache: LeaseCache,
     mut triggers: mpsc::UnboundedReceiver<Trigger>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut reassigner = Reassigner {
-        shared,
+        handles,
         cache,
         shortage_logged: HashSet::new(),
         forced: HashMap::new(),
@@ -130,11 +152,12 @@ async fn run(
 
 impl Reassigner {
     fn sweep_period(&self) -> Duration {
-        (self.shared.lease_ttl() / 2).max(Duration::from_millis(250))
+        (self.handles.lease_clock.ttl() / 2).max(Duration::from_millis(250))
     }
 
     fn contexts(&self) -> Vec<Arc<JobContext>> {
-        self.shared
+        self.handles
+            .tables
             .contexts
             .iter()
             .map(|c| c.value().clone())
@@ -169,9 +192,9 @@ impl Reassigner {
     /// True when the slice's live lease names `session_id`; `None` when the
     /// lease cannot be read (NATS away): then nothing is decided.
     async fn lease_names(&self, slice_id: &str, session_id: &str) -> Option<bool> {
-        match self.shared.leases.get(slice_id).await {
+        match self.handles.leases.get(slice_id).await {
             Ok(Some(lease)) => {
-                self.shared.observe_lease_ttl(lease.value.ttl_seconds);
+                self.handles.lease_clock.observe(lease.value.ttl_seconds);
                 Some(lease.value.session_id == session_id)
             }
             Ok(None) => Some(false),
@@ -213,7 +236,8 @@ impl Reassigner {
                 reason,
                 cause_at,
             } => {
-                let Some(context) = self.shared.contexts.get(&job_id).map(|c| c.clone()) else {
+                let Some(context) = self.handles.tables.contexts.get(&job_id).map(|c| c.clone())
+                else {
                     return;
                 };
                 if context.results.attempt(&task_id) != Some(attempt)
@@ -259,7 +283,7 @@ impl Reassigner {
 
     async fn sweep(&mut self) {
         // Shortages of jobs that ended are never logged again.
-        let contexts = &self.shared.contexts;
+        let contexts = &self.handles.tables.contexts;
         self.shortage_logged
             .retain(|(job_id, _, _)| contexts.contains_key(job_id));
         let forced: Vec<_> = self
@@ -268,7 +292,7 @@ impl Reassigner {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for ((job_id, agent_id), (slice_id, reason, cause_at)) in forced {
-            let context = self.shared.contexts.get(&job_id).map(|c| c.clone());
+            let context = self.handles.tables.contexts.get(&job_id).map(|c| c.clone());
             let agent = context.as_ref().and_then(|c| c.agent(&agent_id));
             match (context, agent) {
                 (Some(context), Some(agent)) if agent.slice_id == slice_id => {

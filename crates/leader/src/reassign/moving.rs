@@ -7,15 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
-use mtswarm_bus::v1;
+use mtswarm_bus::{Leases, v1};
 use serde_json::json;
 
 use super::Reassigner;
 use crate::fleet::{FleetView, parse_selector};
 use crate::ids::{LEADER_AGENT_ID, leader_session_id};
 use crate::job::{AgentEntry, JobContext};
-use crate::placement::{fleet_view, spawn_on, stop_session};
-use crate::shared::Shared;
+use crate::placement::Placement;
 
 impl Reassigner {
     /// Moves the agent to a free slice and re-publishes its pending tasks.
@@ -34,10 +33,13 @@ impl Reassigner {
         let Some((agent, pending)) = agent_to_move(context, agent_id) else {
             return true;
         };
-        let Some(free) = free_slices(&self.shared, context, agent_id).await else {
+        let handles = self.handles.clone();
+        let Some(free) = free_slices(&handles.placement, &handles.leases, context, agent_id).await
+        else {
             return false;
         };
-        let moved = match spawn_elsewhere(&self.shared, context, &agent, &free, forced).await {
+        let moved = match spawn_elsewhere(&handles.placement, context, &agent, &free, forced).await
+        {
             SliceSearch::Moved(moved) => moved,
             SliceSearch::Cancelled => return true,
             SliceSearch::NoSlice(refusals) => {
@@ -45,7 +47,7 @@ impl Reassigner {
                 return false;
             }
         };
-        if !place_moved(&self.shared, context, &agent, &moved).await {
+        if !place_moved(&self.handles.placement, context, &agent, &moved).await {
             return true;
         }
         let from_slice = agent.slice_id.clone();
@@ -54,7 +56,7 @@ impl Reassigner {
             .await;
         tracing::info!(job_id = %context.job_id, agent_id, from_slice, to_slice, reason, "agent moved");
         if agent.endpoint != moved.endpoint {
-            cancel_old_session(self.shared.clone(), agent, moved.slice_id);
+            cancel_old_session(self.handles.placement.clone(), agent, moved.slice_id);
         }
         true
     }
@@ -109,13 +111,13 @@ impl Reassigner {
             assignment.slice_id = agent.slice_id.clone();
             assignment.session_id = agent.session_id.clone();
             assignment.resume_from_checkpoint = true;
-            assignment.result_token = self.shared.result_token(
+            assignment.result_token = self.handles.keys.result_token(
                 &assignment.job_id,
                 &assignment.task_id,
                 assignment.attempt,
             );
             assignment.assigned_at = None;
-            assignment.grant = self.shared.grant(assignment, &agent.worker_key);
+            assignment.grant = self.handles.keys.grant(assignment, &agent.worker_key);
             // The new attempt is the only one accepted from now on, before
             // anything can answer it.
             context
@@ -137,7 +139,8 @@ impl Reassigner {
                 tracing::warn!(%error, task_id = %assignment.task_id, "reassigned task not published; the sweep retries");
                 continue;
             }
-            self.shared
+            self.handles
+                .tables
                 .results
                 .counters
                 .reassigned
@@ -179,7 +182,7 @@ impl Reassigner {
                 timestamp: Some(prost_types::Timestamp::from(SystemTime::now())),
             };
             if let Err(error) = self
-                .shared
+                .handles
                 .journal
                 .append_confirmed(&context.job_id, v1::job_event::Event::AgentEvent(event))
                 .await
@@ -247,7 +250,12 @@ impl FreeSlices {
 
 /// Reads the fleet for the job's selector and the leases; `None` (logged)
 /// when either is not readable now.
-async fn free_slices(shared: &Shared, context: &JobContext, agent_id: &str) -> Option<FreeSlices> {
+async fn free_slices(
+    placement: &Placement,
+    leases: &Leases,
+    context: &JobContext,
+    agent_id: &str,
+) -> Option<FreeSlices> {
     let selector = match parse_selector(&context.spec.slice_selector) {
         Ok(selector) => selector,
         Err(error) => {
@@ -255,7 +263,7 @@ async fn free_slices(shared: &Shared, context: &JobContext, agent_id: &str) -> O
             return None;
         }
     };
-    let view = match fleet_view(shared, selector.as_ref()).await {
+    let view = match placement.fleet_view(selector.as_ref()).await {
         Ok(view) => view,
         Err(error) => {
             tracing::warn!(%error, job_id = %context.job_id, agent_id, "fleet not readable; reassignment retried on the next sweep");
@@ -266,7 +274,7 @@ async fn free_slices(shared: &Shared, context: &JobContext, agent_id: &str) -> O
     // session); a FREE slice without one belongs to a worker that is not
     // renewing (dead or stopped but not yet expired from the workers
     // bucket): calling it would only time out.
-    let held: HashSet<(String, String)> = match shared.leases.list().await {
+    let held: HashSet<(String, String)> = match leases.list().await {
         Ok(leases) => leases
             .into_iter()
             .map(|l| (l.value.slice_id, l.value.worker_id))
@@ -298,7 +306,7 @@ enum SliceAttempt {
 
 /// Tries the candidate slices in order until one runs the agent's session.
 async fn spawn_elsewhere(
-    shared: &Shared,
+    placement: &Placement,
     context: &JobContext,
     agent: &AgentEntry,
     free: &FreeSlices,
@@ -306,10 +314,13 @@ async fn spawn_elsewhere(
 ) -> SliceSearch {
     let mut refusals = Vec::new();
     for (descriptor, worker) in free.candidates(&agent.slice_id, !forced) {
-        if !claim_slice(shared, &descriptor.slice_id, &agent.session_id) {
+        if !placement
+            .claims
+            .claim(&descriptor.slice_id, &agent.session_id)
+        {
             continue;
         }
-        match spawn_on_slice(shared, context, agent, descriptor, worker).await {
+        match spawn_on_slice(placement, context, agent, descriptor, worker).await {
             SliceAttempt::Moved(moved) => return SliceSearch::Moved(moved),
             SliceAttempt::Cancelled => return SliceSearch::Cancelled,
             SliceAttempt::Refused(refusal) => refusals.push(refusal),
@@ -318,23 +329,10 @@ async fn spawn_elsewhere(
     SliceSearch::NoSlice(refusals)
 }
 
-/// Claims a slice for the agent's session among this leader's agents:
-/// false when another agent has it (the agent's own claim on the slice it
-/// is on counts as its own).
-fn claim_slice(shared: &Shared, slice_id: &str, session_id: &str) -> bool {
-    match shared.claimed_slices.entry(slice_id.to_owned()) {
-        dashmap::Entry::Occupied(entry) => *entry.get() == session_id,
-        dashmap::Entry::Vacant(entry) => {
-            entry.insert(session_id.to_owned());
-            true
-        }
-    }
-}
-
 /// `SpawnSession` with `resume = true` on one claimed slice; on a refusal
 /// the claim is released and the agent placed back where it was.
 async fn spawn_on_slice(
-    shared: &Shared,
+    placement: &Placement,
     context: &JobContext,
     agent: &AgentEntry,
     descriptor: &v1::SliceDescriptor,
@@ -352,11 +350,14 @@ async fn spawn_on_slice(
     if !context.place_agent(&candidate) {
         // Cancelled since the move began: nothing to move.
         if descriptor.slice_id != *from_slice {
-            shared.claimed_slices.remove(&descriptor.slice_id);
+            placement.claims.release(&descriptor.slice_id);
         }
         return SliceAttempt::Cancelled;
     }
-    let refusal = match spawn_on(shared, context, &candidate, &descriptor.slice_id, true).await {
+    let refusal = match placement
+        .spawn_on(context, &candidate, &descriptor.slice_id, true)
+        .await
+    {
         // A worker that still runs the session elsewhere answers with that
         // placement: not a move.
         Ok(response)
@@ -373,7 +374,7 @@ async fn spawn_on_slice(
         Err(refusal) => format!("{}: {refusal}", descriptor.slice_id),
     };
     if descriptor.slice_id != *from_slice {
-        shared.claimed_slices.remove(&descriptor.slice_id);
+        placement.claims.release(&descriptor.slice_id);
     }
     if !context.place_agent(agent) {
         return SliceAttempt::Cancelled;
@@ -385,7 +386,7 @@ async fn spawn_on_slice(
 /// when the agent was cancelled while its new session started (that
 /// session is stopped then, and both claims released).
 async fn place_moved(
-    shared: &Shared,
+    placement: &Placement,
     context: &JobContext,
     agent: &AgentEntry,
     moved: &AgentEntry,
@@ -393,20 +394,19 @@ async fn place_moved(
     let agent_id = agent.agent_id.as_str();
     let from_slice = &agent.slice_id;
     if moved.slice_id != *from_slice {
-        shared
-            .claimed_slices
-            .remove_if(from_slice, |_, session| *session == agent.session_id);
+        placement.claims.release_of(from_slice, &agent.session_id);
     }
     if !context.place_agent(moved) {
         // Cancelled while the new session started: the cancellation may
         // have reached the worker before that session existed.
-        if let Err(error) = stop_session(shared, moved, "agent cancelled while moving").await {
+        if let Err(error) = placement
+            .stop_session(moved, "agent cancelled while moving")
+            .await
+        {
             tracing::warn!(%error, job_id = %context.job_id, agent_id, "session of an agent cancelled while moving not stopped");
         }
         for slice_id in [&moved.slice_id, from_slice] {
-            shared
-                .claimed_slices
-                .remove_if(slice_id, |_, session| *session == agent.session_id);
+            placement.claims.release_of(slice_id, &agent.session_id);
         }
         return false;
     }
@@ -419,17 +419,11 @@ async fn place_moved(
 /// The old worker may still run the session (quarantined slice, fenced
 /// run, a stopped process that comes back): free its slice. In the
 /// background: a dead worker only times out.
-fn cancel_old_session(shared: Arc<Shared>, old: AgentEntry, new_slice: String) {
+fn cancel_old_session(placement: Arc<Placement>, old: AgentEntry, new_slice: String) {
     tokio::spawn(async move {
-        let Ok(mut client) = shared.worker_client(&old.worker_id, &old.endpoint) else {
-            return;
-        };
-        let request = v1::CancelSessionRequest {
-            session_id: old.session_id.clone(),
-            reason: format!("session moved to slice {new_slice}"),
-        };
-        if let Err(status) = client.cancel_session(request).await {
-            tracing::debug!(worker_id = %old.worker_id, error = %status.message(), "old session of a moved agent not cancelled");
+        let reason = format!("session moved to slice {new_slice}");
+        if let Err(error) = placement.stop_session(&old, &reason).await {
+            tracing::debug!(worker_id = %old.worker_id, %error, "old session of a moved agent not cancelled");
         }
     });
 }

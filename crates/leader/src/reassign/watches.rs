@@ -9,8 +9,7 @@ use futures::{Stream, StreamExt as _};
 use mtswarm_bus::{Backoff, KvChange, LeaseEvent, reopen};
 use tokio::sync::watch;
 
-use super::{LeaseCache, MAX_BACKOFF, time_of};
-use crate::shared::Shared;
+use super::{LeaseCache, MAX_BACKOFF, ReassignHandles, time_of};
 use crate::trigger::Trigger;
 
 /// Follows the stream `open` makes until shutdown, handing every item to
@@ -53,20 +52,20 @@ async fn follow<S, T, E, O, Fut, OpenError>(
 }
 
 pub(super) async fn watch_leases(
-    shared: Arc<Shared>,
+    handles: Arc<ReassignHandles>,
     cache: LeaseCache,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let open = || shared.leases.watch_with_current();
+    let open = || handles.leases.watch_with_current();
     follow("lease watch", &mut shutdown, open, |event| match event {
         LeaseEvent::Held(lease) => {
             let lease = lease.value;
-            shared.observe_lease_ttl(lease.ttl_seconds);
+            handles.lease_clock.observe(lease.ttl_seconds);
             let slice_id = lease.slice_id.clone();
             let session = lease.session_id.clone();
             let previous = cache.insert(slice_id.clone(), lease);
             if previous.is_none_or(|p| p.session_id != session) {
-                shared.trigger_reassign(Trigger::Lease {
+                handles.triggers.send(Trigger::Lease {
                     slice_id,
                     reason: if session.is_empty() {
                         "the slice's lease names no session".to_string()
@@ -79,7 +78,7 @@ pub(super) async fn watch_leases(
         }
         LeaseEvent::Released { slice_id } => {
             cache.remove(&slice_id);
-            shared.trigger_reassign(Trigger::Lease {
+            handles.triggers.send(Trigger::Lease {
                 slice_id,
                 reason: "the slice's lease was released".to_string(),
                 cause_at: SystemTime::now(),
@@ -89,7 +88,7 @@ pub(super) async fn watch_leases(
             let expired_at = cache
                 .remove(&slice_id)
                 .and_then(|(_, lease)| time_of(lease.expires_at));
-            shared.trigger_reassign(Trigger::Lease {
+            handles.triggers.send(Trigger::Lease {
                 slice_id,
                 reason: "the slice's lease lapsed".to_string(),
                 cause_at: expired_at.unwrap_or_else(SystemTime::now),
@@ -99,12 +98,15 @@ pub(super) async fn watch_leases(
     .await;
 }
 
-pub(super) async fn watch_quarantine(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let open = || shared.quarantine.kv().watch();
+pub(super) async fn watch_quarantine(
+    handles: Arc<ReassignHandles>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let open = || handles.quarantine.kv().watch();
     follow("quarantine watch", &mut shutdown, open, |change| {
         if let KvChange::Put { key, value } = change {
             let record = value.value;
-            shared.trigger_reassign(Trigger::Quarantined {
+            handles.triggers.send(Trigger::Quarantined {
                 slice_id: key,
                 reason: format!("slice quarantined: {}", record.reason),
                 cause_at: time_of(record.since).unwrap_or_else(SystemTime::now),

@@ -11,19 +11,16 @@
 //! sends the model the same request, so the checkpoint is bounded by the
 //! context budget (the window and the per-result limit), not by the job.
 
-use std::sync::Arc;
-
 use mtswarm_bus::v1;
 use mtswarm_core::{CheckpointSink, LoopState, Role};
 use serde_json::Value;
 
 use super::transition::now;
-use crate::shared::Shared;
 
 /// Stores the leader loop's state under the job's loop key after every
 /// transition (not in the record: the state grows with the conversation).
 pub(super) struct JobCheckpointSink {
-    pub(super) shared: Arc<Shared>,
+    pub(super) jobs: mtswarm_bus::Jobs,
     pub(super) job_id: String,
     /// Chars of a tool result the model sees (the engine's context
     /// setting): what the stored history keeps of each.
@@ -53,8 +50,7 @@ impl CheckpointSink for JobCheckpointSink {
             updated_at: Some(now()),
             owner_epoch: self.fence.epoch(),
         };
-        self.shared
-            .jobs
+        self.jobs
             .as_owner(self.fence.epoch())
             .put_loop_state(&checkpoint)
             .await

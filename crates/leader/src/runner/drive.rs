@@ -10,18 +10,20 @@ use std::time::Duration;
 use mtswarm_bus::v1;
 use mtswarm_core::{
     ApprovalRequest, ChatModel, Engine, EngineConfig, LocalResourceLock, LoopState, Node, Outcome,
-    RiskPolicy, RunEnd, RunHandle, RunStream, StopReason, TracingMiddleware,
+    RiskPolicy, Role, RunEnd, RunHandle, RunStream, StopReason, TracingMiddleware,
 };
+use mtswarm_policy::BuiltinLeaderPolicy;
 use tokio::sync::watch;
 use tracing::Instrument as _;
 
 use super::checkpoint::JobCheckpointSink;
-use super::end::{JobEnd, final_answer, usage_of};
+use super::end::{JobEnd, final_answer, refused_summary, usage_of};
 use super::relay::pump;
 use crate::approvals::leader_wait::{Decisions, await_decisions};
+use crate::grounding::{GroundedAnswerGate, MAX_ANSWER_REFUSALS};
+use crate::host::JobHost;
 use crate::ids::leader_session_id;
 use crate::job::JobContext;
-use crate::shared::Shared;
 use crate::validate::Attachment;
 
 /// A run of the loop: its events and its handle.
@@ -30,14 +32,14 @@ type Run = (RunStream, RunHandle);
 /// The leader's loop for the job on the job's model, inside the
 /// `invoke_agent leader` span, until its end.
 pub(super) async fn drive(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &Arc<JobContext>,
     attachments: &[Attachment],
     resume_state: Option<String>,
     cancel: &mut watch::Receiver<Option<String>>,
 ) -> JobEnd {
     let spec = &context.spec;
-    let model = match (shared.model_factory)(spec) {
+    let model = match (host.model_factory)(spec) {
         Ok(model) => model,
         Err(error) => return JobEnd::failed(format!("leader model: {error}")),
     };
@@ -48,7 +50,7 @@ pub(super) async fn drive(
         model.model_name(),
     );
     let model_name = model.model_name().to_string();
-    let mut end = drive_engine(shared, context, attachments, resume_state, cancel, model)
+    let mut end = drive_engine(host, context, attachments, resume_state, cancel, model)
         .instrument(span.clone())
         .await;
     // The outcome prices the loop's tokens by the model that produced them.
@@ -63,17 +65,17 @@ pub(super) async fn drive(
 /// then each run pumped until it ends, pauses for approvals resumed with
 /// their decisions.
 async fn drive_engine(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &Arc<JobContext>,
     attachments: &[Attachment],
     resume_state: Option<String>,
     cancel: &mut watch::Receiver<Option<String>>,
     model: Arc<dyn ChatModel>,
 ) -> JobEnd {
-    let engine = build_engine(shared, context, model);
+    let engine = build_engine(host, context, model);
     let session_id = leader_session_id(&context.job_id);
     let launched = match resume_state {
-        None => ControlFlow::Continue(start_fresh(&engine, shared, context, attachments).await),
+        None => ControlFlow::Continue(start_fresh(&engine, host, context, attachments).await),
         Some(json) => resume_from(&engine, &json),
     };
     let (mut events, mut handle) = match launched {
@@ -81,7 +83,15 @@ async fn drive_engine(
         ControlFlow::Break(end) => return end,
     };
     loop {
-        let cancelled = pump(shared, context, &session_id, &mut events, &handle, cancel).await;
+        let cancelled = pump(
+            &host.stores,
+            context,
+            &session_id,
+            &mut events,
+            &handle,
+            cancel,
+        )
+        .await;
         let outcome = handle.outcome().await;
         if let Some(reason) = cancelled {
             let mut end = JobEnd::cancelled(reason);
@@ -101,7 +111,7 @@ async fn drive_engine(
                 message,
                 state,
             } => {
-                let mut end = stopped(&reason, &message);
+                let mut end = stopped(&reason, &message, &state);
                 end.usage = usage_of(&state);
                 return end;
             }
@@ -112,7 +122,7 @@ async fn drive_engine(
         };
         let decided = decide_and_resume(
             &engine,
-            shared,
+            host,
             context,
             &session_id,
             checkpoint,
@@ -127,24 +137,31 @@ async fn drive_engine(
 }
 
 /// The engine of the job's loop: its configuration, the leader tools, the
-/// risk policy, tracing and metrics middleware, the grounded-answer gate
-/// and the job's checkpoint sink.
+/// risk policy, tracing and metrics middleware, the leader's completion
+/// gate (pushing back on early answers of every model but the builtin
+/// policy) and the job's checkpoint sink.
 fn build_engine(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &Arc<JobContext>,
     model: Arc<dyn ChatModel>,
 ) -> Engine {
     let spec = &context.spec;
-    let config = engine_config(shared, spec);
+    let config = engine_config(host, spec);
     let max_tool_result_chars = config.context.max_tool_result_chars;
+    // The builtin policy answers early only when it cannot go on (no free
+    // slice, nothing spawned): pushing back would only repeat its answer.
+    let mut gate = GroundedAnswerGate::new(context.results.clone());
+    if model.model_name() != BuiltinLeaderPolicy::MODEL_NAME {
+        gate = gate.with_push_back(context.deadline);
+    }
     Engine::new(
         config,
         model,
-        crate::tools::registry(shared.clone(), context.clone()),
+        crate::tools::registry(host.tool_handles(), context.clone()),
         RiskPolicy::default().with_auto_approve(if spec.auto_approve {
             mtswarm_core::AutoApprove::All
         } else {
-            shared.config.auto_approve
+            host.config.auto_approve
         }),
         Arc::new(LocalResourceLock::default()),
     )
@@ -152,31 +169,30 @@ fn build_engine(
         mtswarm_telemetry::capture_message_content(),
     )))
     .with_middleware(Arc::new(mtswarm_llm::MetricsMiddleware::new()))
-    .with_gate(Arc::new(crate::grounding::GroundedAnswerGate::new(
-        context.results.clone(),
-    )))
+    .with_gate(Arc::new(gate))
     .with_checkpoint_sink(Arc::new(JobCheckpointSink {
-        shared: shared.clone(),
+        jobs: host.stores.jobs.clone(),
         job_id: context.job_id.clone(),
         max_tool_result_chars,
         fence: context.fence.clone(),
     }))
 }
 
-fn engine_config(shared: &Shared, spec: &v1::JobSpec) -> EngineConfig {
+fn engine_config(host: &JobHost, spec: &v1::JobSpec) -> EngineConfig {
     let budgets = spec.budgets.unwrap_or_default();
     let mut config = EngineConfig {
         max_steps: if budgets.max_steps > 0 {
             budgets.max_steps
         } else {
-            shared.config.default_max_steps
+            host.config.default_max_steps
         },
         token_budget: (budgets.max_tokens > 0).then_some(budgets.max_tokens),
         wall_time: (budgets.wall_time_seconds > 0)
             .then(|| Duration::from_secs(budgets.wall_time_seconds)),
         ..EngineConfig::default()
     };
-    config.injection.placement = shared.config.context_placement;
+    config.injection.placement = host.config.context_placement;
+    config.gate.max_blocks = MAX_ANSWER_REFUSALS;
     // The leader reads whole result tables; keep more of each for the model.
     config.context.max_tool_result_chars = config.context.max_tool_result_chars.max(16_000);
     if let Some(model) = &spec.model {
@@ -189,12 +205,13 @@ fn engine_config(shared: &Shared, spec: &v1::JobSpec) -> EngineConfig {
 /// A new loop: the system prompt and the job's input.
 async fn start_fresh(
     engine: &Engine,
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &Arc<JobContext>,
     attachments: &[Attachment],
 ) -> Run {
-    let system = crate::prompt::system_prompt(shared, context).await;
-    let input = crate::prompt::user_input(shared, context, attachments);
+    let system = crate::prompt::system_prompt(&host.placement, context).await;
+    let input =
+        crate::prompt::user_input(host.config.default_collect_timeout, context, attachments);
     engine.start(leader_session_id(&context.job_id), system, input)
 }
 
@@ -214,7 +231,7 @@ fn resume_from(engine: &Engine, json: &str) -> ControlFlow<JobEnd, Run> {
         // recorded.
         return ControlFlow::Break(match state.end() {
             Some(RunEnd::Final { text, .. }) => final_answer(text, &state),
-            Some(RunEnd::Stopped { reason, message }) => stopped(reason, message),
+            Some(RunEnd::Stopped { reason, message }) => stopped(reason, message, &state),
             None => JobEnd::failed("leader loop ended without an outcome"),
         });
     }
@@ -226,11 +243,24 @@ fn resume_from(engine: &Engine, json: &str) -> ControlFlow<JobEnd, Run> {
     }
 }
 
-/// A loop that stopped without an answer: failed, or cancelled.
-fn stopped(reason: &StopReason, message: &str) -> JobEnd {
+/// A loop that stopped without an answer: failed, or cancelled. One whose
+/// answers were refused until the refusals were spent says so in its
+/// summary and keeps the last refused answer.
+fn stopped(reason: &StopReason, message: &str, state: &LoopState) -> JobEnd {
     let mut end = JobEnd::failed(format!("leader loop stopped ({reason:?}): {message}"));
-    if *reason == StopReason::Cancelled {
-        end.state = v1::JobState::Cancelled;
+    match reason {
+        StopReason::Cancelled => end.state = v1::JobState::Cancelled,
+        StopReason::CompletionGateFailed => {
+            end.summary = refused_summary(message);
+            end.final_answer = state
+                .history()
+                .iter()
+                .rev()
+                .find(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+                .map(|m| m.content.clone())
+                .unwrap_or_default();
+        }
+        _ => {}
     }
     end
 }
@@ -240,7 +270,7 @@ fn stopped(reason: &StopReason, message: &str) -> JobEnd {
 /// when the job is cancelled meanwhile or the wait fails.
 async fn decide_and_resume(
     engine: &Engine,
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &Arc<JobContext>,
     session_id: &str,
     checkpoint: LoopState,
@@ -248,7 +278,8 @@ async fn decide_and_resume(
     cancel: &mut watch::Receiver<Option<String>>,
 ) -> ControlFlow<JobEnd, Run> {
     let decided = await_decisions(
-        shared,
+        &host.stores,
+        &host.keys,
         context,
         session_id,
         approvals,

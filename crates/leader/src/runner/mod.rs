@@ -45,8 +45,8 @@ use tracing::Instrument as _;
 use self::drive::drive;
 use self::end::JobEnd;
 use self::transition::now;
+use crate::host::JobHost;
 use crate::job::{JobContext, PendingStart, RunnerHandle};
-use crate::shared::Shared;
 use crate::validate::Attachment;
 
 pub(crate) use self::ownership::{guard_ownership, standby, take_unowned, watch_cancellations};
@@ -64,7 +64,7 @@ const RECORDING_WAIT: Duration = Duration::from_secs(5);
 
 /// Starts the runner of an admitted job inside its span (the caller took a
 /// run slot from the scheduler).
-pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
+pub(crate) fn start(host: Arc<JobHost>, pending: PendingStart) {
     let PendingStart {
         context,
         attachments,
@@ -74,8 +74,8 @@ pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
     let (cancel_tx, cancel_rx) = watch::channel(None);
     let (done_tx, done_rx) = watch::channel(false);
     let job_id = context.job_id.clone();
-    shared.contexts.insert(job_id.clone(), context.clone());
-    let task_shared = shared.clone();
+    host.tables.contexts.insert(job_id.clone(), context.clone());
+    let task_host = host.clone();
     // Registered before the task starts, so the task's removal at its end
     // cannot precede the insertion.
     let (start_tx, start_rx) = tokio::sync::oneshot::channel::<()>();
@@ -85,7 +85,7 @@ pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
         async move {
             let _ = start_rx.await;
             run(
-                task_shared.clone(),
+                task_host.clone(),
                 context,
                 attachments,
                 resume_state,
@@ -94,14 +94,14 @@ pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
             .await;
             done_tx.send_replace(true);
             if !task_slot.swap(true, std::sync::atomic::Ordering::AcqRel)
-                && let Some(next) = task_shared.scheduler.finished()
+                && let Some(next) = task_host.tables.scheduler.finished()
             {
-                start(task_shared, next);
+                start(task_host, next);
             }
         }
         .instrument(span),
     );
-    shared.runners.insert(
+    host.tables.runners.insert(
         job_id,
         RunnerHandle::new(cancel_tx, done_rx, task, slot_returned),
     );
@@ -111,35 +111,32 @@ pub(crate) fn start(shared: Arc<Shared>, pending: PendingStart) {
 /// The job's run: RUNNING, the leader's loop, the confirmation of its best,
 /// its outcome and its final state; then the job leaves this leader.
 async fn run(
-    shared: Arc<Shared>,
+    host: Arc<JobHost>,
     context: Arc<JobContext>,
     attachments: Vec<Attachment>,
     resume_state: Option<String>,
     mut cancel: watch::Receiver<Option<String>>,
 ) {
     let job_id = context.job_id.clone();
-    let record = mark_running(&shared, &context).await;
+    let record = mark_running(&host, &context).await;
     if record.as_ref().is_some_and(|r| is_final(r.state())) {
         // Cancelled while it waited in the queue.
-        shared.runners.remove(&job_id);
-        shared.contexts.remove(&job_id);
-        shared.results.remove(&job_id);
-        shared.release_ownership(&job_id).await;
+        host.forget_job(&job_id).await;
         return;
     }
     let started = std::time::Instant::now();
-    let mut end = drive(&shared, &context, &attachments, resume_state, &mut cancel).await;
+    let mut end = drive(&host, &context, &attachments, resume_state, &mut cancel).await;
     end.usage.wall_seconds = started.elapsed().as_secs_f64();
     if !context.results.wait_recorded(RECORDING_WAIT).await {
         tracing::warn!(%job_id, "a result still being recorded as the job ended; its task counts as cancelled");
     }
-    let outcome = conclude(&shared, &context, &mut end, &mut cancel).await;
+    let outcome = conclude(&host, &context, &mut end, &mut cancel).await;
     if end.state == v1::JobState::Failed {
         // The runner's task runs inside the job's workflow span.
         crate::spans::record_failure(&tracing::Span::current(), "job_failed", &end.error);
     }
     let state = end.state;
-    record_end(&shared, &context, &end, &outcome).await;
+    record_end(&host, &context, &end, &outcome).await;
     if let Err(error) = context.fence.check("the job's end") {
         // Another leader owns the job now and finishes it; the ownership
         // guard (`ownership.rs`) clears it from this leader.
@@ -147,17 +144,14 @@ async fn run(
         return;
     }
     tracing::info!(job_id, state = state.as_str_name(), "job finished");
-    shared.runners.remove(&job_id);
-    shared.contexts.remove(&job_id);
-    shared.results.remove(&job_id);
-    shared.release_ownership(&job_id).await;
+    host.forget_job(&job_id).await;
 }
 
 /// Marks the job RUNNING unless it is already (a resumed job); the record
 /// as written, `None` when it was RUNNING or could not be written.
-async fn mark_running(shared: &Shared, context: &JobContext) -> Option<v1::JobRecord> {
+async fn mark_running(host: &JobHost, context: &JobContext) -> Option<v1::JobRecord> {
     let job_id = &context.job_id;
-    let current = match shared.jobs.get(job_id).await {
+    let current = match host.stores.jobs.get(job_id).await {
         Ok(Some(record)) => Some(record.value.state()),
         _ => None,
     };
@@ -166,7 +160,7 @@ async fn mark_running(shared: &Shared, context: &JobContext) -> Option<v1::JobRe
         return None;
     }
     transition(
-        shared,
+        host,
         job_id,
         Some(&context.fence),
         v1::JobState::Running,
@@ -182,7 +176,7 @@ async fn mark_running(shared: &Shared, context: &JobContext) -> Option<v1::JobRe
 /// (`crate::confirm`) when it answered, its agents cancelled, its records
 /// read into the outcome with the costs, and the end settled by it.
 async fn conclude(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     context: &Arc<JobContext>,
     end: &mut JobEnd,
     cancel: &mut watch::Receiver<Option<String>>,
@@ -190,7 +184,7 @@ async fn conclude(
     // An answered job's best is measured again on another worker before it
     // is the job's, while the job's agents still run.
     let confirmed = if end.state == v1::JobState::Succeeded {
-        crate::confirm::confirm(shared, context, cancel).await
+        crate::confirm::confirm(host, context, cancel).await
     } else {
         crate::confirm::Confirmed::default()
     };
@@ -202,28 +196,26 @@ async fn conclude(
         end.state = v1::JobState::Cancelled;
         end.error = reason;
     }
-    crate::placement::cancel_all_agents(
-        shared,
-        context,
-        match end.state {
-            v1::JobState::Cancelled => "job cancelled",
-            _ => "job finished",
-        },
-    )
-    .await;
+    host.placement
+        .cancel_all_agents(
+            context,
+            match end.state {
+                v1::JobState::Cancelled => "job cancelled",
+                _ => "job finished",
+            },
+        )
+        .await;
     let mut outcome = crate::outcome::compute_excluding(
-        shared,
+        &host.stores,
+        host.keys.decision(),
         context,
         &crate::confirm::confirmation_tasks(context),
         &confirmed.disputed,
     )
     .await;
     confirmed.apply(&mut outcome);
-    let (agent_costs, total_cost) = crate::cost::job_costs(
-        &context.results.snapshot(),
-        &end.usage,
-        &shared.config.prices,
-    );
+    let (agent_costs, total_cost) =
+        crate::cost::job_costs(&context.results.snapshot(), &end.usage, &host.config.prices);
     for cost in agent_costs.iter().filter(|c| c.estimated_cost > 0.0) {
         metrics().model_cost(&cost.model, cost.estimated_cost);
     }
@@ -234,14 +226,14 @@ async fn conclude(
 }
 
 /// Writes the job's final state with its answer, outcome and usage.
-async fn record_end(shared: &Shared, context: &JobContext, end: &JobEnd, outcome: &v1::JobOutcome) {
+async fn record_end(host: &JobHost, context: &JobContext, end: &JobEnd, outcome: &v1::JobOutcome) {
     let reason = match end.state {
         v1::JobState::Succeeded => "leader answered".to_string(),
         v1::JobState::Cancelled => format!("cancelled: {}", end.error),
         _ => format!("failed: {}", end.error),
     };
     transition(
-        shared,
+        host,
         &context.job_id,
         Some(&context.fence),
         end.state,

@@ -28,71 +28,69 @@ use futures::StreamExt as _;
 use mtswarm_bus::{Backoff, Fence, KvChange, OwnerEvent, OwnershipError, reopen, v1};
 
 use super::transition::{is_final, transition};
-use crate::shared::Shared;
+use crate::host::JobHost;
 
 /// Stops the job on this leader once its ownership is lost (see the
 /// module docs) and hands it to the standby loop, which takes it back
 /// only if nobody else did.
-pub(crate) fn guard_ownership(shared: &Arc<Shared>, job_id: &str, fence: Fence) {
-    let shared = shared.clone();
+pub(crate) fn guard_ownership(host: &Arc<JobHost>, job_id: &str, fence: Fence) {
+    let host = host.clone();
     let job_id = job_id.to_string();
     tokio::spawn(async move {
         let Some(reason) = fence.lost().await else {
             return;
         };
-        if *shared.shutdown.borrow() {
+        if *host.shutdown.borrow() {
             return;
         }
         tracing::warn!(
             job_id,
-            leader_id = %shared.config.leader_id,
+            leader_id = %host.config.leader_id,
             epoch = fence.epoch(),
             %reason,
             "job ownership lost; the job's loop stops on this leader and writes nothing more"
         );
-        shared
-            .owned
-            .remove_if(&job_id, |_, keeper| keeper.fence().epoch() == fence.epoch());
-        if let Some((_, runner)) = shared.runners.remove(&job_id) {
+        host.ownerships.forget_lost(&job_id, fence.epoch());
+        if let Some((_, runner)) = host.tables.runners.remove(&job_id) {
             runner.abort();
             if runner.return_slot()
-                && let Some(next) = shared.scheduler.finished()
+                && let Some(next) = host.tables.scheduler.finished()
             {
-                super::start(shared.clone(), next);
+                super::start(host.clone(), next);
             }
         } else {
-            drop(shared.scheduler.remove_queued(&job_id));
+            drop(host.tables.scheduler.remove_queued(&job_id));
         }
-        if let Some((_, context)) = shared.contexts.remove(&job_id) {
+        if let Some((_, context)) = host.tables.contexts.remove(&job_id) {
             for agent in context.agent_list() {
-                shared
-                    .claimed_slices
-                    .remove_if(&agent.slice_id, |_, session| *session == agent.session_id);
+                host.placement
+                    .claims
+                    .release_of(&agent.slice_id, &agent.session_id);
             }
         }
-        shared.results.remove(&job_id);
-        shared.offer_take_over(&job_id);
+        host.tables.results.remove(&job_id);
+        host.ownerships.offer_take_over(&job_id);
     });
 }
 
 /// Resumes a QUEUED or RUNNING job this leader just took the ownership of
 /// (at start or from a lapsed owner): rebuilt and admitted, or FAILED when
 /// it cannot be resumed.
-async fn resume_owned(shared: &Arc<Shared>, record: v1::JobRecord, fence: Fence) {
+async fn resume_owned(host: &Arc<JobHost>, record: v1::JobRecord, fence: Fence) {
     let job_id = record.job_id.clone();
-    guard_ownership(shared, &job_id, fence.clone());
-    match super::resume_job(shared, record, fence.clone()).await {
+    guard_ownership(host, &job_id, fence.clone());
+    match super::resume_job(host, record, fence.clone()).await {
         Ok(pending) => {
             tracing::info!(%job_id, "resuming a job left by a previous leader");
-            if let Some(pending) = shared.scheduler.admit_resumed(pending) {
-                super::start(shared.clone(), pending);
+            if let Some(pending) = host.tables.scheduler.admit_resumed(pending) {
+                super::start(host.clone(), pending);
             }
         }
         Err(error) => {
             tracing::error!(%job_id, %error, "job cannot be resumed; it fails");
-            shared.results.remove(&job_id);
+            host.tables.results.remove(&job_id);
             transition(
-                shared,
+                host,
                 &job_id,
                 Some(&fence),
                 v1::JobState::Failed,
@@ -104,19 +102,19 @@ async fn resume_owned(shared: &Arc<Shared>, record: v1::JobRecord, fence: Fence)
                 },
             )
             .await;
-            shared.release_ownership(&job_id).await;
+            host.ownerships.release(&job_id).await;
         }
     }
 }
 
 /// Takes `job_id` over when it is QUEUED or RUNNING and nobody owns it;
 /// true when this leader resumed it.
-async fn take_over(shared: &Arc<Shared>, job_id: &str) -> bool {
-    if shared.owned.contains_key(job_id) || *shared.shutdown.borrow() {
+async fn take_over(host: &Arc<JobHost>, job_id: &str) -> bool {
+    if host.ownerships.owns(job_id) || *host.shutdown.borrow() {
         return false;
     }
     let live = |record: &v1::JobRecord| !is_final(record.state());
-    match shared.jobs.get(job_id).await {
+    match host.stores.jobs.get(job_id).await {
         Ok(Some(record)) if live(&record.value) => {}
         Ok(_) => return false,
         Err(error) => {
@@ -124,7 +122,7 @@ async fn take_over(shared: &Arc<Shared>, job_id: &str) -> bool {
             return false;
         }
     }
-    let fence = match shared.take_ownership(job_id).await {
+    let fence = match host.ownerships.take(job_id).await {
         Ok(fence) => fence,
         Err(OwnershipError::Held { owner, .. }) => {
             tracing::debug!(job_id, owner, "job owned by another leader; left to it");
@@ -139,15 +137,15 @@ async fn take_over(shared: &Arc<Shared>, job_id: &str) -> bool {
     // now on the store refuses every write of an earlier owner (one paused
     // past its lease may still think it holds the job). The record is read
     // under the ownership by it: the job may have ended meanwhile.
-    match shared.jobs.as_owner(fence.epoch()).claim(job_id).await {
+    match host.stores.jobs.as_owner(fence.epoch()).claim(job_id).await {
         Ok(record) if live(&record.value) => {
             // Boxed: a resume's future is large, and this one nests in the
             // standby loop's.
-            Box::pin(resume_owned(shared, record.value, fence)).await;
+            Box::pin(resume_owned(host, record.value, fence)).await;
             true
         }
         Ok(_) => {
-            shared.release_ownership(job_id).await;
+            host.ownerships.release(job_id).await;
             false
         }
         Err(error) => {
@@ -156,7 +154,7 @@ async fn take_over(shared: &Arc<Shared>, job_id: &str) -> bool {
                 Err(other) => other.to_string(),
             };
             tracing::warn!(%error, job_id, "job record not claimed; not taking the job over");
-            shared.release_ownership(job_id).await;
+            host.ownerships.release(job_id).await;
             false
         }
     }
@@ -165,15 +163,16 @@ async fn take_over(shared: &Arc<Shared>, job_id: &str) -> bool {
 /// Takes over every QUEUED or RUNNING job nobody owns, RUNNING ones first,
 /// then in submission order (a start, and after a watch gap). Reads every
 /// job record: it runs at start and on reconnects, never per message.
-pub(crate) async fn take_unowned(shared: &Arc<Shared>) -> Result<usize, mtswarm_bus::BusError> {
-    let mut records: Vec<v1::JobRecord> = shared
+pub(crate) async fn take_unowned(host: &Arc<JobHost>) -> Result<usize, mtswarm_bus::BusError> {
+    let mut records: Vec<v1::JobRecord> = host
+        .stores
         .jobs
         .list()
         .await?
         .into_iter()
         .map(|v| v.value)
         .filter(|r| matches!(r.state(), v1::JobState::Queued | v1::JobState::Running))
-        .filter(|r| !shared.owned.contains_key(&r.job_id))
+        .filter(|r| !host.ownerships.owns(&r.job_id))
         .collect();
     let created = |r: &v1::JobRecord| {
         r.created_at
@@ -189,13 +188,13 @@ pub(crate) async fn take_unowned(shared: &Arc<Shared>) -> Result<usize, mtswarm_
     });
     let mut taken = 0;
     for record in records {
-        let owner = shared.owners.get(&record.job_id).await?;
+        let owner = host.ownerships.owners.get(&record.job_id).await?;
         // A live owner that is not this leader keeps its job; one under
         // this leader's id (a restart with a stable id) is taken back.
-        if owner.is_some_and(|o| o.value.leader_id != shared.config.leader_id) {
+        if owner.is_some_and(|o| o.value.leader_id != host.config.leader_id) {
             continue;
         }
-        if take_over(shared, &record.job_id).await {
+        if take_over(host, &record.job_id).await {
             taken += 1;
         }
     }
@@ -206,19 +205,19 @@ pub(crate) async fn take_unowned(shared: &Arc<Shared>) -> Result<usize, mtswarm_
 /// changes and jobs handed over by [`guard_ownership`], one take-over at a
 /// time.
 pub(crate) async fn standby(
-    shared: Arc<Shared>,
+    host: Arc<JobHost>,
     mut candidates: tokio::sync::mpsc::UnboundedReceiver<String>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
     loop {
-        let open = || shared.owners.watch();
+        let open = || host.ownerships.owners.watch();
         let Some(mut watch) =
             reopen("job ownership watch", &mut backoff, &mut shutdown, open).await
         else {
             return;
         };
-        if let Err(error) = take_unowned(&shared).await {
+        if let Err(error) = take_unowned(&host).await {
             tracing::warn!(%error, "unowned jobs not scanned; the next watch retries");
         }
         loop {
@@ -239,10 +238,10 @@ pub(crate) async fn standby(
                 },
             };
             let started = tokio::time::Instant::now();
-            if take_over(&shared, &job_id).await {
+            if take_over(&host, &job_id).await {
                 tracing::info!(
                     job_id,
-                    leader_id = %shared.config.leader_id,
+                    leader_id = %host.config.leader_id,
                     took_ms = started.elapsed().as_millis() as u64,
                     "took over a job whose owner's lease lapsed"
                 );
@@ -257,12 +256,12 @@ pub(crate) async fn standby(
 /// Cancels this leader's run of a job another leader cancelled through
 /// the job's record (see the module docs), until shutdown.
 pub(crate) async fn watch_cancellations(
-    shared: Arc<Shared>,
+    host: Arc<JobHost>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
     loop {
-        let open = || shared.jobs.watch();
+        let open = || host.stores.jobs.watch();
         let Some(mut watch) = reopen("job record watch", &mut backoff, &mut shutdown, open).await
         else {
             return;
@@ -281,20 +280,19 @@ pub(crate) async fn watch_cancellations(
                 }
                 None => break,
             };
-            if record.state() != v1::JobState::Cancelled
-                || !shared.owned.contains_key(&record.job_id)
-            {
+            if record.state() != v1::JobState::Cancelled || !host.ownerships.owns(&record.job_id) {
                 continue;
             }
             let job_id = record.job_id.clone();
             let reason = format!("cancelled through another leader: {}", record.error);
-            if let Some(runner) = shared.runners.get(&job_id) {
+            if let Some(runner) = host.tables.runners.get(&job_id) {
                 runner.cancel(&reason);
-            } else if let Some(queued) = shared.scheduler.remove_queued(&job_id) {
-                crate::placement::cancel_all_agents(&shared, &queued.context, "job cancelled")
+            } else if let Some(queued) = host.tables.scheduler.remove_queued(&job_id) {
+                host.placement
+                    .cancel_all_agents(&queued.context, "job cancelled")
                     .await;
-                shared.results.remove(&job_id);
-                shared.release_ownership(&job_id).await;
+                host.tables.results.remove(&job_id);
+                host.ownerships.release(&job_id).await;
                 tracing::info!(job_id, "queued job cancelled through another leader");
             }
         }

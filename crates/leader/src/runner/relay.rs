@@ -10,12 +10,12 @@ use tokio::sync::watch;
 use super::transition::now;
 use crate::ids::LEADER_AGENT_ID;
 use crate::job::JobContext;
-use crate::shared::Shared;
+use crate::stores::Stores;
 
 /// Drives the run's events to their end, publishing each; a cancel request
 /// stops the run (the stream then ends). Returns the cancel reason, if any.
 pub(super) async fn pump(
-    shared: &Shared,
+    stores: &Stores,
     context: &JobContext,
     session_id: &str,
     events: &mut RunStream,
@@ -29,7 +29,7 @@ pub(super) async fn pump(
     loop {
         tokio::select! {
             event = events.next() => match event {
-                Some(event) => publish_event(shared, context, session_id, &event).await,
+                Some(event) => publish_event(stores, context, session_id, &event).await,
                 None => return cancelled,
             },
             changed = cancel.changed(), if cancelled.is_none() => {
@@ -78,14 +78,14 @@ pub(crate) fn agent_event(
     }
 }
 
-async fn publish_event(shared: &Shared, context: &JobContext, session_id: &str, event: &Event) {
+async fn publish_event(stores: &Stores, context: &JobContext, session_id: &str, event: &Event) {
     let message = agent_event(&context.job_id, LEADER_AGENT_ID, session_id, event);
-    if let Err(error) = shared.bus.publish_event(&message).await {
+    if let Err(error) = stores.bus.publish_event(&message).await {
         tracing::warn!(%error, job_id = %context.job_id, "leader event not published");
     }
     // Journaled directly rather than through the relay, so the leader's
     // last events precede the final state change on the same connection.
-    if let Err(error) = shared
+    if let Err(error) = stores
         .journal
         .append(&context.job_id, v1::job_event::Event::AgentEvent(message))
         .await

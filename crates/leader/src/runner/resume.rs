@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 use mtswarm_bus::v1;
 
 use crate::error::ResumeError;
+use crate::host::JobHost;
 use crate::job::{AgentEntry, PendingStart};
-use crate::shared::Shared;
 
-fn deadline_of(shared: &Shared, record: &v1::JobRecord) -> SystemTime {
+fn deadline_of(host: &JobHost, record: &v1::JobRecord) -> SystemTime {
     let budgets = record
         .spec
         .as_ref()
@@ -27,7 +27,7 @@ fn deadline_of(shared: &Shared, record: &v1::JobRecord) -> SystemTime {
         + if budgets.wall_time_seconds > 0 {
             Duration::from_secs(budgets.wall_time_seconds)
         } else {
-            shared.config.default_task_deadline
+            host.config.default_task_deadline
         }
 }
 
@@ -36,53 +36,57 @@ fn deadline_of(shared: &Shared, record: &v1::JobRecord) -> SystemTime {
 /// replayed, so results arriving meanwhile reach it through the live
 /// consumer or the replay, once.
 pub(crate) async fn resume_job(
-    shared: &Arc<Shared>,
+    host: &Arc<JobHost>,
     record: v1::JobRecord,
     fence: mtswarm_bus::Fence,
 ) -> Result<PendingStart, ResumeError> {
     let job_id = record.job_id.clone();
     // A record of an earlier leader embeds its parts: moved to their keys
     // first, so that every later write finds them there.
-    let record = shared
+    let record = host
+        .stores
         .jobs
         .split_embedded(&job_id)
         .await
         .map_err(ResumeError::Read)?
         .unwrap_or(record);
-    let agents = shared
+    let agents = host
+        .stores
         .jobs
         .agents(&job_id)
         .await
         .map_err(ResumeError::Read)?;
-    let tasks = shared
+    let tasks = host
+        .stores
         .jobs
         .tasks(&job_id)
         .await
         .map_err(ResumeError::Read)?;
-    let loop_state = shared
+    let loop_state = host
+        .stores
         .jobs
         .loop_state(&job_id)
         .await
         .map_err(ResumeError::Read)?;
     let validated = crate::validate::validate_submit(
         record.spec.as_ref(),
-        &shared.kernel_root,
-        &shared.config.limits,
+        &host.kernel_root,
+        &host.config.limits,
     )
     .map_err(ResumeError::InvalidSpec)?;
-    let context = Arc::new(shared.job_context(
+    let context = Arc::new(host.job_context(
         job_id.clone(),
         validated.spec,
         validated.kernel_dir,
-        deadline_of(shared, &record),
+        deadline_of(host, &record),
         fence,
     ));
     for placement in &agents {
         let agent = AgentEntry::from_placement(placement);
         if !agent.cancelled {
-            shared
-                .claimed_slices
-                .insert(agent.slice_id.clone(), agent.session_id.clone());
+            host.placement
+                .claims
+                .hold(&agent.slice_id, &agent.session_id);
         }
         context.agents().insert(agent.agent_id.clone(), agent);
     }
@@ -102,7 +106,7 @@ pub(crate) async fn resume_job(
     }
     let mut attempts = 0;
     loop {
-        match crate::result_consumer::replay_job_results(shared, &job_id).await {
+        match crate::result_consumer::replay_job_results(&host.intake, &job_id).await {
             Ok(read) => {
                 tracing::info!(job_id, read, "job results replayed");
                 break;

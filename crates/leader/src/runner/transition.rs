@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use mtswarm_bus::{Backoff, Fence, v1};
 
-use crate::shared::Shared;
+use crate::host::JobHost;
 
 /// The current time as a protobuf timestamp.
 pub(crate) fn now() -> prost_types::Timestamp {
@@ -28,7 +28,7 @@ pub(crate) fn is_final(state: v1::JobState) -> bool {
 /// (a cancellation carried through KV to the owner by another leader) the
 /// record's CAS alone orders it.
 pub(crate) async fn transition(
-    shared: &Shared,
+    host: &JobHost,
     job_id: &str,
     fence: Option<&Fence>,
     current: v1::JobState,
@@ -56,7 +56,7 @@ pub(crate) async fn transition(
         };
         let written = match fence {
             Some(fence) => {
-                let owner = shared.jobs.as_owner(fence.epoch());
+                let owner = host.stores.jobs.as_owner(fence.epoch());
                 // Boxed: this future nests in every job runner's.
                 let written = Box::pin(owner.modify(job_id, apply)).await;
                 match written.map_err(|error| fence.refused(error)) {
@@ -68,13 +68,13 @@ pub(crate) async fn transition(
                     Err(Err(other)) => Err(other),
                 }
             }
-            None => shared.jobs.modify(job_id, apply).await,
+            None => host.stores.jobs.modify(job_id, apply).await,
         };
         match written {
             Err(error)
                 if !matches!(error, mtswarm_bus::BusError::NotFound { .. })
                     && tokio::time::Instant::now() < give_up
-                    && !*shared.shutdown.borrow() =>
+                    && !*host.shutdown.borrow() =>
             {
                 tracing::warn!(%error, job_id, "job state not written yet; retrying");
                 backoff.sleep().await;
@@ -98,7 +98,7 @@ pub(crate) async fn transition(
         reason: reason.to_string(),
         outcome: record.outcome.clone().filter(|_| is_final(current)),
     });
-    if let Err(error) = shared.journal.append_confirmed(job_id, event).await {
+    if let Err(error) = host.stores.journal.append_confirmed(job_id, event).await {
         tracing::warn!(%error, job_id, "state change not journaled");
     }
     if is_final(current) {

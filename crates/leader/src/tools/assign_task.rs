@@ -218,10 +218,10 @@ impl Tool for AssignTask {
             assigned_at: None,
             resume_from_checkpoint: false,
             measure_baseline,
-            result_token: self.0.shared.result_token(&job.job_id, &task_id, 1),
+            result_token: self.0.handles.keys.result_token(&job.job_id, &task_id, 1),
             grant: None,
         };
-        task.grant = self.0.shared.grant(&task, &agent.worker_key);
+        task.grant = self.0.handles.keys.grant(&task, &agent.worker_key);
         let record = v1::TaskRecord {
             assignment: Some(task.clone()),
             done: false,
@@ -289,7 +289,7 @@ async fn first_on_its_slice_kind(env: &ToolEnv, slice_id: &str) -> bool {
     let view = match parse_selector(&selector_text) {
         Ok(selector) => {
             env.spawning
-                .view(&env.shared, &selector_text, selector.as_ref(), false)
+                .view(env.placement(), &selector_text, selector.as_ref(), false)
                 .await
         }
         Err(error) => {

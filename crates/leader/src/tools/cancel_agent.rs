@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 
 use super::{ToolEnv, given, output, parse_args};
 use crate::error::CancelError;
-use crate::placement::cancel_agent;
 
 pub(super) struct CancelAgent(pub(super) Arc<ToolEnv>);
 
@@ -43,7 +42,8 @@ impl Tool for CancelAgent {
         let agent = given(Some(args.agent))
             .ok_or_else(|| ToolError::InvalidArgs("agent is required".into()))?;
         let reason = given(args.reason).unwrap_or_else(|| "cancelled by the leader".into());
-        let cancelled = cancel_agent(&self.0.shared, &self.0.job, &agent, &reason)
+        let cancelled = (self.0.placement())
+            .cancel_agent(&self.0.job, &agent, &reason)
             .await
             .map_err(|error| match error {
                 CancelError::UnknownAgent { .. } => ToolError::InvalidArgs(error.to_string()),

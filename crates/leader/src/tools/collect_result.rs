@@ -76,7 +76,7 @@ impl Tool for CollectResult {
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: CollectResultArgs = parse_args(args)?;
         let job = &self.0.job;
-        let config = &self.0.shared.config;
+        let config = &self.0.handles;
         let all = !matches!(args.mode, Some(CollectMode::Any));
         let timeout = match args.timeout_seconds {
             Some(s) if s.is_finite() && s >= 0.0 => {

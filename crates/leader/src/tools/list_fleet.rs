@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use super::{ToolEnv, given, output, parse_args};
 use crate::fleet::{parse_selector, state_name};
-use crate::placement::fleet_view;
 
 pub(super) struct ListFleet(pub(super) Arc<ToolEnv>);
 
@@ -57,8 +56,9 @@ impl Tool for ListFleet {
         let selector_text = given(args.selector).unwrap_or_else(|| job.spec.slice_selector.clone());
         let selector =
             parse_selector(&selector_text).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
-        let shared = &self.0.shared;
-        let view = fleet_view(shared, selector.as_ref())
+        let placement = self.0.placement();
+        let view = placement
+            .fleet_view(selector.as_ref())
             .await
             .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))?;
         let draining: Vec<&str> = view
@@ -88,7 +88,7 @@ impl Tool for ListFleet {
                 if state == "free" && draining.contains(&s.worker_id.as_str()) {
                     state = "draining";
                 }
-                if state == "free" && shared.claimed_slices.contains_key(&d.slice_id) {
+                if state == "free" && placement.claims.is_claimed(&d.slice_id) {
                     state = "leased";
                 }
                 if state == "free" {

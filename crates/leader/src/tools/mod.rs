@@ -35,12 +35,14 @@
 //! (fleet view, spawn, cancel) is `placement`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mtswarm_core::{Tool, ToolError, ToolOutput, ToolRegistry};
 use serde_json::Value;
 
 use crate::job::JobContext;
-use crate::shared::Shared;
+use crate::keys::LeaderKeys;
+use crate::placement::Placement;
 
 mod assign_task;
 mod cancel_agent;
@@ -52,20 +54,37 @@ mod result_details;
 mod spawn_agent;
 mod spawning;
 
-/// What every leader tool works with: the job's state and the daemon's
-/// shared handles.
+/// What the leader's tools work with besides the job: placement, the
+/// keys that make tasks' tokens and grants, and how long a collect waits.
+#[derive(Clone)]
+pub(crate) struct ToolHandles {
+    pub(crate) placement: Arc<Placement>,
+    pub(crate) keys: LeaderKeys,
+    /// How long `collect_result` waits when the call names no timeout.
+    pub(crate) default_collect_timeout: Duration,
+    /// The longest wait a `collect_result` call may ask for.
+    pub(crate) max_collect_timeout: Duration,
+}
+
+/// What every leader tool works with: the job's state and the handles.
 pub(crate) struct ToolEnv {
     pub(crate) job: Arc<JobContext>,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) handles: ToolHandles,
     /// What the job's concurrent `spawn_agent` calls share.
     pub(crate) spawning: spawning::Spawning,
 }
 
+impl ToolEnv {
+    fn placement(&self) -> &Placement {
+        &self.handles.placement
+    }
+}
+
 /// The registry of leader tools for one job.
-pub(crate) fn registry(shared: Arc<Shared>, context: Arc<JobContext>) -> ToolRegistry {
+pub(crate) fn registry(handles: ToolHandles, context: Arc<JobContext>) -> ToolRegistry {
     let env = Arc::new(ToolEnv {
         job: context,
-        shared,
+        handles,
         spawning: spawning::Spawning::default(),
     });
     let tools: Vec<Arc<dyn Tool>> = vec![

@@ -18,8 +18,7 @@ use crate::fleet::FleetView;
 use crate::fleet::parse_selector;
 use crate::ids::call_key;
 use crate::job::{AgentEntry, JobContext};
-use crate::placement::{spawn_on, stop_session};
-use crate::shared::Shared;
+use crate::placement::Placement;
 
 pub(super) struct SpawnAgent(pub(super) Arc<ToolEnv>);
 
@@ -71,7 +70,7 @@ impl Tool for SpawnAgent {
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let job = &self.0.job;
-        let shared = &self.0.shared;
+        let placement = self.0.placement();
         let mut args: SpawnAgentArgs = parse_args(args)?;
         let key = call_key(ctx);
         let known = job
@@ -80,7 +79,7 @@ impl Tool for SpawnAgent {
             .find(|a| a.spawn_call_id == key)
             .cloned();
         if let Some(agent) = known {
-            return Ok(output(respawned(shared, job, &agent).await));
+            return Ok(output(respawned(placement, job, &agent).await));
         }
         let wanted = given(args.name.take());
         if let Some(name) = &wanted {
@@ -110,7 +109,10 @@ impl Tool for SpawnAgent {
         let mut refusals = Vec::new();
         for (descriptor, worker) in free_slices(&view, request.wanted_slice.as_deref()) {
             // Claim locally first: a concurrent spawn skips this slice.
-            if !claim(shared, &descriptor.slice_id, &request.session_id) {
+            if !placement
+                .claims
+                .claim(&descriptor.slice_id, &request.session_id)
+            {
                 continue;
             }
             let entry = request.entry(descriptor, worker);
@@ -150,7 +152,7 @@ impl Tool for SpawnAgent {
                 }
                 Started::Cancelled => return Err(cancelled_while_spawning(&request.agent_id)),
                 Started::Refused(refusal) => {
-                    shared.claimed_slices.remove(&descriptor.slice_id);
+                    placement.claims.release(&descriptor.slice_id);
                     refusals.push(format!("{}: {refusal}", descriptor.slice_id));
                 }
             }
@@ -255,7 +257,7 @@ async fn read_fleet(env: &ToolEnv, request: &SpawnRequest) -> Result<Arc<FleetVi
     let read = |fresh: bool| async move {
         env.spawning
             .view(
-                &env.shared,
+                env.placement(),
                 &request.selector_text,
                 request.selector.as_ref(),
                 fresh,
@@ -264,7 +266,7 @@ async fn read_fleet(env: &ToolEnv, request: &SpawnRequest) -> Result<Arc<FleetVi
             .map_err(|e| ToolError::Failed(format!("cannot read the fleet: {e}")))
     };
     let (view, cached) = read(false).await?;
-    if cached && !has_free_slice(&view, request.wanted_slice.as_deref(), &env.shared) {
+    if cached && !has_free_slice(&view, request.wanted_slice.as_deref(), env.placement()) {
         return Ok(read(true).await?.0);
     }
     Ok(view)
@@ -298,23 +300,11 @@ fn names_a_slice(view: &FleetView, slice_id: &str) -> bool {
         .any(|descriptor| descriptor.slice_id == slice_id)
 }
 
-/// Claims `slice_id` for the new session; false when another spawn or
-/// agent of this leader has it.
-fn claim(shared: &Shared, slice_id: &str, session_id: &str) -> bool {
-    match shared.claimed_slices.entry(slice_id.to_owned()) {
-        dashmap::Entry::Occupied(_) => false,
-        dashmap::Entry::Vacant(entry) => {
-            entry.insert(session_id.to_owned());
-            true
-        }
-    }
-}
-
 /// Places the agent on its claimed slice and records the placement before
 /// the worker is called (a leader that crashes in between finds the agent
 /// when it re-executes the call); the claim is released on failure.
 async fn place(env: &ToolEnv, entry: &AgentEntry) -> Result<(), ToolError> {
-    let (job, shared) = (&env.job, &env.shared);
+    let (job, placement) = (&env.job, env.placement());
     // A later slice after a refusal: the agent exists already and a job
     // cancellation may have marked it meanwhile.
     let placed = if job.agents().contains_key(&entry.agent_id) {
@@ -324,11 +314,11 @@ async fn place(env: &ToolEnv, entry: &AgentEntry) -> Result<(), ToolError> {
         true
     };
     if !placed {
-        shared.claimed_slices.remove(&entry.slice_id);
+        placement.claims.release(&entry.slice_id);
         return Err(cancelled_while_spawning(&entry.agent_id));
     }
     if let Err(error) = job.store_placement(entry).await {
-        shared.claimed_slices.remove(&entry.slice_id);
+        placement.claims.release(&entry.slice_id);
         job.agents().remove(&entry.agent_id);
         return Err(ToolError::Failed(format!(
             "agent placement not stored in the job record: {error}"
@@ -339,12 +329,12 @@ async fn place(env: &ToolEnv, entry: &AgentEntry) -> Result<(), ToolError> {
 
 /// Whether `view` shows a free, unclaimed slice (`wanted`, when given) on a
 /// worker that is not draining.
-fn has_free_slice(view: &FleetView, wanted: Option<&str>, shared: &Shared) -> bool {
+fn has_free_slice(view: &FleetView, wanted: Option<&str>, placement: &Placement) -> bool {
     view.slices.iter().any(|slice| {
         slice.slice.as_ref().is_some_and(|d| {
             wanted.is_none_or(|w| w == d.slice_id)
                 && slice.state() == v1::SliceState::Free
-                && !shared.claimed_slices.contains_key(&d.slice_id)
+                && !placement.claims.is_claimed(&d.slice_id)
                 && view
                     .workers
                     .iter()
@@ -375,8 +365,8 @@ async fn start_session(
     slice_id: String,
     worker_id: String,
 ) -> Started {
-    let (shared, job) = (&env.shared, &env.job);
-    let response = match spawn_on(shared, job, &entry, &slice_id, false).await {
+    let (placement, job) = (env.placement(), &env.job);
+    let response = match placement.spawn_on(job, &entry, &slice_id, false).await {
         Ok(response) => response,
         Err(refusal) => return Started::Refused(refusal),
     };
@@ -388,13 +378,14 @@ async fn start_session(
     }
     entry.spawning = false;
     if !job.place_agent(&entry) {
-        if let Err(error) = stop_session(shared, &entry, "agent cancelled while spawning").await {
+        if let Err(error) = placement
+            .stop_session(&entry, "agent cancelled while spawning")
+            .await
+        {
             tracing::warn!(%error, job_id = %job.job_id, agent_id = %entry.agent_id, "session of an agent cancelled while spawning not stopped");
         }
         for slice in [&entry.slice_id, &slice_id] {
-            shared
-                .claimed_slices
-                .remove_if(slice, |_, session| *session == entry.session_id);
+            placement.claims.release_of(slice, &entry.session_id);
         }
         return Started::Cancelled;
     }
@@ -419,7 +410,7 @@ fn cancelled_while_spawning(agent_id: &str) -> ToolError {
 /// first execution did. A session that cannot be confirmed is left to the
 /// reassigner, which moves an agent with pending tasks whose lease does not
 /// name its session.
-async fn respawned(shared: &Shared, job: &JobContext, agent: &AgentEntry) -> Value {
+async fn respawned(placement: &Placement, job: &JobContext, agent: &AgentEntry) -> Value {
     let mut answer = json!({
         "agent": agent.agent_id, "session_id": agent.session_id,
         "worker_id": agent.worker_id, "slice_id": agent.slice_id, "role": agent.role,
@@ -432,11 +423,9 @@ async fn respawned(shared: &Shared, job: &JobContext, agent: &AgentEntry) -> Val
         "assign_task with agent {:?} gives it candidates",
         agent.agent_id
     ));
-    shared
-        .claimed_slices
-        .entry(agent.slice_id.clone())
-        .or_insert_with(|| agent.session_id.clone());
-    if let Err(error) = spawn_on(shared, job, agent, &agent.slice_id, true).await {
+    // Its own claim, kept (a claim by another session is not taken).
+    placement.claims.claim(&agent.slice_id, &agent.session_id);
+    if let Err(error) = placement.spawn_on(job, agent, &agent.slice_id, true).await {
         tracing::warn!(job_id = %job.job_id, agent_id = %agent.agent_id, %error, "session of a re-executed spawn not confirmed");
         answer["note"] = json!(format!("session not confirmed yet: {error}"));
     }

@@ -28,8 +28,7 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::fleet::FleetView;
 use crate::job::JobContext;
-use crate::placement::fleet_view;
-use crate::shared::Shared;
+use crate::placement::Placement;
 
 /// How long one read of the fleet serves the job's spawns.
 pub(crate) const FLEET_VIEW_TTL: Duration = Duration::from_secs(1);
@@ -95,7 +94,7 @@ impl Spawning {
     /// Returns whether the view came from the cache.
     pub(crate) async fn view(
         &self,
-        shared: &Shared,
+        placement: &Placement,
         selector_text: &str,
         selector: Option<&SliceSelector>,
         fresh: bool,
@@ -108,7 +107,7 @@ impl Spawning {
         {
             return Ok((entry.view.clone(), true));
         }
-        let view = Arc::new(fleet_view(shared, selector).await?);
+        let view = Arc::new(placement.fleet_view(selector).await?);
         *cached = Some(CachedView {
             selector: selector_text.to_string(),
             read_at: Instant::now(),

@@ -21,7 +21,6 @@ use mtswarm_core::ChatModel;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
 use serde_json::Value;
 use tonic::Status;
-use tonic::codegen::{Body, Bytes, StdError};
 
 // Not every test binary uses every module.
 #[allow(unused_imports)]
@@ -180,23 +179,7 @@ pub(crate) fn spec(goal: &str) -> v1::JobSpec {
 
 /// What a Control client may be carried over: a plain channel, or one with
 /// an interceptor (the tests with credentials).
-pub(crate) trait Transport:
-    tonic::client::GrpcService<
-        tonic::body::Body,
-        Error: Into<StdError>,
-        ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
-    >
-{
-}
-
-impl<T> Transport for T where
-    T: tonic::client::GrpcService<
-            tonic::body::Body,
-            Error: Into<StdError>,
-            ResponseBody: Body<Data = Bytes, Error: Into<StdError> + Send> + Send + 'static,
-        >
-{
-}
+pub(crate) use mtswarm_proto::GrpcTransport as Transport;
 
 /// A Control client over any [`Transport`].
 pub(crate) type Client<T> = v1::control_client::ControlClient<T>;

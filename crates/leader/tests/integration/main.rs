@@ -1,4 +1,5 @@
-//! The leader's tests: job flow, approvals, auth, restarts, limits.
+//! The leader's tests: job flow, approvals, auth, restarts, limits, the
+//! completion gate's push-back.
 //!
 //! Every file beside this one is a module of one test binary. A binary per
 //! file would link the whole dependency tree (the emulator's compiler and
@@ -23,6 +24,7 @@ mod journal_cluster;
 mod limits;
 mod nats_restart;
 mod plan_refused;
+mod push_back;
 mod reassign;
 mod record_size;
 mod restart;

@@ -43,7 +43,8 @@ pub const RESERVED_BODY_FIELDS: &[&str] = &[
 ];
 
 /// How tools reach the model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ToolMode {
     /// The OpenAI `tools` field; the server returns `tool_calls`.
     #[default]
@@ -55,6 +56,14 @@ pub enum ToolMode {
 }
 
 impl ToolMode {
+    /// The mode as [`ToolMode::parse`] reads it (`native`, `text`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::Text => "text",
+        }
+    }
+
     /// Parses `native` or `text`.
     pub fn parse(text: &str) -> Option<Self> {
         match text.trim().to_ascii_lowercase().as_str() {

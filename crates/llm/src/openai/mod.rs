@@ -20,6 +20,7 @@
 
 mod assemble;
 mod config;
+mod text_calls;
 mod text_tools;
 mod wire;
 
@@ -28,9 +29,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::StreamExt;
-use mtswarm_core::model::{ChatModel, ChatRequest, ModelError, ModelStream};
+use mtswarm_core::model::{ChatModel, ChatRequest, ModelError, ModelStream, ToolChoice};
 use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+pub(crate) use text_calls::TEXT_CALL_ID_PREFIX;
 
 pub use config::{
     ApiKey, ConfigError, ENV_API_KEY, ENV_EXTRA_BODY, ENV_MAX_RETRIES, ENV_MODEL,
@@ -336,12 +339,19 @@ impl ChatModel for OpenAiClient {
 
 impl OpenAiClient {
     async fn start_turn(&self, request: &ChatRequest) -> Result<ModelStream, ModelError> {
+        // Calls are read from text only on turns that may call tools.
+        let may_call = !request.tools.is_empty() && request.tool_choice != ToolChoice::None;
         if self.config.tool_mode == ToolMode::Text && !request.tools.is_empty() {
             let plain = text_tools::text_request(request);
             let stream = self.stream_turn(&plain).await?;
-            return Ok(text_tools::tool_calls_from_text(stream));
+            return Ok(text_tools::tool_calls_from_text(stream, may_call));
         }
-        self.stream_turn(request).await
+        let stream = self.stream_turn(request).await?;
+        Ok(if may_call {
+            text_tools::tool_calls_in_native_text(stream)
+        } else {
+            stream
+        })
     }
 
     async fn stream_turn(&self, request: &ChatRequest) -> Result<ModelStream, ModelError> {

@@ -1,16 +1,20 @@
-//! Tool calls for servers without native tool calling (the opt-in
-//! [`ToolMode::Text`](super::ToolMode::Text) of an endpoint). The tools
-//! and a reply format are described in the system message; the model
-//! answers a tool call as a JSON object in its text,
-//! `{"tool_calls": [{"name": ..., "arguments": {...}}]}`; the client turns
-//! that object back into [`ModelEvent::ToolCall`]s. The engine then checks
-//! those calls exactly as native ones (schema, allowlist, protocol-error
-//! retry): nothing here trusts the text more than a native call.
+//! Tool calls written in a reply's text. In the opt-in
+//! [`ToolMode::Text`](super::ToolMode::Text) of an endpoint (servers
+//! without native tool calling) the tools and a reply format are described
+//! in the system message and the model writes its calls as JSON in its
+//! text; in native mode a server may still return text where its tool
+//! parser did not recognise the model's format. Either way the client reads
+//! the calls out of the text (every shape real models write, see
+//! `text_calls`) and hands them on as [`ModelEvent::ToolCall`]s; an
+//! attempted call that does not read becomes an unreadable call the engine
+//! answers as a protocol error. The engine then checks those calls exactly
+//! as native ones (schema, allowlist, protocol-error retry): nothing here
+//! trusts the text more than a native call.
 //!
-//! The conversation is rewritten into plain roles the server understands:
-//! an assistant's earlier calls become their JSON object, a tool result a
-//! user message naming its call, and neighbours of the same role merge so
-//! strict templates still see alternating turns.
+//! In text mode the conversation is rewritten into plain roles the server
+//! understands: an assistant's earlier calls become their JSON object, a
+//! tool result a user message naming its call, and neighbours of the same
+//! role merge so strict templates still see alternating turns.
 
 use mtswarm_core::model::{
     ChatRequest, FinishReason, Message, ModelError, ModelEvent, ModelStream, Role, ToolCall,
@@ -19,6 +23,8 @@ use mtswarm_core::model::{
 use serde_json::{Value, json};
 
 use futures::StreamExt as _;
+
+use super::text_calls::read_calls;
 
 /// The system-message part that describes the tools and the reply format.
 fn tool_instructions(request: &ChatRequest) -> String {
@@ -74,10 +80,18 @@ pub(crate) fn text_request(request: &ChatRequest) -> ChatRequest {
             }
             Role::Assistant => {
                 let mut text = message.content.trim().to_owned();
-                if !text.is_empty() {
-                    text.push_str("\n\n");
+                // A reply with an attempt that did not read keeps its text,
+                // which is all the model wrote, its readable calls included.
+                if !message
+                    .tool_calls
+                    .iter()
+                    .any(|call| call.unreadable_problem().is_some())
+                {
+                    if !text.is_empty() {
+                        text.push_str("\n\n");
+                    }
+                    text.push_str(&calls_as_text(&message.tool_calls));
                 }
-                text.push_str(&calls_as_text(&message.tool_calls));
                 Message::assistant(text, Vec::new())
             }
             Role::Tool => Message::user(format!(
@@ -104,67 +118,12 @@ pub(crate) fn text_request(request: &ChatRequest) -> ChatRequest {
     }
 }
 
-/// The candidates for the JSON object in `text`: the whole text, each
-/// fenced block, and the span from the first `{` to the last `}`.
-fn json_candidates(text: &str) -> Vec<&str> {
-    let mut candidates = vec![text.trim()];
-    let mut rest = text;
-    while let Some(start) = rest.find("```") {
-        let after = &rest[start + 3..];
-        let body_start = after.find('\n').map(|i| i + 1).unwrap_or(0);
-        let Some(end) = after[body_start..].find("```") else {
-            break;
-        };
-        candidates.push(after[body_start..body_start + end].trim());
-        rest = &after[body_start + end + 3..];
-    }
-    if let (Some(open), Some(close)) = (text.find('{'), text.rfind('}'))
-        && open < close
-    {
-        candidates.push(&text[open..=close]);
-    }
-    candidates
-}
-
-/// The tool calls a reply's text asks for, if it holds a `tool_calls`
-/// object; ids are given in order (`text-call-1`, ...).
-pub(crate) fn parse_tool_calls(text: &str) -> Option<Vec<ToolCall>> {
-    for candidate in json_candidates(text) {
-        let Ok(value) = serde_json::from_str::<Value>(candidate) else {
-            continue;
-        };
-        let Some(calls) = value.get("tool_calls").and_then(Value::as_array) else {
-            continue;
-        };
-        let parsed: Vec<ToolCall> = calls
-            .iter()
-            .enumerate()
-            .map(|(index, call)| ToolCall {
-                id: format!("text-call-{}", index + 1),
-                name: call
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                // A missing or non-object `arguments` is passed on as is:
-                // the engine's schema check names the problem to the model.
-                arguments: call
-                    .get("arguments")
-                    .map(Value::to_string)
-                    .unwrap_or_else(|| "{}".to_owned()),
-            })
-            .collect();
-        if !parsed.is_empty() {
-            return Some(parsed);
-        }
-    }
-    None
-}
-
 /// The stream of a text-mode turn: text is held back until the turn ends,
-/// then becomes tool calls (when it holds a `tool_calls` object) or one
-/// text delta. Reasoning and usage pass straight through.
-pub(crate) fn tool_calls_from_text(mut inner: ModelStream) -> ModelStream {
+/// then becomes tool calls (when `read_calls` and the text holds any, see
+/// [`read_calls`]) or one text delta. A call attempt that does not read
+/// keeps its text, so the conversation shows what the model wrote beside
+/// the protocol error. Reasoning and usage pass straight through.
+pub(crate) fn tool_calls_from_text(mut inner: ModelStream, read: bool) -> ModelStream {
     Box::pin(async_stream::stream! {
         let mut text = String::new();
         let mut finish: Option<FinishReason> = None;
@@ -183,22 +142,65 @@ pub(crate) fn tool_calls_from_text(mut inner: ModelStream) -> ModelStream {
                 }
             }
         }
-        match parse_tool_calls(&text) {
-            Some(calls) => {
-                for call in calls {
+        let calls = if read { read_calls(&text) } else { Vec::new() };
+        if calls.is_empty() {
+            if !text.is_empty() {
+                yield Ok(ModelEvent::TextDelta { text });
+            }
+            if let Some(reason) = finish {
+                yield Ok(ModelEvent::Finish { reason });
+            }
+            return;
+        }
+        if calls.iter().any(|call| call.unreadable_problem().is_some()) {
+            yield Ok(ModelEvent::TextDelta { text });
+        }
+        for call in calls {
+            yield Ok(ModelEvent::ToolCall { call });
+        }
+        yield Ok(ModelEvent::Finish { reason: FinishReason::ToolCalls });
+    })
+}
+
+/// The stream of a native-mode turn that offered tools: everything passes
+/// through as it comes, and when the server sent no `tool_calls` but the
+/// text holds calls (a server whose tool parser does not know the model's
+/// format), those calls follow the text, read as in text mode, and the
+/// turn finishes for tool calls.
+pub(crate) fn tool_calls_in_native_text(mut inner: ModelStream) -> ModelStream {
+    Box::pin(async_stream::stream! {
+        let mut text = String::new();
+        let mut native_calls = false;
+        let mut finish: Option<FinishReason> = None;
+        while let Some(item) = inner.next().await {
+            match item {
+                Ok(ModelEvent::TextDelta { text: piece }) => {
+                    text.push_str(&piece);
+                    yield Ok(ModelEvent::TextDelta { text: piece });
+                }
+                Ok(ModelEvent::ToolCall { call }) => {
+                    native_calls = true;
                     yield Ok(ModelEvent::ToolCall { call });
                 }
-                yield Ok(ModelEvent::Finish { reason: FinishReason::ToolCalls });
-            }
-            None => {
-                if !text.is_empty() {
-                    yield Ok(ModelEvent::TextDelta { text });
-                }
-                if let Some(reason) = finish {
-                    yield Ok(ModelEvent::Finish { reason });
+                Ok(ModelEvent::Finish { reason }) => finish = Some(reason),
+                Ok(other) => yield Ok(other),
+                Err(error) => {
+                    yield Err::<ModelEvent, ModelError>(error);
+                    return;
                 }
             }
         }
+        let calls = if native_calls { Vec::new() } else { read_calls(&text) };
+        if calls.is_empty() {
+            if let Some(reason) = finish {
+                yield Ok(ModelEvent::Finish { reason });
+            }
+            return;
+        }
+        for call in calls {
+            yield Ok(ModelEvent::ToolCall { call });
+        }
+        yield Ok(ModelEvent::Finish { reason: FinishReason::ToolCalls });
     })
 }
 
@@ -208,41 +210,145 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn calls_are_read_from_plain_fenced_and_embedded_json() {
-        let plain =
-            r#"{"tool_calls": [{"name": "compile", "arguments": {"defines": {"N": "8"}}}]}"#;
-        let calls = parse_tool_calls(plain).expect("plain");
-        assert_eq!(calls[0].name, "compile");
-        assert_eq!(calls[0].arguments, r#"{"defines":{"N":"8"}}"#);
-        let fenced = "I will validate.\n```json\n{\"tool_calls\": [{\"name\": \"validate\", \"arguments\": {}}, {\"name\": \"benchmark\", \"arguments\": {\"repeats\": 1}}]}\n```";
-        let calls = parse_tool_calls(fenced).expect("fenced");
-        assert_eq!(
-            calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
-            ["validate", "benchmark"]
-        );
-        assert_eq!(calls[1].id, "text-call-2");
-        assert!(parse_tool_calls("The best is N=8 at 3.1 GFLOPS {not json}").is_none());
-        assert!(parse_tool_calls(r#"{"answer": 1}"#).is_none());
+    /// The events `stream` yields, errors as text.
+    fn drain(stream: ModelStream) -> Vec<Result<ModelEvent, String>> {
+        futures::executor::block_on(
+            stream
+                .map(|item| item.map_err(|e| e.to_string()))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn turn(events: Vec<ModelEvent>) -> ModelStream {
+        Box::pin(futures::stream::iter(events.into_iter().map(Ok)))
+    }
+
+    fn text(piece: &str) -> ModelEvent {
+        ModelEvent::TextDelta {
+            text: piece.to_owned(),
+        }
+    }
+
+    fn finish(reason: FinishReason) -> ModelEvent {
+        ModelEvent::Finish { reason }
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+        }
     }
 
     #[test]
-    fn requests_become_plain_alternating_roles_with_the_tools_described() {
-        let request = ChatRequest {
-            messages: vec![
-                Message::system("You tune kernels."),
-                Message::user("Tune vecadd."),
-                Message::assistant(
-                    "",
-                    vec![ToolCall {
-                        id: "c1".into(),
-                        name: "compile".into(),
-                        arguments: r#"{"kernel_dir":"vecadd"}"#.into(),
-                    }],
-                ),
-                Message::tool("c1", "built as artifact b1"),
-                Message::user("[session context] step 2"),
-            ],
+    fn a_text_mode_turn_becomes_calls_or_stays_text() {
+        // A call cut across deltas, in a fence with prose before it.
+        let pieces = [
+            "I will validate.\n```json\n{\"name\": \"vali",
+            "date\", \"arguments\": {}}\n```",
+        ];
+        let events = drain(tool_calls_from_text(
+            turn(vec![
+                text(pieces[0]),
+                text(pieces[1]),
+                finish(FinishReason::Stop),
+            ]),
+            true,
+        ));
+        assert_eq!(
+            events,
+            [
+                Ok(ModelEvent::ToolCall {
+                    call: call("text-call-1", "validate", "{}")
+                }),
+                Ok(finish(FinishReason::ToolCalls)),
+            ]
+        );
+        // An answer passes as one delta; so does a call when reading is off
+        // (a turn that must not call tools).
+        let answer = "Best N=8.\n```json\n{\"best\": null, \"error\": \"none\"}\n```";
+        for (body, read) in [
+            (answer, true),
+            ("{\"name\": \"a\", \"arguments\": {}}", false),
+        ] {
+            let events = drain(tool_calls_from_text(
+                turn(vec![text(body), finish(FinishReason::Stop)]),
+                read,
+            ));
+            assert_eq!(events, [Ok(text(body)), Ok(finish(FinishReason::Stop))]);
+        }
+        // An attempt that does not read keeps its text beside the call.
+        let broken = "{\"name\": \"compile\", \"arguments\": {\"N\": 8}";
+        let events = drain(tool_calls_from_text(
+            turn(vec![text(broken), finish(FinishReason::Stop)]),
+            true,
+        ));
+        assert_eq!(events[0], Ok(text(broken)));
+        let Some(Ok(ModelEvent::ToolCall { call })) = events.get(1) else {
+            panic!("{events:?}")
+        };
+        assert!(
+            call.unreadable_problem()
+                .is_some_and(|p| p.contains("not valid JSON"))
+        );
+    }
+
+    #[test]
+    fn a_native_turn_without_tool_calls_has_the_calls_of_its_text() {
+        let hermes = "<tool_call>\n{\"name\": \"list_fleet\", \"arguments\": {}}\n</tool_call>";
+        let usage = ModelEvent::Usage {
+            usage: mtswarm_core::model::Usage {
+                input_tokens: 3,
+                output_tokens: 2,
+            },
+        };
+        let events = drain(tool_calls_in_native_text(turn(vec![
+            text(hermes),
+            finish(FinishReason::Stop),
+            usage.clone(),
+        ])));
+        assert_eq!(
+            events,
+            [
+                Ok(text(hermes)),
+                Ok(usage.clone()),
+                Ok(ModelEvent::ToolCall {
+                    call: call("text-call-1", "list_fleet", "{}")
+                }),
+                Ok(finish(FinishReason::ToolCalls)),
+            ]
+        );
+        // Native calls are the turn's calls; the text is only text.
+        let native = call("call_9", "read_file", r#"{"path":"tune.toml"}"#);
+        let events = drain(tool_calls_in_native_text(turn(vec![
+            text(hermes),
+            ModelEvent::ToolCall {
+                call: native.clone(),
+            },
+            finish(FinishReason::ToolCalls),
+        ])));
+        assert_eq!(
+            events,
+            [
+                Ok(text(hermes)),
+                Ok(ModelEvent::ToolCall { call: native }),
+                Ok(finish(FinishReason::ToolCalls)),
+            ]
+        );
+        // A final answer is left alone.
+        let answer = "```json\n{\"best\": {\"gflops\": 2.5}}\n```";
+        let events = drain(tool_calls_in_native_text(turn(vec![
+            text(answer),
+            finish(FinishReason::Stop),
+        ])));
+        assert_eq!(events, [Ok(text(answer)), Ok(finish(FinishReason::Stop))]);
+    }
+
+    /// A request offering `compile`, with `messages`.
+    fn compile_request(messages: Vec<Message>) -> ChatRequest {
+        ChatRequest {
+            messages,
             tools: vec![ToolDefinition {
                 name: "compile".into(),
                 description: "Builds a kernel.".into(),
@@ -251,7 +357,48 @@ mod tests {
             tool_choice: ToolChoice::Auto,
             max_tokens: None,
             temperature: None,
-        };
+        }
+    }
+
+    #[test]
+    fn an_unreadable_attempt_is_shown_as_written_in_the_next_request() {
+        let written = "{\"name\": \"compile\", \"arguments\": {";
+        let request = compile_request(vec![
+            Message::system("s"),
+            Message::user("u"),
+            Message::assistant(
+                written,
+                vec![ToolCall::unreadable(
+                    "text-call-1",
+                    "a tool call that is not valid JSON",
+                )],
+            ),
+            Message::tool(
+                "text-call-1",
+                "error: protocol error: a tool call that is not valid JSON",
+            ),
+        ]);
+        let plain = text_request(&request);
+        assert_eq!(plain.messages[2].content, written);
+        assert!(plain.messages[3].content.contains("protocol error"));
+    }
+
+    #[test]
+    fn requests_become_plain_alternating_roles_with_the_tools_described() {
+        let request = compile_request(vec![
+            Message::system("You tune kernels."),
+            Message::user("Tune vecadd."),
+            Message::assistant(
+                "",
+                vec![ToolCall {
+                    id: "c1".into(),
+                    name: "compile".into(),
+                    arguments: r#"{"kernel_dir":"vecadd"}"#.into(),
+                }],
+            ),
+            Message::tool("c1", "built as artifact b1"),
+            Message::user("[session context] step 2"),
+        ]);
         let plain = text_request(&request);
         assert!(plain.tools.is_empty());
         let roles: Vec<Role> = plain.messages.iter().map(|m| m.role).collect();
@@ -264,10 +411,7 @@ mod tests {
                 .content
                 .contains("- compile: Builds a kernel.")
         );
-        assert_eq!(
-            parse_tool_calls(&plain.messages[2].content).expect("calls")[0].name,
-            "compile"
-        );
+        assert_eq!(read_calls(&plain.messages[2].content)[0].name, "compile");
         assert!(
             plain.messages[3]
                 .content

@@ -82,6 +82,9 @@ impl Default for BuiltinLeaderPolicy {
 }
 
 impl BuiltinLeaderPolicy {
+    /// The policy's [`ChatModel::model_name`].
+    pub const MODEL_NAME: &'static str = "builtin-leader";
+
     /// With the default MT-3000 spec for tune.toml constraints.
     pub fn new() -> Self {
         Self {
@@ -628,7 +631,7 @@ fn final_answer(history: &History<'_>) -> String {
 #[async_trait::async_trait]
 impl ChatModel for BuiltinLeaderPolicy {
     fn model_name(&self) -> &str {
-        "builtin-leader"
+        Self::MODEL_NAME
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {

@@ -16,6 +16,7 @@ use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 
+use crate::owned_provider::OwnedProvider;
 use crate::{EXPORT_TIMEOUT, OtlpProtocol, SERVICE_NAME_ENV, TelemetryError, non_empty_env};
 
 /// Standard OpenTelemetry variable for the metrics endpoint (used as it is).
@@ -129,7 +130,7 @@ pub fn http_metrics_url(endpoint: &str) -> String {
 #[must_use = "dropping the guard shuts metrics down"]
 #[derive(Debug)]
 pub struct MetricsGuard {
-    provider: Option<SdkMeterProvider>,
+    provider: OwnedProvider<SdkMeterProvider>,
     registry: Option<prometheus::Registry>,
     otlp: bool,
 }
@@ -147,26 +148,12 @@ impl MetricsGuard {
 
     /// Pushes the current values now (OTLP).
     pub fn force_flush(&self) -> Result<(), TelemetryError> {
-        match &self.provider {
-            Some(provider) => Ok(provider.force_flush()?),
-            None => Ok(()),
-        }
+        self.provider.force_flush()
     }
 
-    /// Flushes and stops the readers. Later calls are no-ops.
+    /// Flushes and stops the readers (also on drop). Later calls are no-ops.
     pub fn shutdown(&mut self) -> Result<(), TelemetryError> {
-        match self.provider.take() {
-            Some(provider) => Ok(provider.shutdown()?),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for MetricsGuard {
-    fn drop(&mut self) {
-        if let Err(error) = self.shutdown() {
-            eprintln!("mtswarm-telemetry: metrics shutdown on drop failed: {error}");
-        }
+        self.provider.shutdown()
     }
 }
 
@@ -233,7 +220,7 @@ pub fn init_metrics(config: &MetricsConfig) -> Result<MetricsGuard, TelemetryErr
     let provider = builder.build();
     opentelemetry::global::set_meter_provider(provider.clone());
     Ok(MetricsGuard {
-        provider: Some(provider),
+        provider: OwnedProvider::new(provider, "metrics shutdown on drop failed"),
         registry,
         otlp,
     })

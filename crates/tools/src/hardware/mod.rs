@@ -32,8 +32,7 @@ pub use benchmark::{Benchmark, BenchmarkArgs};
 pub use board_info::{BoardInfo, BoardInfoArgs};
 pub(crate) use compile::{BuildJob, run_build};
 pub use compile::{Compile, CompileArgs};
-pub use run::{Run, RunArgs};
-pub use validate::Validate;
+pub use run::{Launch, RunArgs};
 pub use wait_build::{SLICE_IDLE_NOTE, WaitBuild, WaitBuildArgs};
 
 use std::time::Duration;

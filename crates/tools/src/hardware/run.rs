@@ -1,4 +1,5 @@
-//! run: launches a built artifact on the slice and reports its outcome.
+//! run: launches a built artifact on the slice and reports its outcome;
+//! with [`Launch`], the launching tool it shares with validate.
 
 use std::sync::Arc;
 
@@ -34,7 +35,7 @@ pub struct RunArgs {
     pub args: Option<Vec<String>>,
 }
 
-pub(super) const RUN_SHAPE: Shape = Shape {
+const RUN_SHAPE: Shape = Shape {
     integers: &["cores", "runs"],
     numbers: &["timeout_seconds"],
     lists: &["args"],
@@ -47,11 +48,17 @@ pub(super) const RUN_SHAPE: Shape = Shape {
     ..Shape::NONE
 };
 
-pub(super) async fn launch(
-    env: &ToolEnv,
-    args: RunArgs,
-    default_runs: u32,
-) -> Result<(BuiltArtifact, RunRequest, Result<RunOutcome, HwError>), ToolError> {
+/// One launch of an artifact: what was launched, how, and how it went.
+pub(super) struct Launched {
+    /// The artifact.
+    pub(super) built: BuiltArtifact,
+    /// The launch's cores, executions and time-out.
+    pub(super) request: RunRequest,
+    /// Its outcome, or why the board could not give one.
+    pub(super) outcome: Result<RunOutcome, HwError>,
+}
+
+async fn launch(env: &ToolEnv, args: RunArgs, default_runs: u32) -> Result<Launched, ToolError> {
     let built = env.session().artifact(args.artifact.as_deref())?;
     let runs = args.runs.unwrap_or(default_runs);
     if runs == 0 || runs > 1000 {
@@ -67,11 +74,41 @@ pub(super) async fn launch(
         seed: None,
     };
     let outcome = env.board.run(&built.artifact, &request).await;
-    Ok((built, request, outcome))
+    Ok(Launched {
+        built,
+        request,
+        outcome,
+    })
 }
 
-/// Launch an artifact once on the slice.
-pub struct Run(pub(crate) Arc<ToolEnv>);
+/// A tool that launches an artifact on the slice (`run`, `validate`): the
+/// arguments, their normalization, the slice it holds and the launch are
+/// the same for both; each declares itself and reports the launch its own
+/// way.
+pub struct Launch {
+    env: Arc<ToolEnv>,
+    spec: &'static ToolSpec,
+    default_runs: u32,
+    report: fn(Launched) -> Result<ToolOutput, ToolError>,
+}
+
+#[async_trait::async_trait]
+impl Tool for Launch {
+    fn spec(&self) -> &ToolSpec {
+        self.spec
+    }
+    fn resource(&self) -> Option<String> {
+        Some(self.env.slice_id())
+    }
+    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        crate::normalize::normalize_args(args, &RUN_SHAPE)
+    }
+
+    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: RunArgs = parse_args(args)?;
+        (self.report)(launch(&self.env, args, self.default_runs).await?)
+    }
+}
 
 /// What `run` declares: the one description of the tool.
 static SPEC: ToolSpec = ToolSpec::new(
@@ -84,33 +121,42 @@ static SPEC: ToolSpec = ToolSpec::new(
 .concurrent()
 .hardware();
 
-#[async_trait::async_trait]
-impl Tool for Run {
-    fn spec(&self) -> &ToolSpec {
-        &SPEC
-    }
-    fn resource(&self) -> Option<String> {
-        Some(self.0.slice_id())
-    }
-    fn normalize(&self, args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
-        crate::normalize::normalize_args(args, &RUN_SHAPE)
+impl Launch {
+    /// `run`: launch an artifact once on the slice and report its outcome
+    /// as it came.
+    pub(crate) fn run(env: Arc<ToolEnv>) -> Self {
+        Self::with_report(env, &SPEC, 1, run_report)
     }
 
-    async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: RunArgs = parse_args(args)?;
-        let (built, request, outcome) = launch(&self.0, args, 1).await?;
-        let outcome = outcome.map_err(hw_error)?;
-        let text = format!(
-            "artifact {} on {} cores: {}",
-            built.id,
-            request.cores,
-            outcome_text(&outcome)
-        );
-        Ok(ToolOutput::text(text).with_data(json!({
-            "artifact": built.id,
-            "cores": request.cores,
-            "runs": request.runs,
-            "outcome": outcome,
-        })))
+    /// A launching tool declared by `spec`, reporting with `report`.
+    pub(super) fn with_report(
+        env: Arc<ToolEnv>,
+        spec: &'static ToolSpec,
+        default_runs: u32,
+        report: fn(Launched) -> Result<ToolOutput, ToolError>,
+    ) -> Self {
+        Self {
+            env,
+            spec,
+            default_runs,
+            report,
+        }
     }
+}
+
+fn run_report(launched: Launched) -> Result<ToolOutput, ToolError> {
+    let (built, request) = (&launched.built, &launched.request);
+    let outcome = launched.outcome.map_err(hw_error)?;
+    let text = format!(
+        "artifact {} on {} cores: {}",
+        built.id,
+        request.cores,
+        outcome_text(&outcome)
+    );
+    Ok(ToolOutput::text(text).with_data(json!({
+        "artifact": built.id,
+        "cores": request.cores,
+        "runs": request.runs,
+        "outcome": outcome,
+    })))
 }

@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{assert_refused, call, scripted_tools, vecadd_workspace};
+use common::{assert_refused, call, call_ok, scripted_tools, vecadd_workspace};
 use mtswarm_core::Effect;
 use mtswarm_hw::{BackendKind, ChipSpec};
 use serde_json::json;
@@ -116,13 +116,12 @@ async fn estimate_gives_the_roofline_bound() {
     let spec = ChipSpec::default();
     // DGEMM 1024^3 on 8 cores: 2 GFLOP, 24 MiB of traffic -> compute-bound.
     let flops = 2.0 * 1024f64.powi(3);
-    let out = call(
+    let out = call_ok(
         &tools,
         "estimate",
         json!({"flops": flops, "bytes": "25165824", "cores": 8}),
     )
-    .await
-    .expect("estimate");
+    .await;
     let data = out.data.clone().expect("data");
     assert_eq!(data["bound_by"], "compute-bound");
     let expected = flops / spec.peak_flops(8);
@@ -133,13 +132,12 @@ async fn estimate_gives_the_roofline_bound() {
         append: false
     }));
     // vecadd: 1 flop per 24 bytes -> memory-bound at the cluster's bandwidth.
-    let out = call(
+    let out = call_ok(
         &tools,
         "estimate",
         json!({"flops": 1e6, "bytes": 24e6, "measured_seconds": 0.001}),
     )
-    .await
-    .expect("estimate");
+    .await;
     let data = out.data.expect("data");
     assert_eq!(data["bound_by"], "memory-bound");
     let bound = 24e6 / spec.cluster_bandwidth();

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{GOOD_KERNEL, ScriptedBoard, call, ctx, toolset, workspace_with};
+use common::{GOOD_KERNEL, ScriptedBoard, call, call_ok, ctx, toolset, workspace_with};
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_core::{
     AutoApprove, Engine, EngineConfig, EventKind, ResourceLock, RiskPolicy, Tool, ToolCall,
@@ -119,7 +119,7 @@ async fn setup() -> (
     let ws = workspace_with(GOOD_KERNEL);
     let board = Arc::new(ScriptedBoard::new(BackendKind::Host));
     let tools = toolset(ws.path(), board.clone());
-    call(&tools, "compile", json!({})).await.expect("compile");
+    call_ok(&tools, "compile", json!({})).await;
     (ws, board, tools)
 }
 
@@ -229,7 +229,7 @@ async fn host_benchmarks_never_overlap_a_compile_of_the_session() {
     board.build_time = Duration::from_millis(40);
     let board = Arc::new(board);
     let tools = toolset(ws.path(), board.clone());
-    call(&tools, "compile", json!({})).await.expect("compile");
+    call_ok(&tools, "compile", json!({})).await;
     let lock = tools.resource_lock();
     let bench = async {
         let _slice = lock.acquire("fake0/c1").await;

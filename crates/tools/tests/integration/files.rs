@@ -4,7 +4,9 @@
 
 use crate::common;
 
-use common::{GOOD_KERNEL, assert_refused, call, invalid_args, scripted_tools, workspace_with};
+use common::{
+    GOOD_KERNEL, assert_refused, call, call_ok, invalid_args, scripted_tools, workspace_with,
+};
 use mtswarm_core::Effect;
 use mtswarm_hw::BackendKind;
 use serde_json::json;
@@ -118,20 +120,17 @@ async fn grep_finds_regex_matches_with_filters() {
         out.content,
         "kernel.c:6:   double *buf = vector_malloc(N * sizeof(double));\n"
     );
-    let out = call(
+    let out = call_ok(
         &tools,
         "grep",
         json!({"pattern": "VECTOR_MALLOC", "case_insensitive": "true"}),
     )
-    .await
-    .expect("grep");
+    .await;
     assert_eq!(
         out.data.expect("data")["matches"].as_array().map(Vec::len),
         Some(2)
     );
-    let out = call(&tools, "grep", json!({"pattern": "no such text"}))
-        .await
-        .expect("grep");
+    let out = call_ok(&tools, "grep", json!({"pattern": "no such text"})).await;
     assert!(out.content.starts_with("no matches"));
 }
 
@@ -313,9 +312,7 @@ async fn symlink_escapes_are_refused_by_every_file_tool() {
         }
     }
     // A workspace-wide grep or listing does not follow the links out.
-    let out = call(&tools, "grep", json!({"pattern": "root:x"}))
-        .await
-        .expect("grep");
+    let out = call_ok(&tools, "grep", json!({"pattern": "root:x"})).await;
     assert!(out.content.starts_with("no matches"), "{}", out.content);
     let out = call(&tools, "list_files", json!({})).await.expect("list");
     assert!(

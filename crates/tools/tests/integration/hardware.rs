@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use common::{
-    GOOD_KERNEL, ScriptedBoard, assert_refused, call, emulator_board, invalid_args, scripted_tools,
-    toolset, vecadd_workspace, workspace_with,
+    GOOD_KERNEL, ScriptedBoard, assert_refused, call, call_ok, emulator_board, invalid_args,
+    scripted_tools, toolset, valid_modeled_outcome, vecadd_workspace, workspace_with,
 };
 use mtswarm_core::{Effect, ToolError, ToolOutput};
 use mtswarm_hw::BackendKind;
@@ -54,36 +54,23 @@ const SMALL: &str = "N=16384,CHUNK=1024";
 #[tokio::test]
 async fn emulator_compile_run_validate_benchmark_happy_path() {
     let (_ws, tools) = emulator_tools();
-    let out = call(
+    let out = call_ok(
         &tools,
         "compile",
         json!({"kernel_dir": "vecadd", "defines": SMALL}),
     )
-    .await
-    .expect("compile");
+    .await;
     let compiled = state(&out, "compile_results").expect("compile_results effect");
     assert_eq!(compiled["artifact"], "b1");
     assert_eq!(compiled["defines"], json!({"N": "16384", "CHUNK": "1024"}));
 
-    let out = call(&tools, "run", json!({"cores": "2"}))
-        .await
-        .expect("run");
-    let outcome = &out.data.as_ref().expect("data")["outcome"];
-    assert_eq!(outcome["valid"], true, "{}", out.content);
-    assert!(
-        outcome["modeled_cycles"].as_u64().unwrap_or(0) > 0,
-        "{}",
-        out.content
-    );
+    let out = call_ok(&tools, "run", json!({"cores": "2"})).await;
+    valid_modeled_outcome(&out);
 
-    let out = call(&tools, "validate", json!({"artifact": "b1"}))
-        .await
-        .expect("validate");
+    let out = call_ok(&tools, "validate", json!({"artifact": "b1"})).await;
     assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
 
-    let out = call(&tools, "benchmark", json!({"artifact": "b1", "cores": 4}))
-        .await
-        .expect("benchmark");
+    let out = call_ok(&tools, "benchmark", json!({"artifact": "b1", "cores": 4})).await;
     assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
     let summary = state(&out, "benchmark_results").expect("benchmark_results");
     assert_eq!(summary["valid"], true);
@@ -99,9 +86,7 @@ async fn emulator_compile_run_validate_benchmark_happy_path() {
     assert_eq!(candidates[0]["artifact"], "b1");
     assert!(state(&out, "best").is_some());
 
-    let out = call(&tools, "board_info", json!({}))
-        .await
-        .expect("board_info");
+    let out = call_ok(&tools, "board_info", json!({})).await;
     assert!(
         out.content
             .contains("slice emu0/c0 (emulator backend, 4 cores)"),
@@ -117,25 +102,20 @@ async fn emulator_compile_run_validate_benchmark_happy_path() {
 #[tokio::test]
 async fn emulator_benchmark_is_one_launch_and_its_spot_rerun_reproduces_it() {
     let (_ws, tools) = emulator_tools();
-    call(
+    call_ok(
         &tools,
         "compile",
         json!({"kernel_dir": "vecadd", "defines": SMALL}),
     )
-    .await
-    .expect("compile");
-    let out = call(&tools, "board_info", json!({}))
-        .await
-        .expect("board_info");
+    .await;
+    let out = call_ok(&tools, "board_info", json!({})).await;
     assert!(
         out.content.contains("measurement: exact timing"),
         "{}",
         out.content
     );
 
-    let out = call(&tools, "benchmark", json!({}))
-        .await
-        .expect("benchmark");
+    let out = call_ok(&tools, "benchmark", json!({})).await;
     assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
     assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
     let m = &out.data.as_ref().expect("data")["measurement"];
@@ -161,16 +141,13 @@ async fn emulator_benchmark_is_one_launch_and_its_spot_rerun_reproduces_it() {
 
     // A slower candidate is not a best: one launch, or two when a spot
     // re-run is drawn at random.
-    call(
+    call_ok(
         &tools,
         "compile",
         json!({"kernel_dir": "vecadd", "defines": "N=16384,CHUNK=256,BUF=1"}),
     )
-    .await
-    .expect("compile");
-    let out = call(&tools, "benchmark", json!({}))
-        .await
-        .expect("benchmark");
+    .await;
+    let out = call_ok(&tools, "benchmark", json!({})).await;
     let m = &out.data.as_ref().expect("data")["measurement"];
     let slower = m["samples"][0]["modeled_cycles"].as_u64().expect("cycles");
     assert!(slower > cycles[0], "{slower} vs {}", cycles[0]);
@@ -179,9 +156,7 @@ async fn emulator_benchmark_is_one_launch_and_its_spot_rerun_reproduces_it() {
     assert_eq!(launches, if checked { 2 } else { 1 }, "{m}");
 
     // Asking for repeats asks for the check.
-    let out = call(&tools, "benchmark", json!({"repeats": 2}))
-        .await
-        .expect("benchmark");
+    let out = call_ok(&tools, "benchmark", json!({"repeats": 2})).await;
     let m = &out.data.as_ref().expect("data")["measurement"];
     assert_eq!(m["spot_checked"], true, "{m}");
     assert_eq!(m["launches"], 2, "{m}");
@@ -195,18 +170,10 @@ async fn emulator_benchmark_is_one_launch_and_its_spot_rerun_reproduces_it() {
 #[tokio::test]
 async fn emulator_fault_after_first_run_gets_no_benchmark_figure() {
     let (_ws, tools) = emulator_tools();
-    call(
-        &tools,
-        "compile",
-        json!({"kernel_dir": "vecadd", "defines": format!("{SMALL},FAULT_AFTER=1"), "unchecked": true}),
-    )
-    .await
-    .expect("compile");
+    call_ok(&tools, "compile", json!({"kernel_dir": "vecadd", "defines": format!("{SMALL},FAULT_AFTER=1"), "unchecked": true})).await;
     // The session's first figure would be its best, so it is spot-checked,
     // and the check's execution on other inputs goes wrong.
-    let out = call(&tools, "benchmark", json!({}))
-        .await
-        .expect("benchmark");
+    let out = call_ok(&tools, "benchmark", json!({})).await;
     assert_eq!(evidence(&out, "benchmark"), Some(false), "{}", out.content);
     let summary = state(&out, "benchmark_results").expect("results");
     assert_eq!(summary["valid"], false);
@@ -233,13 +200,11 @@ async fn wrong_answer_fails_validation_before_any_timing() {
     let ws = workspace_with(&GOOD_KERNEL.replace("* 2.0", "* 2.0 /* WRONG */"));
     let board = Arc::new(ScriptedBoard::new(BackendKind::Host));
     let tools = toolset(ws.path(), board.clone());
-    call(&tools, "compile", json!({})).await.expect("compile");
-    let out = call(&tools, "validate", json!({})).await.expect("validate");
+    call_ok(&tools, "compile", json!({})).await;
+    let out = call_ok(&tools, "validate", json!({})).await;
     assert_eq!(evidence(&out, "validate"), Some(false));
     let before = board.launches.load(Ordering::SeqCst);
-    let out = call(&tools, "benchmark", json!({}))
-        .await
-        .expect("benchmark");
+    let out = call_ok(&tools, "benchmark", json!({})).await;
     assert_eq!(evidence(&out, "benchmark"), Some(false));
     // Only the validation launch ran: nothing was timed.
     assert_eq!(board.launches.load(Ordering::SeqCst) - before, 1);
@@ -252,11 +217,9 @@ async fn wrong_answer_fails_validation_before_any_timing() {
 async fn kernel_wrong_on_later_runs_is_caught_by_benchmark() {
     let ws = workspace_with(&GOOD_KERNEL.replace("* 2.0", "* 2.0 /* WRONG_LATER */"));
     let tools = scripted_tools(ws.path(), BackendKind::Host);
-    call(&tools, "compile", json!({})).await.expect("compile");
+    call_ok(&tools, "compile", json!({})).await;
     // Without warm-up the first timed execution must catch it.
-    let out = call(&tools, "benchmark", json!({"warmup": "0"}))
-        .await
-        .expect("benchmark");
+    let out = call_ok(&tools, "benchmark", json!({"warmup": "0"})).await;
     assert_eq!(evidence(&out, "benchmark"), Some(false), "{}", out.content);
     let m = &out.data.expect("data")["measurement"];
     assert_eq!(m["failed_validation"], false);
@@ -286,9 +249,7 @@ async fn hardware_tools_reject_bad_input() {
     )
     .await;
 
-    call(&tools, "compile", json!({"defines": ["-DN=64"]}))
-        .await
-        .expect("compile");
+    call_ok(&tools, "compile", json!({"defines": ["-DN=64"]})).await;
     assert_refused(&tools, &[("run", json!({"cores": 99}), "1..=8")]).await;
     let msg = invalid_args(call(&tools, "run", json!({"artifact": "b7"})).await);
     assert!(
@@ -321,7 +282,7 @@ async fn hardware_tools_reject_bad_input() {
 async fn artifacts_built_before_an_edit_are_refused() {
     let ws = workspace_with(GOOD_KERNEL);
     let tools = scripted_tools(ws.path(), BackendKind::Host);
-    call(&tools, "compile", json!({})).await.expect("compile");
+    call_ok(&tools, "compile", json!({})).await;
     call(&tools, "validate", json!({}))
         .await
         .expect("validate before the edit");
@@ -343,9 +304,7 @@ async fn artifacts_built_before_an_edit_are_refused() {
     )
     .await
     .expect("note");
-    let out = call(&tools, "benchmark", json!({}))
-        .await
-        .expect("benchmark");
+    let out = call_ok(&tools, "benchmark", json!({})).await;
     assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
 }
 
@@ -418,9 +377,7 @@ async fn a_background_build_is_collected_by_wait_build_and_never_run_before() {
     assert!(refused.contains("wait_build"), "{refused}");
     assert_eq!(board.launches.load(Ordering::SeqCst), 0);
 
-    let done = call(&tools, "wait_build", json!({"artifact": "b1"}))
-        .await
-        .expect("wait_build");
+    let done = call_ok(&tools, "wait_build", json!({"artifact": "b1"})).await;
     assert!(
         done.content.starts_with("compiled . as artifact b1"),
         "{}",
@@ -431,9 +388,7 @@ async fn a_background_build_is_collected_by_wait_build_and_never_run_before() {
         "b1"
     );
     assert_eq!(board.build_intervals.lock().expect("builds").len(), 1);
-    let out = call(&tools, "validate", json!({"artifact": "b1"}))
-        .await
-        .expect("validate");
+    let out = call_ok(&tools, "validate", json!({"artifact": "b1"})).await;
     assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
     // Nobody held the slice while the build finished: the slice waited.
     assert!(

@@ -9,7 +9,11 @@ use crate::common;
 
 use std::sync::Arc;
 
-use common::{call, emulator_board, examples_dir, invalid_args, toolset, vecadd_workspace};
+use common::{
+    call, call_ok, emulator_board, examples_dir, invalid_args, toolset, valid_modeled_outcome,
+    vecadd_workspace,
+};
+use mtswarm_core::ToolOutput;
 use mtswarm_hw::harness::file_hash;
 use mtswarm_tools::ToolSet;
 use serde_json::json;
@@ -66,22 +70,15 @@ async fn a_harness_changed_on_disk_is_not_used() {
         "#include <stdio.h>\nint main(void) { puts(\"MTSWARM_RESULT {\\\"valid\\\":true,\\\"flops\\\":1e15}\"); return 0; }\n",
     )
     .expect("tamper");
-    call(
+    call_ok(
         &tools,
         "compile",
         json!({"kernel_dir": "vecadd", "defines": "N=16384,CHUNK=1024"}),
     )
-    .await
-    .expect("compile");
-    let out = call(&tools, "run", json!({"cores": 2})).await.expect("run");
-    let outcome = &out.data.as_ref().expect("data")["outcome"];
-    assert_eq!(outcome["valid"], true, "{}", out.content);
+    .await;
+    let out = call_ok(&tools, "run", json!({"cores": 2})).await;
     // The pristine harness ran the kernel (the tampered one never would).
-    assert!(
-        outcome["modeled_cycles"].as_u64().unwrap_or(0) > 0,
-        "{}",
-        out.content
-    );
+    let outcome = valid_modeled_outcome(&out);
     let pristine = file_hash(&examples_dir().join("vecadd/host.c")).expect("hash");
     assert_eq!(
         outcome["harness"]["host.c"],
@@ -113,13 +110,7 @@ async fn an_edited_kernel_builds_with_its_diff_against_the_registered_pristine_s
         .register_pristine("vecadd", &examples_dir().join("vecadd"))
         .expect("register");
     let defines = json!({"N": "16384", "CHUNK": "1024"});
-    let built = call(
-        &tools,
-        "compile",
-        json!({"kernel_dir": "vecadd", "defines": defines}),
-    )
-    .await
-    .expect("compile");
+    let built = compile_vecadd(&tools, &defines).await;
     let data = built.data.as_ref().expect("data");
     assert_eq!(data["source_edited"], true, "{data}");
     assert_eq!(data["source_changes"], "kernel.c +1 -1", "{data}");
@@ -133,13 +124,7 @@ async fn an_edited_kernel_builds_with_its_diff_against_the_registered_pristine_s
         "{}",
         built.content
     );
-    let bench = call(
-        &tools,
-        "benchmark",
-        json!({"cores": 2, "warmup": 0, "repeats": 1}),
-    )
-    .await
-    .expect("benchmark");
+    let bench = benchmark_once(&tools).await;
     let data = bench.data.as_ref().expect("data");
     assert_eq!(data["source"]["edited"], true, "{data}");
     assert_eq!(data["source"]["diff"], diff);
@@ -148,23 +133,31 @@ async fn an_edited_kernel_builds_with_its_diff_against_the_registered_pristine_s
 
     // Back to the pristine text: no diff, and the hash of the pristine build.
     std::fs::write(ws.path().join("vecadd/kernel.c"), &pristine).expect("revert");
-    let built = call(
-        &tools,
-        "compile",
-        json!({"kernel_dir": "vecadd", "defines": defines}),
-    )
-    .await
-    .expect("compile");
+    let built = compile_vecadd(&tools, &defines).await;
     let data = built.data.as_ref().expect("data");
     assert!(data.get("source_diff").is_none() && data.get("source_edited").is_none());
-    let bench = call(
-        &tools,
+    let bench = benchmark_once(&tools).await;
+    let data = bench.data.as_ref().expect("data");
+    assert_eq!(data["source"]["edited"], false, "{data}");
+    assert_eq!(data["source"]["diff"], "");
+}
+
+/// One timed execution on two cores, no warm-up, of the latest artifact.
+async fn benchmark_once(tools: &ToolSet) -> ToolOutput {
+    call_ok(
+        tools,
         "benchmark",
         json!({"cores": 2, "warmup": 0, "repeats": 1}),
     )
     .await
-    .expect("benchmark");
-    let data = bench.data.as_ref().expect("data");
-    assert_eq!(data["source"]["edited"], false, "{data}");
-    assert_eq!(data["source"]["diff"], "");
+}
+
+/// The workspace's vecadd compiled with `defines`.
+async fn compile_vecadd(tools: &ToolSet, defines: &serde_json::Value) -> ToolOutput {
+    call_ok(
+        tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": defines}),
+    )
+    .await
 }

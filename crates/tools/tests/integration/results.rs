@@ -170,6 +170,13 @@ async fn tool_set_hook_uses_the_session_kernel_by_default() {
         .expect("default kernel");
     assert_eq!(ids(out.data.as_ref().expect("data"), "same"), ["r6"]);
     assert!(out.content.contains("TILE=8"), "{}", out.content);
+    // The names a job's approval rules are checked against are exactly
+    // the session's tools.
+    let mut names = tools.names();
+    names.sort();
+    let mut published = mtswarm_tools::SESSION_TOOL_NAMES.map(String::from).to_vec();
+    published.sort();
+    assert_eq!(names, published);
     // Attaching again replaces, never duplicates.
     let tools = tools.with_results(history(), None);
     assert_eq!(

@@ -7,59 +7,15 @@
 
 use mtswarm_bus::{BusError, v1};
 
-use crate::shared::Shared;
+use crate::host::SessionHost;
 
 /// What this session's own pending call is, as a decision must name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct OwnCall {
-    pub(crate) approval_id: String,
-    pub(crate) job_id: String,
-    pub(crate) agent_id: String,
-    pub(crate) session_id: String,
-    pub(crate) call_id: String,
-    pub(crate) tool_name: String,
-    pub(crate) arguments_sha256: String,
-    pub(crate) risk: i32,
-}
+pub(crate) type OwnCall = mtswarm_auth::ApprovedCall;
 
-impl OwnCall {
-    pub(super) fn of(request: &v1::ApprovalRequest) -> Self {
-        Self {
-            approval_id: request.approval_id.clone(),
-            job_id: request.job_id.clone(),
-            agent_id: request.agent_id.clone(),
-            session_id: request.session_id.clone(),
-            call_id: request.call_id.clone(),
-            tool_name: request.tool_name.clone(),
-            arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
-            risk: request.risk,
-        }
-    }
-
-    /// The first field in which `decision` names another call, if any.
-    pub(crate) fn mismatch(&self, decision: &v1::ApprovalDecision) -> Option<&'static str> {
-        [
-            ("approval id", decision.approval_id == self.approval_id),
-            ("job", decision.job_id == self.job_id),
-            ("session", decision.session_id == self.session_id),
-            ("call id", decision.call_id == self.call_id),
-            ("tool", decision.tool_name == self.tool_name),
-            (
-                "arguments",
-                decision.arguments_sha256 == self.arguments_sha256,
-            ),
-            ("risk", decision.risk == self.risk),
-        ]
-        .into_iter()
-        .find_map(|(field, same)| (!same).then_some(field))
-    }
-
-    /// Whether a stored request describes this call (the same ids, tool,
-    /// arguments and risk), whoever stored it.
-    fn describes(&self, request: &v1::ApprovalRequest) -> bool {
-        let stored = OwnCall::of(request);
-        stored == *self
-    }
+/// Whether a stored request describes `own` (the same ids, tool,
+/// arguments and risk), whoever stored it.
+fn describes(own: &OwnCall, request: &v1::ApprovalRequest) -> bool {
+    OwnCall::of(request) == *own
 }
 
 /// True when `decision` decides `own` exactly (logged when not).
@@ -86,7 +42,7 @@ pub(super) fn names_the_call(
 /// True when `decision` may be applied: the leader signed it, or no leader
 /// key is configured. A refused decision is logged with its approval id.
 pub(super) fn genuine(
-    shared: &Shared,
+    shared: &SessionHost,
     decision: &v1::ApprovalDecision,
     source: &'static str,
 ) -> bool {
@@ -122,7 +78,7 @@ pub(super) enum Stored {
 /// What the stored record says of `own`. `refused` remembers the revision
 /// last refused so that a record re-read on every tick is logged once.
 pub(super) fn stored_decision(
-    shared: &Shared,
+    shared: &SessionHost,
     own: &OwnCall,
     stored: &mtswarm_bus::Versioned<v1::ApprovalRecord>,
     refused: &mut Option<u64>,
@@ -150,7 +106,7 @@ pub(super) fn stored_decision(
 
 /// Stores `request` (this session's own) as the pending record again,
 /// over the rewritten revision `revision`.
-pub(super) async fn restore(shared: &Shared, request: &v1::ApprovalRequest, revision: u64) {
+pub(super) async fn restore(shared: &SessionHost, request: &v1::ApprovalRequest, revision: u64) {
     tracing::warn!(approval.id = %request.approval_id, "approval record rewritten for another call; storing this session's pending request again");
     let record = v1::ApprovalRecord {
         request: Some(request.clone()),
@@ -159,6 +115,7 @@ pub(super) async fn restore(shared: &Shared, request: &v1::ApprovalRequest, revi
         verification_error: String::new(),
     };
     if let Err(error) = shared
+        .stores
         .approvals
         .kv()
         .update(&request.approval_id, &record, revision)
@@ -173,15 +130,15 @@ pub(super) async fn restore(shared: &Shared, request: &v1::ApprovalRequest, revi
 /// the decision that stands. A stored decision the leader did not sign
 /// does not stand: `decision` is applied instead.
 pub(super) async fn settle(
-    shared: &Shared,
+    shared: &SessionHost,
     own: &OwnCall,
     decision: v1::ApprovalDecision,
 ) -> v1::ApprovalDecision {
     for _ in 0..4 {
-        match shared.approvals.decide(&decision).await {
+        match shared.stores.approvals.decide(&decision).await {
             Ok(record) => return record.value.decision.unwrap_or(decision),
             Err(BusError::AlreadyDecided { .. }) | Err(BusError::CasConflict { .. }) => {
-                match shared.approvals.get(&decision.approval_id).await {
+                match shared.stores.approvals.get(&decision.approval_id).await {
                     Ok(Some(stored)) if stored.value.state() != v1::ApprovalState::Pending => {
                         if let Some(standing) = &stored.value.decision
                             && genuine(shared, standing, "record")
@@ -193,7 +150,9 @@ pub(super) async fn settle(
                         let mut forged = stored;
                         forged.value.state = v1::ApprovalState::Pending as i32;
                         forged.value.decision = None;
-                        if let Err(error) = shared.approvals.decide_at(&decision, &forged).await {
+                        if let Err(error) =
+                            shared.stores.approvals.decide_at(&decision, &forged).await
+                        {
                             tracing::warn!(%error, approval.id = %decision.approval_id, "forged approval record not replaced");
                         }
                         return decision;
@@ -221,7 +180,7 @@ pub(super) async fn settle(
 /// (rewritten by another writer) and is replaced by this session's own
 /// pending request, so listings show what waits.
 pub(super) async fn adopt(
-    shared: &Shared,
+    shared: &SessionHost,
     own: &OwnCall,
     request: v1::ApprovalRequest,
     stored: mtswarm_bus::Versioned<v1::ApprovalRecord>,
@@ -232,7 +191,7 @@ pub(super) async fn adopt(
         Some(verifier) => verifier.verify_approval_request(&stored_request),
         None => Ok(()),
     };
-    if own.describes(&stored_request) && verified.is_ok() {
+    if describes(own, &stored_request) && verified.is_ok() {
         match stored_decision(shared, own, &stored, refused, "record") {
             Stored::Decided(decision) => return (stored_request, Some(*decision)),
             Stored::Waiting => return (stored_request, None),
@@ -270,17 +229,7 @@ mod tests {
     }
 
     fn decision_for(request: &v1::ApprovalRequest) -> v1::ApprovalDecision {
-        v1::ApprovalDecision {
-            approval_id: request.approval_id.clone(),
-            job_id: request.job_id.clone(),
-            session_id: request.session_id.clone(),
-            call_id: request.call_id.clone(),
-            verdict: v1::ApprovalVerdict::Approve as i32,
-            tool_name: request.tool_name.clone(),
-            arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
-            risk: request.risk,
-            ..Default::default()
-        }
+        OwnCall::of(request).decision(v1::ApprovalVerdict::Approve)
     }
 
     #[test]
@@ -312,9 +261,9 @@ mod tests {
             change(&mut other);
             assert_eq!(own.mismatch(&decision_for(&other)), Some(field), "{field}");
         }
-        assert!(own.describes(&request()));
+        assert!(describes(&own, &request()));
         let mut shown = request();
         shown.tool_name = "read_file".into();
-        assert!(!own.describes(&shown));
+        assert!(!describes(&own, &shown));
     }
 }

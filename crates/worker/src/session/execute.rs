@@ -128,7 +128,7 @@ impl TaskRun<'_> {
     fn checkpoint_sink(&self, config: &EngineConfig) -> Arc<KvCheckpointSink> {
         let (entry, task) = (self.entry, &self.task);
         Arc::new(KvCheckpointSink::new(
-            self.shared.checkpoints.clone(),
+            self.shared.stores.checkpoints.clone(),
             &entry.session_id,
             &task.job_id,
             &entry.agent_id,
@@ -143,9 +143,9 @@ impl TaskRun<'_> {
     /// Records the attempt's measurements under the kernel's name.
     fn recorder(&self, kernel_name: &str) -> MeasurementRecorder {
         MeasurementRecorder::new(
-            self.shared.results.clone(),
+            self.shared.stores.results.clone(),
             &self.task,
-            &self.shared.worker_id,
+            &self.shared.identity.worker_id,
             kernel_name,
             self.runtime.model.model_name(),
             self.runtime.tools.env().clone(),

@@ -47,7 +47,7 @@ impl TaskRun<'_> {
             job_id: task.job_id.clone(),
             agent_id: entry.agent_id.clone(),
             session_id: entry.session_id.clone(),
-            worker_id: shared.worker_id.clone(),
+            worker_id: shared.identity.worker_id.clone(),
             slice_id: self.slice_id(),
             status: v1::TaskStatus::Cancelled as i32,
             summary: first_line(&error),
@@ -71,6 +71,7 @@ impl TaskRun<'_> {
         // (the task stream keeps it; a re-placed session on this slice gets it
         // again) is fenced at once instead of running on a lease it lost.
         while let Err(error) = shared
+            .stores
             .checkpoints
             .mark_fenced(&entry.session_id, &task.task_id, task.attempt)
             .await
@@ -80,7 +81,7 @@ impl TaskRun<'_> {
             }
         }
         loop {
-            match shared.bus.publish_result(&result).await {
+            match shared.stores.bus.publish_result(&result).await {
                 Ok(_) => {
                     tracing::info!(task.id = %task.task_id, attempt = task.attempt, "fenced result published");
                     break;
@@ -107,7 +108,7 @@ impl TaskRun<'_> {
             return Some(reason);
         }
         let slice = &shared.slices[entry.slice_index];
-        let state = shared.lease_state(entry.slice_index);
+        let state = shared.leases.state(entry.slice_index);
         match state {
             Some(mtswarm_bus::KeptLease::Held(held)) => {
                 let expires = held

@@ -13,8 +13,8 @@ use tracing::Instrument;
 use super::runtime::SessionRuntime;
 use super::task_run::TaskRun;
 use crate::events::EventPublisher;
+use crate::host::SessionHost;
 use crate::session_entry::SessionEntry;
-use crate::shared::Shared;
 use crate::stop::StopMode;
 
 use v1::AgentEventKind as Kind;
@@ -23,7 +23,7 @@ use v1::SessionState;
 /// The session's task: take tasks from its inbox one at a time until told
 /// to stop (the daemon's idle sweep is one such stop), then free the slice.
 pub(super) async fn run_session(
-    shared: Arc<Shared>,
+    shared: Arc<SessionHost>,
     entry: Arc<SessionEntry>,
     runtime: SessionRuntime,
     mut stop: watch::Receiver<StopMode>,
@@ -77,11 +77,15 @@ pub(super) async fn run_session(
         )
         .await;
     // Free the slice: the lease first, then the table.
-    if let Err(error) = shared.set_lease_session(entry.slice_index, "", "").await {
+    if let Err(error) = shared
+        .leases
+        .set_lease_session(entry.slice_index, "", "")
+        .await
+    {
         tracing::warn!(%error, "lease not reset after the session");
     }
     {
-        let mut table = shared.table();
+        let mut table = shared.slices.table();
         table.sessions.remove(&entry.session_id);
         table.free(entry.slice_index, &entry.session_id);
     }
@@ -93,14 +97,14 @@ pub(super) async fn run_session(
 /// goes out with the first task's events (or with `session_finished`).
 async fn opened_events<'a>(
     events: &'a mut Option<EventPublisher>,
-    shared: &Shared,
+    shared: &SessionHost,
     entry: &SessionEntry,
 ) -> &'a EventPublisher {
     let opened = match events.take() {
         Some(opened) => opened,
         None => {
             let opened = EventPublisher::resume(
-                &shared.bus,
+                &shared.stores.bus,
                 &entry.job_id,
                 &entry.agent_id,
                 &entry.session_id,
@@ -109,7 +113,7 @@ async fn opened_events<'a>(
             opened.stage(
                 0,
                 Kind::SessionStarted,
-                json!({"type": "session_started", "worker_id": shared.worker_id,
+                json!({"type": "session_started", "worker_id": shared.identity.worker_id,
                        "slice_id": shared.slices[entry.slice_index].bus_id,
                        "resumed_from_step": entry.resumed_from_step}),
             );
@@ -140,7 +144,7 @@ async fn return_queued_tasks(entry: &SessionEntry) {
 }
 
 async fn handle_delivery(
-    shared: &Arc<Shared>,
+    shared: &Arc<SessionHost>,
     entry: &Arc<SessionEntry>,
     runtime: &SessionRuntime,
     events: &EventPublisher,

@@ -11,7 +11,7 @@ use mtswarm_llm::{
 };
 
 use crate::config::{SessionModelContext, WorkerModel};
-use crate::shared::Shared;
+use crate::host::SessionHost;
 use mtswarm_policy::BuiltinWorkerPolicy;
 
 /// Why a session's model could not be set up.
@@ -35,7 +35,7 @@ pub(super) enum ModelChoiceError {
 /// the endpoint the request names (checked against the allowlist), the
 /// daemon's endpoint, or the builtin policy.
 pub(super) fn session_model(
-    shared: &Shared,
+    shared: &SessionHost,
     request: &v1::SpawnSessionRequest,
 ) -> Result<Arc<dyn ChatModel>, ModelChoiceError> {
     let context = SessionModelContext {
@@ -96,7 +96,7 @@ pub(super) fn session_model(
 }
 
 /// The operator's allowlist plus the daemon's own endpoint.
-fn endpoints(shared: &Shared) -> mtswarm_auth::ModelEndpoints {
+fn endpoints(shared: &SessionHost) -> mtswarm_auth::ModelEndpoints {
     let own = match &shared.config.model {
         WorkerModel::OpenAi { base_url, .. } => Some(base_url.as_str()),
         _ => None,

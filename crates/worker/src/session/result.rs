@@ -149,7 +149,7 @@ impl TaskRun<'_> {
             job_id: task.job_id.clone(),
             agent_id: self.entry.agent_id.clone(),
             session_id: self.entry.session_id.clone(),
-            worker_id: self.shared.worker_id.clone(),
+            worker_id: self.shared.identity.worker_id.clone(),
             slice_id: self.slice_id(),
             status: end.status as i32,
             summary: end.summary.clone(),
@@ -167,7 +167,7 @@ impl TaskRun<'_> {
                        "status": end.status.as_str_name(), "summary": end.summary}),
             )
             .await;
-        match self.shared.bus.publish_result(&result).await {
+        match self.shared.stores.bus.publish_result(&result).await {
             Ok(receipt) => {
                 tracing::info!(task.id = %task.task_id, status = end.status.as_str_name(), duplicate = receipt.duplicate, "task result published");
                 // The result is stored and deduplicated by its message id, so a

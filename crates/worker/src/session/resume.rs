@@ -49,7 +49,12 @@ impl TaskRun<'_> {
             .is_some_and(|known| known.task_id == task.task_id);
         let may_resume = task.resume_from_checkpoint || redelivered || checkpointed_here;
         let stored = if may_resume {
-            match shared.checkpoints.get_genuine(&entry.session_id).await {
+            match shared
+                .stores
+                .checkpoints
+                .get_genuine(&entry.session_id)
+                .await
+            {
                 Ok(stored) => {
                     if let Some(stored) = &stored {
                         runtime.saw_checkpoint(stored);

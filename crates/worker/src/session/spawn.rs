@@ -5,14 +5,13 @@
 //! mapping each typed failure below it to a gRPC status.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use mtswarm_bus::{subjects, v1};
 use tonic::Status;
 
 use super::model::ModelChoiceError;
 use super::start::{StartError, start_session};
-use crate::shared::Shared;
+use crate::host::SessionHost;
 
 fn invalid(message: impl Into<String>) -> Status {
     Status::invalid_argument(message.into())
@@ -20,7 +19,7 @@ fn invalid(message: impl Into<String>) -> Status {
 
 /// Handle a SpawnSession request (idempotent per session id).
 pub(crate) async fn spawn_session(
-    shared: &Arc<Shared>,
+    shared: &Arc<SessionHost>,
     request: v1::SpawnSessionRequest,
 ) -> Result<v1::SpawnSessionResponse, Status> {
     for (kind, value) in [
@@ -31,7 +30,12 @@ pub(crate) async fn spawn_session(
         subjects::validate_id(kind, value).map_err(|e| invalid(e.to_string()))?;
     }
     // Idempotency: the same session id gets the same answer.
-    let existing = shared.table().sessions.get(&request.session_id).cloned();
+    let existing = shared
+        .slices
+        .table()
+        .sessions
+        .get(&request.session_id)
+        .cloned();
     if let Some(existing) = existing {
         if existing.job_id != request.job_id || existing.agent_id != request.agent_id {
             return Err(Status::already_exists(format!(
@@ -40,12 +44,12 @@ pub(crate) async fn spawn_session(
             )));
         }
         let slice_id = &shared.slices[existing.slice_index].bus_id;
-        return Ok(existing.response(&shared.worker_id, slice_id));
+        return Ok(existing.response(&shared.identity.worker_id, slice_id));
     }
-    if shared.draining.load(Ordering::SeqCst) {
+    if shared.slices.is_draining() {
         return Err(Status::failed_precondition(format!(
             "worker {} is draining and accepts no new sessions",
-            shared.worker_id
+            shared.identity.worker_id
         )));
     }
     let candidates = candidate_slices(shared, &request)?;
@@ -64,10 +68,10 @@ pub(crate) async fn spawn_session(
     match start_session(shared, index, &request).await {
         Ok(entry) => {
             let slice_id = shared.slices[index].bus_id.clone();
-            Ok(entry.response(&shared.worker_id, &slice_id))
+            Ok(entry.response(&shared.identity.worker_id, &slice_id))
         }
         Err(error) => {
-            shared.table().free(index, &request.session_id);
+            shared.slices.table().free(index, &request.session_id);
             Err(status_of(error))
         }
     }
@@ -76,15 +80,15 @@ pub(crate) async fn spawn_session(
 /// The slices the request may run on, by index: the one it names, else
 /// every slice its selector matches (every slice without one).
 fn candidate_slices(
-    shared: &Shared,
+    shared: &SessionHost,
     request: &v1::SpawnSessionRequest,
 ) -> Result<Vec<usize>, Status> {
     if !request.slice_id.trim().is_empty() {
-        let index = shared.slice_index(&request.slice_id).ok_or_else(|| {
+        let index = shared.slices.index_of(&request.slice_id).ok_or_else(|| {
             Status::not_found(format!(
                 "slice `{}` is not on worker {} (slices: {})",
                 request.slice_id,
-                shared.worker_id,
+                shared.identity.worker_id,
                 shared
                     .slices
                     .iter()
@@ -107,7 +111,7 @@ fn candidate_slices(
     if matching.is_empty() {
         return Err(Status::not_found(format!(
             "no slice of worker {} matches `{}`",
-            shared.worker_id, request.slice_selector
+            shared.identity.worker_id, request.slice_selector
         )));
     }
     Ok(matching)
@@ -115,13 +119,13 @@ fn candidate_slices(
 
 /// The candidates that are quarantined, with the reason of each.
 async fn quarantined_among(
-    shared: &Shared,
+    shared: &SessionHost,
     candidates: &[usize],
 ) -> Result<Vec<(usize, String)>, Status> {
     let mut quarantined = Vec::new();
     for &index in candidates {
         let slice_id = &shared.slices[index].bus_id;
-        match shared.quarantine.get(slice_id).await {
+        match shared.stores.quarantine.get(slice_id).await {
             Ok(Some(record)) => quarantined.push((index, record.value.reason)),
             Ok(None) => {}
             Err(error) => {
@@ -144,17 +148,17 @@ enum Reserved {
 /// checks the session limit and the disk quota, atomically (under the
 /// table's lock).
 fn reserve(
-    shared: &Shared,
+    shared: &SessionHost,
     request: &v1::SpawnSessionRequest,
     candidates: &[usize],
     quarantined: &[(usize, String)],
 ) -> Result<Reserved, Status> {
     let named = !request.slice_id.trim().is_empty();
-    let mut table = shared.table();
+    let mut table = shared.slices.table();
     if let Some(existing) = table.sessions.get(&request.session_id) {
         let slice_id = &shared.slices[existing.slice_index].bus_id;
         return Ok(Reserved::Started(
-            existing.response(&shared.worker_id, slice_id),
+            existing.response(&shared.identity.worker_id, slice_id),
         ));
     }
     if table.holds_slice(&request.session_id) {
@@ -166,7 +170,7 @@ fn reserve(
     if table.sessions.len() >= shared.config.max_sessions {
         return Err(Status::resource_exhausted(format!(
             "worker {} runs its maximum of {} sessions",
-            shared.worker_id, shared.config.max_sessions
+            shared.identity.worker_id, shared.config.max_sessions
         )));
     }
     let free = candidates
@@ -183,7 +187,7 @@ fn reserve(
         } else {
             format!(
                 "no free slice of worker {} matches `{}`",
-                shared.worker_id, request.slice_selector
+                shared.identity.worker_id, request.slice_selector
             )
         }));
     };

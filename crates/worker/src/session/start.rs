@@ -16,10 +16,11 @@ use super::lifecycle::run_session;
 use super::model::{ModelChoiceError, session_model};
 use super::runtime::SessionRuntime;
 use crate::checkpoint::KnownCheckpoint;
+use crate::host::SessionHost;
 use crate::leases::LeaseError;
 use crate::prompt::worker_system_prompt;
 use crate::session_entry::{SessionEntry, SessionIds};
-use crate::shared::{Shared, SliceEntry};
+use crate::slices::SliceEntry;
 use crate::workspace::{KernelDirError, resolve_kernel_dir, session_workspace};
 
 /// Why a session could not be started (SpawnSession maps each to a gRPC
@@ -49,7 +50,7 @@ pub(super) enum StartError {
 /// Build the session's runtime on slice `index` (reserved by the caller),
 /// point the slice's lease at it, enter it in the table and start its task.
 pub(super) async fn start_session(
-    shared: &Arc<Shared>,
+    shared: &Arc<SessionHost>,
     index: usize,
     request: &v1::SpawnSessionRequest,
 ) -> Result<Arc<SessionEntry>, StartError> {
@@ -79,6 +80,7 @@ pub(super) async fn start_session(
         .collect();
     let (resumed_from_step, known_checkpoint) = resume_point(shared, request).await?;
     let lease_epoch = shared
+        .leases
         .set_lease_session(index, &request.session_id, &request.job_id)
         .await?;
     let (entry, stop_rx) = SessionEntry::new(
@@ -119,6 +121,7 @@ pub(super) async fn start_session(
     };
     let span = session_span(shared, request, &slice.bus_id);
     shared
+        .slices
         .table()
         .sessions
         .insert(request.session_id.clone(), entry.clone());
@@ -132,7 +135,7 @@ pub(super) async fn start_session(
 /// The session's tools on the slice's board, in its workspace (their
 /// results filed under the kernel's name), and their registry.
 fn session_tools(
-    shared: &Shared,
+    shared: &SessionHost,
     slice: &SliceEntry,
     workspace: &Path,
     kernel_dir: &str,
@@ -143,7 +146,7 @@ fn session_tools(
         .measure_defaults(shared.config.measure.clone())
         .build()?
         .with_results(
-            crate::results::BusResults::new(shared.results.clone()),
+            crate::results::BusResults::new(shared.stores.results.clone()),
             kernel_name_of(kernel_dir),
         );
     let mut registry = ToolRegistry::new();
@@ -166,13 +169,18 @@ fn approval_policy(request: &v1::SpawnSessionRequest) -> RiskPolicy {
 /// Where a resumed session continues (the step SpawnSession reports, and
 /// its checkpoint as known); step 0 and none for a fresh one.
 async fn resume_point(
-    shared: &Shared,
+    shared: &SessionHost,
     request: &v1::SpawnSessionRequest,
 ) -> Result<(u32, Option<KnownCheckpoint>), StartError> {
     if !request.resume {
         return Ok((0, None));
     }
-    match shared.checkpoints.get_genuine(&request.session_id).await {
+    match shared
+        .stores
+        .checkpoints
+        .get_genuine(&request.session_id)
+        .await
+    {
         Ok(Some(checkpoint)) => Ok((
             checkpoint.value.step,
             Some(KnownCheckpoint::of_stored(&checkpoint)),
@@ -190,14 +198,14 @@ async fn resume_point(
 
 /// The session's span, a child of the spawning leader's span when the
 /// request carries its trace context.
-fn session_span(shared: &Shared, request: &v1::SpawnSessionRequest, slice_id: &str) -> Span {
+fn session_span(shared: &SessionHost, request: &v1::SpawnSessionRequest, slice_id: &str) -> Span {
     let span = tracing::info_span!(
         "worker.session",
         session.id = %request.session_id,
         job.id = %request.job_id,
         agent.id = %request.agent_id,
         slice.id = %slice_id,
-        worker.id = %shared.worker_id,
+        worker.id = %shared.identity.worker_id,
     );
     if !request.traceparent.is_empty() {
         let parent =

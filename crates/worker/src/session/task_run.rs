@@ -11,12 +11,12 @@ use mtswarm_bus::{Delivery, v1};
 
 use super::runtime::SessionRuntime;
 use crate::events::EventPublisher;
+use crate::host::SessionHost;
 use crate::session_entry::SessionEntry;
-use crate::shared::Shared;
 
 /// One attempt of one task on a session.
 pub(super) struct TaskRun<'a> {
-    pub(super) shared: &'a Arc<Shared>,
+    pub(super) shared: &'a Arc<SessionHost>,
     pub(super) entry: &'a Arc<SessionEntry>,
     pub(super) runtime: &'a SessionRuntime,
     pub(super) events: &'a EventPublisher,
@@ -31,7 +31,7 @@ pub(super) struct TaskRun<'a> {
 impl<'a> TaskRun<'a> {
     /// An attempt of `task` starting now.
     pub(super) fn new(
-        shared: &'a Arc<Shared>,
+        shared: &'a Arc<SessionHost>,
         entry: &'a Arc<SessionEntry>,
         runtime: &'a SessionRuntime,
         events: &'a EventPublisher,

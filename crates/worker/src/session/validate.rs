@@ -78,8 +78,8 @@ impl TaskRun<'_> {
         if let Some(problem) = crate::provenance::grant_problem(
             shared.config.leader_key.as_ref(),
             task,
-            &shared.worker_id,
-            &shared.record_key.public_key(),
+            &shared.identity.worker_id,
+            &shared.identity.record_key.public_key(),
         ) {
             tracing::warn!(task.id = %task.task_id, attempt = task.attempt, %problem, "the task's placement grant does not match this daemon; its records will be refused");
         }

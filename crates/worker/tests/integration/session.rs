@@ -141,17 +141,7 @@ fn assert_plan_events(all: &[v1::AgentEvent]) {
     let calls: Vec<String> = payloads_of(all, v1::AgentEventKind::ToolCall)
         .map(|p| p["name"].as_str().unwrap_or("").to_owned())
         .collect();
-    assert_eq!(
-        calls,
-        [
-            "compile",
-            "validate",
-            "benchmark",
-            "compile",
-            "validate",
-            "benchmark"
-        ]
-    );
+    assert_eq!(calls, ["compile", "validate", "benchmark"].repeat(2));
     let tool_results: Vec<serde_json::Value> =
         payloads_of(all, v1::AgentEventKind::ToolResult).collect();
     assert!(

@@ -146,6 +146,26 @@ pub(crate) fn engine(
     (engine, model)
 }
 
+/// A run whose first turn is `first` (calls the engine must answer as a
+/// protocol error), then a good `read_file` call, then "done"; everything
+/// runs without asking.
+pub(crate) async fn refused_then_read(
+    first: ScriptedTurn,
+) -> (Vec<Event>, Outcome, Arc<ScriptedModel>) {
+    let (engine, model) = engine(
+        EngineConfig::default(),
+        vec![
+            first,
+            ScriptedTurn::call("c2", "read_file", r#"{"path": "a.c"}"#),
+            ScriptedTurn::text("done"),
+        ],
+        registry(vec![FnTool::echo("read_file", "contents")]),
+        auto_all(),
+    );
+    let (events, outcome) = run_go(&engine).await;
+    (events, outcome, model)
+}
+
 pub(crate) fn auto_all() -> RiskPolicy {
     RiskPolicy::default().with_auto_approve(AutoApprove::All)
 }

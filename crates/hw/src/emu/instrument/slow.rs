@@ -37,13 +37,7 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
     if gsm.len > 0 {
         in_fixed_span(&mut f, gsm);
         f.instruction(&Instruction::If(BlockType::Empty));
-        charge(
-            &mut f,
-            g(Counter::GsmRequests.slot()),
-            g(Counter::GsmBytes.slot()),
-        );
-        f.instruction(&Instruction::Return)
-            .instruction(&Instruction::End);
+        charge_and_return(&mut f, first_global, GSM);
     }
 
     // DDR buffers: [ddr_lo, ddr_lo + ddr_len), read-only ones first.
@@ -74,13 +68,7 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
         .instruction(&Instruction::If(BlockType::Empty));
     fault(&mut f, first_global, Fault::ReadOnlyBuffer);
     f.instruction(&Instruction::End);
-    charge(
-        &mut f,
-        g(Counter::DdrRequests.slot()),
-        g(Counter::DdrBytes.slot()),
-    );
-    f.instruction(&Instruction::Return)
-        .instruction(&Instruction::End);
+    charge_and_return(&mut f, first_global, DDR);
 
     // The kernel image's other static data lives in DDR.
     let image = layout.image.all;
@@ -96,13 +84,7 @@ pub(super) fn function(layout: &Layout, first_global: u32) -> Function {
             fault(&mut f, first_global, Fault::ReadOnlyImage);
             f.instruction(&Instruction::End);
         }
-        charge(
-            &mut f,
-            g(Counter::DdrRequests.slot()),
-            g(Counter::DdrBytes.slot()),
-        );
-        f.instruction(&Instruction::Return)
-            .instruction(&Instruction::End);
+        charge_and_return(&mut f, first_global, DDR);
     }
 
     fault(&mut f, first_global, Fault::Outside);
@@ -131,12 +113,21 @@ fn is_store(f: &mut Function) {
         .instruction(&Instruction::I32ShrU);
 }
 
-/// The direct requests and their bytes.
-fn charge(f: &mut Function, requests: u32, bytes: u32) {
-    for (global, local, mask) in [
+/// The counters of direct accesses to GSM: requests, bytes.
+const GSM: (Counter, Counter) = (Counter::GsmRequests, Counter::GsmBytes);
+/// The counters of direct accesses to DDR: requests, bytes.
+const DDR: (Counter, Counter) = (Counter::DdrRequests, Counter::DdrBytes);
+
+/// Charge the direct requests and their bytes to a memory's `counters`
+/// ([`GSM`], [`DDR`]; globals from `first_global` on), then return: the
+/// access is accounted for (the `if` that chose its memory ends here).
+fn charge_and_return(f: &mut Function, first_global: u32, counters: (Counter, Counter)) {
+    let (requests, bytes) = counters;
+    for (counter, local, mask) in [
         (requests, REQUESTS, -1i32),
         (bytes, BYTES_STORE, 0x7fff_ffff),
     ] {
+        let global = first_global + counter.slot();
         f.instruction(&Instruction::GlobalGet(global))
             .instruction(&Instruction::LocalGet(local))
             .instruction(&Instruction::I32Const(mask))
@@ -145,6 +136,8 @@ fn charge(f: &mut Function, requests: u32, bytes: u32) {
             .instruction(&Instruction::I64Add)
             .instruction(&Instruction::GlobalSet(global));
     }
+    f.instruction(&Instruction::Return)
+        .instruction(&Instruction::End);
 }
 
 /// Record the fault and stop the core.

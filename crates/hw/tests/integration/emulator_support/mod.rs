@@ -71,13 +71,7 @@ pub(crate) async fn build_and_run(
     board
         .run(
             &artifact,
-            &RunRequest {
-                cores,
-                runs,
-                timeout: Duration::from_secs(120),
-                args: Vec::new(),
-                seed: None,
-            },
+            &RunRequest::new(cores, runs, Duration::from_secs(120)),
         )
         .await
 }

@@ -185,6 +185,27 @@ pub(crate) async fn call(
     tool.call(args, &ctx()).await
 }
 
+/// [`call`] that must succeed: its output (the panic names the tool and
+/// its error).
+pub(crate) async fn call_ok(tools: &ToolSet, name: &str, args: Value) -> ToolOutput {
+    call(tools, name, args)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The outcome of a `run` that must have been valid and emulated (modeled
+/// cycles: the kernel ran under the emulator).
+pub(crate) fn valid_modeled_outcome(out: &ToolOutput) -> &Value {
+    let outcome = &out.data.as_ref().expect("data")["outcome"];
+    assert_eq!(outcome["valid"], true, "{}", out.content);
+    assert!(
+        outcome["modeled_cycles"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        out.content
+    );
+    outcome
+}
+
 pub(crate) fn invalid_args(result: Result<ToolOutput, ToolError>) -> String {
     match result {
         Err(ToolError::InvalidArgs(msg)) => msg,

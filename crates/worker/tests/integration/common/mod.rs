@@ -328,20 +328,11 @@ pub(crate) fn decision(
     verdict: v1::ApprovalVerdict,
     reason: &str,
 ) -> v1::ApprovalDecision {
+    // A decision names the call it decides, as the leader's does.
     v1::ApprovalDecision {
-        approval_id: request.approval_id.clone(),
-        job_id: request.job_id.clone(),
-        session_id: request.session_id.clone(),
-        call_id: request.call_id.clone(),
-        verdict: verdict as i32,
         reason: reason.into(),
         decided_by: "reviewer".into(),
-        // A decision names the call it decides, as the leader's does.
-        tool_name: request.tool_name.clone(),
-        agent_id: request.agent_id.clone(),
-        arguments_sha256: mtswarm_auth::arguments_digest(&request.arguments_json),
-        risk: request.risk,
-        ..Default::default()
+        ..mtswarm_auth::ApprovedCall::of(request).decision(verdict)
     }
 }
 

@@ -1,24 +1,15 @@
-//! The daemon's shared state: a plain struct of the handles the gRPC
-//! service, the sessions and the background tasks all use (configuration,
-//! bus stores, slices and their leases, the session table). It sits low in
-//! the layering: it knows sessions only as table entries, and the code that
-//! acts on it (leases, quarantine, sessions, the service) imports it, never
-//! the reverse.
+//! The daemon's slices and what runs on them: each slice's board, chip and
+//! health, the session table (which session holds which slice), and
+//! whether the daemon is draining. Everything that places, stops or counts
+//! sessions goes through it; it knows sessions only as table entries.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use mtswarm_bus::results::ResultsStore;
-use mtswarm_bus::{
-    Approvals, Bus, Checkpoints, KeptLease, LeaseSet, Leases, Quarantine, Workers, v1,
-};
-use mtswarm_hw::{Board, ChipSpec, HwLock, Slice};
+use mtswarm_bus::v1;
+use mtswarm_hw::{Board, ChipSpec, Slice};
 
-use crate::config::WorkerConfig;
-use crate::disk::DiskState;
-use crate::events::now_timestamp;
 use crate::health::SliceHealth;
 use crate::session_entry::SessionEntry;
 use crate::stop::StopMode;
@@ -92,71 +83,48 @@ impl Table {
     }
 }
 
-/// State shared by the gRPC service, the sessions and the background tasks.
-pub(crate) struct Shared {
-    pub(crate) config: WorkerConfig,
-    pub(crate) worker_id: String,
-    pub(crate) endpoint: String,
-    pub(crate) bus: Bus,
-    pub(crate) leases: Leases,
-    /// Every slice's lease, renewed by one loop for the whole daemon.
-    pub(crate) lease_set: LeaseSet,
-    pub(crate) workers: Workers,
-    pub(crate) quarantine: Quarantine,
-    pub(crate) checkpoints: Checkpoints,
-    pub(crate) approvals: Approvals,
-    pub(crate) results: ResultsStore,
-    pub(crate) hw_lock: HwLock,
-    /// The key this daemon signs its records with; its public half is in
-    /// the worker record ([`crate::provenance`]).
-    pub(crate) record_key: mtswarm_auth::WorkerKey,
-    pub(crate) slices: Vec<SliceEntry>,
+/// The daemon's slices, in fleet order, and their session table. Derefs to
+/// the slices.
+pub(crate) struct Slices {
+    entries: Vec<SliceEntry>,
     /// Slice index by bus id and by hardware id ([`slice_id_index`]).
-    pub(crate) slice_ids: HashMap<String, usize>,
-    pub(crate) table: Mutex<Table>,
-    pub(crate) draining: AtomicBool,
-    pub(crate) api_key: Option<String>,
-    pub(crate) started_at: prost_types::Timestamp,
-    /// The workspace root's usage and the janitor's bookkeeping.
-    pub(crate) disk: DiskState,
+    ids: HashMap<String, usize>,
+    table: Mutex<Table>,
+    draining: AtomicBool,
 }
 
-impl Shared {
+impl std::ops::Deref for Slices {
+    type Target = [SliceEntry];
+
+    fn deref(&self) -> &[SliceEntry] {
+        &self.entries
+    }
+}
+
+impl Slices {
+    /// `entries` with no session yet, not draining.
+    pub(crate) fn new(entries: Vec<SliceEntry>) -> Self {
+        Self {
+            ids: slice_id_index(&entries),
+            table: Mutex::new(Table::new(entries.len())),
+            entries,
+            draining: AtomicBool::new(false),
+        }
+    }
+
     pub(crate) fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// What the daemon knows of slice `index`'s lease (`None`: it keeps
-    /// none right now).
-    pub(crate) fn lease_state(&self, index: usize) -> Option<KeptLease> {
-        self.lease_set.state(&self.slices[index].bus_id)
-    }
-
-    /// How often a running task tells JetStream it is still being worked on.
-    pub(crate) fn progress_interval(&self) -> Duration {
-        (self.config.task_ack_wait / 3).max(Duration::from_millis(300))
-    }
-
     /// The index of a slice named by its bus id (`board0-c1`) or its
     /// hardware id (`board0/c1`), from the daemon's index of both.
-    pub(crate) fn slice_index(&self, requested: &str) -> Option<usize> {
-        self.slice_ids.get(requested.trim()).copied()
+    pub(crate) fn index_of(&self, requested: &str) -> Option<usize> {
+        self.ids.get(requested.trim()).copied()
     }
 
-    /// The worker record as of now.
-    pub(crate) fn record(&self) -> v1::WorkerRecord {
-        let active = self.table().sessions.len();
-        v1::WorkerRecord {
-            worker_id: self.worker_id.clone(),
-            endpoint: self.endpoint.clone(),
-            slices: self.slices.iter().map(SliceEntry::descriptor).collect(),
-            draining: self.draining.load(Ordering::SeqCst),
-            active_sessions: u32::try_from(active).unwrap_or(u32::MAX),
-            started_at: Some(self.started_at),
-            heartbeat_at: Some(now_timestamp()),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            record_key: self.record_key.public_key(),
-        }
+    /// The sessions now (a snapshot: the table is not held).
+    pub(crate) fn sessions(&self) -> Vec<Arc<SessionEntry>> {
+        self.table().sessions.values().cloned().collect()
     }
 
     /// Ask every session to stop in `mode`.
@@ -165,11 +133,16 @@ impl Shared {
             session.stop(mode.clone());
         }
     }
-}
 
-/// How often the slices' leases are renewed: a third of their TTL.
-pub(crate) fn renew_every(lease_ttl: Duration) -> Duration {
-    (lease_ttl / 3).max(Duration::from_millis(200))
+    /// Whether the daemon refuses new sessions.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// From now on the daemon refuses new sessions; true when it already did.
+    pub(crate) fn start_draining(&self) -> bool {
+        self.draining.swap(true, Ordering::SeqCst)
+    }
 }
 
 /// Every slice's bus id and hardware id, mapped to its index (the first
