@@ -54,6 +54,10 @@ pub(crate) struct Shape {
     pub maps: &'static [&'static str],
     /// `(alias, canonical)` key names.
     pub aliases: &'static [(&'static str, &'static str)],
+    /// Arguments of sibling tools a model copies into this call (a
+    /// benchmark's `baseline_seconds` into validate, an `artifact` into
+    /// compile): dropped, so the call runs with what it does take.
+    pub ignored: &'static [&'static str],
 }
 
 impl Shape {
@@ -65,6 +69,7 @@ impl Shape {
         lists: &[],
         maps: &[],
         aliases: &[],
+        ignored: &[],
     };
 }
 
@@ -166,6 +171,9 @@ fn repair(args: Value, shape: &Shape) -> Result<Value, RepairError> {
             map.insert((*canonical).to_owned(), v);
         }
     }
+    for field in shape.ignored {
+        map.remove(*field);
+    }
     for field in shape.integers {
         if let Some(v) = map.get_mut(*field) {
             match v {
@@ -259,7 +267,15 @@ mod tests {
         lists: &["args"],
         maps: &["defines"],
         aliases: &[("file", "path")],
+        ignored: &["artifact"],
     };
+
+    #[test]
+    fn arguments_of_sibling_tools_are_dropped() {
+        let out =
+            normalize_args(json!({"path": "k.c", "artifact": "b1"}), &SHAPE).expect("repaired");
+        assert_eq!(out, json!({"path": "k.c"}));
+    }
 
     #[test]
     fn repairs_common_mistakes() {

@@ -57,6 +57,8 @@ const BENCHMARK_SHAPE: Shape = Shape {
         ("runs", "repeats"),
         ("timeout", "timeout_seconds"),
     ],
+    // What compile and run take, copied from their calls.
+    ignored: &["defines", "kernel_dir", "background", "unchecked", "args"],
     ..Shape::NONE
 };
 
@@ -235,7 +237,9 @@ fn kernel_fault_output(built: &BuiltArtifact, e: &HwError) -> ToolOutput {
 fn measured_output(env: &ToolEnv, built: &BuiltArtifact, m: &Measurement) -> ToolOutput {
     let summary = measurement_summary(&built.id, m, &built.source);
     let passed = m.trustworthy();
-    let mut out = ToolOutput::text(measurement_text(built, m))
+    let next =
+        "\nnext: compile the task's next candidate, or answer when every candidate is measured";
+    let mut out = ToolOutput::text(measurement_text(built, m) + next)
         .with_data(json!({"summary": summary, "measurement": m,
                           "source": source_data(&built.source)}))
         // A measurement starts with a validation launch and re-checks

@@ -52,6 +52,18 @@ const COMPILE_SHAPE: Shape = Shape {
         ("knobs", "defines"),
         ("async", "background"),
     ],
+    // What run, validate and benchmark take, copied from their calls.
+    ignored: &[
+        "artifact",
+        "cores",
+        "runs",
+        "repeats",
+        "warmup",
+        "timeout_seconds",
+        "baseline_seconds",
+        "min_seconds",
+        "args",
+    ],
     ..Shape::NONE
 };
 
@@ -184,7 +196,12 @@ pub(super) fn build_output(report: BuildReport, source: Option<&SourceDiff>) -> 
     if let Some(source) = source.filter(|s| s.edited) {
         data["source_diff"] = json!(source.diff);
     }
-    ToolOutput::text(report.text)
+    // The step after a build, for a model that would compile again.
+    let next = report.summary["artifact"]
+        .as_str()
+        .map(|id| format!("\nnext: validate artifact {id}, then benchmark it"))
+        .unwrap_or_default();
+    ToolOutput::text(report.text + &next)
         .with_data(data)
         .with_effect(Effect::State {
             key: "compile_results".into(),

@@ -45,6 +45,16 @@ const RUN_SHAPE: Shape = Shape {
         ("timeout", "timeout_seconds"),
         ("repeats", "runs"),
     ],
+    // What compile and benchmark take, copied from their calls.
+    ignored: &[
+        "defines",
+        "kernel_dir",
+        "background",
+        "unchecked",
+        "warmup",
+        "baseline_seconds",
+        "min_seconds",
+    ],
     ..Shape::NONE
 };
 

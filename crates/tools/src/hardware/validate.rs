@@ -48,8 +48,13 @@ fn validation_report(launched: Launched) -> Result<ToolOutput, ToolError> {
         "error": error,
     });
     let verdict = if passed { "PASSED" } else { "FAILED" };
+    let next = if passed {
+        format!("\nnext: benchmark artifact {}", built.id)
+    } else {
+        "\nnext: this candidate gives a wrong answer; compile the next one".to_string()
+    };
     Ok(ToolOutput::text(format!(
-        "validation {verdict} for artifact {} on {} cores ({} executions): {detail}",
+        "validation {verdict} for artifact {} on {} cores ({} executions): {detail}{next}",
         built.id, request.cores, request.runs
     ))
     .with_data(summary.clone())
