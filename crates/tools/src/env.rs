@@ -90,6 +90,9 @@ pub struct SessionState {
     /// [`crate::source_diff::failed_edit_build`]): what the failed
     /// candidate's record keeps.
     pub failed_edits: std::collections::VecDeque<(String, crate::source_diff::SourceDiff)>,
+    /// The candidates (`-D` maps) of the task the session runs now, as its
+    /// plan gives them; empty for a task without any.
+    pub task_candidates: Vec<BTreeMap<String, String>>,
 }
 
 impl SessionState {
@@ -135,6 +138,38 @@ impl SessionState {
             )));
         }
         Ok(built)
+    }
+
+    /// What to do after a candidate is measured or refused: compile the
+    /// task's first candidate without a trustworthy measurement yet, or
+    /// answer when every one has one (naming the best so far).
+    pub(crate) fn next_candidate_hint(&self) -> String {
+        let measured = |wanted: &BTreeMap<String, String>| {
+            self.candidates.iter().any(|c| {
+                wanted
+                    .iter()
+                    .all(|(name, value)| c.defines.get(name).is_some_and(|v| same_text(v, value)))
+            })
+        };
+        match self.task_candidates.iter().find(|c| !measured(c)) {
+            Some(next) => format!(
+                "next: compile the task's next candidate, defines {}",
+                serde_json::to_string(next).unwrap_or_default()
+            ),
+            None if self.task_candidates.is_empty() => {
+                "next: compile the next candidate, or answer when every candidate is measured"
+                    .into()
+            }
+            None => match self.candidates.first() {
+                Some(best) => format!(
+                    "next: every candidate of the task is measured; answer now with the best, artifact {} ({} GFLOPS, defines {})",
+                    best.artifact,
+                    best.gflops.map(|g| format!("{g:.3}")).unwrap_or_else(|| "?".into()),
+                    serde_json::to_string(&best.defines).unwrap_or_default()
+                ),
+                None => "next: every candidate of the task was tried and none measured valid; answer saying so".into(),
+            },
+        }
     }
 
     /// The fastest trustworthy time on `cores` so far; `None` before the
@@ -322,6 +357,12 @@ impl ToolEnv {
 /// Deserialize arguments, naming the problem for the model.
 pub(crate) fn parse_args<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
     serde_json::from_value(args).map_err(|e| ToolError::InvalidArgs(e.to_string()))
+}
+
+/// Two `-D` values as the same number or the same word (`2048` and `2048.0`).
+fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.trim(), b.trim());
+    a == b || matches!((a.parse::<f64>(), b.parse::<f64>()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// A source file whose edit invalidates earlier builds.

@@ -188,6 +188,13 @@ impl ToolSet {
         baseline::measure_baseline(&self.env, kernel_dir).await
     }
 
+    /// The candidates (`-D` maps) of the task the session runs now: after
+    /// each measurement the tools name the next one not measured yet, or
+    /// say that every one is (see [`SessionState::task_candidates`]).
+    pub fn set_task_candidates(&self, candidates: Vec<std::collections::BTreeMap<String, String>>) {
+        self.env.session().task_candidates = candidates;
+    }
+
     /// The pristine sources of the workspace's kernel directory
     /// `kernel_dir` are those of `origin` (the kernel root's copy the
     /// workspace's was made from): every build's diff is taken against

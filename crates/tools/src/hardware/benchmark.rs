@@ -237,9 +237,7 @@ fn kernel_fault_output(built: &BuiltArtifact, e: &HwError) -> ToolOutput {
 fn measured_output(env: &ToolEnv, built: &BuiltArtifact, m: &Measurement) -> ToolOutput {
     let summary = measurement_summary(&built.id, m, &built.source);
     let passed = m.trustworthy();
-    let next =
-        "\nnext: compile the task's next candidate, or answer when every candidate is measured";
-    let mut out = ToolOutput::text(measurement_text(built, m) + next)
+    let mut out = ToolOutput::text(measurement_text(built, m))
         .with_data(json!({"summary": summary, "measurement": m,
                           "source": source_data(&built.source)}))
         // A measurement starts with a validation launch and re-checks
@@ -276,6 +274,8 @@ fn measured_output(env: &ToolEnv, built: &BuiltArtifact, m: &Measurement) -> Too
             });
         }
     }
+    // The step after a measurement: the task's next candidate, or the answer.
+    out.content = format!("{}\n{}", out.content, env.session().next_candidate_hint());
     out
 }
 

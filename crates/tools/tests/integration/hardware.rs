@@ -476,3 +476,36 @@ async fn the_only_kernel_directory_is_the_default_and_errors_name_the_kernels() 
         "{refused}"
     );
 }
+
+/// After each measurement the answer names the task's next candidate not
+/// measured yet, and once every one is, says to answer with the best.
+#[tokio::test]
+async fn a_benchmark_names_the_tasks_next_candidate_then_the_answer() {
+    let ws = vecadd_workspace();
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
+    let candidate = |chunk: &str| {
+        [("BUF", "2"), ("CHUNK", chunk)]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into_iter()
+            .collect()
+    };
+    tools.set_task_candidates(vec![candidate("1024"), candidate("2048")]);
+    call_ok(&tools, "compile", json!({"defines": {"BUF": "2", "CHUNK": "1024"}})).await;
+    let first = call_ok(&tools, "benchmark", json!({})).await;
+    assert!(
+        first.content.ends_with(
+            r#"next: compile the task's next candidate, defines {"BUF":"2","CHUNK":"2048"}"#
+        ),
+        "{}",
+        first.content
+    );
+    call_ok(&tools, "compile", json!({"defines": {"BUF": 2, "CHUNK": 2048.0}})).await;
+    let second = call_ok(&tools, "benchmark", json!({})).await;
+    assert!(
+        second
+            .content
+            .contains("next: every candidate of the task is measured; answer now with the best"),
+        "{}",
+        second.content
+    );
+}

@@ -139,6 +139,10 @@ impl TaskRun<'_> {
             &plan,
             &shared.slices[entry.slice_index].spec,
         )?;
+        // The tools name the next candidate of the task after each one.
+        runtime
+            .tools
+            .set_task_candidates(plan.all_candidates().map(define_texts).collect());
         Ok(Prepared {
             deadline,
             parameters,
