@@ -183,16 +183,21 @@ impl Tool for AssignTask {
             )));
         }
         // The same task again while it runs (a small model repeats its
-        // last call): the running one is the answer, nothing is published.
+        // last call): nothing is published; the call waits for the running
+        // task's result, as collect_result would, and answers with it.
         if let Some(twin) = running_twin(job, &agent.agent_id, &parameters, &instructions) {
-            let mut answer = assigned(&twin.task_id, &twin.agent_id, twin.attempt);
-            if let Some(data) = answer.data.as_mut() {
-                data["note"] = json!(
-                    "this task was assigned already and is running; nothing new was assigned"
-                );
-                answer.content = data.to_string();
-            }
-            return Ok(answer);
+            let ids = [twin.task_id.clone()];
+            let (views, timed_out) = job
+                .results
+                .collect(&ids, true, self.0.handles.default_collect_timeout)
+                .await;
+            let mut summary = crate::digest::collect_summary(&views, timed_out);
+            summary["next"] = json!(super::collect_result::next_step(&summary));
+            summary["note"] = json!(format!(
+                "task {} was assigned already; nothing new was assigned: this is its result as collect_result gives it",
+                twin.task_id
+            ));
+            return Ok(output(summary));
         }
         let task_id = task_id_for(&job.job_id, &key);
         let measure_baseline = first_on_its_slice_kind(&self.0, &agent.slice_id).await;

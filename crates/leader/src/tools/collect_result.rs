@@ -124,7 +124,7 @@ impl Tool for CollectResult {
 
 /// What the loop does after this collect, for a model that would not
 /// know: wait on, retry or answer.
-fn next_step(summary: &Value) -> &'static str {
+pub(super) fn next_step(summary: &Value) -> &'static str {
     let pending = summary["pending_tasks"]
         .as_array()
         .is_some_and(|p| !p.is_empty());
