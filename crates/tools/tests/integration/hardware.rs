@@ -490,7 +490,12 @@ async fn a_benchmark_names_the_tasks_next_candidate_then_the_answer() {
             .collect()
     };
     tools.set_task_candidates(vec![candidate("1024"), candidate("2048")]);
-    call_ok(&tools, "compile", json!({"defines": {"BUF": "2", "CHUNK": "1024"}})).await;
+    call_ok(
+        &tools,
+        "compile",
+        json!({"defines": {"BUF": "2", "CHUNK": "1024"}}),
+    )
+    .await;
     let first = call_ok(&tools, "benchmark", json!({})).await;
     assert!(
         first.content.ends_with(
@@ -499,7 +504,12 @@ async fn a_benchmark_names_the_tasks_next_candidate_then_the_answer() {
         "{}",
         first.content
     );
-    call_ok(&tools, "compile", json!({"defines": {"BUF": 2, "CHUNK": 2048.0}})).await;
+    call_ok(
+        &tools,
+        "compile",
+        json!({"defines": {"BUF": 2, "CHUNK": 2048.0}}),
+    )
+    .await;
     let second = call_ok(&tools, "benchmark", json!({})).await;
     assert!(
         second
