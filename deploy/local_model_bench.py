@@ -37,6 +37,7 @@ backend = "emulator"
 slices = [{ cluster = 0, cores = 8 }, { cluster = 1, cores = 8 }]
 """
 CALLS = re.compile(r"^gen_ai_client_operation_duration_seconds_count\{[^}]*\} ([0-9.e+]+)$")
+MODEL_SECONDS = re.compile(r"^gen_ai_client_operation_duration_seconds_sum\{[^}]*\} ([0-9.e+]+)$")
 
 
 def mtswarm_binary(given):
@@ -53,8 +54,10 @@ def mtswarm_binary(given):
 
 
 def model_calls(urls):
-    """GenAI client operations counted by the daemons' metrics so far."""
-    total = 0.0
+    """GenAI client operations counted by the daemons' metrics so far, and
+    the seconds they took (summed over agents, so it can exceed wall time
+    when agents wait on the model together)."""
+    total, seconds = 0.0, 0.0
     for url in urls:
         try:
             text = urllib.request.urlopen(url, timeout=10).read().decode()
@@ -64,7 +67,10 @@ def model_calls(urls):
             match = CALLS.match(line.strip())
             if match:
                 total += float(match.group(1))
-    return int(total)
+            match = MODEL_SECONDS.match(line.strip())
+            if match:
+                seconds += float(match.group(1))
+    return int(total), seconds
 
 
 def wait_for_file(path, seconds, what, process):
@@ -112,10 +118,13 @@ def main():
     parser.add_argument("--wall-time", type=int, default=900, help="seconds per job")
     parser.add_argument("--tool-mode", default="text", choices=["text", "native"])
     parser.add_argument("--keep", action="store_true", help="keep the logs directory")
+    parser.add_argument("--verbose", action="store_true",
+                        help="the model server logs each request's timings (model-server.log; use with --keep)")
     args = parser.parse_args()
     binary = mtswarm_binary(args.mtswarm)
     work = pathlib.Path(tempfile.mkdtemp(prefix="mtswarm-bench-"))
-    serve = subprocess.Popen([binary, "llm", "serve", "--json"], stdout=subprocess.PIPE,
+    serve_args = [binary, "llm", "serve", "--json"] + (["--verbose"] if args.verbose else [])
+    serve = subprocess.Popen(serve_args, stdout=subprocess.PIPE,
                              stderr=open(work / "model-server.log", "w"), text=True)
     line = serve.stdout.readline()
     if not line:
@@ -138,13 +147,14 @@ def main():
         metrics = [ready["metrics"]] + [w["metrics"] for w in ready.get("workers", [])]
         print(f"model {served['model']} at {served['url']}; logs in {work}")
         print(f"{'job':34} {'kernel':7} {'agents':>6} {'state':10} {'best GFLOPS':>11} "
-              f"{'calls':>5} {'prompt':>7} {'compl.':>6} {'wall s':>6}")
+              f"{'calls':>5} {'prompt':>7} {'compl.':>6} {'model s':>7} {'wall s':>6}")
         plan = [("vecadd", 1)] * args.vecadd + [("dgemm", 2)] * args.dgemm
         for kernel, agents in plan:
-            before, started = model_calls(metrics), time.time()
+            (calls_before, seconds_before), started = model_calls(metrics), time.time()
             job_id, record = run_job(binary, env, ready["grpc"], kernel, agents, args)
             wall = time.time() - started
-            calls = model_calls(metrics) - before
+            calls_after, seconds_after = model_calls(metrics)
+            calls, model_seconds = calls_after - calls_before, seconds_after - seconds_before
             if not isinstance(record, dict):
                 print(f"{job_id or '?':34} {kernel:7} {agents:>6} ERROR      {record.strip()[:200]}")
                 rows.append((kernel, False))
@@ -156,7 +166,7 @@ def main():
             rows.append((kernel, ok))
             print(f"{job_id:34} {kernel:7} {agents:>6} {str(record.get('state', '?')):10} "
                   f"{best.get('gflops', 0) or 0:>11.3f} {calls:>5} {total.get('prompt_tokens', 0):>7} "
-                  f"{total.get('completion_tokens', 0):>6} {wall:>6.0f}")
+                  f"{total.get('completion_tokens', 0):>6} {model_seconds:>7.0f} {wall:>6.0f}")
         for kernel in ("vecadd", "dgemm"):
             done = [ok for k, ok in rows if k == kernel]
             if done:
