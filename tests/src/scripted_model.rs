@@ -161,6 +161,41 @@ pub fn artifact_of(compile_result: &str) -> Option<String> {
     (!id.is_empty()).then_some(id)
 }
 
+/// The leader's first four turns of a one-agent job, by how many tool
+/// results the request holds: list the fleet, spawn agent `a1` with
+/// `spawn_instructions`, assign it `assign_instructions` with the candidate
+/// `params` (2 cores, no warmup, one repeat), then collect its result
+/// within `collect_seconds`. `None` from the fifth turn on: the test's own.
+pub fn one_agent_opening(
+    step: usize,
+    spawn_instructions: &str,
+    assign_instructions: &str,
+    params: Value,
+    collect_seconds: u64,
+) -> Option<Turn> {
+    let (name, arguments) = match step {
+        0 => ("list_fleet", serde_json::json!({})),
+        1 => (
+            "spawn_agent",
+            serde_json::json!({"name": "a1", "selector": "", "role": "tuner",
+                               "instructions": spawn_instructions}),
+        ),
+        2 => (
+            "assign_task",
+            serde_json::json!({"agent": "a1", "instructions": assign_instructions,
+                               "parameters": {"params": params, "cores": 2,
+                                              "warmup": 0, "repeats": 1}}),
+        ),
+        3 => (
+            "collect_result",
+            serde_json::json!({"agents": ["a1"], "mode": "all",
+                               "timeout_seconds": collect_seconds}),
+        ),
+        _ => return None,
+    };
+    Some(Turn::Call { name, arguments })
+}
+
 /// What a strict chat template says about `body`'s messages: `None` when
 /// it renders them, else the error text such templates raise.
 pub fn template_refusal(body: &Value) -> Option<String> {

@@ -22,7 +22,7 @@ use crate::connection::Bus;
 use crate::error::BusError;
 use crate::kv::{TypedKv, Versioned};
 use crate::subjects;
-use crate::ttl_lease::{Change, Leased, TtlLease, Write};
+use crate::ttl_lease::{Change, Leased, TtlLease, Write, leased_fields};
 
 /// What a worker asks for when it takes a slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,21 +80,7 @@ impl Leased for SliceLease {
 
     type Error = BusError;
 
-    fn key(&self) -> &str {
-        &self.slice_id
-    }
-
-    fn holder(&self) -> &str {
-        &self.worker_id
-    }
-
-    fn ttl_seconds(&self) -> u32 {
-        self.ttl_seconds
-    }
-
-    fn set_epoch(&mut self, epoch: u64) {
-        self.epoch = epoch;
-    }
+    leased_fields!(key: slice_id, holder: worker_id);
 
     fn renewed(&mut self, now: SystemTime) {
         self.renewed_at = Some(timestamp(now));
@@ -397,19 +383,11 @@ impl Drop for LeaseKeeper {
 mod tests {
     use super::*;
     use crate::config::BusConfig;
-    use crate::config::TopologyConfig;
     use crate::testing::NatsServer;
 
     async fn kept_lease(nats: &NatsServer, ttl: Duration) -> LeaseKeeper {
-        let bus = Bus::connect(BusConfig::new(nats.url()).with_name("lease-test"))
-            .await
-            .expect("connect");
-        bus.wait_connected(Duration::from_secs(30))
-            .await
-            .expect("connected");
-        bus.ensure_topology(&TopologyConfig::for_tests())
-            .await
-            .expect("topology");
+        let bus =
+            crate::testing::ready_bus(BusConfig::new(nats.url()).with_name("lease-test")).await;
         let leases = Leases::open(&bus).await.expect("leases");
         let held = leases
             .acquire(&LeaseRequest::idle("b0-c0", "w0", ttl))

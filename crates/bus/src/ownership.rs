@@ -40,7 +40,7 @@ use crate::connection::Bus;
 use crate::error::BusError;
 use crate::kv::Versioned;
 use crate::subjects;
-use crate::ttl_lease::{Change, Leased, TtlLease, Write};
+use crate::ttl_lease::{Change, Leased, TtlLease, Write, leased_fields};
 
 /// Why an ownership operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -115,21 +115,7 @@ impl Leased for JobOwner {
 
     type Error = OwnershipError;
 
-    fn key(&self) -> &str {
-        &self.job_id
-    }
-
-    fn holder(&self) -> &str {
-        &self.leader_id
-    }
-
-    fn ttl_seconds(&self) -> u32 {
-        self.ttl_seconds
-    }
-
-    fn set_epoch(&mut self, epoch: u64) {
-        self.epoch = epoch;
-    }
+    leased_fields!(key: job_id, holder: leader_id);
 
     fn renewed(&mut self, now: SystemTime) {
         self.renewed_at = Some(prost_types::Timestamp::from(now));
@@ -517,19 +503,11 @@ impl Drop for OwnershipKeeper {
 mod tests {
     use super::*;
     use crate::config::BusConfig;
-    use crate::config::TopologyConfig;
     use crate::testing::NatsServer;
 
     async fn owners(nats: &NatsServer) -> JobOwners {
-        let bus = Bus::connect(BusConfig::new(nats.url()).with_name("owners-test"))
-            .await
-            .expect("connect");
-        bus.wait_connected(Duration::from_secs(30))
-            .await
-            .expect("connected");
-        bus.ensure_topology(&TopologyConfig::for_tests())
-            .await
-            .expect("topology");
+        let bus =
+            crate::testing::ready_bus(BusConfig::new(nats.url()).with_name("owners-test")).await;
         JobOwners::open(&bus).await.expect("owners bucket")
     }
 

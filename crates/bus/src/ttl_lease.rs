@@ -45,6 +45,30 @@ pub(crate) enum Write {
     Release,
 }
 
+/// The [`Leased`] accessors of a record whose key and holder are the named
+/// fields and which has `ttl_seconds` and `epoch` fields, as every leased
+/// record of the bus does.
+macro_rules! leased_fields {
+    (key: $key:ident, holder: $holder:ident) => {
+        fn key(&self) -> &str {
+            &self.$key
+        }
+
+        fn holder(&self) -> &str {
+            &self.$holder
+        }
+
+        fn ttl_seconds(&self) -> u32 {
+            self.ttl_seconds
+        }
+
+        fn set_epoch(&mut self, epoch: u64) {
+            self.epoch = epoch;
+        }
+    };
+}
+pub(crate) use leased_fields;
+
 /// The value stored under a TTL'd key, and what differs between its uses.
 pub(crate) trait Leased: BusMessage + Clone + PartialEq + fmt::Debug {
     /// What is held, for logs (e.g. `"slice lease"`).

@@ -384,6 +384,32 @@ pub(crate) fn write_atomically(path: &Path, contents: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// `--reason`: why an operator acts. Cancelling, lifting a quarantine and
+/// deciding an approval record it with who acted.
+#[derive(Debug, Args)]
+pub struct OperatorReason {
+    /// Why: recorded with the action and who took it (a decision's reason
+    /// is also shown to the agent).
+    #[arg(
+        long = "reason",
+        short = 'r',
+        env = "MTSWARM_REASON",
+        default_value = ""
+    )]
+    pub text: String,
+}
+
+impl OperatorReason {
+    /// The reason signed with [`local_identity`]: `"REASON (by user@host)"`,
+    /// or `"{action} by user@host"` when none was given.
+    pub(crate) fn signed(&self, action: &str) -> String {
+        match self.text.trim() {
+            "" => format!("{action} by {}", local_identity()),
+            reason => format!("{reason} (by {})", local_identity()),
+        }
+    }
+}
+
 /// Identity recorded as the decider of approvals: `$USER@host`, else `cli`.
 pub(crate) fn local_identity() -> String {
     let user = std::env::var("USER")

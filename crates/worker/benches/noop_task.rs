@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt as _;
-use mtswarm_bus::testing::NatsServer;
-use mtswarm_bus::{Bus, BusConfig, ResultConsumerConfig, TopologyConfig, v1};
+use mtswarm_bus::testing::{NatsServer, ready_bus};
+use mtswarm_bus::{BusConfig, ResultConsumerConfig, v1};
 use mtswarm_worker::{WorkerConfig, WorkerDaemon};
 
 const FLEET: &str = r#"
@@ -36,13 +36,7 @@ fn noop_task(c: &mut Criterion) {
     let fleet = dir.path().join("fleet.toml");
     std::fs::write(&fleet, FLEET).expect("fleet");
     let (bus, handle, mut results) = runtime.block_on(async {
-        let bus = Bus::connect(BusConfig::new(nats.url())).await.expect("bus");
-        bus.wait_connected(Duration::from_secs(10))
-            .await
-            .expect("connected");
-        bus.ensure_topology(&TopologyConfig::for_tests())
-            .await
-            .expect("topology");
+        let bus = ready_bus(BusConfig::new(nats.url())).await;
         let mut config = WorkerConfig::new(&fleet, "bench0");
         config.nats_urls = vec![nats.url()];
         config.kernel_root =

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
+use mtswarm_proto::GrpcTransport;
 use mtswarm_proto::v1;
+use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_tests::{StackOptions, TestStack, node_bin};
 
 use crate::support::job_spec;
@@ -58,18 +60,11 @@ async fn invalid_submissions_are_refused_and_leave_nothing_behind() {
         ),
     ];
     for (name, spec, words) in cases {
-        let status = control
-            .submit_job(v1::SubmitJobRequest {
-                spec: Some(spec),
-                idempotency_key: String::new(),
-            })
-            .await
-            .expect_err(name);
-        assert_eq!(
-            status.code(),
-            tonic::Code::InvalidArgument,
-            "{name}: {status:?}"
-        );
+        let request = v1::SubmitJobRequest {
+            spec: Some(spec),
+            idempotency_key: String::new(),
+        };
+        let status = refused(&mut control, request, name).await;
         let message = status.message().to_ascii_lowercase();
         for word in words {
             assert!(
@@ -80,11 +75,7 @@ async fn invalid_submissions_are_refused_and_leave_nothing_behind() {
         }
     }
     // A request without a spec at all.
-    let status = control
-        .submit_job(v1::SubmitJobRequest::default())
-        .await
-        .expect_err("no spec");
-    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    refused(&mut control, v1::SubmitJobRequest::default(), "no spec").await;
 
     let jobs = control
         .list_jobs(v1::ListJobsRequest::default())
@@ -111,4 +102,20 @@ async fn invalid_submissions_are_refused_and_leave_nothing_behind() {
     assert_eq!(jobs.jobs.len(), 1);
     assert_eq!(jobs.jobs[0].job_id, accepted.job_id);
     let _ = tokio::time::timeout(Duration::from_secs(10), stack.shutdown()).await;
+}
+
+/// The refusal of `request`, which must be INVALID_ARGUMENT (`name` names
+/// the case when it is not).
+async fn refused<T: GrpcTransport>(
+    control: &mut ControlClient<T>,
+    request: v1::SubmitJobRequest,
+    name: &str,
+) -> tonic::Status {
+    let status = control.submit_job(request).await.expect_err(name);
+    assert_eq!(
+        status.code(),
+        tonic::Code::InvalidArgument,
+        "{name}: {status:?}"
+    );
+    status
 }

@@ -34,7 +34,8 @@ use mtswarm_proto::v1;
 use mtswarm_tests::cli::{client_command, stdout_of};
 use mtswarm_tests::jobs::{get_job, job_records, job_spec, submit, watch_to_end};
 use mtswarm_tests::scripted_model::{
-    Caller, ModelServer, ScriptedModel, Turn, artifact_of, kernel_dir, tool_results,
+    Caller, ModelServer, ScriptedModel, Turn, artifact_of, kernel_dir, one_agent_opening,
+    tool_results,
 };
 use mtswarm_tests::{StackOptions, TestStack, node_bin, small_fleet_toml};
 use serde_json::{Value, json};
@@ -125,32 +126,19 @@ fn write_kernel_root(root: &Path) {
 // -------------------------------------------------------------- the script
 
 fn leader_turn(body: &Value) -> Turn {
-    match tool_results(body).len() {
-        0 => Turn::Call {
-            name: "list_fleet",
-            arguments: json!({}),
-        },
-        1 => Turn::Call {
-            name: "spawn_agent",
-            arguments: json!({"name": "a1", "selector": "", "role": "tuner",
-                              "instructions": "Tune the kernel; rewrite kernel.c when the knobs are exhausted."}),
-        },
-        2 => Turn::Call {
-            name: "assign_task",
-            arguments: json!({"agent": "a1",
-                              "instructions": "Measure parameter candidates, then write a faster kernel.c and measure it.",
-                              "parameters": {"params": defines("256", "1"), "cores": 2,
-                                             "warmup": 0, "repeats": 1}}),
-        },
-        3 => Turn::Call {
-            name: "collect_result",
-            arguments: json!({"agents": ["a1"], "mode": "all", "timeout_seconds": 400}),
-        },
-        _ => Turn::Answer(format!(
+    one_agent_opening(
+        tool_results(body).len(),
+        "Tune the kernel; rewrite kernel.c when the knobs are exhausted.",
+        "Measure parameter candidates, then write a faster kernel.c and measure it.",
+        defines("256", "1"),
+        400,
+    )
+    .unwrap_or_else(|| {
+        Turn::Answer(format!(
             "Agent a1 measured the knobs and a rewritten kernel; the job's outcome names the best.\n```json\n{}\n```",
             json!({"best": {"agent": "a1"}})
-        )),
-    }
+        ))
+    })
 }
 
 /// Two pristine candidates, an edit that does not build, the gaming edit,

@@ -343,8 +343,20 @@ impl Jobs {
         task_id: &str,
         change: impl FnMut(Option<&TaskRecord>) -> Option<TaskRecord>,
     ) -> Result<Option<TaskRecord>, BusError> {
+        self.modify_task_as(job_id, task_id, Writer::NotOwner, change)
+            .await
+    }
+
+    /// [`Jobs::modify_task`] as `writer`.
+    async fn modify_task_as(
+        &self,
+        job_id: &str,
+        task_id: &str,
+        writer: Writer,
+        change: impl FnMut(Option<&TaskRecord>) -> Option<TaskRecord>,
+    ) -> Result<Option<TaskRecord>, BusError> {
         let key = task_key(job_id, task_id);
-        let written = write_at_revision(&self.tasks, &key, Writer::NotOwner, change).await?;
+        let written = write_at_revision(&self.tasks, &key, writer, change).await?;
         Ok(written.map(|(task, _)| task))
     }
 

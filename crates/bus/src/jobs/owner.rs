@@ -16,7 +16,7 @@
 
 use mtswarm_proto::v1::{AgentPlacement, JobRecord, LeaderCheckpoint, TaskRecord};
 
-use super::{Jobs, agent_key, loop_key, task_key, write_at_revision};
+use super::{Jobs, agent_key, loop_key, write_at_revision};
 use crate::error::BusError;
 use crate::kv::Versioned;
 
@@ -134,9 +134,9 @@ impl OwnerWrites {
         task_id: &str,
         change: impl FnMut(Option<&TaskRecord>) -> Option<TaskRecord>,
     ) -> Result<Option<TaskRecord>, BusError> {
-        let key = task_key(job_id, task_id);
-        let written = write_at_revision(&self.jobs.tasks, &key, self.writer(), change).await?;
-        Ok(written.map(|(task, _)| task))
+        self.jobs
+            .modify_task_as(job_id, task_id, self.writer(), change)
+            .await
     }
 
     /// [`Jobs::put_agent`] as the owner.

@@ -7,7 +7,7 @@ use clap::Args;
 use mtswarm_proto::v1;
 
 use super::output::{Listing, print_json};
-use crate::common::{LeaderArgs, rpc_error};
+use crate::common::{LeaderArgs, OperatorReason, rpc_error};
 use crate::decision::{Scope, decide_approval};
 use crate::render;
 
@@ -33,9 +33,8 @@ pub struct ApprovalsCmd {
 pub struct DecideCmd {
     /// The approval id (see `mtswarm approvals`).
     pub approval_id: String,
-    /// Why (recorded with the decision and shown to the agent).
-    #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
-    pub reason: String,
+    #[command(flatten)]
+    pub reason: OperatorReason,
     /// How far the decision reaches: this call, every later call of the
     /// same tool in the job, or by the same agent (not for high-risk tools).
     #[arg(long, value_enum, env = "MTSWARM_APPROVAL_SCOPE", default_value_t = Scope::Call)]
@@ -120,7 +119,7 @@ pub(crate) async fn decide(
         &cmd.leader.url(),
         &cmd.approval_id,
         verdict,
-        &cmd.reason,
+        &cmd.reason.text,
         cmd.scope,
     )
     .await?;

@@ -8,7 +8,7 @@ use mtswarm_proto::v1;
 use serde_json::{Value, json};
 
 use super::output::{Listing, print_json};
-use crate::common::{LeaderArgs, job_states, list_all_jobs, local_identity, rpc_error};
+use crate::common::{LeaderArgs, OperatorReason, job_states, list_all_jobs, rpc_error};
 use crate::render;
 
 /// Arguments of `mtswarm jobs`: a filtered list, or one job in detail.
@@ -32,9 +32,8 @@ pub struct JobsCmd {
 pub struct CancelCmd {
     /// The job to cancel (see `mtswarm jobs`).
     pub job_id: String,
-    /// Why (recorded as the job's error).
-    #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
-    pub reason: String,
+    #[command(flatten)]
+    pub reason: OperatorReason,
     /// JSON output: `{"job_id", "state"}`.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
@@ -47,11 +46,7 @@ pub struct CancelCmd {
 /// the job is CANCELLED now (or was before), 1 when it had already ended
 /// otherwise.
 pub(crate) async fn cancel(cmd: CancelCmd) -> anyhow::Result<ExitCode> {
-    let reason = if cmd.reason.trim().is_empty() {
-        format!("cancelled by {}", local_identity())
-    } else {
-        format!("{} (by {})", cmd.reason.trim(), local_identity())
-    };
+    let reason = cmd.reason.signed("cancelled");
     let mut control = cmd.leader.connect().await?;
     let response = control
         .cancel_job(v1::CancelJobRequest {

@@ -9,7 +9,7 @@ use mtswarm_proto::v1;
 use serde_json::{Value, json};
 
 use super::output::{Listing, print_json};
-use crate::common::{LeaderArgs, local_identity, rpc_error};
+use crate::common::{LeaderArgs, OperatorReason, rpc_error};
 use crate::render;
 
 /// Arguments of `mtswarm quarantine list`.
@@ -28,9 +28,8 @@ pub struct QuarantineListCmd {
 pub struct QuarantineLiftCmd {
     /// The slice, as `mtswarm fleet` shows it (board0-c1; board0/c1 is read the same).
     pub slice_id: String,
-    /// Why it may run again (recorded in the leader's log).
-    #[arg(long, short = 'r', env = "MTSWARM_REASON", default_value = "")]
-    pub reason: String,
+    #[command(flatten)]
+    pub reason: OperatorReason,
     /// JSON output: `{"slice_id", "lifted", "previous"}`.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
@@ -102,11 +101,7 @@ pub(crate) async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<Ex
     if slice_id.is_empty() {
         bail!("name the slice to return to service (see `mtswarm quarantine list`)");
     }
-    let reason = if cmd.reason.trim().is_empty() {
-        format!("lifted by {}", local_identity())
-    } else {
-        format!("{} (by {})", cmd.reason.trim(), local_identity())
-    };
+    let reason = cmd.reason.signed("lifted");
     let mut control = cmd.leader.connect().await?;
     let response = control
         .lift_quarantine(v1::LiftQuarantineRequest {

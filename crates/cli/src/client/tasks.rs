@@ -130,7 +130,8 @@ pub(crate) async fn tasks(cmd: TasksCmd) -> anyhow::Result<ExitCode> {
                 println!("{}", render::task_result(result));
             }
         }
-        ResultsFormat::Csv => print_csv(&results),
+        ResultsFormat::Csv => write_csv(&results, std::io::stdout().lock())
+            .map_err(|e| anyhow::anyhow!("writing CSV: {e}"))?,
         ResultsFormat::Table => {
             if results.is_empty() {
                 println!("no results yet (job is {})", render::job_state(job.state()));
@@ -186,40 +187,69 @@ fn filter_results(results: Vec<v1::TaskResult>, cmd: &TasksCmd) -> Vec<v1::TaskR
     kept
 }
 
-/// One CSV field, quoted when it contains a separator, quote or newline.
-fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text.to_string()
+/// One row of `mtswarm tasks --format csv`, in column order.
+#[derive(serde::Serialize)]
+struct CsvRow<'a> {
+    task_id: &'a str,
+    attempt: u32,
+    agent_id: &'a str,
+    session_id: &'a str,
+    worker_id: &'a str,
+    slice_id: &'a str,
+    status: String,
+    summary: &'a str,
+    error: &'a str,
+    steps: u32,
+    device_seconds: f64,
+    wall_seconds: f64,
+    finished_at: String,
+    result_json: &'a str,
+}
+
+impl<'a> CsvRow<'a> {
+    fn of(result: &'a v1::TaskResult) -> Self {
+        let usage = result.usage.clone().unwrap_or_default();
+        Self {
+            task_id: &result.task_id,
+            attempt: result.attempt,
+            agent_id: &result.agent_id,
+            session_id: &result.session_id,
+            worker_id: &result.worker_id,
+            slice_id: &result.slice_id,
+            status: render::task_status(result.status()),
+            summary: &result.summary,
+            error: &result.error,
+            steps: usage.steps,
+            device_seconds: usage.device_seconds,
+            wall_seconds: usage.wall_seconds,
+            finished_at: render::timestamp(result.finished_at.as_ref()).unwrap_or_default(),
+            result_json: &result.result_json,
+        }
     }
 }
 
-fn print_csv(results: &[v1::TaskResult]) {
-    println!(
-        "task_id,attempt,agent_id,session_id,worker_id,slice_id,status,summary,error,steps,device_seconds,wall_seconds,finished_at,result_json"
-    );
-    for r in results {
-        let usage = r.usage.clone().unwrap_or_default();
-        let fields = [
-            r.task_id.clone(),
-            r.attempt.to_string(),
-            r.agent_id.clone(),
-            r.session_id.clone(),
-            r.worker_id.clone(),
-            r.slice_id.clone(),
-            render::task_status(r.status()),
-            r.summary.clone(),
-            r.error.clone(),
-            usage.steps.to_string(),
-            usage.device_seconds.to_string(),
-            usage.wall_seconds.to_string(),
-            render::timestamp(r.finished_at.as_ref()).unwrap_or_default(),
-            r.result_json.clone(),
-        ];
-        let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
-        println!("{}", line.join(","));
+/// The results as CSV (a header, then a row each) on `out`. With no
+/// results, the header alone: `serialize` writes it with the first row, so
+/// it is taken from a blank row's output.
+fn write_csv(results: &[v1::TaskResult], mut out: impl std::io::Write) -> csv::Result<()> {
+    if results.is_empty() {
+        let blank = v1::TaskResult::default();
+        let mut header = csv::Writer::from_writer(Vec::new());
+        header.serialize(CsvRow::of(&blank))?;
+        let text = header.into_inner().map_err(|e| e.into_error())?;
+        let end = text
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(text.len(), |i| i + 1);
+        out.write_all(&text[..end])?;
+        return Ok(());
     }
+    let mut writer = csv::Writer::from_writer(out);
+    for result in results {
+        writer.serialize(CsvRow::of(result))?;
+    }
+    writer.flush()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -227,11 +257,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn csv_fields_are_quoted_only_when_needed() {
-        assert_eq!(csv_field("plain"), "plain");
-        assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(csv_field("two\nlines"), "\"two\nlines\"");
+    fn csv_quotes_fields_that_need_it_and_keeps_the_header_without_rows() {
+        let mut tricky = result("t1", 1, "a,1", v1::TaskStatus::Ok);
+        tricky.summary = "say \"hi\"\ntwice".into();
+        let mut out = Vec::new();
+        write_csv(&[tricky], &mut out).expect("csv");
+        let text = String::from_utf8(out).expect("utf-8");
+        let header = "task_id,attempt,agent_id,session_id,worker_id,slice_id,status,summary,\
+                      error,steps,device_seconds,wall_seconds,finished_at,result_json";
+        assert_eq!(text.lines().next(), Some(header));
+        assert!(
+            text.contains("t1,1,\"a,1\",") && text.contains("\"say \"\"hi\"\"\ntwice\""),
+            "{text}"
+        );
+        let mut out = Vec::new();
+        write_csv(&[], &mut out).expect("csv");
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            format!("{header}\n")
+        );
     }
 
     fn result(task: &str, attempt: u32, agent: &str, status: v1::TaskStatus) -> v1::TaskResult {

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mtswarm_bus::testing::NatsServer;
+use mtswarm_bus::testing::{NatsServer, ready_bus};
 use mtswarm_bus::{Bus, BusConfig, Jobs, TopologyConfig, subjects, v1};
 use mtswarm_core::ChatModel;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
@@ -83,13 +83,7 @@ impl Env {
             .await
             .expect("start task")
             .expect("nats-server starts");
-        let bus = Bus::connect(BusConfig::new(nats.url()).with_name("leader-test"))
-            .await
-            .expect("connect");
-        bus.wait_connected(WAIT).await.expect("connected");
-        bus.ensure_topology(&TopologyConfig::for_tests())
-            .await
-            .expect("topology");
+        let bus = ready_bus(BusConfig::new(nats.url()).with_name("leader-test")).await;
         let kernel_root = tempfile::tempdir().expect("tempdir");
         let k1 = kernel_root.path().join("k1");
         std::fs::create_dir(&k1).expect("mkdir k1");

@@ -411,24 +411,13 @@ impl CheckpointSink for KvCheckpointSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mtswarm_bus::testing::NatsServer;
-    use mtswarm_bus::{Bus, BusConfig, TopologyConfig};
+    use mtswarm_bus::testing::{NatsServer, ready_bus, start_nats};
+    use mtswarm_bus::{Bus, BusConfig};
 
     /// A nats-server with the topology and its checkpoints bucket.
     pub(super) async fn store() -> (NatsServer, Bus, Checkpoints) {
-        let server = tokio::task::spawn_blocking(NatsServer::start)
-            .await
-            .expect("start task")
-            .expect("nats-server starts");
-        let bus = Bus::connect(BusConfig::new(server.url()))
-            .await
-            .expect("connect");
-        bus.wait_connected(Duration::from_secs(10))
-            .await
-            .expect("connected");
-        bus.ensure_topology(&TopologyConfig::for_tests())
-            .await
-            .expect("topology");
+        let server = start_nats().await;
+        let bus = ready_bus(BusConfig::new(server.url())).await;
         let checkpoints = Checkpoints::open(&bus).await.expect("checkpoints");
         (server, bus, checkpoints)
     }
