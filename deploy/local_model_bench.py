@@ -8,7 +8,9 @@ The model is the one deploy/local_model.sh installs, served by
 into two 8-core slices. The jobs: vecadd with one agent, and dgemm with two
 agents. Model calls are read from the daemons' Prometheus metrics (the
 GenAI client operation count of the leader and the workers) before and
-after each job; tokens from the job's outcome (the server's usage reports).
+after each job, with the seconds they took (summed over the agents); tokens
+from the job's outcome (the server's usage reports), and prompt tokens per
+call.
 
     python3 deploy/local_model_bench.py --vecadd 5 --dgemm 5
 
@@ -112,6 +114,9 @@ def run_job(binary, env, leader, kernel, agents, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mtswarm", help="the mtswarm binary")
+    parser.add_argument("--serve-mtswarm",
+                        help="the mtswarm binary that runs `llm serve` (default: --mtswarm); "
+                             "lets an older build's daemons meet the same server")
     parser.add_argument("--vecadd", type=int, default=5, help="vecadd jobs (one agent)")
     parser.add_argument("--dgemm", type=int, default=5, help="dgemm jobs (two agents)")
     parser.add_argument("--max-evaluations", type=int, default=4)
@@ -123,7 +128,7 @@ def main():
     args = parser.parse_args()
     binary = mtswarm_binary(args.mtswarm)
     work = pathlib.Path(tempfile.mkdtemp(prefix="mtswarm-bench-"))
-    serve_args = [binary, "llm", "serve", "--json"] + (["--verbose"] if args.verbose else [])
+    serve_args = [args.serve_mtswarm or binary, "llm", "serve", "--json"] + (["--verbose"] if args.verbose else [])
     serve = subprocess.Popen(serve_args, stdout=subprocess.PIPE,
                              stderr=open(work / "model-server.log", "w"), text=True)
     line = serve.stdout.readline()
@@ -147,7 +152,7 @@ def main():
         metrics = [ready["metrics"]] + [w["metrics"] for w in ready.get("workers", [])]
         print(f"model {served['model']} at {served['url']}; logs in {work}")
         print(f"{'job':34} {'kernel':7} {'agents':>6} {'state':10} {'best GFLOPS':>11} "
-              f"{'calls':>5} {'prompt':>7} {'compl.':>6} {'model s':>7} {'wall s':>6}")
+              f"{'calls':>5} {'prompt':>7} {'/call':>5} {'compl.':>6} {'model s':>7} {'wall s':>6}")
         plan = [("vecadd", 1)] * args.vecadd + [("dgemm", 2)] * args.dgemm
         for kernel, agents in plan:
             (calls_before, seconds_before), started = model_calls(metrics), time.time()
@@ -162,10 +167,11 @@ def main():
             outcome = record.get("outcome") or {}
             best = outcome.get("best") or {}
             total = outcome.get("total_cost") or {}
+            prompt = int(total.get("prompt_tokens", 0) or 0)
             ok = str(record.get("state", "")).lower().endswith("succeeded") and bool(best.get("gflops"))
             rows.append((kernel, ok))
             print(f"{job_id:34} {kernel:7} {agents:>6} {str(record.get('state', '?')):10} "
-                  f"{best.get('gflops', 0) or 0:>11.3f} {calls:>5} {total.get('prompt_tokens', 0):>7} "
+                  f"{best.get('gflops', 0) or 0:>11.3f} {calls:>5} {prompt:>7} {prompt // max(calls, 1):>5} "
                   f"{total.get('completion_tokens', 0):>6} {model_seconds:>7.0f} {wall:>6.0f}")
         for kernel in ("vecadd", "dgemm"):
             done = [ok for k, ok in rows if k == kernel]

@@ -87,7 +87,7 @@ async fn a_small_local_model_drives_a_vecadd_job_to_a_measured_best() {
     let mut spec = job_spec("Tune vecadd for speed", "vecadd", 1, true);
     spec.budgets = Some(v1::Budgets {
         wall_time_seconds: JOB_TIMEOUT.as_secs(),
-        max_evaluations: 3,
+        max_evaluations: 1,
         ..Default::default()
     });
     let job_id = submit(&mut control, spec).await;

@@ -39,10 +39,6 @@ pub struct BenchmarkArgs {
     /// Minimum total timed kernel seconds (real-timing backends).
     #[serde(default)]
     pub min_seconds: Option<f64>,
-    /// Reference time for the plausibility check (default: the session's
-    /// first valid benchmark).
-    #[serde(default)]
-    pub baseline_seconds: Option<f64>,
     /// Per-launch time-out (default 120).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
@@ -50,7 +46,7 @@ pub struct BenchmarkArgs {
 
 const BENCHMARK_SHAPE: Shape = Shape {
     integers: &["cores", "warmup", "repeats"],
-    numbers: &["min_seconds", "baseline_seconds", "timeout_seconds"],
+    numbers: &["min_seconds", "timeout_seconds"],
     aliases: &[
         ("artifact_id", "artifact"),
         ("build", "artifact"),
@@ -58,7 +54,19 @@ const BENCHMARK_SHAPE: Shape = Shape {
         ("timeout", "timeout_seconds"),
     ],
     // What compile and run take, copied from their calls.
-    ignored: &["defines", "kernel_dir", "background", "unchecked", "args"],
+    //
+    // `baseline_seconds` too: the plausibility check's reference is the
+    // session's own first valid benchmark (or the job's measured
+    // baseline), never a figure a model writes, which could flag an
+    // honest measurement or clear an implausible one.
+    ignored: &[
+        "defines",
+        "kernel_dir",
+        "background",
+        "unchecked",
+        "args",
+        "baseline_seconds",
+    ],
     ..Shape::NONE
 };
 
@@ -201,10 +209,7 @@ fn measure_config(
     if args.timeout_seconds.is_some() {
         config.launch_timeout = timeout_of(args.timeout_seconds)?;
     }
-    config.baseline_seconds = args
-        .baseline_seconds
-        .or(config.baseline_seconds)
-        .or(baseline);
+    config.baseline_seconds = config.baseline_seconds.or(baseline);
     Ok((built, config))
 }
 

@@ -96,6 +96,35 @@ async fn emulator_compile_run_validate_benchmark_happy_path() {
     assert_eq!(out.data.expect("data")["artifacts"], json!(["b1"]));
 }
 
+/// The plausibility check's reference is the session's own first valid
+/// benchmark: a `baseline_seconds` a model writes into a benchmark call (a
+/// small one copies figures from elsewhere) is dropped, so it can neither
+/// flag an honest figure as implausibly fast nor clear a suspicious one.
+#[tokio::test]
+async fn a_baseline_a_model_writes_does_not_flag_the_measurement() {
+    let (_ws, tools) = emulator_tools();
+    call_ok(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": SMALL}),
+    )
+    .await;
+    let out = call_ok(
+        &tools,
+        "benchmark",
+        json!({"artifact": "b1", "cores": 4, "baseline_seconds": 120}),
+    )
+    .await;
+    let summary = state(&out, "benchmark_results").expect("benchmark_results");
+    assert_eq!(summary["valid"], true, "{}", out.content);
+    assert!(
+        summary["flags"].as_array().is_none_or(Vec::is_empty) && !out.content.contains("FLAG"),
+        "a model's baseline flagged the measurement: {}",
+        out.content
+    );
+    assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
+}
+
 /// The emulator's modeled cycles are exact: one launch is the measurement,
 /// a benchmark is validation evidence too, and `repeats: 2` asks for a spot
 /// re-run with the same inputs, which reproduces the figure.
