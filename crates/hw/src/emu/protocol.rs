@@ -12,7 +12,11 @@ use crate::board::{Counters, RunOutcome, RunSample};
 use crate::error::HwError;
 use crate::harness_line::{HarnessLine, ResultLine};
 use crate::plausibility::{self, ModelFigures};
+use crate::process::tail;
 use crate::spec::ChipSpec;
+
+/// Longest message of a `MTSWARM_ERROR` line kept (its end).
+const MAX_MESSAGE_CHARS: usize = 1000;
 
 #[derive(Debug, Deserialize)]
 struct EmuLine {
@@ -99,8 +103,21 @@ impl Reading<'_> {
     /// A `MTSWARM_EMU` line: its figures add to the pending execution.
     fn add_group_wait(&mut self, json: &str) -> Result<(), HwError> {
         let emu: EmuLine = serde_json::from_str(json).map_err(|e| {
-            HwError::launch_caused(format!("bad MTSWARM_EMU line ({e}): {json}"), e)
+            HwError::launch_caused(
+                format!("bad MTSWARM_EMU line ({e}): {}", tail(json, 200)),
+                e,
+            )
         })?;
+        for (field, value) in [
+            ("kernel_cycles", emu.kernel_cycles),
+            ("wall_seconds", emu.wall_seconds),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(HwError::launch(format!(
+                    "bad MTSWARM_EMU line: {field} is {value}, not a count"
+                )));
+            }
+        }
         let pending = &mut self.pending;
         pending.cycles += emu.kernel_cycles;
         pending.wall += emu.wall_seconds;
@@ -184,15 +201,26 @@ impl Reading<'_> {
     /// A `MTSWARM_ERROR` line: an error of the run, or an invalid outcome.
     fn runtime_stopped(&mut self, json: &str) -> Result<(), HwError> {
         let err: ErrorLine = serde_json::from_str(json).map_err(|e| {
-            HwError::launch_caused(format!("bad MTSWARM_ERROR line ({e}): {json}"), e)
+            HwError::launch_caused(
+                format!("bad MTSWARM_ERROR line ({e}): {}", tail(json, 200)),
+                e,
+            )
         })?;
+        // The kernel's words: bounded like every other excerpt of its output.
+        let message = match err.message.trim() {
+            "" => format!(
+                "the emulator runtime stopped the program ({} error, no message)",
+                tail(&err.kind, 40)
+            ),
+            _ => tail(&err.message, MAX_MESSAGE_CHARS),
+        };
         match err.kind.as_str() {
-            "capacity" => Err(HwError::Capacity(err.message)),
-            "launch" => Err(HwError::launch(err.message)),
-            "config" => Err(HwError::Config(err.message)),
+            "capacity" => Err(HwError::Capacity(message)),
+            "launch" => Err(HwError::launch(message)),
+            "config" => Err(HwError::Config(message)),
             _ => {
                 self.outcome.valid = false;
-                self.outcome.error = Some(err.message);
+                self.outcome.error = Some(message);
                 Ok(())
             }
         }
@@ -250,5 +278,34 @@ mod tests {
         let out = "MTSWARM_ERROR {\"kind\":\"capacity\",\"message\":\"AM capacity exceeded\"}\n";
         let err = parse_output(out, &ChipSpec::default(), Flavor::Emulated, None).unwrap_err();
         assert_eq!(err, HwError::Capacity("AM capacity exceeded".into()));
+    }
+
+    #[test]
+    fn a_kernel_s_lines_are_quoted_in_part_and_its_figures_checked() {
+        let spec = ChipSpec::default();
+        let long = "x".repeat(50_000);
+        let out = format!("MTSWARM_EMU {{\"threads\": {long}\n");
+        let err = parse_output(&out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert!(
+            err.to_string().len() < 1_000,
+            "{} bytes",
+            err.to_string().len()
+        );
+        let out = format!("MTSWARM_ERROR {{\"kind\":\"capacity\",\"message\":\"{long}\"}}\n");
+        let err = parse_output(&out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert!(
+            err.to_string().len() < 1_200,
+            "{} bytes",
+            err.to_string().len()
+        );
+        let out = "MTSWARM_ERROR {\"kind\":\"capacity\",\"message\":\" \"}\n";
+        let err = parse_output(out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert!(
+            err.to_string().contains("capacity error, no message"),
+            "{err}"
+        );
+        let out = "MTSWARM_EMU {\"threads\":1,\"wall_seconds\":-1}\n";
+        let err = parse_output(out, &spec, Flavor::Native, None).unwrap_err();
+        assert!(err.to_string().contains("wall_seconds is -1"), "{err}");
     }
 }
