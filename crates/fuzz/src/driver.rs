@@ -41,6 +41,9 @@ pub struct RunConfig {
     pub memory_limit: usize,
     /// Where inputs with a new outcome are written, to grow the corpus.
     pub save_new: Option<PathBuf>,
+    /// Writes each input to `<failures_dir>/<target>/current` before it
+    /// runs, so one that kills the process (a stack overflow) is kept.
+    pub keep_current: bool,
 }
 
 /// What a run found.
@@ -188,7 +191,8 @@ fn execute(
 /// Replays `target`'s corpus, then mutates it for `config.duration`.
 pub fn run(target: &Target, config: &RunConfig) -> Report {
     install_panic_hook();
-    let corpus = read_corpus(&crate::corpus_dir(target.name));
+    let mut corpus = read_corpus(&crate::corpus_dir(target.name));
+    corpus.extend((target.seeds)());
     let mut report = Report {
         target: target.name,
         corpus_inputs: corpus.len(),
@@ -227,6 +231,14 @@ pub fn run(target: &Target, config: &RunConfig) -> Report {
                 mutate::mutate(&mut rng, base, other, target.dictionary, target.max_len)
             }
         };
+        if config.keep_current {
+            let dir = config.failures_dir.join(target.name);
+            let kept = std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(dir.join("current"), &input));
+            if let Err(e) = kept {
+                eprintln!("fuzz {}: cannot keep the current input: {e}", target.name);
+            }
+        }
         let (checked, took, peak) = execute(target, &input, config, &running);
         report.executions += 1;
         report.slowest = report.slowest.max(took);

@@ -65,6 +65,14 @@ pub struct Target {
     pub dictionary: &'static [&'static [u8]],
     /// Longest input generated.
     pub max_len: usize,
+    /// Inputs built in code from real values, replayed with the corpus
+    /// (for binary formats, whose files could not be written by hand).
+    pub seeds: fn() -> Vec<Vec<u8>>,
+}
+
+/// No seeds beyond the corpus files.
+pub fn no_seeds() -> Vec<Vec<u8>> {
+    Vec::new()
 }
 
 /// The label of an error: its first words, digits and quoted text left

@@ -3,6 +3,9 @@
 //! target); any input that breaks a target's property fails the test and
 //! is written under the test's temporary directory (or
 //! `MTSWARM_FUZZ_FAILURES`) to be added to the corpus once fixed.
+//! `MTSWARM_FUZZ_TARGETS=a,b` runs only those targets, and
+//! `MTSWARM_FUZZ_KEEP_CURRENT=1` keeps each input before it runs (to find
+//! one that kills the process).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,10 +31,18 @@ fn every_target_keeps_its_property() {
         hang: Duration::from_secs(60),
         memory_limit: 512 << 20,
         save_new: None,
+        keep_current: std::env::var_os("MTSWARM_FUZZ_KEEP_CURRENT").is_some(),
     };
+    let only = std::env::var("MTSWARM_FUZZ_TARGETS").ok();
     let started = Instant::now();
     let mut failures = Vec::new();
     for target in targets::all() {
+        if only
+            .as_deref()
+            .is_some_and(|only| !only.split(',').any(|name| name == target.name))
+        {
+            continue;
+        }
         let report = run(&target, &config);
         println!(
             "fuzz {:<12} corpus {:>4}  executions {:>7} ({:>7.0}/s)  distinct outcomes {:>5}  failures {}",

@@ -1,4 +1,5 @@
-//! `mtswarm-fuzz SECONDS [TARGET...] [--save-new DIR] [--seed N]`: runs each
+//! `mtswarm-fuzz SECONDS [TARGET...] [--save-new DIR] [--seed N]
+//! [--failures DIR] [--keep-current]`: runs each
 //! target (all by default) for SECONDS after replaying its corpus, and
 //! prints per target the executions, their rate, the distinct outcomes
 //! and the failures (each failing input is written under
@@ -21,10 +22,12 @@ fn main() -> anyhow::Result<()> {
     let mut save_new = None;
     let mut seed = 0x5eed_u64;
     let mut failures_dir = PathBuf::from("fuzz-failures");
+    let mut keep_current = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--save-new" => save_new = Some(PathBuf::from(args.next().context("--save-new DIR")?)),
             "--failures" => failures_dir = PathBuf::from(args.next().context("--failures DIR")?),
+            "--keep-current" => keep_current = true,
             "--seed" => {
                 seed = args
                     .next()
@@ -52,6 +55,7 @@ fn main() -> anyhow::Result<()> {
         hang: Duration::from_secs(30),
         memory_limit: 512 << 20,
         save_new,
+        keep_current,
     };
     println!(
         "{:<12} {:>10} {:>10} {:>9} {:>9} {:>10} {:>9}",

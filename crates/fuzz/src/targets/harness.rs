@@ -32,6 +32,7 @@ pub(super) const TARGET: Target = Target {
         b"\n",
         b"null",
     ],
+    seeds: crate::no_seeds,
     max_len: 64 * 1024,
 };
 

@@ -38,6 +38,7 @@ pub(super) const TARGET: Target = Target {
         b"\xe2\x82",
         b"\r\n",
     ],
+    seeds: crate::no_seeds,
     max_len: 256 * 1024,
 };
 

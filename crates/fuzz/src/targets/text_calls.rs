@@ -30,6 +30,7 @@ pub(super) const TARGET: Target = Target {
         b"}",
         b"<TOOL_CALL>",
     ],
+    seeds: crate::no_seeds,
     max_len: 300 * 1024,
 };
 
