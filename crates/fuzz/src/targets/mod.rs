@@ -5,6 +5,7 @@ mod bus;
 mod harness;
 mod sse;
 mod text_calls;
+mod tool_args;
 mod tune;
 
 use crate::Target;
@@ -17,6 +18,7 @@ pub fn all() -> Vec<Target> {
         harness::TARGET,
         tune::TARGET,
         bus::TARGET,
+        tool_args::TARGET,
     ]
 }
 
