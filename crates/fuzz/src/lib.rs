@@ -75,13 +75,14 @@ pub fn no_seeds() -> Vec<Vec<u8>> {
     Vec::new()
 }
 
-/// The label of an error: its first words, digits and quoted text left
-/// out, so that errors of one kind share a label whatever values they name.
+/// The label of an error: the first words of its first line, digits and
+/// quoted text left out, so that errors of one kind share a label whatever values they name.
 pub fn error_kind(message: &str) -> String {
     let mut label = String::new();
     let mut quoted = false;
     for c in message.chars() {
         match c {
+            '\n' => break,
             '"' | '`' | '\'' => quoted = !quoted,
             _ if quoted || c.is_ascii_digit() => {}
             _ => label.push(c),

@@ -2,8 +2,10 @@
 //! order the suite runs them.
 
 mod bus;
+mod configs;
 mod harness;
 mod sse;
+mod submit;
 mod text_calls;
 mod tool_args;
 mod tune;
@@ -19,6 +21,8 @@ pub fn all() -> Vec<Target> {
         tune::TARGET,
         bus::TARGET,
         tool_args::TARGET,
+        submit::TARGET,
+        configs::TARGET,
     ]
 }
 

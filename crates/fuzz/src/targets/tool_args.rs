@@ -51,7 +51,9 @@ thread_local! {
 
 /// The worker's tools over an emulator slice, in a fresh workspace.
 fn registry() -> Result<(ToolRegistry, tempfile::TempDir), Violation> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| Violation(format!("cannot set up the tools ({what}): {e}"));
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        Violation(format!("cannot set up the tools ({what}): {e}"))
+    };
     let workspace = tempfile::tempdir().map_err(|e| fail("workspace", &e))?;
     let slice = Slice {
         board: "emu0".into(),
@@ -64,9 +66,13 @@ fn registry() -> Result<(ToolRegistry, tempfile::TempDir), Violation> {
         .build()
         .map_err(|e| fail("tool set", &e))?;
     let mut registry = ToolRegistry::new();
-    tools.register_all(&mut registry).map_err(|e| fail("registry", &e))?;
+    tools
+        .register_all(&mut registry)
+        .map_err(|e| fail("registry", &e))?;
     let results = QueryResultsTool::new(Arc::new(InMemoryResults::new(Vec::new())));
-    registry.register(Arc::new(results)).map_err(|e| fail("query_results", &e))?;
+    registry
+        .register(Arc::new(results))
+        .map_err(|e| fail("query_results", &e))?;
     Ok((registry, workspace))
 }
 
@@ -91,11 +97,16 @@ fn check(input: &[u8]) -> Checked {
         };
         match ToolRegistry::prepare_arguments(entry, parsed) {
             Ok(prepared) => {
-                let again = ToolRegistry::prepare_arguments(entry, prepared.clone()).map_err(|e| {
-                    Violation(format!("{name}: accepted arguments {prepared} are refused as they are: {e:?}"))
-                })?;
+                let again =
+                    ToolRegistry::prepare_arguments(entry, prepared.clone()).map_err(|e| {
+                        Violation(format!(
+                            "{name}: accepted arguments {prepared} are refused as they are: {e:?}"
+                        ))
+                    })?;
                 if again != prepared {
-                    return Err(Violation(format!("{name}: repairs are not idempotent: {prepared} / {again}")));
+                    return Err(Violation(format!(
+                        "{name}: repairs are not idempotent: {prepared} / {again}"
+                    )));
                 }
                 Ok(Outcome::accepted(name))
             }
@@ -112,5 +123,8 @@ fn rejected(name: &str, rejection: &CallRejection) -> Checked {
         CallRejection::UnknownTool(_) | CallRejection::NotAllowed(_) => "not callable",
     };
     let refused = refused_with(&rejection.observation(), MAX_ERROR_BYTES)?;
-    Ok(Outcome::refused(format!("{name} {kind}: {}", refused.signature)))
+    Ok(Outcome::refused(format!(
+        "{name} {kind}: {}",
+        refused.signature
+    )))
 }

@@ -34,6 +34,7 @@ use evalexpr::{ContextWithMutableVariables, HashMapContext, Value as ExprValue};
 use serde::{Deserialize, Serialize};
 
 use crate::error::HwError;
+use crate::process::excerpt;
 use crate::spec::ChipSpec;
 
 /// Configurations enumerated at most (the cartesian product before the
@@ -70,27 +71,6 @@ pub enum TuneError {
     /// not among its values).
     #[error("configuration: {}", excerpt(.0))]
     Config(String),
-}
-
-/// `text` with every word (a run without spaces) cut to 100 characters and
-/// the whole to 2000: an error names what is wrong without repeating a
-/// huge name or value.
-fn excerpt(text: &str) -> String {
-    let mut out = String::new();
-    let mut word = 0usize;
-    for c in text.chars() {
-        if out.len() >= 2000 {
-            out.push_str("...");
-            break;
-        }
-        word = if c.is_whitespace() { 0 } else { word + 1 };
-        match word {
-            101 => out.push_str("..."),
-            0..=100 => out.push(c),
-            _ => {}
-        }
-    }
-    out
 }
 
 impl From<TuneError> for HwError {
