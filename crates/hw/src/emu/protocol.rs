@@ -12,7 +12,7 @@ use crate::board::{Counters, RunOutcome, RunSample};
 use crate::error::HwError;
 use crate::harness_line::{HarnessLine, ResultLine};
 use crate::plausibility::{self, ModelFigures};
-use crate::process::tail;
+use crate::process::{excerpt, tail};
 use crate::spec::ChipSpec;
 
 /// Longest message of a `MTSWARM_ERROR` line kept (its end).
@@ -104,7 +104,7 @@ impl Reading<'_> {
     fn add_group_wait(&mut self, json: &str) -> Result<(), HwError> {
         let emu: EmuLine = serde_json::from_str(json).map_err(|e| {
             HwError::launch_caused(
-                format!("bad MTSWARM_EMU line ({e}): {}", tail(json, 200)),
+                excerpt(&format!("bad MTSWARM_EMU line ({e}): {}", tail(json, 200))),
                 e,
             )
         })?;
@@ -122,10 +122,15 @@ impl Reading<'_> {
         pending.cycles += emu.kernel_cycles;
         pending.wall += emu.wall_seconds;
         pending.threads = pending.threads.max(emu.threads);
-        pending.counters.flops += to_u64(emu.flops);
-        pending.counters.dma_bytes += to_u64(emu.dma_bytes);
-        pending.counters.ddr_bytes += to_u64(emu.ddr_bytes);
-        pending.counters.stall_cycles += to_u64(emu.stall_cycles);
+        // The runtime's figures are the kernel process's output: their sum
+        // saturates rather than overflows.
+        let counters = &mut pending.counters;
+        counters.flops = counters.flops.saturating_add(to_u64(emu.flops));
+        counters.dma_bytes = counters.dma_bytes.saturating_add(to_u64(emu.dma_bytes));
+        counters.ddr_bytes = counters.ddr_bytes.saturating_add(to_u64(emu.ddr_bytes));
+        counters.stall_cycles = counters
+            .stall_cycles
+            .saturating_add(to_u64(emu.stall_cycles));
         Ok(())
     }
 
@@ -202,7 +207,10 @@ impl Reading<'_> {
     fn runtime_stopped(&mut self, json: &str) -> Result<(), HwError> {
         let err: ErrorLine = serde_json::from_str(json).map_err(|e| {
             HwError::launch_caused(
-                format!("bad MTSWARM_ERROR line ({e}): {}", tail(json, 200)),
+                excerpt(&format!(
+                    "bad MTSWARM_ERROR line ({e}): {}",
+                    tail(json, 200)
+                )),
                 e,
             )
         })?;
@@ -307,5 +315,21 @@ mod tests {
         let out = "MTSWARM_EMU {\"threads\":1,\"wall_seconds\":-1}\n";
         let err = parse_output(out, &spec, Flavor::Native, None).unwrap_err();
         assert!(err.to_string().contains("wall_seconds is -1"), "{err}");
+    }
+
+    #[test]
+    fn huge_figures_saturate_and_a_mistyped_field_is_quoted_in_part() {
+        let spec = ChipSpec::default();
+        let line = "MTSWARM_EMU {\"threads\":1,\"kernel_cycles\":10,\"ddr_bytes\":1e19}\n";
+        let out = format!("{line}{line}MTSWARM_RESULT {{\"valid\":true}}\n");
+        let o = parse_output(&out, &spec, Flavor::Emulated, None).expect("parses");
+        assert_eq!(o.counters.ddr_bytes, u64::MAX);
+        let out = format!("MTSWARM_EMU {{\"threads\":\"{}\"}}\n", "7".repeat(30_000));
+        let err = parse_output(&out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert!(
+            err.to_string().len() < 1_000,
+            "{} bytes",
+            err.to_string().len()
+        );
     }
 }
