@@ -191,8 +191,10 @@ impl Reading<'_> {
     /// GFLOPS and peak fraction of `useful` flops in `seconds` on `threads`
     /// cores (no peak fraction for the host CPU's figures).
     fn rate(&self, useful: f64, seconds: f64, threads: u32) -> (f64, f64) {
-        if seconds > 0.0 {
-            let rate = useful / seconds;
+        let rate = useful / seconds;
+        // A kernel's claimed work over a tiny time can overflow: no rate
+        // then, rather than an infinite one.
+        if seconds > 0.0 && rate.is_finite() {
             let peak = match self.flavor {
                 Flavor::Emulated => rate / self.spec.peak_flops(threads),
                 Flavor::Native => 0.0,
@@ -220,7 +222,7 @@ impl Reading<'_> {
                 "the emulator runtime stopped the program ({} error, no message)",
                 tail(&err.kind, 40)
             ),
-            _ => tail(&err.message, MAX_MESSAGE_CHARS),
+            message => tail(message, MAX_MESSAGE_CHARS),
         };
         match err.kind.as_str() {
             "capacity" => Err(HwError::Capacity(message)),
@@ -331,5 +333,20 @@ mod tests {
             "{} bytes",
             err.to_string().len()
         );
+    }
+
+    #[test]
+    fn an_overflowing_rate_and_a_padded_message_are_refused() {
+        let spec = ChipSpec::default();
+        let out = "MTSWARM_EMU {\"threads\":1,\"wall_seconds\":1e-300}\n\
+                   MTSWARM_RESULT {\"valid\":true,\"flops\":1e308}\n";
+        let o = parse_output(out, &spec, Flavor::Native, None).expect("parses");
+        assert!(o.gflops.is_finite(), "{}", o.gflops);
+        let out = format!(
+            "MTSWARM_ERROR {{\"kind\":\"capacity\",\"message\":\"AM full{}\"}}\n",
+            " ".repeat(5_000)
+        );
+        let err = parse_output(&out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert_eq!(err.to_string(), "AM full");
     }
 }

@@ -39,8 +39,9 @@ impl TurnAssembler {
         self.chunks_seen += 1;
         let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
             ModelError::Protocol(format!(
-                "stream chunk {} is not valid chat-completion JSON ({e}): {}",
+                "stream chunk {} is not valid chat-completion JSON ({}): {}",
                 self.chunks_seen,
+                truncate(&e.to_string(), 300),
                 truncate(data, 300)
             ))
         })?;
@@ -145,7 +146,7 @@ impl TurnAssembler {
             if partial.name.is_empty() {
                 return Err(ModelError::Protocol(format!(
                     "tool call at index {index} (id {:?}) ended without a function name",
-                    partial.id
+                    truncate(&partial.id, 100)
                 )));
             }
             let id = if partial.id.is_empty() {
@@ -294,6 +295,31 @@ mod tests {
             .unwrap_err();
         let text = err.to_string();
         assert!(text.len() < 2_200, "{} bytes", text.len());
+    }
+
+    #[test]
+    fn a_chunk_s_huge_id_or_mistyped_field_is_quoted_in_part() {
+        let huge = "dat".repeat(20_000);
+        let err = error_at_end(
+            &[&format!(
+                r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":1,"id":"{huge}"}}]}}}}]}}"#
+            )],
+            true,
+        );
+        assert!(
+            err.to_string().len() < 1_000,
+            "{} bytes",
+            err.to_string().len()
+        );
+        let mut assembler = TurnAssembler::new();
+        let err = assembler
+            .on_data(&format!(r#"{{"choices":"{huge}"}}"#))
+            .unwrap_err();
+        assert!(
+            err.to_string().len() < 1_000,
+            "{} bytes",
+            err.to_string().len()
+        );
     }
 
     #[test]
