@@ -43,7 +43,8 @@ pub use config::{
 };
 
 use assemble::{TurnAssembler, stream_error};
-use wire::{error_message, mentions_context_overflow, request_body, truncate};
+pub(crate) use wire::truncate;
+use wire::{error_message, mentions_context_overflow, request_body};
 
 /// Largest error body read from a failed response; the message is all that
 /// is needed and a misbehaving server must not make the client buffer much.
