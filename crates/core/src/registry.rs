@@ -212,7 +212,8 @@ impl ToolRegistry {
         let name = entry.definition.name.as_str();
         let normalized = entry.tool.normalize(parsed).map_err(|message| {
             CallRejection::Normalize(format!(
-                "arguments of '{name}' could not be normalized: {message}"
+                "arguments of '{name}' could not be normalized: {}",
+                excerpt(&message.to_string(), MAX_PROBLEM_CHARS * 3)
             ))
         })?;
         if entry.validator.is_valid(&normalized) {
@@ -224,11 +225,12 @@ impl ToolRegistry {
             .take(8)
             .map(|e| {
                 let path = e.instance_path().to_string();
-                if path.is_empty() {
+                let problem = if path.is_empty() {
                     e.to_string()
                 } else {
                     format!("{path}: {e}")
-                }
+                };
+                excerpt(&problem, MAX_PROBLEM_CHARS)
             })
             .collect();
         if problems.is_empty() {
@@ -240,6 +242,19 @@ impl ToolRegistry {
                 accepted_arguments(&entry.definition.parameters)
             )))
         }
+    }
+}
+
+/// Longest problem quoted in a rejection: a problem quotes the model's
+/// value (a key, a string), which may be huge, and the rejection is what
+/// the model reads next.
+const MAX_PROBLEM_CHARS: usize = 300;
+
+/// The first `max` characters of `text`, and `...` when it had more.
+fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_owned(),
     }
 }
 

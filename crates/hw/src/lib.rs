@@ -14,6 +14,7 @@ pub mod emulator;
 mod error;
 pub mod faults;
 pub mod fleet;
+pub mod fuzzing;
 pub mod harness;
 mod harness_line;
 pub mod host;

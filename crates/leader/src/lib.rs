@@ -108,6 +108,7 @@ mod daemon;
 mod digest;
 mod error;
 mod fleet;
+pub mod fuzzing;
 mod grounding;
 mod host;
 mod ids;

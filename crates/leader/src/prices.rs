@@ -31,7 +31,7 @@ pub enum PriceError {
         source: std::io::Error,
     },
     /// The file is not a price table.
-    #[error("invalid price table {path}: {source}")]
+    #[error("invalid price table {path}: {}", parse_message(.source))]
     Parse {
         /// The file.
         path: PathBuf,
@@ -87,6 +87,16 @@ impl Default for PriceTable {
             currency: default_currency(),
             prices: BTreeMap::new(),
         }
+    }
+}
+
+/// The parser's complaint and where it is, without the file's line the
+/// parser would quote whole (a huge line would make a huge error).
+fn parse_message(error: &toml::de::Error) -> String {
+    let message: String = error.message().chars().take(300).collect();
+    match error.span() {
+        Some(span) => format!("{message} (bytes {}..{})", span.start, span.end),
+        None => message,
     }
 }
 
@@ -185,5 +195,18 @@ mod tests {
                 .to_string();
             assert!(error.contains(wanted), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn a_huge_line_is_not_quoted_whole() {
+        let text = format!(
+            "[prices.m]\nprompt_per_million = 0.{}\n",
+            "n = 0.".repeat(3_000)
+        );
+        let error = PriceTable::parse(&text, Path::new("p.toml"))
+            .expect_err("bad")
+            .to_string();
+        assert!(error.len() < 500, "{} bytes", error.len());
+        assert!(error.contains("(bytes "), "{error}");
     }
 }

@@ -74,7 +74,10 @@ pub enum CassetteError {
         source: std::io::Error,
     },
     /// A line of the cassette is not an [`Exchange`].
-    #[error("cassette {path} line {line} is not a recorded exchange: {source}")]
+    #[error(
+        "cassette {path} line {line} is not a recorded exchange: {}",
+        crate::openai::truncate(&.source.to_string(), 300)
+    )]
     Parse {
         /// The cassette file.
         path: PathBuf,

@@ -31,6 +31,7 @@
 //! ```
 
 pub mod cassette;
+pub mod fuzzing;
 pub mod metrics;
 pub mod openai;
 pub mod probe;

@@ -196,3 +196,17 @@ fn malformed_cassette_line_is_named() {
         "{text}"
     );
 }
+
+#[test]
+fn a_malformed_line_s_huge_value_is_quoted_in_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.jsonl");
+    let huge = "184465".repeat(3_000);
+    let line = format!(
+        "{{\"seq\":1,\"model\":\"m\",\"request\":{{\"messages\":[]}},\"outcome\":{{\"kind\":\"{huge}\"}}}}\n"
+    );
+    std::fs::write(&path, line).unwrap();
+    let text = ReplayModel::from_file(&path).unwrap_err().to_string();
+    assert!(text.len() < 1_000, "{} bytes", text.len());
+    assert!(text.contains("line 1"), "{text}");
+}

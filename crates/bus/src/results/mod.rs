@@ -37,7 +37,10 @@ pub use record::{
     CandidateStatus, MAX_SOURCE_DIFF_BYTES, Provenance, RecordError, RecordGrant, ResultRecord,
     ResultStats, SOURCE_DIFF_TRUNCATED, unix_millis,
 };
-pub use store::{RECORD_SIGNATURE_HEADER, RecordSigner, ResultsStore, SignedRecord};
+pub use store::{
+    RECORD_SIGNATURE_HEADER, RecordSigner, ResultsStore, SignedRecord, UndecodableRecord,
+    decode_record,
+};
 pub use subject::{canonical_slice_id, measurement_subject, token};
 
 /// Content type of a stored result record.

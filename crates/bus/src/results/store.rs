@@ -300,7 +300,7 @@ fn by_gflops_desc(a: &ResultRecord, b: &ResultRecord) -> std::cmp::Ordering {
 
 /// Why a message on the measurements stream is not a result record.
 #[derive(Debug, thiserror::Error)]
-enum UndecodableRecord {
+pub enum UndecodableRecord {
     /// Its content-type header names another type.
     #[error("content type {found:?} on {subject}, expected {RESULT_RECORD_CONTENT_TYPE:?}")]
     ContentType {
@@ -309,12 +309,23 @@ enum UndecodableRecord {
         /// Where it was stored.
         subject: String,
     },
-    /// Its payload is not a record's JSON.
-    #[error("not a result record: {0}")]
+    /// Its payload is not a record's JSON. The parser's message quotes a
+    /// mistyped string whole; what is logged is its start.
+    #[error("not a result record: {}", first_chars(&.0.to_string(), 300))]
     Json(#[from] serde_json::Error),
 }
 
-fn decode_record(
+/// The first `max` characters of `text`, and `...` when it had more.
+fn first_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Reads a message of the measurements stream as the store's readers do:
+/// its content type, then the record's JSON.
+pub fn decode_record(
     subject: &str,
     headers: Option<&HeaderMap>,
     payload: &[u8],

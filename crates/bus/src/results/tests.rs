@@ -157,3 +157,27 @@ fn source_diffs_are_bounded_checked_and_old_records_still_read() {
     let error = unbounded.validate().expect_err("too long");
     assert!(error.to_string().contains("source_diff"), "{error}");
 }
+
+#[test]
+fn an_undecodable_record_is_named_in_a_bounded_message() {
+    let payload = format!(
+        "{{\"record_id\": 7, \"job_id\": \"{}\"",
+        "\u{7f}".repeat(50_000)
+    );
+    let err = super::decode_record(
+        "s",
+        None,
+        format!("{{\"samples\": \"{}\"}}", "x".repeat(50_000)).as_bytes(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.len() < 400, "{} bytes", err.len());
+    assert!(
+        err.starts_with("not a result record: invalid type"),
+        "{err}"
+    );
+    let err = super::decode_record("s", None, payload.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(err.len() < 400, "{} bytes", err.len());
+}

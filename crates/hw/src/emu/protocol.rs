@@ -12,7 +12,11 @@ use crate::board::{Counters, RunOutcome, RunSample};
 use crate::error::HwError;
 use crate::harness_line::{HarnessLine, ResultLine};
 use crate::plausibility::{self, ModelFigures};
+use crate::process::{excerpt, tail};
 use crate::spec::ChipSpec;
+
+/// Longest message of a `MTSWARM_ERROR` line kept (its end).
+const MAX_MESSAGE_CHARS: usize = 1000;
 
 #[derive(Debug, Deserialize)]
 struct EmuLine {
@@ -99,16 +103,34 @@ impl Reading<'_> {
     /// A `MTSWARM_EMU` line: its figures add to the pending execution.
     fn add_group_wait(&mut self, json: &str) -> Result<(), HwError> {
         let emu: EmuLine = serde_json::from_str(json).map_err(|e| {
-            HwError::launch_caused(format!("bad MTSWARM_EMU line ({e}): {json}"), e)
+            HwError::launch_caused(
+                excerpt(&format!("bad MTSWARM_EMU line ({e}): {}", tail(json, 200))),
+                e,
+            )
         })?;
+        for (field, value) in [
+            ("kernel_cycles", emu.kernel_cycles),
+            ("wall_seconds", emu.wall_seconds),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(HwError::launch(format!(
+                    "bad MTSWARM_EMU line: {field} is {value}, not a count"
+                )));
+            }
+        }
         let pending = &mut self.pending;
         pending.cycles += emu.kernel_cycles;
         pending.wall += emu.wall_seconds;
         pending.threads = pending.threads.max(emu.threads);
-        pending.counters.flops += to_u64(emu.flops);
-        pending.counters.dma_bytes += to_u64(emu.dma_bytes);
-        pending.counters.ddr_bytes += to_u64(emu.ddr_bytes);
-        pending.counters.stall_cycles += to_u64(emu.stall_cycles);
+        // The runtime's figures are the kernel process's output: their sum
+        // saturates rather than overflows.
+        let counters = &mut pending.counters;
+        counters.flops = counters.flops.saturating_add(to_u64(emu.flops));
+        counters.dma_bytes = counters.dma_bytes.saturating_add(to_u64(emu.dma_bytes));
+        counters.ddr_bytes = counters.ddr_bytes.saturating_add(to_u64(emu.ddr_bytes));
+        counters.stall_cycles = counters
+            .stall_cycles
+            .saturating_add(to_u64(emu.stall_cycles));
         Ok(())
     }
 
@@ -169,8 +191,10 @@ impl Reading<'_> {
     /// GFLOPS and peak fraction of `useful` flops in `seconds` on `threads`
     /// cores (no peak fraction for the host CPU's figures).
     fn rate(&self, useful: f64, seconds: f64, threads: u32) -> (f64, f64) {
-        if seconds > 0.0 {
-            let rate = useful / seconds;
+        let rate = useful / seconds;
+        // A kernel's claimed work over a tiny time can overflow: no rate
+        // then, rather than an infinite one.
+        if seconds > 0.0 && rate.is_finite() {
             let peak = match self.flavor {
                 Flavor::Emulated => rate / self.spec.peak_flops(threads),
                 Flavor::Native => 0.0,
@@ -184,15 +208,29 @@ impl Reading<'_> {
     /// A `MTSWARM_ERROR` line: an error of the run, or an invalid outcome.
     fn runtime_stopped(&mut self, json: &str) -> Result<(), HwError> {
         let err: ErrorLine = serde_json::from_str(json).map_err(|e| {
-            HwError::launch_caused(format!("bad MTSWARM_ERROR line ({e}): {json}"), e)
+            HwError::launch_caused(
+                excerpt(&format!(
+                    "bad MTSWARM_ERROR line ({e}): {}",
+                    tail(json, 200)
+                )),
+                e,
+            )
         })?;
+        // The kernel's words: bounded like every other excerpt of its output.
+        let message = match err.message.trim() {
+            "" => format!(
+                "the emulator runtime stopped the program ({} error, no message)",
+                tail(&err.kind, 40)
+            ),
+            message => tail(message, MAX_MESSAGE_CHARS),
+        };
         match err.kind.as_str() {
-            "capacity" => Err(HwError::Capacity(err.message)),
-            "launch" => Err(HwError::launch(err.message)),
-            "config" => Err(HwError::Config(err.message)),
+            "capacity" => Err(HwError::Capacity(message)),
+            "launch" => Err(HwError::launch(message)),
+            "config" => Err(HwError::Config(message)),
             _ => {
                 self.outcome.valid = false;
-                self.outcome.error = Some(err.message);
+                self.outcome.error = Some(message);
                 Ok(())
             }
         }
@@ -250,5 +288,65 @@ mod tests {
         let out = "MTSWARM_ERROR {\"kind\":\"capacity\",\"message\":\"AM capacity exceeded\"}\n";
         let err = parse_output(out, &ChipSpec::default(), Flavor::Emulated, None).unwrap_err();
         assert_eq!(err, HwError::Capacity("AM capacity exceeded".into()));
+    }
+
+    #[test]
+    fn a_kernel_s_lines_are_quoted_in_part_and_its_figures_checked() {
+        let spec = ChipSpec::default();
+        let long = "x".repeat(50_000);
+        let out = format!("MTSWARM_EMU {{\"threads\": {long}\n");
+        let err = parse_output(&out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert!(
+            err.to_string().len() < 1_000,
+            "{} bytes",
+            err.to_string().len()
+        );
+        let out = format!("MTSWARM_ERROR {{\"kind\":\"capacity\",\"message\":\"{long}\"}}\n");
+        let err = parse_output(&out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert!(
+            err.to_string().len() < 1_200,
+            "{} bytes",
+            err.to_string().len()
+        );
+        let out = "MTSWARM_ERROR {\"kind\":\"capacity\",\"message\":\" \"}\n";
+        let err = parse_output(out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert!(
+            err.to_string().contains("capacity error, no message"),
+            "{err}"
+        );
+        let out = "MTSWARM_EMU {\"threads\":1,\"wall_seconds\":-1}\n";
+        let err = parse_output(out, &spec, Flavor::Native, None).unwrap_err();
+        assert!(err.to_string().contains("wall_seconds is -1"), "{err}");
+    }
+
+    #[test]
+    fn huge_figures_saturate_and_a_mistyped_field_is_quoted_in_part() {
+        let spec = ChipSpec::default();
+        let line = "MTSWARM_EMU {\"threads\":1,\"kernel_cycles\":10,\"ddr_bytes\":1e19}\n";
+        let out = format!("{line}{line}MTSWARM_RESULT {{\"valid\":true}}\n");
+        let o = parse_output(&out, &spec, Flavor::Emulated, None).expect("parses");
+        assert_eq!(o.counters.ddr_bytes, u64::MAX);
+        let out = format!("MTSWARM_EMU {{\"threads\":\"{}\"}}\n", "7".repeat(30_000));
+        let err = parse_output(&out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert!(
+            err.to_string().len() < 1_000,
+            "{} bytes",
+            err.to_string().len()
+        );
+    }
+
+    #[test]
+    fn an_overflowing_rate_and_a_padded_message_are_refused() {
+        let spec = ChipSpec::default();
+        let out = "MTSWARM_EMU {\"threads\":1,\"wall_seconds\":1e-300}\n\
+                   MTSWARM_RESULT {\"valid\":true,\"flops\":1e308}\n";
+        let o = parse_output(out, &spec, Flavor::Native, None).expect("parses");
+        assert!(o.gflops.is_finite(), "{}", o.gflops);
+        let out = format!(
+            "MTSWARM_ERROR {{\"kind\":\"capacity\",\"message\":\"AM full{}\"}}\n",
+            " ".repeat(5_000)
+        );
+        let err = parse_output(&out, &spec, Flavor::Emulated, None).unwrap_err();
+        assert_eq!(err.to_string(), "AM full");
     }
 }

@@ -181,7 +181,7 @@ struct RawSlice {
 }
 
 pub(crate) fn config_error(msg: String) -> HwError {
-    HwError::Config(format!("fleet: {msg}"))
+    HwError::Config(format!("fleet: {}", crate::process::excerpt(&msg)))
 }
 
 /// A backend name that is none of the four.

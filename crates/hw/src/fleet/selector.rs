@@ -12,7 +12,7 @@ use crate::board::{BackendKind, Slice};
 
 /// Why a selector string could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("slice selector `{input}`: {reason}")]
+#[error("slice selector `{}`: {}", crate::process::excerpt(.input), crate::process::excerpt(.reason))]
 pub struct SelectorError {
     /// The selector text as given.
     pub input: String,

@@ -341,6 +341,28 @@ fn close_inherited_on_exec() {
     }
 }
 
+/// `text` as an error quotes untrusted text (a file's line, a name, a
+/// value, a selector): every word (a run without spaces) cut to 100
+/// characters and the whole to 2000, so the error names what is wrong
+/// without repeating a huge input.
+pub(crate) fn excerpt(text: &str) -> String {
+    let mut out = String::new();
+    let mut word = 0usize;
+    for c in text.chars() {
+        if out.len() >= 2000 {
+            out.push_str("...");
+            break;
+        }
+        word = if c.is_whitespace() { 0 } else { word + 1 };
+        match word {
+            101 => out.push_str("..."),
+            0..=100 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The last `max_chars` characters of `text` (output kept in errors).
 pub(crate) fn tail(text: &str, max_chars: usize) -> String {
     let count = text.chars().count();

@@ -39,8 +39,15 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
         .into_iter()
         .enumerate()
         .map(|(i, r)| {
-            let seconds = times.get(i).copied().or(r.seconds).unwrap_or(fallback);
-            let error = r.error.filter(|e| !e.is_empty());
+            let reported = times.get(i).copied().or(r.seconds);
+            // The harness is the kernel's: a time that is no duration makes
+            // the execution invalid rather than its rate negative or infinite.
+            let bad_time = reported.filter(|t| !(t.is_finite() && *t >= 0.0));
+            let seconds = reported.filter(|_| bad_time.is_none()).unwrap_or(fallback);
+            let error = match bad_time {
+                Some(t) => Some(format!("the harness timed the execution at {t} seconds")),
+                None => r.error.filter(|e| !e.is_empty()),
+            };
             let valid = r.valid && error.is_none();
             let claimed = r
                 .flops
@@ -66,4 +73,23 @@ pub fn parse_harness_output(stdout: &str, wall: Duration) -> Vec<RunSample> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_time_that_is_no_duration_makes_the_execution_invalid() {
+        let stdout = "MTSWARM_TIME {\"seconds\": -2147483648}\n\
+                      MTSWARM_RESULT {\"valid\": true, \"flops\": 100}\n\
+                      MTSWARM_RESULT {\"valid\": true, \"seconds\": 0.5}\n";
+        let samples = parse_harness_output(stdout, Duration::from_secs(2));
+        assert!(!samples[0].valid);
+        assert_eq!(samples[0].seconds, 1.0, "the wall time's share");
+        let error = samples[0].error.as_deref().unwrap_or_default();
+        assert!(error.contains("-2147483648 seconds"), "{error}");
+        assert!(samples[1].valid);
+        assert_eq!(samples[1].seconds, 0.5);
+    }
 }

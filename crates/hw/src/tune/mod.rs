@@ -34,6 +34,7 @@ use evalexpr::{ContextWithMutableVariables, HashMapContext, Value as ExprValue};
 use serde::{Deserialize, Serialize};
 
 use crate::error::HwError;
+use crate::process::excerpt;
 use crate::spec::ChipSpec;
 
 /// Configurations enumerated at most (the cartesian product before the
@@ -41,23 +42,25 @@ use crate::spec::ChipSpec;
 pub const MAX_CARTESIAN: usize = 1_000_000;
 
 /// Errors reading or using a tuning space. Messages name the file's problem.
+/// What they quote of the file or of `-D` defines (names, values,
+/// expressions: untrusted text) is shown in part ([`excerpt`]).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TuneError {
     /// The file cannot be read or does not parse as `tune.toml`.
-    #[error("tune.toml: {0}")]
+    #[error("tune.toml: {}", excerpt(.0))]
     Parse(String),
     /// The file parses but breaks a rule (names, ranges, defaults, tolerance,
     /// size of the space).
-    #[error("tune.toml: {0}")]
+    #[error("tune.toml: {}", excerpt(.0))]
     Invalid(String),
     /// A configuration fails a constraint.
-    #[error("configuration violates `{constraint}`")]
+    #[error("configuration violates `{}`", excerpt(.constraint))]
     Violated {
         /// The constraint as written in the file.
         constraint: String,
     },
     /// A constraint or `[model]` expression does not parse or evaluate.
-    #[error("constraint `{constraint}`: {reason}")]
+    #[error("constraint `{}`: {}", excerpt(.constraint), excerpt(.reason))]
     Expression {
         /// The expression as written in the file.
         constraint: String,
@@ -66,7 +69,7 @@ pub enum TuneError {
     },
     /// A configuration or `-D` define outside the space (unknown name, value
     /// not among its values).
-    #[error("configuration: {0}")]
+    #[error("configuration: {}", excerpt(.0))]
     Config(String),
 }
 
@@ -232,6 +235,41 @@ fn spec_variables(spec: &ChipSpec) -> Vec<(&'static str, ExprValue)> {
     ]
 }
 
+/// Longest constraint or `[model]` expression: the evaluator parses and
+/// evaluates by recursion, so a long or deeply nested expression (the
+/// file is the kernel author's, not trusted) would overflow the stack.
+pub const MAX_EXPRESSION_CHARS: usize = 512;
+/// Deepest nesting of brackets in an expression.
+pub const MAX_EXPRESSION_DEPTH: usize = 16;
+
+/// Refuses an expression over the size or nesting bound, quoting its start.
+fn check_expression_size(expression: &str) -> Result<(), TuneError> {
+    let refuse = |reason: String| TuneError::Expression {
+        constraint: expression.chars().take(80).collect(),
+        reason,
+    };
+    let chars = expression.chars().count();
+    if chars > MAX_EXPRESSION_CHARS {
+        return Err(refuse(format!(
+            "the expression is {chars} characters long (at most {MAX_EXPRESSION_CHARS})"
+        )));
+    }
+    let mut depth = 0usize;
+    for c in expression.chars() {
+        match c {
+            '(' | '{' | '[' => depth += 1,
+            ')' | '}' | ']' => depth = depth.saturating_sub(1),
+            _ => continue,
+        }
+        if depth > MAX_EXPRESSION_DEPTH {
+            return Err(refuse(format!(
+                "brackets nest deeper than {MAX_EXPRESSION_DEPTH}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl TuneSpace {
     /// Read `<dir>/tune.toml` (or the file itself when `path` is a file).
     pub fn load(path: &Path) -> Result<Self, TuneError> {
@@ -345,6 +383,7 @@ impl TuneSpace {
         // Catch malformed expressions now rather than at enumeration time.
         let model_exprs = space.model.iter().flat_map(|m| [&m.flops, &m.bytes]);
         for c in space.constraints.iter().chain(model_exprs) {
+            check_expression_size(c)?;
             evalexpr::build_operator_tree(c).map_err(|e| TuneError::Expression {
                 constraint: c.clone(),
                 reason: e.to_string(),
@@ -626,141 +665,4 @@ fn same_value(value: &ParamValue, text: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const SPACE: &str = r#"
-kernel = "k"
-tolerance = 1e-9
-baseline = { VARIANT = "naive" }
-constraints = ["A * B * 8 <= am_bytes", "VARIANT == \"fast\" || A == 1"]
-[sizes]
-N = 64
-[[param]]
-name = "A"
-values = [1, 2, 4]
-default = 2
-[[param]]
-name = "B"
-range = { min = 1, max = 3 }
-default = 1
-[[param]]
-name = "VARIANT"
-values = ["fast"]
-default = "fast"
-"#;
-
-    #[test]
-    fn enumerates_only_configurations_inside_the_constraints() {
-        let space = TuneSpace::from_toml_str(SPACE).expect("parses");
-        let mut spec = ChipSpec::default();
-        assert_eq!(space.cartesian_size(), 9);
-        assert_eq!(space.configurations(&spec).expect("ok").len(), 9);
-        spec.am_bytes = 8 * 4; // A * B <= 4
-        let configs = space.configurations(&spec).expect("ok");
-        assert_eq!(configs.len(), 6, "{configs:?}");
-        let bad: Config = [
-            ("A".to_owned(), ParamValue::Int(4)),
-            ("B".into(), ParamValue::Int(3)),
-        ]
-        .into_iter()
-        .collect();
-        assert!(matches!(
-            space.check(&bad, &spec),
-            Err(TuneError::Violated { constraint }) if constraint.contains("am_bytes")
-        ));
-    }
-
-    #[test]
-    fn defines_include_sizes_tolerance_and_baseline() {
-        let space = TuneSpace::from_toml_str(SPACE).expect("parses");
-        let d = space.defines(&space.baseline_config());
-        assert_eq!(d.get("N").map(String::as_str), Some("64"));
-        assert_eq!(d.get("VARIANT").map(String::as_str), Some("naive"));
-        assert_eq!(d.get("A").map(String::as_str), Some("2"));
-        assert!(d.contains_key("TOLERANCE"));
-    }
-
-    #[test]
-    fn the_model_table_gives_flops_and_bytes_per_build() {
-        let text = format!("{SPACE}[model]\nflops = \"2 * N * A\"\nbytes = \"8 * N * (1 + B)\"\n");
-        let space = TuneSpace::from_toml_str(&text).expect("parses");
-        let spec = ChipSpec::default();
-        let defines: BTreeMap<String, String> = [("A", "4"), ("B", "3"), ("N", "10")]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        let figures = space.model_figures(&defines, &spec).expect("evaluates");
-        assert_eq!(figures, Some((80.0, 320.0)));
-        // Without the table there is nothing to evaluate.
-        let plain = TuneSpace::from_toml_str(SPACE).expect("parses");
-        assert_eq!(plain.model_figures(&defines, &spec).expect("ok"), None);
-        let broken = format!("{SPACE}[model]\nflops = \"(N\"\nbytes = \"1\"\n");
-        assert!(TuneSpace::from_toml_str(&broken).is_err());
-    }
-
-    #[test]
-    fn bad_files_get_errors_that_name_the_problem() {
-        let cases = [
-            (
-                "kernel = \"k\"\n[[param]]\nname = \"A\"\nvalues = [1]\ndefault = 2\n",
-                "default 2",
-            ),
-            (
-                "kernel = \"k\"\n[[param]]\nname = \"1A\"\nvalues = [1]\ndefault = 1\n",
-                "C identifier",
-            ),
-            (
-                "kernel = \"k\"\n[[param]]\nname = \"A\"\ndefault = 1\n",
-                "exactly one",
-            ),
-            (
-                "kernel = \"k\"\nconstraints = [\"(A <= 1\"]\n",
-                "constraint",
-            ),
-            ("kernel = \"k\"\nbogus = 1\n", "bogus"),
-        ];
-        for (text, needle) in cases {
-            let err = TuneSpace::from_toml_str(text).expect_err(text).to_string();
-            assert!(err.contains(needle), "{err} should mention {needle}");
-        }
-    }
-
-    #[test]
-    fn defines_are_checked_by_name_value_and_constraint() {
-        let space = TuneSpace::from_toml_str(SPACE).expect("parses");
-        let mut spec = ChipSpec::default();
-        let defines = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        let ok = defines(&[("A", "4"), ("B", "3"), ("N", "128"), ("TOLERANCE", "1e-6")]);
-        assert_eq!(space.check_defines(&ok, &spec), Ok(()));
-        assert_eq!(
-            space.check_defines(&defines(&[("VARIANT", "naive"), ("A", "1")]), &spec),
-            Ok(()),
-            "the baseline override is allowed"
-        );
-        let refusal = |pairs: &[(&str, &str)], spec: &ChipSpec, why: &str| {
-            space
-                .check_defines(&defines(pairs), spec)
-                .expect_err(why)
-                .to_string()
-        };
-        let typo = refusal(&[("AA", "4")], &spec, "unknown name");
-        assert!(
-            typo.contains("AA") && typo.contains("known: A, B, VARIANT, N, TOLERANCE"),
-            "{typo}"
-        );
-        let value = refusal(&[("A", "3")], &spec, "not a value");
-        assert!(
-            value.contains("A=3") && value.contains("1, 2, 4"),
-            "{value}"
-        );
-        spec.am_bytes = 8 * 4;
-        let constraint = refusal(&[("A", "4"), ("B", "3")], &spec, "violates");
-        assert!(constraint.contains("A * B * 8 <= am_bytes"), "{constraint}");
-    }
-}
+mod tests;

@@ -234,3 +234,19 @@ fn fleet_opens_the_backend_of_each_slice() {
     let err = fleet.open(&stranger, &sdk).err().expect("unknown slice");
     assert!(err.to_string().contains("not in the fleet"), "{err}");
 }
+
+/// A selector or fleet file with a huge term or line is refused with an
+/// error that quotes it in part (the caller of SubmitJob reads it).
+#[test]
+fn errors_quote_a_huge_selector_or_line_in_part() {
+    let huge = "ckend".repeat(4_000);
+    let err = SliceSelector::parse(&format!("backend=emulator,{huge}"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.len() < 2_500, "{} bytes", err.len());
+    assert!(err.contains("backend=emulator"), "{err}");
+    let err = Fleet::from_toml_str(&format!("# {huge}\n[[board]\n"), Path::new("."))
+        .unwrap_err()
+        .to_string();
+    assert!(err.len() < 2_500, "{} bytes", err.len());
+}

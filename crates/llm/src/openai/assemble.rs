@@ -39,8 +39,9 @@ impl TurnAssembler {
         self.chunks_seen += 1;
         let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
             ModelError::Protocol(format!(
-                "stream chunk {} is not valid chat-completion JSON ({e}): {}",
+                "stream chunk {} is not valid chat-completion JSON ({}): {}",
                 self.chunks_seen,
+                truncate(&e.to_string(), 300),
                 truncate(data, 300)
             ))
         })?;
@@ -145,7 +146,7 @@ impl TurnAssembler {
             if partial.name.is_empty() {
                 return Err(ModelError::Protocol(format!(
                     "tool call at index {index} (id {:?}) ended without a function name",
-                    partial.id
+                    truncate(&partial.id, 100)
                 )));
             }
             let id = if partial.id.is_empty() {
@@ -177,9 +178,17 @@ fn parse_finish_reason(reason: &str) -> FinishReason {
     }
 }
 
+/// Longest part of a server's error message quoted in a [`ModelError`].
+const MAX_MESSAGE_CHARS: usize = 2000;
+
 /// Classifies an error object the server put inside the stream.
 pub(crate) fn stream_error(error: &serde_json::Value) -> ModelError {
-    let message = message_in(error).unwrap_or_else(|| truncate(&error.to_string(), 2000));
+    // The server's words, bounded: a message is quoted to the engine and
+    // the logs, whatever the server put in it.
+    let message = truncate(
+        &message_in(error).unwrap_or_else(|| error.to_string()),
+        MAX_MESSAGE_CHARS,
+    );
     if mentions_context_overflow(&message) {
         ModelError::PromptTooLong(message)
     } else if message.to_ascii_lowercase().contains("rate limit") {
@@ -275,6 +284,42 @@ mod tests {
             .on_data(r#"{"error":{"message":"maximum context length is 8192 tokens"}}"#)
             .unwrap_err();
         assert!(matches!(err, ModelError::PromptTooLong(_)), "{err}");
+    }
+
+    #[test]
+    fn a_huge_in_stream_error_is_quoted_in_part() {
+        let mut assembler = TurnAssembler::new();
+        let huge = "x".repeat(100_000);
+        let err = assembler
+            .on_data(&format!(r#"{{"error":{{"message":"{huge}"}}}}"#))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.len() < 2_200, "{} bytes", text.len());
+    }
+
+    #[test]
+    fn a_chunk_s_huge_id_or_mistyped_field_is_quoted_in_part() {
+        let huge = "dat".repeat(20_000);
+        let err = error_at_end(
+            &[&format!(
+                r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":1,"id":"{huge}"}}]}}}}]}}"#
+            )],
+            true,
+        );
+        assert!(
+            err.to_string().len() < 1_000,
+            "{} bytes",
+            err.to_string().len()
+        );
+        let mut assembler = TurnAssembler::new();
+        let err = assembler
+            .on_data(&format!(r#"{{"choices":"{huge}"}}"#))
+            .unwrap_err();
+        assert!(
+            err.to_string().len() < 1_000,
+            "{} bytes",
+            err.to_string().len()
+        );
     }
 
     #[test]

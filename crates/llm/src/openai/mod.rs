@@ -20,8 +20,9 @@
 
 mod assemble;
 mod config;
-mod text_calls;
-mod text_tools;
+pub(crate) mod framing;
+pub(crate) mod text_calls;
+pub(crate) mod text_tools;
 mod wire;
 
 use std::time::Duration;
@@ -42,7 +43,8 @@ pub use config::{
 };
 
 use assemble::{TurnAssembler, stream_error};
-use wire::{error_message, mentions_context_overflow, request_body, truncate};
+pub(crate) use wire::truncate;
+use wire::{error_message, mentions_context_overflow, request_body};
 
 /// Largest error body read from a failed response; the message is all that
 /// is needed and a misbehaving server must not make the client buffer much.
@@ -391,66 +393,100 @@ impl OpenAiClient {
         }
 
         let key = self.config.api_key.clone();
-        let mut events = response.bytes_stream().eventsource();
-        let stream = async_stream::stream! {
-            let mut assembler = TurnAssembler::new();
-            let mut saw_done = false;
-            loop {
-                let next = match tokio::time::timeout(idle_timeout, events.next()).await {
-                    Ok(next) => next,
-                    Err(_) => {
-                        yield Err(ModelError::Timeout(millis(idle_timeout)));
-                        return;
-                    }
-                };
-                let event = match next {
-                    None => break,
-                    Some(Ok(event)) => event,
-                    Some(Err(error)) => {
-                        yield Err(sse_error(error, key.as_ref()));
-                        return;
-                    }
-                };
-                let data = event.data.trim();
-                if event.event == "error" {
-                    let value = serde_json::from_str(data)
-                        .unwrap_or_else(|_| serde_json::Value::String(data.to_string()));
-                    yield Err(stream_error(&value));
+        let events = framing::lines(response.bytes_stream())
+            .eventsource()
+            .map(move |item| item.map_err(|e| sse_error(e, key.as_ref())));
+        Ok(turn_events(events, idle_timeout))
+    }
+}
+
+/// The model events of one turn's SSE events: the `data:` payloads through
+/// a [`TurnAssembler`] up to `[DONE]` or the end of the body; an `error`
+/// event or an undecodable stream ends the turn with its error, and so does
+/// a silence of `idle_timeout`.
+pub(crate) fn turn_events<S>(mut events: S, idle_timeout: Duration) -> ModelStream
+where
+    S: futures::Stream<Item = Result<eventsource_stream::Event, ModelError>>
+        + Send
+        + Unpin
+        + 'static,
+{
+    let stream = async_stream::stream! {
+        let mut assembler = TurnAssembler::new();
+        let mut saw_done = false;
+        loop {
+            let next = match tokio::time::timeout(idle_timeout, events.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    yield Err(ModelError::Timeout(millis(idle_timeout)));
                     return;
                 }
-                if data.is_empty() {
-                    continue;
+            };
+            let event = match next {
+                None => break,
+                Some(Ok(event)) => event,
+                Some(Err(error)) => {
+                    yield Err(error);
+                    return;
                 }
-                if data == "[DONE]" {
-                    saw_done = true;
-                    break;
-                }
-                match assembler.on_data(data) {
-                    Ok(produced) => {
-                        for item in produced {
-                            yield Ok(item);
-                        }
-                    }
-                    Err(error) => {
-                        yield Err(error);
-                        return;
-                    }
-                }
+            };
+            let data = event.data.trim();
+            if event.event == "error" {
+                let value = serde_json::from_str(data)
+                    .unwrap_or_else(|_| serde_json::Value::String(data.to_string()));
+                yield Err(stream_error(&value));
+                return;
             }
-            match assembler.on_end(saw_done) {
+            if data.is_empty() {
+                continue;
+            }
+            if data == "[DONE]" {
+                saw_done = true;
+                break;
+            }
+            match assembler.on_data(data) {
                 Ok(produced) => {
                     for item in produced {
                         yield Ok(item);
                     }
                 }
-                Err(error) => yield Err(error),
+                Err(error) => {
+                    yield Err(error);
+                    return;
+                }
             }
-        };
-        Ok(Box::pin(stream))
-    }
+        }
+        match assembler.on_end(saw_done) {
+            Ok(produced) => {
+                for item in produced {
+                    yield Ok(item);
+                }
+            }
+            Err(error) => yield Err(error),
+        }
+    };
+    Box::pin(stream)
 }
 
-fn sse_error(error: EventStreamError<reqwest::Error>, key: Option<&ApiKey>) -> ModelError {
+fn sse_error(
+    error: EventStreamError<framing::FramingError<reqwest::Error>>,
+    key: Option<&ApiKey>,
+) -> ModelError {
+    framing_error(error, |e| {
+        ModelError::Unavailable(format!(
+            "connection lost mid-stream: {}",
+            redact_key(&describe_reqwest_error(&e), key)
+        ))
+    })
+}
+
+/// An event stream that does not decode (bad UTF-8, bad SSE, an event
+/// over the size bound) is a protocol error; `transport` words a failure
+/// of the connection under it.
+pub(crate) fn framing_error<E>(
+    error: EventStreamError<framing::FramingError<E>>,
+    transport: impl FnOnce(E) -> ModelError,
+) -> ModelError {
     match error {
         EventStreamError::Utf8(e) => {
             ModelError::Protocol(format!("the event stream is not valid UTF-8: {e}"))
@@ -458,10 +494,13 @@ fn sse_error(error: EventStreamError<reqwest::Error>, key: Option<&ApiKey>) -> M
         EventStreamError::Parser(e) => {
             ModelError::Protocol(format!("the event stream is not valid SSE: {e}"))
         }
-        EventStreamError::Transport(e) => ModelError::Unavailable(format!(
-            "connection lost mid-stream: {}",
-            redact_key(&describe_reqwest_error(&e), key)
-        )),
+        EventStreamError::Transport(framing::FramingError::Transport(e)) => transport(e),
+        EventStreamError::Transport(framing::FramingError::EventTooLong) => {
+            ModelError::Protocol(format!(
+                "the event stream is not valid SSE: an event is longer than {} bytes",
+                framing::MAX_EVENT_BYTES
+            ))
+        }
     }
 }
 

@@ -548,3 +548,24 @@ async fn a_benchmark_names_the_tasks_next_candidate_then_the_answer() {
         second.content
     );
 }
+
+/// A model's huge value or key comes back in a rejection of bounded size:
+/// what it reads next is the problem, not its own value again.
+#[test]
+fn a_rejection_quotes_a_huge_value_in_part() {
+    let ws = tempfile::tempdir().expect("workspace");
+    let tools = common::scripted_tools(ws.path(), BackendKind::Emulator);
+    let mut registry = mtswarm_core::ToolRegistry::new();
+    tools.register_all(&mut registry).expect("registry");
+    let huge = "8or".repeat(10_000);
+    for (tool, args) in [
+        ("run", json!({"artifact": "a1", "cores": huge})),
+        ("compile", json!({"kernel_dir": "k", huge.clone(): 1})),
+    ] {
+        let entry = registry.get(tool).expect("tool");
+        let rejection = mtswarm_core::ToolRegistry::prepare_arguments(entry, args).unwrap_err();
+        let seen = rejection.observation();
+        assert!(seen.len() < 2_000, "{tool}: {} bytes", seen.len());
+        assert!(seen.contains("8or8or"), "{seen}");
+    }
+}
