@@ -172,7 +172,7 @@ impl Tool for SpawnAgent {
                 .collect();
             if !others.is_empty() {
                 return Err(ToolError::InvalidArgs(format!(
-                    "slice_id {wanted:?} is not a free slice of this job{detail}: omit slice_id to \
+                    "no free slice has slice_id {wanted:?} for this job{detail}: omit slice_id to \
 take any free slice, or give one of {}",
                     others.join(", ")
                 )));
