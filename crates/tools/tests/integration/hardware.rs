@@ -51,6 +51,18 @@ fn state<'a>(out: &'a ToolOutput, key: &str) -> Option<&'a Value> {
 
 const SMALL: &str = "N=16384,CHUNK=1024";
 
+/// Emulator tools with the small vecadd built as artifact `b1`.
+async fn small_vecadd_built() -> (tempfile::TempDir, ToolSet) {
+    let (ws, tools) = emulator_tools();
+    call_ok(
+        &tools,
+        "compile",
+        json!({"kernel_dir": "vecadd", "defines": SMALL}),
+    )
+    .await;
+    (ws, tools)
+}
+
 #[tokio::test]
 async fn emulator_compile_run_validate_benchmark_happy_path() {
     let (_ws, tools) = emulator_tools();
@@ -102,13 +114,7 @@ async fn emulator_compile_run_validate_benchmark_happy_path() {
 /// flag an honest figure as implausibly fast nor clear a suspicious one.
 #[tokio::test]
 async fn a_baseline_a_model_writes_does_not_flag_the_measurement() {
-    let (_ws, tools) = emulator_tools();
-    call_ok(
-        &tools,
-        "compile",
-        json!({"kernel_dir": "vecadd", "defines": SMALL}),
-    )
-    .await;
+    let (_ws, tools) = small_vecadd_built().await;
     let out = call_ok(
         &tools,
         "benchmark",
@@ -130,13 +136,7 @@ async fn a_baseline_a_model_writes_does_not_flag_the_measurement() {
 /// re-run with the same inputs, which reproduces the figure.
 #[tokio::test]
 async fn emulator_benchmark_is_one_launch_and_its_spot_rerun_reproduces_it() {
-    let (_ws, tools) = emulator_tools();
-    call_ok(
-        &tools,
-        "compile",
-        json!({"kernel_dir": "vecadd", "defines": SMALL}),
-    )
-    .await;
+    let (_ws, tools) = small_vecadd_built().await;
     let out = call_ok(&tools, "board_info", json!({})).await;
     assert!(
         out.content.contains("measurement: exact timing"),
