@@ -10,6 +10,7 @@ use std::time::Duration;
 use mtswarm_bus::local_server::NatsServer;
 use mtswarm_cli::WorkerProcessArgs;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
+use mtswarm_llm::{OpenAiConfig, ToolMode};
 pub use mtswarm_proto::GrpcTransport;
 use mtswarm_proto::v1;
 use mtswarm_proto::v1::control_client::ControlClient;
@@ -59,6 +60,29 @@ impl StackOptions {
             otlp_endpoint: None,
             worker_args: Vec::new(),
             kernel_root: crate::kernel_root(),
+        }
+    }
+
+    /// Options whose leader and workers are all driven by the model `llm`
+    /// describes: the leader's configuration gets it, every worker the
+    /// `--llm-*` arguments that name the same endpoint, model, tool mode
+    /// and request timeout.
+    pub fn model_driven(node_bin: PathBuf, fleet_toml: String, llm: OpenAiConfig) -> Self {
+        let mut worker_args = vec![
+            "--llm-url".to_string(),
+            llm.base_url.clone(),
+            "--llm-model".to_string(),
+            llm.model.clone(),
+            "--llm-timeout-secs".to_string(),
+            llm.request_timeout.as_secs().max(1).to_string(),
+        ];
+        if llm.tool_mode == ToolMode::Text {
+            worker_args.extend(["--llm-tool-mode".to_string(), "text".to_string()]);
+        }
+        Self {
+            configure_leader: Box::new(move |config| config.llm = Some(llm)),
+            worker_args,
+            ..Self::new(node_bin, fleet_toml)
         }
     }
 }

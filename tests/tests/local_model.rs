@@ -67,23 +67,10 @@ async fn a_small_local_model_drives_a_vecadd_job_to_a_measured_best() {
         .expect("the model server starts");
     let started = Instant::now();
 
-    let leader_llm = OpenAiConfig::new(server.base_url(), server.model())
+    let llm = OpenAiConfig::new(server.base_url(), server.model())
         .with_tool_mode(ToolMode::Text)
         .with_request_timeout(MODEL_TIMEOUT);
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 8));
-    options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
-    options.worker_args = [
-        "--llm-url",
-        server.base_url(),
-        "--llm-model",
-        server.model(),
-        "--llm-tool-mode",
-        "text",
-        "--llm-timeout-secs",
-        &MODEL_TIMEOUT.as_secs().to_string(),
-    ]
-    .map(str::to_string)
-    .to_vec();
+    let options = StackOptions::model_driven(node_bin!(), small_fleet_toml(1, 1, 8), llm);
     let stack = TestStack::start(options).await;
     stack.wait_for_slices(1, Duration::from_secs(60)).await;
     let mut control = stack.control().await;

@@ -410,6 +410,21 @@ impl OperatorReason {
     }
 }
 
+/// What every signed operator action on the leader (cancel, approve,
+/// deny, lift) takes besides its target: why, how to print the answer,
+/// and where the leader is.
+#[derive(Debug, Args)]
+pub struct OperatorAction {
+    #[command(flatten)]
+    pub reason: OperatorReason,
+    /// JSON output: the record the leader answers with.
+    #[arg(long, env = "MTSWARM_JSON")]
+    pub json: bool,
+    /// Where the leader's Control service is and how to authenticate.
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
 /// Identity recorded as the decider of approvals: `$USER@host`, else `cli`.
 pub(crate) fn local_identity() -> String {
     let user = std::env::var("USER")

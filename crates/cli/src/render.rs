@@ -344,9 +344,9 @@ pub(crate) fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
         .filter(|c| c.state() == v1::ConfirmationState::Disagreed);
     lines.extend(disputed.map(|c| format!("disputed  {}", c.reason)));
     if o.refused_records > 0 {
-        let n = o.refused_records;
         lines.push(format!(
-            "refused   {n} record(s) not produced by the worker of their task"
+            "refused   {} record(s) not produced by the worker of their task",
+            o.refused_records
         ));
     }
     let mut statuses: Vec<String> = o

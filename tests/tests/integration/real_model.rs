@@ -305,18 +305,13 @@ fn assert_costs(job: &v1::JobRecord, leader_requests: usize, worker_requests: us
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn real_model_drives_a_job_to_completion() {
     let server = ModelServer::start(scripted(false)).await;
-    let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
+    let llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
+    let mut options = StackOptions::model_driven(node_bin!(), small_fleet_toml(1, 1, 2), llm);
+    let configure_model = options.configure_leader;
     options.configure_leader = Box::new(move |config| {
-        config.llm = Some(leader_llm);
+        configure_model(config);
         config.prices = price_table();
     });
-    options.worker_args = vec![
-        "--llm-url".to_string(),
-        server.base_url.clone(),
-        "--llm-model".to_string(),
-        MODEL_NAME.to_string(),
-    ];
     let stack = TestStack::start(options).await;
     let (job, events) = vecadd_job_succeeds(&stack, &server).await;
     let requests = server.requests();
@@ -493,18 +488,9 @@ fn assert_the_task_result_is_measured(events: &[v1::JobEvent], stack: &TestStack
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn text_tool_calls_drive_a_job_on_a_server_without_tool_calling() {
     let server = ModelServer::start(scripted(true)).await;
-    let leader_llm =
+    let llm =
         OpenAiConfig::new(&server.base_url, MODEL_NAME).with_tool_mode(mtswarm_llm::ToolMode::Text);
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
-    options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
-    options.worker_args = vec![
-        "--llm-url".to_string(),
-        server.base_url.clone(),
-        "--llm-model".to_string(),
-        MODEL_NAME.to_string(),
-        "--llm-tool-mode".to_string(),
-        "text".to_string(),
-    ];
+    let options = StackOptions::model_driven(node_bin!(), small_fleet_toml(1, 1, 2), llm);
     let stack = TestStack::start(options).await;
     let (job, _) = vecadd_job_succeeds(&stack, &server).await;
     let requests = server.requests();

@@ -269,16 +269,9 @@ async fn an_edited_kernel_becomes_the_best_with_its_diff_and_a_gamed_one_does_no
 /// A stack of one worker on one slice, both loops driven by `server`,
 /// tuning the kernels of `kernel_root`.
 async fn start_stack(kernel_root: &Path, server: &ModelServer) -> TestStack {
-    let leader_llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
-    let mut options = StackOptions::new(node_bin!(), small_fleet_toml(1, 1, 2));
+    let llm = OpenAiConfig::new(&server.base_url, MODEL_NAME);
+    let mut options = StackOptions::model_driven(node_bin!(), small_fleet_toml(1, 1, 2), llm);
     options.kernel_root = kernel_root.to_path_buf();
-    options.configure_leader = Box::new(move |config| config.llm = Some(leader_llm));
-    options.worker_args = vec![
-        "--llm-url".to_string(),
-        server.base_url.clone(),
-        "--llm-model".to_string(),
-        MODEL_NAME.to_string(),
-    ];
     let stack = TestStack::start(options).await;
     stack.wait_for_slices(1, Duration::from_secs(30)).await;
     stack

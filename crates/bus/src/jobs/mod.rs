@@ -288,19 +288,6 @@ impl Jobs {
         parts_of(&self.agents, job_id, "agent").await
     }
 
-    /// Writes the placement of `agent_id` that `current` gives when called
-    /// (the latest one, read again after a concurrent write to the key) at
-    /// the key's revision. True when the agent's key was created.
-    pub async fn put_agent(
-        &self,
-        job_id: &str,
-        agent_id: &str,
-        current: impl FnMut() -> AgentPlacement,
-    ) -> Result<bool, BusError> {
-        self.write_agent(job_id, agent_id, Writer::NotOwner, current)
-            .await
-    }
-
     async fn write_agent(
         &self,
         job_id: &str,
@@ -333,21 +320,7 @@ impl Jobs {
         parts_of(&self.tasks, job_id, "task").await
     }
 
-    /// Read-modify-write of one task's record: `change` gets the stored
-    /// record (`None` when the task has none) and returns the one to
-    /// write, or `None` to leave it; it runs again on a concurrent write.
-    /// The record written, if any.
-    pub async fn modify_task(
-        &self,
-        job_id: &str,
-        task_id: &str,
-        change: impl FnMut(Option<&TaskRecord>) -> Option<TaskRecord>,
-    ) -> Result<Option<TaskRecord>, BusError> {
-        self.modify_task_as(job_id, task_id, Writer::NotOwner, change)
-            .await
-    }
-
-    /// [`Jobs::modify_task`] as `writer`.
+    /// [`OwnerWrites::modify_task`] as `writer`.
     async fn modify_task_as(
         &self,
         job_id: &str,

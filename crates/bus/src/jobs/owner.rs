@@ -127,7 +127,10 @@ impl OwnerWrites {
         self.jobs.modify_record(job_id, self.writer(), change).await
     }
 
-    /// [`Jobs::modify_task`] as the owner.
+    /// Read-modify-write of one task's record: `change` gets the stored
+    /// record (`None` when the task has none) and returns the one to
+    /// write, or `None` to leave it; it runs again on a concurrent write.
+    /// The record written, if any. Only an owner writes tasks.
     pub async fn modify_task(
         &self,
         job_id: &str,
@@ -139,7 +142,10 @@ impl OwnerWrites {
             .await
     }
 
-    /// [`Jobs::put_agent`] as the owner.
+    /// Writes the placement of `agent_id` that `current` gives when called
+    /// (the latest one, read again after a concurrent write to the key) at
+    /// the key's revision. True when the agent's key was created. Only an
+    /// owner places agents.
     pub async fn put_agent(
         &self,
         job_id: &str,

@@ -50,11 +50,13 @@ async fn record_listings_and_watches_skip_the_parts_by_their_keys() {
     .await
     .expect("create");
     assert!(
-        jobs.put_agent("job1", "a1", || agent.clone())
+        jobs.as_owner(1)
+            .put_agent("job1", "a1", || agent.clone())
             .await
             .expect("agent")
     );
-    jobs.modify_task("job1", "t1", |_| Some(task("t1")))
+    jobs.as_owner(1)
+        .modify_task("job1", "t1", |_| Some(task("t1")))
         .await
         .expect("task");
     jobs.put_loop_state(&v1::LeaderCheckpoint {
@@ -116,21 +118,26 @@ async fn parts_are_written_at_their_revision_and_assembled_with_the_record() {
     .await
     .expect("create");
     assert!(
-        jobs.put_agent("job1", "a2", || placement("a2"))
+        jobs.as_owner(1)
+            .put_agent("job1", "a2", || placement("a2"))
             .await
             .expect("new")
     );
     assert!(
-        jobs.put_agent("job1", "a1", || placement("a1"))
+        jobs.as_owner(1)
+            .put_agent("job1", "a1", || placement("a1"))
             .await
             .expect("new")
     );
+    // An owner's write stamps its epoch on what it writes.
     let moved = v1::AgentPlacement {
         moves: 1,
+        owner_epoch: 1,
         ..placement("a1")
     };
     assert!(
         !jobs
+            .as_owner(1)
             .put_agent("job1", "a1", || moved.clone())
             .await
             .expect("replaced")
@@ -141,16 +148,18 @@ async fn parts_are_written_at_their_revision_and_assembled_with_the_record() {
         done: true,
         ..task("t1")
     };
+    let (writer_a, writer_b) = (jobs.as_owner(1), jobs.as_owner(1));
     let (first, second) = tokio::join!(
-        jobs.modify_task("job1", "t1", |_| Some(done.clone())),
-        jobs.modify_task("job1", "t1", |stored| match stored {
+        writer_a.modify_task("job1", "t1", |_| Some(done.clone())),
+        writer_b.modify_task("job1", "t1", |stored| match stored {
             Some(existing) if existing.done => None,
             _ => Some(task("t1")),
         }),
     );
     first.expect("first");
     second.expect("second");
-    jobs.modify_task("job1", "t0", |_| Some(task("t0")))
+    jobs.as_owner(1)
+        .modify_task("job1", "t0", |_| Some(task("t0")))
         .await
         .expect("t0");
     let tasks = jobs.tasks("job1").await.expect("tasks");
@@ -194,9 +203,11 @@ async fn a_record_of_the_previous_layout_is_assembled_as_it_is_and_split_on_requ
     // A part written after the old leader stopped wins over the embedded one.
     let later = v1::AgentPlacement {
         cancelled: true,
+        owner_epoch: 1,
         ..placement("a2")
     };
-    jobs.put_agent("old", "a2", || later.clone())
+    jobs.as_owner(1)
+        .put_agent("old", "a2", || later.clone())
         .await
         .expect("a2");
 

@@ -7,7 +7,7 @@ use clap::Args;
 use mtswarm_proto::v1;
 
 use super::output::{Listing, print_json};
-use crate::common::{LeaderArgs, OperatorReason, rpc_error};
+use crate::common::{LeaderArgs, OperatorAction, rpc_error};
 use crate::decision::{Scope, decide_approval};
 use crate::render;
 
@@ -29,22 +29,17 @@ pub struct ApprovalsCmd {
 }
 
 /// Arguments of `mtswarm approve` and `mtswarm deny`: one approval and why.
+/// With `--json` it prints the decided approval record.
 #[derive(Debug, Args)]
 pub struct DecideCmd {
     /// The approval id (see `mtswarm approvals`).
     pub approval_id: String,
-    #[command(flatten)]
-    pub reason: OperatorReason,
     /// How far the decision reaches: this call, every later call of the
     /// same tool in the job, or by the same agent (not for high-risk tools).
     #[arg(long, value_enum, env = "MTSWARM_APPROVAL_SCOPE", default_value_t = Scope::Call)]
     pub scope: Scope,
-    /// JSON output: the decided approval record.
-    #[arg(long, env = "MTSWARM_JSON")]
-    pub json: bool,
-    /// Where the leader's Control service is and how to authenticate.
     #[command(flatten)]
-    pub leader: LeaderArgs,
+    pub action: OperatorAction,
 }
 
 /// `mtswarm approvals`: prints the pending (or, with `--all`, every)
@@ -113,17 +108,17 @@ pub(crate) async fn decide(
     cmd: DecideCmd,
     verdict: v1::ApprovalVerdict,
 ) -> anyhow::Result<ExitCode> {
-    let mut control = cmd.leader.connect().await?;
+    let mut control = cmd.action.leader.connect().await?;
     let record = decide_approval(
         &mut control,
-        &cmd.leader.url(),
+        &cmd.action.leader.url(),
         &cmd.approval_id,
         verdict,
-        &cmd.reason.text,
+        &cmd.action.reason.text,
         cmd.scope,
     )
     .await?;
-    if cmd.json {
+    if cmd.action.json {
         print_json(&render::approval(&record));
     } else {
         let request = record.request.clone().unwrap_or_default();

@@ -8,7 +8,7 @@ use mtswarm_proto::v1;
 use serde_json::{Value, json};
 
 use super::output::{Listing, print_json};
-use crate::common::{LeaderArgs, OperatorReason, job_states, list_all_jobs, rpc_error};
+use crate::common::{LeaderArgs, OperatorAction, job_states, list_all_jobs, rpc_error};
 use crate::render;
 
 /// Arguments of `mtswarm jobs`: a filtered list, or one job in detail.
@@ -28,36 +28,31 @@ pub struct JobsCmd {
 }
 
 /// Arguments of `mtswarm cancel`: the job to stop and why.
+/// With `--json` it prints `{"job_id", "state"}`.
 #[derive(Debug, Args)]
 pub struct CancelCmd {
     /// The job to cancel (see `mtswarm jobs`).
     pub job_id: String,
     #[command(flatten)]
-    pub reason: OperatorReason,
-    /// JSON output: `{"job_id", "state"}`.
-    #[arg(long, env = "MTSWARM_JSON")]
-    pub json: bool,
-    /// Where the leader's Control service is and how to authenticate.
-    #[command(flatten)]
-    pub leader: LeaderArgs,
+    pub action: OperatorAction,
 }
 
 /// `mtswarm cancel JOB`: stops the job's loop and its agents. Exit 0 when
 /// the job is CANCELLED now (or was before), 1 when it had already ended
 /// otherwise.
 pub(crate) async fn cancel(cmd: CancelCmd) -> anyhow::Result<ExitCode> {
-    let reason = cmd.reason.signed("cancelled");
-    let mut control = cmd.leader.connect().await?;
+    let reason = cmd.action.reason.signed("cancelled");
+    let mut control = cmd.action.leader.connect().await?;
     let response = control
         .cancel_job(v1::CancelJobRequest {
             job_id: cmd.job_id.clone(),
             reason,
         })
         .await
-        .map_err(|status| rpc_error("cancelling the job", &cmd.leader.url(), status))?
+        .map_err(|status| rpc_error("cancelling the job", &cmd.action.leader.url(), status))?
         .into_inner();
     let state = response.state();
-    if cmd.json {
+    if cmd.action.json {
         print_json(&json!({"job_id": cmd.job_id, "state": render::job_state(state)}));
     } else if state == v1::JobState::Cancelled {
         println!("job {} cancelled", cmd.job_id);

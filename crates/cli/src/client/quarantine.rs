@@ -9,7 +9,7 @@ use mtswarm_proto::v1;
 use serde_json::{Value, json};
 
 use super::output::{Listing, print_json};
-use crate::common::{LeaderArgs, OperatorReason, rpc_error};
+use crate::common::{LeaderArgs, OperatorAction, rpc_error};
 use crate::render;
 
 /// Arguments of `mtswarm quarantine list`.
@@ -24,18 +24,13 @@ pub struct QuarantineListCmd {
 }
 
 /// Arguments of `mtswarm quarantine lift`: the slice to return to service.
+/// With `--json` it prints `{"slice_id", "lifted", "previous"}`.
 #[derive(Debug, Args)]
 pub struct QuarantineLiftCmd {
     /// The slice, as `mtswarm fleet` shows it (board0-c1; board0/c1 is read the same).
     pub slice_id: String,
     #[command(flatten)]
-    pub reason: OperatorReason,
-    /// JSON output: `{"slice_id", "lifted", "previous"}`.
-    #[arg(long, env = "MTSWARM_JSON")]
-    pub json: bool,
-    /// Where the leader's Control service is and how to authenticate.
-    #[command(flatten)]
-    pub leader: LeaderArgs,
+    pub action: OperatorAction,
 }
 
 /// One quarantined slice as `quarantine list --json` prints it.
@@ -101,8 +96,8 @@ pub(crate) async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<Ex
     if slice_id.is_empty() {
         bail!("name the slice to return to service (see `mtswarm quarantine list`)");
     }
-    let reason = cmd.reason.signed("lifted");
-    let mut control = cmd.leader.connect().await?;
+    let reason = cmd.action.reason.signed("lifted");
+    let mut control = cmd.action.leader.connect().await?;
     let response = control
         .lift_quarantine(v1::LiftQuarantineRequest {
             slice_id: slice_id.clone(),
@@ -112,12 +107,12 @@ pub(crate) async fn quarantine_lift(cmd: QuarantineLiftCmd) -> anyhow::Result<Ex
         .map_err(|status| {
             rpc_error(
                 &format!("lifting the quarantine of {slice_id}"),
-                &cmd.leader.url(),
+                &cmd.action.leader.url(),
                 status,
             )
         })?
         .into_inner();
-    if cmd.json {
+    if cmd.action.json {
         print_json(&json!({
             "slice_id": slice_id,
             "lifted": response.lifted,

@@ -263,27 +263,35 @@ fn capturing() -> (Capture, tracing::subscriber::DefaultGuard) {
     (capture, tracing::subscriber::set_default(subscriber))
 }
 
+/// An engine of `tools` driven by `turns`, every call auto-approved,
+/// traced by `tracing`.
+fn traced_engine(
+    tracing: TracingMiddleware,
+    turns: Vec<ScriptedTurn>,
+    tools: Vec<FnTool>,
+) -> Engine {
+    let (engine, _) = engine(EngineConfig::default(), turns, registry(tools), auto_all());
+    engine.with_middleware(Arc::new(tracing))
+}
+
 #[tokio::test]
 async fn tracing_middleware_builds_the_span_tree() {
     let (capture, _guard) = capturing();
-
-    let (engine, _) = engine(
-        EngineConfig::default(),
+    let engine = traced_engine(
+        TracingMiddleware::new(),
         vec![
             ScriptedTurn::tool_calls([call("r1", "run", "{}"), call("g1", "grep", "{}")])
                 .with_usage(120, 30),
             ScriptedTurn::text("ok").with_usage(200, 10),
         ],
-        registry(vec![
+        vec![
             FnTool::echo("run", "ran")
                 .risk(Risk::Medium)
                 .concurrent()
                 .hardware("slice-0"),
             FnTool::echo("grep", "found").concurrent(),
-        ]),
-        auto_all(),
+        ],
     );
-    let engine = engine.with_middleware(Arc::new(TracingMiddleware::new()));
     let caller = tracing::info_span!("job");
     let (stream, _) = {
         let _entered = caller.enter();
@@ -349,17 +357,14 @@ async fn tracing_middleware_builds_the_span_tree() {
 #[tokio::test]
 async fn message_content_reaches_spans_only_when_asked_for() {
     let (capture, _guard) = capturing();
-
-    let (engine, _) = engine(
-        EngineConfig::default(),
+    let engine = traced_engine(
+        TracingMiddleware::with_message_content(true),
         vec![
             ScriptedTurn::tool_calls([call("g1", "grep", "{}")]),
             ScriptedTurn::text("the answer"),
         ],
-        registry(vec![FnTool::echo("grep", "found it").concurrent()]),
-        auto_all(),
+        vec![FnTool::echo("grep", "found it").concurrent()],
     );
-    let engine = engine.with_middleware(Arc::new(TracingMiddleware::with_message_content(true)));
     let (stream, _) = engine.start("s", "", "find the secret");
     let (_, outcome) = run(stream).await;
     assert_eq!(final_text(&outcome), "the answer");

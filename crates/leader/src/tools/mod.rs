@@ -94,7 +94,7 @@ pub(crate) fn registry(handles: ToolHandles, context: Arc<JobContext>) -> ToolRe
         Arc::new(collect_result::CollectResult(env.clone())),
         Arc::new(result_details::ResultDetails(env.clone())),
         Arc::new(cancel_agent::CancelAgent(env.clone())),
-        Arc::new(read_file::ReadFile(env.clone())),
+        Arc::new(read_file::ReadKernelFile(env.clone())),
         Arc::new(job_status::JobStatus(env)),
     ];
     let mut registry = ToolRegistry::new();

@@ -13,12 +13,12 @@ use crate::validate::resolve_file;
 /// Largest file `read_file` returns in full; longer files are cut with a marker.
 const READ_FILE_LIMIT: usize = 64 * 1024;
 
-pub(super) struct ReadFile(pub(super) Arc<ToolEnv>);
+pub(super) struct ReadKernelFile(pub(super) Arc<ToolEnv>);
 
 /// Arguments of `read_file`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ReadFileArgs {
+pub(crate) struct KernelFileArgs {
     /// path relative to the job's kernel directory
     path: String,
 }
@@ -27,17 +27,17 @@ pub(crate) struct ReadFileArgs {
 static SPEC: ToolSpec = ToolSpec::new(
     "read_file",
     "Read a text file of the job's kernel directory (path relative to it), e.g. tune.toml or kernel.c.",
-    schema_of::<ReadFileArgs>,
+    schema_of::<KernelFileArgs>,
 )
 .concurrent();
 
 #[async_trait::async_trait]
-impl Tool for ReadFile {
+impl Tool for ReadKernelFile {
     fn spec(&self) -> &ToolSpec {
         &SPEC
     }
     async fn call(&self, args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        let args: ReadFileArgs = parse_args(args)?;
+        let args: KernelFileArgs = parse_args(args)?;
         let relative = given(Some(args.path))
             .ok_or_else(|| ToolError::InvalidArgs("path is required".into()))?;
         let path = resolve_file(&self.0.job.kernel_dir, &relative)
