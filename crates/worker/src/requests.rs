@@ -10,16 +10,10 @@ use mtswarm_bus::{subjects, v1};
 use mtswarm_hw::SliceSelector;
 
 /// A request refused before anything was looked up (its message names the
-/// field; the caller gets it as INVALID_ARGUMENT).
+/// field; SpawnSession answers it as INVALID_ARGUMENT).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub(crate) struct InvalidRequest(pub(crate) String);
-
-impl From<InvalidRequest> for tonic::Status {
-    fn from(error: InvalidRequest) -> Self {
-        tonic::Status::invalid_argument(error.0)
-    }
-}
 
 /// The ids a `SpawnSessionRequest` names (session, job, agent).
 pub(crate) fn check_spawn_ids(request: &v1::SpawnSessionRequest) -> Result<(), InvalidRequest> {

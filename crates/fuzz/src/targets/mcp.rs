@@ -4,8 +4,8 @@
 //! argument type, then the tool's checks (required goal and kernel, finite
 //! budgets, known job states, the watch timeout's bounds). The input's
 //! first line names the tool, the rest is the arguments' JSON. A refusal
-//! is what the calling agent reads: it must be bounded (by the arguments'
-//! length and 4 KiB, see [`MAX_ERROR_BYTES`]).
+//! is what the calling agent reads: it must be bounded (by its own
+//! arguments, escaped, and 4 KiB, see [`MAX_ERROR_BYTES`]).
 
 use mtswarm_cli::MCP_TOOL_NAMES;
 use mtswarm_cli::fuzzing::mcp_arguments;
@@ -42,11 +42,15 @@ pub(super) const TARGET: Target = Target {
     max_len: 16 * 1024,
 };
 
-/// Longest refusal a calling agent may read beyond the arguments' length:
-/// serde's errors (rmcp passes them on as the tool's error) quote a string
-/// value of the wrong type whole, so an error is at most as long as the
-/// arguments plus this; it never grows with anything but the input.
+/// Longest refusal a calling agent may read beyond what it quotes of the
+/// arguments: serde's errors (rmcp passes them on as the tool's error)
+/// quote a string value of the wrong type whole, escaped (`\u{7f}`: six
+/// bytes for one), so an error holds at most [`ESCAPED`] bytes per byte
+/// of the arguments plus this; it grows with the caller's own input only.
 const MAX_ERROR_BYTES: usize = 4096;
+
+/// The most bytes serde's escaping writes for one byte of a string.
+const ESCAPED: usize = 6;
 
 fn check(input: &[u8]) -> Checked {
     let text = String::from_utf8_lossy(input);
@@ -55,13 +59,15 @@ fn check(input: &[u8]) -> Checked {
     let known = MCP_TOOL_NAMES.contains(&tool);
     match mcp_arguments(tool, arguments) {
         Ok(call) => Ok(Outcome::accepted(format!("{tool}: {call}"))),
-        Err(e) => refused_with(&e.to_string(), MAX_ERROR_BYTES + arguments.len()).map(|o| {
-            Outcome::refused(format!(
-                "{}: {}",
-                if known { tool } else { "unknown" },
-                o.signature
-            ))
-        }),
+        Err(e) => {
+            refused_with(&e.to_string(), MAX_ERROR_BYTES + ESCAPED * arguments.len()).map(|o| {
+                Outcome::refused(format!(
+                    "{}: {}",
+                    if known { tool } else { "unknown" },
+                    o.signature
+                ))
+            })
+        }
     }
 }
 

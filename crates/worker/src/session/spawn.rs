@@ -23,7 +23,7 @@ pub(crate) async fn spawn_session(
     shared: &Arc<SessionHost>,
     request: v1::SpawnSessionRequest,
 ) -> Result<v1::SpawnSessionResponse, Status> {
-    check_spawn_ids(&request)?;
+    check_spawn_ids(&request).map_err(|e| invalid(e.0))?;
     // Idempotency: the same session id gets the same answer.
     let existing = shared
         .slices
@@ -78,7 +78,7 @@ fn candidate_slices(
     shared: &SessionHost,
     request: &v1::SpawnSessionRequest,
 ) -> Result<Vec<usize>, Status> {
-    let selector = match slice_choice(request)? {
+    let selector = match slice_choice(request).map_err(|e| invalid(e.0))? {
         SliceChoice::Named(slice_id) => {
             let index = shared.slices.index_of(&slice_id).ok_or_else(|| {
                 Status::not_found(format!(
