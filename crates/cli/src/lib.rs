@@ -35,6 +35,7 @@ mod daemons;
 mod decision;
 mod demo;
 mod emu;
+pub mod fuzzing;
 mod llm;
 mod llm_serve;
 mod local_stack;

@@ -1,6 +1,7 @@
 //! Fuzz targets over every boundary where the system reads what a party it
 //! does not trust wrote (model output, tool arguments, a kernel's output,
-//! bus messages and records, gRPC requests, configuration files), on
+//! bus messages and records, gRPC requests, MCP tool arguments, a task's
+//! checks on the worker, configuration files), on
 //! stable Rust. Each target drives the crate's real parser; the driver
 //! ([`run`]) replays a target's checked-in corpus, then mutates it for a
 //! time budget, and holds every input to the targets' property: no panic,

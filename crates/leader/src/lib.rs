@@ -122,6 +122,7 @@ mod placement;
 mod prices;
 mod prompt;
 mod reassign;
+mod requests;
 mod result_consumer;
 mod results;
 mod runner;

@@ -6,16 +6,16 @@ use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
 use mtswarm_auth::{Identity, Role, require, require_any};
-use mtswarm_bus::{BusError, subjects, v1};
+use mtswarm_bus::{BusError, v1};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::Instrument as _;
 
 use crate::approvals::{DecideError, decide};
-use crate::fleet::parse_selector;
 use crate::host::JobHost;
 use crate::job_manager::{JobManager, SubmitError};
 use crate::journal::WATCH_IDLE_CHECK;
+use crate::requests;
 use crate::runner::{self, is_final};
 
 /// Roles that may read jobs (get, list, watch): a submitter its own only
@@ -40,9 +40,6 @@ fn not_yours(job_id: &str, identity: &Identity) -> Status {
         "job {job_id} was submitted by another identity; reading it needs the `read` or `admin` role"
     ))
 }
-/// Server cap and default of `ListJobs.page_size`.
-const MAX_PAGE_SIZE: usize = 500;
-const DEFAULT_PAGE_SIZE: usize = 100;
 /// Events buffered per WatchJob stream before the reader is waited for.
 const WATCH_BUFFER: usize = 256;
 /// How long CancelJob waits for the runner to record the cancellation.
@@ -75,7 +72,7 @@ fn bus_status(error: BusError) -> Status {
 }
 
 fn check_job_id(job_id: &str) -> Result<(), Status> {
-    subjects::validate_id("job id", job_id).map_err(|e| Status::invalid_argument(e.to_string()))
+    Ok(requests::check_job_id(job_id)?)
 }
 
 /// A job as `ListJobs` answers it: the stored record alone. One written by
@@ -174,18 +171,10 @@ impl v1::control_server::Control for ControlService {
     ) -> Result<Response<v1::ListJobsResponse>, Status> {
         let identity = require_any(&request, READ_JOBS)?;
         let request = request.into_inner();
-        let offset: usize = if request.page_token.is_empty() {
-            0
-        } else {
-            request
-                .page_token
-                .parse()
-                .map_err(|_| Status::invalid_argument("page_token is not one this server issued"))?
-        };
-        let page_size = match request.page_size as usize {
-            0 => DEFAULT_PAGE_SIZE,
-            n => n.min(MAX_PAGE_SIZE),
-        };
+        let requests::Page {
+            offset,
+            size: page_size,
+        } = requests::list_jobs_page(&request)?;
         let mut jobs: Vec<v1::JobRecord> = self
             .host
             .stores
@@ -385,8 +374,7 @@ impl v1::control_server::Control for ControlService {
         request: Request<v1::ListFleetRequest>,
     ) -> Result<Response<v1::ListFleetResponse>, Status> {
         require(&request, Role::Admin)?;
-        let selector = parse_selector(&request.get_ref().slice_selector)
-            .map_err(|e| Status::invalid_argument(format!("bad slice_selector: {e}")))?;
+        let selector = requests::list_fleet_selector(request.get_ref())?;
         let host = &self.host;
         let view = host
             .placement
@@ -408,10 +396,7 @@ impl v1::control_server::Control for ControlService {
             &[Role::Approve, Role::Submit, Role::Read, Role::Admin],
         )?;
         let request = request.into_inner();
-        let job_id = (!request.job_id.is_empty()).then_some(request.job_id.as_str());
-        if let Some(job_id) = job_id {
-            check_job_id(job_id)?;
-        }
+        let job_id = requests::approvals_job_id(&request)?;
         // Approvers decide every job's calls; a submitter sees its own
         // jobs' only (their arguments are its business alone).
         let every_job = identity.has(Role::Approve) || reads_every_job(&identity);
@@ -421,14 +406,7 @@ impl v1::control_server::Control for ControlService {
         {
             return Err(not_yours(job_id, &identity));
         }
-        let states = request
-            .states
-            .iter()
-            .map(|s| {
-                v1::ApprovalState::try_from(*s)
-                    .map_err(|_| Status::invalid_argument(format!("unknown approval state {s}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let states = requests::approval_states(&request)?;
         // A record that fails verification is not decided, whatever it
         // says: a listing of pending ones shows it too (as unverified).
         let wants_pending = states.is_empty() || states.contains(&v1::ApprovalState::Pending);
@@ -537,9 +515,7 @@ impl v1::control_server::Control for ControlService {
     ) -> Result<Response<v1::LiftQuarantineResponse>, Status> {
         require(&request, Role::Admin)?;
         let request = request.into_inner();
-        let slice_id = request.slice_id.trim();
-        mtswarm_bus::subjects::validate_id("slice id", slice_id)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let slice_id = requests::quarantined_slice(&request)?;
         let quarantine = &self.host.stores.quarantine;
         let previous = quarantine
             .get(slice_id)

@@ -92,7 +92,7 @@ pub(crate) fn grant_problem(
     let Some(grant) = &task.grant else {
         return Some("the task carries no placement grant".into());
     };
-    if let Err(error) = leader.verify_grant(grant, RecordKind::Assignment, &task.task_id) {
+    if let Err(error) = leader.verify_grant(grant, RecordKind::Assignment, &short(&task.task_id)) {
         return Some(error.to_string());
     }
     let attempt = task.attempt.to_string();
@@ -108,18 +108,33 @@ pub(crate) fn grant_problem(
     for (field, granted, assigned) in fields {
         if granted != assigned {
             return Some(format!(
-                "the grant names {field} {granted:?}, the assignment {assigned:?}"
+                "the grant names {field} {:?}, the assignment {:?}",
+                short(granted),
+                short(assigned)
             ));
         }
     }
     if grant.worker_id != worker_id {
-        return Some(format!("the grant places worker {:?}", grant.worker_id));
+        return Some(format!(
+            "the grant places worker {:?}",
+            short(&grant.worker_id)
+        ));
     }
     if grant.worker_key != worker_key {
         return Some(format!(
             "the grant names record key {:?}, this daemon signs with {worker_key:?} (was it restarted with another NATS credential?)",
-            grant.worker_key
+            short(&grant.worker_key)
         ));
     }
     None
+}
+
+/// At most 128 characters of `text` (no id or key is longer), so that a
+/// problem quoting a field the sender made huge stays one short line.
+fn short(text: &str) -> String {
+    let mut kept: String = text.chars().take(128).collect();
+    if kept.len() < text.len() {
+        kept.push_str("...");
+    }
+    kept
 }

@@ -2,7 +2,6 @@
 //! over the daemon's shared state.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mtswarm_bus::{KeptLease, v1};
 use tonic::{Request, Response, Status};
@@ -48,12 +47,7 @@ impl v1::worker_server::Worker for WorkerService {
             .cloned();
         let cancelled = match session {
             Some(session) => {
-                let reason = if request.reason.trim().is_empty() {
-                    "cancelled by request".to_owned()
-                } else {
-                    request.reason
-                };
-                session.stop(StopMode::Cancel(reason));
+                session.stop(StopMode::Cancel(crate::requests::cancel_reason(&request)));
                 true
             }
             None => false,
@@ -66,11 +60,7 @@ impl v1::worker_server::Worker for WorkerService {
         request: Request<v1::DrainRequest>,
     ) -> Result<Response<v1::DrainResponse>, Status> {
         let request = request.into_inner();
-        let grace = if request.grace_seconds == 0 {
-            self.shared.config.drain_grace
-        } else {
-            Duration::from_secs(request.grace_seconds)
-        };
+        let grace = crate::requests::drain_grace(&request, self.shared.config.drain_grace);
         let first = !self.shared.slices.start_draining();
         tracing::info!(reason = %request.reason, ?grace, "draining");
         self.shared.slices.stop_sessions(StopMode::AfterTask);

@@ -32,9 +32,16 @@ impl FarmServer {
     }
 }
 
+impl ListJobs {
+    /// The job states asked for, checked before the leader is asked.
+    pub(super) fn states(&self) -> Result<Vec<i32>, ToolError> {
+        job_states(&self.states).map_err(ToolError::Invalid)
+    }
+}
+
 impl FarmServer {
     async fn list(&self, request: ListJobs) -> Result<Value, ToolError> {
-        let states = job_states(&request.states).map_err(ToolError::Invalid)?;
+        let states = request.states()?;
         let mut control = self.control().await?;
         let jobs: Vec<Value> = list_all_jobs(&mut control, &states)
             .await

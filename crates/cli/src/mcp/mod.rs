@@ -10,8 +10,10 @@
 //! against loopback names unless `--allowed-host` widens it).
 //!
 //! [`server`] holds the tool set and its wiring; each tool lives in its
-//! own file; [`reply`] turns a tool's answer or failure into an MCP result.
+//! own file; [`reply`] turns a tool's answer or failure into an MCP result;
+//! [`arguments`] reads a call's arguments as the tools do, without a network.
 
+mod arguments;
 mod fleet;
 mod job;
 mod jobs;
@@ -36,6 +38,7 @@ use crate::common::LeaderArgs;
 use crate::credentials::NatsSecurityArgs;
 use crate::daemons::DEFAULT_NATS;
 
+pub(crate) use arguments::{ArgumentsError, check_arguments};
 pub(crate) use server::{FarmServer, ResultsStoreArgs};
 
 /// Where `--http` alone listens: loopback only.

@@ -63,8 +63,10 @@ impl FarmServer {
     }
 }
 
-impl FarmServer {
-    async fn submit(&self, job: SubmitJob) -> Result<Value, ToolError> {
+impl SubmitJob {
+    /// The request these arguments make, checked before the leader is asked.
+    pub(super) fn request(self) -> Result<v1::SubmitJobRequest, ToolError> {
+        let job = self;
         if job.goal.trim().is_empty() || job.kernel.trim().is_empty() {
             return Err(ToolError::Invalid("goal and kernel are required".into()));
         }
@@ -95,13 +97,20 @@ impl FarmServer {
             allow_shell: false,
             approval_rules: Vec::new(),
         };
+        Ok(v1::SubmitJobRequest {
+            spec: Some(spec),
+            idempotency_key: job.idempotency_key,
+        })
+    }
+}
+
+impl FarmServer {
+    async fn submit(&self, job: SubmitJob) -> Result<Value, ToolError> {
+        let request = job.request()?;
         let response = self
             .control()
             .await?
-            .submit_job(v1::SubmitJobRequest {
-                spec: Some(spec),
-                idempotency_key: job.idempotency_key,
-            })
+            .submit_job(request)
             .await
             .map_err(ToolError::leader("submitting the job"))?
             .into_inner();

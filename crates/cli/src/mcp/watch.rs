@@ -54,14 +54,20 @@ impl FarmServer {
     }
 }
 
-impl FarmServer {
-    async fn watch(&self, request: WatchJob) -> Result<Value, ToolError> {
-        let timeout = Duration::from_secs(
-            request
-                .timeout_seconds
+impl WatchJob {
+    /// How long the call follows the job (default 300 s, 1 s to an hour).
+    pub(super) fn timeout(&self) -> Duration {
+        Duration::from_secs(
+            self.timeout_seconds
                 .unwrap_or(300)
                 .clamp(1, MAX_TIMEOUT_SECONDS),
-        );
+        )
+    }
+}
+
+impl FarmServer {
+    async fn watch(&self, request: WatchJob) -> Result<Value, ToolError> {
+        let timeout = request.timeout();
         let mut stream = self
             .control()
             .await?

@@ -4,8 +4,11 @@
 mod bus;
 mod configs;
 mod harness;
+mod mcp;
+mod rpcs;
 mod sse;
 mod submit;
+mod task;
 mod text_calls;
 mod tool_args;
 mod tune;
@@ -22,6 +25,9 @@ pub fn all() -> Vec<Target> {
         bus::TARGET,
         tool_args::TARGET,
         submit::TARGET,
+        rpcs::TARGET,
+        mcp::TARGET,
+        task::TARGET,
         configs::TARGET,
     ]
 }

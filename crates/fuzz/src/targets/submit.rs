@@ -44,7 +44,7 @@ thread_local! {
 }
 
 /// A kernel root holding a copy of the vecadd example (canonical path).
-fn kernel_root() -> Result<(PathBuf, tempfile::TempDir), Violation> {
+pub(super) fn kernel_root() -> Result<(PathBuf, tempfile::TempDir), Violation> {
     let fail = |e: std::io::Error| Violation(format!("cannot set up the kernel root: {e}"));
     let dir = tempfile::tempdir().map_err(fail)?;
     let example = crate::workspace_dir().join("examples/kernels/vecadd");

@@ -304,13 +304,7 @@ async fn decide_as(
     request: &v1::DecideApprovalRequest,
     standing_approval_id: Option<&str>,
 ) -> Result<Versioned<v1::ApprovalRecord>, DecideError> {
-    mtswarm_bus::subjects::validate_id("approval id", &request.approval_id)
-        .map_err(|e| DecideError::Invalid(e.to_string()))?;
-    if request.verdict() == v1::ApprovalVerdict::Unspecified {
-        return Err(DecideError::Invalid(
-            "verdict must be APPROVE or DENY (got APPROVAL_VERDICT_UNSPECIFIED)".into(),
-        ));
-    }
+    crate::requests::check_decision(request).map_err(|e| DecideError::Invalid(e.0))?;
     let current = approvals
         .get(&request.approval_id)
         .await

@@ -34,3 +34,4 @@ mod task_run;
 mod validate;
 
 pub(crate) use spawn::spawn_session;
+pub(crate) use validate::{InvalidTask, check_task, check_task_defines};

@@ -6,12 +6,13 @@
 
 use std::sync::Arc;
 
-use mtswarm_bus::{subjects, v1};
+use mtswarm_bus::v1;
 use tonic::Status;
 
 use super::model::ModelChoiceError;
 use super::start::{StartError, start_session};
 use crate::host::SessionHost;
+use crate::requests::{SliceChoice, check_spawn_ids, slice_choice};
 
 fn invalid(message: impl Into<String>) -> Status {
     Status::invalid_argument(message.into())
@@ -22,13 +23,7 @@ pub(crate) async fn spawn_session(
     shared: &Arc<SessionHost>,
     request: v1::SpawnSessionRequest,
 ) -> Result<v1::SpawnSessionResponse, Status> {
-    for (kind, value) in [
-        ("session id", &request.session_id),
-        ("job id", &request.job_id),
-        ("agent id", &request.agent_id),
-    ] {
-        subjects::validate_id(kind, value).map_err(|e| invalid(e.to_string()))?;
-    }
+    check_spawn_ids(&request).map_err(|e| invalid(e.0))?;
     // Idempotency: the same session id gets the same answer.
     let existing = shared
         .slices
@@ -83,27 +78,23 @@ fn candidate_slices(
     shared: &SessionHost,
     request: &v1::SpawnSessionRequest,
 ) -> Result<Vec<usize>, Status> {
-    if !request.slice_id.trim().is_empty() {
-        let index = shared.slices.index_of(&request.slice_id).ok_or_else(|| {
-            Status::not_found(format!(
-                "slice `{}` is not on worker {} (slices: {})",
-                request.slice_id,
-                shared.identity.worker_id,
-                shared
-                    .slices
-                    .iter()
-                    .map(|s| s.bus_id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
-        return Ok(vec![index]);
-    }
-    let selector = if request.slice_selector.trim().is_empty() {
-        mtswarm_hw::SliceSelector::all()
-    } else {
-        mtswarm_hw::SliceSelector::parse(&request.slice_selector)
-            .map_err(|e| invalid(e.to_string()))?
+    let selector = match slice_choice(request).map_err(|e| invalid(e.0))? {
+        SliceChoice::Named(slice_id) => {
+            let index = shared.slices.index_of(&slice_id).ok_or_else(|| {
+                Status::not_found(format!(
+                    "slice `{slice_id}` is not on worker {} (slices: {})",
+                    shared.identity.worker_id,
+                    shared
+                        .slices
+                        .iter()
+                        .map(|s| s.bus_id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+            return Ok(vec![index]);
+        }
+        SliceChoice::Matching(selector) => selector,
     };
     let matching: Vec<usize> = (0..shared.slices.len())
         .filter(|&i| selector.matches(&shared.slices[i].slice))

@@ -14,7 +14,7 @@ use crate::workspace::KernelDirError;
 
 /// Why a task is refused before it runs.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum InvalidTask {
+pub(crate) enum InvalidTask {
     /// Attempts are numbered from 1.
     #[error("the task has attempt 0; attempts start at 1")]
     AttemptZero,
@@ -83,47 +83,17 @@ impl TaskRun<'_> {
         ) {
             tracing::warn!(task.id = %task.task_id, attempt = task.attempt, %problem, "the task's placement grant does not match this daemon; its records will be refused");
         }
-        for (field, size, limit, name) in [
-            (
-                "parameters_json",
-                task.parameters_json.len(),
-                shared.config.max_task_parameters_bytes,
-                "max_task_parameters_bytes",
-            ),
-            (
-                "instructions",
-                task.instructions.len(),
-                shared.config.max_task_instructions_bytes,
-                "max_task_instructions_bytes",
-            ),
-        ] {
-            if size > limit {
-                return Err(InvalidTask::TooLarge {
-                    field,
-                    size,
-                    limit,
-                    name,
-                });
-            }
-        }
-        let deadline = match &task.deadline {
-            Some(ts) => {
-                let at = std::time::SystemTime::try_from(*ts).map_err(InvalidTask::Deadline)?;
-                match at.duration_since(std::time::SystemTime::now()) {
-                    Ok(left) => Some(tokio::time::Instant::now() + left),
-                    Err(_) => {
-                        return Err(InvalidTask::DeadlinePassed);
-                    }
-                }
-            }
-            None => None,
-        };
-        let parameters: Value = if task.parameters_json.trim().is_empty() {
-            json!({})
-        } else {
-            serde_json::from_str(&task.parameters_json).map_err(InvalidTask::ParametersJson)?
-        };
-        let plan = TaskPlan::from_value(&parameters)?;
+        let CheckedTask {
+            deadline_left,
+            parameters,
+            plan,
+        } = check_task(
+            task,
+            shared.config.max_task_parameters_bytes,
+            shared.config.max_task_instructions_bytes,
+        )?;
+        // A deadline past what the clock can hold is no deadline.
+        let deadline = deadline_left.and_then(|left| tokio::time::Instant::now().checked_add(left));
         let kernel_dir = if task.kernel_dir.trim().is_empty() {
             runtime.kernel_dir.clone()
         } else {
@@ -152,11 +122,81 @@ impl TaskRun<'_> {
     }
 }
 
+/// What the checks of a task that need only the task, the worker's limits
+/// and the clock give.
+#[derive(Debug)]
+pub(crate) struct CheckedTask {
+    /// Time left before the task's deadline (none: no deadline).
+    pub(crate) deadline_left: Option<std::time::Duration>,
+    /// The task-parameter object (`{}` when none was given).
+    pub(crate) parameters: Value,
+    /// The parameters read as a task plan.
+    pub(crate) plan: TaskPlan,
+}
+
+/// The checks of a task before anything of the session is touched: its
+/// attempt number, its sizes against the worker's limits
+/// (`max_task_parameters_bytes`, `max_task_instructions_bytes`), its
+/// deadline against the clock, and its parameters (JSON, then a task plan).
+pub(crate) fn check_task(
+    task: &v1::TaskAssignment,
+    max_parameters_bytes: usize,
+    max_instructions_bytes: usize,
+) -> Result<CheckedTask, InvalidTask> {
+    if task.attempt == 0 {
+        return Err(InvalidTask::AttemptZero);
+    }
+    for (field, size, limit, name) in [
+        (
+            "parameters_json",
+            task.parameters_json.len(),
+            max_parameters_bytes,
+            "max_task_parameters_bytes",
+        ),
+        (
+            "instructions",
+            task.instructions.len(),
+            max_instructions_bytes,
+            "max_task_instructions_bytes",
+        ),
+    ] {
+        if size > limit {
+            return Err(InvalidTask::TooLarge {
+                field,
+                size,
+                limit,
+                name,
+            });
+        }
+    }
+    let deadline_left = match &task.deadline {
+        Some(ts) => {
+            let at = std::time::SystemTime::try_from(*ts).map_err(InvalidTask::Deadline)?;
+            match at.duration_since(std::time::SystemTime::now()) {
+                Ok(left) => Some(left),
+                Err(_) => return Err(InvalidTask::DeadlinePassed),
+            }
+        }
+        None => None,
+    };
+    let parameters: Value = if task.parameters_json.trim().is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(&task.parameters_json).map_err(InvalidTask::ParametersJson)?
+    };
+    let plan = TaskPlan::from_value(&parameters)?;
+    Ok(CheckedTask {
+        deadline_left,
+        parameters,
+        plan,
+    })
+}
+
 /// The candidates of task parameters (`candidates`, `params`) checked
 /// against the kernel's tune.toml when it has one: a typo or a value
 /// outside the space fails the task with an error naming it, instead of
 /// tuning something else than asked.
-fn check_task_defines(
+pub(crate) fn check_task_defines(
     kernel_dir: &std::path::Path,
     plan: &TaskPlan,
     spec: &mtswarm_hw::ChipSpec,
