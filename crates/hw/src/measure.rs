@@ -502,7 +502,7 @@ fn conclude(
         let rate = flops as f64 / stats.median;
         let peak = spec.peak_flops(config.cores);
         result.gflops = Some(rate / 1e9);
-        result.peak_fraction = Some(rate / peak);
+        result.peak_fraction = (peak > 0.0).then(|| rate / peak);
         if rate > peak * (1.0 + config.peak_tolerance) {
             result.flags.push(format!(
                 "{:.1} GFLOPS exceeds the modeled peak of {:.1} GFLOPS for {} cores",

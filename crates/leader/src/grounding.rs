@@ -91,29 +91,10 @@ kernel's tune.toml, which read_file reads), then collect_result, and answer with
         if claims_a_best(answer) || !figures.is_empty() {
             return None;
         }
-        let pending: Vec<&str> = tasks
-            .iter()
-            .filter(|t| t.result.is_none())
-            .map(|t| t.task_id.as_str())
-            .collect();
-        if !pending.is_empty() {
-            let shown = pending
-                .iter()
-                .take(FEEDBACK_TASKS)
-                .copied()
-                .collect::<Vec<_>>();
-            let more = pending.len().saturating_sub(shown.len());
+        if let Some(running) = still_running(&tasks) {
             return Some(format!(
-                "Your answer is not accepted: {} task(s) are still running ({}{}) and nothing has been \
-measured yet. Call collect_result with mode \"all\" to wait for their results, then answer with the \
-best it reports.",
-                pending.len(),
-                shown.join(", "),
-                if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                }
+                "Your answer is not accepted: {running} and nothing has been measured yet. \
+{COLLECT_NEXT}"
             ));
         }
         let first_error = crate::results::first_error_note(&tasks);
@@ -140,6 +121,37 @@ with the best it reports.",
         figures.dedup();
         figures
     }
+}
+
+/// What to do while tasks run: the step a model skips when it answers early.
+const COLLECT_NEXT: &str = "Call collect_result with mode \"all\" to wait for their results, \
+then answer with the best it reports.";
+
+/// `N task(s) are still running (t1, t2 and 3 more)`, or `None` when every
+/// task has its result.
+fn still_running(tasks: &[crate::results::TaskView]) -> Option<String> {
+    let pending: Vec<&str> = tasks
+        .iter()
+        .filter(|t| t.result.is_none())
+        .map(|t| t.task_id.as_str())
+        .collect();
+    if pending.is_empty() {
+        return None;
+    }
+    let shown = pending
+        .iter()
+        .take(FEEDBACK_TASKS)
+        .copied()
+        .collect::<Vec<_>>();
+    let more = match pending.len() - shown.len() {
+        0 => String::new(),
+        more => format!(" and {more} more"),
+    };
+    Some(format!(
+        "{} task(s) are still running ({}{more})",
+        pending.len(),
+        shown.join(", ")
+    ))
 }
 
 fn collect_gflops(value: &Value, out: &mut Vec<f64>) {
@@ -213,7 +225,13 @@ impl CompletionGate for GroundedAnswerGate {
             return GateVerdict::Pass;
         }
         let known = if figures.is_empty() {
-            "no accepted task result reports a GFLOPS figure yet".to_string()
+            // The usual cause: the answer came before the results did.
+            match still_running(&self.results.snapshot()) {
+                Some(running) => format!(
+                    "no accepted task result reports a GFLOPS figure yet: {running}. {COLLECT_NEXT}"
+                ),
+                None => "no accepted task result reports a GFLOPS figure yet".to_string(),
+            }
         } else {
             format!(
                 "the accepted results report these GFLOPS figures (highest first): {}",
@@ -354,6 +372,22 @@ mod tests {
             verdict(&failed, "It reaches 9 GFLOPS."),
             GateVerdict::Fail { feedback } if feedback.contains("no accepted task result backs")
         ));
+    }
+
+    #[test]
+    fn an_invented_figure_while_tasks_run_is_told_to_collect_their_results() {
+        let running = pushing(results_with(&[("t1", None)]));
+        let feedback = refusal(&running, "Best at 1.0 GFLOPS.");
+        assert!(
+            feedback.contains("no accepted task result backs")
+                && feedback.contains("1 task(s) are still running (t1)")
+                && feedback.contains("collect_result with mode \"all\""),
+            "{feedback}"
+        );
+        // Without push-back (the builtin policy) the same claim is refused
+        // with the same next step.
+        let builtin = GroundedAnswerGate::new(results_with(&[("t1", None)]));
+        assert!(refusal(&builtin, "1.0 GFLOPS").contains("collect_result"));
     }
 
     #[test]

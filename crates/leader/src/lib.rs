@@ -142,7 +142,7 @@ pub use daemon::{LeaderDaemon, LeaderHandle};
 pub use error::{LeaderError, ModelFactoryError};
 pub use ids::LEADER_AGENT_ID;
 pub use journal::{JOB_EVENTS_STREAM, job_events_subject};
-pub use prices::{ModelPrice, PriceError, PriceTable};
+pub use prices::{MAX_PRICE_PER_MILLION, ModelPrice, PriceError, PriceTable};
 pub use results::LeaderCounters;
 pub use tables::LeaderTableSizes;
 // What tests and benchmarks outside the crate look at: the confirmation

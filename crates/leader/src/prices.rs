@@ -39,9 +39,9 @@ pub enum PriceError {
         #[source]
         source: toml::de::Error,
     },
-    /// A price is negative, infinite or not a number.
+    /// A price is negative, not a number, or above [`MAX_PRICE_PER_MILLION`].
     #[error(
-        "invalid price table {path}: model {model:?}: {field} must be a finite non-negative number, not {value}"
+        "invalid price table {path}: model {model:?}: {field} must be a number from 0 to {MAX_PRICE_PER_MILLION:e}, not {value:?}"
     )]
     Price {
         /// The file.
@@ -54,6 +54,11 @@ pub enum PriceError {
         value: f64,
     },
 }
+
+/// Highest price of a million tokens a table may give: far above any
+/// real one, and low enough that every job's cost stays a finite number
+/// (even at `u64::MAX` tokens).
+pub const MAX_PRICE_PER_MILLION: f64 = 1e6;
 
 /// What a million tokens of one model cost.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
@@ -121,7 +126,7 @@ impl PriceTable {
                 ("prompt_per_million", price.prompt_per_million),
                 ("completion_per_million", price.completion_per_million),
             ] {
-                if !value.is_finite() || value < 0.0 {
+                if !(0.0..=MAX_PRICE_PER_MILLION).contains(&value) {
                     return Err(PriceError::Price {
                         path: path.to_path_buf(),
                         model: model.clone(),
@@ -174,7 +179,11 @@ mod tests {
         for (text, wanted) in [
             (
                 "[prices.m]\nprompt_per_million = -1.0\ncompletion_per_million = 1.0\n",
-                "prompt_per_million must be a finite non-negative number",
+                "prompt_per_million must be a number from 0 to 1e6",
+            ),
+            (
+                "[prices.m]\nprompt_per_million = 1.0\ncompletion_per_million = 0.1e308\n",
+                "completion_per_million must be a number from 0 to 1e6, not 1e307",
             ),
             (
                 "[prices.m]\nprompt_per_million = 1.0\ncompletion_per_million = nan\n",

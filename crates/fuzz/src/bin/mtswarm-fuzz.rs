@@ -6,56 +6,67 @@
 //! `fuzz-failures/<target>/`). `deploy/fuzz.sh` builds and runs it.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use clap::Parser;
 use mtswarm_fuzz::{RunConfig, Target, run, targets};
 
-fn main() -> anyhow::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let seconds: f64 = args
-        .next()
-        .context("usage: mtswarm-fuzz SECONDS [TARGET...] [--save-new DIR] [--seed N]")?
-        .parse()
-        .context("SECONDS is not a number")?;
-    let mut chosen: Vec<Target> = Vec::new();
-    let mut save_new = None;
-    let mut seed = 0x5eed_u64;
-    let mut failures_dir = PathBuf::from("fuzz-failures");
-    let mut keep_current = false;
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--save-new" => save_new = Some(PathBuf::from(args.next().context("--save-new DIR")?)),
-            "--failures" => failures_dir = PathBuf::from(args.next().context("--failures DIR")?),
-            "--keep-current" => keep_current = true,
-            "--seed" => {
-                seed = args
-                    .next()
-                    .context("--seed N")?
-                    .parse()
-                    .context("--seed N")?
-            }
-            name => match targets::named(name) {
-                Some(target) => chosen.push(target),
-                None => {
-                    let names: Vec<&str> = targets::all().iter().map(|t| t.name).collect();
-                    bail!("no target {name:?}; the targets are {}", names.join(", "))
-                }
-            },
-        }
+/// Runs fuzz targets over the system's untrusted boundaries: each target
+/// replays its checked-in corpus, then mutates inputs for SECONDS.
+#[derive(Parser)]
+#[command(name = "mtswarm-fuzz", version)]
+struct Args {
+    /// How long to mutate per target, in seconds (0: replay the corpus only).
+    seconds: f64,
+    /// Targets to run (default: all of them).
+    #[arg(value_parser = target_named)]
+    targets: Vec<Target>,
+    /// Where failing inputs are written, one directory per target.
+    #[arg(long = "failures", value_name = "DIR", default_value = "fuzz-failures")]
+    failures_dir: PathBuf,
+    /// Where inputs that gave an outcome not seen before are written.
+    #[arg(long, value_name = "DIR")]
+    save_new: Option<PathBuf>,
+    /// Seed of the mutator (the same seed replays the same inputs).
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Write each input to <failures>/<target>/current before running it
+    /// (slower), to keep one that kills the process.
+    #[arg(long)]
+    keep_current: bool,
+}
+
+fn target_named(name: &str) -> Result<Target, String> {
+    targets::named(name).ok_or_else(|| {
+        let names: Vec<&str> = targets::all().iter().map(|t| t.name).collect();
+        format!("no target {name:?}; the targets are {}", names.join(", "))
+    })
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
+        eprintln!(
+            "error: SECONDS must be a non-negative number, got {}",
+            args.seconds
+        );
+        return ExitCode::from(2);
     }
-    if chosen.is_empty() {
-        chosen = targets::all();
-    }
+    let chosen = if args.targets.is_empty() {
+        targets::all()
+    } else {
+        args.targets
+    };
     let config = RunConfig {
-        duration: Duration::from_secs_f64(seconds),
-        seed,
-        failures_dir,
+        duration: Duration::from_secs_f64(args.seconds),
+        seed: args.seed,
+        failures_dir: args.failures_dir,
         slow: Duration::from_secs(1),
         hang: Duration::from_secs(30),
         memory_limit: 512 << 20,
-        save_new,
-        keep_current,
+        save_new: args.save_new,
+        keep_current: args.keep_current,
     };
     println!(
         "{:<12} {:>10} {:>10} {:>9} {:>9} {:>10} {:>9}",
@@ -80,7 +91,8 @@ fn main() -> anyhow::Result<()> {
         failed += report.failures.len();
     }
     if failed > 0 {
-        bail!("{failed} failing input(s)");
+        eprintln!("error: {failed} failing input(s)");
+        return ExitCode::FAILURE;
     }
-    Ok(())
+    ExitCode::SUCCESS
 }

@@ -195,9 +195,10 @@ impl Reading<'_> {
         // A kernel's claimed work over a tiny time can overflow: no rate
         // then, rather than an infinite one.
         if seconds > 0.0 && rate.is_finite() {
-            let peak = match self.flavor {
-                Flavor::Emulated => rate / self.spec.peak_flops(threads),
-                Flavor::Native => 0.0,
+            // A launch that reports no cores has no peak to be a fraction of.
+            let peak = match (self.flavor, self.spec.peak_flops(threads)) {
+                (Flavor::Emulated, peak) if peak > 0.0 => rate / peak,
+                _ => 0.0,
             };
             (rate / 1e9, peak)
         } else {

@@ -88,13 +88,6 @@ async fn a_slice_failing_n_runs_in_a_row_is_quarantined_and_its_session_fenced()
     handle.shutdown().await.expect("shutdown");
 }
 
-const HEALTHY_FLEET: &str = r#"
-[[board]]
-id = "healthy"
-backend = "emulator"
-slices = [{ cluster = 0, cores = 4 }]
-"#;
-
 /// A kernel root holding `wrongadd`: vecadd's harness and tune.toml with
 /// device code that computes a - b, wrong on every candidate.
 fn wrong_kernel_root(dir: &std::path::Path) -> std::path::PathBuf {
@@ -117,8 +110,9 @@ fn wrong_kernel_root(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_candidates_on_a_healthy_slice_are_the_candidates_fault_not_the_slices() {
-    let env = Env::start_with_fleet(HEALTHY_FLEET).await;
-    let mut config = env.config("healthy");
+    // The suite's default fleet: its slices are healthy.
+    let env = Env::start().await;
+    let mut config = env.config("emu0");
     config.quarantine_after = 2;
     config.kernel_root = wrong_kernel_root(env.dir.path());
     let handle = env.daemon(config).await;
