@@ -60,6 +60,9 @@ pub enum PriceError {
 /// (even at `u64::MAX` tokens).
 pub const MAX_PRICE_PER_MILLION: f64 = 1e6;
 
+/// Longest model name an error quotes whole.
+const MAX_MODEL_NAME_SHOWN: usize = 256;
+
 /// What a million tokens of one model cost.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -129,7 +132,9 @@ impl PriceTable {
                 if !(0.0..=MAX_PRICE_PER_MILLION).contains(&value) {
                     return Err(PriceError::Price {
                         path: path.to_path_buf(),
-                        model: model.clone(),
+                        // The name is the file's: a huge one is cut.
+                        model: mtswarm_core::truncate_for_model(model, MAX_MODEL_NAME_SHOWN)
+                            .into_owned(),
                         field,
                         value,
                     });
@@ -204,6 +209,19 @@ mod tests {
                 .to_string();
             assert!(error.contains(wanted), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn a_huge_model_name_is_not_quoted_whole() {
+        let name = "m".repeat(100_000);
+        let text = format!(
+            "[prices.\"{name}\"]\nprompt_per_million = -1.0\ncompletion_per_million = 1.0\n"
+        );
+        let error = PriceTable::parse(&text, Path::new("p.toml"))
+            .expect_err("a negative price")
+            .to_string();
+        assert!(error.len() < 1024, "{} bytes", error.len());
+        assert!(error.contains("prompt_per_million") && error.contains("original length 100000"));
     }
 
     #[test]

@@ -138,7 +138,12 @@ impl Reading<'_> {
     /// the chip's bounds when emulated.
     fn close_execution(&mut self, result: ResultLine) {
         let done = std::mem::take(&mut self.pending);
-        let flops = result.flops.unwrap_or(0.0);
+        // The harness's own count is the kernel's output: a negative or
+        // non-finite one counts as no work claimed.
+        let flops = result
+            .flops
+            .filter(|f| f.is_finite() && *f >= 0.0)
+            .unwrap_or(0.0);
         // Useful work: the model's, else the harness's count.
         let useful = self
             .model
@@ -194,7 +199,7 @@ impl Reading<'_> {
         let rate = useful / seconds;
         // A kernel's claimed work over a tiny time can overflow: no rate
         // then, rather than an infinite one.
-        if seconds > 0.0 && rate.is_finite() {
+        if seconds > 0.0 && rate.is_finite() && rate >= 0.0 {
             // A launch that reports no cores has no peak to be a fraction of.
             let peak = match (self.flavor, self.spec.peak_flops(threads)) {
                 (Flavor::Emulated, peak) if peak > 0.0 => rate / peak,
