@@ -69,9 +69,6 @@ impl TaskRun<'_> {
     /// kernel copy ready.
     pub(super) fn validate(&self) -> Result<Prepared, InvalidTask> {
         let (shared, entry, runtime, task) = (self.shared, self.entry, self.runtime, &self.task);
-        if task.attempt == 0 {
-            return Err(InvalidTask::AttemptZero);
-        }
         // The task came over the leader's own subject, so it runs; records
         // signed under a grant that does not place them here would be
         // refused by the leader, which is worth saying now.
