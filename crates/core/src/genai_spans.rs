@@ -30,6 +30,40 @@ use crate::middleware::{
 use crate::model::{FinishReason, Message, ModelError, Role};
 use crate::tool::{Risk, ToolError};
 
+/// A GenAI span as the conventions shape every one of them, so each kind is
+/// written once: span name and `gen_ai.operation.name` are `$operation`,
+/// `otel.name` is `name:`, `otel.kind` is `kind:`, and the status and
+/// `error.type` fields a failure records ([`TracingMiddleware`] for the
+/// engine's calls; the daemons' own agent and workflow spans alike) start
+/// empty; the operation's own fields follow. `parent:` as in
+/// `tracing::info_span!`.
+#[macro_export]
+macro_rules! genai_span {
+    (parent: $parent:expr, $operation:literal, kind: $kind:literal, name: $name:expr, $($fields:tt)*) => {
+        ::tracing::info_span!(
+            parent: $parent,
+            $operation,
+            otel.name = %$name,
+            otel.kind = $kind,
+            otel.status_code = ::tracing::field::Empty,
+            otel.status_description = ::tracing::field::Empty,
+            error.type = ::tracing::field::Empty,
+            gen_ai.operation.name = $operation,
+            $($fields)*
+        )
+    };
+    // Without `parent:`, a child of the current span, as `info_span!` does.
+    ($operation:literal, kind: $kind:literal, name: $name:expr, $($fields:tt)*) => {
+        $crate::genai_span!(
+            parent: &::tracing::Span::current(),
+            $operation,
+            kind: $kind,
+            name: $name,
+            $($fields)*
+        )
+    };
+}
+
 /// The version of the OpenTelemetry semantic conventions the spans follow.
 pub const GENAI_SEMCONV_VERSION: &str = "1.41.1";
 
@@ -214,13 +248,10 @@ impl Middleware for TracingMiddleware {
         input: ModelCallInput,
         next: Next<'a, ModelCallInput, Result<ModelTurn, ModelError>>,
     ) -> BoxFuture<'a, Result<ModelTurn, ModelError>> {
-        let span = tracing::info_span!(
+        let span = crate::genai_span!(
             "chat",
-            otel.name = %format_args!("chat {}", input.model),
-            otel.kind = "client",
-            otel.status_code = Empty,
-            otel.status_description = Empty,
-            gen_ai.operation.name = "chat",
+            kind: "client",
+            name: format_args!("chat {}", input.model),
             gen_ai.provider.name = %input.provider,
             gen_ai.request.model = %input.model,
             gen_ai.conversation.id = %input.session_id,
@@ -231,7 +262,6 @@ impl Middleware for TracingMiddleware {
             gen_ai.response.finish_reasons = Empty,
             gen_ai.input.messages = Empty,
             gen_ai.output.messages = Empty,
-            error.type = Empty,
             react.step = input.step,
             react.summarization = input.summarization,
         );
@@ -273,19 +303,15 @@ impl Middleware for TracingMiddleware {
         info: ToolCallInfo,
         next: Next<'a, ToolCallInfo, ToolCallOutcome>,
     ) -> BoxFuture<'a, ToolCallOutcome> {
-        let span = tracing::info_span!(
+        let span = crate::genai_span!(
             "execute_tool",
-            otel.name = %format_args!("execute_tool {}", info.tool),
-            otel.kind = "internal",
-            otel.status_code = Empty,
-            otel.status_description = Empty,
-            gen_ai.operation.name = "execute_tool",
+            kind: "internal",
+            name: format_args!("execute_tool {}", info.tool),
             gen_ai.tool.name = %info.tool,
             gen_ai.tool.call.id = %info.call_id,
             gen_ai.tool.type = "function",
             gen_ai.conversation.id = %info.session_id,
             gen_ai.tool.call.result = Empty,
-            error.type = Empty,
             tool.risk = risk_name(info.risk),
             tool.lock_wait_ms = Empty,
             tool.ok = Empty,

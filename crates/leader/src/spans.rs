@@ -17,16 +17,12 @@ pub(crate) const WORKFLOW_NAME: &str = "mtswarm.job";
 /// takes over or restarts a job (its parent is then set from the stored
 /// traceparent).
 pub(crate) fn workflow_span(parent: &Span, job_id: &str, resumed: bool) -> Span {
-    tracing::info_span!(
+    mtswarm_core::genai_span!(
         parent: parent,
         "invoke_workflow",
-        otel.name = %format_args!("invoke_workflow {WORKFLOW_NAME}"),
-        otel.kind = "internal",
-        otel.status_code = Empty,
-        otel.status_description = Empty,
-        gen_ai.operation.name = "invoke_workflow",
+        kind: "internal",
+        name: format_args!("invoke_workflow {WORKFLOW_NAME}"),
         gen_ai.workflow.name = WORKFLOW_NAME,
-        error.type = Empty,
         job.id = %job_id,
         resumed,
     )
@@ -41,19 +37,15 @@ pub(crate) fn leader_agent_span(
     provider: &str,
     model: &str,
 ) -> Span {
-    tracing::info_span!(
+    mtswarm_core::genai_span!(
         "invoke_agent",
-        otel.name = %format_args!("invoke_agent {}", crate::ids::LEADER_AGENT_ID),
-        otel.kind = "internal",
-        otel.status_code = Empty,
-        otel.status_description = Empty,
-        gen_ai.operation.name = "invoke_agent",
+        kind: "internal",
+        name: format_args!("invoke_agent {}", crate::ids::LEADER_AGENT_ID),
         gen_ai.provider.name = %provider,
         gen_ai.agent.id = crate::ids::LEADER_AGENT_ID,
         gen_ai.agent.name = crate::ids::LEADER_AGENT_ID,
         gen_ai.conversation.id = %session_id,
         gen_ai.request.model = %model,
-        error.type = Empty,
         job.id = %job_id,
     )
 }
@@ -73,19 +65,15 @@ pub(crate) fn create_agent_span(
         Some(_) => "openai",
         None => mtswarm_core::BUILTIN_PROVIDER,
     };
-    let span = tracing::info_span!(
+    let span = mtswarm_core::genai_span!(
         "create_agent",
-        otel.name = %format_args!("create_agent {agent_id}"),
-        otel.kind = "client",
-        otel.status_code = Empty,
-        otel.status_description = Empty,
-        gen_ai.operation.name = "create_agent",
+        kind: "client",
+        name: format_args!("create_agent {agent_id}"),
         gen_ai.provider.name = provider,
         gen_ai.agent.id = %agent_id,
         gen_ai.agent.name = %agent_id,
         gen_ai.conversation.id = %session_id,
         gen_ai.request.model = Empty,
-        error.type = Empty,
         job.id = %job_id,
     );
     if let Some(model) = named.filter(|m| !m.model.trim().is_empty()) {

@@ -155,14 +155,10 @@ async fn handle_delivery(
     // One task is one invocation of the agent (OpenTelemetry GenAI
     // conventions v1.41.1, `invoke_agent` in-process span); its parent is
     // the leader's `assign_task` tool span, from the message headers.
-    let span = tracing::info_span!(
+    let span = mtswarm_core::genai_span!(
         "invoke_agent",
-        otel.name = %format_args!("invoke_agent {}", entry.agent_id),
-        otel.kind = "internal",
-        otel.status_code = tracing::field::Empty,
-        otel.status_description = tracing::field::Empty,
-        error.type = tracing::field::Empty,
-        gen_ai.operation.name = "invoke_agent",
+        kind: "internal",
+        name: format_args!("invoke_agent {}", entry.agent_id),
         gen_ai.provider.name = %runtime.model.provider_name(),
         gen_ai.request.model = %runtime.model.model_name(),
         gen_ai.agent.id = %entry.agent_id,
