@@ -356,7 +356,7 @@ pub(crate) fn outcome_lines(outcome: Option<&v1::JobOutcome>) -> Vec<String> {
         .collect();
     statuses.sort();
     lines.push(format!(
-        "evaluated {} candidate record(s), {} valid: {}",
+        "records   {} candidate record(s), {} valid: {}",
         o.records,
         o.valid_records,
         if statuses.is_empty() {

@@ -7,7 +7,10 @@
 //! below the best".
 //!
 //! The vocabulary every output uses:
-//! - *evaluated*: candidates with any record;
+//! - *considered*: candidates with any record (a pruned or skipped
+//!   candidate has one saying why it did not run);
+//! - *measured*: candidates that ran on a slice (screened, benchmarked,
+//!   flagged, wrong answer or timed out): what the search spent hardware on;
 //! - *benchmarked*: candidates with a timed run (status `benchmarked` or
 //!   `flagged`, or `invalid` with run samples: timed, wrong answer);
 //! - *valid*: benchmarked with the right answer and no plausibility flag.
@@ -31,6 +34,8 @@ pub struct CandidateEntry {
     pub status: CandidateStatus,
     /// Why it has this status (first line of the reason, error or flags).
     pub reason: Option<String>,
+    /// Ran on a slice (see the module docs).
+    pub measured: bool,
     /// Had a timed run (see the module docs).
     pub benchmarked: bool,
     /// Benchmarked, right answer, no flag, with a figure.
@@ -99,6 +104,19 @@ pub(crate) fn timed(record: &ResultRecord) -> bool {
     }
 }
 
+/// Whether a candidate with this (most telling) status ran on a slice:
+/// pruned, not run, compiled-only and failed builds never reached one.
+fn ran_on_a_slice(status: CandidateStatus) -> bool {
+    matches!(
+        status,
+        CandidateStatus::Benchmarked
+            | CandidateStatus::Flagged
+            | CandidateStatus::Invalid
+            | CandidateStatus::TimedOut
+            | CandidateStatus::Screened
+    )
+}
+
 /// Which record of a candidate tells its story: a benchmark beats a
 /// failed benchmark beats a reason it was not benchmarked.
 fn rank(record: &ResultRecord) -> u8 {
@@ -143,6 +161,7 @@ fn entry_of(record: &ResultRecord) -> CandidateEntry {
         params: record.params.clone(),
         status: record.status(),
         reason: reason_of(record),
+        measured: ran_on_a_slice(record.status()),
         benchmarked: timed(record),
         valid,
         gflops: record.gflops.filter(|g| g.is_finite()),

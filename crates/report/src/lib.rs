@@ -2,7 +2,7 @@
 //!
 //! A [`JobReport`] gathers a job's outcome (best parameters, GFLOPS, share of
 //! the modeled peak, the naive baseline and the speedup over it, how many
-//! candidates were evaluated, benchmarked and valid, how busy each slice was)
+//! candidates were considered, measured, benchmarked and valid, how busy each slice was)
 //! together with what is behind it (every candidate with its status and
 //! reason, every measurement, every interval a slice's hardware was busy).
 //! Build one from the results store's records with
@@ -192,8 +192,13 @@ pub struct JobReport {
     /// What the speedup is measured against; `None` when no baseline was measured.
     pub baseline: Option<Baseline>,
     /// Distinct candidates with any record (compiled, failed, screened,
-    /// pruned, benchmarked, ...).
-    pub candidates_evaluated: u64,
+    /// pruned, benchmarked, ...); `candidates_evaluated` in reports
+    /// written before the measured count existed.
+    #[serde(alias = "candidates_evaluated")]
+    pub candidates_considered: u64,
+    /// Distinct candidates that ran on a slice (see [`candidates`]).
+    #[serde(default)]
+    pub candidates_measured: u64,
     /// Distinct candidates with a timed run (benchmarked, flagged, or
     /// invalid after running).
     pub candidates_benchmarked: u64,
@@ -230,8 +235,13 @@ pub struct ReportSummary {
     pub baseline: Option<BaselineSummary>,
     /// best.gflops / baseline.gflops.
     pub speedup_over_naive: Option<f64>,
-    /// Distinct candidates with any record.
-    pub candidates_evaluated: u64,
+    /// Distinct candidates with any record (a pruned or skipped one
+    /// included).
+    #[serde(alias = "candidates_evaluated")]
+    pub candidates_considered: u64,
+    /// Distinct candidates that ran on a slice.
+    #[serde(default)]
+    pub candidates_measured: u64,
     /// Distinct candidates with a timed run.
     pub candidates_benchmarked: u64,
     /// Benchmarked candidates with the right answer and no plausibility flag.
@@ -462,7 +472,7 @@ impl JobReport {
     ///   record marked as the tune.toml baseline, else the earliest one
     ///   without parameters (the naive kernel), else none.
     /// - Candidates: one per distinct (kernel hash, parameters), counted as
-    ///   evaluated / benchmarked / valid (see [`candidates`]); the parameter
+    ///   considered / measured / benchmarked / valid (see [`candidates`]); the parameter
     ///   axes are those that vary among the benchmarked ones until
     ///   [`JobReport::with_kernel_model`] gives the tune.toml ones.
     /// - `slices`: every slice of the job, so idle ones show with 0.
@@ -521,7 +531,8 @@ impl JobReport {
             finished_at_ms,
             best: top.first().cloned(),
             baseline,
-            candidates_evaluated: candidates.len() as u64,
+            candidates_considered: candidates.len() as u64,
+            candidates_measured: count(|c| c.measured),
             candidates_benchmarked: count(|c| c.benchmarked),
             valid_candidates: count(|c| c.valid),
             slice_utilization,
@@ -567,7 +578,7 @@ impl JobReport {
         })
     }
 
-    /// `6 evaluated, 5 benchmarked, 4 valid`: the counts in the words every
+    /// `9 considered: 6 measured (5 benchmarked, 4 valid), 3 not run`: the counts in the words every
     /// output uses.
     pub fn counts_line(&self) -> String {
         terminal::counts_line(self)
@@ -622,7 +633,8 @@ impl JobReport {
                 description: b.description.clone(),
             }),
             speedup_over_naive: self.speedup_over_naive(),
-            candidates_evaluated: self.candidates_evaluated,
+            candidates_considered: self.candidates_considered,
+            candidates_measured: self.candidates_measured,
             candidates_benchmarked: self.candidates_benchmarked,
             valid_candidates: self.valid_candidates,
             candidates_by_status: self

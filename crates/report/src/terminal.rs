@@ -6,12 +6,20 @@ use comfy_table::{CellAlignment, Table};
 
 use crate::{JobReport, params_label, units};
 
-/// `6 evaluated, 5 benchmarked, 4 valid`: the job's counts in the words
-/// every output uses (see [`crate::candidates`]).
+/// `9 considered: 6 measured (5 benchmarked, 4 valid), 3 not run`: the
+/// job's counts in the words every output uses (see [`crate::candidates`]);
+/// a search that prunes most of a space says so instead of counting what it
+/// never ran.
 pub(crate) fn counts_line(report: &JobReport) -> String {
+    let not_run = report
+        .candidates_considered
+        .saturating_sub(report.candidates_measured);
     format!(
-        "{} evaluated, {} benchmarked, {} valid",
-        report.candidates_evaluated, report.candidates_benchmarked, report.valid_candidates
+        "{} considered: {} measured ({} benchmarked, {} valid), {not_run} not run (pruned, skipped or not built)",
+        report.candidates_considered,
+        report.candidates_measured,
+        report.candidates_benchmarked,
+        report.valid_candidates
     )
 }
 

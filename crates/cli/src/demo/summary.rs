@@ -198,7 +198,7 @@ impl DemoEnd {
             );
         }
         println!(
-            "candidates: {} assigned, {} (evaluated: any record; benchmarked: timed run; valid: right answer, unflagged)",
+            "candidates: {} assigned, {} (considered: any record; measured: ran on a slice; benchmarked: timed run; valid: right answer, unflagged)",
             assigned(finished),
             report.counts_line()
         );

@@ -144,13 +144,18 @@ fn demo_json_tunes_beats_the_naive_kernel_writes_the_report_and_cleans_up() {
         "best {best_gflops} GFLOPS does not beat the naive {baseline} GFLOPS"
     );
     assert_eq!(summary["candidates_assigned"].as_u64(), Some(4));
-    let evaluated = summary["candidates_evaluated"].as_u64().expect("evaluated");
+    let considered = summary["candidates_considered"]
+        .as_u64()
+        .expect("considered");
+    let measured = summary["candidates_measured"].as_u64().expect("measured");
     let benchmarked = summary["candidates_benchmarked"]
         .as_u64()
         .expect("benchmarked");
     assert!(
-        (1..=4).contains(&benchmarked) && (benchmarked..=4).contains(&evaluated),
-        "evaluated {evaluated}, benchmarked {benchmarked} of 4"
+        (1..=4).contains(&benchmarked)
+            && (benchmarked..=4).contains(&measured)
+            && (measured..=4).contains(&considered),
+        "considered {considered}, measured {measured}, benchmarked {benchmarked} of 4"
     );
     // Per slice: lock held over the slice's own tuning phase.
     let utilization = summary["slice_utilization"].as_object().expect("per slice");

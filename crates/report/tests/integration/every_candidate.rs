@@ -213,14 +213,19 @@ fn count_class(
 fn counts_use_one_vocabulary() {
     let (report, _) = report(true);
     assert_eq!(job_records().len(), 321);
-    assert_eq!(report.candidates_evaluated, 319);
+    assert_eq!(report.candidates_considered, 319);
+    assert_eq!(
+        report.candidates_measured, 304,
+        "benchmarked, flagged, wrong and screened ran; pruned and failed builds did not"
+    );
     assert_eq!(
         report.candidates_benchmarked, 302,
         "300 valid, flagged, wrong"
     );
     assert_eq!(report.valid_candidates, 300);
     let summary = serde_json::to_value(report.summary(None)).expect("json");
-    assert_eq!(summary["candidates_evaluated"], 319);
+    assert_eq!(summary["candidates_considered"], 319);
+    assert_eq!(summary["candidates_measured"], 304);
     assert_eq!(summary["candidates_benchmarked"], 302);
     assert_eq!(summary["valid_candidates"], 300);
     let by_status = &summary["candidates_by_status"];
@@ -234,7 +239,10 @@ fn counts_use_one_vocabulary() {
     assert_eq!(by_status["flagged"], 1);
     assert_eq!(by_status["invalid"], 1);
     let text = report.render_terminal();
-    assert_contains(&text, "319 evaluated, 302 benchmarked, 300 valid");
+    assert_contains(
+        &text,
+        "319 considered: 304 measured (302 benchmarked, 300 valid), 15 not run",
+    );
     assert_contains(&text, "12: roofline bound below the best");
     assert!(text.contains("1 min 12 s"), "wall time: {text}");
 }

@@ -177,7 +177,8 @@ fn report_from_records_finds_best_baseline_and_utilization() {
     assert_eq!(report.speedup_over_naive(), Some(12.0));
     // Seven records of six candidates (r7 repeats r3); all six ran timed
     // (r4 with a wrong answer, r6 flagged), four are valid.
-    assert_eq!(report.candidates_evaluated, 6);
+    assert_eq!(report.candidates_considered, 6);
+    assert_eq!(report.candidates_measured, 6);
     assert_eq!(report.candidates_benchmarked, 6);
     assert_eq!(report.valid_candidates, 4);
     // Flagged figures never rank; a repeated configuration is listed once.
@@ -291,7 +292,8 @@ fn empty_jobs_render_without_panicking() {
     assert_contains(&text, "no valid candidate");
     let summary = serde_json::to_value(report.summary(None)).expect("json");
     assert!(summary["best"].is_null());
-    assert_eq!(summary["candidates_evaluated"], 0);
+    assert_eq!(summary["candidates_considered"], 0);
+    assert_eq!(summary["candidates_measured"], 0);
 }
 
 #[test]
@@ -303,7 +305,10 @@ fn terminal_tables_show_the_best_params_and_figures() {
     assert!(text.contains("30.0%"), "peak share of the best: {text}");
     assert_contains(&text, "12.00x");
     assert!(text.contains("board0/c2"), "idle slice listed: {text}");
-    assert_contains(&text, "6 evaluated, 6 benchmarked, 4 valid");
+    assert_contains(
+        &text,
+        "6 considered: 6 measured (6 benchmarked, 4 valid), 0 not run",
+    );
 }
 
 #[test]
@@ -324,7 +329,8 @@ fn json_summary_has_the_required_fields_and_the_report_path() {
     assert_eq!(summary["best"]["peak_fraction"], 0.3);
     assert_eq!(summary["baseline"]["gflops"], 10.0);
     assert_eq!(summary["speedup_over_naive"], 12.0);
-    assert_eq!(summary["candidates_evaluated"], 6);
+    assert_eq!(summary["candidates_considered"], 6);
+    assert_eq!(summary["candidates_measured"], 6);
     assert_eq!(summary["candidates_benchmarked"], 6);
     assert_eq!(summary["valid_candidates"], 4);
     assert_eq!(summary["candidates_by_status"]["benchmarked"], 4);
@@ -518,7 +524,8 @@ fn a_recorded_baseline_is_the_reference_and_no_candidate() {
     assert_eq!(baseline.description, "tune.toml baseline");
     assert_eq!(report.speedup_over_naive(), Some(30.0));
     // The same six candidates as without it.
-    assert_eq!(report.candidates_evaluated, 6);
+    assert_eq!(report.candidates_considered, 6);
+    assert_eq!(report.candidates_measured, 6);
     assert_eq!(report.candidates_benchmarked, 6);
     assert_eq!(report.valid_candidates, 4);
     assert!(report.top.iter().all(|c| !c.params.contains_key("VARIANT")));
@@ -588,4 +595,19 @@ fn an_edited_best_is_named_with_its_hash_and_its_diff() {
     let summary = serde_json::to_value(pristine.summary(None)).expect("json");
     assert_eq!(summary["best"]["source_edited"], false);
     assert!(summary["best"].get("source_diff").is_none());
+}
+
+/// A summary written before the measured count existed still reads: its
+/// `candidates_evaluated` is the considered count, and nothing is said to
+/// have been measured.
+#[test]
+fn an_older_summary_reads_its_evaluated_count_as_considered() {
+    let mut old = serde_json::to_value(sample_report().summary(None)).expect("json");
+    let object = old.as_object_mut().expect("an object");
+    let considered = object.remove("candidates_considered").expect("considered");
+    object.remove("candidates_measured").expect("measured");
+    object.insert("candidates_evaluated".into(), considered);
+    let read: mtswarm_report::ReportSummary = serde_json::from_value(old).expect("reads");
+    assert_eq!(read.candidates_considered, 6);
+    assert_eq!(read.candidates_measured, 0);
 }
