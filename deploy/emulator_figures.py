@@ -27,7 +27,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = ["vecadd", "spmv", "stencil2d", "dgemm", "dgemm_gsm"]
-SWEEP = os.path.join(REPO, "crates/hw/tests/fixtures/dgemm_gsm_sweep.json")
+SWEEP = os.path.join(REPO, "examples/landscapes/dgemm_gsm.json")
 MAX_SWEPT = 150
 
 
@@ -56,10 +56,15 @@ def run(binary, root, kernel, defines):
 
 
 def best_of_sweep():
+    """The fastest configuration of the recorded landscape (Kernel Tuner's
+    cache format: `time` in ms, `__error__` on a failed one)."""
     with open(SWEEP) as f:
         sweep = json.load(f)
-    valid = [c for c in sweep["configurations"] if c.get("valid")]
-    return max(valid, key=lambda c: c["gflops"])["defines"]
+    keys = sweep["tune_params_keys"]
+    timed = [e for e in sweep["cache"].values()
+             if "__error__" not in e and isinstance(e.get("time"), (int, float))]
+    best = min(timed, key=lambda e: e["time"])
+    return {k: str(best[k]) for k in keys}
 
 
 def label(defines):

@@ -19,9 +19,10 @@ asks for is the demo's time to its best over the sweep's wall time of the
 same binary (target <= 0.3).
 
 With `--sweep-only --save-sweep FILE` it runs only the sweep of the first
-binary and writes every configuration's figures (`defines`, `valid`,
-`seconds`, `gflops`) as JSON: the exhaustive landscape a search is judged
-against (e.g. crates/worker/tests/fixtures/dgemm_sweep.json). A long sweep
+binary and writes every configuration's figures as a Kernel Tuner cache
+file (`time` in ms, `__error__` for a failed run; see
+crates/hw/src/landscape.rs): the exhaustive landscape a search is judged
+against (e.g. examples/landscapes/dgemm.json). A long sweep
 appends each configuration to FILE.partial (JSON lines) as it finishes, and
 a later run with the same FILE skips those: an interrupted sweep resumes.
 
@@ -124,6 +125,40 @@ def run_sweep(binary, kernel, jobs, configs, landscape, progress=None):
     }
 
 
+def kernel_tuner_cache(kernel, landscape):
+    """The sweep as a Kernel Tuner cache file: parameters in tune.toml
+    order, each entry on one line, `time` in milliseconds."""
+    import tomllib
+    with open(os.path.join(kernel, "tune.toml"), "rb") as f:
+        params = tomllib.load(f).get("param", [])
+    swept = set().union(*(r["defines"] for r in landscape)) if landscape else set()
+    keys = [p["name"] for p in params if p["name"] in swept]
+
+    def value(text):
+        try:
+            return int(text)
+        except ValueError:
+            return text
+
+    cache = {}
+    for row in landscape:
+        entry = {k: value(row["defines"][k]) for k in keys}
+        if row["valid"]:
+            entry.update({"time": row["seconds"] * 1000.0, "GFLOP/s": row["gflops"]})
+        else:
+            entry.update({"time": "RuntimeFailedConfig", "__error__": "RuntimeFailedConfig"})
+        cache[",".join(str(entry[k]) for k in keys)] = entry
+    head = json.dumps({
+        "device_name": "MT-3000 emulator",
+        "kernel_name": os.path.basename(os.path.normpath(kernel)),
+        "tune_params_keys": keys,
+        "tune_params": {p["name"]: p["values"] for p in params if p["name"] in keys},
+        "objective": "time",
+    }, indent=1)[:-2]
+    lines = [json.dumps(k) + ": " + json.dumps(v) for k, v in sorted(cache.items())]
+    return head + ',\n "cache": {\n' + ",\n".join(lines) + "\n}\n}\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("binaries", nargs="+",
@@ -158,10 +193,8 @@ def main():
         print(json.dumps(sweep))
         if args.save_sweep:
             progress.close()
-            landscape.sort(key=lambda r: json.dumps(r["defines"], sort_keys=True))
             with open(args.save_sweep, "w") as out:
-                json.dump({"kernel": args.kernel, "configurations": landscape}, out, indent=1)
-                out.write("\n")
+                out.write(kernel_tuner_cache(args.kernel, landscape))
             os.remove(partial)
         return
 

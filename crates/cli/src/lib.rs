@@ -15,6 +15,7 @@
 //!   (`approval_prompt` asks them);
 //! - `decision`: deciding one approval (`approve`/`deny` and `watch`);
 //! - `emu`: build and run one kernel on the emulator;
+//! - `search`: the builtin search replayed against a recorded landscape;
 //! - `llm`: whether a model endpoint can drive the agents; `llm_serve`, a
 //!   small model served on loopback for them ([`LocalModel`]);
 //! - `mcp`: `mcp`, the farm as Model Context Protocol tools for outside
@@ -45,6 +46,7 @@ mod pipe;
 mod render;
 mod report;
 mod results;
+mod search;
 mod up;
 mod watch;
 
@@ -109,6 +111,9 @@ pub enum Command {
     Client(ClientCommand),
     /// The MT-3000 emulator that ships with mtswarm.
     Emu(emu::EmuArgs),
+    /// The builtin search outside a job: `mtswarm search replay FILE`.
+    #[command(subcommand)]
+    Search(search::SearchCommand),
     /// Model endpoints: `mtswarm llm check URL --llm-model M`; `mtswarm llm serve`.
     #[command(subcommand)]
     Llm(llm::LlmCommand),
@@ -213,6 +218,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Worker(cmd) => daemons::worker(cmd, &telemetry).await,
         Command::Credentials(cmd) => credentials::credentials(cmd),
         Command::Emu(args) => emu::main(args).await,
+        Command::Search(command) => search::search(command),
         Command::Llm(command) => {
             let _guard = telemetry.init_client()?;
             llm::llm(command).await

@@ -29,6 +29,9 @@ pub enum ExportFormat {
     Jsonl,
     /// A header and one row per record; parameters as `param.<NAME>` columns.
     Csv,
+    /// A Kernel Tuner cache file of one kernel's candidates: what was
+    /// measured, as the autotuning ecosystem reads it.
+    KernelTuner,
 }
 
 /// Arguments of `mtswarm results`: the record filters, the output and the
@@ -258,6 +261,11 @@ pub(crate) async fn results(cmd: ResultsCmd) -> anyhow::Result<ExitCode> {
             ExportFormat::Jsonl => results::to_jsonl(&records, &mut out)?,
             ExportFormat::Csv => results::to_csv(&records, &mut out)?,
             ExportFormat::Table => write_table(&records, &mut out)?,
+            ExportFormat::KernelTuner => {
+                let landscape = mtswarm_report::kernel_tuner::kernel_tuner_cache(&records)?;
+                writeln!(out, "{}", landscape.to_kernel_tuner_json())?;
+                out.flush()?;
+            }
         }
     }
     if let Some(path) = &cmd.output {

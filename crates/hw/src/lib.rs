@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod harness;
 mod harness_line;
 pub mod host;
+pub mod landscape;
 pub mod lock;
 pub mod measure;
 pub mod plausibility;

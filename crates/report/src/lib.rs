@@ -28,6 +28,7 @@
 
 pub mod candidates;
 mod html;
+pub mod kernel_tuner;
 mod model;
 mod roofline_svg;
 mod scatter_svg;

@@ -1,4 +1,5 @@
-//! The command line's tests: demo, emu run, quarantine, results store.
+//! The command line's tests: demo, emu run and sweep, search replay,
+//! quarantine, results store.
 //!
 //! Every file beside this one is a module of one test binary. A binary per
 //! file would link the whole dependency tree (the emulator's compiler and
@@ -12,5 +13,6 @@ mod common;
 
 mod demo;
 mod emu_run;
+mod landscapes;
 mod quarantine;
 mod results_store;

@@ -1,7 +1,8 @@
 //! `mtswarm results` against a real nats-server: records stored through
 //! `ResultsStore` (as worker daemons store them) come back through the
 //! binary filtered by job, kernel, slice, backend, validity and time, as a
-//! table, JSON lines, CSV, one JSON object, or into a file.
+//! table, JSON lines, CSV, one JSON object, a Kernel Tuner cache, or into
+//! a file.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -211,4 +212,58 @@ async fn results_are_filtered_and_exported_from_the_store() {
     assert!(!unreachable.status.success());
     let error = String::from_utf8_lossy(&unreachable.stderr);
     assert!(error.contains("cannot reach NATS"), "{error}");
+}
+
+/// `--format kernel-tuner`: one kernel's candidates as a Kernel Tuner
+/// cache (a valid figure beats an invalid record of the same candidate);
+/// records of two kernels are refused with the way out named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_kernels_results_export_as_a_kernel_tuner_cache() {
+    let nats = tokio::task::spawn_blocking(NatsServer::start)
+        .await
+        .expect("task")
+        .expect("nats-server starts (see deploy/setup.sh)");
+    let bus = Bus::connect(BusConfig::new(nats.url()))
+        .await
+        .expect("connect");
+    let store = ResultsStore::open(&bus).await.expect("open the store");
+    for r in [
+        record("r1", "job1", "vecadd", "board0/c0", true, Duration::ZERO),
+        record("r22", "job1", "vecadd", "board0/c1", false, Duration::ZERO),
+        record("r333", "job1", "vecadd", "board0/c1", true, Duration::ZERO),
+        record("r4", "job1", "dgemm", "board0/c0", true, Duration::ZERO),
+    ] {
+        store.record(&r).await.expect("store a record");
+    }
+    let url = nats.url();
+    let (cache, mixed) = tokio::task::spawn_blocking(move || {
+        (
+            stdout_of(&mtswarm(
+                &url,
+                &["job1", "--kernel", "vecadd", "--format", "kernel-tuner"],
+            )),
+            mtswarm(&url, &["job1", "--format", "kernel-tuner"]),
+        )
+    })
+    .await
+    .expect("cli runs");
+    let landscape = mtswarm_hw::landscape::Landscape::from_kernel_tuner_json(&cache)
+        .expect("a Kernel Tuner cache");
+    assert_eq!(landscape.kernel_name, "vecadd");
+    assert_eq!(landscape.keys, ["CHUNK"]);
+    // CHUNK is the record id's length: r1 -> 2, r22 -> 3 (invalid), r333 -> 4.
+    let outcome = |chunk: i64| {
+        landscape
+            .entries
+            .iter()
+            .find(|e| e.config["CHUNK"] == mtswarm_hw::tune::ParamValue::Int(chunk))
+            .map(|e| e.outcome.clone())
+            .expect("an entry")
+    };
+    assert_eq!(outcome(2).seconds(), Some(0.5));
+    assert!(outcome(3).seconds().is_none(), "the invalid one failed");
+    assert_eq!(outcome(4).seconds(), Some(0.5));
+    assert_eq!(mixed.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&mixed.stderr);
+    assert!(error.contains("several kernels (dgemm, vecadd)"), "{error}");
 }

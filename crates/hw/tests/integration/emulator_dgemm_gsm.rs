@@ -13,36 +13,23 @@ use std::path::Path;
 
 use emulator_support::*;
 use mtswarm_hw::ChipSpec;
+use mtswarm_hw::landscape::Landscape;
 use mtswarm_hw::tune::TuneSpace;
 
 const CORES: u32 = 24;
 const KERNEL: &str = "dgemm_gsm";
 
-/// The recorded sweep, in `deploy/sweep_vs_demo.py --save-sweep` format:
-/// `{"kernel", "configurations": [{"defines", "valid", "seconds", "gflops"}]}`.
-fn sweep() -> serde_json::Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dgemm_gsm_sweep.json");
-    let text = std::fs::read_to_string(&path).expect("sweep fixture");
-    serde_json::from_str(&text).expect("sweep fixture is JSON")
-}
-
-/// The defines of the fastest valid configuration of the sweep.
-fn best_of_sweep(sweep: &serde_json::Value) -> BTreeMap<String, String> {
-    let best = sweep["configurations"]
-        .as_array()
-        .expect("configurations")
+/// The defines of the fastest configuration of the recorded sweep
+/// (`examples/landscapes/dgemm_gsm.json`, Kernel Tuner's cache format).
+fn best_of_sweep() -> BTreeMap<String, String> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/landscapes/dgemm_gsm.json");
+    let text = std::fs::read_to_string(&path).expect("recorded landscape");
+    let landscape = Landscape::from_kernel_tuner_json(&text).expect("a Kernel Tuner cache");
+    let best = landscape.optimum().expect("a measured configuration");
+    best.config
         .iter()
-        .filter(|c| c["valid"].as_bool() == Some(true))
-        .max_by(|a, b| {
-            let g = |c: &serde_json::Value| c["gflops"].as_f64().expect("gflops");
-            g(a).total_cmp(&g(b))
-        })
-        .expect("a valid configuration");
-    best["defines"]
-        .as_object()
-        .expect("defines")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().expect("string value").to_owned()))
+        .map(|(k, v)| (k.clone(), v.to_string()))
         .collect()
 }
 
@@ -78,7 +65,7 @@ fn space_has_at_least_1000_configurations_that_fit_the_memories() {
 
 #[tokio::test]
 async fn best_of_the_sweep_reaches_70_percent_of_the_24_core_peak() {
-    let overrides = best_of_sweep(&sweep());
+    let overrides = best_of_sweep();
     let pairs: Vec<(&str, &str)> = overrides
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))

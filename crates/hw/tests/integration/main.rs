@@ -22,6 +22,7 @@ mod emulator_object_cache;
 mod emulator_tune;
 mod faults;
 mod fleet;
+mod landscapes;
 mod lock;
 mod measure;
 mod sandbox;

@@ -306,39 +306,48 @@ impl BuiltinLeaderPolicy {
             }
             Err(error) => return Turn::Final(failure(&format!("no tuning space: {error}"))),
         };
-        let parts: Vec<Vec<Defines>> = balanced_partitions(&configurations, agents.len())
-            .into_iter()
-            .map(|part| part.iter().map(defines_of).collect())
-            .collect();
         let total = job
             .search_budget()
             .unwrap_or_else(|| search_budget(configurations.len()));
-        let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
-        let budgets = split_budget(total, &sizes);
         Turn::Calls(
             agents
                 .iter()
-                .zip(parts.into_iter().zip(budgets))
-                .filter(|(_, (part, _))| !part.is_empty())
+                .zip(search_plans(&configurations, agents.len(), total))
                 .enumerate()
-                .map(|(i, (agent, (part, budget)))| {
+                .map(|(i, (agent, plan))| {
                     call(
                         &format!("assign-{}", i + 1),
                         "assign_task",
                         json!({
                             "agent": agent,
                             "instructions": "Search the candidate configurations for the fastest one within the evaluation budget; answer with the best one.",
-                            "parameters": TaskPlan::search(
-                                part,
-                                u32::try_from(budget).unwrap_or(u32::MAX),
-                            )
-                            .to_value(),
+                            "parameters": plan.to_value(),
                         }),
                     )
                 })
                 .collect(),
         )
     }
+}
+
+/// The job's search as `agents` task plans: the space split so each part
+/// sees every value ([`balanced_partitions`]) and the job's `total`
+/// evaluations split over the parts ([`split_budget`]); parts left empty
+/// (more agents than configurations) get no plan. What the builtin leader
+/// assigns, and what a replay of a recorded landscape runs.
+pub fn search_plans(configurations: &[Config], agents: usize, total: usize) -> Vec<TaskPlan> {
+    let parts: Vec<Vec<Defines>> = balanced_partitions(configurations, agents)
+        .into_iter()
+        .map(|part| part.iter().map(defines_of).collect())
+        .collect();
+    let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
+    let budgets = split_budget(total, &sizes);
+    parts
+        .into_iter()
+        .zip(budgets)
+        .filter(|(part, _)| !part.is_empty())
+        .map(|(part, budget)| TaskPlan::search(part, u32::try_from(budget).unwrap_or(u32::MAX)))
+        .collect()
 }
 
 fn collect(history: &History<'_>, last: &[ToolCall], job: &JobLine, retry_round: bool) -> Turn {
@@ -669,16 +678,18 @@ fn turn_stream(turn: Turn) -> ModelStream {
 fn defines_of(config: &Config) -> Defines {
     config
         .iter()
-        .map(|(name, value)| {
-            let value = match value {
-                ParamValue::Int(i) => DefineValue::Number((*i).into()),
-                ParamValue::Float(f) => serde_json::Number::from_f64(*f)
-                    .map_or_else(|| DefineValue::Text(f.to_string()), DefineValue::Number),
-                ParamValue::Str(s) => DefineValue::Text(s.clone()),
-            };
-            (name.clone(), value)
-        })
+        .map(|(name, value)| (name.clone(), define_value(value)))
         .collect()
+}
+
+/// A tuning value as a plan carries it.
+pub(crate) fn define_value(value: &ParamValue) -> DefineValue {
+    match value {
+        ParamValue::Int(i) => DefineValue::Number((*i).into()),
+        ParamValue::Float(f) => serde_json::Number::from_f64(*f)
+            .map_or_else(|| DefineValue::Text(f.to_string()), DefineValue::Number),
+        ParamValue::Str(s) => DefineValue::Text(s.clone()),
+    }
 }
 
 #[cfg(test)]

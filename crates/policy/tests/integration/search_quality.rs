@@ -1,21 +1,18 @@
 //! How good the builtin search is, against exhaustive landscapes: every
-//! configuration's modeled time on the emulator, written once by
-//! `deploy/sweep_vs_demo.py --sweep-only --save-sweep` (modeled cycles are
-//! exact, so the figures are the emulator's, not a model of them):
-//! `crates/worker/tests/fixtures/dgemm_sweep.json` (the 112 configurations
-//! of `examples/kernels/dgemm`) and
-//! `crates/hw/tests/fixtures/dgemm_gsm_sweep.json` (the 2,205 of
+//! configuration's modeled time on the emulator, recorded in Kernel
+//! Tuner's cache format (modeled cycles are exact, so the figures are the
+//! emulator's, not a model of them): `examples/landscapes/dgemm.json` (the
+//! 112 configurations of `examples/kernels/dgemm`) and
+//! `examples/landscapes/dgemm_gsm.json` (the 2,205 of
 //! `examples/kernels/dgemm_gsm`, a cluster-scale dgemm).
 //!
-//! The space is split among agents as the leader splits it
-//! (`balanced_partitions`), and so is the job's evaluation budget (the
-//! default `search_budget`, `split_budget`); each agent's search plan is
-//! driven turn by turn through `policy::decide` against a slice that
-//! answers with the real tools' text formats, the fixture's times and the
-//! real roofline bounds. Agents run side by side at the same pace, so the
-//! whole system's progress when an agent has made `i` evaluations is about
-//! `i` evaluations per agent: the *evaluations to the best* is the agent
-//! count times the evaluations its agent took to reach it.
+//! Each run is a [`replay`]: the job as the builtin leader plans it (its
+//! agent count, split of the space and of the default budget) and each
+//! agent's task as a worker runs it, turn by turn through the worker
+//! policy, against a slice that answers from the landscape with the real
+//! tools' text formats and the real roofline bounds. Agents run side by
+//! side at one evaluation per round: the *evaluations to the best* are
+//! those all agents made by the round it was found.
 //!
 //! Compared, at equal evaluations, with random search and with a genetic
 //! algorithm as Kernel Tuner runs it (five fixed seeds each; see
@@ -28,13 +25,11 @@ mod baselines;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use mtswarm_core::{Message, ToolCall};
 use mtswarm_hw::ChipSpec;
+use mtswarm_hw::landscape::Landscape;
 use mtswarm_hw::tune::TuneSpace;
-use mtswarm_policy::worker::{Decision, decide, render_task_message};
-use mtswarm_policy::{balanced_partitions, search_agents, search_budget, split_budget};
+use mtswarm_policy::replay::{ReplayConfig, ReplayRun, replay};
 use mtswarm_tools::estimate::roofline;
-use serde_json::{Value, json};
 
 type Defines = BTreeMap<String, String>;
 
@@ -45,122 +40,42 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A fixture (its path from the workspace root): configuration -> modeled
-/// seconds (valid ones).
-fn landscape(fixture: &str) -> BTreeMap<Defines, f64> {
-    let path = repo().join(fixture);
-    let text = std::fs::read_to_string(&path).expect("fixture");
-    let value: Value = serde_json::from_str(&text).expect("fixture json");
-    value["configurations"]
-        .as_array()
-        .expect("configurations")
+/// A recorded landscape (its path from the workspace root), and its
+/// configurations' modeled seconds by `-D` values (the measured ones).
+fn landscape(file: &str) -> (Landscape, BTreeMap<Defines, f64>) {
+    let text = std::fs::read_to_string(repo().join(file)).expect("landscape file");
+    let landscape = Landscape::from_kernel_tuner_json(&text).expect("a Kernel Tuner cache");
+    let times = landscape
+        .entries
         .iter()
-        .filter(|c| c["valid"] == true)
-        .map(|c| {
-            let defines: Defines = serde_json::from_value(c["defines"].clone()).expect("defines");
-            (defines, c["seconds"].as_f64().expect("seconds"))
+        .filter_map(|e| {
+            let defines = e
+                .config
+                .iter()
+                .map(|(k, v)| (k.clone(), v.to_string()))
+                .collect();
+            Some((defines, e.outcome.seconds()?))
         })
-        .collect()
+        .collect();
+    (landscape, times)
 }
 
-/// The space's configurations as `-D` maps (tuning parameters only), split
-/// into `parts` as the leader splits them.
-fn partitions(space: &TuneSpace, parts: usize) -> Vec<Vec<Defines>> {
+/// The whole system's search on `slices` free slices, with the roofline
+/// of the kernel's `[model]` answering `estimate` as the real tool does.
+fn system_run(space: &TuneSpace, landscape: &Landscape, slices: usize) -> ReplayRun {
     let spec = ChipSpec::default();
-    let configs = space.configurations(&spec).expect("configurations");
-    balanced_partitions(&configs, parts)
-        .into_iter()
-        .map(|part| {
-            part.iter()
-                .map(|config| {
-                    space
-                        .defines(config)
-                        .into_iter()
-                        .filter(|(name, _)| config.contains_key(name))
-                        .collect()
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// One agent's search over `candidates` with `budget` evaluations: the
-/// modeled seconds of each evaluation, in order.
-fn search(
-    space: &TuneSpace,
-    times: &BTreeMap<Defines, f64>,
-    candidates: &[Defines],
-    budget: usize,
-) -> Vec<f64> {
-    let spec = ChipSpec::default();
-    let list: Vec<Value> = candidates.iter().map(|d| json!(d)).collect();
-    let mut history = vec![
-        Message::system("sys"),
-        Message::user(render_task_message(
-            "t1",
-            "dgemm",
-            "",
-            &json!({"candidates": list, "search_budget": budget}),
-        )),
-    ];
-    let mut artifacts: BTreeMap<String, Defines> = BTreeMap::new();
-    let mut evaluations = Vec::new();
-    for _ in 0..10_000 {
-        let calls: Vec<ToolCall> = match decide(&history) {
-            Decision::Final(_) => return evaluations,
-            Decision::Call(call) => vec![call],
-            Decision::Calls(calls) => calls,
-        };
-        history.push(Message::assistant("", calls.clone()));
-        for call in &calls {
-            let args: Value = serde_json::from_str(&call.arguments).expect("json");
-            let defines = |a: &Value| -> Defines {
-                serde_json::from_value(a["defines"].clone()).expect("defines")
-            };
-            let reply = match call.name.as_str() {
-                "board_info" => "slice board0/c0 (emulator backend, 24 cores)\nmeasurement: exact timing (one validated execution is the figure; spot re-runs check it)".to_owned(),
-                "analyze_kernel" => "dgemm/kernel.c: kernels [\"dgemm_kernel\"]".to_owned(),
-                "estimate" => {
-                    let (flops, bytes) = space
-                        .model_figures(&defines(&args), &spec)
-                        .expect("model")
-                        .expect("a [model]");
-                    let bound = roofline(&spec, flops, bytes, CORES, None);
-                    format!(
-                        "{} on {CORES} cores: bound {:.4e} s = {:.1} GFLOPS",
-                        bound.bound_by, bound.bound_seconds, bound.bound_gflops
-                    )
-                }
-                "compile" => {
-                    let id = format!("b{}", artifacts.len() + 1);
-                    artifacts.insert(id.clone(), defines(&args));
-                    if args["background"] == json!(true) {
-                        format!("building dgemm in the background as artifact {id}: call wait_build with artifact {id} before running it")
-                    } else {
-                        format!("compiled dgemm as artifact {id} (kernel abc, gcc)")
-                    }
-                }
-                "wait_build" => {
-                    let id = args["artifact"].as_str().expect("artifact");
-                    format!("compiled dgemm as artifact {id} (kernel abc, gcc)")
-                }
-                "validate" | "benchmark" => {
-                    let id = args["artifact"].as_str().expect("artifact");
-                    let t = times[&artifacts[id]];
-                    evaluations.push(t);
-                    let g = 1.0 / t / 1e9;
-                    if call.name == "validate" {
-                        format!("validation PASSED for artifact {id} on {CORES} cores (2 executions): valid: {t:.4e} s, {g:.2} GFLOPS (1.0% of peak)")
-                    } else {
-                        format!("artifact {id} on {CORES} cores: median {t:.4e} s, trimmed mean {t:.4e} s over 2 runs (min {t:.4e}, max {t:.4e}), {g:.2} GFLOPS (1.0% of peak)")
-                    }
-                }
-                other => panic!("unexpected tool {other}"),
-            };
-            history.push(Message::tool(call.id.clone(), reply));
-        }
-    }
-    panic!("the search did not finish");
+    let bound = |defines: &Defines| -> Option<f64> {
+        let (flops, bytes) = space.model_figures(defines, &spec).ok()??;
+        Some(roofline(&spec, flops, bytes, CORES, None).bound_seconds)
+    };
+    let config = ReplayConfig {
+        slices,
+        agents: None,
+        budget: None,
+        seed: None,
+        cores: CORES,
+    };
+    replay(landscape, &config, Some(&bound)).expect("the replay runs")
 }
 
 /// The best time after each count of evaluations of `order`.
@@ -170,51 +85,6 @@ fn best_after(order: &[f64], count: usize) -> f64 {
         .take(count)
         .copied()
         .fold(f64::INFINITY, f64::min)
-}
-
-struct SystemRun {
-    /// Agents the leader spawns (as many as the budget feeds).
-    agents: usize,
-    /// Evaluations of the whole system, all agents.
-    evaluations: usize,
-    /// System evaluations when a figure within `share` of the exhaustive
-    /// best was first found (agents times its agent's evaluations).
-    evaluations_to: Box<dyn Fn(f64) -> Option<usize>>,
-    best_seconds: f64,
-}
-
-/// The leader's choice of agents for `slices` free slices, its split of the
-/// space and of the default budget, and each agent's search.
-fn system_run(space: &TuneSpace, times: &BTreeMap<Defines, f64>, slices: usize) -> SystemRun {
-    let global_best = times.values().copied().fold(f64::INFINITY, f64::min);
-    let budget = search_budget(times.len());
-    let agents = search_agents(budget, times.len(), slices);
-    let parts = partitions(space, agents);
-    for part in &parts {
-        assert!(
-            part.iter().all(|c| times.contains_key(c)),
-            "the fixture lacks configurations of the space"
-        );
-    }
-    let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
-    let budgets = split_budget(budget, &sizes);
-    let runs: Vec<Vec<f64>> = parts
-        .iter()
-        .zip(budgets)
-        .map(|(part, budget)| search(space, times, part, budget))
-        .collect();
-    let best_seconds = runs.iter().flatten().copied().fold(f64::INFINITY, f64::min);
-    SystemRun {
-        agents,
-        evaluations: runs.iter().map(Vec::len).sum(),
-        evaluations_to: Box::new(move |share| {
-            runs.iter()
-                .filter_map(|r| r.iter().position(|t| global_best / *t >= share))
-                .min()
-                .map(|i| (i + 1) * agents)
-        }),
-        best_seconds,
-    }
 }
 
 fn percent(global_best: f64, seconds: f64) -> f64 {
@@ -236,7 +106,7 @@ fn judge(
     every_seed: bool,
 ) {
     let space = TuneSpace::load(&repo().join("examples/kernels").join(kernel)).expect("tune.toml");
-    let times = landscape(fixture);
+    let (recorded, times) = landscape(fixture);
     let configurations = space
         .configurations(&ChipSpec::default())
         .expect("configurations")
@@ -244,9 +114,14 @@ fn judge(
     assert_eq!(times.len(), configurations, "{fixture} is not exhaustive");
     let global_best = times.values().copied().fold(f64::INFINITY, f64::min);
     for &slices in slices {
-        let run = system_run(&space, &times, slices);
-        let agents = run.agents;
-        let n = run.evaluations;
+        let run = system_run(&space, &recorded, slices);
+        let agents = run.agents.len();
+        let n = run.evaluations();
+        let evaluations_to = |share: f64| {
+            run.rounds_to(global_best, share)
+                .map(|r| run.evaluations_by_round(r))
+        };
+        let best_seconds = run.best().expect("a measured best");
         let random: Vec<f64> = SEEDS
             .iter()
             .map(|seed| best_after(&baselines::random_search(&times, n, *seed), n))
@@ -262,7 +137,7 @@ fn judge(
         };
         // When the system first had `share` of the best, and what the
         // others had after as many evaluations.
-        let reached = (run.evaluations_to)(share);
+        let reached = evaluations_to(share);
         let at_reached = |strategy: fn(&BTreeMap<Defines, f64>, usize, u64) -> Vec<f64>| {
             let k = reached.unwrap_or(n);
             SEEDS
@@ -276,18 +151,18 @@ fn judge(
             "SEARCH-QUALITY {kernel} ({} configurations), {slices} slices, {agents} agents: {n} evaluated ({:.1}%), best {:.1}% of the exhaustive best, within {:.0}% after {reached:?} and at 100% after {:?} system evaluations; at {n} evaluations random search reaches {:?}% and the genetic algorithm {:?}%; at {reached:?} evaluations random search {:?}% and the genetic algorithm {:?}% (seeds {SEEDS:?})",
             times.len(),
             100.0 * n as f64 / times.len() as f64,
-            percent(global_best, run.best_seconds),
+            percent(global_best, best_seconds),
             share * 100.0,
-            (run.evaluations_to)(1.0),
+            evaluations_to(1.0),
             shown(&random),
             shown(&genetic),
             shown(&random_at_reached),
             shown(&genetic_at_reached),
         );
         assert!(
-            run.best_seconds <= global_best / share,
+            best_seconds <= global_best / share,
             "{kernel}, {agents} agents: best {} vs exhaustive {global_best}",
-            run.best_seconds
+            best_seconds
         );
         assert!(
             n as f64 <= most_evaluations * times.len() as f64,
@@ -301,10 +176,9 @@ fn judge(
         // less on every seed.
         let mean = random.iter().sum::<f64>() / random.len() as f64;
         assert!(
-            run.best_seconds < mean
-                && (!every_seed || random.iter().all(|r| run.best_seconds <= *r)),
+            best_seconds < mean && (!every_seed || random.iter().all(|r| best_seconds <= *r)),
             "{kernel}, {agents} agents: {} vs random search {random:?}",
-            run.best_seconds
+            best_seconds
         );
         if every_seed {
             assert!(
@@ -321,7 +195,7 @@ fn judge(
 fn on_a_large_space_the_search_finds_the_best_with_a_tenth_of_it_and_beats_random_search() {
     judge(
         "dgemm_gsm",
-        "crates/hw/tests/fixtures/dgemm_gsm_sweep.json",
+        "examples/landscapes/dgemm_gsm.json",
         &[2, 4, 8],
         0.95,
         0.10,
@@ -336,7 +210,7 @@ fn on_a_large_space_the_search_finds_the_best_with_a_tenth_of_it_and_beats_rando
 fn on_a_small_space_the_search_finds_the_best_with_part_of_it() {
     judge(
         "dgemm",
-        "crates/worker/tests/fixtures/dgemm_sweep.json",
+        "examples/landscapes/dgemm.json",
         &[1, 2, 4, 8],
         0.95,
         0.3,

@@ -2,7 +2,10 @@
 //! the host backend) without the rest of the system, for kernel authors and
 //! scripts. `--json` prints one machine-readable object; `emu space` lists
 //! the tuning space's configurations, one JSON object a line, so a script
-//! can sweep the same space the system searches.
+//! can sweep the same space the system searches; `emu sweep` runs them all
+//! and writes the landscape as a Kernel Tuner cache file ([`sweep`]).
+
+mod sweep;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -34,6 +37,9 @@ enum EmuCommand {
     /// Print every configuration of the kernel's tune.toml space (constraints
     /// applied), one JSON object of `-D` values a line.
     Space(SpaceArgs),
+    /// Run every configuration of the kernel's tune.toml space once and
+    /// write the landscape as a Kernel Tuner cache file (resumable).
+    Sweep(sweep::SweepArgs),
 }
 
 #[derive(Debug, Args)]
@@ -95,6 +101,7 @@ pub(crate) async fn main(args: EmuArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         EmuCommand::Run(run) => run_command(run).await,
         EmuCommand::Space(space) => space_command(&space),
+        EmuCommand::Sweep(args) => sweep::sweep(args).await,
     }
 }
 
