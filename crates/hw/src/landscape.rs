@@ -6,7 +6,7 @@
 //! GPUs) can replay mtswarm's search on it, and the other way round.
 //!
 //! The format, as Kernel Tuner 1.x reads and writes it
-//! (`kernel_tuner/util.py`: `process_cache`, `store_cache`, `read_cache`):
+//! (in its util module: `process_cache`, `store_cache`, `read_cache`):
 //! an object with `device_name`, `kernel_name`, `tune_params_keys` (the
 //! parameter order), `tune_params` (each parameter's values), `objective`
 //! and `cache`, whose keys are the configuration's values joined with
