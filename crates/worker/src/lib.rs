@@ -122,9 +122,12 @@
 //!   knows it; `stop`: how a session is asked to stop;
 //! - leaves: `config`, `disk`, `error`, `events`, `health`,
 //!   `checkpoint`, `results`, `prompt`, `text`, `workspace`.
+//! - entry points for outside drivers: `fuzzing` (the fuzz targets) and
+//!   `benching` (the durable-step bench, over `checkpoint`).
 
 mod approval;
 mod approval_rules;
+pub mod benching;
 mod checkpoint;
 mod config;
 mod daemon;

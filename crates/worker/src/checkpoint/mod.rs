@@ -67,6 +67,7 @@ mod size_tests;
 mod stored;
 
 pub use stored::CHECKPOINT_FORMAT_VERSION;
+pub use stored::RestoreError;
 pub(crate) use stored::restored_state;
 use stored::{ShownLimits, checkpoint_json};
 

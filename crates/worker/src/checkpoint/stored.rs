@@ -216,18 +216,23 @@ fn decisive_evidence(ledger: &EvidenceLedger) -> Option<EvidenceLedger> {
 
 /// Why a stored checkpoint could not be turned back into a loop state.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum RestoreError {
+pub enum RestoreError {
     /// A format this worker does not know (written by a newer one).
     #[error("checkpoint of session {session} has format {found}, this worker reads up to {known}")]
     UnknownFormat {
+        /// The session whose checkpoint it is.
         session: String,
+        /// The format it has.
         found: u32,
+        /// The newest format this worker reads.
         known: u32,
     },
     /// The state is not a `LoopState` in JSON.
     #[error("checkpoint of session {session} does not decode: {source}")]
     Decode {
+        /// The session whose checkpoint it is.
         session: String,
+        /// What the JSON decoder found wrong.
         #[source]
         source: serde_json::Error,
     },
