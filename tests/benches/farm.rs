@@ -1,10 +1,10 @@
-//! A farm on one machine: `FARM_DAEMONS` (default 16) worker daemon
-//! processes, each owning one simulated board of `FARM_SLICES_PER_DAEMON`
+//! A farm on one machine: `BENCH_DAEMONS` (default 16) worker daemon
+//! processes, each owning one simulated board of `BENCH_SLICES_PER_DAEMON`
 //! (default 64) single-core slices, a leader process and a real
 //! nats-server; one job with one agent per slice (`num_agents` = the slice
-//! count, 1,024 by default) over a synthetic kernel of `FARM_CONFIGS_PER_AGENT`
+//! count, 1,024 by default) over a synthetic kernel of `BENCH_CONFIGS_PER_AGENT`
 //! (default 2) configurations per agent, submitted over gRPC. It waits for
-//! the job (at most `FARM_TIMEOUT_SECONDS`, default 1800, with progress
+//! the job (at most `BENCH_TIMEOUT_SECONDS`, default 1800, with progress
 //! lines every 5 s) and prints, as a Markdown table: slices, agents spawned,
 //! tasks done, wall time, the leader's peak RSS and RSS per agent, its CPU
 //! seconds and CPU per agent (from `/proc/<pid>/status` and
@@ -13,14 +13,14 @@
 //! (submit until the job record lists every agent, polled every 50 ms) and
 //! the liveness writes per second: every put of the slice-lease and
 //! worker buckets, counted from their `$KV` subjects, over
-//! `FARM_IDLE_SECONDS` (default 10) of an idle farm before the job and over
+//! `BENCH_IDLE_SECONDS` (default 10) of an idle farm before the job and over
 //! the job itself.
 //!
 //! The workers are processes (one per board, as a farm runs them); a
 //! simulated run is a timer, so 16 daemons fit on two cores. Run:
 //! `cargo bench -p mtswarm-tests --bench farm`
-//! (`FARM_RUN_MS=5,20` and `FARM_INCORRECT=0.1` set the boards' run time
-//! per execution and wrong-answer share, `FARM_LEASE_TTL_SECONDS` (30) the
+//! (`BENCH_RUN_MS=5,20` and `BENCH_INCORRECT=0.1` set the boards' run time
+//! per execution and wrong-answer share, `BENCH_LEASE_TTL_SECONDS` (30) the
 //! workers' slice lease TTL).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a panic is a failed run
@@ -49,19 +49,19 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 fn run_ms() -> (u64, u64) {
-    let text = std::env::var("FARM_RUN_MS").unwrap_or_else(|_| "5,20".into());
+    let text = std::env::var("BENCH_RUN_MS").unwrap_or_else(|_| "5,20".into());
     let ends: Vec<u64> = text
         .split(',')
         .map(|t| {
             t.trim()
                 .parse()
-                .unwrap_or_else(|_| panic!("FARM_RUN_MS={text}: expected LOW,HIGH milliseconds"))
+                .unwrap_or_else(|_| panic!("BENCH_RUN_MS={text}: expected LOW,HIGH milliseconds"))
         })
         .collect();
     match ends.as_slice() {
         [fixed] => (*fixed, *fixed),
         [low, high] => (*low, *high),
-        _ => panic!("FARM_RUN_MS={text}: expected LOW,HIGH milliseconds"),
+        _ => panic!("BENCH_RUN_MS={text}: expected LOW,HIGH milliseconds"),
     }
 }
 
@@ -135,17 +135,17 @@ fn mb(bytes: u64) -> f64 {
 }
 
 async fn run() {
-    let daemons: usize = env_or("FARM_DAEMONS", 16);
-    let slices: u32 = env_or("FARM_SLICES_PER_DAEMON", 64);
-    let per_agent: usize = env_or("FARM_CONFIGS_PER_AGENT", 2);
-    let timeout = Duration::from_secs(env_or("FARM_TIMEOUT_SECONDS", 1800));
+    let daemons: usize = env_or("BENCH_DAEMONS", 16);
+    let slices: u32 = env_or("BENCH_SLICES_PER_DAEMON", 64);
+    let per_agent: usize = env_or("BENCH_CONFIGS_PER_AGENT", 2);
+    let timeout = Duration::from_secs(env_or("BENCH_TIMEOUT_SECONDS", 1800));
     let agents = daemons * slices as usize;
     let options = FarmOptions {
         node_bin: node_bin!(),
         daemons,
         slices_per_daemon: slices,
         run_ms: run_ms(),
-        incorrect_fraction: env_or("FARM_INCORRECT", 0.1),
+        incorrect_fraction: env_or("BENCH_INCORRECT", 0.1),
         noise: 0.005,
         param_values: param_values(agents * per_agent),
         leader_env: Vec::new(),
@@ -154,7 +154,7 @@ async fn run() {
         // the default keeps a late renewal from fencing a running session.
         worker_args: vec![
             "--lease-ttl".into(),
-            env_or("FARM_LEASE_TTL_SECONDS", 30u64).to_string(),
+            env_or("BENCH_LEASE_TTL_SECONDS", 30u64).to_string(),
         ],
     };
     eprintln!(
@@ -170,7 +170,7 @@ async fn run() {
         started.elapsed().as_secs_f64()
     );
     let writes = count_liveness_writes(&farm.nats.url()).await;
-    let idle = Duration::from_secs(env_or("FARM_IDLE_SECONDS", 10));
+    let idle = Duration::from_secs(env_or("BENCH_IDLE_SECONDS", 10));
     let idle_from = writes.load(Ordering::Relaxed);
     tokio::time::sleep(idle).await;
     let idle_rate = (writes.load(Ordering::Relaxed) - idle_from) as f64 / idle.as_secs_f64();
