@@ -13,12 +13,17 @@
 //!   shown message it has not written yet, then the head, which names the
 //!   nonce and the shown range (the pinned task, message 0, and
 //!   `first..len`). The first write of a sink (a resumed run's, too)
-//!   writes the shown history once under its nonce.
+//!   writes the shown history once under its nonce. While the messages not
+//!   stored as records are few and small ([`INLINE_MESSAGES`],
+//!   [`INLINE_BYTES`]) the head keeps them itself instead, so that most
+//!   durable points are one write (the head), not two in turn; once they
+//!   are more, they become records together.
 //! - **Integrity.** Every bucket writer can write these keys (a hostile
 //!   worker host too), so the head carries a hash chain over the messages:
 //!   `c_i = SHA-256(c_{i-1} || SHA-256(record_i))`, kept by the sink (32
-//!   bytes a message); the head names `c_{first-1}` and `c_{len-1}` and the
-//!   hash of message 0, and the seal's signature over the head covers them.
+//!   bytes a message); the head names `c_{first-1}` and the value after
+//!   its last record and the hash of message 0, and the seal's signature
+//!   over the head covers them (and the messages it keeps itself).
 //!   A resume reads the records, recomputes the chain and refuses a
 //!   missing, altered, reordered or foreign message ([`HistoryFault`]).
 //! - **Cleanup.** The records of a nonce go when a head of another nonce
@@ -50,6 +55,15 @@ const CONCURRENT_READS: usize = 32;
 /// History records written at once (the first write of a sink).
 const CONCURRENT_WRITES: usize = 32;
 
+/// Messages not stored as records yet that the head keeps itself, at
+/// most: most durable points add a message or two, and keeping them in
+/// the head makes the point one write, not two in turn.
+const INLINE_MESSAGES: usize = 8;
+
+/// Bytes of such messages the head keeps, at most (one cut tool result
+/// fits; the head's size stays bounded).
+const INLINE_BYTES: usize = 8 * 1024;
+
 /// A SHA-256 value.
 type Hash = [u8; 32];
 
@@ -65,11 +79,15 @@ pub(crate) struct HistoryEntries {
     pub(crate) first: usize,
     /// Messages in the history (shown: 0 and `first..len`).
     pub(crate) len: usize,
+    /// End of the messages stored as records (`first..stored_to`).
+    pub(crate) stored_to: usize,
+    /// The messages after those (`stored_to..len`), kept in the head.
+    pub(crate) inline: Vec<Value>,
     /// SHA-256 of message 0's record, in hex (empty: no history).
     pub(crate) h0: String,
     /// The chain value before message `first`, in hex.
     pub(crate) chain_at_start: String,
-    /// The chain value after message `len - 1`, in hex.
+    /// The chain value after message `stored_to - 1`, in hex.
     pub(crate) chain_at_end: String,
 }
 
@@ -260,14 +278,28 @@ impl HistoryLog {
         } else {
             (self.base, &self.chain)
         };
+        // The messages past the records: kept in the head while they are
+        // few (one write per durable point), else stored as records.
+        let stored_to = base + prior.len();
+        let pending = history
+            .iter()
+            .skip(stored_to)
+            .map(&record)
+            .collect::<Result<Vec<_>, _>>()?;
+        let inline_bytes: usize = pending.iter().map(Vec::len).sum();
+        let spill = pending.len() > INLINE_MESSAGES || inline_bytes > INLINE_BYTES;
         let mut last = prior.last().copied().unwrap_or(CHAIN_SEED);
         let mut chain = Vec::new();
-        for (index, message) in history.iter().enumerate().skip(base + prior.len()) {
-            let bytes = record(message)?;
-            last = link(&last, &sha256(&bytes));
-            chain.push(last);
-            records.push((index, bytes));
-        }
+        let (stored_to, inline) = if spill {
+            for (index, bytes) in (stored_to..).zip(pending) {
+                last = link(&last, &sha256(&bytes));
+                chain.push(last);
+                records.push((index, bytes));
+            }
+            (range.len.max(stored_to), Vec::new())
+        } else {
+            (stored_to, pending)
+        };
         let value_at = |index: usize| -> Hash {
             match index.checked_sub(base) {
                 None => CHAIN_SEED,
@@ -276,15 +308,21 @@ impl HistoryLog {
             }
         };
         let chain_at_start = value_at(range.first - 1);
-        let chain_at_end = if range.len > range.first {
-            value_at(range.len - 1)
+        let chain_at_end = if stored_to > range.first {
+            value_at(stored_to - 1)
         } else {
             chain_at_start
         };
+        let inline = inline
+            .iter()
+            .map(|bytes| serde_json::from_slice(bytes))
+            .collect::<Result<_, _>>()?;
         let entries = HistoryEntries {
             nonce: self.nonce.clone(),
             first: range.first,
             len: range.len,
+            stored_to,
+            inline,
             h0: h0.map(hex::encode).unwrap_or_default(),
             chain_at_start: hex::encode(chain_at_start),
             chain_at_end: hex::encode(chain_at_end),
@@ -343,11 +381,16 @@ pub(crate) async fn restore_history(
     session: &str,
     entries: &HistoryEntries,
 ) -> Result<Vec<Value>, HistoryFault> {
-    let (first, len) = (entries.first, entries.len);
+    let (first, len, stored_to) = (entries.first, entries.len, entries.stored_to);
     if len == 0 {
         return Ok(Vec::new());
     }
-    if first == 0 || first > len || len - first >= MAX_RESTORED_MESSAGES {
+    if first == 0
+        || first > stored_to
+        || stored_to > len
+        || len - stored_to != entries.inline.len()
+        || len - first >= MAX_RESTORED_MESSAGES
+    {
         return Err(HistoryFault::BadRange { first, len });
     }
     let hash_of = |text: &str, index| -> Result<Hash, HistoryFault> {
@@ -359,10 +402,10 @@ pub(crate) async fn restore_history(
     let (h0, start, end) = (
         hash_of(&entries.h0, 0)?,
         hash_of(&entries.chain_at_start, first)?,
-        hash_of(&entries.chain_at_end, len - 1)?,
+        hash_of(&entries.chain_at_end, stored_to.max(1) - 1)?,
     );
     let kv = records(store);
-    let indices = std::iter::once(0).chain(first..len);
+    let indices = std::iter::once(0).chain(first..stored_to);
     let mut read = futures::stream::iter(indices)
         .map(|index| {
             let (kv, key) = (&kv, record_key(session, &entries.nonce, index));
@@ -389,12 +432,17 @@ pub(crate) async fn restore_history(
         jsons.push((index, json));
     }
     if chain != end {
-        return Err(HistoryFault::Chain { first, len });
+        return Err(HistoryFault::Chain {
+            first,
+            len: stored_to,
+        });
     }
-    jsons
+    let mut messages = jsons
         .into_iter()
         .map(|(index, json)| {
             serde_json::from_slice(&json).map_err(|source| HistoryFault::Decode { index, source })
         })
-        .collect()
+        .collect::<Result<Vec<Value>, _>>()?;
+    messages.extend(entries.inline.iter().cloned());
+    Ok(messages)
 }
