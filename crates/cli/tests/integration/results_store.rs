@@ -84,8 +84,9 @@ fn ids(jsonl: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn results_are_filtered_and_exported_from_the_store() {
+/// A fresh nats-server whose results store holds `records` (stored as
+/// worker daemons store them).
+async fn store_holding(records: &[ResultRecord]) -> NatsServer {
     let nats = tokio::task::spawn_blocking(NatsServer::start)
         .await
         .expect("task")
@@ -94,15 +95,22 @@ async fn results_are_filtered_and_exported_from_the_store() {
         .await
         .expect("connect");
     let store = ResultsStore::open(&bus).await.expect("open the store");
+    for r in records {
+        store.record(r).await.expect("store a record");
+    }
+    nats
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_filtered_and_exported_from_the_store() {
     let hour = Duration::from_secs(3600);
-    for r in [
+    let nats = store_holding(&[
         record("r1", "job1", "vecadd", "board0/c0", true, 3 * hour),
         record("r2", "job1", "vecadd", "board0/c1", false, Duration::ZERO),
         record("r3", "job1", "dgemm", "board0/c0", true, Duration::ZERO),
         record("r4", "job2", "vecadd", "board1/c0", true, Duration::ZERO),
-    ] {
-        store.record(&r).await.expect("store a record");
-    }
+    ])
+    .await;
     let url = nats.url();
 
     let (
@@ -219,22 +227,13 @@ async fn results_are_filtered_and_exported_from_the_store() {
 /// records of two kernels are refused with the way out named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_kernels_results_export_as_a_kernel_tuner_cache() {
-    let nats = tokio::task::spawn_blocking(NatsServer::start)
-        .await
-        .expect("task")
-        .expect("nats-server starts (see deploy/setup.sh)");
-    let bus = Bus::connect(BusConfig::new(nats.url()))
-        .await
-        .expect("connect");
-    let store = ResultsStore::open(&bus).await.expect("open the store");
-    for r in [
+    let nats = store_holding(&[
         record("r1", "job1", "vecadd", "board0/c0", true, Duration::ZERO),
         record("r22", "job1", "vecadd", "board0/c1", false, Duration::ZERO),
         record("r333", "job1", "vecadd", "board0/c1", true, Duration::ZERO),
         record("r4", "job1", "dgemm", "board0/c0", true, Duration::ZERO),
-    ] {
-        store.record(&r).await.expect("store a record");
-    }
+    ])
+    .await;
     let url = nats.url();
     let (cache, mixed) = tokio::task::spawn_blocking(move || {
         (
