@@ -314,6 +314,17 @@ impl<T: BusMessage> TypedKv<T> {
             .map_err(|e| self.update_error("delete", key, expected_revision.unwrap_or(0), e))
     }
 
+    /// Deletes every key matching `filter` (a key pattern, as in
+    /// [`TypedKv::list_matching`]) that has a message in the bucket, without
+    /// reading the values; how many keys were deleted.
+    pub async fn delete_matching(&self, filter: &str) -> Result<usize, BusError> {
+        let keys = self.stored_keys(filter).await?;
+        for key in &keys {
+            self.delete(key, None).await?;
+        }
+        Ok(keys.len())
+    }
+
     /// Keys with a live value, each once, sorted.
     pub async fn keys(&self) -> Result<Vec<String>, BusError> {
         Ok(self.list().await?.into_iter().map(|(key, _)| key).collect())

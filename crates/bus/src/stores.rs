@@ -203,9 +203,23 @@ impl Checkpoints {
             .filter(|stored| !self.refused(stored)))
     }
 
-    /// Removes a finished session's checkpoint.
+    /// Removes a finished session's checkpoint and every record kept
+    /// under its key (`<session_id>.<...>`: the parts of a checkpoint
+    /// stored apart, such as its history's messages).
     pub async fn delete(&self, session_id: &str) -> Result<(), BusError> {
-        self.kv.delete(session_id, None).await
+        self.kv.delete(session_id, None).await?;
+        self.delete_parts(session_id, ">").await.map(drop)
+    }
+
+    /// Deletes the records under `<session_id>.<filter>` (`filter` a key
+    /// pattern: `*` one token, `>` the rest), found from the bucket's
+    /// per-key counts without reading them; how many.
+    pub async fn delete_parts(&self, session_id: &str, filter: &str) -> Result<usize, BusError> {
+        crate::subjects::validate_id("session id", session_id)?;
+        self.kv
+            .nested_view::<SessionCheckpoint>()
+            .delete_matching(&format!("{session_id}.{filter}"))
+            .await
     }
 }
 

@@ -16,7 +16,7 @@
 //! | `mtswarm_quarantine` (`$KV.mtswarm_quarantine.<slice_id>`) | KV bucket | worker, leader | leader | `SliceQuarantine` | |
 //! | `mtswarm_jobs` (`$KV.mtswarm_jobs.<job_id>`, parts under `<job_id>.agent.<agent_id>`, `<job_id>.task.<task_id>`, `<job_id>.loop`) | KV bucket | leader | leader | `JobRecord`, `AgentPlacement`, `TaskRecord`, `LeaderCheckpoint` | CAS updates |
 //! | `mtswarm_job_owners` (`$KV.mtswarm_job_owners.<job_id>`) | KV bucket | leader | leaders | `JobOwner` | per-key TTL, renewed by the owning leader with CAS; lapse = another leader takes the job |
-//! | `mtswarm_checkpoints` (`$KV.mtswarm_checkpoints.<session_id>`) | KV bucket | worker | worker (resume) | `SessionCheckpoint` | latest only (history 1) |
+//! | `mtswarm_checkpoints` (`$KV.mtswarm_checkpoints.<session_id>`, its history's messages at `<session_id>.m.<nonce>.<index>`) | KV bucket | worker | worker (resume) | `SessionCheckpoint` | latest only (history 1) |
 //! | `mtswarm_approvals` (`$KV.mtswarm_approvals.<approval_id>`) | KV bucket | worker (request), leader (decision) | both | `ApprovalRecord` | decisions by CAS |
 //!
 //! Ids used as subject tokens, consumer names or KV keys must match

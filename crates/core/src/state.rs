@@ -489,6 +489,20 @@ impl LoopState {
         serde_json::from_str(json)
     }
 
+    /// A copy of this state without its history and with only its latest
+    /// `transitions` transitions: the parts of a checkpoint that do not
+    /// grow with the run, for a store that keeps the (append-only) history
+    /// message by message and so need not serialize it again at every
+    /// write.
+    pub fn without_history(&self, transitions: usize) -> Self {
+        let kept = self.transitions.len().saturating_sub(transitions);
+        Self {
+            history: Arc::default(),
+            transitions: Arc::new(self.transitions[kept..].to_vec()),
+            ..self.clone()
+        }
+    }
+
     pub(crate) fn push_message(&mut self, message: Message) {
         Arc::make_mut(&mut self.history).push(message);
     }

@@ -12,8 +12,9 @@
 //!   is acknowledged). The local stack's TLS and per-role credentials are
 //!   left out. A step is timed from the end of the previous step's tool
 //!   batch (its checkpoint acknowledged) to the end of its own. The bytes
-//!   are every checkpoint write the bucket received (a core subscription
-//!   on the bucket's subjects), by the step it stores. After the run the
+//!   are every checkpoint record the bucket received (a core subscription
+//!   on the bucket's subjects: the heads and the history's messages), by
+//!   the step it was written at. After the run the
 //!   session's state is read back as a resume reads it and must be the
 //!   last step's.
 //! - **LangGraph**: `deploy/bench/langgraph_step.py` runs the same loop in

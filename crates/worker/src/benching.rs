@@ -9,7 +9,7 @@ use std::sync::Arc;
 use mtswarm_bus::{BusError, Checkpoints};
 use mtswarm_core::{CheckpointSink, ContextConfig, LoopState};
 
-pub use crate::checkpoint::RestoreError;
+pub use crate::checkpoint::{HistoryFault, RestoreError};
 use crate::checkpoint::{KvCheckpointSink, SessionCheckpointCell, restored_state};
 
 /// Why a session's checkpoint could not be read back.
@@ -55,5 +55,5 @@ pub async fn resume_state(
     let Some(stored) = store.get_genuine(session_id).await? else {
         return Ok(None);
     };
-    Ok(Some(restored_state(&stored.value)?))
+    Ok(Some(restored_state(store, &stored.value).await?))
 }

@@ -587,8 +587,21 @@ async fn checkpoints_round_trip_and_fence_stale_attempts() {
         (stored.value.task_id.as_str(), stored.value.attempt),
         ("t2", 1)
     );
+    // Records kept under a session's key go with its checkpoint; another
+    // session's stay.
+    let parts = checkpoints.kv().nested_view::<v1::SessionCheckpoint>();
+    for key in ["sess1.m.n1.0", "sess1.m.n1.1", "sess10.m.n1.0"] {
+        parts.put(key, &next_task).await.expect("part");
+    }
     checkpoints.delete("sess1").await.expect("delete");
     assert!(checkpoints.get("sess1").await.expect("get").is_none());
+    for (key, kept) in [
+        ("sess1.m.n1.0", false),
+        ("sess1.m.n1.1", false),
+        ("sess10.m.n1.0", true),
+    ] {
+        assert_eq!(parts.get(key).await.expect("get").is_some(), kept, "{key}");
+    }
 }
 
 #[tokio::test]

@@ -2,7 +2,9 @@
 //! reports becomes the session's latest `SessionCheckpoint` in the
 //! checkpoints bucket, tagged with the task and attempt, kept to what a
 //! resume needs so that its size is bounded by the context budget and not
-//! by the number of steps (`stored`). A write refused
+//! by the number of steps (`stored`), its history stored message by
+//! message so that a write stores only the messages not stored yet and the
+//! head (`history`). A write refused
 //! because a later attempt of the task owns the session stops the run (this
 //! worker was fenced off); a daemon that is shutting down freezes the sink
 //! first so the cancelled state never replaces the last useful checkpoint.
@@ -62,14 +64,20 @@ use mtswarm_core::{CheckpointSink, ContextConfig, LoopState, Node, RunControl};
 
 use crate::events::now_timestamp;
 
+mod history;
+#[cfg(test)]
+mod history_tests;
+mod restore;
 #[cfg(test)]
 mod size_tests;
 mod stored;
 
+pub use history::HistoryFault;
+use history::HistoryLog;
+pub use restore::RestoreError;
+pub(crate) use restore::restored_state;
 pub use stored::CHECKPOINT_FORMAT_VERSION;
-pub use stored::RestoreError;
-pub(crate) use stored::restored_state;
-use stored::{ShownLimits, checkpoint_json};
+use stored::ShownLimits;
 
 /// How long a state that is not a durable point waits before it is written,
 /// so that the transitions of one step coalesce into one write.
@@ -84,6 +92,8 @@ pub(crate) struct KnownCheckpoint {
     pub(crate) attempt: u32,
     /// The attempt was fenced off after writing it.
     pub(crate) fenced: bool,
+    /// The nonce of the history records it names (format 3).
+    pub(crate) nonce: Option<String>,
 }
 
 impl KnownCheckpoint {
@@ -94,6 +104,7 @@ impl KnownCheckpoint {
             task_id: stored.value.task_id.clone(),
             attempt: stored.value.attempt,
             fenced: stored.value.fenced,
+            nonce: history::nonce_of(&stored.value),
         }
     }
 
@@ -164,6 +175,8 @@ struct Written {
     revision: Option<u64>,
     /// Generation of the last state written.
     generation: u64,
+    /// The history records this sink wrote.
+    history: HistoryLog,
 }
 
 impl KvCheckpointSink {
@@ -245,17 +258,55 @@ impl SinkInner {
         self.fenced.load(Ordering::SeqCst)
     }
 
-    fn checkpoint_of(
+    /// Stores `state` (generation `generation`) unless a newer state was
+    /// stored already: the history messages not stored yet, then the head.
+    /// Call with the writer lock held.
+    async fn store_state(
         &self,
+        written: &mut Written,
+        generation: u64,
         state: &LoopState,
-    ) -> Result<v1::SessionCheckpoint, CheckpointWriteError> {
-        let json = checkpoint_json(state, self.limits).map_err(CheckpointWriteError::Serialize)?;
+    ) -> Result<(), CheckpointWriteError> {
+        if generation <= written.generation || self.fenced() {
+            return Ok(());
+        }
+        let mut plan = written
+            .history
+            .plan(state, self.limits)
+            .map_err(CheckpointWriteError::Serialize)?;
+        written
+            .history
+            .store(
+                &self.store,
+                &self.template.session_id,
+                state.step(),
+                &mut plan,
+            )
+            .await
+            .map_err(CheckpointWriteError::Store)?;
+        let json = history::head_json(state, self.limits, &plan.entries)
+            .map_err(CheckpointWriteError::Serialize)?;
         let mut checkpoint = self.template.clone();
         checkpoint.step = state.step();
         checkpoint.state_json = json.into_bytes();
         checkpoint.updated_at = Some(now_timestamp());
         self.store.sign(&mut checkpoint);
-        Ok(checkpoint)
+        self.write(written, generation, &checkpoint).await
+    }
+
+    /// Deletes, in the background, the history records of `nonce`: the
+    /// head that named them was just replaced by one of another nonce.
+    fn forget_history(&self, nonce: &str) {
+        let (store, session, filter) = (
+            self.store.clone(),
+            self.template.session_id.clone(),
+            history::nonce_filter(nonce),
+        );
+        tokio::spawn(async move {
+            if let Err(error) = store.delete_parts(&session, &filter).await {
+                tracing::warn!(session.id = %session, %error, "history records of a replaced checkpoint not deleted");
+            }
+        });
     }
 
     /// Stores `checkpoint` (generation `generation`) unless a newer state
@@ -269,15 +320,21 @@ impl SinkInner {
         if generation <= written.generation || self.fenced() {
             return Ok(());
         }
-        // The first write of the attempt starts from what the session knows.
-        let expected = written.revision.or_else(|| {
-            self.known
+        // The first write of the attempt starts from what the session knows
+        // (and replaces, when it lands on it, the history records it names).
+        let (expected, replaced_nonce) = match written.revision {
+            Some(revision) => (Some(revision), None),
+            None => self
+                .known
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
                 .filter(|known| known.replaceable_by(&checkpoint.task_id, checkpoint.attempt))
-                .map(|known| known.revision)
-        });
+                .map_or((None, None), |known| {
+                    (Some(known.revision), known.nonce.clone())
+                }),
+        };
+        let mut replaced_known = false;
         let stored = match expected {
             Some(revision) => {
                 match self
@@ -288,13 +345,20 @@ impl SinkInner {
                 {
                     // Someone else wrote since: decide on what is stored now.
                     Err(BusError::CasConflict { .. }) => self.store.put(checkpoint).await,
-                    other => other,
+                    other => {
+                        replaced_known = other.is_ok();
+                        other
+                    }
                 }
             }
             None => self.store.put(checkpoint).await,
         };
         match stored {
             Ok(revision) => {
+                let nonce = written.history.nonce().to_owned();
+                if let Some(old) = replaced_nonce.filter(|old| replaced_known && *old != nonce) {
+                    self.forget_history(&old);
+                }
                 written.revision = Some(revision);
                 written.generation = generation;
                 *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(KnownCheckpoint {
@@ -302,6 +366,7 @@ impl SinkInner {
                     task_id: checkpoint.task_id.clone(),
                     attempt: checkpoint.attempt,
                     fenced: false,
+                    nonce: Some(nonce),
                 });
                 Ok(())
             }
@@ -353,17 +418,10 @@ impl SinkInner {
         let Some((generation, state)) = taken else {
             return;
         };
-        let checkpoint = match self.checkpoint_of(&state) {
-            Ok(checkpoint) => checkpoint,
-            Err(error) => {
-                tracing::warn!(session.id = %self.template.session_id, step = state.step(), %error, "written-behind checkpoint not stored");
-                return;
-            }
-        };
-        if let Err(error) = self.write(&mut written, generation, &checkpoint).await {
+        if let Err(error) = self.store_state(&mut written, generation, &state).await {
             // A later durable point stores a newer state; this one is only
             // lost if the process dies before then.
-            tracing::warn!(session.id = %checkpoint.session_id, step = checkpoint.step, %error, "written-behind checkpoint not stored");
+            tracing::warn!(session.id = %self.template.session_id, step = state.step(), %error, "written-behind checkpoint not stored");
         }
     }
 }
@@ -380,9 +438,6 @@ impl CheckpointSink for KvCheckpointSink {
             if state.node() == Node::Done && inner.final_state_unneeded().await {
                 return Ok(());
             }
-            let checkpoint = inner
-                .checkpoint_of(state)
-                .map_err(|e| store(e.to_string()))?;
             let generation = {
                 let mut pending = inner.pending.lock().unwrap_or_else(|e| e.into_inner());
                 // This state supersedes whatever waits to be written.
@@ -392,7 +447,7 @@ impl CheckpointSink for KvCheckpointSink {
             };
             let mut written = inner.writer.lock().await;
             return inner
-                .write(&mut written, generation, &checkpoint)
+                .store_state(&mut written, generation, state)
                 .await
                 .map_err(|e| store(e.to_string()));
         }
@@ -466,6 +521,7 @@ mod tests {
             task_id: "t1".into(),
             attempt: 2,
             fenced: false,
+            nonce: None,
         };
         assert!(stored.replaceable_by("t2", 1), "another task");
         assert!(stored.replaceable_by("t1", 2), "the same attempt");
@@ -584,6 +640,7 @@ mod tests {
             task_id: "t2".into(),
             attempt: 2,
             fenced: false,
+            nonce: None,
         });
         let stale_again = sink(&checkpoints, "t2", 1, &cell);
         assert!(matches!(

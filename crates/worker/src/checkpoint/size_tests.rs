@@ -18,7 +18,8 @@ use mtswarm_core::{
 };
 use serde_json::{Value, json};
 
-use super::stored::{KEPT_LIST_ITEMS, restored_state};
+use super::restore::restored_state;
+use super::stored::{KEPT_LIST_ITEMS, checkpoint_json};
 use super::tests::store;
 use super::*;
 
@@ -27,7 +28,7 @@ const WINDOW_TOKENS: u64 = 8_000;
 
 /// Calls `compile` and `benchmark` in turn until its `steps`-th turn,
 /// which answers; a summarization request gets a short summary.
-struct LongSession {
+pub(super) struct LongSession {
     steps: u32,
     turns: AtomicU32,
     requests: Mutex<Vec<ChatRequest>>,
@@ -35,7 +36,7 @@ struct LongSession {
 
 impl LongSession {
     /// A model whose next turn is turn `done + 1` of a `steps`-turn run.
-    fn new(steps: u32, done: u32) -> Self {
+    pub(super) fn new(steps: u32, done: u32) -> Self {
         Self {
             steps,
             turns: AtomicU32::new(done),
@@ -172,6 +173,15 @@ impl Tool for Step {
 }
 
 fn engine(model: Arc<LongSession>, steps: u32) -> Engine {
+    engine_with_window(model, steps, WINDOW_TOKENS)
+}
+
+/// The test's engine with a context window of `window_tokens`.
+pub(super) fn engine_with_window(
+    model: Arc<LongSession>,
+    steps: u32,
+    window_tokens: u64,
+) -> Engine {
     let mut registry = ToolRegistry::new();
     for benchmark in [false, true] {
         registry
@@ -182,7 +192,7 @@ fn engine(model: Arc<LongSession>, steps: u32) -> Engine {
         max_steps: steps + 10,
         ..EngineConfig::default()
     };
-    config.context.window_tokens = WINDOW_TOKENS;
+    config.context.window_tokens = window_tokens;
     Engine::new(
         config,
         model,
@@ -259,11 +269,17 @@ async fn long_session(checkpoints: &Checkpoints, session: &str, steps: u32) -> R
         .expect("get")
         .expect("stored");
     assert_eq!(stored.value.format_version, CHECKPOINT_FORMAT_VERSION);
+    // A resume reads the final state as format 2 kept it (the state as
+    // shown), its history message by message.
+    let as_shown = LoopState::from_json(
+        &checkpoint_json(outcome.state(), ShownLimits::of(&config.context)).expect("json"),
+    )
+    .expect("a state");
     assert_eq!(
-        stored.value.state_json,
-        checkpoint_json(outcome.state(), ShownLimits::of(&config.context))
-            .expect("json")
-            .into_bytes(),
+        restored_state(checkpoints, &stored.value)
+            .await
+            .expect("restored"),
+        as_shown,
         "the stored checkpoint is the final state as shown"
     );
     let (largest_whole, largest_stored) = *sink.largest.lock().expect("lock");
@@ -275,7 +291,10 @@ async fn long_session(checkpoints: &Checkpoints, session: &str, steps: u32) -> R
     }
 }
 
-async fn finish(mut stream: mtswarm_core::RunStream, handle: mtswarm_core::RunHandle) -> Outcome {
+pub(super) async fn finish(
+    mut stream: mtswarm_core::RunStream,
+    handle: mtswarm_core::RunHandle,
+) -> Outcome {
     let mut ended = false;
     while let Some(event) = tokio::time::timeout(Duration::from_secs(60), stream.next())
         .await
@@ -389,20 +408,43 @@ async fn a_checkpoint_written_whole_or_bounded_resumes_the_same_run() {
         state_json: checkpoint_json(&state, ShownLimits::default())
             .expect("json")
             .into_bytes(),
-        format_version: CHECKPOINT_FORMAT_VERSION,
+        format_version: 2,
         ..whole.clone()
     };
     assert!(bounded.state_json.len() < whole.state_json.len());
     let mut firsts = Vec::new();
-    for checkpoint in [whole, bounded] {
-        checkpoints.put(&checkpoint).await.expect("stored");
+    let mut restored_states = Vec::new();
+    for checkpoint in [Some(whole), Some(bounded), None] {
+        match checkpoint {
+            Some(checkpoint) => {
+                checkpoints.put(&checkpoint).await.expect("stored");
+            }
+            // Format 3, as the sink writes it.
+            None => {
+                let sink = KvCheckpointSink::new(
+                    checkpoints.clone(),
+                    "resumed",
+                    "j1",
+                    "a1",
+                    "t1",
+                    1,
+                    SessionCheckpointCell::default(),
+                    &ContextConfig::default(),
+                    None,
+                );
+                sink.save(&state).await.expect("a durable point is stored");
+            }
+        }
         let read = checkpoints
             .get("resumed")
             .await
             .expect("get")
             .expect("there");
-        let restored = restored_state(&read.value).expect("a checkpoint of either format is read");
+        let restored = restored_state(&checkpoints, &read.value)
+            .await
+            .expect("a checkpoint of any format is read");
         assert_eq!(restored.step(), state.step());
+        restored_states.push(restored.clone());
         let model = Arc::new(LongSession::new(steps, state.step()));
         let (stream, handle) = engine(model.clone(), steps)
             .resume(restored)
@@ -412,6 +454,11 @@ async fn a_checkpoint_written_whole_or_bounded_resumes_the_same_run() {
         assert_eq!(outcome.state().step(), steps);
         firsts.push(model.requests().into_iter().next().expect("a request"));
     }
+    assert_eq!(
+        restored_states[1], restored_states[2],
+        "format 3 restores what format 2 did"
+    );
+    assert_eq!(firsts[1], firsts[2]);
     // The model is sent the same request after either resume: the same
     // messages, tool results as the view shows them (the bounded one
     // cut a few chars earlier, with the same note).

@@ -26,8 +26,15 @@
 //! - everything else (step, node, calls of the step, counters, usage,
 //!   groups, event numbering), which does not grow with the session.
 //!
-//! A checkpoint written whole (format 1) is read the same way: both are a
-//! `LoopState` in JSON.
+//! Format 2 stored all of it in one record, so every write repeated the
+//! whole shown history and the bytes per write grew with the steps until
+//! the first compaction. Format 3 (written now) stores the history message
+//! by message under keys of their own (`history`) and the head, the rest
+//! of the state, under the session's key: a write stores the messages not
+//! stored yet and the head, whose size does not grow with the steps.
+//!
+//! A checkpoint written whole (format 1) or bounded in one record
+//! (format 2) is still read: both are a `LoopState` in JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,9 +43,10 @@ use mtswarm_core::{ContextConfig, LoopState, Message, Role, truncate_for_model};
 use serde_json::Value;
 
 /// Version of the `state_json` format: the core's `LoopState` JSON, since
-/// version 2 bounded to what a resume needs. Version 1 (the whole state)
-/// is still read: it is the same JSON with more in it.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+/// version 2 bounded to what a resume needs, since version 3 without the
+/// history, whose messages are records of their own (`history`). Versions
+/// 1 (the whole state) and 2 are still read.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 3;
 
 /// Transitions a checkpoint keeps (the latest ones). A step makes about
 /// five; the latest step's, including an approval pause, always fit.
@@ -70,7 +78,9 @@ impl Default for ShownLimits {
     }
 }
 
-/// `state` as its checkpoint stores it (see the module docs), in JSON.
+/// `state` as a format 2 checkpoint stores it (see the module docs), in
+/// JSON: the bounded state with its shown history in it.
+#[cfg(test)]
 pub(crate) fn checkpoint_json(
     state: &LoopState,
     limits: ShownLimits,
@@ -80,17 +90,52 @@ pub(crate) fn checkpoint_json(
         return serde_json::to_string(state);
     };
     let history = shown_history(state, limits);
-    if history.dropped > 0 {
+    if history.dropped > 0 || history.cut {
         fields.insert("history".into(), serde_json::to_value(&history.messages)?);
+    }
+    let transitions = state.transitions();
+    if transitions.len() > KEPT_TRANSITIONS {
+        let kept = &transitions[transitions.len() - KEPT_TRANSITIONS..];
+        fields.insert("transitions".into(), serde_json::to_value(kept)?);
+    }
+    bound_the_rest(fields, state, limits, history.dropped)?;
+    serde_json::to_string(&value)
+}
+
+/// `state` as the head of a format 3 checkpoint stores it, but for where
+/// its history is: the bounded state without its history, which is stored
+/// message by message (`history`). Serializes neither the history nor the
+/// older transitions, so its cost does not grow with the run either.
+pub(crate) fn head_fields(
+    state: &LoopState,
+    limits: ShownLimits,
+) -> Result<serde_json::Map<String, Value>, serde_json::Error> {
+    let mut fields = match serde_json::to_value(state.without_history(KEPT_TRANSITIONS))? {
+        Value::Object(fields) => fields,
+        _ => serde_json::Map::new(),
+    };
+    fields.remove("history");
+    bound_the_rest(&mut fields, state, limits, shown_range(state).dropped())?;
+    Ok(fields)
+}
+
+/// What both formats bound alike in `fields` (the JSON of `state`): the
+/// view start past `dropped` summarized messages, the observations of the
+/// step's calls, the working lists and the evidence.
+fn bound_the_rest(
+    fields: &mut serde_json::Map<String, Value>,
+    state: &LoopState,
+    limits: ShownLimits,
+    dropped: usize,
+) -> Result<(), serde_json::Error> {
+    if dropped > 0 {
         fields.insert(
             "projection".into(),
             serde_json::to_value(mtswarm_core::state::ContextProjection {
                 summary: state.projection().summary.clone(),
-                view_start: state.projection().view_start - history.dropped,
+                view_start: state.projection().view_start - dropped,
             })?,
         );
-    } else if history.cut {
-        fields.insert("history".into(), serde_json::to_value(&history.messages)?);
     }
     if let Some(Value::Array(calls)) = fields.get_mut("calls") {
         for call in calls {
@@ -101,11 +146,6 @@ pub(crate) fn checkpoint_json(
                 *observation = cut;
             }
         }
-    }
-    let transitions = state.transitions();
-    if transitions.len() > KEPT_TRANSITIONS {
-        let kept = &transitions[transitions.len() - KEPT_TRANSITIONS..];
-        fields.insert("transitions".into(), serde_json::to_value(kept)?);
     }
     if let Some(Value::Object(working)) = fields.get_mut("working") {
         for list in ["compile_results", "benchmark_results"] {
@@ -119,10 +159,61 @@ pub(crate) fn checkpoint_json(
     if let Some(ledger) = decisive_evidence(state.evidence()) {
         fields.insert("evidence".into(), serde_json::to_value(ledger)?);
     }
-    serde_json::to_string(&value)
+    Ok(())
+}
+
+/// Where the history a checkpoint keeps lies in the state's: the pinned
+/// task (index 0) and `first..len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShownRange {
+    /// First message shown after the pinned one (at least 1).
+    pub(crate) first: usize,
+    /// Messages in the state's history.
+    pub(crate) len: usize,
+}
+
+impl ShownRange {
+    /// Summarized messages left out (after the pinned task).
+    fn dropped(self) -> usize {
+        self.first - 1
+    }
+}
+
+/// The part of `state`'s history the model is shown. The engine's view of
+/// a compacted history is the pinned task, the summary, then
+/// `history[view_start..]`; what lies between the task and `view_start` is
+/// never shown again.
+pub(crate) fn shown_range(state: &LoopState) -> ShownRange {
+    let history = state.history();
+    let view_start = state.projection().view_start;
+    let pinned = history.first().is_some_and(|m| m.role == Role::User);
+    // Without a pinned task the view still needs `view_start > 0` to show
+    // the summary, so only a history that starts with the task is trimmed.
+    let first = if pinned && view_start > 1 && view_start <= history.len() {
+        view_start
+    } else {
+        1
+    };
+    ShownRange {
+        first,
+        len: history.len(),
+    }
+}
+
+/// `message` as a checkpoint keeps it: a tool result cut where the view
+/// cuts it (`None`: kept as it is).
+pub(crate) fn cut_message(message: &Message, limits: ShownLimits) -> Option<Message> {
+    (message.role == Role::Tool)
+        .then(|| cut_to_view(&message.content, limits.max_tool_result_chars))
+        .flatten()
+        .map(|content| Message {
+            content,
+            ..message.clone()
+        })
 }
 
 /// The history a checkpoint keeps, and how it differs from the state's.
+#[cfg(test)]
 struct ShownHistory {
     messages: Vec<Message>,
     /// Summarized messages left out (after the pinned task).
@@ -131,46 +222,29 @@ struct ShownHistory {
     cut: bool,
 }
 
-/// The history as the model is shown it. The engine's view of a compacted
-/// history is the pinned task, the summary, then `history[view_start..]`;
-/// what lies between the task and `view_start` is never shown again.
+/// The history as the model is shown it (see [`shown_range`]).
+#[cfg(test)]
 fn shown_history(state: &LoopState, limits: ShownLimits) -> ShownHistory {
     let history = state.history();
-    let view_start = state.projection().view_start;
-    let pinned = history.first().is_some_and(|m| m.role == Role::User);
-    // Without a pinned task the view still needs `view_start > 0` to show
-    // the summary, so only a history that starts with the task is trimmed.
-    let dropped = if pinned && view_start > 1 && view_start <= history.len() {
-        view_start - 1
-    } else {
-        0
-    };
+    let range = shown_range(state);
     let kept = history
         .iter()
         .enumerate()
-        .filter(|(i, _)| *i == 0 || *i > dropped)
+        .filter(|(i, _)| *i == 0 || *i >= range.first)
         .map(|(_, m)| m);
     let mut cut = false;
     let messages = kept
-        .map(|message| {
-            let shorter = (message.role == Role::Tool)
-                .then(|| cut_to_view(&message.content, limits.max_tool_result_chars))
-                .flatten();
-            match shorter {
-                Some(content) => {
-                    cut = true;
-                    Message {
-                        content,
-                        ..message.clone()
-                    }
-                }
-                None => message.clone(),
+        .map(|message| match cut_message(message, limits) {
+            Some(shorter) => {
+                cut = true;
+                shorter
             }
+            None => message.clone(),
         })
         .collect();
     ShownHistory {
         messages,
-        dropped,
+        dropped: range.dropped(),
         cut,
     }
 }
@@ -211,51 +285,6 @@ fn decisive_evidence(ledger: &EvidenceLedger) -> Option<EvidenceLedger> {
         records: kept.iter().map(|&i| ledger.records[i].clone()).collect(),
         last_mutation: ledger.last_mutation.clone(),
         next_seq: ledger.next_seq,
-    })
-}
-
-/// Why a stored checkpoint could not be turned back into a loop state.
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    /// A format this worker does not know (written by a newer one).
-    #[error("checkpoint of session {session} has format {found}, this worker reads up to {known}")]
-    UnknownFormat {
-        /// The session whose checkpoint it is.
-        session: String,
-        /// The format it has.
-        found: u32,
-        /// The newest format this worker reads.
-        known: u32,
-    },
-    /// The state is not a `LoopState` in JSON.
-    #[error("checkpoint of session {session} does not decode: {source}")]
-    Decode {
-        /// The session whose checkpoint it is.
-        session: String,
-        /// What the JSON decoder found wrong.
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-/// The loop state a stored checkpoint holds: format 1 (the whole state,
-/// as earlier workers wrote it; 0 when the field was not set) and format 2
-/// (bounded) are both a `LoopState` in JSON.
-pub(crate) fn restored_state(
-    checkpoint: &mtswarm_bus::v1::SessionCheckpoint,
-) -> Result<LoopState, RestoreError> {
-    let known = CHECKPOINT_FORMAT_VERSION;
-    if checkpoint.format_version > known {
-        return Err(RestoreError::UnknownFormat {
-            session: checkpoint.session_id.clone(),
-            found: checkpoint.format_version,
-            known,
-        });
-    }
-    let json = String::from_utf8_lossy(&checkpoint.state_json);
-    LoopState::from_json(&json).map_err(|source| RestoreError::Decode {
-        session: checkpoint.session_id.clone(),
-        source,
     })
 }
 

@@ -82,7 +82,7 @@ impl TaskRun<'_> {
             && let Some(stored) = stored
             && stored.value.task_id == task.task_id
         {
-            match restored_state(&stored.value) {
+            match restored_state(&shared.stores.checkpoints, &stored.value).await {
                 Ok(state) => return ResumePoint::From(Box::new(state)),
                 Err(error) => {
                     tracing::warn!(%error, "checkpoint unreadable; starting the task afresh");

@@ -175,10 +175,10 @@ async fn assert_a_checkpoint_per_step(
             "no checkpoint at step {step}: {steps:?}"
         );
     }
-    let last = stored(checkpoints.kv(), "sess1").await;
-    let state =
-        mtswarm_core::LoopState::from_json(std::str::from_utf8(&last.state_json).expect("utf8"))
-            .expect("state");
+    let state = mtswarm_worker::benching::resume_state(checkpoints, "sess1")
+        .await
+        .expect("read as a resume reads it")
+        .expect("stored");
     assert_eq!(state.node(), mtswarm_core::Node::Done);
 }
 
