@@ -100,6 +100,14 @@ async fn count_liveness_writes(url: &str) -> Arc<AtomicU64> {
     count
 }
 
+/// Liveness writes per second of the idle farm over `BENCH_IDLE_SECONDS`.
+async fn idle_rate(writes: &AtomicU64) -> f64 {
+    let idle = Duration::from_secs(env_or("BENCH_IDLE_SECONDS", 10));
+    let from = writes.load(Ordering::Relaxed);
+    tokio::time::sleep(idle).await;
+    (writes.load(Ordering::Relaxed) - from) as f64 / idle.as_secs_f64()
+}
+
 /// When the job record first listed `agents` agents, from `submitted`.
 fn watch_spawn_time(
     mut control: mtswarm_tests::stack::Control,
@@ -171,10 +179,7 @@ async fn run() {
         started.elapsed().as_secs_f64()
     );
     let writes = count_liveness_writes(&farm.nats.url()).await;
-    let idle = Duration::from_secs(env_or("BENCH_IDLE_SECONDS", 10));
-    let idle_from = writes.load(Ordering::Relaxed);
-    tokio::time::sleep(idle).await;
-    let idle_rate = (writes.load(Ordering::Relaxed) - idle_from) as f64 / idle.as_secs_f64();
+    let idle_rate = idle_rate(&writes).await;
     if !env_or("BENCH_JOB", true) {
         println!(
             "\n| slices | liveness writes (leases + worker heartbeats) per second, idle |\n| --- | --- |\n| {} ({daemons} x {slices}) | {idle_rate:.0} |",

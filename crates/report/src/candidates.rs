@@ -58,6 +58,39 @@ pub struct CandidateEntry {
     pub records: u32,
 }
 
+/// How many distinct candidates a job had, in the words of the module docs:
+/// the same fields in a report and in its JSON summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CandidateCounts {
+    /// With any record (a pruned or skipped one included);
+    /// `candidates_evaluated` in summaries written before the measured
+    /// count existed.
+    #[serde(alias = "candidates_evaluated")]
+    pub candidates_considered: u64,
+    /// Ran on a slice.
+    pub candidates_measured: u64,
+    /// Had a timed run (benchmarked, flagged, or invalid after running).
+    pub candidates_benchmarked: u64,
+    /// Benchmarked, with the right answer and no plausibility flag.
+    pub valid_candidates: u64,
+}
+
+impl CandidateCounts {
+    /// The counts of folded `candidates` (see [`fold`]).
+    pub fn of(candidates: &[CandidateEntry]) -> Self {
+        let count = |keep: fn(&CandidateEntry) -> bool| {
+            candidates.iter().filter(|c| keep(c)).count() as u64
+        };
+        Self {
+            candidates_considered: candidates.len() as u64,
+            candidates_measured: count(|c| c.measured),
+            candidates_benchmarked: count(|c| c.benchmarked),
+            valid_candidates: count(|c| c.valid),
+        }
+    }
+}
+
 /// The candidates of one status, with the reasons they gave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusGroup {

@@ -336,7 +336,7 @@ fn benchmarked_section(out: &mut String, report: &JobReport) {
     let _ = write!(
         out,
         "<h2>Every benchmarked candidate ({})</h2>\n<table id=\"benchmarked-candidates\"><thead><tr><th>#</th><th>GFLOPS</th><th>% of peak</th><th>median</th><th>params</th><th>status</th><th>slice</th><th>agent</th></tr></thead><tbody>",
-        report.candidates_benchmarked
+        report.counts.candidates_benchmarked
     );
     let mut any = false;
     for (i, c) in report

@@ -36,7 +36,7 @@ mod svg;
 mod terminal;
 pub mod units;
 
-pub use candidates::{CandidateEntry, StatusGroup};
+pub use candidates::{CandidateCounts, CandidateEntry, StatusGroup};
 pub use model::{ParameterAxis, Roofline, RooflinePoint};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -192,19 +192,10 @@ pub struct JobReport {
     pub best: Option<Candidate>,
     /// What the speedup is measured against; `None` when no baseline was measured.
     pub baseline: Option<Baseline>,
-    /// Distinct candidates with any record (compiled, failed, screened,
-    /// pruned, benchmarked, ...); `candidates_evaluated` in reports
-    /// written before the measured count existed.
-    #[serde(alias = "candidates_evaluated")]
-    pub candidates_considered: u64,
-    /// Distinct candidates that ran on a slice (see [`candidates`]).
-    #[serde(default)]
-    pub candidates_measured: u64,
-    /// Distinct candidates with a timed run (benchmarked, flagged, or
-    /// invalid after running).
-    pub candidates_benchmarked: u64,
-    /// Benchmarked candidates with the right answer and no plausibility flag.
-    pub valid_candidates: u64,
+    /// How many distinct candidates were considered, measured,
+    /// benchmarked and valid (flattened: the fields stand at the top level).
+    #[serde(flatten)]
+    pub counts: CandidateCounts,
     /// Slice id -> share (0..1) of the job's window its hardware was busy.
     pub slice_utilization: BTreeMap<String, f64>,
     /// Best first (at most [`DEFAULT_TOP`]).
@@ -236,17 +227,10 @@ pub struct ReportSummary {
     pub baseline: Option<BaselineSummary>,
     /// best.gflops / baseline.gflops.
     pub speedup_over_naive: Option<f64>,
-    /// Distinct candidates with any record (a pruned or skipped one
-    /// included).
-    #[serde(alias = "candidates_evaluated")]
-    pub candidates_considered: u64,
-    /// Distinct candidates that ran on a slice.
-    #[serde(default)]
-    pub candidates_measured: u64,
-    /// Distinct candidates with a timed run.
-    pub candidates_benchmarked: u64,
-    /// Benchmarked candidates with the right answer and no plausibility flag.
-    pub valid_candidates: u64,
+    /// How many distinct candidates were considered, measured,
+    /// benchmarked and valid (flattened: the fields stand at the top level).
+    #[serde(flatten)]
+    pub counts: CandidateCounts,
     /// Status name -> distinct candidates (every candidate counted once, by
     /// its most telling record).
     pub candidates_by_status: BTreeMap<String, u64>,
@@ -521,9 +505,6 @@ impl JobReport {
         }
 
         let candidates = candidates::fold(&records);
-        let count = |keep: fn(&CandidateEntry) -> bool| {
-            candidates.iter().filter(|c| keep(c)).count() as u64
-        };
         JobReport {
             job_id: job_id.to_string(),
             kernel: kernel.to_string(),
@@ -532,10 +513,7 @@ impl JobReport {
             finished_at_ms,
             best: top.first().cloned(),
             baseline,
-            candidates_considered: candidates.len() as u64,
-            candidates_measured: count(|c| c.measured),
-            candidates_benchmarked: count(|c| c.benchmarked),
-            valid_candidates: count(|c| c.valid),
+            counts: CandidateCounts::of(&candidates),
             slice_utilization,
             top,
             parameters: model::derived_axes(&candidates),
@@ -634,10 +612,7 @@ impl JobReport {
                 description: b.description.clone(),
             }),
             speedup_over_naive: self.speedup_over_naive(),
-            candidates_considered: self.candidates_considered,
-            candidates_measured: self.candidates_measured,
-            candidates_benchmarked: self.candidates_benchmarked,
-            valid_candidates: self.valid_candidates,
+            counts: self.counts,
             candidates_by_status: self
                 .status_groups()
                 .into_iter()

@@ -12,14 +12,15 @@ use crate::{JobReport, params_label, units};
 /// never ran.
 pub(crate) fn counts_line(report: &JobReport) -> String {
     let not_run = report
+        .counts
         .candidates_considered
-        .saturating_sub(report.candidates_measured);
+        .saturating_sub(report.counts.candidates_measured);
     format!(
         "{} considered: {} measured ({} benchmarked, {} valid), {not_run} not run (pruned, skipped or not built)",
-        report.candidates_considered,
-        report.candidates_measured,
-        report.candidates_benchmarked,
-        report.valid_candidates
+        report.counts.candidates_considered,
+        report.counts.candidates_measured,
+        report.counts.candidates_benchmarked,
+        report.counts.valid_candidates
     )
 }
 

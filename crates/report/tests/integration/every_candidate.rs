@@ -213,16 +213,16 @@ fn count_class(
 fn counts_use_one_vocabulary() {
     let (report, _) = report(true);
     assert_eq!(job_records().len(), 321);
-    assert_eq!(report.candidates_considered, 319);
+    assert_eq!(report.counts.candidates_considered, 319);
     assert_eq!(
-        report.candidates_measured, 304,
+        report.counts.candidates_measured, 304,
         "benchmarked, flagged, wrong and screened ran; pruned and failed builds did not"
     );
     assert_eq!(
-        report.candidates_benchmarked, 302,
+        report.counts.candidates_benchmarked, 302,
         "300 valid, flagged, wrong"
     );
-    assert_eq!(report.valid_candidates, 300);
+    assert_eq!(report.counts.valid_candidates, 300);
     let summary = serde_json::to_value(report.summary(None)).expect("json");
     assert_eq!(summary["candidates_considered"], 319);
     assert_eq!(summary["candidates_measured"], 304);

@@ -177,10 +177,10 @@ fn report_from_records_finds_best_baseline_and_utilization() {
     assert_eq!(report.speedup_over_naive(), Some(12.0));
     // Seven records of six candidates (r7 repeats r3); all six ran timed
     // (r4 with a wrong answer, r6 flagged), four are valid.
-    assert_eq!(report.candidates_considered, 6);
-    assert_eq!(report.candidates_measured, 6);
-    assert_eq!(report.candidates_benchmarked, 6);
-    assert_eq!(report.valid_candidates, 4);
+    assert_eq!(report.counts.candidates_considered, 6);
+    assert_eq!(report.counts.candidates_measured, 6);
+    assert_eq!(report.counts.candidates_benchmarked, 6);
+    assert_eq!(report.counts.valid_candidates, 4);
     // Flagged figures never rank; a repeated configuration is listed once.
     let top: Vec<f64> = report.top.iter().map(|c| c.gflops).collect();
     assert_eq!(top, [120.0, 40.0, 25.0, 10.0]);
@@ -524,10 +524,10 @@ fn a_recorded_baseline_is_the_reference_and_no_candidate() {
     assert_eq!(baseline.description, "tune.toml baseline");
     assert_eq!(report.speedup_over_naive(), Some(30.0));
     // The same six candidates as without it.
-    assert_eq!(report.candidates_considered, 6);
-    assert_eq!(report.candidates_measured, 6);
-    assert_eq!(report.candidates_benchmarked, 6);
-    assert_eq!(report.valid_candidates, 4);
+    assert_eq!(report.counts.candidates_considered, 6);
+    assert_eq!(report.counts.candidates_measured, 6);
+    assert_eq!(report.counts.candidates_benchmarked, 6);
+    assert_eq!(report.counts.valid_candidates, 4);
     assert!(report.top.iter().all(|c| !c.params.contains_key("VARIANT")));
     assert!(
         report
@@ -608,6 +608,6 @@ fn an_older_summary_reads_its_evaluated_count_as_considered() {
     object.remove("candidates_measured").expect("measured");
     object.insert("candidates_evaluated".into(), considered);
     let read: mtswarm_report::ReportSummary = serde_json::from_value(old).expect("reads");
-    assert_eq!(read.candidates_considered, 6);
-    assert_eq!(read.candidates_measured, 0);
+    assert_eq!(read.counts.candidates_considered, 6);
+    assert_eq!(read.counts.candidates_measured, 0);
 }
