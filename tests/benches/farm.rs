@@ -100,6 +100,30 @@ async fn count_liveness_writes(url: &str) -> Arc<AtomicU64> {
     count
 }
 
+/// The farm the `BENCH_*` knobs describe: `daemons` boards of `slices`
+/// slices, a synthetic space of `BENCH_CONFIGS_PER_AGENT` configurations
+/// per agent.
+fn farm_options(daemons: usize, slices: u32) -> FarmOptions {
+    let per_agent: usize = env_or("BENCH_CONFIGS_PER_AGENT", 2);
+    FarmOptions {
+        node_bin: node_bin!(),
+        daemons,
+        slices_per_daemon: slices,
+        run_ms: run_ms(),
+        incorrect_fraction: env_or("BENCH_INCORRECT", 0.1),
+        noise: 0.005,
+        param_values: param_values(daemons * slices as usize * per_agent),
+        leader_env: Vec::new(),
+        log_level: "info".into(),
+        // A thousand leases renewed on two shared cores: a longer TTL than
+        // the default keeps a late renewal from fencing a running session.
+        worker_args: vec![
+            "--lease-ttl".into(),
+            env_or("BENCH_LEASE_TTL_SECONDS", 30u64).to_string(),
+        ],
+    }
+}
+
 /// Liveness writes per second of the idle farm over `BENCH_IDLE_SECONDS`.
 async fn idle_rate(writes: &AtomicU64) -> f64 {
     let idle = Duration::from_secs(env_or("BENCH_IDLE_SECONDS", 10));
@@ -146,26 +170,9 @@ fn mb(bytes: u64) -> f64 {
 async fn run() {
     let daemons: usize = env_or("BENCH_DAEMONS", 16);
     let slices: u32 = env_or("BENCH_SLICES_PER_DAEMON", 64);
-    let per_agent: usize = env_or("BENCH_CONFIGS_PER_AGENT", 2);
     let timeout = Duration::from_secs(env_or("BENCH_TIMEOUT_SECONDS", 1800));
     let agents = daemons * slices as usize;
-    let options = FarmOptions {
-        node_bin: node_bin!(),
-        daemons,
-        slices_per_daemon: slices,
-        run_ms: run_ms(),
-        incorrect_fraction: env_or("BENCH_INCORRECT", 0.1),
-        noise: 0.005,
-        param_values: param_values(agents * per_agent),
-        leader_env: Vec::new(),
-        log_level: "info".into(),
-        // A thousand leases renewed on two shared cores: a longer TTL than
-        // the default keeps a late renewal from fencing a running session.
-        worker_args: vec![
-            "--lease-ttl".into(),
-            env_or("BENCH_LEASE_TTL_SECONDS", 30u64).to_string(),
-        ],
-    };
+    let options = farm_options(daemons, slices);
     eprintln!(
         "farm: starting {daemons} worker daemons x {slices} slices, run_ms {:?}",
         options.run_ms
