@@ -6,9 +6,12 @@
 //! checkpoint on the bus, so a scenario waits on what happened instead of
 //! sleeping and measures how long recovery took.
 //!
-//! The observer listens with core NATS subscriptions on the stream subjects:
-//! it sees every publish, including ones JetStream then drops as duplicates,
-//! which is what "published twice" and "results seen vs. accepted" count.
+//! The observer listens with core NATS subscriptions on the stream subjects
+//! and on the checkpoint heads' KV subjects: it sees every publish,
+//! including ones JetStream then drops as duplicates, which is what
+//! "published twice" and "results seen vs. accepted" count, and it sees a
+//! session's checkpoint before the result the session published after it.
+//! A watch of the checkpoint bucket adds what a restarted server replays.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -460,10 +463,17 @@ impl Observer {
             changed,
             bus: bus.clone(),
         });
+        // Checkpoint heads (`$KV.<bucket>.<session>`; a head's history
+        // records have more tokens) are seen on a plain subscription too,
+        // beside the bucket watch below: the same path as the results,
+        // so a checkpoint written before a task's result is seen before it
+        // (a watch is a consumer of its own and may lag behind).
+        let checkpoint_heads = format!("$KV.{}.*", subjects::CHECKPOINTS_BUCKET);
         for (filter, kind) in [
             (subjects::ALL_TASKS, 0u8),
             (subjects::ALL_RESULTS, 1),
             (subjects::ALL_EVENTS, 2),
+            (checkpoint_heads.as_str(), 3),
         ] {
             let mut subscription = bus
                 .client()
@@ -482,6 +492,10 @@ impl Observer {
                             .map(|task| vec![Seen::Task(task)]),
                         1 => codec::decode(subject, headers, &message.payload)
                             .map(|result| vec![Seen::Result(result)]),
+                        // A delete or purge marker has no payload.
+                        3 if message.payload.is_empty() => Ok(Vec::new()),
+                        3 => codec::decode(subject, headers, &message.payload)
+                            .map(|checkpoint| vec![Seen::Checkpoint(checkpoint)]),
                         _ => codec::decode_agent_events(subject, headers, &message.payload)
                             .map(|events| events.into_iter().map(Seen::Event).collect()),
                     };
