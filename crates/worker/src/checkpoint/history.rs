@@ -49,6 +49,13 @@ pub(crate) const HISTORY_ENTRIES_FIELD: &str = "history_entries";
 /// without end); far above what a context budget shows.
 const MAX_RESTORED_MESSAGES: usize = 100_000;
 
+/// Bytes of records a resume reads at most. A head is signed by the worker
+/// that ran the attempt, and a task moved off a hostile host resumes on an
+/// honest one from that host's head: without this bound its records (each
+/// up to the server's payload limit) could make the resume read gigabytes.
+/// Far above a context budget's shown history.
+const MAX_RESTORED_BYTES: usize = 64 * 1024 * 1024;
+
 /// History records read at once by a resume.
 const CONCURRENT_READS: usize = 32;
 
@@ -107,6 +114,14 @@ pub enum HistoryFault {
         first: usize,
         /// Messages in the history.
         len: usize,
+    },
+    /// The records add up to more than a resume reads.
+    #[error("the history's records exceed {max} bytes (at message {index})")]
+    TooLarge {
+        /// The message at which the bound was passed.
+        index: usize,
+        /// The bound.
+        max: usize,
     },
     /// A message is not in the bucket.
     #[error("history message {index} is missing")]
@@ -381,6 +396,16 @@ pub(crate) async fn restore_history(
     session: &str,
     entries: &HistoryEntries,
 ) -> Result<Vec<Value>, HistoryFault> {
+    restore_history_within(store, session, entries, MAX_RESTORED_BYTES).await
+}
+
+/// [`restore_history`], reading at most `max_bytes` of records.
+pub(super) async fn restore_history_within(
+    store: &Checkpoints,
+    session: &str,
+    entries: &HistoryEntries,
+    max_bytes: usize,
+) -> Result<Vec<Value>, HistoryFault> {
     let (first, len, stored_to) = (entries.first, entries.len, entries.stored_to);
     if len == 0 {
         return Ok(Vec::new());
@@ -420,7 +445,15 @@ pub(crate) async fn restore_history(
         .buffered(CONCURRENT_READS);
     let mut chain = start;
     let mut jsons = Vec::with_capacity(len - first + 1);
+    let mut bytes = 0usize;
     while let Some((index, json)) = read.try_next().await? {
+        bytes = bytes.saturating_add(json.len());
+        if bytes > max_bytes {
+            return Err(HistoryFault::TooLarge {
+                index,
+                max: max_bytes,
+            });
+        }
         let hash = sha256(&json);
         if index == 0 {
             if hash != h0 {

@@ -13,7 +13,9 @@ use mtswarm_bus::Bus;
 use mtswarm_core::Outcome;
 use serde_json::Value;
 
-use super::history::{HISTORY_ENTRIES_FIELD, HistoryEntries, nonce_of, records};
+use super::history::{
+    HISTORY_ENTRIES_FIELD, HistoryEntries, HistoryFault, nonce_of, records, restore_history_within,
+};
 use super::restore::restored_state;
 use super::size_tests::{LongSession, engine_with_window, finish};
 use super::stored::checkpoint_json;
@@ -371,4 +373,24 @@ async fn a_later_attempts_head_drops_the_earlier_history_and_delete_drops_all() 
     checkpoints.delete("s-clean").await.expect("delete");
     assert!(checkpoints.get("s-clean").await.unwrap().is_none());
     assert_eq!(live(&checkpoints, "s-clean.>").await, 0);
+}
+
+/// A head whose records add up to more than a resume reads is refused as
+/// they arrive, before they are all read (a task moved off a hostile host
+/// resumes from that host's head); within the bound the same head reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_larger_than_a_resume_reads_is_refused() {
+    let (_server, _bus, checkpoints) = store().await;
+    run(&checkpoints, "s-big", 12, 1_000_000).await;
+    let head = checkpoints.get("s-big").await.unwrap().expect("head").value;
+    let entries = entries_of(&head);
+    let read = restore_history_within(&checkpoints, "s-big", &entries, usize::MAX)
+        .await
+        .expect("reads within the bound");
+    assert!(read.len() > 2, "records were read: {}", read.len());
+    let refused = restore_history_within(&checkpoints, "s-big", &entries, 64).await;
+    assert!(
+        matches!(refused, Err(HistoryFault::TooLarge { max: 64, .. })),
+        "{refused:?}"
+    );
 }
