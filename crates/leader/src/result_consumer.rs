@@ -12,6 +12,7 @@ use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::StreamExt as _;
 use mtswarm_bus::{Backoff, ResultConsumerConfig, reopen, subjects, v1};
 use mtswarm_telemetry::metrics::{FencedAttempt, metrics};
+use tracing::Instrument as _;
 
 use crate::error::ReplayError;
 use crate::keys::LeaderKeys;
@@ -37,14 +38,25 @@ pub(crate) struct ResultIntake {
 /// table and does what the outcome asks: record and journal an accepted
 /// result, log and count the rest, hand a fenced current attempt to the
 /// reassigner. Returns `None` when the job has no table here.
+///
+/// Everything logged on the way carries the result's job, task and attempt
+/// from one span around it.
 pub(crate) async fn handle_result(
     intake: &ResultIntake,
     result: &v1::TaskResult,
 ) -> Option<Acceptance> {
+    let span = tracing::info_span!(
+        "task_result",
+        job_id = %result.job_id,
+        task_id = %result.task_id,
+        attempt = result.attempt,
+    );
+    offer_result(intake, result).instrument(span).await
+}
+
+async fn offer_result(intake: &ResultIntake, result: &v1::TaskResult) -> Option<Acceptance> {
     let Some(job) = intake.tables.results.get(&result.job_id) else {
         tracing::debug!(
-            job_id = %result.job_id,
-            task_id = %result.task_id,
             "result for a job not running on this leader; left in the results stream for its resume"
         );
         return None;
@@ -86,20 +98,12 @@ pub(crate) async fn handle_result(
         }
         Acceptance::Duplicate => {
             counters.duplicate.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(
-                job_id = %result.job_id,
-                task_id = %result.task_id,
-                attempt = result.attempt,
-                "duplicate result dropped (task already has a result)"
-            );
+            tracing::info!("duplicate result dropped (task already has a result)");
         }
         Acceptance::Stale { current_attempt } => {
             counters.stale.fetch_add(1, Ordering::Relaxed);
             metrics().task_fenced(FencedAttempt::Stale);
             tracing::warn!(
-                job_id = %result.job_id,
-                task_id = %result.task_id,
-                attempt = result.attempt,
                 current_attempt,
                 fenced = result.fenced,
                 "result of a stale attempt dropped"
@@ -109,9 +113,6 @@ pub(crate) async fn handle_result(
             counters.fenced.fetch_add(1, Ordering::Relaxed);
             metrics().task_fenced(FencedAttempt::Current);
             tracing::warn!(
-                job_id = %result.job_id,
-                task_id = %result.task_id,
-                attempt = result.attempt,
                 error = %result.error,
                 "fenced result of the current attempt; reassigning the task"
             );
@@ -129,11 +130,7 @@ pub(crate) async fn handle_result(
         }
         Acceptance::UnknownTask => {
             counters.unknown_task.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                job_id = %result.job_id,
-                task_id = %result.task_id,
-                "result for a task this job never assigned dropped"
-            );
+            tracing::warn!("result for a task this job never assigned dropped");
         }
     }
     Some(acceptance)
@@ -143,9 +140,6 @@ pub(crate) async fn handle_result(
 fn drop_forged(counters: &AtomicCounters, result: &v1::TaskResult, why: &str) {
     counters.forged.fetch_add(1, Ordering::Relaxed);
     tracing::warn!(
-        job_id = %result.job_id,
-        task_id = %result.task_id,
-        attempt = result.attempt,
         worker_id = %result.worker_id,
         session_id = %result.session_id,
         slice_id = %result.slice_id,
@@ -334,14 +328,18 @@ pub(crate) async fn replay_job_results(
 /// Records an accepted result: the task's record is marked done with its
 /// status, then the job's counters and usage grow (unless the task was
 /// recorded done already: a replayed result), and the result is journaled.
+/// Runs in [`handle_result`]'s span, which names the result.
 async fn accepted(intake: &ResultIntake, result: &v1::TaskResult) {
     // Only the job's owner records its results.
     let Some(fence) = intake.ownerships.fence(&result.job_id) else {
-        tracing::warn!(job_id = %result.job_id, task_id = %result.task_id, reason = "this leader does not own the job", "accepted result not recorded here");
+        tracing::warn!(
+            reason = "this leader does not own the job",
+            "accepted result not recorded here"
+        );
         return;
     };
     if let Err(error) = fence.check("recording a task result") {
-        tracing::warn!(job_id = %result.job_id, task_id = %result.task_id, reason = %error, "accepted result not recorded here");
+        tracing::warn!(reason = %error, "accepted result not recorded here");
         return;
     }
     let owner = intake.stores.jobs.as_owner(fence.epoch());
@@ -374,7 +372,7 @@ async fn accepted(intake: &ResultIntake, result: &v1::TaskResult) {
         .await;
     if let Err(error) = marked {
         let error = refused(error);
-        tracing::warn!(%error, job_id = %result.job_id, task_id = %result.task_id, "task record not marked done with its result");
+        tracing::warn!(%error, "task record not marked done with its result");
     }
     if !already_done {
         // Both ends on this leader's clock: the publish it confirmed and
@@ -402,7 +400,7 @@ async fn accepted(intake: &ResultIntake, result: &v1::TaskResult) {
             .await
     {
         let error = refused(error);
-        tracing::warn!(%error, job_id = %result.job_id, "job record not updated with a result");
+        tracing::warn!(%error, "job record not updated with a result");
     }
     if let Err(error) = intake
         .stores
@@ -418,7 +416,7 @@ async fn accepted(intake: &ResultIntake, result: &v1::TaskResult) {
         )
         .await
     {
-        tracing::warn!(%error, job_id = %result.job_id, "task result not journaled");
+        tracing::warn!(%error, "task result not journaled");
     }
 }
 

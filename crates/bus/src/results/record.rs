@@ -142,35 +142,58 @@ pub struct RecordGrant {
 }
 
 impl RecordGrant {
-    /// The grant as a record carries it.
+    /// The grant as a record carries it. Both conversions take the grant
+    /// apart field by field, so a field added to the grant's message does
+    /// not compile until the record carries it too.
     pub fn of(grant: &crate::v1::PlacementGrant) -> Self {
+        let crate::v1::PlacementGrant {
+            job_id,
+            task_id,
+            attempt,
+            agent_id,
+            session_id,
+            worker_id,
+            slice_id,
+            worker_key,
+            signature,
+        } = grant.clone();
         Self {
-            job_id: grant.job_id.clone(),
-            task_id: grant.task_id.clone(),
-            attempt: grant.attempt,
-            agent_id: grant.agent_id.clone(),
-            session_id: grant.session_id.clone(),
-            worker_id: grant.worker_id.clone(),
-            slice_id: grant.slice_id.clone(),
-            worker_key: grant.worker_key.clone(),
-            signature: super::hex::encode(&grant.signature),
+            job_id,
+            task_id,
+            attempt,
+            agent_id,
+            session_id,
+            worker_id,
+            slice_id,
+            worker_key,
+            signature: super::hex::encode(&signature),
         }
     }
 
     /// The grant itself (a signature that is not hex decodes to nothing,
     /// which no key verifies).
     pub fn to_grant(&self) -> crate::v1::PlacementGrant {
-        let signature = super::hex::decode(&self.signature).unwrap_or_default();
-        crate::v1::PlacementGrant {
-            job_id: self.job_id.clone(),
-            task_id: self.task_id.clone(),
-            attempt: self.attempt,
-            agent_id: self.agent_id.clone(),
-            session_id: self.session_id.clone(),
-            worker_id: self.worker_id.clone(),
-            slice_id: self.slice_id.clone(),
-            worker_key: self.worker_key.clone(),
+        let Self {
+            job_id,
+            task_id,
+            attempt,
+            agent_id,
+            session_id,
+            worker_id,
+            slice_id,
+            worker_key,
             signature,
+        } = self.clone();
+        crate::v1::PlacementGrant {
+            job_id,
+            task_id,
+            attempt,
+            agent_id,
+            session_id,
+            worker_id,
+            slice_id,
+            worker_key,
+            signature: super::hex::decode(&signature).unwrap_or_default(),
         }
     }
 }

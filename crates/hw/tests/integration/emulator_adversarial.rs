@@ -87,7 +87,8 @@ fn corpus_file(name: &str) -> String {
 
 /// A kernel directory: `harness` (a kernel directory's host.c, with the
 /// `sizes.h` beside it if there is one) with the corpus kernel `name` as its
-/// device code and the honest helper beside it.
+/// device code and the honest helper beside it (with the example vecadd it
+/// includes).
 fn corpus_fixture(name: &str, harness: &Path) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::copy(harness, dir.path().join("host.c")).expect("copy host.c");
@@ -97,6 +98,11 @@ fn corpus_fixture(name: &str, harness: &Path) -> tempfile::TempDir {
     }
     std::fs::write(dir.path().join("kernel.c"), corpus_file(name)).expect("kernel.c");
     std::fs::copy(corpus_dir().join("honest.h"), dir.path().join("honest.h")).expect("honest.h");
+    std::fs::copy(
+        kernels_dir().join("vecadd/kernel.c"),
+        dir.path().join("vecadd.c"),
+    )
+    .expect("vecadd.c");
     dir
 }
 
