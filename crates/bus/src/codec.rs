@@ -40,6 +40,7 @@ bus_messages!(
     ApprovalDecision,
     ApprovalRecord,
     SliceLease,
+    DaemonLease,
     JobOwner,
     SliceQuarantine,
     WorkerRecord,

@@ -257,6 +257,19 @@ pub enum BusError {
         action: &'static str,
     },
 
+    /// A worker daemon's lease (the liveness its slice claims live by)
+    /// lapsed or was taken by a later life of the daemon: every claim of
+    /// its epoch is lost with it.
+    #[error(
+        "the lease of worker daemon {worker_id} was lost (lapsed or taken again) before it could be {action}"
+    )]
+    DaemonLeaseLost {
+        /// The daemon.
+        worker_id: String,
+        /// What the holder was doing, e.g. `"renewed"`.
+        action: &'static str,
+    },
+
     /// An approval was decided twice; the first decision stands.
     #[error("approval {approval_id} is already decided ({state})")]
     AlreadyDecided {

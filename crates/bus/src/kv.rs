@@ -420,7 +420,11 @@ impl<T: BusMessage> TypedKv<T> {
 
     /// The current value of every key first (as `Put`), then changes.
     pub async fn watch_with_current(&self) -> Result<KvWatch<T>, BusError> {
-        let filter = self.all_keys();
+        self.watch_with_current_matching(self.all_keys()).await
+    }
+
+    /// [`TypedKv::watch_with_current`] of the keys matching `filter`.
+    pub async fn watch_with_current_matching(&self, filter: &str) -> Result<KvWatch<T>, BusError> {
         let watch = self.store.watch_with_history(filter).await;
         self.typed_watch(filter, watch)
     }

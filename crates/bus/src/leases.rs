@@ -10,17 +10,26 @@
 //! request a worker makes, which fields a renewal may change (session and
 //! job, never holder or epoch), errors naming the slice and its holder, and
 //! the [`LeaseKeeper`] whose state a worker's session watches.
+//!
+//! A worker daemon does not renew a key per slice: it keeps one liveness
+//! key for all of them (`crate::daemon_lease`) and writes each slice's
+//! claim ([`Leases::claim`]) only when it changes. Readers here ([`Leases::get`],
+//! [`Leases::list`], the watches) apply the rule that joins the two, so a
+//! claim of a dead daemon reads as lapsed, exactly like a key whose TTL ran
+//! out.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use futures::{Stream, StreamExt as _};
-use mtswarm_proto::v1::SliceLease;
+use mtswarm_proto::v1::{DaemonLease, SliceLease};
 
 use crate::connection::Bus;
+use crate::daemon_lease::{DAEMON_KEY_PREFIX, LeaseView, ViewInput, daemon_lease, live_claim};
 use crate::error::BusError;
 use crate::kv::{TypedKv, Versioned};
+pub use crate::lease_event::LeaseEvent;
 use crate::subjects;
 use crate::ttl_lease::{Change, Leased, TtlLease, Write, leased_fields};
 
@@ -40,31 +49,24 @@ pub struct LeaseRequest {
     pub ttl: Duration,
 }
 
-/// A change of a slice's lease.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LeaseEvent {
-    /// Acquired or renewed.
-    Held(Versioned<SliceLease>),
-    /// Given up by its holder.
-    Released {
-        /// The slice now free.
-        slice_id: String,
-    },
-    /// Not renewed within its TTL: the slice is free and its session lost.
-    Lapsed {
-        /// The slice now free.
-        slice_id: String,
-    },
-}
-
 /// Stream of lease changes.
 pub type LeaseWatch = Pin<Box<dyn Stream<Item = Result<LeaseEvent, BusError>> + Send>>;
 
-/// The leases bucket.
+/// The leases bucket: slice claims, and the daemon liveness keys they live by.
+/// Cheap to clone, and small (one pointer) inside the futures that hold it.
 #[derive(Debug, Clone)]
 pub struct Leases {
-    lease: TtlLease<SliceLease>,
+    buckets: std::sync::Arc<Buckets>,
 }
+
+#[derive(Debug)]
+struct Buckets {
+    lease: TtlLease<SliceLease>,
+    daemons: TtlLease<DaemonLease>,
+}
+
+/// Attempts of [`Leases::claim`] when another writer races it.
+const CLAIM_ATTEMPTS: usize = 3;
 
 fn timestamp(at: SystemTime) -> prost_types::Timestamp {
     prost_types::Timestamp::from(at)
@@ -80,12 +82,7 @@ impl Leased for SliceLease {
 
     type Error = BusError;
 
-    leased_fields!(key: slice_id, holder: worker_id);
-
-    fn renewed(&mut self, now: SystemTime) {
-        self.renewed_at = Some(timestamp(now));
-        self.expires_at = Some(timestamp(now + self.ttl()));
-    }
+    leased_fields!(key: slice_id, holder: worker_id, stamps);
 
     /// The same holder, epoch, session and job: a renewal only restamps.
     fn is_own_write(&self, stored: &Self) -> bool {
@@ -111,11 +108,7 @@ impl Leased for SliceLease {
     ) -> impl Future<Output = BusError> + Send {
         std::future::ready(BusError::LeaseLost {
             slice_id: held.value.slice_id.clone(),
-            action: match write {
-                Write::Retake => "reclaimed",
-                Write::Renewal => "renewed",
-                Write::Release => "released",
-            },
+            action: write.done(),
         })
     }
 
@@ -149,6 +142,7 @@ impl LeaseRequest {
             acquired_at: Some(timestamp(now)),
             renewed_at: Some(timestamp(now)),
             epoch: 0,
+            daemon_epoch: 0,
         }
     }
 
@@ -161,19 +155,160 @@ impl LeaseRequest {
 impl Leases {
     /// Opens the bucket (created by [`Bus::ensure_topology`]).
     pub async fn open(bus: &Bus) -> Result<Self, BusError> {
+        let lease = TtlLease::open(bus, subjects::LEASES_BUCKET).await?;
         Ok(Self {
-            lease: TtlLease::open(bus, subjects::LEASES_BUCKET).await?,
+            buckets: std::sync::Arc::new(Buckets {
+                daemons: TtlLease::prefixed(lease.kv(), DAEMON_KEY_PREFIX),
+                lease,
+            }),
         })
     }
 
     /// The underlying typed bucket.
     pub fn kv(&self) -> &TypedKv<SliceLease> {
-        self.lease.kv()
+        self.buckets.lease.kv()
     }
 
-    /// The TTL'd holdings the leases are (for [`crate::LeaseSet`]'s loop).
-    pub(crate) fn ttl_lease(&self) -> &TtlLease<SliceLease> {
-        &self.lease
+    /// The daemons' liveness keys (for [`crate::LeaseSet`]'s loop).
+    pub(crate) fn daemons(&self) -> &TtlLease<DaemonLease> {
+        &self.buckets.daemons
+    }
+
+    /// Takes `worker_id`'s liveness key for `ttl`: when nobody holds it, or
+    /// from an earlier life of the same daemon (at a new epoch, which ends
+    /// every claim of that life).
+    pub async fn take_daemon(
+        &self,
+        worker_id: &str,
+        ttl: Duration,
+    ) -> Result<Versioned<DaemonLease>, BusError> {
+        subjects::validate_id("worker id", worker_id)?;
+        let mut attempts = 0;
+        loop {
+            let lease = daemon_lease(worker_id, ttl_seconds(ttl), SystemTime::now());
+            match self.buckets.daemons.take(lease, ttl).await {
+                // Its earlier life renewed between the read and the write.
+                Err(BusError::DaemonLeaseLost { .. }) if attempts + 1 < CLAIM_ATTEMPTS => {
+                    attempts += 1;
+                }
+                taken => return taken,
+            }
+        }
+    }
+
+    /// The live liveness key of `worker_id`, if any.
+    pub async fn daemon(
+        &self,
+        worker_id: &str,
+    ) -> Result<Option<Versioned<DaemonLease>>, BusError> {
+        self.buckets.daemons.get(worker_id).await
+    }
+
+    /// Claims `request.slice_id` for `request.worker_id` under its daemon
+    /// lease `daemon`: the claim has no TTL of its own and holds while that
+    /// lease does. Takes a free slice, the daemon's own claim (from an
+    /// earlier life, at a new epoch) and a claim of a daemon that is gone;
+    /// [`BusError::LeaseHeld`] names the live holder otherwise.
+    pub async fn claim(
+        &self,
+        request: &LeaseRequest,
+        daemon: &DaemonLease,
+    ) -> Result<Versioned<SliceLease>, BusError> {
+        request.validate()?;
+        let kv = self.buckets.lease.kv();
+        let mut last_conflict = None;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let mut claim = request.lease(SystemTime::now());
+            claim.ttl_seconds = daemon.ttl_seconds;
+            claim.daemon_epoch = daemon.epoch;
+            claim.epoch = kv.last_sequence().await? + 1;
+            let written = match kv.get(&request.slice_id).await? {
+                None => kv.create(&request.slice_id, &claim).await,
+                Some(current) => {
+                    if current.value.worker_id != request.worker_id
+                        && self.live(current.value.clone()).await?.is_some()
+                    {
+                        return Err(SliceLease::held(
+                            &request.slice_id,
+                            &request.worker_id,
+                            Some(current.value),
+                        ));
+                    }
+                    kv.update(&request.slice_id, &claim, current.revision).await
+                }
+            };
+            match written {
+                Ok(revision) => {
+                    let value = crate::daemon_lease::with_daemon_times(claim, daemon);
+                    return Ok(Versioned { value, revision });
+                }
+                Err(error @ (BusError::AlreadyExists { .. } | BusError::CasConflict { .. })) => {
+                    last_conflict = Some(error);
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Err(last_conflict.unwrap_or_else(|| BusError::LeaseLost {
+            slice_id: request.slice_id.clone(),
+            action: "claimed",
+        }))
+    }
+
+    /// Changes the session/job of a daemon's claim `held` (no renewal: the
+    /// claim lives by its daemon's lease). [`BusError::LeaseLost`] when the
+    /// claim was written by someone else since.
+    pub async fn change_claim(
+        &self,
+        held: &Versioned<SliceLease>,
+        change: impl FnOnce(&mut SliceLease),
+    ) -> Result<Versioned<SliceLease>, BusError> {
+        let mut claim = held.value.clone();
+        change(&mut claim);
+        claim.slice_id = held.value.slice_id.clone();
+        claim.worker_id = held.value.worker_id.clone();
+        claim.epoch = held.value.epoch;
+        claim.daemon_epoch = held.value.daemon_epoch;
+        match self
+            .buckets
+            .lease
+            .kv()
+            .update(&claim.slice_id, &claim, held.revision)
+            .await
+        {
+            Ok(revision) => Ok(Versioned {
+                value: claim,
+                revision,
+            }),
+            Err(BusError::CasConflict { .. }) => Err(BusError::LeaseLost {
+                slice_id: claim.slice_id,
+                action: "changed",
+            }),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Writes a daemon's claim again as it is (on servers without per-key
+    /// TTLs the bucket's age limit would otherwise drop it).
+    pub(crate) async fn touch_claim(
+        &self,
+        held: &Versioned<SliceLease>,
+    ) -> Result<Versioned<SliceLease>, BusError> {
+        self.change_claim(held, |_| {}).await
+    }
+
+    /// True when keys carry their own TTL; without it (servers before
+    /// 2.11) the bucket's age limit applies to every key.
+    pub(crate) fn per_key_ttl(&self) -> bool {
+        self.buckets.lease.kv().per_key_ttl()
+    }
+
+    /// `claim` as it holds now (see `crate::daemon_lease`).
+    async fn live(&self, claim: SliceLease) -> Result<Option<SliceLease>, BusError> {
+        if claim.daemon_epoch == 0 {
+            return Ok(Some(claim));
+        }
+        let daemon = self.buckets.daemons.get(&claim.worker_id).await?;
+        Ok(live_claim(claim, |_| daemon.as_ref().map(|d| &d.value)))
     }
 
     /// Takes the slice if nobody holds it. Fails with [`BusError::LeaseHeld`]
@@ -183,7 +318,7 @@ impl Leases {
     pub async fn acquire(&self, request: &LeaseRequest) -> Result<Versioned<SliceLease>, BusError> {
         request.validate()?;
         let lease = request.lease(SystemTime::now());
-        self.lease.acquire(lease, request.ttl).await
+        self.buckets.lease.acquire(lease, request.ttl).await
     }
 
     /// Takes over a live lease that names `request.worker_id` as holder (a
@@ -193,7 +328,7 @@ impl Leases {
     pub async fn reclaim(&self, request: &LeaseRequest) -> Result<Versioned<SliceLease>, BusError> {
         request.validate()?;
         let lease = request.lease(SystemTime::now());
-        self.lease.take(lease, request.ttl).await
+        self.buckets.lease.take(lease, request.ttl).await
     }
 
     /// Extends the lease by its TTL. [`BusError::LeaseLost`] when it lapsed or
@@ -202,7 +337,7 @@ impl Leases {
         &self,
         held: &Versioned<SliceLease>,
     ) -> Result<Versioned<SliceLease>, BusError> {
-        self.lease.renew(held).await
+        self.buckets.lease.renew(held).await
     }
 
     /// Renews and changes the lease's session/job fields in one write.
@@ -217,44 +352,96 @@ impl Leases {
         lease.slice_id = held.value.slice_id.clone();
         lease.worker_id = held.value.worker_id.clone();
         lease.epoch = held.value.epoch;
-        self.lease.renew_as(held, lease).await
+        self.buckets.lease.renew_as(held, lease).await
     }
 
     /// Gives the slice up. [`BusError::LeaseLost`] when the lease had already
     /// lapsed or changed hands (then there is nothing to release).
     pub async fn release(&self, held: &Versioned<SliceLease>) -> Result<(), BusError> {
-        self.lease.release(held).await
+        self.buckets.lease.release(held).await
     }
 
-    /// The live lease on a slice, if any.
+    /// The live lease on a slice, if any (a daemon's claim with its
+    /// daemon's times).
     pub async fn get(&self, slice_id: &str) -> Result<Option<Versioned<SliceLease>>, BusError> {
-        self.lease.get(slice_id).await
+        let Some(Versioned { value, revision }) = self.buckets.lease.get(slice_id).await? else {
+            return Ok(None);
+        };
+        Ok(self
+            .live(value)
+            .await?
+            .map(|value| Versioned { value, revision }))
     }
 
     /// All live leases.
     pub async fn list(&self) -> Result<Vec<Versioned<SliceLease>>, BusError> {
-        self.lease.list().await
+        let claims = self.buckets.lease.list().await?;
+        let daemons: std::collections::HashMap<String, DaemonLease> =
+            if claims.iter().any(|c| c.value.daemon_epoch != 0) {
+                self.buckets
+                    .daemons
+                    .list()
+                    .await?
+                    .into_iter()
+                    .map(|d| (d.value.worker_id.clone(), d.value))
+                    .collect()
+            } else {
+                Default::default()
+            };
+        Ok(claims
+            .into_iter()
+            .filter_map(|Versioned { value, revision }| {
+                live_claim(value, |w| daemons.get(w)).map(|value| Versioned { value, revision })
+            })
+            .collect())
     }
 
     /// Lease changes from now on; a [`LeaseEvent::Lapsed`] frees the slice.
+    /// The daemons' current leases and the stored claims are read first
+    /// (without events), so a claim written from now on is seen held at
+    /// once and a daemon's lapse lapses the claims it kept.
+    ///
+    /// (Each step is boxed: opening a watch is a large future, and callers
+    /// hold this one inside theirs.)
     pub async fn watch(&self) -> Result<LeaseWatch, BusError> {
-        Ok(Box::pin(self.lease.watch().await?.map(lease_event)))
+        let daemons = Box::pin(self.buckets.daemons.watch_with_current()).await?;
+        // The watch first: a claim written while the listing runs is then
+        // in both, never in neither.
+        let claims = Box::pin(self.buckets.lease.watch()).await?;
+        let stored = Box::pin(self.buckets.lease.list()).await?;
+        Ok(view(LeaseView::with_claims(stored), claims, daemons))
     }
 
     /// Current leases (as `Held`) and then changes.
     pub async fn watch_with_current(&self) -> Result<LeaseWatch, BusError> {
-        Ok(Box::pin(
-            self.lease.watch_with_current().await?.map(lease_event),
-        ))
+        let daemons = Box::pin(self.buckets.daemons.watch_with_current()).await?;
+        let claims = Box::pin(self.buckets.lease.watch_with_current()).await?;
+        Ok(view(LeaseView::default(), claims, daemons))
     }
 }
 
-fn lease_event(change: Result<Change<SliceLease>, BusError>) -> Result<LeaseEvent, BusError> {
-    Ok(match change? {
-        Change::Held(lease) => LeaseEvent::Held(lease),
-        Change::Released { key } => LeaseEvent::Released { slice_id: key },
-        Change::Lapsed { key } => LeaseEvent::Lapsed { slice_id: key },
-    })
+/// The per-slice events of a claims watch and a daemon keys watch, from
+/// `view`'s state.
+fn view(
+    view: LeaseView,
+    claims: impl Stream<Item = Result<Change<SliceLease>, BusError>> + Send + 'static,
+    daemons: impl Stream<Item = Result<Change<DaemonLease>, BusError>> + Send + 'static,
+) -> LeaseWatch {
+    let inputs = futures::stream::select(
+        claims.map(|c| c.map(ViewInput::Claim)),
+        daemons.map(|d| d.map(ViewInput::Daemon)),
+    );
+    Box::pin(
+        inputs
+            .scan(view, |view, input| {
+                let events: Vec<Result<LeaseEvent, BusError>> = match input {
+                    Ok(input) => view.apply(input).into_iter().map(Ok).collect(),
+                    Err(error) => vec![Err(error)],
+                };
+                std::future::ready(Some(futures::stream::iter(events)))
+            })
+            .flatten(),
+    )
 }
 
 /// What a [`LeaseKeeper`] currently knows about its lease.
@@ -297,7 +484,7 @@ impl Leases {
     pub fn keep(&self, held: Versioned<SliceLease>, renew_every: Duration) -> LeaseKeeper {
         let (state_tx, state_rx) = tokio::sync::watch::channel(KeptLease::Held(held.clone()));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let lease = self.lease.clone();
+        let lease = self.buckets.lease.clone();
         let task = tokio::spawn(async move {
             let slice_id = held.value.slice_id.clone();
             let ttl = held.value.ttl();

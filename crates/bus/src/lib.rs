@@ -24,9 +24,11 @@
 pub mod codec;
 pub mod config;
 mod connection;
+mod daemon_lease;
 pub mod error;
 pub mod jobs;
 mod kv;
+mod lease_event;
 mod lease_set;
 mod leases;
 mod limits;

@@ -91,6 +91,8 @@ pub fn worker(worker_id: &str, slice_ids: &[String]) -> Permissions {
         format!("$JS.API.DIRECT.GET.{}", subjects::EVENTS_STREAM),
         format!("$JS.API.DIRECT.GET.{}.>", subjects::EVENTS_STREAM),
     ];
+    // Its liveness key, which keeps its slice claims.
+    publish.push(format!("$KV.{LEASES_BUCKET}.daemon.{worker_id}"));
     for slice_id in slice_ids {
         publish.push(format!("$KV.{LEASES_BUCKET}.{slice_id}"));
         publish.push(format!("$KV.{QUARANTINE_BUCKET}.{slice_id}"));
@@ -198,6 +200,13 @@ mod tests {
             permissions
                 .publish
                 .contains(&"$KV.mtswarm_leases.b0-c1".to_string())
+        );
+        assert!(
+            permissions
+                .publish
+                .contains(&"$KV.mtswarm_leases.daemon.worker-b0".to_string()),
+            "{:?}",
+            permissions.publish
         );
         assert!(
             !permissions

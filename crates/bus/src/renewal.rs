@@ -65,6 +65,11 @@ impl Renewal {
         now.saturating_duration_since(self.renewed_at) >= self.valid_for
     }
 
+    /// When the last stored renewal stops counting.
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.renewed_at + self.valid_for
+    }
+
     /// Time since the last stored renewal at `now`, for logs.
     pub(crate) fn since_renewal(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.renewed_at)

@@ -11,7 +11,7 @@
 //! | `mtswarm.measurement.<job_id>.<kernel>.<hash16>.<slice>` | JetStream subject, stream `MTSWARM_MEASUREMENTS` | worker | results store queries (ordered consumers) | `ResultRecord` (JSON) | limits retention, size-capped, `Nats-Msg-Id` = record id; see [`crate::results`] |
 //! | `mtswarm.approval.request.<job_id>` | core NATS | worker | leader | `ApprovalRequest` | notification; the record lives in KV `mtswarm_approvals` |
 //! | `mtswarm.approval.decision.<session_id>` | core NATS | leader | worker running the session | `ApprovalDecision` | notification; the record lives in KV `mtswarm_approvals` |
-//! | `mtswarm_leases` (`$KV.mtswarm_leases.<slice_id>`) | KV bucket | worker | leader, workers | `SliceLease` | per-key TTL (`Nats-TTL`), renewed by heartbeat with CAS; lapse = delete marker |
+//! | `mtswarm_leases` (`$KV.mtswarm_leases.<slice_id>`, `$KV.mtswarm_leases.daemon.<worker_id>`) | KV bucket | worker | leader, workers | `SliceLease`, `DaemonLease` | one liveness key per daemon (per-key TTL, CAS renewals; lapse = expiry marker) keeps its slice claims, which are written only when they change |
 //! | `mtswarm_workers` (`$KV.mtswarm_workers.<worker_id>`) | KV bucket | worker | leader | `WorkerRecord` | per-key TTL, fleet membership |
 //! | `mtswarm_quarantine` (`$KV.mtswarm_quarantine.<slice_id>`) | KV bucket | worker, leader | leader | `SliceQuarantine` | |
 //! | `mtswarm_jobs` (`$KV.mtswarm_jobs.<job_id>`, parts under `<job_id>.agent.<agent_id>`, `<job_id>.task.<task_id>`, `<job_id>.loop`) | KV bucket | leader | leader | `JobRecord`, `AgentPlacement`, `TaskRecord`, `LeaderCheckpoint` | CAS updates |

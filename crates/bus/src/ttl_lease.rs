@@ -45,10 +45,31 @@ pub(crate) enum Write {
     Release,
 }
 
+impl Write {
+    /// What the holder did, for errors (`"renewed"`, ...).
+    pub(crate) fn done(self) -> &'static str {
+        match self {
+            Write::Retake => "reclaimed",
+            Write::Renewal => "renewed",
+            Write::Release => "released",
+        }
+    }
+}
+
 /// The [`Leased`] accessors of a record whose key and holder are the named
 /// fields and which has `ttl_seconds` and `epoch` fields, as every leased
 /// record of the bus does.
+/// `, stamps` adds the renewal of a record with `renewed_at` and
+/// `expires_at` stamps (the latter one TTL after the former).
 macro_rules! leased_fields {
+    (key: $key:ident, holder: $holder:ident, stamps) => {
+        leased_fields!(key: $key, holder: $holder);
+
+        fn renewed(&mut self, now: SystemTime) {
+            self.renewed_at = Some(prost_types::Timestamp::from(now));
+            self.expires_at = Some(prost_types::Timestamp::from(now + self.ttl()));
+        }
+    };
     (key: $key:ident, holder: $holder:ident) => {
         fn key(&self) -> &str {
             &self.$key
@@ -150,10 +171,14 @@ pub(crate) enum Attempt<V> {
     },
 }
 
-/// One bucket of TTL'd holdings. Cheap to clone.
+/// One bucket of TTL'd holdings (or those of its keys that start with a
+/// prefix). Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct TtlLease<V: Leased> {
     kv: TypedKv<V>,
+    /// Put before every [`Leased::key`] (empty: the keys are the bucket's
+    /// one-token keys).
+    prefix: &'static str,
 }
 
 impl<V: Leased> TtlLease<V> {
@@ -161,7 +186,38 @@ impl<V: Leased> TtlLease<V> {
     pub(crate) async fn open(bus: &Bus, bucket: &str) -> Result<Self, BusError> {
         Ok(Self {
             kv: TypedKv::open(bus, bucket).await?,
+            prefix: "",
         })
+    }
+
+    /// The holdings of `kv`'s bucket stored under `prefix` + key (e.g.
+    /// `daemon.` + worker id), beside other values under other keys.
+    pub(crate) fn prefixed<U: crate::codec::BusMessage>(
+        kv: &TypedKv<U>,
+        prefix: &'static str,
+    ) -> Self {
+        Self {
+            kv: kv.nested_view(),
+            prefix,
+        }
+    }
+
+    /// The bucket key of a holding's key.
+    fn stored(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// The holding's key of a bucket key.
+    fn unstored(&self, key: String) -> String {
+        match key.strip_prefix(self.prefix) {
+            Some(rest) if !self.prefix.is_empty() => rest.to_owned(),
+            _ => key,
+        }
+    }
+
+    /// The key pattern of this holding's keys.
+    fn filter(&self) -> String {
+        format!("{}*", self.prefix)
     }
 
     /// The underlying typed bucket.
@@ -178,11 +234,15 @@ impl<V: Leased> TtlLease<V> {
         ttl: Duration,
     ) -> Result<Versioned<V>, V::Error> {
         value.set_epoch(self.next_epoch().await?);
-        match self.kv.create_with_ttl(value.key(), &value, ttl).await {
+        match self
+            .kv
+            .create_with_ttl(&self.stored(value.key()), &value, ttl)
+            .await
+        {
             Ok(revision) => Ok(Versioned { value, revision }),
             Err(BusError::AlreadyExists { .. } | BusError::CasConflict { .. }) => {
                 // A lost race; the read names the winner.
-                let current = self.kv.get(value.key()).await?;
+                let current = self.kv.get(&self.stored(value.key())).await?;
                 Err(V::held(
                     value.key(),
                     value.holder(),
@@ -198,13 +258,13 @@ impl<V: Leased> TtlLease<V> {
     /// restarted holder reclaiming its own key without waiting for the
     /// lapse). [`Leased::held`] when another holder has it.
     pub(crate) async fn take(&self, mut value: V, ttl: Duration) -> Result<Versioned<V>, V::Error> {
-        match self.kv.get(value.key()).await? {
+        match self.kv.get(&self.stored(value.key())).await? {
             None => self.acquire(value, ttl).await,
             Some(current) if current.value.holder() == value.holder() => {
                 value.set_epoch(self.next_epoch().await?);
                 match self
                     .kv
-                    .update_with_ttl(value.key(), &value, current.revision, ttl)
+                    .update_with_ttl(&self.stored(value.key()), &value, current.revision, ttl)
                     .await
                 {
                     Ok(revision) => Ok(Versioned { value, revision }),
@@ -234,7 +294,12 @@ impl<V: Leased> TtlLease<V> {
         value.renewed(SystemTime::now());
         match self
             .kv
-            .update_with_ttl(held.value.key(), &value, held.revision, value.ttl())
+            .update_with_ttl(
+                &self.stored(held.value.key()),
+                &value,
+                held.revision,
+                value.ttl(),
+            )
             .await
         {
             Ok(revision) => Ok(Versioned { value, revision }),
@@ -246,7 +311,11 @@ impl<V: Leased> TtlLease<V> {
     /// Gives the key up (watchers see a release, not a lapse);
     /// [`Leased::lost`] when it had already lapsed or changed hands.
     pub(crate) async fn release(&self, held: &Versioned<V>) -> Result<(), V::Error> {
-        match self.kv.delete(held.value.key(), Some(held.revision)).await {
+        match self
+            .kv
+            .delete(&self.stored(held.value.key()), Some(held.revision))
+            .await
+        {
             Ok(()) => Ok(()),
             Err(BusError::CasConflict { .. }) => Err(V::lost(self, held, Write::Release).await),
             Err(other) => Err(other.into()),
@@ -255,41 +324,54 @@ impl<V: Leased> TtlLease<V> {
 
     /// The live value under `key`, if any.
     pub(crate) async fn get(&self, key: &str) -> Result<Option<Versioned<V>>, BusError> {
-        self.kv.get(key).await
+        self.kv.get(&self.stored(key)).await
     }
 
     /// All live values.
     pub(crate) async fn list(&self) -> Result<Vec<Versioned<V>>, BusError> {
-        Ok(self.kv.list().await?.into_iter().map(|(_, v)| v).collect())
+        let listed = if self.prefix.is_empty() {
+            self.kv.list().await?
+        } else {
+            self.kv.list_matching(&self.filter()).await?
+        };
+        Ok(listed.into_iter().map(|(_, v)| v).collect())
     }
 
     /// Changes from now on.
     pub(crate) async fn watch(
         &self,
     ) -> Result<impl Stream<Item = Result<Change<V>, BusError>> + Send + use<V>, BusError> {
-        Ok(self
-            .kv
-            .watch()
-            .await?
-            .map(|change| change.map(Self::change)))
+        let watch = if self.prefix.is_empty() {
+            self.kv.watch().await?
+        } else {
+            self.kv.watch_matching(&self.filter()).await?
+        };
+        let this = self.clone();
+        Ok(watch.map(move |change| change.map(|c| this.change(c))))
     }
 
     /// Current values (as [`Change::Held`]) and then changes.
     pub(crate) async fn watch_with_current(
         &self,
     ) -> Result<impl Stream<Item = Result<Change<V>, BusError>> + Send + use<V>, BusError> {
-        Ok(self
-            .kv
-            .watch_with_current()
-            .await?
-            .map(|change| change.map(Self::change)))
+        let watch = if self.prefix.is_empty() {
+            self.kv.watch_with_current().await?
+        } else {
+            self.kv.watch_with_current_matching(&self.filter()).await?
+        };
+        let this = self.clone();
+        Ok(watch.map(move |change| change.map(|c| this.change(c))))
     }
 
-    fn change(change: KvChange<V>) -> Change<V> {
+    fn change(&self, change: KvChange<V>) -> Change<V> {
         match change {
             KvChange::Put { value, .. } => Change::Held(value),
-            KvChange::Deleted { key, .. } => Change::Released { key },
-            KvChange::Expired { key, .. } => Change::Lapsed { key },
+            KvChange::Deleted { key, .. } => Change::Released {
+                key: self.unstored(key),
+            },
+            KvChange::Expired { key, .. } => Change::Lapsed {
+                key: self.unstored(key),
+            },
         }
     }
 
@@ -340,7 +422,7 @@ impl<V: Leased> TtlLease<V> {
                 }
             }
             Err(error) if V::is_lost(&error) => {
-                if let Ok(Some(stored)) = self.kv.get(key).await
+                if let Ok(Some(stored)) = self.get(key).await
                     && current.value.is_own_write(&stored.value)
                 {
                     tracing::info!(key, "{} renewal had landed; continuing from it", V::KIND);

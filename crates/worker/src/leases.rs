@@ -1,31 +1,30 @@
 //! The slices' leases: taken at start (a restarted daemon reclaims its
 //! own), pointed at the session and job running on the slice, re-taken
 //! when lost (fencing the session that used it) and released at shutdown.
-//! Every lease is its own KV key with a TTL, but all of them are renewed by
-//! the daemon's one [`mtswarm_bus::LeaseSet`] loop, so a slice (and the idle
-//! session on it) owns no task or timer of its own.
+//! Every slice has its own claim in the leases bucket, but none is renewed:
+//! they all live by the daemon's one lease, which the daemon's
+//! [`mtswarm_bus::LeaseSet`] renews, so renewal writes grow with daemons,
+//! not slices, and a slice (and the idle session on it) owns no task or
+//! timer of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mtswarm_bus::{BusError, KeptLease, LeaseRequest, LeaseSet, Leases};
+use mtswarm_bus::{BusError, KeptLease, LeaseSet, Leases};
 
 use crate::error::WorkerError;
 use crate::slices::{SliceEntry, Slices};
 use crate::stop::StopMode;
 
-/// How often the slices' leases are renewed: a third of their TTL.
+/// How often the daemon lease is renewed: a third of its TTL.
 pub(crate) fn renew_every(lease_ttl: Duration) -> Duration {
     (lease_ttl / 3).max(Duration::from_millis(200))
 }
 
-/// The leases of the daemon's slices, kept by one renewal loop.
+/// The leases of the daemon's slices, kept by its daemon lease.
 pub(crate) struct SliceLeases {
-    leases: Leases,
     set: LeaseSet,
     slices: Arc<Slices>,
-    worker_id: String,
-    ttl: Duration,
 }
 
 /// Why a slice's lease could not be pointed at a session.
@@ -55,11 +54,8 @@ impl SliceLeases {
         ttl: Duration,
     ) -> Self {
         Self {
-            set: leases.keep_set(renew_every(ttl)),
-            leases,
+            set: leases.keep_set(&worker_id, ttl, renew_every(ttl)),
             slices,
-            worker_id,
-            ttl,
         }
     }
 
@@ -177,19 +173,10 @@ impl SliceLeases {
         Ok(())
     }
 
-    /// Reclaim `entry`'s lease naming no session (a restarted daemon gets
-    /// its own back) and keep it renewed from now on.
+    /// Claim `entry`'s slice naming no session (a restarted daemon gets its
+    /// own back) under the daemon lease, and keep it from now on.
     async fn reclaim_idle(&self, entry: &SliceEntry) -> Result<(), BusError> {
-        let request = LeaseRequest {
-            slice_id: entry.bus_id.clone(),
-            worker_id: self.worker_id.clone(),
-            session_id: String::new(),
-            job_id: String::new(),
-            ttl: self.ttl,
-        };
-        let held = self.leases.reclaim(&request).await?;
-        self.set.insert(held);
-        Ok(())
+        self.set.claim(&entry.bus_id).await.map(|_| ())
     }
 
     /// Release every lease the daemon holds.

@@ -52,7 +52,7 @@ async fn lease_event(
 
 fn lapsed(event: LeaseEvent) -> Option<String> {
     match event {
-        LeaseEvent::Lapsed { slice_id } => Some(slice_id),
+        LeaseEvent::Lapsed { slice_id, .. } => Some(slice_id),
         _ => None,
     }
 }
@@ -463,7 +463,7 @@ async fn lease_acquire_renew_conflict_and_lapse() {
 
     // Stop renewing: the TTL lapses and watchers are told.
     let lapsed = lease_event("lease lapse", &mut watch, |event| match event {
-        LeaseEvent::Lapsed { slice_id } => Some(slice_id),
+        LeaseEvent::Lapsed { slice_id, .. } => Some(slice_id),
         LeaseEvent::Held(_) => None,
         LeaseEvent::Released { slice_id } => panic!("unexpected release of {slice_id}"),
     })

@@ -84,10 +84,13 @@ pub(super) async fn watch_leases(
                 cause_at: SystemTime::now(),
             });
         }
-        LeaseEvent::Lapsed { slice_id } => {
-            let expired_at = cache
-                .remove(&slice_id)
-                .and_then(|(_, lease)| time_of(lease.expires_at));
+        LeaseEvent::Lapsed {
+            slice_id,
+            expired_at,
+        } => {
+            let cached = cache.remove(&slice_id);
+            let expired_at =
+                expired_at.or_else(|| cached.and_then(|(_, lease)| time_of(lease.expires_at)));
             handles.triggers.send(Trigger::Lease {
                 slice_id,
                 reason: "the slice's lease lapsed".to_string(),
