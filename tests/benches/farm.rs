@@ -11,11 +11,11 @@
 //! `/proc/<pid>/stat`, before and after the job), and the job's best
 //! result next to the model's true best. It also reports the spawn time
 //! (submit until the job record lists every agent, polled every 50 ms) and
-//! the liveness writes per second: every put of the slice-lease and
-//! worker buckets, counted from their `$KV` subjects, over
-//! `BENCH_IDLE_SECONDS` (default 10) of an idle farm before the job and over
-//! the job itself (`BENCH_JOB=false`: only the idle figure, e.g. for a
-//! farm too large to run a job on).
+//! the liveness writes per second: every put of the leases bucket (daemon
+//! leases and slice claims) and the workers bucket, counted from their
+//! `$KV` subjects, over `BENCH_IDLE_SECONDS` (default: the lease TTL) of an
+//! idle farm before the job and over the job itself (`BENCH_JOB=false`:
+//! only the idle figure, e.g. for a farm too large to run a job on).
 //!
 //! The workers are processes (one per board, as a farm runs them); a
 //! simulated run is a timer, so 16 daemons fit on two cores. Run:
@@ -124,9 +124,12 @@ fn farm_options(daemons: usize, slices: u32) -> FarmOptions {
     }
 }
 
-/// Liveness writes per second of the idle farm over `BENCH_IDLE_SECONDS`.
+/// Liveness writes per second of the idle farm over `BENCH_IDLE_SECONDS`
+/// (by default the lease TTL: three renewal periods, since renewals come
+/// in bursts a period apart and a window of one period may hold none or two).
 async fn idle_rate(writes: &AtomicU64) -> f64 {
-    let idle = Duration::from_secs(env_or("BENCH_IDLE_SECONDS", 10));
+    let ttl = env_or("BENCH_LEASE_TTL_SECONDS", 30u64);
+    let idle = Duration::from_secs(env_or("BENCH_IDLE_SECONDS", ttl));
     let from = writes.load(Ordering::Relaxed);
     tokio::time::sleep(idle).await;
     (writes.load(Ordering::Relaxed) - from) as f64 / idle.as_secs_f64()
