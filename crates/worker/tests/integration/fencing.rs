@@ -1,7 +1,8 @@
 //! A worker that loses its slice while running an attempt stops the run and
 //! publishes a fenced CANCELLED result for that attempt: when a later
-//! attempt took over the session's checkpoint, and when the slice's lease
-//! is lost.
+//! attempt took over the session's checkpoint, when the slice's claim is
+//! lost, and when the daemon's one lease is (every slice at once; the
+//! daemon then takes it again and claims its slices anew).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -100,5 +101,66 @@ async fn lease_loss_fences_the_running_attempt_and_ends_the_session() {
         result.error
     );
     fenced_session_end(&mut paused.watch.events, "sessF").await;
+    paused.handle.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_lease_loss_fences_the_run_and_the_daemon_claims_its_slices_again() {
+    let mut paused = paused_attempt("jobF3").await;
+    let leases = Leases::open(&paused.env.bus).await.expect("leases");
+    let worker_id = paused.handle.worker_id().to_owned();
+    let before = stored(leases.kv(), &paused.slice).await;
+    assert_eq!(before.session_id, "sessF");
+    let daemon = leases
+        .daemon(&worker_id)
+        .await
+        .expect("read")
+        .expect("the daemon lease is held");
+    assert_eq!(before.daemon_epoch, daemon.value.epoch);
+
+    // The daemon's one lease is gone under it (what a lapse or another
+    // process taking it does): its next renewal is refused, every slice is
+    // lost at once, and the attempt running on one is fenced.
+    leases
+        .kv()
+        .nested_view::<v1::DaemonLease>()
+        .delete(&format!("daemon.{worker_id}"), None)
+        .await
+        .expect("delete the daemon lease");
+    assert!(leases.get(&paused.slice).await.expect("get").is_none());
+    let result = fenced_result(&mut paused.watch.results).await;
+    assert!(
+        result.error.contains("lease") && result.error.contains(&paused.slice),
+        "{}",
+        result.error
+    );
+    fenced_session_end(&mut paused.watch.events, "sessF").await;
+
+    // The daemon takes its lease again at a new epoch and claims its
+    // slices anew, idle.
+    let slices = paused.handle.slice_ids();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let daemon_now = leases.daemon(&worker_id).await.expect("read");
+        let mut claims = Vec::new();
+        for slice in &slices {
+            claims.push(leases.get(slice).await.expect("get"));
+        }
+        if let Some(daemon_now) = daemon_now
+            && daemon_now.value.epoch > daemon.value.epoch
+            && claims.iter().all(|c| {
+                c.as_ref().is_some_and(|c| {
+                    c.value.daemon_epoch == daemon_now.value.epoch && c.value.session_id.is_empty()
+                })
+            })
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the daemon did not claim its slices again: {claims:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     paused.handle.shutdown().await.expect("shutdown");
 }
