@@ -39,6 +39,8 @@ pub(crate) struct JobContext {
     /// This leader's ownership of the job: every write below checks it
     /// (`records.rs`), so a leader that lost the job writes nothing more.
     pub(crate) fence: Fence,
+    /// Changes of the record's agent count not written yet (`records.rs`).
+    pub(crate) agent_count: records::PendingCount,
 }
 
 impl JobContext {
@@ -66,6 +68,7 @@ impl JobContext {
             tasks: Default::default(),
             deadline,
             fence,
+            agent_count: Default::default(),
         }
     }
 

@@ -20,6 +20,18 @@ use mtswarm_bus::{BusError, OwnerWrites, v1};
 use super::{AgentEntry, JobContext};
 use crate::error::JobWriteError;
 
+/// Changes of a job record's count not written yet, and the one writer
+/// that writes them (see [`JobContext::count_agents`]).
+#[derive(Debug, Default)]
+pub(crate) struct PendingCount {
+    uncounted: std::sync::Mutex<i64>,
+    writer: tokio::sync::Mutex<()>,
+}
+
+fn locked<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl JobContext {
     /// The job's record writes as its owner at the fence's epoch.
     pub(crate) fn owner_writes(&self) -> OwnerWrites {
@@ -52,7 +64,7 @@ impl JobContext {
             .await
             .map_err(|e| self.write_error(e))?;
         if created {
-            self.count_agents(|total| total.saturating_add(1)).await;
+            self.count_agents(1).await;
         }
         Ok(())
     }
@@ -69,7 +81,7 @@ impl JobContext {
             .remove_agent(&self.job_id, agent_id)
             .await
         {
-            Ok(true) => self.count_agents(|total| total.saturating_sub(1)).await,
+            Ok(true) => self.count_agents(-1).await,
             Ok(false) => {}
             Err(error) => {
                 let error = self.write_error(error);
@@ -78,9 +90,21 @@ impl JobContext {
         }
     }
 
-    /// `JobRecord.agents_total` after an agent's key came or went. A failed
-    /// write leaves the count off by one (the agent keys say who there is).
-    async fn count_agents(&self, change: impl Fn(u32) -> u32) {
+    /// `JobRecord.agents_total` after an agent's key came (`+1`) or went
+    /// (`-1`); returns once a write that includes the change has been made
+    /// (by this call, or by the one that held the writer before it and took
+    /// the change along: a thousand concurrent spawns write the record a
+    /// few times, not a thousand compare-and-set rounds against each
+    /// other). A failed write leaves the count off (the agent keys say who
+    /// there is).
+    async fn count_agents(&self, change: i64) {
+        let pending = &self.agent_count;
+        *locked(&pending.uncounted) += change;
+        let _writer = pending.writer.lock().await;
+        let change = std::mem::take(&mut *locked(&pending.uncounted));
+        if change == 0 {
+            return;
+        }
         if let Err(error) = self.fence.check("the agent count") {
             tracing::warn!(%error, job_id = %self.job_id, "agent count of the job record not updated");
             return;
@@ -88,7 +112,8 @@ impl JobContext {
         if let Err(error) = self
             .owner_writes()
             .modify(&self.job_id, |record| {
-                record.agents_total = change(record.agents_total);
+                let total = i64::from(record.agents_total).saturating_add(change);
+                record.agents_total = u32::try_from(total.max(0)).unwrap_or(u32::MAX);
             })
             .await
         {
