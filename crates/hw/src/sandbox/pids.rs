@@ -220,31 +220,68 @@ impl Drop for ProcessCap {
         };
         // The command has been waited for, and its PID namespace took its
         // descendants along; a group that is still busy holds processes
-        // that are dying or escaped the namespace (no namespace here).
-        for attempt in 0..100 {
-            match std::fs::remove_dir(dir) {
-                Ok(()) => return,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                    kill_members(dir);
-                    std::thread::sleep(Duration::from_millis(if attempt < 10 { 1 } else { 10 }));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-                Err(e) => {
-                    NOT_REMOVED.call_once(|| {
-                        tracing::warn!(
-                            "sandbox: cannot remove the build cgroup {}: {e}",
-                            dir.display()
-                        );
+        // that are dying or escaped the namespace (no namespace here). A
+        // few quick tries cover the usual case; a loaded host can take
+        // longer to reap the killed, and the drop must not hold the caller
+        // up that long, so a thread of its own keeps trying.
+        match remove_group(dir, QUICK_TRIES) {
+            Removal::Done => {}
+            Removal::Busy => {
+                let dir = dir.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("cgroup-removal".into())
+                    .spawn(move || {
+                        if matches!(remove_group(&dir, PATIENT_TRIES), Removal::Busy) {
+                            NOT_REMOVED.call_once(|| {
+                                tracing::warn!(
+                                    "sandbox: the build cgroup {} still holds processes after they were killed",
+                                    dir.display()
+                                );
+                            });
+                        }
                     });
-                    return;
+                if let Err(error) = spawned {
+                    tracing::warn!(%error, "sandbox: cannot start the cgroup removal thread");
                 }
             }
         }
-        NOT_REMOVED.call_once(|| {
-            tracing::warn!(
-                "sandbox: the build cgroup {} still holds processes after they were killed",
-                dir.display()
-            );
-        });
     }
+}
+
+/// Tries of [`ProcessCap`]'s drop itself (about 0.1 s).
+const QUICK_TRIES: u32 = 20;
+/// Tries of the thread that takes over (about 30 s more).
+const PATIENT_TRIES: u32 = 3000;
+
+/// How removing a build cgroup ended.
+enum Removal {
+    /// Removed, gone already, or not removable at all (logged once).
+    Done,
+    /// Still holding processes after every try.
+    Busy,
+}
+
+/// Removes the group `dir`, killing what is left in it between `tries`
+/// tries (1 ms apart at first, then 10 ms).
+fn remove_group(dir: &Path, tries: u32) -> Removal {
+    for attempt in 0..tries {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Removal::Done,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                kill_members(dir);
+                std::thread::sleep(Duration::from_millis(if attempt < 10 { 1 } else { 10 }));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Removal::Done,
+            Err(e) => {
+                NOT_REMOVED.call_once(|| {
+                    tracing::warn!(
+                        "sandbox: cannot remove the build cgroup {}: {e}",
+                        dir.display()
+                    );
+                });
+                return Removal::Done;
+            }
+        }
+    }
+    Removal::Busy
 }
