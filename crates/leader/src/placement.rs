@@ -29,6 +29,11 @@ impl SliceClaims {
     /// Claims `slice_id` for `session_id`: false when another session has
     /// it (a session's own claim counts as its own).
     pub(crate) fn claim(&self, slice_id: &str, session_id: &str) -> bool {
+        // A read first: a thousand concurrent spawns walk past each other's
+        // claims, and the entry below takes a write lock and a key copy.
+        if let Some(holder) = self.0.get(slice_id) {
+            return *holder == session_id;
+        }
         match self.0.entry(slice_id.to_owned()) {
             dashmap::Entry::Occupied(entry) => *entry.get() == session_id,
             dashmap::Entry::Vacant(entry) => {
