@@ -80,6 +80,18 @@ async fn a_run_fenced_by_a_later_attempt_publishes_a_fenced_result() {
     paused.handle.shutdown().await.expect("shutdown");
 }
 
+/// The paused attempt ends fenced for the loss of its slice's lease, and
+/// its session with it.
+async fn fenced_for_its_lease(paused: &mut Paused) {
+    let result = fenced_result(&mut paused.watch.results).await;
+    assert!(
+        result.error.contains("lease") && result.error.contains(&paused.slice),
+        "{}",
+        result.error
+    );
+    fenced_session_end(&mut paused.watch.events, "sessF").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_loss_fences_the_running_attempt_and_ends_the_session() {
     let mut paused = paused_attempt("jobF2").await;
@@ -94,13 +106,7 @@ async fn lease_loss_fences_the_running_attempt_and_ends_the_session() {
         .delete(&paused.slice, None)
         .await
         .expect("delete the lease");
-    let result = fenced_result(&mut paused.watch.results).await;
-    assert!(
-        result.error.contains("lease") && result.error.contains(&paused.slice),
-        "{}",
-        result.error
-    );
-    fenced_session_end(&mut paused.watch.events, "sessF").await;
+    fenced_for_its_lease(&mut paused).await;
     paused.handle.shutdown().await.expect("shutdown");
 }
 
@@ -128,13 +134,7 @@ async fn daemon_lease_loss_fences_the_run_and_the_daemon_claims_its_slices_again
         .await
         .expect("delete the daemon lease");
     assert!(leases.get(&paused.slice).await.expect("get").is_none());
-    let result = fenced_result(&mut paused.watch.results).await;
-    assert!(
-        result.error.contains("lease") && result.error.contains(&paused.slice),
-        "{}",
-        result.error
-    );
-    fenced_session_end(&mut paused.watch.events, "sessF").await;
+    fenced_for_its_lease(&mut paused).await;
 
     // The daemon takes its lease again at a new epoch and claims its
     // slices anew, idle.
