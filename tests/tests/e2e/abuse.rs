@@ -199,6 +199,32 @@ async fn a_worker_identity_cannot_act_as_the_leader() {
     let info = stream.info().await.expect("stream info");
     assert_eq!(info.state.messages, 0, "a task was stored: {info:?}");
 
+    // Another daemon's liveness is not a worker's to write: board1's
+    // identity cannot take board0's daemon lease (the one key that keeps
+    // every slice of board0), and board0 keeps it at the same epoch.
+    let leases = mtswarm_bus::Leases::open(&leader).await.expect("leases");
+    let victim = leases
+        .daemon("worker-board0")
+        .await
+        .expect("read")
+        .expect("board0's daemon lease");
+    let rogue_leases = mtswarm_bus::Leases::open(&rogue)
+        .await
+        .expect("a worker reads the leases");
+    assert!(
+        rogue_leases
+            .take_daemon("worker-board0", Duration::from_secs(3600))
+            .await
+            .is_err(),
+        "a worker took another daemon's lease"
+    );
+    let after = leases
+        .daemon("worker-board0")
+        .await
+        .expect("read")
+        .expect("board0 still holds its daemon lease");
+    assert_eq!(after.value.epoch, victim.value.epoch, "{after:?}");
+
     // A decision published by a worker never reaches a session: the leader
     // identity, subscribed to the session's decisions, sees only the
     // genuine one published after it.

@@ -142,9 +142,9 @@ pub struct RecordGrant {
 }
 
 impl RecordGrant {
-    /// The grant as a record carries it. Both conversions take the grant
-    /// apart field by field, so a field added to the grant's message does
-    /// not compile until the record carries it too.
+    /// The grant as a record carries it. It takes the grant apart field by
+    /// field, so a field added to the grant's message does not compile
+    /// until the record carries it too.
     pub fn of(grant: &crate::v1::PlacementGrant) -> Self {
         let crate::v1::PlacementGrant {
             job_id,
@@ -171,29 +171,19 @@ impl RecordGrant {
     }
 
     /// The grant itself (a signature that is not hex decodes to nothing,
-    /// which no key verifies).
+    /// which no key verifies). The literal names every field of the grant,
+    /// so it too does not compile when the message gains one.
     pub fn to_grant(&self) -> crate::v1::PlacementGrant {
-        let Self {
-            job_id,
-            task_id,
-            attempt,
-            agent_id,
-            session_id,
-            worker_id,
-            slice_id,
-            worker_key,
-            signature,
-        } = self.clone();
         crate::v1::PlacementGrant {
-            job_id,
-            task_id,
-            attempt,
-            agent_id,
-            session_id,
-            worker_id,
-            slice_id,
-            worker_key,
-            signature: super::hex::decode(&signature).unwrap_or_default(),
+            job_id: self.job_id.clone(),
+            task_id: self.task_id.clone(),
+            attempt: self.attempt,
+            agent_id: self.agent_id.clone(),
+            session_id: self.session_id.clone(),
+            worker_id: self.worker_id.clone(),
+            slice_id: self.slice_id.clone(),
+            worker_key: self.worker_key.clone(),
+            signature: super::hex::decode(&self.signature).unwrap_or_default(),
         }
     }
 }
