@@ -138,7 +138,8 @@ def main():
     (work / "fleet.toml").write_text(FLEET)
     env = dict(os.environ, HOME=str(work / "home"), MTSWARM_CONFIG=str(work / "home" / "config.toml"),
                MTSWARM_LLM_URL=served["url"], MTSWARM_LLM_MODEL=served["model"],
-               MTSWARM_LLM_TOOL_MODE=args.tool_mode, MTSWARM_LLM_TIMEOUT_SECS="900")
+               MTSWARM_LLM_TOOL_MODE=args.tool_mode, MTSWARM_LLM_TIMEOUT_SECS="900",
+               MTSWARM_LLM_CONTEXT_TOKENS=str(served.get("context_tokens", 8192)))
     (work / "home").mkdir()
     ready_file = work / "ready.json"
     up = subprocess.Popen(

@@ -65,8 +65,8 @@ impl StackOptions {
 
     /// Options whose leader and workers are all driven by the model `llm`
     /// describes: the leader's configuration gets it, every worker the
-    /// `--llm-*` arguments that name the same endpoint, model, tool mode
-    /// and request timeout.
+    /// `--llm-*` arguments that name the same endpoint, model, tool mode,
+    /// request timeout and context window.
     pub fn model_driven(node_bin: PathBuf, fleet_toml: String, llm: OpenAiConfig) -> Self {
         let mut worker_args = vec![
             "--llm-url".to_string(),
@@ -78,6 +78,9 @@ impl StackOptions {
         ];
         if llm.tool_mode == ToolMode::Text {
             worker_args.extend(["--llm-tool-mode".to_string(), "text".to_string()]);
+        }
+        if let Some(tokens) = llm.context_tokens {
+            worker_args.extend(["--llm-context-tokens".to_string(), tokens.to_string()]);
         }
         Self {
             configure_leader: Box::new(move |config| config.llm = Some(llm)),

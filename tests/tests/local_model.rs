@@ -7,15 +7,12 @@
 //! server's own counters (`/metrics`) saw at least as many.
 //!
 //! Its own test binary, so it runs after the CPU-heavy suites and alone
-//! (two cores serve the model, the emulator and the daemons).
+//! (two cores serve the model, the emulator and the daemons); on two cores
+//! the job takes about three minutes of its nine.
 //!
 //! It needs the model: `deploy/setup.sh` installs it (a run with
-//! `MTSWARM_SETUP_MODEL=0` fails here, saying so). Opt-in, not part of
-//! `cargo test --workspace`: on two cores one job takes 430 to 540 s of
-//! its 540 s and the 1.5B model does not yet finish it every time (it
-//! passed in one of four runs on this machine, two of the failures under
-//! load from other work); a suite must not hang on either. Run it alone:
-//! `cargo test -p mtswarm-tests --test local_model -- --ignored --nocapture`.
+//! `MTSWARM_SETUP_MODEL=0` fails here, saying so). Run it by itself:
+//! `cargo test -p mtswarm-tests --test local_model -- --nocapture`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -57,18 +54,19 @@ async fn server_metrics(server: &LocalModel) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "opt-in: minutes of a local model on a quiet machine (see the module doc)"]
 async fn a_small_local_model_drives_a_vecadd_job_to_a_measured_best() {
     let model = default_model_path()
         .filter(|path| path.is_file())
         .expect("the model deploy/setup.sh installs (bash deploy/local_model.sh)");
-    let server = LocalModel::start(&LocalModelOptions::new(model))
+    let options = LocalModelOptions::new(model);
+    let server = LocalModel::start(&options)
         .await
         .expect("the model server starts");
     let started = Instant::now();
 
     let llm = OpenAiConfig::new(server.base_url(), server.model())
         .with_tool_mode(ToolMode::Text)
+        .with_context_tokens(Some(u64::from(options.ctx_per_slot)))
         .with_request_timeout(MODEL_TIMEOUT);
     let options = StackOptions::model_driven(node_bin!(), small_fleet_toml(1, 1, 8), llm);
     let stack = TestStack::start(options).await;

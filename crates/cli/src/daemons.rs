@@ -72,6 +72,11 @@ pub struct LlmArgs {
     /// minutes before its first token.
     #[arg(long, env = "MTSWARM_LLM_TIMEOUT_SECS")]
     pub llm_timeout_secs: Option<f64>,
+    /// Tokens of context --llm-url gives each request, when smaller than a
+    /// hosted model's (a local server's slot: `mtswarm llm serve` prints
+    /// its own). Conversations are then compacted before they outgrow it.
+    #[arg(long, env = "MTSWARM_LLM_CONTEXT_TOKENS")]
+    pub llm_context_tokens: Option<u64>,
 }
 
 /// `--llm-tool-mode`.
@@ -512,6 +517,7 @@ pub(crate) async fn leader(cmd: LeaderCmd, telemetry: &TelemetryArgs) -> anyhow:
     if let Some((url, model)) = cmd.llm.endpoint()? {
         let mut llm = OpenAiConfig::new(url, model)
             .with_tool_mode(cmd.llm.llm_tool_mode.mode())
+            .with_context_tokens(cmd.llm.llm_context_tokens)
             .with_extra_body(cmd.llm.extra_body()?)?;
         if let Some(timeout) = cmd.llm.timeout()? {
             llm = llm.with_request_timeout(timeout);
@@ -603,6 +609,7 @@ pub(crate) async fn worker(cmd: WorkerCmd, telemetry: &TelemetryArgs) -> anyhow:
     config.llm_tool_mode = cmd.llm.llm_tool_mode.mode();
     config.llm_extra_body = cmd.llm.extra_body()?;
     config.llm_request_timeout = cmd.llm.timeout()?;
+    config.llm_context_tokens = cmd.llm.llm_context_tokens.filter(|t| *t > 0);
     config.llm_api_key_file = cmd.llm.llm_api_key_file.clone();
     config.model = match (&cmd.llm_replay, cmd.llm.endpoint()?) {
         (Some(path), _) => WorkerModel::Replay(path.clone()),

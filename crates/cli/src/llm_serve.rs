@@ -71,7 +71,9 @@ pub struct LocalModelOptions {
     /// Context tokens of each slot.
     pub ctx_per_slot: u32,
     /// Slots: requests served at once, each with its own context and
-    /// prompt cache (a leader and a worker each keep their prefix).
+    /// prompt cache (a leader and two workers each keep their prefix: a
+    /// conversation that finds no slot of its own has its whole prompt
+    /// read again, a minute on two cores).
     pub parallel: u32,
     /// Cap on the tokens of one answer (a runaway generation on a CPU
     /// would otherwise hold a slot for minutes).
@@ -87,7 +89,7 @@ pub struct LocalModelOptions {
 }
 
 impl LocalModelOptions {
-    /// The defaults for `model`: a free port, 2 threads, 2 slots of 8192
+    /// The defaults for `model`: a free port, 2 threads, 3 slots of 8192
     /// tokens, answers of at most 1024 tokens, temperature 0.2, `python3`.
     pub fn new(model: impl Into<PathBuf>) -> Self {
         Self {
@@ -96,7 +98,7 @@ impl LocalModelOptions {
             port: 0,
             threads: 2,
             ctx_per_slot: 8192,
-            parallel: 2,
+            parallel: 3,
             max_tokens: 1024,
             temperature: 0.2,
             python: PathBuf::from("python3"),
@@ -387,8 +389,8 @@ pub struct LlmServeCmd {
     /// Context tokens of each slot.
     #[arg(long, env = "MTSWARM_LLM_SERVE_CTX", default_value_t = 8192)]
     pub ctx: u32,
-    /// Requests served at once (one slot each: a leader and a worker).
-    #[arg(long, env = "MTSWARM_LLM_SERVE_PARALLEL", default_value_t = 2)]
+    /// Requests served at once (one slot each: a leader and two workers).
+    #[arg(long, env = "MTSWARM_LLM_SERVE_PARALLEL", default_value_t = 3)]
     pub parallel: u32,
     /// Most tokens of one answer.
     #[arg(long, env = "MTSWARM_LLM_SERVE_MAX_TOKENS", default_value_t = 1024)]
@@ -406,7 +408,8 @@ pub struct LlmServeCmd {
     /// Copy the server's log (every request with its timings) to stderr.
     #[arg(long, env = "MTSWARM_LLM_SERVE_VERBOSE")]
     pub verbose: bool,
-    /// Print one JSON line (`url`, `model`, `model_path`) once serving.
+    /// Print one JSON line (`url`, `model`, `model_path`, `context_tokens`)
+    /// once serving.
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
 }
@@ -455,6 +458,7 @@ fn print_serving(server: &LocalModel, options: &LocalModelOptions, json: bool) {
                 "url": server.base_url(),
                 "model": server.model(),
                 "model_path": options.model,
+                "context_tokens": options.ctx_per_slot,
             })
         );
         return;
@@ -469,9 +473,11 @@ fn print_serving(server: &LocalModel, options: &LocalModelOptions, json: bool) {
     println!("url:   {}", server.base_url());
     println!("model: {}", server.model());
     println!(
-        "for the daemons: export MTSWARM_LLM_URL={} MTSWARM_LLM_MODEL={}",
+        "for the daemons: export MTSWARM_LLM_URL={} MTSWARM_LLM_MODEL={} \\\n  \
+         MTSWARM_LLM_TOOL_MODE=text MTSWARM_LLM_TIMEOUT_SECS=900 MTSWARM_LLM_CONTEXT_TOKENS={}",
         server.base_url(),
-        server.model()
+        server.model(),
+        options.ctx_per_slot
     );
     println!("Ctrl-C stops it");
 }

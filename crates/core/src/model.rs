@@ -298,6 +298,14 @@ pub trait ChatModel: Send + Sync {
         BUILTIN_PROVIDER
     }
 
+    /// The context window the model is served with, in tokens, when it is
+    /// known and may be smaller than the engine's configured window (a
+    /// local server's slot). The engine keeps the conversation within the
+    /// smaller of the two.
+    fn context_window(&self) -> Option<u64> {
+        None
+    }
+
     /// Start one turn. Errors that happen before the first event are returned
     /// here; errors mid-stream arrive as `Err` items of the stream.
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError>;

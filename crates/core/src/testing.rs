@@ -104,6 +104,7 @@ pub struct ScriptedModel {
     turns: Mutex<VecDeque<ScriptedTurn>>,
     record: bool,
     requests: Mutex<Vec<ChatRequest>>,
+    context_window: Option<u64>,
 }
 
 impl ScriptedModel {
@@ -114,7 +115,14 @@ impl ScriptedModel {
             turns: Mutex::new(turns.into_iter().collect()),
             record: true,
             requests: Mutex::new(Vec::new()),
+            context_window: None,
         }
+    }
+
+    /// Report a context window of `tokens` (as a small local server would).
+    pub fn with_context_window(mut self, tokens: u64) -> Self {
+        self.context_window = Some(tokens);
+        self
     }
 
     /// Report `name` as the model name.
@@ -172,6 +180,10 @@ impl ScriptedModel {
 impl ChatModel for ScriptedModel {
     fn model_name(&self) -> &str {
         &self.name
+    }
+
+    fn context_window(&self) -> Option<u64> {
+        self.context_window
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {

@@ -83,8 +83,13 @@ impl WorkingState {
     /// (`compile_results_earlier`), so the reminder does not grow with the
     /// session (a small model's whole context is 8k tokens). The state
     /// itself keeps every item for the task's result.
+    ///
+    /// Each value is shown briefly (`brief`): the reminder is re-read at every
+    /// step (a CPU-served model pays for every token of it, every step),
+    /// and the full values are in the tool results it summarises.
     pub fn model_view(&self, keep: usize) -> serde_json::Value {
         let mut view = serde_json::to_value(self).unwrap_or_default();
+        brief(&mut view);
         if let Some(fields) = view.as_object_mut() {
             let cut: Vec<(String, usize)> = fields
                 .iter_mut()
@@ -100,6 +105,61 @@ impl WorkingState {
             }
         }
         view
+    }
+}
+
+/// Opaque tokens (no whitespace: hashes, ids) longer than this are shown
+/// by their first [`TOKEN_SHOWN`] characters, as hashes are everywhere else.
+const TOKEN_LONGEST: usize = 16;
+const TOKEN_SHOWN: usize = 12;
+/// Text longer than this is cut to [`TEXT_SHOWN`] characters.
+const TEXT_LONGEST: usize = 48;
+const TEXT_SHOWN: usize = 40;
+/// Significant digits a fractional number is shown with.
+const DIGITS_SHOWN: i32 = 4;
+
+/// `value` as a reminder shows it: nulls and empty lists or objects left
+/// out, long strings cut (marked with `…`), fractions rounded.
+fn brief(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(fields) => {
+            fields.retain(|_, field| !is_blank(field));
+            fields.values_mut().for_each(brief);
+        }
+        Value::Array(items) => items.iter_mut().for_each(brief),
+        Value::String(text) => {
+            let opaque = !text.contains(char::is_whitespace);
+            let (longest, shown) = if opaque {
+                (TOKEN_LONGEST, TOKEN_SHOWN)
+            } else {
+                (TEXT_LONGEST, TEXT_SHOWN)
+            };
+            if text.chars().count() > longest {
+                *text = text.chars().take(shown).chain(['…']).collect();
+            }
+        }
+        Value::Number(number) => {
+            if let Some(x) = number
+                .as_f64()
+                .filter(|x| x.fract() != 0.0 && x.is_finite())
+            {
+                let scale = 10f64.powi(DIGITS_SHOWN - 1 - x.abs().log10().floor() as i32);
+                if let Some(rounded) = serde_json::Number::from_f64((x * scale).round() / scale) {
+                    *number = rounded;
+                }
+            }
+        }
+        Value::Null | Value::Bool(_) => {}
+    }
+}
+
+fn is_blank(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::Null => true,
+        serde_json::Value::Array(items) => items.is_empty(),
+        serde_json::Value::Object(fields) => fields.is_empty(),
+        _ => false,
     }
 }
 
@@ -240,6 +300,33 @@ mod tests {
         assert_eq!(view["benchmark_results"], json!([{"artifact": "b4"}]));
         assert!(view.get("benchmark_results_earlier").is_none(), "{view}");
         assert_eq!(state.compile_results.len(), 5, "the state keeps every item");
+    }
+
+    #[test]
+    fn the_model_view_shows_each_value_briefly() {
+        let mut state = WorkingState::default();
+        let hash = "0c44d28e7679a3fd308b94e703c1c39438a72f28738dba1f5d4449cd7db9a6a4";
+        let toolchain =
+            "clang 14.0.6 --target=wasm32 -O2 -msimd128 -fno-vectorize -fno-slp-vectorize";
+        state.set(
+            "benchmark_results",
+            json!({"artifact": "b1", "kernel_hash": hash, "toolchain": toolchain,
+                   "gflops": 1.234740985189481, "peak_fraction": 0.0013397797148323363,
+                   "cores": 8, "error": null, "flags": [], "defines": {"BUF": "2"}}),
+            true,
+        );
+        let view = state.model_view(3);
+        assert_eq!(
+            view["benchmark_results"],
+            json!([{"artifact": "b1", "kernel_hash": "0c44d28e7679…",
+                    "toolchain": "clang 14.0.6 --target=wasm32 -O2 -msimd1…",
+                    "gflops": 1.235, "peak_fraction": 0.00134, "cores": 8,
+                    "defines": {"BUF": "2"}}])
+        );
+        assert_eq!(
+            state.benchmark_results[0]["kernel_hash"], hash,
+            "the state keeps the whole value"
+        );
     }
 
     #[test]

@@ -243,8 +243,14 @@ pub(crate) fn shape_assign_args(space: Option<&TuneSpace>, args: &mut Map<String
 }
 
 /// The plan of a call that gives no candidate at all: the example
-/// candidates of the prompt, screened in full.
-pub(crate) fn default_candidates(space: &TuneSpace, parameters: &mut Map<String, Value>) -> bool {
+/// candidates of the prompt, screened in full, at most `share` of them
+/// (an agent's share of the job's evaluation budget, when it has one: a
+/// job of one evaluation measures one candidate, not three).
+pub(crate) fn default_candidates(
+    space: &TuneSpace,
+    share: Option<usize>,
+    parameters: &mut Map<String, Value>,
+) -> bool {
     if ["candidates", "params", "noop", "source_diff"]
         .iter()
         .any(|key| parameters.contains_key(*key))
@@ -252,7 +258,8 @@ pub(crate) fn default_candidates(space: &TuneSpace, parameters: &mut Map<String,
         return false;
     }
     let allowed = space.configurations(&ChipSpec::default()).ok();
-    let picked = examples(space, allowed.as_deref());
+    let mut picked = examples(space, allowed.as_deref());
+    picked.truncate(share.unwrap_or(usize::MAX).max(1));
     parameters
         .entry("search_budget")
         .or_insert(json!(picked.len()));
@@ -363,7 +370,7 @@ default = 2
     #[test]
     fn a_plan_without_candidates_gets_the_examples_and_one_with_them_is_left_alone() {
         let mut empty = Map::new();
-        assert!(default_candidates(&space(), &mut empty));
+        assert!(default_candidates(&space(), None, &mut empty));
         let plan = plan(Value::Object(empty));
         assert_eq!(plan.candidates.as_ref().map(Vec::len), Some(3));
         assert_eq!(plan.search_budget, Some(3));
@@ -372,8 +379,27 @@ default = 2
             .as_object()
             .cloned()
             .expect("an object");
-        assert!(!default_candidates(&space(), &mut given));
+        assert!(!default_candidates(&space(), None, &mut given));
         assert_eq!(Value::Object(given), json!({"params": {"CHUNK": 256}}));
+    }
+
+    #[test]
+    fn defaulted_candidates_stay_within_the_agents_share_of_the_budget() {
+        let mut one = Map::new();
+        assert!(default_candidates(&space(), Some(1), &mut one));
+        let one = plan(Value::Object(one));
+        assert_eq!(one.candidates.as_ref().map(Vec::len), Some(1));
+        assert_eq!(one.search_budget, Some(1));
+        let mut none_left = Map::new();
+        assert!(default_candidates(&space(), Some(0), &mut none_left));
+        assert_eq!(
+            plan(Value::Object(none_left))
+                .candidates
+                .as_ref()
+                .map(Vec::len),
+            Some(1),
+            "a task measures at least one candidate"
+        );
     }
 
     #[test]

@@ -233,6 +233,10 @@ impl<M: ChatModel> ChatModel for RecordingModel<M> {
         self.inner.model_name()
     }
 
+    fn context_window(&self) -> Option<u64> {
+        self.inner.context_window()
+    }
+
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
         let model = self.inner.model_name().to_string();

@@ -191,6 +191,9 @@ pub struct WorkerConfig {
     /// Wait for the daemon's own endpoint's response headers and between
     /// stream pieces (`--llm-timeout-secs`); `None`: the client's default.
     pub llm_request_timeout: Option<Duration>,
+    /// Tokens of context the daemon's own endpoint gives each request
+    /// (`--llm-context-tokens`); `None`: as large as the engine assumes.
+    pub llm_context_tokens: Option<u64>,
     /// What an undecided call gets after the timeout.
     pub approval_default: DefaultVerdict,
     /// The leader's public decision key: with it only decisions the leader
@@ -264,6 +267,7 @@ impl WorkerConfig {
             llm_tool_mode: mtswarm_llm::ToolMode::Native,
             llm_extra_body: serde_json::Map::new(),
             llm_request_timeout: None,
+            llm_context_tokens: None,
             approval_default: DefaultVerdict::Deny,
             leader_key: None,
             drain_grace: Duration::from_secs(60),

@@ -138,7 +138,10 @@ impl Engine {
     /// An engine over `model` and the tools of `registry`, deciding
     /// approvals with `policy` and serializing hardware calls through
     /// `lock`; system clock, chars-per-token estimate, the evidence gate of
-    /// `config.gate`, no middleware and no checkpoint sink.
+    /// `config.gate`, no middleware and no checkpoint sink. A model served
+    /// with a smaller context window than `config.context`'s
+    /// ([`ChatModel::context_window`]) shrinks it, and the longest tool
+    /// result the view keeps with it.
     pub fn new(
         config: EngineConfig,
         model: Arc<dyn ChatModel>,
@@ -146,6 +149,15 @@ impl Engine {
         policy: RiskPolicy,
         lock: Arc<dyn ResourceLock>,
     ) -> Self {
+        let mut config = config;
+        if let Some(window) = model.context_window().filter(|w| *w > 0) {
+            let context = &mut config.context;
+            context.window_tokens = context.window_tokens.min(window);
+            // One tool result takes at most about a quarter of a small
+            // window (a character is about a quarter of a token).
+            let chars = usize::try_from(context.window_tokens).unwrap_or(usize::MAX);
+            context.max_tool_result_chars = context.max_tool_result_chars.min(chars);
+        }
         let gate = Arc::new(EvidenceGate {
             config: config.gate.clone(),
         });

@@ -25,8 +25,10 @@ use crate::model::{
 };
 
 /// Items of each working-state list the per-step reminder shows (the
-/// latest ones; see [`crate::WorkingState::model_view`]).
-const WORKING_LIST_ITEMS_SHOWN: usize = 3;
+/// latest; see [`crate::WorkingState::model_view`]). One: the reminder is
+/// the request's tail, read again at every step, and the earlier items are
+/// in the tool results above it.
+const WORKING_LIST_ITEMS_SHOWN: usize = 1;
 
 /// The model view of `history[covered_from..covered_to]`, built
 /// incrementally: each step only converts the messages added since.

@@ -1,5 +1,5 @@
 //! The engine's tests: loop transitions, approvals, middleware, concurrency,
-//! unreadable tool calls.
+//! a model's context window, unreadable tool calls.
 //!
 //! Every file beside this one is a module of one test binary. A binary per
 //! file would link the whole dependency tree (the emulator's compiler and
@@ -14,6 +14,7 @@ mod common;
 mod approval;
 mod completion_gate;
 mod concurrency;
+mod context_window;
 mod loop_transitions;
 mod middleware;
 mod unreadable_calls;

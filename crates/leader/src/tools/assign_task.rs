@@ -45,7 +45,7 @@ fn checked_plan(
     let mut defaulted = false;
     if let Some(space) = &space {
         crate::space::lift_bare_candidate(space, &mut parameters);
-        defaulted = crate::space::default_candidates(space, &mut parameters);
+        defaulted = crate::space::default_candidates(space, budget_share(job), &mut parameters);
     }
     let parameters = Value::Object(parameters);
     let plan = TaskPlan::from_value(&parameters).map_err(|e| {
@@ -57,6 +57,17 @@ fn checked_plan(
         crate::space::check_plan(space, &plan).map_err(ToolError::InvalidArgs)?;
     }
     Ok((parameters, defaulted))
+}
+
+/// An agent's share of the job's evaluation budget (none: unbounded).
+fn budget_share(job: &crate::job::JobContext) -> Option<usize> {
+    let total = job
+        .spec
+        .budgets
+        .map(|b| b.max_evaluations)
+        .filter(|n| *n > 0)?;
+    let agents = job.spec.num_agents.max(1);
+    usize::try_from(total.div_ceil(agents)).ok()
 }
 
 /// What `assign_task` answers (a re-executed call the same): the task,

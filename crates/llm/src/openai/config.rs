@@ -139,6 +139,11 @@ pub struct OpenAiConfig {
     /// {"enable_thinking": false}}` for Qwen on vLLM, `top_k`, ...). Never
     /// one of [`RESERVED_BODY_FIELDS`] (see [`OpenAiConfig::with_extra_body`]).
     pub extra_body: serde_json::Map<String, serde_json::Value>,
+    /// The context window the server gives each request, in tokens, when
+    /// it is smaller than the engine assumes (a local server's slot: 8192
+    /// for `mtswarm llm serve`). The engine then compacts the conversation
+    /// before it outgrows the window instead of the server refusing it.
+    pub context_tokens: Option<u64>,
 }
 
 impl OpenAiConfig {
@@ -157,6 +162,7 @@ impl OpenAiConfig {
             extra_headers: Vec::new(),
             tool_mode: ToolMode::Native,
             extra_body: serde_json::Map::new(),
+            context_tokens: None,
         }
     }
 
@@ -169,6 +175,12 @@ impl OpenAiConfig {
         check_extra_body(&fields)?;
         self.extra_body = fields;
         Ok(self)
+    }
+
+    /// Sets [`OpenAiConfig::context_tokens`].
+    pub fn with_context_tokens(mut self, tokens: Option<u64>) -> Self {
+        self.context_tokens = tokens.filter(|t| *t > 0);
+        self
     }
 
     /// Sets [`OpenAiConfig::tool_mode`].
@@ -353,6 +365,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("extra_headers", &header_names)
             .field("tool_mode", &self.tool_mode)
             .field("extra_body", &self.extra_body.keys().collect::<Vec<_>>())
+            .field("context_tokens", &self.context_tokens)
             .finish()
     }
 }

@@ -325,6 +325,10 @@ impl ChatModel for OpenAiClient {
         "openai"
     }
 
+    fn context_window(&self) -> Option<u64> {
+        self.config.context_tokens
+    }
+
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
         self.start_turn(&request).await
     }

@@ -83,13 +83,15 @@ pub(super) fn session_model(
     if let Some(key) = shared.api_key.as_ref().filter(|_| key_allowed) {
         config = config.with_api_key(key.clone());
     }
-    // The tool mode and extra body fields are the daemon's own endpoint's.
+    // The tool mode, extra body fields, timeout and context window are the
+    // daemon's own endpoint's.
     if key_allowed {
         config = config.with_tool_mode(shared.config.llm_tool_mode);
         config.extra_body = shared.config.llm_extra_body.clone();
         if let Some(timeout) = shared.config.llm_request_timeout {
             config = config.with_request_timeout(timeout);
         }
+        config = config.with_context_tokens(shared.config.llm_context_tokens);
     }
     let client = OpenAiClient::new(config).map_err(ModelChoiceError::Client)?;
     Ok(Arc::new(client))
