@@ -120,24 +120,42 @@ fn value_json(value: &ParamValue) -> Value {
 /// the default first when it is allowed; the default alone when the
 /// constraints could not be evaluated.
 fn examples(space: &TuneSpace, allowed: Option<&[Config]>) -> Vec<Value> {
-    let default = space.default_config();
+    spread(space, allowed, EXAMPLES, &[])
+}
+
+/// Up to `count` allowed configurations none of `taken`: the default
+/// first, then configurations spread evenly over the allowed list, then
+/// the rest in order. The default alone when the constraints could not be
+/// evaluated (and it is not taken).
+fn spread(
+    space: &TuneSpace,
+    allowed: Option<&[Config]>,
+    count: usize,
+    taken: &[Value],
+) -> Vec<Value> {
+    let default = config_json(&space.default_config());
     let Some(allowed) = allowed.filter(|a| !a.is_empty()) else {
-        return vec![config_json(&default)];
+        return if taken.contains(&default) {
+            Vec::new()
+        } else {
+            vec![default]
+        };
     };
-    let mut picked: Vec<&Config> = Vec::new();
-    if allowed.contains(&default) {
-        picked.push(&default);
-    }
-    let stride = (allowed.len() / EXAMPLES).max(1);
-    for config in allowed.iter().step_by(stride) {
-        if picked.len() >= EXAMPLES.min(allowed.len()) {
+    let stride = (allowed.len() / count.max(1)).max(1);
+    let mut picked: Vec<Value> = Vec::new();
+    let spread_first = allowed.iter().step_by(stride).chain(allowed.iter());
+    let in_order = std::iter::once(default.clone())
+        .filter(|d| allowed.iter().any(|c| config_json(c) == *d))
+        .chain(spread_first.map(config_json));
+    for config in in_order {
+        if picked.len() >= count {
             break;
         }
-        if !picked.contains(&config) {
+        if !picked.contains(&config) && !taken.contains(&config) {
             picked.push(config);
         }
     }
-    picked.into_iter().map(config_json).collect()
+    picked
 }
 
 /// Refuses a plan whose candidates name a parameter the space does not
@@ -242,13 +260,16 @@ pub(crate) fn shape_assign_args(space: Option<&TuneSpace>, args: &mut Map<String
     args.insert("parameters".into(), Value::Object(parameters));
 }
 
-/// The plan of a call that gives no candidate at all: the example
-/// candidates of the prompt, screened in full, at most `share` of them
-/// (an agent's share of the job's evaluation budget, when it has one: a
-/// job of one evaluation measures one candidate, not three).
+/// The plan of a call that gives no candidate at all: allowed
+/// configurations the job's other tasks do not have (`taken`), spread over
+/// the space and screened in full: as many as the prompt's examples, or
+/// `share` (an agent's share of the job's evaluation budget: a job of one
+/// evaluation measures one candidate, not three; two agents, two different
+/// halves). When every configuration is taken, the examples again.
 pub(crate) fn default_candidates(
     space: &TuneSpace,
     share: Option<usize>,
+    taken: &[Value],
     parameters: &mut Map<String, Value>,
 ) -> bool {
     if ["candidates", "params", "noop", "source_diff"]
@@ -258,8 +279,11 @@ pub(crate) fn default_candidates(
         return false;
     }
     let allowed = space.configurations(&ChipSpec::default()).ok();
-    let mut picked = examples(space, allowed.as_deref());
-    picked.truncate(share.unwrap_or(usize::MAX).max(1));
+    let count = share.unwrap_or(EXAMPLES).max(1);
+    let mut picked = spread(space, allowed.as_deref(), count, taken);
+    if picked.is_empty() {
+        picked = spread(space, allowed.as_deref(), count, &[]);
+    }
     parameters
         .entry("search_budget")
         .or_insert(json!(picked.len()));
@@ -370,7 +394,7 @@ default = 2
     #[test]
     fn a_plan_without_candidates_gets_the_examples_and_one_with_them_is_left_alone() {
         let mut empty = Map::new();
-        assert!(default_candidates(&space(), None, &mut empty));
+        assert!(default_candidates(&space(), None, &[], &mut empty));
         let plan = plan(Value::Object(empty));
         assert_eq!(plan.candidates.as_ref().map(Vec::len), Some(3));
         assert_eq!(plan.search_budget, Some(3));
@@ -379,19 +403,19 @@ default = 2
             .as_object()
             .cloned()
             .expect("an object");
-        assert!(!default_candidates(&space(), None, &mut given));
+        assert!(!default_candidates(&space(), None, &[], &mut given));
         assert_eq!(Value::Object(given), json!({"params": {"CHUNK": 256}}));
     }
 
     #[test]
     fn defaulted_candidates_stay_within_the_agents_share_of_the_budget() {
         let mut one = Map::new();
-        assert!(default_candidates(&space(), Some(1), &mut one));
+        assert!(default_candidates(&space(), Some(1), &[], &mut one));
         let one = plan(Value::Object(one));
         assert_eq!(one.candidates.as_ref().map(Vec::len), Some(1));
         assert_eq!(one.search_budget, Some(1));
         let mut none_left = Map::new();
-        assert!(default_candidates(&space(), Some(0), &mut none_left));
+        assert!(default_candidates(&space(), Some(0), &[], &mut none_left));
         assert_eq!(
             plan(Value::Object(none_left))
                 .candidates
@@ -400,6 +424,47 @@ default = 2
             Some(1),
             "a task measures at least one candidate"
         );
+    }
+
+    #[test]
+    fn a_second_agents_defaulted_candidates_are_not_the_firsts() {
+        let mut first = Map::new();
+        assert!(default_candidates(&space(), Some(2), &[], &mut first));
+        let taken = plan_candidates(&first);
+        let mut second = Map::new();
+        assert!(default_candidates(&space(), Some(2), &taken, &mut second));
+        let others = plan_candidates(&second);
+        assert_eq!((taken.len(), others.len()), (2, 2));
+        assert!(
+            others.iter().all(|c| !taken.contains(c)),
+            "{taken:?} and {others:?} overlap"
+        );
+        check_plan(&space(), &plan(Value::Object(second))).expect("in the space");
+        let everything: Vec<Value> = space()
+            .configurations(&ChipSpec::default())
+            .expect("allowed")
+            .iter()
+            .map(config_json)
+            .collect();
+        let mut again = Map::new();
+        assert!(default_candidates(
+            &space(),
+            Some(2),
+            &everything,
+            &mut again
+        ));
+        assert_eq!(
+            plan_candidates(&again).len(),
+            2,
+            "with every configuration taken, the examples again"
+        );
+    }
+
+    fn plan_candidates(parameters: &Map<String, Value>) -> Vec<Value> {
+        parameters["candidates"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 
     #[test]

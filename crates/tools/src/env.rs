@@ -95,6 +95,12 @@ pub struct SessionState {
     pub task_candidates: Vec<BTreeMap<String, String>>,
 }
 
+/// `b` and a number: the shape of [`SessionState::next_build_id`]'s ids.
+fn is_build_id(id: &str) -> bool {
+    id.strip_prefix('b')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 impl SessionState {
     pub(crate) fn next_build_id(&mut self) -> String {
         self.next_build += 1;
@@ -102,10 +108,16 @@ impl SessionState {
     }
 
     /// The artifact named `id`, or the latest; refuses stale ones.
+    ///
+    /// A name that is not of the form this session hands out (`b` and a
+    /// number) is a placeholder, such as the `compile_result` a model
+    /// writes when it calls compile and validate in one reply: it means the
+    /// latest build, as no name does. The answer names the artifact it
+    /// took, and the record carries that artifact's own defines.
     pub(crate) fn artifact(&self, id: Option<&str>) -> Result<BuiltArtifact, ToolError> {
         let id = match id.map(str::trim).filter(|s| !s.is_empty()) {
-            Some(id) => id.to_owned(),
-            None => self.latest.clone().ok_or_else(|| {
+            Some(id) if is_build_id(id) => id.to_owned(),
+            _ => self.latest.clone().ok_or_else(|| {
                 ToolError::InvalidArgs("nothing compiled yet: call compile first".into())
             })?,
         };

@@ -45,7 +45,12 @@ fn checked_plan(
     let mut defaulted = false;
     if let Some(space) = &space {
         crate::space::lift_bare_candidate(space, &mut parameters);
-        defaulted = crate::space::default_candidates(space, budget_share(job), &mut parameters);
+        defaulted = crate::space::default_candidates(
+            space,
+            budget_share(job),
+            &assigned_candidates(job),
+            &mut parameters,
+        );
     }
     let parameters = Value::Object(parameters);
     let plan = TaskPlan::from_value(&parameters).map_err(|e| {
@@ -68,6 +73,21 @@ fn budget_share(job: &crate::job::JobContext) -> Option<usize> {
         .filter(|n| *n > 0)?;
     let agents = job.spec.num_agents.max(1);
     usize::try_from(total.div_ceil(agents)).ok()
+}
+
+/// The candidates the job's tasks have been given so far (so a defaulted
+/// plan gives another agent other ones).
+fn assigned_candidates(job: &crate::job::JobContext) -> Vec<Value> {
+    job.tasks()
+        .values()
+        .filter_map(|record| record.assignment.as_ref())
+        .filter_map(|a| serde_json::from_str::<Value>(&a.parameters_json).ok())
+        .filter_map(|plan| match plan.get("candidates") {
+            Some(Value::Array(candidates)) => Some(candidates.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 /// What `assign_task` answers (a re-executed call the same): the task,

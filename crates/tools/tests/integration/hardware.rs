@@ -131,6 +131,25 @@ async fn a_baseline_a_model_writes_does_not_flag_the_measurement() {
     assert_eq!(evidence(&out, "benchmark"), Some(true), "{}", out.content);
 }
 
+/// A model that calls compile and validate in one reply names the artifact
+/// it cannot know yet with a placeholder: that means the latest build, and
+/// the answer names which one it was. A name of the session's own shape
+/// that was never built is still refused.
+#[tokio::test]
+async fn a_placeholder_artifact_means_the_latest_build() {
+    let (_ws, tools) = small_vecadd_built().await;
+    let out = call_ok(
+        &tools,
+        "validate",
+        json!({"artifact": "compile_result", "cores": 4}),
+    )
+    .await;
+    assert!(out.content.contains("artifact b1"), "{}", out.content);
+    assert_eq!(evidence(&out, "validate"), Some(true), "{}", out.content);
+    let refused = invalid_args(call(&tools, "benchmark", json!({"artifact": "b7"})).await);
+    assert!(refused.contains("unknown artifact `b7`"), "{refused}");
+}
+
 /// The emulator's modeled cycles are exact: one launch is the measurement,
 /// a benchmark is validation evidence too, and `repeats: 2` asks for a spot
 /// re-run with the same inputs, which reproduces the figure.
