@@ -260,15 +260,27 @@ pub(crate) fn shape_assign_args(space: Option<&TuneSpace>, args: &mut Map<String
     args.insert("parameters".into(), Value::Object(parameters));
 }
 
-/// The plan of a call that gives no candidate at all: allowed
-/// configurations the job's other tasks do not have (`taken`), spread over
-/// the space and screened in full: as many as the prompt's examples, or
-/// `share` (an agent's share of the job's evaluation budget: a job of one
-/// evaluation measures one candidate, not three; two agents, two different
-/// halves). When every configuration is taken, the examples again.
+/// Where an agent sits among its job's agents (by agent id): which part
+/// of the spread its defaulted candidates are. Two agents assigned in one
+/// reply run at once and cannot see each other's tasks; their seats keep
+/// their candidates apart.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seat {
+    pub(crate) index: usize,
+    pub(crate) of: usize,
+}
+
+/// The plan of a call that gives no candidate at all: the agent's part
+/// (`seat`) of allowed configurations spread over the space, screened in
+/// full, as many as the prompt's examples or `share` (an agent's share of
+/// the job's evaluation budget: a job of one evaluation measures one
+/// candidate, not three). A part the job's tasks were given already
+/// (`taken`: a second task of the agent) gives way to configurations no
+/// task has; when every one is taken, the examples again.
 pub(crate) fn default_candidates(
     space: &TuneSpace,
     share: Option<usize>,
+    seat: Seat,
     taken: &[Value],
     parameters: &mut Map<String, Value>,
 ) -> bool {
@@ -280,7 +292,16 @@ pub(crate) fn default_candidates(
     }
     let allowed = space.configurations(&ChipSpec::default()).ok();
     let count = share.unwrap_or(EXAMPLES).max(1);
-    let mut picked = spread(space, allowed.as_deref(), count, taken);
+    let pool = spread(space, allowed.as_deref(), count * seat.of.max(1), &[]);
+    let mut picked: Vec<Value> = pool
+        .chunks(count)
+        .nth(seat.index)
+        .map(<[Value]>::to_vec)
+        .unwrap_or_default();
+    picked.retain(|candidate| !taken.contains(candidate));
+    if picked.is_empty() {
+        picked = spread(space, allowed.as_deref(), count, taken);
+    }
     if picked.is_empty() {
         picked = spread(space, allowed.as_deref(), count, &[]);
     }
@@ -394,7 +415,7 @@ default = 2
     #[test]
     fn a_plan_without_candidates_gets_the_examples_and_one_with_them_is_left_alone() {
         let mut empty = Map::new();
-        assert!(default_candidates(&space(), None, &[], &mut empty));
+        assert!(default_candidates(&space(), None, ALONE, &[], &mut empty));
         let plan = plan(Value::Object(empty));
         assert_eq!(plan.candidates.as_ref().map(Vec::len), Some(3));
         assert_eq!(plan.search_budget, Some(3));
@@ -403,19 +424,25 @@ default = 2
             .as_object()
             .cloned()
             .expect("an object");
-        assert!(!default_candidates(&space(), None, &[], &mut given));
+        assert!(!default_candidates(&space(), None, ALONE, &[], &mut given));
         assert_eq!(Value::Object(given), json!({"params": {"CHUNK": 256}}));
     }
 
     #[test]
     fn defaulted_candidates_stay_within_the_agents_share_of_the_budget() {
         let mut one = Map::new();
-        assert!(default_candidates(&space(), Some(1), &[], &mut one));
+        assert!(default_candidates(&space(), Some(1), ALONE, &[], &mut one));
         let one = plan(Value::Object(one));
         assert_eq!(one.candidates.as_ref().map(Vec::len), Some(1));
         assert_eq!(one.search_budget, Some(1));
         let mut none_left = Map::new();
-        assert!(default_candidates(&space(), Some(0), &[], &mut none_left));
+        assert!(default_candidates(
+            &space(),
+            Some(0),
+            ALONE,
+            &[],
+            &mut none_left
+        ));
         assert_eq!(
             plan(Value::Object(none_left))
                 .candidates
@@ -429,10 +456,22 @@ default = 2
     #[test]
     fn a_second_agents_defaulted_candidates_are_not_the_firsts() {
         let mut first = Map::new();
-        assert!(default_candidates(&space(), Some(2), &[], &mut first));
+        assert!(default_candidates(
+            &space(),
+            Some(2),
+            ALONE,
+            &[],
+            &mut first
+        ));
         let taken = plan_candidates(&first);
         let mut second = Map::new();
-        assert!(default_candidates(&space(), Some(2), &taken, &mut second));
+        assert!(default_candidates(
+            &space(),
+            Some(2),
+            ALONE,
+            &taken,
+            &mut second
+        ));
         let others = plan_candidates(&second);
         assert_eq!((taken.len(), others.len()), (2, 2));
         assert!(
@@ -450,6 +489,7 @@ default = 2
         assert!(default_candidates(
             &space(),
             Some(2),
+            ALONE,
             &everything,
             &mut again
         ));
@@ -457,6 +497,35 @@ default = 2
             plan_candidates(&again).len(),
             2,
             "with every configuration taken, the examples again"
+        );
+    }
+
+    const ALONE: Seat = Seat { index: 0, of: 1 };
+
+    #[test]
+    fn two_agents_assigned_at_once_get_different_candidates() {
+        let seat = |index| Seat { index, of: 2 };
+        let mut first = Map::new();
+        assert!(default_candidates(
+            &space(),
+            Some(2),
+            seat(0),
+            &[],
+            &mut first
+        ));
+        let mut second = Map::new();
+        assert!(default_candidates(
+            &space(),
+            Some(2),
+            seat(1),
+            &[],
+            &mut second
+        ));
+        let (first, second) = (plan_candidates(&first), plan_candidates(&second));
+        assert_eq!((first.len(), second.len()), (2, 2));
+        assert!(
+            second.iter().all(|c| !first.contains(c)),
+            "{first:?} and {second:?} overlap"
         );
     }
 

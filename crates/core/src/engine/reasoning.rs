@@ -237,11 +237,9 @@ impl Run {
                 call.id = format!("call_{step}_{index}");
             }
         }
-        self.state
-            .push_message(Message::assistant(turn.text, calls.clone()));
         let mut pending = Vec::with_capacity(calls.len());
         let mut protocol_errors: u32 = 0;
-        for call in calls {
+        for call in calls.iter().cloned() {
             // A call the client saw attempted in text but could not read
             // is a protocol error naming its problem.
             let parsed = match call.unreadable_problem() {
@@ -271,7 +269,32 @@ impl Run {
             });
         }
         self.state.risk.protocol_errors += protocol_errors;
-        if protocol_errors as usize == pending.len() {
+        let nothing_readable = !pending.is_empty() && protocol_errors as usize == pending.len();
+        if nothing_readable && self.state.recovery.protocol_retries == 0 {
+            // The first reply of a streak with no readable call is asked
+            // again as it was, without feedback: a small model shown its
+            // garbled reply and the explanation tends to imitate them (it
+            // answers with the error object itself), while a new sample
+            // of the same request usually reads; the prompt is the one
+            // the server has cached. A second one in a row is told.
+            self.state.recovery.protocol_retries += 1;
+            let problem = pending
+                .iter()
+                .find_map(|call| match &call.status {
+                    CallStatus::Rejected { observation } => Some(observation.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            self.transition(
+                Node::Reasoning,
+                TransitionReason::ModelRecoveryRetry,
+                Some(format!("no readable tool call, asked again: {problem}")),
+            );
+            return;
+        }
+        self.state
+            .push_message(Message::assistant(turn.text, calls));
+        if nothing_readable {
             // Nothing usable: answer every call with the protocol error and
             // let the model try again, within bounds.
             for call in &pending {

@@ -458,11 +458,12 @@ async fn unparseable_tool_call_json_is_a_protocol_error_and_retried() {
         refused_then_read(ScriptedTurn::call("c1", "read_file", r#"{"path": "a.c""#)).await;
     let state = outcome.state();
     assert_eq!(final_text(&outcome), "done");
-    assert_eq!(state.risk().protocol_errors, 1);
+    assert_eq!(state.risk().protocol_errors, 2);
     assert_eq!(
         state.reasons(),
         vec![
             R::UserInput,
+            R::ModelRecoveryRetry,
             R::ModelRecoveryRetry,
             R::ModelReturnedToolCalls,
             R::ToolsRouted,
@@ -471,8 +472,8 @@ async fn unparseable_tool_call_json_is_a_protocol_error_and_retried() {
             R::ModelReturnedFinal
         ]
     );
-    // The model was told, as the result of its call.
-    let retry = &model.requests()[1].messages;
+    // The second time in a row, the model was told, as the result of its call.
+    let retry = &model.requests()[2].messages;
     let told = retry
         .iter()
         .find(|m| m.tool_call_id.as_deref() == Some("c1"))

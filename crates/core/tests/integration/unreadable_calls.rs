@@ -22,10 +22,17 @@ async fn an_unreadable_call_is_a_protocol_error_naming_its_problem_then_the_run_
         .await;
     let state = outcome.state();
     assert_eq!(final_text(&outcome), "done");
-    assert_eq!(state.risk().protocol_errors, 1);
+    assert_eq!(state.risk().protocol_errors, 2);
     assert_eq!(state.risk().unknown_tool, 0, "not an unknown tool");
-    assert_eq!(state.reasons()[1], R::ModelRecoveryRetry);
-    let told = model.requests()[1]
+    assert_eq!(state.reasons()[1..3], [R::ModelRecoveryRetry; 2]);
+    let requests = model.requests();
+    assert_eq!(
+        requests[1].messages[..requests[0].messages.len() - 1],
+        requests[0].messages[..requests[0].messages.len() - 1],
+        "the first unreadable reply is asked again as it was (only the session context differs)"
+    );
+    assert_eq!(requests[1].messages.len(), requests[0].messages.len());
+    let told = requests[2]
         .messages
         .iter()
         .find(|m| m.tool_call_id.as_deref() == Some("u1"))

@@ -39,6 +39,7 @@ pub(crate) struct AssignTaskArgs {
 /// its candidates name what the kernel's tuning space does not have.
 fn checked_plan(
     job: &crate::job::JobContext,
+    agent_id: &str,
     mut parameters: serde_json::Map<String, Value>,
 ) -> Result<(Value, bool), ToolError> {
     let space = crate::space::load(&job.kernel_dir).ok();
@@ -48,6 +49,7 @@ fn checked_plan(
         defaulted = crate::space::default_candidates(
             space,
             budget_share(job),
+            seat_of(job, agent_id),
             &assigned_candidates(job),
             &mut parameters,
         );
@@ -73,6 +75,19 @@ fn budget_share(job: &crate::job::JobContext) -> Option<usize> {
         .filter(|n| *n > 0)?;
     let agents = job.spec.num_agents.max(1);
     usize::try_from(total.div_ceil(agents)).ok()
+}
+
+/// Where `agent_id` sits among the job's agents (sorted by id), out of as
+/// many as the job asked for or has.
+fn seat_of(job: &crate::job::JobContext, agent_id: &str) -> crate::space::Seat {
+    let mut ids: Vec<String> = job.agent_list().into_iter().map(|a| a.agent_id).collect();
+    ids.sort();
+    let index = ids.iter().position(|id| id == agent_id).unwrap_or(0);
+    let asked = usize::try_from(job.spec.num_agents).unwrap_or(1);
+    crate::space::Seat {
+        index,
+        of: asked.max(ids.len()).max(index + 1),
+    }
 }
 
 /// The candidates the job's tasks have been given so far (so a defaulted
@@ -200,7 +215,8 @@ impl Tool for AssignTask {
             None => only_live_agent(job)?,
         };
         let instructions = given(args.instructions).unwrap_or_else(|| DEFAULT_INSTRUCTIONS.into());
-        let (parameters, defaulted) = checked_plan(job, args.parameters.unwrap_or_default())?;
+        let (parameters, defaulted) =
+            checked_plan(job, &agent_id, args.parameters.unwrap_or_default())?;
         let agent = job.agent(&agent_id).ok_or_else(|| {
             ToolError::InvalidArgs(format!(
                 "no agent named {agent_id:?} in this job: {}",

@@ -146,15 +146,17 @@ pub(crate) fn engine(
     (engine, model)
 }
 
-/// A run whose first turn is `first` (calls the engine must answer as a
-/// protocol error), then a good `read_file` call, then "done"; everything
-/// runs without asking.
+/// A run whose first two turns are `first` (calls the engine must answer
+/// as a protocol error: the first time it asks again without a word, the
+/// second time it tells the model), then a good `read_file` call, then
+/// "done"; everything runs without asking.
 pub(crate) async fn refused_then_read(
     first: ScriptedTurn,
 ) -> (Vec<Event>, Outcome, Arc<ScriptedModel>) {
     let (engine, model) = engine(
         EngineConfig::default(),
         vec![
+            first.clone(),
             first,
             ScriptedTurn::call("c2", "read_file", r#"{"path": "a.c"}"#),
             ScriptedTurn::text("done"),
