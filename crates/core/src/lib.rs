@@ -59,8 +59,10 @@
 //!   turn starts, so a tool-call message is never separated from its results.
 //! - Nothing the model sends can crash a run: unknown tools, calls off the
 //!   allowlist, unparseable or invalid arguments become error observations
-//!   and [`RiskTracker`] counts; tool failures become observations; model
-//!   errors end the run with [`Outcome::Stopped`] unless recoverable.
+//!   and [`RiskTracker`] counts (the first reply of a streak with no
+//!   readable call is asked again, unrecorded, before the model is told);
+//!   tool failures become observations; model errors end the run with
+//!   [`Outcome::Stopped`] unless recoverable.
 //! - Evidence ([`Effect::Evidence`]) counts for the completion gate only if
 //!   it passed and was recorded after the latest [`Effect::Mutation`].
 //! - Concurrency-safe calls that follow each other in a step run together;

@@ -114,11 +114,15 @@ fn assigned(task_id: &str, agent_id: &str, attempt: u32) -> ToolOutput {
     }))
 }
 
-/// The agent's unfinished task with these parameters and instructions.
+/// The agent's unfinished task with these instructions and parameters
+/// (any parameters, when the call named no candidate and had them
+/// defaulted: a repeated call gets other defaults than the running task
+/// took, and is the same call all the same).
 fn running_twin(
     job: &crate::job::JobContext,
     agent_id: &str,
     parameters: &Value,
+    defaulted: bool,
     instructions: &str,
 ) -> Option<v1::TaskAssignment> {
     job.tasks()
@@ -128,10 +132,11 @@ fn running_twin(
         .find(|a| {
             a.agent_id == agent_id
                 && a.instructions == instructions
-                && serde_json::from_str::<Value>(&a.parameters_json)
-                    .ok()
-                    .as_ref()
-                    == Some(parameters)
+                && (defaulted
+                    || serde_json::from_str::<Value>(&a.parameters_json)
+                        .ok()
+                        .as_ref()
+                        == Some(parameters))
         })
         .cloned()
 }
@@ -232,7 +237,9 @@ impl Tool for AssignTask {
         // The same task again while it runs (a small model repeats its
         // last call): nothing is published; the call waits for the running
         // task's result, as collect_result would, and answers with it.
-        if let Some(twin) = running_twin(job, &agent.agent_id, &parameters, &instructions) {
+        if let Some(twin) =
+            running_twin(job, &agent.agent_id, &parameters, defaulted, &instructions)
+        {
             let ids = [twin.task_id.clone()];
             let (views, timed_out) = job
                 .results

@@ -2,7 +2,8 @@
 //! early: an answer before any task was assigned is refused with what to
 //! do next and the loop goes on to a measured result; a model that keeps
 //! giving up fails the job after the refusals are spent, with a summary a
-//! person can read.
+//! person can read. A model that repeats its assignment waits for the task
+//! it already gave instead of giving another.
 
 use crate::common;
 
@@ -98,5 +99,67 @@ async fn a_model_that_keeps_giving_up_fails_the_job_with_a_readable_summary() {
         job.summary
     );
     assert_eq!(job.final_answer, GIVING_UP, "the last answer is kept");
+    leader.shutdown().await.expect("shutdown");
+}
+
+/// A small model repeats its `assign_task` without candidates while the
+/// task runs. The repeat names no candidate, so it would get other
+/// defaulted candidates than the running task took; it is the same call
+/// all the same: nothing new is published, and it answers with the running
+/// task's result once that comes.
+#[tokio::test]
+async fn a_repeated_assign_without_candidates_waits_for_the_running_task() {
+    let env = Env::start().await;
+    let _worker = FakeWorker::start(&env.bus, "fw1", "fb0").await;
+    let spawn = json!({"name": "a1", "slice_id": "fb0-c0", "instructions": "tune"});
+    let assign = json!({"agent": "a1"}).to_string();
+    let model = Arc::new(ScriptedModel::new([
+        ScriptedTurn::call("c1", "spawn_agent", &spawn.to_string()),
+        ScriptedTurn::call("c2", "assign_task", &assign),
+        ScriptedTurn::call("c3", "assign_task", &assign),
+        ScriptedTurn::call(
+            "c4",
+            "collect_result",
+            r#"{"mode":"all","timeout_seconds":60}"#,
+        ),
+        ScriptedTurn::text("Done: A=1 at 2.5 GFLOPS.\n```json\n{\"best\":{\"gflops\":2.5}}\n```"),
+    ]));
+    let leader = env.leader(model.clone()).await;
+    let mut control = control(&leader).await;
+    // One evaluation: each defaulted plan is one candidate, and a second
+    // one would get another value of `A` than the first.
+    let one_evaluation = v1::JobSpec {
+        budgets: Some(v1::Budgets {
+            max_evaluations: 1,
+            ..Default::default()
+        }),
+        ..spec("Tune k1.")
+    };
+    let job_id = try_submit(&mut control, one_evaluation)
+        .await
+        .expect("submit");
+    // The repeat is asked for while the first task is unanswered.
+    eventually("the repeated assign_task", || {
+        let asked = model.requests().len();
+        async move { (asked >= 3).then_some(()) }
+    })
+    .await;
+    let (answer, mut tasks) = answer_tasks(&env.bus, "fw1", |_| 2.5);
+    let events = watch_to_end(&mut control, &job_id, 0).await;
+    assert_eq!(final_state(&events), Some(v1::JobState::Succeeded));
+    assert_eq!(model.remaining(), 0, "every scripted turn was asked for");
+    let mut published = 0;
+    while tasks.try_recv().is_ok() {
+        published += 1;
+    }
+    assert_eq!(published, 1, "the repeat published a task of its own");
+    let outputs = leader_tool_outputs(&events, "assign_task");
+    assert!(
+        outputs.iter().any(|o| o["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("assigned already"))),
+        "{outputs:?}"
+    );
+    answer.abort();
     leader.shutdown().await.expect("shutdown");
 }

@@ -21,6 +21,7 @@
 mod assemble;
 mod config;
 pub(crate) mod framing;
+mod signature;
 pub(crate) mod text_calls;
 pub(crate) mod text_tools;
 mod wire;
