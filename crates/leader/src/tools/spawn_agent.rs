@@ -68,6 +68,10 @@ impl Tool for SpawnAgent {
     fn spec(&self) -> &ToolSpec {
         &SPEC
     }
+    fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
+        selector_by_its_prompt_name(&mut args);
+        Ok(args)
+    }
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let job = &self.0.job;
         let placement = self.0.placement();
@@ -430,4 +434,31 @@ async fn respawned(placement: &Placement, job: &JobContext, agent: &AgentEntry) 
         answer["note"] = json!(format!("session not confirmed yet: {error}"));
     }
     answer
+}
+
+/// The prompt calls the job's selector its "slice selector": a model that
+/// names the argument so (a small one did, nine times in a row, whatever
+/// the schema error said) means `selector`.
+fn selector_by_its_prompt_name(args: &mut Value) {
+    if let Some(map) = args.as_object_mut()
+        && !map.contains_key("selector")
+        && let Some(selector) = map.remove("slice_selector")
+    {
+        map.insert("selector".into(), selector);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slice_selector_is_read_as_selector_unless_both_are_given() {
+        let mut named = json!({"name": "a1", "slice_selector": "cores>=8"});
+        selector_by_its_prompt_name(&mut named);
+        assert_eq!(named, json!({"name": "a1", "selector": "cores>=8"}));
+        let mut both = json!({"selector": "a", "slice_selector": "b"});
+        selector_by_its_prompt_name(&mut both);
+        assert_eq!(both, json!({"selector": "a", "slice_selector": "b"}));
+    }
 }

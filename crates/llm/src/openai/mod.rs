@@ -21,7 +21,6 @@
 mod assemble;
 mod config;
 pub(crate) mod framing;
-mod signature;
 pub(crate) mod text_calls;
 pub(crate) mod text_tools;
 mod wire;

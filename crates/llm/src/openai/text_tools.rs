@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 
 use futures::StreamExt as _;
 
-use super::signature::signature;
 use super::text_calls::read_calls;
 
 /// The system-message part that describes the tools and the reply format.
@@ -33,22 +32,15 @@ fn tool_instructions(request: &ChatRequest) -> String {
         "You can call tools. To call one or more, reply with nothing but a JSON object of this form \
          (a ```json fenced block is fine):\n\
          {\"tool_calls\": [{\"name\": \"TOOL\", \"arguments\": {...}}]}\n\
-         The arguments are a JSON object of the tool's fields (`name?` marks an optional \
-         one; a field's type follows its name). Tool results come back in a user \
+         The arguments must match the tool's JSON schema. Tool results come back in a user \
          message starting with [tool result]. To answer without calling a tool, reply in plain \
          text with no such object.\n\nTools:",
     );
     for tool in &request.tools {
-        match signature(&tool.parameters) {
-            Some(fields) => text.push_str(&format!(
-                "\n- {}: {}\n  arguments: {fields}",
-                tool.name, tool.description
-            )),
-            None => text.push_str(&format!(
-                "\n- {}: {}\n  arguments schema: {}",
-                tool.name, tool.description, tool.parameters
-            )),
-        }
+        text.push_str(&format!(
+            "\n- {}: {}\n  arguments schema: {}",
+            tool.name, tool.description, tool.parameters
+        ));
     }
     match &request.tool_choice {
         ToolChoice::Required => text.push_str("\nThis turn you must call a tool."),
