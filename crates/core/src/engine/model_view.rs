@@ -47,6 +47,8 @@ pub(super) struct ViewCache {
     tokens: u64,
     valid: bool,
     tools_for_groups: Option<Vec<String>>,
+    /// The next request asks for a tool call (`tool_choice: required`).
+    tool_call_required: bool,
 }
 
 impl Default for ViewCache {
@@ -67,7 +69,17 @@ impl Default for ViewCache {
             tokens: 0,
             valid: false,
             tools_for_groups: None,
+            tool_call_required: false,
         }
+    }
+}
+
+impl ViewCache {
+    /// The next request asks for a tool call rather than an answer: the
+    /// completion gate refused the answer, and what it asks for is a call
+    /// (a small model told so in words often answers the same again).
+    pub(super) fn require_tool_call(&mut self) {
+        self.tool_call_required = true;
     }
 }
 
@@ -226,6 +238,12 @@ impl Run {
         }
         request.max_tokens = config.max_output_tokens;
         request.temperature = config.temperature;
+        request.tool_choice =
+            if std::mem::take(&mut cache.tool_call_required) && !request.tools.is_empty() {
+                ToolChoice::Required
+            } else {
+                ToolChoice::Auto
+            };
         cache.request.clone()
     }
 

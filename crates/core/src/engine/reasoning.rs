@@ -202,6 +202,7 @@ impl Run {
                 }
                 self.state.recovery.completion_blocks += 1;
                 self.state.push_message(Message::user(feedback.clone()));
+                self.view.require_tool_call();
                 if self.steps_exhausted() {
                     return;
                 }

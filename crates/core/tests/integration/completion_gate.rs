@@ -1,5 +1,5 @@
-//! The completion gate: PASS, FAIL with feedback then PASS, exhaustion,
-//! UNVERIFIED for best-effort jobs, and evidence voided by a later edit.
+//! The completion gate: PASS, FAIL with feedback (and a tool call asked
+//! for) then PASS, exhaustion, UNVERIFIED for best-effort jobs, and evidence voided by a later edit.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -8,6 +8,7 @@ use crate::common;
 use common::*;
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_core::*;
+use mtswarm_core::model::ToolChoice;
 use serde_json::json;
 
 use TransitionReason as R;
@@ -101,6 +102,16 @@ async fn gate_fail_injects_feedback_then_passes_with_evidence() {
     assert_eq!(state.recovery().completion_blocks, 1);
     let feedback = model.last_user_message(1);
     assert!(feedback.contains("validate"), "{feedback}");
+    // The turn after a refusal asks for a call; the one after that is free.
+    let choices: Vec<ToolChoice> = model
+        .requests()
+        .iter()
+        .map(|r| r.tool_choice.clone())
+        .collect();
+    assert_eq!(
+        choices,
+        [ToolChoice::Auto, ToolChoice::Required, ToolChoice::Auto]
+    );
 }
 
 #[tokio::test]

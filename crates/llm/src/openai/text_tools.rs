@@ -42,15 +42,24 @@ fn tool_instructions(request: &ChatRequest) -> String {
             tool.name, tool.description, tool.parameters
         ));
     }
-    match &request.tool_choice {
-        ToolChoice::Required => text.push_str("\nThis turn you must call a tool."),
-        ToolChoice::Tool(name) => {
-            text.push_str(&format!("\nThis turn you must call the tool `{name}`."))
-        }
-        ToolChoice::None => text.push_str("\nThis turn, answer in text: call no tool."),
-        ToolChoice::Auto => {}
-    }
     text
+}
+
+/// What this turn must be, when the request says (`tool_choice`). It goes
+/// at the end of the conversation, not in the system message: the system
+/// message stays the same from turn to turn, so the server's prompt cache
+/// keeps it, and the last words are the ones a small model heeds.
+fn turn_instruction(choice: &ToolChoice) -> Option<String> {
+    match choice {
+        ToolChoice::Required => Some(
+            "This turn you must call a tool: reply with only the JSON object of the call.".into(),
+        ),
+        ToolChoice::Tool(name) => Some(format!(
+            "This turn you must call the tool `{name}`: reply with only the JSON object of the call."
+        )),
+        ToolChoice::None => Some("This turn, answer in text: call no tool.".into()),
+        ToolChoice::Auto => None,
+    }
 }
 
 /// The JSON object an assistant's calls are written as.
@@ -108,6 +117,9 @@ pub(crate) fn text_request(request: &ChatRequest) -> ChatRequest {
             first.content.push_str(&instructions);
         }
         _ => messages.insert(0, Message::system(instructions)),
+    }
+    if let Some(turn) = turn_instruction(&request.tool_choice) {
+        push_merged(&mut messages, Message::user(turn));
     }
     ChatRequest {
         messages,
@@ -381,6 +393,30 @@ mod tests {
         let plain = text_request(&request);
         assert_eq!(plain.messages[2].content, written);
         assert!(plain.messages[3].content.contains("protocol error"));
+    }
+
+    #[test]
+    fn a_required_call_is_asked_for_at_the_end_and_the_system_message_stays_the_same() {
+        let messages = vec![
+            Message::system("You tune kernels."),
+            Message::user("Tune vecadd."),
+            Message::assistant("done", Vec::new()),
+            Message::user("refused: assign a task first"),
+        ];
+        let free = text_request(&compile_request(messages.clone()));
+        let required = text_request(&ChatRequest {
+            tool_choice: ToolChoice::Required,
+            ..compile_request(messages)
+        });
+        assert_eq!(required.messages[0], free.messages[0]);
+        assert_eq!(required.messages.len(), free.messages.len());
+        let last = &required.messages.last().expect("messages").content;
+        assert!(
+            last.starts_with("refused: assign a task first")
+                && last.ends_with("reply with only the JSON object of the call."),
+            "{last}"
+        );
+        assert_eq!(required.tool_choice, ToolChoice::Auto, "no native field");
     }
 
     #[test]
