@@ -152,10 +152,8 @@ impl SessionState {
         Ok(built)
     }
 
-    /// What to do after a candidate is measured or refused: compile the
-    /// task's first candidate without a trustworthy measurement yet, or
-    /// answer when every one has one (naming the best so far).
-    pub(crate) fn next_candidate_hint(&self) -> String {
+    /// The task's first candidate without a trustworthy measurement yet.
+    pub(crate) fn next_task_candidate(&self) -> Option<&BTreeMap<String, String>> {
         let measured = |wanted: &BTreeMap<String, String>| {
             self.candidates.iter().any(|c| {
                 wanted
@@ -163,7 +161,14 @@ impl SessionState {
                     .all(|(name, value)| c.defines.get(name).is_some_and(|v| same_text(v, value)))
             })
         };
-        match self.task_candidates.iter().find(|c| !measured(c)) {
+        self.task_candidates.iter().find(|c| !measured(c))
+    }
+
+    /// What to do after a candidate is measured or refused: compile the
+    /// task's first candidate without a trustworthy measurement yet, or
+    /// answer when every one has one (naming the best so far).
+    pub(crate) fn next_candidate_hint(&self) -> String {
+        match self.next_task_candidate() {
             Some(next) => format!(
                 "next: compile the task's next candidate, defines {}",
                 serde_json::to_string(next).unwrap_or_default()

@@ -6,9 +6,9 @@
 use crate::common;
 
 use common::*;
+use mtswarm_core::model::ToolChoice;
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_core::*;
-use mtswarm_core::model::ToolChoice;
 use serde_json::json;
 
 use TransitionReason as R;

@@ -246,7 +246,19 @@ impl Tool for Compile {
                 self.0.kernel_dirs_hint()
             )));
         }
-        let defines = args.defines.unwrap_or_default();
+        // No defines at all: the task's next candidate, as the answer of
+        // the last measurement named it (a small model that calls compile
+        // with no arguments would otherwise build the default again and
+        // again); none left, or no task plan: the kernel's defaults.
+        let defines = match args.defines {
+            Some(defines) => defines,
+            None => self
+                .0
+                .session()
+                .next_task_candidate()
+                .cloned()
+                .unwrap_or_default(),
+        };
         if !args.unchecked.unwrap_or(false) {
             check_defines(&kernel_dir, &defines, &self.0.spec)?;
         }

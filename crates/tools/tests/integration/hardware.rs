@@ -568,6 +568,33 @@ async fn a_benchmark_names_the_tasks_next_candidate_then_the_answer() {
     );
 }
 
+/// A compile with no defines in a task with candidates builds the task's
+/// next unmeasured candidate, not the kernel's defaults again.
+#[tokio::test]
+async fn a_compile_without_defines_builds_the_tasks_next_candidate() {
+    let ws = vecadd_workspace();
+    let tools = scripted_tools(ws.path(), BackendKind::Host);
+    let candidate = |chunk: &str| -> std::collections::BTreeMap<String, String> {
+        [("BUF", "1"), ("CHUNK", chunk)]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into_iter()
+            .collect()
+    };
+    tools.set_task_candidates(vec![candidate("1024"), candidate("256")]);
+    let built = |out: &ToolOutput| out.data.as_ref().map(|d| d["defines"].clone());
+    let first = call_ok(&tools, "compile", json!({})).await;
+    assert_eq!(built(&first), Some(json!({"BUF": "1", "CHUNK": "1024"})));
+    call_ok(&tools, "benchmark", json!({})).await;
+    let second = call_ok(&tools, "compile", json!({})).await;
+    assert_eq!(built(&second), Some(json!({"BUF": "1", "CHUNK": "256"})));
+    let given = call_ok(&tools, "compile", json!({"defines": {}})).await;
+    assert_eq!(
+        built(&given),
+        Some(json!({})),
+        "empty defines are the defaults"
+    );
+}
+
 /// A model's huge value or key comes back in a rejection of bounded size:
 /// what it reads next is the problem, not its own value again.
 #[test]
