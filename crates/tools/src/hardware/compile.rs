@@ -1,5 +1,7 @@
 //! compile: builds a kernel directory on the host CPU, now or in the
-//! background, checking its defines against the kernel's tune.toml.
+//! background, checking its defines against the kernel's tune.toml. A call
+//! without defines in a task with candidates builds the task's next
+//! unmeasured candidate (the one the last measurement's answer named).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
