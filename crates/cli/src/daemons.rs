@@ -75,7 +75,8 @@ pub struct LlmArgs {
     /// Tokens of context --llm-url gives each request, when smaller than a
     /// hosted model's (a local server's slot: `mtswarm llm serve` prints
     /// its own). Conversations are then compacted before they outgrow it.
-    #[arg(long, env = "MTSWARM_LLM_CONTEXT_TOKENS")]
+    /// At least 1024: a prompt alone takes more.
+    #[arg(long, env = "MTSWARM_LLM_CONTEXT_TOKENS", value_parser = clap::value_parser!(u64).range(1024..))]
     pub llm_context_tokens: Option<u64>,
 }
 

@@ -333,6 +333,13 @@ mod tests {
             Cli::try_parse_from(["mtswarm", "results", "--json", "--format", "csv"]).is_err(),
             "--json and --format are exclusive"
         );
+        for (tokens, ok) in [("8192", true), ("1023", false), ("0", false)] {
+            assert_eq!(
+                Cli::try_parse_from(["mtswarm", "leader", "--llm-context-tokens", tokens]).is_ok(),
+                ok,
+                "--llm-context-tokens {tokens}"
+            );
+        }
         assert!(Cli::try_parse_from(["mtswarm", "quarantine", "lift", "board0-c1"]).is_ok());
         assert!(Cli::try_parse_from(["mtswarm", "quarantine", "lift"]).is_err());
         assert!(Cli::try_parse_from(["mtswarm", "quarantine", "list", "--json"]).is_ok());

@@ -534,14 +534,30 @@ pub fn capture_message_content() -> bool {
 /// can export to its own collector without clashing over global state. Spans
 /// created on other threads (e.g. tasks spawned onto a multi-threaded runtime)
 /// are not seen; keep the traced code on the test's thread.
+///
+/// The subscriber itself is kept until the process ends (see
+/// [`RETIRED_DISPATCHES`]).
 pub fn init_scoped(config: TelemetryConfig) -> Result<ScopedTelemetry, TelemetryError> {
     let (dispatch, guard) = build_dispatch(&config, true)?;
     let default_guard = tracing::dispatcher::set_default(&dispatch);
+    RETIRED_DISPATCHES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(dispatch);
     Ok(ScopedTelemetry {
         default_guard: Some(default_guard),
         guard,
     })
 }
+
+/// Every scoped subscriber, kept until the process ends. A subscriber's
+/// last reference must not be dropped by tracing itself: another thread
+/// registering a subscriber walks every live one, and if it holds the last
+/// reference, the drop (and the tracer provider's own drop, which logs
+/// through tracing) runs inside tracing-core's callsite lock and deadlocks
+/// on it (seen: a test binary hung for good). Kept here, a subscriber is
+/// never dropped at all; they are a few per test process.
+static RETIRED_DISPATCHES: std::sync::Mutex<Vec<Dispatch>> = std::sync::Mutex::new(Vec::new());
 
 /// Returned by [`init_scoped`]: the subscriber stays the thread default while
 /// this lives; dropping it flushes the exporter.

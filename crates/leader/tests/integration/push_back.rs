@@ -18,6 +18,24 @@ use serde_json::json;
 /// pretty-printed final answer claiming nothing, before doing anything.
 const GIVING_UP: &str = "{\n  \"best\": null,\n  \"error\": \"nothing worked\"\n}";
 
+/// Call `id` spawns agent `a1` on the fake worker's slice.
+fn spawn_a1(id: &str) -> ScriptedTurn {
+    let spawn = json!({"name": "a1", "slice_id": "fb0-c0", "instructions": "tune"});
+    ScriptedTurn::call(id, "spawn_agent", &spawn.to_string())
+}
+
+/// Call `id` collects every result; then the answer naming the best.
+fn collect_then_answer(id: &str) -> [ScriptedTurn; 2] {
+    [
+        ScriptedTurn::call(
+            id,
+            "collect_result",
+            r#"{"mode":"all","timeout_seconds":60}"#,
+        ),
+        ScriptedTurn::text("Done: A=1 at 2.5 GFLOPS.\n```json\n{\"best\":{\"gflops\":2.5}}\n```"),
+    ]
+}
+
 /// Answers refused before the loop stops: the leader's refusal budget
 /// (three) plus the answer that finds it spent.
 const ANSWERS_TO_FAIL: usize = 4;
@@ -27,18 +45,15 @@ async fn an_answer_before_any_task_is_refused_and_the_loop_goes_on_to_a_result()
     let env = Env::start().await;
     let _worker = FakeWorker::start(&env.bus, "fw1", "fb0").await;
     let (answer, _tasks) = answer_tasks(&env.bus, "fw1", |_| 2.5);
-    let spawn = json!({"name": "a1", "slice_id": "fb0-c0", "instructions": "tune"});
-    let model = Arc::new(ScriptedModel::new([
-        ScriptedTurn::text(GIVING_UP),
-        ScriptedTurn::call("c1", "spawn_agent", &spawn.to_string()),
-        ScriptedTurn::tool_calls([assign_call("c2", "try", 1)]),
-        ScriptedTurn::call(
-            "c3",
-            "collect_result",
-            r#"{"mode":"all","timeout_seconds":60}"#,
-        ),
-        ScriptedTurn::text("Done: A=1 at 2.5 GFLOPS.\n```json\n{\"best\":{\"gflops\":2.5}}\n```"),
-    ]));
+    let model = Arc::new(ScriptedModel::new(
+        [
+            ScriptedTurn::text(GIVING_UP),
+            spawn_a1("c1"),
+            ScriptedTurn::tool_calls([assign_call("c2", "try", 1)]),
+        ]
+        .into_iter()
+        .chain(collect_then_answer("c3")),
+    ));
     let leader = env.leader(model.clone()).await;
     let mut control = control(&leader).await;
     let job_id = submit(&mut control, "Tune k1.").await;
@@ -111,19 +126,16 @@ async fn a_model_that_keeps_giving_up_fails_the_job_with_a_readable_summary() {
 async fn a_repeated_assign_without_candidates_waits_for_the_running_task() {
     let env = Env::start().await;
     let _worker = FakeWorker::start(&env.bus, "fw1", "fb0").await;
-    let spawn = json!({"name": "a1", "slice_id": "fb0-c0", "instructions": "tune"});
     let assign = json!({"agent": "a1"}).to_string();
-    let model = Arc::new(ScriptedModel::new([
-        ScriptedTurn::call("c1", "spawn_agent", &spawn.to_string()),
-        ScriptedTurn::call("c2", "assign_task", &assign),
-        ScriptedTurn::call("c3", "assign_task", &assign),
-        ScriptedTurn::call(
-            "c4",
-            "collect_result",
-            r#"{"mode":"all","timeout_seconds":60}"#,
-        ),
-        ScriptedTurn::text("Done: A=1 at 2.5 GFLOPS.\n```json\n{\"best\":{\"gflops\":2.5}}\n```"),
-    ]));
+    let model = Arc::new(ScriptedModel::new(
+        [
+            spawn_a1("c1"),
+            ScriptedTurn::call("c2", "assign_task", &assign),
+            ScriptedTurn::call("c3", "assign_task", &assign),
+        ]
+        .into_iter()
+        .chain(collect_then_answer("c4")),
+    ));
     let leader = env.leader(model.clone()).await;
     let mut control = control(&leader).await;
     // One evaluation: each defaulted plan is one candidate, and a second
