@@ -3,7 +3,7 @@
 //! time. It also turns a raw call into validated arguments, or into the
 //! reason the model gets back when that fails.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::model::ToolDefinition;
@@ -53,6 +53,14 @@ pub enum CallRejection {
     Normalize(String),
     /// The arguments failed the tool's schema.
     Schema(String),
+    /// The arguments failed the tool's schema only by carrying arguments
+    /// the tool does not take (`fields`, top level).
+    UnknownArguments {
+        /// What the model is told.
+        message: String,
+        /// The arguments the tool does not take, sorted.
+        fields: Vec<String>,
+    },
 }
 
 impl CallRejection {
@@ -63,7 +71,8 @@ impl CallRejection {
             | Self::NotAllowed(m)
             | Self::Protocol(m)
             | Self::Normalize(m)
-            | Self::Schema(m) => format!("error: {m}"),
+            | Self::Schema(m)
+            | Self::UnknownArguments { message: m, .. } => format!("error: {m}"),
         }
     }
 }
@@ -204,20 +213,40 @@ impl ToolRegistry {
             .collect()
     }
 
-    /// Parse, normalize and validate the raw arguments of a call to `entry`.
+    /// Normalize and validate the parsed arguments of a call to `entry`.
+    ///
+    /// `ignorable` names top-level arguments the tool does not take that
+    /// may be dropped instead of refusing the call (the engine passes the
+    /// ones it already refused once for this tool). The result says which
+    /// were dropped, so the model can be told.
     pub fn prepare_arguments(
         entry: &RegisteredTool,
         parsed: serde_json::Value,
-    ) -> Result<serde_json::Value, CallRejection> {
+        ignorable: &BTreeSet<String>,
+    ) -> Result<PreparedArguments, CallRejection> {
         let name = entry.definition.name.as_str();
-        let normalized = entry.tool.normalize(parsed).map_err(|message| {
+        let mut normalized = entry.tool.normalize(parsed).map_err(|message| {
             CallRejection::Normalize(format!(
                 "arguments of '{name}' could not be normalized: {}",
                 excerpt(&message.to_string(), MAX_PROBLEM_CHARS * 3)
             ))
         })?;
         if entry.validator.is_valid(&normalized) {
-            return Ok(normalized);
+            return Ok(PreparedArguments::taken(normalized));
+        }
+        let unknown = unknown_arguments(&entry.validator, &normalized);
+        if let (Some(fields), Some(object)) = (&unknown, normalized.as_object_mut())
+            && fields.iter().all(|f| ignorable.contains(f))
+        {
+            for field in fields {
+                object.remove(field);
+            }
+            if entry.validator.is_valid(&normalized) {
+                return Ok(PreparedArguments {
+                    arguments: normalized,
+                    ignored: fields.clone(),
+                });
+            }
         }
         let problems: Vec<String> = entry
             .validator
@@ -234,15 +263,57 @@ impl ToolRegistry {
             })
             .collect();
         if problems.is_empty() {
-            Ok(normalized)
-        } else {
-            Err(CallRejection::Schema(format!(
-                "arguments of '{name}' do not match its schema: {}; call '{name}' again with {}",
-                problems.join("; "),
-                accepted_arguments(&entry.definition.parameters)
-            )))
+            return Ok(PreparedArguments::taken(normalized));
+        }
+        let message = format!(
+            "arguments of '{name}' do not match its schema: {}; call '{name}' again with {}",
+            problems.join("; "),
+            accepted_arguments(&entry.definition.parameters)
+        );
+        Err(match unknown {
+            Some(fields) => CallRejection::UnknownArguments { message, fields },
+            None => CallRejection::Schema(message),
+        })
+    }
+}
+
+/// Arguments ready for a tool, and what was dropped to get there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedArguments {
+    /// What the tool is called with.
+    pub arguments: serde_json::Value,
+    /// Top-level arguments the tool does not take that were dropped
+    /// (sorted; empty for a call that matched its schema as sent).
+    pub ignored: Vec<String>,
+}
+
+impl PreparedArguments {
+    fn taken(arguments: serde_json::Value) -> Self {
+        Self {
+            arguments,
+            ignored: Vec::new(),
         }
     }
+}
+
+/// The top-level arguments `arguments` carries that the schema does not
+/// allow, when they are its only problem (`None` otherwise).
+fn unknown_arguments(
+    validator: &jsonschema::Validator,
+    arguments: &serde_json::Value,
+) -> Option<Vec<String>> {
+    let mut fields = BTreeSet::new();
+    for error in validator.iter_errors(arguments) {
+        match error.kind() {
+            jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected }
+                if error.instance_path().as_str().is_empty() =>
+            {
+                fields.extend(unexpected.iter().cloned());
+            }
+            _ => return None,
+        }
+    }
+    (!fields.is_empty()).then(|| fields.into_iter().collect())
 }
 
 /// Longest problem quoted in a rejection: a problem quotes the model's

@@ -9,6 +9,7 @@
 //! test) never changes, and the engine, which owns the only copy, pays no
 //! clone for it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -146,6 +147,10 @@ pub struct PendingCall {
     /// Effects of a successful call, folded in at the observation node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub effects: Vec<crate::tool::Effect>,
+    /// Arguments the tool does not take, dropped because an earlier call
+    /// was refused for them (the observation says so).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored_arguments: Vec<String>,
 }
 
 /// Counts of things that went wrong in the model's use of tools. They never
@@ -168,6 +173,10 @@ pub struct RiskTracker {
     pub permission_denied: u32,
     /// Calls that ran and failed.
     pub tool_errors: u32,
+    /// Calls that ran without arguments the tool does not take, after an
+    /// earlier call was refused for the same ones.
+    #[serde(default)]
+    pub arguments_ignored: u32,
 }
 
 /// Retry counters of the recovery paths (bounded by the config).
@@ -290,6 +299,11 @@ pub struct LoopState {
     pub(crate) recovery: RecoveryCounters,
     pub(crate) risk: RiskTracker,
     pub(crate) active_groups: Vec<String>,
+    /// Per tool, the arguments it does not take that a call was already
+    /// refused for: a model that sends them again has read the refusal
+    /// and not acted on it, so they are dropped and the call runs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) refused_arguments: BTreeMap<String, BTreeSet<String>>,
     /// Sequence number of the next event (continues across resumes).
     pub(crate) event_seq: u64,
     pub(crate) transitions: Arc<Vec<Transition>>,
@@ -333,6 +347,7 @@ impl LoopState {
             recovery: RecoveryCounters::default(),
             risk: RiskTracker::default(),
             active_groups: Vec::new(),
+            refused_arguments: BTreeMap::new(),
             event_seq: 0,
             transitions: Arc::default(),
             end: None,

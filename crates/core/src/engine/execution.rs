@@ -196,18 +196,20 @@ impl Run {
         let duration_ms = u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX);
         let call_id = call.call.id.clone();
         let name = call.call.name.clone();
+        let note = ignored_note(&name, &call.ignored_arguments);
         let event = match outcome.result {
             Ok(output) => {
+                let content = format!("{note}{}", output.content);
                 call.status = CallStatus::Finished {
                     ok: true,
-                    observation: output.content.clone(),
+                    observation: content.clone(),
                 };
                 call.effects = output.effects.clone();
                 EventKind::ToolResult {
                     call_id,
                     name,
                     ok: true,
-                    content: output.content,
+                    content,
                     data: output.data,
                     effects: output.effects,
                     lock_wait_ms,
@@ -215,7 +217,7 @@ impl Run {
                 }
             }
             Err(error) => {
-                let content = format!("error: {error}");
+                let content = format!("{note}error: {error}");
                 call.status = CallStatus::Finished {
                     ok: false,
                     observation: content.clone(),
@@ -226,6 +228,19 @@ impl Run {
         };
         self.emit(event);
     }
+}
+
+/// The line before a result that says which arguments were dropped (empty
+/// when none were).
+fn ignored_note(tool: &str, ignored: &[String]) -> String {
+    if ignored.is_empty() {
+        return String::new();
+    }
+    format!(
+        "note: '{tool}' does not take {}; ran without {}.\n",
+        ignored.join(", "),
+        if ignored.len() == 1 { "it" } else { "them" }
+    )
 }
 
 /// The result event of a call that returned no output: refused before it

@@ -267,6 +267,7 @@ impl Run {
                 risk: None,
                 status,
                 effects: Vec::new(),
+                ignored_arguments: Vec::new(),
             });
         }
         self.state.risk.protocol_errors += protocol_errors;

@@ -1,5 +1,11 @@
 //! The routing node: validate each call against the registry and decide its
 //! permission (allow, ask a human, deny).
+//!
+//! A call refused only for arguments its tool does not take is refused
+//! once; the same arguments on a later call of that tool are dropped and
+//! the call runs, its result saying what was dropped. A small model told
+//! "only its arguments ..." often sends its guessed field again and again,
+//! and each refusal costs a step without bringing it closer.
 
 use super::Run;
 use crate::middleware::{PermissionInput, run_chain};
@@ -25,9 +31,28 @@ impl Run {
                 }
             };
             let parsed = call.arguments.take().unwrap_or(serde_json::Value::Null);
-            let arguments = match ToolRegistry::prepare_arguments(entry, parsed) {
-                Ok(arguments) => arguments,
+            let ignorable = self
+                .state
+                .refused_arguments
+                .get(&call.call.name)
+                .cloned()
+                .unwrap_or_default();
+            let arguments = match ToolRegistry::prepare_arguments(entry, parsed, &ignorable) {
+                Ok(prepared) => {
+                    if !prepared.ignored.is_empty() {
+                        self.state.risk.arguments_ignored += 1;
+                    }
+                    call.ignored_arguments = prepared.ignored;
+                    prepared.arguments
+                }
                 Err(rejection) => {
+                    if let CallRejection::UnknownArguments { fields, .. } = &rejection {
+                        self.state
+                            .refused_arguments
+                            .entry(call.call.name.clone())
+                            .or_default()
+                            .extend(fields.iter().cloned());
+                    }
                     self.reject(call, &rejection);
                     continue;
                 }
@@ -96,7 +121,9 @@ impl Run {
             CallRejection::NotAllowed(_) => risk.tool_not_allowed += 1,
             CallRejection::Protocol(_) => risk.protocol_errors += 1,
             CallRejection::Normalize(_) => risk.normalize_errors += 1,
-            CallRejection::Schema(_) => risk.schema_errors += 1,
+            CallRejection::Schema(_) | CallRejection::UnknownArguments { .. } => {
+                risk.schema_errors += 1
+            }
         }
     }
 }

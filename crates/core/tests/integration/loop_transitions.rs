@@ -249,6 +249,61 @@ async fn arguments_failing_the_schema_are_refused_before_execution() {
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
+/// A call refused only for an argument its tool does not take is refused
+/// once; sent again, that argument is dropped, the call runs and its result
+/// says so. Another unknown argument is refused in its turn.
+#[tokio::test]
+async fn an_unknown_argument_sent_again_is_dropped_and_the_call_runs() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let tool = FnTool::new("compile", move |args, _| {
+        record.lock().unwrap().push(args);
+        async { Ok(ToolOutput::text("built b1")) }
+    })
+    .schema(json!({
+        "type": "object",
+        "properties": {"kernel_dir": {"type": "string"}},
+        "additionalProperties": false
+    }));
+    let (engine, _) = engine(
+        EngineConfig::default(),
+        vec![
+            ScriptedTurn::call(
+                "c1",
+                "compile",
+                r#"{"kernel_dir":"k","artifact_dir":"out"}"#,
+            ),
+            ScriptedTurn::call(
+                "c2",
+                "compile",
+                r#"{"kernel_dir":"k","artifact_dir":"out"}"#,
+            ),
+            ScriptedTurn::call("c3", "compile", r#"{"kernel_dir":"k","output":"o"}"#),
+            ScriptedTurn::text("done"),
+        ],
+        registry(vec![tool]),
+        auto_all(),
+    );
+    let (_, outcome) = run_go(&engine).await;
+    let state = outcome.state();
+    let first = observation(state, "c1");
+    assert!(first.starts_with("error:"), "{first}");
+    assert!(first.contains("artifact_dir"), "{first}");
+    let second = observation(state, "c2");
+    assert_eq!(
+        second,
+        "note: 'compile' does not take artifact_dir; ran without it.\nbuilt b1"
+    );
+    let third = observation(state, "c3");
+    assert!(
+        third.starts_with("error:") && third.contains("output"),
+        "{third}"
+    );
+    assert_eq!(*seen.lock().unwrap(), vec![json!({"kernel_dir": "k"})]);
+    assert_eq!(state.risk().schema_errors, 2);
+    assert_eq!(state.risk().arguments_ignored, 1);
+}
+
 #[tokio::test]
 async fn normalize_failure_is_counted_and_observed() {
     let (engine, _) = engine(

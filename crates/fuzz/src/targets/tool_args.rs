@@ -8,6 +8,7 @@
 //! the model reads back.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use mtswarm_core::ToolRegistry;
@@ -95,20 +96,40 @@ fn check(input: &[u8]) -> Checked {
             Ok(parsed) => parsed,
             Err(rejection) => return rejected(&name, &rejection),
         };
-        match ToolRegistry::prepare_arguments(entry, parsed) {
+        match ToolRegistry::prepare_arguments(entry, parsed.clone(), &BTreeSet::new()) {
             Ok(prepared) => {
-                let again =
-                    ToolRegistry::prepare_arguments(entry, prepared.clone()).map_err(|e| {
-                        Violation(format!(
-                            "{name}: accepted arguments {prepared} are refused as they are: {e:?}"
-                        ))
-                    })?;
-                if again != prepared {
+                let prepared = prepared.arguments;
+                let again = ToolRegistry::prepare_arguments(
+                    entry,
+                    prepared.clone(),
+                    &BTreeSet::new(),
+                )
+                .map_err(|e| {
+                    Violation(format!(
+                        "{name}: accepted arguments {prepared} are refused as they are: {e:?}"
+                    ))
+                })?;
+                if again.arguments != prepared {
                     return Err(Violation(format!(
-                        "{name}: repairs are not idempotent: {prepared} / {again}"
+                        "{name}: repairs are not idempotent: {prepared} / {}",
+                        again.arguments
                     )));
                 }
                 Ok(Outcome::accepted(name))
+            }
+            Err(CallRejection::UnknownArguments { fields, message }) => {
+                // Refused once, the same fields are dropped the next time:
+                // what is left must then be taken, and say what was dropped.
+                let ignorable: BTreeSet<String> = fields.iter().cloned().collect();
+                match ToolRegistry::prepare_arguments(entry, parsed, &ignorable) {
+                    Ok(taken) if taken.ignored == fields => {}
+                    other => {
+                        return Err(Violation(format!(
+                            "{name}: dropping {fields:?} did not leave a call: {other:?}"
+                        )));
+                    }
+                }
+                rejected(&name, &CallRejection::UnknownArguments { message, fields })
             }
             Err(rejection) => rejected(&name, &rejection),
         }
@@ -120,6 +141,7 @@ fn rejected(name: &str, rejection: &CallRejection) -> Checked {
         CallRejection::Protocol(_) => "protocol",
         CallRejection::Normalize(_) => "normalize",
         CallRejection::Schema(_) => "schema",
+        CallRejection::UnknownArguments { .. } => "unknown arguments",
         CallRejection::UnknownTool(_) | CallRejection::NotAllowed(_) => "not callable",
     };
     let refused = refused_with(&rejection.observation(), MAX_ERROR_BYTES)?;

@@ -65,10 +65,6 @@ const COMPILE_SHAPE: Shape = Shape {
         "baseline_seconds",
         "min_seconds",
         "args",
-        // Where the build goes is the tool's own choice; a small model
-        // that guessed a field for it repeated it at every step, refused.
-        "artifact_dir",
-        "output_dir",
     ],
     ..Shape::NONE
 };

@@ -582,8 +582,7 @@ async fn a_compile_without_defines_builds_the_tasks_next_candidate() {
     };
     tools.set_task_candidates(vec![candidate("1024"), candidate("256")]);
     let built = |out: &ToolOutput| out.data.as_ref().map(|d| d["defines"].clone());
-    // A guessed output directory is dropped, as a sibling tool's argument is.
-    let first = call_ok(&tools, "compile", json!({"artifact_dir": "build"})).await;
+    let first = call_ok(&tools, "compile", json!({})).await;
     assert_eq!(built(&first), Some(json!({"BUF": "1", "CHUNK": "1024"})));
     call_ok(&tools, "benchmark", json!({})).await;
     let second = call_ok(&tools, "compile", json!({})).await;
@@ -610,7 +609,9 @@ fn a_rejection_quotes_a_huge_value_in_part() {
         ("compile", json!({"kernel_dir": "k", huge.clone(): 1})),
     ] {
         let entry = registry.get(tool).expect("tool");
-        let rejection = mtswarm_core::ToolRegistry::prepare_arguments(entry, args).unwrap_err();
+        let rejection =
+            mtswarm_core::ToolRegistry::prepare_arguments(entry, args, &Default::default())
+                .unwrap_err();
         let seen = rejection.observation();
         assert!(seen.len() < 2_000, "{tool}: {} bytes", seen.len());
         assert!(seen.contains("8or8or"), "{seen}");
