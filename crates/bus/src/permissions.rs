@@ -122,6 +122,10 @@ pub fn worker(worker_id: &str, slice_ids: &[String]) -> Permissions {
     ] {
         read_bucket(bucket, &mut publish);
     }
+    // Reading the measurements (query_results, job_observations): what a
+    // client may read too. Writing stays the subject of its own records.
+    read_stream(MEASUREMENTS_STREAM, &mut publish);
+    publish.push(format!("$JS.API.CONSUMER.MSG.NEXT.{MEASUREMENTS_STREAM}.>"));
     Permissions {
         publish,
         subscribe: vec![
@@ -215,6 +219,17 @@ mod tests {
                 .any(|s| s == "$KV.mtswarm_leases.>")
         );
         assert_eq!(permissions.subscribe[0], "_INBOX_worker-b0.>");
+        // It reads the measurements (the job's observations), and cannot
+        // remove any.
+        assert!(
+            permissions
+                .publish
+                .contains(&"$JS.API.CONSUMER.CREATE.MTSWARM_MEASUREMENTS".to_string())
+        );
+        for subject in &permissions.publish {
+            assert!(!subject.contains("PURGE"), "{subject}");
+            assert!(!subject.contains("MSG.DELETE"), "{subject}");
+        }
     }
 
     #[test]

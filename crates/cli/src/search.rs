@@ -59,6 +59,11 @@ pub struct ReplayCmd {
     /// DSP cores the roofline is computed for.
     #[arg(long, default_value_t = 24)]
     pub cores: u32,
+    /// Each agent searches alone: its model sees only its own results
+    /// (default: one search per job, every agent's model fitted to all
+    /// agents' results and pending points).
+    #[arg(long)]
+    pub alone: bool,
     /// Print one JSON object (every seed's best-so-far after each evaluation).
     #[arg(long, env = "MTSWARM_JSON")]
     pub json: bool,
@@ -111,6 +116,7 @@ fn replay_command(cmd: &ReplayCmd) -> anyhow::Result<ExitCode> {
             budget,
             seed,
             cores: cmd.cores,
+            shared: !cmd.alone,
         };
         let run = replay(&landscape, &config, bound.as_deref()).context("replaying the search")?;
         figures.push(seed_figures(seed, run, optimum));

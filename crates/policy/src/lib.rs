@@ -17,11 +17,14 @@
 //!   ([`plan::JobLine`], [`plan::TaskPlan`]).
 //! - [`budget`] and [`partition`]: how many configurations a search
 //!   evaluates and how a space is dealt out to agents.
+//! - [`observations`]: what a job's agents tell each other, so that they
+//!   search as one.
 //! - [`replay`]: the whole search replayed against a recorded landscape
 //!   (every figure known), to judge it and compare it with other tuners.
 
 pub mod budget;
 pub mod leader;
+pub mod observations;
 pub mod partition;
 pub mod plan;
 pub mod replay;

@@ -187,6 +187,10 @@ pub struct TaskPlan {
     /// Drop candidates whose static footprint overflows on-chip memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub analyze: Option<bool>,
+    /// Fit the search's model to the job's other agents' results and
+    /// pending points too (`job_observations`): one search per job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_search: Option<bool>,
 }
 
 /// A plan that does not read as a [`TaskPlan`]; names the field.

@@ -28,6 +28,7 @@ use mtswarm_hw::tune::{Config, ParamValue};
 use serde_json::{Value, json};
 
 use crate::leader::{define_value, search_plans};
+use crate::observations::{OBSERVATIONS_TOOL, Observations};
 use crate::plan::{DefineValue, TaskPlan};
 use crate::worker::{Decision, decide, render_task_message};
 use crate::{search_agents, search_budget};
@@ -55,6 +56,10 @@ pub struct ReplayConfig {
     pub seed: Option<u64>,
     /// Cores the tool replies name (what a figure was measured on).
     pub cores: u32,
+    /// One search per job: every agent's model sees the other agents'
+    /// results and pending points ([`crate::observations`]); `false`:
+    /// each agent searches alone.
+    pub shared: bool,
 }
 
 /// A replay that could not run.
@@ -206,6 +211,7 @@ pub fn replay(
             );
         }
         plan.estimate = Some(bound.is_some());
+        plan.shared_search = Some(config.shared);
         let slice = RecordedSlice {
             agent: i + 1,
             landscape,
@@ -213,9 +219,149 @@ pub fn replay(
             bound,
             cores: config.cores,
         };
-        runs.push(slice.run(&plan)?);
+        runs.push(AgentRun::new(slice, &plan));
     }
-    Ok(ReplayRun { agents: runs })
+    // Round by round: each agent makes its next evaluation, seeing what
+    // the others had measured by the end of the previous round.
+    let mut store = SharedStore::default();
+    loop {
+        let mut moved = false;
+        for run in &mut runs {
+            moved |= run.next_evaluation(&mut store)?;
+        }
+        if !moved {
+            break;
+        }
+    }
+    Ok(ReplayRun {
+        agents: runs.into_iter().map(|r| r.evaluations).collect(),
+    })
+}
+
+/// What the agents of a replayed job know of each other: every evaluation
+/// with its round, and the configurations each is measuring.
+#[derive(Default)]
+struct SharedStore {
+    /// (agent, round from 1, landscape entry) of every evaluation.
+    measured: Vec<(usize, usize, usize)>,
+    /// Per agent, the entries it has built or is building and not
+    /// measured yet.
+    running: BTreeMap<usize, Vec<usize>>,
+}
+
+impl SharedStore {
+    /// The `job_observations` reply for `agent` before its evaluation of
+    /// `round`: the others' evaluations of the rounds before.
+    fn observations_for(&self, agent: usize, round: usize, landscape: &Landscape) -> Observations {
+        let defines_of = |entry: usize| -> BTreeMap<String, String> {
+            landscape.entries[entry]
+                .config
+                .iter()
+                .map(|(k, v)| (k.clone(), define_text(v)))
+                .collect()
+        };
+        let mut observations = Observations::default();
+        for &(owner, at, entry) in &self.measured {
+            if owner == agent || at >= round {
+                continue;
+            }
+            match landscape.entries[entry].outcome.seconds() {
+                Some(seconds) => observations.measured.push((defines_of(entry), seconds)),
+                None => observations.failed.push(defines_of(entry)),
+            }
+        }
+        for (&owner, entries) in &self.running {
+            if owner != agent {
+                observations
+                    .running
+                    .extend(entries.iter().map(|&e| defines_of(e)));
+            }
+        }
+        observations
+    }
+}
+
+/// One agent's task in progress.
+struct AgentRun<'a> {
+    slice: RecordedSlice<'a>,
+    history: Vec<Message>,
+    /// Artifact id -> landscape entry.
+    artifacts: BTreeMap<String, usize>,
+    evaluations: Vec<Evaluation>,
+    done: bool,
+}
+
+impl<'a> AgentRun<'a> {
+    fn new(slice: RecordedSlice<'a>, plan: &TaskPlan) -> Self {
+        let history = vec![
+            Message::system("You tune kernels."),
+            Message::user(render_task_message(
+                &format!("t{}", slice.agent),
+                &slice.landscape.kernel_name,
+                "",
+                &plan.to_value(),
+            )),
+        ];
+        Self {
+            slice,
+            history,
+            artifacts: BTreeMap::new(),
+            evaluations: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Runs turns until the task has made one more evaluation (`true`) or
+    /// answered (`false`).
+    fn next_evaluation(&mut self, store: &mut SharedStore) -> Result<bool, ReplayError> {
+        let made = self.evaluations.len();
+        for _ in 0..MAX_TURNS {
+            if self.done {
+                return Ok(false);
+            }
+            let calls = match decide(&self.history) {
+                Decision::Final(_) => {
+                    self.done = true;
+                    store.running.remove(&self.slice.agent);
+                    return Ok(false);
+                }
+                Decision::Call(call) => vec![call],
+                Decision::Calls(calls) => calls,
+            };
+            self.history.push(Message::assistant("", calls.clone()));
+            for call in &calls {
+                let reply = if call.name == OBSERVATIONS_TOOL {
+                    let round = self.evaluations.len() + 1;
+                    store
+                        .observations_for(self.slice.agent, round, self.slice.landscape)
+                        .render()
+                } else {
+                    self.slice
+                        .answer(call, &mut self.artifacts, &mut self.evaluations)?
+                };
+                self.history.push(Message::tool(call.id.clone(), reply));
+            }
+            for (round, evaluation) in self.evaluations.iter().enumerate().skip(made) {
+                store
+                    .measured
+                    .push((self.slice.agent, round + 1, evaluation.entry));
+            }
+            let measured: Vec<usize> = self.evaluations.iter().map(|e| e.entry).collect();
+            let running: Vec<usize> = self
+                .artifacts
+                .values()
+                .copied()
+                .filter(|e| !measured.contains(e))
+                .collect();
+            store.running.insert(self.slice.agent, running);
+            if self.evaluations.len() > made {
+                return Ok(true);
+            }
+        }
+        Err(ReplayError::DidNotFinish {
+            agent: self.slice.agent,
+        })
+    }
 }
 
 /// One agent's slice, answering from the landscape.
@@ -228,36 +374,6 @@ struct RecordedSlice<'a> {
 }
 
 impl RecordedSlice<'_> {
-    /// Runs the agent's task to its answer: its evaluations in order.
-    fn run(&self, plan: &TaskPlan) -> Result<Vec<Evaluation>, ReplayError> {
-        let kernel = &self.landscape.kernel_name;
-        let mut history = vec![
-            Message::system("You tune kernels."),
-            Message::user(render_task_message(
-                &format!("t{}", self.agent),
-                kernel,
-                "",
-                &plan.to_value(),
-            )),
-        ];
-        // Artifact id -> landscape entry.
-        let mut artifacts: BTreeMap<String, usize> = BTreeMap::new();
-        let mut evaluations = Vec::new();
-        for _ in 0..MAX_TURNS {
-            let calls = match decide(&history) {
-                Decision::Final(_) => return Ok(evaluations),
-                Decision::Call(call) => vec![call],
-                Decision::Calls(calls) => calls,
-            };
-            history.push(Message::assistant("", calls.clone()));
-            for call in &calls {
-                let reply = self.answer(call, &mut artifacts, &mut evaluations)?;
-                history.push(Message::tool(call.id.clone(), reply));
-            }
-        }
-        Err(ReplayError::DidNotFinish { agent: self.agent })
-    }
-
     /// The tool's reply in the real tool's words.
     fn answer(
         &self,

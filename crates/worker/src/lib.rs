@@ -143,6 +143,7 @@ mod identity;
 mod inbox;
 mod janitor;
 mod leases;
+mod observations;
 mod prompt;
 mod provenance;
 mod quarantine;

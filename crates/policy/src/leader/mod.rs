@@ -333,7 +333,8 @@ impl BuiltinLeaderPolicy {
 /// The job's search as `agents` task plans: the space split so each part
 /// sees every value ([`balanced_partitions`]) and the job's `total`
 /// evaluations split over the parts ([`split_budget`]); parts left empty
-/// (more agents than configurations) get no plan. What the builtin leader
+/// (more agents than configurations) get no plan; with more than one,
+/// every plan shares its search (`shared_search`). What the builtin leader
 /// assigns, and what a replay of a recorded landscape runs.
 pub fn search_plans(configurations: &[Config], agents: usize, total: usize) -> Vec<TaskPlan> {
     let parts: Vec<Vec<Defines>> = balanced_partitions(configurations, agents)
@@ -342,12 +343,20 @@ pub fn search_plans(configurations: &[Config], agents: usize, total: usize) -> V
         .collect();
     let sizes: Vec<usize> = parts.iter().map(Vec::len).collect();
     let budgets = split_budget(total, &sizes);
-    parts
+    let mut plans: Vec<TaskPlan> = parts
         .into_iter()
         .zip(budgets)
         .filter(|(part, _)| !part.is_empty())
         .map(|(part, budget)| TaskPlan::search(part, u32::try_from(budget).unwrap_or(u32::MAX)))
-        .collect()
+        .collect();
+    // Agents of one job search as one: each fits its model to every
+    // agent's results (`crate::observations`).
+    if plans.len() > 1 {
+        for plan in &mut plans {
+            plan.shared_search = Some(true);
+        }
+    }
+    plans
 }
 
 fn collect(history: &History<'_>, last: &[ToolCall], job: &JobLine, retry_round: bool) -> Turn {

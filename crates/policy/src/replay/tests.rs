@@ -54,6 +54,7 @@ fn config(slices: usize, budget: usize, seed: Option<u64>) -> ReplayConfig {
         budget: Some(budget),
         seed,
         cores: 24,
+        shared: true,
     }
 }
 

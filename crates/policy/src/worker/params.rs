@@ -130,6 +130,9 @@ pub struct TaskParameters {
     /// Drop candidates whose static footprint (`analyze_kernel`) exceeds
     /// the chip's on-chip memories before building them.
     pub analyze: bool,
+    /// Fit the search's model to the job's other agents' results and
+    /// pending points too (`job_observations`).
+    pub shared_search: bool,
 }
 
 /// Finalists when the task does not say.
@@ -212,6 +215,7 @@ impl TaskParameters {
                 .map_or(DEFAULT_COMPILE_DEPTH, |n| n.min(MAX_COMPILE_DEPTH)),
             use_estimate: plan.estimate.unwrap_or(true),
             analyze: plan.analyze.unwrap_or(true),
+            shared_search: plan.shared_search.unwrap_or(false),
             candidates: Vec::new(),
         };
         if params.noop {

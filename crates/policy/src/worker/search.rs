@@ -55,6 +55,14 @@
 //!    step: the engine hands the slice lock from one call to the next
 //!    without a model turn in between.
 //!
+//! 7. **One search per job** (`shared_search`). Every screening step also
+//!    asks `job_observations` for what the job's other agents measured and
+//!    are measuring ([`crate::observations`]): the process of step 2 is
+//!    fitted to their figures too, their running configurations count at
+//!    their predicted time, the job's best is the improvement's reference
+//!    and the pruning's, and a configuration another agent took is not
+//!    screened again.
+//!
 //! One evaluation is one hardware call on a candidate (`validate` or
 //! `benchmark`); `max_hardware_calls` bounds their total, finalists included.
 //! Calls refused because the artifact is gone (after a resume in another
@@ -70,6 +78,7 @@ mod surrogate;
 use std::collections::BTreeSet;
 
 use crate::budget::search_budget;
+use crate::observations::OBSERVATIONS_TOOL;
 use mtswarm_core::{Message, ToolCall};
 use serde_json::{Value, json};
 
@@ -111,19 +120,34 @@ pub fn decide(params: &TaskParameters, messages: &[Message]) -> Decision {
     let limits = Limits::of(params, &state);
     let times = state.screened_by_time();
     let depth = build_depth(params, &state);
-    let action = screening_action(&state, &limits, &times, depth)
-        .or_else(|| finalist_action(&state, &limits, &times, depth));
+    let screening = screening_action(&state, &limits, &times, depth);
+    let ask_others = params.shared_search && screening.is_some();
+    let action = screening.or_else(|| finalist_action(&state, &limits, &times, depth));
     let Some(mut action) = action else {
         return Decision::Final(final_answer(params, &state));
     };
     let runs_now = state.outcomes[action.current].artifact.is_some();
-    let calls = current_calls(params, &state, &limits, &mut action);
-    if !params.compile_ahead {
-        return Decision::Calls(calls);
+    let mut calls = current_calls(params, &state, &limits, &mut action);
+    if params.compile_ahead {
+        calls = with_builds_ahead(params, &state, action, calls, runs_now, depth);
     }
-    Decision::Calls(with_builds_ahead(
-        params, &state, action, calls, runs_now, depth,
-    ))
+    if ask_others {
+        // What the others know by the time this step's results are in:
+        // the next choice is made from it (one step behind, as any
+        // asynchronous search is).
+        calls.insert(0, observations_call(&state));
+    }
+    Decision::Calls(calls)
+}
+
+/// Ask for the job's other agents' results and pending points (see
+/// [`crate::observations`]).
+fn observations_call(state: &State) -> ToolCall {
+    ToolCall {
+        id: format!("obs-{}", state.observation_calls),
+        name: OBSERVATIONS_TOOL.to_owned(),
+        arguments: "{}".to_owned(),
+    }
 }
 
 /// Step 1 (and 2, with a model): `board_info`, the analysis of every

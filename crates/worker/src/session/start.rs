@@ -63,8 +63,11 @@ pub(super) async fn start_session(
     if !request.kernel_dir.trim().is_empty() {
         resolve_kernel_dir(&shared.config.kernel_root, &request.kernel_dir)?;
     }
-    let (tools, registry) = session_tools(shared, slice, &workspace, &request.kernel_dir)?;
     let model = session_model(shared, request)?;
+    // The builtin search asks the job's other agents' results; a model's
+    // prompt does without the tool (every tool costs its context).
+    let observations = model.provider_name() == mtswarm_core::BUILTIN_PROVIDER;
+    let (tools, registry) = session_tools(shared, slice, &workspace, request, observations)?;
     let all_tools = tools.tools();
     let system_prompt = worker_system_prompt(
         &request.role,
@@ -133,12 +136,14 @@ pub(super) async fn start_session(
 }
 
 /// The session's tools on the slice's board, in its workspace (their
-/// results filed under the kernel's name), and their registry.
+/// results filed under the kernel's name), and their registry; with
+/// `observations`, `job_observations` too.
 fn session_tools(
     shared: &SessionHost,
     slice: &SliceEntry,
     workspace: &Path,
-    kernel_dir: &str,
+    request: &v1::SpawnSessionRequest,
+    observations: bool,
 ) -> Result<(ToolSet, ToolRegistry), StartError> {
     let tools = ToolSet::builder(workspace, slice.board.clone())
         .spec(slice.spec.clone())
@@ -147,10 +152,19 @@ fn session_tools(
         .build()?
         .with_results(
             crate::results::BusResults::new(shared.stores.results.clone()),
-            kernel_name_of(kernel_dir),
+            kernel_name_of(&request.kernel_dir),
         );
     let mut registry = ToolRegistry::new();
     tools.register_all(&mut registry)?;
+    if observations {
+        registry.register(Arc::new(crate::observations::JobObservationsTool::new(
+            shared.stores.results.clone(),
+            &request.job_id,
+            &request.session_id,
+            &kernel_name_of(&request.kernel_dir).unwrap_or_default(),
+            shared.config.leader_key.clone(),
+        )))?;
+    }
     Ok((tools, registry))
 }
 

@@ -9,6 +9,7 @@ use mtswarm_core::{Message, Role, ToolCall};
 
 use super::surrogate::{Encoding, Surrogate, expected_improvement};
 use super::{BOARD_INFO_ID, EXACT_TIMING, PRUNE_MARGIN, SCREEN, SLICE_IDLE};
+use crate::observations::{Defines, OBSERVATIONS_TOOL, Observations};
 use crate::worker::outcome::{CandidateOutcome, Pattern, artifact_id, capture_f64, first_line};
 use crate::worker::params::TaskParameters;
 use crate::worker::{MAX_RECOMPILES, artifact_missing};
@@ -48,7 +49,13 @@ pub(super) struct State {
     pub(super) board_known: bool,
     /// The slice's timing is exact: screening is a `benchmark`.
     pub(super) exact: bool,
-    /// Every candidate's parameter values as a point of the surrogate.
+    /// The latest `job_observations` answer that read (empty without
+    /// one: the search is the agent's own).
+    pub(super) shared: Observations,
+    /// `job_observations` calls made so far.
+    pub(super) observation_calls: usize,
+    /// Every candidate's parameter values as a point of the surrogate,
+    /// then the shared measured points, then the shared running ones.
     pub(super) encoding: Encoding,
 }
 
@@ -76,7 +83,9 @@ pub(super) fn replay(params: &TaskParameters, messages: &[Message]) -> State {
         late_builds: 0,
         board_known: false,
         exact: false,
-        encoding: Encoding::new(&params.candidates.iter().collect::<Vec<_>>()),
+        shared: Observations::default(),
+        observation_calls: 0,
+        encoding: Encoding::new(&[]),
     };
     let mut pending: HashMap<String, VecDeque<ToolCall>> = HashMap::new();
     // Artifact id -> candidate: ids restart in a new process, so an id seen
@@ -104,6 +113,13 @@ pub(super) fn replay(params: &TaskParameters, messages: &[Message]) -> State {
             _ => {}
         }
     }
+    let points: Vec<&Defines> = params
+        .candidates
+        .iter()
+        .chain(state.shared.measured.iter().map(|(d, _)| d))
+        .chain(&state.shared.running)
+        .collect();
+    state.encoding = Encoding::new(&points);
     state
 }
 
@@ -113,6 +129,13 @@ fn apply(state: &mut State, owners: &mut HashMap<String, usize>, call: &ToolCall
     if call.id == BOARD_INFO_ID {
         state.board_known = true;
         state.exact = content.contains(EXACT_TIMING);
+        return;
+    }
+    if call.name == OBSERVATIONS_TOOL {
+        state.observation_calls += 1;
+        if let Some(shared) = Observations::parse(content) {
+            state.shared = shared;
+        }
         return;
     }
     let Some(index) = parse_id(&call.id) else {
@@ -310,22 +333,25 @@ impl State {
     ///
     /// Before anything is screened: the best-ranked (lowest roofline
     /// bound, else list order). After that, by expected improvement over
-    /// the best screened log-time under a Gaussian process fitted to the
-    /// screened times ([`Surrogate`]), its mean never below the candidate's
-    /// roofline bound; ties go to the estimate rank. Candidates built
-    /// ahead come first, then those still building: each was the choice a
-    /// few results ago, its build is paid for and the slice need not wait
-    /// for a compile.
+    /// the best log-time under a Gaussian process ([`Surrogate`]) fitted to
+    /// the screened times and the job's other agents' measured ones, the
+    /// configurations they are measuring counted at the time the process
+    /// predicts for them (so this agent's pick is not theirs again), its
+    /// mean never below the candidate's roofline bound; ties go to the
+    /// estimate rank. Candidates built ahead come first, then those still
+    /// building: each was the choice a few results ago, its build is paid
+    /// for and the slice need not wait for a compile.
+    ///
+    /// Another agent's word never takes a candidate away: pruning compares
+    /// with this agent's own best, and a figure reported for one of this
+    /// agent's own candidates is not used (its own measurement will be).
+    /// A job's agents hold disjoint parts of the space, so no configuration
+    /// is screened twice either way.
     pub(super) fn screening_order(&self, times: &[(usize, f64)]) -> Vec<usize> {
         let best = times.iter().map(|t| t.1).find(|t| t.is_finite());
         let rank: Vec<usize> = self.ranked();
-        let samples: Vec<(&[f64], f64)> = times
-            .iter()
-            .filter(|t| t.1.is_finite() && t.1 > 0.0)
-            .map(|t| (self.encoding.point(t.0), t.1.ln()))
-            .collect();
-        let best_log = samples.iter().map(|s| s.1).fold(f64::INFINITY, f64::min);
-        let surrogate = Surrogate::fit(&samples);
+        let surrogate = self.fit(times);
+        let best_log = self.job_best(times).map_or(f64::INFINITY, f64::ln);
         // (readiness: built 0, building 1, else 2; -improvement; rank).
         let mut keyed: Vec<(u8, f64, usize, usize)> = rank
             .iter()
@@ -356,6 +382,57 @@ impl State {
             .collect();
         keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
         keyed.into_iter().map(|k| k.3).collect()
+    }
+
+    /// The best time known to the job: this agent's screened `times` and
+    /// the other agents' measured ones.
+    fn job_best(&self, times: &[(usize, f64)]) -> Option<f64> {
+        times
+            .iter()
+            .map(|t| t.1)
+            .chain(self.shared_measured().map(|(_, m)| m.1))
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .min_by(f64::total_cmp)
+    }
+
+    /// The other agents' measured configurations that are not one of this
+    /// agent's candidates, with their index among the shared points.
+    fn shared_measured(&self) -> impl Iterator<Item = (usize, &(Defines, f64))> {
+        let own: std::collections::HashSet<&Defines> =
+            self.outcomes.iter().map(|o| &o.defines).collect();
+        self.shared
+            .measured
+            .iter()
+            .enumerate()
+            .filter(move |(_, m)| !own.contains(&m.0))
+    }
+
+    /// The process over this agent's screened `times` and the other
+    /// agents' measured times, then once more with their running
+    /// configurations at its own prediction (the "kriging believer"
+    /// of batch Bayesian optimization: a pending point lowers the
+    /// uncertainty around it without claiming a result).
+    fn fit(&self, times: &[(usize, f64)]) -> Option<Surrogate<'_>> {
+        let own = self.outcomes.len();
+        let measured = self.shared.measured.len();
+        let mut samples: Vec<(&[f64], f64)> = times
+            .iter()
+            .filter(|t| t.1.is_finite() && t.1 > 0.0)
+            .map(|t| (self.encoding.point(t.0), t.1.ln()))
+            .chain(
+                self.shared_measured()
+                    .map(|(j, m)| (self.encoding.point(own + j), m.1.ln())),
+            )
+            .collect();
+        let surrogate = Surrogate::fit(&samples)?;
+        if self.shared.running.is_empty() {
+            return Some(surrogate);
+        }
+        for k in 0..self.shared.running.len() {
+            let point = self.encoding.point(own + measured + k);
+            samples.push((point, surrogate.predict(point).0));
+        }
+        Surrogate::fit(&samples).or(Some(surrogate))
     }
 }
 
