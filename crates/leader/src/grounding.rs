@@ -10,7 +10,8 @@
 //! answers are failures it cannot act on), while the job's deadline has not
 //! passed:
 //! - an answer given before any task was assigned is refused: spawn an
-//!   agent, assign it candidates, collect the results;
+//!   agent, assign it candidates, collect the results (with agents spawned
+//!   already: assign them, naming them);
 //! - an answer claiming no best (no `best` in its JSON and no GFLOPS
 //!   figure) while no accepted result measured anything is refused: collect
 //!   the tasks still running, or assign corrected candidates when every
@@ -53,7 +54,13 @@ pub(crate) struct GroundedAnswerGate {
     results: Arc<JobResults>,
     /// Until when answers that give up early are pushed back; `None`: never.
     push_back_until: Option<SystemTime>,
+    /// The names of the job's agents so far: a push-back before any task
+    /// names them, so that the next step is an assignment, not a spawn.
+    agents: Option<AgentNames>,
 }
+
+/// Reads the names of the job's spawned agents.
+pub(crate) type AgentNames = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 
 impl GroundedAnswerGate {
     /// A gate that only checks grounding.
@@ -61,7 +68,15 @@ impl GroundedAnswerGate {
         Self {
             results,
             push_back_until: None,
+            agents: None,
         }
+    }
+
+    /// The gate, naming the job's agents (read by `agents`) when it pushes
+    /// back before any task.
+    pub(crate) fn with_agents(mut self, agents: AgentNames) -> Self {
+        self.agents = Some(agents);
+        self
     }
 
     /// The gate, also pushing back on answers that give up early until
@@ -79,6 +94,24 @@ impl GroundedAnswerGate {
             return None;
         }
         let tasks = self.results.snapshot();
+        let agents = self
+            .agents
+            .as_ref()
+            .map(|names| names())
+            .unwrap_or_default();
+        if tasks.is_empty() && !agents.is_empty() {
+            // A small model told to spawn spawned the same agents again and
+            // again: name the ones it has and the call that uses them.
+            return Some(format!(
+                "Your answer is not accepted: no task has been assigned yet, so nothing was measured \
+and the job cannot succeed. Your agents {} are spawned and idle; do not spawn them again. Do this \
+next: call assign_task with agent \"{}\" (and once for each other agent); candidates may be left \
+out, each agent then gets its share of the kernel's tuning space. Then call collect_result, and \
+answer with the best it reports.",
+                agents.join(", "),
+                agents[0]
+            ));
+        }
         if tasks.is_empty() {
             return Some(
                 "Your answer is not accepted: no task has been assigned yet, so nothing was measured \
@@ -338,6 +371,24 @@ mod tests {
         assert_eq!(verdict(&late, GIVING_UP), GateVerdict::Pass);
         let builtin = GroundedAnswerGate::new(results_with(&[]));
         assert_eq!(verdict(&builtin, GIVING_UP), GateVerdict::Pass);
+    }
+
+    /// With agents spawned and no task, the push-back names them and the
+    /// assignment, not another spawn (a small model followed "spawn_agent"
+    /// and spawned its agents again until the job failed).
+    #[test]
+    fn an_answer_with_idle_agents_is_told_to_assign_them() {
+        let gate = pushing(results_with(&[]))
+            .with_agents(Arc::new(|| vec!["agent1".to_owned(), "agent2".to_owned()]));
+        let feedback = refusal(&gate, GIVING_UP);
+        assert!(feedback.contains("agent1, agent2"), "{feedback}");
+        assert!(
+            feedback.contains("assign_task with agent \"agent1\""),
+            "{feedback}"
+        );
+        assert!(!feedback.contains("spawn_agent on"), "{feedback}");
+        let none = pushing(results_with(&[])).with_agents(Arc::new(Vec::new));
+        assert!(refusal(&none, GIVING_UP).contains("spawn_agent on"));
     }
 
     #[test]

@@ -152,7 +152,14 @@ fn build_engine(
     // slice, nothing spawned): pushing back would only repeat its answer.
     let mut gate = GroundedAnswerGate::new(context.results.clone());
     if model.model_name() != BuiltinLeaderPolicy::MODEL_NAME {
-        gate = gate.with_push_back(context.deadline);
+        let job = Arc::downgrade(context);
+        gate = gate
+            .with_push_back(context.deadline)
+            .with_agents(Arc::new(move || {
+                job.upgrade()
+                    .map(|job| job.agents().keys().cloned().collect())
+                    .unwrap_or_default()
+            }));
     }
     Engine::new(
         config,
