@@ -343,8 +343,9 @@ impl State {
     /// for and the slice need not wait for a compile.
     ///
     /// Another agent's word never takes a candidate away: pruning compares
-    /// with this agent's own best, and a figure reported for one of this
-    /// agent's own candidates is not used (its own measurement will be).
+    /// with this agent's own best, and a figure or a pending point reported
+    /// for one of this agent's own candidates is not used (its own
+    /// measurement will be).
     /// A job's agents hold disjoint parts of the space, so no configuration
     /// is screened twice either way.
     pub(super) fn screening_order(&self, times: &[(usize, f64)]) -> Vec<usize> {
@@ -428,7 +429,14 @@ impl State {
         if self.shared.running.is_empty() {
             return Some(surrogate);
         }
-        for k in 0..self.shared.running.len() {
+        // As with measured figures, another agent's word about one of this
+        // agent's own candidates is not used: it could only hold it back.
+        let own_candidates: std::collections::HashSet<&Defines> =
+            self.outcomes.iter().map(|o| &o.defines).collect();
+        for (k, running) in self.shared.running.iter().enumerate() {
+            if own_candidates.contains(running) {
+                continue;
+            }
             let point = self.encoding.point(own + measured + k);
             samples.push((point, surrogate.predict(point).0));
         }
