@@ -301,7 +301,7 @@ async fn start_secure(
         .await
         .expect("secure leader up");
     leader
-        .ensure_topology(&TopologyConfig::for_tests())
+        .ensure_topology(&TopologyConfig::small())
         .await
         .expect("topology");
     let worker_tls = deployment.worker_tls("bench").expect("worker certificate");
@@ -312,6 +312,7 @@ async fn start_secure(
     .expect("security");
     let mut config = WorkerConfig::new(&fleet_path, "bench");
     config.nats_urls = vec![server.url()];
+    config.topology = mtswarm_bus::TopologyConfig::small();
     config.nats_nkey_file = deployment.worker_seed("bench").map(|p| p.to_path_buf());
     config.nats_tls = tls;
     config.security = security;
@@ -410,14 +411,14 @@ async fn start_plain(
     dir: &std::path::Path,
     sessions: u32,
 ) -> (Arc<Harness>, WorkerHandle) {
-    let leader =
-        floor::start_floor(&server.url(), &TopologyConfig::for_tests(), "bench-assign").await;
+    let leader = floor::start_floor(&server.url(), &TopologyConfig::small(), "bench-assign").await;
 
     // A real worker daemon with one single-core slice per session.
     let fleet = dir.join("fleet.toml");
     std::fs::write(&fleet, fleet_toml("bench", sessions)).expect("write fleet");
     let mut config = WorkerConfig::new(&fleet, "bench");
     config.nats_urls = vec![server.url()];
+    config.topology = mtswarm_bus::TopologyConfig::small();
     config.kernel_root = mtswarm_tests::kernel_root();
     config.workspace_root = dir.join("workspaces");
     config.max_sessions = sessions as usize;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use mtswarm_bus::local_server::NatsServer;
 use mtswarm_bus::{Bus, BusConfig, Checkpoints, KvChange, codec, subjects, v1};
-use mtswarm_cli::{LeaderProcessArgs, WorkerProcessArgs};
+use mtswarm_cli::{LeaderProcessArgs, StreamBytes, WorkerProcessArgs};
 use mtswarm_proto::v1::control_client::ControlClient;
 use mtswarm_telemetry::grpc::TraceContextInterceptor;
 use tokio::sync::watch;
@@ -225,6 +225,7 @@ impl ChaosStack {
                     listen: "127.0.0.1:0".into(),
                     kernel_root: crate::kernel_root(),
                     ready_file: ready.clone(),
+                    stream_bytes: Some(StreamBytes::small()),
                 }
                 .to_args(),
             )
@@ -267,6 +268,7 @@ impl ChaosStack {
                     kernel_root: crate::kernel_root(),
                     workspace_root: self.dir.path().join("workspaces").join(board),
                     ready_file: ready.to_path_buf(),
+                    stream_bytes: Some(StreamBytes::small()),
                 }
                 .to_args(),
             )

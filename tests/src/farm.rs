@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use mtswarm_cli::{LeaderProcessArgs, WorkerProcessArgs};
+use mtswarm_cli::{LeaderProcessArgs, StreamBytes, WorkerProcessArgs};
 use mtswarm_hw::board::ModelFigures;
 use mtswarm_hw::simulated;
 use mtswarm_hw::{ChipSpec, TuneSpace};
@@ -129,6 +129,7 @@ impl FarmStack {
                     listen: "127.0.0.1:0".into(),
                     kernel_root: kernel_root.clone(),
                     ready_file: ready.clone(),
+                    stream_bytes: Some(StreamBytes::small()),
                 }
                 .to_args(),
             )
@@ -155,6 +156,7 @@ impl FarmStack {
                         kernel_root: kernel_root.clone(),
                         workspace_root: dir.path().join("workspaces").join(&board),
                         ready_file: ready.clone(),
+                        stream_bytes: Some(StreamBytes::small()),
                     }
                     .to_args(),
                 )

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use mtswarm_bus::local_server::NatsServer;
-use mtswarm_cli::WorkerProcessArgs;
+use mtswarm_cli::{StreamBytes, WorkerProcessArgs};
 use mtswarm_leader::{LeaderConfig, LeaderDaemon, LeaderHandle};
 use mtswarm_llm::{OpenAiConfig, ToolMode};
 pub use mtswarm_proto::GrpcTransport;
@@ -120,7 +120,7 @@ impl TestStack {
             start_nats_with_fleet("mtswarm-e2e-", &options.fleet_toml).await;
 
         let mut config = LeaderConfig::new(nats.url(), options.kernel_root.clone());
-        config.topology = mtswarm_bus::TopologyConfig::for_tests();
+        config.topology = mtswarm_bus::TopologyConfig::small();
         let configure = std::mem::replace(&mut options.configure_leader, Box::new(|_| {}));
         configure(&mut config);
         let leader = LeaderDaemon::start(config)
@@ -252,6 +252,7 @@ fn worker_command(
                 kernel_root: options.kernel_root.clone(),
                 workspace_root: dir.join("workspaces").join(board),
                 ready_file: ready.to_path_buf(),
+                stream_bytes: Some(StreamBytes::small()),
             }
             .to_args(),
         )

@@ -101,7 +101,7 @@ fn main() {
     let cells = runtime.block_on(async {
         let topology = TopologyConfig {
             storage,
-            ..TopologyConfig::for_tests()
+            ..TopologyConfig::small()
         };
         let leader = Arc::new(floor::start_floor(&server.url(), &topology, "bench-leader").await);
 

@@ -162,18 +162,62 @@ impl Default for TopologyConfig {
 }
 
 impl TopologyConfig {
-    /// The default shape with small size limits, for tests and benchmarks:
-    /// JetStream reserves a stream's `max_bytes` on disk when it creates
-    /// it, so the production limits (GiBs) fail with "insufficient storage"
-    /// (error 10047) on a machine with little free disk.
-    pub fn for_tests() -> Self {
+    /// The default shape with small size limits (64 MiB per stream), for a
+    /// stack that lives for one job or one test: the demo, tests and
+    /// benchmarks. JetStream reserves a stream's `max_bytes` on disk when
+    /// it creates it, so the production limits (GiBs) fail with
+    /// "insufficient storage" (error 10047) on a machine with little free
+    /// disk.
+    pub fn small() -> Self {
         Self {
-            event_max_bytes: 64 << 20,
-            measurements_max_bytes: 64 << 20,
+            event_max_bytes: SMALL_STREAM_BYTES,
+            measurements_max_bytes: SMALL_STREAM_BYTES,
             ..Self::default()
         }
     }
+
+    /// Bytes of JetStream storage this topology reserves on each server
+    /// that holds a replica: the events stream and the leader's job
+    /// journal (`event_max_bytes` each) and the measurements stream. The
+    /// other streams and buckets have no size limit and reserve nothing.
+    pub fn reserved_bytes(&self) -> i64 {
+        self.event_max_bytes
+            .saturating_mul(2)
+            .saturating_add(self.measurements_max_bytes)
+    }
+
+    /// This topology with its size limits scaled down, in proportion, so
+    /// that its reservation takes at most half of what JetStream grants a
+    /// store with `free_bytes` of free disk (three quarters of it: the
+    /// server's rule when `max_file_store` is not set). The other half is
+    /// left to the streams and buckets without a limit. No limit goes
+    /// below [`MIN_STREAM_BYTES`]; limits that already fit are kept.
+    pub fn fitted_to_store(self, free_bytes: u64) -> Self {
+        let granted = free_bytes / 4 * 3;
+        let budget = i64::try_from(granted / 2).unwrap_or(i64::MAX);
+        let reserved = self.reserved_bytes();
+        if reserved <= budget || reserved <= 0 {
+            return self;
+        }
+        let scale = |limit: i64| -> i64 {
+            let scaled = i128::from(limit) * i128::from(budget) / i128::from(reserved);
+            i64::try_from(scaled)
+                .unwrap_or(limit)
+                .max(MIN_STREAM_BYTES)
+                .min(limit)
+        };
+        Self {
+            event_max_bytes: scale(self.event_max_bytes),
+            measurements_max_bytes: scale(self.measurements_max_bytes),
+            ..self
+        }
+    }
 }
+
+/// Size limit of each stream in [`TopologyConfig::small`].
+pub const SMALL_STREAM_BYTES: i64 = 64 << 20;
+/// Smallest size limit [`TopologyConfig::fitted_to_store`] gives a stream.
+pub const MIN_STREAM_BYTES: i64 = 8 << 20;
 
 /// Default size cap of the measurements stream
 /// ([`TopologyConfig::measurements_max_bytes`]); the oldest records go first.
@@ -186,6 +230,39 @@ pub const MEASUREMENT_MAX_RECORD_BYTES: i32 = 1 << 20;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_topology_that_fits_the_store_is_kept() {
+        let topology = TopologyConfig::default();
+        let plenty = 100 << 30;
+        assert_eq!(topology.clone().fitted_to_store(plenty), topology);
+    }
+
+    #[test]
+    fn a_topology_too_big_for_the_store_shrinks_in_proportion_to_half_the_grant() {
+        let topology = TopologyConfig::default();
+        assert_eq!(topology.reserved_bytes(), 6 << 30);
+        // 4 GiB free: JetStream grants 3 GiB, half of it is 1.5 GiB.
+        let fitted = topology.fitted_to_store(4 << 30);
+        assert!(fitted.reserved_bytes() <= 3 << 29, "{fitted:?}");
+        assert!(fitted.reserved_bytes() > (3 << 29) - 16, "{fitted:?}");
+        assert_eq!(fitted.event_max_bytes, 256 << 20);
+        assert_eq!(fitted.measurements_max_bytes, 1 << 30);
+        assert_eq!(fitted.replicas, 1);
+    }
+
+    #[test]
+    fn no_stream_limit_goes_below_the_floor() {
+        let fitted = TopologyConfig::default().fitted_to_store(10 << 20);
+        assert_eq!(fitted.event_max_bytes, MIN_STREAM_BYTES);
+        assert_eq!(fitted.measurements_max_bytes, MIN_STREAM_BYTES);
+        // A limit already under the floor is not raised to it.
+        let tiny = TopologyConfig {
+            event_max_bytes: 1 << 20,
+            ..TopologyConfig::small()
+        };
+        assert_eq!(tiny.fitted_to_store(1 << 20).event_max_bytes, 1 << 20);
+    }
 
     #[test]
     fn reconnect_delay_grows_and_is_capped() {

@@ -75,6 +75,28 @@ pub enum BusError {
         refusal: String,
     },
 
+    /// The server has too little JetStream storage left to reserve the
+    /// size limits of the topology's streams (JetStream's error 10047,
+    /// "insufficient storage resources available").
+    #[error(
+        "cannot create or update {what}: nats-server has too little JetStream storage for the stream size limits ({} in all: events {} and the job journal as much, measurements {}); it grants three quarters of its store disk's free space unless jetstream.max_file_store says otherwise. Free disk where nats-server stores, or lower --nats-events-max-bytes (MTSWARM_NATS_EVENTS_MAX_BYTES) and --nats-measurements-max-bytes (MTSWARM_NATS_MEASUREMENTS_MAX_BYTES) [the server said: {refusal}]",
+        human_bytes(usize::try_from(*reserved).unwrap_or(usize::MAX)),
+        human_bytes(usize::try_from(*events).unwrap_or(usize::MAX)),
+        human_bytes(usize::try_from(*measurements).unwrap_or(usize::MAX))
+    )]
+    StoreFull {
+        /// The stream, e.g. `"stream MTSWARM_EVENTS"`.
+        what: String,
+        /// Bytes the topology reserves on each server ([`crate::TopologyConfig::reserved_bytes`]).
+        reserved: i64,
+        /// The events stream's and the job journal's limit, bytes.
+        events: i64,
+        /// The measurements stream's limit, bytes.
+        measurements: i64,
+        /// What the server said.
+        refusal: String,
+    },
+
     /// A record is larger than the server or the deployment lets one
     /// stored message be; it was not sent.
     #[error(

@@ -37,7 +37,7 @@ pub async fn ready_bus(config: BusConfig) -> Bus {
     bus.wait_connected(CONNECT_WAIT)
         .await
         .expect("connected to nats-server");
-    bus.ensure_topology(&TopologyConfig::for_tests())
+    bus.ensure_topology(&TopologyConfig::small())
         .await
         .expect("the test topology");
     bus

@@ -123,7 +123,11 @@ impl Bus {
 
     /// The error of creating `what` as `config` says: a refusal to place
     /// its replicas becomes [`BusError::Replicas`].
-    fn creation_error(
+    /// The error for a stream or bucket of `config` the server would not
+    /// create: a clear one when it is short of replicas or of storage.
+    /// Public so that a daemon creating a stream of its own (the leader's
+    /// job journal) explains a refusal the same way.
+    pub fn creation_error(
         &self,
         what: String,
         config: &TopologyConfig,
@@ -132,6 +136,15 @@ impl Bus {
         let source = source.into();
         let (servers, _) = self.jetstream_servers();
         let text = source.to_string();
+        if text.contains("insufficient storage") || text.contains("10047") {
+            return BusError::StoreFull {
+                what,
+                reserved: config.reserved_bytes(),
+                events: config.event_max_bytes,
+                measurements: config.measurements_max_bytes,
+                refusal: text,
+            };
+        }
         let about_replicas = text.contains("replica")
             || text.contains("insufficient resources")
             || text.contains("no suitable peers");

@@ -55,7 +55,7 @@ pub use llm_serve::{
     DEFAULT_MODEL_FILE, LocalModel, LocalModelError, LocalModelOptions, default_model_dir,
     default_model_path,
 };
-pub use local_stack::{LeaderProcessArgs, WorkerProcessArgs};
+pub use local_stack::{LeaderProcessArgs, StreamBytes, WorkerProcessArgs};
 pub use mcp::MCP_TOOL_NAMES;
 pub use up::{DEFAULT_FLEET_TOML, DEFAULT_METRICS_PORT};
 
@@ -182,7 +182,7 @@ pub fn run() -> ExitCode {
     if matches!(cli.command, Command::Client(_) | Command::Mcp(_))
         && let Err(error) = common::selected_profile()
     {
-        eprintln!("mtswarm: {error:#}");
+        eprintln!("mtswarm: {}", error_text(&error));
         return ExitCode::from(2);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -200,10 +200,29 @@ pub fn run() -> ExitCode {
         // The reader of our output went away (`| head`): it had enough.
         Err(error) if pipe::is_closed_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("mtswarm: {error:#}");
+            eprintln!("mtswarm: {}", error_text(&error));
             ExitCode::from(2)
         }
     }
+}
+
+/// `error` and its causes, outermost first, joined by ": ". A cause whose
+/// text the line already ends with is left out: many library errors say
+/// their source in their own message and also hand it on as the source,
+/// which `{:#}` would print twice.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if text.ends_with(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -263,7 +282,21 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 mod tests {
     use clap::{CommandFactory as _, Parser as _};
 
-    use super::Cli;
+    use super::{Cli, error_text};
+
+    #[test]
+    fn a_cause_the_message_already_says_is_printed_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("disk full")]
+        struct Inner;
+        #[derive(Debug, thiserror::Error)]
+        #[error("NATS: {0}")]
+        struct Outer(#[source] Inner);
+        let error = anyhow::Error::new(Outer(Inner)).context("starting the leader");
+        assert_eq!(error_text(&error), "starting the leader: NATS: disk full");
+        let plain = anyhow::Error::new(Inner).context("starting the leader");
+        assert_eq!(error_text(&plain), "starting the leader: disk full");
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

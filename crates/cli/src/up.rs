@@ -1,7 +1,7 @@
 //! `mtswarm up`: a whole local stack in one command, for trying mtswarm on a
 //! laptop and for end-to-end tests. It starts `nats-server` from PATH with
 //! JetStream on a temporary store (unless `--nats URL` names a running
-//! one), the leader, and one worker daemon per board of the fleet file
+//! one; its stream size limits fitted to that store's disk), the leader, and one worker daemon per board of the fleet file
 //! (default: a built-in 2-board x 4-cluster emulator fleet), each as a child
 //! process running this same binary so every process has its own service
 //! name in traces and its own logs. It prints the endpoints and waits; on
@@ -28,6 +28,7 @@ use crate::local_stack::LocalStack;
 use mtswarm_auth::{ClientConfig, ClientProfile};
 
 mod start;
+mod stream_limits;
 
 use start::start_stack;
 
@@ -98,6 +99,16 @@ pub struct UpCmd {
     /// home).
     #[arg(long, env = "MTSWARM_UP_LOG_DIR")]
     pub log_dir: Option<PathBuf>,
+    /// Size limit of the agent events stream and of the job journal,
+    /// bytes (default: the daemons' 1 GiB, shrunk to fit the disk of a
+    /// nats-server started here).
+    #[arg(long, env = "MTSWARM_NATS_EVENTS_MAX_BYTES")]
+    pub nats_events_max_bytes: Option<i64>,
+    /// Size limit of the measurements stream, bytes (default: the
+    /// daemons' 4 GiB, shrunk to fit the disk of a nats-server started
+    /// here).
+    #[arg(long, env = "MTSWARM_NATS_MEASUREMENTS_MAX_BYTES")]
+    pub nats_measurements_max_bytes: Option<i64>,
 }
 
 /// Where a stack started now keeps its logs by default (see
@@ -286,6 +297,14 @@ fn print_endpoints(endpoints: &serde_json::Value, logs: &Path) {
         "  fleet:          {}",
         endpoints["fleet"].as_str().unwrap_or("")
     );
+    let limits = &endpoints["stream_limits"];
+    if limits["fitted_to_disk"].as_bool() == Some(true) {
+        println!(
+            "  streams:        events {} MiB, measurements {} MiB (shrunk to fit the free disk of the NATS store)",
+            limits["events_max_bytes"].as_i64().unwrap_or(0) >> 20,
+            limits["measurements_max_bytes"].as_i64().unwrap_or(0) >> 20
+        );
+    }
     println!(
         "  logs:           {} (kept after the stack stops)",
         logs.display()

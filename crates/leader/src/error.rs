@@ -41,8 +41,9 @@ pub enum JournalError {
     /// The job id cannot name a journal subject.
     #[error("{0}")]
     Subject(#[from] mtswarm_bus::BusError),
-    /// The journal stream could not be created or updated.
-    #[error("cannot create stream {stream}: {source}")]
+    /// The journal stream could not be created or updated (the source is
+    /// the bus's explanation, which names the stream).
+    #[error("{source}")]
     CreateStream {
         /// The JetStream stream involved.
         stream: &'static str,

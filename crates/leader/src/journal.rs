@@ -73,7 +73,11 @@ impl Journal {
             .await
             .map_err(|e| JournalError::CreateStream {
                 stream: JOB_EVENTS_STREAM,
-                source: Box::new(e),
+                source: Box::new(bus.creation_error(
+                    format!("stream {JOB_EVENTS_STREAM}"),
+                    topology,
+                    e,
+                )),
             })?;
         Ok(Self { bus: bus.clone() })
     }

@@ -39,6 +39,7 @@ fn noop_task(c: &mut Criterion) {
         let bus = ready_bus(BusConfig::new(nats.url())).await;
         let mut config = WorkerConfig::new(&fleet, "bench0");
         config.nats_urls = vec![nats.url()];
+        config.topology = mtswarm_bus::TopologyConfig::small();
         config.kernel_root =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/kernels");
         config.workspace_root = dir.path().join("ws");

@@ -69,12 +69,16 @@ impl ResultsStore {
     /// [`Bus::ensure_topology`] has not run yet, shaped as the topology
     /// ensured or adopted through `bus` says (else the default one).
     pub async fn open(bus: &Bus) -> Result<ResultsStore, BusError> {
+        let topology = bus.topology_in_use();
         bus.jetstream()
-            .get_or_create_stream(measurements_stream_config(&bus.topology_in_use()))
+            .get_or_create_stream(measurements_stream_config(&topology))
             .await
-            .map_err(|source| BusError::Topology {
-                what: format!("stream {}", subjects::MEASUREMENTS_STREAM),
-                source: source.into(),
+            .map_err(|source| {
+                bus.creation_error(
+                    format!("stream {}", subjects::MEASUREMENTS_STREAM),
+                    &topology,
+                    source,
+                )
             })?;
         Ok(ResultsStore {
             bus: bus.clone(),

@@ -29,7 +29,7 @@ const PER_PHASE: usize = 25;
 fn three_replicas() -> TopologyConfig {
     TopologyConfig {
         replicas: 3,
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     }
 }
 

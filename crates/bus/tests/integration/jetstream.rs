@@ -76,7 +76,7 @@ where
 async fn topology_creation_is_idempotent() {
     let (server, bus) = setup().await;
     let other = connect(&server, "other").await;
-    let config = TopologyConfig::for_tests();
+    let config = TopologyConfig::small();
     // Again from this client and concurrently from another one.
     let (first, second) =
         tokio::join!(bus.ensure_topology(&config), other.ensure_topology(&config));

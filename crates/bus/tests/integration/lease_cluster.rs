@@ -30,7 +30,7 @@ async fn a_kept_lease_outlives_the_election_of_its_buckets_leader() {
     wait_meta_leader(&bus, WAIT).await;
     bus.ensure_topology(&TopologyConfig {
         replicas: 3,
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     })
     .await
     .expect("topology");

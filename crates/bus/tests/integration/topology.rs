@@ -1,8 +1,10 @@
 //! The deployment's shape of the streams and buckets: a later ensure with
 //! other limits reshapes what exists, and replicas a server cannot place are
 //! refused with an error that names the stream and the numbers; a record
-//! over the size limit is refused before it is sent, naming it; test
-//! servers run with the sync policy and payload limit they are given.
+//! over the size limit is refused before it is sent, naming it; limits a
+//! small store cannot hold are refused with an error that says what to
+//! change; test servers run with the sync policy and payload limit they
+//! are given.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
@@ -18,7 +20,7 @@ use mtswarm_bus::{BusError, Jobs, TopologyConfig, subjects, v1};
 #[tokio::test]
 async fn a_second_ensure_with_other_limits_reshapes_the_streams() {
     let (_server, bus) = setup().await;
-    let first = TopologyConfig::for_tests();
+    let first = TopologyConfig::small();
     let events = stream_info(&bus, subjects::EVENTS_STREAM).await;
     assert_eq!(events.config.max_bytes, first.event_max_bytes);
     let measurements = stream_info(&bus, subjects::MEASUREMENTS_STREAM).await;
@@ -30,7 +32,7 @@ async fn a_second_ensure_with_other_limits_reshapes_the_streams() {
         measurement_max_record_bytes: 256 << 10,
         duplicate_window: Duration::from_secs(120),
         record_history: 3,
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     };
     bus.ensure_topology(&second).await.expect("second ensure");
 
@@ -51,7 +53,7 @@ async fn replicas_a_single_server_cannot_place_are_a_clear_error() {
     let (server, bus) = setup().await;
     let three = TopologyConfig {
         replicas: 3,
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     };
     let error = bus
         .ensure_topology(&three)
@@ -74,11 +76,11 @@ async fn replicas_a_single_server_cannot_place_are_a_clear_error() {
     // Nothing was changed, and the shape in use is still the first one.
     let tasks = stream_info(&bus, subjects::TASKS_STREAM).await;
     assert_eq!(tasks.config.num_replicas, 1);
-    assert_eq!(bus.topology_in_use(), TopologyConfig::for_tests());
+    assert_eq!(bus.topology_in_use(), TopologyConfig::small());
 
     let zero = TopologyConfig {
         replicas: 0,
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     };
     let fresh = connect(&server, "fresh").await;
     let error = fresh.ensure_topology(&zero).await.expect_err("no replicas");
@@ -94,14 +96,14 @@ async fn the_record_limit_is_the_smaller_of_max_payload_and_the_configured_cap()
     assert_eq!(bus.max_record_bytes(), 1 << 20);
     bus.ensure_topology(&TopologyConfig {
         max_record_bytes: Some(4096),
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     })
     .await
     .expect("topology");
     assert_eq!(bus.max_record_bytes(), 4096);
     bus.adopt_topology(&TopologyConfig {
         max_record_bytes: Some(64 << 20),
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     });
     assert_eq!(bus.max_record_bytes(), 1 << 20, "capped by max_payload");
 }
@@ -145,7 +147,7 @@ async fn a_stream_record_over_the_configured_cap_is_refused_before_it_is_sent() 
     let (_server, bus) = setup().await;
     bus.ensure_topology(&TopologyConfig {
         max_record_bytes: Some(64 << 10),
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     })
     .await
     .expect("topology");
@@ -201,10 +203,57 @@ async fn the_server_runs_with_the_sync_policy_and_payload_limit_it_was_given() {
         .unwrap_or_else(|error| panic!("nats-server with {sync:?}: {error}"));
         let bus = connect(&server, "sync").await;
         assert_eq!(bus.max_record_bytes(), 2 << 20, "{sync:?}");
-        bus.ensure_topology(&TopologyConfig::for_tests())
+        bus.ensure_topology(&TopologyConfig::small())
             .await
             .expect("JetStream works");
     }
+}
+
+/// The store a server grants JetStream (here `max_file_store`; by default
+/// three quarters of its disk's free space) bounds the stream size limits
+/// it takes: the production limits on a small store are refused with an
+/// error that says what to change, and the same topology fitted to that
+/// store is created.
+#[tokio::test]
+async fn stream_limits_the_store_cannot_hold_are_a_clear_error_and_fit_once_fitted() {
+    const GRANTED: u64 = 256 << 20;
+    let server = tokio::task::spawn_blocking(|| {
+        NatsServer::start_with(LocalServerOptions {
+            // One `jetstream` block: the sync policy would add another.
+            sync: SyncPolicy::ServerDefault,
+            config: Some(format!("jetstream {{ max_file_store: {GRANTED} }}\n")),
+            ..LocalServerOptions::default()
+        })
+    })
+    .await
+    .expect("start task")
+    .expect("nats-server starts");
+    let bus = connect(&server, "store").await;
+
+    let production = TopologyConfig::default();
+    let error = bus
+        .ensure_topology(&production)
+        .await
+        .expect_err("6 GiB of limits cannot be reserved in 256 MiB");
+    assert!(matches!(error, BusError::StoreFull { .. }), "{error:?}");
+    let text = error.to_string();
+    for part in [
+        "6 GiB in all",
+        "--nats-events-max-bytes",
+        "--nats-measurements-max-bytes",
+        "insufficient storage",
+    ] {
+        assert!(text.contains(part), "{part:?} missing from: {text}");
+    }
+
+    // The free disk that makes JetStream grant `GRANTED`.
+    let fitted = production.fitted_to_store(GRANTED / 3 * 4);
+    assert!(fitted.reserved_bytes() <= i64::try_from(GRANTED / 2).unwrap());
+    bus.ensure_topology(&fitted)
+        .await
+        .expect("the fitted limits fit");
+    let measurements = stream_info(&bus, subjects::MEASUREMENTS_STREAM).await;
+    assert_eq!(measurements.config.max_bytes, fitted.measurements_max_bytes);
 }
 
 /// What `sync_interval: always` costs: the p50 and p99 of an acknowledged
@@ -224,7 +273,7 @@ async fn publish_latency_with_and_without_syncing_every_write() {
         .expect("start task")
         .expect("nats-server starts");
         let bus = connect(&server, "latency").await;
-        bus.ensure_topology(&TopologyConfig::for_tests())
+        bus.ensure_topology(&TopologyConfig::small())
             .await
             .expect("topology");
         let mut took = Vec::with_capacity(PUBLISHES);

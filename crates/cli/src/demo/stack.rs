@@ -6,6 +6,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
+use mtswarm_bus::TopologyConfig;
 use mtswarm_bus::local_server::NatsServer;
 use mtswarm_hw::fleet::Fleet;
 use mtswarm_leader::{LeaderConfig, LeaderDaemon};
@@ -81,6 +82,9 @@ pub(super) async fn start_stack(
 
     let grpc = &deployment.grpc;
     let mut leader_config = LeaderConfig::new(nats_url.clone(), kernel_root.to_path_buf());
+    // One job on a throwaway server: the production stream limits (GiBs,
+    // reserved up front) would only make the demo fail on a small disk.
+    leader_config.topology = TopologyConfig::small();
     leader_config.bus =
         deployment.bus_config(&nats_url, generate::NATS_LEADER, "mtswarm-leader")?;
     leader_config.grpc_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
@@ -129,6 +133,7 @@ pub(super) async fn start_stack(
         .map(|(board, security)| {
             let mut config = WorkerConfig::new(fleet_path.to_path_buf(), board.id.clone());
             config.nats_urls = vec![nats_url.clone()];
+            config.topology = TopologyConfig::small();
             config.nats_nkey_file = deployment.worker_seed(&board.id).map(Path::to_path_buf);
             config.nats_tls = mtswarm_bus::config::TlsConfig {
                 require_tls: true,

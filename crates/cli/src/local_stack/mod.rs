@@ -11,7 +11,7 @@ mod child;
 pub(crate) mod process_args;
 
 pub(crate) use child::{ChildProcess, child_command, wait_ready_file};
-pub use process_args::{LeaderProcessArgs, WorkerProcessArgs};
+pub use process_args::{LeaderProcessArgs, StreamBytes, WorkerProcessArgs};
 
 use mtswarm_bus::local_server::NatsServer;
 use mtswarm_leader::LeaderHandle;

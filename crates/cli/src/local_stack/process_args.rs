@@ -6,6 +6,44 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use mtswarm_bus::TopologyConfig;
+
+/// The stream size limits every daemon of a stack is started with
+/// (`--nats-events-max-bytes`, `--nats-measurements-max-bytes`): the
+/// leader creates the streams with them and the workers must agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamBytes {
+    /// The events stream's and the job journal's limit, bytes.
+    pub events: i64,
+    /// The measurements stream's limit, bytes.
+    pub measurements: i64,
+}
+
+impl StreamBytes {
+    /// The limits of `topology`.
+    pub fn of(topology: &TopologyConfig) -> Self {
+        Self {
+            events: topology.event_max_bytes,
+            measurements: topology.measurements_max_bytes,
+        }
+    }
+
+    /// [`TopologyConfig::small`]'s limits: for a stack that lives for a
+    /// test (JetStream reserves the limits on its disk up front).
+    pub fn small() -> Self {
+        Self::of(&TopologyConfig::small())
+    }
+
+    fn push_args(self, args: &mut Vec<OsString>) {
+        args.extend([
+            "--nats-events-max-bytes".into(),
+            self.events.to_string().into(),
+            "--nats-measurements-max-bytes".into(),
+            self.measurements.to_string().into(),
+        ]);
+    }
+}
+
 /// `mtswarm leader` of a local stack.
 #[derive(Debug, Clone)]
 pub struct LeaderProcessArgs {
@@ -17,12 +55,14 @@ pub struct LeaderProcessArgs {
     pub kernel_root: PathBuf,
     /// `--ready-file`: the leader writes its endpoints there once it serves.
     pub ready_file: PathBuf,
+    /// The stream size limits (`None`: the daemon's defaults, GiBs).
+    pub stream_bytes: Option<StreamBytes>,
 }
 
 impl LeaderProcessArgs {
     /// The arguments after the program name.
     pub fn to_args(&self) -> Vec<OsString> {
-        vec![
+        let mut args: Vec<OsString> = vec![
             "leader".into(),
             "--nats".into(),
             self.nats_url.clone().into(),
@@ -32,7 +72,11 @@ impl LeaderProcessArgs {
             self.kernel_root.clone().into(),
             "--ready-file".into(),
             self.ready_file.clone().into(),
-        ]
+        ];
+        if let Some(bytes) = self.stream_bytes {
+            bytes.push_args(&mut args);
+        }
+        args
     }
 }
 
@@ -51,12 +95,15 @@ pub struct WorkerProcessArgs {
     pub workspace_root: PathBuf,
     /// `--ready-file`: the worker writes its endpoints there once it serves.
     pub ready_file: PathBuf,
+    /// The stream size limits (`None`: the daemon's defaults); the same
+    /// as the leader's.
+    pub stream_bytes: Option<StreamBytes>,
 }
 
 impl WorkerProcessArgs {
     /// The arguments after the program name (gRPC on a free port).
     pub fn to_args(&self) -> Vec<OsString> {
-        vec![
+        let mut args: Vec<OsString> = vec![
             "worker".into(),
             "--nats".into(),
             self.nats_url.clone().into(),
@@ -72,6 +119,10 @@ impl WorkerProcessArgs {
             self.workspace_root.clone().into(),
             "--ready-file".into(),
             self.ready_file.clone().into(),
-        ]
+        ];
+        if let Some(bytes) = self.stream_bytes {
+            bytes.push_args(&mut args);
+        }
+        args
     }
 }

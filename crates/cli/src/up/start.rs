@@ -12,6 +12,7 @@ use mtswarm_hw::fleet::Fleet;
 use serde_json::json;
 use tokio::process::Command;
 
+use super::stream_limits::{StreamLimits, stream_limits};
 use super::{DEFAULT_FLEET_TOML, UpCmd, ensure_free, kernels_under, metrics_addr};
 use crate::common::TelemetryArgs;
 use crate::credentials::{Deployment, generate_deployment};
@@ -45,6 +46,8 @@ pub(super) async fn start_stack(
         Some(url) => url.clone(),
         None => start_nats(cmd, state, logs, &deployment, stack)?,
     };
+    // The server started here stores under `state`.
+    let limits = stream_limits(cmd, cmd.nats.is_none().then_some(state))?;
     let parts = Parts {
         cmd,
         me,
@@ -57,6 +60,7 @@ pub(super) async fn start_stack(
         // The NATS identities only exist on the server started here.
         own_nats: cmd.nats.is_none(),
         telemetry,
+        limits,
     };
     let (leader_info, leader_pid) = parts.start_leader(stack).await?;
     let workers = parts.start_workers(&fleet, stack).await?;
@@ -79,6 +83,11 @@ pub(super) async fn start_stack(
         "workers": workers,
         "kernel_root": parts.kernel_root,
         "kernels": kernels_under(&parts.kernel_root),
+        "stream_limits": {
+            "events_max_bytes": limits.bytes.events,
+            "measurements_max_bytes": limits.bytes.measurements,
+            "fitted_to_disk": limits.fitted,
+        },
         "logs": logs,
         "pid": std::process::id(),
     }))
@@ -175,6 +184,8 @@ struct Parts<'a> {
     /// Whether nats-server was started here (and knows the identities).
     own_nats: bool,
     telemetry: &'a TelemetryArgs,
+    /// The stream size limits every daemon is started with (all must agree).
+    limits: StreamLimits,
 }
 
 impl Parts<'_> {
@@ -240,6 +251,7 @@ impl Parts<'_> {
                     listen: self.cmd.leader_listen.clone(),
                     kernel_root: self.kernel_root.clone(),
                     ready_file: leader_ready.clone(),
+                    stream_bytes: Some(self.limits.bytes),
                 }
                 .to_args(),
             )
@@ -322,6 +334,7 @@ impl Parts<'_> {
                     kernel_root: self.kernel_root.clone(),
                     workspace_root: self.state.join("workspaces"),
                     ready_file: ready.clone(),
+                    stream_bytes: Some(self.limits.bytes),
                 }
                 .to_args(),
             )

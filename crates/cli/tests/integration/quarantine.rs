@@ -48,7 +48,9 @@ async fn quarantined_slice_is_listed_and_lifted() {
         .expect("task")
         .expect("nats-server starts (see deploy/setup.sh)");
     let kernels = kernels();
-    let leader = LeaderDaemon::start(LeaderConfig::new(nats.url(), kernels))
+    let mut config = LeaderConfig::new(nats.url(), kernels);
+    config.topology = mtswarm_bus::TopologyConfig::small();
+    let leader = LeaderDaemon::start(config)
         .await
         .expect("the leader starts");
     let leader_url = format!("http://{}", leader.grpc_addr());

@@ -94,6 +94,8 @@ async fn store_holding(records: &[ResultRecord]) -> NatsServer {
     let bus = Bus::connect(BusConfig::new(nats.url()))
         .await
         .expect("connect");
+    // A test's stream limits: the production ones are reserved up front.
+    bus.adopt_topology(&mtswarm_bus::TopologyConfig::small());
     let store = ResultsStore::open(&bus).await.expect("open the store");
     for r in records {
         store.record(r).await.expect("store a record");

@@ -103,7 +103,7 @@ impl Env {
 
     pub(crate) fn config(&self) -> LeaderConfig {
         let mut config = LeaderConfig::new(self.nats.url(), self.kernel_root.path());
-        config.topology = TopologyConfig::for_tests();
+        config.topology = TopologyConfig::small();
         config
     }
 

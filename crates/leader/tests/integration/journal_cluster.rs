@@ -47,7 +47,7 @@ async fn appends_survive_a_journal_leader_killed_mid_stream() {
     wait_meta_leader(&bus, WAIT).await;
     let topology = TopologyConfig {
         replicas: 3,
-        ..TopologyConfig::for_tests()
+        ..TopologyConfig::small()
     };
     let journal = Journal::ensure(&bus, &topology).await.expect("journal");
     let job = "job-cluster";

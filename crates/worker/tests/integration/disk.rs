@@ -248,6 +248,7 @@ fn the_configuration_refuses_unusable_retention_quota_and_root() {
     .expect("fleet");
     let valid = || {
         let mut config = WorkerConfig::new(&fleet, "emu0");
+        config.topology = mtswarm_bus::TopologyConfig::small();
         config.kernel_root = kernel_root();
         config.workspace_root = dir.path().join("ws");
         config

@@ -39,7 +39,7 @@ pub(crate) async fn setup() -> (NatsServer, Bus) {
 
 /// The default topology, created (or checked) through `bus`.
 pub(crate) async fn ensure_topology(bus: &Bus) {
-    bus.ensure_topology(&TopologyConfig::for_tests())
+    bus.ensure_topology(&TopologyConfig::small())
         .await
         .expect("topology");
 }

@@ -66,7 +66,7 @@ impl Env {
             .await
             .expect("connect");
         bus.wait_connected(WAIT).await.expect("connected");
-        bus.ensure_topology(&mtswarm_bus::TopologyConfig::for_tests())
+        bus.ensure_topology(&mtswarm_bus::TopologyConfig::small())
             .await
             .expect("topology");
         let dir = tempfile::tempdir().expect("tempdir");
@@ -83,6 +83,7 @@ impl Env {
     pub(crate) fn config(&self, board: &str) -> WorkerConfig {
         let mut config = WorkerConfig::new(&self.fleet, board);
         config.nats_urls = vec![self.nats.url()];
+        config.topology = mtswarm_bus::TopologyConfig::small();
         config.kernel_root = kernel_root();
         config.workspace_root = self.dir.path().join(format!("ws-{board}"));
         config.emulator_cache_dir =
