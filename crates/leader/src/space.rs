@@ -270,6 +270,14 @@ pub(crate) struct Seat {
     pub(crate) of: usize,
 }
 
+/// Whether a plan says what to run (candidates, or a noop or source-edit
+/// task): then nothing is defaulted.
+pub(crate) fn names_candidates(parameters: &Map<String, Value>) -> bool {
+    ["candidates", "params", "noop", "source_diff"]
+        .iter()
+        .any(|key| parameters.contains_key(*key))
+}
+
 /// The plan of a call that gives no candidate at all: the agent's part
 /// (`seat`) of allowed configurations spread over the space, screened in
 /// full, as many as the prompt's examples or `share` (an agent's share of
@@ -284,10 +292,7 @@ pub(crate) fn default_candidates(
     taken: &[Value],
     parameters: &mut Map<String, Value>,
 ) -> bool {
-    if ["candidates", "params", "noop", "source_diff"]
-        .iter()
-        .any(|key| parameters.contains_key(*key))
-    {
+    if names_candidates(parameters) {
         return false;
     }
     let allowed = space.configurations(&ChipSpec::default()).ok();

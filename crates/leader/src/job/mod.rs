@@ -3,8 +3,8 @@
 //! `<job>.task.<id>`, see [`mtswarm_bus::jobs`]) in step with them (see
 //! [`crate::tools`] for why placements and tasks are recorded before
 //! acting). Everything above (tools, placement, reassigner, runner) works on
-//! a [`JobContext`]; this module depends only on the bus and the job's
-//! result table.
+//! a [`JobContext`]; this module depends only on the bus, the job's
+//! result table and the kernel's tuning space.
 
 mod admission;
 mod agent;
@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use mtswarm_bus::{Bus, Fence, Jobs, v1};
+use mtswarm_hw::tune::TuneSpace;
 
 use crate::results::JobResults;
 
@@ -41,6 +42,9 @@ pub(crate) struct JobContext {
     pub(crate) fence: Fence,
     /// Changes of the record's agent count not written yet (`records.rs`).
     pub(crate) agent_count: records::PendingCount,
+    /// The kernel's tuning space, read once for the job: every
+    /// `assign_task` checks its plan against it (`None`: not readable).
+    space: std::sync::OnceLock<Option<Arc<TuneSpace>>>,
 }
 
 impl JobContext {
@@ -69,7 +73,22 @@ impl JobContext {
             deadline,
             fence,
             agent_count: Default::default(),
+            space: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The kernel's tuning space (`tune.toml`), read at the first call of
+    /// the job and kept: a thousand assignments would otherwise read and
+    /// parse it a thousand times. `None` when it cannot be read (the
+    /// tools then check nothing against it, as before).
+    pub(crate) fn space(&self) -> Option<Arc<TuneSpace>> {
+        self.space
+            .get_or_init(|| {
+                TuneSpace::load(&self.kernel_dir.join("tune.toml"))
+                    .ok()
+                    .map(Arc::new)
+            })
+            .clone()
     }
 
     pub(crate) fn agents(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, AgentEntry>> {

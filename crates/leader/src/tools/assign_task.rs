@@ -1,7 +1,6 @@
 //! `assign_task`: give an agent a task, recorded before it is published; a
 //! re-executed call returns the recorded task.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use mtswarm_bus::results::canonical_slice_id;
@@ -42,17 +41,21 @@ fn checked_plan(
     agent_id: &str,
     mut parameters: serde_json::Map<String, Value>,
 ) -> Result<(Value, bool), ToolError> {
-    let space = crate::space::load(&job.kernel_dir).ok();
+    let space = job.space();
     let mut defaulted = false;
-    if let Some(space) = &space {
+    if let Some(space) = space.as_deref() {
         crate::space::lift_bare_candidate(space, &mut parameters);
-        defaulted = crate::space::default_candidates(
-            space,
-            budget_share(job),
-            seat_of(job, agent_id),
-            &assigned_candidates(job),
-            &mut parameters,
-        );
+        // The seat and the candidates taken read every agent and task of
+        // the job: only a plan without candidates needs them.
+        if !crate::space::names_candidates(&parameters) {
+            defaulted = crate::space::default_candidates(
+                space,
+                budget_share(job),
+                seat_of(job, agent_id),
+                &assigned_candidates(job),
+                &mut parameters,
+            );
+        }
     }
     let parameters = Value::Object(parameters);
     let plan = TaskPlan::from_value(&parameters).map_err(|e| {
@@ -60,7 +63,7 @@ fn checked_plan(
             "{e}. Nothing was assigned: call assign_task again with parameters {{\"candidates\": [{{...}}, ...], \"search_budget\": n}}"
         ))
     })?;
-    if let Some(space) = &space {
+    if let Some(space) = space.as_deref() {
         crate::space::check_plan(space, &plan).map_err(ToolError::InvalidArgs)?;
     }
     Ok((parameters, defaulted))
@@ -193,8 +196,8 @@ impl Tool for AssignTask {
     }
     fn normalize(&self, mut args: Value) -> Result<Value, mtswarm_core::NormalizeError> {
         if let Some(map) = args.as_object_mut() {
-            let space = crate::space::load(&self.0.job.kernel_dir).ok();
-            crate::space::shape_assign_args(space.as_ref(), map);
+            let space = self.0.job.space();
+            crate::space::shape_assign_args(space.as_deref(), map);
         }
         Ok(args)
     }
@@ -363,17 +366,30 @@ async fn first_on_its_slice_kind(env: &ToolEnv, slice_id: &str) -> bool {
             return false;
         }
     };
-    let kinds: HashMap<String, String> = view
-        .workers
-        .iter()
-        .flat_map(|w| w.slices.iter())
-        .map(|d| (canonical_slice_id(&d.slice_id), slice_kind(d)))
-        .collect();
-    let Some(kind) = kinds.get(&canonical_slice_id(slice_id)) else {
+    // The few tasks that measured a baseline are looked up in the fleet,
+    // not every slice of it: a thousand assignments in one turn would
+    // otherwise each index the whole fleet.
+    let slices = || view.workers.iter().flat_map(|w| w.slices.iter());
+    let kind_of = |slice: &str| {
+        slices()
+            .find(|d| d.slice_id == slice)
+            .or_else(|| {
+                let wanted = canonical_slice_id(slice);
+                slices().find(|d| canonical_slice_id(&d.slice_id) == wanted)
+            })
+            .map(slice_kind)
+    };
+    let Some(kind) = kind_of(slice_id) else {
         return false;
     };
-    !job.tasks()
+    let measured: Vec<String> = job
+        .tasks()
         .values()
         .filter_map(|t| t.assignment.as_ref())
-        .any(|a| a.measure_baseline && kinds.get(&canonical_slice_id(&a.slice_id)) == Some(kind))
+        .filter(|a| a.measure_baseline)
+        .map(|a| a.slice_id.clone())
+        .collect();
+    !measured
+        .iter()
+        .any(|slice| kind_of(slice).as_ref() == Some(&kind))
 }
