@@ -155,6 +155,18 @@ impl JobContext {
     }
 
     /// Tasks of `agent_id` without a result, as last recorded.
+    /// The agents that have a task still pending, in one pass over the
+    /// tasks ([`JobContext::pending_tasks_of`] for every agent at once).
+    pub(crate) fn agents_with_pending_tasks(&self) -> std::collections::HashSet<String> {
+        self.tasks()
+            .values()
+            .filter(|t| !t.done)
+            .filter_map(|t| t.assignment.as_ref())
+            .filter(|a| self.results.is_pending(&a.task_id))
+            .map(|a| a.agent_id.clone())
+            .collect()
+    }
+
     pub(crate) fn pending_tasks_of(&self, agent_id: &str) -> Vec<v1::TaskRecord> {
         self.tasks()
             .values()

@@ -167,25 +167,36 @@ impl Reassigner {
     /// Agents that may be moved: not cancelled, not being spawned, with
     /// pending tasks.
     fn movable(context: &JobContext) -> Vec<AgentEntry> {
+        // One pass over the tasks, not one per agent: the sweep of a job
+        // of a thousand agents would otherwise read a million task records.
+        let pending = context.agents_with_pending_tasks();
         context
-            .agent_list()
-            .into_iter()
-            .filter(|a| !a.cancelled && !a.spawning)
-            .filter(|a| !context.pending_tasks_of(&a.agent_id).is_empty())
+            .agents()
+            .values()
+            .filter(|a| !a.cancelled && !a.spawning && pending.contains(&a.agent_id))
+            .cloned()
             .collect()
     }
 
-    /// The movable agents placed on `slice_id`, each with its job; a job's
-    /// agents are listed when the iteration reaches it.
+    /// The movable agents placed on `slice_id`, each with its job. Only the
+    /// agents on that slice are looked at: a lease changes for each of a
+    /// job's thousand spawns and ends, and each change comes here.
     fn movable_on(
         contexts: Vec<Arc<JobContext>>,
         slice_id: &str,
     ) -> impl Iterator<Item = (Arc<JobContext>, AgentEntry)> + '_ {
         contexts.into_iter().flat_map(move |context| {
-            Self::movable(&context)
+            let placed: Vec<AgentEntry> = context
+                .agents()
+                .values()
+                .filter(|a| a.slice_id == slice_id && !a.cancelled && !a.spawning)
+                .cloned()
+                .collect();
+            placed
                 .into_iter()
-                .filter(move |agent| agent.slice_id == slice_id)
-                .map(move |agent| (context.clone(), agent))
+                .filter(|agent| !context.pending_tasks_of(&agent.agent_id).is_empty())
+                .map(|agent| (context.clone(), agent))
+                .collect::<Vec<_>>()
         })
     }
 
