@@ -36,7 +36,10 @@ fn options() -> FarmOptions {
         param_values: vec![4, 4, 4, 4],
         leader_env: Vec::new(),
         log_level: "info".into(),
-        worker_args: Vec::new(),
+        // This test is about the search over the farm, not liveness (the
+        // chaos suite is): leases that outlive a stall of the whole machine
+        // beside the other tests keep 64 agents from all moving at once.
+        worker_args: vec!["--lease-ttl".into(), "30".into()],
     }
 }
 
