@@ -154,29 +154,33 @@ impl JobContext {
         Some(entry.clone())
     }
 
-    /// Tasks of `agent_id` without a result, as last recorded.
     /// The agents that have a task still pending, in one pass over the
     /// tasks ([`JobContext::pending_tasks_of`] for every agent at once).
     pub(crate) fn agents_with_pending_tasks(&self) -> std::collections::HashSet<String> {
         self.tasks()
             .values()
-            .filter(|t| !t.done)
-            .filter_map(|t| t.assignment.as_ref())
-            .filter(|a| self.results.is_pending(&a.task_id))
+            .filter_map(|t| self.pending_assignment(t))
             .map(|a| a.agent_id.clone())
             .collect()
     }
 
+    /// Tasks of `agent_id` without a result, as last recorded.
     pub(crate) fn pending_tasks_of(&self, agent_id: &str) -> Vec<v1::TaskRecord> {
         self.tasks()
             .values()
-            .filter(|t| !t.done)
             .filter(|t| {
-                t.assignment
-                    .as_ref()
-                    .is_some_and(|a| a.agent_id == agent_id && self.results.is_pending(&a.task_id))
+                self.pending_assignment(t)
+                    .is_some_and(|a| a.agent_id == agent_id)
             })
             .cloned()
             .collect()
+    }
+
+    /// `task`'s assignment when the task is not done and its result is
+    /// still pending.
+    fn pending_assignment<'a>(&self, task: &'a v1::TaskRecord) -> Option<&'a v1::TaskAssignment> {
+        task.assignment
+            .as_ref()
+            .filter(|a| !task.done && self.results.is_pending(&a.task_id))
     }
 }
