@@ -120,8 +120,8 @@ pub mod working;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use context::{CharsPerToken, ContextConfig, TokenEstimator, truncate_for_model};
 pub use engine::{
-    CheckpointSink, Engine, EngineConfig, EngineError, InjectionConfig, InjectionPlacement,
-    Outcome, RecoveryConfig, RunControl, RunHandle, RunStream,
+    CheckpointSink, Durability, Engine, EngineConfig, EngineError, InjectionConfig,
+    InjectionPlacement, Outcome, RecoveryConfig, RunControl, RunHandle, RunStream,
 };
 pub use error::{CheckpointError, CompactionError, NormalizeError};
 pub use event::{ApprovalRequest, Event, EventKind};

@@ -2,10 +2,12 @@
 //! run: per-step latency and the checkpoint bytes written per step.
 //!
 //! - **engine**: the real `Engine` runs N steps with a scripted model (one
-//!   tool call per step, then a final answer) and a no-op tool; its
+//!   tool call per step, then a final answer) and a no-op tool, run twice:
+//!   declared read-only (one durable point per step) and declared a
+//!   hardware call (two); its
 //!   checkpoints go through the worker's own sink (`mtswarm_worker::benching`,
-//!   the daemon's `checkpoint` module: durable points before and after
-//!   every tool batch, the states in between written behind) into the
+//!   the daemon's `checkpoint` module: the durable points the engine
+//!   asks for, the states in between written behind) into the
 //!   checkpoints KV bucket of a real nats-server started as the local stack
 //!   (`mtswarm up`) starts it: file storage, one replica, and
 //!   `jetstream { sync_interval: always }` (every write is fsynced before it
@@ -26,7 +28,9 @@
 //!   create it otherwise. Its bytes are the checkpoint and write blobs
 //!   SQLite stored, by step.
 //!
-//! Both run at 10, 100, `BENCH_STEPS` (default 200) and 1000 steps; the
+//! First the bus alone: 1,000 steps of one and of two compare-and-set
+//! writes of a 3 KB record, one after the other (the floor a step's
+//! durable points pay). Both sides run at 10, 100, `BENCH_STEPS` (default 200) and 1000 steps; the
 //! table gives p50, p99 and mean step latency, the ratio of LangGraph's
 //! mean to the engine's, and bytes per step over the whole run, over its
 //! first ten steps and over its last ten (equal when they do not grow with
@@ -48,24 +52,27 @@ use mtswarm_bus::testing::{NatsServer, ready_bus};
 use mtswarm_bus::{Bus, BusConfig, Checkpoints, v1};
 use mtswarm_core::testing::{ScriptedModel, ScriptedTurn};
 use mtswarm_core::{
-    AutoApprove, CheckpointSink, Engine, EngineConfig, LocalResourceLock, LoopState, Node, Outcome,
-    RiskPolicy, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec,
+    AutoApprove, CheckpointSink, Durability, Engine, EngineConfig, LocalResourceLock, LoopState,
+    Node, Outcome, RiskPolicy, Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSpec,
 };
 use serde_json::{Value, json};
 
-/// The no-op tool every step calls.
-struct Noop;
+/// The no-op tool every step calls: read-only off the hardware (its step
+/// has one durable point, after the call), or declared a hardware call
+/// (two: before the call, fencing a stale attempt off, and after it).
+struct Noop(&'static ToolSpec);
 
 fn noop_schema() -> Value {
     json!({"type": "object", "properties": {"step": {"type": "integer"}}})
 }
 
 static NOOP: ToolSpec = ToolSpec::new("noop", "does nothing", noop_schema);
+static NOOP_ON_SLICE: ToolSpec = ToolSpec::new("noop", "does nothing", noop_schema).hardware();
 
 #[async_trait::async_trait]
 impl Tool for Noop {
     fn spec(&self) -> &ToolSpec {
-        &NOOP
+        self.0
     }
     async fn call(&self, _args: Value, _ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         Ok(ToolOutput::text("ok"))
@@ -80,8 +87,12 @@ struct Timed {
 
 #[async_trait::async_trait]
 impl CheckpointSink for Timed {
-    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
-        let saved = self.inner.save(state).await;
+    async fn save(
+        &self,
+        state: &LoopState,
+        durability: Durability,
+    ) -> Result<(), mtswarm_core::CheckpointError> {
+        let saved = self.inner.save(state, durability).await;
         if state.node() == Node::Observation {
             self.ends.lock().unwrap().push(Instant::now());
         }
@@ -91,6 +102,8 @@ impl CheckpointSink for Timed {
 
 /// One run's figures (either side).
 struct Figures {
+    /// What ran: the engine with which tool, or LangGraph.
+    side: &'static str,
     steps: usize,
     /// Step latencies, sorted.
     latencies: Vec<Duration>,
@@ -153,7 +166,7 @@ async fn count_writes(bus: &Bus) -> Arc<Mutex<BTreeMap<(String, u32), u64>>> {
     written
 }
 
-fn engine(steps: usize) -> (Engine, EngineConfig) {
+fn engine(steps: usize, tool: &'static ToolSpec) -> (Engine, EngineConfig) {
     let mut turns: Vec<ScriptedTurn> = (1..=steps)
         .map(|step| {
             ScriptedTurn::call(
@@ -166,7 +179,9 @@ fn engine(steps: usize) -> (Engine, EngineConfig) {
     turns.push(ScriptedTurn::text("done"));
     let model = Arc::new(ScriptedModel::new(turns).without_recording());
     let mut registry = ToolRegistry::new();
-    registry.register(Arc::new(Noop)).expect("valid schema");
+    registry
+        .register(Arc::new(Noop(tool)))
+        .expect("valid schema");
     let config = EngineConfig {
         max_steps: steps as u32 + 10,
         ..EngineConfig::default()
@@ -187,9 +202,10 @@ async fn engine_run(
     written: &Mutex<BTreeMap<(String, u32), u64>>,
     label: &str,
     steps: usize,
+    tool: &'static ToolSpec,
 ) -> Figures {
-    let session = format!("{label}-{steps}");
-    let (engine, config) = engine(steps);
+    let session = format!("{label}-{steps}-{}", u8::from(tool.needs_hardware));
+    let (engine, config) = engine(steps, tool);
     let sink = Arc::new(Timed {
         inner: mtswarm_worker::benching::checkpoint_sink(
             checkpoints.clone(),
@@ -241,10 +257,43 @@ async fn engine_run(
         .collect();
     *bytes.last_mut().expect("steps") += written[&(session.clone(), last_step)];
     Figures {
+        side: if tool.needs_hardware {
+            "engine, hardware tool"
+        } else {
+            "engine, read-only tool"
+        },
         steps,
         latencies,
         bytes,
     }
+}
+
+/// The bus floor of a durable step: `writes` compare-and-set writes of a
+/// head-sized record (3 KB), one after the other, with nothing else (a
+/// step's durable points: one with a read-only tool, two with a hardware
+/// call); per-step latencies, sorted.
+async fn floor_run(checkpoints: &Checkpoints, steps: usize, writes: usize) -> Vec<Duration> {
+    let mut record = v1::SessionCheckpoint {
+        session_id: format!("floor-{steps}-{writes}"),
+        state_json: vec![b'x'; 3 * 1024],
+        ..Default::default()
+    };
+    let kv = checkpoints.kv();
+    let mut revision = kv.put(&record.session_id, &record).await.expect("put");
+    let mut latencies = Vec::with_capacity(steps);
+    for step in 0..steps {
+        let started = Instant::now();
+        for _ in 0..writes {
+            record.step = step as u32;
+            revision = kv
+                .update(&record.session_id, &record, revision)
+                .await
+                .expect("update");
+        }
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    latencies
 }
 
 /// The LangGraph side's output: versions and per-run figures.
@@ -317,6 +366,7 @@ fn langgraph_runs(step_counts: &[usize]) -> Result<Python, String> {
         result.runs.insert(
             steps,
             Figures {
+                side: "LangGraph",
                 steps,
                 latencies,
                 bytes,
@@ -356,6 +406,11 @@ fn print_table(engine: &[Figures], python: &Result<Python, String>) {
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for figures in engine {
         let other = runs.and_then(|runs| runs.get(&figures.steps));
+        // LangGraph's row follows the last engine row of its step count.
+        let last_of_steps = engine
+            .iter()
+            .rfind(|f| f.steps == figures.steps)
+            .is_some_and(|f| std::ptr::eq(f, figures));
         let ratio = other
             .map(|o| {
                 format!(
@@ -365,8 +420,8 @@ fn print_table(engine: &[Figures], python: &Result<Python, String>) {
             })
             .unwrap_or_else(|| "-".into());
         for (side, f, ratio) in [
-            ("engine", Some(figures), ratio.as_str()),
-            ("LangGraph", other, ""),
+            (figures.side, Some(figures), ratio.as_str()),
+            ("LangGraph", other.filter(|_| last_of_steps), ""),
         ] {
             let Some(f) = f else { continue };
             let (all, first, last) = f.all_first_last();
@@ -408,10 +463,21 @@ fn main() {
         let checkpoints = Checkpoints::open(&bus).await.expect("checkpoints");
         let written = count_writes(&bus).await;
         // Warm-up: connections, the bucket's first writes.
-        engine_run(&checkpoints, &written, "warm-up", 10).await;
+        engine_run(&checkpoints, &written, "warm-up", 10, &NOOP_ON_SLICE).await;
+        for writes in [1, 2] {
+            let floor = floor_run(&checkpoints, 1000, writes).await;
+            println!(
+                "bus floor, {writes} compare-and-set write(s) of a 3 KB record per step (1,000 steps): p50 {} µs, p99 {} µs",
+                us(mtswarm_bus::testing::bench::percentile(&floor, 0.5)),
+                us(mtswarm_bus::testing::bench::percentile(&floor, 0.99)),
+            );
+        }
+        println!();
         let mut figures = Vec::new();
         for &steps in &step_counts {
-            figures.push(engine_run(&checkpoints, &written, "bench", steps).await);
+            for tool in [&NOOP, &NOOP_ON_SLICE] {
+                figures.push(engine_run(&checkpoints, &written, "bench", steps, tool).await);
+            }
         }
         figures
     });

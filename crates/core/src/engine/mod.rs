@@ -50,7 +50,7 @@ use crate::state::{
     CallStatus, LoopState, Node, PendingCall, StopReason, TransitionReason, Verdict,
 };
 
-pub use checkpoint::CheckpointSink;
+pub use checkpoint::{CheckpointSink, Durability};
 pub use config::{
     DEFAULT_HARDWARE_RESOURCE, EngineConfig, InjectionConfig, InjectionPlacement, RecoveryConfig,
 };

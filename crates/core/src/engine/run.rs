@@ -1,10 +1,11 @@
 //! The driver of a run segment: the loop over nodes, transitions, ends,
 //! checkpoints, and the middleware hooks around steps and nodes.
 
+use super::Durability;
 use super::{Outcome, Run};
 use crate::event::EventKind;
 use crate::middleware::{BoxFuture, Layer, StepInfo, StepReport, run_chain};
-use crate::state::{Node, RunEnd, StopReason, TransitionReason, Verdict};
+use crate::state::{CallStatus, Node, RunEnd, StopReason, TransitionReason, Verdict};
 
 impl Run {
     pub(super) fn cancelled(&self) -> bool {
@@ -65,12 +66,48 @@ impl Run {
 
     pub(super) async fn checkpoint(&mut self) {
         if let Some(sink) = self.engine.sink.clone()
-            && let Err(message) = sink.save(&self.state).await
+            && let Err(message) = sink.save(&self.state, self.durability()).await
         {
             self.emit(EventKind::Error {
                 message: format!("checkpoint could not be saved: {message}"),
             });
         }
+    }
+
+    /// Whether a resume depends on the current state being stored before
+    /// the run goes on (see [`Durability`]).
+    fn durability(&self) -> Durability {
+        match self.state.node {
+            Node::Observation | Node::Done => Durability::Required,
+            Node::HumanApproval if self.state.is_paused() => Durability::Required,
+            Node::ToolExecution if self.batch_touches_outside() => Durability::Required,
+            Node::Start
+            | Node::Reasoning
+            | Node::ToolRouting
+            | Node::HumanApproval
+            | Node::ToolExecution => Durability::Deferrable,
+        }
+    }
+
+    /// Whether a call of the batch about to run may have an effect a
+    /// resume or a later attempt could see: it takes the hardware, writes,
+    /// declares effects of any kind (a build reports its artifact), or
+    /// names a tool the registry does not know (assumed to, to be safe).
+    /// Refused and denied calls do not run.
+    fn batch_touches_outside(&self) -> bool {
+        self.state
+            .calls
+            .iter()
+            .filter(|pending| matches!(pending.status, CallStatus::Approved | CallStatus::Pending))
+            .any(|pending| {
+                self.engine
+                    .registry
+                    .get(&pending.call.name)
+                    .is_none_or(|entry| {
+                        let spec = entry.tool.spec();
+                        spec.needs_hardware || !spec.read_only || !spec.effects.is_empty()
+                    })
+            })
     }
 
     pub(super) async fn drive(mut self) -> Outcome {

@@ -353,7 +353,11 @@ struct JsonSink(Mutex<Vec<String>>);
 
 #[async_trait::async_trait]
 impl CheckpointSink for JsonSink {
-    async fn save(&self, state: &LoopState) -> Result<(), CheckpointError> {
+    async fn save(
+        &self,
+        state: &LoopState,
+        _durability: Durability,
+    ) -> Result<(), CheckpointError> {
         let json = state
             .to_json()
             .map_err(|source| CheckpointError::Serialize {

@@ -1,5 +1,6 @@
 //! The engine's tests: loop transitions, approvals, middleware, concurrency,
-//! a model's context window, unreadable tool calls.
+//! a model's context window, unreadable tool calls, which states a resume
+//! needs stored.
 //!
 //! Every file beside this one is a module of one test binary. A binary per
 //! file would link the whole dependency tree (the emulator's compiler and
@@ -15,6 +16,7 @@ mod approval;
 mod completion_gate;
 mod concurrency;
 mod context_window;
+mod durability;
 mod loop_transitions;
 mod middleware;
 mod unreadable_calls;

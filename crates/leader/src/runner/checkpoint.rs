@@ -12,7 +12,7 @@
 //! context budget (the window and the per-result limit), not by the job.
 
 use mtswarm_bus::v1;
-use mtswarm_core::{CheckpointSink, LoopState, Role};
+use mtswarm_core::{CheckpointSink, Durability, LoopState, Role};
 use serde_json::Value;
 
 use super::transition::now;
@@ -32,7 +32,13 @@ pub(super) struct JobCheckpointSink {
 
 #[async_trait::async_trait]
 impl CheckpointSink for JobCheckpointSink {
-    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
+    /// Every state is stored before the run goes on: a leader's steps are
+    /// few and its tools write (tasks, agents) whatever their batch.
+    async fn save(
+        &self,
+        state: &LoopState,
+        _durability: Durability,
+    ) -> Result<(), mtswarm_core::CheckpointError> {
         let json = as_shown(state, self.max_tool_result_chars).map_err(|source| {
             mtswarm_core::CheckpointError::Serialize {
                 what: "leader state",

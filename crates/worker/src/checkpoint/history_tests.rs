@@ -349,7 +349,9 @@ async fn a_later_attempts_head_drops_the_earlier_history_and_delete_drops_all() 
         &ContextConfig::default(),
         None,
     );
-    sink.save(&state).await.expect("stored");
+    sink.save(&state, Durability::Required)
+        .await
+        .expect("stored");
     let head = checkpoints.get("s-clean").await.unwrap().expect("head");
     let second = nonce_of(&head.value).expect("nonce");
     assert_ne!(first, second, "a fresh nonce per attempt");

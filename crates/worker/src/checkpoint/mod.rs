@@ -16,12 +16,19 @@
 //! run may go on would put a KV round trip (two, with the stale-attempt
 //! check) on every transition. Instead the states split in two:
 //!
-//! - **Durable points** are written before `save` returns: the state that
-//!   enters tool execution (so the stored checkpoint is the step's state
-//!   before any hardware call starts), the state right after the tools ran
-//!   (so a resume never repeats a hardware call), a paused state (an
-//!   approval may be decided in another process, which resumes from KV) and
-//!   the final state (stored before the task's result is published).
+//! - **Durable points** are the states the engine marks
+//!   [`Durability::Required`], written before `save` returns: the state
+//!   that enters a tool batch touching anything outside the process (so
+//!   the stored checkpoint is the step's state before any hardware call or
+//!   write starts, and a stale attempt is fenced off before it), the state
+//!   right after the tools ran (so a resume never repeats a hardware
+//!   call), a paused state (an approval may be decided in another process,
+//!   which resumes from KV) and the final state (stored before the task's
+//!   result is published). A batch of read-only calls off the hardware
+//!   that declare no effects (analysis, estimates, the job's observations;
+//!   not a build, which reports its artifact) enters execution written
+//!   behind: a crash before its results are stored repeats only
+//!   calls without effect, so such a step costs one durable write, not two.
 //!   The final state is not written when a resume would not need it: a
 //!   first attempt that stored nothing yet (no tool ran, nothing paused;
 //!   both are durable points) and whose session holds no checkpoint of the
@@ -60,7 +67,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mtswarm_bus::{BusError, Checkpoints, v1};
-use mtswarm_core::{CheckpointSink, ContextConfig, LoopState, Node, RunControl};
+use mtswarm_core::{CheckpointSink, ContextConfig, Durability, LoopState, Node, RunControl};
 
 use crate::events::now_timestamp;
 
@@ -242,17 +249,6 @@ impl KvCheckpointSink {
     }
 }
 
-/// States that must be in KV before the run goes on (see the module docs).
-fn is_durable_point(state: &LoopState) -> bool {
-    match state.node() {
-        Node::ToolExecution | Node::Done => true,
-        Node::HumanApproval => state.is_paused(),
-        // The tools of the step ran; their results must not be run again.
-        Node::Observation => true,
-        Node::Start | Node::Reasoning | Node::ToolRouting => false,
-    }
-}
-
 impl SinkInner {
     fn fenced(&self) -> bool {
         self.fenced.load(Ordering::SeqCst)
@@ -428,13 +424,17 @@ impl SinkInner {
 
 #[async_trait::async_trait]
 impl CheckpointSink for KvCheckpointSink {
-    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
+    async fn save(
+        &self,
+        state: &LoopState,
+        durability: Durability,
+    ) -> Result<(), mtswarm_core::CheckpointError> {
         let store = |reason| mtswarm_core::CheckpointError::Store { reason };
         let inner = &self.inner;
         if inner.frozen.load(Ordering::SeqCst) || inner.fenced() {
             return Ok(());
         }
-        if is_durable_point(state) {
+        if durability == Durability::Required {
             if state.node() == Node::Done && inner.final_state_unneeded().await {
                 return Ok(());
             }

@@ -212,7 +212,11 @@ struct Measuring {
 
 #[async_trait::async_trait]
 impl CheckpointSink for Measuring {
-    async fn save(&self, state: &LoopState) -> Result<(), mtswarm_core::CheckpointError> {
+    async fn save(
+        &self,
+        state: &LoopState,
+        durability: Durability,
+    ) -> Result<(), mtswarm_core::CheckpointError> {
         let whole = state.to_json().expect("json").len();
         let stored = checkpoint_json(state, self.sink.inner.limits)
             .expect("json")
@@ -226,7 +230,7 @@ impl CheckpointSink for Measuring {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(state.clone());
-        self.sink.save(state).await
+        self.sink.save(state, durability).await
     }
 }
 
@@ -432,7 +436,9 @@ async fn a_checkpoint_written_whole_or_bounded_resumes_the_same_run() {
                     &ContextConfig::default(),
                     None,
                 );
-                sink.save(&state).await.expect("a durable point is stored");
+                sink.save(&state, Durability::Required)
+                    .await
+                    .expect("a durable point is stored");
             }
         }
         let read = checkpoints

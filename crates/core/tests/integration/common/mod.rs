@@ -81,6 +81,11 @@ impl FnTool {
         self.spec = self.spec.concurrent();
         self
     }
+    /// Changes something outside its process.
+    pub(crate) fn writes(mut self) -> Self {
+        self.spec = self.spec.writes();
+        self
+    }
     pub(crate) fn hardware(mut self, resource: &str) -> Self {
         self.spec = self.spec.hardware();
         self.resource = Some(resource.to_owned());
