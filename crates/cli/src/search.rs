@@ -207,6 +207,7 @@ fn print_table(cmd: &ReplayCmd, landscape: &Landscape, optimum: f64, figures: &[
         "seed",
         "evaluations",
         "rounds",
+        "builds",
         "best, % of optimum",
         "to 95 %: evaluations (rounds)",
         "to optimum: evaluations (rounds)",
@@ -216,6 +217,7 @@ fn print_table(cmd: &ReplayCmd, landscape: &Landscape, optimum: f64, figures: &[
             f.seed.map_or_else(|| "-".to_owned(), |s| s.to_string()),
             f.run.evaluations().to_string(),
             f.run.rounds().to_string(),
+            f.run.builds.to_string(),
             format!("{:.1}", f.best_share * 100.0),
             reached_text(f.to_95),
             reached_text(f.to_optimum),
@@ -229,11 +231,13 @@ fn print_table(cmd: &ReplayCmd, landscape: &Landscape, optimum: f64, figures: &[
             .iter()
             .filter_map(|f| f.to_optimum.map(|(e, _)| e as f64))
             .collect();
+        let mut builds: Vec<f64> = figures.iter().map(|f| f.run.builds as f64).collect();
         println!(
-            "median {:.1} % of the optimum; P(optimum) {:.2}; median evaluations to the optimum {}",
+            "median {:.1} % of the optimum; P(optimum) {:.2}; median evaluations to the optimum {}; median builds {}",
             median(&mut shares).unwrap_or(0.0),
             at_optimum as f64 / figures.len() as f64,
             median(&mut to_optimum).map_or_else(|| "-".to_owned(), |m| format!("{m}")),
+            median(&mut builds).unwrap_or(0.0),
         );
     }
 }
@@ -256,6 +260,7 @@ fn json_of(cmd: &ReplayCmd, landscape: &Landscape, optimum: f64, figures: &[Seed
                 "agents": f.run.agents.len(),
                 "evaluations": f.run.evaluations(),
                 "rounds": f.run.rounds(),
+                "builds": f.run.builds,
                 "best_seconds": f.run.best(),
                 "best_share_of_optimum": f.best_share,
                 "to_95_percent": reached(f.to_95),

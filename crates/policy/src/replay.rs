@@ -108,6 +108,9 @@ pub struct Evaluation {
 pub struct ReplayRun {
     /// Per agent, its evaluations in the order it made them.
     pub agents: Vec<Vec<Evaluation>>,
+    /// Builds all agents asked for (host time; a build ahead the model no
+    /// longer picks is never measured).
+    pub builds: usize,
 }
 
 impl ReplayRun {
@@ -234,6 +237,7 @@ pub fn replay(
         }
     }
     Ok(ReplayRun {
+        builds: runs.iter().map(|r| r.artifacts.len()).sum(),
         agents: runs.into_iter().map(|r| r.evaluations).collect(),
     })
 }

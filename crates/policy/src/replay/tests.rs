@@ -68,6 +68,13 @@ fn the_search_finds_the_optimum_of_a_smooth_landscape_within_its_budget() {
     let run = replay(&landscape, &config(2, 40, None), None).expect("replays");
     assert_eq!(run.agents.len(), search_agents(40, 128, 2));
     assert!(run.evaluations() <= 40, "{} evaluations", run.evaluations());
+    // Every evaluation ran a build; builds ahead may go unmeasured.
+    assert!(
+        run.builds >= run.evaluations(),
+        "{} builds for {} evaluations",
+        run.builds,
+        run.evaluations()
+    );
     assert_eq!(run.best(), Some(optimum));
     let round = run.rounds_to(optimum, 1.0).expect("reached");
     assert!(round <= run.rounds());
@@ -167,6 +174,7 @@ fn the_runs_figures_add_up_round_by_round() {
             vec![e(0, Some(4.0)), e(1, Some(2.0)), e(2, None)],
             vec![e(3, None), e(4, Some(1.0))],
         ],
+        builds: 5,
     };
     assert_eq!(run.evaluations(), 5);
     assert_eq!(run.rounds(), 3);
