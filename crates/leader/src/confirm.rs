@@ -580,10 +580,7 @@ async fn find_confirmer(
             .any(|w| w.worker_id == worker_id && !w.draining)
     };
     for agent in context.agent_list() {
-        if agent.cancelled
-            || agent.spawning
-            || !context.pending_tasks_of(&agent.agent_id).is_empty()
-        {
+        if agent.cancelled || agent.spawning || context.has_pending_task(&agent.agent_id) {
             continue;
         }
         let here = view.slices.iter().find(|s| {

@@ -168,12 +168,29 @@ impl JobContext {
     pub(crate) fn pending_tasks_of(&self, agent_id: &str) -> Vec<v1::TaskRecord> {
         self.tasks()
             .values()
-            .filter(|t| {
-                self.pending_assignment(t)
-                    .is_some_and(|a| a.agent_id == agent_id)
-            })
+            .filter(|t| self.pending_assignment_of(t, agent_id))
             .cloned()
             .collect()
+    }
+
+    /// Whether `agent_id` has a task without a result: what a lease change
+    /// and the confirmer ask of every agent they look at, so it stops at
+    /// the first, copies nothing, and looks up a result (a lock) only for
+    /// the agent's own tasks.
+    pub(crate) fn has_pending_task(&self, agent_id: &str) -> bool {
+        self.tasks()
+            .values()
+            .any(|t| self.pending_assignment_of(t, agent_id))
+    }
+
+    /// Whether `task` is assigned to `agent_id` and still pending; the
+    /// agent is compared first, so a scan over the job's tasks locks the
+    /// results table only for that agent's.
+    fn pending_assignment_of(&self, task: &v1::TaskRecord, agent_id: &str) -> bool {
+        task.assignment
+            .as_ref()
+            .is_some_and(|a| a.agent_id == agent_id)
+            && self.pending_assignment(task).is_some()
     }
 
     /// `task`'s assignment when the task is not done and its result is

@@ -194,7 +194,7 @@ impl Reassigner {
                 .collect();
             placed
                 .into_iter()
-                .filter(|agent| !context.pending_tasks_of(&agent.agent_id).is_empty())
+                .filter(|agent| context.has_pending_task(&agent.agent_id))
                 .map(|agent| (context.clone(), agent))
                 .collect::<Vec<_>>()
         })
