@@ -73,7 +73,11 @@
 //!
 //! - Checkpoints after every transition: [`Engine::with_checkpoint_sink`];
 //!   any of them can be given to [`Engine::resume`] (a call that was running
-//!   when the process died runs again: execution is at-least-once).
+//!   when the process died runs again: execution is at-least-once). Each
+//!   comes with its [`Durability`]: whether a resume needs it stored before
+//!   the run goes on (the state entering a batch with effects, every
+//!   batch's results, a pause, the end) or whether a sink may write it
+//!   behind.
 //! - Paused for approval: [`Outcome::Paused`] (or a checkpoint with
 //!   [`LoopState::is_paused`]); resume with [`Engine::resume_with_decisions`]
 //!   (approve / deny per call id), [`Engine::resume_with_timeout_default`]
