@@ -4,8 +4,9 @@
 //! The engine says, with each state, whether a resume depends on it being
 //! stored before the run goes on ([`Durability`]). Only the engine can say
 //! so: it alone knows which tools the next batch calls and what each
-//! declares about itself (`ToolSpec::read_only`, `needs_hardware`), so a
-//! sink stores a durable point before it returns and may coalesce the rest.
+//! declares about itself (`ToolSpec::read_only`, `needs_hardware`,
+//! `effects`), so a sink stores a durable point before it returns and may
+//! coalesce the rest.
 
 use crate::error::CheckpointError;
 use crate::state::LoopState;
