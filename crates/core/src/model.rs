@@ -306,6 +306,16 @@ pub trait ChatModel: Send + Sync {
         None
     }
 
+    /// Whether the model is a program that reads its whole conversation
+    /// (the builtin policies): the engine then neither cuts tool results
+    /// in the view it sends nor compacts the view. Such a program keeps
+    /// its own account in the conversation (the candidates it built and
+    /// measured, its budget spent); a summary or a cut result would lose
+    /// it, and it would do the work again.
+    fn reads_whole_conversation(&self) -> bool {
+        false
+    }
+
     /// Start one turn. Errors that happen before the first event are returned
     /// here; errors mid-stream arrive as `Err` items of the stream.
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError>;

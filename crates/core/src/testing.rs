@@ -105,6 +105,7 @@ pub struct ScriptedModel {
     record: bool,
     requests: Mutex<Vec<ChatRequest>>,
     context_window: Option<u64>,
+    whole_conversation: bool,
 }
 
 impl ScriptedModel {
@@ -116,12 +117,20 @@ impl ScriptedModel {
             record: true,
             requests: Mutex::new(Vec::new()),
             context_window: None,
+            whole_conversation: false,
         }
     }
 
     /// Report a context window of `tokens` (as a small local server would).
     pub fn with_context_window(mut self, tokens: u64) -> Self {
         self.context_window = Some(tokens);
+        self
+    }
+
+    /// Say that the model reads its whole conversation, as the builtin
+    /// policies do ([`ChatModel::reads_whole_conversation`]).
+    pub fn reading_whole_conversation(mut self) -> Self {
+        self.whole_conversation = true;
         self
     }
 
@@ -184,6 +193,10 @@ impl ChatModel for ScriptedModel {
 
     fn context_window(&self) -> Option<u64> {
         self.context_window
+    }
+
+    fn reads_whole_conversation(&self) -> bool {
+        self.whole_conversation
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {

@@ -237,6 +237,10 @@ impl<M: ChatModel> ChatModel for RecordingModel<M> {
         self.inner.context_window()
     }
 
+    fn reads_whole_conversation(&self) -> bool {
+        self.inner.reads_whole_conversation()
+    }
+
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
         let model = self.inner.model_name().to_string();

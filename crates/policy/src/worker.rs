@@ -208,6 +208,11 @@ impl ChatModel for BuiltinWorkerPolicy {
         &self.name
     }
 
+    fn reads_whole_conversation(&self) -> bool {
+        // It replays its own calls and their results every turn.
+        true
+    }
+
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
         Ok(respond(&request))
     }

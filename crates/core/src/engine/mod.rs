@@ -141,7 +141,9 @@ impl Engine {
     /// `config.gate`, no middleware and no checkpoint sink. A model served
     /// with a smaller context window than `config.context`'s
     /// ([`ChatModel::context_window`]) shrinks it, and the longest tool
-    /// result the view keeps with it.
+    /// result the view keeps with it; a model that reads its whole
+    /// conversation ([`ChatModel::reads_whole_conversation`]) is sent all
+    /// of it, never compacted or cut.
     pub fn new(
         config: EngineConfig,
         model: Arc<dyn ChatModel>,
@@ -150,7 +152,10 @@ impl Engine {
         lock: Arc<dyn ResourceLock>,
     ) -> Self {
         let mut config = config;
-        if let Some(window) = model.context_window().filter(|w| *w > 0) {
+        if model.reads_whole_conversation() {
+            config.context.window_tokens = u64::MAX;
+            config.context.max_tool_result_chars = usize::MAX;
+        } else if let Some(window) = model.context_window().filter(|w| *w > 0) {
             let context = &mut config.context;
             context.window_tokens = context.window_tokens.min(window);
             // One tool result takes at most about a quarter of a small

@@ -1,6 +1,8 @@
 //! A model served with a small context window (a local server's slot)
 //! shrinks the engine's window: the conversation is compacted before it
-//! outgrows the model's window, and no tool result fills it alone.
+//! outgrows the model's window, and no tool result fills it alone. A model
+//! that is a program reading its whole conversation (the builtin policies)
+//! is sent all of it.
 
 use crate::common;
 
@@ -70,4 +72,28 @@ async fn a_model_without_a_window_keeps_the_engines() {
         .map(|m| m.content.chars().count())
         .max();
     assert_eq!(longest, Some(3_000), "the default cut is 4,000 characters");
+}
+
+#[tokio::test]
+async fn a_model_that_reads_its_whole_conversation_is_never_compacted_or_cut() {
+    // A window smaller than one tool result: any other model is compacted
+    // and has every result cut.
+    let (turns, tools) = session();
+    let (outcome, model) = run_with(
+        ScriptedModel::new(turns)
+            .with_context_window(500)
+            .reading_whole_conversation(),
+        tools,
+    )
+    .await;
+    assert_eq!(outcome.state().recovery().compactions, 0);
+    let requests = model.requests();
+    let last = requests.last().expect("requests");
+    let results: Vec<usize> = last
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| m.content.chars().count())
+        .collect();
+    assert_eq!(results, vec![3_000; 6], "every result, whole");
 }
