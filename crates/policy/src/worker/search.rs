@@ -45,10 +45,14 @@
 //!    calls' time to build when its turn comes, so a compile slower than one
 //!    launch does not leave the slice idle. When `wait_build` reports that
 //!    the slice sat idle until a build finished, one more build is kept
-//!    going, up to [`MAX_ADAPTIVE_DEPTH`]. A candidate built (or building)
-//!    ahead is always taken first: decisions lag the depth in results, and
-//!    a build is wasted only when the roofline prunes its candidate in the
-//!    meantime. Validated artifacts are benchmarked as they are, never
+//!    going, up to [`MAX_ADAPTIVE_DEPTH`]. The builds ahead are chosen as
+//!    a batch: each as if the ones in flight had returned what the model
+//!    predicts for them, so they are different guesses rather than
+//!    neighbours of one. A candidate built (or building) ahead is taken
+//!    first unless the model, refitted to the results since, expects
+//!    clearly more of one not built (`FRESH_PICK_SHARE`): then the slice
+//!    waits one compile for the fresh choice and the builds stay for
+//!    later. Validated artifacts are benchmarked as they are, never
 //!    rebuilt.
 //! 6. **No turn between launches.** Up to two built candidates (when
 //!    another build stays in reserve) and all the finalists run in one

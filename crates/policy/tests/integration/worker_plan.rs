@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic here is a failed test, not a crash
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use mtswarm_core::answer::last_json;
 use mtswarm_core::{Message, ToolCall};
@@ -269,17 +269,21 @@ fn the_next_builds_run_in_the_background_of_the_hardware_calls() {
     assert_eq!(answer["best"]["defines"]["X"], "0");
 }
 
-/// Candidates compiled (or being compiled) but not run yet after the
-/// `step`-th step: the builds kept ahead of the slice.
+/// Candidates compiled in the background but not run yet after the
+/// `step`-th step: the builds kept ahead of the slice (a candidate the
+/// slice waits for while it compiles is not one of them).
 fn builds_ahead(world: &World, step: usize) -> usize {
-    let count = |tool: &str| {
-        world.steps[..=step]
-            .iter()
-            .flatten()
-            .filter(|c| c.name == tool)
-            .count()
-    };
-    count("compile") - count("validate")
+    let calls = || world.steps[..=step].iter().flatten();
+    let candidate = |call: &ToolCall| call.id.split('-').next().unwrap_or_default().to_owned();
+    let background: BTreeSet<String> = calls()
+        .filter(|c| c.name == "compile" && c.arguments.contains("\"background\":true"))
+        .map(candidate)
+        .collect();
+    let run: BTreeSet<String> = calls()
+        .filter(|c| c.name == "validate")
+        .map(candidate)
+        .collect();
+    background.difference(&run).count()
 }
 
 #[test]

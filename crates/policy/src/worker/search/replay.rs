@@ -19,6 +19,21 @@ static BOUND: LazyLock<Pattern> =
 static SCREEN_TIME: LazyLock<Pattern> =
     LazyLock::new(|| Pattern::new(r": valid: ([0-9.]+(?:[eE][-+]?[0-9]+)?) s"));
 
+/// Candidates not built yet that are picked as a batch, each given the
+/// ones before it (see [`State::screening_order`]): one more than the
+/// deepest build pipeline, so every build ahead is a batch pick.
+const BATCH_PICKS: usize = super::MAX_ADAPTIVE_DEPTH as usize + 1;
+
+/// A candidate built (or building) ahead is screened before the best one
+/// not built yet unless its expected improvement under the freshest fit
+/// is below this share of that one's: then the model has learned enough
+/// since the build was started that waiting one compile for its current
+/// choice is worth more than the build.
+pub(super) const FRESH_PICK_SHARE: f64 = 0.7;
+
+/// A fitted process and the `(point, log-time)` samples it was fitted to.
+type Fitted<'a> = (Surrogate<'a>, Vec<(&'a [f64], f64)>);
+
 /// What the conversation says about one candidate.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Known {
@@ -340,7 +355,10 @@ impl State {
     /// mean never below the candidate's roofline bound; ties go to the
     /// estimate rank. Candidates built ahead come first, then those still
     /// building: each was the choice a few results ago, its build is paid
-    /// for and the slice need not wait for a compile.
+    /// for and the slice need not wait for a compile; unless none of them
+    /// is worth [`FRESH_PICK_SHARE`] of the best one not built, which then
+    /// comes first. The others not built follow as a batch: each picked
+    /// as if the ones before it had returned their predicted time.
     ///
     /// Another agent's word never takes a candidate away: pruning compares
     /// with this agent's own best, and a figure or a pending point reported
@@ -351,10 +369,20 @@ impl State {
     pub(super) fn screening_order(&self, times: &[(usize, f64)]) -> Vec<usize> {
         let best = times.iter().map(|t| t.1).find(|t| t.is_finite());
         let rank: Vec<usize> = self.ranked();
-        let surrogate = self.fit(times);
+        let fitted = self.fit(times);
         let best_log = self.job_best(times).map_or(f64::INFINITY, f64::ln);
+        let improvement = |gp: Option<&Surrogate<'_>>, i: usize| {
+            gp.map_or(0.0, |gp| {
+                let (mut mean, sd) = gp.predict(self.encoding.point(i));
+                if let Some(bound) = self.outcomes[i].estimate_seconds.filter(|b| *b > 0.0) {
+                    mean = mean.max(bound.ln());
+                }
+                expected_improvement(best_log, mean, sd)
+            })
+        };
+        let surrogate = fitted.as_ref().map(|f| &f.0);
         // (readiness: built 0, building 1, else 2; -improvement; rank).
-        let mut keyed: Vec<(u8, f64, usize, usize)> = rank
+        let mut keyed: Vec<Keyed> = rank
             .iter()
             .enumerate()
             .filter(|&(_, &i)| {
@@ -371,18 +399,50 @@ impl State {
                 } else {
                     2
                 };
-                let improvement = surrogate.as_ref().map_or(0.0, |gp| {
-                    let (mut mean, sd) = gp.predict(self.encoding.point(i));
-                    if let Some(bound) = self.outcomes[i].estimate_seconds.filter(|b| *b > 0.0) {
-                        mean = mean.max(bound.ln());
-                    }
-                    expected_improvement(best_log, mean, sd)
-                });
-                (readiness, -improvement, position, i)
+                (readiness, -improvement(surrogate, i), position, i)
             })
             .collect();
+        promote_fresh_pick(&mut keyed);
         keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
-        keyed.into_iter().map(|k| k.3).collect()
+        let Some((mut gp, mut samples)) = fitted else {
+            return keyed.into_iter().map(|k| k.3).collect();
+        };
+        // The candidates not built yet, as a batch: the ones built or
+        // building will be measured first, so each next pick is made as if
+        // they and the picks before it had returned what the process
+        // predicts for them ("kriging believer"). A pick is then a
+        // different guess from the ones in flight, not their neighbour.
+        let split = keyed.partition_point(|k| k.0 < 2);
+        let mut order: Vec<usize> = keyed[..split].iter().map(|k| k.3).collect();
+        let mut pending: Vec<usize> = order.clone();
+        let mut open: Vec<Keyed> = keyed[split..].to_vec();
+        for _ in 0..BATCH_PICKS {
+            if !pending.is_empty() {
+                for &i in &pending {
+                    let point = self.encoding.point(i);
+                    samples.push((point, gp.predict(point).0));
+                }
+                pending.clear();
+                let Some(refitted) = Surrogate::fit(&samples) else {
+                    break;
+                };
+                gp = refitted;
+                for k in &mut open {
+                    k.1 = -improvement(Some(&gp), k.3);
+                }
+            }
+            let Some(pick) = (0..open.len()).min_by(|&a, &b| {
+                let (a, b) = (&open[a], &open[b]);
+                a.1.total_cmp(&b.1).then(a.2.cmp(&b.2))
+            }) else {
+                break;
+            };
+            let chosen = open.remove(pick);
+            order.push(chosen.3);
+            pending.push(chosen.3);
+        }
+        order.extend(open.into_iter().map(|k| k.3));
+        order
     }
 
     /// The best time known to the job: this agent's screened `times` and
@@ -413,7 +473,7 @@ impl State {
     /// configurations at its own prediction (the "kriging believer"
     /// of batch Bayesian optimization: a pending point lowers the
     /// uncertainty around it without claiming a result).
-    fn fit(&self, times: &[(usize, f64)]) -> Option<Surrogate<'_>> {
+    fn fit(&self, times: &[(usize, f64)]) -> Option<Fitted<'_>> {
         let own = self.outcomes.len();
         let measured = self.shared.measured.len();
         let mut samples: Vec<(&[f64], f64)> = times
@@ -427,7 +487,7 @@ impl State {
             .collect();
         let surrogate = Surrogate::fit(&samples)?;
         if self.shared.running.is_empty() {
-            return Some(surrogate);
+            return Some((surrogate, samples));
         }
         // As with measured figures, another agent's word about one of this
         // agent's own candidates is not used: it could only hold it back.
@@ -440,13 +500,78 @@ impl State {
             let point = self.encoding.point(own + measured + k);
             samples.push((point, surrogate.predict(point).0));
         }
-        Surrogate::fit(&samples).or(Some(surrogate))
+        match Surrogate::fit(&samples) {
+            Some(refitted) => Some((refitted, samples)),
+            None => Some((surrogate, samples)),
+        }
+    }
+}
+
+/// One candidate to screen: (readiness: built 0, building 1, else 2;
+/// minus its expected improvement; its estimate rank; its index).
+type Keyed = (u8, f64, usize, usize);
+
+/// Moves the best candidate not built yet ahead of the ones built or
+/// building when none of those is worth [`FRESH_PICK_SHARE`] of it (see
+/// [`State::screening_order`]).
+fn promote_fresh_pick(keyed: &mut [Keyed]) {
+    let in_flight = keyed
+        .iter()
+        .filter(|k| k.0 < 2)
+        .map(|k| -k.1)
+        .fold(f64::NEG_INFINITY, f64::max);
+    if !in_flight.is_finite() {
+        // Nothing built ahead: the best one is first anyway.
+        return;
+    }
+    let fresh = keyed
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.0 == 2)
+        .min_by(|a, b| a.1.1.total_cmp(&b.1.1).then(a.1.2.cmp(&b.1.2)));
+    if let Some((j, k)) = fresh
+        && in_flight < FRESH_PICK_SHARE * -k.1
+    {
+        keyed[j].0 = 0;
+        keyed[j].1 = f64::NEG_INFINITY;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (readiness, expected improvement) of candidates 0, 1, ... as
+    /// `screening_order` keys them, in rank order.
+    fn keyed(candidates: &[(u8, f64)]) -> Vec<Keyed> {
+        candidates
+            .iter()
+            .enumerate()
+            .map(|(i, &(readiness, improvement))| (readiness, -improvement, i, i))
+            .collect()
+    }
+
+    fn first_after_promotion(candidates: &[(u8, f64)]) -> usize {
+        let mut keyed = keyed(candidates);
+        promote_fresh_pick(&mut keyed);
+        keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+        keyed[0].3
+    }
+
+    #[test]
+    fn a_build_ahead_gives_way_only_to_a_fresh_choice_clearly_better() {
+        // Built (0) and building (1) candidates worth at least the share of
+        // the best one not built keep their turn.
+        assert_eq!(first_after_promotion(&[(1, 0.75), (2, 1.0), (0, 0.2)]), 2);
+        assert_eq!(first_after_promotion(&[(0, 0.71), (2, 1.0)]), 0);
+        // Below it, the fresh choice goes first.
+        assert_eq!(first_after_promotion(&[(0, 0.69), (1, 0.5), (2, 1.0)]), 2);
+        assert_eq!(first_after_promotion(&[(0, 0.0), (2, 0.3), (2, 0.4)]), 2);
+        // With nothing built ahead, or no improvement expected anywhere,
+        // the order stands.
+        assert_eq!(first_after_promotion(&[(2, 0.5), (2, 1.0)]), 1);
+        assert_eq!(first_after_promotion(&[(0, 0.0), (2, 0.0)]), 0);
+    }
 
     #[test]
     fn estimate_and_screen_patterns_read_their_figures() {
