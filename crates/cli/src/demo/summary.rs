@@ -58,7 +58,7 @@ pub(super) fn report(
     let summary = report.summary(Some(&report_path));
     let elapsed = started.elapsed().as_secs_f64();
     let end = DemoEnd {
-        to_best: time_to_best(&finished.records, Some(&best.params), started),
+        to_best: time_to_best(&finished.records, Some(best.gflops), started),
         to_first: time_to_best(&finished.records, None, started),
         report,
         summary,
@@ -234,13 +234,17 @@ fn assigned(finished: &Finished) -> u64 {
 }
 
 /// Seconds from `started` (the demo's start) to the first trustworthy
-/// record of the best parameters: when the system had its answer, which a
-/// side-by-side comparison with a sweep needs (the job itself goes on to
-/// confirm it and to rule the rest out). With `best` `None`, to the first
-/// trustworthy record of any candidate (what starting up cost).
+/// record as fast as the best (`best_gflops`): when the system had its
+/// answer's figure, which a side-by-side comparison with a sweep needs (the
+/// job itself goes on to confirm it and to rule the rest out). Another
+/// configuration with the same figure counts: a landscape may tie (the
+/// emulator's modeled time is exact, and several micro-kernel shapes can
+/// take the same cycles), and which of the ties the job names is a
+/// tie-break, not when it was found. With `best_gflops` `None`, to the
+/// first trustworthy record of any candidate (what starting up cost).
 fn time_to_best(
-    records: &[mtswarm_bus::results::ResultRecord],
-    best: Option<&BTreeMap<String, String>>,
+    records: &[ResultRecord],
+    best_gflops: Option<f64>,
     started: Instant,
 ) -> Option<f64> {
     let now_ms = std::time::SystemTime::now()
@@ -248,10 +252,59 @@ fn time_to_best(
         .ok()?
         .as_millis();
     let start_ms = u64::try_from(now_ms.saturating_sub(started.elapsed().as_millis())).ok()?;
+    first_record_at_least(records, best_gflops)
+        .map(|ms| ms.saturating_sub(start_ms) as f64 / 1000.0)
+}
+
+/// Timestamp (ms) of the first trustworthy record whose figure is at least
+/// `gflops` (any, without it).
+fn first_record_at_least(records: &[ResultRecord], gflops: Option<f64>) -> Option<u64> {
     records
         .iter()
-        .filter(|r| !r.baseline && r.trustworthy() && best.is_none_or(|b| &r.params == b))
+        .filter(|r| {
+            !r.baseline
+                && r.trustworthy()
+                && gflops.is_none_or(|best| r.gflops.is_some_and(|g| g >= best))
+        })
         .map(|r| r.timestamp_ms)
         .min()
-        .map(|ms| ms.saturating_sub(start_ms) as f64 / 1000.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use mtswarm_bus::results::{CandidateStatus, ResultStats};
+
+    use super::*;
+
+    fn record(params: &str, gflops: f64, timestamp_ms: u64) -> ResultRecord {
+        ResultRecord {
+            params: BTreeMap::from([("MR".to_owned(), params.to_owned())]),
+            status: CandidateStatus::Benchmarked,
+            valid: true,
+            gflops: Some(gflops),
+            stats: Some(ResultStats {
+                count: 1,
+                median: 1.0 / gflops,
+                ..ResultStats::default()
+            }),
+            timestamp_ms,
+            ..ResultRecord::default()
+        }
+    }
+
+    #[test]
+    fn the_best_is_found_when_its_figure_first_is_even_by_another_configuration() {
+        let mut flagged = record("9", 300.0, 1_000);
+        flagged.flags.push("faster than the roofline".to_owned());
+        let records = [
+            flagged,
+            record("4", 100.0, 2_000),
+            // A tie of the best, found first: the job had its answer then.
+            record("8", 200.0, 3_000),
+            record("6", 200.0, 9_000),
+        ];
+        assert_eq!(first_record_at_least(&records, Some(200.0)), Some(3_000));
+        assert_eq!(first_record_at_least(&records, None), Some(2_000));
+        assert_eq!(first_record_at_least(&records, Some(250.0)), None);
+    }
 }
