@@ -307,7 +307,7 @@ pub trait ChatModel: Send + Sync {
     }
 
     /// Whether the model is a program that reads its whole conversation
-    /// (the builtin policies): the engine then neither cuts tool results
+    /// (the builtin worker policy): the engine then neither cuts tool results
     /// in the view it sends nor compacts the view. Such a program keeps
     /// its own account in the conversation (the candidates it built and
     /// measured, its budget spent); a summary or a cut result would lose

@@ -209,7 +209,11 @@ impl ChatModel for BuiltinWorkerPolicy {
     }
 
     fn reads_whole_conversation(&self) -> bool {
-        // It replays its own calls and their results every turn.
+        // It replays its own calls and their results every turn: the
+        // candidates it built and measured and the budget it spent are
+        // counted from them. (The builtin leader policy is not such a
+        // model: its tools answer in summaries sized for a view, and its
+        // checkpoint is bounded by the view.)
         true
     }
 

@@ -1,7 +1,7 @@
 //! A model served with a small context window (a local server's slot)
 //! shrinks the engine's window: the conversation is compacted before it
 //! outgrows the model's window, and no tool result fills it alone. A model
-//! that is a program reading its whole conversation (the builtin policies)
+//! that is a program reading its whole conversation (the builtin worker policy)
 //! is sent all of it.
 
 use crate::common;

@@ -652,11 +652,6 @@ impl ChatModel for BuiltinLeaderPolicy {
         Self::MODEL_NAME
     }
 
-    fn reads_whole_conversation(&self) -> bool {
-        // It replays its own calls and their results every turn.
-        true
-    }
-
     async fn stream(&self, request: ChatRequest) -> Result<ModelStream, ModelError> {
         Ok(turn_stream(self.decide(&request.messages)))
     }
