@@ -2,6 +2,7 @@
 //! with its result and replayed into what is known of each candidate
 //! ([`State`]), and the choice of the next candidate to screen.
 
+use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::sync::LazyLock;
 
@@ -371,17 +372,7 @@ impl State {
         let rank: Vec<usize> = self.ranked();
         let fitted = self.fit(times);
         let best_log = self.job_best(times).map_or(f64::INFINITY, f64::ln);
-        let improvement = |gp: Option<&Surrogate<'_>>, i: usize| {
-            gp.map_or(0.0, |gp| {
-                let (mut mean, sd) = gp.predict(self.encoding.point(i));
-                if let Some(bound) = self.outcomes[i].estimate_seconds.filter(|b| *b > 0.0) {
-                    mean = mean.max(bound.ln());
-                }
-                expected_improvement(best_log, mean, sd)
-            })
-        };
         let surrogate = fitted.as_ref().map(|f| &f.0);
-        // (readiness: built 0, building 1, else 2; -improvement; rank).
         let mut keyed: Vec<Keyed> = rank
             .iter()
             .enumerate()
@@ -399,50 +390,71 @@ impl State {
                 } else {
                     2
                 };
-                (readiness, -improvement(surrogate, i), position, i)
+                let improvement = surrogate.map_or(0.0, |gp| self.improvement(gp, best_log, i));
+                (readiness, -improvement, position, i)
             })
             .collect();
         promote_fresh_pick(&mut keyed);
-        keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
-        let Some((mut gp, mut samples)) = fitted else {
-            return keyed.into_iter().map(|k| k.3).collect();
-        };
-        // The candidates not built yet, as a batch: the ones built or
-        // building will be measured first, so each next pick is made as if
-        // they and the picks before it had returned what the process
-        // predicts for them ("kriging believer"). A pick is then a
-        // different guess from the ones in flight, not their neighbour.
+        keyed.sort_by(by_priority);
         let split = keyed.partition_point(|k| k.0 < 2);
         let mut order: Vec<usize> = keyed[..split].iter().map(|k| k.3).collect();
-        let mut pending: Vec<usize> = order.clone();
-        let mut open: Vec<Keyed> = keyed[split..].to_vec();
+        let open = keyed[split..].to_vec();
+        match fitted {
+            Some(fitted) => order.extend(self.batch_picks(&order, open, fitted, best_log)),
+            None => order.extend(open.into_iter().map(|k| k.3)),
+        }
+        order
+    }
+
+    /// Expected improvement of candidate `i` over `best_log` under `gp`,
+    /// its predicted log-time never below its roofline bound.
+    fn improvement(&self, gp: &Surrogate<'_>, best_log: f64, i: usize) -> f64 {
+        let (mut mean, sd) = gp.predict(self.encoding.point(i));
+        if let Some(bound) = self.outcomes[i].estimate_seconds.filter(|b| *b > 0.0) {
+            mean = mean.max(bound.ln());
+        }
+        expected_improvement(best_log, mean, sd)
+    }
+
+    /// The candidates not built yet (`open`), in the order they are to be
+    /// built: the ones `in_flight` will be measured first, so each of the
+    /// first [`BATCH_PICKS`] is picked as if they and the picks before it
+    /// had returned what the process predicts for them ("kriging
+    /// believer"). A pick is then a different guess from the ones in
+    /// flight, not their neighbour. The rest follow by the last fit.
+    fn batch_picks(
+        &self,
+        in_flight: &[usize],
+        mut open: Vec<Keyed>,
+        (mut gp, mut samples): Fitted<'_>,
+        best_log: f64,
+    ) -> Vec<usize> {
+        let mut picks = Vec::new();
+        let mut pending: Vec<usize> = in_flight.to_vec();
         for _ in 0..BATCH_PICKS {
             if !pending.is_empty() {
-                for &i in &pending {
+                for i in pending.drain(..) {
                     let point = self.encoding.point(i);
                     samples.push((point, gp.predict(point).0));
                 }
-                pending.clear();
                 let Some(refitted) = Surrogate::fit(&samples) else {
                     break;
                 };
                 gp = refitted;
                 for k in &mut open {
-                    k.1 = -improvement(Some(&gp), k.3);
+                    k.1 = -self.improvement(&gp, best_log, k.3);
                 }
             }
-            let Some(pick) = (0..open.len()).min_by(|&a, &b| {
-                let (a, b) = (&open[a], &open[b]);
-                a.1.total_cmp(&b.1).then(a.2.cmp(&b.2))
-            }) else {
+            let Some(pick) = (0..open.len()).min_by(|&a, &b| by_improvement(&open[a], &open[b]))
+            else {
                 break;
             };
-            let chosen = open.remove(pick);
-            order.push(chosen.3);
-            pending.push(chosen.3);
+            let chosen = open.remove(pick).3;
+            picks.push(chosen);
+            pending.push(chosen);
         }
-        order.extend(open.into_iter().map(|k| k.3));
-        order
+        picks.extend(open.into_iter().map(|k| k.3));
+        picks
     }
 
     /// The best time known to the job: this agent's screened `times` and
@@ -511,6 +523,17 @@ impl State {
 /// minus its expected improvement; its estimate rank; its index).
 type Keyed = (u8, f64, usize, usize);
 
+/// The larger expected improvement first, ties to the estimate rank.
+fn by_improvement(a: &Keyed, b: &Keyed) -> Ordering {
+    a.1.total_cmp(&b.1).then(a.2.cmp(&b.2))
+}
+
+/// The screening order: built, then building, then the rest, each by
+/// [`by_improvement`].
+fn by_priority(a: &Keyed, b: &Keyed) -> Ordering {
+    a.0.cmp(&b.0).then_with(|| by_improvement(a, b))
+}
+
 /// Moves the best candidate not built yet ahead of the ones built or
 /// building when none of those is worth [`FRESH_PICK_SHARE`] of it (see
 /// [`State::screening_order`]).
@@ -528,7 +551,7 @@ fn promote_fresh_pick(keyed: &mut [Keyed]) {
         .iter()
         .enumerate()
         .filter(|(_, k)| k.0 == 2)
-        .min_by(|a, b| a.1.1.total_cmp(&b.1.1).then(a.1.2.cmp(&b.1.2)));
+        .min_by(|a, b| by_improvement(a.1, b.1));
     if let Some((j, k)) = fresh
         && in_flight < FRESH_PICK_SHARE * -k.1
     {
@@ -554,7 +577,7 @@ mod tests {
     fn first_after_promotion(candidates: &[(u8, f64)]) -> usize {
         let mut keyed = keyed(candidates);
         promote_fresh_pick(&mut keyed);
-        keyed.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+        keyed.sort_by(by_priority);
         keyed[0].3
     }
 
