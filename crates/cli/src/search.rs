@@ -18,7 +18,7 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use mtswarm_hw::ChipSpec;
 use mtswarm_hw::landscape::Landscape;
 use mtswarm_hw::tune::TuneSpace;
-use mtswarm_policy::replay::{ReplayConfig, ReplayRun, replay};
+use mtswarm_policy::replay::{ReplayConfig, ReplayRun, median_evaluations_to, replay};
 use serde_json::{Value, json};
 
 /// `mtswarm search ...`: the builtin search outside a job.
@@ -227,16 +227,16 @@ fn print_table(cmd: &ReplayCmd, landscape: &Landscape, optimum: f64, figures: &[
     if figures.len() > 1 {
         let mut shares: Vec<f64> = figures.iter().map(|f| f.best_share * 100.0).collect();
         let at_optimum = figures.iter().filter(|f| f.to_optimum.is_some()).count();
-        let mut to_optimum: Vec<f64> = figures
+        let to_optimum: Vec<Option<usize>> = figures
             .iter()
-            .filter_map(|f| f.to_optimum.map(|(e, _)| e as f64))
+            .map(|f| f.to_optimum.map(|(e, _)| e))
             .collect();
         let mut builds: Vec<f64> = figures.iter().map(|f| f.run.builds as f64).collect();
         println!(
             "median {:.1} % of the optimum; P(optimum) {:.2}; median evaluations to the optimum {}; median builds {}",
             median(&mut shares).unwrap_or(0.0),
             at_optimum as f64 / figures.len() as f64,
-            median(&mut to_optimum).map_or_else(|| "-".to_owned(), |m| format!("{m}")),
+            median_evaluations_to(&to_optimum).map_or_else(|| "-".to_owned(), |m| m.to_string()),
             median(&mut builds).unwrap_or(0.0),
         );
     }

@@ -179,6 +179,20 @@ impl ReplayRun {
     }
 }
 
+/// The median over seeds of the evaluations each took to reach a figure,
+/// `None` for a seed that never did, counted as more than any: `None`
+/// unless more than half the seeds reached it (then the lower median, as
+/// `deploy/search_vs_peers.py` counts the peers'). A median over the seeds
+/// that reached it alone would flatter a search that often does not.
+pub fn median_evaluations_to(seeds: &[Option<usize>]) -> Option<usize> {
+    let mut reached: Vec<usize> = seeds.iter().flatten().copied().collect();
+    if reached.len() * 2 <= seeds.len() {
+        return None;
+    }
+    reached.sort_unstable();
+    reached.get((seeds.len() - 1) / 2).copied()
+}
+
 /// Replays the builtin search on `landscape` (see the module docs).
 pub fn replay(
     landscape: &Landscape,

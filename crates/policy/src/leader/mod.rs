@@ -334,9 +334,12 @@ impl BuiltinLeaderPolicy {
 /// sees every value ([`balanced_partitions`]) and the job's `total`
 /// evaluations split over the parts ([`split_budget`]); parts left empty
 /// (more agents than configurations) get no plan; with more than one,
-/// every plan shares its search (`shared_search`). What the builtin leader
-/// assigns, and what a replay of a recorded landscape runs.
+/// every plan shares its search (`shared_search`). Never more plans than
+/// `total`: each screens at least one candidate, so more would spend more
+/// than the job's budget (the agents left over get no task). What the
+/// builtin leader assigns, and what a replay of a recorded landscape runs.
 pub fn search_plans(configurations: &[Config], agents: usize, total: usize) -> Vec<TaskPlan> {
+    let agents = agents.min(total.max(1));
     let parts: Vec<Vec<Defines>> = balanced_partitions(configurations, agents)
         .into_iter()
         .map(|part| part.iter().map(defines_of).collect())

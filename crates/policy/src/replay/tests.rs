@@ -203,6 +203,15 @@ fn a_job_that_asks_for_agents_gets_them_up_to_the_free_slices() {
     assert!(eight.evaluations() <= 16);
     let capped = replay(&landscape, &asked(8, 3), None).expect("replays");
     assert_eq!(capped.agents.len(), 3);
+    // A budget smaller than the agents asked for is not overspent: the
+    // extra agents get no task.
+    let small = ReplayConfig {
+        agents: Some(8),
+        ..config(8, 3, None)
+    };
+    let small = replay(&landscape, &small, None).expect("replays");
+    assert_eq!(small.evaluations(), 3);
+    assert_eq!(small.agents.len(), 3);
 }
 
 #[test]
@@ -213,4 +222,21 @@ fn an_empty_landscape_is_an_error() {
         replay(&empty, &config(1, 10, None), None),
         Err(ReplayError::Empty)
     ));
+}
+
+#[test]
+fn the_median_to_a_figure_counts_the_seeds_that_never_reached_it() {
+    // Four of five reached it: the lower median of all five.
+    assert_eq!(
+        median_evaluations_to(&[Some(40), None, Some(10), Some(30), Some(20)]),
+        Some(30)
+    );
+    // Half of them is not enough.
+    assert_eq!(median_evaluations_to(&[Some(5), None]), None);
+    assert_eq!(median_evaluations_to(&[Some(5), Some(9), None, None]), None);
+    assert_eq!(
+        median_evaluations_to(&[Some(5), Some(9), Some(7), None]),
+        Some(7)
+    );
+    assert_eq!(median_evaluations_to(&[]), None);
 }

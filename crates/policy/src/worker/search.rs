@@ -20,9 +20,13 @@
 //!    known the moment it is screened. The first is the best-ranked one;
 //!    after that, the one with the highest expected improvement under a
 //!    Gaussian process fitted to the screened log-times over the
-//!    parameter values (Bayesian optimization; see `surrogate`), its
+//!    parameter values (Bayesian optimization; see `surrogate`: each
+//!    parameter's length scale is the one the figures make likeliest), its
 //!    prediction never below its roofline bound; ties go to the estimate
-//!    rank. The search screens at most `search_budget` candidates (the
+//!    rank. In the last half of its screenings an agent weighs the
+//!    prediction's spread at three tenths: it looks for the best
+//!    configuration of the best region found rather than for a better
+//!    region. The search screens at most `search_budget` candidates (the
 //!    leader splits the job's budget over its tasks); a task without one
 //!    screens the default share of its list ([`search_budget`]): the point
 //!    is the best of the space from a small part of it.
@@ -90,7 +94,7 @@ pub use super::params::DEFAULT_COMPILE_DEPTH;
 
 use super::params::TaskParameters;
 use super::{Decision, MAX_RECOMPILES};
-use replay::{Known, State, replay};
+use replay::{Known, Phase, State, replay};
 
 /// A candidate is pruned when its roofline bound is above the best screened
 /// time times this factor (the bound is a model, not a guarantee).
@@ -271,7 +275,8 @@ fn screening_action(
     if screens_done >= limits.screen_slots {
         return None;
     }
-    let order = state.screening_order(times);
+    let phase = Phase::of(limits.screen_slots - screens_done, limits.screen_slots);
+    let order = state.screening_order(times, phase);
     let (&next, rest) = order.split_first()?;
     // The likeliest next ones: the current candidates do not change the
     // picture (the usual case once a good candidate is known). One more

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use mtswarm_hw::ChipSpec;
 use mtswarm_hw::landscape::Landscape;
 use mtswarm_hw::tune::TuneSpace;
-use mtswarm_policy::replay::{ReplayConfig, ReplayRun, replay};
+use mtswarm_policy::replay::{Bound, ReplayConfig, ReplayRun, median_evaluations_to, replay};
 use mtswarm_tools::estimate::roofline;
 
 type Defines = BTreeMap<String, String>;
@@ -245,17 +245,36 @@ fn on_a_small_space_the_search_finds_the_best_with_part_of_it() {
 
 /// Figures of `seeds` replays of the cluster-scale dgemm with 8 agents and
 /// `budget` evaluations: P(optimum) and the median evaluations to it
-/// (`None` when fewer than half the seeds reached it).
+/// ([`median_evaluations_to`]: `None` unless more than half the seeds
+/// reached it).
 fn seeded_figures(shared: bool, budget: usize, seeds: u64) -> (f64, Option<usize>) {
     let space = TuneSpace::load(&repo().join("examples/kernels/dgemm_gsm")).expect("tune.toml");
-    let (recorded, times) = landscape("examples/landscapes/dgemm_gsm.json");
-    let optimum = times.values().copied().fold(f64::INFINITY, f64::min);
     let spec = ChipSpec::default();
     let bound = |defines: &Defines| -> Option<f64> {
         let (flops, bytes) = space.model_figures(defines, &spec).ok()??;
         Some(roofline(&spec, flops, bytes, CORES, None).bound_seconds)
     };
-    let mut to_optimum: Vec<usize> = (1..=seeds)
+    seeded_figures_on(
+        "examples/landscapes/dgemm_gsm.json",
+        Some(&bound),
+        shared,
+        budget,
+        seeds,
+    )
+}
+
+/// [`seeded_figures`] on any recorded landscape, with the roofline `bound`
+/// of its kernel's model if it has one.
+fn seeded_figures_on(
+    file: &str,
+    bound: Option<Bound<'_>>,
+    shared: bool,
+    budget: usize,
+    seeds: u64,
+) -> (f64, Option<usize>) {
+    let (recorded, times) = landscape(file);
+    let optimum = times.values().copied().fold(f64::INFINITY, f64::min);
+    let to_optimum: Vec<Option<usize>> = (1..=seeds)
         .map(|seed| {
             let config = ReplayConfig {
                 slices: 8,
@@ -265,17 +284,15 @@ fn seeded_figures(shared: bool, budget: usize, seeds: u64) -> (f64, Option<usize
                 cores: CORES,
                 shared,
             };
-            let run = replay(&recorded, &config, Some(&bound)).expect("the replay runs");
+            let run = replay(&recorded, &config, bound).expect("the replay runs");
             run.rounds_to(optimum, 1.0)
-                .map_or(usize::MAX, |r| run.evaluations_by_round(r))
+                .map(|r| run.evaluations_by_round(r))
         })
         .collect();
-    to_optimum.sort_unstable();
-    let reached = to_optimum.iter().filter(|&&n| n != usize::MAX).count();
-    let median = to_optimum[to_optimum.len() / 2];
+    let reached = to_optimum.iter().flatten().count();
     (
         reached as f64 / seeds as f64,
-        (median != usize::MAX).then_some(median),
+        median_evaluations_to(&to_optimum),
     )
 }
 
@@ -302,6 +319,20 @@ fn agents_that_share_one_search_find_the_optimum_more_often_and_sooner() {
     );
 }
 
+/// Asserts that `(P(optimum), median evaluations to it)` are at least the
+/// best peer's: as often, and no later.
+fn at_least_the_peer((p, median): (f64, Option<usize>), (peer_p, peer_median): (f64, f64)) {
+    assert!(
+        p >= peer_p,
+        "P(optimum) {p} against the best peer's {peer_p}"
+    );
+    let median = median.expect("most seeds reach the optimum");
+    assert!(
+        median as f64 <= peer_median,
+        "median evaluations to the optimum {median} against the best peer's {peer_median}"
+    );
+}
+
 /// The best peer's figures on dgemm_gsm at 2.5 % of the space (55
 /// evaluations, 30 seeds): Kernel Tuner 1.5's `bayes_opt` reaches the
 /// optimum on 70 % of the seeds, after a median of 42.5 evaluations
@@ -321,14 +352,29 @@ fn at_a_fortieth_of_the_space_the_search_reaches_the_optimum_as_often_as_the_bes
     eprintln!(
         "SEARCH-QUALITY dgemm_gsm, 8 agents, {budget} evaluations, 30 seeds: P(optimum) {p:.2}, median evaluations to it {median:?}; Kernel Tuner bayes_opt {BEST_PEER_AT_55:?}"
     );
-    let (peer_p, peer_median) = BEST_PEER_AT_55;
-    assert!(
-        p >= peer_p,
-        "P(optimum) {p} against the best peer's {peer_p}"
+    at_least_the_peer((p, median), BEST_PEER_AT_55);
+}
+
+/// The best peer's figures on Kernel Tuner's published pnpoly cache (RTX
+/// 3090, 4,092 configurations) at 2.5 % of the space (102 evaluations, 30
+/// seeds): Optuna 5's TPE reaches the optimum on 53 % of the seeds, after
+/// a median of 94 evaluations (`deploy/search_vs_peers.py`; Kernel Tuner's
+/// own strategies do worse there).
+const PNPOLY_BEST_PEER_AT_102: (f64, f64) = (0.53, 94.0);
+
+/// On a real GPU's landscape, with no roofline to rank by, the job's one
+/// search with 8 agents reaches the optimum at least as often as the best
+/// peer, and no later. The optimum there sits among near-ties (the next
+/// block size is 0.02 % slower): with the model's per-parameter length
+/// scales but the spread weighed alike throughout, P(optimum) here is
+/// 0.53; the late turn to exploitation makes it 0.60.
+#[test]
+fn on_a_published_gpu_landscape_the_search_reaches_the_optimum_as_often_as_the_best_peer() {
+    let budget = 102;
+    let file = "examples/landscapes/kernel_tuner/pnpoly_rtx3090.json";
+    let (p, median) = seeded_figures_on(file, None, true, budget, 30);
+    eprintln!(
+        "SEARCH-QUALITY pnpoly RTX 3090, 8 agents, {budget} evaluations, 30 seeds: P(optimum) {p:.2}, median evaluations to it {median:?}; Optuna TPE {PNPOLY_BEST_PEER_AT_102:?}"
     );
-    let median = median.expect("most seeds reach the optimum");
-    assert!(
-        median as f64 <= peer_median,
-        "median evaluations to the optimum {median} against the best peer's {peer_median}"
-    );
+    at_least_the_peer((p, median), PNPOLY_BEST_PEER_AT_102);
 }

@@ -32,6 +32,46 @@ const BATCH_PICKS: usize = super::MAX_ADAPTIVE_DEPTH as usize + 1;
 /// choice is worth more than the build.
 pub(super) const FRESH_PICK_SHARE: f64 = 0.7;
 
+/// When an agent has at most this share of its screenings left, the search
+/// turns from finding the best region to finding the best configuration in
+/// it ([`Phase::Exploit`]): late in a budget, a screening far from what is
+/// known rarely pays back before the budget ends, and the fastest
+/// configurations of a region are often within a percent of each other
+/// (measured over 30 seeds with 8 agents: P(optimum) on pnpoly rose from
+/// 0.53 to 0.60 at 2.5 % and from 0.87 to 0.97 at 5 %).
+pub(super) const EXPLOIT_SHARE: f64 = 0.5;
+/// The share of its predicted spread a candidate's expected improvement
+/// counts while exploiting: mostly the mean decides. (A tenth did as well
+/// on the smaller budgets and worse at 5 % of pnpoly: 0.93.)
+const EXPLOIT_SPREAD: f64 = 0.3;
+
+/// What the expected improvement weighs (see [`EXPLOIT_SHARE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// The predicted spread counts fully: uncertain regions are worth a look.
+    Explore,
+    /// The predicted mean decides.
+    Exploit,
+}
+
+impl Phase {
+    /// The phase of an agent with `left` of its `screenings` left.
+    pub(super) fn of(left: u32, screenings: u32) -> Self {
+        if f64::from(left) <= EXPLOIT_SHARE * f64::from(screenings) {
+            Self::Exploit
+        } else {
+            Self::Explore
+        }
+    }
+
+    fn spread_weight(self) -> f64 {
+        match self {
+            Self::Explore => 1.0,
+            Self::Exploit => EXPLOIT_SPREAD,
+        }
+    }
+}
+
 /// A fitted process and the `(point, log-time)` samples it was fitted to.
 type Fitted<'a> = (Surrogate<'a>, Vec<(&'a [f64], f64)>);
 
@@ -350,7 +390,8 @@ impl State {
     /// Before anything is screened: the best-ranked (lowest roofline
     /// bound, else list order). After that, by expected improvement over
     /// the best log-time under a Gaussian process ([`Surrogate`]) fitted to
-    /// the screened times and the job's other agents' measured ones, the
+    /// the screened times and the job's other agents' measured ones (the
+    /// predicted spread weighed by `phase`), the
     /// configurations they are measuring counted at the time the process
     /// predicts for them (so this agent's pick is not theirs again), its
     /// mean never below the candidate's roofline bound; ties go to the
@@ -367,7 +408,7 @@ impl State {
     /// measurement will be).
     /// A job's agents hold disjoint parts of the space, so no configuration
     /// is screened twice either way.
-    pub(super) fn screening_order(&self, times: &[(usize, f64)]) -> Vec<usize> {
+    pub(super) fn screening_order(&self, times: &[(usize, f64)], phase: Phase) -> Vec<usize> {
         let best = times.iter().map(|t| t.1).find(|t| t.is_finite());
         let rank: Vec<usize> = self.ranked();
         let fitted = self.fit(times);
@@ -390,7 +431,8 @@ impl State {
                 } else {
                     2
                 };
-                let improvement = surrogate.map_or(0.0, |gp| self.improvement(gp, best_log, i));
+                let improvement =
+                    surrogate.map_or(0.0, |gp| self.improvement(gp, best_log, i, phase));
                 (readiness, -improvement, position, i)
             })
             .collect();
@@ -400,16 +442,18 @@ impl State {
         let mut order: Vec<usize> = keyed[..split].iter().map(|k| k.3).collect();
         let open = keyed[split..].to_vec();
         match fitted {
-            Some(fitted) => order.extend(self.batch_picks(&order, open, fitted, best_log)),
+            Some(fitted) => order.extend(self.batch_picks(&order, open, fitted, best_log, phase)),
             None => order.extend(open.into_iter().map(|k| k.3)),
         }
         order
     }
 
     /// Expected improvement of candidate `i` over `best_log` under `gp`,
-    /// its predicted log-time never below its roofline bound.
-    fn improvement(&self, gp: &Surrogate<'_>, best_log: f64, i: usize) -> f64 {
+    /// its predicted log-time never below its roofline bound, its spread
+    /// weighed by `phase`.
+    fn improvement(&self, gp: &Surrogate<'_>, best_log: f64, i: usize, phase: Phase) -> f64 {
         let (mut mean, sd) = gp.predict(self.encoding.point(i));
+        let sd = sd * phase.spread_weight();
         if let Some(bound) = self.outcomes[i].estimate_seconds.filter(|b| *b > 0.0) {
             mean = mean.max(bound.ln());
         }
@@ -428,6 +472,7 @@ impl State {
         mut open: Vec<Keyed>,
         (mut gp, mut samples): Fitted<'_>,
         best_log: f64,
+        phase: Phase,
     ) -> Vec<usize> {
         let mut picks = Vec::new();
         let mut pending: Vec<usize> = in_flight.to_vec();
@@ -437,12 +482,12 @@ impl State {
                     let point = self.encoding.point(i);
                     samples.push((point, gp.predict(point).0));
                 }
-                let Some(refitted) = Surrogate::fit(&samples) else {
+                let Some(refitted) = gp.refit(&samples) else {
                     break;
                 };
                 gp = refitted;
                 for k in &mut open {
-                    k.1 = -self.improvement(&gp, best_log, k.3);
+                    k.1 = -self.improvement(&gp, best_log, k.3, phase);
                 }
             }
             let Some(pick) = (0..open.len()).min_by(|&a, &b| by_improvement(&open[a], &open[b]))
@@ -512,7 +557,7 @@ impl State {
             let point = self.encoding.point(own + measured + k);
             samples.push((point, surrogate.predict(point).0));
         }
-        match Surrogate::fit(&samples) {
+        match surrogate.refit(&samples) {
             Some(refitted) => Some((refitted, samples)),
             None => Some((surrogate, samples)),
         }
@@ -579,6 +624,15 @@ mod tests {
         promote_fresh_pick(&mut keyed);
         keyed.sort_by(by_priority);
         keyed[0].3
+    }
+
+    #[test]
+    fn the_search_exploits_in_the_last_share_of_its_screenings() {
+        assert_eq!(Phase::of(10, 10), Phase::Explore);
+        assert_eq!(Phase::of(6, 10), Phase::Explore);
+        assert_eq!(Phase::of(5, 10), Phase::Exploit);
+        assert_eq!(Phase::of(1, 10), Phase::Exploit);
+        assert!(Phase::Exploit.spread_weight() < Phase::Explore.spread_weight());
     }
 
     #[test]
