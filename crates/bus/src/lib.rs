@@ -69,7 +69,7 @@ pub use ownership::{
     Fence, JobOwner, JobOwners, KeptOwnership, OwnerEvent, OwnerWatch, OwnershipError,
     OwnershipKeeper,
 };
-pub use reopen::{Backoff, reopen};
+pub use reopen::{Backoff, reopen, retry_within};
 pub use results::{ResultQuery, ResultRecord, ResultsStore};
 pub use stores::{
     Approvals, CheckpointSeal, Checkpoints, Quarantine, STANDING_APPROVAL_PREFIX, Workers,

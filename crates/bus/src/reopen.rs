@@ -97,9 +97,90 @@ where
     }
 }
 
+/// Calls `open` until it succeeds or `patience` has passed, backing off
+/// between attempts; the last error when the patience ran out. For a
+/// request a caller waits on (a watch being opened), where a NATS cluster
+/// electing a new stream leader refuses for a few seconds what it serves
+/// again after: the caller should see the election as a delay, not a
+/// failure, and a lasting outage as an error, not a hang.
+pub async fn retry_within<T, E, F, Fut>(
+    what: &str,
+    mut backoff: Backoff,
+    patience: Duration,
+    mut open: F,
+) -> Result<T, E>
+where
+    E: Display,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let give_up = tokio::time::Instant::now() + patience;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match open().await {
+            Ok(opened) => {
+                if attempts > 1 {
+                    tracing::info!(attempts, "{what} opened after a retry");
+                }
+                return Ok(opened);
+            }
+            Err(error) => {
+                let delay = backoff.next_delay();
+                if tokio::time::Instant::now() + delay >= give_up {
+                    return Err(error);
+                }
+                tracing::debug!(%error, attempts, "{what} unavailable; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_within_its_patience_returns_the_first_success() {
+        let mut calls = 0;
+        let opened = retry_within(
+            "thing",
+            Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
+            Duration::from_secs(5),
+            || {
+                calls += 1;
+                let call = calls;
+                async move { if call < 3 { Err("refused") } else { Ok(call) } }
+            },
+        )
+        .await;
+        assert_eq!(opened, Ok(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_gives_up_with_the_last_error_once_its_patience_ran_out() {
+        let started = tokio::time::Instant::now();
+        let mut calls = 0u32;
+        let opened: Result<(), String> = retry_within(
+            "thing",
+            Backoff::new(Duration::from_millis(100), Duration::from_secs(1)),
+            Duration::from_secs(3),
+            || {
+                calls += 1;
+                let call = calls;
+                async move { Err(format!("refused {call}")) }
+            },
+        )
+        .await;
+        // Waits of 0.1, 0.2, 0.4, 0.8 and 1 s fit in 3 s; the next does not.
+        assert_eq!(opened, Err("refused 6".to_string()));
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(2500) && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
+    }
 
     #[test]
     fn delays_double_up_to_the_cap_and_restart_after_a_reset() {

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::stream;
 use futures::{Stream, StreamExt as _};
-use mtswarm_bus::{Backoff, Bus, TopologyConfig, reopen, subjects, v1};
+use mtswarm_bus::{Backoff, Bus, TopologyConfig, reopen, retry_within, subjects, v1};
 use prost::Message as _;
 
 use crate::error::JournalError;
@@ -161,12 +161,32 @@ impl Journal {
         Ok(pending)
     }
     /// The job's events from `from_sequence` (0 = oldest retained), then live.
+    ///
+    /// Opening is retried for up to [`WATCH_OPEN_PATIENCE`]: while a NATS
+    /// cluster elects a new leader for the journal stream, consumer creation
+    /// times out for a few seconds, and a watcher should see that as a
+    /// delay, not an `Unavailable`.
     pub async fn watch(
         &self,
         job_id: &str,
         from_sequence: u64,
     ) -> Result<JobEventStream, JournalError> {
         let filter_subject = job_events_subject(job_id)?;
+        retry_within(
+            "job event watch",
+            Backoff::new(Duration::from_millis(100), Duration::from_secs(2)),
+            WATCH_OPEN_PATIENCE,
+            || self.open_watch(filter_subject.clone(), from_sequence),
+        )
+        .await
+    }
+
+    /// One attempt at [`Journal::watch`].
+    async fn open_watch(
+        &self,
+        filter_subject: String,
+        from_sequence: u64,
+    ) -> Result<JobEventStream, JournalError> {
         let stream = self
             .bus
             .jetstream()
@@ -223,6 +243,11 @@ impl Journal {
 /// a cluster died takes seconds (up to about ten on a loaded machine); a
 /// leader cut off from every node longer than this logs the event as lost.
 pub(crate) const APPEND_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long opening a watch is retried before `WatchJob` answers
+/// `Unavailable`: several stream leader elections, well under a client's
+/// patience.
+pub(crate) const WATCH_OPEN_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A fresh message id for an event appended once.
 fn new_message_id() -> String {
