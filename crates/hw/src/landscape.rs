@@ -235,17 +235,15 @@ impl Landscape {
             }
             cache.insert(self.cache_key(&entry.config), Value::Object(fields));
         }
-        let values: Map<String, Value> = self
-            .keys
-            .iter()
-            .map(|k| {
-                let list = self.values.get(k).map_or(&[][..], Vec::as_slice);
-                (
-                    k.clone(),
-                    Value::Array(list.iter().map(param_json).collect()),
-                )
-            })
-            .collect();
+        let values = InKeyOrder(
+            self.keys
+                .iter()
+                .map(|k| {
+                    let list = self.values.get(k).map_or(&[][..], Vec::as_slice);
+                    (k, Value::Array(list.iter().map(param_json).collect()))
+                })
+                .collect(),
+        );
         let file = CacheFile {
             device_name: &self.device_name,
             kernel_name: &self.kernel_name,
@@ -297,9 +295,25 @@ struct CacheFile<'a> {
     device_name: &'a str,
     kernel_name: &'a str,
     tune_params_keys: &'a [String],
-    tune_params: Map<String, Value>,
+    tune_params: InKeyOrder<'a>,
     objective: &'a str,
     cache: Map<String, Value>,
+}
+
+/// Each parameter's values, in `tune_params_keys` order: Kernel Tuner
+/// takes the parameters' order from `tune_params` and refuses a cache whose
+/// keys are in another (a JSON map of this crate would sort them by name).
+struct InKeyOrder<'a>(Vec<(&'a String, Value)>);
+
+impl serde::Serialize for InKeyOrder<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, values) in &self.0 {
+            map.serialize_entry(key, values)?;
+        }
+        map.end()
+    }
 }
 
 /// The JSON text, or the text of a cache left open by a tuner that was

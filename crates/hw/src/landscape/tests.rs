@@ -90,6 +90,19 @@ fn a_landscape_round_trips_through_the_cache_format() {
 }
 
 #[test]
+fn the_written_parameters_keep_the_keys_order() {
+    // Kernel Tuner refuses a cache whose `tune_params` are in another order
+    // than `tune_params_keys` ("the order is wrong").
+    let text = small().to_kernel_tuner_json();
+    let params = &text[text.find("\"tune_params\": {").expect("tune_params")..];
+    let (x, v) = (
+        params.find("\"X\"").expect("X"),
+        params.find("\"V\"").expect("V"),
+    );
+    assert!(x < v, "{params}");
+}
+
+#[test]
 fn failures_read_in_both_spellings_and_a_non_positive_time_is_a_failure() {
     let text = r#"{"tune_params_keys": ["X"], "tune_params": {"X": [1, 2, 3, 4]},
         "cache": {

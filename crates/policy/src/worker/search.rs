@@ -80,6 +80,7 @@
 //! each turn (call ids `c<index>-<tool>[-r<n>]`), so a resumed session
 //! continues where it stopped.
 
+mod posterior;
 mod replay;
 mod surrogate;
 

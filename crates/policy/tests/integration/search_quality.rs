@@ -320,7 +320,8 @@ fn agents_that_share_one_search_find_the_optimum_more_often_and_sooner() {
 }
 
 /// Asserts that `(P(optimum), median evaluations to it)` are at least the
-/// best peer's: as often, and no later.
+/// best peer's: as often, and no later. The peers' P(optimum) are written
+/// as the seeds that reached it, of 30 (the tables print them rounded).
 fn at_least_the_peer((p, median): (f64, Option<usize>), (peer_p, peer_median): (f64, f64)) {
     assert!(
         p >= peer_p,
@@ -337,7 +338,7 @@ fn at_least_the_peer((p, median): (f64, Option<usize>), (peer_p, peer_median): (
 /// evaluations, 30 seeds): Kernel Tuner 1.5's `bayes_opt` reaches the
 /// optimum on 70 % of the seeds, after a median of 42.5 evaluations
 /// (`deploy/search_vs_peers.py`).
-const BEST_PEER_AT_55: (f64, f64) = (0.70, 42.5);
+const BEST_PEER_AT_55: (f64, f64) = (21.0 / 30.0, 42.5);
 
 /// At 2.5 % of the space, the job's one search with 8 agents reaches the
 /// optimum at least as often as the best peer, and no later. Its builds
@@ -355,12 +356,24 @@ fn at_a_fortieth_of_the_space_the_search_reaches_the_optimum_as_often_as_the_bes
     at_least_the_peer((p, median), BEST_PEER_AT_55);
 }
 
+/// A published landscape's 30-seed figures with 8 agents at `budget`,
+/// printed beside the best peer's (`peer` names it), and asserted at
+/// least as good ([`at_least_the_peer`]).
+fn at_least_the_peer_on(landscape: &str, budget: usize, peer: &str, figures: (f64, f64)) {
+    let file = format!("examples/landscapes/kernel_tuner/{landscape}_rtx3090.json");
+    let (p, median) = seeded_figures_on(&file, None, true, budget, 30);
+    eprintln!(
+        "SEARCH-QUALITY {landscape} RTX 3090, 8 agents, {budget} evaluations, 30 seeds: P(optimum) {p:.2}, median evaluations to it {median:?}; {peer} {figures:?}"
+    );
+    at_least_the_peer((p, median), figures);
+}
+
 /// The best peer's figures on Kernel Tuner's published pnpoly cache (RTX
 /// 3090, 4,092 configurations) at 2.5 % of the space (102 evaluations, 30
 /// seeds): Optuna 5's TPE reaches the optimum on 53 % of the seeds, after
 /// a median of 94 evaluations (`deploy/search_vs_peers.py`; Kernel Tuner's
 /// own strategies do worse there).
-const PNPOLY_BEST_PEER_AT_102: (f64, f64) = (0.53, 94.0);
+const PNPOLY_BEST_PEER_AT_102: (f64, f64) = (16.0 / 30.0, 94.0);
 
 /// On a real GPU's landscape, with no roofline to rank by, the job's one
 /// search with 8 agents reaches the optimum at least as often as the best
@@ -370,11 +383,41 @@ const PNPOLY_BEST_PEER_AT_102: (f64, f64) = (0.53, 94.0);
 /// 0.53; the late turn to exploitation makes it 0.60.
 #[test]
 fn on_a_published_gpu_landscape_the_search_reaches_the_optimum_as_often_as_the_best_peer() {
-    let budget = 102;
-    let file = "examples/landscapes/kernel_tuner/pnpoly_rtx3090.json";
-    let (p, median) = seeded_figures_on(file, None, true, budget, 30);
-    eprintln!(
-        "SEARCH-QUALITY pnpoly RTX 3090, 8 agents, {budget} evaluations, 30 seeds: P(optimum) {p:.2}, median evaluations to it {median:?}; Optuna TPE {PNPOLY_BEST_PEER_AT_102:?}"
+    at_least_the_peer_on("pnpoly", 102, "Optuna TPE", PNPOLY_BEST_PEER_AT_102);
+}
+
+/// The best peer's figures on the same pnpoly cache at 5 % of the space
+/// (205 evaluations, 30 seeds): Optuna 5's TPE reaches the optimum on 97 %
+/// of the seeds, after a median of 94 evaluations.
+const PNPOLY_BEST_PEER_AT_205: (f64, f64) = (29.0 / 30.0, 94.0);
+
+/// At 5 % of the same landscape the search is still at least the best
+/// peer: with the spread weighed alike throughout, P(optimum) here was
+/// 0.87.
+#[test]
+fn on_a_published_gpu_landscape_at_a_twentieth_the_search_is_at_least_the_best_peer() {
+    at_least_the_peer_on("pnpoly", 205, "Optuna TPE", PNPOLY_BEST_PEER_AT_205);
+}
+
+/// The best peer's figures on Kernel Tuner's published convolution cache
+/// (RTX 3090, 6,768 configurations) at 2.5 % of the space (169
+/// evaluations, 30 seeds): Kernel Tuner 1.5's genetic algorithm reaches
+/// the optimum on half the seeds, too few for a median evaluations to it
+/// (counted as none).
+const CONVOLUTION_BEST_PEER_AT_169: (f64, f64) = (15.0 / 30.0, f64::INFINITY);
+
+/// On the largest published landscape, where parameters matter very
+/// unequally (the block width can double the time, the padding flag
+/// changes nothing), the search reaches the optimum more often than the
+/// best peer: with one length scale for every parameter, P(optimum) here
+/// was 0.27.
+#[test]
+fn on_a_large_published_gpu_landscape_the_search_reaches_the_optimum_more_often_than_the_best_peer()
+{
+    at_least_the_peer_on(
+        "convolution",
+        169,
+        "genetic algorithm",
+        CONVOLUTION_BEST_PEER_AT_169,
     );
-    at_least_the_peer((p, median), PNPOLY_BEST_PEER_AT_102);
 }

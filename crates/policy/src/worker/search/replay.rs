@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 
 use mtswarm_core::{Message, Role, ToolCall};
 
+use super::posterior::Posterior;
 use super::surrogate::{Encoding, Surrogate, expected_improvement};
 use super::{BOARD_INFO_ID, EXACT_TIMING, PRUNE_MARGIN, SCREEN, SLICE_IDLE};
 use crate::observations::{Defines, OBSERVATIONS_TOOL, Observations};
@@ -71,9 +72,6 @@ impl Phase {
         }
     }
 }
-
-/// A fitted process and the `(point, log-time)` samples it was fitted to.
-type Fitted<'a> = (Surrogate<'a>, Vec<(&'a [f64], f64)>);
 
 /// What the conversation says about one candidate.
 #[derive(Debug, Clone, Default)]
@@ -410,20 +408,24 @@ impl State {
     /// is screened twice either way.
     pub(super) fn screening_order(&self, times: &[(usize, f64)], phase: Phase) -> Vec<usize> {
         let best = times.iter().map(|t| t.1).find(|t| t.is_finite());
-        let rank: Vec<usize> = self.ranked();
-        let fitted = self.fit(times);
-        let best_log = self.job_best(times).map_or(f64::INFINITY, f64::ln);
-        let surrogate = fitted.as_ref().map(|f| &f.0);
-        let mut keyed: Vec<Keyed> = rank
-            .iter()
-            .enumerate()
-            .filter(|&(_, &i)| {
+        // The candidates still to screen, in rank order: a candidate's
+        // position here is its rank among them and its slot in the posterior.
+        let open: Vec<usize> = self
+            .ranked()
+            .into_iter()
+            .filter(|&i| {
                 !self.known[i].screened
                     && !self.known[i].benchmarked
                     && self.usable(i)
                     && !self.pruned(i, best)
             })
-            .map(|(position, &i)| {
+            .collect();
+        let posterior = self.posterior(times, &open);
+        let best_log = self.job_best(times).map_or(f64::INFINITY, f64::ln);
+        let mut keyed: Vec<Keyed> = open
+            .iter()
+            .enumerate()
+            .map(|(slot, &i)| {
                 let readiness = if self.outcomes[i].artifact.is_some() {
                     0
                 } else if self.known[i].building.is_some() {
@@ -431,28 +433,38 @@ impl State {
                 } else {
                     2
                 };
-                let improvement =
-                    surrogate.map_or(0.0, |gp| self.improvement(gp, best_log, i, phase));
-                (readiness, -improvement, position, i)
+                let improvement = posterior
+                    .as_ref()
+                    .map_or(0.0, |p| self.improvement(p, best_log, slot, i, phase));
+                (readiness, -improvement, slot, i)
             })
             .collect();
         promote_fresh_pick(&mut keyed);
         keyed.sort_by(by_priority);
         let split = keyed.partition_point(|k| k.0 < 2);
         let mut order: Vec<usize> = keyed[..split].iter().map(|k| k.3).collect();
-        let open = keyed[split..].to_vec();
-        match fitted {
-            Some(fitted) => order.extend(self.batch_picks(&order, open, fitted, best_log, phase)),
-            None => order.extend(open.into_iter().map(|k| k.3)),
+        let not_built = keyed[split..].to_vec();
+        match posterior {
+            Some(posterior) => {
+                order.extend(self.batch_picks(&order, not_built, posterior, best_log, phase));
+            }
+            None => order.extend(not_built.into_iter().map(|k| k.3)),
         }
         order
     }
 
-    /// Expected improvement of candidate `i` over `best_log` under `gp`,
-    /// its predicted log-time never below its roofline bound, its spread
-    /// weighed by `phase`.
-    fn improvement(&self, gp: &Surrogate<'_>, best_log: f64, i: usize, phase: Phase) -> f64 {
-        let (mut mean, sd) = gp.predict(self.encoding.point(i));
+    /// Expected improvement of candidate `i` (tracked in `slot` of
+    /// `posterior`) over `best_log`, its predicted log-time never below its
+    /// roofline bound, its spread weighed by `phase`.
+    fn improvement(
+        &self,
+        posterior: &Posterior<'_>,
+        best_log: f64,
+        slot: usize,
+        i: usize,
+        phase: Phase,
+    ) -> f64 {
+        let (mut mean, sd) = posterior.predict(slot);
         let sd = sd * phase.spread_weight();
         if let Some(bound) = self.outcomes[i].estimate_seconds.filter(|b| *b > 0.0) {
             mean = mean.max(bound.ln());
@@ -460,17 +472,17 @@ impl State {
         expected_improvement(best_log, mean, sd)
     }
 
-    /// The candidates not built yet (`open`), in the order they are to be
-    /// built: the ones `in_flight` will be measured first, so each of the
-    /// first [`BATCH_PICKS`] is picked as if they and the picks before it
-    /// had returned what the process predicts for them ("kriging
+    /// The candidates not built yet (`not_built`), in the order they are to
+    /// be built: the ones `in_flight` will be measured first, so each of
+    /// the first [`BATCH_PICKS`] is picked as if they and the picks before
+    /// it had returned what the process predicts for them ("kriging
     /// believer"). A pick is then a different guess from the ones in
-    /// flight, not their neighbour. The rest follow by the last fit.
-    fn batch_picks(
-        &self,
+    /// flight, not their neighbour. The rest follow by the last update.
+    fn batch_picks<'a>(
+        &'a self,
         in_flight: &[usize],
-        mut open: Vec<Keyed>,
-        (mut gp, mut samples): Fitted<'_>,
+        mut not_built: Vec<Keyed>,
+        mut posterior: Posterior<'a>,
         best_log: f64,
         phase: Phase,
     ) -> Vec<usize> {
@@ -478,27 +490,25 @@ impl State {
         let mut pending: Vec<usize> = in_flight.to_vec();
         for _ in 0..BATCH_PICKS {
             if !pending.is_empty() {
-                for i in pending.drain(..) {
-                    let point = self.encoding.point(i);
-                    samples.push((point, gp.predict(point).0));
-                }
-                let Some(refitted) = gp.refit(&samples) else {
+                let points: Vec<&[f64]> =
+                    pending.drain(..).map(|i| self.encoding.point(i)).collect();
+                if !posterior.add_pending(&points) {
                     break;
-                };
-                gp = refitted;
-                for k in &mut open {
-                    k.1 = -self.improvement(&gp, best_log, k.3, phase);
+                }
+                for k in &mut not_built {
+                    k.1 = -self.improvement(&posterior, best_log, k.2, k.3, phase);
                 }
             }
-            let Some(pick) = (0..open.len()).min_by(|&a, &b| by_improvement(&open[a], &open[b]))
+            let Some(pick) =
+                (0..not_built.len()).min_by(|&a, &b| by_improvement(&not_built[a], &not_built[b]))
             else {
                 break;
             };
-            let chosen = open.remove(pick).3;
+            let chosen = not_built.remove(pick).3;
             picks.push(chosen);
             pending.push(chosen);
         }
-        picks.extend(open.into_iter().map(|k| k.3));
+        picks.extend(not_built.into_iter().map(|k| k.3));
         picks
     }
 
@@ -526,14 +536,15 @@ impl State {
     }
 
     /// The process over this agent's screened `times` and the other
-    /// agents' measured times, then once more with their running
-    /// configurations at its own prediction (the "kriging believer"
-    /// of batch Bayesian optimization: a pending point lowers the
-    /// uncertainty around it without claiming a result).
-    fn fit(&self, times: &[(usize, f64)]) -> Option<Fitted<'_>> {
+    /// agents' measured times, predicting the `open` candidates, with the
+    /// other agents' running configurations added at its own prediction
+    /// (the "kriging believer" of batch Bayesian optimization: a pending
+    /// point lowers the uncertainty around it without claiming a result).
+    /// `None` before anything is measured.
+    fn posterior(&self, times: &[(usize, f64)], open: &[usize]) -> Option<Posterior<'_>> {
         let own = self.outcomes.len();
         let measured = self.shared.measured.len();
-        let mut samples: Vec<(&[f64], f64)> = times
+        let samples: Vec<(&[f64], f64)> = times
             .iter()
             .filter(|t| t.1.is_finite() && t.1 > 0.0)
             .map(|t| (self.encoding.point(t.0), t.1.ln()))
@@ -542,30 +553,30 @@ impl State {
                     .map(|(j, m)| (self.encoding.point(own + j), m.1.ln())),
             )
             .collect();
-        let surrogate = Surrogate::fit(&samples)?;
-        if self.shared.running.is_empty() {
-            return Some((surrogate, samples));
-        }
+        let surrogate = Surrogate::fit(samples)?;
+        let points = open.iter().map(|&i| self.encoding.point(i)).collect();
+        let mut posterior = Posterior::new(surrogate, points);
         // As with measured figures, another agent's word about one of this
         // agent's own candidates is not used: it could only hold it back.
         let own_candidates: std::collections::HashSet<&Defines> =
             self.outcomes.iter().map(|o| &o.defines).collect();
-        for (k, running) in self.shared.running.iter().enumerate() {
-            if own_candidates.contains(running) {
-                continue;
-            }
-            let point = self.encoding.point(own + measured + k);
-            samples.push((point, surrogate.predict(point).0));
-        }
-        match surrogate.refit(&samples) {
-            Some(refitted) => Some((refitted, samples)),
-            None => Some((surrogate, samples)),
-        }
+        let running: Vec<&[f64]> = self
+            .shared
+            .running
+            .iter()
+            .enumerate()
+            .filter(|(_, defines)| !own_candidates.contains(defines))
+            .map(|(k, _)| self.encoding.point(own + measured + k))
+            .collect();
+        // Should the extended matrix not factor, the measured fit stands.
+        posterior.add_pending(&running);
+        Some(posterior)
     }
 }
 
 /// One candidate to screen: (readiness: built 0, building 1, else 2;
-/// minus its expected improvement; its estimate rank; its index).
+/// minus its expected improvement; its rank among the candidates to
+/// screen, which is also its slot in the [`Posterior`]; its index).
 type Keyed = (u8, f64, usize, usize);
 
 /// The larger expected improvement first, ties to the estimate rank.
