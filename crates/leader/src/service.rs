@@ -219,16 +219,19 @@ impl v1::control_server::Control for ControlService {
         if !may_read(&identity, &stored) {
             return Err(not_yours(&job_id, &identity));
         }
-        let mut events = self
-            .host
-            .stores
-            .journal
-            .watch(&job_id, request.from_sequence)
-            .await
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let mut shutdown = self.host.shutdown.clone();
+        // Opening waits out a stream leader election (up to half a minute),
+        // but never the daemon's shutdown.
+        let mut events = tokio::select! {
+            opened = self.host.stores.journal.watch(&job_id, request.from_sequence) => {
+                opened.map_err(|e| Status::unavailable(e.to_string()))?
+            }
+            () = stopped(&mut shutdown) => {
+                return Err(Status::unavailable("the leader is shutting down; watch again"));
+            }
+        };
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         let host = self.host.clone();
-        let mut shutdown = self.host.shutdown.clone();
         tokio::spawn(async move {
             let mut last_sequence = 0;
             loop {

@@ -18,7 +18,9 @@
 //! the pending points: the pending ones, picked for their low predictions,
 //! lower the prior mean and widen the scale, which keeps a batch exploring.
 
-use super::surrogate::{FactorRows, NOISE, Samples, Surrogate, kernel, standardized};
+use super::surrogate::{
+    FactorRows, NOISE, Samples, Surrogate, kernel, solve_lower, solved_entry, standardized,
+};
 
 /// Predictions of a [`Surrogate`] at a fixed list of points (the
 /// candidates of a step), with pending points added in groups.
@@ -56,7 +58,7 @@ impl<'a> Posterior<'a> {
                     .iter()
                     .map(|s| kernel(s.0, point, &lengths))
                     .collect();
-                let whitened = forward(&rows, cross.clone());
+                let whitened = solve_lower(&rows, cross.clone());
                 Tracked {
                     point,
                     cross,
@@ -93,7 +95,7 @@ impl<'a> Posterior<'a> {
                 .iter()
                 .map(|s| kernel(point, s.0, &self.lengths))
                 .collect();
-            let mut row = forward(&self.rows, cross);
+            let mut row = solve_lower(&self.rows, cross);
             // The diagonal: the point's own kernel (exactly one) and the
             // noise, less the row's squares one by one, as the
             // factorization subtracts them.
@@ -118,11 +120,8 @@ impl<'a> Posterior<'a> {
                 let k = kernel(point, tracked.point, &self.lengths);
                 tracked.cross.push(k);
                 let row = &self.rows[tracked.whitened.len()];
-                let mut sum = k;
-                for (l, w) in row.iter().zip(&tracked.whitened) {
-                    sum -= l * w;
-                }
-                tracked.whitened.push(sum / row[row.len() - 1]);
+                let entry = solved_entry(row, &tracked.whitened, k);
+                tracked.whitened.push(entry);
             }
         }
         self.standardize();
@@ -142,7 +141,7 @@ impl<'a> Posterior<'a> {
             .iter()
             .map(|s| kernel(s.0, point, &self.lengths))
             .collect();
-        let whitened = forward(&self.rows, cross.clone());
+        let whitened = solve_lower(&self.rows, cross.clone());
         self.to_log(&cross, &whitened)
     }
 
@@ -158,7 +157,7 @@ impl<'a> Posterior<'a> {
         let (targets, mean, scale) = standardized(&self.samples);
         self.mean = mean;
         self.scale = scale;
-        self.weights = backward(&self.rows, forward(&self.rows, targets));
+        self.weights = solve_transposed(&self.rows, solve_lower(&self.rows, targets));
     }
 }
 
@@ -171,22 +170,8 @@ impl Surrogate<'_> {
     }
 }
 
-/// Solves `L x = b` for the factor's rows (the sums of `solve_lower`, in
-/// its order).
-fn forward(rows: &[Vec<f64>], mut b: Vec<f64>) -> Vec<f64> {
-    for (i, row) in rows.iter().enumerate() {
-        let mut sum = b[i];
-        for k in 0..i {
-            sum -= row[k] * b[k];
-        }
-        b[i] = sum / row[i];
-    }
-    b
-}
-
-/// Solves `L^T x = b` for the factor's rows (the sums of
-/// `solve_transposed`, in its order).
-fn backward(rows: &[Vec<f64>], mut b: Vec<f64>) -> Vec<f64> {
+/// Solves `L^T x = b` for the factor's rows (the weights' second solve).
+fn solve_transposed(rows: &[Vec<f64>], mut b: Vec<f64>) -> Vec<f64> {
     for i in (0..rows.len()).rev() {
         let mut sum = b[i];
         for k in i + 1..rows.len() {

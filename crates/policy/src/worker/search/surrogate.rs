@@ -147,8 +147,8 @@ pub(super) type FactorRows = Vec<Vec<f64>>;
 pub(super) struct Surrogate<'a> {
     /// The pairs fitted.
     samples: Samples<'a>,
-    /// Lower-triangular Cholesky factor of the kernel matrix, row-major.
-    factor: Vec<f64>,
+    /// Lower-triangular Cholesky factor of the kernel matrix.
+    rows: FactorRows,
     /// Each parameter's length scale.
     lengths: Vec<f64>,
 }
@@ -171,10 +171,10 @@ impl<'a> Surrogate<'a> {
         if samples.is_empty() || samples.iter().any(|s| !s.1.is_finite()) {
             return None;
         }
-        let factor = factorized(&samples, &lengths, NOISE)?;
+        let rows = factorized(&samples, &lengths, NOISE)?;
         Some(Self {
             samples,
-            factor,
+            rows,
             lengths,
         })
     }
@@ -182,11 +182,7 @@ impl<'a> Surrogate<'a> {
     /// The fitted pairs, the factor's rows (row `i` holding its `i + 1`
     /// entries) and the length scales.
     pub(super) fn into_parts(self) -> (Samples<'a>, FactorRows, Vec<f64>) {
-        let n = self.samples.len();
-        let rows = (0..n)
-            .map(|i| self.factor[i * n..i * n + i + 1].to_vec())
-            .collect();
-        (self.samples, rows, self.lengths)
+        (self.samples, self.rows, self.lengths)
     }
 
     /// Fit to `samples` with this process's length scales, as a step
@@ -213,8 +209,8 @@ pub(super) fn standardized(samples: &[(&[f64], f64)]) -> (Vec<f64>, f64, f64) {
 }
 
 /// The Cholesky factor of the kernel matrix of `samples` plus `noise` on
-/// its diagonal; `None` when it is not positive definite.
-fn factorized(samples: &[(&[f64], f64)], lengths: &[f64], noise: f64) -> Option<Vec<f64>> {
+/// its diagonal, by rows; `None` when it is not positive definite.
+fn factorized(samples: &[(&[f64], f64)], lengths: &[f64], noise: f64) -> Option<FactorRows> {
     let n = samples.len();
     let mut factor = vec![0.0; n * n];
     for i in 0..n {
@@ -224,19 +220,22 @@ fn factorized(samples: &[(&[f64], f64)], lengths: &[f64], noise: f64) -> Option<
         factor[i * n + i] += noise;
     }
     cholesky(&mut factor, n)?;
-    Some(factor)
+    Some(
+        (0..n)
+            .map(|i| factor[i * n..i * n + i + 1].to_vec())
+            .collect(),
+    )
 }
 
 /// Log marginal likelihood of the standardized `samples` under `lengths`
 /// (up to a constant): the fit to the figures minus the model's
 /// complexity.
 fn log_likelihood(samples: &[(&[f64], f64)], lengths: &[f64]) -> Option<f64> {
-    let n = samples.len();
-    let factor = factorized(samples, lengths, LIKELIHOOD_NOISE)?;
+    let rows = factorized(samples, lengths, LIKELIHOOD_NOISE)?;
     let (targets, _, _) = standardized(samples);
-    let whitened = solve_lower(&factor, n, targets);
+    let whitened = solve_lower(&rows, targets);
     let fit: f64 = whitened.iter().map(|x| x * x).sum();
-    let log_determinant: f64 = (0..n).map(|i| factor[i * n + i].ln()).sum();
+    let log_determinant: f64 = rows.iter().map(|row| row[row.len() - 1].ln()).sum();
     Some(-0.5 * fit - log_determinant)
 }
 
@@ -350,16 +349,25 @@ fn cholesky(a: &mut [f64], n: usize) -> Option<()> {
     Some(())
 }
 
-/// Solve `L x = b` for the lower-triangular factor `L`.
-fn solve_lower(l: &[f64], n: usize, mut b: Vec<f64>) -> Vec<f64> {
-    for i in 0..n {
-        let mut sum = b[i];
-        for k in 0..i {
-            sum -= l[i * n + k] * b[k];
-        }
-        b[i] = sum / l[i * n + i];
+/// Solves `L x = b` for the factor's rows.
+pub(super) fn solve_lower(rows: &[Vec<f64>], mut b: Vec<f64>) -> Vec<f64> {
+    for (i, row) in rows.iter().enumerate() {
+        b[i] = solved_entry(row, &b[..i], b[i]);
     }
     b
+}
+
+/// The next entry of a forward solve against `row`, whose entries before
+/// it are `solved`: `value` less the row's products with them, over the
+/// row's diagonal. The one sum behind every prediction, so a solve
+/// extended by a row later (a pending point) adds exactly what a solve
+/// from scratch would.
+pub(super) fn solved_entry(row: &[f64], solved: &[f64], value: f64) -> f64 {
+    let mut sum = value;
+    for (l, x) in row.iter().zip(solved) {
+        sum -= l * x;
+    }
+    sum / row[row.len() - 1]
 }
 
 #[cfg(test)]
