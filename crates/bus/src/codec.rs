@@ -85,6 +85,12 @@ pub fn decode<T: BusMessage>(
     })
 }
 
+/// Most events one message on an agent's event subject carries: a
+/// publisher cuts longer runs into several messages, and a reader may drop
+/// what a message carries beyond it (the job journal numbers an event by
+/// its message and its place in it, `crates/leader/src/journal/watch.rs`).
+pub const MAX_EVENTS_PER_MESSAGE: usize = 1000;
+
 /// Decodes what was published on an agent's event subject: one
 /// `AgentEvent`, or an `AgentEventBatch` of several (unpacked in order).
 /// Every reader of agent events goes through here, so a batch is never

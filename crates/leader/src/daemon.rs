@@ -1,7 +1,6 @@
 //! Starting and stopping the leader: connect to NATS, ensure the topology
-//! and the job journal, start the background loops (result consumer, agent
-//! event and approval relays, the reassigner with its lease and quarantine
-//! watches), take over and resume the QUEUED or RUNNING jobs no live leader
+//! and the job journal, start the background loops (result consumer,
+//! approval relay, the reassigner with its lease and quarantine watches), take over and resume the QUEUED or RUNNING jobs no live leader
 //! owns, watch for the ones whose owner dies later (`runner/ownership.rs`),
 //! and serve `Control` with health and reflection on the configured address
 //! ([`mtswarm_auth::serve`]). Each of those is one step below, in that order.
@@ -26,7 +25,6 @@ use crate::config::LeaderConfig;
 use crate::error::LeaderError;
 use crate::host::JobHost;
 use crate::job_manager::JobManager;
-use crate::journal;
 use crate::keys::LeaderKeys;
 use crate::ownerships::Ownerships;
 use crate::placement::Placement;
@@ -234,9 +232,10 @@ fn job_host(
     })
 }
 
-/// Starts the background loops: the result consumer, the agent event and
-/// approval relays (journaling the jobs this leader owns), and the
-/// reassigner with its lease and quarantine watches.
+/// Starts the background loops: the result consumer, the approval relay
+/// (journaling the jobs this leader owns; agent events reach the journal
+/// without the leader, `journal`), and the reassigner with its lease and
+/// quarantine watches.
 fn start_loops(
     host: &JobHost,
     reassign_rx: mpsc::UnboundedReceiver<Trigger>,
@@ -247,12 +246,6 @@ fn start_loops(
         tokio::spawn(consume_results(
             host.intake.clone(),
             host.config.result_consumer(),
-            shutdown.clone(),
-        )),
-        tokio::spawn(journal::relay_agent_events(
-            stores.bus.clone(),
-            stores.journal.clone(),
-            owns(&host.ownerships),
             shutdown.clone(),
         )),
         tokio::spawn(crate::approvals::relay_requests(
@@ -353,8 +346,9 @@ fn observe_jobs(tables: &Arc<JobTables>) -> mtswarm_telemetry::metrics::observe:
     })
 }
 
-/// Whether this leader owns a job (the relays journal only its jobs). Weak:
-/// the relays must not keep the daemon's state alive after shutdown.
+/// Whether this leader owns a job (the approval relay journals only its
+/// jobs). Weak: the relay must not keep the daemon's state alive after
+/// shutdown.
 fn owns(ownerships: &Arc<Ownerships>) -> impl Fn(&str) -> bool + Send + 'static {
     let ownerships = Arc::downgrade(ownerships);
     move |job_id: &str| {

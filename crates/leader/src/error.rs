@@ -99,6 +99,16 @@ pub enum JournalError {
     /// An entry came without its stream metadata.
     #[error("journal message metadata: {0}")]
     Metadata(#[source] NatsSource),
+    /// The job's worker events were not seen sourced into the journal in time.
+    #[error(
+        "job {job_id}: the journal did not catch up with its workers' events within {waited:?}"
+    )]
+    NotSettled {
+        /// The job involved.
+        job_id: String,
+        /// How long the leader waited.
+        waited: std::time::Duration,
+    },
     /// An entry is not a `JobEvent`.
     #[error("journal entry {sequence} is not a JobEvent: {source}")]
     Decode {

@@ -71,7 +71,7 @@ impl JobHost {
         &self,
         job_id: &str,
     ) -> Result<(Vec<ResultRecord>, u32), mtswarm_bus::BusError> {
-        crate::outcome::believed_records(&self.stores, self.keys.decision(), job_id).await
+        crate::outcome::believed_records(&self.stores, &self.keys, job_id).await
     }
 
     /// What the job's leader tools work with.

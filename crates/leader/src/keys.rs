@@ -1,22 +1,74 @@
 //! The leader's two secrets, and what it makes with them: a task attempt's
 //! result token (only the session the attempt was placed on gets it) and
 //! the signed placement grant a worker's records must carry
-//! ([`mtswarm_auth::provenance`]). Without them (a development stack) the
-//! tokens are empty and no grant is issued.
+//! ([`mtswarm_auth::provenance`]), and the check of a measurement record's
+//! provenance against that grant. Without them (a development stack) the
+//! tokens are empty, no grant is issued and every record is believed.
+//!
+//! A record's check is two ed25519 verifications (the leader's grant, the
+//! worker's signature), and a job's records are checked several times (its
+//! outcome, the confirmation of its best): the leader remembers a digest of
+//! each record that passed, over its stored bytes and signature, and
+//! passes the same bytes again without verifying them again.
 
-use mtswarm_auth::{DecisionSigner, ResultKey};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use mtswarm_auth::{DecisionSigner, DecisionVerifier, ProvenanceError, ResultKey};
+use mtswarm_bus::results::SignedRecord;
 use mtswarm_bus::v1;
+use sha2::{Digest as _, Sha256};
+
+/// Digests of verified records the leader keeps at most; past it the set
+/// starts again (it only saves work).
+const VERIFIED_CAPACITY: usize = 1 << 17;
 
 /// The result key and the decision signer, as configured.
 #[derive(Clone, Default)]
 pub(crate) struct LeaderKeys {
     result: Option<ResultKey>,
     decision: Option<DecisionSigner>,
+    verifier: Option<DecisionVerifier>,
+    verified: Arc<Mutex<HashSet<[u8; 32]>>>,
 }
 
 impl LeaderKeys {
     pub(crate) fn new(result: Option<ResultKey>, decision: Option<DecisionSigner>) -> Self {
-        Self { result, decision }
+        Self {
+            result,
+            verifier: decision.as_ref().map(DecisionSigner::verifier),
+            decision,
+            verified: Arc::default(),
+        }
+    }
+
+    /// Whether `signed` was produced by the worker its attempt was placed
+    /// on ([`DecisionVerifier::verify_measurement`]); always `Ok` without a
+    /// decision key. A record whose stored bytes and signature passed
+    /// before passes without being verified again: the store decodes the
+    /// record from those bytes, so they decide the check.
+    pub(crate) fn check_measurement(&self, signed: &SignedRecord) -> Result<(), ProvenanceError> {
+        let Some(verifier) = &self.verifier else {
+            return Ok(());
+        };
+        let digest = record_digest(signed);
+        if self.verified_set().contains(&digest) {
+            return Ok(());
+        }
+        verifier.verify_measurement(signed)?;
+        let mut verified = self.verified_set();
+        if verified.len() >= VERIFIED_CAPACITY {
+            verified.clear();
+        }
+        verified.insert(digest);
+        Ok(())
+    }
+
+    fn verified_set(&self) -> std::sync::MutexGuard<'_, HashSet<[u8; 32]>> {
+        // A panic elsewhere cannot leave the set half-written.
+        self.verified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The signer of the leader's decisions and grants (`None`: unsigned).
@@ -59,5 +111,94 @@ impl LeaderKeys {
                 None
             }
         }
+    }
+}
+
+/// SHA-256 over a record's stored bytes (length-prefixed) and its signature.
+fn record_digest(signed: &SignedRecord) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update((signed.payload.len() as u64).to_le_bytes());
+    hasher.update(&signed.payload);
+    hasher.update(signed.signature.as_deref().unwrap_or_default());
+    hasher.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use mtswarm_auth::{RecordKind, WorkerKey};
+    use mtswarm_bus::results::{RecordGrant, ResultRecord};
+
+    use super::*;
+
+    /// A measurement record of attempt 1 placed on `worker`, signed by
+    /// `signer` over its stored bytes.
+    fn signed_record(keys: &LeaderKeys, worker: &WorkerKey, signer: &WorkerKey) -> SignedRecord {
+        let assignment = v1::TaskAssignment {
+            task_id: "t1".into(),
+            job_id: "j1".into(),
+            attempt: 1,
+            agent_id: "a1".into(),
+            session_id: "s1".into(),
+            worker_id: "w1".into(),
+            slice_id: "b0-c0".into(),
+            ..Default::default()
+        };
+        let grant = keys
+            .grant(&assignment, &worker.public_key())
+            .expect("a signed grant");
+        let record = ResultRecord {
+            record_id: "r1".into(),
+            job_id: "j1".into(),
+            task_id: "t1".into(),
+            attempt: 1,
+            session_id: "s1".into(),
+            worker_id: "w1".into(),
+            slice_id: "b0-c0".into(),
+            grant: Some(RecordGrant::of(&grant)),
+            ..Default::default()
+        };
+        let payload = serde_json::to_vec(&record).expect("json");
+        let signature = signer
+            .sign(RecordKind::Measurement, "r1", &payload)
+            .expect("signed");
+        SignedRecord {
+            record,
+            payload: payload.into(),
+            signature: Some(signature),
+        }
+    }
+
+    #[test]
+    fn a_verified_record_passes_again_and_changed_bytes_are_verified_anew() {
+        let keys = LeaderKeys::new(None, Some(DecisionSigner::generate()));
+        let worker = WorkerKey::generate();
+        let honest = signed_record(&keys, &worker, &worker);
+        keys.check_measurement(&honest)
+            .expect("the worker's own record");
+        keys.check_measurement(&honest)
+            .expect("the same bytes again");
+        assert_eq!(keys.verified_set().len(), 1, "remembered once");
+
+        // The same signature over other bytes is not the remembered record.
+        let mut changed = honest.clone();
+        let mut bytes = changed.payload.to_vec();
+        bytes.push(b' ');
+        changed.payload = bytes.into();
+        assert!(keys.check_measurement(&changed).is_err());
+        // Another worker's signature over the same bytes is refused too.
+        let forged = signed_record(&keys, &worker, &WorkerKey::generate());
+        assert!(keys.check_measurement(&forged).is_err());
+        assert_eq!(keys.verified_set().len(), 1, "refusals are not remembered");
+    }
+
+    #[test]
+    fn without_a_decision_key_every_record_is_believed() {
+        let keys = LeaderKeys::default();
+        let worker = WorkerKey::generate();
+        let signing = LeaderKeys::new(None, Some(DecisionSigner::generate()));
+        let mut record = signed_record(&signing, &worker, &worker);
+        record.signature = None;
+        keys.check_measurement(&record).expect("believed");
+        assert!(keys.verified_set().is_empty());
     }
 }

@@ -57,9 +57,11 @@
 //!   stale and fenced results and re-published attempts.
 //!
 //! `WatchJob` reads the job's journal (`journal`): a JetStream stream
-//! `MTSWARM_JOB_EVENTS` (subjects `mtswarm.jobevent.<job_id>`) into which
-//! the leader relays every agent event, approval request and decision,
-//! accepted task result and state change.
+//! `MTSWARM_JOB_EVENTS` holding the job's approval requests and decisions,
+//! accepted task results, state changes and the leader agent's events,
+//! which the leader appends (`mtswarm.jobevent.<job_id>`), and its workers'
+//! agent events, which the NATS server sources from the events stream
+//! (`mtswarm.jobevent.<job_id>.agents`) without the leader.
 //!
 //! # Modules, lowest layer first
 //!

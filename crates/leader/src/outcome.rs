@@ -28,6 +28,7 @@ use mtswarm_bus::results::{
 use mtswarm_bus::v1;
 
 use crate::job::JobContext;
+use crate::keys::LeaderKeys;
 use crate::results::TaskView;
 use crate::stores::Stores;
 
@@ -48,7 +49,7 @@ const READ_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
 /// reproduce).
 pub(crate) async fn compute_excluding(
     stores: &Stores,
-    signer: Option<&mtswarm_auth::DecisionSigner>,
+    keys: &LeaderKeys,
     context: &JobContext,
     tasks_left_out: &HashSet<String>,
     disputed: &HashSet<String>,
@@ -59,7 +60,7 @@ pub(crate) async fn compute_excluding(
         .into_iter()
         .filter(|t| !tasks_left_out.contains(&t.task_id))
         .collect();
-    match believed_records(stores, signer, &context.job_id).await {
+    match believed_records(stores, keys, &context.job_id).await {
         Ok((records, refused)) => {
             let records: Vec<ResultRecord> = records
                 .into_iter()
@@ -82,27 +83,20 @@ pub(crate) async fn compute_excluding(
 /// module docs).
 pub(crate) async fn believed_records(
     stores: &Stores,
-    signer: Option<&mtswarm_auth::DecisionSigner>,
+    keys: &LeaderKeys,
     job_id: &str,
 ) -> Result<(Vec<ResultRecord>, u32), mtswarm_bus::BusError> {
     let signed = read_records(stores, job_id).await?;
-    Ok(believed(signer, signed))
+    Ok(believed(keys, signed))
 }
 
 /// The records of `signed` whose provenance verifies (all of them without
 /// a decision key), and the number refused (each logged).
-pub(crate) fn believed(
-    signer: Option<&mtswarm_auth::DecisionSigner>,
-    signed: Vec<SignedRecord>,
-) -> (Vec<ResultRecord>, u32) {
-    let Some(signer) = signer else {
-        return (signed.into_iter().map(|s| s.record).collect(), 0);
-    };
-    let verifier = signer.verifier();
+pub(crate) fn believed(keys: &LeaderKeys, signed: Vec<SignedRecord>) -> (Vec<ResultRecord>, u32) {
     let mut refused = 0u32;
     let records = signed
         .into_iter()
-        .filter_map(|signed| match verifier.verify_measurement(&signed) {
+        .filter_map(|signed| match keys.check_measurement(&signed) {
             Ok(()) => Some(signed.record),
             Err(error) => {
                 refused = refused.saturating_add(1);

@@ -220,7 +220,8 @@ impl Bus {
 const EVENT_BATCH_HEADROOM: usize = 4 * 1024;
 
 /// `events` cut into runs whose encoded size stays within `budget` bytes
-/// (an event larger than that on its own is a run of one), in order.
+/// (an event larger than that on its own is a run of one) and whose length
+/// stays within [`codec::MAX_EVENTS_PER_MESSAGE`], in order.
 fn event_chunks(events: &[v1::AgentEvent], budget: usize) -> Vec<&[v1::AgentEvent]> {
     use prost::Message as _;
     let mut chunks = Vec::new();
@@ -228,7 +229,8 @@ fn event_chunks(events: &[v1::AgentEvent], budget: usize) -> Vec<&[v1::AgentEven
     for (index, event) in events.iter().enumerate() {
         // Each repeated field entry costs its length plus tag and length prefix.
         let size = event.encoded_len() + 1 + prost::length_delimiter_len(event.encoded_len());
-        if index > start && bytes + size > budget {
+        let full = index - start == codec::MAX_EVENTS_PER_MESSAGE;
+        if index > start && (full || bytes + size > budget) {
             chunks.push(&events[start..index]);
             (start, bytes) = (index, 0);
         }
@@ -293,5 +295,22 @@ mod tests {
             .collect();
         assert_eq!(all, vec![4]);
         assert!(event_chunks(&[], 10).is_empty());
+    }
+
+    #[test]
+    fn a_long_run_of_small_events_is_cut_at_the_most_one_message_carries() {
+        let events = vec![v1::AgentEvent::default(); 2 * codec::MAX_EVENTS_PER_MESSAGE + 1];
+        let lengths: Vec<usize> = event_chunks(&events, 1 << 30)
+            .into_iter()
+            .map(<[v1::AgentEvent]>::len)
+            .collect();
+        assert_eq!(
+            lengths,
+            vec![
+                codec::MAX_EVENTS_PER_MESSAGE,
+                codec::MAX_EVENTS_PER_MESSAGE,
+                1
+            ]
+        );
     }
 }

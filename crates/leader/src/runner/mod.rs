@@ -22,7 +22,7 @@
 //! Parts: `drive` (the loop on the engine, through its approval pauses),
 //! `transition` (the state changes), `checkpoint` (the loop's state
 //! as stored: what the model is shown), `resume` (rebuilding a left job),
-//! `relay` (the loop's events onto the bus and into the journal), `end`
+//! `relay` (the loop's events into the journal), `end`
 //! (how the loop ended); the loop's approval pauses are in
 //! [`crate::approvals`], its prompt in `prompt`.
 
@@ -207,7 +207,7 @@ async fn conclude(
         .await;
     let mut outcome = crate::outcome::compute_excluding(
         &host.stores,
-        host.keys.decision(),
+        &host.keys,
         context,
         &crate::confirm::confirmation_tasks(context),
         &confirmed.disputed,

@@ -1,6 +1,12 @@
 //! The event relay of the leader's own loop: every engine event becomes an
-//! `AgentEvent` of the leader agent, published on the bus and journaled,
-//! until the run ends or is cancelled.
+//! `AgentEvent` of the leader agent, appended to the job's journal, until
+//! the run ends or is cancelled.
+//!
+//! The journal is the one place they are stored: `WatchJob` serves them from
+//! there, in order with the leader's other entries. They are not published
+//! on the workers' event subjects as well, where each would be stored twice
+//! more (the events stream, and the journal's copy of it, which the watch
+//! skips for the leader agent).
 
 use futures::StreamExt as _;
 use mtswarm_bus::v1;
@@ -29,7 +35,7 @@ pub(super) async fn pump(
     loop {
         tokio::select! {
             event = events.next() => match event {
-                Some(event) => publish_event(stores, context, session_id, &event).await,
+                Some(event) => journal_event(stores, context, session_id, &event).await,
                 None => return cancelled,
             },
             changed = cancel.changed(), if cancelled.is_none() => {
@@ -78,13 +84,8 @@ pub(crate) fn agent_event(
     }
 }
 
-async fn publish_event(stores: &Stores, context: &JobContext, session_id: &str, event: &Event) {
+async fn journal_event(stores: &Stores, context: &JobContext, session_id: &str, event: &Event) {
     let message = agent_event(&context.job_id, LEADER_AGENT_ID, session_id, event);
-    if let Err(error) = stores.bus.publish_event(&message).await {
-        tracing::warn!(%error, job_id = %context.job_id, "leader event not published");
-    }
-    // Journaled directly rather than through the relay, so the leader's
-    // last events precede the final state change on the same connection.
     if let Err(error) = stores
         .journal
         .append(&context.job_id, v1::job_event::Event::AgentEvent(message))

@@ -98,6 +98,12 @@ pub(crate) async fn transition(
         reason: reason.to_string(),
         outcome: record.outcome.clone().filter(|_| is_final(current)),
     });
+    // The final state ends every watch: the job's last worker events go first.
+    if is_final(current)
+        && let Err(error) = host.stores.journal.settle(job_id).await
+    {
+        tracing::warn!(%error, job_id, "final state journaled before the job's last events");
+    }
     if let Err(error) = host.stores.journal.append_confirmed(job_id, event).await {
         tracing::warn!(%error, job_id, "state change not journaled");
     }

@@ -20,6 +20,7 @@ mod builtin_policy;
 mod fleet;
 mod idempotency;
 mod job_flow;
+mod journal;
 mod journal_cluster;
 mod limits;
 mod nats_restart;
