@@ -18,6 +18,10 @@ use crate::connection::Bus;
 use crate::error::BusError;
 use crate::subjects;
 
+/// Reads [`TypedKv::list`] keeps in flight: enough to hide the round trip
+/// of each, few enough not to crowd out other requests on the connection.
+pub(crate) const LIST_READS_IN_FLIGHT: usize = 64;
+
 /// A value with the KV revision it was read or written at (the CAS token).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Versioned<T> {
@@ -367,9 +371,10 @@ impl<T: BusMessage> TypedKv<T> {
         Ok(keys.into_iter().collect())
     }
 
-    /// Every live value with its key, sorted by key. One read per key: for
-    /// buckets with many keys prefer [`TypedKv::watch_with_current`] and
-    /// keep a cache.
+    /// Every live value with its key, sorted by key. One read per key, up
+    /// to [`LIST_READS_IN_FLIGHT`] at once (a fleet of a thousand slices is
+    /// listed in a few dozen round trips, not a thousand): for buckets
+    /// read often prefer [`TypedKv::watch_with_current`] and keep a cache.
     ///
     /// A value that does not decode as `T` is skipped with a warning naming
     /// its key: one bad record (written by a buggy or hostile client) must
@@ -384,10 +389,18 @@ impl<T: BusMessage> TypedKv<T> {
         &self,
         filter: &str,
     ) -> Result<Vec<(String, Versioned<T>)>, BusError> {
+        let keys = self.stored_keys(filter).await?;
+        // `buffered` keeps the keys' order while the reads overlap.
+        let mut reads = futures::stream::iter(keys)
+            .map(|key| async move {
+                let read = self.get(&key).await;
+                (key, read)
+            })
+            .buffered(LIST_READS_IN_FLIGHT);
         let mut values = Vec::new();
-        for key in self.stored_keys(filter).await? {
+        while let Some((key, read)) = reads.next().await {
             // Deleted and expired keys read as absent.
-            match self.get(&key).await {
+            match read {
                 Ok(Some(value)) => values.push((key, value)),
                 Ok(None) => {}
                 Err(error) if error.is_undecodable() => self.warn_undecodable(&key, &error),

@@ -83,11 +83,7 @@ impl Bus {
             });
         }
         let subject = subjects::event(&first.job_id, &first.agent_id)?;
-        let budget = self
-            .max_record_bytes()
-            .saturating_sub(EVENT_BATCH_HEADROOM)
-            .max(1);
-        for chunk in event_chunks(events, budget) {
+        for chunk in self.event_messages(events) {
             match chunk {
                 [only] => self.publish_core(subject.clone(), only).await?,
                 several => {
@@ -99,6 +95,19 @@ impl Bus {
             }
         }
         Ok(())
+    }
+
+    /// `events` cut into the runs one message may carry on this connection
+    /// (within [`Bus::max_record_bytes`] and
+    /// [`codec::MAX_EVENTS_PER_MESSAGE`]), in order: what
+    /// [`Bus::publish_events`] sends, and what a writer of its own batches
+    /// (the job journal) stores as one message each.
+    pub fn event_messages<'a>(&self, events: &'a [v1::AgentEvent]) -> Vec<&'a [v1::AgentEvent]> {
+        let budget = self
+            .max_record_bytes()
+            .saturating_sub(EVENT_BATCH_HEADROOM)
+            .max(1);
+        event_chunks(events, budget)
     }
 
     /// Live events of one job (from now on), batches unpacked: one item

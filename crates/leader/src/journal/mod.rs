@@ -4,8 +4,9 @@
 //!
 //! The journal is a JetStream stream of its own (`MTSWARM_JOB_EVENTS`) with
 //! two kinds of entries, told apart by their subject:
-//! - `mtswarm.jobevent.<job_id>`: a protobuf `JobEvent` the leader wrote
-//!   (state changes, results, approvals, the leader agent's own events).
+//! - `mtswarm.jobevent.<job_id>`: what the leader wrote, a protobuf
+//!   `JobEvent` (state changes, results, approvals) or an
+//!   `AgentEventBatch` of its own loop's events (`append_leader_events`).
 //!   Only the leader may publish there.
 //! - `mtswarm.jobevent.<job_id>.agents`: what a worker published on
 //!   `mtswarm.event.<job_id>.<agent_id>` (one `AgentEvent` or a batch),
@@ -40,6 +41,7 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use async_nats::jetstream::stream;
+use mtswarm_bus::codec::BusMessage as _;
 use mtswarm_bus::{Bus, TopologyConfig, subjects, v1};
 use prost::Message as _;
 
@@ -123,11 +125,40 @@ impl Journal {
         }
     }
 
-    fn headers() -> async_nats::HeaderMap {
+    fn headers(content_type: &str) -> async_nats::HeaderMap {
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Content-Type", CONTENT_TYPE);
+        headers.insert(mtswarm_bus::codec::CONTENT_TYPE_HEADER, content_type);
         mtswarm_bus::trace::inject_current(&mut headers);
         headers
+    }
+
+    /// Appends the leader agent's `events` (consecutive events of its loop,
+    /// in order) as few entries as they fit in: each an `AgentEventBatch`
+    /// on the leader's subject, numbered event by event like a worker's
+    /// batch. One stored (and synced) entry for what a loop emitted while
+    /// the previous entry was being stored: the loop's events cost the
+    /// journal one write per round trip, not one per event.
+    pub async fn append_leader_events(
+        &self,
+        job_id: &str,
+        events: &[v1::AgentEvent],
+    ) -> Result<(), JournalError> {
+        let subject = job_events_subject(job_id)?;
+        for run in self.bus.event_messages(events) {
+            let batch = v1::AgentEventBatch {
+                events: run.to_vec(),
+            };
+            let mut headers = Self::headers(v1::AgentEventBatch::CONTENT_TYPE);
+            headers.insert(
+                async_nats::header::NATS_MESSAGE_ID,
+                new_message_id().as_str(),
+            );
+            let payload = bytes::Bytes::from(batch.encode_to_vec());
+            PendingAppend::new(self.bus.clone(), subject.clone(), headers, payload)
+                .confirm()
+                .await?;
+        }
+        Ok(())
     }
 
     /// Appends an event and waits until the stream stored it (see
@@ -166,7 +197,7 @@ impl Journal {
     ) -> Result<u64, JournalError> {
         let subject = job_events_subject(job_id)?;
         let payload = bytes::Bytes::from(Self::message(job_id, event).encode_to_vec());
-        let mut headers = Self::headers();
+        let mut headers = Self::headers(CONTENT_TYPE);
         headers.insert(async_nats::header::NATS_MESSAGE_ID, message_id.as_str());
         let stream_sequence = PendingAppend::new(self.bus.clone(), subject, headers, payload)
             .confirm()

@@ -3,8 +3,9 @@
 //! numbered by its [`Position`].
 //!
 //! The subject says who wrote an entry. The leader's subject is read as a
-//! `JobEvent` (an undecodable one ends the watch with an error: the leader
-//! wrote it, so something is broken). The sourced `.agents` subject holds
+//! `JobEvent`, or as a batch of the leader agent's events when its content
+//! type says so (an undecodable one ends the watch with an error: the
+//! leader wrote it, so something is broken). The sourced `.agents` subject holds
 //! whatever a worker published, so it is read as agent events only; an
 //! undecodable entry, an event that names another job or the leader agent
 //! (whose events the leader journals itself), and events past
@@ -17,7 +18,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, pull};
 use futures::{Stream, StreamExt as _};
-use mtswarm_bus::codec::{MAX_EVENTS_PER_MESSAGE, decode_agent_events};
+use mtswarm_bus::codec::{BusMessage as _, MAX_EVENTS_PER_MESSAGE, decode_agent_events};
 use mtswarm_bus::{Backoff, retry_within, v1};
 use prost::Message as _;
 
@@ -146,36 +147,73 @@ impl EntryReader {
             Err(e) => return vec![Err(JournalError::Metadata(e))],
         };
         let stream_sequence = info.stream_sequence;
-        if message.subject.as_str() == self.leader_subject {
-            if Position::first_of(stream_sequence) < self.from {
-                return Vec::new();
-            }
-            return vec![
-                v1::JobEvent::decode(message.payload.as_ref())
-                    .map(|mut event| {
-                        event.sequence = Position::first_of(stream_sequence).sequence();
-                        event
-                    })
-                    .map_err(|source| JournalError::Decode {
-                        sequence: stream_sequence,
-                        source,
-                    }),
-            ];
-        }
         let timestamp = prost_types::Timestamp {
             seconds: info.published.unix_timestamp(),
             nanos: i32::try_from(info.published.nanosecond()).unwrap_or(0),
         };
-        self.agent_events(&message, stream_sequence)
-            .into_iter()
-            .map(|(position, event)| {
-                Ok(v1::JobEvent {
-                    job_id: self.job_id.clone(),
-                    sequence: position.sequence(),
-                    timestamp: Some(timestamp),
-                    event: Some(v1::job_event::Event::AgentEvent(event)),
+        let as_job_events = |events: Vec<(Position, v1::AgentEvent)>| {
+            events
+                .into_iter()
+                .map(|(position, event)| {
+                    Ok(v1::JobEvent {
+                        job_id: self.job_id.clone(),
+                        sequence: position.sequence(),
+                        timestamp: Some(timestamp),
+                        event: Some(v1::job_event::Event::AgentEvent(event)),
+                    })
                 })
+                .collect()
+        };
+        if message.subject.as_str() != self.leader_subject {
+            return as_job_events(self.agent_events(&message, stream_sequence));
+        }
+        let leader_batch = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(mtswarm_bus::codec::CONTENT_TYPE_HEADER))
+            .is_some_and(|t| t.as_str() == v1::AgentEventBatch::CONTENT_TYPE);
+        if leader_batch {
+            return match v1::AgentEventBatch::decode(message.payload.as_ref()) {
+                Ok(batch) => as_job_events(self.placed(stream_sequence, batch.events)),
+                Err(source) => vec![Err(JournalError::Decode {
+                    sequence: stream_sequence,
+                    source,
+                })],
+            };
+        }
+        if Position::first_of(stream_sequence) < self.from {
+            return Vec::new();
+        }
+        vec![
+            v1::JobEvent::decode(message.payload.as_ref())
+                .map(|mut event| {
+                    event.sequence = Position::first_of(stream_sequence).sequence();
+                    event
+                })
+                .map_err(|source| JournalError::Decode {
+                    sequence: stream_sequence,
+                    source,
+                }),
+        ]
+    }
+
+    /// The events of entry `stream_sequence` at or after `from`, each with
+    /// its place; at most [`MAX_EVENTS_PER_MESSAGE`] of them.
+    fn placed(
+        &self,
+        stream_sequence: u64,
+        events: Vec<v1::AgentEvent>,
+    ) -> Vec<(Position, v1::AgentEvent)> {
+        (0..PER_ENTRY)
+            .zip(events)
+            .map(|(index, event)| {
+                let position = Position {
+                    stream_sequence,
+                    index,
+                };
+                (position, event)
             })
+            .filter(|(position, _)| *position >= self.from)
             .collect()
     }
 
@@ -199,22 +237,15 @@ impl EntryReader {
         if events.len() > MAX_EVENTS_PER_MESSAGE {
             tracing::warn!(%subject, stream_sequence, events = events.len(), kept = MAX_EVENTS_PER_MESSAGE, "agent event entry longer than a publisher writes; its tail skipped");
         }
-        let mut kept = Vec::with_capacity(events.len().min(MAX_EVENTS_PER_MESSAGE));
-        for (index, event) in (0..PER_ENTRY).zip(events) {
-            let position = Position {
-                stream_sequence,
-                index,
-            };
-            if position < self.from {
-                continue;
-            }
-            if event.job_id != self.job_id || event.agent_id == LEADER_AGENT_ID {
+        let mut placed = self.placed(stream_sequence, events);
+        placed.retain(|(_, event)| {
+            let foreign = event.job_id != self.job_id || event.agent_id == LEADER_AGENT_ID;
+            if foreign {
                 tracing::warn!(%subject, stream_sequence, job_id = %event.job_id, agent_id = %event.agent_id, "agent event of another job or of the leader agent skipped");
-                continue;
             }
-            kept.push((position, event));
-        }
-        kept
+            !foreign
+        });
+        placed
     }
 }
 

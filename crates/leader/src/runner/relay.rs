@@ -2,6 +2,15 @@
 //! `AgentEvent` of the leader agent, appended to the job's journal, until
 //! the run ends or is cancelled.
 //!
+//! Polling the run's event stream is what drives the run, so the relay
+//! never waits for the journal between two polls: the events go to a
+//! writer task, which appends what gathered while its previous append was
+//! being stored as one entry ([`Journal::append_leader_events`]). A turn
+//! that spawns a thousand agents is not held up by a thousand synced
+//! writes, and the journal gets one entry per round trip instead of one
+//! per event. The relay returns once the writer stored everything, so the
+//! job's final state change comes after its loop's last events.
+//!
 //! The journal is the one place they are stored: `WatchJob` serves them from
 //! there, in order with the leader's other entries. They are not published
 //! on the workers' event subjects as well, where each would be stored twice
@@ -11,15 +20,17 @@
 use futures::StreamExt as _;
 use mtswarm_bus::v1;
 use mtswarm_core::{Event, EventKind, RunHandle, RunStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::transition::now;
 use crate::ids::LEADER_AGENT_ID;
 use crate::job::JobContext;
+use crate::journal::Journal;
 use crate::stores::Stores;
 
-/// Drives the run's events to their end, publishing each; a cancel request
-/// stops the run (the stream then ends). Returns the cancel reason, if any.
+/// Drives the run's events to their end, journaling each; a cancel request
+/// stops the run (the stream then ends). Returns the cancel reason, if any,
+/// once every event is stored (or could not be).
 pub(super) async fn pump(
     stores: &Stores,
     context: &JobContext,
@@ -28,6 +39,14 @@ pub(super) async fn pump(
     handle: &RunHandle,
     cancel: &mut watch::Receiver<Option<String>>,
 ) -> Option<String> {
+    let (to_writer, gathered) = mpsc::unbounded_channel();
+    let writer = tokio::spawn(write_events(
+        stores.journal.clone(),
+        context.job_id.clone(),
+        gathered,
+    ));
+    let as_message =
+        |event: &Event| agent_event(&context.job_id, LEADER_AGENT_ID, session_id, event);
     let mut cancelled = cancel.borrow().clone();
     if cancelled.is_some() {
         handle.cancel();
@@ -35,8 +54,14 @@ pub(super) async fn pump(
     loop {
         tokio::select! {
             event = events.next() => match event {
-                Some(event) => journal_event(stores, context, session_id, &event).await,
-                None => return cancelled,
+                Some(event) => {
+                    // The rest of what the same poll emitted goes with it.
+                    let mut batch = vec![as_message(&event)];
+                    batch.extend(events.ready().iter().map(as_message));
+                    // The writer outlives this loop: a send cannot fail.
+                    let _ = to_writer.send(batch);
+                }
+                None => break,
             },
             changed = cancel.changed(), if cancelled.is_none() => {
                 if changed.is_err() {
@@ -47,6 +72,28 @@ pub(super) async fn pump(
                     handle.cancel();
                 }
             }
+        }
+    }
+    drop(to_writer);
+    if let Err(error) = writer.await {
+        tracing::warn!(%error, job_id = %context.job_id, "leader event writer ended abnormally");
+    }
+    cancelled
+}
+
+/// Appends the batches `gathered` sends, in order, each append taking
+/// everything that arrived while the one before it was stored.
+async fn write_events(
+    journal: Journal,
+    job_id: String,
+    mut gathered: mpsc::UnboundedReceiver<Vec<v1::AgentEvent>>,
+) {
+    while let Some(mut events) = gathered.recv().await {
+        while let Ok(more) = gathered.try_recv() {
+            events.extend(more);
+        }
+        if let Err(error) = journal.append_leader_events(&job_id, &events).await {
+            tracing::warn!(%error, %job_id, events = events.len(), "leader events not journaled");
         }
     }
 }
@@ -81,16 +128,5 @@ pub(crate) fn agent_event(
         kind: kind as i32,
         payload_json: serde_json::to_string(&event.kind).unwrap_or_default(),
         timestamp: Some(now()),
-    }
-}
-
-async fn journal_event(stores: &Stores, context: &JobContext, session_id: &str, event: &Event) {
-    let message = agent_event(&context.job_id, LEADER_AGENT_ID, session_id, event);
-    if let Err(error) = stores
-        .journal
-        .append(&context.job_id, v1::job_event::Event::AgentEvent(message))
-        .await
-    {
-        tracing::warn!(%error, job_id = %context.job_id, "leader event not journaled");
     }
 }

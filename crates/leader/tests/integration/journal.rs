@@ -1,6 +1,7 @@
 //! The job journal on a real nats-server: worker events reach it without a
-//! leader process (the server sources them), a batch of a worker's events
-//! is numbered event by event so a watch resumes inside it, and what a
+//! leader process (the server sources them), a batch of a worker's or the
+//! leader loop's events is numbered event by event so a watch resumes
+//! inside it, and what a
 //! hostile worker publishes on a job's event subjects (a forged `JobEvent`,
 //! another job's event, the leader agent's) neither reaches the watch nor
 //! ends it; `settle` returns once a job's events are all in.
@@ -120,6 +121,17 @@ async fn worker_events_are_journaled_by_the_server_and_a_watch_resumes_inside_a_
         .await
         .expect("append again");
     assert_eq!(first, retried, "the retry names the stored original");
+    // The leader's own loop: two events in one entry of its subject.
+    journal
+        .append_leader_events(
+            JOB,
+            &[
+                worker_event(JOB, "leader", 1),
+                worker_event(JOB, "leader", 2),
+            ],
+        )
+        .await
+        .expect("leader events");
     // One message carrying three events, then a single one.
     bus.publish_events(&[
         worker_event(JOB, "a1", 1),
@@ -145,10 +157,10 @@ async fn worker_events_are_journaled_by_the_server_and_a_watch_resumes_inside_a_
         .await
         .expect("single");
     // Right after the journal was created its sourcing lags; `settle`
-    // returns once everything published so far is in: the leader's entry,
-    // the batch, the three forged, the single one and the settle's mark.
+    // returns once everything published so far is in: the leader's two
+    // entries, the batch, the three forged, the single one and the mark.
     journal.settle(JOB).await.expect("settled");
-    assert_eq!(journal_entries(bus).await, 7);
+    assert_eq!(journal_entries(bus).await, 8);
     journal
         .append_confirmed(JOB, state_change(v1::JobState::Running, "marker"))
         .await
@@ -158,25 +170,30 @@ async fn worker_events_are_journaled_by_the_server_and_a_watch_resumes_inside_a_
     let shown_all: Vec<String> = events.iter().map(shown).collect();
     assert_eq!(
         shown_all,
-        ["queued", "a1#1", "a1#2", "a1#3", "a1#4", "marker"],
+        [
+            "queued", "leader#1", "leader#2", "a1#1", "a1#2", "a1#3", "a1#4", "marker"
+        ],
         "the worker's events in order, nothing of the hostile worker's"
     );
     let sequences: Vec<u64> = events.iter().map(|e| e.sequence).collect();
     assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
-    // The batch's events are numbered one apart: one entry, three places.
+    // A batch's events are numbered one apart: one entry, a place each.
     assert_eq!(sequences[2], sequences[1] + 1, "{sequences:?}");
-    assert_eq!(sequences[3], sequences[2] + 1, "{sequences:?}");
+    assert_eq!(sequences[4], sequences[3] + 1, "{sequences:?}");
+    assert_eq!(sequences[5], sequences[4] + 1, "{sequences:?}");
     assert!(
         events
             .iter()
             .all(|e| e.timestamp.is_some() && e.job_id == JOB)
     );
 
-    // `sequence + 1` after the batch's first event resumes at its second.
-    let resumed = watch_until(&journal, sequences[1] + 1, "marker").await;
+    // `sequence + 1` after a batch's first event resumes at its second.
+    let resumed = watch_until(&journal, sequences[3] + 1, "marker").await;
     let shown_resumed: Vec<String> = resumed.iter().map(shown).collect();
     assert_eq!(shown_resumed, ["a1#2", "a1#3", "a1#4", "marker"]);
-    assert_eq!(resumed[0].sequence, sequences[2]);
+    assert_eq!(resumed[0].sequence, sequences[4]);
+    let resumed = watch_until(&journal, sequences[1] + 1, "marker").await;
+    assert_eq!(shown(&resumed[0]), "leader#2");
 
     // The journal is sourced again by a restarted leader without copying
     // the events stream a second time.
@@ -187,16 +204,16 @@ async fn worker_events_are_journaled_by_the_server_and_a_watch_resumes_inside_a_
         .await
         .expect("after the restart");
     // Sourced from the start again, the events stream's seven messages
-    // would be copied a second time: the count would pass 9.
+    // would be copied a second time: the count would pass 10.
     eventually("the next worker event sourced, once", || async {
-        (journal_entries(bus).await == 9).then_some(())
+        (journal_entries(bus).await == 10).then_some(())
     })
     .await;
     again
         .append_confirmed(JOB, state_change(v1::JobState::Succeeded, "end"))
         .await
         .expect("end");
-    let tail: Vec<String> = watch_until(&again, sequences[5] + 1, "end")
+    let tail: Vec<String> = watch_until(&again, sequences[7] + 1, "end")
         .await
         .iter()
         .map(shown)
