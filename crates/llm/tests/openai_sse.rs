@@ -552,6 +552,18 @@ async fn context_length_400_is_prompt_too_long() {
     );
 }
 
+/// llama.cpp's server words it its own way; the engine must still see a
+/// prompt that did not fit (and compact), not a failed request.
+#[tokio::test]
+async fn llama_cpp_context_size_400_is_prompt_too_long() {
+    let error = error_from_one_reply(Reply::status(400, json!({"error": {"code": 400, "message": "request (8362 tokens) exceeds the available context size (8192 tokens), try increasing it", "type": "exceed_context_size_error", "n_prompt_tokens": 8362, "n_ctx": 8192}}))).await;
+
+    assert!(
+        matches!(&error, ModelError::PromptTooLong(m) if m.contains("8192")),
+        "{error:?}"
+    );
+}
+
 #[tokio::test]
 async fn other_400_is_bad_request_with_the_server_message() {
     let error = error_from_one_reply(Reply::status(400, json!({"error": {"message": "Invalid value for 'temperature': must be <= 2", "type": "invalid_request_error"}}))).await;

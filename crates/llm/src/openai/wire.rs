@@ -233,6 +233,9 @@ pub(crate) fn mentions_context_overflow(text: &str) -> bool {
         "maximum model length",
         "prompt is too long",
         "exceeds the model",
+        // llama.cpp's server: "request (8362 tokens) exceeds the available
+        // context size (8192 tokens), try increasing it".
+        "context size",
     ]
     .iter()
     .any(|needle| lower.contains(needle))
@@ -340,6 +343,9 @@ mod tests {
             "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens"
         ));
         assert!(mentions_context_overflow("Too many tokens in prompt"));
+        assert!(mentions_context_overflow(
+            "request (8362 tokens) exceeds the available context size (8192 tokens), try increasing it"
+        ));
         assert!(!mentions_context_overflow("Invalid value for temperature"));
     }
 }
