@@ -151,50 +151,70 @@ impl EntryReader {
             seconds: info.published.unix_timestamp(),
             nanos: i32::try_from(info.published.nanosecond()).unwrap_or(0),
         };
-        let as_job_events = |events: Vec<(Position, v1::AgentEvent)>| {
-            events
-                .into_iter()
-                .map(|(position, event)| {
-                    Ok(v1::JobEvent {
-                        job_id: self.job_id.clone(),
-                        sequence: position.sequence(),
-                        timestamp: Some(timestamp),
-                        event: Some(v1::job_event::Event::AgentEvent(event)),
-                    })
-                })
-                .collect()
-        };
-        if message.subject.as_str() != self.leader_subject {
-            return as_job_events(self.agent_events(&message, stream_sequence));
+        if message.subject.as_str() == self.leader_subject {
+            self.leader_entry(&message, stream_sequence, timestamp)
+        } else {
+            self.as_job_events(self.agent_events(&message, stream_sequence), timestamp)
         }
-        let leader_batch = message
+    }
+
+    /// An entry the leader wrote: a batch of its loop's events, or one
+    /// `JobEvent`. Undecodable, it is an error (see the module doc).
+    fn leader_entry(
+        &self,
+        message: &async_nats::jetstream::Message,
+        stream_sequence: u64,
+        timestamp: prost_types::Timestamp,
+    ) -> Vec<Result<v1::JobEvent, JournalError>> {
+        let decode_error = |source| {
+            vec![Err(JournalError::Decode {
+                sequence: stream_sequence,
+                source,
+            })]
+        };
+        let batch = message
             .headers
             .as_ref()
             .and_then(|h| h.get(mtswarm_bus::codec::CONTENT_TYPE_HEADER))
             .is_some_and(|t| t.as_str() == v1::AgentEventBatch::CONTENT_TYPE);
-        if leader_batch {
+        if batch {
             return match v1::AgentEventBatch::decode(message.payload.as_ref()) {
-                Ok(batch) => as_job_events(self.placed(stream_sequence, batch.events)),
-                Err(source) => vec![Err(JournalError::Decode {
-                    sequence: stream_sequence,
-                    source,
-                })],
+                Ok(batch) => {
+                    self.as_job_events(self.placed(stream_sequence, batch.events), timestamp)
+                }
+                Err(source) => decode_error(source),
             };
         }
-        if Position::first_of(stream_sequence) < self.from {
+        let position = Position::first_of(stream_sequence);
+        if position < self.from {
             return Vec::new();
         }
-        vec![
-            v1::JobEvent::decode(message.payload.as_ref())
-                .map(|mut event| {
-                    event.sequence = Position::first_of(stream_sequence).sequence();
-                    event
+        match v1::JobEvent::decode(message.payload.as_ref()) {
+            Ok(mut event) => {
+                event.sequence = position.sequence();
+                vec![Ok(event)]
+            }
+            Err(source) => decode_error(source),
+        }
+    }
+
+    /// Agent events with their places, as the watch's `JobEvent`s.
+    fn as_job_events(
+        &self,
+        events: Vec<(Position, v1::AgentEvent)>,
+        timestamp: prost_types::Timestamp,
+    ) -> Vec<Result<v1::JobEvent, JournalError>> {
+        events
+            .into_iter()
+            .map(|(position, event)| {
+                Ok(v1::JobEvent {
+                    job_id: self.job_id.clone(),
+                    sequence: position.sequence(),
+                    timestamp: Some(timestamp),
+                    event: Some(v1::job_event::Event::AgentEvent(event)),
                 })
-                .map_err(|source| JournalError::Decode {
-                    sequence: stream_sequence,
-                    source,
-                }),
-        ]
+            })
+            .collect()
     }
 
     /// The events of entry `stream_sequence` at or after `from`, each with
