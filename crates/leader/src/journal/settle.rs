@@ -76,6 +76,8 @@ impl Journal {
                 stream: JOB_EVENTS_STREAM,
                 source: Box::new(e),
             })?;
+            // An entry that does not decode is some worker's, not the mark;
+            // the watch logs it when it reads it.
             let events =
                 decode_agent_events(&filter_subject, entry.headers.as_ref(), &entry.payload)
                     .unwrap_or_default();
