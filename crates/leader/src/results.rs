@@ -18,7 +18,7 @@
 //! table's duplicate check makes the live consumer and the replay accept
 //! each task's result once.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -88,9 +88,61 @@ pub(crate) fn first_error_note(tasks: &[TaskView]) -> String {
 #[derive(Debug, Default)]
 pub struct JobResults {
     tasks: Mutex<HashMap<String, TaskEntry>>,
-    /// Assignment order, for stable listings.
-    order: Mutex<Vec<String>>,
+    /// Assignment order, for stable listings, and each agent's tasks in it.
+    listing: Mutex<Listing>,
     changed: Notify,
+}
+
+/// Task ids in assignment order, indexed by agent: cancelling each of a
+/// thousand agents asks for its own tasks, and a scan of every task per
+/// agent made the job's end quadratic in its size.
+#[derive(Debug, Default)]
+struct Listing {
+    order: Vec<String>,
+    /// A task's index in `order`.
+    position: HashMap<String, usize>,
+    /// The positions of each agent's tasks.
+    by_agent: HashMap<String, BTreeSet<usize>>,
+}
+
+impl Listing {
+    /// Lists `task_id` under `agent_id`: appended when new, moved from
+    /// `previous_agent` when it was another's.
+    fn place(&mut self, task_id: &str, agent_id: &str, previous_agent: Option<&str>) {
+        let position = match self.position.get(task_id) {
+            Some(&position) => position,
+            None => {
+                let position = self.order.len();
+                self.order.push(task_id.to_string());
+                self.position.insert(task_id.to_string(), position);
+                position
+            }
+        };
+        if let Some(previous) = previous_agent
+            && previous != agent_id
+            && let Some(positions) = self.by_agent.get_mut(previous)
+        {
+            positions.remove(&position);
+        }
+        self.by_agent
+            .entry(agent_id.to_string())
+            .or_default()
+            .insert(position);
+    }
+
+    /// The task ids of `agents`, in assignment order.
+    fn of_agents(&self, agents: &[String]) -> Vec<String> {
+        let positions: BTreeSet<usize> = agents
+            .iter()
+            .filter_map(|agent| self.by_agent.get(agent))
+            .flatten()
+            .copied()
+            .collect();
+        positions
+            .into_iter()
+            .filter_map(|position| self.order.get(position).cloned())
+            .collect()
+    }
 }
 
 /// A task as `collect_result` reports it.
@@ -114,6 +166,14 @@ impl JobResults {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn listing(&self) -> std::sync::MutexGuard<'_, Listing> {
+        self.listing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn order(&self) -> Vec<String> {
+        self.listing().order.clone()
+    }
+
     /// Records that `task_id` was (re)assigned to `agent_id` as `attempt`;
     /// from now on only that attempt's result is accepted.
     pub fn register(&self, task_id: &str, agent_id: &str, attempt: u32) {
@@ -124,8 +184,7 @@ impl JobResults {
     /// `done` = its current attempt's result was accepted before.
     pub fn register_recorded(&self, task_id: &str, agent_id: &str, attempt: u32, done: bool) {
         let mut tasks = self.lock();
-        let fresh = !tasks.contains_key(task_id);
-        tasks.insert(
+        let previous = tasks.insert(
             task_id.to_string(),
             TaskEntry {
                 agent_id: agent_id.to_string(),
@@ -136,13 +195,14 @@ impl JobResults {
                 accepting: None,
             },
         );
-        drop(tasks);
-        if fresh {
-            self.order
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(task_id.to_string());
-        }
+        // Under the table's lock, so two registrations of one task list it
+        // as the table ends up holding it (the listing is only ever locked
+        // alone or inside the table's lock).
+        self.listing().place(
+            task_id,
+            agent_id,
+            previous.as_ref().map(|entry| entry.agent_id.as_str()),
+        );
     }
 
     /// Offers a result; see [`Acceptance`].
@@ -230,16 +290,10 @@ impl JobResults {
 
     /// Task ids in assignment order, optionally only those of `agents`.
     pub fn task_ids(&self, agents: Option<&[String]>) -> Vec<String> {
-        let order = self.order.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let tasks = self.lock();
-        order
-            .into_iter()
-            .filter(|id| match (agents, tasks.get(id)) {
-                (None, Some(_)) => true,
-                (Some(agents), Some(entry)) => agents.contains(&entry.agent_id),
-                _ => false,
-            })
-            .collect()
+        match agents {
+            None => self.order(),
+            Some(agents) => self.listing().of_agents(agents),
+        }
     }
 
     /// True when `task_id` was assigned in this job.
@@ -272,7 +326,7 @@ impl JobResults {
 
     /// Tasks without a result, in assignment order.
     pub fn pending(&self) -> Vec<String> {
-        let order = self.order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let order = self.order();
         let tasks = self.lock();
         order
             .into_iter()
@@ -293,7 +347,7 @@ impl JobResults {
     /// accepted result (`None` while pending); nothing is marked as handed
     /// out.
     pub fn snapshot(&self) -> Vec<TaskView> {
-        let order = self.order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let order = self.order();
         self.views(&order)
     }
 
@@ -503,6 +557,25 @@ mod tests {
         assert_eq!(job.recorded_done_without_result(), vec!["t2".to_string()]);
         assert_eq!(job.offer(&result("t2", 3)), Acceptance::Restored);
         assert!(job.recorded_done_without_result().is_empty());
+    }
+
+    #[test]
+    fn an_agents_tasks_are_listed_in_assignment_order_and_follow_a_move() {
+        let job = JobResults::default();
+        for (task, agent) in [("t1", "a1"), ("t2", "a2"), ("t3", "a1"), ("t4", "a3")] {
+            job.register(task, agent, 1);
+        }
+        let ids = |agents: &[&str]| {
+            let agents: Vec<String> = agents.iter().map(|a| a.to_string()).collect();
+            job.task_ids(Some(&agents))
+        };
+        assert_eq!(ids(&["a3", "a1", "a1"]), ["t1", "t3", "t4"]);
+        assert_eq!(ids(&["nobody"]), Vec::<String>::new());
+        // t1 moves to a3 (its next attempt): listed there, in its old place.
+        job.register("t1", "a3", 2);
+        assert_eq!(ids(&["a1"]), ["t3"]);
+        assert_eq!(ids(&["a3"]), ["t1", "t4"]);
+        assert_eq!(job.task_ids(None), ["t1", "t2", "t3", "t4"]);
     }
 
     #[tokio::test]

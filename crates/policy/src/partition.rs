@@ -1,7 +1,7 @@
 //! Splitting a tuning space between agents so each sees every value of
 //! every parameter, not an aliased corner of the enumeration.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use sha2::{Digest, Sha256};
 
@@ -26,17 +26,26 @@ pub fn balanced_partitions(configurations: &[Config], parts: usize) -> Vec<Vec<C
     if parts == 0 {
         return partitions;
     }
-    let mut order: Vec<([u8; 32], &Config)> = configurations
+    // Each (parameter, value) gets a small integer id, so counting what a
+    // part holds is indexing, not formatting and looking up text: the
+    // leader splits a space of thousands of configurations over a thousand
+    // agents, and the work is configurations x parts x parameters.
+    let mut values: HashMap<(&str, String), usize> = HashMap::new();
+    let mut order: Vec<([u8; 32], &Config, Vec<usize>)> = configurations
         .iter()
         .map(|config| {
             let mut hasher = Sha256::new();
+            let mut ids = Vec::with_capacity(config.len());
             for (name, value) in config {
+                let text = value.to_string();
                 hasher.update(name.as_bytes());
                 hasher.update(b"=");
-                hasher.update(value.to_string().as_bytes());
+                hasher.update(text.as_bytes());
                 hasher.update(b";");
+                let next = values.len();
+                ids.push(*values.entry((name.as_str(), text)).or_insert(next));
             }
-            (hasher.finalize().into(), config)
+            (hasher.finalize().into(), config, ids)
         })
         .collect();
     order.sort_by_key(|entry| entry.0);
@@ -45,30 +54,22 @@ pub fn balanced_partitions(configurations: &[Config], parts: usize) -> Vec<Vec<C
         configurations.len() / parts + usize::from(part < configurations.len() % parts)
     };
     // How many configurations of each part have each (parameter, value).
-    let mut counts: Vec<BTreeMap<(&str, String), usize>> = vec![BTreeMap::new(); parts];
-    for (_, config) in order {
+    let mut counts: Vec<Vec<usize>> = vec![vec![0; values.len()]; parts];
+    for (_, config, ids) in order {
         // Values this configuration shares with the part, per slot the part
-        // has in all: lowest is the part that most lacks them.
-        let crowding = |part: usize| -> f64 {
-            let shared: usize = config
-                .iter()
-                .map(|(name, value)| {
-                    counts[part]
-                        .get(&(name.as_str(), value.to_string()))
-                        .copied()
-                        .unwrap_or(0)
-                })
-                .sum();
-            shared as f64 / target(part) as f64
-        };
-        let chosen = (0..parts)
-            .filter(|&part| partitions[part].len() < target(part))
-            .min_by(|&a, &b| crowding(a).total_cmp(&crowding(b)).then(a.cmp(&b)))
-            .unwrap_or(0);
-        for (name, value) in config {
-            *counts[chosen]
-                .entry((name.as_str(), value.to_string()))
-                .or_insert(0) += 1;
+        // has in all: lowest is the part that most lacks them, then the
+        // lowest index.
+        let mut chosen: Option<(f64, usize)> = None;
+        for part in (0..parts).filter(|&part| partitions[part].len() < target(part)) {
+            let shared: usize = ids.iter().map(|&id| counts[part][id]).sum();
+            let crowding = shared as f64 / target(part) as f64;
+            if chosen.is_none_or(|(best, _)| crowding.total_cmp(&best).is_lt()) {
+                chosen = Some((crowding, part));
+            }
+        }
+        let chosen = chosen.map_or(0, |(_, part)| part);
+        for &id in &ids {
+            counts[chosen][id] += 1;
         }
         partitions[chosen].push(config.clone());
     }

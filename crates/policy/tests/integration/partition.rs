@@ -73,3 +73,69 @@ fn balanced_partitions_spread_every_parameter_value_across_the_parts() {
     }
     assert!(balanced_partitions(&configs, 0).is_empty());
 }
+
+/// The rule as the doc states it, written the plain way (text keys, every
+/// part's crowding computed in each comparison): the split the leader
+/// makes must be exactly this one, since which agent searches which
+/// configurations decides a replay's figures.
+fn split_as_documented(
+    configurations: &[mtswarm_hw::tune::Config],
+    parts: usize,
+) -> Vec<Vec<mtswarm_hw::tune::Config>> {
+    use sha2::{Digest, Sha256};
+    use std::collections::BTreeMap;
+    let mut partitions = vec![Vec::new(); parts];
+    let mut order: Vec<([u8; 32], &mtswarm_hw::tune::Config)> = configurations
+        .iter()
+        .map(|config| {
+            let mut hasher = Sha256::new();
+            for (name, value) in config {
+                hasher.update(format!("{name}={value};").as_bytes());
+            }
+            (hasher.finalize().into(), config)
+        })
+        .collect();
+    order.sort_by_key(|entry| entry.0);
+    let target = |part: usize| {
+        configurations.len() / parts + usize::from(part < configurations.len() % parts)
+    };
+    let mut counts: Vec<BTreeMap<(String, String), usize>> = vec![BTreeMap::new(); parts];
+    for (_, config) in order {
+        let crowding = |part: usize| {
+            let shared: usize = config
+                .iter()
+                .map(|(name, value)| {
+                    let key = (name.clone(), value.to_string());
+                    counts[part].get(&key).copied().unwrap_or(0)
+                })
+                .sum();
+            shared as f64 / target(part) as f64
+        };
+        let chosen = (0..parts)
+            .filter(|&part| partitions[part].len() < target(part))
+            .min_by(|&a, &b| crowding(a).total_cmp(&crowding(b)).then(a.cmp(&b)))
+            .unwrap();
+        for (name, value) in config {
+            *counts[chosen]
+                .entry((name.clone(), value.to_string()))
+                .or_default() += 1;
+        }
+        partitions[chosen].push(config.clone());
+    }
+    partitions
+}
+
+#[test]
+fn the_split_is_the_documented_rule_exactly() {
+    for kernel in ["dgemm", "dgemm_gsm", "stencil2d"] {
+        let space = TuneSpace::load(&kernels_dir().join(kernel)).expect(kernel);
+        let configs = space.configurations(&ChipSpec::default()).expect("space");
+        for parts in [1usize, 2, 7, 8, 64, configs.len() + 3] {
+            assert_eq!(
+                balanced_partitions(&configs, parts),
+                split_as_documented(&configs, parts),
+                "{kernel}, {parts} parts"
+            );
+        }
+    }
+}
