@@ -6,6 +6,7 @@
 
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::context::PublishErrorKind;
@@ -75,8 +76,10 @@ pub type KvWatch<T> = Pin<Box<dyn Stream<Item = Result<KvChange<T>, BusError>> +
 /// Typed access to one bucket. Cheap to clone.
 #[derive(Debug)]
 pub struct TypedKv<T> {
-    store: kv::Store,
-    bucket: String,
+    /// Shared: async-nats's store carries the stream's whole info, and a
+    /// clone per owner write was a measurable share of the leader's CPU.
+    store: Arc<kv::Store>,
+    bucket: Arc<str>,
     per_key_ttl: bool,
     /// Keys are dot-separated ids (`<job>.agent.<agent>`) rather than one id.
     nested: bool,
@@ -121,8 +124,8 @@ impl<T: BusMessage> TypedKv<T> {
             .map_err(|e| kv_error("open", bucket, "", e))?;
         let per_key_ttl = store.stream.cached_info().config.allow_message_ttl;
         Ok(Self {
-            store,
-            bucket: bucket.to_string(),
+            store: Arc::new(store),
+            bucket: Arc::from(bucket),
             per_key_ttl,
             nested: false,
             bus: bus.clone(),
@@ -168,7 +171,7 @@ impl<T: BusMessage> TypedKv<T> {
     ) -> BusError {
         match error.kind() {
             kv::UpdateErrorKind::WrongLastRevision => BusError::CasConflict {
-                bucket: self.bucket.clone(),
+                bucket: self.bucket.to_string(),
                 key: key.to_string(),
                 expected_revision,
             },
@@ -285,7 +288,7 @@ impl<T: BusMessage> TypedKv<T> {
             let created = self.store.create(key, payload).await;
             created.map_err(|e| match e.kind() {
                 kv::CreateErrorKind::AlreadyExists => BusError::AlreadyExists {
-                    bucket: self.bucket.clone(),
+                    bucket: self.bucket.to_string(),
                     key: key.to_string(),
                 },
                 _ => kv_error("create", &self.bucket, key, e),
@@ -517,7 +520,7 @@ impl<T: BusMessage> TypedKv<T> {
                 self.update_with_ttl(key, value, entry.revision, ttl).await
             }
             Some(_) => Err(BusError::AlreadyExists {
-                bucket: self.bucket.clone(),
+                bucket: self.bucket.to_string(),
                 key: key.to_string(),
             }),
             // The marker itself expired in between: try as a fresh key once more.
@@ -554,7 +557,7 @@ impl<T: BusMessage> TypedKv<T> {
             Ok(ack) => Ok(ack.sequence),
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
                 Err(BusError::CasConflict {
-                    bucket: self.bucket.clone(),
+                    bucket: self.bucket.to_string(),
                     key: key.to_string(),
                     expected_revision,
                 })

@@ -3,9 +3,17 @@
 //! configured call timeout, and reaches only an endpoint whose certificate
 //! names the worker's own identity ([`mtswarm_auth::worker_tls_name`]), so
 //! the token never goes to an address a worker's registration merely claims.
+//!
+//! One channel per worker daemon is kept and shared by every call to it
+//! (HTTP/2 multiplexes them): a job of a thousand agents makes a
+//! `SpawnSession` and a `CancelSession` per agent, and a connection (and a
+//! TLS handshake) per call cost more than the calls. A channel reconnects
+//! by itself after its daemon restarts; a daemon that registers another
+//! endpoint gets a new one.
 
 use std::time::Duration;
 
+use dashmap::DashMap;
 use mtswarm_auth::ClientAuth;
 use mtswarm_bus::v1;
 use tonic::transport::Channel;
@@ -20,15 +28,26 @@ pub(crate) type WorkerClient = v1::worker_client::WorkerClient<
     >,
 >;
 
+/// How often a kept channel pings its daemon, and how long it waits for
+/// the answer before it drops the connection.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How the leader reaches workers: its client credentials and call timeout.
 pub(crate) struct WorkerDialer {
     auth: ClientAuth,
     timeout: Duration,
+    /// Per worker id: the endpoint its channel reaches, and the channel.
+    channels: DashMap<String, (String, Channel)>,
 }
 
 impl WorkerDialer {
     pub(crate) fn new(auth: ClientAuth, timeout: Duration) -> Self {
-        Self { auth, timeout }
+        Self {
+            auth,
+            timeout,
+            channels: DashMap::new(),
+        }
     }
 
     /// A `Worker` client for worker `worker_id` at `endpoint`. With a token
@@ -39,6 +58,22 @@ impl WorkerDialer {
         worker_id: &str,
         endpoint: &str,
     ) -> Result<WorkerClient, WorkerClientError> {
+        let channel = self.channel(worker_id, endpoint)?;
+        Ok(v1::worker_client::WorkerClient::with_interceptor(
+            channel,
+            self.auth
+                .interceptor(mtswarm_telemetry::grpc::TraceContextInterceptor),
+        ))
+    }
+
+    /// The shared channel to `worker_id` at `endpoint`, made on first use
+    /// (lazily: it connects on the first call).
+    fn channel(&self, worker_id: &str, endpoint: &str) -> Result<Channel, WorkerClientError> {
+        if let Some(entry) = self.channels.get(worker_id)
+            && entry.0 == endpoint
+        {
+            return Ok(entry.1.clone());
+        }
         let channel = self
             .auth
             .worker_endpoint(worker_id, endpoint, self.timeout)
@@ -50,11 +85,18 @@ impl WorkerDialer {
                 }
             })?
             .timeout(self.timeout)
+            // A connection kept open must notice a daemon that vanished
+            // (a partition, a host lost) instead of timing out every call
+            // until TCP gives up: an unanswered ping closes it, and the
+            // next call connects afresh.
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
             .connect_lazy();
-        Ok(v1::worker_client::WorkerClient::with_interceptor(
-            channel,
-            self.auth
-                .interceptor(mtswarm_telemetry::grpc::TraceContextInterceptor),
-        ))
+        self.channels.insert(
+            worker_id.to_string(),
+            (endpoint.to_string(), channel.clone()),
+        );
+        Ok(channel)
     }
 }

@@ -10,7 +10,7 @@ mod admission;
 mod agent;
 mod records;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -154,14 +154,22 @@ impl JobContext {
         Some(entry.clone())
     }
 
-    /// The agents that have a task still pending, in one pass over the
-    /// tasks ([`JobContext::pending_tasks_of`] for every agent at once).
-    pub(crate) fn agents_with_pending_tasks(&self) -> std::collections::HashSet<String> {
-        self.tasks()
+    /// The agents that have a task still pending, each with the slices
+    /// those tasks are addressed to, in one pass over the tasks
+    /// ([`JobContext::pending_tasks_of`] for every agent at once).
+    pub(crate) fn pending_task_slices(&self) -> HashMap<String, HashSet<String>> {
+        let mut slices: HashMap<String, HashSet<String>> = HashMap::new();
+        for assignment in self
+            .tasks()
             .values()
             .filter_map(|t| self.pending_assignment(t))
-            .map(|a| a.agent_id.clone())
-            .collect()
+        {
+            slices
+                .entry(assignment.agent_id.clone())
+                .or_default()
+                .insert(assignment.slice_id.clone());
+        }
+        slices
     }
 
     /// Tasks of `agent_id` without a result, as last recorded.

@@ -166,15 +166,22 @@ impl Reassigner {
 
     /// Agents that may be moved: not cancelled, not being spawned, with
     /// pending tasks.
-    fn movable(context: &JobContext) -> Vec<AgentEntry> {
+    /// The agents with a pending task that may be moved, each with
+    /// whether one of those tasks is addressed to another slice than the
+    /// agent's (assigned while it was being moved).
+    fn movable(context: &JobContext) -> Vec<(AgentEntry, bool)> {
         // One pass over the tasks, not one per agent: the sweep of a job
         // of a thousand agents would otherwise read a million task records.
-        let pending = context.agents_with_pending_tasks();
+        let pending = context.pending_task_slices();
         context
             .agents()
             .values()
-            .filter(|a| !a.cancelled && !a.spawning && pending.contains(&a.agent_id))
-            .cloned()
+            .filter(|a| !a.cancelled && !a.spawning)
+            .filter_map(|a| {
+                let slices = pending.get(&a.agent_id)?;
+                let stray = slices.iter().any(|slice| *slice != a.slice_id);
+                Some((a.clone(), stray))
+            })
             .collect()
     }
 
@@ -324,11 +331,13 @@ impl Reassigner {
                     tracing::warn!(%error, task_id = %assignment.task_id, "task publish retry failed");
                 }
             }
-            for agent in Self::movable(&context) {
+            for (agent, stray_seen) in Self::movable(&context) {
                 match self.lease_names(&agent.slice_id, &agent.session_id).await {
+                    Some(true) if !stray_seen => {}
                     Some(true) => {
                         // Tasks still addressed to a slice the agent left
-                        // (assigned while it was being moved).
+                        // (assigned while it was being moved), as they
+                        // stand now.
                         let stray: Vec<v1::TaskRecord> = context
                             .pending_tasks_of(&agent.agent_id)
                             .into_iter()
