@@ -100,3 +100,98 @@ impl WorkerDialer {
         Ok(channel)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt as _;
+    use tonic::{Request, Response, Status};
+
+    use super::*;
+
+    /// A Worker service that answers `Status` and nothing else.
+    struct StatusOnly;
+
+    #[tonic::async_trait]
+    impl v1::worker_server::Worker for StatusOnly {
+        async fn spawn_session(
+            &self,
+            _: Request<v1::SpawnSessionRequest>,
+        ) -> Result<Response<v1::SpawnSessionResponse>, Status> {
+            Err(Status::unimplemented("spawn"))
+        }
+        async fn cancel_session(
+            &self,
+            _: Request<v1::CancelSessionRequest>,
+        ) -> Result<Response<v1::CancelSessionResponse>, Status> {
+            Err(Status::unimplemented("cancel"))
+        }
+        async fn drain(
+            &self,
+            _: Request<v1::DrainRequest>,
+        ) -> Result<Response<v1::DrainResponse>, Status> {
+            Err(Status::unimplemented("drain"))
+        }
+        async fn status(
+            &self,
+            _: Request<v1::StatusRequest>,
+        ) -> Result<Response<v1::StatusResponse>, Status> {
+            Ok(Response::new(v1::StatusResponse::default()))
+        }
+    }
+
+    /// A Worker server on a free loopback port that counts the connections
+    /// it accepts.
+    async fn counting_server() -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let incoming =
+            tokio_stream::wrappers::TcpListenerStream::new(listener).inspect(move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+            });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(v1::worker_server::WorkerServer::new(StatusOnly))
+                .serve_with_incoming(incoming),
+        );
+        (url, accepted)
+    }
+
+    async fn status(dialer: &WorkerDialer, worker_id: &str, url: &str) {
+        dialer
+            .client(worker_id, url)
+            .expect("client")
+            .status(v1::StatusRequest::default())
+            .await
+            .expect("status");
+    }
+
+    #[tokio::test]
+    async fn calls_to_one_daemon_share_one_connection_until_its_endpoint_changes() {
+        let dialer = WorkerDialer::new(ClientAuth::none(), Duration::from_secs(5));
+        let (first, first_accepted) = counting_server().await;
+        for _ in 0..5 {
+            status(&dialer, "w1", &first).await;
+        }
+        assert_eq!(
+            first_accepted.load(Ordering::SeqCst),
+            1,
+            "five calls, one connection"
+        );
+        // The daemon came back on another endpoint: its calls go there.
+        let (second, second_accepted) = counting_server().await;
+        status(&dialer, "w1", &second).await;
+        status(&dialer, "w1", &second).await;
+        assert_eq!(second_accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(first_accepted.load(Ordering::SeqCst), 1);
+        // Another daemon has its own.
+        status(&dialer, "w2", &first).await;
+        assert_eq!(first_accepted.load(Ordering::SeqCst), 2);
+    }
+}
