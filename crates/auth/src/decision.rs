@@ -17,6 +17,7 @@ use std::path::Path;
 use mtswarm_bus::v1;
 
 use crate::error::AuthError;
+use crate::grant_memo::GrantMemo;
 
 /// Domain separation: no other signature of this key can be mistaken for a
 /// decision's.
@@ -92,6 +93,8 @@ pub fn canonical_decision(decision: &v1::ApprovalDecision) -> Vec<u8> {
 #[derive(Clone)]
 pub struct DecisionSigner {
     pair: nkeys::KeyPair,
+    /// The grants this key signed, shared with its verifiers.
+    pub(crate) grants: GrantMemo,
 }
 
 impl std::fmt::Debug for DecisionSigner {
@@ -105,6 +108,7 @@ impl DecisionSigner {
     pub fn generate() -> Self {
         Self {
             pair: nkeys::KeyPair::new_server(),
+            grants: GrantMemo::default(),
         }
     }
 
@@ -121,7 +125,10 @@ impl DecisionSigner {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        Ok(Self { pair })
+        Ok(Self {
+            pair,
+            grants: GrantMemo::default(),
+        })
     }
 
     /// The seed (the key file's content; a secret).
@@ -141,11 +148,13 @@ impl DecisionSigner {
         &self.pair
     }
 
-    /// The verifier of this key's signatures.
+    /// The verifier of this key's signatures; it knows the grants this
+    /// signer signed, before and after, without verifying them.
     pub fn verifier(&self) -> DecisionVerifier {
         DecisionVerifier {
             public_key: self.public_key(),
             pair: self.pair.clone(),
+            grants: self.grants.clone(),
         }
     }
 
@@ -168,6 +177,8 @@ impl DecisionSigner {
 pub struct DecisionVerifier {
     public_key: String,
     pair: nkeys::KeyPair,
+    /// The grants known to carry this key's signature.
+    pub(crate) grants: GrantMemo,
 }
 
 impl std::fmt::Debug for DecisionVerifier {
@@ -197,6 +208,7 @@ impl DecisionVerifier {
         Ok(Self {
             public_key: public_key.to_string(),
             pair,
+            grants: GrantMemo::default(),
         })
     }
 

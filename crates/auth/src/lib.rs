@@ -24,6 +24,7 @@ mod decision;
 mod endpoints;
 mod error;
 pub mod generate;
+mod grant_memo;
 mod identity;
 pub mod provenance;
 mod result_token;

@@ -330,14 +330,16 @@ pub fn grant_for(assignment: &v1::TaskAssignment, worker_key: &str) -> v1::Place
 impl DecisionSigner {
     /// Signs a placement grant (sets `grant.signature`).
     pub fn sign_grant(&self, grant: &mut v1::PlacementGrant) -> Result<(), ProvenanceError> {
-        grant.signature =
-            self.pair()
-                .sign(&canonical_grant(grant))
-                .map_err(|e| ProvenanceError::SignGrant {
-                    task_id: grant.task_id.clone(),
-                    attempt: grant.attempt,
-                    reason: e.to_string(),
-                })?;
+        let signed = canonical_grant(grant);
+        grant.signature = self
+            .pair()
+            .sign(&signed)
+            .map_err(|e| ProvenanceError::SignGrant {
+                task_id: grant.task_id.clone(),
+                attempt: grant.attempt,
+                reason: e.to_string(),
+            })?;
+        self.grants.insert(&signed, &grant.signature);
         Ok(())
     }
 
@@ -363,20 +365,28 @@ impl DecisionSigner {
 
 impl DecisionVerifier {
     /// Checks that `grant` carries the leader's signature; `kind` and `id`
-    /// name the record it came with.
+    /// name the record it came with. A grant this key's signer signed, or
+    /// one this verifier checked before, passes without verifying the
+    /// signature again (`crate::grant_memo`).
     pub fn verify_grant(
         &self,
         grant: &v1::PlacementGrant,
         kind: RecordKind,
         id: &str,
     ) -> Result<(), ProvenanceError> {
-        self.pair()
-            .verify(&canonical_grant(grant), &grant.signature)
-            .map_err(|_| ProvenanceError::GrantNotSigned {
+        let signed = canonical_grant(grant);
+        if self.grants.contains(&signed, &grant.signature) {
+            return Ok(());
+        }
+        self.pair().verify(&signed, &grant.signature).map_err(|_| {
+            ProvenanceError::GrantNotSigned {
                 kind,
                 id: id.to_string(),
                 leader_key: self.public_key().to_string(),
-            })
+            }
+        })?;
+        self.grants.insert(&signed, &grant.signature);
+        Ok(())
     }
 
     /// Checks a checkpoint: the leader's grant names its job, session,
@@ -650,6 +660,55 @@ mod tests {
             verifier.verify_checkpoint(&no_grant),
             Err(ProvenanceError::NoGrant { .. })
         ));
+    }
+
+    #[test]
+    fn a_grant_is_known_only_as_its_signer_signed_it() {
+        let leader = DecisionSigner::generate();
+        let verifier = leader.verifier();
+        let worker = WorkerKey::generate();
+        let mut grant = grant_for(&assignment(), &worker.public_key());
+        leader.sign_grant(&mut grant).expect("grant");
+        // The signer's own grant is known to its verifier without a check.
+        assert!(
+            verifier
+                .grants
+                .contains(&canonical_grant(&grant), &grant.signature)
+        );
+        verifier
+            .verify_grant(&grant, RecordKind::Checkpoint, "s1")
+            .expect("the leader's grant");
+        // The same signature over another placement is not the known grant.
+        let mut moved = grant.clone();
+        moved.slice_id = "b9-c0".into();
+        assert!(matches!(
+            verifier.verify_grant(&moved, RecordKind::Checkpoint, "s1"),
+            Err(ProvenanceError::GrantNotSigned { .. })
+        ));
+        // Another key's grant over the same placement is refused too.
+        let mut forged = grant_for(&assignment(), &worker.public_key());
+        DecisionSigner::generate()
+            .sign_grant(&mut forged)
+            .expect("grant");
+        assert!(matches!(
+            verifier.verify_grant(&forged, RecordKind::Checkpoint, "s1"),
+            Err(ProvenanceError::GrantNotSigned { .. })
+        ));
+        // A worker's verifier (from the public key alone) checks a grant
+        // once, remembers it, and remembers no refusal.
+        let on_worker = DecisionVerifier::from_public_key(&leader.public_key()).expect("key");
+        assert_eq!(on_worker.grants.len(), 0);
+        for _ in 0..2 {
+            on_worker
+                .verify_grant(&grant, RecordKind::Checkpoint, "s1")
+                .expect("the leader's grant");
+        }
+        assert!(
+            on_worker
+                .verify_grant(&moved, RecordKind::Checkpoint, "s1")
+                .is_err()
+        );
+        assert_eq!(on_worker.grants.len(), 1);
     }
 
     #[test]
