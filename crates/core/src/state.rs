@@ -518,6 +518,21 @@ impl LoopState {
         }
     }
 
+    /// A copy of this state holding `history` instead of its own, shown
+    /// from `view_start` on: for a store that keeps a shorter history
+    /// than the run's (the turns a compaction summarized dropped, long
+    /// results cut) and resumes from it.
+    pub fn with_history(&self, history: Vec<Message>, view_start: usize) -> Self {
+        Self {
+            history: Arc::new(history),
+            projection: ContextProjection {
+                view_start,
+                ..self.projection.clone()
+            },
+            ..self.clone()
+        }
+    }
+
     pub(crate) fn push_message(&mut self, message: Message) {
         Arc::make_mut(&mut self.history).push(message);
     }

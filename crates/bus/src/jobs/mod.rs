@@ -116,13 +116,15 @@ async fn write_at_revision<U: BusMessage + OwnerStamped>(
     })
 }
 
-/// `checkpoint` with `updated_at` set to now when empty.
-fn dated(checkpoint: &LeaderCheckpoint) -> LeaderCheckpoint {
-    let mut checkpoint = checkpoint.clone();
-    if checkpoint.updated_at.is_none() {
-        checkpoint.updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+/// `checkpoint` with `updated_at` set to now when empty (copied only then:
+/// a checkpoint carries the loop's whole state).
+fn dated(checkpoint: &LeaderCheckpoint) -> std::borrow::Cow<'_, LeaderCheckpoint> {
+    if checkpoint.updated_at.is_some() {
+        return std::borrow::Cow::Borrowed(checkpoint);
     }
-    checkpoint
+    let mut checkpoint = checkpoint.clone();
+    checkpoint.updated_at = Some(prost_types::Timestamp::from(SystemTime::now()));
+    std::borrow::Cow::Owned(checkpoint)
 }
 
 /// The task id of a task record (empty without an assignment).

@@ -175,7 +175,7 @@ impl OwnerWrites {
         let checkpoint = super::dated(checkpoint);
         let key = loop_key(&checkpoint.job_id);
         write_at_revision(&self.jobs.loops, &key, self.writer(), |_| {
-            Some(checkpoint.clone())
+            Some(checkpoint.clone().into_owned())
         })
         .await?;
         Ok(())

@@ -12,8 +12,7 @@
 //! context budget (the window and the per-result limit), not by the job.
 
 use mtswarm_bus::v1;
-use mtswarm_core::{CheckpointSink, Durability, LoopState, Role};
-use serde_json::Value;
+use mtswarm_core::{CheckpointSink, Durability, LoopState, Message, Role};
 
 use super::transition::now;
 
@@ -80,33 +79,33 @@ pub(crate) fn as_shown(
     state: &LoopState,
     max_tool_result_chars: usize,
 ) -> Result<String, serde_json::Error> {
-    let mut value = serde_json::to_value(state)?;
+    let history = state.history();
     let view_start = state.projection().view_start;
-    let pinned = state
-        .history()
-        .first()
-        .is_some_and(|m| m.role == Role::User);
-    if let Some(history) = value.get_mut("history").and_then(Value::as_array_mut)
-        && pinned
-        && view_start > 1
-        && view_start <= history.len()
-    {
-        history.drain(1..view_start);
-        value["projection"]["view_start"] = Value::from(1);
-    }
-    if let Some(history) = value.get_mut("history").and_then(Value::as_array_mut) {
-        for message in history.iter_mut() {
-            if message.get("role").and_then(Value::as_str) != Some("tool") {
-                continue;
-            }
-            if let Some(Value::String(content)) = message.get_mut("content")
-                && let Some(cut) = cut_for_view(content, max_tool_result_chars)
-            {
-                *content = cut;
-            }
-        }
-    }
-    serde_json::to_string(&value)
+    let pinned = history.first().is_some_and(|m| m.role == Role::User);
+    // Built as messages and written once: a leader's state holds a call
+    // and a result per agent, and going through a JSON tree cost more
+    // than the writing.
+    let (kept, view_start): (Vec<&Message>, usize) =
+        if pinned && view_start > 1 && view_start <= history.len() {
+            let kept = history[..1].iter().chain(&history[view_start..]).collect();
+            (kept, 1)
+        } else {
+            (history.iter().collect(), view_start)
+        };
+    let shown = kept
+        .into_iter()
+        .map(|message| match message.role {
+            Role::Tool => match cut_for_view(&message.content, max_tool_result_chars) {
+                Some(cut) => Message {
+                    content: cut,
+                    ..message.clone()
+                },
+                None => message.clone(),
+            },
+            _ => message.clone(),
+        })
+        .collect();
+    serde_json::to_string(&state.with_history(shown, view_start))
 }
 
 /// `text` cut so that it and the note of its original length fit in
@@ -128,7 +127,6 @@ fn cut_for_view(text: &str, limit: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mtswarm_core::Message;
 
     fn state_with(history: Vec<Message>, view_start: usize) -> LoopState {
         let mut value = serde_json::to_value(LoopState::new("s", "system", "")).expect("json");
