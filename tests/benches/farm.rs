@@ -135,7 +135,11 @@ async fn idle_rate(writes: &AtomicU64) -> f64 {
     (writes.load(Ordering::Relaxed) - from) as f64 / idle.as_secs_f64()
 }
 
-/// When the job record first listed `agents` agents, from `submitted`.
+/// When the job record first counted `agents` agents, from `submitted`.
+/// Read with ListJobs (the job records alone), as `wait_for_job` reads
+/// the job's state: a GetJob every 50 ms would read every agent's and
+/// task's key each time, and the leader's CPU is the job's, not the
+/// observer's.
 fn watch_spawn_time(
     mut control: mtswarm_tests::stack::Control,
     job_id: String,
@@ -144,21 +148,14 @@ fn watch_spawn_time(
 ) -> tokio::task::JoinHandle<Option<Duration>> {
     tokio::spawn(async move {
         loop {
-            let job = control
-                .get_job(v1::GetJobRequest {
-                    job_id: job_id.clone(),
-                })
+            let job = mtswarm_tests::jobs::list_all_jobs(&mut control)
                 .await
-                .ok()?
-                .into_inner()
-                .job?;
-            if job.agent_ids.len() >= agents || job.agents_total as usize >= agents {
+                .into_iter()
+                .find(|job| job.job_id == job_id)?;
+            if job.agents_total as usize >= agents {
                 return Some(submitted.elapsed());
             }
-            if matches!(
-                job.state(),
-                v1::JobState::Succeeded | v1::JobState::Failed | v1::JobState::Cancelled
-            ) {
+            if mtswarm_tests::jobs::is_final(job.state()) {
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
