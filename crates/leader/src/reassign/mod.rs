@@ -66,6 +66,10 @@ use crate::placement::Placement;
 use crate::tables::JobTables;
 use crate::trigger::{Trigger, Triggers};
 
+/// Movable agents of one job from which a sweep lists the leases once
+/// instead of reading each agent's.
+const SWEEP_LISTING_FROM: usize = 16;
+
 /// What the reassigner and its watches work with: the running jobs, the
 /// placement of agents, the keys for the next attempts' tokens and grants,
 /// the lease and quarantine buckets it watches, the journal it records
@@ -207,6 +211,28 @@ impl Reassigner {
         })
     }
 
+    /// Every live lease by slice, read at once for a sweep (a listing reads
+    /// the daemons' keys once, where a read per agent reads its daemon's
+    /// key again for each of its slices); `None` when the bucket cannot be
+    /// read (NATS away): then nothing is decided.
+    async fn live_leases(&self) -> Option<HashMap<String, v1::SliceLease>> {
+        match self.handles.leases.list().await {
+            Ok(leases) => Some(
+                leases
+                    .into_iter()
+                    .map(|lease| {
+                        self.handles.lease_clock.observe(lease.value.ttl_seconds);
+                        (lease.value.slice_id.clone(), lease.value)
+                    })
+                    .collect(),
+            ),
+            Err(error) => {
+                tracing::debug!(%error, "leases not readable; the sweep decides later");
+                None
+            }
+        }
+    }
+
     /// True when the slice's live lease names `session_id`; `None` when the
     /// lease cannot be read (NATS away): then nothing is decided.
     async fn lease_names(&self, slice_id: &str, session_id: &str) -> Option<bool> {
@@ -331,8 +357,26 @@ impl Reassigner {
                     tracing::warn!(%error, task_id = %assignment.task_id, "task publish retry failed");
                 }
             }
-            for (agent, stray_seen) in Self::movable(&context) {
-                match self.lease_names(&agent.slice_id, &agent.session_id).await {
+            let movable = Self::movable(&context);
+            if movable.is_empty() {
+                continue;
+            }
+            // Only a few agents: a read each is less than a listing.
+            let leases = if movable.len() > SWEEP_LISTING_FROM {
+                self.live_leases().await
+            } else {
+                None
+            };
+            for (agent, stray_seen) in movable {
+                let names = match &leases {
+                    Some(leases) => Some(
+                        leases
+                            .get(&agent.slice_id)
+                            .is_some_and(|lease| lease.session_id == agent.session_id),
+                    ),
+                    None => self.lease_names(&agent.slice_id, &agent.session_id).await,
+                };
+                match names {
                     Some(true) if !stray_seen => {}
                     Some(true) => {
                         // Tasks still addressed to a slice the agent left
