@@ -83,7 +83,7 @@ pub struct TypedKv<T> {
     per_key_ttl: bool,
     /// Keys are dot-separated ids (`<job>.agent.<agent>`) rather than one id.
     nested: bool,
-    bus: Bus,
+    bus: Arc<Bus>,
     _value: PhantomData<fn() -> T>,
 }
 
@@ -128,7 +128,7 @@ impl<T: BusMessage> TypedKv<T> {
             bucket: Arc::from(bucket),
             per_key_ttl,
             nested: false,
-            bus: bus.clone(),
+            bus: Arc::new(bus.clone()),
             _value: PhantomData,
         })
     }

@@ -42,26 +42,47 @@ impl LeaderKeys {
         }
     }
 
-    /// Whether `signed` was produced by the worker its attempt was placed
-    /// on ([`DecisionVerifier::verify_measurement`]); always `Ok` without a
-    /// decision key. A record whose stored bytes and signature passed
-    /// before passes without being verified again: the store decodes the
-    /// record from those bytes, so they decide the check.
-    pub(crate) fn check_measurement(&self, signed: &SignedRecord) -> Result<(), ProvenanceError> {
+    /// Whether each of `records` was produced by the worker its attempt
+    /// was placed on ([`DecisionVerifier::verify_measurement`]), in their
+    /// order; always `Ok` without a decision key. The records not verified
+    /// before are verified as one batch
+    /// ([`DecisionVerifier::verify_measurements`]); a record whose stored
+    /// bytes and signature passed before passes without being verified
+    /// again: the store decodes the record from those bytes, so they
+    /// decide the check.
+    pub(crate) fn check_measurements(
+        &self,
+        records: &[SignedRecord],
+    ) -> Vec<Result<(), ProvenanceError>> {
         let Some(verifier) = &self.verifier else {
-            return Ok(());
+            return records.iter().map(|_| Ok(())).collect();
         };
-        let digest = record_digest(signed);
-        if self.verified_set().contains(&digest) {
-            return Ok(());
+        let digests: Vec<[u8; 32]> = records.iter().map(record_digest).collect();
+        let fresh: Vec<usize> = {
+            let verified = self.verified_set();
+            (0..records.len())
+                .filter(|&i| !verified.contains(&digests[i]))
+                .collect()
+        };
+        let checked =
+            verifier.verify_measurements(&fresh.iter().map(|&i| &records[i]).collect::<Vec<_>>());
+        let mut results: Vec<Result<(), ProvenanceError>> =
+            records.iter().map(|_| Ok(())).collect();
+        for (index, result) in fresh.into_iter().zip(checked) {
+            if result.is_ok() {
+                self.remember(digests[index]);
+            }
+            results[index] = result;
         }
-        verifier.verify_measurement(signed)?;
+        results
+    }
+
+    fn remember(&self, digest: [u8; 32]) {
         let mut verified = self.verified_set();
         if verified.len() >= VERIFIED_CAPACITY {
             verified.clear();
         }
         verified.insert(digest);
-        Ok(())
     }
 
     fn verified_set(&self) -> std::sync::MutexGuard<'_, HashSet<[u8; 32]>> {
@@ -130,6 +151,11 @@ mod tests {
 
     use super::*;
 
+    fn check(keys: &LeaderKeys, record: &SignedRecord) -> Result<(), ProvenanceError> {
+        keys.check_measurements(std::slice::from_ref(record))
+            .remove(0)
+    }
+
     /// A measurement record of attempt 1 placed on `worker`, signed by
     /// `signer` over its stored bytes.
     fn signed_record(keys: &LeaderKeys, worker: &WorkerKey, signer: &WorkerKey) -> SignedRecord {
@@ -173,10 +199,8 @@ mod tests {
         let keys = LeaderKeys::new(None, Some(DecisionSigner::generate()));
         let worker = WorkerKey::generate();
         let honest = signed_record(&keys, &worker, &worker);
-        keys.check_measurement(&honest)
-            .expect("the worker's own record");
-        keys.check_measurement(&honest)
-            .expect("the same bytes again");
+        check(&keys, &honest).expect("the worker's own record");
+        check(&keys, &honest).expect("the same bytes again");
         assert_eq!(keys.verified_set().len(), 1, "remembered once");
 
         // The same signature over other bytes is not the remembered record.
@@ -184,11 +208,46 @@ mod tests {
         let mut bytes = changed.payload.to_vec();
         bytes.push(b' ');
         changed.payload = bytes.into();
-        assert!(keys.check_measurement(&changed).is_err());
+        assert!(check(&keys, &changed).is_err());
         // Another worker's signature over the same bytes is refused too.
         let forged = signed_record(&keys, &worker, &WorkerKey::generate());
-        assert!(keys.check_measurement(&forged).is_err());
+        assert!(check(&keys, &forged).is_err());
         assert_eq!(keys.verified_set().len(), 1, "refusals are not remembered");
+    }
+
+    #[test]
+    fn a_batch_names_each_bad_record_and_keeps_the_good_ones() {
+        let keys = LeaderKeys::new(None, Some(DecisionSigner::generate()));
+        let (a, b) = (WorkerKey::generate(), WorkerKey::generate());
+        let honest_a = signed_record(&keys, &a, &a);
+        let honest_b = signed_record(&keys, &b, &b);
+        let forged = signed_record(&keys, &a, &WorkerKey::generate());
+        let mut changed = honest_b.clone();
+        let mut bytes = changed.payload.to_vec();
+        bytes.push(b' ');
+        changed.payload = bytes.into();
+        let batch = [forged, honest_a.clone(), changed, honest_b.clone()];
+        let verdicts: Vec<bool> = keys
+            .check_measurements(&batch)
+            .iter()
+            .map(Result::is_ok)
+            .collect();
+        assert_eq!(verdicts, [false, true, false, true]);
+        assert_eq!(keys.verified_set().len(), 2, "the good ones are remembered");
+        // A record signed by another worker than its grant names fails
+        // among remembered ones.
+        let stray = signed_record(&keys, &WorkerKey::generate(), &a);
+        let verdicts: Vec<bool> = keys
+            .check_measurements(&[honest_a, stray, honest_b])
+            .iter()
+            .map(Result::is_ok)
+            .collect();
+        assert_eq!(verdicts, [true, false, true]);
+        // Good records not seen before pass as one batch.
+        let other = LeaderKeys::new(None, Some(DecisionSigner::generate()));
+        let good = [signed_record(&other, &a, &a), signed_record(&other, &b, &b)];
+        assert!(other.check_measurements(&good).iter().all(Result::is_ok));
+        assert_eq!(other.verified_set().len(), 2);
     }
 
     #[test]
@@ -198,7 +257,7 @@ mod tests {
         let signing = LeaderKeys::new(None, Some(DecisionSigner::generate()));
         let mut record = signed_record(&signing, &worker, &worker);
         record.signature = None;
-        keys.check_measurement(&record).expect("believed");
+        check(&keys, &record).expect("believed");
         assert!(keys.verified_set().is_empty());
     }
 }

@@ -94,9 +94,11 @@ pub(crate) async fn believed_records(
 /// a decision key), and the number refused (each logged).
 pub(crate) fn believed(keys: &LeaderKeys, signed: Vec<SignedRecord>) -> (Vec<ResultRecord>, u32) {
     let mut refused = 0u32;
+    let checks = keys.check_measurements(&signed);
     let records = signed
         .into_iter()
-        .filter_map(|signed| match keys.check_measurement(&signed) {
+        .zip(checks)
+        .filter_map(|(signed, check)| match check {
             Ok(()) => Some(signed.record),
             Err(error) => {
                 refused = refused.saturating_add(1);
