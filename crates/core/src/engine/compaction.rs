@@ -54,6 +54,11 @@ impl Run {
         let mut keep = context.keep_recent_turns.max(1);
         if trigger == CompactionTrigger::PromptTooLong {
             keep = (keep >> self.state.recovery.prompt_too_long_retries.min(16)).max(1);
+            // The model refused the prompt, whatever the estimate below
+            // says of the kept turns (a small model's tokenizer counts
+            // more than the estimator): at least the oldest turn in view
+            // is summarized when there are two.
+            keep = keep.min(turns.len().saturating_sub(1)).max(1);
         }
         // Aim under the reserve: drop kept turns while the kept part alone
         // would not fit.

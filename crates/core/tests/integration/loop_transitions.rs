@@ -657,6 +657,33 @@ async fn prompt_too_long_compacts_and_retries() {
 }
 
 #[tokio::test]
+async fn prompt_too_long_with_two_turns_in_view_summarizes_the_older() {
+    // Four turns kept by default would keep both: the model's refusal
+    // still has the older one summarized, and the retry goes through.
+    let (mut turns, reg) = long_session(2, 400);
+    turns.push(ScriptedTurn::error(ModelError::PromptTooLong(
+        "the request exceeds the available context size".into(),
+    )));
+    turns.push(ScriptedTurn::text("SUMMARY: read a.c"));
+    turns.push(ScriptedTurn::text("final"));
+    let mut config = EngineConfig::default();
+    config.context.keep_recent_turns = 4;
+    let (engine, model) = engine(config, turns, reg, auto_all());
+    let (stream, _) = engine.start("s", "sys", "the task");
+    let (_, outcome) = run(stream).await;
+    assert_eq!(final_text(&outcome), "final");
+    assert_eq!(outcome.state().recovery().compactions, 1);
+    let requests = model.requests();
+    let retried = &requests[requests.len() - 1].messages;
+    assert!(
+        retried
+            .iter()
+            .any(|m| m.content.contains("SUMMARY: read a.c"))
+    );
+    assert_view_pairs_intact(retried);
+}
+
+#[tokio::test]
 async fn prompt_too_long_without_anything_to_compact_stops() {
     let (engine, _) = engine(
         EngineConfig::default(),
